@@ -1,0 +1,10 @@
+//! `foya-actors`: the Foya agent runtime.
+//!
+//! The actor tree (Supervisor → SessionActor → TurnActor → ProviderActor / ToolActor),
+//! the pure parts they drive (wire adapters, context compiler, approval policy, loop
+//! detection), the built-in tools, and the embedding façade. See `ARCHITECTURE.md`.
+//!
+//! Invariants: only this crate names `ractor`; it never prints to a terminal.
+
+pub mod provider;
+pub mod tools;

@@ -1,0 +1,71 @@
+//! Model providers: the neutral request, the `ModelClient` seam every backend implements
+//! (HTTP wire adapters, the scripted replayer, the simulator), wire adapters and the
+//! error classifier.
+//!
+//! Owns: turning a [`ModelRequest`] into a stream of [`StreamEvent`]s. Must not: touch the
+//! store or know about sessions; retries are decided by the turn (see `retry`).
+
+use foya_protocol::{Message, StreamEvent};
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tokio_util::sync::CancellationToken;
+
+/// A tool as exposed to the model: name, description and JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    /// Tool name (`read_file`, …).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema (draft 2020-12 subset the providers accept) of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// Image bytes resolved from an attachment reference, for protocols that take images.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageData {
+    /// MIME type, e.g. `image/png`.
+    pub media_type: String,
+    /// Base64 (standard alphabet, padded) of the image bytes.
+    pub base64: String,
+}
+
+/// One model request in neutral form; the wire adapters materialise it per protocol.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// Model name.
+    pub model: String,
+    /// System prompt compiled for this step.
+    pub system: String,
+    /// History, well-formed (each tool call has exactly one result, in order).
+    pub messages: Vec<Message>,
+    /// Tools exposed for this step (empty: no tools, e.g. a final summarising step).
+    pub tools: Vec<ToolSchema>,
+    /// Maximum output tokens, when set.
+    pub max_output_tokens: Option<u32>,
+    /// Images referenced by user messages, by attachment id.
+    pub images: BTreeMap<String, ImageData>,
+}
+
+/// A backend that streams a model response for a request.
+///
+/// The stream ends after a `Done` or an `Error` event (an implementation that ends
+/// without either has been cut off; the caller treats that as `stream_interrupted`).
+///
+/// # Cancel safety
+/// Dropping the stream aborts the request (HTTP connection closed). `cancel` lets an
+/// implementation stop early too; it must never block.
+pub trait ModelClient: Send + Sync + std::fmt::Debug {
+    /// Starts one streaming request.
+    fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent>;
+
+    /// The model's context window in tokens (for the context budget).
+    fn context_window(&self) -> u64 {
+        128_000
+    }
+}

@@ -1,0 +1,115 @@
+//! Tools: the `Tool` contract, the registry of built-ins, argument validation, the
+//! Approval Gateway policy and the Sandbox Runner.
+//!
+//! Owns: what a tool is and how one call runs. Must not: write events or talk to actors;
+//! the ToolActor drives a call and persists what happens.
+
+use async_trait::async_trait;
+use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
+
+/// What kind of side effect a tool may have; drives the Approval Gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffect {
+    /// Reads only.
+    None,
+    /// Writes files.
+    Write,
+    /// Runs processes.
+    Exec,
+    /// Talks to the network.
+    Network,
+}
+
+/// What a tool declares about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Unique name the model calls it by.
+    pub name: String,
+    /// Description for the model.
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+    /// May run concurrently with other parallel-safe calls (explicit, never inferred).
+    pub parallel_safe: bool,
+    /// Side-effect class.
+    pub side_effect: SideEffect,
+    /// Whether a running call stops when its cancellation token fires.
+    pub cancellable: bool,
+    /// Default timeout of one call, in milliseconds.
+    pub default_timeout_ms: u64,
+}
+
+/// What a tool call knows about where it runs.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// Session working directory (absolute).
+    pub cwd: PathBuf,
+    /// Project id.
+    pub project_id: Option<String>,
+    /// Session approval mode.
+    pub approval_mode: ApprovalMode,
+    /// Session.
+    pub session_id: SessionId,
+    /// Turn.
+    pub run_id: RunId,
+    /// 1-based step of the turn.
+    pub step: u32,
+    /// This call.
+    pub tool_call_id: ToolCallId,
+}
+
+/// Where a running tool reports progress (`tool_update` events) and live output.
+pub trait ProgressSink: Send + Sync {
+    /// A progress line (persisted as `tool_update`).
+    fn update(&self, message: String);
+    /// A chunk of live output (broadcast, not persisted).
+    fn output(&self, chunk: String);
+}
+
+/// The result of one call, fed back to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// Text for the model.
+    pub content: String,
+    /// Whether it failed.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self { content: content.into(), is_error: false }
+    }
+
+    /// A failed result the model can act on.
+    pub fn error(content: impl Into<String>) -> Self {
+        Self { content: content.into(), is_error: true }
+    }
+}
+
+/// A tool. Implementations are stateless or internally synchronised; one value serves
+/// every session.
+#[async_trait]
+pub trait Tool: Send + Sync + std::fmt::Debug {
+    /// Its declaration.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs one call with validated arguments.
+    ///
+    /// Expected failures (missing file, non-zero exit) are `ToolOutput::error`, not panics.
+    ///
+    /// # Cancel safety
+    /// When `cancel` fires, a cancellable tool stops promptly (killing its process group)
+    /// and returns; dropping the future must also leave nothing running.
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        progress: &dyn ProgressSink,
+    ) -> ToolOutput;
+}

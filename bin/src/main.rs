@@ -1,0 +1,2 @@
+//! The `foya` command line. (Being built.)
+fn main() {}

@@ -1,0 +1,202 @@
+//! Session configuration, approval vocabulary and the commands clients send.
+
+use crate::ids::{ApprovalRequestId, InputId, RunId, Seq, SessionId, ToolCallId};
+use crate::input::Input;
+use crate::UnixMs;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// How much a session may do without asking a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApprovalMode {
+    /// Only side-effect-free tools run.
+    ReadOnly,
+    /// Every write, exec or network call needs a decision.
+    #[default]
+    Ask,
+    /// Writes inside the working directory are allowed; exec asks.
+    AutoEdit,
+    /// Side effects are allowed inside the sandbox; anything leaving it asks.
+    Auto,
+    /// No approvals and no sandbox. Must be chosen explicitly.
+    Bypass,
+}
+
+impl ApprovalMode {
+    /// The kebab-case name (`read-only`, `ask`, `auto-edit`, `auto`, `bypass`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::Ask => "ask",
+            Self::AutoEdit => "auto-edit",
+            Self::Auto => "auto",
+            Self::Bypass => "bypass",
+        }
+    }
+}
+
+impl std::str::FromStr for ApprovalMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read-only" => Ok(Self::ReadOnly),
+            "ask" => Ok(Self::Ask),
+            "auto-edit" => Ok(Self::AutoEdit),
+            "auto" => Ok(Self::Auto),
+            "bypass" => Ok(Self::Bypass),
+            other => Err(format!(
+                "unknown approval mode {other:?}; expected read-only, ask, auto-edit, auto or bypass"
+            )),
+        }
+    }
+}
+
+/// A person's (or an approver's) answer to an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Run this one call.
+    AllowOnce,
+    /// Run it, and grant the same kind of call for the rest of the session (persisted).
+    AllowForSession,
+    /// Do not run it; the model gets an `is_error` result.
+    Deny,
+}
+
+/// Who started a sub-agent session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentRef {
+    /// The parent session.
+    pub session_id: SessionId,
+    /// The parent turn.
+    pub run_id: RunId,
+    /// The `agent` tool call that started this session.
+    pub tool_call_id: ToolCallId,
+}
+
+/// Configuration of a session, fixed at creation (recorded in `session_created`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    /// Working directory: tool paths are relative to it.
+    pub cwd: PathBuf,
+    /// Project identifier handed to tools (defaults to the working directory's name).
+    #[serde(default)]
+    pub project_id: Option<String>,
+    /// Approval mode.
+    #[serde(default)]
+    pub approval_mode: ApprovalMode,
+    /// Provider profile or protocol name (`openai-chat`, `anthropic`, `scripted`, …).
+    #[serde(default)]
+    pub provider: String,
+    /// Model name sent to the provider.
+    #[serde(default)]
+    pub model: String,
+    /// Title set by the user at creation.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Maximum number of tool steps per turn; `None` means no fixed limit.
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    /// Set for sub-agent sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRef>,
+}
+
+impl SessionConfig {
+    /// A configuration with the given working directory and defaults elsewhere.
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            cwd: cwd.into(),
+            project_id: None,
+            approval_mode: ApprovalMode::default(),
+            provider: String::new(),
+            model: String::new(),
+            title: None,
+            max_steps: None,
+            parent: None,
+        }
+    }
+}
+
+/// One row of a session listing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    /// The session.
+    pub id: SessionId,
+    /// Current title, if any.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Model name.
+    #[serde(default)]
+    pub model: String,
+    /// When `session_created` was written.
+    pub created_at_ms: UnixMs,
+    /// When its latest event was written.
+    pub updated_at_ms: UnixMs,
+    /// Seq of its latest event.
+    pub last_seq: Seq,
+    /// Whether the session was deleted (tombstoned).
+    #[serde(default)]
+    pub deleted: bool,
+    /// Where the session lives, for cluster listings (`None` = this node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// A client command, as carried by the HTTP service and between cluster nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Command {
+    /// Create a session.
+    CreateSession {
+        /// Its configuration.
+        config: SessionConfig,
+    },
+    /// Submit an input; applied once per `input_id`.
+    SubmitInput {
+        /// Target session.
+        session_id: SessionId,
+        /// Client-chosen id (idempotency key).
+        input_id: InputId,
+        /// The input.
+        input: Input,
+    },
+    /// Cancel the active turn.
+    Cancel {
+        /// Target session.
+        session_id: SessionId,
+    },
+    /// Drop all queued inputs (each recorded as dropped).
+    ClearQueue {
+        /// Target session.
+        session_id: SessionId,
+    },
+    /// Delete the session.
+    Delete {
+        /// Target session.
+        session_id: SessionId,
+    },
+    /// Answer an approval request.
+    DecideApproval {
+        /// Target session.
+        session_id: SessionId,
+        /// The request being answered.
+        request_id: ApprovalRequestId,
+        /// The decision.
+        decision: ApprovalDecision,
+        /// Optional message to the model (for `deny`).
+        #[serde(default)]
+        message: Option<String>,
+    },
+    /// Set the title by hand.
+    SetTitle {
+        /// Target session.
+        session_id: SessionId,
+        /// New title.
+        title: String,
+    },
+}

@@ -1,0 +1,2 @@
+//! `foya-storage`: the redb event log. (Being built.)
+#![warn(missing_docs)]
