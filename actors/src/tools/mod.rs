@@ -60,6 +60,24 @@ pub struct ToolContext {
     pub step: u32,
     /// This call.
     pub tool_call_id: ToolCallId,
+    /// The sandbox the Approval Gateway chose for this call (exec tools honour it).
+    pub sandbox: SandboxPolicy,
+}
+
+/// How an exec tool's child process is confined (Linux Landlock, applied before exec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxPolicy {
+    /// No sandbox (approval mode `bypass`, or a call approved to leave the sandbox).
+    None,
+    /// Read everywhere, write nowhere; no network.
+    ReadOnly,
+    /// Read everywhere, write only the working directory and a private temp dir;
+    /// network only when `network` is true.
+    WorkspaceWrite {
+        /// Whether TCP connect/bind is allowed.
+        network: bool,
+    },
 }
 
 /// Where a running tool reports progress (`tool_update` events) and live output.

@@ -1,0 +1,76 @@
+//! Retry policy for model requests: which failures retry, and how long to wait.
+//!
+//! Transient classes (see [`ErrorClass::is_transient`]) retry with exponential backoff and
+//! full jitter, honouring the provider's retry-after, bounded by `max_attempts` and
+//! `max_delay_ms`. Everything else fails the step at once; context overflow is handed to
+//! the turn for its one compaction retry and is never retried as is.
+
+use foya_protocol::ProviderError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How a failed model request is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (default 4). 1 disables retries.
+    pub max_attempts: u32,
+    /// Backoff base in milliseconds: attempt n waits up to `base * 2^(n-2)` (default 1000).
+    pub base_delay_ms: u64,
+    /// Cap on any single wait, retry-after included, in milliseconds (default 60 000).
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_attempts: 4, base_delay_ms: 1_000, max_delay_ms: 60_000 }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `next_attempt` (2 = first retry) after `error`, or `None`
+    /// when the request must not be retried (non-transient class, or attempts used up).
+    ///
+    /// `jitter` is a number in `[0, 1)` (pass a random one; tests pass a fixed one). A
+    /// provider retry-after is honoured exactly (capped at `max_delay_ms`); otherwise the
+    /// wait is `jitter`-scaled exponential backoff with a floor of half the step.
+    #[must_use]
+    pub fn delay_for(&self, next_attempt: u32, error: &ProviderError, jitter: f64) -> Option<Duration> {
+        if !error.class.is_transient() || next_attempt > self.max_attempts || next_attempt < 2 {
+            return None;
+        }
+        let ms = match error.retry_after_ms {
+            Some(after) => after,
+            None => {
+                let exp = self.base_delay_ms.saturating_mul(1u64 << (next_attempt - 2).min(30));
+                let jitter = jitter.clamp(0.0, 1.0);
+                // Half fixed, half jittered ("equal jitter"): never a zero wait.
+                exp / 2 + ((exp / 2) as f64 * jitter) as u64
+            }
+        };
+        Some(Duration::from_millis(ms.min(self.max_delay_ms)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use foya_protocol::ErrorClass;
+
+    #[test]
+    fn transient_errors_back_off_and_respect_retry_after_and_bounds() {
+        let p = RetryPolicy::default();
+        let server = ProviderError::new(ErrorClass::Server, "500");
+        assert_eq!(p.delay_for(2, &server, 0.0), Some(Duration::from_millis(500)));
+        assert_eq!(p.delay_for(3, &server, 1.0), Some(Duration::from_millis(2_000)));
+        assert_eq!(p.delay_for(5, &server, 0.5), None);
+        let mut limited = ProviderError::new(ErrorClass::RateLimited, "429");
+        limited.retry_after_ms = Some(250);
+        assert_eq!(p.delay_for(2, &limited, 0.9), Some(Duration::from_millis(250)));
+        limited.retry_after_ms = Some(3_600_000);
+        assert_eq!(p.delay_for(2, &limited, 0.9), Some(Duration::from_millis(60_000)));
+        for class in [ErrorClass::QuotaExhausted, ErrorClass::ContextOverflow, ErrorClass::Auth] {
+            assert_eq!(p.delay_for(2, &ProviderError::new(class, "x"), 0.5), None);
+        }
+    }
+}
