@@ -1,0 +1,70 @@
+//! `foya sessions …`: list and show stored sessions (read straight from the store).
+
+use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
+use foya_protocol::{EventKind, Seq, SessionId};
+
+pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
+    let result = match command {
+        SessionsCommand::List { data, json } => list(data.data_dir.as_deref(), json),
+        SessionsCommand::Show { id, data, json } => {
+            let id: SessionId = match id.parse() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("foya: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            show(data.data_dir.as_deref(), id, json)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("foya: {e:#}");
+            EXIT_FAILED
+        }
+    }
+}
+
+fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
+    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    for s in store.list_sessions()? {
+        if json {
+            println!("{}", serde_json::to_string(&s)?);
+        } else {
+            let title = s.title.as_deref().unwrap_or("(untitled)");
+            let deleted = if s.deleted { " [deleted]" } else { "" };
+            println!("{}  {:>5} events  {}  {}{deleted}", s.id, s.last_seq.0, s.cwd.display(), title);
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
+    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    if store.session(id)?.is_none() {
+        eprintln!("foya: no session {id}");
+        return Ok(EXIT_FAILED);
+    }
+    for event in store.read_from(id, Seq::FIRST)? {
+        if json {
+            println!("{}", serde_json::to_string(&event)?);
+            continue;
+        }
+        let detail = match &event.kind {
+            EventKind::UserMessage { input, .. } => input.text.clone(),
+            EventKind::AssistantMessage(m) => {
+                let calls: Vec<_> = m.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                if calls.is_empty() { m.text.clone() } else { format!("{} [calls: {}]", m.text, calls.join(", ")) }
+            }
+            EventKind::ToolMessage(t) => format!("{}{}", if t.is_error { "error: " } else { "" }, t.content),
+            EventKind::TurnComplete { status, reason, .. } => {
+                format!("{status:?}{}", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
+            }
+            _ => String::new(),
+        };
+        let detail: String = detail.lines().next().unwrap_or("").chars().take(100).collect();
+        println!("{:>5}  {:<20} {detail}", event.seq.0, event.kind.type_name());
+    }
+    Ok(EXIT_OK)
+}
