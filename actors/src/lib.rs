@@ -8,3 +8,4 @@
 
 pub mod provider;
 pub mod tools;
+pub mod context;

@@ -1,0 +1,1 @@
+//! Snapshot tests of compiled contexts.
