@@ -29,7 +29,10 @@ pub fn expand_command(
         let mut available: Vec<String> = BUILTIN_COMMANDS.iter().map(|s| (*s).to_owned()).collect();
         available.extend(project.commands.keys().cloned());
         available.sort();
-        return Err(ContextError::UnknownCommand { name: name.to_owned(), available });
+        return Err(ContextError::UnknownCommand {
+            name: name.to_owned(),
+            available,
+        });
     };
     let prompt = if command.template.contains("$ARGUMENTS") {
         command.template.replace("$ARGUMENTS", arguments)
@@ -42,6 +45,7 @@ pub fn expand_command(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::context::CommandTemplate;
@@ -49,31 +53,57 @@ mod tests {
 
     fn project() -> ProjectContext {
         let mut p = ProjectContext::default();
-        for (name, template) in [("review", "Review $ARGUMENTS carefully.\nFocus on $ARGUMENTS."), ("lint", "Run the linters.")] {
-            p.commands.insert(name.into(), CommandTemplate {
-                name: name.into(),
-                description: String::new(),
-                template: template.into(),
-                path: PathBuf::from(format!("/p/.foya/commands/{name}.md")),
-            });
+        for (name, template) in [
+            (
+                "review",
+                "Review $ARGUMENTS carefully.\nFocus on $ARGUMENTS.",
+            ),
+            ("lint", "Run the linters."),
+        ] {
+            p.commands.insert(
+                name.into(),
+                CommandTemplate {
+                    name: name.into(),
+                    description: String::new(),
+                    template: template.into(),
+                    path: PathBuf::from(format!("/p/.foya/commands/{name}.md")),
+                },
+            );
         }
         p
     }
 
     fn call(name: &str, args: &str) -> Result<CommandAction, ContextError> {
-        expand_command(&project(), &CommandInvocation { name: name.into(), arguments: args.into() })
+        expand_command(
+            &project(),
+            &CommandInvocation {
+                name: name.into(),
+                arguments: args.into(),
+            },
+        )
     }
 
     #[test]
     fn builtins_and_arguments() {
         assert_eq!(call("compact", ""), Ok(CommandAction::Compact));
-        assert_eq!(call("/title", "  Fix the parser "), Ok(CommandAction::Title("Fix the parser".into())));
+        assert_eq!(
+            call("/title", "  Fix the parser "),
+            Ok(CommandAction::Title("Fix the parser".into()))
+        );
         assert_eq!(
             call("review", " src/main.rs "),
-            Ok(CommandAction::Prompt("Review src/main.rs carefully.\nFocus on src/main.rs.".into()))
+            Ok(CommandAction::Prompt(
+                "Review src/main.rs carefully.\nFocus on src/main.rs.".into()
+            ))
         );
-        assert_eq!(call("lint", ""), Ok(CommandAction::Prompt("Run the linters.".into())));
-        assert_eq!(call("lint", "fast"), Ok(CommandAction::Prompt("Run the linters.\n\nfast".into())));
+        assert_eq!(
+            call("lint", ""),
+            Ok(CommandAction::Prompt("Run the linters.".into()))
+        );
+        assert_eq!(
+            call("lint", "fast"),
+            Ok(CommandAction::Prompt("Run the linters.\n\nfast".into()))
+        );
     }
 
     #[test]
@@ -83,7 +113,12 @@ mod tests {
             err,
             ContextError::UnknownCommand {
                 name: "deploy".into(),
-                available: vec!["compact".into(), "lint".into(), "review".into(), "title".into()],
+                available: vec![
+                    "compact".into(),
+                    "lint".into(),
+                    "review".into(),
+                    "title".into()
+                ],
             }
         );
         assert_eq!(

@@ -38,10 +38,16 @@ pub fn compaction_request(history_events: &[Event], budget_tokens: u64) -> Vec<M
     let mut total: u64 = messages.iter().map(message_tokens).sum::<u64>() + fixed;
     let mut first = 0;
     while first < units.len() && total > budget_tokens {
-        total -= units[first].iter().map(|&i| message_tokens(&messages[i])).sum::<u64>();
+        total -= units[first]
+            .iter()
+            .map(|&i| message_tokens(&messages[i]))
+            .sum::<u64>();
         first += 1;
     }
-    let start = units.get(first).and_then(|u| u.first().copied()).unwrap_or(messages.len());
+    let start = units
+        .get(first)
+        .and_then(|u| u.first().copied())
+        .unwrap_or(messages.len());
     let mut out = Vec::new();
     if start > 0 || !matches!(messages.get(start), Some(Message::User(_)) | None) {
         out.push(note);
@@ -86,13 +92,18 @@ pub fn checkpoint_kept(history_events: &[Event], keep_budget_tokens: u64) -> Vec
             Message::User(_) if users_open => vec![m.clone()],
             Message::Tool(result) if !result.is_error => {
                 let Some(call) = messages[..i].iter().rev().find_map(|m| match m {
-                    Message::Assistant(a) => a.tool_calls.iter().find(|c| c.id == result.tool_call_id),
+                    Message::Assistant(a) => {
+                        a.tool_calls.iter().find(|c| c.id == result.tool_call_id)
+                    }
                     _ => None,
                 }) else {
                     continue;
                 };
-                let Some(path) = call.arguments.get("path").and_then(|p| p.as_str()) else { continue };
-                if !FILE_TOOLS.contains(&call.name.as_str()) || !seen_paths.insert(path.to_owned()) {
+                let Some(path) = call.arguments.get("path").and_then(|p| p.as_str()) else {
+                    continue;
+                };
+                if !FILE_TOOLS.contains(&call.name.as_str()) || !seen_paths.insert(path.to_owned())
+                {
                     continue;
                 }
                 let assistant = AssistantMessage {

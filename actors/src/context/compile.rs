@@ -43,11 +43,18 @@ pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
             }
         }
         if !ids.is_empty() {
-            return Err(ContextError::ImagesNotSupported { attachment_ids: ids });
+            return Err(ContextError::ImagesNotSupported {
+                attachment_ids: ids,
+            });
         }
     }
 
-    let show = |p: &Path| p.strip_prefix(&project.root).unwrap_or(p).display().to_string();
+    let show = |p: &Path| {
+        p.strip_prefix(&project.root)
+            .unwrap_or(p)
+            .display()
+            .to_string()
+    };
     let mut parts: Vec<(&str, String)> = vec![("kernel", KERNEL_INSTRUCTIONS.to_owned())];
     let env = input.env;
     let mut environment = format!(
@@ -59,17 +66,41 @@ pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
         env.date
     );
     let mode = input.config.approval_mode;
-    environment.push_str(&format!("\n\n# Approval mode\n{}: {}", mode.as_str(), describe(mode)));
+    environment.push_str(&format!(
+        "\n\n# Approval mode\n{}: {}",
+        mode.as_str(),
+        describe(mode)
+    ));
     parts.push(("environment", environment));
 
     let sections = [
-        ("project_instructions", "# Project instructions", project.instructions.iter().map(|(p, t)| format!("## {}\n{t}", show(p))).collect::<Vec<_>>()),
+        (
+            "project_instructions",
+            "# Project instructions",
+            project
+                .instructions
+                .iter()
+                .map(|(p, t)| format!("## {}\n{t}", show(p)))
+                .collect::<Vec<_>>(),
+        ),
         ("rules", "# Rules", rules_in_force(input, &show)),
-        ("memory", "# Memory", project.memory.iter().map(|(p, t)| format!("## {}\n{t}", show(p))).collect()),
+        (
+            "memory",
+            "# Memory",
+            project
+                .memory
+                .iter()
+                .map(|(p, t)| format!("## {}\n{t}", show(p)))
+                .collect(),
+        ),
         ("skills", "# Skills", skills(project, &show)),
     ];
     for (key, heading, entries) in sections {
-        let text = if entries.is_empty() { String::new() } else { format!("{heading}\n{}", entries.join("\n\n")) };
+        let text = if entries.is_empty() {
+            String::new()
+        } else {
+            format!("{heading}\n{}", entries.join("\n\n"))
+        };
         parts.push((key, text));
     }
 
@@ -77,25 +108,53 @@ pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
     for (key, text) in &parts {
         sections.insert((*key).to_owned(), estimate_tokens(text));
     }
-    sections.insert("history".to_owned(), messages.iter().map(message_tokens).sum());
-    sections.insert("tools".to_owned(), input.tools.iter().map(|t| {
-        TOOL_OVERHEAD_TOKENS + estimate_tokens(&t.name) + estimate_tokens(&t.description) + estimate_tokens(&t.parameters.to_string())
-    }).sum());
+    sections.insert(
+        "history".to_owned(),
+        messages.iter().map(message_tokens).sum(),
+    );
+    sections.insert(
+        "tools".to_owned(),
+        input
+            .tools
+            .iter()
+            .map(|t| {
+                TOOL_OVERHEAD_TOKENS
+                    + estimate_tokens(&t.name)
+                    + estimate_tokens(&t.description)
+                    + estimate_tokens(&t.parameters.to_string())
+            })
+            .sum(),
+    );
 
-    let system = parts.into_iter().map(|(_, t)| t).filter(|t| !t.is_empty()).collect::<Vec<_>>().join("\n\n");
+    let system = parts
+        .into_iter()
+        .map(|(_, t)| t)
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
     let raw_total: u64 = sections.values().sum();
     let limits = input.limits;
     let estimated_input_tokens = input.calibration.apply(raw_total);
-    let threshold_tokens = limits.context_window.saturating_mul(u64::from(limits.compact_threshold_pct.min(100))) / 100;
+    let threshold_tokens = limits
+        .context_window
+        .saturating_mul(u64::from(limits.compact_threshold_pct.min(100)))
+        / 100;
     let budget = Budget {
         estimated_input_tokens,
         window: limits.context_window,
         reserve: limits.reserved_output,
         threshold_tokens,
         over_threshold: estimated_input_tokens > threshold_tokens,
-        fits: estimated_input_tokens.saturating_add(limits.reserved_output) <= limits.context_window,
+        fits: estimated_input_tokens.saturating_add(limits.reserved_output)
+            <= limits.context_window,
     };
-    Ok(CompiledContext { system, messages, tools: input.tools.to_vec(), budget, sections })
+    Ok(CompiledContext {
+        system,
+        messages,
+        tools: input.tools.to_vec(),
+        budget,
+        sections,
+    })
 }
 
 fn rules_in_force(input: &CompileInput, show: &dyn Fn(&Path) -> String) -> Vec<String> {
@@ -108,9 +167,18 @@ fn rules_in_force(input: &CompileInput, show: &dyn Fn(&Path) -> String) -> Vec<S
                 "always".to_owned()
             } else {
                 let hit = rule.triggered_by(&project.root, &input.env.cwd, input.touched_paths)?;
-                format!("applies to {}; in force since {} was used", rule.paths.join(", "), hit.display())
+                format!(
+                    "applies to {}; in force since {} was used",
+                    rule.paths.join(", "),
+                    hit.display()
+                )
             };
-            Some(format!("## {} ({}, {why})\n{}", rule.name, show(&rule.path), rule.body))
+            Some(format!(
+                "## {} ({}, {why})\n{}",
+                rule.name,
+                show(&rule.path),
+                rule.body
+            ))
         })
         .collect()
 }
@@ -120,19 +188,32 @@ fn skills(project: &ProjectContext, show: &dyn Fn(&Path) -> String) -> Vec<Strin
         return Vec::new();
     }
     let mut lines = vec!["Skills hold instructions for specific tasks. When one fits the task, read its SKILL.md with read_file before you start.".to_owned()];
-    let list: Vec<String> =
-        project.skills.iter().map(|s| format!("- {}: {} ({})", s.name, s.description, show(&s.path))).collect();
+    let list: Vec<String> = project
+        .skills
+        .iter()
+        .map(|s| format!("- {}: {} ({})", s.name, s.description, show(&s.path)))
+        .collect();
     lines.push(list.join("\n"));
     lines
 }
 
 fn describe(mode: ApprovalMode) -> &'static str {
     match mode {
-        ApprovalMode::ReadOnly => "only read-only tools are available; you cannot change files or run commands.",
-        ApprovalMode::Ask => "every file change, command and network access waits for the user's approval.",
-        ApprovalMode::AutoEdit => "file changes inside the working directory run without approval; commands wait for approval.",
-        ApprovalMode::Auto => "changes and commands run without approval inside the sandbox; anything leaving it waits for approval.",
-        ApprovalMode::Bypass => "no approvals and no sandbox: every action runs immediately, so be careful.",
+        ApprovalMode::ReadOnly => {
+            "only read-only tools are available; you cannot change files or run commands."
+        }
+        ApprovalMode::Ask => {
+            "every file change, command and network access waits for the user's approval."
+        }
+        ApprovalMode::AutoEdit => {
+            "file changes inside the working directory run without approval; commands wait for approval."
+        }
+        ApprovalMode::Auto => {
+            "changes and commands run without approval inside the sandbox; anything leaving it waits for approval."
+        }
+        ApprovalMode::Bypass => {
+            "no approvals and no sandbox: every action runs immediately, so be careful."
+        }
     }
 }
 
@@ -160,7 +241,9 @@ pub(super) fn message_tokens(message: &Message) -> u64 {
                         .sum::<u64>()
                     + a.tool_calls
                         .iter()
-                        .map(|c| estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string()))
+                        .map(|c| {
+                            estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string())
+                        })
                         .sum::<u64>()
             }
             Message::Tool(t) => estimate_tokens(&t.content),

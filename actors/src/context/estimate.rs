@@ -30,7 +30,11 @@ pub fn estimate_tokens(text: &str) -> u64 {
             class = next;
             run = 0;
         }
-        run += if next == Class::Word && !c.is_ascii() { 2 } else { 1 };
+        run += if next == Class::Word && !c.is_ascii() {
+            2
+        } else {
+            1
+        };
     }
     total + class.cost(run)
 }
@@ -112,15 +116,24 @@ impl Calibration {
         if estimated == 0 || reported == 0 {
             return Self::default();
         }
-        #[expect(clippy::cast_precision_loss, reason = "token counts are far below 2^52")]
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "token counts are far below 2^52"
+        )]
         let ratio = reported as f64 / estimated as f64;
-        Self { ratio: ratio.clamp(Self::MIN_RATIO, Self::MAX_RATIO) }
+        Self {
+            ratio: ratio.clamp(Self::MIN_RATIO, Self::MAX_RATIO),
+        }
     }
 
     /// `tokens × ratio`, rounded up. A non-finite or non-positive ratio counts as 1.0.
     #[must_use]
     pub fn apply(&self, tokens: u64) -> u64 {
-        let ratio = if self.ratio.is_finite() && self.ratio > 0.0 { self.ratio } else { 1.0 };
+        let ratio = if self.ratio.is_finite() && self.ratio > 0.0 {
+            self.ratio
+        } else {
+            1.0
+        };
         #[expect(
             clippy::cast_precision_loss,
             clippy::cast_possible_truncation,
@@ -139,6 +152,7 @@ impl Default for Calibration {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -161,11 +175,20 @@ mod tests {
     #[test]
     fn calibration_scales_and_clamps() {
         assert_eq!(Calibration::default(), Calibration { ratio: 1.0 });
-        assert_eq!(Calibration::from_usage(1000, 1200), Calibration { ratio: 1.2 });
+        assert_eq!(
+            Calibration::from_usage(1000, 1200),
+            Calibration { ratio: 1.2 }
+        );
         assert_eq!(Calibration::from_usage(0, 1200), Calibration { ratio: 1.0 });
         assert_eq!(Calibration::from_usage(1000, 0), Calibration { ratio: 1.0 });
-        assert_eq!(Calibration::from_usage(10, 1000), Calibration { ratio: 4.0 });
-        assert_eq!(Calibration::from_usage(1000, 1), Calibration { ratio: 0.25 });
+        assert_eq!(
+            Calibration::from_usage(10, 1000),
+            Calibration { ratio: 4.0 }
+        );
+        assert_eq!(
+            Calibration::from_usage(1000, 1),
+            Calibration { ratio: 0.25 }
+        );
         assert_eq!(Calibration::from_usage(1000, 1200).apply(500), 600);
         assert_eq!(Calibration { ratio: 0.5 }.apply(3), 2);
         assert_eq!(Calibration { ratio: f64::NAN }.apply(7), 7);

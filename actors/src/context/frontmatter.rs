@@ -86,7 +86,10 @@ pub fn parse(text: &str) -> Result<Document, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines();
     if lines.next().map(str::trim_end) != Some("---") {
-        return Ok(Document { fields: BTreeMap::new(), body: text.trim().to_owned() });
+        return Ok(Document {
+            fields: BTreeMap::new(),
+            body: text.trim().to_owned(),
+        });
     }
     let mut fields = BTreeMap::new();
     let mut open_list: Option<String> = None;
@@ -104,7 +107,11 @@ pub fn parse(text: &str) -> Result<Document, String> {
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        if let Some(item) = trimmed.strip_prefix("- ").or(if trimmed == "-" { Some("") } else { None }) {
+        if let Some(item) =
+            trimmed
+                .strip_prefix("- ")
+                .or(if trimmed == "-" { Some("") } else { None })
+        {
             let Some(key) = &open_list else {
                 return Err(format!("line {line_no}: list item without a key"));
             };
@@ -114,7 +121,9 @@ pub fn parse(text: &str) -> Result<Document, String> {
             continue;
         }
         let Some((key, value)) = trimmed.split_once(':') else {
-            return Err(format!("line {line_no}: expected `key: value`, got {trimmed:?}"));
+            return Err(format!(
+                "line {line_no}: expected `key: value`, got {trimmed:?}"
+            ));
         };
         let key = key.trim().to_owned();
         if key.is_empty() {
@@ -143,7 +152,10 @@ pub fn parse(text: &str) -> Result<Document, String> {
         return Err("front matter starts with `---` but is never closed".to_owned());
     }
     let body: Vec<&str> = text.lines().skip(consumed).collect();
-    Ok(Document { fields, body: body.join("\n").trim().to_owned() })
+    Ok(Document {
+        fields,
+        body: body.join("\n").trim().to_owned(),
+    })
 }
 
 fn split_inline_list(inner: &str) -> Vec<String> {
@@ -184,6 +196,7 @@ fn unquote(value: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -196,25 +209,52 @@ mod tests {
         .unwrap();
         let expected: BTreeMap<String, FrontValue> = [
             ("always".to_owned(), FrontValue::Bool(true)),
-            ("description".to_owned(), FrontValue::Str("Review: a diff".into())),
+            (
+                "description".to_owned(),
+                FrontValue::Str("Review: a diff".into()),
+            ),
             ("name".to_owned(), FrontValue::Str("review".into())),
-            ("paths".to_owned(), FrontValue::List(vec!["src/**/*.rs".into(), "a,b.md".into()])),
-            ("tags".to_owned(), FrontValue::List(vec!["x".into(), "y".into()])),
+            (
+                "paths".to_owned(),
+                FrontValue::List(vec!["src/**/*.rs".into(), "a,b.md".into()]),
+            ),
+            (
+                "tags".to_owned(),
+                FrontValue::List(vec!["x".into(), "y".into()]),
+            ),
         ]
         .into_iter()
         .collect();
-        assert_eq!(doc, Document { fields: expected, body: "Body\ntext".into() });
+        assert_eq!(
+            doc,
+            Document {
+                fields: expected,
+                body: "Body\ntext".into()
+            }
+        );
     }
 
     #[test]
     fn no_front_matter_and_errors() {
         assert_eq!(
             parse("# Title\nx").unwrap(),
-            Document { fields: BTreeMap::new(), body: "# Title\nx".into() }
+            Document {
+                fields: BTreeMap::new(),
+                body: "# Title\nx".into()
+            }
         );
-        assert_eq!(parse("---\na: 1\n").unwrap_err(), "front matter starts with `---` but is never closed");
-        assert_eq!(parse("---\nnot a pair\n---\n").unwrap_err(), "line 2: expected `key: value`, got \"not a pair\"");
+        assert_eq!(
+            parse("---\na: 1\n").unwrap_err(),
+            "front matter starts with `---` but is never closed"
+        );
+        assert_eq!(
+            parse("---\nnot a pair\n---\n").unwrap_err(),
+            "line 2: expected `key: value`, got \"not a pair\""
+        );
         let doc = parse("---\nalways: yes\n---\n").unwrap();
-        assert_eq!(doc.bool("always").unwrap_err(), "`always` must be true or false, got Str(\"yes\")");
+        assert_eq!(
+            doc.bool("always").unwrap_err(),
+            "`always` must be true or false, got Str(\"yes\")"
+        );
     }
 }

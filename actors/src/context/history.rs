@@ -44,7 +44,9 @@ pub fn history(events: &[Event]) -> Vec<Message> {
         match &event.kind {
             EventKind::CompactionCheckpoint { summary, kept, .. } => {
                 raw.clear();
-                raw.push(Message::User(Input::text(format!("{CHECKPOINT_PREFIX}\n\n{summary}"))));
+                raw.push(Message::User(Input::text(format!(
+                    "{CHECKPOINT_PREFIX}\n\n{summary}"
+                ))));
                 raw.extend(kept.iter().cloned());
             }
             EventKind::UserMessage { input, .. } => raw.push(Message::User(input.clone())),
@@ -56,7 +58,9 @@ pub fn history(events: &[Event]) -> Vec<Message> {
     let last_assistant = raw.iter().rposition(|m| matches!(m, Message::Assistant(_)));
     let cleaned = raw.into_iter().enumerate().filter_map(|(i, m)| match m {
         Message::User(input) => fold_input(input).map(Message::User),
-        Message::Assistant(a) => fold_assistant(a, Some(i) == last_assistant).map(Message::Assistant),
+        Message::Assistant(a) => {
+            fold_assistant(a, Some(i) == last_assistant).map(Message::Assistant)
+        }
         other => Some(other),
     });
     well_formed(cleaned.collect())
@@ -65,7 +69,11 @@ pub fn history(events: &[Event]) -> Vec<Message> {
 fn fold_input(mut input: Input) -> Option<Input> {
     if !input.selected_elements.is_empty() {
         let block = elements_block(&input.selected_elements);
-        input.text = if input.text.trim().is_empty() { block } else { format!("{}\n\n{block}", input.text) };
+        input.text = if input.text.trim().is_empty() {
+            block
+        } else {
+            format!("{}\n\n{block}", input.text)
+        };
         input.selected_elements.clear();
     }
     input.command = None;
@@ -88,7 +96,8 @@ fn fold_assistant(mut a: AssistantMessage, is_last: bool) -> Option<AssistantMes
     if !(a.interrupted && is_last) {
         a.reasoning.clear();
     }
-    let empty = a.text.trim().is_empty() && a.reasoning.trim().is_empty() && a.tool_calls.is_empty();
+    let empty =
+        a.text.trim().is_empty() && a.reasoning.trim().is_empty() && a.tool_calls.is_empty();
     (!empty).then_some(a)
 }
 
@@ -98,11 +107,19 @@ fn well_formed(raw: Vec<Message>) -> Vec<Message> {
     while i < raw.len() {
         match &raw[i] {
             Message::Assistant(a) => {
-                let segment_end =
-                    raw[i + 1..].iter().position(|m| !matches!(m, Message::Tool(_))).map_or(raw.len(), |p| i + 1 + p);
+                let segment_end = raw[i + 1..]
+                    .iter()
+                    .position(|m| !matches!(m, Message::Tool(_)))
+                    .map_or(raw.len(), |p| i + 1 + p);
                 let mut results: Vec<Option<&ToolMessage>> = raw[i + 1..segment_end]
                     .iter()
-                    .map(|m| if let Message::Tool(t) = m { Some(t) } else { None })
+                    .map(|m| {
+                        if let Message::Tool(t) = m {
+                            Some(t)
+                        } else {
+                            None
+                        }
+                    })
                     .collect();
                 out.push(raw[i].clone());
                 for call in &a.tool_calls {
@@ -110,7 +127,9 @@ fn well_formed(raw: Vec<Message>) -> Vec<Message> {
                         .iter_mut()
                         .find(|r| r.is_some_and(|t| t.tool_call_id == call.id))
                         .and_then(Option::take);
-                    out.push(Message::Tool(found.cloned().unwrap_or_else(|| missing(&call.id))));
+                    out.push(Message::Tool(
+                        found.cloned().unwrap_or_else(|| missing(&call.id)),
+                    ));
                 }
                 i = segment_end;
             }
@@ -125,7 +144,11 @@ fn well_formed(raw: Vec<Message>) -> Vec<Message> {
 }
 
 fn missing(id: &ToolCallId) -> ToolMessage {
-    ToolMessage { tool_call_id: id.clone(), content: MISSING_RESULT.to_owned(), is_error: true }
+    ToolMessage {
+        tool_call_id: id.clone(),
+        content: MISSING_RESULT.to_owned(),
+        is_error: true,
+    }
 }
 
 /// The text under which an interrupted message's reasoning should be shown to the model
@@ -162,7 +185,15 @@ pub fn touched_paths(events: &[Event]) -> BTreeSet<PathBuf> {
         match &event.kind {
             EventKind::AssistantMessage(a) => add(a),
             EventKind::CompactionCheckpoint { kept, .. } => {
-                kept.iter().filter_map(|m| if let Message::Assistant(a) = m { Some(a) } else { None }).for_each(&mut add);
+                kept.iter()
+                    .filter_map(|m| {
+                        if let Message::Assistant(a) = m {
+                            Some(a)
+                        } else {
+                            None
+                        }
+                    })
+                    .for_each(&mut add);
             }
             _ => {}
         }

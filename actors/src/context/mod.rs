@@ -169,7 +169,10 @@ pub enum ContextError {
         attachment_ids: Vec<String>,
     },
     /// `/name` is neither built in nor a project command.
-    #[error("unknown command /{name}; available commands: {}", list_commands(available))]
+    #[error(
+        "unknown command /{name}; available commands: {}",
+        list_commands(available)
+    )]
     UnknownCommand {
         /// The name asked for.
         name: String,
@@ -179,7 +182,11 @@ pub enum ContextError {
 }
 
 fn list_commands(names: &[String]) -> String {
-    names.iter().map(|n| format!("/{n}")).collect::<Vec<_>>().join(", ")
+    names
+        .iter()
+        .map(|n| format!("/{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

@@ -75,7 +75,14 @@ impl Rule {
             builder.add(glob);
         }
         let matcher = builder.build().map_err(|e| e.to_string())?;
-        Ok(Self { name, path, always, paths, body, matcher })
+        Ok(Self {
+            name,
+            path,
+            always,
+            paths,
+            body,
+            matcher,
+        })
     }
 
     /// The first touched path (relative to `root`, or as given when outside it) that puts
@@ -90,7 +97,9 @@ impl Rule {
     ) -> Option<PathBuf> {
         touched.iter().find_map(|p| {
             let absolute = normalize(&cwd.join(p));
-            let relative = absolute.strip_prefix(root).map_or(p.clone(), Path::to_path_buf);
+            let relative = absolute
+                .strip_prefix(root)
+                .map_or(p.clone(), Path::to_path_buf);
             self.matcher.is_match(&relative).then_some(relative)
         })
     }
@@ -132,15 +141,22 @@ impl ProjectContext {
             .find(|d| d.join(".git").exists() || d.join(".foya").exists())
             .unwrap_or(&cwd)
             .to_path_buf();
-        let mut ctx = ProjectContext { root: root.clone(), ..ProjectContext::default() };
-        let mut dirs: Vec<&Path> = cwd.ancestors().take_while(|d| d.starts_with(&root)).collect();
+        let mut ctx = ProjectContext {
+            root: root.clone(),
+            ..ProjectContext::default()
+        };
+        let mut dirs: Vec<&Path> = cwd
+            .ancestors()
+            .take_while(|d| d.starts_with(&root))
+            .collect();
         dirs.reverse();
         for dir in dirs {
             for name in ["AGENTS.md", "FOYA.md"] {
                 if let Some(text) = ctx.read_optional(&dir.join(name))
                     && !text.trim().is_empty()
                 {
-                    ctx.instructions.push((dir.join(name), text.trim().to_owned()));
+                    ctx.instructions
+                        .push((dir.join(name), text.trim().to_owned()));
                 }
             }
         }
@@ -148,9 +164,12 @@ impl ProjectContext {
         for path in ctx.list(&foya.join("rules"), "md") {
             ctx.load_rule(&path);
         }
-        for path in [Some(foya.join("memory.md")), user_dir.map(|u| u.join("memory.md"))]
-            .into_iter()
-            .flatten()
+        for path in [
+            Some(foya.join("memory.md")),
+            user_dir.map(|u| u.join("memory.md")),
+        ]
+        .into_iter()
+        .flatten()
         {
             if let Some(text) = ctx.read_optional(&path)
                 && !text.trim().is_empty()
@@ -159,12 +178,18 @@ impl ProjectContext {
             }
         }
         let mut seen = BTreeSet::new();
-        for base in [Some(foya.clone()), user_dir.map(Path::to_path_buf)].into_iter().flatten() {
+        for base in [Some(foya.clone()), user_dir.map(Path::to_path_buf)]
+            .into_iter()
+            .flatten()
+        {
             let mut skills = ctx.load_skills(&base.join("skills"));
             skills.retain(|s| seen.insert(s.name.clone()));
             ctx.skills.extend(skills);
         }
-        for base in [user_dir.map(Path::to_path_buf), Some(foya)].into_iter().flatten() {
+        for base in [user_dir.map(Path::to_path_buf), Some(foya)]
+            .into_iter()
+            .flatten()
+        {
             for path in ctx.list(&base.join("commands"), "md") {
                 ctx.load_command(&path);
             }
@@ -177,7 +202,8 @@ impl ProjectContext {
             Ok(text) => Some(text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {
-                self.diagnostics.push(format!("{}: unreadable: {e}", path.display()));
+                self.diagnostics
+                    .push(format!("{}: unreadable: {e}", path.display()));
                 None
             }
         }
@@ -189,7 +215,8 @@ impl ProjectContext {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
             Err(e) => {
-                self.diagnostics.push(format!("{}: unreadable: {e}", dir.display()));
+                self.diagnostics
+                    .push(format!("{}: unreadable: {e}", dir.display()));
                 return Vec::new();
             }
         };
@@ -213,18 +240,22 @@ impl ProjectContext {
         match frontmatter::parse(&text) {
             Ok(doc) => Some(doc),
             Err(e) => {
-                self.diagnostics.push(format!("{}: bad front matter: {e}", path.display()));
+                self.diagnostics
+                    .push(format!("{}: bad front matter: {e}", path.display()));
                 None
             }
         }
     }
 
     fn load_rule(&mut self, path: &Path) {
-        let Some(doc) = self.read_document(path) else { return };
+        let Some(doc) = self.read_document(path) else {
+            return;
+        };
         let always = match doc.bool("always") {
             Ok(b) => b.unwrap_or(false),
             Err(e) => {
-                self.diagnostics.push(format!("{}: bad front matter: {e}", path.display()));
+                self.diagnostics
+                    .push(format!("{}: bad front matter: {e}", path.display()));
                 return;
             }
         };
@@ -250,21 +281,31 @@ impl ProjectContext {
             if !path.is_file() {
                 continue;
             }
-            let Some(doc) = self.read_document(&path) else { continue };
-            let Some(description) = doc.str("description").filter(|d| !d.trim().is_empty())
-            else {
-                self.diagnostics.push(format!("{}: skill has no `description`", path.display()));
+            let Some(doc) = self.read_document(&path) else {
                 continue;
             };
-            let name = doc.str("name").map_or_else(|| stem(&skill_dir), str::to_owned);
-            skills.push(SkillMeta { name, description: description.trim().to_owned(), path });
+            let Some(description) = doc.str("description").filter(|d| !d.trim().is_empty()) else {
+                self.diagnostics
+                    .push(format!("{}: skill has no `description`", path.display()));
+                continue;
+            };
+            let name = doc
+                .str("name")
+                .map_or_else(|| stem(&skill_dir), str::to_owned);
+            skills.push(SkillMeta {
+                name,
+                description: description.trim().to_owned(),
+                path,
+            });
         }
         skills.sort_by(|a, b| a.name.cmp(&b.name));
         skills
     }
 
     fn load_command(&mut self, path: &Path) {
-        let Some(doc) = self.read_document(path) else { return };
+        let Some(doc) = self.read_document(path) else {
+            return;
+        };
         let name = stem(path);
         if super::BUILTIN_COMMANDS.contains(&name.as_str()) {
             self.diagnostics.push(format!(
@@ -274,14 +315,20 @@ impl ProjectContext {
             return;
         }
         let description = doc.str("description").unwrap_or_default().to_owned();
-        let command =
-            CommandTemplate { name: name.clone(), description, template: doc.body, path: path.into() };
+        let command = CommandTemplate {
+            name: name.clone(),
+            description,
+            template: doc.body,
+            path: path.into(),
+        };
         self.commands.insert(name, command);
     }
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// Lexically removes `.` and `..` components (no file-system access).

@@ -4,8 +4,8 @@
 
 use super::*;
 use foya_protocol::{
-    AssistantMessage, AttachmentRef, CommandInvocation, EventKind, FinishReason, Input, InputId, PageElement, Seq,
-    SessionId, ToolCall, ToolCallId, ToolMessage,
+    AssistantMessage, AttachmentRef, CommandInvocation, EventKind, FinishReason, Input, InputId,
+    PageElement, Seq, SessionId, ToolCall, ToolCallId, ToolMessage,
 };
 use serde_json::json;
 
@@ -19,7 +19,13 @@ impl Log {
     pub(super) fn push(&mut self, kind: EventKind) -> &mut Self {
         let seq = Seq(self.events.len() as u64 + 1);
         let session_id = SessionId::from_bytes([7; 16]);
-        self.events.push(Event { session_id, seq, run_id: None, at_ms: seq.0 * 1000, kind });
+        self.events.push(Event {
+            session_id,
+            seq,
+            run_id: None,
+            at_ms: seq.0 * 1000,
+            kind,
+        });
         self
     }
     pub(super) fn user(&mut self, text: &str) -> &mut Self {
@@ -28,7 +34,11 @@ impl Log {
             input: Input::text(text),
         })
     }
-    pub(super) fn assistant(&mut self, text: &str, calls: &[(&str, &str, serde_json::Value)]) -> &mut Self {
+    pub(super) fn assistant(
+        &mut self,
+        text: &str,
+        calls: &[(&str, &str, serde_json::Value)],
+    ) -> &mut Self {
         self.push(EventKind::AssistantMessage(assistant(text, calls)))
     }
     pub(super) fn tool(&mut self, id: &str, content: &str) -> &mut Self {
@@ -48,13 +58,21 @@ pub(super) fn assistant(text: &str, calls: &[(&str, &str, serde_json::Value)]) -
                 extra: None,
             })
             .collect(),
-        finish_reason: Some(if calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls }),
+        finish_reason: Some(if calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        }),
         ..AssistantMessage::default()
     }
 }
 
 pub(super) fn result(id: &str, content: &str, is_error: bool) -> ToolMessage {
-    ToolMessage { tool_call_id: ToolCallId::new(id), content: content.into(), is_error }
+    ToolMessage {
+        tool_call_id: ToolCallId::new(id),
+        content: content.into(),
+        is_error,
+    }
 }
 
 fn user(text: &str) -> Message {
@@ -66,7 +84,10 @@ fn fold_repairs_missing_duplicate_and_orphan_results() {
     let mut log = Log::default();
     log.user("go")
         .tool("x0", "orphan before any call")
-        .assistant("", &[("c1", "shell", json!({})), ("c2", "shell", json!({}))])
+        .assistant(
+            "",
+            &[("c1", "shell", json!({})), ("c2", "shell", json!({}))],
+        )
         .tool("c2", "second")
         .tool("c1", "first")
         .tool("c1", "duplicate")
@@ -79,7 +100,10 @@ fn fold_repairs_missing_duplicate_and_orphan_results() {
         history(&log.events),
         vec![
             user("go"),
-            Message::Assistant(assistant("", &[("c1", "shell", json!({})), ("c2", "shell", json!({}))])),
+            Message::Assistant(assistant(
+                "",
+                &[("c1", "shell", json!({})), ("c2", "shell", json!({}))]
+            )),
             Message::Tool(result("c1", "first", false)),
             Message::Tool(result("c2", "second", false)),
             Message::Assistant(assistant("", &[("c3", "shell", json!({}))])),
@@ -99,9 +123,17 @@ fn fold_drops_completed_reasoning_and_keeps_interrupted_reasoning_once() {
     };
     let mut log = Log::default();
     log.user("a")
-        .push(EventKind::AssistantMessage(with_reasoning("done", "thought 1", false)))
+        .push(EventKind::AssistantMessage(with_reasoning(
+            "done",
+            "thought 1",
+            false,
+        )))
         .user("b")
-        .push(EventKind::AssistantMessage(with_reasoning("partial", "thought 2", true)))
+        .push(EventKind::AssistantMessage(with_reasoning(
+            "partial",
+            "thought 2",
+            true,
+        )))
         .user("no, do it differently");
     let folded = history(&log.events);
     assert_eq!(
@@ -114,16 +146,28 @@ fn fold_drops_completed_reasoning_and_keeps_interrupted_reasoning_once() {
             user("no, do it differently"),
         ]
     );
-    let Message::Assistant(interrupted) = &folded[3] else { unreachable!() };
+    let Message::Assistant(interrupted) = &folded[3] else {
+        unreachable!()
+    };
     assert_eq!(
         interrupted_context_text(interrupted).unwrap(),
         "[Interrupted context: this response was cut off by the user; reasoning so far]\nthought 2"
     );
     // A later completed message means the interrupted reasoning is not sent again.
-    log.push(EventKind::AssistantMessage(with_reasoning("better", "thought 3", false)));
+    log.push(EventKind::AssistantMessage(with_reasoning(
+        "better",
+        "thought 3",
+        false,
+    )));
     let folded = history(&log.events);
-    assert_eq!(folded[3], Message::Assistant(with_reasoning("partial", "", true)));
-    assert_eq!(folded[5], Message::Assistant(with_reasoning("better", "", false)));
+    assert_eq!(
+        folded[3],
+        Message::Assistant(with_reasoning("partial", "", true))
+    );
+    assert_eq!(
+        folded[5],
+        Message::Assistant(with_reasoning("better", "", false))
+    );
 }
 
 #[test]
@@ -141,9 +185,19 @@ fn fold_starts_at_the_latest_checkpoint_and_renders_page_elements() {
         input_id: InputId::from_bytes([2; 16]),
         input: Input {
             text: "Fix this".into(),
-            command: Some(CommandInvocation { name: "x".into(), arguments: String::new() }),
-            images: vec![AttachmentRef { id: "img1".into(), media_type: None }],
-            selected_elements: vec![PageElement { selector: "#buy".into(), text: "Buy".into(), url: "http://a/".into() }],
+            command: Some(CommandInvocation {
+                name: "x".into(),
+                arguments: String::new(),
+            }),
+            images: vec![AttachmentRef {
+                id: "img1".into(),
+                media_type: None,
+            }],
+            selected_elements: vec![PageElement {
+                selector: "#buy".into(),
+                text: "Buy".into(),
+                url: "http://a/".into(),
+            }],
         },
     });
     assert_eq!(
@@ -163,13 +217,19 @@ fn fold_starts_at_the_latest_checkpoint_and_renders_page_elements() {
 #[test]
 fn touched_paths_come_from_file_tool_calls() {
     let mut log = Log::default();
-    log.assistant("", &[
-        ("1", "read_file", json!({"path": "src/a.rs"})),
-        ("2", "shell", json!({"path": "ignored", "command": "ls"})),
-        ("3", "edit_file", json!({"path": "/abs/b.rs"})),
-        ("4", "write_file", json!({"content": "no path"})),
-    ]);
-    let expected: BTreeSet<PathBuf> = ["/abs/b.rs", "src/a.rs"].into_iter().map(PathBuf::from).collect();
+    log.assistant(
+        "",
+        &[
+            ("1", "read_file", json!({"path": "src/a.rs"})),
+            ("2", "shell", json!({"path": "ignored", "command": "ls"})),
+            ("3", "edit_file", json!({"path": "/abs/b.rs"})),
+            ("4", "write_file", json!({"content": "no path"})),
+        ],
+    );
+    let expected: BTreeSet<PathBuf> = ["/abs/b.rs", "src/a.rs"]
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
     assert_eq!(touched_paths(&log.events), expected);
 }
 
@@ -179,23 +239,51 @@ fn images_without_vision_are_an_error() {
     for id in ["a1", "a2", "a1"] {
         log.push(EventKind::UserMessage {
             input_id: InputId::from_bytes([3; 16]),
-            input: Input { images: vec![AttachmentRef { id: id.into(), media_type: Some("image/png".into()) }], ..Input::default() },
+            input: Input {
+                images: vec![AttachmentRef {
+                    id: id.into(),
+                    media_type: Some("image/png".into()),
+                }],
+                ..Input::default()
+            },
         });
     }
     let config = SessionConfig::new("/p");
     let project = ProjectContext::default();
-    let env = Environment { cwd: "/p".into(), os: "linux".into(), shell: "bash".into(), date: "2026-01-01".into() };
+    let env = Environment {
+        cwd: "/p".into(),
+        os: "linux".into(),
+        shell: "bash".into(),
+        date: "2026-01-01".into(),
+    };
     let touched = BTreeSet::new();
     let mut input = CompileInput {
-        config: &config, project: &project, env: &env, history: &log.events, touched_paths: &touched,
-        tools: &[], limits: ModelLimits::new(100_000), calibration: Calibration::default(),
+        config: &config,
+        project: &project,
+        env: &env,
+        history: &log.events,
+        touched_paths: &touched,
+        tools: &[],
+        limits: ModelLimits::new(100_000),
+        calibration: Calibration::default(),
     };
     let err = compile(&input).unwrap_err();
-    assert_eq!(err, ContextError::ImagesNotSupported { attachment_ids: vec!["a1".into(), "a2".into()] });
-    assert_eq!(err.to_string(), "the model does not accept images, but the conversation references image attachments a1, a2; use a model with vision or start a session without the images");
+    assert_eq!(
+        err,
+        ContextError::ImagesNotSupported {
+            attachment_ids: vec!["a1".into(), "a2".into()]
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the model does not accept images, but the conversation references image attachments a1, a2; use a model with vision or start a session without the images"
+    );
     input.limits.supports_images = true;
     let ok = compile(&input).unwrap();
-    assert_eq!(ok.sections["history"], 3 * (compile::IMAGE_TOKENS + compile::MESSAGE_OVERHEAD_TOKENS));
+    assert_eq!(
+        ok.sections["history"],
+        3 * (compile::IMAGE_TOKENS + compile::MESSAGE_OVERHEAD_TOKENS)
+    );
 }
 
 #[test]
@@ -204,20 +292,47 @@ fn budget_applies_calibration_and_threshold() {
     log.user(&"word ".repeat(2000));
     let config = SessionConfig::new("/p");
     let project = ProjectContext::default();
-    let env = Environment { cwd: "/p".into(), os: "linux".into(), shell: "bash".into(), date: "d".into() };
+    let env = Environment {
+        cwd: "/p".into(),
+        os: "linux".into(),
+        shell: "bash".into(),
+        date: "d".into(),
+    };
     let touched = BTreeSet::new();
-    let limits = ModelLimits { context_window: 3000, reserved_output: 500, compact_threshold_pct: 85, supports_images: false };
+    let limits = ModelLimits {
+        context_window: 3000,
+        reserved_output: 500,
+        compact_threshold_pct: 85,
+        supports_images: false,
+    };
     let input = CompileInput {
-        config: &config, project: &project, env: &env, history: &log.events, touched_paths: &touched,
-        tools: &[], limits, calibration: Calibration::default(),
+        config: &config,
+        project: &project,
+        env: &env,
+        history: &log.events,
+        touched_paths: &touched,
+        tools: &[],
+        limits,
+        calibration: Calibration::default(),
     };
     let plain = compile(&input).unwrap();
     let raw: u64 = plain.sections.values().sum();
-    assert_eq!(plain.budget, Budget {
-        estimated_input_tokens: raw, window: 3000, reserve: 500, threshold_tokens: 2550,
-        over_threshold: raw > 2550, fits: raw + 500 <= 3000,
-    });
-    let doubled = compile(&CompileInput { calibration: Calibration { ratio: 2.0 }, ..input }).unwrap();
+    assert_eq!(
+        plain.budget,
+        Budget {
+            estimated_input_tokens: raw,
+            window: 3000,
+            reserve: 500,
+            threshold_tokens: 2550,
+            over_threshold: raw > 2550,
+            fits: raw + 500 <= 3000,
+        }
+    );
+    let doubled = compile(&CompileInput {
+        calibration: Calibration { ratio: 2.0 },
+        ..input
+    })
+    .unwrap();
     assert_eq!(doubled.budget.estimated_input_tokens, 2 * raw);
     assert!(doubled.budget.over_threshold);
     assert!(!doubled.budget.fits);
@@ -227,7 +342,14 @@ fn big_log() -> Log {
     let mut log = Log::default();
     for i in 0..6 {
         log.user(&format!("request {i} {}", "x".repeat(400)))
-            .assistant("", &[(&format!("c{i}"), "read_file", json!({"path": format!("f{i}.rs")}))])
+            .assistant(
+                "",
+                &[(
+                    &format!("c{i}"),
+                    "read_file",
+                    json!({"path": format!("f{i}.rs")}),
+                )],
+            )
             .tool(&format!("c{i}"), &"y".repeat(400))
             .assistant(&format!("answer {i}"), &[]);
     }
@@ -255,14 +377,20 @@ fn compaction_request_drops_oldest_units_first() {
     assert_eq!(history_of(kept), kept);
 
     let nothing = compaction_request(&log.events, 0);
-    assert_eq!(nothing, vec![user(OMITTED_NOTE), user(COMPACTION_INSTRUCTION)]);
+    assert_eq!(
+        nothing,
+        vec![user(OMITTED_NOTE), user(COMPACTION_INSTRUCTION)]
+    );
 }
 
 /// Re-folds messages (through a checkpoint's `kept`) to check they are well-formed.
 fn history_of(messages: &[Message]) -> Vec<Message> {
     let mut log = Log::default();
     log.push(EventKind::CompactionCheckpoint {
-        summary: String::new(), covers_up_to: Seq(1), tokens_before: 0, tokens_after: 0,
+        summary: String::new(),
+        covers_up_to: Seq(1),
+        tokens_before: 0,
+        tokens_after: 0,
         kept: messages.to_vec(),
     });
     history(&log.events)[1..].to_vec()
@@ -273,11 +401,14 @@ fn checkpoint_kept_keeps_recent_users_and_latest_file_results_without_dangling_c
     let mut log = big_log();
     // A later failed read of f5 and a later successful edit of f4, plus a shell call.
     log.user("last request")
-        .assistant("", &[
-            ("e1", "read_file", json!({"path": "f5.rs"})),
-            ("e2", "edit_file", json!({"path": "f4.rs"})),
-            ("e3", "shell", json!({"command": "ls"})),
-        ])
+        .assistant(
+            "",
+            &[
+                ("e1", "read_file", json!({"path": "f5.rs"})),
+                ("e2", "edit_file", json!({"path": "f4.rs"})),
+                ("e3", "shell", json!({"command": "ls"})),
+            ],
+        )
         .push(EventKind::ToolMessage(result("e1", "no such file", true)))
         .tool("e2", "edited f4.rs")
         .tool("e3", "listing");
