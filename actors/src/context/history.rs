@@ -23,9 +23,11 @@ pub const MISSING_RESULT: &str = "no result was recorded for this call";
 ///    text as a `<selected_elements>` block (url, selector, text) and cleared; image refs
 ///    stay attachment refs; `command` is cleared (the stored text is the expanded prompt);
 ///    a user message left with no text and no image is skipped.
-/// 3. `assistant_message` → [`Message::Assistant`] with `reasoning` emptied, except for
-///    an `interrupted` message that is the last assistant message: its reasoning is kept
-///    (once: a later assistant message makes it go). `reasoning_parts` are kept (the
+/// 3. `assistant_message` → [`Message::Assistant`] with `reasoning` emptied. For an
+///    `interrupted` message that is the last assistant message, the reasoning is kept
+///    once, as text every wire format can carry: its `text` becomes
+///    [`interrupted_context_text`] followed by the partial answer (`interrupted` stays
+///    set). A later assistant message makes it go. `reasoning_parts` are kept (the
 ///    protocol needs them back). An assistant message left empty is skipped.
 /// 4. `tool_message` → [`Message::Tool`].
 ///
@@ -93,11 +95,15 @@ fn elements_block(elements: &[PageElement]) -> String {
 }
 
 fn fold_assistant(mut a: AssistantMessage, is_last: bool) -> Option<AssistantMessage> {
-    if !(a.interrupted && is_last) {
-        a.reasoning.clear();
+    if is_last && let Some(block) = interrupted_context_text(&a) {
+        a.text = if a.text.trim().is_empty() {
+            block
+        } else {
+            format!("{block}\n\n{}", a.text)
+        };
     }
-    let empty =
-        a.text.trim().is_empty() && a.reasoning.trim().is_empty() && a.tool_calls.is_empty();
+    a.reasoning.clear();
+    let empty = a.text.trim().is_empty() && a.tool_calls.is_empty();
     (!empty).then_some(a)
 }
 
@@ -151,15 +157,15 @@ fn missing(id: &ToolCallId) -> ToolMessage {
     }
 }
 
-/// The text under which an interrupted message's reasoning should be shown to the model
-/// by wire encoders that have no native slot for it: `None` unless `interrupted` and the
-/// reasoning is non-empty.
+/// The block that carries an interrupted message's reasoning to the model:
+/// `<interrupted_context>\nThe user interrupted this response. Reasoning so far:\n{reasoning}\n</interrupted_context>`.
+/// `None` unless `interrupted` is set and the reasoning is non-empty.
 #[must_use]
 pub fn interrupted_context_text(message: &AssistantMessage) -> Option<String> {
     (message.interrupted && !message.reasoning.trim().is_empty()).then(|| {
         format!(
-            "[Interrupted context: this response was cut off by the user; reasoning so far]\n{}",
-            message.reasoning
+            "<interrupted_context>\nThe user interrupted this response. Reasoning so far:\n{}\n</interrupted_context>",
+            message.reasoning.trim()
         )
     })
 }

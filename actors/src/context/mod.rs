@@ -190,4 +190,6 @@ fn list_commands(names: &[String]) -> String {
 }
 
 #[cfg(test)]
+mod compile_tests;
+#[cfg(test)]
 mod tests;
