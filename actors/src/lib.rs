@@ -6,5 +6,6 @@
 //!
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
+pub mod context;
 pub mod provider;
 pub mod tools;

@@ -1,0 +1,251 @@
+//! Owns [`compile`]: the pure assembly of system prompt, messages, tools and budget.
+
+use super::project::ProjectContext;
+use super::{
+    Budget, CompileInput, CompiledContext, ContextError, KERNEL_INSTRUCTIONS, estimate_tokens,
+    history,
+};
+use foya_protocol::{ApprovalMode, Message, ReasoningPart};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Fixed per-message overhead of the chat formats (role markers, separators), in tokens.
+pub(super) const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
+/// Estimated tokens of one image input (a ~1 MP image on the major providers).
+pub(super) const IMAGE_TOKENS: u64 = 1_600;
+/// Fixed per-tool overhead of the function-calling formats, in tokens.
+const TOOL_OVERHEAD_TOKENS: u64 = 8;
+
+/// Compiles the context of one step.
+///
+/// System prompt layout (sections separated by a blank line; empty ones omitted):
+/// [`KERNEL_INSTRUCTIONS`], `# Environment`, `# Approval mode`, `# Project instructions`
+/// (`## <path>` then the text, outer first), `# Rules` (rules in force: `always` ones and
+/// those whose `paths` match a touched path; `## <name> (<path>)`), `# Memory`
+/// (`## <path>`), `# Skills` (`- <name>: <description> (<path>)`). Paths under the
+/// project root are shown relative to it.
+///
+/// # Errors
+/// [`ContextError::ImagesNotSupported`] when the effective history references images
+/// and `limits.supports_images` is false (nothing is dropped silently).
+pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
+    let project = input.project;
+    let messages = history(input.history);
+    if !input.limits.supports_images {
+        let mut ids: Vec<String> = Vec::new();
+        for m in &messages {
+            if let Message::User(u) = m {
+                for image in &u.images {
+                    if !ids.contains(&image.id) {
+                        ids.push(image.id.clone());
+                    }
+                }
+            }
+        }
+        if !ids.is_empty() {
+            return Err(ContextError::ImagesNotSupported {
+                attachment_ids: ids,
+            });
+        }
+    }
+
+    let show = |p: &Path| {
+        p.strip_prefix(&project.root)
+            .unwrap_or(p)
+            .display()
+            .to_string()
+    };
+    let mut parts: Vec<(&str, String)> = vec![("kernel", KERNEL_INSTRUCTIONS.to_owned())];
+    let env = input.env;
+    let mut environment = format!(
+        "# Environment\n- Working directory: {}\n- Project root: {}\n- OS: {}\n- Shell: {}\n- Date: {}",
+        env.cwd.display(),
+        project.root.display(),
+        env.os,
+        env.shell,
+        env.date
+    );
+    let mode = input.config.approval_mode;
+    environment.push_str(&format!(
+        "\n\n# Approval mode\n{}: {}",
+        mode.as_str(),
+        describe(mode)
+    ));
+    parts.push(("environment", environment));
+
+    let sections = [
+        (
+            "project_instructions",
+            "# Project instructions",
+            project
+                .instructions
+                .iter()
+                .map(|(p, t)| format!("## {}\n{t}", show(p)))
+                .collect::<Vec<_>>(),
+        ),
+        ("rules", "# Rules", rules_in_force(input, &show)),
+        (
+            "memory",
+            "# Memory",
+            project
+                .memory
+                .iter()
+                .map(|(p, t)| format!("## {}\n{t}", show(p)))
+                .collect(),
+        ),
+        ("skills", "# Skills", skills(project, &show)),
+    ];
+    for (key, heading, entries) in sections {
+        let text = if entries.is_empty() {
+            String::new()
+        } else {
+            format!("{heading}\n{}", entries.join("\n\n"))
+        };
+        parts.push((key, text));
+    }
+
+    let mut sections: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, text) in &parts {
+        sections.insert((*key).to_owned(), estimate_tokens(text));
+    }
+    sections.insert(
+        "history".to_owned(),
+        messages.iter().map(message_tokens).sum(),
+    );
+    sections.insert(
+        "tools".to_owned(),
+        input
+            .tools
+            .iter()
+            .map(|t| {
+                TOOL_OVERHEAD_TOKENS
+                    + estimate_tokens(&t.name)
+                    + estimate_tokens(&t.description)
+                    + estimate_tokens(&t.parameters.to_string())
+            })
+            .sum(),
+    );
+
+    let system = parts
+        .into_iter()
+        .map(|(_, t)| t)
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let raw_total: u64 = sections.values().sum();
+    let limits = input.limits;
+    let estimated_input_tokens = input.calibration.apply(raw_total);
+    let threshold_tokens = limits
+        .context_window
+        .saturating_mul(u64::from(limits.compact_threshold_pct.min(100)))
+        / 100;
+    let budget = Budget {
+        estimated_input_tokens,
+        window: limits.context_window,
+        reserve: limits.reserved_output,
+        threshold_tokens,
+        over_threshold: estimated_input_tokens > threshold_tokens,
+        fits: estimated_input_tokens.saturating_add(limits.reserved_output)
+            <= limits.context_window,
+    };
+    Ok(CompiledContext {
+        system,
+        messages,
+        tools: input.tools.to_vec(),
+        budget,
+        sections,
+    })
+}
+
+fn rules_in_force(input: &CompileInput, show: &dyn Fn(&Path) -> String) -> Vec<String> {
+    let project = input.project;
+    project
+        .rules
+        .iter()
+        .filter_map(|rule| {
+            let why = if rule.always {
+                "always".to_owned()
+            } else {
+                let hit = rule.triggered_by(&project.root, &input.env.cwd, input.touched_paths)?;
+                format!(
+                    "applies to {}; in force since {} was used",
+                    rule.paths.join(", "),
+                    hit.display()
+                )
+            };
+            Some(format!(
+                "## {} ({}, {why})\n{}",
+                rule.name,
+                show(&rule.path),
+                rule.body
+            ))
+        })
+        .collect()
+}
+
+fn skills(project: &ProjectContext, show: &dyn Fn(&Path) -> String) -> Vec<String> {
+    if project.skills.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec!["Skills hold instructions for specific tasks. When one fits the task, read its SKILL.md with read_file before you start.".to_owned()];
+    let list: Vec<String> = project
+        .skills
+        .iter()
+        .map(|s| format!("- {}: {} ({})", s.name, s.description, show(&s.path)))
+        .collect();
+    lines.push(list.join("\n"));
+    lines
+}
+
+fn describe(mode: ApprovalMode) -> &'static str {
+    match mode {
+        ApprovalMode::ReadOnly => {
+            "only read-only tools are available; you cannot change files or run commands."
+        }
+        ApprovalMode::Ask => {
+            "every file change, command and network access waits for the user's approval."
+        }
+        ApprovalMode::AutoEdit => {
+            "file changes inside the working directory run without approval; commands wait for approval."
+        }
+        ApprovalMode::Auto => {
+            "changes and commands run without approval inside the sandbox; anything leaving it waits for approval."
+        }
+        ApprovalMode::Bypass => {
+            "no approvals and no sandbox: every action runs immediately, so be careful."
+        }
+    }
+}
+
+/// Estimated tokens of one message: overhead + text, kept reasoning, tool calls
+/// (name and JSON arguments), tool results and [`IMAGE_TOKENS`] per image.
+pub(super) fn message_tokens(message: &Message) -> u64 {
+    MESSAGE_OVERHEAD_TOKENS
+        + match message {
+            Message::System { text } => estimate_tokens(text),
+            Message::User(input) => {
+                estimate_tokens(&input.text) + IMAGE_TOKENS * input.images.len() as u64
+            }
+            Message::Assistant(a) => {
+                estimate_tokens(&a.text)
+                    + estimate_tokens(&a.reasoning)
+                    + a.reasoning_parts
+                        .iter()
+                        .map(|p| match p {
+                            ReasoningPart::Thinking { text, signature } => {
+                                estimate_tokens(text)
+                                    + signature.as_deref().map_or(0, estimate_tokens)
+                            }
+                            ReasoningPart::Redacted { data } => estimate_tokens(data),
+                        })
+                        .sum::<u64>()
+                    + a.tool_calls
+                        .iter()
+                        .map(|c| {
+                            estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string())
+                        })
+                        .sum::<u64>()
+            }
+            Message::Tool(t) => estimate_tokens(&t.content),
+        }
+}

@@ -1,0 +1,237 @@
+//! Unit tests of the budget, the image check and the compaction helpers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::tests::{Log, assert_well_formed, assistant, result, user};
+use super::*;
+use foya_protocol::{AttachmentRef, EventKind, Input, InputId, Seq};
+use serde_json::json;
+
+#[test]
+fn images_without_vision_are_an_error() {
+    let mut log = Log::default();
+    for id in ["a1", "a2", "a1"] {
+        log.push(EventKind::UserMessage {
+            input_id: InputId::from_bytes([3; 16]),
+            input: Input {
+                images: vec![AttachmentRef {
+                    id: id.into(),
+                    media_type: Some("image/png".into()),
+                }],
+                ..Input::default()
+            },
+        });
+    }
+    let config = SessionConfig::new("/p");
+    let project = ProjectContext::default();
+    let env = Environment {
+        cwd: "/p".into(),
+        os: "linux".into(),
+        shell: "bash".into(),
+        date: "2026-01-01".into(),
+    };
+    let touched = BTreeSet::new();
+    let mut input = CompileInput {
+        config: &config,
+        project: &project,
+        env: &env,
+        history: &log.events,
+        touched_paths: &touched,
+        tools: &[],
+        limits: ModelLimits::new(100_000),
+        calibration: Calibration::default(),
+    };
+    let err = compile(&input).unwrap_err();
+    assert_eq!(
+        err,
+        ContextError::ImagesNotSupported {
+            attachment_ids: vec!["a1".into(), "a2".into()]
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the model does not accept images, but the conversation references image attachments a1, a2; use a model with vision or start a session without the images"
+    );
+    input.limits.supports_images = true;
+    let ok = compile(&input).unwrap();
+    assert_eq!(
+        ok.sections["history"],
+        3 * (compile::IMAGE_TOKENS + compile::MESSAGE_OVERHEAD_TOKENS)
+    );
+}
+
+#[test]
+fn budget_applies_calibration_and_threshold() {
+    let mut log = Log::default();
+    log.user(&"word ".repeat(2000));
+    let config = SessionConfig::new("/p");
+    let project = ProjectContext::default();
+    let env = Environment {
+        cwd: "/p".into(),
+        os: "linux".into(),
+        shell: "bash".into(),
+        date: "d".into(),
+    };
+    let touched = BTreeSet::new();
+    let limits = ModelLimits {
+        context_window: 3000,
+        reserved_output: 500,
+        compact_threshold_pct: 85,
+        supports_images: false,
+    };
+    let input = CompileInput {
+        config: &config,
+        project: &project,
+        env: &env,
+        history: &log.events,
+        touched_paths: &touched,
+        tools: &[],
+        limits,
+        calibration: Calibration::default(),
+    };
+    let plain = compile(&input).unwrap();
+    let raw: u64 = plain.sections.values().sum();
+    assert_eq!(
+        plain.budget,
+        Budget {
+            estimated_input_tokens: raw,
+            window: 3000,
+            reserve: 500,
+            threshold_tokens: 2550,
+            over_threshold: raw > 2550,
+            fits: raw + 500 <= 3000,
+        }
+    );
+    let doubled = compile(&CompileInput {
+        calibration: Calibration { ratio: 2.0 },
+        ..input
+    })
+    .unwrap();
+    assert_eq!(doubled.budget.estimated_input_tokens, 2 * raw);
+    assert!(doubled.budget.over_threshold);
+    assert!(!doubled.budget.fits);
+}
+
+fn big_log() -> Log {
+    let mut log = Log::default();
+    for i in 0..6 {
+        log.user(&format!("request {i} {}", "x".repeat(400)))
+            .assistant(
+                "",
+                &[(
+                    &format!("c{i}"),
+                    "read_file",
+                    json!({"path": format!("f{i}.rs")}),
+                )],
+            )
+            .tool(&format!("c{i}"), &"y".repeat(400))
+            .assistant(&format!("answer {i}"), &[]);
+    }
+    log
+}
+
+#[test]
+fn compaction_request_drops_oldest_units_first() {
+    let log = big_log();
+    let full = history(&log.events);
+    let everything = compaction_request(&log.events, u64::MAX);
+    assert_eq!(everything.len(), full.len() + 1);
+    assert_eq!(everything[..full.len()], full[..]);
+    assert_eq!(everything.last(), Some(&user(COMPACTION_INSTRUCTION)));
+
+    let small = compaction_request(&log.events, 500);
+    let total: u64 = small.iter().map(compile::message_tokens).sum();
+    assert!(total <= 500, "{total}");
+    // Newest kept, oldest dropped, a note first, instruction last, still well-formed.
+    assert_eq!(small.first(), Some(&user(OMITTED_NOTE)));
+    assert_eq!(small.last(), Some(&user(COMPACTION_INSTRUCTION)));
+    let kept = &small[1..small.len() - 1];
+    assert_eq!(kept, &full[full.len() - kept.len()..]);
+    assert!(!kept.is_empty());
+    assert_eq!(history_of(kept), kept);
+
+    let nothing = compaction_request(&log.events, 0);
+    assert_eq!(
+        nothing,
+        vec![user(OMITTED_NOTE), user(COMPACTION_INSTRUCTION)]
+    );
+}
+
+/// Re-folds messages (through a checkpoint's `kept`) to check they are well-formed.
+fn history_of(messages: &[Message]) -> Vec<Message> {
+    let mut log = Log::default();
+    log.push(EventKind::CompactionCheckpoint {
+        summary: String::new(),
+        covers_up_to: Seq(1),
+        tokens_before: 0,
+        tokens_after: 0,
+        kept: messages.to_vec(),
+    });
+    history(&log.events)[1..].to_vec()
+}
+
+#[test]
+fn checkpoint_kept_keeps_recent_users_and_latest_file_results_without_dangling_calls() {
+    let mut log = big_log();
+    // A later failed read of f5 and a later successful edit of f4, plus a shell call.
+    log.user("last request")
+        .assistant(
+            "",
+            &[
+                ("e1", "read_file", json!({"path": "f5.rs"})),
+                ("e2", "edit_file", json!({"path": "f4.rs"})),
+                ("e3", "shell", json!({"command": "ls"})),
+            ],
+        )
+        .push(EventKind::ToolMessage(result("e1", "no such file", true)))
+        .tool("e2", "edited f4.rs")
+        .tool("e3", "listing");
+    let pair = |id: &str, name: &str, path: &str, content: &str| {
+        vec![
+            Message::Assistant(assistant("", &[(id, name, json!({"path": path}))])),
+            Message::Tool(result(id, content, false)),
+        ]
+    };
+    let request5 = vec![user(&format!("request 5 {}", "x".repeat(400)))];
+    let read5 = pair("c5", "read_file", "f5.rs", &"y".repeat(400));
+    let last = vec![user("last request")];
+    let edit4 = pair("e2", "edit_file", "f4.rs", "edited f4.rs");
+    let expected: Vec<Message> = [request5, read5, last, edit4].concat();
+    let budget: u64 = expected.iter().map(compile::message_tokens).sum();
+    // Exactly enough for: the two newest user messages, the latest successful result per
+    // file path (f4's edit; f5's read, since the newer f5 read failed); not request 4 or
+    // the older reads, and never the shell result.
+    let kept = checkpoint_kept(&log.events, budget);
+    assert_eq!(kept, expected);
+    assert_eq!(history_of(&kept), kept);
+    assert_eq!(checkpoint_kept(&log.events, 0), Vec::<Message>::new());
+}
+
+proptest::proptest! {
+    #[test]
+    fn compaction_outputs_never_dangle(
+        ops in proptest::collection::vec((0u8..3, 0u8..4, 0u8..3), 0..40),
+        budget in 0u64..400,
+    ) {
+        let mut log = Log::default();
+        for (kind, a, b) in ops {
+            match kind {
+                0 => { log.user(&"u".repeat(usize::from(a) * 20)); }
+                1 => {
+                    let ids: Vec<String> = (0..b).map(|k| format!("c{}", a + k)).collect();
+                    let calls: Vec<(&str, &str, serde_json::Value)> = ids
+                        .iter()
+                        .map(|id| (id.as_str(), "read_file", json!({"path": format!("{}.rs", &id[1..])})))
+                        .collect();
+                    log.assistant("a", &calls);
+                }
+                _ => { log.tool(&format!("c{a}"), &"r".repeat(usize::from(b) * 30)); }
+            }
+        }
+        let kept = checkpoint_kept(&log.events, budget);
+        assert_well_formed(&kept);
+        proptest::prop_assert!(kept.iter().map(compile::message_tokens).sum::<u64>() <= budget);
+        let request = compaction_request(&log.events, budget);
+        assert_well_formed(&request);
+        proptest::prop_assert_eq!(request.last(), Some(&user(COMPACTION_INSTRUCTION)));
+    }
+}

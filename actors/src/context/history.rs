@@ -1,0 +1,208 @@
+//! Owns the history fold: session events → the well-formed message list sent to the
+//! model, and the set of paths the session's file tools touched.
+
+use super::FILE_TOOLS;
+use foya_protocol::{
+    AssistantMessage, Event, EventKind, Input, Message, PageElement, ToolCallId, ToolMessage,
+};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+/// Text that opens the user message carrying a compaction checkpoint's summary.
+pub const CHECKPOINT_PREFIX: &str =
+    "[Compaction checkpoint] The earlier conversation was summarised to save context:";
+
+/// Content of the synthetic result for a tool call that has none in the log.
+pub const MISSING_RESULT: &str = "no result was recorded for this call";
+
+/// The effective history of a session's events (in seq order), as model messages:
+///
+/// 1. Start after the latest `compaction_checkpoint`: a user message
+///    `"{CHECKPOINT_PREFIX}\n\n{summary}"`, then the checkpoint's `kept` messages.
+/// 2. `user_message` → [`Message::User`]: selected page elements are appended to the
+///    text as a `<selected_elements>` block (url, selector, text) and cleared; image refs
+///    stay attachment refs; `command` is cleared (the stored text is the expanded prompt);
+///    a user message left with no text and no image is skipped.
+/// 3. `assistant_message` → [`Message::Assistant`] with `reasoning` emptied. For an
+///    `interrupted` message that is the last assistant message, the reasoning is kept
+///    once, as text every wire format can carry: its `text` becomes
+///    [`interrupted_context_text`] followed by the partial answer (`interrupted` stays
+///    set). A later assistant message makes it go. `reasoning_parts` are kept (the
+///    protocol needs them back). An assistant message left empty is skipped.
+/// 4. `tool_message` → [`Message::Tool`].
+///
+/// Then it is made well-formed: each assistant tool call is followed, in call order and
+/// directly, by exactly one result from the tool messages before the next user or
+/// assistant message; a missing result becomes `is_error` [`MISSING_RESULT`]; duplicate
+/// and orphan results are dropped.
+#[must_use]
+pub fn history(events: &[Event]) -> Vec<Message> {
+    let start = events
+        .iter()
+        .rposition(|e| matches!(e.kind, EventKind::CompactionCheckpoint { .. }))
+        .unwrap_or(0);
+    let mut raw = Vec::new();
+    for event in &events[start..] {
+        match &event.kind {
+            EventKind::CompactionCheckpoint { summary, kept, .. } => {
+                raw.clear();
+                raw.push(Message::User(Input::text(format!(
+                    "{CHECKPOINT_PREFIX}\n\n{summary}"
+                ))));
+                raw.extend(kept.iter().cloned());
+            }
+            EventKind::UserMessage { input, .. } => raw.push(Message::User(input.clone())),
+            EventKind::AssistantMessage(m) => raw.push(Message::Assistant(m.clone())),
+            EventKind::ToolMessage(m) => raw.push(Message::Tool(m.clone())),
+            _ => {}
+        }
+    }
+    let last_assistant = raw.iter().rposition(|m| matches!(m, Message::Assistant(_)));
+    let cleaned = raw.into_iter().enumerate().filter_map(|(i, m)| match m {
+        Message::User(input) => fold_input(input).map(Message::User),
+        Message::Assistant(a) => {
+            fold_assistant(a, Some(i) == last_assistant).map(Message::Assistant)
+        }
+        other => Some(other),
+    });
+    well_formed(cleaned.collect())
+}
+
+fn fold_input(mut input: Input) -> Option<Input> {
+    if !input.selected_elements.is_empty() {
+        let block = elements_block(&input.selected_elements);
+        input.text = if input.text.trim().is_empty() {
+            block
+        } else {
+            format!("{}\n\n{block}", input.text)
+        };
+        input.selected_elements.clear();
+    }
+    input.command = None;
+    (!input.text.trim().is_empty() || !input.images.is_empty()).then_some(input)
+}
+
+fn elements_block(elements: &[PageElement]) -> String {
+    let mut block = String::from("<selected_elements>");
+    for e in elements {
+        block.push_str(&format!(
+            "\n<element>\nurl: {}\nselector: {}\ntext: {}\n</element>",
+            e.url, e.selector, e.text
+        ));
+    }
+    block.push_str("\n</selected_elements>");
+    block
+}
+
+fn fold_assistant(mut a: AssistantMessage, is_last: bool) -> Option<AssistantMessage> {
+    if is_last && let Some(block) = interrupted_context_text(&a) {
+        a.text = if a.text.trim().is_empty() {
+            block
+        } else {
+            format!("{block}\n\n{}", a.text)
+        };
+    }
+    a.reasoning.clear();
+    let empty = a.text.trim().is_empty() && a.tool_calls.is_empty();
+    (!empty).then_some(a)
+}
+
+fn well_formed(raw: Vec<Message>) -> Vec<Message> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match &raw[i] {
+            Message::Assistant(a) => {
+                let segment_end = raw[i + 1..]
+                    .iter()
+                    .position(|m| !matches!(m, Message::Tool(_)))
+                    .map_or(raw.len(), |p| i + 1 + p);
+                let mut results: Vec<Option<&ToolMessage>> = raw[i + 1..segment_end]
+                    .iter()
+                    .map(|m| {
+                        if let Message::Tool(t) = m {
+                            Some(t)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                out.push(raw[i].clone());
+                for call in &a.tool_calls {
+                    let found = results
+                        .iter_mut()
+                        .find(|r| r.is_some_and(|t| t.tool_call_id == call.id))
+                        .and_then(Option::take);
+                    out.push(Message::Tool(
+                        found.cloned().unwrap_or_else(|| missing(&call.id)),
+                    ));
+                }
+                i = segment_end;
+            }
+            Message::Tool(_) => i += 1, // orphan: no assistant call right before it
+            other => {
+                out.push(other.clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn missing(id: &ToolCallId) -> ToolMessage {
+    ToolMessage {
+        tool_call_id: id.clone(),
+        content: MISSING_RESULT.to_owned(),
+        is_error: true,
+    }
+}
+
+/// The block that carries an interrupted message's reasoning to the model:
+/// `<interrupted_context>\nThe user interrupted this response. Reasoning so far:\n{reasoning}\n</interrupted_context>`.
+/// `None` unless `interrupted` is set and the reasoning is non-empty.
+#[must_use]
+pub fn interrupted_context_text(message: &AssistantMessage) -> Option<String> {
+    (message.interrupted && !message.reasoning.trim().is_empty()).then(|| {
+        format!(
+            "<interrupted_context>\nThe user interrupted this response. Reasoning so far:\n{}\n</interrupted_context>",
+            message.reasoning.trim()
+        )
+    })
+}
+
+/// Paths the session's file tools were asked to read or write: the string `path`
+/// argument of every [`FILE_TOOLS`] call in assistant messages and compaction
+/// checkpoints' kept messages, as given (relative paths are relative to the session's
+/// working directory).
+#[must_use]
+pub fn touched_paths(events: &[Event]) -> BTreeSet<PathBuf> {
+    let mut paths = BTreeSet::new();
+    let mut add = |a: &AssistantMessage| {
+        for call in &a.tool_calls {
+            if FILE_TOOLS.contains(&call.name.as_str())
+                && let Some(path) = call.arguments.get("path").and_then(|p| p.as_str())
+                && !path.is_empty()
+            {
+                paths.insert(PathBuf::from(path));
+            }
+        }
+    };
+    for event in events {
+        match &event.kind {
+            EventKind::AssistantMessage(a) => add(a),
+            EventKind::CompactionCheckpoint { kept, .. } => {
+                kept.iter()
+                    .filter_map(|m| {
+                        if let Message::Assistant(a) = m {
+                            Some(a)
+                        } else {
+                            None
+                        }
+                    })
+                    .for_each(&mut add);
+            }
+            _ => {}
+        }
+    }
+    paths
+}
