@@ -4,6 +4,15 @@
 //! Owns: what a tool is and how one call runs. Must not: write events or talk to actors;
 //! the ToolActor drives a call and persists what happens.
 
+pub mod approval;
+pub mod builtin;
+pub mod paths;
+pub mod registry;
+pub mod sandbox;
+pub mod schedule;
+
+pub use registry::{PreparedCall, ToolRegistry};
+
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
 use serde::{Deserialize, Serialize};
@@ -100,12 +109,18 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A successful result.
     pub fn ok(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: false }
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
     }
 
     /// A failed result the model can act on.
     pub fn error(content: impl Into<String>) -> Self {
-        Self { content: content.into(), is_error: true }
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
     }
 }
 
