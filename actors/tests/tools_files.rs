@@ -30,8 +30,15 @@ async fn read_file_numbers_lines_and_windows() {
         ok("     1\tone\n     2\ttwo\n     3\tthree\n     4\tfour\n")
     );
     assert_eq!(
-        call(&tool, &ctx, json!({"path": "a.txt", "offset": 2, "limit": 2})).await,
-        ok("     2\ttwo\n     3\tthree\n[showing lines 2-3 of 4; call read_file with offset 4 to read more]\n")
+        call(
+            &tool,
+            &ctx,
+            json!({"path": "a.txt", "offset": 2, "limit": 2})
+        )
+        .await,
+        ok(
+            "     2\ttwo\n     3\tthree\n[showing lines 2-3 of 4; call read_file with offset 4 to read more]\n"
+        )
     );
     assert_eq!(
         call(&tool, &ctx, json!({"path": "a.txt", "offset": 9})).await,
@@ -42,7 +49,11 @@ async fn read_file_numbers_lines_and_windows() {
 #[tokio::test]
 async fn read_file_errors() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("bin.dat"), [0x7f, b'E', b'L', b'F', 0, 1, 2]).unwrap();
+    fs::write(
+        dir.path().join("bin.dat"),
+        [0x7f, b'E', b'L', b'F', 0, 1, 2],
+    )
+    .unwrap();
     fs::create_dir(dir.path().join("sub")).unwrap();
     fs::write(dir.path().join("empty.txt"), "").unwrap();
     let ctx = confined(dir.path());
@@ -55,7 +66,10 @@ async fn read_file_errors() {
         call(&tool, &ctx, json!({"path": "sub"})).await,
         err("\"sub\" is a directory; use list_dir to list it")
     );
-    assert_eq!(call(&tool, &ctx, json!({"path": "empty.txt"})).await, ok("(\"empty.txt\" is empty)"));
+    assert_eq!(
+        call(&tool, &ctx, json!({"path": "empty.txt"})).await,
+        ok("(\"empty.txt\" is empty)")
+    );
     assert_eq!(
         call(&tool, &ctx, json!({"path": "missing.txt"})).await,
         err("cannot read \"missing.txt\": No such file or directory (os error 2)")
@@ -75,7 +89,12 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     let (cwd_s, out_s) = (cwd.display().to_string(), outside.display().to_string());
 
     assert_eq!(
-        call(&ReadFile::new(), &ctx, json!({"path": "../outside/secret.txt"})).await,
+        call(
+            &ReadFile::new(),
+            &ctx,
+            json!({"path": "../outside/secret.txt"})
+        )
+        .await,
         err(&format!(
             "path \"../outside/secret.txt\" resolves to {out_s}/secret.txt which is outside the working \
              directory {cwd_s}; file tools only access paths inside the working directory"
@@ -83,14 +102,24 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     );
     let absolute = format!("{out_s}/new.txt");
     assert_eq!(
-        call(&WriteFile::new(), &ctx, json!({"path": absolute, "content": "x"})).await,
+        call(
+            &WriteFile::new(),
+            &ctx,
+            json!({"path": absolute, "content": "x"})
+        )
+        .await,
         err(&format!(
             "path \"{absolute}\" resolves to {absolute} which is outside the working \
              directory {cwd_s}; file tools only access paths inside the working directory"
         ))
     );
     assert_eq!(
-        call(&WriteFile::new(), &ctx, json!({"path": "link/new.txt", "content": "x"})).await,
+        call(
+            &WriteFile::new(),
+            &ctx,
+            json!({"path": "link/new.txt", "content": "x"})
+        )
+        .await,
         err(&format!(
             "path \"link/new.txt\" leads through a symlink to {out_s}/new.txt which is outside the \
              working directory {cwd_s}; file tools only access paths inside the working directory"
@@ -101,12 +130,22 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     // Bypass mode (or a call approved to leave the sandbox) may reach outside.
     let bypass = ctx_with(&cwd, ApprovalMode::Bypass, SandboxPolicy::None);
     assert_eq!(
-        call(&ReadFile::new(), &bypass, json!({"path": "link/secret.txt"})).await,
+        call(
+            &ReadFile::new(),
+            &bypass,
+            json!({"path": "link/secret.txt"})
+        )
+        .await,
         ok("     1\tsecret\n")
     );
     let approved = ctx_with(&cwd, ApprovalMode::AutoEdit, SandboxPolicy::None);
     assert_eq!(
-        call(&WriteFile::new(), &approved, json!({"path": "../outside/ok.txt", "content": "y"})).await,
+        call(
+            &WriteFile::new(),
+            &approved,
+            json!({"path": "../outside/ok.txt", "content": "y"})
+        )
+        .await,
         ok("created \"../outside/ok.txt\" (1 bytes)")
     );
     assert_eq!(fs::read_to_string(outside.join("ok.txt")).unwrap(), "y");
@@ -130,8 +169,14 @@ async fn list_dir_lists_sorted_entries() {
     std::os::unix::fs::symlink("b.txt", dir.path().join("c")).unwrap();
     let ctx = confined(dir.path());
     let tool = ListDir::new();
-    assert_eq!(call(&tool, &ctx, json!({"path": "."})).await, ok(".hidden\na/\nb.txt\nc@\nempty/\n"));
-    assert_eq!(call(&tool, &ctx, json!({"path": "empty"})).await, ok("(\"empty\" is empty)"));
+    assert_eq!(
+        call(&tool, &ctx, json!({"path": "."})).await,
+        ok(".hidden\na/\nb.txt\nc@\nempty/\n")
+    );
+    assert_eq!(
+        call(&tool, &ctx, json!({"path": "empty"})).await,
+        ok("(\"empty\" is empty)")
+    );
     assert_eq!(
         call(&tool, &ctx, json!({"path": "nope"})).await,
         err("cannot list \"nope\": No such file or directory (os error 2)")
@@ -145,8 +190,16 @@ fn tree() -> tempfile::TempDir {
     fs::create_dir_all(p.join("src/nested")).unwrap();
     fs::create_dir_all(p.join("target")).unwrap();
     fs::write(p.join(".gitignore"), "target/\n*.log\n").unwrap();
-    fs::write(p.join("src/main.rs"), "fn main() {\n    println!(\"hi\");\n}\n").unwrap();
-    fs::write(p.join("src/nested/lib.rs"), "pub fn hi() {}\n// TODO: more\n").unwrap();
+    fs::write(
+        p.join("src/main.rs"),
+        "fn main() {\n    println!(\"hi\");\n}\n",
+    )
+    .unwrap();
+    fs::write(
+        p.join("src/nested/lib.rs"),
+        "pub fn hi() {}\n// TODO: more\n",
+    )
+    .unwrap();
     fs::write(p.join("README.md"), "TODO: docs\n").unwrap();
     fs::write(p.join("run.log"), "TODO in a log\n").unwrap();
     fs::write(p.join("target/out.rs"), "TODO built\n").unwrap();
@@ -164,9 +217,17 @@ async fn glob_honours_ignore_rules() {
         call(&tool, &ctx, json!({"pattern": "*.rs"})).await,
         ok("src/main.rs\nsrc/nested/lib.rs\n")
     );
-    assert_eq!(call(&tool, &ctx, json!({"pattern": "src/*.rs"})).await, ok("src/main.rs\n"));
     assert_eq!(
-        call(&tool, &ctx, json!({"pattern": "**/*.rs", "path": "src/nested"})).await,
+        call(&tool, &ctx, json!({"pattern": "src/*.rs"})).await,
+        ok("src/main.rs\n")
+    );
+    assert_eq!(
+        call(
+            &tool,
+            &ctx,
+            json!({"pattern": "**/*.rs", "path": "src/nested"})
+        )
+        .await,
         ok("src/nested/lib.rs\n")
     );
     assert_eq!(
@@ -175,7 +236,9 @@ async fn glob_honours_ignore_rules() {
     );
     assert_eq!(
         call(&tool, &ctx, json!({"pattern": "a[b"})).await,
-        err("invalid glob pattern \"a[b\": error parsing glob 'a[b': unclosed character class; missing ']'")
+        err(
+            "invalid glob pattern \"a[b\": error parsing glob 'a[b': unclosed character class; missing ']'"
+        )
     );
 }
 
@@ -185,11 +248,19 @@ async fn glob_caps_its_results() {
     for i in 0..1_005 {
         fs::write(dir.path().join(format!("f{i:04}.txt")), "").unwrap();
     }
-    let out = call(&Glob::new(), &confined(dir.path()), json!({"pattern": "*.txt"})).await;
+    let out = call(
+        &Glob::new(),
+        &confined(dir.path()),
+        json!({"pattern": "*.txt"}),
+    )
+    .await;
     let lines: Vec<&str> = out.content.lines().collect();
     assert_eq!(lines.len(), 1_001);
     assert_eq!((lines[0], lines[999]), ("f0000.txt", "f0999.txt"));
-    assert_eq!(lines[1_000], "[5 more files not shown; narrow the pattern or path]");
+    assert_eq!(
+        lines[1_000],
+        "[5 more files not shown; narrow the pattern or path]"
+    );
 }
 
 #[tokio::test]
@@ -215,7 +286,12 @@ async fn grep_finds_lines_with_ignore_rules_and_glob() {
     );
     let bad = call(&tool, &ctx, json!({"pattern": "("})).await;
     assert!(bad.is_error);
-    assert!(bad.content.starts_with("invalid regex \"(\": regex parse error:"), "{}", bad.content);
+    assert!(
+        bad.content
+            .starts_with("invalid regex \"(\": regex parse error:"),
+        "{}",
+        bad.content
+    );
 }
 
 #[tokio::test]
@@ -226,7 +302,10 @@ async fn grep_caps_matches() {
     let lines: Vec<&str> = out.content.lines().collect();
     assert_eq!(lines.len(), 501);
     assert_eq!((lines[0], lines[499]), ("many.txt:1:x", "many.txt:500:x"));
-    assert_eq!(lines[500], "[stopped after 500 matches; narrow the pattern, path or glob]");
+    assert_eq!(
+        lines[500],
+        "[stopped after 500 matches; narrow the pattern, path or glob]"
+    );
 }
 
 #[tokio::test]
@@ -235,14 +314,22 @@ async fn write_file_creates_parents_and_overwrites() {
     let ctx = confined(dir.path());
     let tool = WriteFile::new();
     assert_eq!(
-        call(&tool, &ctx, json!({"path": "a/b/c.txt", "content": "hello"})).await,
+        call(
+            &tool,
+            &ctx,
+            json!({"path": "a/b/c.txt", "content": "hello"})
+        )
+        .await,
         ok("created \"a/b/c.txt\" (5 bytes)")
     );
     assert_eq!(
         call(&tool, &ctx, json!({"path": "a/b/c.txt", "content": "bye"})).await,
         ok("overwrote \"a/b/c.txt\" (3 bytes)")
     );
-    assert_eq!(fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(), "bye");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
+        "bye"
+    );
     assert_eq!(
         call(&tool, &ctx, json!({"path": "a", "content": ""})).await,
         err("\"a\" is a directory; give a file path")
@@ -256,24 +343,32 @@ async fn edit_file_replaces_exactly_once_unless_replace_all() {
     fs::write(&file, "alpha beta\nbeta gamma\n").unwrap();
     let ctx = confined(dir.path());
     let tool = EditFile::new();
-    let edit = |old: &str, new: &str, all: bool| {
-        json!({"path": "e.txt", "old_string": old, "new_string": new, "replace_all": all})
-    };
+    let edit = |old: &str, new: &str, all: bool| json!({"path": "e.txt", "old_string": old, "new_string": new, "replace_all": all});
     assert_eq!(
         call(&tool, &ctx, edit("beta", "BETA", false)).await,
-        err("old_string matches 2 times in \"e.txt\"; include more surrounding text to make it \
-             unique, or set replace_all to true")
+        err(
+            "old_string matches 2 times in \"e.txt\"; include more surrounding text to make it \
+             unique, or set replace_all to true"
+        )
     );
     assert_eq!(
         call(&tool, &ctx, edit("delta", "x", false)).await,
-        err("old_string was not found in \"e.txt\" (0 matches); read the file and copy the text exactly")
+        err(
+            "old_string was not found in \"e.txt\" (0 matches); read the file and copy the text exactly"
+        )
     );
-    assert_eq!(fs::read_to_string(&file).unwrap(), "alpha beta\nbeta gamma\n");
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        "alpha beta\nbeta gamma\n"
+    );
     assert_eq!(
         call(&tool, &ctx, edit("alpha beta", "alpha b", false)).await,
         ok("replaced 1 occurrence in \"e.txt\"")
     );
-    assert_eq!(call(&tool, &ctx, edit("a", "A", true)).await, ok("replaced 5 occurrences in \"e.txt\""));
+    assert_eq!(
+        call(&tool, &ctx, edit("a", "A", true)).await,
+        ok("replaced 5 occurrences in \"e.txt\"")
+    );
     assert_eq!(fs::read_to_string(&file).unwrap(), "AlphA b\nbetA gAmmA\n");
     assert_eq!(
         call(&tool, &ctx, edit("b", "b", false)).await,

@@ -14,30 +14,55 @@ fn registry() -> ToolRegistry {
 }
 
 fn names(mode: ApprovalMode) -> Vec<String> {
-    registry().schemas(mode).into_iter().map(|s| s.name).collect()
+    registry()
+        .schemas(mode)
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
 }
 
 #[test]
 fn schemas_are_in_registration_order_and_read_only_hides_side_effects() {
-    let all = ["read_file", "list_dir", "glob", "grep", "write_file", "edit_file", "shell"];
-    for mode in [ApprovalMode::Ask, ApprovalMode::AutoEdit, ApprovalMode::Auto, ApprovalMode::Bypass] {
+    let all = [
+        "read_file",
+        "list_dir",
+        "glob",
+        "grep",
+        "write_file",
+        "edit_file",
+        "shell",
+    ];
+    for mode in [
+        ApprovalMode::Ask,
+        ApprovalMode::AutoEdit,
+        ApprovalMode::Auto,
+        ApprovalMode::Bypass,
+    ] {
         assert_eq!(names(mode), all);
     }
-    assert_eq!(names(ApprovalMode::ReadOnly), ["read_file", "list_dir", "glob", "grep"]);
+    assert_eq!(
+        names(ApprovalMode::ReadOnly),
+        ["read_file", "list_dir", "glob", "grep"]
+    );
     let registry = registry();
     let shell = registry.get("shell").unwrap();
     assert_eq!(
         (shell.spec().parallel_safe, shell.spec().cancellable),
         (false, true)
     );
-    let parallel: Vec<bool> = all.iter().map(|n| registry.get(n).unwrap().spec().parallel_safe).collect();
+    let parallel: Vec<bool> = all
+        .iter()
+        .map(|n| registry.get(n).unwrap().spec().parallel_safe)
+        .collect();
     assert_eq!(parallel, [true, true, true, true, false, false, false]);
     assert!(registry.get("nope").is_none());
 }
 
 #[test]
 fn prepare_accepts_valid_arguments() {
-    let prepared = registry().prepare("read_file", &json!({"path": "a.txt", "limit": 3})).unwrap();
+    let prepared = registry()
+        .prepare("read_file", &json!({"path": "a.txt", "limit": 3}))
+        .unwrap();
     assert_eq!(prepared.tool.spec().name, "read_file");
     assert_eq!(prepared.args, json!({"path": "a.txt", "limit": 3}));
 }
@@ -55,7 +80,9 @@ fn prepare_names_the_available_tools_for_an_unknown_one() {
 #[test]
 fn prepare_reports_invalid_json_arguments() {
     // `StreamAggregate` keeps argument text that is not JSON as a JSON string.
-    let error = registry().prepare("read_file", &json!("{\"path\": \"a.txt\"")).unwrap_err();
+    let error = registry()
+        .prepare("read_file", &json!("{\"path\": \"a.txt\""))
+        .unwrap_err();
     assert!(error.is_error);
     assert_eq!(
         error.content,
@@ -63,16 +90,27 @@ fn prepare_reports_invalid_json_arguments() {
          `read_file` again with a JSON object as arguments. Received: {\"path\": \"a.txt\""
     );
     let error = registry().prepare("shell", &json!([1, 2])).unwrap_err();
-    assert_eq!(error.content, "arguments for `shell` must be a JSON object, got an array: [1,2]");
+    assert_eq!(
+        error.content,
+        "arguments for `shell` must be a JSON object, got an array: [1,2]"
+    );
 }
 
 #[test]
 fn prepare_reports_each_schema_violation_with_its_field() {
     let error = registry()
-        .prepare("read_file", &json!({"offset": "ten", "limit": 0, "extra": true}))
+        .prepare(
+            "read_file",
+            &json!({"offset": "ten", "limit": 0, "extra": true}),
+        )
         .unwrap_err();
     assert!(error.is_error);
-    let spec = registry().get("read_file").unwrap().spec().parameters.clone();
+    let spec = registry()
+        .get("read_file")
+        .unwrap()
+        .spec()
+        .parameters
+        .clone();
     assert_eq!(
         error.content,
         format!(

@@ -28,7 +28,11 @@ pub fn ctx(cwd: &Path, approval_mode: ApprovalMode, sandbox: SandboxPolicy) -> T
 
 /// A confined context (approval mode `auto`, sandbox `WorkspaceWrite{network:false}`).
 pub fn confined(cwd: &Path) -> ToolContext {
-    ctx(cwd, ApprovalMode::Auto, SandboxPolicy::WorkspaceWrite { network: false })
+    ctx(
+        cwd,
+        ApprovalMode::Auto,
+        SandboxPolicy::WorkspaceWrite { network: false },
+    )
 }
 
 pub fn runner() -> SandboxRunner {
@@ -53,7 +57,8 @@ impl ProgressSink for Recorder {
 
 /// Calls `tool` with a fresh token and a throwaway recorder.
 pub async fn call(tool: &dyn Tool, ctx: &ToolContext, args: serde_json::Value) -> ToolOutput {
-    tool.call(ctx, args, CancellationToken::new(), &Recorder::default()).await
+    tool.call(ctx, args, CancellationToken::new(), &Recorder::default())
+        .await
 }
 
 /// Polls `predicate` until it holds, panicking after [`WAIT`].

@@ -8,10 +8,11 @@ use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, Tool
 use async_trait::async_trait;
 use serde_json::json;
 use std::fmt::Write as _;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{ChildStderr, ChildStdout};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 /// Timeout when the call gives none, in milliseconds.
@@ -24,7 +25,7 @@ const DRAIN_LIMIT: Duration = Duration::from_millis(500);
 
 /// Runs a shell command: `{command, timeout_ms?}`.
 ///
-/// The result is the interleaved stdout and stderr (head and tail kept, the middle cut),
+/// The result is stdout and stderr interleaved as written (head and tail kept, the middle cut),
 /// then `[exit code: N]`; a non-zero exit, a timeout or a cancel is `is_error`.
 #[derive(Debug)]
 pub struct Shell {
@@ -93,9 +94,15 @@ impl Tool for Shell {
             Err(e) => return ToolOutput::error(format!("cannot prepare the sandbox: {e}")),
         };
         let (mut command, _tmp_dir) = (prepared.command, prepared.tmp_dir);
+        // stdout and stderr share one pipe, so the model sees them interleaved exactly as
+        // written (like `2>&1`).
+        let reader = match shared_pipe(&mut command) {
+            Ok(reader) => reader,
+            Err(e) => return ToolOutput::error(format!("cannot create the output pipe: {e}")),
+        };
         let spawned = command.spawn();
-        // Drop our copy of the pipe ends the command holds, so EOF arrives when the
-        // process group is gone.
+        // Drop our copy of the pipe's write end (held by the command), so EOF arrives
+        // when the process group is gone.
         drop(command);
         let mut child = match spawned {
             Ok(child) => child,
@@ -103,8 +110,7 @@ impl Tool for Shell {
         };
         let guard = ProcessGroupGuard::new(child.id());
         let mut streams = Streams {
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
+            reader: Some(reader),
             output: CappedOutput::default(),
         };
         let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
@@ -185,50 +191,42 @@ fn render(outcome: &Outcome, output: &CappedOutput, timeout_ms: u64) -> ToolOutp
     }
 }
 
-/// The command's two output pipes, read into one capped buffer in arrival order.
+/// Makes `command` write stdout and stderr into one new pipe; returns its read end.
+fn shared_pipe(command: &mut tokio::process::Command) -> std::io::Result<pipe::Receiver> {
+    let (reader, writer) = std::io::pipe()?;
+    command.stdout(writer.try_clone()?).stderr(writer);
+    pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+}
+
+/// The command's output pipe, read into a capped buffer.
 #[derive(Debug)]
 struct Streams {
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
+    reader: Option<pipe::Receiver>,
     output: CappedOutput,
 }
 
 impl Streams {
     fn is_open(&self) -> bool {
-        self.stdout.is_some() || self.stderr.is_some()
+        self.reader.is_some()
     }
 
-    /// Reads one chunk from whichever pipe has data, records it and streams it to
-    /// `progress`; a pipe at EOF or failing is closed.
+    /// Reads one chunk, records it and streams it to `progress`; at EOF or on a read
+    /// error the pipe is closed.
     ///
     /// # Cancel safety
     /// Cancel safe: a read that did not complete consumed nothing.
     async fn next_chunk(&mut self, progress: &dyn ProgressSink) {
-        let mut out_buf = [0_u8; 8192];
-        let mut err_buf = [0_u8; 8192];
-        let (read, from_stdout) = tokio::select! {
-            read = read_some(&mut self.stdout, &mut out_buf) => (read, true),
-            read = read_some(&mut self.stderr, &mut err_buf) => (read, false),
+        let mut buf = [0_u8; 8192];
+        let read = match self.reader.as_mut() {
+            Some(reader) => reader.read(&mut buf).await,
+            None => std::future::pending().await,
         };
-        let buf = if from_stdout { &out_buf } else { &err_buf };
         match read {
             Ok(n) if n > 0 => {
                 self.output.push(&buf[..n]);
                 progress.output(String::from_utf8_lossy(&buf[..n]).into_owned());
             }
-            _ if from_stdout => self.stdout = None,
-            _ => self.stderr = None,
+            _ => self.reader = None,
         }
-    }
-}
-
-/// Reads from `reader`, or never completes when it is closed.
-async fn read_some<R: AsyncRead + Unpin>(
-    reader: &mut Option<R>,
-    buf: &mut [u8],
-) -> std::io::Result<usize> {
-    match reader {
-        Some(reader) => reader.read(buf).await,
-        None => std::future::pending().await,
     }
 }
