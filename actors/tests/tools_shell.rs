@@ -139,6 +139,21 @@ async fn sandbox_denies_tcp_unless_network_is_allowed() {
     )
     .await;
     assert_eq!(allowed, ToolOutput::ok("connected\n[exit code: 0]"));
+
+    // Binding a TCP port is denied too.
+    let bind = "python3 -c \"import socket\ntry:\n    socket.socket().bind(('127.0.0.1', 0)); print('bound')\nexcept OSError as e:\n    print(e)\"";
+    let denied = call(
+        &Shell::new(runner()),
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": bind}),
+    )
+    .await;
+    assert_eq!(
+        denied,
+        ToolOutput::ok("[Errno 13] Permission denied\n[exit code: 0]")
+    );
+    let allowed = call(&Shell::new(runner()), &networked, json!({"command": bind})).await;
+    assert_eq!(allowed, ToolOutput::ok("bound\n[exit code: 0]"));
 }
 
 #[tokio::test]

@@ -11,9 +11,11 @@
 //! | write inside cwd | Deny | Ask(WW) | Allow(WW) | Allow(WW) | Allow(None) |
 //! | write outside cwd | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
 //! | exec | Deny | Ask(WW) | Ask(WW) | Allow(WW) | Allow(None) |
+//! | exec with `network: true` | Deny | Ask(WW+net) | Ask(WW+net) | Ask(WW+net) | Allow(None) |
 //! | network | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
 //!
-//! WW = `WorkspaceWrite { network: false }`. A call whose grant key is in the session's
+//! WW = `WorkspaceWrite { network: false }`, WW+net = `WorkspaceWrite { network: true }`.
+//! Exec tools declare that they need the network with a boolean `network` argument. A call whose grant key is in the session's
 //! grants gets `Allow` with the sandbox it would have had if asked. File tools treat
 //! `SandboxPolicy::None` as "may leave the working directory", so the ToolActor must put
 //! the verdict's sandbox into `ToolContext::sandbox` for every call.
@@ -37,8 +39,10 @@ pub enum Verdict {
         action: String,
         /// Why approval is needed, for the person.
         reason: String,
-        /// Key an "allow for this session" decision grants (`shell:git`, `write_file:*`,
-        /// `write_file:/abs/dir`, `fetch:example.com`).
+        /// Key an "allow for this session" decision grants: `shell:<first word>` (or
+        /// `shell:<whole command>` when it has shell operators), `shell:network:<same>`,
+        /// `write_file:*` (inside the working directory), `write_file:<abs dir>` (outside),
+        /// `<tool>:<host>` (network tools).
         grant_key: String,
         /// Sandbox to run under when allowed.
         sandbox_if_allowed: SandboxPolicy,
@@ -129,21 +133,31 @@ fn request_for(spec: &ToolSpec, args: &serde_json::Value, cwd: &Path) -> Request
     match spec.side_effect {
         SideEffect::Exec => {
             let command = arg("command").unwrap_or_default().to_owned();
-            let grant_key = if command.contains(SHELL_META) {
-                format!("{name}:{}", command.trim())
+            let words = if command.contains(SHELL_META) {
+                command.trim()
             } else {
-                format!(
-                    "{name}:{}",
-                    command.split_whitespace().next().unwrap_or_default()
-                )
+                command.split_whitespace().next().unwrap_or_default()
             };
+            let network = args.get("network").and_then(serde_json::Value::as_bool) == Some(true);
+            if network {
+                return Request {
+                    class: Class::Network,
+                    reason: format!(
+                        "`{name}` wants to run a command with network access (sandboxed: writes \
+                         only in the working directory)"
+                    ),
+                    action: command.clone(),
+                    grant_key: format!("{name}:network:{words}"),
+                    sandbox: SandboxPolicy::WorkspaceWrite { network: true },
+                };
+            }
             Request {
                 class: Class::Exec,
                 reason: format!(
                     "`{name}` wants to run a command (sandboxed: writes only in the working directory, no network)"
                 ),
+                grant_key: format!("{name}:{words}"),
                 action: command,
-                grant_key,
                 sandbox: SANDBOXED,
             }
         }

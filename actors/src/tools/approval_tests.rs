@@ -158,6 +158,38 @@ fn grants_allow_with_the_sandbox_they_would_have_had() {
 }
 
 #[test]
+fn exec_that_needs_the_network_asks_even_in_auto() {
+    let shell = spec("shell", SideEffect::Exec);
+    let args = json!({"command": "cargo fetch", "network": true});
+    let net = SandboxPolicy::WorkspaceWrite { network: true };
+    let expected = ask(
+        "cargo fetch",
+        "`shell` wants to run a command with network access (sandboxed: writes only in the working directory)",
+        "shell:network:cargo",
+        net,
+    );
+    for mode in [Ask, AutoEdit, Auto] {
+        assert_eq!(
+            evaluate(mode, &shell, &args, Path::new("/w"), &BTreeSet::new()),
+            expected
+        );
+    }
+    let grants: BTreeSet<String> = ["shell:network:cargo".to_owned()].into();
+    assert_eq!(
+        evaluate(Auto, &shell, &args, Path::new("/w"), &grants),
+        allow(net)
+    );
+    assert_eq!(
+        evaluate(Bypass, &shell, &args, Path::new("/w"), &grants),
+        allow(SandboxPolicy::None)
+    );
+    assert_eq!(
+        evaluate(ReadOnly, &shell, &args, Path::new("/w"), &grants),
+        deny("shell", "exec")
+    );
+}
+
+#[test]
 fn dot_dot_inside_the_working_directory_stays_inside() {
     let write = spec("edit_file", SideEffect::Write);
     let verdict = evaluate(

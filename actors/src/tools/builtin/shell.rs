@@ -23,7 +23,8 @@ pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
 /// this long (a process that left the group may keep a pipe open).
 const DRAIN_LIMIT: Duration = Duration::from_millis(500);
 
-/// Runs a shell command: `{command, timeout_ms?}`.
+/// Runs a shell command: `{command, network?, timeout_ms?}`. `network` is read by the
+/// Approval Gateway (the sandbox in `ToolContext::sandbox` is what is enforced).
 ///
 /// The result is stdout and stderr interleaved as written (head and tail kept, the middle cut),
 /// then `[exit code: N]`; a non-zero exit, a timeout or a cancel is `is_error`.
@@ -49,6 +50,7 @@ impl Shell {
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "minLength": 1, "description": "The bash command (run with bash -c)."},
+                    "network": {"type": "boolean", "description": "Set true only when the command needs network access (e.g. downloading dependencies); it then needs approval."},
                     "timeout_ms": {"type": "integer", "minimum": 1, "maximum": SHELL_MAX_TIMEOUT_MS, "description": "Timeout in milliseconds (default 120000)."}
                 },
                 "required": ["command"],
