@@ -223,3 +223,93 @@ pub fn apply_policy(policy: SandboxPolicy, cwd: &Path, tmp: &Path) -> Result<(),
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{SandboxInvocation, invocation_args, parse_invocation};
+    use crate::tools::SandboxPolicy;
+    use std::ffi::OsString;
+    use std::path::PathBuf;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn invocation_round_trips_through_its_arguments() {
+        let invocation = SandboxInvocation {
+            policy: SandboxPolicy::WorkspaceWrite { network: false },
+            cwd: PathBuf::from("/w"),
+            tmp: PathBuf::from("/t"),
+            program: "bash".into(),
+            args: os(&["-c", "echo --policy x"]),
+        };
+        let args = invocation_args(&invocation);
+        assert_eq!(
+            args,
+            os(&[
+                "__sandbox-exec",
+                "--policy",
+                r#"{"workspace-write":{"network":false}}"#,
+                "--cwd",
+                "/w",
+                "--tmp",
+                "/t",
+                "--",
+                "bash",
+                "-c",
+                "echo --policy x",
+            ])
+        );
+        assert_eq!(parse_invocation(args.into_iter().skip(1)), Ok(invocation));
+    }
+
+    #[test]
+    fn malformed_arguments_are_named() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--policy", "\"read-only\"", "--cwd", "/w", "--tmp", "/t"],
+                "missing `-- <program>`",
+            ),
+            (
+                &[
+                    "--policy",
+                    "\"read-only\"",
+                    "--cwd",
+                    "/w",
+                    "--tmp",
+                    "/t",
+                    "--",
+                ],
+                "missing program after `--`",
+            ),
+            (
+                &["--cwd", "/w", "--tmp", "/t", "--", "ls"],
+                "missing --policy",
+            ),
+            (
+                &["--policy", "\"none\"", "--tmp", "/t", "--", "ls"],
+                "missing --cwd",
+            ),
+            (
+                &["--policy", "\"none\"", "--cwd", "/w", "--", "ls"],
+                "missing --tmp",
+            ),
+            (&["--cwd"], "missing value for --cwd"),
+            (&["--net", "x", "--", "ls"], "unknown argument \"--net\""),
+            (
+                &["--policy", "open", "--", "ls"],
+                "invalid --policy \"open\": expected value at line 1 column 1",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(
+                parse_invocation(os(args)),
+                Err((*expected).to_owned()),
+                "{args:?}"
+            );
+        }
+    }
+}
