@@ -4,6 +4,21 @@
 //! Owns: what a tool is and how one call runs. Must not: write events or talk to actors;
 //! the ToolActor drives a call and persists what happens.
 
+/// Approval Gateway policy (pure): `evaluate` → `Verdict`.
+pub mod approval;
+/// The built-in tools.
+pub mod builtin;
+/// Path resolution and working-directory confinement of the file tools.
+pub mod paths;
+/// `ToolRegistry`: exposed schemas and argument validation (`prepare`).
+pub mod registry;
+/// Sandbox Runner (Landlock helper, process groups).
+pub mod sandbox;
+/// Batching of one step's tool calls (pure).
+pub mod schedule;
+
+pub use registry::{PreparedCall, ToolRegistry};
+
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,112 @@
+//! `edit_file`: exact-string replacement in one file.
+
+use super::{blocking, file_spec, str_arg};
+use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use async_trait::async_trait;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Replaces text: `{path, old_string, new_string, replace_all?}`. `old_string` must occur
+/// exactly once unless `replace_all` is true.
+#[derive(Debug)]
+pub struct EditFile {
+    spec: ToolSpec,
+}
+
+impl EditFile {
+    /// The tool.
+    #[must_use]
+    pub fn new() -> Self {
+        let spec = file_spec(
+            "edit_file",
+            "Replace an exact string in a file in the working directory. old_string must match \
+             the file's text exactly (including whitespace) and occur exactly once, unless \
+             replace_all is true. Include surrounding lines to make it unique.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the working directory."},
+                    "old_string": {"type": "string", "minLength": 1, "description": "Exact text to replace."},
+                    "new_string": {"type": "string", "description": "Replacement text."},
+                    "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
+                },
+                "required": ["path", "old_string", "new_string"],
+                "additionalProperties": false
+            }),
+            SideEffect::Write,
+        );
+        Self { spec }
+    }
+}
+
+impl Default for EditFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for EditFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        _cancel: CancellationToken,
+        _progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        let ctx = ctx.clone();
+        blocking(move || edit(&ctx, &args)).await
+    }
+}
+
+fn edit(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
+    let raw = str_arg(args, "path").unwrap_or_default();
+    let old = str_arg(args, "old_string").unwrap_or_default();
+    let new = str_arg(args, "new_string").unwrap_or_default();
+    let replace_all = args
+        .get("replace_all")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    if old.is_empty() {
+        return ToolOutput::error("old_string is empty; give the exact text to replace");
+    }
+    if old == new {
+        return ToolOutput::error("old_string and new_string are identical; nothing to change");
+    }
+    let path = match paths::resolve(ctx, raw) {
+        Ok(path) => path,
+        Err(message) => return ToolOutput::error(message),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => return ToolOutput::error(format!("cannot read {raw:?}: {e}")),
+    };
+    let count = text.matches(old).count();
+    if count == 0 {
+        return ToolOutput::error(format!(
+            "old_string was not found in {raw:?} (0 matches); read the file and copy the text exactly"
+        ));
+    }
+    if count > 1 && !replace_all {
+        return ToolOutput::error(format!(
+            "old_string matches {count} times in {raw:?}; include more surrounding text to make \
+             it unique, or set replace_all to true"
+        ));
+    }
+    let updated = if replace_all {
+        text.replace(old, new)
+    } else {
+        text.replacen(old, new, 1)
+    };
+    match std::fs::write(&path, updated) {
+        Ok(()) => ToolOutput::ok(format!(
+            "replaced {count} occurrence{} in {raw:?}",
+            if count == 1 { "" } else { "s" }
+        )),
+        Err(e) => ToolOutput::error(format!("cannot write {raw:?}: {e}")),
+    }
+}

@@ -1,0 +1,234 @@
+//! `shell`: runs `bash -c <command>` through the Sandbox Runner, in its own process
+//! group, with a timeout, cancellation and capped output streamed live.
+
+use super::output::CappedOutput;
+use super::{str_arg, u64_arg};
+use crate::tools::sandbox::{EXIT_SANDBOX_UNAVAILABLE, ProcessGroupGuard, SandboxRunner};
+use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
+use async_trait::async_trait;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio_util::sync::CancellationToken;
+
+/// Timeout when the call gives none, in milliseconds.
+pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// Largest timeout a call may ask for, in milliseconds.
+pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
+/// After the command ends (or is killed), output still in the pipes is read for at most
+/// this long (a process that left the group may keep a pipe open).
+const DRAIN_LIMIT: Duration = Duration::from_millis(500);
+
+/// Runs a shell command: `{command, network?, timeout_ms?}`. `network` is read by the
+/// Approval Gateway (the sandbox in `ToolContext::sandbox` is what is enforced).
+///
+/// The result is stdout and stderr interleaved as written (head and tail kept, the middle cut),
+/// then `[exit code: N]`; a non-zero exit, a timeout or a cancel is `is_error`.
+#[derive(Debug)]
+pub struct Shell {
+    spec: ToolSpec,
+    runner: SandboxRunner,
+}
+
+impl Shell {
+    /// The tool; sandboxed commands start through `runner`.
+    #[must_use]
+    pub fn new(runner: SandboxRunner) -> Self {
+        let spec = ToolSpec {
+            name: "shell".to_owned(),
+            description: "Run a bash command in the working directory and return its combined \
+                          stdout and stderr and exit code. Unless the session bypasses the \
+                          sandbox, the command may write only inside the working directory \
+                          and $TMPDIR and has no network access. Long output is cut in the \
+                          middle."
+                .to_owned(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "minLength": 1, "description": "The bash command (run with bash -c)."},
+                    "network": {"type": "boolean", "description": "Set true only when the command needs network access (e.g. downloading dependencies); it then needs approval."},
+                    "timeout_ms": {"type": "integer", "minimum": 1, "maximum": SHELL_MAX_TIMEOUT_MS, "description": "Timeout in milliseconds (default 120000)."}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+            parallel_safe: false,
+            side_effect: SideEffect::Exec,
+            cancellable: true,
+            default_timeout_ms: SHELL_DEFAULT_TIMEOUT_MS,
+        };
+        Self { spec, runner }
+    }
+}
+
+#[derive(Debug)]
+enum Outcome {
+    Exited(std::process::ExitStatus),
+    WaitFailed(std::io::Error),
+    TimedOut,
+    Cancelled,
+}
+
+#[async_trait]
+impl Tool for Shell {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        let command = str_arg(&args, "command").unwrap_or_default().to_owned();
+        let timeout_ms = u64_arg(&args, "timeout_ms")
+            .unwrap_or(self.spec.default_timeout_ms)
+            .clamp(1, SHELL_MAX_TIMEOUT_MS);
+        let bash_args = ["-c".into(), command.into()];
+        let prepared = match self.runner.spawn(ctx.sandbox, &ctx.cwd, "bash", &bash_args) {
+            Ok(prepared) => prepared,
+            Err(e) => return ToolOutput::error(format!("cannot prepare the sandbox: {e}")),
+        };
+        let (mut command, _tmp_dir) = (prepared.command, prepared.tmp_dir);
+        // stdout and stderr share one pipe, so the model sees them interleaved exactly as
+        // written (like `2>&1`).
+        let reader = match shared_pipe(&mut command) {
+            Ok(reader) => reader,
+            Err(e) => return ToolOutput::error(format!("cannot create the output pipe: {e}")),
+        };
+        let spawned = command.spawn();
+        // Drop our copy of the pipe's write end (held by the command), so EOF arrives
+        // when the process group is gone.
+        drop(command);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => return ToolOutput::error(format!("cannot start the command: {e}")),
+        };
+        let guard = ProcessGroupGuard::new(child.id());
+        let mut streams = Streams {
+            reader: Some(reader),
+            output: CappedOutput::default(),
+        };
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
+        tokio::pin!(deadline);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                // Cancel wins over everything: the group is killed below, output so far kept.
+                () = cancel.cancelled() => break Outcome::Cancelled,
+                () = &mut deadline => break Outcome::TimedOut,
+                // Output is read while the command runs so the pipes never fill up.
+                () = streams.next_chunk(progress), if streams.is_open() => {}
+                // The leader exited; stragglers in its group are killed below.
+                status = child.wait() => break match status {
+                    Ok(status) => Outcome::Exited(status),
+                    Err(e) => Outcome::WaitFailed(e),
+                },
+            }
+        };
+        guard.kill();
+        if matches!(outcome, Outcome::Cancelled | Outcome::TimedOut) {
+            // SIGKILL was sent to the group; reap the leader.
+            let _ = child.wait().await;
+        }
+        let _ = tokio::time::timeout(DRAIN_LIMIT, async {
+            while streams.is_open() {
+                streams.next_chunk(progress).await;
+            }
+        })
+        .await;
+        render(&outcome, &streams.output, timeout_ms)
+    }
+}
+
+fn render(outcome: &Outcome, output: &CappedOutput, timeout_ms: u64) -> ToolOutput {
+    let mut text = output.render();
+    if text.is_empty() {
+        text.push_str("(no output)");
+    }
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let is_error = match outcome {
+        Outcome::Exited(status) => {
+            if let Some(code) = status.code() {
+                let _ = write!(text, "[exit code: {code}]");
+                if code == EXIT_SANDBOX_UNAVAILABLE && text.contains("foya-sandbox:") {
+                    text.push_str(
+                        "\n[the sandbox could not be set up, so the command did not run]",
+                    );
+                }
+                code != 0
+            } else {
+                let signal = status.signal().unwrap_or_default();
+                let _ = write!(text, "[killed by signal {signal}]");
+                true
+            }
+        }
+        Outcome::WaitFailed(e) => {
+            let _ = write!(text, "[could not wait for the command: {e}]");
+            true
+        }
+        Outcome::TimedOut => {
+            let _ = write!(
+                text,
+                "[timed out after {timeout_ms} ms; the command's process group was killed]"
+            );
+            true
+        }
+        Outcome::Cancelled => {
+            text.push_str("[cancelled; the command's process group was killed]");
+            true
+        }
+    };
+    ToolOutput {
+        content: text,
+        is_error,
+    }
+}
+
+/// Makes `command` write stdout and stderr into one new pipe; returns its read end.
+fn shared_pipe(command: &mut tokio::process::Command) -> std::io::Result<pipe::Receiver> {
+    let (reader, writer) = std::io::pipe()?;
+    command.stdout(writer.try_clone()?).stderr(writer);
+    pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+}
+
+/// The command's output pipe, read into a capped buffer.
+#[derive(Debug)]
+struct Streams {
+    reader: Option<pipe::Receiver>,
+    output: CappedOutput,
+}
+
+impl Streams {
+    fn is_open(&self) -> bool {
+        self.reader.is_some()
+    }
+
+    /// Reads one chunk, records it and streams it to `progress`; at EOF or on a read
+    /// error the pipe is closed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a read that did not complete consumed nothing.
+    async fn next_chunk(&mut self, progress: &dyn ProgressSink) {
+        let mut buf = [0_u8; 8192];
+        let read = match self.reader.as_mut() {
+            Some(reader) => reader.read(&mut buf).await,
+            None => std::future::pending().await,
+        };
+        match read {
+            Ok(n) if n > 0 => {
+                self.output.push(&buf[..n]);
+                progress.output(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+            _ => self.reader = None,
+        }
+    }
+}

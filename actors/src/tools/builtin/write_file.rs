@@ -1,0 +1,86 @@
+//! `write_file`: creates or overwrites a file (and its parent directories).
+
+use super::{blocking, file_spec, str_arg};
+use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use async_trait::async_trait;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Writes a whole file: `{path, content}`.
+#[derive(Debug)]
+pub struct WriteFile {
+    spec: ToolSpec,
+}
+
+impl WriteFile {
+    /// The tool.
+    #[must_use]
+    pub fn new() -> Self {
+        let spec = file_spec(
+            "write_file",
+            "Create or overwrite a file in the working directory with the given content. \
+             Missing parent directories are created. Prefer edit_file for changing part of a file.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the working directory."},
+                    "content": {"type": "string", "description": "The complete new content of the file."}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+            SideEffect::Write,
+        );
+        Self { spec }
+    }
+}
+
+impl Default for WriteFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        _cancel: CancellationToken,
+        _progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        let ctx = ctx.clone();
+        blocking(move || write(&ctx, &args)).await
+    }
+}
+
+fn write(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
+    let raw = str_arg(args, "path").unwrap_or_default();
+    let content = str_arg(args, "content").unwrap_or_default();
+    let path = match paths::resolve(ctx, raw) {
+        Ok(path) => path,
+        Err(message) => return ToolOutput::error(message),
+    };
+    if path.is_dir() {
+        return ToolOutput::error(format!("{raw:?} is a directory; give a file path"));
+    }
+    if let Some(parent) = path.parent()
+        && let Err(e) = std::fs::create_dir_all(parent)
+    {
+        return ToolOutput::error(format!("cannot create the directories of {raw:?}: {e}"));
+    }
+    let existed = path.exists();
+    match std::fs::write(&path, content) {
+        Ok(()) => ToolOutput::ok(format!(
+            "{} {raw:?} ({} bytes)",
+            if existed { "overwrote" } else { "created" },
+            content.len()
+        )),
+        Err(e) => ToolOutput::error(format!("cannot write {raw:?}: {e}")),
+    }
+}

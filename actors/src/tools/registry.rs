@@ -1,0 +1,208 @@
+//! The tool registry: which tools a session exposes, their schemas for the model, and
+//! validation of a call's arguments before it runs.
+//!
+//! Owns: registration order, one compiled JSON-Schema validator per tool, and the
+//! messages the model gets for a call it cannot make (unknown tool, invalid JSON, schema
+//! violation). Must not: run tools or decide approvals.
+
+use super::sandbox::SandboxRunner;
+use super::{SideEffect, Tool, ToolOutput, builtin};
+use crate::provider::ToolSchema;
+use foya_protocol::ApprovalMode;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// Registered tools in registration order.
+#[derive(Debug, Clone, Default)]
+pub struct ToolRegistry {
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    tool: Arc<dyn Tool>,
+    /// Compiled once at registration; `Err` holds why the tool's own schema is invalid.
+    validator: Result<Arc<jsonschema::Validator>, String>,
+}
+
+/// A call that passed [`ToolRegistry::prepare`]: the tool and its arguments object.
+#[derive(Debug, Clone)]
+pub struct PreparedCall {
+    /// The tool to call.
+    pub tool: Arc<dyn Tool>,
+    /// Arguments, a JSON object valid against the tool's schema.
+    pub args: serde_json::Value,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The built-ins (`read_file`, `list_dir`, `glob`, `grep`, `write_file`, `edit_file`,
+    /// `shell`), with `shell` sandboxed through [`SandboxRunner::from_env`].
+    #[must_use]
+    pub fn builtin() -> Self {
+        Self::builtin_with_sandbox(SandboxRunner::from_env())
+    }
+
+    /// The built-ins with `shell` sandboxed through `runner` (tests pass the
+    /// `foya-sandbox` helper binary).
+    #[must_use]
+    pub fn builtin_with_sandbox(runner: SandboxRunner) -> Self {
+        let mut registry = Self::new();
+        for tool in builtin::all(runner) {
+            registry.register(tool);
+        }
+        registry
+    }
+
+    /// Adds `tool`, or replaces the registered tool of the same name in place. Its
+    /// parameter schema is compiled now.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        let validator = jsonschema::validator_for(&tool.spec().parameters)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        if let Err(error) = &validator {
+            tracing::warn!(tool.name = %tool.spec().name, %error, "tool has an invalid parameter schema");
+        }
+        let entry = Entry { tool, validator };
+        match self
+            .entries
+            .iter_mut()
+            .find(|e| e.tool.spec().name == entry.tool.spec().name)
+        {
+            Some(existing) => *existing = entry,
+            None => self.entries.push(entry),
+        }
+    }
+
+    /// The tool called `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.entries
+            .iter()
+            .find(|e| e.tool.spec().name == name)
+            .map(|e| Arc::clone(&e.tool))
+    }
+
+    /// Names in registration order.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|e| e.tool.spec().name.clone())
+            .collect()
+    }
+
+    /// The tools exposed to the model in `mode`, in registration order. In `read-only`
+    /// mode tools with side effects are hidden.
+    #[must_use]
+    pub fn schemas(&self, mode: ApprovalMode) -> Vec<ToolSchema> {
+        self.entries
+            .iter()
+            .map(|e| e.tool.spec())
+            .filter(|spec| mode != ApprovalMode::ReadOnly || spec.side_effect == SideEffect::None)
+            .map(|spec| ToolSchema {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
+            })
+            .collect()
+    }
+
+    /// Checks a model's call before it runs.
+    ///
+    /// # Errors
+    /// A `ToolOutput::error` for the model when the tool is unknown (lists the available
+    /// ones), the arguments are not valid JSON (`StreamAggregate` keeps such text as a
+    /// JSON string), not an object, or violate the tool's schema (each violation with
+    /// its field and what was expected).
+    pub fn prepare(
+        &self,
+        name: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<PreparedCall, ToolOutput> {
+        let Some(entry) = self.entries.iter().find(|e| e.tool.spec().name == name) else {
+            return Err(ToolOutput::error(format!(
+                "unknown tool {name:?}; available tools: {}",
+                self.names().join(", ")
+            )));
+        };
+        let args = match arguments {
+            serde_json::Value::Object(_) => arguments.clone(),
+            serde_json::Value::String(text) => {
+                return Err(ToolOutput::error(invalid_json_message(name, text)));
+            }
+            other => {
+                return Err(ToolOutput::error(format!(
+                    "arguments for `{name}` must be a JSON object, got {}: {}",
+                    json_type(other),
+                    clip(&other.to_string(), 200)
+                )));
+            }
+        };
+        let validator = entry.validator.as_ref().map_err(|error| {
+            ToolOutput::error(format!(
+                "tool `{name}` cannot be called: its parameter schema is invalid ({error})"
+            ))
+        })?;
+        let mut errors = validator.iter_errors(&args).peekable();
+        if errors.peek().is_none() {
+            drop(errors);
+            return Ok(PreparedCall {
+                tool: Arc::clone(&entry.tool),
+                args,
+            });
+        }
+        let mut message = format!("invalid arguments for `{name}`:");
+        for error in errors {
+            let at = error.instance_path().to_string();
+            let at = if at.is_empty() {
+                "(root)".to_owned()
+            } else {
+                at
+            };
+            let _ = write!(message, "\n- at {at}: {error}");
+        }
+        let _ = write!(
+            message,
+            "\nexpected parameters: {}",
+            entry.tool.spec().parameters
+        );
+        Err(ToolOutput::error(message))
+    }
+}
+
+fn invalid_json_message(name: &str, text: &str) -> String {
+    let reason = match serde_json::from_str::<serde_json::Value>(text) {
+        Err(e) => e.to_string(),
+        Ok(_) => "not an object".to_owned(),
+    };
+    format!(
+        "arguments are not valid JSON: {reason}; call `{name}` again with a JSON object as \
+         arguments. Received: {}",
+        clip(text, 200)
+    )
+}
+
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// At most `max` chars of `text`, with `…` when cut.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}

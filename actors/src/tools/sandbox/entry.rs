@@ -1,0 +1,315 @@
+//! The sandbox entry point: the helper side of the Sandbox Runner.
+//!
+//! Owns: parsing `__sandbox-exec --policy <json> --cwd <dir> --tmp <dir> -- <program>
+//! <args>`, applying the policy with Linux Landlock to the current process, and `exec`ing
+//! the program. Must not: ever run the program without the requested confinement — when
+//! the kernel lacks a needed Landlock feature the helper exits with
+//! [`EXIT_SANDBOX_UNAVAILABLE`] and a `foya-sandbox:` message on stderr.
+
+use super::SandboxPolicy;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// `argv[1]` that selects the sandbox entry point.
+pub const SANDBOX_EXEC_ARG: &str = "__sandbox-exec";
+
+/// Exit code when the kernel cannot enforce the requested policy (Landlock missing, too
+/// old an ABI, or the ruleset could not be applied). The program did not run.
+pub const EXIT_SANDBOX_UNAVAILABLE: i32 = 121;
+
+/// Exit code when the helper's own arguments are malformed. The program did not run.
+pub const EXIT_SANDBOX_USAGE: i32 = 122;
+
+/// Exit code when `exec` of the program failed (not found, not executable).
+pub const EXIT_EXEC_FAILED: i32 = 127;
+
+/// Landlock ABI whose file-system rights are enforced (V3: adds `truncate`, so a sandboxed
+/// process cannot truncate files it may not write).
+const FS_ABI: ABI = ABI::V3;
+
+/// Landlock ABI whose TCP bind/connect rights are enforced when network is denied.
+const NET_ABI: ABI = ABI::V4;
+
+/// Character devices a confined process may always open for writing: writing to them
+/// changes nothing on disk.
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The parsed helper command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInvocation {
+    /// Policy to apply.
+    pub policy: SandboxPolicy,
+    /// Working directory (writable under `WorkspaceWrite`); the program starts there.
+    pub cwd: PathBuf,
+    /// Private temp dir (writable under `WorkspaceWrite`); exported as `TMPDIR`.
+    pub tmp: PathBuf,
+    /// Program to exec.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+/// Runs the sandbox entry point when `argv[1]` is [`SANDBOX_EXEC_ARG`]; otherwise returns
+/// at once. Call it first thing in `main` of every binary that may serve as the helper.
+///
+/// When requested it never returns: it either replaces the process image with the
+/// confined program or exits with [`EXIT_SANDBOX_USAGE`], [`EXIT_SANDBOX_UNAVAILABLE`] or
+/// [`EXIT_EXEC_FAILED`] after writing a `foya-sandbox: ...` line to stderr.
+pub fn sandbox_entry_if_requested() {
+    let mut argv = std::env::args_os();
+    let _argv0 = argv.next();
+    if argv.next().as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
+        return;
+    }
+    let invocation = match parse_invocation(argv) {
+        Ok(invocation) => invocation,
+        Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
+    };
+    if let Err(message) = apply_policy(invocation.policy, &invocation.cwd, &invocation.tmp) {
+        fail(EXIT_SANDBOX_UNAVAILABLE, &message);
+    }
+    let error = std::process::Command::new(&invocation.program)
+        .args(&invocation.args)
+        .current_dir(&invocation.cwd)
+        .env("TMPDIR", &invocation.tmp)
+        .exec();
+    fail(
+        EXIT_EXEC_FAILED,
+        &format!("cannot execute {:?}: {error}", invocation.program),
+    );
+}
+
+fn fail(code: i32, message: &str) -> ! {
+    eprintln!("foya-sandbox: {message}");
+    std::process::exit(code);
+}
+
+/// Builds the helper's arguments (everything after `argv[0]`) for an invocation.
+#[must_use]
+pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
+    let policy = serde_json::to_string(&invocation.policy).unwrap_or_default();
+    let mut out: Vec<OsString> = vec![
+        SANDBOX_EXEC_ARG.into(),
+        "--policy".into(),
+        policy.into(),
+        "--cwd".into(),
+        invocation.cwd.clone().into(),
+        "--tmp".into(),
+        invocation.tmp.clone().into(),
+        "--".into(),
+        invocation.program.clone(),
+    ];
+    out.extend(invocation.args.iter().cloned());
+    out
+}
+
+/// Parses the arguments after [`SANDBOX_EXEC_ARG`].
+///
+/// # Errors
+/// A message naming the missing or malformed argument.
+pub fn parse_invocation(
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<SandboxInvocation, String> {
+    let mut args = args.into_iter();
+    let (mut policy, mut cwd, mut tmp) = (None, None, None);
+    loop {
+        let Some(flag) = args.next() else {
+            return Err("missing `-- <program>`".to_owned());
+        };
+        let flag = flag.to_string_lossy().into_owned();
+        if flag == "--" {
+            break;
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("missing value for {flag}"))?;
+        match flag.as_str() {
+            "--policy" => {
+                let text = value.to_string_lossy();
+                policy = Some(
+                    serde_json::from_str::<SandboxPolicy>(&text)
+                        .map_err(|e| format!("invalid --policy {text:?}: {e}"))?,
+                );
+            }
+            "--cwd" => cwd = Some(PathBuf::from(value)),
+            "--tmp" => tmp = Some(PathBuf::from(value)),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let program = args.next().ok_or("missing program after `--`")?;
+    Ok(SandboxInvocation {
+        policy: policy.ok_or("missing --policy")?,
+        cwd: cwd.ok_or("missing --cwd")?,
+        tmp: tmp.ok_or("missing --tmp")?,
+        program,
+        args: args.collect(),
+    })
+}
+
+/// Confines the current process (and everything it later execs) per `policy`.
+///
+/// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
+/// and `tmp` and to [`WRITABLE_DEVICES`]; `ReadOnly` only to the devices. TCP bind and
+/// connect are denied (no allowed port) unless `WorkspaceWrite { network: true }`.
+/// `None` applies nothing.
+///
+/// # Errors
+/// A message when Landlock is unavailable or lacks a feature the policy needs
+/// (`CompatLevel::HardRequirement`): file-system rules need ABI ≥ 3, network rules ABI ≥ 4.
+pub fn apply_policy(policy: SandboxPolicy, cwd: &Path, tmp: &Path) -> Result<(), String> {
+    let (writable_dirs, network): (Vec<&Path>, bool) = match policy {
+        SandboxPolicy::None => return Ok(()),
+        SandboxPolicy::ReadOnly => (Vec::new(), false),
+        SandboxPolicy::WorkspaceWrite { network } => (vec![cwd, tmp], network),
+    };
+    let landlock_err = |e: landlock::RulesetError| {
+        format!(
+            "cannot apply the Landlock sandbox ({e}); it needs Landlock ABI >= 3 \
+             (>= 4 to deny network). The command was not run."
+        )
+    };
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(FS_ABI))
+        .map_err(landlock_err)?;
+    if !network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(NET_ABI))
+            .map_err(landlock_err)?;
+    }
+    let mut created = ruleset.create().map_err(landlock_err)?;
+    let open = |path: &Path| {
+        PathFd::new(path)
+            .map_err(|e| format!("cannot open {} for the sandbox: {e}", path.display()))
+    };
+    created = created
+        .add_rule(PathBeneath::new(
+            open(Path::new("/"))?,
+            AccessFs::from_read(FS_ABI),
+        ))
+        .map_err(landlock_err)?;
+    for dir in writable_dirs {
+        created = created
+            .add_rule(PathBeneath::new(open(dir)?, AccessFs::from_all(FS_ABI)))
+            .map_err(landlock_err)?;
+    }
+    let device_access = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
+    for device in WRITABLE_DEVICES {
+        // A missing device is fine (containers without /dev/tty): nothing to allow.
+        if let Ok(fd) = PathFd::new(device) {
+            created = created
+                .add_rule(PathBeneath::new(fd, device_access))
+                .map_err(landlock_err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(landlock_err)?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(format!(
+            "Landlock did not fully enforce the sandbox (status {:?}); the command was not run",
+            status.ruleset
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{SandboxInvocation, invocation_args, parse_invocation};
+    use crate::tools::SandboxPolicy;
+    use std::ffi::OsString;
+    use std::path::PathBuf;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn invocation_round_trips_through_its_arguments() {
+        let invocation = SandboxInvocation {
+            policy: SandboxPolicy::WorkspaceWrite { network: false },
+            cwd: PathBuf::from("/w"),
+            tmp: PathBuf::from("/t"),
+            program: "bash".into(),
+            args: os(&["-c", "echo --policy x"]),
+        };
+        let args = invocation_args(&invocation);
+        assert_eq!(
+            args,
+            os(&[
+                "__sandbox-exec",
+                "--policy",
+                r#"{"workspace-write":{"network":false}}"#,
+                "--cwd",
+                "/w",
+                "--tmp",
+                "/t",
+                "--",
+                "bash",
+                "-c",
+                "echo --policy x",
+            ])
+        );
+        assert_eq!(parse_invocation(args.into_iter().skip(1)), Ok(invocation));
+    }
+
+    #[test]
+    fn malformed_arguments_are_named() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--policy", "\"read-only\"", "--cwd", "/w", "--tmp", "/t"],
+                "missing `-- <program>`",
+            ),
+            (
+                &[
+                    "--policy",
+                    "\"read-only\"",
+                    "--cwd",
+                    "/w",
+                    "--tmp",
+                    "/t",
+                    "--",
+                ],
+                "missing program after `--`",
+            ),
+            (
+                &["--cwd", "/w", "--tmp", "/t", "--", "ls"],
+                "missing --policy",
+            ),
+            (
+                &["--policy", "\"none\"", "--tmp", "/t", "--", "ls"],
+                "missing --cwd",
+            ),
+            (
+                &["--policy", "\"none\"", "--cwd", "/w", "--", "ls"],
+                "missing --tmp",
+            ),
+            (&["--cwd"], "missing value for --cwd"),
+            (&["--net", "x", "--", "ls"], "unknown argument \"--net\""),
+            (
+                &["--policy", "open", "--", "ls"],
+                "invalid --policy \"open\": expected value at line 1 column 1",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(
+                parse_invocation(os(args)),
+                Err((*expected).to_owned()),
+                "{args:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Sandbox Runner: starts exec tools' processes confined by a [`SandboxPolicy`], each in
+//! its own process group that is killed as a whole on cancel, timeout or drop.
+//!
+//! Owns: the process side (which helper, which arguments, the private temp dir, the
+//! process-group guard). The helper side (Landlock, `exec`) lives in [`entry`].
+//! Must not: run a process outside its own process group, or leave one running after the
+//! guard is dropped.
+
+pub mod entry;
+
+pub use entry::{
+    EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, SANDBOX_EXEC_ARG,
+    sandbox_entry_if_requested,
+};
+
+use super::SandboxPolicy;
+use entry::{SandboxInvocation, invocation_args};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// Environment variable naming the sandbox helper binary (one that calls
+/// [`sandbox_entry_if_requested`] first thing in `main`).
+pub const SANDBOX_HELPER_ENV: &str = "FOYA_SANDBOX_HELPER";
+
+/// Starts confined processes through a helper binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxRunner {
+    /// The helper binary, re-executed as `helper __sandbox-exec ...`.
+    pub helper: PathBuf,
+}
+
+/// A command ready to spawn, plus the private temp dir that must live as long as the
+/// process (it is deleted when this value is dropped).
+#[derive(Debug)]
+pub struct SandboxCommand {
+    /// Set up with `process_group(0)`, stdin null, stdout and stderr piped,
+    /// `kill_on_drop(true)`; working directory `cwd`.
+    pub command: tokio::process::Command,
+    /// The process's `TMPDIR` (`None` under [`SandboxPolicy::None`], where the inherited
+    /// `TMPDIR` is kept).
+    pub tmp_dir: Option<tempfile::TempDir>,
+}
+
+impl SandboxRunner {
+    /// A runner using `helper`.
+    #[must_use]
+    pub fn new(helper: impl Into<PathBuf>) -> Self {
+        Self {
+            helper: helper.into(),
+        }
+    }
+
+    /// The helper from `FOYA_SANDBOX_HELPER`, else the current executable (the `foya`
+    /// binary calls [`sandbox_entry_if_requested`]), else `foya` on `PATH`.
+    #[must_use]
+    pub fn from_env() -> Self {
+        let helper = std::env::var_os(SANDBOX_HELPER_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::current_exe().ok())
+            .unwrap_or_else(|| PathBuf::from("foya"));
+        Self { helper }
+    }
+
+    /// Prepares `program args` to run in `cwd` under `policy`.
+    ///
+    /// `SandboxPolicy::None` runs the program directly; any other policy runs
+    /// `helper __sandbox-exec --policy <json> --cwd <cwd> --tmp <private tmp> -- program args`
+    /// and the helper applies Landlock before `exec`. Spawn the returned command and wrap
+    /// the child's pid in a [`ProcessGroupGuard`] at once.
+    ///
+    /// # Errors
+    /// The private temp dir could not be created.
+    pub fn spawn(
+        &self,
+        policy: SandboxPolicy,
+        cwd: &Path,
+        program: impl Into<OsString>,
+        args: &[OsString],
+    ) -> std::io::Result<SandboxCommand> {
+        let program = program.into();
+        let (mut command, tmp_dir) = match policy {
+            SandboxPolicy::None => {
+                let mut command = tokio::process::Command::new(&program);
+                command.args(args);
+                (command, None)
+            }
+            SandboxPolicy::ReadOnly | SandboxPolicy::WorkspaceWrite { .. } => {
+                let tmp_dir = tempfile::Builder::new().prefix("foya-sandbox-").tempdir()?;
+                let invocation = SandboxInvocation {
+                    policy,
+                    cwd: cwd.to_path_buf(),
+                    tmp: tmp_dir.path().to_path_buf(),
+                    program,
+                    args: args.to_vec(),
+                };
+                let mut command = tokio::process::Command::new(&self.helper);
+                command.args(invocation_args(&invocation));
+                (command, Some(tmp_dir))
+            }
+        };
+        command
+            .current_dir(cwd)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        Ok(SandboxCommand { command, tmp_dir })
+    }
+}
+
+/// Kills a whole process group with `SIGKILL` when dropped (or on [`kill`](Self::kill)).
+///
+/// The group id is the pid of a child spawned with `process_group(0)`. Killing the group
+/// takes down every process the child started that stayed in its group.
+#[derive(Debug)]
+pub struct ProcessGroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl ProcessGroupGuard {
+    /// Guards the group led by `pid` (`None`: the child already exited before its pid was
+    /// read; nothing to kill).
+    #[must_use]
+    pub fn new(pid: Option<u32>) -> Self {
+        let pgid = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|p| *p > 1)
+            .map(Pid::from_raw);
+        Self { pgid }
+    }
+
+    /// The guarded process group id.
+    #[must_use]
+    pub fn pgid(&self) -> Option<i32> {
+        self.pgid.map(Pid::as_raw)
+    }
+
+    /// Sends `SIGKILL` to the group now. Idempotent; a group that is already gone is fine.
+    pub fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH (group already gone) is the expected outcome after a clean exit.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,286 @@
+//! The `shell` tool with real processes: output and exit codes, the output cap, the
+//! Landlock sandbox (writes and TCP outside it are denied), and cancel / timeout / drop
+//! killing the whole process group.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod tools_support;
+
+use foya_actors::tools::builtin::Shell;
+use foya_actors::tools::sandbox::SandboxRunner;
+use foya_actors::tools::{SandboxPolicy, Tool, ToolOutput};
+use foya_protocol::ApprovalMode;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tools_support::{Recorder, call, ctx, process_gone, runner, wait_until};
+
+const WW: SandboxPolicy = SandboxPolicy::WorkspaceWrite { network: false };
+
+fn temp_cwd() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, path)
+}
+
+#[tokio::test]
+async fn runs_bash_and_reports_the_exit_code() {
+    let (_dir, cwd) = temp_cwd();
+    let tool = Shell::new(runner());
+    for (mode, sandbox) in [
+        (ApprovalMode::Bypass, SandboxPolicy::None),
+        (ApprovalMode::Auto, WW),
+    ] {
+        let ctx = ctx(&cwd, mode, sandbox);
+        let recorder = Recorder::default();
+        let out = tool
+            .call(
+                &ctx,
+                json!({"command": "echo out; echo err >&2; pwd"}),
+                CancellationToken::new(),
+                &recorder,
+            )
+            .await;
+        let expected = format!("out\nerr\n{}\n", cwd.display());
+        assert_eq!(
+            out,
+            ToolOutput::ok(format!("{expected}[exit code: 0]")),
+            "{sandbox:?}"
+        );
+        assert_eq!(*recorder.output.lock().unwrap(), expected);
+        assert_eq!(
+            call(&tool, &ctx, json!({"command": "echo oops; exit 3"})).await,
+            ToolOutput::error("oops\n[exit code: 3]")
+        );
+        assert_eq!(
+            call(&tool, &ctx, json!({"command": "true"})).await,
+            ToolOutput::ok("(no output)\n[exit code: 0]")
+        );
+    }
+}
+
+#[tokio::test]
+async fn long_output_keeps_head_and_tail() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let command = "printf 'h%.0s' $(seq 20000); head -c 60000 /dev/zero | tr '\\0' m; printf 't%.0s' $(seq 20000)";
+    let out = call(&Shell::new(runner()), &ctx, json!({"command": command})).await;
+    let expected = format!(
+        "{}\n[... 67232 bytes of output cut ...]\n{}\n[exit code: 0]",
+        "h".repeat(16_384),
+        "t".repeat(16_384)
+    );
+    assert_eq!(out, ToolOutput::ok(expected));
+}
+
+#[tokio::test]
+async fn sandbox_denies_writes_outside_the_working_directory() {
+    let (_dir, cwd) = temp_cwd();
+    let (_other, other) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let command = format!(
+        "echo in > inside.txt && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo q > /dev/null; \
+         echo x > {}/outside.txt",
+        other.display()
+    );
+    let out = call(&Shell::new(runner()), &ctx, json!({"command": command})).await;
+    assert_eq!(
+        out,
+        ToolOutput::error(format!(
+            "t\nbash: line 1: {}/outside.txt: Permission denied\n[exit code: 1]",
+            other.display()
+        ))
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.join("inside.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!other.join("outside.txt").exists());
+
+    // Read-only: no write even in the working directory.
+    let ro = tools_support::ctx(&cwd, ApprovalMode::Auto, SandboxPolicy::ReadOnly);
+    let out = call(
+        &Shell::new(runner()),
+        &ro,
+        json!({"command": "cat inside.txt; echo y > inside.txt"}),
+    )
+    .await;
+    assert_eq!(
+        out,
+        ToolOutput::error("in\nbash: line 1: inside.txt: Permission denied\n[exit code: 1]")
+    );
+}
+
+#[tokio::test]
+async fn sandbox_denies_tcp_unless_network_is_allowed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (_dir, cwd) = temp_cwd();
+    let command = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
+    let denied = call(
+        &Shell::new(runner()),
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": command}),
+    )
+    .await;
+    assert_eq!(
+        denied,
+        ToolOutput::error(format!(
+            "bash: connect: Permission denied\nbash: line 1: /dev/tcp/127.0.0.1/{port}: Permission denied\n[exit code: 1]"
+        ))
+    );
+    let networked = ctx(
+        &cwd,
+        ApprovalMode::Auto,
+        SandboxPolicy::WorkspaceWrite { network: true },
+    );
+    let allowed = call(
+        &Shell::new(runner()),
+        &networked,
+        json!({"command": command}),
+    )
+    .await;
+    assert_eq!(allowed, ToolOutput::ok("connected\n[exit code: 0]"));
+
+    // Binding a TCP port is denied too.
+    let bind = "python3 -c \"import socket\ntry:\n    socket.socket().bind(('127.0.0.1', 0)); print('bound')\nexcept OSError as e:\n    print(e)\"";
+    let denied = call(
+        &Shell::new(runner()),
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": bind}),
+    )
+    .await;
+    assert_eq!(
+        denied,
+        ToolOutput::ok("[Errno 13] Permission denied\n[exit code: 0]")
+    );
+    let allowed = call(&Shell::new(runner()), &networked, json!({"command": bind})).await;
+    assert_eq!(allowed, ToolOutput::ok("bound\n[exit code: 0]"));
+}
+
+#[tokio::test]
+async fn a_missing_helper_never_runs_the_command_unsandboxed() {
+    let (_dir, cwd) = temp_cwd();
+    let tool = Shell::new(SandboxRunner::new("/nonexistent/foya-sandbox"));
+    let out = call(
+        &tool,
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": "touch ran"}),
+    )
+    .await;
+    assert_eq!(
+        out,
+        ToolOutput::error("cannot start the command: No such file or directory (os error 2)")
+    );
+    assert!(!cwd.join("ran").exists());
+}
+
+/// `(shell pid, background child pid)` from output of [`PIDS`].
+fn pids(content: &str) -> (i32, i32) {
+    let find = |key: &str| -> i32 {
+        let line = content.lines().find_map(|l| l.strip_prefix(key)).unwrap();
+        line.parse().unwrap()
+    };
+    (find("shell="), find("child="))
+}
+
+/// Starts a background `sleep`, prints both pids, then waits.
+const PIDS: &str = "sleep 30 & echo child=$!; echo shell=$$; wait";
+
+#[tokio::test]
+async fn cancel_kills_the_whole_process_group() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let (tool, recorder, cancel) = (
+        Shell::new(runner()),
+        Recorder::default(),
+        CancellationToken::new(),
+    );
+    let (out, ()) = tokio::join!(
+        tool.call(&ctx, json!({"command": PIDS}), cancel.clone(), &recorder),
+        async {
+            wait_until("both pids", || {
+                recorder.output.lock().unwrap().contains("shell=")
+            })
+            .await;
+            cancel.cancel();
+        }
+    );
+    let (shell, child) = pids(&out.content);
+    assert_eq!(
+        out,
+        ToolOutput::error(format!(
+            "child={child}\nshell={shell}\n[cancelled; the command's process group was killed]"
+        ))
+    );
+    wait_until("the group to be gone", || {
+        process_gone(shell) && process_gone(child)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_process_group() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Bypass, SandboxPolicy::None);
+    let out = call(
+        &Shell::new(runner()),
+        &ctx,
+        json!({"command": PIDS, "timeout_ms": 2000}),
+    )
+    .await;
+    let (shell, child) = pids(&out.content);
+    assert_eq!(
+        out,
+        ToolOutput::error(format!(
+            "child={child}\nshell={shell}\n[timed out after 2000 ms; the command's process group was killed]"
+        ))
+    );
+    wait_until("the group to be gone", || {
+        process_gone(shell) && process_gone(child)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn background_processes_do_not_outlive_the_call() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let out = call(
+        &Shell::new(runner()),
+        &ctx,
+        json!({"command": "sleep 30 & echo child=$!; echo shell=$$"}),
+    )
+    .await;
+    let (shell, child) = pids(&out.content);
+    assert_eq!(
+        out,
+        ToolOutput::ok(format!("child={child}\nshell={shell}\n[exit code: 0]"))
+    );
+    wait_until("the group to be gone", || {
+        process_gone(shell) && process_gone(child)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn dropping_the_call_kills_the_whole_process_group() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let (tool, recorder) = (Shell::new(runner()), Recorder::default());
+    {
+        let call = tool.call(
+            &ctx,
+            json!({"command": PIDS}),
+            CancellationToken::new(),
+            &recorder,
+        );
+        tokio::select! {
+            _ = call => panic!("the command should still be running"),
+            () = wait_until("both pids", || recorder.output.lock().unwrap().contains("shell=")) => {}
+        }
+    }
+    let (shell, child) = pids(&recorder.output.lock().unwrap());
+    wait_until("the group to be gone", || {
+        process_gone(shell) && process_gone(child)
+    })
+    .await;
+}
