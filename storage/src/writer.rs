@@ -1,0 +1,225 @@
+//! The writer thread: the only place that opens redb write transactions.
+//!
+//! It blocks on the bounded request queue, drains up to `max_batch` more requests, and
+//! commits all of them in one transaction (group commit). Each request is validated
+//! against the session's summary (last seq, deleted flag), cached in memory and loaded
+//! lazily from the `sessions` table. Changes of a batch live in an overlay that is merged
+//! into the cache only after the commit succeeded, so a failed commit leaves the cache
+//! exactly as the database is. A failed batch answers every request with
+//! [`AppendError::Storage`]; the thread goes on with the next batch.
+
+use crate::codec;
+use crate::error::AppendError;
+use crate::schema::{EVENTS, SESSIONS, session_key};
+use foya_protocol::{Event, EventKind, Seq, SessionSummary};
+use redb::{Database, ReadableTable, Table};
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{mpsc, oneshot};
+
+/// Cached summaries beyond this count are dropped (and reloaded lazily when needed).
+const MAX_CACHED_SESSIONS: usize = 65_536;
+
+/// One queued append: the events of one session (checked dense by the caller), their
+/// encoded values, and where to answer.
+pub(crate) struct Request {
+    pub(crate) events: Vec<Event>,
+    pub(crate) encoded: Vec<Vec<u8>>,
+    pub(crate) reply: oneshot::Sender<Result<(), AppendError>>,
+}
+
+/// Counters shared with [`crate::Store::stats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) appended_events: AtomicU64,
+    pub(crate) commits: AtomicU64,
+}
+
+/// State owned by the writer thread.
+pub(crate) struct Writer {
+    pub(crate) db: Arc<Database>,
+    pub(crate) durability: redb::Durability,
+    pub(crate) max_batch: usize,
+    pub(crate) counters: Arc<Counters>,
+    /// Summaries of sessions seen, as committed.
+    pub(crate) cache: HashMap<u128, SessionSummary>,
+}
+
+impl Writer {
+    /// Runs until every sender is dropped and the queue is drained.
+    pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        let max_batch = self.max_batch.max(1);
+        while let Some(first) = rx.blocking_recv() {
+            let mut batch = Vec::with_capacity(max_batch.min(64));
+            batch.push(first);
+            while batch.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            // A panic inside redb must not kill the writer: the batch's reply senders are
+            // dropped by the unwind (their callers see a storage failure) and the cache,
+            // which may be half-updated, is rebuilt lazily from the database.
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.write_batch(batch)));
+            if outcome.is_err() {
+                tracing::error!("store writer recovered from a panic; the batch failed");
+                self.cache.clear();
+            }
+        }
+        tracing::debug!("store writer stopped");
+    }
+
+    fn write_batch(&mut self, batch: Vec<Request>) {
+        let span = tracing::debug_span!("store_commit", batch.len = batch.len());
+        let _enter = span.enter();
+        match self.try_commit(&batch) {
+            Ok((outcomes, overlay)) => {
+                let events: usize = batch
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| o.is_ok())
+                    .map(|(r, _)| r.events.len())
+                    .sum();
+                self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .appended_events
+                    .fetch_add(events as u64, Ordering::Relaxed);
+                if self.cache.len() + overlay.len() > MAX_CACHED_SESSIONS {
+                    self.cache.clear();
+                }
+                self.cache.extend(overlay);
+                for (request, outcome) in batch.into_iter().zip(outcomes) {
+                    // The caller may have stopped waiting (cancelled append): fine.
+                    let _ = request.reply.send(outcome);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "store batch failed; its appends are refused");
+                for request in batch {
+                    let _ = request.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// Validates and inserts the batch in one write transaction and commits it. Returns
+    /// each request's outcome and the summaries it changed.
+    #[allow(clippy::type_complexity)]
+    fn try_commit(
+        &self,
+        batch: &[Request],
+    ) -> Result<(Vec<Result<(), AppendError>>, HashMap<u128, SessionSummary>), AppendError> {
+        let mut txn = self.db.begin_write().map_err(AppendError::storage)?;
+        txn.set_durability(self.durability)
+            .map_err(AppendError::storage)?;
+        let mut overlay: HashMap<u128, SessionSummary> = HashMap::new();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        {
+            let mut events = txn.open_table(EVENTS).map_err(AppendError::storage)?;
+            let mut sessions = txn.open_table(SESSIONS).map_err(AppendError::storage)?;
+            for request in batch {
+                let Some(first) = request.events.first() else {
+                    outcomes.push(Ok(()));
+                    continue;
+                };
+                let key = session_key(first.session_id);
+                let current = match overlay.get(&key).or_else(|| self.cache.get(&key)) {
+                    Some(summary) => Some(summary.clone()),
+                    None => load_summary(&sessions, key)?,
+                };
+                match next_summary(current, &request.events) {
+                    Ok(summary) => {
+                        for (event, value) in request.events.iter().zip(&request.encoded) {
+                            events
+                                .insert((key, event.seq.0), value.as_slice())
+                                .map_err(AppendError::storage)?;
+                        }
+                        overlay.insert(key, summary);
+                        outcomes.push(Ok(()));
+                    }
+                    Err(refused) => outcomes.push(Err(refused)),
+                }
+            }
+            for (key, summary) in &overlay {
+                let value = codec::encode(summary).map_err(|e| AppendError::Encode(e.0))?;
+                sessions
+                    .insert(*key, value.as_slice())
+                    .map_err(AppendError::storage)?;
+            }
+        }
+        txn.commit().map_err(AppendError::storage)?;
+        Ok((outcomes, overlay))
+    }
+}
+
+fn load_summary(
+    sessions: &Table<'_, u128, &[u8]>,
+    key: u128,
+) -> Result<Option<SessionSummary>, AppendError> {
+    match sessions.get(key).map_err(AppendError::storage)? {
+        Some(value) => Ok(Some(codec::decode(value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Checks that `events` (one session, dense seqs) continue the log summarised by
+/// `current`, and returns the summary after them.
+pub(crate) fn next_summary(
+    current: Option<SessionSummary>,
+    events: &[Event],
+) -> Result<SessionSummary, AppendError> {
+    let mut summary = match (current, events.first()) {
+        (_, None) => return Err(AppendError::Storage("empty append".into())),
+        (Some(summary), Some(first)) => {
+            if summary.deleted {
+                return Err(AppendError::SessionDeleted);
+            }
+            let expected = summary.last_seq.next();
+            if first.seq != expected {
+                return Err(AppendError::SeqMismatch {
+                    expected,
+                    got: first.seq,
+                });
+            }
+            summary
+        }
+        (None, Some(first)) => {
+            let EventKind::SessionCreated { config } = &first.kind else {
+                return Err(AppendError::UnknownSession);
+            };
+            if first.seq != Seq::FIRST {
+                return Err(AppendError::SeqMismatch {
+                    expected: Seq::FIRST,
+                    got: first.seq,
+                });
+            }
+            SessionSummary {
+                id: first.session_id,
+                title: config.title.clone(),
+                cwd: config.cwd.clone(),
+                model: config.model.clone(),
+                created_at_ms: first.at_ms,
+                updated_at_ms: first.at_ms,
+                last_seq: Seq(0),
+                deleted: false,
+                node: None,
+            }
+        }
+    };
+    for event in events {
+        if summary.deleted {
+            return Err(AppendError::SessionDeleted);
+        }
+        match &event.kind {
+            EventKind::TitleSet { title, .. } => summary.title = Some(title.clone()),
+            EventKind::SessionDeleted {} => summary.deleted = true,
+            _ => {}
+        }
+        summary.last_seq = event.seq;
+        summary.updated_at_ms = event.at_ms;
+    }
+    Ok(summary)
+}
