@@ -124,10 +124,3 @@ impl ReadError {
         Self::Storage(e.to_string())
     }
 }
-
-impl AppendError {
-    /// Wraps a redb or I/O failure (kept private so redb stays out of the public API).
-    pub(crate) fn storage(e: impl std::fmt::Display) -> Self {
-        Self::Storage(e.to_string())
-    }
-}

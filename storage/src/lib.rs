@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+mod db;
 mod error;
 mod read;
 mod schema;

@@ -28,7 +28,13 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<Event>, ReadError> {
         let key = session_key(session);
-        let txn = self.inner.db.begin_read().map_err(ReadError::storage)?;
+        let txn = self
+            .inner
+            .db
+            .get()
+            .map_err(ReadError::Storage)?
+            .begin_read()
+            .map_err(ReadError::storage)?;
         let table = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let range = table
             .range((key, from.0)..=(key, u64::MAX))
@@ -48,7 +54,13 @@ impl Store {
     /// [`ReadError::Storage`].
     pub fn last_seq(&self, session: SessionId) -> Result<Option<Seq>, ReadError> {
         let key = session_key(session);
-        let txn = self.inner.db.begin_read().map_err(ReadError::storage)?;
+        let txn = self
+            .inner
+            .db
+            .get()
+            .map_err(ReadError::Storage)?
+            .begin_read()
+            .map_err(ReadError::storage)?;
         let table = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let mut range = table
             .range((key, 0)..=(key, u64::MAX))
@@ -64,7 +76,13 @@ impl Store {
     /// # Errors
     /// [`ReadError::Storage`], or a decode error of the stored summary.
     pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
-        let txn = self.inner.db.begin_read().map_err(ReadError::storage)?;
+        let txn = self
+            .inner
+            .db
+            .get()
+            .map_err(ReadError::Storage)?
+            .begin_read()
+            .map_err(ReadError::storage)?;
         let table = txn.open_table(SESSIONS).map_err(ReadError::storage)?;
         match table
             .get(session_key(session))
@@ -81,7 +99,13 @@ impl Store {
     /// # Errors
     /// As [`Store::session`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
-        let txn = self.inner.db.begin_read().map_err(ReadError::storage)?;
+        let txn = self
+            .inner
+            .db
+            .get()
+            .map_err(ReadError::Storage)?
+            .begin_read()
+            .map_err(ReadError::storage)?;
         let table = txn.open_table(SESSIONS).map_err(ReadError::storage)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(ReadError::storage)? {

@@ -2,6 +2,7 @@
 //! closing.
 
 use crate::codec;
+use crate::db::{DbSlot, Reopen};
 use crate::error::{AppendError, OpenError};
 use crate::schema::{EVENTS, SESSIONS};
 use crate::writer::{Counters, Request, Writer};
@@ -74,7 +75,7 @@ pub struct Store {
 }
 
 pub(crate) struct Inner {
-    pub(crate) db: Arc<Database>,
+    pub(crate) db: Arc<DbSlot>,
     location: PathBuf,
     /// `None` once closing started.
     sender: Mutex<Option<mpsc::Sender<Request>>>,
@@ -119,7 +120,10 @@ impl Store {
                 message: other.to_string(),
             },
         })?;
-        Self::start(db, path.to_owned(), options)
+        let file = path.to_owned();
+        let reopen: Reopen =
+            Box::new(move || Database::builder().create(&file).map_err(|e| e.to_string()));
+        Self::start(db, Some(reopen), path.to_owned(), options)
     }
 
     /// Opens a fresh database held in memory (redb's in-memory backend), for tests.
@@ -134,10 +138,16 @@ impl Store {
                 path: location.clone(),
                 message: e.to_string(),
             })?;
-        Self::start(db, location, options)
+        Self::start(db, None, location, options)
     }
 
-    fn start(db: Database, location: PathBuf, options: StoreOptions) -> Result<Store, OpenError> {
+    /// Starts a store on an opened database; `reopen` opens it again after an I/O error.
+    pub(crate) fn start(
+        db: Database,
+        reopen: Option<Reopen>,
+        location: PathBuf,
+        options: StoreOptions,
+    ) -> Result<Store, OpenError> {
         let db_error = |e: &dyn fmt::Display| OpenError::Database {
             path: location.clone(),
             message: e.to_string(),
@@ -148,7 +158,7 @@ impl Store {
         txn.open_table(SESSIONS).map_err(|e| db_error(&e))?;
         txn.commit().map_err(|e| db_error(&e))?;
 
-        let db = Arc::new(db);
+        let db = Arc::new(DbSlot::new(db, reopen));
         let counters = Arc::new(Counters::default());
         let (sender, receiver) = mpsc::channel(options.queue_capacity.max(1));
         let (stopped_tx, stopped) = watch::channel(false);

@@ -9,11 +9,13 @@
 //! [`AppendError::Storage`]; the thread goes on with the next batch.
 
 use crate::codec;
+use crate::db::DbSlot;
 use crate::error::AppendError;
 use crate::schema::{EVENTS, SESSIONS, session_key};
 use foya_protocol::{Event, EventKind, Seq, SessionSummary};
 use redb::{Database, ReadableTable, Table};
 use std::collections::HashMap;
+use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +41,7 @@ pub(crate) struct Counters {
 
 /// State owned by the writer thread.
 pub(crate) struct Writer {
-    pub(crate) db: Arc<Database>,
+    pub(crate) db: Arc<DbSlot>,
     pub(crate) durability: redb::Durability,
     pub(crate) max_batch: usize,
     pub(crate) counters: Arc<Counters>,
@@ -75,7 +77,14 @@ impl Writer {
     fn write_batch(&mut self, batch: Vec<Request>) {
         let span = tracing::debug_span!("store_commit", batch.len = batch.len());
         let _enter = span.enter();
-        match self.try_commit(&batch) {
+        let result = match self.available_db() {
+            Ok(db) => self.try_commit(&db, &batch),
+            Err(message) => Err(BatchFailure {
+                error: AppendError::Storage(message),
+                io: false,
+            }),
+        };
+        match result {
             Ok((outcomes, overlay)) => {
                 let events: usize = batch
                     .iter()
@@ -96,13 +105,27 @@ impl Writer {
                     let _ = request.reply.send(outcome);
                 }
             }
-            Err(error) => {
-                tracing::warn!(error = %error, "store batch failed; its appends are refused");
+            Err(failure) => {
+                tracing::warn!(error = %failure.error, "store batch failed; its appends are refused");
                 for request in batch {
-                    let _ = request.reply.send(Err(error.clone()));
+                    let _ = request.reply.send(Err(failure.error.clone()));
+                }
+                if failure.io {
+                    // redb refuses everything after an I/O error until reopened.
+                    if let Err(message) = self.db.reopen() {
+                        tracing::warn!(error = %message, "store reopen failed; retried on the next batch");
+                    }
                 }
             }
         }
+    }
+
+    /// The database, reopened first if an earlier reopen failed.
+    fn available_db(&self) -> Result<Arc<Database>, String> {
+        if !self.db.is_available() {
+            self.db.reopen()?;
+        }
+        self.db.get()
     }
 
     /// Validates and inserts the batch in one write transaction and commits it. Returns
@@ -110,16 +133,17 @@ impl Writer {
     #[allow(clippy::type_complexity)]
     fn try_commit(
         &self,
+        db: &Database,
         batch: &[Request],
-    ) -> Result<(Vec<Result<(), AppendError>>, HashMap<u128, SessionSummary>), AppendError> {
-        let mut txn = self.db.begin_write().map_err(AppendError::storage)?;
+    ) -> Result<(Vec<Result<(), AppendError>>, HashMap<u128, SessionSummary>), BatchFailure> {
+        let mut txn = db.begin_write().map_err(BatchFailure::redb)?;
         txn.set_durability(self.durability)
-            .map_err(AppendError::storage)?;
+            .map_err(BatchFailure::redb)?;
         let mut overlay: HashMap<u128, SessionSummary> = HashMap::new();
         let mut outcomes = Vec::with_capacity(batch.len());
         {
-            let mut events = txn.open_table(EVENTS).map_err(AppendError::storage)?;
-            let mut sessions = txn.open_table(SESSIONS).map_err(AppendError::storage)?;
+            let mut events = txn.open_table(EVENTS).map_err(BatchFailure::redb)?;
+            let mut sessions = txn.open_table(SESSIONS).map_err(BatchFailure::redb)?;
             for request in batch {
                 let Some(first) = request.events.first() else {
                     outcomes.push(Ok(()));
@@ -127,15 +151,15 @@ impl Writer {
                 };
                 let key = session_key(first.session_id);
                 let current = match overlay.get(&key).or_else(|| self.cache.get(&key)) {
-                    Some(summary) => Some(summary.clone()),
+                    Some(summary) => Ok(Some(summary.clone())),
                     None => load_summary(&sessions, key)?,
                 };
-                match next_summary(current, &request.events) {
+                match current.and_then(|current| next_summary(current, &request.events)) {
                     Ok(summary) => {
                         for (event, value) in request.events.iter().zip(&request.encoded) {
                             events
                                 .insert((key, event.seq.0), value.as_slice())
-                                .map_err(AppendError::storage)?;
+                                .map_err(BatchFailure::redb)?;
                         }
                         overlay.insert(key, summary);
                         outcomes.push(Ok(()));
@@ -144,24 +168,57 @@ impl Writer {
                 }
             }
             for (key, summary) in &overlay {
-                let value = codec::encode(summary).map_err(|e| AppendError::Encode(e.0))?;
+                let value = codec::encode(summary).map_err(|e| BatchFailure {
+                    error: AppendError::Encode(e.0),
+                    io: false,
+                })?;
                 sessions
                     .insert(*key, value.as_slice())
-                    .map_err(AppendError::storage)?;
+                    .map_err(BatchFailure::redb)?;
             }
         }
-        txn.commit().map_err(AppendError::storage)?;
+        txn.commit().map_err(BatchFailure::redb)?;
         Ok((outcomes, overlay))
     }
 }
 
+/// A failure of a whole batch: nothing of it was committed.
+struct BatchFailure {
+    /// What every request of the batch is answered.
+    error: AppendError,
+    /// An I/O error: redb must be reopened before it accepts writes again.
+    io: bool,
+}
+
+impl BatchFailure {
+    fn redb(e: impl Into<redb::Error>) -> Self {
+        let e: redb::Error = e.into();
+        let io = matches!(e, redb::Error::Io(_) | redb::Error::PreviousIo);
+        Self {
+            error: AppendError::Storage(e.to_string()),
+            io,
+        }
+    }
+}
+
+impl fmt::Debug for BatchFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BatchFailure({}, io: {})", self.error, self.io)
+    }
+}
+
+/// The committed summary of a session. A summary that does not decode refuses only
+/// the appends of its session; a redb failure fails the batch.
+#[allow(clippy::type_complexity)]
 fn load_summary(
     sessions: &Table<'_, u128, &[u8]>,
     key: u128,
-) -> Result<Option<SessionSummary>, AppendError> {
-    match sessions.get(key).map_err(AppendError::storage)? {
-        Some(value) => Ok(Some(codec::decode(value.value())?)),
-        None => Ok(None),
+) -> Result<Result<Option<SessionSummary>, AppendError>, BatchFailure> {
+    match sessions.get(key).map_err(BatchFailure::redb)? {
+        Some(value) => Ok(codec::decode(value.value())
+            .map(Some)
+            .map_err(AppendError::from)),
+        None => Ok(Ok(None)),
     }
 }
 
