@@ -280,3 +280,7 @@ pub(crate) fn next_summary(
     }
     Ok(summary)
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;
