@@ -8,3 +8,15 @@
 
 pub mod provider;
 pub mod tools;
+
+pub mod runtime;
+mod session;
+mod subscription;
+mod supervisor;
+mod task;
+mod tools_actor;
+mod turn;
+
+pub use runtime::{
+    Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
+};

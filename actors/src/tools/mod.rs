@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
+pub mod registry;
+pub use registry::ToolRegistry;
+
 /// What kind of side effect a tool may have; drives the Approval Gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

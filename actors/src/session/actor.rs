@@ -1,0 +1,479 @@
+//! The SessionActor's handlers (see the module docs for the invariants).
+
+use super::state::{SessionState, apply};
+use super::{ApprovalAnswer, SessionMsg, Subscribed};
+use crate::runtime::{RuntimeDeps, RuntimeError};
+use crate::turn::{TurnArgs, TurnActor, TurnMsg};
+use foya_protocol::event::{LiveDelta, Notice};
+use foya_protocol::{
+    ApprovalDecision, ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input,
+    InputId, RunId, Seq, SessionUpdate, ToolCallId, TurnStatus,
+};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Result text of a call whose turn was cut by a restart.
+pub(crate) const OUTCOME_UNKNOWN: &str =
+    "outcome unknown: the runtime stopped while this ran; it was not re-run";
+/// Message when an approval is needed and nobody can answer.
+pub(crate) const NO_APPROVER: &str =
+    "denied: this call needs approval and no approver is attached to the session";
+
+/// The SessionActor.
+#[derive(Debug)]
+pub(crate) struct SessionActor;
+
+/// What the session is started with: its folded log and the shared dependencies.
+#[derive(Debug)]
+pub(crate) struct SessionArgs {
+    pub state: SessionState,
+    pub deps: Arc<RuntimeDeps>,
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    tx: mpsc::Sender<SessionUpdate>,
+    approver: bool,
+}
+
+#[derive(Debug)]
+struct ActiveTurn {
+    actor: ActorRef<TurnMsg>,
+    cancel: CancellationToken,
+}
+
+#[derive(Debug)]
+struct PendingApproval {
+    run_id: RunId,
+    tool_call_id: ToolCallId,
+    grant_key: String,
+    reply: RpcReplyPort<ApprovalAnswer>,
+}
+
+/// The SessionActor's state.
+#[derive(Debug)]
+pub(crate) struct Session {
+    fold: SessionState,
+    deps: Arc<RuntimeDeps>,
+    subscribers: Vec<Subscriber>,
+    turn: Option<ActiveTurn>,
+    approvals: HashMap<ApprovalRequestId, PendingApproval>,
+    deleting: Option<super::Reply<()>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Session {
+    /// Assigns seqs, appends, folds and broadcasts. Nothing changes when the append fails.
+    async fn persist(
+        &mut self,
+        run_id: Option<RunId>,
+        kinds: Vec<EventKind>,
+    ) -> Result<Vec<Event>, RuntimeError> {
+        if kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let at_ms = now_ms();
+        let mut seq = self.fold.last_seq;
+        let events: Vec<Event> = kinds
+            .into_iter()
+            .map(|kind| {
+                seq += 1;
+                Event { session_id: self.fold.id, seq: Seq(seq), run_id, at_ms, kind }
+            })
+            .collect();
+        self.deps
+            .store
+            .append(events.clone())
+            .await
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        for event in &events {
+            apply(&mut self.fold, event);
+        }
+        for event in &events {
+            self.broadcast(&SessionUpdate::Event(event.clone()));
+        }
+        Ok(events)
+    }
+
+    /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
+    /// reports `Notice::Lagged`), never waited for.
+    fn broadcast(&mut self, update: &SessionUpdate) {
+        self.subscribers.retain(|s| s.tx.try_send(update.clone()).is_ok());
+    }
+
+    fn has_approver(&self) -> bool {
+        self.subscribers.iter().any(|s| s.approver && !s.tx.is_closed())
+    }
+
+    fn busy(&self) -> bool {
+        self.turn.is_some() || self.fold.open_turn.is_some()
+    }
+
+    /// Writes `user_message` + `turn_started` and spawns the TurnActor.
+    async fn start_turn(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<(), ActorProcessingErr> {
+        let run_id = RunId::new();
+        self.persist(
+            Some(run_id),
+            vec![
+                EventKind::UserMessage { input_id, input },
+                EventKind::TurnStarted { input_id },
+            ],
+        )
+        .await?;
+        let cancel = CancellationToken::new();
+        let args = TurnArgs {
+            session: myself.clone(),
+            deps: Arc::clone(&self.deps),
+            session_id: self.fold.id,
+            config: self.fold.config.clone(),
+            run_id,
+            cancel: cancel.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, TurnActor, args, myself.get_cell()).await?;
+        self.turn = Some(ActiveTurn { actor, cancel });
+        Ok(())
+    }
+
+    /// Starts the next queued input when idle.
+    async fn start_next(&mut self, myself: &ActorRef<SessionMsg>) -> Result<(), ActorProcessingErr> {
+        if self.busy() || self.deleting.is_some() {
+            return Ok(());
+        }
+        if let Some((input_id, input)) = self.fold.queue.front().cloned() {
+            self.start_turn(myself, input_id, input).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes an open turn that has no `turn_complete`: results for unanswered calls,
+    /// then `turn_complete{failed}`.
+    async fn close_open_turn(
+        &mut self,
+        result_text: &str,
+        reason: &str,
+        error: ErrorInfo,
+    ) -> Result<(), RuntimeError> {
+        let Some(open) = &self.fold.open_turn else { return Ok(()) };
+        let run_id = open.run_id;
+        let mut kinds: Vec<EventKind> = self
+            .fold
+            .unanswered_results(result_text)
+            .into_iter()
+            .map(EventKind::ToolMessage)
+            .collect();
+        kinds.push(EventKind::TurnComplete {
+            status: TurnStatus::Failed,
+            reason: Some(reason.to_owned()),
+            error: Some(error),
+        });
+        self.persist(Some(run_id), kinds).await.map(|_| ())
+    }
+
+    /// The TurnActor exited (normally or not).
+    async fn turn_exited(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        failure: Option<String>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.turn = None;
+        self.approvals.clear();
+        let message = failure.unwrap_or_else(|| "the turn stopped without completing".into());
+        self.close_open_turn(
+            "the turn crashed before this call finished",
+            "turn crashed",
+            ErrorInfo { class: ErrorClass::Internal, message },
+        )
+        .await?;
+        if self.deleting.is_some() {
+            return self.finish_delete(myself).await;
+        }
+        self.start_next(myself).await
+    }
+
+    async fn finish_delete(&mut self, myself: &ActorRef<SessionMsg>) -> Result<(), ActorProcessingErr> {
+        let mut kinds: Vec<EventKind> = self
+            .fold
+            .queue
+            .iter()
+            .map(|(input_id, _)| EventKind::InputDropped {
+                input_id: *input_id,
+                reason: "session deleted".into(),
+            })
+            .collect();
+        kinds.push(EventKind::SessionDeleted {});
+        let result = self.persist(None, kinds).await.map(|_| ());
+        let notice = SessionUpdate::Notice(Notice::Closed {
+            session_id: self.fold.id,
+            reason: "session deleted".into(),
+        });
+        self.broadcast(&notice);
+        self.subscribers.clear();
+        if let Some(reply) = self.deleting.take() {
+            let _ = reply.send(result);
+        }
+        myself.stop(Some("session deleted".into()));
+        Ok(())
+    }
+
+    async fn submit(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, ActorProcessingErr> {
+        if self.fold.seen_inputs.contains(&input_id) {
+            return Ok(input_id);
+        }
+        if self.busy() || !self.fold.queue.is_empty() {
+            self.persist(None, vec![EventKind::InputQueued { input_id, input }]).await?;
+            self.start_next(myself).await?;
+        } else {
+            self.start_turn(myself, input_id, input).await?;
+        }
+        Ok(input_id)
+    }
+
+    async fn request_approval(&mut self, msg: SessionMsg) -> Result<(), RuntimeError> {
+        let SessionMsg::RequestApproval {
+            run_id, tool_call_id, tool_name, action, reason, grant_key, reply,
+        } = msg
+        else {
+            return Ok(());
+        };
+        if self.fold.grants.contains(&grant_key) {
+            let _ = reply.send(ApprovalAnswer { allowed: true, message: None });
+            return Ok(());
+        }
+        let request_id = ApprovalRequestId::new();
+        let mut kinds = vec![EventKind::ApprovalRequested {
+            request_id,
+            tool_call_id: tool_call_id.clone(),
+            tool_name,
+            action,
+            reason,
+        }];
+        let approver = self.has_approver();
+        if !approver {
+            kinds.push(EventKind::ApprovalDecided {
+                request_id,
+                tool_call_id: tool_call_id.clone(),
+                decision: ApprovalDecision::Deny,
+                message: Some(NO_APPROVER.into()),
+                grant: None,
+            });
+        }
+        if self.fold.open_turn.as_ref().map(|t| t.run_id) != Some(run_id) {
+            return Ok(());
+        }
+        self.persist(Some(run_id), kinds).await?;
+        if approver {
+            self.approvals
+                .insert(request_id, PendingApproval { run_id, tool_call_id, grant_key, reply });
+        } else {
+            let _ = reply.send(ApprovalAnswer { allowed: false, message: Some(NO_APPROVER.into()) });
+        }
+        Ok(())
+    }
+
+    async fn decide(
+        &mut self,
+        request_id: ApprovalRequestId,
+        decision: ApprovalDecision,
+        message: Option<String>,
+    ) -> Result<(), RuntimeError> {
+        let Some(pending) = self.approvals.remove(&request_id) else {
+            return Err(RuntimeError::UnknownApproval(request_id));
+        };
+        let grant =
+            (decision == ApprovalDecision::AllowForSession).then(|| pending.grant_key.clone());
+        self.persist(
+            Some(pending.run_id),
+            vec![EventKind::ApprovalDecided {
+                request_id,
+                tool_call_id: pending.tool_call_id,
+                decision,
+                message: message.clone(),
+                grant,
+            }],
+        )
+        .await?;
+        let allowed = decision != ApprovalDecision::Deny;
+        let message = if allowed {
+            None
+        } else {
+            Some(message.unwrap_or_else(|| "denied by the user".into()))
+        };
+        let _ = pending.reply.send(ApprovalAnswer { allowed, message });
+        Ok(())
+    }
+}
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = Session;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SessionMsg>,
+        args: SessionArgs,
+    ) -> Result<Session, ActorProcessingErr> {
+        Ok(Session {
+            fold: args.state,
+            deps: args.deps,
+            subscribers: Vec::new(),
+            turn: None,
+            approvals: HashMap::new(),
+            deleting: None,
+        })
+    }
+
+    /// Recovery on load: close a turn the runtime stopped in, then run the queue.
+    async fn post_start(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        state: &mut Session,
+    ) -> Result<(), ActorProcessingErr> {
+        state
+            .close_open_turn(
+                OUTCOME_UNKNOWN,
+                "interrupted by restart",
+                ErrorInfo {
+                    class: ErrorClass::Internal,
+                    message: "the runtime stopped while this turn ran".into(),
+                },
+            )
+            .await?;
+        state.start_next(&myself).await
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        msg: SessionMsg,
+        state: &mut Session,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.fold.deleted {
+            return Ok(());
+        }
+        match msg {
+            SessionMsg::SubmitInput { input_id, input, reply } => {
+                let result = if input.is_empty() {
+                    Err(RuntimeError::EmptyInput)
+                } else if state.deleting.is_some() {
+                    Err(RuntimeError::SessionDeleted(state.fold.id))
+                } else {
+                    match state.submit(&myself, input_id, input).await {
+                        Ok(id) => Ok(id),
+                        Err(e) => {
+                            let _ = reply.send(Err(RuntimeError::Storage(e.to_string())));
+                            return Err(e);
+                        }
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            SessionMsg::Subscribe { approver, reply } => {
+                let (tx, rx) = mpsc::channel(state.deps.subscriber_buffer.max(1));
+                state.subscribers.push(Subscriber { tx, approver });
+                let subscribed: Subscribed = (rx, Seq(state.fold.last_seq));
+                let _ = reply.send(Ok(subscribed));
+            }
+            SessionMsg::Cancel { reply } => {
+                if let Some(turn) = &state.turn {
+                    turn.cancel.cancel();
+                    let _ = turn.actor.cast(TurnMsg::Cancel { reason: "user".into() });
+                }
+                let _ = reply.send(Ok(()));
+            }
+            SessionMsg::ClearQueue { reply } => {
+                let kinds = state
+                    .fold
+                    .queue
+                    .iter()
+                    .map(|(input_id, _)| EventKind::InputDropped {
+                        input_id: *input_id,
+                        reason: "queue cleared".into(),
+                    })
+                    .collect();
+                let _ = reply.send(state.persist(None, kinds).await.map(|_| ()));
+            }
+            SessionMsg::DecideApproval { request_id, decision, message, reply } => {
+                let _ = reply.send(state.decide(request_id, decision, message).await);
+            }
+            SessionMsg::SetTitle { title, reply } => {
+                let kind = EventKind::TitleSet { title, source: foya_protocol::TitleSource::User };
+                let _ = reply.send(state.persist(None, vec![kind]).await.map(|_| ()));
+            }
+            SessionMsg::Delete { reply } => {
+                state.deleting = Some(reply);
+                if let Some(turn) = &state.turn {
+                    turn.cancel.cancel();
+                    let _ = turn.actor.cast(TurnMsg::Cancel { reason: "session deleted".into() });
+                } else {
+                    state.finish_delete(&myself).await?;
+                }
+            }
+            SessionMsg::Append { run_id, kinds, reply } => {
+                let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
+                let result = if open == Some(run_id) {
+                    state.persist(Some(run_id), kinds).await.map_err(|e| e.to_string())
+                } else {
+                    Err(format!("run {run_id} is not the session's open turn"))
+                };
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+            SessionMsg::PublishDelta { run_id, delta } => {
+                let live = LiveDelta { session_id: state.fold.id, run_id, delta };
+                state.broadcast(&SessionUpdate::Delta(live));
+            }
+            msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
+            #[cfg(test)]
+            SessionMsg::CrashTurn => {
+                if let Some(turn) = &state.turn {
+                    let _ = turn.actor.cast(TurnMsg::Panic);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Policy: the only children are TurnActors. Whatever way the active turn exits, the
+    /// session closes it in the log if needed and moves on to its queue; the session
+    /// itself never stops because a child did.
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        event: SupervisionEvent,
+        state: &mut Session,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, failure) = match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
+            SupervisionEvent::ActorFailed(cell, err) => (cell, Some(format!("turn failed: {err}"))),
+            SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_)
+            | SupervisionEvent::PidLifecycleEvent(_) => return Ok(()),
+        };
+        let is_turn = state.turn.as_ref().is_some_and(|t| t.actor.get_id() == cell.get_id());
+        if is_turn && !state.fold.deleted {
+            state.turn_exited(&myself, failure).await?;
+        }
+        Ok(())
+    }
+}
