@@ -12,11 +12,23 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 fn event(session: SessionId, seq: u64, kind: EventKind) -> Event {
-    Event { session_id: session, seq: Seq(seq), run_id: None, at_ms: 100 + seq, kind }
+    Event {
+        session_id: session,
+        seq: Seq(seq),
+        run_id: None,
+        at_ms: 100 + seq,
+        kind,
+    }
 }
 
 fn created(session: SessionId) -> Event {
-    event(session, 1, EventKind::SessionCreated { config: SessionConfig::new("/w") })
+    event(
+        session,
+        1,
+        EventKind::SessionCreated {
+            config: SessionConfig::new("/w"),
+        },
+    )
 }
 
 fn step(session: SessionId, seq: u64) -> Event {
@@ -24,13 +36,25 @@ fn step(session: SessionId, seq: u64) -> Event {
 }
 
 fn request(events: Vec<Event>) -> (Request, oneshot::Receiver<Result<(), AppendError>>) {
-    let encoded = events.iter().map(|e| codec::encode_event(e).unwrap()).collect();
+    let encoded = events
+        .iter()
+        .map(|e| codec::encode_event(e).unwrap())
+        .collect();
     let (reply, answer) = oneshot::channel();
-    (Request { events, encoded, reply }, answer)
+    (
+        Request {
+            events,
+            encoded,
+            reply,
+        },
+        answer,
+    )
 }
 
 fn memory_writer() -> Writer {
-    let db = Database::builder().create_with_backend(InMemoryBackend::new()).unwrap();
+    let db = Database::builder()
+        .create_with_backend(InMemoryBackend::new())
+        .unwrap();
     let txn = db.begin_write().unwrap();
     txn.open_table(EVENTS).unwrap();
     txn.open_table(SESSIONS).unwrap();
@@ -50,17 +74,20 @@ fn one_batch_commits_the_valid_appends_and_refuses_the_invalid_ones() {
     let (a, b, c) = (SessionId::new(), SessionId::new(), SessionId::new());
     let (requests, answers): (Vec<_>, Vec<_>) = [
         vec![created(a)],
-        vec![step(b, 1)],                 // unknown session
+        vec![step(b, 1)], // unknown session
         vec![created(c), step(c, 2)],
-        vec![step(a, 2)],                 // continues a's append earlier in the batch
-        vec![step(a, 5)],                 // gap
-        vec![step(c, 2)],                 // duplicate of the batch's own c/2
+        vec![step(a, 2)], // continues a's append earlier in the batch
+        vec![step(a, 5)], // gap
+        vec![step(c, 2)], // duplicate of the batch's own c/2
     ]
     .into_iter()
     .map(request)
     .unzip();
     writer.write_batch(requests);
-    let outcomes: Vec<_> = answers.into_iter().map(|mut rx| rx.try_recv().unwrap()).collect();
+    let outcomes: Vec<_> = answers
+        .into_iter()
+        .map(|mut rx| rx.try_recv().unwrap())
+        .collect();
     assert_eq!(
         outcomes,
         vec![
@@ -68,15 +95,26 @@ fn one_batch_commits_the_valid_appends_and_refuses_the_invalid_ones() {
             Err(AppendError::UnknownSession),
             Ok(()),
             Ok(()),
-            Err(AppendError::SeqMismatch { expected: Seq(3), got: Seq(5) }),
-            Err(AppendError::SeqMismatch { expected: Seq(3), got: Seq(2) }),
+            Err(AppendError::SeqMismatch {
+                expected: Seq(3),
+                got: Seq(5)
+            }),
+            Err(AppendError::SeqMismatch {
+                expected: Seq(3),
+                got: Seq(2)
+            }),
         ]
     );
     assert_eq!(writer.counters.commits.load(Ordering::Relaxed), 1);
     assert_eq!(writer.counters.appended_events.load(Ordering::Relaxed), 4);
-    let last: Vec<_> = [a, b, c].iter().map(|s| writer.cache.get(&session_key(*s))).collect();
+    let last: Vec<_> = [a, b, c]
+        .iter()
+        .map(|s| writer.cache.get(&session_key(*s)))
+        .collect();
     assert_eq!(
-        last.iter().map(|s| s.map(|s| s.last_seq)).collect::<Vec<_>>(),
+        last.iter()
+            .map(|s| s.map(|s| s.last_seq))
+            .collect::<Vec<_>>(),
         vec![Some(Seq(2)), None, Some(Seq(2))]
     );
 }
@@ -91,7 +129,10 @@ struct FlakyDisk {
 impl FlakyDisk {
     fn check(&self) -> Result<(), std::io::Error> {
         if self.full.load(Ordering::SeqCst) {
-            Err(std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device"))
+            Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "No space left on device",
+            ))
         } else {
             Ok(())
         }
@@ -121,14 +162,26 @@ impl StorageBackend for FlakyDisk {
 
 #[tokio::test]
 async fn a_full_disk_fails_only_its_batch_and_the_writer_recovers() {
-    let disk = FlakyDisk { data: Arc::new(InMemoryBackend::new()), full: Arc::default() };
-    let db = Database::builder().create_with_backend(disk.clone()).unwrap();
+    let disk = FlakyDisk {
+        data: Arc::new(InMemoryBackend::new()),
+        full: Arc::default(),
+    };
+    let db = Database::builder()
+        .create_with_backend(disk.clone())
+        .unwrap();
     let reopen_disk = disk.clone();
     let reopen: Reopen = Box::new(move || {
-        Database::builder().create_with_backend(reopen_disk.clone()).map_err(|e| e.to_string())
+        Database::builder()
+            .create_with_backend(reopen_disk.clone())
+            .map_err(|e| e.to_string())
     });
-    let store =
-        Store::start(db, Some(reopen), PathBuf::from("flaky"), StoreOptions::default()).unwrap();
+    let store = Store::start(
+        db,
+        Some(reopen),
+        PathBuf::from("flaky"),
+        StoreOptions::default(),
+    )
+    .unwrap();
     let a = SessionId::new();
     store.append(vec![created(a)]).await.unwrap();
 
@@ -143,8 +196,17 @@ async fn a_full_disk_fails_only_its_batch_and_the_writer_recovers() {
     // Seq 2 is expected again: the failed batch left no trace in the writer's state.
     store.append(vec![step(a, 2)]).await.unwrap();
     store.append(vec![step(a, 3)]).await.unwrap();
-    assert_eq!(store.read_from(a, Seq(1)).unwrap(), vec![created(a), step(a, 2), step(a, 3)]);
+    assert_eq!(
+        store.read_from(a, Seq(1)).unwrap(),
+        vec![created(a), step(a, 2), step(a, 3)]
+    );
     assert_eq!(store.session(a).unwrap().map(|s| s.last_seq), Some(Seq(3)));
-    assert_eq!(store.stats(), StoreStats { appended_events: 3, commits: 3 });
+    assert_eq!(
+        store.stats(),
+        StoreStats {
+            appended_events: 3,
+            commits: 3
+        }
+    );
     store.close().await;
 }

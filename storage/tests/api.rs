@@ -49,23 +49,41 @@ async fn appended_events_read_back_in_order() {
     assert_eq!(store.last_seq(b).unwrap(), Some(Seq(1)));
     assert_eq!(store.last_seq(SessionId::new()).unwrap(), None);
 
-    assert_eq!(store.session(a).unwrap(), Some(summary(a, "first title", 5, 1005)));
+    assert_eq!(
+        store.session(a).unwrap(),
+        Some(summary(a, "first title", 5, 1005))
+    );
     assert_eq!(store.session(SessionId::new()).unwrap(), None);
     assert_eq!(
         store.list_sessions().unwrap(),
-        vec![summary(a, "first title", 5, 1005), summary(b, "first title", 1, 1001)]
+        vec![
+            summary(a, "first title", 5, 1005),
+            summary(b, "first title", 1, 1001)
+        ]
     );
 
     // A later title change moves b to the front.
-    let title = EventKind::TitleSet { title: "Renamed".into(), source: TitleSource::User };
+    let title = EventKind::TitleSet {
+        title: "Renamed".into(),
+        source: TitleSource::User,
+    };
     let mut renamed = event(b, 2, title);
     renamed.at_ms = 5000;
     store.append(vec![renamed]).await.unwrap();
     assert_eq!(
         store.list_sessions().unwrap(),
-        vec![summary(b, "Renamed", 2, 5000), summary(a, "first title", 5, 1005)]
+        vec![
+            summary(b, "Renamed", 2, 5000),
+            summary(a, "first title", 5, 1005)
+        ]
     );
-    assert_eq!(store.stats(), StoreStats { appended_events: 7, commits: 5 });
+    assert_eq!(
+        store.stats(),
+        StoreStats {
+            appended_events: 7,
+            commits: 5
+        }
+    );
 }
 
 #[tokio::test]
@@ -75,20 +93,50 @@ async fn appends_that_do_not_continue_the_log_are_refused() {
     store.append(log(a, 1, 2)).await.unwrap();
 
     let gap = store.append(vec![step(a, 4)]).await;
-    assert_eq!(gap, Err(AppendError::SeqMismatch { expected: Seq(3), got: Seq(4) }));
+    assert_eq!(
+        gap,
+        Err(AppendError::SeqMismatch {
+            expected: Seq(3),
+            got: Seq(4)
+        })
+    );
     let duplicate = store.append(vec![step(a, 2)]).await;
-    assert_eq!(duplicate, Err(AppendError::SeqMismatch { expected: Seq(3), got: Seq(2) }));
+    assert_eq!(
+        duplicate,
+        Err(AppendError::SeqMismatch {
+            expected: Seq(3),
+            got: Seq(2)
+        })
+    );
     let not_dense = store.append(vec![step(a, 3), step(a, 5)]).await;
-    assert_eq!(not_dense, Err(AppendError::SeqMismatch { expected: Seq(4), got: Seq(5) }));
+    assert_eq!(
+        not_dense,
+        Err(AppendError::SeqMismatch {
+            expected: Seq(4),
+            got: Seq(5)
+        })
+    );
     let mixed = store.append(vec![step(a, 3), step(other, 4)]).await;
-    assert_eq!(mixed, Err(AppendError::MixedSessions { expected: a, got: other }));
+    assert_eq!(
+        mixed,
+        Err(AppendError::MixedSessions {
+            expected: a,
+            got: other
+        })
+    );
 
-    assert_eq!(store.append(vec![step(other, 1)]).await, Err(AppendError::UnknownSession));
+    assert_eq!(
+        store.append(vec![step(other, 1)]).await,
+        Err(AppendError::UnknownSession)
+    );
     let mut late_created = created(other);
     late_created.seq = Seq(2);
     assert_eq!(
         store.append(vec![late_created]).await,
-        Err(AppendError::SeqMismatch { expected: Seq(1), got: Seq(2) })
+        Err(AppendError::SeqMismatch {
+            expected: Seq(1),
+            got: Seq(2)
+        })
     );
 
     // Nothing of the refused appends was written.
@@ -103,17 +151,28 @@ async fn nothing_is_appended_after_session_deleted() {
     let store = memory();
     let (a, b) = (SessionId::new(), SessionId::new());
     store.append(log(a, 1, 2)).await.unwrap();
-    store.append(vec![event(a, 3, EventKind::SessionDeleted {})]).await.unwrap();
-    assert_eq!(store.append(vec![step(a, 4)]).await, Err(AppendError::SessionDeleted));
+    store
+        .append(vec![event(a, 3, EventKind::SessionDeleted {})])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.append(vec![step(a, 4)]).await,
+        Err(AppendError::SessionDeleted)
+    );
     assert_eq!(store.last_seq(a).unwrap(), Some(Seq(3)));
     assert_eq!(
         store.session(a).unwrap(),
-        Some(SessionSummary { deleted: true, ..summary(a, "first title", 3, 1003) })
+        Some(SessionSummary {
+            deleted: true,
+            ..summary(a, "first title", 3, 1003)
+        })
     );
 
     // Events after session_deleted within one append are refused as a whole.
     store.append(log(b, 1, 1)).await.unwrap();
-    let after = store.append(vec![event(b, 2, EventKind::SessionDeleted {}), step(b, 3)]).await;
+    let after = store
+        .append(vec![event(b, 2, EventKind::SessionDeleted {}), step(b, 3)])
+        .await;
     assert_eq!(after, Err(AppendError::SessionDeleted));
     assert_eq!(store.read_from(b, Seq(1)).unwrap(), log(b, 1, 1));
 }
@@ -132,9 +191,15 @@ async fn close_drains_queued_appends_then_refuses_new_ones() {
     );
     assert_eq!([r0, r1, r2, r3], [Ok(()), Ok(()), Ok(()), Ok(())]);
     store.close().await;
-    assert_eq!(store.append(vec![step(s[0], 2)]).await, Err(AppendError::Closed));
+    assert_eq!(
+        store.append(vec![step(s[0], 2)]).await,
+        Err(AppendError::Closed)
+    );
     for (i, session) in s.iter().enumerate() {
-        assert_eq!(store.read_from(*session, Seq(1)).unwrap(), log(*session, 1, i as u64 + 1));
+        assert_eq!(
+            store.read_from(*session, Seq(1)).unwrap(),
+            log(*session, 1, i as u64 + 1)
+        );
     }
     assert_eq!(store.stats().appended_events, 10);
 }
@@ -148,21 +213,36 @@ async fn a_reopened_file_has_the_committed_data_and_state() {
         let store = Store::open(&path, StoreOptions::default()).unwrap();
         store.append(log(a, 1, 3)).await.unwrap();
         store.append(log(b, 1, 1)).await.unwrap();
-        store.append(vec![event(b, 2, EventKind::SessionDeleted {})]).await.unwrap();
+        store
+            .append(vec![event(b, 2, EventKind::SessionDeleted {})])
+            .await
+            .unwrap();
         let again = Store::open(&path, StoreOptions::default());
-        assert!(matches!(&again, Err(OpenError::AlreadyOpen { path: p }) if *p == path), "{again:?}");
+        assert!(
+            matches!(&again, Err(OpenError::AlreadyOpen { path: p }) if *p == path),
+            "{again:?}"
+        );
         // Dropped without close.
     }
     let store = Store::open(&path, StoreOptions::default()).unwrap();
     assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 3));
-    assert_eq!(store.session(a).unwrap(), Some(summary(a, "first title", 3, 1003)));
+    assert_eq!(
+        store.session(a).unwrap(),
+        Some(summary(a, "first title", 3, 1003))
+    );
     // The writer's view of each session is rebuilt from the file.
     assert_eq!(
         store.append(vec![step(a, 3)]).await,
-        Err(AppendError::SeqMismatch { expected: Seq(4), got: Seq(3) })
+        Err(AppendError::SeqMismatch {
+            expected: Seq(4),
+            got: Seq(3)
+        })
     );
     store.append(vec![step(a, 4)]).await.unwrap();
-    assert_eq!(store.append(vec![step(b, 3)]).await, Err(AppendError::SessionDeleted));
+    assert_eq!(
+        store.append(vec![step(b, 3)]).await,
+        Err(AppendError::SessionDeleted)
+    );
     assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 4));
     store.close().await;
 }
@@ -172,7 +252,10 @@ async fn concurrent_appends_share_commits() {
     const SESSIONS: usize = 50;
     const PER_SESSION: u64 = 10;
     let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions { durability: Durability::Immediate, ..StoreOptions::default() };
+    let options = StoreOptions {
+        durability: Durability::Immediate,
+        ..StoreOptions::default()
+    };
     let store = Store::open(&dir.path().join("foya.redb"), options).unwrap();
     let sessions: Vec<SessionId> = (0..SESSIONS).map(|_| SessionId::new()).collect();
     let tasks: Vec<_> = sessions
@@ -196,7 +279,10 @@ async fn concurrent_appends_share_commits() {
     // Each commit (one fsync) carried many sessions' appends.
     assert!(stats.commits < appends / 2, "{stats:?}");
     for session in sessions {
-        assert_eq!(store.read_from(session, Seq(1)).unwrap(), log(session, 1, PER_SESSION));
+        assert_eq!(
+            store.read_from(session, Seq(1)).unwrap(),
+            log(session, 1, PER_SESSION)
+        );
     }
     store.close().await;
 }

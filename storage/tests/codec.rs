@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::{all_kinds, fixed_run, fixed_session, variant_index, VARIANTS};
+use common::{VARIANTS, all_kinds, fixed_run, fixed_session, variant_index};
 use foya_protocol::{Event, EventKind, Seq, SessionSummary};
-use foya_storage::codec::{self, FORMAT_VERSION};
 use foya_storage::ReadError;
+use foya_storage::codec::{self, FORMAT_VERSION};
 use std::path::{Path, PathBuf};
 
 #[test]
@@ -18,7 +18,11 @@ fn every_event_kind_round_trips() {
     let kinds = all_kinds();
     let mut seen: Vec<usize> = kinds.iter().map(variant_index).collect();
     seen.dedup();
-    assert_eq!(seen, (0..VARIANTS).collect::<Vec<_>>(), "all_kinds covers every variant once");
+    assert_eq!(
+        seen,
+        (0..VARIANTS).collect::<Vec<_>>(),
+        "all_kinds covers every variant once"
+    );
     for (i, kind) in kinds.into_iter().enumerate() {
         let event = Event {
             session_id: fixed_session(1),
@@ -48,12 +52,18 @@ fn unknown_format_versions_are_refused() {
     bytes[0] = FORMAT_VERSION + 1;
     assert_eq!(
         codec::decode_event(event.session_id, event.seq, &bytes),
-        Err(ReadError::UnsupportedFormat { version: FORMAT_VERSION + 1, supported: FORMAT_VERSION })
+        Err(ReadError::UnsupportedFormat {
+            version: FORMAT_VERSION + 1,
+            supported: FORMAT_VERSION
+        })
     );
     bytes[0] = 0;
     assert_eq!(
         codec::decode::<SessionSummary>(&bytes),
-        Err(ReadError::UnsupportedFormat { version: 0, supported: FORMAT_VERSION })
+        Err(ReadError::UnsupportedFormat {
+            version: 0,
+            supported: FORMAT_VERSION
+        })
     );
     assert_eq!(
         codec::decode::<SessionSummary>(&[]),
@@ -120,7 +130,12 @@ fn check_golden(name: &str, bytes: &[u8]) -> Vec<u8> {
     }
     let golden = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (bless with FOYA_BLESS=1)", path.display()));
-    assert_eq!(golden, bytes, "today's encoding of {name} differs from {}", path.display());
+    assert_eq!(
+        golden,
+        bytes,
+        "today's encoding of {name} differs from {}",
+        path.display()
+    );
     golden
 }
 

@@ -33,22 +33,48 @@ pub fn config(title: Option<&str>) -> SessionConfig {
 
 /// An event of `session` at `seq`, timestamped `1000 + seq`.
 pub fn event(session: SessionId, seq: u64, kind: EventKind) -> Event {
-    Event { session_id: session, seq: Seq(seq), run_id: None, at_ms: 1000 + seq, kind }
+    Event {
+        session_id: session,
+        seq: Seq(seq),
+        run_id: None,
+        at_ms: 1000 + seq,
+        kind,
+    }
 }
 
 /// The `session_created` event (seq 1) of `session`.
 pub fn created(session: SessionId) -> Event {
-    event(session, 1, EventKind::SessionCreated { config: config(Some("first title")) })
+    event(
+        session,
+        1,
+        EventKind::SessionCreated {
+            config: config(Some("first title")),
+        },
+    )
 }
 
 /// A small filler event at `seq`.
 pub fn step(session: SessionId, seq: u64) -> Event {
-    event(session, seq, EventKind::StepStarted { step: u32::try_from(seq).unwrap() })
+    event(
+        session,
+        seq,
+        EventKind::StepStarted {
+            step: u32::try_from(seq).unwrap(),
+        },
+    )
 }
 
 /// Events `from..=to` of a session whose seq 1 is `session_created` and the rest steps.
 pub fn log(session: SessionId, from: u64, to: u64) -> Vec<Event> {
-    (from..=to).map(|seq| if seq == 1 { created(session) } else { step(session, seq) }).collect()
+    (from..=to)
+        .map(|seq| {
+            if seq == 1 {
+                created(session)
+            } else {
+                step(session, seq)
+            }
+        })
+        .collect()
 }
 
 /// One example of every `EventKind` variant, with optional fields filled in.
@@ -74,8 +100,13 @@ pub fn all_kinds() -> Vec<EventKind> {
         text: "answer".into(),
         reasoning: "thinking".into(),
         reasoning_parts: vec![
-            ReasoningPart::Thinking { text: "t".into(), signature: Some("sig".into()) },
-            ReasoningPart::Redacted { data: "opaque".into() },
+            ReasoningPart::Thinking {
+                text: "t".into(),
+                signature: Some("sig".into()),
+            },
+            ReasoningPart::Redacted {
+                data: "opaque".into(),
+            },
         ],
         tool_calls: vec![ToolCall {
             id: call.clone(),
@@ -87,8 +118,11 @@ pub fn all_kinds() -> Vec<EventKind> {
         finish_reason: Some(FinishReason::ToolCalls),
         interrupted: true,
     };
-    let tool_message =
-        ToolMessage { tool_call_id: call.clone(), content: "total 0".into(), is_error: true };
+    let tool_message = ToolMessage {
+        tool_call_id: call.clone(),
+        content: "total 0".into(),
+        is_error: true,
+    };
     let mut config = config(Some("t"));
     config.approval_mode = ApprovalMode::AutoEdit;
     config.project_id = Some("proj".into());
@@ -102,15 +136,34 @@ pub fn all_kinds() -> Vec<EventKind> {
     let input_id = InputId::from_bytes([3; 16]);
     vec![
         EventKind::SessionCreated { config },
-        EventKind::InputQueued { input_id, input: input.clone() },
-        EventKind::InputDropped { input_id, reason: "queue cleared".into() },
-        EventKind::UserMessage { input_id, input: input.clone() },
+        EventKind::InputQueued {
+            input_id,
+            input: input.clone(),
+        },
+        EventKind::InputDropped {
+            input_id,
+            reason: "queue cleared".into(),
+        },
+        EventKind::UserMessage {
+            input_id,
+            input: input.clone(),
+        },
         EventKind::TurnStarted { input_id },
         EventKind::StepStarted { step: 1 },
         EventKind::AssistantMessage(assistant.clone()),
-        EventKind::ToolStarted { tool_call_id: call.clone(), name: "shell".into() },
-        EventKind::ToolUpdate { tool_call_id: call.clone(), message: "50%".into() },
-        EventKind::ToolFinished { tool_call_id: call.clone(), is_error: false, duration_ms: 12 },
+        EventKind::ToolStarted {
+            tool_call_id: call.clone(),
+            name: "shell".into(),
+        },
+        EventKind::ToolUpdate {
+            tool_call_id: call.clone(),
+            message: "50%".into(),
+        },
+        EventKind::ToolFinished {
+            tool_call_id: call.clone(),
+            is_error: false,
+            duration_ms: 12,
+        },
         EventKind::ToolMessage(tool_message.clone()),
         EventKind::Usage(Usage {
             input_tokens: 100,
@@ -143,14 +196,25 @@ pub fn all_kinds() -> Vec<EventKind> {
             message: Some("ok".into()),
             grant: Some("shell:rm".into()),
         },
-        EventKind::TurnCancelled { reason: "user".into() },
+        EventKind::TurnCancelled {
+            reason: "user".into(),
+        },
         EventKind::TurnComplete {
             status: TurnStatus::Failed,
             reason: Some("quota".into()),
-            error: Some(ErrorInfo { class: ErrorClass::QuotaExhausted, message: "m".into() }),
+            error: Some(ErrorInfo {
+                class: ErrorClass::QuotaExhausted,
+                message: "m".into(),
+            }),
         },
-        EventKind::TitleSet { title: "New title".into(), source: TitleSource::Generated },
-        EventKind::CompactionStarted { trigger: "threshold".into(), tokens_before: 90_000 },
+        EventKind::TitleSet {
+            title: "New title".into(),
+            source: TitleSource::Generated,
+        },
+        EventKind::CompactionStarted {
+            trigger: "threshold".into(),
+            tokens_before: 90_000,
+        },
         EventKind::CompactionCheckpoint {
             summary: "so far".into(),
             covers_up_to: Seq(40),
@@ -171,7 +235,10 @@ pub fn all_kinds() -> Vec<EventKind> {
             reserve: 8_000,
             decision: "send".into(),
         },
-        EventKind::HookContinued { reason: "tests fail".into(), count: 2 },
+        EventKind::HookContinued {
+            reason: "tests fail".into(),
+            count: 2,
+        },
         EventKind::SessionDeleted {},
     ]
 }
