@@ -16,6 +16,8 @@ mod supervisor;
 mod task;
 mod tools_actor;
 mod turn;
+#[cfg(test)]
+mod testkit;
 
 pub use runtime::{
     Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,

@@ -232,6 +232,15 @@ impl Runtime {
 }
 
 impl SessionHandle {
+    /// Test hook: make the session's active TurnActor panic.
+    #[cfg(test)]
+    pub(crate) async fn crash_turn_for_test(&self) {
+        let actor = self.inner.session_actor(self.id).await.ok();
+        if let Some(actor) = actor {
+            let _ = actor.cast(SessionMsg::CrashTurn);
+        }
+    }
+
     /// The session id.
     #[must_use]
     pub fn id(&self) -> SessionId {

@@ -9,7 +9,9 @@
 //! (`[{"id","name","arguments"}]`), `finish_reason` (default `tool_calls` when calls are
 //! given, else `stop`), `usage` (`{"input_tokens","output_tokens"}`), `error`
 //! (`{"class","message","retry_after_ms"}`: the response is that error), `chunk_chars`
-//! (text fragment size, default 8) and `delay_ms` (pause before each fragment).
+//! (text fragment size, default 8), `delay_ms` (pause before each fragment) and
+//! `fail_times` (with `error`: only the first N requests for this response fail, counted
+//! per client; then it streams normally — the one piece of state, for retry scenarios).
 
 use super::{ModelClient, ModelRequest};
 use foya_protocol::{
@@ -17,7 +19,9 @@ use foya_protocol::{
 };
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +52,8 @@ pub struct ScriptedResponse {
     pub chunk_chars: Option<usize>,
     /// Pause before each fragment, in milliseconds.
     pub delay_ms: u64,
+    /// With `error`: how many requests fail before the response succeeds (`None`: all).
+    pub fail_times: Option<u32>,
 }
 
 /// A scripted tool call.
@@ -100,13 +106,14 @@ pub enum ScriptError {
 #[derive(Debug, Clone)]
 pub struct ScriptedClient {
     script: Script,
+    failures: Arc<Mutex<HashMap<usize, u32>>>,
 }
 
 impl ScriptedClient {
     /// A client for an in-memory script.
     #[must_use]
     pub fn from_script(script: Script) -> Self {
-        Self { script }
+        Self { script, failures: Arc::default() }
     }
 
     /// Loads a script file (JSON).
@@ -119,12 +126,12 @@ impl ScriptedClient {
             .map_err(|source| ScriptError::Io { path: shown.clone(), source })?;
         let script = serde_json::from_str(&text)
             .map_err(|source| ScriptError::Parse { path: shown, source })?;
-        Ok(Self { script })
+        Ok(Self::from_script(script))
     }
 }
 
 /// The stream events of one scripted response, with the pause before each.
-fn events_of(response: &ScriptedResponse) -> Vec<StreamEvent> {
+fn events_of(response: &ScriptedResponse, fail: bool) -> Vec<StreamEvent> {
     let size = response.chunk_chars.unwrap_or(8).max(1);
     let mut out = Vec::new();
     for (text, is_reasoning) in [(&response.reasoning, true), (&response.text, false)] {
@@ -138,7 +145,7 @@ fn events_of(response: &ScriptedResponse) -> Vec<StreamEvent> {
             });
         }
     }
-    if let Some(error) = &response.error {
+    if let Some(error) = response.error.as_ref().filter(|_| fail) {
         out.push(StreamEvent::Error {
             error: ProviderError {
                 class: error.class,
@@ -186,7 +193,19 @@ impl ModelClient for ScriptedClient {
         let used =
             request.messages.iter().filter(|m| matches!(m, Message::Assistant(_))).count();
         let (events, delay_ms) = match self.script.responses.get(used) {
-            Some(r) => (events_of(r), r.delay_ms),
+            Some(r) => {
+                let fail = match r.fail_times {
+                    None => true,
+                    Some(times) => {
+                        let mut failures =
+                            self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+                        let served = failures.entry(used).or_insert(0);
+                        *served += 1;
+                        *served <= times
+                    }
+                };
+                (events_of(r, fail), r.delay_ms)
+            }
             None => (
                 vec![StreamEvent::Error {
                     error: ProviderError::new(ErrorClass::InvalidRequest, "script exhausted"),
