@@ -14,10 +14,10 @@ mod session;
 mod subscription;
 mod supervisor;
 mod task;
-mod tools_actor;
-mod turn;
 #[cfg(test)]
 mod testkit;
+mod tools_actor;
+mod turn;
 
 pub use runtime::{
     Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,

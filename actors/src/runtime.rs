@@ -124,9 +124,9 @@ async fn ask<M: ractor::Message, T: Send + 'static>(
 ) -> Result<T, RuntimeError> {
     match actor.call(build, None).await.map_err(actor_err)? {
         CallResult::Success(result) => result,
-        CallResult::Timeout | CallResult::SenderError => {
-            Err(RuntimeError::Actor("the actor stopped before answering".into()))
-        }
+        CallResult::Timeout | CallResult::SenderError => Err(RuntimeError::Actor(
+            "the actor stopped before answering".into(),
+        )),
     }
 }
 
@@ -135,7 +135,11 @@ impl Inner {
         if let Some(actor) = self.registry.get(&id) {
             return Ok(actor.clone());
         }
-        ask(&self.supervisor, |reply| SupervisorMsg::GetSession { id, reply }).await
+        ask(&self.supervisor, |reply| SupervisorMsg::GetSession {
+            id,
+            reply,
+        })
+        .await
     }
 }
 
@@ -154,24 +158,48 @@ impl Runtime {
             subscriber_buffer: config.subscriber_buffer.max(1),
         });
         let registry: Registry = Arc::default();
-        let args = SupervisorArgs { deps: Arc::clone(&deps), registry: Arc::clone(&registry) };
-        let (supervisor, join) =
-            Actor::spawn(None, SupervisorActor, args).await.map_err(actor_err)?;
-        let inner = Inner { supervisor, join: std::sync::Mutex::new(Some(join)), registry, deps };
-        Ok(Runtime { inner: Arc::new(inner) })
+        let args = SupervisorArgs {
+            deps: Arc::clone(&deps),
+            registry: Arc::clone(&registry),
+        };
+        let (supervisor, join) = Actor::spawn(None, SupervisorActor, args)
+            .await
+            .map_err(actor_err)?;
+        let inner = Inner {
+            supervisor,
+            join: std::sync::Mutex::new(Some(join)),
+            registry,
+            deps,
+        };
+        Ok(Runtime {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Creates a session (`session_created` is committed when this returns).
     ///
     /// # Errors
     /// [`RuntimeError::Storage`] when the store refuses the write.
-    pub async fn create_session(&self, config: SessionConfig) -> Result<SessionHandle, RuntimeError> {
-        let actor: ActorRef<SessionMsg> =
-            ask(&self.inner.supervisor, |reply| SupervisorMsg::CreateSession { config, reply })
-                .await?;
-        let id = self.inner.registry.iter().find(|e| e.value().get_id() == actor.get_id()).map(|e| *e.key());
-        let id = id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
-        Ok(SessionHandle { id, inner: Arc::clone(&self.inner) })
+    pub async fn create_session(
+        &self,
+        config: SessionConfig,
+    ) -> Result<SessionHandle, RuntimeError> {
+        let actor: ActorRef<SessionMsg> = ask(&self.inner.supervisor, |reply| {
+            SupervisorMsg::CreateSession { config, reply }
+        })
+        .await?;
+        let id = self
+            .inner
+            .registry
+            .iter()
+            .find(|e| e.value().get_id() == actor.get_id())
+            .map(|e| *e.key());
+        let id =
+            id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
+        Ok(SessionHandle {
+            id,
+            inner: Arc::clone(&self.inner),
+        })
     }
 
     /// A handle to a live session, loading it from the log (with recovery) if needed.
@@ -180,7 +208,10 @@ impl Runtime {
     /// [`RuntimeError::SessionNotFound`], [`RuntimeError::SessionDeleted`], storage errors.
     pub async fn session(&self, id: SessionId) -> Result<SessionHandle, RuntimeError> {
         self.inner.session_actor(id).await?;
-        Ok(SessionHandle { id, inner: Arc::clone(&self.inner) })
+        Ok(SessionHandle {
+            id,
+            inner: Arc::clone(&self.inner),
+        })
     }
 
     /// Every session in the store (deleted ones flagged).
@@ -188,7 +219,11 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::Storage`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, RuntimeError> {
-        self.inner.deps.store.list_sessions().map_err(|e| RuntimeError::Storage(e.to_string()))
+        self.inner
+            .deps
+            .store
+            .list_sessions()
+            .map_err(|e| RuntimeError::Storage(e.to_string()))
     }
 
     /// Loads every session that has an unfinished turn or queued inputs (recovery runs on
@@ -274,8 +309,17 @@ impl SessionHandle {
     ///
     /// # Errors
     /// As [`Self::submit`].
-    pub async fn submit_with_id(&self, input_id: InputId, input: Input) -> Result<InputId, RuntimeError> {
-        self.with_session(|reply| SessionMsg::SubmitInput { input_id, input: input.clone(), reply }).await
+    pub async fn submit_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, RuntimeError> {
+        self.with_session(|reply| SessionMsg::SubmitInput {
+            input_id,
+            input: input.clone(),
+            reply,
+        })
+        .await
     }
 
     /// Subscribes from `from_seq` (1 = everything): committed events are replayed from
@@ -283,9 +327,15 @@ impl SessionHandle {
     ///
     /// # Errors
     /// Session and storage errors.
-    pub async fn subscribe(&self, from_seq: Seq, options: SubscribeOptions) -> Result<Subscription, RuntimeError> {
+    pub async fn subscribe(
+        &self,
+        from_seq: Seq,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, RuntimeError> {
         let approver = options.approver;
-        let (rx, committed) = self.with_session(|reply| SessionMsg::Subscribe { approver, reply }).await?;
+        let (rx, committed) = self
+            .with_session(|reply| SessionMsg::Subscribe { approver, reply })
+            .await?;
         let backlog = self
             .inner
             .deps
@@ -303,7 +353,8 @@ impl SessionHandle {
     /// # Errors
     /// Session errors.
     pub async fn cancel(&self) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::Cancel { reply }).await
+        self.with_session(|reply| SessionMsg::Cancel { reply })
+            .await
     }
 
     /// Drops every queued input (`input_dropped` each).
@@ -311,7 +362,8 @@ impl SessionHandle {
     /// # Errors
     /// Session and storage errors.
     pub async fn clear_queue(&self) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::ClearQueue { reply }).await
+        self.with_session(|reply| SessionMsg::ClearQueue { reply })
+            .await
     }
 
     /// Answers a pending approval request.
@@ -338,7 +390,11 @@ impl SessionHandle {
     /// # Errors
     /// Session and storage errors.
     pub async fn set_title(&self, title: String) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::SetTitle { title: title.clone(), reply }).await
+        self.with_session(|reply| SessionMsg::SetTitle {
+            title: title.clone(),
+            reply,
+        })
+        .await
     }
 
     /// Deletes the session: cancels the active turn and waits for it, drops queued

@@ -41,7 +41,14 @@ impl Subscription {
         rx: mpsc::Receiver<SessionUpdate>,
     ) -> Self {
         let last_seq = Seq(from_seq.0.saturating_sub(1));
-        Self { session_id, from_seq, last_seq, backlog: backlog.into(), rx, ended: false }
+        Self {
+            session_id,
+            from_seq,
+            last_seq,
+            backlog: backlog.into(),
+            rx,
+            ended: false,
+        }
     }
 
     /// Seq of the last event delivered (`from_seq - 1` before any).

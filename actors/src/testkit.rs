@@ -2,11 +2,13 @@
 //! "receive until predicate" waiting under one global timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::provider::scripted::{Script, ScriptedClient};
 use crate::provider::retry::RetryPolicy;
+use crate::provider::scripted::{Script, ScriptedClient};
 use crate::runtime::{Runtime, RuntimeConfig, SessionHandle};
 use crate::subscription::{SubscribeOptions, Subscription};
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
+use crate::tools::{
+    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+};
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, Event, Seq, SessionConfig, SessionUpdate};
 use std::collections::HashMap;
@@ -32,7 +34,11 @@ pub(crate) struct TestTool {
 }
 
 impl TestTool {
-    pub(crate) fn new(name: &str, behaviour: Behaviour, side_effect: SideEffect) -> Arc<dyn Tool> {
+    pub(crate) fn shared(
+        name: &str,
+        behaviour: Behaviour,
+        side_effect: SideEffect,
+    ) -> Arc<dyn Tool> {
         Arc::new(Self {
             spec: ToolSpec {
                 name: name.into(),
@@ -79,10 +85,14 @@ impl Tool for TestTool {
 /// cancel), `boom` (panics), `exec` (echo with an exec side effect).
 pub(crate) fn tools() -> Arc<ToolRegistry> {
     let mut registry = ToolRegistry::builtin();
-    registry.register(TestTool::new("echo", Behaviour::Echo, SideEffect::None));
-    registry.register(TestTool::new("wait", Behaviour::WaitForCancel, SideEffect::None));
-    registry.register(TestTool::new("boom", Behaviour::Panic, SideEffect::None));
-    registry.register(TestTool::new("exec", Behaviour::Echo, SideEffect::Exec));
+    registry.register(TestTool::shared("echo", Behaviour::Echo, SideEffect::None));
+    registry.register(TestTool::shared(
+        "wait",
+        Behaviour::WaitForCancel,
+        SideEffect::None,
+    ));
+    registry.register(TestTool::shared("boom", Behaviour::Panic, SideEffect::None));
+    registry.register(TestTool::shared("exec", Behaviour::Echo, SideEffect::Exec));
     Arc::new(registry)
 }
 
@@ -107,11 +117,17 @@ pub(crate) async fn runtime(script: Script) -> Runtime {
 }
 
 pub(crate) fn session_config(mode: ApprovalMode) -> SessionConfig {
-    SessionConfig { approval_mode: mode, ..SessionConfig::new("/tmp") }
+    SessionConfig {
+        approval_mode: mode,
+        ..SessionConfig::new("/tmp")
+    }
 }
 
 pub(crate) async fn subscribe(session: &SessionHandle, approver: bool) -> Subscription {
-    session.subscribe(Seq(1), SubscribeOptions { approver }).await.unwrap()
+    session
+        .subscribe(Seq(1), SubscribeOptions { approver })
+        .await
+        .unwrap()
 }
 
 /// The global timeout of one test's waiting, in real time.

@@ -75,18 +75,32 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
         let rt = Arc::clone(&rt);
         tasks.push(tokio::spawn(async move {
             let session = rt.create_session(SessionConfig::new("/tmp")).await.unwrap();
-            let mut sub = session.subscribe(Seq(1), SubscribeOptions::default()).await.unwrap();
-            session.submit(Input::text(format!("input {i}"))).await.unwrap();
+            let mut sub = session
+                .subscribe(Seq(1), SubscribeOptions::default())
+                .await
+                .unwrap();
+            session
+                .submit(Input::text(format!("input {i}")))
+                .await
+                .unwrap();
             let events = until_turns_complete(&mut sub, 1).await;
             (session.id(), events)
         }));
     }
-    let all = tokio::time::timeout(TIMEOUT, futures::future::join_all(tasks)).await.unwrap();
+    let all = tokio::time::timeout(TIMEOUT, futures::future::join_all(tasks))
+        .await
+        .unwrap();
     for result in all {
         let (id, events) = result.unwrap();
         let expected = vec![
-            "session_created", "user_message", "turn_started", "step_started",
-            "assistant_message", "tool_message", "step_started", "assistant_message",
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started",
+            "assistant_message",
+            "tool_message",
+            "step_started",
+            "assistant_message",
             "turn_complete",
         ];
         assert_eq!(types(&events), expected);
@@ -101,7 +115,11 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
         );
         assert_eq!(
             events[8].kind,
-            EventKind::TurnComplete { status: TurnStatus::Completed, reason: None, error: None }
+            EventKind::TurnComplete {
+                status: TurnStatus::Completed,
+                reason: None,
+                error: None
+            }
         );
         assert_eq!(store.read_from(id, Seq(1)).unwrap(), events);
     }
@@ -109,7 +127,13 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
 }
 
 fn raw(session_id: SessionId, seq: u64, run_id: Option<RunId>, kind: EventKind) -> Event {
-    Event { session_id, seq: Seq(seq), run_id, at_ms: 1, kind }
+    Event {
+        session_id,
+        seq: Seq(seq),
+        run_id,
+        at_ms: 1,
+        kind,
+    }
 }
 
 #[tokio::test]
@@ -129,8 +153,23 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
         let input_id = InputId::new();
         store
             .append(vec![
-                raw(id, 1, None, EventKind::SessionCreated { config: SessionConfig::new("/tmp") }),
-                raw(id, 2, run, EventKind::UserMessage { input_id, input: Input::text("build") }),
+                raw(
+                    id,
+                    1,
+                    None,
+                    EventKind::SessionCreated {
+                        config: SessionConfig::new("/tmp"),
+                    },
+                ),
+                raw(
+                    id,
+                    2,
+                    run,
+                    EventKind::UserMessage {
+                        input_id,
+                        input: Input::text("build"),
+                    },
+                ),
                 raw(id, 3, run, EventKind::TurnStarted { input_id }),
                 raw(id, 4, run, EventKind::StepStarted { step: 1 }),
                 raw(
@@ -142,8 +181,24 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
                         ..AssistantMessage::default()
                     }),
                 ),
-                raw(id, 6, run, EventKind::ToolStarted { tool_call_id: ToolCallId::new("c1"), name: "shell".into() }),
-                raw(id, 7, None, EventKind::InputQueued { input_id: InputId::new(), input: Input::text("queued") }),
+                raw(
+                    id,
+                    6,
+                    run,
+                    EventKind::ToolStarted {
+                        tool_call_id: ToolCallId::new("c1"),
+                        name: "shell".into(),
+                    },
+                ),
+                raw(
+                    id,
+                    7,
+                    None,
+                    EventKind::InputQueued {
+                        input_id: InputId::new(),
+                        input: Input::text("queued"),
+                    },
+                ),
             ])
             .await
             .unwrap();
@@ -158,14 +213,20 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
     .unwrap();
     assert_eq!(rt.recover_all().await.unwrap(), 1);
     let session = rt.session(id).await.unwrap();
-    let mut sub = session.subscribe(Seq(1), SubscribeOptions::default()).await.unwrap();
-    let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 2)).await.unwrap();
+    let mut sub = session
+        .subscribe(Seq(1), SubscribeOptions::default())
+        .await
+        .unwrap();
+    let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 2))
+        .await
+        .unwrap();
     assert_dense(&events);
     assert_eq!(
         events[7].kind,
         EventKind::ToolMessage(ToolMessage {
             tool_call_id: ToolCallId::new("c1"),
-            content: "outcome unknown: the runtime stopped while this ran; it was not re-run".into(),
+            content: "outcome unknown: the runtime stopped while this ran; it was not re-run"
+                .into(),
             is_error: true,
         })
     );
@@ -183,21 +244,39 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
     assert_eq!(events[7].run_id, run);
     assert_eq!(
         types(&events[9..]),
-        vec!["user_message", "turn_started", "step_started", "assistant_message", "turn_complete"]
+        vec![
+            "user_message",
+            "turn_started",
+            "step_started",
+            "assistant_message",
+            "turn_complete"
+        ]
     );
-    let EventKind::UserMessage { input, .. } = &events[9].kind else { panic!() };
+    let EventKind::UserMessage { input, .. } = &events[9].kind else {
+        panic!()
+    };
     assert_eq!(input.text, "queued");
-    let EventKind::AssistantMessage(m) = &events[12].kind else { panic!() };
+    let EventKind::AssistantMessage(m) = &events[12].kind else {
+        panic!()
+    };
     assert_eq!(m.text, "after restart");
 
     session.submit(Input::text("new")).await.unwrap();
-    let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 1)).await.unwrap();
+    let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 1))
+        .await
+        .unwrap();
     assert_eq!(events[0].seq, Seq(15));
-    let EventKind::AssistantMessage(m) = &events[3].kind else { panic!() };
+    let EventKind::AssistantMessage(m) = &events[3].kind else {
+        panic!()
+    };
     assert_eq!(m.text, "fresh");
     assert_eq!(
         events[4].kind,
-        EventKind::TurnComplete { status: TurnStatus::Completed, reason: None, error: None }
+        EventKind::TurnComplete {
+            status: TurnStatus::Completed,
+            reason: None,
+            error: None
+        }
     );
     drop((sub, session));
     rt.shutdown().await;

@@ -40,7 +40,13 @@ impl ractor::Message for ProviderMsg {}
 
 /// Forwards the stream to the turn until a terminal event, the end, or cancellation.
 async fn pump(args: ProviderArgs) {
-    let ProviderArgs { client, request, cancel, turn, request_number } = args;
+    let ProviderArgs {
+        client,
+        request,
+        cancel,
+        turn,
+        request_number,
+    } = args;
     let mut stream = client.stream(request, cancel.clone());
     loop {
         let next = tokio::select! {
@@ -54,7 +60,14 @@ async fn pump(args: ProviderArgs) {
             ),
         });
         let terminal = matches!(event, StreamEvent::Done { .. } | StreamEvent::Error { .. });
-        if turn.cast(TurnMsg::Stream { request: request_number, event }).is_err() || terminal {
+        if turn
+            .cast(TurnMsg::Stream {
+                request: request_number,
+                event,
+            })
+            .is_err()
+            || terminal
+        {
             return;
         }
     }

@@ -113,7 +113,10 @@ impl ScriptedClient {
     /// A client for an in-memory script.
     #[must_use]
     pub fn from_script(script: Script) -> Self {
-        Self { script, failures: Arc::default() }
+        Self {
+            script,
+            failures: Arc::default(),
+        }
     }
 
     /// Loads a script file (JSON).
@@ -122,10 +125,14 @@ impl ScriptedClient {
     /// [`ScriptError`] when the file is unreadable or not a script.
     pub fn from_file(path: &Path) -> Result<Self, ScriptError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScriptError::Io { path: shown.clone(), source })?;
-        let script = serde_json::from_str(&text)
-            .map_err(|source| ScriptError::Parse { path: shown, source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Io {
+            path: shown.clone(),
+            source,
+        })?;
+        let script = serde_json::from_str(&text).map_err(|source| ScriptError::Parse {
+            path: shown,
+            source,
+        })?;
         Ok(Self::from_script(script))
     }
 }
@@ -175,12 +182,16 @@ fn events_of(response: &ScriptedResponse, fail: bool) -> Vec<StreamEvent> {
     if let Some(usage) = response.usage {
         out.push(StreamEvent::Usage { usage });
     }
-    let finish = response.finish_reason.unwrap_or(if response.tool_calls.is_empty() {
-        FinishReason::Stop
-    } else {
-        FinishReason::ToolCalls
+    let finish = response
+        .finish_reason
+        .unwrap_or(if response.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        });
+    out.push(StreamEvent::Done {
+        finish_reason: Some(finish),
     });
-    out.push(StreamEvent::Done { finish_reason: Some(finish) });
     out
 }
 
@@ -190,8 +201,11 @@ impl ModelClient for ScriptedClient {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
-        let used =
-            request.messages.iter().filter(|m| matches!(m, Message::Assistant(_))).count();
+        let used = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant(_)))
+            .count();
         let (events, delay_ms) = match self.script.responses.get(used) {
             Some(r) => {
                 let fail = match r.fail_times {
@@ -244,8 +258,10 @@ mod tests {
         ]}))
         .unwrap();
         let client = ScriptedClient::from_script(script);
-        let events: Vec<_> =
-            client.stream(ModelRequest::default(), CancellationToken::new()).collect().await;
+        let events: Vec<_> = client
+            .stream(ModelRequest::default(), CancellationToken::new())
+            .collect()
+            .await;
         assert_eq!(
             events,
             vec![
@@ -274,16 +290,27 @@ mod tests {
                     extra: None
                 },
                 StreamEvent::Usage {
-                    usage: Usage { input_tokens: 5, output_tokens: 2, ..Usage::default() }
+                    usage: Usage {
+                        input_tokens: 5,
+                        output_tokens: 2,
+                        ..Usage::default()
+                    }
                 },
-                StreamEvent::Done { finish_reason: Some(FinishReason::ToolCalls) },
+                StreamEvent::Done {
+                    finish_reason: Some(FinishReason::ToolCalls)
+                },
             ]
         );
         let request = ModelRequest {
-            messages: vec![Message::Assistant(foya_protocol::AssistantMessage::default())],
+            messages: vec![Message::Assistant(
+                foya_protocol::AssistantMessage::default(),
+            )],
             ..ModelRequest::default()
         };
-        let events: Vec<_> = client.stream(request, CancellationToken::new()).collect().await;
+        let events: Vec<_> = client
+            .stream(request, CancellationToken::new())
+            .collect()
+            .await;
         assert_eq!(
             events,
             vec![StreamEvent::Error {

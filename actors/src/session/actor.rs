@@ -3,11 +3,11 @@
 use super::state::{SessionState, apply};
 use super::{ApprovalAnswer, SessionMsg, Subscribed};
 use crate::runtime::{RuntimeDeps, RuntimeError};
-use crate::turn::{TurnArgs, TurnActor, TurnMsg};
+use crate::turn::{TurnActor, TurnArgs, TurnMsg};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
-    ApprovalDecision, ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input,
-    InputId, RunId, Seq, SessionUpdate, ToolCallId, TurnStatus,
+    ApprovalDecision, ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId,
+    RunId, Seq, SessionUpdate, ToolCallId, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -87,7 +87,13 @@ impl Session {
             .into_iter()
             .map(|kind| {
                 seq += 1;
-                Event { session_id: self.fold.id, seq: Seq(seq), run_id, at_ms, kind }
+                Event {
+                    session_id: self.fold.id,
+                    seq: Seq(seq),
+                    run_id,
+                    at_ms,
+                    kind,
+                }
             })
             .collect();
         self.deps
@@ -107,11 +113,14 @@ impl Session {
     /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
     /// reports `Notice::Lagged`), never waited for.
     fn broadcast(&mut self, update: &SessionUpdate) {
-        self.subscribers.retain(|s| s.tx.try_send(update.clone()).is_ok());
+        self.subscribers
+            .retain(|s| s.tx.try_send(update.clone()).is_ok());
     }
 
     fn has_approver(&self) -> bool {
-        self.subscribers.iter().any(|s| s.approver && !s.tx.is_closed())
+        self.subscribers
+            .iter()
+            .any(|s| s.approver && !s.tx.is_closed())
     }
 
     fn busy(&self) -> bool {
@@ -149,7 +158,10 @@ impl Session {
     }
 
     /// Starts the next queued input when idle.
-    async fn start_next(&mut self, myself: &ActorRef<SessionMsg>) -> Result<(), ActorProcessingErr> {
+    async fn start_next(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
         if self.busy() || self.deleting.is_some() {
             return Ok(());
         }
@@ -167,7 +179,9 @@ impl Session {
         reason: &str,
         error: ErrorInfo,
     ) -> Result<(), RuntimeError> {
-        let Some(open) = &self.fold.open_turn else { return Ok(()) };
+        let Some(open) = &self.fold.open_turn else {
+            return Ok(());
+        };
         let run_id = open.run_id;
         let mut kinds: Vec<EventKind> = self
             .fold
@@ -195,7 +209,10 @@ impl Session {
         self.close_open_turn(
             "the turn crashed before this call finished",
             "turn crashed",
-            ErrorInfo { class: ErrorClass::Internal, message },
+            ErrorInfo {
+                class: ErrorClass::Internal,
+                message,
+            },
         )
         .await?;
         if self.deleting.is_some() {
@@ -204,7 +221,10 @@ impl Session {
         self.start_next(myself).await
     }
 
-    async fn finish_delete(&mut self, myself: &ActorRef<SessionMsg>) -> Result<(), ActorProcessingErr> {
+    async fn finish_delete(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
         let mut kinds: Vec<EventKind> = self
             .fold
             .queue
@@ -239,7 +259,8 @@ impl Session {
             return Ok(input_id);
         }
         if self.busy() || !self.fold.queue.is_empty() {
-            self.persist(None, vec![EventKind::InputQueued { input_id, input }]).await?;
+            self.persist(None, vec![EventKind::InputQueued { input_id, input }])
+                .await?;
             self.start_next(myself).await?;
         } else {
             self.start_turn(myself, input_id, input).await?;
@@ -249,13 +270,22 @@ impl Session {
 
     async fn request_approval(&mut self, msg: SessionMsg) -> Result<(), RuntimeError> {
         let SessionMsg::RequestApproval {
-            run_id, tool_call_id, tool_name, action, reason, grant_key, reply,
+            run_id,
+            tool_call_id,
+            tool_name,
+            action,
+            reason,
+            grant_key,
+            reply,
         } = msg
         else {
             return Ok(());
         };
         if self.fold.grants.contains(&grant_key) {
-            let _ = reply.send(ApprovalAnswer { allowed: true, message: None });
+            let _ = reply.send(ApprovalAnswer {
+                allowed: true,
+                message: None,
+            });
             return Ok(());
         }
         let request_id = ApprovalRequestId::new();
@@ -281,10 +311,20 @@ impl Session {
         }
         self.persist(Some(run_id), kinds).await?;
         if approver {
-            self.approvals
-                .insert(request_id, PendingApproval { run_id, tool_call_id, grant_key, reply });
+            self.approvals.insert(
+                request_id,
+                PendingApproval {
+                    run_id,
+                    tool_call_id,
+                    grant_key,
+                    reply,
+                },
+            );
         } else {
-            let _ = reply.send(ApprovalAnswer { allowed: false, message: Some(NO_APPROVER.into()) });
+            let _ = reply.send(ApprovalAnswer {
+                allowed: false,
+                message: Some(NO_APPROVER.into()),
+            });
         }
         Ok(())
     }
@@ -371,7 +411,11 @@ impl Actor for SessionActor {
             return Ok(());
         }
         match msg {
-            SessionMsg::SubmitInput { input_id, input, reply } => {
+            SessionMsg::SubmitInput {
+                input_id,
+                input,
+                reply,
+            } => {
                 let result = if input.is_empty() {
                     Err(RuntimeError::EmptyInput)
                 } else if state.deleting.is_some() {
@@ -396,7 +440,9 @@ impl Actor for SessionActor {
             SessionMsg::Cancel { reply } => {
                 if let Some(turn) = &state.turn {
                     turn.cancel.cancel();
-                    let _ = turn.actor.cast(TurnMsg::Cancel { reason: "user".into() });
+                    let _ = turn.actor.cast(TurnMsg::Cancel {
+                        reason: "user".into(),
+                    });
                 }
                 let _ = reply.send(Ok(()));
             }
@@ -412,26 +458,43 @@ impl Actor for SessionActor {
                     .collect();
                 let _ = reply.send(state.persist(None, kinds).await.map(|_| ()));
             }
-            SessionMsg::DecideApproval { request_id, decision, message, reply } => {
+            SessionMsg::DecideApproval {
+                request_id,
+                decision,
+                message,
+                reply,
+            } => {
                 let _ = reply.send(state.decide(request_id, decision, message).await);
             }
             SessionMsg::SetTitle { title, reply } => {
-                let kind = EventKind::TitleSet { title, source: foya_protocol::TitleSource::User };
+                let kind = EventKind::TitleSet {
+                    title,
+                    source: foya_protocol::TitleSource::User,
+                };
                 let _ = reply.send(state.persist(None, vec![kind]).await.map(|_| ()));
             }
             SessionMsg::Delete { reply } => {
                 state.deleting = Some(reply);
                 if let Some(turn) = &state.turn {
                     turn.cancel.cancel();
-                    let _ = turn.actor.cast(TurnMsg::Cancel { reason: "session deleted".into() });
+                    let _ = turn.actor.cast(TurnMsg::Cancel {
+                        reason: "session deleted".into(),
+                    });
                 } else {
                     state.finish_delete(&myself).await?;
                 }
             }
-            SessionMsg::Append { run_id, kinds, reply } => {
+            SessionMsg::Append {
+                run_id,
+                kinds,
+                reply,
+            } => {
                 let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
                 let result = if open == Some(run_id) {
-                    state.persist(Some(run_id), kinds).await.map_err(|e| e.to_string())
+                    state
+                        .persist(Some(run_id), kinds)
+                        .await
+                        .map_err(|e| e.to_string())
                 } else {
                     Err(format!("run {run_id} is not the session's open turn"))
                 };
@@ -440,7 +503,11 @@ impl Actor for SessionActor {
                 }
             }
             SessionMsg::PublishDelta { run_id, delta } => {
-                let live = LiveDelta { session_id: state.fold.id, run_id, delta };
+                let live = LiveDelta {
+                    session_id: state.fold.id,
+                    run_id,
+                    delta,
+                };
                 state.broadcast(&SessionUpdate::Delta(live));
             }
             msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
@@ -470,7 +537,10 @@ impl Actor for SessionActor {
             | SupervisionEvent::ProcessGroupChanged(_)
             | SupervisionEvent::PidLifecycleEvent(_) => return Ok(()),
         };
-        let is_turn = state.turn.as_ref().is_some_and(|t| t.actor.get_id() == cell.get_id());
+        let is_turn = state
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.actor.get_id() == cell.get_id());
         if is_turn && !state.fold.deleted {
             state.turn_exited(&myself, failure).await?;
         }

@@ -23,11 +23,11 @@ pub(crate) mod state;
 mod tests;
 
 use crate::runtime::RuntimeError;
+use foya_protocol::event::Delta;
 use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, Event, EventKind, Input, InputId, RunId, Seq,
     SessionUpdate, ToolCallId,
 };
-use foya_protocol::event::Delta;
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
 
@@ -51,9 +51,16 @@ pub(crate) type Subscribed = (mpsc::Receiver<SessionUpdate>, Seq);
 #[derive(Debug)]
 pub(crate) enum SessionMsg {
     /// Submit an input (applied once per input id).
-    SubmitInput { input_id: InputId, input: Input, reply: Reply<InputId> },
+    SubmitInput {
+        input_id: InputId,
+        input: Input,
+        reply: Reply<InputId>,
+    },
     /// Register a subscriber.
-    Subscribe { approver: bool, reply: Reply<Subscribed> },
+    Subscribe {
+        approver: bool,
+        reply: Reply<Subscribed>,
+    },
     /// Cancel the active turn (no-op when idle).
     Cancel { reply: Reply<()> },
     /// Drop all queued inputs.

@@ -4,8 +4,8 @@
 //! session and a live one share one path. No I/O, no actors.
 
 use foya_protocol::{
-    Event, EventKind, Input, InputId, RunId, SessionConfig, SessionId, TitleSource,
-    ToolCall, ToolCallId, ToolMessage,
+    Event, EventKind, Input, InputId, RunId, SessionConfig, SessionId, TitleSource, ToolCall,
+    ToolCallId, ToolMessage,
 };
 use std::collections::{HashSet, VecDeque};
 
@@ -65,7 +65,9 @@ impl SessionState {
     /// Folds a whole log; `None` when it does not start with `session_created`.
     pub(crate) fn from_log(events: &[Event]) -> Option<Self> {
         let first = events.first()?;
-        let EventKind::SessionCreated { config } = &first.kind else { return None };
+        let EventKind::SessionCreated { config } = &first.kind else {
+            return None;
+        };
         let mut state = Self::new(first.session_id, config.clone());
         for event in events {
             apply(&mut state, event);
@@ -75,7 +77,9 @@ impl SessionState {
 
     /// Results that close the open turn's unanswered calls with `content` (is_error).
     pub(crate) fn unanswered_results(&self, content: &str) -> Vec<ToolMessage> {
-        let Some(turn) = &self.open_turn else { return Vec::new() };
+        let Some(turn) = &self.open_turn else {
+            return Vec::new();
+        };
         turn.last_calls
             .iter()
             .filter(|c| !turn.answered.contains(&c.id))
@@ -121,7 +125,9 @@ pub(crate) fn apply(state: &mut SessionState, event: &Event) {
                 turn.answered.insert(message.tool_call_id.clone());
             }
         }
-        EventKind::ApprovalDecided { grant: Some(grant), .. } => {
+        EventKind::ApprovalDecided {
+            grant: Some(grant), ..
+        } => {
             state.grants.insert(grant.clone());
         }
         EventKind::TurnComplete { .. } => state.open_turn = None,

@@ -4,7 +4,7 @@
 
 use super::actor::{NO_APPROVER, OUTCOME_UNKNOWN};
 use crate::testkit::{
-    within, events_until, is_turn_complete, runtime, script, session_config, subscribe, types,
+    events_until, is_turn_complete, runtime, script, session_config, subscribe, types, within,
 };
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, ErrorClass, ErrorInfo, Event, EventKind, Input, Seq,
@@ -21,7 +21,11 @@ fn tool_message(id: &str, content: &str, is_error: bool) -> EventKind {
 }
 
 fn completed() -> EventKind {
-    EventKind::TurnComplete { status: TurnStatus::Completed, reason: None, error: None }
+    EventKind::TurnComplete {
+        status: TurnStatus::Completed,
+        reason: None,
+        error: None,
+    }
 }
 
 fn assert_dense(events: &[Event]) {
@@ -43,16 +47,29 @@ async fn multi_step_turn_runs_a_tool_and_completes() {
         {"text":"all done"}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("go")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
     assert_eq!(
         types(&events),
         vec![
-            "session_created", "user_message", "turn_started", "step_started",
-            "assistant_message", "tool_started", "tool_finished", "tool_message",
-            "step_started", "assistant_message", "turn_complete"
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started",
+            "assistant_message",
+            "tool_started",
+            "tool_finished",
+            "tool_message",
+            "step_started",
+            "assistant_message",
+            "turn_complete"
         ]
     );
     assert_dense(&events);
@@ -66,18 +83,23 @@ async fn multi_step_turn_runs_a_tool_and_completes() {
 
 #[tokio::test]
 async fn inputs_run_one_after_another_in_fifo_order() {
-    let rt = runtime(script(json!({"responses":[{"text":"one"},{"text":"two"},{"text":"three"}]}))).await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let rt = runtime(script(
+        json!({"responses":[{"text":"one"},{"text":"two"},{"text":"three"}]}),
+    ))
+    .await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     for text in ["a", "b", "c"] {
         session.submit(Input::text(text)).await.unwrap();
     }
     let mut done = 0;
     let events = within(events_until(&mut sub, |e| {
-            done += usize::from(is_turn_complete(e));
-            done == 3
-        }),
-    )
+        done += usize::from(is_turn_complete(e));
+        done == 3
+    }))
     .await
     .unwrap();
     assert_dense(&events);
@@ -96,7 +118,13 @@ async fn inputs_run_one_after_another_in_fifo_order() {
     let mut blocks = runs.clone();
     blocks.dedup();
     assert_eq!(blocks.len(), 3);
-    assert_eq!(types(&events).iter().filter(|t| **t == "input_queued").count(), 2);
+    assert_eq!(
+        types(&events)
+            .iter()
+            .filter(|t| **t == "input_queued")
+            .count(),
+        2
+    );
     rt.shutdown().await;
 }
 
@@ -106,7 +134,10 @@ async fn subscriber_from_seq_one_mid_turn_sees_every_event_once_plus_deltas() {
         {"text":"a long streamed answer","reasoning":"thinking","chunk_chars":4,"delay_ms":10}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut early = subscribe(&session, false).await;
     session.submit(Input::text("go")).await.unwrap();
     // Wait until the turn is mid-stream, then subscribe from the start.
@@ -145,10 +176,20 @@ async fn subscriber_from_seq_one_mid_turn_sees_every_event_once_plus_deltas() {
     .unwrap();
     assert_eq!(
         types(&events),
-        vec!["session_created", "user_message", "turn_started", "step_started", "assistant_message", "turn_complete"]
+        vec![
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started",
+            "assistant_message",
+            "turn_complete"
+        ]
     );
     assert_dense(&events);
-    assert!(!deltas.is_empty() && "a long streamed answer".ends_with(&deltas), "{deltas}");
+    assert!(
+        !deltas.is_empty() && "a long streamed answer".ends_with(&deltas),
+        "{deltas}"
+    );
     rt.shutdown().await;
 }
 
@@ -159,7 +200,10 @@ async fn cancel_mid_stream_keeps_the_partial_message_and_runs_the_next_input() {
         {"text":"next"}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("first")).await.unwrap();
     within(async {
@@ -178,10 +222,9 @@ async fn cancel_mid_stream_keeps_the_partial_message_and_runs_the_next_input() {
     session.submit(Input::text("second")).await.unwrap();
     let mut done = 0;
     let events = within(events_until(&mut sub, |e| {
-            done += usize::from(is_turn_complete(e));
-            done == 2
-        }),
-    )
+        done += usize::from(is_turn_complete(e));
+        done == 2
+    }))
     .await
     .unwrap();
     let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
@@ -193,14 +236,28 @@ async fn cancel_mid_stream_keeps_the_partial_message_and_runs_the_next_input() {
         })
         .unwrap();
     assert!(partial.interrupted);
-    assert!(!partial.text.is_empty() && "this answer is cut off somewhere".starts_with(&partial.text));
-    let cancel_at = kinds.iter().position(|k| matches!(k, EventKind::TurnCancelled { .. })).unwrap();
-    assert_eq!(*kinds[cancel_at], EventKind::TurnCancelled { reason: "user".into() });
+    assert!(
+        !partial.text.is_empty() && "this answer is cut off somewhere".starts_with(&partial.text)
+    );
+    let cancel_at = kinds
+        .iter()
+        .position(|k| matches!(k, EventKind::TurnCancelled { .. }))
+        .unwrap();
+    assert_eq!(
+        *kinds[cancel_at],
+        EventKind::TurnCancelled {
+            reason: "user".into()
+        }
+    );
     assert_eq!(
         *kinds[cancel_at + 1],
-        EventKind::TurnComplete { status: TurnStatus::Cancelled, reason: None, error: None }
+        EventKind::TurnComplete {
+            status: TurnStatus::Cancelled,
+            reason: None,
+            error: None
+        }
     );
-    assert_eq!(events.iter().filter_map(text_of).last(), Some("next"));
+    assert_eq!(events.iter().filter_map(text_of).next_back(), Some("next"));
     assert_eq!(*kinds[kinds.len() - 1], completed());
     rt.shutdown().await;
 }
@@ -212,37 +269,54 @@ async fn cancel_during_a_long_tool_gives_a_cancelled_result() {
         {"text":"after"}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("first")).await.unwrap();
     session.submit(Input::text("second")).await.unwrap();
-    let mut events = within(events_until(&mut sub, |e| matches!(e.kind, EventKind::ToolStarted { .. })),
-    )
+    let mut events = within(events_until(&mut sub, |e| {
+        matches!(e.kind, EventKind::ToolStarted { .. })
+    }))
     .await
     .unwrap();
     session.cancel().await.unwrap();
     let mut done = 0;
     events.extend(
-        within(
-            events_until(&mut sub, |e| {
-                done += usize::from(is_turn_complete(e));
-                done == 2
-            }),
-        )
+        within(events_until(&mut sub, |e| {
+            done += usize::from(is_turn_complete(e));
+            done == 2
+        }))
         .await
         .unwrap(),
     );
-    let first_run: Vec<&Event> = events.iter().filter(|e| e.run_id == events[2].run_id).collect();
-    let tail: Vec<&EventKind> = first_run.iter().rev().take(3).rev().map(|e| &e.kind).collect();
+    let first_run: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.run_id == events[2].run_id)
+        .collect();
+    let tail: Vec<&EventKind> = first_run
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .map(|e| &e.kind)
+        .collect();
     assert_eq!(
         tail,
         vec![
             &tool_message("c1", "cancelled", true),
-            &EventKind::TurnCancelled { reason: "user".into() },
-            &EventKind::TurnComplete { status: TurnStatus::Cancelled, reason: None, error: None },
+            &EventKind::TurnCancelled {
+                reason: "user".into()
+            },
+            &EventKind::TurnComplete {
+                status: TurnStatus::Cancelled,
+                reason: None,
+                error: None
+            },
         ]
     );
-    assert_eq!(events.iter().filter_map(text_of).last(), Some("after"));
+    assert_eq!(events.iter().filter_map(text_of).next_back(), Some("after"));
     assert_eq!(events.last().unwrap().kind, completed());
     rt.shutdown().await;
 }
@@ -254,15 +328,26 @@ async fn a_panicking_tool_becomes_an_error_result_and_the_turn_goes_on() {
         {"text":"recovered"}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("go")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
-    let results: Vec<&EventKind> =
-        events.iter().map(|e| &e.kind).filter(|k| matches!(k, EventKind::ToolMessage(_))).collect();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    let results: Vec<&EventKind> = events
+        .iter()
+        .map(|e| &e.kind)
+        .filter(|k| matches!(k, EventKind::ToolMessage(_)))
+        .collect();
     assert_eq!(
         results,
-        vec![&tool_message("c1", "tool crashed", true), &tool_message("c2", "unknown tool \"nope\"", true)]
+        vec![
+            &tool_message("c1", "tool crashed", true),
+            &tool_message("c2", "unknown tool \"nope\"", true)
+        ]
     );
     assert_eq!(events.last().unwrap().kind, completed());
     assert_dense(&events);
@@ -276,21 +361,46 @@ async fn a_crashed_turn_fails_and_the_session_continues() {
         {"text":"second"}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
-    let mut sub = subscribe(&session, false).await;
-    session.submit(Input::text("first")).await.unwrap();
-    within(events_until(&mut sub, |e| matches!(e.kind, EventKind::ToolStarted { .. })))
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
         .await
         .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("first")).await.unwrap();
+    within(events_until(&mut sub, |e| {
+        matches!(e.kind, EventKind::ToolStarted { .. })
+    }))
+    .await
+    .unwrap();
     session.crash_turn_for_test().await;
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
-    assert_eq!(events[0].kind, tool_message("c1", "the turn crashed before this call finished", true));
-    let EventKind::TurnComplete { status, reason, error } = &events[1].kind else { panic!("{events:?}") };
-    assert_eq!((*status, reason.as_deref()), (TurnStatus::Failed, Some("turn crashed")));
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        events[0].kind,
+        tool_message("c1", "the turn crashed before this call finished", true)
+    );
+    let EventKind::TurnComplete {
+        status,
+        reason,
+        error,
+    } = &events[1].kind
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        (*status, reason.as_deref()),
+        (TurnStatus::Failed, Some("turn crashed"))
+    );
     assert_eq!(error.as_ref().map(|e| e.class), Some(ErrorClass::Internal));
     session.submit(Input::text("again")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
-    assert_eq!(events.iter().filter_map(text_of).last(), Some("second"));
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        events.iter().filter_map(text_of).next_back(),
+        Some("second")
+    );
     assert_eq!(events.last().unwrap().kind, completed());
     rt.shutdown().await;
 }
@@ -302,28 +412,65 @@ async fn a_transient_error_is_retried_and_quota_is_not() {
         {"error":{"class":"quota_exhausted","message":"no credit"}}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Bypass)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("go")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
     assert_eq!(
         types(&events),
-        vec!["session_created", "user_message", "turn_started", "step_started", "provider_retry", "assistant_message", "turn_complete"]
+        vec![
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started",
+            "provider_retry",
+            "assistant_message",
+            "turn_complete"
+        ]
     );
-    let EventKind::ProviderRetry { attempt, max_attempts, delay_ms, error } = &events[4].kind else { panic!() };
+    let EventKind::ProviderRetry {
+        attempt,
+        max_attempts,
+        delay_ms,
+        error,
+    } = &events[4].kind
+    else {
+        panic!()
+    };
     assert_eq!((*attempt, *max_attempts, *delay_ms), (2, 4, 100));
-    assert_eq!((error.class, error.message.as_str()), (ErrorClass::RateLimited, "slow down"));
+    assert_eq!(
+        (error.class, error.message.as_str()),
+        (ErrorClass::RateLimited, "slow down")
+    );
     assert_eq!(events[6].kind, completed());
 
     session.submit(Input::text("again")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
-    assert_eq!(types(&events), vec!["user_message", "turn_started", "step_started", "turn_complete"]);
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        types(&events),
+        vec![
+            "user_message",
+            "turn_started",
+            "step_started",
+            "turn_complete"
+        ]
+    );
     assert_eq!(
         events[3].kind,
         EventKind::TurnComplete {
             status: TurnStatus::Failed,
             reason: Some("quota_exhausted".into()),
-            error: Some(ErrorInfo { class: ErrorClass::QuotaExhausted, message: "no credit".into() }),
+            error: Some(ErrorInfo {
+                class: ErrorClass::QuotaExhausted,
+                message: "no credit".into()
+            }),
         }
     );
     rt.shutdown().await;
@@ -336,16 +483,40 @@ async fn approval_without_an_approver_is_denied_visibly() {
         {"text":"ok"}
     ]})))
     .await;
-    let session = rt.create_session(session_config(ApprovalMode::Ask)).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Ask))
+        .await
+        .unwrap();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("go")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
     assert_eq!(
         types(&events)[4..],
-        ["assistant_message", "approval_requested", "approval_decided", "tool_message", "step_started", "assistant_message", "turn_complete"]
+        [
+            "assistant_message",
+            "approval_requested",
+            "approval_decided",
+            "tool_message",
+            "step_started",
+            "assistant_message",
+            "turn_complete"
+        ]
     );
-    let EventKind::ApprovalDecided { decision, message, grant, .. } = &events[6].kind else { panic!() };
-    assert_eq!((*decision, message.as_deref(), grant), (ApprovalDecision::Deny, Some(NO_APPROVER), &None));
+    let EventKind::ApprovalDecided {
+        decision,
+        message,
+        grant,
+        ..
+    } = &events[6].kind
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (*decision, message.as_deref(), grant),
+        (ApprovalDecision::Deny, Some(NO_APPROVER), &None)
+    );
     assert_eq!(events[7].kind, tool_message("c1", NO_APPROVER, true));
     rt.shutdown().await;
 }
@@ -362,19 +533,30 @@ async fn allow_for_session_is_not_asked_again_even_after_restart() {
         {"text":"done again"}
     ]});
     let open = || foya_storage::Store::open(&path, foya_storage::StoreOptions::default()).unwrap();
-    let rt = crate::Runtime::start(crate::testkit::config_for(open(), script(responses.clone())))
+    let rt = crate::Runtime::start(crate::testkit::config_for(
+        open(),
+        script(responses.clone()),
+    ))
+    .await
+    .unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Ask))
         .await
         .unwrap();
-    let session = rt.create_session(session_config(ApprovalMode::Ask)).await.unwrap();
     let id = session.id();
     let mut sub = subscribe(&session, true).await;
     session.submit(Input::text("go")).await.unwrap();
     let events = within(async {
         let mut seen = Vec::new();
         loop {
-            let Some(SessionUpdate::Event(e)) = sub.recv().await else { continue };
+            let Some(SessionUpdate::Event(e)) = sub.recv().await else {
+                continue;
+            };
             if let EventKind::ApprovalRequested { request_id, .. } = &e.kind {
-                session.decide_approval(*request_id, ApprovalDecision::AllowForSession, None).await.unwrap();
+                session
+                    .decide_approval(*request_id, ApprovalDecision::AllowForSession, None)
+                    .await
+                    .unwrap();
             }
             let end = is_turn_complete(&e);
             seen.push(e);
@@ -386,23 +568,41 @@ async fn allow_for_session_is_not_asked_again_even_after_restart() {
     .await
     .unwrap();
     let names = types(&events);
-    assert_eq!(names.iter().filter(|t| **t == "approval_requested").count(), 1);
+    assert_eq!(
+        names.iter().filter(|t| **t == "approval_requested").count(),
+        1
+    );
     assert_eq!(names.iter().filter(|t| **t == "tool_started").count(), 2);
     assert_eq!(events.last().unwrap().kind, completed());
     drop((sub, session));
     rt.shutdown().await;
 
-    let rt = crate::Runtime::start(crate::testkit::config_for(open(), script(responses))).await.unwrap();
+    let rt = crate::Runtime::start(crate::testkit::config_for(open(), script(responses)))
+        .await
+        .unwrap();
     let session = rt.session(id).await.unwrap();
     let last = events.last().unwrap().seq;
-    let mut sub = session.subscribe(Seq(last.0 + 1), crate::SubscribeOptions::default()).await.unwrap();
+    let mut sub = session
+        .subscribe(Seq(last.0 + 1), crate::SubscribeOptions::default())
+        .await
+        .unwrap();
     session.submit(Input::text("more")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete)).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
     assert_eq!(
         types(&events),
         vec![
-            "user_message", "turn_started", "step_started", "assistant_message", "tool_started",
-            "tool_finished", "tool_message", "step_started", "assistant_message", "turn_complete"
+            "user_message",
+            "turn_started",
+            "step_started",
+            "assistant_message",
+            "tool_started",
+            "tool_finished",
+            "tool_message",
+            "step_started",
+            "assistant_message",
+            "turn_complete"
         ]
     );
     assert_eq!(events[6].kind, tool_message("c3", "echo: {\"n\":3}", false));

@@ -40,7 +40,10 @@ impl Supervisor {
         state: SessionState,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         let id = state.id;
-        let args = SessionArgs { state, deps: Arc::clone(&self.deps) };
+        let args = SessionArgs {
+            state,
+            deps: Arc::clone(&self.deps),
+        };
         let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
             .await
             .map_err(|e| RuntimeError::Actor(e.to_string()))?;
@@ -60,7 +63,9 @@ impl Supervisor {
             seq: Seq::FIRST,
             run_id: None,
             at_ms: now_ms(),
-            kind: EventKind::SessionCreated { config: config.clone() },
+            kind: EventKind::SessionCreated {
+                config: config.clone(),
+            },
         };
         self.deps
             .store
@@ -103,7 +108,11 @@ impl Actor for SupervisorActor {
         _myself: ActorRef<SupervisorMsg>,
         args: SupervisorArgs,
     ) -> Result<Supervisor, ActorProcessingErr> {
-        Ok(Supervisor { deps: args.deps, registry: args.registry, children: HashMap::new() })
+        Ok(Supervisor {
+            deps: args.deps,
+            registry: args.registry,
+            children: HashMap::new(),
+        })
     }
 
     async fn handle(
@@ -132,13 +141,17 @@ impl Actor for SupervisorActor {
         match event {
             SupervisionEvent::ActorTerminated(cell, _, _) => {
                 if let Some(id) = state.children.remove(&cell.get_id()) {
-                    state.registry.remove_if(&id, |_, a| a.get_id() == cell.get_id());
+                    state
+                        .registry
+                        .remove_if(&id, |_, a| a.get_id() == cell.get_id());
                 }
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 if let Some(id) = state.children.remove(&cell.get_id()) {
                     tracing::warn!(session.id = %id, error = %err, "session actor failed; restarting from the log");
-                    state.registry.remove_if(&id, |_, a| a.get_id() == cell.get_id());
+                    state
+                        .registry
+                        .remove_if(&id, |_, a| a.get_id() == cell.get_id());
                     if let Err(e) = state.load(&myself, id).await {
                         tracing::error!(session.id = %id, error = %e, "session restart failed");
                     }

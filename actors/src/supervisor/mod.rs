@@ -22,9 +22,15 @@ use ractor::ActorRef;
 #[derive(Debug)]
 pub(crate) enum SupervisorMsg {
     /// Write `session_created` and start its SessionActor.
-    CreateSession { config: SessionConfig, reply: Reply<ActorRef<SessionMsg>> },
+    CreateSession {
+        config: SessionConfig,
+        reply: Reply<ActorRef<SessionMsg>>,
+    },
     /// The live SessionActor of `id`, loading it from the log if needed.
-    GetSession { id: SessionId, reply: Reply<ActorRef<SessionMsg>> },
+    GetSession {
+        id: SessionId,
+        reply: Reply<ActorRef<SessionMsg>>,
+    },
 }
 
 impl ractor::Message for SupervisorMsg {}

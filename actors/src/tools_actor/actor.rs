@@ -42,7 +42,10 @@ struct Progress {
 
 impl ProgressSink for Progress {
     fn update(&self, message: String) {
-        let kind = EventKind::ToolUpdate { tool_call_id: self.call.id.clone(), message };
+        let kind = EventKind::ToolUpdate {
+            tool_call_id: self.call.id.clone(),
+            message,
+        };
         let _ = self.session.cast(SessionMsg::Append {
             run_id: self.run_id,
             kinds: vec![kind],
@@ -51,8 +54,14 @@ impl ProgressSink for Progress {
     }
 
     fn output(&self, chunk: String) {
-        let delta = Delta::ToolOutput { tool_call_id: self.call.id.clone(), chunk };
-        let _ = self.session.cast(SessionMsg::PublishDelta { run_id: self.run_id, delta });
+        let delta = Delta::ToolOutput {
+            tool_call_id: self.call.id.clone(),
+            chunk,
+        };
+        let _ = self.session.cast(SessionMsg::PublishDelta {
+            run_id: self.run_id,
+            delta,
+        });
     }
 }
 
@@ -61,7 +70,14 @@ impl ToolArgs {
         let run_id = self.run_id;
         match self
             .session
-            .call(|reply| SessionMsg::Append { run_id, kinds, reply: Some(reply) }, None)
+            .call(
+                |reply| SessionMsg::Append {
+                    run_id,
+                    kinds,
+                    reply: Some(reply),
+                },
+                None,
+            )
             .await?
         {
             CallResult::Success(Ok(_)) => Ok(()),
@@ -84,7 +100,10 @@ impl ToolArgs {
             },
             None,
         );
-        let denied = |m: &str| ApprovalAnswer { allowed: false, message: Some(m.into()) };
+        let denied = |m: &str| ApprovalAnswer {
+            allowed: false,
+            message: Some(m.into()),
+        };
         tokio::select! {
             () = self.cancel.cancelled() => denied(crate::turn::CANCELLED),
             answer = request => match answer {
@@ -105,7 +124,11 @@ impl ToolArgs {
         match approval_needed(mode, spec, &self.call.arguments) {
             Gate::Allow => {}
             Gate::Deny(message) => return Ok(ToolOutput::error(message)),
-            Gate::Ask { action, reason, grant_key } => {
+            Gate::Ask {
+                action,
+                reason,
+                grant_key,
+            } => {
                 let answer = self.ask(action, reason, grant_key).await;
                 if !answer.allowed {
                     let message = answer.message.unwrap_or_else(|| "denied".into());
@@ -128,11 +151,19 @@ impl ToolArgs {
             tool_call_id: self.call.id.clone(),
             sandbox: sandbox_for(mode),
         };
-        let progress =
-            Progress { session: self.session.clone(), run_id: self.run_id, call: self.call.clone() };
+        let progress = Progress {
+            session: self.session.clone(),
+            run_id: self.run_id,
+            call: self.call.clone(),
+        };
         let started = Instant::now();
         let timeout = Duration::from_millis(spec.default_timeout_ms.max(1));
-        let call = tool.call(&ctx, self.call.arguments.clone(), self.cancel.clone(), &progress);
+        let call = tool.call(
+            &ctx,
+            self.call.arguments.clone(),
+            self.cancel.clone(),
+            &progress,
+        );
         let output = match tokio::time::timeout(timeout, call).await {
             Ok(output) => output,
             Err(_) => ToolOutput::error(format!("timed out after {} ms", spec.default_timeout_ms)),
@@ -153,12 +184,21 @@ impl Actor for ToolActor {
     type State = ToolArgs;
     type Arguments = ToolArgs;
 
-    async fn pre_start(&self, myself: ActorRef<ToolMsg>, args: ToolArgs) -> Result<ToolArgs, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ToolMsg>,
+        args: ToolArgs,
+    ) -> Result<ToolArgs, ActorProcessingErr> {
         myself.cast(ToolMsg::Run)?;
         Ok(args)
     }
 
-    async fn handle(&self, myself: ActorRef<ToolMsg>, msg: ToolMsg, args: &mut ToolArgs) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<ToolMsg>,
+        msg: ToolMsg,
+        args: &mut ToolArgs,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolMsg::Run => {
                 let output = args.run().await?;
@@ -167,7 +207,10 @@ impl Actor for ToolActor {
                     content: output.content,
                     is_error: output.is_error,
                 };
-                let _ = args.turn.cast(TurnMsg::ToolDone { index: args.index, result });
+                let _ = args.turn.cast(TurnMsg::ToolDone {
+                    index: args.index,
+                    result,
+                });
                 myself.stop(None);
             }
         }

@@ -89,16 +89,34 @@ mod tests {
             reason: "t has side effect exec".into(),
             grant_key: "t".into(),
         };
-        assert_eq!(approval_needed(ApprovalMode::Bypass, &spec(SideEffect::Exec), &args), Gate::Allow);
-        assert_eq!(approval_needed(ApprovalMode::Ask, &spec(SideEffect::None), &args), Gate::Allow);
-        assert_eq!(approval_needed(ApprovalMode::Ask, &spec(SideEffect::Exec), &args), ask);
-        assert_eq!(approval_needed(ApprovalMode::AutoEdit, &spec(SideEffect::Write), &args), Gate::Allow);
-        assert_eq!(approval_needed(ApprovalMode::AutoEdit, &spec(SideEffect::Exec), &args), ask);
+        assert_eq!(
+            approval_needed(ApprovalMode::Bypass, &spec(SideEffect::Exec), &args),
+            Gate::Allow
+        );
+        assert_eq!(
+            approval_needed(ApprovalMode::Ask, &spec(SideEffect::None), &args),
+            Gate::Allow
+        );
+        assert_eq!(
+            approval_needed(ApprovalMode::Ask, &spec(SideEffect::Exec), &args),
+            ask
+        );
+        assert_eq!(
+            approval_needed(ApprovalMode::AutoEdit, &spec(SideEffect::Write), &args),
+            Gate::Allow
+        );
+        assert_eq!(
+            approval_needed(ApprovalMode::AutoEdit, &spec(SideEffect::Exec), &args),
+            ask
+        );
         assert!(matches!(
             approval_needed(ApprovalMode::ReadOnly, &spec(SideEffect::Write), &args),
             Gate::Deny(_)
         ));
         assert_eq!(sandbox_for(ApprovalMode::Bypass), SandboxPolicy::None);
-        assert_eq!(sandbox_for(ApprovalMode::Ask), SandboxPolicy::WorkspaceWrite { network: false });
+        assert_eq!(
+            sandbox_for(ApprovalMode::Ask),
+            SandboxPolicy::WorkspaceWrite { network: false }
+        );
     }
 }

@@ -2,15 +2,15 @@
 
 use super::tools::ToolRun;
 use super::{SYSTEM_PROMPT, TurnMsg, history};
-use crate::provider::actor::{ProviderActor, ProviderArgs, ProviderMsg};
 use crate::provider::ModelRequest;
+use crate::provider::actor::{ProviderActor, ProviderArgs, ProviderMsg};
 use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
 use foya_protocol::event::Delta;
 use foya_protocol::{
-    AssistantMessage, ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId,
-    SessionConfig, SessionId, Seq, StreamAggregate, StreamEvent, TurnStatus,
+    AssistantMessage, ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, Seq,
+    SessionConfig, SessionId, StreamAggregate, StreamEvent, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashSet;
@@ -72,7 +72,14 @@ impl Turn {
         let result = self
             .args
             .session
-            .call(|reply| SessionMsg::Append { run_id, kinds, reply: Some(reply) }, None)
+            .call(
+                |reply| SessionMsg::Append {
+                    run_id,
+                    kinds,
+                    reply: Some(reply),
+                },
+                None,
+            )
             .await?;
         match result {
             ractor::rpc::CallResult::Success(Ok(_)) => Ok(()),
@@ -85,7 +92,10 @@ impl Turn {
 
     fn publish(&self, delta: Delta) {
         let run_id = self.args.run_id;
-        let _ = self.args.session.cast(SessionMsg::PublishDelta { run_id, delta });
+        let _ = self
+            .args
+            .session
+            .cast(SessionMsg::PublishDelta { run_id, delta });
     }
 
     async fn finish(
@@ -97,7 +107,11 @@ impl Turn {
         error: Option<ErrorInfo>,
     ) -> Result<(), ActorProcessingErr> {
         self.phase = Phase::Done;
-        kinds.push(EventKind::TurnComplete { status, reason, error });
+        kinds.push(EventKind::TurnComplete {
+            status,
+            reason,
+            error,
+        });
         self.persist(kinds).await?;
         myself.stop(None);
         Ok(())
@@ -110,26 +124,39 @@ impl Turn {
         message: String,
     ) -> Result<(), ActorProcessingErr> {
         let error = ErrorInfo { class, message };
-        self.finish(myself, Vec::new(), TurnStatus::Failed, Some(class.as_str().into()), Some(error))
-            .await
+        self.finish(
+            myself,
+            Vec::new(),
+            TurnStatus::Failed,
+            Some(class.as_str().into()),
+            Some(error),
+        )
+        .await
     }
 
     /// Starts the next step, or ends the turn at `max_steps`.
-    pub(super) async fn start_step(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
-        if let Some(max) = self.args.config.max_steps {
-            if self.step >= max {
-                let message = format!("the turn reached its maximum of {max} steps");
-                return self.fail(myself, ErrorClass::MaxSteps, message).await;
-            }
+    pub(super) async fn start_step(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(max) = self.args.config.max_steps
+            && self.step >= max
+        {
+            let message = format!("the turn reached its maximum of {max} steps");
+            return self.fail(myself, ErrorClass::MaxSteps, message).await;
         }
         self.step += 1;
         self.attempt = 1;
-        self.persist(vec![EventKind::StepStarted { step: self.step }]).await?;
+        self.persist(vec![EventKind::StepStarted { step: self.step }])
+            .await?;
         self.start_request(myself).await
     }
 
     /// Builds the request from the committed log and spawns a ProviderActor for it.
-    async fn start_request(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
+    async fn start_request(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
         let deps = &self.args.deps;
         let events = deps.store.read_from(self.args.session_id, Seq::FIRST)?;
         let request = ModelRequest {
@@ -158,24 +185,32 @@ impl Turn {
 
     fn relay(&mut self, event: &StreamEvent) {
         match event {
-            StreamEvent::TextDelta { text } => self.publish(Delta::TextDelta { text: text.clone() }),
+            StreamEvent::TextDelta { text } => {
+                self.publish(Delta::TextDelta { text: text.clone() })
+            }
             StreamEvent::ReasoningDelta { text } => {
                 self.publish(Delta::ReasoningDelta { text: text.clone() });
             }
-            StreamEvent::ToolCallDelta { index, id, name, arguments, .. } => {
+            StreamEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+                ..
+            } => {
                 self.publish(Delta::ToolCallDelta {
                     index: *index,
                     id: id.clone(),
                     name: name.clone(),
                     arguments: arguments.clone(),
                 });
-                if let (Some(id), Some(name)) = (id, name) {
-                    if self.queued.insert(*index) {
-                        self.publish(Delta::ToolCallQueued {
-                            tool_call_id: id.clone(),
-                            name: name.clone(),
-                        });
-                    }
+                if let (Some(id), Some(name)) = (id, name)
+                    && self.queued.insert(*index)
+                {
+                    self.publish(Delta::ToolCallQueued {
+                        tool_call_id: id.clone(),
+                        name: name.clone(),
+                    });
                 }
             }
             StreamEvent::ReasoningPart { .. }
@@ -208,13 +243,16 @@ impl Turn {
         self.provider = None;
         let message = self.aggregate.to_message();
         let calls = message.tool_calls.clone();
-        let wants_tools = message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
+        let wants_tools =
+            message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
         let mut kinds = vec![EventKind::AssistantMessage(message)];
         if let Some(usage) = self.aggregate.usage {
             kinds.push(EventKind::Usage(usage));
         }
         if !wants_tools {
-            return self.finish(myself, kinds, TurnStatus::Completed, None, None).await;
+            return self
+                .finish(myself, kinds, TurnStatus::Completed, None, None)
+                .await;
         }
         self.persist(kinds).await?;
         self.phase = Phase::Tools(ToolRun::new(calls, &self.args.deps.tools));
@@ -247,12 +285,18 @@ impl Turn {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             let _ = me.cast(TurnMsg::RetryElapsed { request });
         });
-        self.phase = Phase::Backoff { _timer: AbortOnDrop(task) };
+        self.phase = Phase::Backoff {
+            _timer: AbortOnDrop(task),
+        };
         Ok(())
     }
 
     /// Stops everything running and writes the cancelled end of the turn.
-    async fn on_cancel(&mut self, myself: &ActorRef<TurnMsg>, reason: String) -> Result<(), ActorProcessingErr> {
+    async fn on_cancel(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        reason: String,
+    ) -> Result<(), ActorProcessingErr> {
         self.args.cancel.cancel();
         if let Some(provider) = self.provider.take() {
             provider.kill();
@@ -273,12 +317,17 @@ impl Turn {
             }
             Phase::Tools(mut run) => {
                 run.kill_all();
-                kinds.extend(run.cancel_remaining().into_iter().map(EventKind::ToolMessage));
+                kinds.extend(
+                    run.cancel_remaining()
+                        .into_iter()
+                        .map(EventKind::ToolMessage),
+                );
             }
             Phase::Backoff { .. } | Phase::Done => {}
         }
         kinds.push(EventKind::TurnCancelled { reason });
-        self.finish(myself, kinds, TurnStatus::Cancelled, None, None).await
+        self.finish(myself, kinds, TurnStatus::Cancelled, None, None)
+            .await
     }
 }
 
@@ -287,7 +336,11 @@ impl Actor for TurnActor {
     type State = Turn;
     type Arguments = TurnArgs;
 
-    async fn pre_start(&self, myself: ActorRef<TurnMsg>, args: TurnArgs) -> Result<Turn, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<TurnMsg>,
+        args: TurnArgs,
+    ) -> Result<Turn, ActorProcessingErr> {
         myself.cast(TurnMsg::Begin)?;
         Ok(Turn {
             args,
@@ -301,7 +354,12 @@ impl Actor for TurnActor {
         })
     }
 
-    async fn handle(&self, myself: ActorRef<TurnMsg>, msg: TurnMsg, state: &mut Turn) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<TurnMsg>,
+        msg: TurnMsg,
+        state: &mut Turn,
+    ) -> Result<(), ActorProcessingErr> {
         if matches!(state.phase, Phase::Done) {
             return Ok(());
         }
@@ -338,8 +396,10 @@ impl Actor for TurnActor {
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(cell, err) => {
-                let is_provider =
-                    state.provider.as_ref().is_some_and(|p| p.get_id() == cell.get_id());
+                let is_provider = state
+                    .provider
+                    .as_ref()
+                    .is_some_and(|p| p.get_id() == cell.get_id());
                 if is_provider && matches!(state.phase, Phase::Streaming) {
                     let error = ProviderError::new(
                         ErrorClass::StreamInterrupted,
@@ -347,11 +407,11 @@ impl Actor for TurnActor {
                     );
                     return state.on_provider_error(&myself, error).await;
                 }
-                if let Phase::Tools(run) = &mut state.phase {
-                    if let Some(index) = run.index_of(cell.get_id()) {
-                        let result = run.crashed(index);
-                        return state.tool_done(&myself, index, result).await;
-                    }
+                if let Phase::Tools(run) = &mut state.phase
+                    && let Some(index) = run.index_of(cell.get_id())
+                {
+                    let result = run.crashed(index);
+                    return state.tool_done(&myself, index, result).await;
                 }
                 Ok(())
             }

@@ -59,7 +59,11 @@ pub(crate) fn build_messages(events: &[Event]) -> Vec<Message> {
 }
 
 fn placeholder(id: ToolCallId) -> Message {
-    Message::Tool(ToolMessage { tool_call_id: id, content: NO_RESULT.into(), is_error: true })
+    Message::Tool(ToolMessage {
+        tool_call_id: id,
+        content: NO_RESULT.into(),
+        is_error: true,
+    })
 }
 
 fn close_open(out: &mut Vec<Message>, open: &mut Vec<ToolCallId>) {
@@ -74,7 +78,13 @@ mod tests {
     use foya_protocol::{AssistantMessage, InputId, Seq, SessionId, ToolCall};
 
     fn ev(seq: u64, kind: EventKind) -> Event {
-        Event { session_id: SessionId::new(), seq: Seq(seq), run_id: None, at_ms: 0, kind }
+        Event {
+            session_id: SessionId::new(),
+            seq: Seq(seq),
+            run_id: None,
+            at_ms: 0,
+            kind,
+        }
     }
 
     fn call(id: &str) -> ToolCall {
@@ -87,7 +97,11 @@ mod tests {
     }
 
     fn result(id: &str, content: &str, is_error: bool) -> ToolMessage {
-        ToolMessage { tool_call_id: ToolCallId::new(id), content: content.into(), is_error }
+        ToolMessage {
+            tool_call_id: ToolCallId::new(id),
+            content: content.into(),
+            is_error,
+        }
     }
 
     #[test]
@@ -99,7 +113,13 @@ mod tests {
             ..AssistantMessage::default()
         };
         let events = vec![
-            ev(1, EventKind::UserMessage { input_id: InputId::new(), input: Input::text("hi") }),
+            ev(
+                1,
+                EventKind::UserMessage {
+                    input_id: InputId::new(),
+                    input: Input::text("hi"),
+                },
+            ),
             ev(2, EventKind::AssistantMessage(assistant.clone())),
             ev(3, EventKind::ToolMessage(result("b", "B", false))),
             ev(4, EventKind::ToolMessage(result("b", "again", false))),

@@ -29,8 +29,10 @@ pub(crate) struct ToolRun {
 impl ToolRun {
     /// A run of `calls`; unknown tools count as parallel-safe (they fail at once).
     pub(crate) fn new(calls: Vec<ToolCall>, tools: &ToolRegistry) -> Self {
-        let parallel =
-            calls.iter().map(|c| tools.get(&c.name).is_none_or(|t| t.spec().parallel_safe)).collect();
+        let parallel = calls
+            .iter()
+            .map(|c| tools.get(&c.name).is_none_or(|t| t.spec().parallel_safe))
+            .collect();
         let n = calls.len();
         Self {
             calls,
@@ -75,7 +77,11 @@ impl ToolRun {
 
     /// The result of a call whose actor crashed.
     pub(crate) fn crashed(&self, index: usize) -> ToolMessage {
-        ToolMessage { tool_call_id: self.calls[index].id.clone(), content: CRASHED.into(), is_error: true }
+        ToolMessage {
+            tool_call_id: self.calls[index].id.clone(),
+            content: CRASHED.into(),
+            is_error: true,
+        }
     }
 
     /// Kills every running ToolActor (their tool futures are dropped).
@@ -121,8 +127,13 @@ impl ToolRun {
 
 impl Turn {
     /// Spawns the ToolActors that may start now.
-    pub(super) async fn spawn_tools(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
-        let super::actor::Phase::Tools(run) = &mut self.phase else { return Ok(()) };
+    pub(super) async fn spawn_tools(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let super::actor::Phase::Tools(run) = &mut self.phase else {
+            return Ok(());
+        };
         for index in run.ready() {
             let call = run.calls[index].clone();
             let args = ToolArgs {
@@ -151,10 +162,13 @@ impl Turn {
         index: usize,
         result: ToolMessage,
     ) -> Result<(), ActorProcessingErr> {
-        let super::actor::Phase::Tools(run) = &mut self.phase else { return Ok(()) };
+        let super::actor::Phase::Tools(run) = &mut self.phase else {
+            return Ok(());
+        };
         let ready = run.record(index, result);
         let done = run.all_committed();
-        self.persist(ready.into_iter().map(EventKind::ToolMessage).collect()).await?;
+        self.persist(ready.into_iter().map(EventKind::ToolMessage).collect())
+            .await?;
         if done {
             return self.start_step(myself).await;
         }
