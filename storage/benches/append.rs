@@ -3,7 +3,8 @@
 //! - `durable_append/sessions/N`: N sessions each append one single-event batch
 //!   concurrently per iteration, `Durability::Immediate`; throughput = appends/s. With
 //!   group commit, N appends share few fsyncs, so appends/s grows with N while
-//!   `disk/fsync_100_bytes` (write 100 bytes + `sync_all`, fsyncs/s) bounds N = 1.
+//!   `disk/fsync_100_bytes` (write 100 bytes + `sync_all`, fsyncs/s) bounds N = 1;
+//!   `disk/fdatasync_100_bytes` is the same with `sync_data`, which is what redb calls.
 //!
 //! Files live under cargo's `CARGO_TARGET_TMPDIR` (the real disk, not a tmpfs).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -101,6 +102,13 @@ fn disk_fsync(c: &mut Criterion) {
         b.iter(|| {
             file.write_all(&[7u8; 100]).unwrap();
             file.sync_all().unwrap();
+        });
+    });
+    // redb syncs with `sync_data` (fdatasync), which skips metadata-only updates.
+    group.bench_function("fdatasync_100_bytes", |b| {
+        b.iter(|| {
+            file.write_all(&[7u8; 100]).unwrap();
+            file.sync_data().unwrap();
         });
     });
     group.finish();

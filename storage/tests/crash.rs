@@ -46,28 +46,24 @@ fn crash_child_writer() {
         while sessions.len() < SESSIONS {
             sessions.push((SessionId::new(), 1));
         }
-        let tasks: Vec<_> = sessions
-            .into_iter()
-            .map(|(session, mut next)| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    loop {
-                        let last = next + next % 3; // batches of 1 to 3 events
-                        store
-                            .append(common::log(session, next, last))
-                            .await
-                            .unwrap();
-                        let mut out = std::io::stdout().lock();
-                        writeln!(out, "ACK {session} {last}").unwrap();
-                        out.flush().unwrap();
-                        next = last + 1;
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
+        for (session, mut next) in sessions {
+            let store = store.clone();
+            tokio::spawn(async move {
+                loop {
+                    let last = next + next % 3; // batches of 1 to 3 events
+                    store
+                        .append(common::log(session, next, last))
+                        .await
+                        .unwrap();
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "ACK {session} {last}").unwrap();
+                    out.flush().unwrap();
+                    next = last + 1;
+                }
+            });
         }
+        // Until SIGKILL. (A failing append panics its task: acks stop and the parent fails.)
+        std::future::pending::<()>().await;
     });
 }
 
