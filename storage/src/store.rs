@@ -6,7 +6,7 @@ use crate::db::{DbSlot, Reopen};
 use crate::error::{AppendError, OpenError};
 use crate::schema::{EVENTS, SESSIONS};
 use crate::writer::{Counters, Request, Writer};
-use foya_protocol::Event;
+use foya_protocol::{Event, Seq};
 use redb::Database;
 use redb::backends::InMemoryBackend;
 use std::collections::HashMap;
@@ -28,9 +28,10 @@ pub enum Durability {
     None,
 }
 
-impl From<Durability> for redb::Durability {
-    fn from(d: Durability) -> Self {
-        match d {
+impl Durability {
+    /// redb's level (kept private so redb stays out of the public API).
+    fn to_redb(self) -> redb::Durability {
+        match self {
             Durability::Immediate => redb::Durability::Immediate,
             Durability::None => redb::Durability::None,
         }
@@ -68,7 +69,9 @@ pub struct StoreStats {
     pub commits: u64,
 }
 
-/// The event store. Cheap to clone (all clones share one database and one writer).
+/// The event store. Cheap to clone: all clones share one database and one writer
+/// thread. Dropping the last clone stops the writer after it committed what was queued
+/// (a short blocking wait); [`Store::close`] does the same without blocking.
 #[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
@@ -85,6 +88,12 @@ pub(crate) struct Inner {
     stopped: watch::Receiver<bool>,
     counters: Arc<Counters>,
 }
+
+// `Store` is shared across tasks and threads.
+const _: fn() = || {
+    fn shareable<T: Send + Sync + Clone + fmt::Debug + 'static>() {}
+    shareable::<Store>();
+};
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -164,7 +173,7 @@ impl Store {
         let (stopped_tx, stopped) = watch::channel(false);
         let writer = Writer {
             db: Arc::clone(&db),
-            durability: options.durability.into(),
+            durability: options.durability.to_redb(),
             max_batch: options.max_batch,
             counters: Arc::clone(&counters),
             cache: HashMap::new(),
@@ -207,21 +216,20 @@ impl Store {
         let Some(first) = events.first() else {
             return Ok(());
         };
-        let mut expected = first.seq;
-        for event in &events {
+        for (event, offset) in events.iter().zip(0u64..) {
             if event.session_id != first.session_id {
                 return Err(AppendError::MixedSessions {
                     expected: first.session_id,
                     got: event.session_id,
                 });
             }
-            if event.seq != expected {
+            let expected = first.seq.0.checked_add(offset).map(Seq);
+            if expected != Some(event.seq) {
                 return Err(AppendError::SeqMismatch {
-                    expected,
+                    expected: expected.unwrap_or(Seq(u64::MAX)),
                     got: event.seq,
                 });
             }
-            expected = expected.next();
         }
         let encoded = events
             .iter()

@@ -130,16 +130,15 @@ impl Writer {
 
     /// Validates and inserts the batch in one write transaction and commits it. Returns
     /// each request's outcome and the summaries it changed.
-    #[allow(clippy::type_complexity)]
     fn try_commit(
         &self,
         db: &Database,
         batch: &[Request],
-    ) -> Result<(Vec<Result<(), AppendError>>, HashMap<u128, SessionSummary>), BatchFailure> {
+    ) -> Result<(Outcomes, Overlay), BatchFailure> {
         let mut txn = db.begin_write().map_err(BatchFailure::redb)?;
         txn.set_durability(self.durability)
             .map_err(BatchFailure::redb)?;
-        let mut overlay: HashMap<u128, SessionSummary> = HashMap::new();
+        let mut overlay = Overlay::new();
         let mut outcomes = Vec::with_capacity(batch.len());
         {
             let mut events = txn.open_table(EVENTS).map_err(BatchFailure::redb)?;
@@ -182,6 +181,12 @@ impl Writer {
     }
 }
 
+/// Each request's answer, in batch order.
+type Outcomes = Vec<Result<(), AppendError>>;
+
+/// Summaries changed by a batch, merged into the cache once it committed.
+type Overlay = HashMap<u128, SessionSummary>;
+
 /// A failure of a whole batch: nothing of it was committed.
 struct BatchFailure {
     /// What every request of the batch is answered.
@@ -207,13 +212,15 @@ impl fmt::Debug for BatchFailure {
     }
 }
 
+/// A session's committed summary (`None`: unknown session), or why it cannot be used.
+type LoadedSummary = Result<Option<SessionSummary>, AppendError>;
+
 /// The committed summary of a session. A summary that does not decode refuses only
 /// the appends of its session; a redb failure fails the batch.
-#[allow(clippy::type_complexity)]
 fn load_summary(
     sessions: &Table<'_, u128, &[u8]>,
     key: u128,
-) -> Result<Result<Option<SessionSummary>, AppendError>, BatchFailure> {
+) -> Result<LoadedSummary, BatchFailure> {
     match sessions.get(key).map_err(BatchFailure::redb)? {
         Some(value) => Ok(codec::decode(value.value())
             .map(Some)

@@ -286,3 +286,27 @@ async fn concurrent_appends_share_commits() {
     }
     store.close().await;
 }
+
+#[tokio::test]
+async fn non_durable_commits_are_visible_to_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        durability: Durability::None,
+        max_batch: 2,
+        queue_capacity: 1,
+    };
+    let store = Store::open(&dir.path().join("fast.redb"), options).unwrap();
+    let a = SessionId::new();
+    for seq in 1..=5 {
+        store.append(log(a, seq, seq)).await.unwrap();
+    }
+    assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 5));
+    assert_eq!(
+        store.stats(),
+        StoreStats {
+            appended_events: 5,
+            commits: 5
+        }
+    );
+    store.close().await;
+}
