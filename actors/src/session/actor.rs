@@ -362,6 +362,17 @@ impl Session {
     }
 }
 
+/// Events a ToolActor writes while its call runs.
+fn is_tool_activity(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::ToolStarted { .. }
+            | EventKind::ToolUpdate { .. }
+            | EventKind::ToolFinished { .. }
+            | EventKind::ApprovalRequested { .. }
+    )
+}
+
 impl Actor for SessionActor {
     type Msg = SessionMsg;
     type State = Session;
@@ -490,7 +501,12 @@ impl Actor for SessionActor {
                 reply,
             } => {
                 let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
-                let result = if open == Some(run_id) {
+                // Once a cancel is requested, tool activity is no longer recorded: the
+                // turn writes the calls' "cancelled" results and its end.
+                let cancelling = state.turn.as_ref().is_some_and(|t| t.cancel.is_cancelled());
+                let result = if cancelling && kinds.iter().any(is_tool_activity) {
+                    Err("the turn is being cancelled".to_owned())
+                } else if open == Some(run_id) {
                     state
                         .persist(Some(run_id), kinds)
                         .await

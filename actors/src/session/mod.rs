@@ -21,6 +21,8 @@ pub(crate) mod actor;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_lifecycle;
 
 use crate::runtime::RuntimeError;
 use foya_protocol::event::Delta;
