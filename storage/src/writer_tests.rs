@@ -210,3 +210,99 @@ async fn a_full_disk_fails_only_its_batch_and_the_writer_recovers() {
     );
     store.close().await;
 }
+
+/// A memory backend whose `sync_data` (the commit's fsync) waits while the gate is
+/// closed, and reports each waiting sync: a disk that is slow on demand.
+#[derive(Debug, Clone)]
+struct SlowDisk {
+    data: Arc<InMemoryBackend>,
+    gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    waiting: Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>,
+}
+
+impl SlowDisk {
+    fn set_open(&self, open: bool) {
+        *self.gate.0.lock().unwrap() = open;
+        self.gate.1.notify_all();
+    }
+}
+
+impl StorageBackend for SlowDisk {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.data.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.data.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.data.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        let mut open = self.gate.0.lock().unwrap();
+        if !*open && let Some(waiting) = self.waiting.lock().unwrap().take() {
+            waiting.send(()).unwrap();
+        }
+        while !*open {
+            open = self.gate.1.wait(open).unwrap();
+        }
+        self.data.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.data.write(offset, data)
+    }
+}
+
+/// Polls `future` once.
+async fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx)))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_disk_makes_appends_wait_for_queue_space() {
+    let disk = SlowDisk {
+        data: Arc::new(InMemoryBackend::new()),
+        gate: Arc::new((std::sync::Mutex::new(true), std::sync::Condvar::new())),
+        waiting: Arc::default(),
+    };
+    let db = Database::builder()
+        .create_with_backend(disk.clone())
+        .unwrap();
+    let options = StoreOptions {
+        queue_capacity: 1,
+        ..StoreOptions::default()
+    };
+    let store = Store::start(db, None, PathBuf::from("slow"), options).unwrap();
+    let (a, b, c) = (SessionId::new(), SessionId::new(), SessionId::new());
+
+    let (waiting_tx, waiting) = std::sync::mpsc::channel();
+    *disk.waiting.lock().unwrap() = Some(waiting_tx);
+    disk.set_open(false);
+    let first = tokio::spawn({
+        let store = store.clone();
+        async move { store.append(vec![created(a)]).await }
+    });
+    // The writer is now inside a's commit, stuck on the fsync.
+    waiting
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap();
+
+    let mut queued = Box::pin(store.append(vec![created(b)]));
+    assert!(
+        poll_once(&mut queued).await.is_pending(),
+        "b takes the one queue slot"
+    );
+    let mut blocked = Box::pin(store.append(vec![created(c)]));
+    assert!(
+        poll_once(&mut blocked).await.is_pending(),
+        "c waits for queue space"
+    );
+    drop(blocked); // cancelled before it was queued: nothing of c is written
+
+    disk.set_open(true);
+    assert_eq!(first.await.unwrap(), Ok(()));
+    assert_eq!(queued.await, Ok(()));
+    assert_eq!(store.session(c).unwrap(), None);
+    assert_eq!(store.last_seq(b).unwrap(), Some(Seq(1)));
+    store.close().await;
+}
