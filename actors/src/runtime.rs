@@ -132,7 +132,9 @@ async fn ask<M: ractor::Message, T: Send + 'static>(
 
 impl Inner {
     async fn session_actor(&self, id: SessionId) -> Result<ActorRef<SessionMsg>, RuntimeError> {
-        if let Some(actor) = self.registry.get(&id) {
+        if let Some(actor) = self.registry.get(&id)
+            && actor.get_status() == ractor::ActorStatus::Running
+        {
             return Ok(actor.clone());
         }
         ask(&self.supervisor, |reply| SupervisorMsg::GetSession {
@@ -273,6 +275,15 @@ impl SessionHandle {
         let actor = self.inner.session_actor(self.id).await.ok();
         if let Some(actor) = actor {
             let _ = actor.cast(SessionMsg::CrashTurn);
+        }
+    }
+
+    /// Test hook: make the SessionActor panic.
+    #[cfg(test)]
+    pub(crate) async fn crash_session_for_test(&self) {
+        let actor = self.inner.session_actor(self.id).await.ok();
+        if let Some(actor) = actor {
+            let _ = actor.cast(SessionMsg::Crash);
         }
     }
 

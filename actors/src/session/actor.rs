@@ -6,8 +6,8 @@ use crate::runtime::{RuntimeDeps, RuntimeError};
 use crate::turn::{TurnActor, TurnArgs, TurnMsg};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
-    ApprovalDecision, ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId,
-    RunId, Seq, SessionUpdate, ToolCallId, TurnStatus,
+    ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId, RunId, Seq,
+    SessionUpdate, ToolCallId, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -47,22 +47,22 @@ struct ActiveTurn {
 }
 
 #[derive(Debug)]
-struct PendingApproval {
-    run_id: RunId,
-    tool_call_id: ToolCallId,
-    grant_key: String,
-    reply: RpcReplyPort<ApprovalAnswer>,
+pub(super) struct PendingApproval {
+    pub(super) run_id: RunId,
+    pub(super) tool_call_id: ToolCallId,
+    pub(super) grant_key: String,
+    pub(super) reply: RpcReplyPort<ApprovalAnswer>,
 }
 
 /// The SessionActor's state.
 #[derive(Debug)]
 pub(crate) struct Session {
-    fold: SessionState,
-    deps: Arc<RuntimeDeps>,
+    pub(super) fold: SessionState,
+    pub(super) deps: Arc<RuntimeDeps>,
     subscribers: Vec<Subscriber>,
     turn: Option<ActiveTurn>,
-    approvals: HashMap<ApprovalRequestId, PendingApproval>,
-    deleting: Option<super::Reply<()>>,
+    pub(super) approvals: HashMap<ApprovalRequestId, PendingApproval>,
+    pub(super) deleting: Option<super::Reply<()>>,
 }
 
 fn now_ms() -> u64 {
@@ -73,7 +73,7 @@ fn now_ms() -> u64 {
 
 impl Session {
     /// Assigns seqs, appends, folds and broadcasts. Nothing changes when the append fails.
-    async fn persist(
+    pub(super) async fn persist(
         &mut self,
         run_id: Option<RunId>,
         kinds: Vec<EventKind>,
@@ -117,7 +117,7 @@ impl Session {
             .retain(|s| s.tx.try_send(update.clone()).is_ok());
     }
 
-    fn has_approver(&self) -> bool {
+    pub(super) fn has_approver(&self) -> bool {
         self.subscribers
             .iter()
             .any(|s| s.approver && !s.tx.is_closed())
@@ -266,99 +266,6 @@ impl Session {
             self.start_turn(myself, input_id, input).await?;
         }
         Ok(input_id)
-    }
-
-    async fn request_approval(&mut self, msg: SessionMsg) -> Result<(), RuntimeError> {
-        let SessionMsg::RequestApproval {
-            run_id,
-            tool_call_id,
-            tool_name,
-            action,
-            reason,
-            grant_key,
-            reply,
-        } = msg
-        else {
-            return Ok(());
-        };
-        if self.fold.grants.contains(&grant_key) {
-            let _ = reply.send(ApprovalAnswer {
-                allowed: true,
-                message: None,
-            });
-            return Ok(());
-        }
-        let request_id = ApprovalRequestId::new();
-        let mut kinds = vec![EventKind::ApprovalRequested {
-            request_id,
-            tool_call_id: tool_call_id.clone(),
-            tool_name,
-            action,
-            reason,
-        }];
-        let approver = self.has_approver();
-        if !approver {
-            kinds.push(EventKind::ApprovalDecided {
-                request_id,
-                tool_call_id: tool_call_id.clone(),
-                decision: ApprovalDecision::Deny,
-                message: Some(NO_APPROVER.into()),
-                grant: None,
-            });
-        }
-        if self.fold.open_turn.as_ref().map(|t| t.run_id) != Some(run_id) {
-            return Ok(());
-        }
-        self.persist(Some(run_id), kinds).await?;
-        if approver {
-            self.approvals.insert(
-                request_id,
-                PendingApproval {
-                    run_id,
-                    tool_call_id,
-                    grant_key,
-                    reply,
-                },
-            );
-        } else {
-            let _ = reply.send(ApprovalAnswer {
-                allowed: false,
-                message: Some(NO_APPROVER.into()),
-            });
-        }
-        Ok(())
-    }
-
-    async fn decide(
-        &mut self,
-        request_id: ApprovalRequestId,
-        decision: ApprovalDecision,
-        message: Option<String>,
-    ) -> Result<(), RuntimeError> {
-        let Some(pending) = self.approvals.remove(&request_id) else {
-            return Err(RuntimeError::UnknownApproval(request_id));
-        };
-        let grant =
-            (decision == ApprovalDecision::AllowForSession).then(|| pending.grant_key.clone());
-        self.persist(
-            Some(pending.run_id),
-            vec![EventKind::ApprovalDecided {
-                request_id,
-                tool_call_id: pending.tool_call_id,
-                decision,
-                message: message.clone(),
-                grant,
-            }],
-        )
-        .await?;
-        let allowed = decision != ApprovalDecision::Deny;
-        let message = if allowed {
-            None
-        } else {
-            Some(message.unwrap_or_else(|| "denied by the user".into()))
-        };
-        let _ = pending.reply.send(ApprovalAnswer { allowed, message });
-        Ok(())
     }
 }
 
@@ -527,6 +434,8 @@ impl Actor for SessionActor {
                 state.broadcast(&SessionUpdate::Delta(live));
             }
             msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
+            #[cfg(test)]
+            SessionMsg::Crash => panic!("test-induced SessionActor panic"),
             #[cfg(test)]
             SessionMsg::CrashTurn => {
                 if let Some(turn) = &state.turn {

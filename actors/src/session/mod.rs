@@ -18,9 +18,12 @@
 //!   `turn_complete{failed, class internal}`, and the queue goes on.
 
 pub(crate) mod actor;
+mod approvals;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_approval;
 #[cfg(test)]
 mod tests_lifecycle;
 
@@ -99,6 +102,9 @@ pub(crate) enum SessionMsg {
     /// Test hook: make the active TurnActor panic.
     #[cfg(test)]
     CrashTurn,
+    /// Test hook: make the SessionActor itself panic.
+    #[cfg(test)]
+    Crash,
 }
 
 impl ractor::Message for SessionMsg {}

@@ -212,3 +212,70 @@ async fn a_subscriber_that_falls_behind_is_cut_off_with_lagged() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_crashed_session_is_restarted_from_the_log_by_the_supervisor() {
+    let rt = runtime(script(json!({"responses":[
+        {"tool_calls":[{"id":"c1","name":"wait","arguments":{}}]},
+        {"text":"back"}
+    ]})))
+    .await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("first")).await.unwrap();
+    let before = within(events_until(&mut sub, |e| {
+        matches!(e.kind, EventKind::ToolStarted { .. })
+    }))
+    .await
+    .unwrap();
+    session.crash_session_for_test().await;
+    // The old subscription ends with Lagged; resubscribing reaches the restarted session.
+    let lagged = within(async {
+        loop {
+            if let Some(SessionUpdate::Notice(n)) = sub.recv().await {
+                return n;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let last_seq = before.last().unwrap().seq;
+    assert_eq!(
+        lagged,
+        Notice::Lagged {
+            session_id: session.id(),
+            last_seq
+        }
+    );
+    let mut sub = session
+        .subscribe(last_seq.next(), crate::SubscribeOptions::default())
+        .await
+        .unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(types(&events), vec!["tool_message", "turn_complete"]);
+    let EventKind::TurnComplete { status, reason, .. } = &events[1].kind else {
+        panic!()
+    };
+    assert_eq!(
+        (*status, reason.as_deref()),
+        (TurnStatus::Failed, Some("interrupted by restart"))
+    );
+    session.submit(Input::text("again")).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        events.last().unwrap().kind,
+        EventKind::TurnComplete {
+            status: TurnStatus::Completed,
+            reason: None,
+            error: None
+        }
+    );
+    rt.shutdown().await;
+}

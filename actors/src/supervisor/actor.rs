@@ -82,7 +82,9 @@ impl Supervisor {
         myself: &ActorRef<SupervisorMsg>,
         id: SessionId,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
-        if let Some(actor) = self.registry.get(&id) {
+        if let Some(actor) = self.registry.get(&id)
+            && actor.get_status() == ractor::ActorStatus::Running
+        {
             return Ok(actor.clone());
         }
         let events = self
