@@ -133,7 +133,7 @@ async fn ask<M: ractor::Message, T: Send + 'static>(
 impl Inner {
     async fn session_actor(&self, id: SessionId) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         if let Some(actor) = self.registry.get(&id)
-            && actor.get_status() == ractor::ActorStatus::Running
+            && crate::session::is_alive(actor.get_status())
         {
             return Ok(actor.clone());
         }

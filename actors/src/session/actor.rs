@@ -3,11 +3,11 @@
 use super::state::{SessionState, apply};
 use super::{ApprovalAnswer, SessionMsg, Subscribed};
 use crate::runtime::{RuntimeDeps, RuntimeError};
-use crate::turn::{TurnActor, TurnArgs, TurnMsg};
-use foya_protocol::event::{LiveDelta, Notice};
+use crate::turn::TurnMsg;
+use foya_protocol::event::LiveDelta;
 use foya_protocol::{
     ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId, RunId, Seq,
-    SessionUpdate, ToolCallId, TurnStatus,
+    SessionUpdate, ToolCallId,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -35,15 +35,15 @@ pub(crate) struct SessionArgs {
 }
 
 #[derive(Debug)]
-struct Subscriber {
+pub(super) struct Subscriber {
     tx: mpsc::Sender<SessionUpdate>,
     approver: bool,
 }
 
 #[derive(Debug)]
-struct ActiveTurn {
-    actor: ActorRef<TurnMsg>,
-    cancel: CancellationToken,
+pub(super) struct ActiveTurn {
+    pub(super) actor: ActorRef<TurnMsg>,
+    pub(super) cancel: CancellationToken,
 }
 
 #[derive(Debug)]
@@ -59,8 +59,8 @@ pub(super) struct PendingApproval {
 pub(crate) struct Session {
     pub(super) fold: SessionState,
     pub(super) deps: Arc<RuntimeDeps>,
-    subscribers: Vec<Subscriber>,
-    turn: Option<ActiveTurn>,
+    pub(super) subscribers: Vec<Subscriber>,
+    pub(super) turn: Option<ActiveTurn>,
     pub(super) approvals: HashMap<ApprovalRequestId, PendingApproval>,
     pub(super) deleting: Option<super::Reply<()>>,
 }
@@ -112,7 +112,7 @@ impl Session {
 
     /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
     /// reports `Notice::Lagged`), never waited for.
-    fn broadcast(&mut self, update: &SessionUpdate) {
+    pub(super) fn broadcast(&mut self, update: &SessionUpdate) {
         self.subscribers
             .retain(|s| s.tx.try_send(update.clone()).is_ok());
     }
@@ -123,130 +123,8 @@ impl Session {
             .any(|s| s.approver && !s.tx.is_closed())
     }
 
-    fn busy(&self) -> bool {
+    pub(super) fn busy(&self) -> bool {
         self.turn.is_some() || self.fold.open_turn.is_some()
-    }
-
-    /// Writes `user_message` + `turn_started` and spawns the TurnActor.
-    async fn start_turn(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        input_id: InputId,
-        input: Input,
-    ) -> Result<(), ActorProcessingErr> {
-        let run_id = RunId::new();
-        self.persist(
-            Some(run_id),
-            vec![
-                EventKind::UserMessage { input_id, input },
-                EventKind::TurnStarted { input_id },
-            ],
-        )
-        .await?;
-        let cancel = CancellationToken::new();
-        let args = TurnArgs {
-            session: myself.clone(),
-            deps: Arc::clone(&self.deps),
-            session_id: self.fold.id,
-            config: self.fold.config.clone(),
-            run_id,
-            cancel: cancel.clone(),
-        };
-        let (actor, _) = Actor::spawn_linked(None, TurnActor, args, myself.get_cell()).await?;
-        self.turn = Some(ActiveTurn { actor, cancel });
-        Ok(())
-    }
-
-    /// Starts the next queued input when idle.
-    async fn start_next(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-    ) -> Result<(), ActorProcessingErr> {
-        if self.busy() || self.deleting.is_some() {
-            return Ok(());
-        }
-        if let Some((input_id, input)) = self.fold.queue.front().cloned() {
-            self.start_turn(myself, input_id, input).await?;
-        }
-        Ok(())
-    }
-
-    /// Closes an open turn that has no `turn_complete`: results for unanswered calls,
-    /// then `turn_complete{failed}`.
-    async fn close_open_turn(
-        &mut self,
-        result_text: &str,
-        reason: &str,
-        error: ErrorInfo,
-    ) -> Result<(), RuntimeError> {
-        let Some(open) = &self.fold.open_turn else {
-            return Ok(());
-        };
-        let run_id = open.run_id;
-        let mut kinds: Vec<EventKind> = self
-            .fold
-            .unanswered_results(result_text)
-            .into_iter()
-            .map(EventKind::ToolMessage)
-            .collect();
-        kinds.push(EventKind::TurnComplete {
-            status: TurnStatus::Failed,
-            reason: Some(reason.to_owned()),
-            error: Some(error),
-        });
-        self.persist(Some(run_id), kinds).await.map(|_| ())
-    }
-
-    /// The TurnActor exited (normally or not).
-    async fn turn_exited(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        failure: Option<String>,
-    ) -> Result<(), ActorProcessingErr> {
-        self.turn = None;
-        self.approvals.clear();
-        let message = failure.unwrap_or_else(|| "the turn stopped without completing".into());
-        self.close_open_turn(
-            "the turn crashed before this call finished",
-            "turn crashed",
-            ErrorInfo {
-                class: ErrorClass::Internal,
-                message,
-            },
-        )
-        .await?;
-        if self.deleting.is_some() {
-            return self.finish_delete(myself).await;
-        }
-        self.start_next(myself).await
-    }
-
-    async fn finish_delete(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-    ) -> Result<(), ActorProcessingErr> {
-        let mut kinds: Vec<EventKind> = self
-            .fold
-            .queue
-            .iter()
-            .map(|(input_id, _)| EventKind::InputDropped {
-                input_id: *input_id,
-                reason: "session deleted".into(),
-            })
-            .collect();
-        kinds.push(EventKind::SessionDeleted {});
-        let result = self.persist(None, kinds).await.map(|_| ());
-        let notice = SessionUpdate::Notice(Notice::Closed {
-            session_id: self.fold.id,
-            reason: "session deleted".into(),
-        });
-        self.broadcast(&notice);
-        self.subscribers.clear();
-        if let Some(reply) = self.deleting.take() {
-            let _ = reply.send(result);
-        }
-        myself.stop(Some("session deleted".into()));
-        Ok(())
     }
 
     async fn submit(

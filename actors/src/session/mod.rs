@@ -19,6 +19,7 @@
 
 pub(crate) mod actor;
 mod approvals;
+mod lifecycle;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -108,3 +109,10 @@ pub(crate) enum SessionMsg {
 }
 
 impl ractor::Message for SessionMsg {}
+
+/// Whether an actor in `status` still takes messages (starting, running, upgrading): a
+/// registry entry that is stopping or stopped is replaced by a fresh load.
+pub(crate) fn is_alive(status: ractor::ActorStatus) -> bool {
+    use ractor::ActorStatus::{Running, Starting, Upgrading};
+    matches!(status, Starting | Running | Upgrading)
+}

@@ -83,7 +83,7 @@ impl Supervisor {
         id: SessionId,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         if let Some(actor) = self.registry.get(&id)
-            && actor.get_status() == ractor::ActorStatus::Running
+            && crate::session::is_alive(actor.get_status())
         {
             return Ok(actor.clone());
         }
