@@ -92,7 +92,9 @@ impl Writer {
                     .filter(|(_, o)| o.is_ok())
                     .map(|(r, _)| r.events.len())
                     .sum();
-                self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                if !overlay.is_empty() {
+                    self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                }
                 self.counters
                     .appended_events
                     .fetch_add(events as u64, Ordering::Relaxed);
@@ -176,7 +178,12 @@ impl Writer {
                     .map_err(BatchFailure::redb)?;
             }
         }
-        txn.commit().map_err(BatchFailure::redb)?;
+        if overlay.is_empty() {
+            // Every append was refused: nothing to make durable, skip the fsync.
+            txn.abort().map_err(BatchFailure::redb)?;
+        } else {
+            txn.commit().map_err(BatchFailure::redb)?;
+        }
         Ok((outcomes, overlay))
     }
 }

@@ -144,6 +144,14 @@ async fn appends_that_do_not_continue_the_log_are_refused() {
     assert_eq!(store.session(other).unwrap(), None);
     store.append(vec![step(a, 3)]).await.unwrap();
     assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 3));
+    // Batches with only refused appends commit nothing (no fsync).
+    assert_eq!(
+        store.stats(),
+        StoreStats {
+            appended_events: 3,
+            commits: 2
+        }
+    );
 }
 
 #[tokio::test]
