@@ -279,3 +279,52 @@ async fn a_crashed_session_is_restarted_from_the_log_by_the_supervisor() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_outlives_its_timeout_gets_an_error_result() {
+    let rt = runtime(script(json!({"responses":[
+        {"tool_calls":[{"id":"c1","name":"wait","arguments":{}}]},
+        {"text":"moved on"}
+    ]})))
+    .await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("go")).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
+    let finished = kinds
+        .iter()
+        .position(|k| matches!(k, EventKind::ToolFinished { .. }))
+        .unwrap();
+    let EventKind::ToolFinished {
+        is_error,
+        duration_ms,
+        ..
+    } = kinds[finished]
+    else {
+        panic!()
+    };
+    assert_eq!((*is_error, *duration_ms), (true, 3_600_000));
+    assert_eq!(
+        *kinds[finished + 1],
+        EventKind::ToolMessage(foya_protocol::ToolMessage {
+            tool_call_id: foya_protocol::ToolCallId::new("c1"),
+            content: "timed out after 3600000 ms".into(),
+            is_error: true,
+        })
+    );
+    assert_eq!(
+        events.last().unwrap().kind,
+        EventKind::TurnComplete {
+            status: TurnStatus::Completed,
+            reason: None,
+            error: None
+        }
+    );
+    rt.shutdown().await;
+}

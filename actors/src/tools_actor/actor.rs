@@ -10,7 +10,8 @@ use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolMe
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The ToolActor.

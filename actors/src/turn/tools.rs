@@ -23,7 +23,7 @@ pub(crate) struct ToolRun {
     committed: usize,
     /// Calls `[..next]` were spawned.
     next: usize,
-    running: HashMap<ActorId, (usize, ActorRef<ToolMsg>)>,
+    running: HashMap<ActorId, (usize, Option<ActorRef<ToolMsg>>)>,
 }
 
 impl ToolRun {
@@ -87,7 +87,9 @@ impl ToolRun {
     /// Kills every running ToolActor (their tool futures are dropped).
     pub(crate) fn kill_all(&mut self) {
         for (_, (_, actor)) in self.running.drain() {
-            actor.kill();
+            if let Some(actor) = actor {
+                actor.kill();
+            }
         }
     }
 
@@ -120,6 +122,11 @@ impl ToolRun {
         out
     }
 
+    #[cfg(test)]
+    fn parallel_running_for_test(&mut self, id: ActorId, index: usize) {
+        self.running.insert(id, (index, None));
+    }
+
     fn all_committed(&self) -> bool {
         self.committed == self.calls.len()
     }
@@ -149,7 +156,7 @@ impl Turn {
                 cancel: self.args.cancel.child_token(),
             };
             let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
-            run.running.insert(actor.get_id(), (index, actor));
+            run.running.insert(actor.get_id(), (index, Some(actor)));
         }
         Ok(())
     }
@@ -173,5 +180,72 @@ impl Turn {
             return self.start_step(myself).await;
         }
         self.spawn_tools(myself).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str) -> ToolCall {
+        ToolCall {
+            id: foya_protocol::ToolCallId::new(id),
+            name: name.into(),
+            arguments: serde_json::json!({}),
+            extra: None,
+        }
+    }
+
+    fn ok(id: &str) -> ToolMessage {
+        ToolMessage {
+            tool_call_id: foya_protocol::ToolCallId::new(id),
+            content: id.into(),
+            is_error: false,
+        }
+    }
+
+    /// Marks `indices` as running, as `spawn_tools` does.
+    fn start(run: &mut ToolRun, indices: &[usize]) {
+        for &i in indices {
+            let id = ractor::ActorId::Local(1000 + i as u64);
+            // The ActorRef is never used by `ready`/`record`; scheduling only needs ids.
+            run.parallel_running_for_test(id, i);
+        }
+    }
+
+    #[test]
+    fn parallel_safe_calls_batch_up_to_five_and_others_run_alone_in_order() {
+        let tools = crate::testkit::tools();
+        // echo: parallel-safe; wait: not.
+        let mut names = vec!["echo"; 7];
+        names.extend(["wait", "echo"]);
+        let calls: Vec<ToolCall> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| call(&format!("c{i}"), n))
+            .collect();
+        let mut run = ToolRun::new(calls, &tools);
+        let first = run.ready();
+        assert_eq!(first, vec![0, 1, 2, 3, 4]);
+        start(&mut run, &first);
+        assert_eq!(run.ready(), Vec::<usize>::new());
+        // Results arrive out of order; commits stay in call order.
+        assert_eq!(run.record(1, ok("c1")), vec![]);
+        assert_eq!(run.record(0, ok("c0")), vec![ok("c0"), ok("c1")]);
+        let next = run.ready();
+        assert_eq!(next, vec![5, 6]);
+        start(&mut run, &next);
+        for i in [2, 3, 4, 5] {
+            run.record(i, ok(&format!("c{i}")));
+        }
+        assert_eq!(run.ready(), Vec::<usize>::new(), "wait must run alone");
+        run.record(6, ok("c6"));
+        let alone = run.ready();
+        assert_eq!(alone, vec![7]);
+        start(&mut run, &alone);
+        assert_eq!(run.ready(), Vec::<usize>::new());
+        assert_eq!(run.record(7, ok("c7")), vec![ok("c7")]);
+        assert_eq!(run.ready(), vec![8]);
+        assert!(!run.all_committed());
     }
 }
