@@ -12,7 +12,8 @@ impl Store {
     /// unknown session).
     ///
     /// # Errors
-    /// [`ReadError::Storage`], or a decode error of a stored event.
+    /// [`ReadError::Storage`] when redb or the disk fails; [`ReadError::UnsupportedFormat`]
+    /// or [`ReadError::Decode`] when a stored event cannot be decoded.
     pub fn read_from(&self, session: SessionId, from: Seq) -> Result<Vec<Event>, ReadError> {
         self.read_range(session, from, usize::MAX)
     }
@@ -74,7 +75,8 @@ impl Store {
     /// The session's summary (also for a deleted session, with `deleted: true`).
     ///
     /// # Errors
-    /// [`ReadError::Storage`], or a decode error of the stored summary.
+    /// [`ReadError::Storage`] when redb or the disk fails; [`ReadError::UnsupportedFormat`]
+    /// or [`ReadError::Decode`] when the stored summary cannot be decoded.
     pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
         let txn = self
             .inner

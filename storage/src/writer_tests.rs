@@ -306,3 +306,41 @@ async fn a_slow_disk_makes_appends_wait_for_queue_space() {
     assert_eq!(store.last_seq(b).unwrap(), Some(Seq(1)));
     store.close().await;
 }
+
+#[tokio::test]
+async fn values_from_a_future_format_are_refused_clearly() {
+    let db = Database::builder()
+        .create_with_backend(InMemoryBackend::new())
+        .unwrap();
+    let (future, fine) = (SessionId::new(), SessionId::new());
+    let txn = db.begin_write().unwrap();
+    {
+        let mut events = txn.open_table(EVENTS).unwrap();
+        let mut sessions = txn.open_table(SESSIONS).unwrap();
+        let unknown_version = [codec::FORMAT_VERSION + 1, 0x80];
+        events
+            .insert((session_key(future), 1), unknown_version.as_slice())
+            .unwrap();
+        sessions
+            .insert(session_key(future), unknown_version.as_slice())
+            .unwrap();
+    }
+    txn.commit().unwrap();
+    let store = Store::start(db, None, PathBuf::from("future"), StoreOptions::default()).unwrap();
+
+    let refused = crate::ReadError::UnsupportedFormat {
+        version: codec::FORMAT_VERSION + 1,
+        supported: codec::FORMAT_VERSION,
+    };
+    assert_eq!(store.read_from(future, Seq(1)), Err(refused.clone()));
+    assert_eq!(store.session(future), Err(refused.clone()));
+    assert_eq!(store.list_sessions(), Err(refused.clone()));
+    // Appends to that session are refused; other sessions are not affected.
+    assert_eq!(
+        store.append(vec![step(future, 2)]).await,
+        Err(AppendError::Storage(refused.to_string()))
+    );
+    store.append(vec![created(fine)]).await.unwrap();
+    assert_eq!(store.read_from(fine, Seq(1)).unwrap(), vec![created(fine)]);
+    store.close().await;
+}
