@@ -31,7 +31,13 @@ pub(crate) struct Supervisor {
     deps: Arc<RuntimeDeps>,
     registry: Registry,
     children: HashMap<ActorId, SessionId>,
+    /// Restarts after failures, per session, over the runtime's life.
+    restarts: HashMap<SessionId, u32>,
 }
+
+/// A session that failed more often than this is left stopped (loaded again on the next
+/// request for it), so a session that fails on start cannot spin.
+const MAX_RESTARTS: u32 = 3;
 
 impl Supervisor {
     async fn spawn(
@@ -114,6 +120,7 @@ impl Actor for SupervisorActor {
             deps: args.deps,
             registry: args.registry,
             children: HashMap::new(),
+            restarts: HashMap::new(),
         })
     }
 
@@ -154,7 +161,11 @@ impl Actor for SupervisorActor {
                     state
                         .registry
                         .remove_if(&id, |_, a| a.get_id() == cell.get_id());
-                    if let Err(e) = state.load(&myself, id).await {
+                    let restarts = state.restarts.entry(id).or_insert(0);
+                    *restarts += 1;
+                    if *restarts > MAX_RESTARTS {
+                        tracing::error!(session.id = %id, "session failed too often; left stopped");
+                    } else if let Err(e) = state.load(&myself, id).await {
                         tracing::error!(session.id = %id, error = %e, "session restart failed");
                     }
                 }

@@ -8,7 +8,9 @@
 //! (panic, handler error) is restarted from the log and its registry entry replaced —
 //! its subscribers see their channel end (`Notice::Lagged`) and resubscribe; one that
 //! stops normally (deleted, shut down) is removed from the registry. The supervisor never
-//! stops because a child did.
+//! stops because a child did. A session is restarted at most three times per runtime
+//! (then it stays stopped until something asks for it again), so a failing start cannot
+//! spin.
 
 pub(crate) mod actor;
 
