@@ -91,6 +91,8 @@ proptest! {
                 let len = log.len() as u64;
                 let last = (len > 0).then_some(Seq(len));
                 prop_assert_eq!(store.last_seq(*session).unwrap(), last);
+                let summary = store.session(*session).unwrap();
+                prop_assert_eq!(summary.map(|s| (s.last_seq, s.updated_at_ms)), last.map(|l| (l, 1000 + l.0)));
                 for from in 0..=len + 1 {
                     let skip = usize::try_from(from.saturating_sub(1)).unwrap().min(log.len());
                     prop_assert_eq!(&store.read_from(*session, Seq(from)).unwrap(), &log[skip..].to_vec());
