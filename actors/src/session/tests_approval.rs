@@ -161,3 +161,67 @@ async fn allow_for_session_is_not_asked_again_even_after_restart() {
     assert_eq!(events[0].seq, last.next());
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_denial_reaches_the_model_with_the_users_message() {
+    let rt = runtime(script(json!({"responses":[
+        {"tool_calls":[{"id":"c1","name":"exec","arguments":{"cmd":"rm"}}]},
+        {"text":"understood"}
+    ]})))
+    .await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::AutoEdit))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, true).await;
+    session.submit(Input::text("go")).await.unwrap();
+    let events = within(async {
+        let mut seen = Vec::new();
+        loop {
+            let Some(SessionUpdate::Event(e)) = sub.recv().await else {
+                continue;
+            };
+            if let EventKind::ApprovalRequested { request_id, .. } = &e.kind {
+                session
+                    .decide_approval(*request_id, ApprovalDecision::Deny, Some("not now".into()))
+                    .await
+                    .unwrap();
+            }
+            let end = is_turn_complete(&e);
+            seen.push(e);
+            if end {
+                return seen;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        types(&events)[4..],
+        [
+            "assistant_message",
+            "approval_requested",
+            "approval_decided",
+            "tool_message",
+            "step_started",
+            "assistant_message",
+            "turn_complete"
+        ]
+    );
+    let EventKind::ApprovalDecided {
+        decision,
+        message,
+        grant,
+        ..
+    } = &events[6].kind
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (*decision, message.as_deref(), grant),
+        (ApprovalDecision::Deny, Some("not now"), &None)
+    );
+    assert_eq!(events[7].kind, tool_message("c1", "not now", true));
+    assert_eq!(events[10].kind, completed());
+    rt.shutdown().await;
+}
