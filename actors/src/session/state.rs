@@ -136,3 +136,123 @@ pub(crate) fn apply(state: &mut SessionState, event: &Event) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use foya_protocol::{ApprovalDecision, ApprovalRequestId, AssistantMessage, Seq, TurnStatus};
+
+    #[test]
+    fn the_fold_tracks_queue_open_turn_grants_and_deletion() {
+        let id = SessionId::new();
+        let run = RunId::new();
+        let (a, b, c) = (InputId::new(), InputId::new(), InputId::new());
+        let call = ToolCall {
+            id: ToolCallId::new("c1"),
+            name: "t".into(),
+            arguments: serde_json::json!({}),
+            extra: None,
+        };
+        let kinds = vec![
+            (
+                None,
+                EventKind::SessionCreated {
+                    config: SessionConfig::new("/w"),
+                },
+            ),
+            (
+                Some(run),
+                EventKind::UserMessage {
+                    input_id: a,
+                    input: Input::text("a"),
+                },
+            ),
+            (Some(run), EventKind::TurnStarted { input_id: a }),
+            (
+                None,
+                EventKind::InputQueued {
+                    input_id: b,
+                    input: Input::text("b"),
+                },
+            ),
+            (
+                None,
+                EventKind::InputQueued {
+                    input_id: c,
+                    input: Input::text("c"),
+                },
+            ),
+            (
+                None,
+                EventKind::InputDropped {
+                    input_id: b,
+                    reason: "x".into(),
+                },
+            ),
+            (
+                Some(run),
+                EventKind::AssistantMessage(AssistantMessage {
+                    tool_calls: vec![call],
+                    ..AssistantMessage::default()
+                }),
+            ),
+            (
+                Some(run),
+                EventKind::ApprovalDecided {
+                    request_id: ApprovalRequestId::new(),
+                    tool_call_id: ToolCallId::new("c1"),
+                    decision: ApprovalDecision::AllowForSession,
+                    message: None,
+                    grant: Some("t".into()),
+                },
+            ),
+        ];
+        let events: Vec<Event> = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, (run_id, kind))| Event {
+                session_id: id,
+                seq: Seq(i as u64 + 1),
+                run_id,
+                at_ms: 0,
+                kind,
+            })
+            .collect();
+        let mut state = SessionState::from_log(&events).unwrap();
+        assert_eq!(state.last_seq, 8);
+        assert_eq!(state.queue, VecDeque::from(vec![(c, Input::text("c"))]));
+        assert_eq!(state.seen_inputs, HashSet::from([a, b, c]));
+        assert_eq!(state.grants, HashSet::from(["t".to_owned()]));
+        assert_eq!(
+            state.unanswered_results("gone"),
+            vec![ToolMessage {
+                tool_call_id: ToolCallId::new("c1"),
+                content: "gone".into(),
+                is_error: true
+            }]
+        );
+        let done = Event {
+            session_id: id,
+            seq: Seq(9),
+            run_id: Some(run),
+            at_ms: 0,
+            kind: EventKind::TurnComplete {
+                status: TurnStatus::Failed,
+                reason: None,
+                error: None,
+            },
+        };
+        apply(&mut state, &done);
+        assert_eq!(state.open_turn, None);
+        assert_eq!(state.unanswered_results("gone"), vec![]);
+        let deleted = Event {
+            seq: Seq(10),
+            kind: EventKind::SessionDeleted {},
+            ..done
+        };
+        apply(&mut state, &deleted);
+        assert!(state.deleted);
+        assert_eq!(SessionState::from_log(&events[1..]), None);
+    }
+}
