@@ -39,6 +39,7 @@ pub(crate) enum ProviderMsg {
 impl ractor::Message for ProviderMsg {}
 
 /// Forwards the stream to the turn until a terminal event, the end, or cancellation.
+#[tracing::instrument(name = "provider_call", skip_all, fields(request = args.request_number))]
 async fn pump(args: ProviderArgs) {
     let ProviderArgs {
         client,

@@ -115,6 +115,11 @@ impl ToolArgs {
     }
 
     /// Runs the call to its result.
+    #[tracing::instrument(
+        name = "tool_call",
+        skip_all,
+        fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %self.call.name)
+    )]
     async fn run(&self) -> Result<ToolOutput, ActorProcessingErr> {
         let tool = match prepare_call(self.tool.as_ref(), &self.call) {
             Ok(tool) => tool,

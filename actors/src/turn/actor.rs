@@ -135,6 +135,11 @@ impl Turn {
     }
 
     /// Starts the next step, or ends the turn at `max_steps`.
+    #[tracing::instrument(
+        name = "step",
+        skip_all,
+        fields(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, step = self.step + 1)
+    )]
     pub(super) async fn start_step(
         &mut self,
         myself: &ActorRef<TurnMsg>,
