@@ -9,6 +9,7 @@
 pub mod provider;
 pub mod tools;
 
+mod handle;
 pub mod runtime;
 mod session;
 mod subscription;

@@ -15,10 +15,7 @@ pub use crate::subscription::{SubscribeOptions, Subscription};
 use crate::supervisor::actor::Registry;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 use crate::tools::ToolRegistry;
-use foya_protocol::{
-    ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionConfig, SessionId,
-    SessionSummary,
-};
+use foya_protocol::{ApprovalRequestId, Seq, SessionConfig, SessionId, SessionSummary};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef};
 use std::collections::HashMap;
@@ -93,11 +90,11 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 #[derive(Debug)]
-struct Inner {
-    supervisor: ActorRef<SupervisorMsg>,
+pub(crate) struct Inner {
+    pub(crate) supervisor: ActorRef<SupervisorMsg>,
     join: std::sync::Mutex<Option<JoinHandle<()>>>,
-    registry: Registry,
-    deps: Arc<RuntimeDeps>,
+    pub(crate) registry: Registry,
+    pub(crate) deps: Arc<RuntimeDeps>,
 }
 
 /// A running Foya runtime (one Supervisor and its sessions).
@@ -109,8 +106,8 @@ pub struct Runtime {
 /// A cheap, cloneable handle to one session.
 #[derive(Debug, Clone)]
 pub struct SessionHandle {
-    id: SessionId,
-    inner: Arc<Inner>,
+    pub(crate) id: SessionId,
+    pub(crate) inner: Arc<Inner>,
 }
 
 fn actor_err(e: impl std::fmt::Display) -> RuntimeError {
@@ -118,7 +115,7 @@ fn actor_err(e: impl std::fmt::Display) -> RuntimeError {
 }
 
 /// Sends a request built by `build` and waits for its reply.
-async fn ask<M: ractor::Message, T: Send + 'static>(
+pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
     actor: &ActorRef<M>,
     build: impl FnOnce(Reply<T>) -> M,
 ) -> Result<T, RuntimeError> {
@@ -131,7 +128,10 @@ async fn ask<M: ractor::Message, T: Send + 'static>(
 }
 
 impl Inner {
-    async fn session_actor(&self, id: SessionId) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+    pub(crate) async fn session_actor(
+        &self,
+        id: SessionId,
+    ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         if let Some(actor) = self.registry.get(&id)
             && crate::session::is_alive(actor.get_status())
         {
@@ -265,157 +265,5 @@ impl Runtime {
             let _ = join.await;
         }
         self.inner.deps.store.close().await;
-    }
-}
-
-impl SessionHandle {
-    /// Test hook: make the session's active TurnActor panic.
-    #[cfg(test)]
-    pub(crate) async fn crash_turn_for_test(&self) {
-        let actor = self.inner.session_actor(self.id).await.ok();
-        if let Some(actor) = actor {
-            let _ = actor.cast(SessionMsg::CrashTurn);
-        }
-    }
-
-    /// Test hook: make the SessionActor panic.
-    #[cfg(test)]
-    pub(crate) async fn crash_session_for_test(&self) {
-        let actor = self.inner.session_actor(self.id).await.ok();
-        if let Some(actor) = actor {
-            let _ = actor.cast(SessionMsg::Crash);
-        }
-    }
-
-    /// The session id.
-    #[must_use]
-    pub fn id(&self) -> SessionId {
-        self.id
-    }
-
-    /// Runs `f` against the live session actor, reloading it once if it had stopped.
-    async fn with_session<T: Send + 'static>(
-        &self,
-        build: impl Fn(Reply<T>) -> SessionMsg,
-    ) -> Result<T, RuntimeError> {
-        let actor = self.inner.session_actor(self.id).await?;
-        match ask(&actor, &build).await {
-            Err(RuntimeError::Actor(_)) => {
-                let actor = self.inner.session_actor(self.id).await?;
-                ask(&actor, build).await
-            }
-            other => other,
-        }
-    }
-
-    /// Submits an input with a fresh id.
-    ///
-    /// # Errors
-    /// [`RuntimeError::EmptyInput`], session and storage errors.
-    pub async fn submit(&self, input: Input) -> Result<InputId, RuntimeError> {
-        self.submit_with_id(InputId::new(), input).await
-    }
-
-    /// Submits an input under a client-chosen id; a repeated id is applied once.
-    ///
-    /// # Errors
-    /// As [`Self::submit`].
-    pub async fn submit_with_id(
-        &self,
-        input_id: InputId,
-        input: Input,
-    ) -> Result<InputId, RuntimeError> {
-        self.with_session(|reply| SessionMsg::SubmitInput {
-            input_id,
-            input: input.clone(),
-            reply,
-        })
-        .await
-    }
-
-    /// Subscribes from `from_seq` (1 = everything): committed events are replayed from
-    /// the store, then live ones follow with no gap and no duplicate, with deltas.
-    ///
-    /// # Errors
-    /// Session and storage errors.
-    pub async fn subscribe(
-        &self,
-        from_seq: Seq,
-        options: SubscribeOptions,
-    ) -> Result<Subscription, RuntimeError> {
-        let approver = options.approver;
-        let (rx, committed) = self
-            .with_session(|reply| SessionMsg::Subscribe { approver, reply })
-            .await?;
-        let backlog = self
-            .inner
-            .deps
-            .store
-            .read_from(self.id, from_seq.max(Seq::FIRST))
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?
-            .into_iter()
-            .filter(|e| e.seq <= committed)
-            .collect();
-        Ok(Subscription::new(self.id, from_seq, backlog, rx))
-    }
-
-    /// Cancels the active turn (no-op when idle).
-    ///
-    /// # Errors
-    /// Session errors.
-    pub async fn cancel(&self) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::Cancel { reply })
-            .await
-    }
-
-    /// Drops every queued input (`input_dropped` each).
-    ///
-    /// # Errors
-    /// Session and storage errors.
-    pub async fn clear_queue(&self) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::ClearQueue { reply })
-            .await
-    }
-
-    /// Answers a pending approval request.
-    ///
-    /// # Errors
-    /// [`RuntimeError::UnknownApproval`], session and storage errors.
-    pub async fn decide_approval(
-        &self,
-        request_id: ApprovalRequestId,
-        decision: ApprovalDecision,
-        message: Option<String>,
-    ) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::DecideApproval {
-            request_id,
-            decision,
-            message: message.clone(),
-            reply,
-        })
-        .await
-    }
-
-    /// Sets the title by hand.
-    ///
-    /// # Errors
-    /// Session and storage errors.
-    pub async fn set_title(&self, title: String) -> Result<(), RuntimeError> {
-        self.with_session(|reply| SessionMsg::SetTitle {
-            title: title.clone(),
-            reply,
-        })
-        .await
-    }
-
-    /// Deletes the session: cancels the active turn and waits for it, drops queued
-    /// inputs, appends `session_deleted`, closes subscribers (`Notice::Closed`), stops
-    /// the actor.
-    ///
-    /// # Errors
-    /// Session and storage errors.
-    pub async fn delete(&self) -> Result<(), RuntimeError> {
-        let actor = self.inner.session_actor(self.id).await?;
-        ask(&actor, |reply| SessionMsg::Delete { reply }).await
     }
 }
