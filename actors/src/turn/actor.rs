@@ -9,13 +9,12 @@ use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
 use foya_protocol::event::Delta;
 use foya_protocol::{
-    AssistantMessage, ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, Seq,
-    SessionConfig, SessionId, StreamAggregate, StreamEvent, TurnStatus,
+    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, Seq, SessionConfig,
+    SessionId, StreamAggregate, StreamEvent, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The TurnActor.
@@ -54,10 +53,10 @@ pub(super) enum Phase {
 pub(crate) struct Turn {
     pub(super) args: TurnArgs,
     pub(super) step: u32,
-    attempt: u32,
-    request_number: u64,
-    provider: Option<ActorRef<ProviderMsg>>,
-    aggregate: StreamAggregate,
+    pub(super) attempt: u32,
+    pub(super) request_number: u64,
+    pub(super) provider: Option<ActorRef<ProviderMsg>>,
+    pub(super) aggregate: StreamAggregate,
     queued: HashSet<u32>,
     pub(super) phase: Phase,
 }
@@ -98,7 +97,7 @@ impl Turn {
             .cast(SessionMsg::PublishDelta { run_id, delta });
     }
 
-    async fn finish(
+    pub(super) async fn finish(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         mut kinds: Vec<EventKind>,
@@ -117,7 +116,7 @@ impl Turn {
         Ok(())
     }
 
-    async fn fail(
+    pub(super) async fn fail(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         class: ErrorClass,
@@ -262,77 +261,6 @@ impl Turn {
         self.persist(kinds).await?;
         self.phase = Phase::Tools(ToolRun::new(calls, &self.args.deps.tools));
         self.spawn_tools(myself).await
-    }
-
-    async fn on_provider_error(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-        error: ProviderError,
-    ) -> Result<(), ActorProcessingErr> {
-        self.provider = None;
-        let policy = self.args.deps.retry;
-        let next = self.attempt + 1;
-        let Some(delay) = policy.delay_for(next, &error, rand::random::<f64>()) else {
-            return self.fail(myself, error.class, error.message).await;
-        };
-        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        self.persist(vec![EventKind::ProviderRetry {
-            attempt: next,
-            max_attempts: policy.max_attempts,
-            delay_ms,
-            error,
-        }])
-        .await?;
-        self.attempt = next;
-        let me = myself.clone();
-        let request = self.request_number;
-        let task = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            let _ = me.cast(TurnMsg::RetryElapsed { request });
-        });
-        self.phase = Phase::Backoff {
-            _timer: AbortOnDrop(task),
-        };
-        Ok(())
-    }
-
-    /// Stops everything running and writes the cancelled end of the turn.
-    async fn on_cancel(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-        reason: String,
-    ) -> Result<(), ActorProcessingErr> {
-        self.args.cancel.cancel();
-        if let Some(provider) = self.provider.take() {
-            provider.kill();
-        }
-        let mut kinds = Vec::new();
-        match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Streaming => {
-                let agg = &self.aggregate;
-                if !agg.text.is_empty() || !agg.reasoning.is_empty() {
-                    kinds.push(EventKind::AssistantMessage(AssistantMessage {
-                        text: agg.text.clone(),
-                        reasoning: agg.reasoning.clone(),
-                        reasoning_parts: agg.reasoning_parts.clone(),
-                        interrupted: true,
-                        ..AssistantMessage::default()
-                    }));
-                }
-            }
-            Phase::Tools(mut run) => {
-                run.kill_all();
-                kinds.extend(
-                    run.cancel_remaining()
-                        .into_iter()
-                        .map(EventKind::ToolMessage),
-                );
-            }
-            Phase::Backoff { .. } | Phase::Done => {}
-        }
-        kinds.push(EventKind::TurnCancelled { reason });
-        self.finish(myself, kinds, TurnStatus::Cancelled, None, None)
-            .await
     }
 }
 

@@ -24,6 +24,7 @@
 //! order. A ToolActor that panics becomes an `is_error` "tool crashed" result.
 
 pub(crate) mod actor;
+mod failure;
 pub(crate) mod history;
 mod tools;
 
