@@ -328,3 +328,69 @@ async fn a_tool_that_outlives_its_timeout_gets_an_error_result() {
     );
     rt.shutdown().await;
 }
+
+/// A model whose stream breaks off after one fragment, with neither `Done` nor `Error`.
+#[derive(Debug)]
+struct BrokenStream;
+
+impl crate::provider::ModelClient for BrokenStream {
+    fn stream(
+        &self,
+        _request: crate::provider::ModelRequest,
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> futures::stream::BoxStream<'static, foya_protocol::StreamEvent> {
+        Box::pin(futures::stream::iter(vec![
+            foya_protocol::StreamEvent::TextDelta { text: "par".into() },
+        ]))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_breaks_off_is_retried_then_fails_as_stream_interrupted() {
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let mut config = crate::testkit::config_for(store, script(json!({"responses":[]})));
+    config.model = std::sync::Arc::new(BrokenStream);
+    let rt = crate::Runtime::start(config).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("go")).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        types(&events)[3..],
+        [
+            "step_started",
+            "provider_retry",
+            "provider_retry",
+            "provider_retry",
+            "turn_complete"
+        ]
+    );
+    let attempts: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ProviderRetry { attempt, error, .. } => {
+                assert_eq!(error.class, ErrorClass::StreamInterrupted);
+                Some(*attempt)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts, vec![2, 3, 4]);
+    assert_eq!(
+        events.last().unwrap().kind,
+        EventKind::TurnComplete {
+            status: TurnStatus::Failed,
+            reason: Some("stream_interrupted".into()),
+            error: Some(ErrorInfo {
+                class: ErrorClass::StreamInterrupted,
+                message: "the stream ended before the response finished".into()
+            }),
+        }
+    );
+    rt.shutdown().await;
+}
