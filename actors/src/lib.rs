@@ -9,3 +9,18 @@
 pub mod context;
 pub mod provider;
 pub mod tools;
+
+mod handle;
+pub mod runtime;
+mod session;
+mod subscription;
+mod supervisor;
+mod task;
+#[cfg(test)]
+mod testkit;
+mod tools_actor;
+mod turn;
+
+pub use runtime::{
+    Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
+};

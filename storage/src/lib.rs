@@ -1,2 +1,92 @@
-//! `foya-storage`: the redb event log. (Being built.)
+//! `foya-storage`: the Foya event log, a [redb](https://docs.rs/redb/4) database file
+//! holding every session's append-only log of [`foya_protocol::Event`]s and a summary per
+//! session.
+//!
+//! Invariants: this crate is the only one that names redb; it knows nothing about actors
+//! or HTTP; a committed event is never changed or removed.
+//!
+//! # Schema
+//!
+//! | table      | key                                | value                                   |
+//! |------------|------------------------------------|-----------------------------------------|
+//! | `events`   | `(session: u128, seq: u64)`        | codec(`StoredEvent {run_id, at_ms, kind}`) |
+//! | `sessions` | `session: u128`                    | codec([`foya_protocol::SessionSummary`]) |
+//!
+//! The session key is the id's 16 bytes read as a big-endian `u128`, so one session's
+//! events are contiguous and ordered by seq: [`Store::read_from`] is one range scan.
+//! Seqs are dense per session (1, 2, 3, …): the first event is `session_created` at
+//! seq 1, and nothing follows `session_deleted`. The writer maintains the summary in the
+//! same transaction as the events: `session_created` sets cwd, model and title (from the
+//! config), `title_set` the title, `session_deleted` the `deleted` flag, and every
+//! append `last_seq` and `updated_at_ms` (the last event's `at_ms`).
+//!
+//! # Codec
+//!
+//! Every stored value is one format-version byte ([`codec::FORMAT_VERSION`]) followed by
+//! MessagePack with named fields (`rmp_serde`), so fields added later with
+//! `#[serde(default)]` and the tagged protocol enums read back. Session id and seq are in
+//! the key, not the value, and no `#[serde(flatten)]` is used in the stored form. A value
+//! with an unknown version byte is refused with [`ReadError::UnsupportedFormat`]. Golden
+//! encodings in `storage/tests/golden/` pin the format.
+//!
+//! # Writes: one writer thread, group commit
+//!
+//! A dedicated thread owns every write transaction. [`Store::append`] encodes its events
+//! on the caller's task and queues them on a bounded channel
+//! ([`StoreOptions::queue_capacity`]); a full queue makes appends wait, so a slow disk
+//! slows producers instead of growing memory. The writer takes a request, drains up to
+//! [`StoreOptions::max_batch`] more, validates each against the session's last seq and
+//! deleted flag (cached, loaded lazily from `sessions`), inserts the valid ones and
+//! commits them all in ONE transaction: many sessions' appends share one fsync. Each
+//! append resolves after that commit: valid ones `Ok`, refused ones with their error
+//! (refusing one append never affects the others of the batch).
+//!
+//! # Durability and failures
+//!
+//! [`Durability::Immediate`] (default) fsyncs each commit, so an acknowledged append
+//! survives a crash of the process or machine; after a SIGKILL, opening the file runs
+//! redb's repair and every acknowledged event is there. [`Durability::None`] skips the
+//! fsync (load tests). If a commit fails (I/O error, full disk), every append of that
+//! batch gets [`AppendError::Storage`], nothing of the batch is written, the writer's
+//! cached state is untouched, the database is reopened (redb refuses all work after an
+//! I/O error until then), and the next batch is tried normally.
+//!
+//! # Reads
+//!
+//! Reads ([`Store::read_from`], [`Store::read_range`], [`Store::last_seq`],
+//! [`Store::session`], [`Store::list_sessions`]) are short redb read transactions on the
+//! caller's thread: they see exactly the committed events and never wait for the
+//! writer. They are synchronous and brief enough to call from async code.
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use foya_protocol::{Event, EventKind, Seq, SessionConfig, SessionId};
+//! use foya_storage::{Store, StoreOptions};
+//!
+//! let store = Store::open_in_memory(StoreOptions::default())?;
+//! let session = SessionId::new();
+//! let created = Event {
+//!     session_id: session,
+//!     seq: Seq(1),
+//!     run_id: None,
+//!     at_ms: 1_700_000_000_000,
+//!     kind: EventKind::SessionCreated { config: SessionConfig::new("/work") },
+//! };
+//! store.append(vec![created.clone()]).await?;
+//! assert_eq!(store.read_from(session, Seq(1))?, vec![created]);
+//! store.close().await;
+//! # Ok::<(), foya_storage::Error>(())
+//! # }).unwrap();
+//! ```
 #![warn(missing_docs)]
+
+pub mod codec;
+mod db;
+mod error;
+mod read;
+mod schema;
+mod store;
+mod writer;
+
+pub use error::{AppendError, Error, OpenError, ReadError};
+pub use store::{Durability, Store, StoreOptions, StoreStats};

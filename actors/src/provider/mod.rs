@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) mod actor;
 pub mod retry;
+pub mod scripted;
 
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

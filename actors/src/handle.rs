@@ -1,0 +1,160 @@
+//! [`SessionHandle`] operations: each resolves the live SessionActor through the registry
+//! (loading it from the log when needed) and asks it; an actor that stopped in between is
+//! resolved once more, so a handle survives session restarts.
+
+use crate::runtime::{RuntimeError, SessionHandle, ask};
+use crate::session::{Reply, SessionMsg};
+use crate::subscription::{SubscribeOptions, Subscription};
+use foya_protocol::{ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId};
+
+impl SessionHandle {
+    /// Test hook: make the session's active TurnActor panic.
+    #[cfg(test)]
+    pub(crate) async fn crash_turn_for_test(&self) {
+        let actor = self.inner.session_actor(self.id).await.ok();
+        if let Some(actor) = actor {
+            let _ = actor.cast(SessionMsg::CrashTurn);
+        }
+    }
+
+    /// Test hook: make the SessionActor panic.
+    #[cfg(test)]
+    pub(crate) async fn crash_session_for_test(&self) {
+        let actor = self.inner.session_actor(self.id).await.ok();
+        if let Some(actor) = actor {
+            let _ = actor.cast(SessionMsg::Crash);
+        }
+    }
+
+    /// The session id.
+    #[must_use]
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// Runs `f` against the live session actor, reloading it once if it had stopped.
+    async fn with_session<T: Send + 'static>(
+        &self,
+        build: impl Fn(Reply<T>) -> SessionMsg,
+    ) -> Result<T, RuntimeError> {
+        let actor = self.inner.session_actor(self.id).await?;
+        match ask(&actor, &build).await {
+            Err(RuntimeError::Actor(_)) => {
+                let actor = self.inner.session_actor(self.id).await?;
+                ask(&actor, build).await
+            }
+            other => other,
+        }
+    }
+
+    /// Submits an input with a fresh id.
+    ///
+    /// # Errors
+    /// [`RuntimeError::EmptyInput`], session and storage errors.
+    pub async fn submit(&self, input: Input) -> Result<InputId, RuntimeError> {
+        self.submit_with_id(InputId::new(), input).await
+    }
+
+    /// Submits an input under a client-chosen id; a repeated id is applied once.
+    ///
+    /// # Errors
+    /// As [`Self::submit`].
+    pub async fn submit_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, RuntimeError> {
+        self.with_session(|reply| SessionMsg::SubmitInput {
+            input_id,
+            input: input.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Subscribes from `from_seq` (1 = everything): committed events are replayed from
+    /// the store, then live ones follow with no gap and no duplicate, with deltas.
+    ///
+    /// # Errors
+    /// Session and storage errors.
+    pub async fn subscribe(
+        &self,
+        from_seq: Seq,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, RuntimeError> {
+        let approver = options.approver;
+        let (rx, committed) = self
+            .with_session(|reply| SessionMsg::Subscribe { approver, reply })
+            .await?;
+        let backlog = self
+            .inner
+            .deps
+            .store
+            .read_from(self.id, from_seq.max(Seq::FIRST))
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?
+            .into_iter()
+            .filter(|e| e.seq <= committed)
+            .collect();
+        Ok(Subscription::new(self.id, from_seq, backlog, rx))
+    }
+
+    /// Cancels the active turn (no-op when idle).
+    ///
+    /// # Errors
+    /// Session errors.
+    pub async fn cancel(&self) -> Result<(), RuntimeError> {
+        self.with_session(|reply| SessionMsg::Cancel { reply })
+            .await
+    }
+
+    /// Drops every queued input (`input_dropped` each).
+    ///
+    /// # Errors
+    /// Session and storage errors.
+    pub async fn clear_queue(&self) -> Result<(), RuntimeError> {
+        self.with_session(|reply| SessionMsg::ClearQueue { reply })
+            .await
+    }
+
+    /// Answers a pending approval request.
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownApproval`], session and storage errors.
+    pub async fn decide_approval(
+        &self,
+        request_id: ApprovalRequestId,
+        decision: ApprovalDecision,
+        message: Option<String>,
+    ) -> Result<(), RuntimeError> {
+        self.with_session(|reply| SessionMsg::DecideApproval {
+            request_id,
+            decision,
+            message: message.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Sets the title by hand.
+    ///
+    /// # Errors
+    /// Session and storage errors.
+    pub async fn set_title(&self, title: String) -> Result<(), RuntimeError> {
+        self.with_session(|reply| SessionMsg::SetTitle {
+            title: title.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Deletes the session: cancels the active turn and waits for it, drops queued
+    /// inputs, appends `session_deleted`, closes subscribers (`Notice::Closed`), stops
+    /// the actor.
+    ///
+    /// # Errors
+    /// Session and storage errors.
+    pub async fn delete(&self) -> Result<(), RuntimeError> {
+        let actor = self.inner.session_actor(self.id).await?;
+        ask(&actor, |reply| SessionMsg::Delete { reply }).await
+    }
+}

@@ -1,0 +1,321 @@
+//! The scripted provider: replays a file of model responses (tests, demos).
+//!
+//! Stateless: the response used for a request is the number of assistant messages in the
+//! request's history, so one script serves any number of concurrent sessions and works
+//! after a restart. Past the end of the script the stream fails with `invalid_request`
+//! ("script exhausted").
+//!
+//! Script JSON (`{"responses":[...]}`), per response: `text`, `reasoning`, `tool_calls`
+//! (`[{"id","name","arguments"}]`), `finish_reason` (default `tool_calls` when calls are
+//! given, else `stop`), `usage` (`{"input_tokens","output_tokens"}`), `error`
+//! (`{"class","message","retry_after_ms"}`: the response is that error), `chunk_chars`
+//! (text fragment size, default 8), `delay_ms` (pause before each fragment) and
+//! `fail_times` (with `error`: only the first N requests for this response fail, counted
+//! per client; then it streams normally — the one piece of state, for retry scenarios).
+
+use super::{ModelClient, ModelRequest};
+use foya_protocol::{
+    ErrorClass, FinishReason, Message, ProviderError, StreamEvent, ToolCallId, Usage,
+};
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A whole script.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Script {
+    /// Responses, used in order of the number of assistant messages in the history.
+    pub responses: Vec<ScriptedResponse>,
+}
+
+/// One scripted model response.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScriptedResponse {
+    /// Answer text.
+    pub text: String,
+    /// Reasoning text (streamed first).
+    pub reasoning: String,
+    /// Tool calls.
+    pub tool_calls: Vec<ScriptedCall>,
+    /// Finish reason; default `tool_calls` when there are calls, else `stop`.
+    pub finish_reason: Option<FinishReason>,
+    /// Usage reported at the end.
+    pub usage: Option<Usage>,
+    /// When set, the response is this error (after any text streamed before it).
+    pub error: Option<ScriptedError>,
+    /// Fragment size in characters (default 8, minimum 1).
+    pub chunk_chars: Option<usize>,
+    /// Pause before each fragment, in milliseconds.
+    pub delay_ms: u64,
+    /// With `error`: how many requests fail before the response succeeds (`None`: all).
+    pub fail_times: Option<u32>,
+}
+
+/// A scripted tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScriptedCall {
+    /// Call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments (any JSON).
+    #[serde(default)]
+    pub arguments: serde_json::Value,
+}
+
+/// A scripted failure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScriptedError {
+    /// Error class.
+    pub class: ErrorClass,
+    /// Message.
+    #[serde(default)]
+    pub message: String,
+    /// Retry-after in milliseconds.
+    #[serde(default)]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Failure to load a script file.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("reading script {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not a valid script.
+    #[error("parsing script {path}: {source}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Cause.
+        source: serde_json::Error,
+    },
+}
+
+/// A [`ModelClient`] replaying a [`Script`].
+#[derive(Debug, Clone)]
+pub struct ScriptedClient {
+    script: Script,
+    failures: Arc<Mutex<HashMap<usize, u32>>>,
+}
+
+impl ScriptedClient {
+    /// A client for an in-memory script.
+    #[must_use]
+    pub fn from_script(script: Script) -> Self {
+        Self {
+            script,
+            failures: Arc::default(),
+        }
+    }
+
+    /// Loads a script file (JSON).
+    ///
+    /// # Errors
+    /// [`ScriptError`] when the file is unreadable or not a script.
+    pub fn from_file(path: &Path) -> Result<Self, ScriptError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Io {
+            path: shown.clone(),
+            source,
+        })?;
+        let script = serde_json::from_str(&text).map_err(|source| ScriptError::Parse {
+            path: shown,
+            source,
+        })?;
+        Ok(Self::from_script(script))
+    }
+}
+
+/// The stream events of one scripted response, with the pause before each.
+fn events_of(response: &ScriptedResponse, fail: bool) -> Vec<StreamEvent> {
+    let size = response.chunk_chars.unwrap_or(8).max(1);
+    let mut out = Vec::new();
+    for (text, is_reasoning) in [(&response.reasoning, true), (&response.text, false)] {
+        let chars: Vec<char> = text.chars().collect();
+        for chunk in chars.chunks(size) {
+            let text: String = chunk.iter().collect();
+            out.push(if is_reasoning {
+                StreamEvent::ReasoningDelta { text }
+            } else {
+                StreamEvent::TextDelta { text }
+            });
+        }
+    }
+    if let Some(error) = response.error.as_ref().filter(|_| fail) {
+        out.push(StreamEvent::Error {
+            error: ProviderError {
+                class: error.class,
+                message: error.message.clone(),
+                retry_after_ms: error.retry_after_ms,
+                status: None,
+            },
+        });
+        return out;
+    }
+    for (index, call) in response.tool_calls.iter().enumerate() {
+        let args = call.arguments.to_string();
+        let chars: Vec<char> = args.chars().collect();
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let mut first = true;
+        for chunk in chars.chunks(size) {
+            out.push(StreamEvent::ToolCallDelta {
+                index,
+                id: first.then(|| ToolCallId::new(call.id.clone())),
+                name: first.then(|| call.name.clone()),
+                arguments: chunk.iter().collect(),
+                extra: None,
+            });
+            first = false;
+        }
+    }
+    if let Some(usage) = response.usage {
+        out.push(StreamEvent::Usage { usage });
+    }
+    let finish = response
+        .finish_reason
+        .unwrap_or(if response.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        });
+    out.push(StreamEvent::Done {
+        finish_reason: Some(finish),
+    });
+    out
+}
+
+impl ModelClient for ScriptedClient {
+    fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent> {
+        let used = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant(_)))
+            .count();
+        let (events, delay_ms) = match self.script.responses.get(used) {
+            Some(r) => {
+                let fail = match r.fail_times {
+                    None => true,
+                    Some(times) => {
+                        let mut failures =
+                            self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+                        let served = failures.entry(used).or_insert(0);
+                        *served += 1;
+                        *served <= times
+                    }
+                };
+                (events_of(r, fail), r.delay_ms)
+            }
+            None => (
+                vec![StreamEvent::Error {
+                    error: ProviderError::new(ErrorClass::InvalidRequest, "script exhausted"),
+                }],
+                0,
+            ),
+        };
+        Box::pin(futures::stream::unfold(
+            (events.into_iter(), cancel),
+            move |(mut events, cancel)| async move {
+                let event = events.next()?;
+                if delay_ms > 0 {
+                    tokio::select! {
+                        () = cancel.cancelled() => return None,
+                        () = tokio::time::sleep(Duration::from_millis(delay_ms)) => {}
+                    }
+                }
+                Some((event, (events, cancel)))
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn streams_chunks_calls_and_done_then_exhausts() {
+        let script: Script = serde_json::from_value(serde_json::json!({"responses":[
+            {"text":"hello","reasoning":"hm","chunk_chars":3,
+             "tool_calls":[{"id":"c1","name":"shell","arguments":{"a":1}}],
+             "usage":{"input_tokens":5,"output_tokens":2}}
+        ]}))
+        .unwrap();
+        let client = ScriptedClient::from_script(script);
+        let events: Vec<_> = client
+            .stream(ModelRequest::default(), CancellationToken::new())
+            .collect()
+            .await;
+        assert_eq!(
+            events,
+            vec![
+                StreamEvent::ReasoningDelta { text: "hm".into() },
+                StreamEvent::TextDelta { text: "hel".into() },
+                StreamEvent::TextDelta { text: "lo".into() },
+                StreamEvent::ToolCallDelta {
+                    index: 0,
+                    id: Some(ToolCallId::new("c1")),
+                    name: Some("shell".into()),
+                    arguments: "{\"a".into(),
+                    extra: None
+                },
+                StreamEvent::ToolCallDelta {
+                    index: 0,
+                    id: None,
+                    name: None,
+                    arguments: "\":1".into(),
+                    extra: None
+                },
+                StreamEvent::ToolCallDelta {
+                    index: 0,
+                    id: None,
+                    name: None,
+                    arguments: "}".into(),
+                    extra: None
+                },
+                StreamEvent::Usage {
+                    usage: Usage {
+                        input_tokens: 5,
+                        output_tokens: 2,
+                        ..Usage::default()
+                    }
+                },
+                StreamEvent::Done {
+                    finish_reason: Some(FinishReason::ToolCalls)
+                },
+            ]
+        );
+        let request = ModelRequest {
+            messages: vec![Message::Assistant(
+                foya_protocol::AssistantMessage::default(),
+            )],
+            ..ModelRequest::default()
+        };
+        let events: Vec<_> = client
+            .stream(request, CancellationToken::new())
+            .collect()
+            .await;
+        assert_eq!(
+            events,
+            vec![StreamEvent::Error {
+                error: ProviderError::new(ErrorClass::InvalidRequest, "script exhausted")
+            }]
+        );
+    }
+}

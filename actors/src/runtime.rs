@@ -1,0 +1,269 @@
+//! The embedding façade: [`Runtime`] and [`SessionHandle`]. ActorRefs never leave the
+//! crate; a handle resolves its session through the registry on every call, so it keeps
+//! working after the session is restarted or reloaded from the log.
+//!
+//! Bird's-eye flow: `Runtime::start` spawns the Supervisor; `create_session` writes
+//! `session_created` and starts a SessionActor; `submit` lands in the session's FIFO;
+//! the session spawns a TurnActor per input, which spawns a ProviderActor per model
+//! request and ToolActors per tool call; every event is committed by the session and
+//! then broadcast to [`Subscription`]s.
+
+use crate::provider::ModelClient;
+use crate::provider::retry::RetryPolicy;
+use crate::session::{Reply, SessionMsg};
+pub use crate::subscription::{SubscribeOptions, Subscription};
+use crate::supervisor::actor::Registry;
+use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
+use crate::tools::ToolRegistry;
+use foya_protocol::{ApprovalRequestId, Seq, SessionConfig, SessionId, SessionSummary};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorRef};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::task::JoinHandle;
+
+/// Errors of the façade.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// No session with this id exists.
+    #[error("session {0} not found")]
+    SessionNotFound(SessionId),
+    /// The session was deleted.
+    #[error("session {0} was deleted")]
+    SessionDeleted(SessionId),
+    /// The input carries nothing.
+    #[error("the input is empty")]
+    EmptyInput,
+    /// No pending approval request has this id.
+    #[error("no pending approval request {0}")]
+    UnknownApproval(ApprovalRequestId),
+    /// The event store failed.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// The actor system failed (an actor stopped or did not answer).
+    #[error("runtime: {0}")]
+    Actor(String),
+}
+
+/// What a runtime is built from.
+#[derive(Debug)]
+pub struct RuntimeConfig {
+    /// The event store.
+    pub store: foya_storage::Store,
+    /// The model client used when a session's `provider` is not in `models`.
+    pub model: Arc<dyn ModelClient>,
+    /// Model clients by `SessionConfig::provider`.
+    pub models: HashMap<String, Arc<dyn ModelClient>>,
+    /// The tools sessions may call.
+    pub tools: Arc<ToolRegistry>,
+    /// Retry policy of model requests.
+    pub retry: RetryPolicy,
+    /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
+    /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
+    pub subscriber_buffer: usize,
+}
+
+/// What every actor shares.
+#[derive(Debug)]
+pub(crate) struct RuntimeDeps {
+    pub store: foya_storage::Store,
+    pub model: Arc<dyn ModelClient>,
+    pub models: HashMap<String, Arc<dyn ModelClient>>,
+    pub tools: Arc<ToolRegistry>,
+    pub retry: RetryPolicy,
+    pub subscriber_buffer: usize,
+}
+
+impl RuntimeDeps {
+    /// The client for a session's provider name.
+    pub(crate) fn client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
+        Arc::clone(self.models.get(provider).unwrap_or(&self.model))
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) supervisor: ActorRef<SupervisorMsg>,
+    join: std::sync::Mutex<Option<JoinHandle<()>>>,
+    pub(crate) registry: Registry,
+    pub(crate) deps: Arc<RuntimeDeps>,
+}
+
+/// A running Foya runtime (one Supervisor and its sessions).
+#[derive(Debug)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+/// A cheap, cloneable handle to one session.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    pub(crate) id: SessionId,
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn actor_err(e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Actor(e.to_string())
+}
+
+/// Sends a request built by `build` and waits for its reply.
+pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
+    actor: &ActorRef<M>,
+    build: impl FnOnce(Reply<T>) -> M,
+) -> Result<T, RuntimeError> {
+    match actor.call(build, None).await.map_err(actor_err)? {
+        CallResult::Success(result) => result,
+        CallResult::Timeout | CallResult::SenderError => Err(RuntimeError::Actor(
+            "the actor stopped before answering".into(),
+        )),
+    }
+}
+
+impl Inner {
+    pub(crate) async fn session_actor(
+        &self,
+        id: SessionId,
+    ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        if let Some(actor) = self.registry.get(&id)
+            && crate::session::is_alive(actor.get_status())
+        {
+            return Ok(actor.clone());
+        }
+        ask(&self.supervisor, |reply| SupervisorMsg::GetSession {
+            id,
+            reply,
+        })
+        .await
+    }
+}
+
+impl Runtime {
+    /// Starts the Supervisor.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Actor`] when the actor system cannot start.
+    pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let deps = Arc::new(RuntimeDeps {
+            store: config.store,
+            model: config.model,
+            models: config.models,
+            tools: config.tools,
+            retry: config.retry,
+            subscriber_buffer: config.subscriber_buffer.max(1),
+        });
+        let registry: Registry = Arc::default();
+        let args = SupervisorArgs {
+            deps: Arc::clone(&deps),
+            registry: Arc::clone(&registry),
+        };
+        let (supervisor, join) = Actor::spawn(None, SupervisorActor, args)
+            .await
+            .map_err(actor_err)?;
+        let inner = Inner {
+            supervisor,
+            join: std::sync::Mutex::new(Some(join)),
+            registry,
+            deps,
+        };
+        Ok(Runtime {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Creates a session (`session_created` is committed when this returns).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Storage`] when the store refuses the write.
+    pub async fn create_session(
+        &self,
+        config: SessionConfig,
+    ) -> Result<SessionHandle, RuntimeError> {
+        let actor: ActorRef<SessionMsg> = ask(&self.inner.supervisor, |reply| {
+            SupervisorMsg::CreateSession { config, reply }
+        })
+        .await?;
+        let id = self
+            .inner
+            .registry
+            .iter()
+            .find(|e| e.value().get_id() == actor.get_id())
+            .map(|e| *e.key());
+        let id =
+            id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
+        Ok(SessionHandle {
+            id,
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// A handle to a live session, loading it from the log (with recovery) if needed.
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionNotFound`], [`RuntimeError::SessionDeleted`], storage errors.
+    pub async fn session(&self, id: SessionId) -> Result<SessionHandle, RuntimeError> {
+        self.inner.session_actor(id).await?;
+        Ok(SessionHandle {
+            id,
+            inner: Arc::clone(&self.inner),
+        })
+    }
+
+    /// Every session in the store (deleted ones flagged).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Storage`].
+    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, RuntimeError> {
+        self.inner
+            .deps
+            .store
+            .list_sessions()
+            .map_err(|e| RuntimeError::Storage(e.to_string()))
+    }
+
+    /// Loads every session that has an unfinished turn or queued inputs (recovery runs on
+    /// load); returns how many were loaded.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Storage`].
+    pub async fn recover_all(&self) -> Result<usize, RuntimeError> {
+        let mut loaded = 0;
+        for summary in self.list_sessions()? {
+            if summary.deleted || self.inner.registry.contains_key(&summary.id) {
+                continue;
+            }
+            let events = self
+                .inner
+                .deps
+                .store
+                .read_from(summary.id, Seq::FIRST)
+                .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+            let Some(state) = crate::session::state::SessionState::from_log(&events) else {
+                continue;
+            };
+            if state.open_turn.is_some() || !state.queue.is_empty() {
+                self.inner.session_actor(summary.id).await?;
+                loaded += 1;
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Stops every actor (running turns stop where they are and are recovered on the
+    /// next load) and closes the store.
+    pub async fn shutdown(self) {
+        self.inner.supervisor.stop(Some("shutdown".into()));
+        let join = self.inner.join.lock().ok().and_then(|mut j| j.take());
+        if let Some(join) = join {
+            let _ = join.await;
+        }
+        self.inner.deps.store.close().await;
+    }
+}

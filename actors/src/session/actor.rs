@@ -1,0 +1,352 @@
+//! The SessionActor's handlers (see the module docs for the invariants).
+
+use super::state::{SessionState, apply};
+use super::{ApprovalAnswer, SessionMsg, Subscribed};
+use crate::runtime::{RuntimeDeps, RuntimeError};
+use crate::turn::TurnMsg;
+use foya_protocol::event::LiveDelta;
+use foya_protocol::{
+    ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId, RunId, Seq,
+    SessionUpdate, ToolCallId,
+};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Result text of a call whose turn was cut by a restart.
+pub(crate) const OUTCOME_UNKNOWN: &str =
+    "outcome unknown: the runtime stopped while this ran; it was not re-run";
+/// Message when an approval is needed and nobody can answer.
+pub(crate) const NO_APPROVER: &str =
+    "denied: this call needs approval and no approver is attached to the session";
+
+/// The SessionActor.
+#[derive(Debug)]
+pub(crate) struct SessionActor;
+
+/// What the session is started with: its folded log and the shared dependencies.
+#[derive(Debug)]
+pub(crate) struct SessionArgs {
+    pub state: SessionState,
+    pub deps: Arc<RuntimeDeps>,
+}
+
+#[derive(Debug)]
+pub(super) struct Subscriber {
+    tx: mpsc::Sender<SessionUpdate>,
+    approver: bool,
+}
+
+#[derive(Debug)]
+pub(super) struct ActiveTurn {
+    pub(super) actor: ActorRef<TurnMsg>,
+    pub(super) cancel: CancellationToken,
+}
+
+#[derive(Debug)]
+pub(super) struct PendingApproval {
+    pub(super) run_id: RunId,
+    pub(super) tool_call_id: ToolCallId,
+    pub(super) grant_key: String,
+    pub(super) reply: RpcReplyPort<ApprovalAnswer>,
+}
+
+/// The SessionActor's state.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(super) fold: SessionState,
+    pub(super) deps: Arc<RuntimeDeps>,
+    pub(super) subscribers: Vec<Subscriber>,
+    pub(super) turn: Option<ActiveTurn>,
+    pub(super) approvals: HashMap<ApprovalRequestId, PendingApproval>,
+    pub(super) deleting: Option<super::Reply<()>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Session {
+    /// Assigns seqs, appends, folds and broadcasts. Nothing changes when the append fails.
+    pub(super) async fn persist(
+        &mut self,
+        run_id: Option<RunId>,
+        kinds: Vec<EventKind>,
+    ) -> Result<Vec<Event>, RuntimeError> {
+        if kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let at_ms = now_ms();
+        let mut seq = self.fold.last_seq;
+        let events: Vec<Event> = kinds
+            .into_iter()
+            .map(|kind| {
+                seq += 1;
+                Event {
+                    session_id: self.fold.id,
+                    seq: Seq(seq),
+                    run_id,
+                    at_ms,
+                    kind,
+                }
+            })
+            .collect();
+        self.deps
+            .store
+            .append(events.clone())
+            .await
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        for event in &events {
+            apply(&mut self.fold, event);
+        }
+        for event in &events {
+            self.broadcast(&SessionUpdate::Event(event.clone()));
+        }
+        Ok(events)
+    }
+
+    /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
+    /// reports `Notice::Lagged`), never waited for.
+    pub(super) fn broadcast(&mut self, update: &SessionUpdate) {
+        self.subscribers
+            .retain(|s| s.tx.try_send(update.clone()).is_ok());
+    }
+
+    pub(super) fn has_approver(&self) -> bool {
+        self.subscribers
+            .iter()
+            .any(|s| s.approver && !s.tx.is_closed())
+    }
+
+    pub(super) fn busy(&self) -> bool {
+        self.turn.is_some() || self.fold.open_turn.is_some()
+    }
+
+    async fn submit(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, ActorProcessingErr> {
+        if self.fold.seen_inputs.contains(&input_id) {
+            return Ok(input_id);
+        }
+        if self.busy() || !self.fold.queue.is_empty() {
+            self.persist(None, vec![EventKind::InputQueued { input_id, input }])
+                .await?;
+            self.start_next(myself).await?;
+        } else {
+            self.start_turn(myself, input_id, input).await?;
+        }
+        Ok(input_id)
+    }
+}
+
+/// Events a ToolActor writes while its call runs.
+fn is_tool_activity(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::ToolStarted { .. }
+            | EventKind::ToolUpdate { .. }
+            | EventKind::ToolFinished { .. }
+            | EventKind::ApprovalRequested { .. }
+    )
+}
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = Session;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SessionMsg>,
+        args: SessionArgs,
+    ) -> Result<Session, ActorProcessingErr> {
+        Ok(Session {
+            fold: args.state,
+            deps: args.deps,
+            subscribers: Vec::new(),
+            turn: None,
+            approvals: HashMap::new(),
+            deleting: None,
+        })
+    }
+
+    /// Recovery on load: close a turn the runtime stopped in, then run the queue.
+    async fn post_start(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        state: &mut Session,
+    ) -> Result<(), ActorProcessingErr> {
+        state
+            .close_open_turn(
+                OUTCOME_UNKNOWN,
+                "interrupted by restart",
+                ErrorInfo {
+                    class: ErrorClass::Internal,
+                    message: "the runtime stopped while this turn ran".into(),
+                },
+            )
+            .await?;
+        state.start_next(&myself).await
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        msg: SessionMsg,
+        state: &mut Session,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.fold.deleted {
+            return Ok(());
+        }
+        match msg {
+            SessionMsg::SubmitInput {
+                input_id,
+                input,
+                reply,
+            } => {
+                let result = if input.is_empty() {
+                    Err(RuntimeError::EmptyInput)
+                } else if state.deleting.is_some() {
+                    Err(RuntimeError::SessionDeleted(state.fold.id))
+                } else {
+                    match state.submit(&myself, input_id, input).await {
+                        Ok(id) => Ok(id),
+                        Err(e) => {
+                            let _ = reply.send(Err(RuntimeError::Storage(e.to_string())));
+                            return Err(e);
+                        }
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            SessionMsg::Subscribe { approver, reply } => {
+                let (tx, rx) = mpsc::channel(state.deps.subscriber_buffer.max(1));
+                state.subscribers.push(Subscriber { tx, approver });
+                let subscribed: Subscribed = (rx, Seq(state.fold.last_seq));
+                let _ = reply.send(Ok(subscribed));
+            }
+            SessionMsg::Cancel { reply } => {
+                if let Some(turn) = &state.turn {
+                    turn.cancel.cancel();
+                    let _ = turn.actor.cast(TurnMsg::Cancel {
+                        reason: "user".into(),
+                    });
+                }
+                let _ = reply.send(Ok(()));
+            }
+            SessionMsg::ClearQueue { reply } => {
+                let kinds = state
+                    .fold
+                    .queue
+                    .iter()
+                    .map(|(input_id, _)| EventKind::InputDropped {
+                        input_id: *input_id,
+                        reason: "queue cleared".into(),
+                    })
+                    .collect();
+                let _ = reply.send(state.persist(None, kinds).await.map(|_| ()));
+            }
+            SessionMsg::DecideApproval {
+                request_id,
+                decision,
+                message,
+                reply,
+            } => {
+                let _ = reply.send(state.decide(request_id, decision, message).await);
+            }
+            SessionMsg::SetTitle { title, reply } => {
+                let kind = EventKind::TitleSet {
+                    title,
+                    source: foya_protocol::TitleSource::User,
+                };
+                let _ = reply.send(state.persist(None, vec![kind]).await.map(|_| ()));
+            }
+            SessionMsg::Delete { reply } => {
+                state.deleting = Some(reply);
+                if let Some(turn) = &state.turn {
+                    turn.cancel.cancel();
+                    let _ = turn.actor.cast(TurnMsg::Cancel {
+                        reason: "session deleted".into(),
+                    });
+                } else {
+                    state.finish_delete(&myself).await?;
+                }
+            }
+            SessionMsg::Append {
+                run_id,
+                kinds,
+                reply,
+            } => {
+                let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
+                // Once a cancel is requested, tool activity is no longer recorded: the
+                // turn writes the calls' "cancelled" results and its end.
+                let cancelling = state.turn.as_ref().is_some_and(|t| t.cancel.is_cancelled());
+                let result = if cancelling && kinds.iter().any(is_tool_activity) {
+                    Err("the turn is being cancelled".to_owned())
+                } else if open == Some(run_id) {
+                    state
+                        .persist(Some(run_id), kinds)
+                        .await
+                        .map_err(|e| e.to_string())
+                } else {
+                    Err(format!("run {run_id} is not the session's open turn"))
+                };
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+            SessionMsg::PublishDelta { run_id, delta } => {
+                let live = LiveDelta {
+                    session_id: state.fold.id,
+                    run_id,
+                    delta,
+                };
+                state.broadcast(&SessionUpdate::Delta(live));
+            }
+            msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
+            #[cfg(test)]
+            SessionMsg::Crash => panic!("test-induced SessionActor panic"),
+            #[cfg(test)]
+            SessionMsg::CrashTurn => {
+                if let Some(turn) = &state.turn {
+                    let _ = turn.actor.cast(TurnMsg::Panic);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Policy: the only children are TurnActors. Whatever way the active turn exits, the
+    /// session closes it in the log if needed and moves on to its queue; the session
+    /// itself never stops because a child did.
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        event: SupervisionEvent,
+        state: &mut Session,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, failure) = match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
+            SupervisionEvent::ActorFailed(cell, err) => (cell, Some(format!("turn failed: {err}"))),
+            SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_)
+            | SupervisionEvent::PidLifecycleEvent(_) => return Ok(()),
+        };
+        let is_turn = state
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.actor.get_id() == cell.get_id());
+        if is_turn && !state.fold.deleted {
+            state.turn_exited(&myself, failure).await?;
+        }
+        Ok(())
+    }
+}

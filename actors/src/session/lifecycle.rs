@@ -1,0 +1,139 @@
+//! Turn lifecycle of the SessionActor: starting a turn (`user_message` + `turn_started`,
+//! then a linked TurnActor), closing a turn that ended without `turn_complete` (crash,
+//! restart), running the queue, and finishing a delete.
+
+use super::SessionMsg;
+use super::actor::{ActiveTurn, Session};
+use crate::runtime::RuntimeError;
+use crate::turn::{TurnActor, TurnArgs};
+use foya_protocol::event::Notice;
+use foya_protocol::{
+    ErrorClass, ErrorInfo, EventKind, Input, InputId, RunId, SessionUpdate, TurnStatus,
+};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+impl Session {
+    /// Writes `user_message` + `turn_started` and spawns the TurnActor.
+    pub(super) async fn start_turn(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<(), ActorProcessingErr> {
+        let run_id = RunId::new();
+        self.persist(
+            Some(run_id),
+            vec![
+                EventKind::UserMessage { input_id, input },
+                EventKind::TurnStarted { input_id },
+            ],
+        )
+        .await?;
+        let cancel = CancellationToken::new();
+        let args = TurnArgs {
+            session: myself.clone(),
+            deps: Arc::clone(&self.deps),
+            session_id: self.fold.id,
+            config: self.fold.config.clone(),
+            run_id,
+            cancel: cancel.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, TurnActor, args, myself.get_cell()).await?;
+        self.turn = Some(ActiveTurn { actor, cancel });
+        Ok(())
+    }
+
+    /// Starts the next queued input when idle.
+    pub(super) async fn start_next(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.busy() || self.deleting.is_some() {
+            return Ok(());
+        }
+        if let Some((input_id, input)) = self.fold.queue.front().cloned() {
+            self.start_turn(myself, input_id, input).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes an open turn that has no `turn_complete`: results for unanswered calls,
+    /// then `turn_complete{failed}`.
+    pub(super) async fn close_open_turn(
+        &mut self,
+        result_text: &str,
+        reason: &str,
+        error: ErrorInfo,
+    ) -> Result<(), RuntimeError> {
+        let Some(open) = &self.fold.open_turn else {
+            return Ok(());
+        };
+        let run_id = open.run_id;
+        let mut kinds: Vec<EventKind> = self
+            .fold
+            .unanswered_results(result_text)
+            .into_iter()
+            .map(EventKind::ToolMessage)
+            .collect();
+        kinds.push(EventKind::TurnComplete {
+            status: TurnStatus::Failed,
+            reason: Some(reason.to_owned()),
+            error: Some(error),
+        });
+        self.persist(Some(run_id), kinds).await.map(|_| ())
+    }
+
+    /// The TurnActor exited (normally or not).
+    pub(super) async fn turn_exited(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        failure: Option<String>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.turn = None;
+        self.approvals.clear();
+        let message = failure.unwrap_or_else(|| "the turn stopped without completing".into());
+        self.close_open_turn(
+            "the turn crashed before this call finished",
+            "turn crashed",
+            ErrorInfo {
+                class: ErrorClass::Internal,
+                message,
+            },
+        )
+        .await?;
+        if self.deleting.is_some() {
+            return self.finish_delete(myself).await;
+        }
+        self.start_next(myself).await
+    }
+
+    pub(super) async fn finish_delete(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let mut kinds: Vec<EventKind> = self
+            .fold
+            .queue
+            .iter()
+            .map(|(input_id, _)| EventKind::InputDropped {
+                input_id: *input_id,
+                reason: "session deleted".into(),
+            })
+            .collect();
+        kinds.push(EventKind::SessionDeleted {});
+        let result = self.persist(None, kinds).await.map(|_| ());
+        let notice = SessionUpdate::Notice(Notice::Closed {
+            session_id: self.fold.id,
+            reason: "session deleted".into(),
+        });
+        self.broadcast(&notice);
+        self.subscribers.clear();
+        if let Some(reply) = self.deleting.take() {
+            let _ = reply.send(result);
+        }
+        myself.stop(Some("session deleted".into()));
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! SessionActor: one per live session; the only writer of its session's events.
+//!
+//! Owns the configuration, the phase (idle | turn), the FIFO input queue, the next seq,
+//! the subscriber list and the approval grants. Every event of the session — its own and
+//! those its TurnActor and ToolActors produce — goes through [`SessionMsg::Append`]: the
+//! session assigns dense seqs, appends to the store (awaited inside the handler: appends
+//! are short group commits; a Cancel waits behind at most one), folds the committed events
+//! into [`state::SessionState`] and only then broadcasts them to subscribers.
+//!
+//! Invariants:
+//! - one active turn; an input arriving while busy is persisted as `input_queued` and
+//!   starts after the `turn_complete` of the turn before it;
+//! - nothing is written for a run after its `turn_complete` (late appends are refused);
+//! - on load, an unfinished turn is closed (`tool_message` "outcome unknown" for calls
+//!   without a result, then `turn_complete{failed, "interrupted by restart"}`) and the
+//!   queued inputs run in order;
+//! - supervision: a TurnActor that exits without `turn_complete` (panic, error) gets
+//!   `turn_complete{failed, class internal}`, and the queue goes on.
+
+pub(crate) mod actor;
+mod approvals;
+mod lifecycle;
+pub(crate) mod state;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_approval;
+#[cfg(test)]
+mod tests_lifecycle;
+
+use crate::runtime::RuntimeError;
+use foya_protocol::event::Delta;
+use foya_protocol::{
+    ApprovalDecision, ApprovalRequestId, Event, EventKind, Input, InputId, RunId, Seq,
+    SessionUpdate, ToolCallId,
+};
+use ractor::RpcReplyPort;
+use tokio::sync::mpsc;
+
+/// A reply carrying a runtime result.
+pub(crate) type Reply<T> = RpcReplyPort<Result<T, RuntimeError>>;
+
+/// The answer to a ToolActor's approval request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApprovalAnswer {
+    /// Whether the call may run.
+    pub allowed: bool,
+    /// Message for the model when denied.
+    pub message: Option<String>,
+}
+
+/// What a new subscriber gets: its live channel and the last seq committed when it was
+/// registered (replay covers up to it; the channel carries everything after).
+pub(crate) type Subscribed = (mpsc::Receiver<SessionUpdate>, Seq);
+
+/// Messages of the SessionActor.
+#[derive(Debug)]
+pub(crate) enum SessionMsg {
+    /// Submit an input (applied once per input id).
+    SubmitInput {
+        input_id: InputId,
+        input: Input,
+        reply: Reply<InputId>,
+    },
+    /// Register a subscriber.
+    Subscribe {
+        approver: bool,
+        reply: Reply<Subscribed>,
+    },
+    /// Cancel the active turn (no-op when idle).
+    Cancel { reply: Reply<()> },
+    /// Drop all queued inputs.
+    ClearQueue { reply: Reply<()> },
+    /// Answer an approval request.
+    DecideApproval {
+        request_id: ApprovalRequestId,
+        decision: ApprovalDecision,
+        message: Option<String>,
+        reply: Reply<()>,
+    },
+    /// Set the title by hand.
+    SetTitle { title: String, reply: Reply<()> },
+    /// Delete the session (cancels the turn first).
+    Delete { reply: Reply<()> },
+    /// From a child: persist these events of `run_id`, in order.
+    Append {
+        run_id: RunId,
+        kinds: Vec<EventKind>,
+        reply: Option<RpcReplyPort<Result<Vec<Event>, String>>>,
+    },
+    /// From a child: broadcast a live delta.
+    PublishDelta { run_id: RunId, delta: Delta },
+    /// From a ToolActor: ask the approver (or deny when none is attached).
+    RequestApproval {
+        run_id: RunId,
+        tool_call_id: ToolCallId,
+        tool_name: String,
+        action: String,
+        reason: String,
+        grant_key: String,
+        reply: RpcReplyPort<ApprovalAnswer>,
+    },
+    /// Test hook: make the active TurnActor panic.
+    #[cfg(test)]
+    CrashTurn,
+    /// Test hook: make the SessionActor itself panic.
+    #[cfg(test)]
+    Crash,
+}
+
+impl ractor::Message for SessionMsg {}
+
+/// Whether an actor in `status` still takes messages (starting, running, upgrading): a
+/// registry entry that is stopping or stopped is replaced by a fresh load.
+pub(crate) fn is_alive(status: ractor::ActorStatus) -> bool {
+    use ractor::ActorStatus::{Running, Starting, Upgrading};
+    matches!(status, Starting | Running | Upgrading)
+}

@@ -1,0 +1,179 @@
+//! The Supervisor's handlers.
+
+use super::SupervisorMsg;
+use crate::runtime::{RuntimeDeps, RuntimeError, now_ms};
+use crate::session::SessionMsg;
+use crate::session::actor::{SessionActor, SessionArgs};
+use crate::session::state::SessionState;
+use dashmap::DashMap;
+use foya_protocol::{Event, EventKind, Seq, SessionConfig, SessionId};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The registry of live sessions.
+pub(crate) type Registry = Arc<DashMap<SessionId, ActorRef<SessionMsg>>>;
+
+/// The Supervisor actor.
+#[derive(Debug)]
+pub(crate) struct SupervisorActor;
+
+/// What the Supervisor is started with.
+#[derive(Debug)]
+pub(crate) struct SupervisorArgs {
+    pub deps: Arc<RuntimeDeps>,
+    pub registry: Registry,
+}
+
+/// The Supervisor's state.
+#[derive(Debug)]
+pub(crate) struct Supervisor {
+    deps: Arc<RuntimeDeps>,
+    registry: Registry,
+    children: HashMap<ActorId, SessionId>,
+    /// Restarts after failures, per session, over the runtime's life.
+    restarts: HashMap<SessionId, u32>,
+}
+
+/// A session that failed more often than this is left stopped (loaded again on the next
+/// request for it), so a session that fails on start cannot spin.
+const MAX_RESTARTS: u32 = 3;
+
+impl Supervisor {
+    async fn spawn(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        state: SessionState,
+    ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        let id = state.id;
+        let args = SessionArgs {
+            state,
+            deps: Arc::clone(&self.deps),
+        };
+        let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
+            .await
+            .map_err(|e| RuntimeError::Actor(e.to_string()))?;
+        self.children.insert(actor.get_id(), id);
+        self.registry.insert(id, actor.clone());
+        Ok(actor)
+    }
+
+    async fn create(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        config: SessionConfig,
+    ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        let id = SessionId::new();
+        let event = Event {
+            session_id: id,
+            seq: Seq::FIRST,
+            run_id: None,
+            at_ms: now_ms(),
+            kind: EventKind::SessionCreated {
+                config: config.clone(),
+            },
+        };
+        self.deps
+            .store
+            .append(vec![event.clone()])
+            .await
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        let mut state = SessionState::new(id, config);
+        crate::session::state::apply(&mut state, &event);
+        self.spawn(myself, state).await
+    }
+
+    async fn load(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        id: SessionId,
+    ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        if let Some(actor) = self.registry.get(&id)
+            && crate::session::is_alive(actor.get_status())
+        {
+            return Ok(actor.clone());
+        }
+        let events = self
+            .deps
+            .store
+            .read_from(id, Seq::FIRST)
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        let state = SessionState::from_log(&events).ok_or(RuntimeError::SessionNotFound(id))?;
+        if state.deleted {
+            return Err(RuntimeError::SessionDeleted(id));
+        }
+        self.spawn(myself, state).await
+    }
+}
+
+impl Actor for SupervisorActor {
+    type Msg = SupervisorMsg;
+    type State = Supervisor;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        args: SupervisorArgs,
+    ) -> Result<Supervisor, ActorProcessingErr> {
+        Ok(Supervisor {
+            deps: args.deps,
+            registry: args.registry,
+            children: HashMap::new(),
+            restarts: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        msg: SupervisorMsg,
+        state: &mut Supervisor,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::CreateSession { config, reply } => {
+                let _ = reply.send(state.create(&myself, config).await);
+            }
+            SupervisorMsg::GetSession { id, reply } => {
+                let _ = reply.send(state.load(&myself, id).await);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        state: &mut Supervisor,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if let Some(id) = state.children.remove(&cell.get_id()) {
+                    state
+                        .registry
+                        .remove_if(&id, |_, a| a.get_id() == cell.get_id());
+                }
+            }
+            SupervisionEvent::ActorFailed(cell, err) => {
+                if let Some(id) = state.children.remove(&cell.get_id()) {
+                    tracing::warn!(session.id = %id, error = %err, "session actor failed; restarting from the log");
+                    state
+                        .registry
+                        .remove_if(&id, |_, a| a.get_id() == cell.get_id());
+                    let restarts = state.restarts.entry(id).or_insert(0);
+                    *restarts += 1;
+                    if *restarts > MAX_RESTARTS {
+                        tracing::error!(session.id = %id, "session failed too often; left stopped");
+                    } else if let Err(e) = state.load(&myself, id).await {
+                        tracing::error!(session.id = %id, error = %e, "session restart failed");
+                    }
+                }
+            }
+            SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_)
+            | SupervisionEvent::PidLifecycleEvent(_) => {}
+        }
+        Ok(())
+    }
+}

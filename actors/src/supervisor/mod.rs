@@ -1,0 +1,38 @@
+//! Supervisor: one per runtime; creates, loads and supervises SessionActors.
+//!
+//! Owns the registry `DashMap<SessionId, ActorRef<SessionMsg>>` (shared read-only with the
+//! façade for fast lookups). A session not in the registry is loaded from the log on
+//! demand: its events are folded and the SessionActor's start runs recovery.
+//!
+//! Supervision policy (exhaustive, `handle_supervisor_evt`): a SessionActor that fails
+//! (panic, handler error) is restarted from the log and its registry entry replaced —
+//! its subscribers see their channel end (`Notice::Lagged`) and resubscribe; one that
+//! stops normally (deleted, shut down) is removed from the registry. The supervisor never
+//! stops because a child did. A session is restarted at most three times per runtime
+//! (then it stays stopped until something asks for it again), so a failing start cannot
+//! spin.
+
+pub(crate) mod actor;
+
+pub(crate) use actor::{SupervisorActor, SupervisorArgs};
+
+use crate::session::{Reply, SessionMsg};
+use foya_protocol::{SessionConfig, SessionId};
+use ractor::ActorRef;
+
+/// Messages of the Supervisor.
+#[derive(Debug)]
+pub(crate) enum SupervisorMsg {
+    /// Write `session_created` and start its SessionActor.
+    CreateSession {
+        config: SessionConfig,
+        reply: Reply<ActorRef<SessionMsg>>,
+    },
+    /// The live SessionActor of `id`, loading it from the log if needed.
+    GetSession {
+        id: SessionId,
+        reply: Reply<ActorRef<SessionMsg>>,
+    },
+}
+
+impl ractor::Message for SupervisorMsg {}

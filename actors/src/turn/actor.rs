@@ -1,0 +1,357 @@
+//! The TurnActor's handlers: step loop, provider relay, retries, cancellation.
+
+use super::tools::ToolRun;
+use super::{SYSTEM_PROMPT, TurnMsg, history};
+use crate::provider::ModelRequest;
+use crate::provider::actor::{ProviderActor, ProviderArgs, ProviderMsg};
+use crate::runtime::RuntimeDeps;
+use crate::session::SessionMsg;
+use crate::task::AbortOnDrop;
+use foya_protocol::event::Delta;
+use foya_protocol::{
+    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, Seq, SessionConfig,
+    SessionId, StreamAggregate, StreamEvent, TurnStatus,
+};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The TurnActor.
+#[derive(Debug)]
+pub(crate) struct TurnActor;
+
+/// What a TurnActor is started with (by its session, after `turn_started` is committed).
+#[derive(Debug)]
+pub(crate) struct TurnArgs {
+    pub session: ActorRef<SessionMsg>,
+    pub deps: Arc<RuntimeDeps>,
+    pub session_id: SessionId,
+    pub config: SessionConfig,
+    pub run_id: RunId,
+    pub cancel: CancellationToken,
+}
+
+/// Where the turn is.
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Waiting for the model's stream.
+    Streaming,
+    /// Waiting out a backoff before retrying the request.
+    Backoff {
+        /// The timer task; dropping it (cancel, actor gone) stops the wait.
+        _timer: AbortOnDrop,
+    },
+    /// Running the step's tool calls.
+    Tools(ToolRun),
+    /// `turn_complete` is written.
+    Done,
+}
+
+/// The TurnActor's state.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    pub(super) args: TurnArgs,
+    pub(super) step: u32,
+    pub(super) attempt: u32,
+    pub(super) request_number: u64,
+    pub(super) provider: Option<ActorRef<ProviderMsg>>,
+    pub(super) aggregate: StreamAggregate,
+    queued: HashSet<u32>,
+    pub(super) phase: Phase,
+}
+
+impl Turn {
+    /// Persists events of this turn through the session (waits for the commit).
+    pub(super) async fn persist(&self, kinds: Vec<EventKind>) -> Result<(), ActorProcessingErr> {
+        if kinds.is_empty() {
+            return Ok(());
+        }
+        let run_id = self.args.run_id;
+        let result = self
+            .args
+            .session
+            .call(
+                |reply| SessionMsg::Append {
+                    run_id,
+                    kinds,
+                    reply: Some(reply),
+                },
+                None,
+            )
+            .await?;
+        match result {
+            ractor::rpc::CallResult::Success(Ok(_)) => Ok(()),
+            ractor::rpc::CallResult::Success(Err(e)) => Err(e.into()),
+            ractor::rpc::CallResult::Timeout | ractor::rpc::CallResult::SenderError => {
+                Err("the session did not answer an append".into())
+            }
+        }
+    }
+
+    fn publish(&self, delta: Delta) {
+        let run_id = self.args.run_id;
+        let _ = self
+            .args
+            .session
+            .cast(SessionMsg::PublishDelta { run_id, delta });
+    }
+
+    pub(super) async fn finish(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        mut kinds: Vec<EventKind>,
+        status: TurnStatus,
+        reason: Option<String>,
+        error: Option<ErrorInfo>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.phase = Phase::Done;
+        kinds.push(EventKind::TurnComplete {
+            status,
+            reason,
+            error,
+        });
+        self.persist(kinds).await?;
+        myself.stop(None);
+        Ok(())
+    }
+
+    pub(super) async fn fail(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        class: ErrorClass,
+        message: String,
+    ) -> Result<(), ActorProcessingErr> {
+        let error = ErrorInfo { class, message };
+        self.finish(
+            myself,
+            Vec::new(),
+            TurnStatus::Failed,
+            Some(class.as_str().into()),
+            Some(error),
+        )
+        .await
+    }
+
+    /// Starts the next step, or ends the turn at `max_steps`.
+    #[tracing::instrument(
+        name = "step",
+        skip_all,
+        fields(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, step = self.step + 1)
+    )]
+    pub(super) async fn start_step(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(max) = self.args.config.max_steps
+            && self.step >= max
+        {
+            let message = format!("the turn reached its maximum of {max} steps");
+            return self.fail(myself, ErrorClass::MaxSteps, message).await;
+        }
+        self.step += 1;
+        self.attempt = 1;
+        self.persist(vec![EventKind::StepStarted { step: self.step }])
+            .await?;
+        self.start_request(myself).await
+    }
+
+    /// Builds the request from the committed log and spawns a ProviderActor for it.
+    async fn start_request(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let deps = &self.args.deps;
+        let events = deps.store.read_from(self.args.session_id, Seq::FIRST)?;
+        let request = ModelRequest {
+            model: self.args.config.model.clone(),
+            system: SYSTEM_PROMPT.into(),
+            messages: history::build_messages(&events),
+            tools: deps.tools.schemas(self.args.config.approval_mode),
+            ..ModelRequest::default()
+        };
+        self.request_number += 1;
+        self.aggregate = StreamAggregate::new();
+        self.queued.clear();
+        self.phase = Phase::Streaming;
+        let args = ProviderArgs {
+            client: deps.client_for(&self.args.config.provider),
+            request,
+            cancel: self.args.cancel.child_token(),
+            turn: myself.clone(),
+            request_number: self.request_number,
+        };
+        let (provider, _) =
+            Actor::spawn_linked(None, ProviderActor, args, myself.get_cell()).await?;
+        self.provider = Some(provider);
+        Ok(())
+    }
+
+    fn relay(&mut self, event: &StreamEvent) {
+        match event {
+            StreamEvent::TextDelta { text } => {
+                self.publish(Delta::TextDelta { text: text.clone() })
+            }
+            StreamEvent::ReasoningDelta { text } => {
+                self.publish(Delta::ReasoningDelta { text: text.clone() });
+            }
+            StreamEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+                ..
+            } => {
+                self.publish(Delta::ToolCallDelta {
+                    index: *index,
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                });
+                if let (Some(id), Some(name)) = (id, name)
+                    && self.queued.insert(*index)
+                {
+                    self.publish(Delta::ToolCallQueued {
+                        tool_call_id: id.clone(),
+                        name: name.clone(),
+                    });
+                }
+            }
+            StreamEvent::ReasoningPart { .. }
+            | StreamEvent::Usage { .. }
+            | StreamEvent::Done { .. }
+            | StreamEvent::Error { .. } => {}
+        }
+    }
+
+    async fn on_stream(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        request: u64,
+        event: StreamEvent,
+    ) -> Result<(), ActorProcessingErr> {
+        if request != self.request_number || !matches!(self.phase, Phase::Streaming) {
+            return Ok(());
+        }
+        self.relay(&event);
+        self.aggregate.apply(&event);
+        match event {
+            StreamEvent::Done { .. } => self.on_response(myself).await,
+            StreamEvent::Error { error } => self.on_provider_error(myself, error).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Commits the assistant message (before any tool starts), then tools or the end.
+    async fn on_response(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
+        self.provider = None;
+        let message = self.aggregate.to_message();
+        let calls = message.tool_calls.clone();
+        let wants_tools =
+            message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
+        let mut kinds = vec![EventKind::AssistantMessage(message)];
+        if let Some(usage) = self.aggregate.usage {
+            kinds.push(EventKind::Usage(usage));
+        }
+        if !wants_tools {
+            return self
+                .finish(myself, kinds, TurnStatus::Completed, None, None)
+                .await;
+        }
+        self.persist(kinds).await?;
+        self.phase = Phase::Tools(ToolRun::new(calls, &self.args.deps.tools));
+        self.spawn_tools(myself).await
+    }
+}
+
+impl Actor for TurnActor {
+    type Msg = TurnMsg;
+    type State = Turn;
+    type Arguments = TurnArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<TurnMsg>,
+        args: TurnArgs,
+    ) -> Result<Turn, ActorProcessingErr> {
+        myself.cast(TurnMsg::Begin)?;
+        Ok(Turn {
+            args,
+            step: 0,
+            attempt: 1,
+            request_number: 0,
+            provider: None,
+            aggregate: StreamAggregate::new(),
+            queued: HashSet::new(),
+            phase: Phase::Streaming,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<TurnMsg>,
+        msg: TurnMsg,
+        state: &mut Turn,
+    ) -> Result<(), ActorProcessingErr> {
+        if matches!(state.phase, Phase::Done) {
+            return Ok(());
+        }
+        match msg {
+            TurnMsg::Begin => {
+                if state.args.cancel.is_cancelled() {
+                    return state.on_cancel(&myself, "user".into()).await;
+                }
+                state.start_step(&myself).await
+            }
+            TurnMsg::Stream { request, event } => state.on_stream(&myself, request, event).await,
+            TurnMsg::RetryElapsed { request } => {
+                if request == state.request_number && matches!(state.phase, Phase::Backoff { .. }) {
+                    state.start_request(&myself).await?;
+                }
+                Ok(())
+            }
+            TurnMsg::ToolDone { index, result } => state.tool_done(&myself, index, result).await,
+            TurnMsg::Cancel { reason } => state.on_cancel(&myself, reason).await,
+            #[cfg(test)]
+            TurnMsg::Panic => panic!("test-induced TurnActor panic"),
+        }
+    }
+
+    /// Policy: a ProviderActor crash is a `stream_interrupted` failure of the request
+    /// (retried like one); a ToolActor crash is an `is_error` "tool crashed" result;
+    /// normal exits are expected (results arrive by message). The turn never stops
+    /// because a child did.
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<TurnMsg>,
+        event: SupervisionEvent,
+        state: &mut Turn,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let is_provider = state
+                    .provider
+                    .as_ref()
+                    .is_some_and(|p| p.get_id() == cell.get_id());
+                if is_provider && matches!(state.phase, Phase::Streaming) {
+                    let error = ProviderError::new(
+                        ErrorClass::StreamInterrupted,
+                        format!("the provider actor crashed: {err}"),
+                    );
+                    return state.on_provider_error(&myself, error).await;
+                }
+                if let Phase::Tools(run) = &mut state.phase
+                    && let Some(index) = run.index_of(cell.get_id())
+                {
+                    let result = run.crashed(index);
+                    return state.tool_done(&myself, index, result).await;
+                }
+                Ok(())
+            }
+            SupervisionEvent::ActorTerminated(..)
+            | SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_)
+            | SupervisionEvent::PidLifecycleEvent(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! TurnActor: one per turn, spawned linked by its SessionActor; runs the step loop.
+//!
+//! A step: `step_started`; build the model request (system prompt + history since the
+//! latest compaction checkpoint + tool schemas); spawn a ProviderActor; relay its deltas
+//! live (text, reasoning, tool-call fragments, `tool_call_queued` as soon as a call's id
+//! and name are known); on `Done` persist `assistant_message` (+ `usage`) — committed
+//! before any tool runs; if the model asked for tools, run them through ToolActors and
+//! persist their results in call order, then loop; otherwise `turn_complete{completed}`.
+//!
+//! Failures: transient provider classes retry with `RetryPolicy::delay_for` (a
+//! `provider_retry` event first; the wait is a task that reports by message, so it is
+//! cancellable; a retry re-sends the request only, never re-runs a tool); other classes
+//! end the turn `failed` with the class. `max_steps` ends it `failed/max_steps`.
+//!
+//! Cancellation: the session owns the turn's `CancellationToken`; provider and tools get
+//! child tokens. The mailbox never waits on a stream, a tool, a backoff or an approval
+//! (those are children or tasks that report by message), so `Cancel` is handled at once:
+//! stop the stream and tools, persist the partial assistant message (`interrupted`) if
+//! anything arrived, a "cancelled" result for every call of the step without one, then
+//! `turn_cancelled` and `turn_complete{cancelled}`.
+//!
+//! Tool scheduling: consecutive `parallel_safe` calls form a batch that runs concurrently
+//! (at most [`MAX_TOOL_ACTORS`] alive); a call that is not parallel-safe runs alone, in
+//! order. A ToolActor that panics becomes an `is_error` "tool crashed" result.
+
+pub(crate) mod actor;
+mod failure;
+pub(crate) mod history;
+mod tools;
+
+pub(crate) use actor::{TurnActor, TurnArgs};
+pub(crate) use tools::CANCELLED;
+
+use foya_protocol::{StreamEvent, ToolMessage};
+
+/// At most this many ToolActors are alive per turn.
+pub(crate) const MAX_TOOL_ACTORS: usize = 5;
+
+/// The system prompt of this walking skeleton (the context compiler replaces it).
+pub(crate) const SYSTEM_PROMPT: &str =
+    "You are Foya, a coding agent. Use the tools to inspect and change the workspace.";
+
+/// Messages of the TurnActor.
+#[derive(Debug)]
+pub(crate) enum TurnMsg {
+    /// Start the first step (sent to itself once started).
+    Begin,
+    /// One stream event of model request number `request`.
+    Stream { request: u64, event: StreamEvent },
+    /// The backoff before retrying model request number `request` elapsed.
+    RetryElapsed { request: u64 },
+    /// A ToolActor finished call `index` of the current step.
+    ToolDone { index: usize, result: ToolMessage },
+    /// Cancel the turn.
+    Cancel { reason: String },
+    /// Test hook: panic in the handler.
+    #[cfg(test)]
+    Panic,
+}
+
+impl ractor::Message for TurnMsg {}

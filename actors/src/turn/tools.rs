@@ -1,0 +1,251 @@
+//! The TurnActor's tool pool: scheduling ToolActors and committing results in call order.
+
+use super::actor::Turn;
+use super::{MAX_TOOL_ACTORS, TurnMsg};
+use crate::tools::ToolRegistry;
+use crate::tools_actor::{ToolActor, ToolArgs, ToolMsg};
+use foya_protocol::{EventKind, ToolCall, ToolMessage};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
+use std::collections::HashMap;
+
+/// Result text of a call stopped by a cancel.
+pub(crate) const CANCELLED: &str = "cancelled";
+/// Result text of a call whose ToolActor panicked.
+pub(crate) const CRASHED: &str = "tool crashed";
+
+/// The tool calls of one step and where each one is.
+#[derive(Debug)]
+pub(crate) struct ToolRun {
+    calls: Vec<ToolCall>,
+    parallel: Vec<bool>,
+    results: Vec<Option<ToolMessage>>,
+    /// Results `[..committed]` are persisted.
+    committed: usize,
+    /// Calls `[..next]` were spawned.
+    next: usize,
+    running: HashMap<ActorId, (usize, Option<ActorRef<ToolMsg>>)>,
+}
+
+impl ToolRun {
+    /// A run of `calls`; unknown tools count as parallel-safe (they fail at once).
+    pub(crate) fn new(calls: Vec<ToolCall>, tools: &ToolRegistry) -> Self {
+        let parallel = calls
+            .iter()
+            .map(|c| tools.get(&c.name).is_none_or(|t| t.spec().parallel_safe))
+            .collect();
+        let n = calls.len();
+        Self {
+            calls,
+            parallel,
+            results: vec![None; n],
+            committed: 0,
+            next: 0,
+            running: HashMap::new(),
+        }
+    }
+
+    /// The calls that may start now: a parallel-safe call joins running parallel-safe
+    /// ones (up to the pool limit); one that is not runs alone.
+    fn ready(&mut self) -> Vec<usize> {
+        let mut out = Vec::new();
+        while self.next < self.calls.len() {
+            let alive = self.running.len() + out.len();
+            let exclusive_running = self
+                .running
+                .values()
+                .map(|(i, _)| *i)
+                .chain(out.iter().copied())
+                .any(|i| !self.parallel[i]);
+            let fits = if self.parallel[self.next] {
+                !exclusive_running && alive < MAX_TOOL_ACTORS
+            } else {
+                alive == 0
+            };
+            if !fits {
+                break;
+            }
+            out.push(self.next);
+            self.next += 1;
+        }
+        out
+    }
+
+    /// The index of the call run by actor `id`.
+    pub(crate) fn index_of(&self, id: ActorId) -> Option<usize> {
+        self.running.get(&id).map(|(i, _)| *i)
+    }
+
+    /// The result of a call whose actor crashed.
+    pub(crate) fn crashed(&self, index: usize) -> ToolMessage {
+        ToolMessage {
+            tool_call_id: self.calls[index].id.clone(),
+            content: CRASHED.into(),
+            is_error: true,
+        }
+    }
+
+    /// Kills every running ToolActor (their tool futures are dropped).
+    pub(crate) fn kill_all(&mut self) {
+        for (_, (_, actor)) in self.running.drain() {
+            if let Some(actor) = actor {
+                actor.kill();
+            }
+        }
+    }
+
+    /// Uncommitted results in call order, "cancelled" for calls without one.
+    pub(crate) fn cancel_remaining(&mut self) -> Vec<ToolMessage> {
+        let start = self.committed;
+        self.committed = self.calls.len();
+        (start..self.calls.len())
+            .map(|i| {
+                self.results[i].take().unwrap_or_else(|| ToolMessage {
+                    tool_call_id: self.calls[i].id.clone(),
+                    content: CANCELLED.into(),
+                    is_error: true,
+                })
+            })
+            .collect()
+    }
+
+    /// Records a result; returns the newly committable prefix, in call order.
+    fn record(&mut self, index: usize, result: ToolMessage) -> Vec<ToolMessage> {
+        self.running.retain(|_, (i, _)| *i != index);
+        if index < self.results.len() && index >= self.committed && self.results[index].is_none() {
+            self.results[index] = Some(result);
+        }
+        let mut out = Vec::new();
+        while let Some(Some(result)) = self.results.get_mut(self.committed).map(Option::take) {
+            out.push(result);
+            self.committed += 1;
+        }
+        out
+    }
+
+    #[cfg(test)]
+    fn parallel_running_for_test(&mut self, id: ActorId, index: usize) {
+        self.running.insert(id, (index, None));
+    }
+
+    fn all_committed(&self) -> bool {
+        self.committed == self.calls.len()
+    }
+}
+
+impl Turn {
+    /// Spawns the ToolActors that may start now.
+    pub(super) async fn spawn_tools(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let super::actor::Phase::Tools(run) = &mut self.phase else {
+            return Ok(());
+        };
+        for index in run.ready() {
+            let call = run.calls[index].clone();
+            let args = ToolArgs {
+                session: self.args.session.clone(),
+                turn: myself.clone(),
+                session_id: self.args.session_id,
+                run_id: self.args.run_id,
+                step: self.step,
+                index,
+                tool: self.args.deps.tools.get(&call.name),
+                call,
+                config: self.args.config.clone(),
+                cancel: self.args.cancel.child_token(),
+            };
+            let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
+            run.running.insert(actor.get_id(), (index, Some(actor)));
+        }
+        Ok(())
+    }
+
+    /// A call finished: commit what is committable in order, then more tools or the
+    /// next step.
+    pub(super) async fn tool_done(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        index: usize,
+        result: ToolMessage,
+    ) -> Result<(), ActorProcessingErr> {
+        let super::actor::Phase::Tools(run) = &mut self.phase else {
+            return Ok(());
+        };
+        let ready = run.record(index, result);
+        let done = run.all_committed();
+        self.persist(ready.into_iter().map(EventKind::ToolMessage).collect())
+            .await?;
+        if done {
+            return self.start_step(myself).await;
+        }
+        self.spawn_tools(myself).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str) -> ToolCall {
+        ToolCall {
+            id: foya_protocol::ToolCallId::new(id),
+            name: name.into(),
+            arguments: serde_json::json!({}),
+            extra: None,
+        }
+    }
+
+    fn ok(id: &str) -> ToolMessage {
+        ToolMessage {
+            tool_call_id: foya_protocol::ToolCallId::new(id),
+            content: id.into(),
+            is_error: false,
+        }
+    }
+
+    /// Marks `indices` as running, as `spawn_tools` does.
+    fn start(run: &mut ToolRun, indices: &[usize]) {
+        for &i in indices {
+            let id = ractor::ActorId::Local(1000 + i as u64);
+            // The ActorRef is never used by `ready`/`record`; scheduling only needs ids.
+            run.parallel_running_for_test(id, i);
+        }
+    }
+
+    #[test]
+    fn parallel_safe_calls_batch_up_to_five_and_others_run_alone_in_order() {
+        let tools = crate::testkit::tools();
+        // echo: parallel-safe; wait: not.
+        let mut names = vec!["echo"; 7];
+        names.extend(["wait", "echo"]);
+        let calls: Vec<ToolCall> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| call(&format!("c{i}"), n))
+            .collect();
+        let mut run = ToolRun::new(calls, &tools);
+        let first = run.ready();
+        assert_eq!(first, vec![0, 1, 2, 3, 4]);
+        start(&mut run, &first);
+        assert_eq!(run.ready(), Vec::<usize>::new());
+        // Results arrive out of order; commits stay in call order.
+        assert_eq!(run.record(1, ok("c1")), vec![]);
+        assert_eq!(run.record(0, ok("c0")), vec![ok("c0"), ok("c1")]);
+        let next = run.ready();
+        assert_eq!(next, vec![5, 6]);
+        start(&mut run, &next);
+        for i in [2, 3, 4, 5] {
+            run.record(i, ok(&format!("c{i}")));
+        }
+        assert_eq!(run.ready(), Vec::<usize>::new(), "wait must run alone");
+        run.record(6, ok("c6"));
+        let alone = run.ready();
+        assert_eq!(alone, vec![7]);
+        start(&mut run, &alone);
+        assert_eq!(run.ready(), Vec::<usize>::new());
+        assert_eq!(run.record(7, ok("c7")), vec![ok("c7")]);
+        assert_eq!(run.ready(), vec![8]);
+        assert!(!run.all_committed());
+    }
+}

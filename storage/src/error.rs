@@ -1,0 +1,126 @@
+//! Error enums of the store, one per operation family (open, append, read), plus the
+//! wide [`Error`] every narrow one converts into.
+//!
+//! redb's own errors are not `Clone` and one failed commit must be reported to every
+//! append of its batch, so storage failures are carried as their rendered message.
+
+use foya_protocol::{Seq, SessionId};
+use std::path::PathBuf;
+
+/// Why [`crate::Store::open`] or [`crate::Store::open_in_memory`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The parent directory of the database file could not be created.
+    #[error("cannot create directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Another process (or another `Store` in this one) has the file open.
+    #[error("database {path} is already open by another store or process")]
+    AlreadyOpen {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// redb could not open, repair or initialise the file.
+    #[error("cannot open database {path}: {message}")]
+    Database {
+        /// The database file (`:memory:` for the in-memory backend).
+        path: PathBuf,
+        /// redb's message.
+        message: String,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the store writer thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// Why an [`crate::Store::append`] was refused or failed. Nothing of a refused or failed
+/// append was committed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    /// The events do not continue the session's log densely.
+    #[error("seq mismatch: expected {expected}, got {got}")]
+    SeqMismatch {
+        /// The seq the next event must have.
+        expected: Seq,
+        /// The seq it had.
+        got: Seq,
+    },
+    /// The session's `session_deleted` was committed; nothing is written after it.
+    #[error("session is deleted; no event may be appended after session_deleted")]
+    SessionDeleted,
+    /// The session does not exist and the first event is not `session_created`.
+    #[error("unknown session: the first event of a session must be session_created at seq 1")]
+    UnknownSession,
+    /// The events of one append belong to more than one session.
+    #[error("one append must hold events of one session: {expected} and {got} were mixed")]
+    MixedSessions {
+        /// The session of the first event.
+        expected: SessionId,
+        /// A different session found later in the same append.
+        got: SessionId,
+    },
+    /// An event could not be encoded (e.g. a working directory that is not UTF-8).
+    #[error("cannot encode event: {0}")]
+    Encode(String),
+    /// redb or the disk failed (I/O error, full disk, …); the whole batch was rolled back
+    /// and may be retried.
+    #[error("storage failure: {0}")]
+    Storage(String),
+    /// The store was closed.
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// Why a read failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// A stored value was written by a newer (or unknown) format version.
+    #[error("unsupported stored format version {version} (this build reads version {supported})")]
+    UnsupportedFormat {
+        /// The version byte found.
+        version: u8,
+        /// The version this build reads.
+        supported: u8,
+    },
+    /// A stored value is not valid for its format version.
+    #[error("cannot decode stored value: {0}")]
+    Decode(String),
+    /// redb or the disk failed.
+    #[error("storage failure: {0}")]
+    Storage(String),
+}
+
+/// Any store error; every narrow error converts into it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Opening failed.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// An append failed.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// A read failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+impl From<ReadError> for AppendError {
+    fn from(e: ReadError) -> Self {
+        Self::Storage(e.to_string())
+    }
+}
+
+impl ReadError {
+    /// Wraps a redb or I/O failure (kept private so redb stays out of the public API).
+    pub(crate) fn storage(e: impl std::fmt::Display) -> Self {
+        Self::Storage(e.to_string())
+    }
+}

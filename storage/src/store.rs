@@ -1,0 +1,309 @@
+//! [`Store`]: opening the database, starting the writer thread, queueing appends and
+//! closing.
+
+use crate::codec;
+use crate::db::{DbSlot, Reopen};
+use crate::error::{AppendError, OpenError};
+use crate::schema::{EVENTS, SESSIONS};
+use crate::writer::{Counters, Request, Writer};
+use foya_protocol::{Event, Seq};
+use redb::Database;
+use redb::backends::InMemoryBackend;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// How hard a commit pushes data to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Every commit is fsynced before its appends resolve: an acknowledged event survives
+    /// a process or machine crash. The default.
+    #[default]
+    Immediate,
+    /// Commits are not fsynced: fast, but a crash may lose recent commits (never leaving a
+    /// torn log). For load tests.
+    None,
+}
+
+impl Durability {
+    /// redb's level (kept private so redb stays out of the public API).
+    fn to_redb(self) -> redb::Durability {
+        match self {
+            Durability::Immediate => redb::Durability::Immediate,
+            Durability::None => redb::Durability::None,
+        }
+    }
+}
+
+/// Options of [`Store::open`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Commit durability; default [`Durability::Immediate`].
+    pub durability: Durability,
+    /// Most appends committed in one write transaction; default 1024 (0 counts as 1).
+    pub max_batch: usize,
+    /// Capacity of the bounded append queue, in appends; default 4096 (0 counts as 1).
+    /// A full queue makes [`Store::append`] wait (backpressure).
+    pub queue_capacity: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Immediate,
+            max_batch: 1024,
+            queue_capacity: 4096,
+        }
+    }
+}
+
+/// Counters for load tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Events committed since the store was opened.
+    pub appended_events: u64,
+    /// Successful write transactions since the store was opened.
+    pub commits: u64,
+}
+
+/// The event store. Cheap to clone: all clones share one database and one writer
+/// thread. Dropping the last clone stops the writer after it committed what was queued
+/// (a short blocking wait); [`Store::close`] does the same without blocking.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) db: Arc<DbSlot>,
+    location: PathBuf,
+    /// `None` once closing started.
+    sender: Mutex<Option<mpsc::Sender<Request>>>,
+    /// Joined on drop, so the file is unlocked when the last clone is gone.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Becomes `true` when the writer thread has stopped.
+    stopped: watch::Receiver<bool>,
+    counters: Arc<Counters>,
+}
+
+// `Store` is shared across tasks and threads.
+const _: fn() = || {
+    fn shareable<T: Send + Sync + Clone + fmt::Debug + 'static>() {}
+    shareable::<Store>();
+};
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("location", &self.inner.location)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the database file at `path`, creating missing parent
+    /// directories. A file left by a killed process is repaired by redb on open (this may
+    /// take a while for a large file).
+    ///
+    /// # Errors
+    /// [`OpenError::CreateDir`], [`OpenError::AlreadyOpen`] when another store holds the
+    /// file, [`OpenError::Database`] when redb cannot open or repair it,
+    /// [`OpenError::Spawn`] when the writer thread cannot start.
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Store, OpenError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
+                path: parent.to_owned(),
+                source,
+            })?;
+        }
+        let db = Database::builder().create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
+                path: path.to_owned(),
+            },
+            other => OpenError::Database {
+                path: path.to_owned(),
+                message: other.to_string(),
+            },
+        })?;
+        let file = path.to_owned();
+        let reopen: Reopen =
+            Box::new(move || Database::builder().create(&file).map_err(|e| e.to_string()));
+        Self::start(db, Some(reopen), path.to_owned(), options)
+    }
+
+    /// Opens a fresh database held in memory (redb's in-memory backend), for tests.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_in_memory(options: StoreOptions) -> Result<Store, OpenError> {
+        let location = PathBuf::from(":memory:");
+        let db = Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .map_err(|e| OpenError::Database {
+                path: location.clone(),
+                message: e.to_string(),
+            })?;
+        Self::start(db, None, location, options)
+    }
+
+    /// Starts a store on an opened database; `reopen` opens it again after an I/O error.
+    pub(crate) fn start(
+        db: Database,
+        reopen: Option<Reopen>,
+        location: PathBuf,
+        options: StoreOptions,
+    ) -> Result<Store, OpenError> {
+        let db_error = |e: &dyn fmt::Display| OpenError::Database {
+            path: location.clone(),
+            message: e.to_string(),
+        };
+        // Create both tables up front so readers never meet a missing table.
+        let txn = db.begin_write().map_err(|e| db_error(&e))?;
+        txn.open_table(EVENTS).map_err(|e| db_error(&e))?;
+        txn.open_table(SESSIONS).map_err(|e| db_error(&e))?;
+        txn.commit().map_err(|e| db_error(&e))?;
+
+        let db = Arc::new(DbSlot::new(db, reopen));
+        let counters = Arc::new(Counters::default());
+        let (sender, receiver) = mpsc::channel(options.queue_capacity.max(1));
+        let (stopped_tx, stopped) = watch::channel(false);
+        let writer = Writer {
+            db: Arc::clone(&db),
+            durability: options.durability.to_redb(),
+            max_batch: options.max_batch,
+            counters: Arc::clone(&counters),
+            cache: HashMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("foya-store-writer".into())
+            .spawn(move || {
+                writer.run(receiver);
+                let _ = stopped_tx.send(true);
+            })
+            .map_err(OpenError::Spawn)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                db,
+                location,
+                sender: Mutex::new(Some(sender)),
+                thread: Mutex::new(Some(thread)),
+                stopped,
+                counters,
+            }),
+        })
+    }
+
+    /// Appends events of ONE session. Their seqs must continue that session's log densely
+    /// (the first event of a new session has `Seq(1)` and is `session_created`). Resolves
+    /// only after the write transaction holding the events committed (group commit: one
+    /// transaction carries many sessions' pending appends). An empty `events` resolves
+    /// `Ok` at once.
+    ///
+    /// # Errors
+    /// [`AppendError::SeqMismatch`] (gap, duplicate, or seqs not dense inside `events`),
+    /// [`AppendError::UnknownSession`], [`AppendError::SessionDeleted`],
+    /// [`AppendError::MixedSessions`], [`AppendError::Encode`], [`AppendError::Storage`]
+    /// when the batch's commit failed (nothing of it was written), [`AppendError::Closed`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: if the future is dropped after the append was queued, the events
+    /// may still commit. Dropped while waiting for queue space, nothing was queued.
+    pub async fn append(&self, events: Vec<Event>) -> Result<(), AppendError> {
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        for (event, offset) in events.iter().zip(0u64..) {
+            if event.session_id != first.session_id {
+                return Err(AppendError::MixedSessions {
+                    expected: first.session_id,
+                    got: event.session_id,
+                });
+            }
+            let expected = first.seq.0.checked_add(offset).map(Seq);
+            if expected != Some(event.seq) {
+                return Err(AppendError::SeqMismatch {
+                    expected: expected.unwrap_or(Seq(u64::MAX)),
+                    got: event.seq,
+                });
+            }
+        }
+        let encoded = events
+            .iter()
+            .map(codec::encode_event)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| AppendError::Encode(e.0))?;
+        let sender = self
+            .inner
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(AppendError::Closed)?;
+        let (reply, answer) = oneshot::channel();
+        sender
+            .send(Request {
+                events,
+                encoded,
+                reply,
+            })
+            .await
+            .map_err(|_| AppendError::Closed)?;
+        drop(sender);
+        answer.await.map_err(|_| {
+            AppendError::Storage("the store writer failed before answering this append".into())
+        })?
+    }
+
+    /// Counters of committed events and transactions since open.
+    #[must_use]
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            appended_events: self.inner.counters.appended_events.load(Ordering::Relaxed),
+            commits: self.inner.counters.commits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops accepting appends, waits until every queued append is committed (or failed)
+    /// and the writer thread stopped. Later appends fail with [`AppendError::Closed`];
+    /// reads keep working. Idempotent.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future does not undo the close; the queue still drains.
+    pub async fn close(&self) {
+        drop(
+            self.inner
+                .sender
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let mut stopped = self.inner.stopped.clone();
+        // Err means the writer thread is gone (and so has stopped).
+        let _ = stopped.wait_for(|s| *s).await;
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        drop(
+            self.sender
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        // Wait for the writer to drain (it holds the database), so reopening the file
+        // right after dropping the last clone works.
+        if let Some(thread) = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = thread.join();
+        }
+    }
+}

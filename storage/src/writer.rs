@@ -1,0 +1,300 @@
+//! The writer thread: the only place that opens redb write transactions.
+//!
+//! It blocks on the bounded request queue, drains up to `max_batch` more requests, and
+//! commits all of them in one transaction (group commit). Each request is validated
+//! against the session's summary (last seq, deleted flag), cached in memory and loaded
+//! lazily from the `sessions` table. Changes of a batch live in an overlay that is merged
+//! into the cache only after the commit succeeded, so a failed commit leaves the cache
+//! exactly as the database is. A failed batch answers every request with
+//! [`AppendError::Storage`]; the thread goes on with the next batch.
+
+use crate::codec;
+use crate::db::DbSlot;
+use crate::error::AppendError;
+use crate::schema::{EVENTS, SESSIONS, session_key};
+use foya_protocol::{Event, EventKind, Seq, SessionSummary};
+use redb::{Database, ReadableTable, Table};
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{mpsc, oneshot};
+
+/// Cached summaries beyond this count are dropped (and reloaded lazily when needed).
+const MAX_CACHED_SESSIONS: usize = 65_536;
+
+/// One queued append: the events of one session (checked dense by the caller), their
+/// encoded values, and where to answer.
+pub(crate) struct Request {
+    pub(crate) events: Vec<Event>,
+    pub(crate) encoded: Vec<Vec<u8>>,
+    pub(crate) reply: oneshot::Sender<Result<(), AppendError>>,
+}
+
+/// Counters shared with [`crate::Store::stats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) appended_events: AtomicU64,
+    pub(crate) commits: AtomicU64,
+}
+
+/// State owned by the writer thread.
+pub(crate) struct Writer {
+    pub(crate) db: Arc<DbSlot>,
+    pub(crate) durability: redb::Durability,
+    pub(crate) max_batch: usize,
+    pub(crate) counters: Arc<Counters>,
+    /// Summaries of sessions seen, as committed.
+    pub(crate) cache: HashMap<u128, SessionSummary>,
+}
+
+impl Writer {
+    /// Runs until every sender is dropped and the queue is drained.
+    pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        let max_batch = self.max_batch.max(1);
+        while let Some(first) = rx.blocking_recv() {
+            let mut batch = Vec::with_capacity(max_batch.min(64));
+            batch.push(first);
+            while batch.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            // A panic inside redb must not kill the writer: the batch's reply senders are
+            // dropped by the unwind (their callers see a storage failure) and the cache,
+            // which may be half-updated, is rebuilt lazily from the database.
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.write_batch(batch)));
+            if outcome.is_err() {
+                tracing::error!("store writer recovered from a panic; the batch failed");
+                self.cache.clear();
+            }
+        }
+        tracing::debug!("store writer stopped");
+    }
+
+    fn write_batch(&mut self, batch: Vec<Request>) {
+        let span = tracing::debug_span!("store_commit", batch.len = batch.len());
+        let _enter = span.enter();
+        let result = match self.available_db() {
+            Ok(db) => self.try_commit(&db, &batch),
+            Err(message) => Err(BatchFailure {
+                error: AppendError::Storage(message),
+                io: false,
+            }),
+        };
+        match result {
+            Ok((outcomes, overlay)) => {
+                let events: usize = batch
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| o.is_ok())
+                    .map(|(r, _)| r.events.len())
+                    .sum();
+                if !overlay.is_empty() {
+                    self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                }
+                self.counters
+                    .appended_events
+                    .fetch_add(events as u64, Ordering::Relaxed);
+                if self.cache.len() + overlay.len() > MAX_CACHED_SESSIONS {
+                    self.cache.clear();
+                }
+                self.cache.extend(overlay);
+                for (request, outcome) in batch.into_iter().zip(outcomes) {
+                    // The caller may have stopped waiting (cancelled append): fine.
+                    let _ = request.reply.send(outcome);
+                }
+            }
+            Err(failure) => {
+                tracing::warn!(error = %failure.error, "store batch failed; its appends are refused");
+                for request in batch {
+                    let _ = request.reply.send(Err(failure.error.clone()));
+                }
+                if failure.io {
+                    // redb refuses everything after an I/O error until reopened.
+                    if let Err(message) = self.db.reopen() {
+                        tracing::warn!(error = %message, "store reopen failed; retried on the next batch");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The database, reopened first if an earlier reopen failed.
+    fn available_db(&self) -> Result<Arc<Database>, String> {
+        if !self.db.is_available() {
+            self.db.reopen()?;
+        }
+        self.db.get()
+    }
+
+    /// Validates and inserts the batch in one write transaction and commits it. Returns
+    /// each request's outcome and the summaries it changed.
+    fn try_commit(
+        &self,
+        db: &Database,
+        batch: &[Request],
+    ) -> Result<(Outcomes, Overlay), BatchFailure> {
+        let mut txn = db.begin_write().map_err(BatchFailure::redb)?;
+        txn.set_durability(self.durability)
+            .map_err(BatchFailure::redb)?;
+        let mut overlay = Overlay::new();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        {
+            let mut events = txn.open_table(EVENTS).map_err(BatchFailure::redb)?;
+            let mut sessions = txn.open_table(SESSIONS).map_err(BatchFailure::redb)?;
+            for request in batch {
+                let Some(first) = request.events.first() else {
+                    outcomes.push(Ok(()));
+                    continue;
+                };
+                let key = session_key(first.session_id);
+                let current = match overlay.get(&key).or_else(|| self.cache.get(&key)) {
+                    Some(summary) => Ok(Some(summary.clone())),
+                    None => load_summary(&sessions, key)?,
+                };
+                match current.and_then(|current| next_summary(current, &request.events)) {
+                    Ok(summary) => {
+                        for (event, value) in request.events.iter().zip(&request.encoded) {
+                            events
+                                .insert((key, event.seq.0), value.as_slice())
+                                .map_err(BatchFailure::redb)?;
+                        }
+                        overlay.insert(key, summary);
+                        outcomes.push(Ok(()));
+                    }
+                    Err(refused) => outcomes.push(Err(refused)),
+                }
+            }
+            for (key, summary) in &overlay {
+                let value = codec::encode(summary).map_err(|e| BatchFailure {
+                    error: AppendError::Encode(e.0),
+                    io: false,
+                })?;
+                sessions
+                    .insert(*key, value.as_slice())
+                    .map_err(BatchFailure::redb)?;
+            }
+        }
+        if overlay.is_empty() {
+            // Every append was refused: nothing to make durable, skip the fsync.
+            txn.abort().map_err(BatchFailure::redb)?;
+        } else {
+            txn.commit().map_err(BatchFailure::redb)?;
+        }
+        Ok((outcomes, overlay))
+    }
+}
+
+/// Each request's answer, in batch order.
+type Outcomes = Vec<Result<(), AppendError>>;
+
+/// Summaries changed by a batch, merged into the cache once it committed.
+type Overlay = HashMap<u128, SessionSummary>;
+
+/// A failure of a whole batch: nothing of it was committed.
+struct BatchFailure {
+    /// What every request of the batch is answered.
+    error: AppendError,
+    /// An I/O error: redb must be reopened before it accepts writes again.
+    io: bool,
+}
+
+impl BatchFailure {
+    fn redb(e: impl Into<redb::Error>) -> Self {
+        let e: redb::Error = e.into();
+        let io = matches!(e, redb::Error::Io(_) | redb::Error::PreviousIo);
+        Self {
+            error: AppendError::Storage(e.to_string()),
+            io,
+        }
+    }
+}
+
+impl fmt::Debug for BatchFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BatchFailure({}, io: {})", self.error, self.io)
+    }
+}
+
+/// A session's committed summary (`None`: unknown session), or why it cannot be used.
+type LoadedSummary = Result<Option<SessionSummary>, AppendError>;
+
+/// The committed summary of a session. A summary that does not decode refuses only
+/// the appends of its session; a redb failure fails the batch.
+fn load_summary(
+    sessions: &Table<'_, u128, &[u8]>,
+    key: u128,
+) -> Result<LoadedSummary, BatchFailure> {
+    match sessions.get(key).map_err(BatchFailure::redb)? {
+        Some(value) => Ok(codec::decode(value.value())
+            .map(Some)
+            .map_err(AppendError::from)),
+        None => Ok(Ok(None)),
+    }
+}
+
+/// Checks that `events` (one session, dense seqs) continue the log summarised by
+/// `current`, and returns the summary after them.
+pub(crate) fn next_summary(
+    current: Option<SessionSummary>,
+    events: &[Event],
+) -> Result<SessionSummary, AppendError> {
+    let mut summary = match (current, events.first()) {
+        (_, None) => return Err(AppendError::Storage("empty append".into())),
+        (Some(summary), Some(first)) => {
+            if summary.deleted {
+                return Err(AppendError::SessionDeleted);
+            }
+            let expected = summary.last_seq.next();
+            if first.seq != expected {
+                return Err(AppendError::SeqMismatch {
+                    expected,
+                    got: first.seq,
+                });
+            }
+            summary
+        }
+        (None, Some(first)) => {
+            let EventKind::SessionCreated { config } = &first.kind else {
+                return Err(AppendError::UnknownSession);
+            };
+            if first.seq != Seq::FIRST {
+                return Err(AppendError::SeqMismatch {
+                    expected: Seq::FIRST,
+                    got: first.seq,
+                });
+            }
+            SessionSummary {
+                id: first.session_id,
+                title: config.title.clone(),
+                cwd: config.cwd.clone(),
+                model: config.model.clone(),
+                created_at_ms: first.at_ms,
+                updated_at_ms: first.at_ms,
+                last_seq: Seq(0),
+                deleted: false,
+                node: None,
+            }
+        }
+    };
+    for event in events {
+        if summary.deleted {
+            return Err(AppendError::SessionDeleted);
+        }
+        match &event.kind {
+            EventKind::TitleSet { title, .. } => summary.title = Some(title.clone()),
+            EventKind::SessionDeleted {} => summary.deleted = true,
+            _ => {}
+        }
+        summary.last_seq = event.seq;
+        summary.updated_at_ms = event.at_ms;
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;
