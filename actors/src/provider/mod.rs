@@ -11,7 +11,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
+pub mod classify;
+pub mod config;
+pub mod http;
 pub mod retry;
+pub mod wire;
 
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
