@@ -131,3 +131,11 @@ pub trait WireDecoder: Send + std::fmt::Debug {
 pub(crate) fn interrupted(message: impl Into<String>) -> ProviderError {
     ProviderError::new(ErrorClass::StreamInterrupted, message)
 }
+
+#[cfg(test)]
+#[path = "decode_tests.rs"]
+mod decode_tests;
+
+#[cfg(test)]
+#[path = "encode_tests.rs"]
+mod encode_tests;
