@@ -172,7 +172,7 @@ async fn rate_limit_429_carries_retry_after_ms() {
 async fn connection_cut_mid_stream_is_stream_interrupted() {
     let mut reply = sse(fixture("anthropic/thinking_text_tool_use.sse"));
     let signal = Arc::new(tokio::sync::Notify::new());
-    reply.cut_after = Some(10);
+    reply.cut_after = Some(16);
     reply.cut_signal = Some(signal.clone());
     let (url, _) = server(vec![reply]).await;
     let client = client(ProviderKind::Anthropic, &url);
