@@ -52,10 +52,10 @@ fn facts(v: &Value) -> Facts {
     };
     Facts {
         code: pick("code"),
-        kind: {
-            let t = pick("type");
-            if t == "error" { text_of(inner.get("status")) } else { t }
-        },
+        kind: [text_of(inner.get("type")), text_of(inner.get("status")), text_of(v.get("type"))]
+            .into_iter()
+            .find(|t| !t.is_empty() && t != "error")
+            .unwrap_or_default(),
         message: pick("message"),
     }
 }
@@ -295,3 +295,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let secs = u64::try_from(secs).ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros((frac_ms * 1000.0) as u64))
 }
+
+#[cfg(test)]
+#[path = "classify_tests.rs"]
+mod tests;
