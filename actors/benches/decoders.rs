@@ -57,7 +57,8 @@ fn decoders(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(kind.as_str(), |b| {
             b.iter(|| {
-                let input = futures::stream::iter(chunks.clone().into_iter().map(Ok::<_, TransportError>));
+                let input =
+                    futures::stream::iter(chunks.clone().into_iter().map(Ok::<_, TransportError>));
                 let n = futures::executor::block_on(
                     decode_sse(input, kind.decoder(), SseLimits::default()).count(),
                 );

@@ -25,14 +25,23 @@ fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
         .filter(|p| p.to_string_lossy().ends_with(suffix))
         .collect();
     out.sort();
-    assert!(!out.is_empty(), "no *{suffix} fixtures in {}", dir.display());
+    assert!(
+        !out.is_empty(),
+        "no *{suffix} fixtures in {}",
+        dir.display()
+    );
     out
 }
 
 async fn decode(kind: ProviderKind, chunks: Vec<Vec<u8>>) -> Vec<StreamEvent> {
-    let bytes =
-        futures::stream::iter(chunks.into_iter().map(|c| Ok::<_, TransportError>(Bytes::from(c))));
-    decode_sse(bytes, kind.decoder(), SseLimits::default()).collect().await
+    let bytes = futures::stream::iter(
+        chunks
+            .into_iter()
+            .map(|c| Ok::<_, TransportError>(Bytes::from(c))),
+    );
+    decode_sse(bytes, kind.decoder(), SseLimits::default())
+        .collect()
+        .await
 }
 
 /// The aggregate in the fixture's expected shape.
@@ -42,7 +51,10 @@ fn summarize(events: &[StreamEvent]) -> Value {
         .filter(|e| matches!(e, StreamEvent::Done { .. } | StreamEvent::Error { .. }))
         .count();
     assert_eq!(finals, 1, "exactly one final event: {events:?}");
-    assert!(matches!(events.last(), Some(StreamEvent::Done { .. } | StreamEvent::Error { .. })));
+    assert!(matches!(
+        events.last(),
+        Some(StreamEvent::Done { .. } | StreamEvent::Error { .. })
+    ));
     let mut agg = StreamAggregate::new();
     for e in events {
         agg.apply(e);
@@ -76,8 +88,9 @@ async fn every_stream_fixture_decodes_to_its_aggregate_under_any_chunking() {
     for kind in ProviderKind::ALL {
         for sse in files(&fixtures().join(kind.as_str()), ".sse") {
             let body = std::fs::read(&sse).unwrap();
-            let want =
-                expected(&PathBuf::from(sse.to_string_lossy().replace(".sse", ".expected.json")));
+            let want = expected(&PathBuf::from(
+                sse.to_string_lossy().replace(".sse", ".expected.json"),
+            ));
             let name = sse.file_name().unwrap().to_string_lossy().into_owned();
 
             let whole = summarize(&decode(kind, vec![body.clone()]).await);

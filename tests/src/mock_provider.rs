@@ -120,14 +120,23 @@ impl MockProvider {
                 .route(&format!("/v1{path}"), axum::routing::post(handle));
         }
         let app = app.with_state(shared.clone());
-        #[expect(clippy::expect_used, reason = "test harness: no port is a broken environment")]
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        #[expect(
+            clippy::expect_used,
+            reason = "test harness: no port is a broken environment"
+        )]
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
         #[expect(clippy::expect_used, reason = "test harness")]
         let addr = listener.local_addr().expect("local addr");
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { addr, shared, server }
+        Self {
+            addr,
+            shared,
+            server,
+        }
     }
 
     /// `http://127.0.0.1:PORT` (append `/v1` for OpenAI-style base URLs, or not: both
@@ -140,13 +149,21 @@ impl MockProvider {
     /// Queues a response; responses are consumed in order. With none queued, requests get
     /// a 500 JSON error.
     pub fn push(&self, response: MockResponse) {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).queue.push_back(response);
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .queue
+            .push_back(response);
     }
 
     /// Every request received so far, in order.
     #[must_use]
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner).requests.clone()
+        self.shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .requests
+            .clone()
     }
 }
 
@@ -156,7 +173,12 @@ impl Drop for MockProvider {
     }
 }
 
-async fn handle(State(shared): State<Arc<Mutex<Shared>>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let recorded = RecordedRequest {
         path: uri.path().to_owned(),
         headers: headers
@@ -173,7 +195,8 @@ async fn handle(State(shared): State<Arc<Mutex<Shared>>>, uri: Uri, headers: Hea
     let next = next.unwrap_or_else(|| {
         MockResponse::json(500, &serde_json::json!({"error": {"message": "mock provider: no response queued", "type": "server_error"}}))
     });
-    let mut builder = Response::builder().status(StatusCode::from_u16(next.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    let mut builder = Response::builder()
+        .status(StatusCode::from_u16(next.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
     for (k, v) in &next.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
@@ -183,14 +206,22 @@ async fn handle(State(shared): State<Arc<Mutex<Shared>>>, uri: Uri, headers: Hea
     let body = futures::stream::unfold(chunks, move |mut chunks| async move {
         let (i, chunk) = chunks.next()?;
         if cut.is_some_and(|n| i >= n) {
-            return Some((Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "mock cut")), chunks));
+            return Some((
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "mock cut",
+                )),
+                chunks,
+            ));
         }
         if i > 0 && !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         Some((Ok(chunk), chunks))
     });
-    builder.body(Body::from_stream(body)).unwrap_or_else(|_| Response::new(Body::from("bad mock response")))
+    builder
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| Response::new(Body::from("bad mock response")))
 }
 
 /// Splits text into a few deltas the way token streams do (at word boundaries).
@@ -224,7 +255,10 @@ pub mod openai_chat {
     fn tail(finish: &str) -> String {
         let usage = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1_764_400_000,
             "model": "mock-1", "choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 7, "total_tokens": 49}});
-        format!("{}data: {usage}\n\ndata: [DONE]\n\n", chunk(&json!({}), Some(finish)))
+        format!(
+            "{}data: {usage}\n\ndata: [DONE]\n\n",
+            chunk(&json!({}), Some(finish))
+        )
     }
 
     /// A text answer: role chunk, content deltas, finish `stop`, usage chunk (42 in,
@@ -243,11 +277,17 @@ pub mod openai_chat {
     #[must_use]
     pub fn tool_call(id: &str, name: &str, args_json: &str) -> String {
         let mid = args_json.len() / 2;
-        let mid = (0..=mid).rev().find(|i| args_json.is_char_boundary(*i)).unwrap_or(0);
+        let mid = (0..=mid)
+            .rev()
+            .find(|i| args_json.is_char_boundary(*i))
+            .unwrap_or(0);
         let mut out = chunk(&json!({"role": "assistant", "content": null}), None);
         out.push_str(&chunk(&json!({"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}), None));
         for part in [&args_json[..mid], &args_json[mid..]] {
-            out.push_str(&chunk(&json!({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}), None));
+            out.push_str(&chunk(
+                &json!({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}),
+                None,
+            ));
         }
         out + &tail("tool_calls")
     }
@@ -258,19 +298,24 @@ pub mod anthropic {
     use serde_json::{Value, json};
 
     fn event(v: &Value) -> String {
-        format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or("message"))
+        format!(
+            "event: {}\ndata: {v}\n\n",
+            v["type"].as_str().unwrap_or("message")
+        )
     }
 
     fn head() -> String {
-        event(&json!({"type": "message_start", "message": {"id": "msg_mock", "type": "message", "role": "assistant",
+        event(
+            &json!({"type": "message_start", "message": {"id": "msg_mock", "type": "message", "role": "assistant",
             "model": "mock-2", "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 250, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}))
-            + &event(&json!({"type": "ping"}))
+            "usage": {"input_tokens": 250, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
+        ) + &event(&json!({"type": "ping"}))
     }
 
     fn tail(stop: &str) -> String {
-        event(&json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 9}}))
-            + &event(&json!({"type": "message_stop"}))
+        event(
+            &json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        ) + &event(&json!({"type": "message_stop"}))
     }
 
     /// A text answer in one text block; usage 250 in, 9 out; `end_turn`.
@@ -303,7 +348,10 @@ pub mod responses {
     use serde_json::{Value, json};
 
     fn event(v: &Value) -> String {
-        format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or("message"))
+        format!(
+            "event: {}\ndata: {v}\n\n",
+            v["type"].as_str().unwrap_or("message")
+        )
     }
 
     fn created() -> String {
@@ -312,10 +360,12 @@ pub mod responses {
     }
 
     fn completed() -> String {
-        event(&json!({"type": "response.completed", "response": {"id": "resp_mock", "object": "response",
+        event(
+            &json!({"type": "response.completed", "response": {"id": "resp_mock", "object": "response",
             "status": "completed", "model": "mock-3", "output": [],
             "usage": {"input_tokens": 300, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 40,
-                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 340}}}))
+                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 340}}}),
+        )
     }
 
     /// A text answer (`output_text` deltas); usage 300 in, 40 out.
@@ -325,11 +375,15 @@ pub mod responses {
         out.push_str(&event(&json!({"type": "response.output_item.added", "output_index": 0,
             "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}})));
         for p in super::pieces(text) {
-            out.push_str(&event(&json!({"type": "response.output_text.delta", "item_id": "msg_1",
-                "output_index": 0, "content_index": 0, "delta": p})));
+            out.push_str(&event(
+                &json!({"type": "response.output_text.delta", "item_id": "msg_1",
+                "output_index": 0, "content_index": 0, "delta": p}),
+            ));
         }
-        out.push_str(&event(&json!({"type": "response.output_text.done", "item_id": "msg_1",
-            "output_index": 0, "content_index": 0, "text": text})));
+        out.push_str(&event(
+            &json!({"type": "response.output_text.done", "item_id": "msg_1",
+            "output_index": 0, "content_index": 0, "text": text}),
+        ));
         out + &completed()
     }
 
@@ -341,10 +395,14 @@ pub mod responses {
         let mut out = created();
         out.push_str(&event(&json!({"type": "response.output_item.added", "output_index": 0,
             "item": {"id": item_id, "type": "function_call", "status": "in_progress", "call_id": id, "name": name, "arguments": ""}})));
-        out.push_str(&event(&json!({"type": "response.function_call_arguments.delta", "item_id": item_id,
-            "output_index": 0, "delta": args_json})));
-        out.push_str(&event(&json!({"type": "response.function_call_arguments.done", "item_id": item_id,
-            "output_index": 0, "arguments": args_json})));
+        out.push_str(&event(
+            &json!({"type": "response.function_call_arguments.delta", "item_id": item_id,
+            "output_index": 0, "delta": args_json}),
+        ));
+        out.push_str(&event(
+            &json!({"type": "response.function_call_arguments.done", "item_id": item_id,
+            "output_index": 0, "arguments": args_json}),
+        ));
         out.push_str(&event(&json!({"type": "response.output_item.done", "output_index": 0,
             "item": {"id": item_id, "type": "function_call", "status": "completed", "call_id": id, "name": name, "arguments": args_json}})));
         out + &completed()
@@ -371,10 +429,16 @@ mod tests {
         let mut profile = ProviderProfile::for_kind(kind, "mock-model");
         profile.base_url = mock.base_url();
         let client = HttpModelClient::with_env(profile, &|_| Some("k".into())).unwrap();
-        let request =
-            ModelRequest { messages: vec![Message::User(Input::text("hi"))], ..ModelRequest::default() };
+        let request = ModelRequest {
+            messages: vec![Message::User(Input::text("hi"))],
+            ..ModelRequest::default()
+        };
         let mut agg = StreamAggregate::new();
-        for e in client.stream(request, CancellationToken::new()).collect::<Vec<_>>().await {
+        for e in client
+            .stream(request, CancellationToken::new())
+            .collect::<Vec<_>>()
+            .await
+        {
             agg.apply(&e);
         }
         agg
@@ -383,17 +447,41 @@ mod tests {
     #[tokio::test]
     async fn builders_decode_through_the_real_client_for_every_protocol() {
         let mock = MockProvider::start().await;
-        let builders: [(ProviderKind, fn(&str) -> String, fn(&str, &str, &str) -> String); 3] = [
-            (ProviderKind::OpenaiChat, openai_chat::text, openai_chat::tool_call),
-            (ProviderKind::Anthropic, anthropic::text, anthropic::tool_call),
-            (ProviderKind::OpenaiResponses, responses::text, responses::tool_call),
+        let builders: [(
+            ProviderKind,
+            fn(&str) -> String,
+            fn(&str, &str, &str) -> String,
+        ); 3] = [
+            (
+                ProviderKind::OpenaiChat,
+                openai_chat::text,
+                openai_chat::tool_call,
+            ),
+            (
+                ProviderKind::Anthropic,
+                anthropic::text,
+                anthropic::tool_call,
+            ),
+            (
+                ProviderKind::OpenaiResponses,
+                responses::text,
+                responses::tool_call,
+            ),
         ];
         for (kind, text, tool_call) in builders {
             mock.push(MockResponse::sse(text("Hello there, world.")));
             let msg = run(&mock, kind).await.to_message();
-            assert_eq!((msg.text.as_str(), msg.finish_reason), ("Hello there, world.", Some(FinishReason::Stop)), "{kind}");
+            assert_eq!(
+                (msg.text.as_str(), msg.finish_reason),
+                ("Hello there, world.", Some(FinishReason::Stop)),
+                "{kind}"
+            );
 
-            mock.push(MockResponse::sse(tool_call("call_1", "read_file", r#"{"path":"é.txt"}"#)));
+            mock.push(MockResponse::sse(tool_call(
+                "call_1",
+                "read_file",
+                r#"{"path":"é.txt"}"#,
+            )));
             let msg = run(&mock, kind).await.to_message();
             assert_eq!(
                 msg.tool_calls,
@@ -410,21 +498,37 @@ mod tests {
         let paths: Vec<String> = mock.requests().into_iter().map(|r| r.path).collect();
         assert_eq!(
             paths,
-            ["/chat/completions", "/chat/completions", "/v1/messages", "/v1/messages", "/responses", "/responses"]
+            [
+                "/chat/completions",
+                "/chat/completions",
+                "/v1/messages",
+                "/v1/messages",
+                "/responses",
+                "/responses"
+            ]
         );
         assert_eq!(mock.requests()[2].headers["x-api-key"], "k");
-        assert_eq!(mock.requests()[0].body["messages"], json!([{"role": "user", "content": "hi"}]));
+        assert_eq!(
+            mock.requests()[0].body["messages"],
+            json!([{"role": "user", "content": "hi"}])
+        );
     }
 
     #[tokio::test]
     async fn json_errors_and_empty_queue_classify() {
         let mock = MockProvider::start().await;
         mock.push(
-            MockResponse::json(429, &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}))
-                .header("retry-after", "2"),
+            MockResponse::json(
+                429,
+                &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+            )
+            .header("retry-after", "2"),
         );
         let err = run(&mock, ProviderKind::Anthropic).await.error.unwrap();
-        assert_eq!((err.class, err.retry_after_ms), (ErrorClass::RateLimited, Some(2000)));
+        assert_eq!(
+            (err.class, err.retry_after_ms),
+            (ErrorClass::RateLimited, Some(2000))
+        );
         let err = run(&mock, ProviderKind::OpenaiChat).await.error.unwrap();
         assert_eq!((err.class, err.status), (ErrorClass::Server, Some(500)));
     }

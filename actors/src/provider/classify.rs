@@ -42,7 +42,11 @@ fn facts(v: &Value) -> Facts {
     let inner = match v.get("error") {
         Some(e @ Value::Object(_)) => e,
         Some(Value::String(s)) => {
-            return Facts { message: s.clone(), code: text_of(v.get("code")), kind: text_of(v.get("type")) };
+            return Facts {
+                message: s.clone(),
+                code: text_of(v.get("code")),
+                kind: text_of(v.get("type")),
+            };
         }
         _ => v,
     };
@@ -52,10 +56,14 @@ fn facts(v: &Value) -> Facts {
     };
     Facts {
         code: pick("code"),
-        kind: [text_of(inner.get("type")), text_of(inner.get("status")), text_of(v.get("type"))]
-            .into_iter()
-            .find(|t| !t.is_empty() && t != "error")
-            .unwrap_or_default(),
+        kind: [
+            text_of(inner.get("type")),
+            text_of(inner.get("status")),
+            text_of(v.get("type")),
+        ]
+        .into_iter()
+        .find(|t| !t.is_empty() && t != "error")
+        .unwrap_or_default(),
         message: pick("message"),
     }
 }
@@ -69,28 +77,83 @@ fn class_of(status: Option<u16>, f: &Facts) -> ErrorClass {
     let ids = format!("{} {}", f.code, f.kind).to_ascii_lowercase();
     let msg = f.message.to_ascii_lowercase();
     let all = format!("{ids} {msg}");
-    if any(&ids, &["context_length_exceeded", "exceed_context", "context_window_exceeded", "string_above_max_length"])
-        || any(&msg, &[
-            "context length", "context window", "context size", "context limit", "maximum context",
-            "prompt is too long", "exceed context", "exceeds the context", "prompt too long",
-            "input is too long", "too many input tokens", "reduce the length of the",
-        ])
-    {
+    if any(
+        &ids,
+        &[
+            "context_length_exceeded",
+            "exceed_context",
+            "context_window_exceeded",
+            "string_above_max_length",
+        ],
+    ) || any(
+        &msg,
+        &[
+            "context length",
+            "context window",
+            "context size",
+            "context limit",
+            "maximum context",
+            "prompt is too long",
+            "exceed context",
+            "exceeds the context",
+            "prompt too long",
+            "input is too long",
+            "too many input tokens",
+            "reduce the length of the",
+        ],
+    ) {
         return ErrorClass::ContextOverflow;
     }
-    let names_output_cap = any(&msg, &["max_tokens", "max_output_tokens", "max_completion_tokens", "output tokens"]);
+    let names_output_cap = any(
+        &msg,
+        &[
+            "max_tokens",
+            "max_output_tokens",
+            "max_completion_tokens",
+            "output tokens",
+        ],
+    );
     if names_output_cap
-        && any(&msg, &["maximum allowed", "too large", "exceeds", "at most", "must be less", "> ", "greater than"])
+        && any(
+            &msg,
+            &[
+                "maximum allowed",
+                "too large",
+                "exceeds",
+                "at most",
+                "must be less",
+                "> ",
+                "greater than",
+            ],
+        )
     {
         return ErrorClass::OutputLimit;
     }
     if status == Some(402)
-        || any(&all, &["insufficient_quota", "billing", "credit balance", "exceeded your current quota", "insufficient balance", "payment required"])
+        || any(
+            &all,
+            &[
+                "insufficient_quota",
+                "billing",
+                "credit balance",
+                "exceeded your current quota",
+                "insufficient balance",
+                "payment required",
+            ],
+        )
     {
         return ErrorClass::QuotaExhausted;
     }
     if matches!(status, Some(401 | 403))
-        || any(&ids, &["authentication", "invalid_api_key", "permission", "unauthorized"])
+        || any(
+            &ids,
+            &[
+                "authentication",
+                "invalid_api_key",
+                "permission",
+                "unauthorized",
+            ],
+        )
         || any(&msg, &["api key", "unauthorized", "authentication"])
     {
         return ErrorClass::Auth;
@@ -101,14 +164,35 @@ fn class_of(status: Option<u16>, f: &Facts) -> ErrorClass {
     if matches!(status, Some(503 | 529)) || any(&all, &["overloaded", "unavailable", "capacity"]) {
         return ErrorClass::Overloaded;
     }
-    if any(&all, &["content_filter", "content_policy", "content policy", "content management policy", "safety system", "flagged"]) {
+    if any(
+        &all,
+        &[
+            "content_filter",
+            "content_policy",
+            "content policy",
+            "content management policy",
+            "safety system",
+            "flagged",
+        ],
+    ) {
         return ErrorClass::ContentPolicy;
     }
     match status {
         Some(s) if s >= 500 => ErrorClass::Server,
         Some(408 | 409 | 425) => ErrorClass::Server,
         Some(s) if s >= 400 => ErrorClass::InvalidRequest,
-        _ if any(&ids, &["invalid_request", "not_found", "invalid_value", "bad_request"]) => ErrorClass::InvalidRequest,
+        _ if any(
+            &ids,
+            &[
+                "invalid_request",
+                "not_found",
+                "invalid_value",
+                "bad_request",
+            ],
+        ) =>
+        {
+            ErrorClass::InvalidRequest
+        }
         _ => ErrorClass::Server,
     }
 }
@@ -129,15 +213,35 @@ pub fn classify_http_error(status: u16, headers: &HeaderMap, body: &str) -> Prov
 
 /// [`classify_http_error`] with an explicit clock (for reset timestamps in headers).
 #[must_use]
-pub fn classify_http_error_at(status: u16, headers: &HeaderMap, body: &str, now: SystemTime) -> ProviderError {
-    let f = serde_json::from_str::<Value>(body).map(|v| facts(&v)).unwrap_or_else(|_| Facts {
-        message: body.trim().to_owned(),
-        ..Facts::default()
-    });
+pub fn classify_http_error_at(
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    now: SystemTime,
+) -> ProviderError {
+    let f = serde_json::from_str::<Value>(body)
+        .map(|v| facts(&v))
+        .unwrap_or_else(|_| Facts {
+            message: body.trim().to_owned(),
+            ..Facts::default()
+        });
     let class = class_of(Some(status), &f);
-    let message = if f.message.is_empty() { format!("HTTP {status}") } else { truncate(f.message.clone()) };
-    let retry_after_ms = if class.is_transient() { retry_after_ms(headers, &f.message, now) } else { None };
-    ProviderError { class, message, retry_after_ms, status: Some(status) }
+    let message = if f.message.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        truncate(f.message.clone())
+    };
+    let retry_after_ms = if class.is_transient() {
+        retry_after_ms(headers, &f.message, now)
+    } else {
+        None
+    };
+    ProviderError {
+        class,
+        message,
+        retry_after_ms,
+        status: Some(status),
+    }
 }
 
 /// Classifies an error object received inside a 2xx stream: an OpenAI `{"error": …}`
@@ -147,9 +251,21 @@ pub fn classify_http_error_at(status: u16, headers: &HeaderMap, body: &str, now:
 pub fn classify_stream_error(error: &Value) -> ProviderError {
     let f = facts(error);
     let class = class_of(None, &f);
-    let message = if f.message.is_empty() { "error in stream".to_owned() } else { truncate(f.message.clone()) };
-    let retry_after_ms = class.is_transient().then(|| retry_after_from_text(&f.message)).flatten();
-    ProviderError { class, message, retry_after_ms, status: None }
+    let message = if f.message.is_empty() {
+        "error in stream".to_owned()
+    } else {
+        truncate(f.message.clone())
+    };
+    let retry_after_ms = class
+        .is_transient()
+        .then(|| retry_after_from_text(&f.message))
+        .flatten();
+    ProviderError {
+        class,
+        message,
+        retry_after_ms,
+        status: None,
+    }
 }
 
 /// Classifies a JSON body received with status 200 where an event stream was expected:
@@ -157,16 +273,28 @@ pub fn classify_stream_error(error: &Value) -> ProviderError {
 #[must_use]
 pub fn classify_json_body(body: &str) -> ProviderError {
     match serde_json::from_str::<Value>(body) {
-        Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) || v.get("object").and_then(Value::as_str) == Some("error") || v.get("type").and_then(Value::as_str) == Some("error") => {
+        Ok(v)
+            if v.get("error").is_some_and(|e| !e.is_null())
+                || v.get("object").and_then(Value::as_str) == Some("error")
+                || v.get("type").and_then(Value::as_str) == Some("error") =>
+        {
             classify_stream_error(&v)
         }
-        Ok(Value::Array(items)) if items.first().is_some_and(|i| i.get("error").is_some()) => classify_stream_error(&Value::Array(items)),
-        _ => ProviderError::new(ErrorClass::InvalidRequest, "expected an event stream, got a JSON body"),
+        Ok(Value::Array(items)) if items.first().is_some_and(|i| i.get("error").is_some()) => {
+            classify_stream_error(&Value::Array(items))
+        }
+        _ => ProviderError::new(
+            ErrorClass::InvalidRequest,
+            "expected an event stream, got a JSON body",
+        ),
     }
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
 }
 
 /// The wait the provider asked for, in milliseconds: `retry-after-ms`, `retry-after`
@@ -188,7 +316,9 @@ pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Op
     }
     let mut resets: Vec<u64> = Vec::new();
     for (name, value) in headers {
-        let (name, Ok(value)) = (name.as_str(), value.to_str()) else { continue };
+        let (name, Ok(value)) = (name.as_str(), value.to_str()) else {
+            continue;
+        };
         if name.starts_with("anthropic-ratelimit-") && name.ends_with("-reset") {
             if let Some(at) = parse_rfc3339(value.trim()) {
                 resets.push(until(at, now));
@@ -206,7 +336,11 @@ pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Op
 }
 
 fn until(at: SystemTime, now: SystemTime) -> u64 {
-    at.duration_since(now).unwrap_or(Duration::ZERO).as_millis().try_into().unwrap_or(u64::MAX)
+    at.duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .as_millis()
+        .try_into()
+        .unwrap_or(u64::MAX)
 }
 
 static RETRY_TEXT: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -239,10 +373,14 @@ pub fn parse_go_duration(text: &str) -> Option<u64> {
         return None;
     }
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let n: f64 = rest[..num_len].parse().ok()?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let factor = match &rest[..unit_len] {
             "ms" => 1.0,
             "s" | "" => 1000.0,
@@ -280,7 +418,8 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
         "Z" | "z" => 0,
         o if o.len() == 6 => {
             let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (o.get(1..3)?.parse::<i64>().ok()? * 3600 + o.get(4..6)?.parse::<i64>().ok()? * 60)
+            sign * (o.get(1..3)?.parse::<i64>().ok()? * 3600
+                + o.get(4..6)?.parse::<i64>().ok()? * 60)
         }
         _ => return None,
     };
@@ -293,7 +432,11 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_s;
     let secs = u64::try_from(secs).ok()?;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros((frac_ms * 1000.0) as u64))
+    Some(
+        SystemTime::UNIX_EPOCH
+            + Duration::from_secs(secs)
+            + Duration::from_micros((frac_ms * 1000.0) as u64),
+    )
 }
 
 #[cfg(test)]

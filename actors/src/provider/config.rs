@@ -66,10 +66,18 @@ impl ProviderProfile {
     #[must_use]
     pub fn for_kind(kind: ProviderKind, model: impl Into<String>) -> Self {
         let (base_url, key, idle, window) = match kind {
-            ProviderKind::Anthropic => ("https://api.anthropic.com", "ANTHROPIC_API_KEY", ANTHROPIC_IDLE_TIMEOUT_MS, 200_000),
-            ProviderKind::OpenaiChat | ProviderKind::OpenaiResponses => {
-                ("https://api.openai.com/v1", "OPENAI_API_KEY", DEFAULT_IDLE_TIMEOUT_MS, 128_000)
-            }
+            ProviderKind::Anthropic => (
+                "https://api.anthropic.com",
+                "ANTHROPIC_API_KEY",
+                ANTHROPIC_IDLE_TIMEOUT_MS,
+                200_000,
+            ),
+            ProviderKind::OpenaiChat | ProviderKind::OpenaiResponses => (
+                "https://api.openai.com/v1",
+                "OPENAI_API_KEY",
+                DEFAULT_IDLE_TIMEOUT_MS,
+                128_000,
+            ),
         };
         Self {
             name: kind.as_str().to_owned(),
@@ -121,7 +129,9 @@ pub enum ConfigError {
         message: String,
     },
     /// No profile or protocol kind has this name.
-    #[error("unknown provider profile `{0}` (define [profiles.{0}] or use openai-chat, anthropic, openai-responses)")]
+    #[error(
+        "unknown provider profile `{0}` (define [profiles.{0}] or use openai-chat, anthropic, openai-responses)"
+    )]
     UnknownProfile(String),
     /// A profile lacks a required field.
     #[error("provider profile `{profile}` needs `{field}`")]
@@ -181,9 +191,22 @@ impl ProfileToml {
     /// Field-by-field override: `other`'s set fields win.
     fn merge(&mut self, other: Self) {
         macro_rules! take { ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* } }
-        take!(kind, base_url, model, api_key_env, api_key_optional, context_window, max_output_tokens, idle_timeout_ms, connect_timeout_ms, retry);
+        take!(
+            kind,
+            base_url,
+            model,
+            api_key_env,
+            api_key_optional,
+            context_window,
+            max_output_tokens,
+            idle_timeout_ms,
+            connect_timeout_ms,
+            retry
+        );
         if let Some(h) = other.extra_headers {
-            self.extra_headers.get_or_insert_with(BTreeMap::new).extend(h);
+            self.extra_headers
+                .get_or_insert_with(BTreeMap::new)
+                .extend(h);
         }
     }
 }
@@ -202,7 +225,10 @@ impl ProviderConfig {
     /// # Errors
     /// [`ConfigError::Parse`] when the text is not a valid config.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.message().to_owned() })
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+        })
     }
 
     /// Loads and merges the given files in order (later ones override); missing files are
@@ -216,7 +242,12 @@ impl ProviderConfig {
             let text = match std::fs::read_to_string(path) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(ConfigError::Read { path: path.clone(), message: e.to_string() }),
+                Err(e) => {
+                    return Err(ConfigError::Read {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    });
+                }
             };
             for (name, profile) in Self::parse(&text, path)?.profiles {
                 config.profiles.entry(name).or_default().merge(profile);
@@ -250,7 +281,9 @@ impl ProviderConfig {
         base_url_override: Option<&str>,
         model_override: Option<&str>,
     ) -> Result<ProviderProfile, ConfigError> {
-        self.resolve_with_env(name_or_kind, base_url_override, model_override, &|k| std::env::var(k).ok())
+        self.resolve_with_env(name_or_kind, base_url_override, model_override, &|k| {
+            std::env::var(k).ok()
+        })
     }
 
     /// [`Self::resolve`] with an explicit environment lookup (tests).
@@ -265,11 +298,20 @@ impl ProviderConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ProviderProfile, ConfigError> {
         let configured = self.profiles.get(name_or_kind);
-        let mut profile = match (configured, ProviderProfile::builtin(name_or_kind), ProviderKind::from_name(name_or_kind)) {
+        let mut profile = match (
+            configured,
+            ProviderProfile::builtin(name_or_kind),
+            ProviderKind::from_name(name_or_kind),
+        ) {
             (Some(t), builtin, kind) => {
-                let kind = t.kind.or(builtin.as_ref().map(|b| b.kind)).or(kind).ok_or_else(|| {
-                    ConfigError::Missing { profile: name_or_kind.to_owned(), field: "kind" }
-                })?;
+                let kind = t
+                    .kind
+                    .or(builtin.as_ref().map(|b| b.kind))
+                    .or(kind)
+                    .ok_or_else(|| ConfigError::Missing {
+                        profile: name_or_kind.to_owned(),
+                        field: "kind",
+                    })?;
                 let mut p = builtin.filter(|b| b.kind == kind).unwrap_or_else(|| {
                     let mut p = ProviderProfile::for_kind(kind, "");
                     if t.base_url.is_some() {
@@ -302,7 +344,10 @@ impl ProviderConfig {
         }
         profile.base_url = profile.base_url.trim_end_matches('/').to_owned();
         if profile.model.is_empty() {
-            return Err(ConfigError::Missing { profile: profile.name, field: "model" });
+            return Err(ConfigError::Missing {
+                profile: profile.name,
+                field: "model",
+            });
         }
         Ok(profile)
     }

@@ -41,8 +41,11 @@ idle_timeout_ms = 5000
 extra_headers = { "x-b" = "2" }
 "#,
     );
-    let config = ProviderConfig::load_files(&[global, project, dir.path().join("missing.toml")]).unwrap();
-    let p = config.resolve_with_env("local", None, None, &no_env).unwrap();
+    let config =
+        ProviderConfig::load_files(&[global, project, dir.path().join("missing.toml")]).unwrap();
+    let p = config
+        .resolve_with_env("local", None, None, &no_env)
+        .unwrap();
     let mut headers = BTreeMap::new();
     headers.insert("x-a".to_owned(), "1".to_owned());
     headers.insert("x-b".to_owned(), "2".to_owned());
@@ -60,7 +63,10 @@ extra_headers = { "x-b" = "2" }
             extra_headers: headers,
             idle_timeout_ms: 5000,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            retry: RetryPolicy { max_attempts: 2, ..RetryPolicy::default() },
+            retry: RetryPolicy {
+                max_attempts: 2,
+                ..RetryPolicy::default()
+            },
         }
     );
 }
@@ -68,27 +74,60 @@ extra_headers = { "x-b" = "2" }
 #[test]
 fn builtins_kind_names_and_openai_base_url_env() {
     let config = ProviderConfig::default();
-    let anthropic = config.resolve_with_env("anthropic", None, Some("claude-x"), &no_env).unwrap();
+    let anthropic = config
+        .resolve_with_env("anthropic", None, Some("claude-x"), &no_env)
+        .unwrap();
     assert_eq!(
-        (anthropic.kind, anthropic.base_url.as_str(), anthropic.model.as_str(), anthropic.api_key_env.as_deref()),
-        (ProviderKind::Anthropic, "https://api.anthropic.com", "claude-x", Some("ANTHROPIC_API_KEY"))
+        (
+            anthropic.kind,
+            anthropic.base_url.as_str(),
+            anthropic.model.as_str(),
+            anthropic.api_key_env.as_deref()
+        ),
+        (
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com",
+            "claude-x",
+            Some("ANTHROPIC_API_KEY")
+        )
     );
     assert_eq!(anthropic.idle_timeout_ms, ANTHROPIC_IDLE_TIMEOUT_MS);
 
     let env = |k: &str| (k == "OPENAI_BASE_URL").then(|| "http://gw.local/v1".to_owned());
     let openai = config.resolve_with_env("openai", None, None, &env).unwrap();
-    assert_eq!((openai.base_url.as_str(), openai.model.as_str()), ("http://gw.local/v1", "gpt-4.1"));
+    assert_eq!(
+        (openai.base_url.as_str(), openai.model.as_str()),
+        ("http://gw.local/v1", "gpt-4.1")
+    );
 
     let direct = config
-        .resolve_with_env("openai-responses", Some("http://127.0.0.1:9/v1"), Some("m"), &no_env)
+        .resolve_with_env(
+            "openai-responses",
+            Some("http://127.0.0.1:9/v1"),
+            Some("m"),
+            &no_env,
+        )
         .unwrap();
     assert_eq!(
-        (direct.name.as_str(), direct.kind, direct.base_url.as_str(), direct.api_key_optional),
-        ("openai-responses", ProviderKind::OpenaiResponses, "http://127.0.0.1:9/v1", true)
+        (
+            direct.name.as_str(),
+            direct.kind,
+            direct.base_url.as_str(),
+            direct.api_key_optional
+        ),
+        (
+            "openai-responses",
+            ProviderKind::OpenaiResponses,
+            "http://127.0.0.1:9/v1",
+            true
+        )
     );
     assert_eq!(
         config.resolve_with_env("openai-chat", Some("http://x"), None, &no_env),
-        Err(ConfigError::Missing { profile: "openai-chat".into(), field: "model" })
+        Err(ConfigError::Missing {
+            profile: "openai-chat".into(),
+            field: "model"
+        })
     );
     assert_eq!(
         config.resolve_with_env("nope", None, None, &no_env),
@@ -99,13 +138,23 @@ fn builtins_kind_names_and_openai_base_url_env() {
 #[test]
 fn invalid_file_and_missing_kind_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let bad = write(dir.path(), "bad.toml", "[profiles.x]\nkind = \"carrier-pigeon\"\n");
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "[profiles.x]\nkind = \"carrier-pigeon\"\n",
+    );
     let err = ProviderConfig::load_files(std::slice::from_ref(&bad)).unwrap_err();
-    assert!(matches!(&err, ConfigError::Parse { path, .. } if *path == bad), "{err}");
+    assert!(
+        matches!(&err, ConfigError::Parse { path, .. } if *path == bad),
+        "{err}"
+    );
     let nokind = write(dir.path(), "nokind.toml", "[profiles.x]\nmodel = \"m\"\n");
     let config = ProviderConfig::load_files(&[nokind]).unwrap();
     assert_eq!(
         config.resolve_with_env("x", None, None, &no_env),
-        Err(ConfigError::Missing { profile: "x".into(), field: "kind" })
+        Err(ConfigError::Missing {
+            profile: "x".into(),
+            field: "kind"
+        })
     );
 }

@@ -52,22 +52,36 @@ impl HttpModelClient {
     ///
     /// # Errors
     /// As [`Self::new`].
-    pub fn with_env(profile: ProviderProfile, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    pub fn with_env(
+        profile: ProviderProfile,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let key = match &profile.api_key_env {
             None => None,
             Some(var) => match env(var).filter(|k| !k.trim().is_empty()) {
                 Some(k) => Some(k.trim().to_owned()),
                 None if profile.api_key_optional => None,
                 None => {
-                    return Err(ConfigError::MissingApiKey { profile: profile.name.clone(), env: var.clone() });
+                    return Err(ConfigError::MissingApiKey {
+                        profile: profile.name.clone(),
+                        env: var.clone(),
+                    });
                 }
             },
         };
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(profile.connect_timeout_ms))
             .build()
-            .map_err(|e| ConfigError::Invalid { profile: profile.name.clone(), message: e.to_string() })?;
-        Ok(Self { profile, api_key: key.map(ApiKey), client, limits: SseLimits::default() })
+            .map_err(|e| ConfigError::Invalid {
+                profile: profile.name.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            profile,
+            api_key: key.map(ApiKey),
+            client,
+            limits: SseLimits::default(),
+        })
     }
 
     /// The profile this client was built from.
@@ -92,7 +106,11 @@ impl HttpModelClient {
         }
         let encoded = self.profile.kind.encode(&request);
         let url = format!("{}{}", self.profile.base_url, encoded.path);
-        let mut rb = self.client.post(url).header("accept", "text/event-stream").json(&encoded.body);
+        let mut rb = self
+            .client
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(&encoded.body);
         for (name, value) in encoded.headers {
             rb = rb.header(name, value);
         }
@@ -112,7 +130,11 @@ fn error_stream(error: ProviderError) -> BoxStream<'static, StreamEvent> {
 }
 
 fn send_error(e: reqwest::Error) -> ProviderError {
-    let class = if e.is_builder() { ErrorClass::InvalidRequest } else { ErrorClass::Network };
+    let class = if e.is_builder() {
+        ErrorClass::InvalidRequest
+    } else {
+        ErrorClass::Network
+    };
     ProviderError::new(class, format!("request failed: {}", e.without_url()))
 }
 
@@ -135,24 +157,34 @@ fn idle_bytes(
     idle: Duration,
 ) -> impl Stream<Item = Result<Bytes, TransportError>> + Send + 'static {
     let after_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-    stream::unfold((Box::pin(body), false), move |(mut body, failed)| async move {
-        if failed {
-            return None;
-        }
-        match tokio::time::timeout(idle, body.next()).await {
-            Err(_) => Some((Err(TransportError::Idle { after_ms }), (body, true))),
-            Ok(None) => None,
-            Ok(Some(Ok(chunk))) => Some((Ok(chunk), (body, false))),
-            Ok(Some(Err(e))) => Some((Err(TransportError::Io(e.without_url().to_string())), (body, true))),
-        }
-    })
+    stream::unfold(
+        (Box::pin(body), false),
+        move |(mut body, failed)| async move {
+            if failed {
+                return None;
+            }
+            match tokio::time::timeout(idle, body.next()).await {
+                Err(_) => Some((Err(TransportError::Idle { after_ms }), (body, true))),
+                Ok(None) => None,
+                Ok(Some(Ok(chunk))) => Some((Ok(chunk), (body, false))),
+                Ok(Some(Err(e))) => Some((
+                    Err(TransportError::Io(e.without_url().to_string())),
+                    (body, true),
+                )),
+            }
+        },
+    )
 }
 
 impl ModelClient for HttpModelClient {
     /// # Cancel safety
     /// Dropping the stream or cancelling `cancel` drops the response and closes the
     /// connection; the stream then ends without a final event.
-    fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> BoxStream<'static, StreamEvent> {
+    fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent> {
         let builder = self.build(request);
         let kind = self.profile.kind;
         let limits = self.limits;
@@ -174,9 +206,16 @@ impl ModelClient for HttpModelClient {
                 let body = read_capped(response, idle).await;
                 return error_stream(classify_http_error(status.as_u16(), &headers, &body));
             }
-            decode_sse(idle_bytes(response.bytes_stream(), idle), kind.decoder(), limits)
+            decode_sse(
+                idle_bytes(response.bytes_stream(), idle),
+                kind.decoder(),
+                limits,
+            )
         };
-        stream::once(response).flatten().take_until(cancel.cancelled_owned()).boxed()
+        stream::once(response)
+            .flatten()
+            .take_until(cancel.cancelled_owned())
+            .boxed()
     }
 
     fn context_window(&self) -> u64 {

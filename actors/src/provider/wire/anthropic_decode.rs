@@ -17,9 +17,16 @@ use std::collections::HashMap;
 #[derive(Debug)]
 enum Block {
     Text,
-    Thinking { text: String, signature: String },
+    Thinking {
+        text: String,
+        signature: String,
+    },
     Redacted,
-    Tool { dense: u32, got_delta: bool, start_input: Option<Value> },
+    Tool {
+        dense: u32,
+        got_delta: bool,
+        start_input: Option<Value>,
+    },
     Other,
 }
 
@@ -62,7 +69,9 @@ impl AnthropicDecoder {
         let state = match str_at(block, "type") {
             Some("text") => {
                 if let Some(text) = str_at(block, "text").filter(|t| !t.is_empty()) {
-                    out.push(StreamEvent::TextDelta { text: text.to_owned() });
+                    out.push(StreamEvent::TextDelta {
+                        text: text.to_owned(),
+                    });
                 }
                 Block::Text
             }
@@ -76,7 +85,9 @@ impl AnthropicDecoder {
             }
             Some("redacted_thinking") => {
                 let data = str_at(block, "data").unwrap_or_default().to_owned();
-                out.push(StreamEvent::ReasoningPart { part: ReasoningPart::Redacted { data } });
+                out.push(StreamEvent::ReasoningPart {
+                    part: ReasoningPart::Redacted { data },
+                });
                 Block::Redacted
             }
             Some("tool_use") => {
@@ -93,7 +104,11 @@ impl AnthropicDecoder {
                     .get("input")
                     .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
                     .cloned();
-                Block::Tool { dense, got_delta: false, start_input }
+                Block::Tool {
+                    dense,
+                    got_delta: false,
+                    start_input,
+                }
             }
             _ => Block::Other,
         };
@@ -101,23 +116,34 @@ impl AnthropicDecoder {
     }
 
     fn block_delta(&mut self, index: u64, delta: &Value, out: &mut Vec<StreamEvent>) {
-        let Some(block) = self.blocks.get_mut(&index) else { return };
+        let Some(block) = self.blocks.get_mut(&index) else {
+            return;
+        };
         match (block, str_at(delta, "type")) {
             (Block::Text, Some("text_delta")) => {
                 if let Some(text) = str_at(delta, "text").filter(|t| !t.is_empty()) {
-                    out.push(StreamEvent::TextDelta { text: text.to_owned() });
+                    out.push(StreamEvent::TextDelta {
+                        text: text.to_owned(),
+                    });
                 }
             }
             (Block::Thinking { text, .. }, Some("thinking_delta")) => {
                 if let Some(piece) = str_at(delta, "thinking").filter(|t| !t.is_empty()) {
                     text.push_str(piece);
-                    out.push(StreamEvent::ReasoningDelta { text: piece.to_owned() });
+                    out.push(StreamEvent::ReasoningDelta {
+                        text: piece.to_owned(),
+                    });
                 }
             }
             (Block::Thinking { signature, .. }, Some("signature_delta")) => {
                 signature.push_str(str_at(delta, "signature").unwrap_or_default());
             }
-            (Block::Tool { dense, got_delta, .. }, Some("input_json_delta")) => {
+            (
+                Block::Tool {
+                    dense, got_delta, ..
+                },
+                Some("input_json_delta"),
+            ) => {
                 let piece = str_at(delta, "partial_json").unwrap_or_default();
                 if !piece.is_empty() {
                     *got_delta = true;
@@ -138,9 +164,15 @@ impl AnthropicDecoder {
         match self.blocks.remove(&index) {
             Some(Block::Thinking { text, signature }) => {
                 let signature = (!signature.is_empty()).then_some(signature);
-                out.push(StreamEvent::ReasoningPart { part: ReasoningPart::Thinking { text, signature } });
+                out.push(StreamEvent::ReasoningPart {
+                    part: ReasoningPart::Thinking { text, signature },
+                });
             }
-            Some(Block::Tool { dense, got_delta: false, start_input: Some(input) }) => {
+            Some(Block::Tool {
+                dense,
+                got_delta: false,
+                start_input: Some(input),
+            }) => {
                 out.push(StreamEvent::ToolCallDelta {
                     index: dense,
                     id: None,
@@ -188,7 +220,9 @@ impl WireDecoder for AnthropicDecoder {
             "content_block_start" => {
                 self.block_start(index, v.get("content_block").unwrap_or(&Value::Null), out);
             }
-            "content_block_delta" => self.block_delta(index, v.get("delta").unwrap_or(&Value::Null), out),
+            "content_block_delta" => {
+                self.block_delta(index, v.get("delta").unwrap_or(&Value::Null), out)
+            }
             "content_block_stop" => self.block_stop(index, out),
             "message_delta" => {
                 if let Some(reason) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
@@ -199,13 +233,16 @@ impl WireDecoder for AnthropicDecoder {
                 }
             }
             "message_stop" => self.terminal.done(self.stop_reason, out),
-            "error" => self.terminal.error(classify::classify_stream_error(&v), out),
+            "error" => self
+                .terminal
+                .error(classify::classify_stream_error(&v), out),
             _ => {}
         }
     }
 
     fn finish(&mut self, out: &mut Vec<StreamEvent>) {
-        self.terminal.error(interrupted("stream ended before message_stop"), out);
+        self.terminal
+            .error(interrupted("stream ended before message_stop"), out);
     }
 
     fn is_finished(&self) -> bool {

@@ -63,7 +63,10 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
             }
         }
     }
-    let messages: Vec<Value> = turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
     let mut body = json!({
         "model": request.model,
         "max_tokens": request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -82,7 +85,10 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     }
     EncodedRequest {
         path: "/v1/messages",
-        headers: vec![("content-type", "application/json".into()), ("anthropic-version", "2023-06-01".into())],
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("anthropic-version", "2023-06-01".into()),
+        ],
         body,
     }
 }
@@ -92,11 +98,16 @@ fn assistant(msg: &AssistantMessage) -> Vec<Value> {
     if !msg.interrupted {
         for part in &msg.reasoning_parts {
             match part {
-                ReasoningPart::Thinking { text, signature: Some(sig) } if !sig.is_empty() => {
+                ReasoningPart::Thinking {
+                    text,
+                    signature: Some(sig),
+                } if !sig.is_empty() => {
                     blocks.push(json!({"type": "thinking", "thinking": text, "signature": sig}));
                 }
                 ReasoningPart::Thinking { .. } => {}
-                ReasoningPart::Redacted { data } => blocks.push(json!({"type": "redacted_thinking", "data": data})),
+                ReasoningPart::Redacted { data } => {
+                    blocks.push(json!({"type": "redacted_thinking", "data": data}))
+                }
             }
         }
     }
@@ -107,8 +118,14 @@ fn assistant(msg: &AssistantMessage) -> Vec<Value> {
         blocks.push(json!({"type": "text", "text": msg.text}));
     }
     for call in &msg.tool_calls {
-        let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
-        blocks.push(json!({"type": "tool_use", "id": call.id.as_str(), "name": call.name, "input": input}));
+        let input = if call.arguments.is_object() {
+            call.arguments.clone()
+        } else {
+            json!({})
+        };
+        blocks.push(
+            json!({"type": "tool_use", "id": call.id.as_str(), "name": call.name, "input": input}),
+        );
     }
     blocks
 }

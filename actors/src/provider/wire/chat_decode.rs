@@ -45,7 +45,11 @@ impl ChatDecoder {
             if let Some(pos) = self.slots.iter().rposition(|s| s.id.as_deref() == Some(id)) {
                 return pos;
             }
-            if let Some(pos) = self.slots.iter().rposition(|s| s.id.is_none() && s.wire_index == wire_index && wire_index.is_some()) {
+            if let Some(pos) = self
+                .slots
+                .iter()
+                .rposition(|s| s.id.is_none() && s.wire_index == wire_index && wire_index.is_some())
+            {
                 self.slots[pos].id = Some(id.to_owned());
                 return pos;
             }
@@ -115,7 +119,11 @@ impl ChatDecoder {
         let b = str_at(delta, "reasoning").filter(|s| !s.is_empty());
         let pieces = match (a, b) {
             (Some(a), Some(b)) if a == b => vec![(false, a)],
-            (a, b) => a.map(|a| (false, a)).into_iter().chain(b.map(|b| (true, b))).collect(),
+            (a, b) => a
+                .map(|a| (false, a))
+                .into_iter()
+                .chain(b.map(|b| (true, b)))
+                .collect(),
         };
         for (field, piece) in pieces {
             if let Some((last_field, last)) = &self.last_reasoning {
@@ -124,7 +132,9 @@ impl ChatDecoder {
                 }
             }
             self.last_reasoning = Some((field, piece.to_owned()));
-            out.push(StreamEvent::ReasoningDelta { text: piece.to_owned() });
+            out.push(StreamEvent::ReasoningDelta {
+                text: piece.to_owned(),
+            });
         }
     }
 
@@ -135,8 +145,12 @@ impl ChatDecoder {
         let usage = Usage {
             input_tokens: u64_at(u, "prompt_tokens").unwrap_or(0),
             output_tokens: u64_at(u, "completion_tokens").unwrap_or(0),
-            cached_input_tokens: u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64),
-            reasoning_tokens: u.pointer("/completion_tokens_details/reasoning_tokens").and_then(Value::as_u64),
+            cached_input_tokens: u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64),
+            reasoning_tokens: u
+                .pointer("/completion_tokens_details/reasoning_tokens")
+                .and_then(Value::as_u64),
         };
         if self.last_usage != Some(usage) {
             self.last_usage = Some(usage);
@@ -155,11 +169,16 @@ impl ChatDecoder {
             return;
         }
         if let Some(choices) = v.get("choices").and_then(Value::as_array) {
-            for choice in choices.iter().filter(|c| u64_at(c, "index").unwrap_or(0) == 0) {
+            for choice in choices
+                .iter()
+                .filter(|c| u64_at(c, "index").unwrap_or(0) == 0)
+            {
                 if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
                     self.reasoning(delta, out);
                     if let Some(text) = str_at(delta, "content").filter(|s| !s.is_empty()) {
-                        out.push(StreamEvent::TextDelta { text: text.to_owned() });
+                        out.push(StreamEvent::TextDelta {
+                            text: text.to_owned(),
+                        });
                     }
                     if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                         for tc in calls {
@@ -203,7 +222,8 @@ impl WireDecoder for ChatDecoder {
         }
         match serde_json::from_str::<Value>(data) {
             Ok(v) if event == "error" && v.get("error").is_none() => {
-                self.terminal.error(classify::classify_stream_error(&v), out);
+                self.terminal
+                    .error(classify::classify_stream_error(&v), out);
             }
             Ok(v) => self.chunk(&v, out),
             Err(_) => tracing::debug!(len = data.len(), "ignoring non-JSON chat stream event"),
@@ -214,7 +234,8 @@ impl WireDecoder for ChatDecoder {
         if self.finish_seen {
             self.terminal.done(self.finish_reason, out);
         } else {
-            self.terminal.error(interrupted("stream ended before a finish reason"), out);
+            self.terminal
+                .error(interrupted("stream ended before a finish reason"), out);
         }
     }
 

@@ -3,7 +3,9 @@
 //! See <https://platform.openai.com/docs/api-reference/chat/create>.
 
 use super::EncodedRequest;
-use super::common::{TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text};
+use super::common::{
+    TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+};
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Input, Message};
 use serde_json::{Value, json};
@@ -27,8 +29,11 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
             Message::User(input) => messages.push(user(input, request)),
             Message::Assistant(msg) => messages.push(assistant(msg)),
             Message::Tool(t) => {
-                let content =
-                    if t.is_error { format!("{TOOL_ERROR_PREFIX}{}", t.content) } else { t.content.clone() };
+                let content = if t.is_error {
+                    format!("{TOOL_ERROR_PREFIX}{}", t.content)
+                } else {
+                    t.content.clone()
+                };
                 messages.push(json!({"role": "tool", "tool_call_id": t.tool_call_id.as_str(), "content": content}));
             }
         }
@@ -52,7 +57,11 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     if let Some(max) = request.max_output_tokens {
         body["max_completion_tokens"] = json!(max);
     }
-    EncodedRequest { path: "/chat/completions", headers: vec![("content-type", "application/json".into())], body }
+    EncodedRequest {
+        path: "/chat/completions",
+        headers: vec![("content-type", "application/json".into())],
+        body,
+    }
 }
 
 fn user(input: &Input, request: &ModelRequest) -> Value {

@@ -24,7 +24,10 @@ pub(crate) fn user_text(input: &Input) -> String {
         parts.push(input.text.clone());
     }
     for el in &input.selected_elements {
-        parts.push(format!("[selected element `{}` on {}]\n{}", el.selector, el.url, el.text));
+        parts.push(format!(
+            "[selected element `{}` on {}]\n{}",
+            el.selector, el.url, el.text
+        ));
     }
     parts.join("\n\n")
 }
@@ -38,7 +41,12 @@ pub(crate) fn user_images<'a>(
     input
         .images
         .iter()
-        .map(|r| request.images.get(&r.id).ok_or_else(|| format!("[image {} unavailable]", r.id)))
+        .map(|r| {
+            request
+                .images
+                .get(&r.id)
+                .ok_or_else(|| format!("[image {} unavailable]", r.id))
+        })
         .collect()
 }
 

@@ -54,7 +54,11 @@ async fn chat_mirrored_reasoning_counts_once_and_calls_at_index_zero_split_by_id
     .concat();
     let agg = agg(ProviderKind::OpenaiChat, &body).await;
     assert_eq!(agg.reasoning, "Think.More.");
-    let calls: Vec<_> = agg.tool_calls().into_iter().map(|c| (c.id.0, c.name, c.arguments)).collect();
+    let calls: Vec<_> = agg
+        .tool_calls()
+        .into_iter()
+        .map(|c| (c.id.0, c.name, c.arguments))
+        .collect();
     assert_eq!(
         calls,
         vec![
@@ -64,7 +68,14 @@ async fn chat_mirrored_reasoning_counts_once_and_calls_at_index_zero_split_by_id
         ]
     );
     assert_eq!(agg.finish_reason(), Some(FinishReason::ToolCalls));
-    assert_eq!(agg.usage, Some(Usage { input_tokens: 3, output_tokens: 4, ..Usage::default() }));
+    assert_eq!(
+        agg.usage,
+        Some(Usage {
+            input_tokens: 3,
+            output_tokens: 4,
+            ..Usage::default()
+        })
+    );
 }
 
 #[tokio::test]
@@ -77,15 +88,28 @@ async fn chat_usage_in_finish_chunk_unknown_reason_and_empty_choices() {
         "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2}}\n\n",
     );
     let agg = agg(ProviderKind::OpenaiChat, body).await;
-    assert_eq!((agg.text.as_str(), agg.finish_reason()), ("hi", Some(FinishReason::Other)));
-    assert_eq!(agg.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((1, 2)));
+    assert_eq!(
+        (agg.text.as_str(), agg.finish_reason()),
+        ("hi", Some(FinishReason::Other))
+    );
+    assert_eq!(
+        agg.usage.map(|u| (u.input_tokens, u.output_tokens)),
+        Some((1, 2))
+    );
 }
 
 #[tokio::test]
 async fn chat_eof_without_finish_is_stream_interrupted() {
-    let agg = agg(ProviderKind::OpenaiChat, &chat(json!({"content": "par"}), None)).await;
+    let agg = agg(
+        ProviderKind::OpenaiChat,
+        &chat(json!({"content": "par"}), None),
+    )
+    .await;
     assert_eq!(agg.text, "par");
-    assert_eq!(agg.error.map(|e| e.class), Some(ErrorClass::StreamInterrupted));
+    assert_eq!(
+        agg.error.map(|e| e.class),
+        Some(ErrorClass::StreamInterrupted)
+    );
 }
 
 #[tokio::test]
@@ -94,7 +118,9 @@ async fn json_error_body_with_status_200_is_classified() {
     for kind in ProviderKind::ALL {
         let events = run(kind, body, SseLimits::default()).await;
         assert_eq!(events.len(), 1);
-        let StreamEvent::Error { error } = &events[0] else { panic!("{events:?}") };
+        let StreamEvent::Error { error } = &events[0] else {
+            panic!("{events:?}")
+        };
         assert_eq!(error.class, ErrorClass::ContextOverflow);
     }
 }
@@ -102,8 +128,17 @@ async fn json_error_body_with_status_200_is_classified() {
 #[tokio::test]
 async fn oversized_event_fails_the_stream() {
     let body = format!("data: {}\n\n", "x".repeat(100));
-    let events = run(ProviderKind::OpenaiChat, &body, SseLimits { max_event_bytes: 64 }).await;
-    assert!(matches!(&events[..], [StreamEvent::Error { error }] if error.class == ErrorClass::InvalidRequest));
+    let events = run(
+        ProviderKind::OpenaiChat,
+        &body,
+        SseLimits {
+            max_event_bytes: 64,
+        },
+    )
+    .await;
+    assert!(
+        matches!(&events[..], [StreamEvent::Error { error }] if error.class == ErrorClass::InvalidRequest)
+    );
 }
 
 fn anthropic_stop(reason: &str) -> String {
@@ -150,13 +185,21 @@ async fn anthropic_thinking_signature_and_redacted_become_parts() {
     assert_eq!(
         agg.reasoning_parts,
         vec![
-            ReasoningPart::Redacted { data: "EncR==".into() },
-            ReasoningPart::Thinking { text: "Hm.".into(), signature: Some("U2ln".into()) },
+            ReasoningPart::Redacted {
+                data: "EncR==".into()
+            },
+            ReasoningPart::Thinking {
+                text: "Hm.".into(),
+                signature: Some("U2ln".into())
+            },
         ]
     );
     assert_eq!(agg.reasoning, "Hm.");
     let calls = agg.tool_calls();
-    assert_eq!((calls[0].id.clone(), calls[0].arguments.clone()), (ToolCallId::new("t"), json!({"a": 1})));
+    assert_eq!(
+        (calls[0].id.clone(), calls[0].arguments.clone()),
+        (ToolCallId::new("t"), json!({"a": 1}))
+    );
     assert_eq!(agg.finish_reason(), Some(FinishReason::ToolCalls));
 }
 
@@ -187,5 +230,8 @@ async fn responses_incomplete_is_length_and_whole_arguments_count_once() {
     assert_eq!(args, "{\"command\":\"ls\"}");
     assert_eq!(agg.text, "ok");
     assert_eq!(agg.finish_reason(), Some(FinishReason::Length));
-    assert_eq!(agg.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((9, 8)));
+    assert_eq!(
+        agg.usage.map(|u| (u.input_tokens, u.output_tokens)),
+        Some((9, 8))
+    );
 }

@@ -15,14 +15,23 @@ use serde_json::json;
 
 fn request() -> ModelRequest {
     let mut images = std::collections::BTreeMap::new();
-    images.insert("img1".to_owned(), ImageData { media_type: "image/png".into(), base64: "iVBO".into() });
+    images.insert(
+        "img1".to_owned(),
+        ImageData {
+            media_type: "image/png".into(),
+            base64: "iVBO".into(),
+        },
+    );
     ModelRequest {
         model: "m".into(),
         system: "Be brief.".into(),
         messages: vec![
             Message::User(Input {
                 text: "Look".into(),
-                images: vec![AttachmentRef { id: "img1".into(), media_type: None }],
+                images: vec![AttachmentRef {
+                    id: "img1".into(),
+                    media_type: None,
+                }],
                 ..Input::default()
             }),
             Message::Assistant(AssistantMessage {
@@ -37,9 +46,17 @@ fn request() -> ModelRequest {
                 finish_reason: Some(FinishReason::ToolCalls),
                 ..AssistantMessage::default()
             }),
-            Message::Tool(ToolMessage { tool_call_id: ToolCallId::new("c1"), content: "denied".into(), is_error: true }),
+            Message::Tool(ToolMessage {
+                tool_call_id: ToolCallId::new("c1"),
+                content: "denied".into(),
+                is_error: true,
+            }),
         ],
-        tools: vec![ToolSchema { name: "shell".into(), description: "Run".into(), parameters: json!({"type": "object"}) }],
+        tools: vec![ToolSchema {
+            name: "shell".into(),
+            description: "Run".into(),
+            parameters: json!({"type": "object"}),
+        }],
         max_output_tokens: None,
         images,
     }
@@ -75,7 +92,10 @@ fn openai_chat_body() {
 fn anthropic_body_has_default_max_tokens_images_and_is_error() {
     let enc = ProviderKind::Anthropic.encode(&request());
     assert_eq!(enc.path, "/v1/messages");
-    assert!(enc.headers.contains(&("anthropic-version", "2023-06-01".to_owned())));
+    assert!(
+        enc.headers
+            .contains(&("anthropic-version", "2023-06-01".to_owned()))
+    );
     assert_eq!(
         enc.body,
         json!({
@@ -134,12 +154,22 @@ async fn anthropic_thinking_signature_round_trips() {
     .unwrap();
     let bytes = futures::stream::iter([Ok::<_, TransportError>(Bytes::from(sse))]);
     let mut agg = StreamAggregate::new();
-    for e in decode_sse(bytes, ProviderKind::Anthropic.decoder(), SseLimits::default()).collect::<Vec<_>>().await {
+    for e in decode_sse(
+        bytes,
+        ProviderKind::Anthropic.decoder(),
+        SseLimits::default(),
+    )
+    .collect::<Vec<_>>()
+    .await
+    {
         agg.apply(&e);
     }
     let req = ModelRequest {
         model: "m".into(),
-        messages: vec![Message::User(Input::text("go")), Message::Assistant(agg.to_message())],
+        messages: vec![
+            Message::User(Input::text("go")),
+            Message::Assistant(agg.to_message()),
+        ],
         ..ModelRequest::default()
     };
     let body = ProviderKind::Anthropic.encode(&req).body;
@@ -168,11 +198,18 @@ fn interrupted_reasoning_is_sent_once_as_marked_text_and_redacted_kept() {
     };
     let req = ModelRequest {
         model: "m".into(),
-        messages: vec![Message::Assistant(msg), Message::User(Input::text("go on")), Message::Assistant(done)],
+        messages: vec![
+            Message::Assistant(msg),
+            Message::User(Input::text("go on")),
+            Message::Assistant(done),
+        ],
         ..ModelRequest::default()
     };
     let chat = ProviderKind::OpenaiChat.encode(&req).body;
-    assert_eq!(chat["messages"][0], json!({"role": "assistant", "content": "[interrupted reasoning] I was thinking\n\nPart"}));
+    assert_eq!(
+        chat["messages"][0],
+        json!({"role": "assistant", "content": "[interrupted reasoning] I was thinking\n\nPart"})
+    );
     let anth = ProviderKind::Anthropic.encode(&req).body;
     assert_eq!(
         anth["messages"],

@@ -42,7 +42,10 @@ impl ResponsesDecoder {
         if str_at(item, "type") != Some("function_call") {
             return;
         }
-        let item_id = str_at(item, "id").or_else(|| str_at(item, "call_id")).unwrap_or_default().to_owned();
+        let item_id = str_at(item, "id")
+            .or_else(|| str_at(item, "call_id"))
+            .unwrap_or_default()
+            .to_owned();
         if self.calls.contains_key(&item_id) {
             return;
         }
@@ -50,7 +53,9 @@ impl ResponsesDecoder {
         let arguments = str_at(item, "arguments").unwrap_or_default().to_owned();
         out.push(StreamEvent::ToolCallDelta {
             index: dense,
-            id: str_at(item, "call_id").or_else(|| str_at(item, "id")).map(ToolCallId::new),
+            id: str_at(item, "call_id")
+                .or_else(|| str_at(item, "id"))
+                .map(ToolCallId::new),
             name: str_at(item, "name").map(str::to_owned),
             arguments: arguments.clone(),
             extra: None,
@@ -58,18 +63,26 @@ impl ResponsesDecoder {
         if let Some(i) = u64_at(v, "output_index") {
             self.by_output_index.insert(i, item_id.clone());
         }
-        self.calls.insert(item_id, Call { dense, got_arguments: !arguments.is_empty() });
+        self.calls.insert(
+            item_id,
+            Call {
+                dense,
+                got_arguments: !arguments.is_empty(),
+            },
+        );
     }
 
     fn call_for(&mut self, v: &Value) -> Option<&mut Call> {
-        let id = str_at(v, "item_id")
-            .map(str::to_owned)
-            .or_else(|| u64_at(v, "output_index").and_then(|i| self.by_output_index.get(&i).cloned()))?;
+        let id = str_at(v, "item_id").map(str::to_owned).or_else(|| {
+            u64_at(v, "output_index").and_then(|i| self.by_output_index.get(&i).cloned())
+        })?;
         self.calls.get_mut(&id)
     }
 
     fn arguments_whole(&mut self, v: &Value, arguments: Option<&str>, out: &mut Vec<StreamEvent>) {
-        let Some(arguments) = arguments.filter(|a| !a.is_empty()) else { return };
+        let Some(arguments) = arguments.filter(|a| !a.is_empty()) else {
+            return;
+        };
         if let Some(call) = self.call_for(v) {
             if !call.got_arguments {
                 call.got_arguments = true;
@@ -85,23 +98,38 @@ impl ResponsesDecoder {
     }
 
     fn reasoning_delta(&mut self, v: &Value, out: &mut Vec<StreamEvent>) {
-        let Some(delta) = str_at(v, "delta").filter(|d| !d.is_empty()) else { return };
-        let key = (str_at(v, "item_id").unwrap_or_default().to_owned(), u64_at(v, "summary_index").unwrap_or(0));
+        let Some(delta) = str_at(v, "delta").filter(|d| !d.is_empty()) else {
+            return;
+        };
+        let key = (
+            str_at(v, "item_id").unwrap_or_default().to_owned(),
+            u64_at(v, "summary_index").unwrap_or(0),
+        );
         if self.last_summary.as_ref().is_some_and(|last| *last != key) {
-            out.push(StreamEvent::ReasoningDelta { text: "\n\n".to_owned() });
+            out.push(StreamEvent::ReasoningDelta {
+                text: "\n\n".to_owned(),
+            });
         }
         self.last_summary = Some(key);
-        out.push(StreamEvent::ReasoningDelta { text: delta.to_owned() });
+        out.push(StreamEvent::ReasoningDelta {
+            text: delta.to_owned(),
+        });
     }
 
     fn usage(response: &Value, out: &mut Vec<StreamEvent>) {
-        let Some(u) = response.get("usage").filter(|u| u.is_object()) else { return };
+        let Some(u) = response.get("usage").filter(|u| u.is_object()) else {
+            return;
+        };
         out.push(StreamEvent::Usage {
             usage: Usage {
                 input_tokens: u64_at(u, "input_tokens").unwrap_or(0),
                 output_tokens: u64_at(u, "output_tokens").unwrap_or(0),
-                cached_input_tokens: u.pointer("/input_tokens_details/cached_tokens").and_then(Value::as_u64),
-                reasoning_tokens: u.pointer("/output_tokens_details/reasoning_tokens").and_then(Value::as_u64),
+                cached_input_tokens: u
+                    .pointer("/input_tokens_details/cached_tokens")
+                    .and_then(Value::as_u64),
+                reasoning_tokens: u
+                    .pointer("/output_tokens_details/reasoning_tokens")
+                    .and_then(Value::as_u64),
             },
         });
     }
@@ -158,7 +186,8 @@ impl WireDecoder for ResponsesDecoder {
                 let item = v.get("item").unwrap_or(&Value::Null);
                 if str_at(item, "type") == Some("function_call") {
                     self.item_added(&v, out);
-                    let probe = serde_json::json!({"item_id": str_at(item, "id").unwrap_or_default()});
+                    let probe =
+                        serde_json::json!({"item_id": str_at(item, "id").unwrap_or_default()});
                     self.arguments_whole(&probe, str_at(item, "arguments"), out);
                 }
             }
@@ -168,21 +197,30 @@ impl WireDecoder for ResponsesDecoder {
             }
             "response.incomplete" => {
                 Self::usage(response, out);
-                let reason = response.pointer("/incomplete_details/reason").and_then(Value::as_str);
+                let reason = response
+                    .pointer("/incomplete_details/reason")
+                    .and_then(Value::as_str);
                 self.terminal.done(Some(map_incomplete_reason(reason)), out);
             }
             "response.failed" => {
                 Self::usage(response, out);
-                let error = response.get("error").filter(|e| !e.is_null()).unwrap_or(response);
-                self.terminal.error(classify::classify_stream_error(error), out);
+                let error = response
+                    .get("error")
+                    .filter(|e| !e.is_null())
+                    .unwrap_or(response);
+                self.terminal
+                    .error(classify::classify_stream_error(error), out);
             }
-            "error" => self.terminal.error(classify::classify_stream_error(&v), out),
+            "error" => self
+                .terminal
+                .error(classify::classify_stream_error(&v), out),
             _ => {}
         }
     }
 
     fn finish(&mut self, out: &mut Vec<StreamEvent>) {
-        self.terminal.error(interrupted("stream ended before response.completed"), out);
+        self.terminal
+            .error(interrupted("stream ended before response.completed"), out);
     }
 
     fn is_finished(&self) -> bool {

@@ -3,7 +3,9 @@
 //! See <https://platform.openai.com/docs/api-reference/responses/create>.
 
 use super::EncodedRequest;
-use super::common::{TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text};
+use super::common::{
+    TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+};
 use crate::provider::ModelRequest;
 use foya_protocol::Message;
 use serde_json::{Value, json};
@@ -55,7 +57,11 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                 }
             }
             Message::Tool(t) => {
-                let output = if t.is_error { format!("{TOOL_ERROR_PREFIX}{}", t.content) } else { t.content.clone() };
+                let output = if t.is_error {
+                    format!("{TOOL_ERROR_PREFIX}{}", t.content)
+                } else {
+                    t.content.clone()
+                };
                 input.push(json!({"type": "function_call_output", "call_id": t.tool_call_id.as_str(), "output": output}));
             }
         }
@@ -74,5 +80,9 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     if let Some(max) = request.max_output_tokens {
         body["max_output_tokens"] = json!(max);
     }
-    EncodedRequest { path: "/responses", headers: vec![("content-type", "application/json".into())], body }
+    EncodedRequest {
+        path: "/responses",
+        headers: vec![("content-type", "application/json".into())],
+        body,
+    }
 }

@@ -23,7 +23,9 @@ pub struct SseLimits {
 
 impl Default for SseLimits {
     fn default() -> Self {
-        Self { max_event_bytes: 16 * 1024 * 1024 }
+        Self {
+            max_event_bytes: 16 * 1024 * 1024,
+        }
     }
 }
 
@@ -73,7 +75,14 @@ struct Scanner {
 
 impl Scanner {
     fn new(max: usize) -> Self {
-        Self { max, json: None, json_buf: Vec::new(), line_len: 0, since_blank: 0, prev_cr: false }
+        Self {
+            max,
+            json: None,
+            json_buf: Vec::new(),
+            line_len: 0,
+            since_blank: 0,
+            prev_cr: false,
+        }
     }
 
     /// Checks a chunk; returns the bytes to hand to the SSE parser (empty in JSON mode).
@@ -134,10 +143,9 @@ pub fn decode_sse<S>(
 where
     S: Stream<Item = Result<Bytes, TransportError>> + Send + 'static,
 {
-    let framed = bytes
-        .map(Some)
-        .chain(stream::once(async { None }))
-        .scan(Scanner::new(limits.max_event_bytes), |scanner, item| {
+    let framed = bytes.map(Some).chain(stream::once(async { None })).scan(
+        Scanner::new(limits.max_event_bytes),
+        |scanner, item| {
             let out = match item {
                 Some(Ok(chunk)) => scanner.scan(chunk),
                 Some(Err(e)) => Err(Framing::Transport(e)),
@@ -147,7 +155,8 @@ where
                 },
             };
             futures::future::ready(Some(out))
-        });
+        },
+    );
     let events = framed.eventsource();
     let state = (Box::pin(events), decoder, false);
     stream::unfold(state, |(mut events, mut decoder, ended)| async move {
@@ -178,11 +187,13 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
             ProviderError::new(ErrorClass::InvalidRequest, f.to_string())
         }
         EventStreamError::Transport(Framing::JsonBody(body)) => classify::classify_json_body(&body),
-        EventStreamError::Utf8(e) => {
-            ProviderError::new(ErrorClass::StreamInterrupted, format!("invalid UTF-8 in stream: {e}"))
-        }
-        EventStreamError::Parser(e) => {
-            ProviderError::new(ErrorClass::StreamInterrupted, format!("invalid event stream: {e}"))
-        }
+        EventStreamError::Utf8(e) => ProviderError::new(
+            ErrorClass::StreamInterrupted,
+            format!("invalid UTF-8 in stream: {e}"),
+        ),
+        EventStreamError::Parser(e) => ProviderError::new(
+            ErrorClass::StreamInterrupted,
+            format!("invalid event stream: {e}"),
+        ),
     }
 }
