@@ -447,11 +447,12 @@ mod tests {
     #[tokio::test]
     async fn builders_decode_through_the_real_client_for_every_protocol() {
         let mock = MockProvider::start().await;
-        let builders: [(
+        type Builders = (
             ProviderKind,
             fn(&str) -> String,
             fn(&str, &str, &str) -> String,
-        ); 3] = [
+        );
+        let builders: [Builders; 3] = [
             (
                 ProviderKind::OpenaiChat,
                 openai_chat::text,

@@ -323,10 +323,10 @@ pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Op
             if let Some(at) = parse_rfc3339(value.trim()) {
                 resets.push(until(at, now));
             }
-        } else if name.starts_with("x-ratelimit-reset") {
-            if let Some(ms) = parse_go_duration(value.trim()) {
-                resets.push(ms);
-            }
+        } else if name.starts_with("x-ratelimit-reset")
+            && let Some(ms) = parse_go_duration(value.trim())
+        {
+            resets.push(ms);
         }
     }
     if let Some(max) = resets.into_iter().max() {

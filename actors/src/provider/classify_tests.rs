@@ -20,7 +20,8 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 #[test]
 fn retry_after_from_every_source() {
     let now = parse_rfc3339("2026-11-29T21:00:00Z").unwrap();
-    let cases: [(&[(&str, &str)], &str, Option<u64>); 8] = [
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, Option<u64>);
+    let cases: [Case<'_>; 8] = [
         (&[("retry-after-ms", "250")], "", Some(250)),
         (&[("retry-after", "3")], "", Some(3_000)),
         (

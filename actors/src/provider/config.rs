@@ -334,10 +334,11 @@ impl ProviderConfig {
         let explicit_base = configured.is_some_and(|t| t.base_url.is_some());
         if let Some(url) = base_url_override {
             url.clone_into(&mut profile.base_url);
-        } else if profile.kind == ProviderKind::OpenaiChat && !explicit_base {
-            if let Some(url) = env("OPENAI_BASE_URL").filter(|u| !u.is_empty()) {
-                profile.base_url = url;
-            }
+        } else if profile.kind == ProviderKind::OpenaiChat
+            && !explicit_base
+            && let Some(url) = env("OPENAI_BASE_URL").filter(|u| !u.is_empty())
+        {
+            profile.base_url = url;
         }
         if let Some(model) = model_override {
             model.clone_into(&mut profile.model);

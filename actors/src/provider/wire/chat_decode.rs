@@ -126,10 +126,11 @@ impl ChatDecoder {
                 .collect(),
         };
         for (field, piece) in pieces {
-            if let Some((last_field, last)) = &self.last_reasoning {
-                if *last_field != field && last == piece {
-                    continue;
-                }
+            if let Some((last_field, last)) = &self.last_reasoning
+                && *last_field != field
+                && last == piece
+            {
+                continue;
             }
             self.last_reasoning = Some((field, piece.to_owned()));
             out.push(StreamEvent::ReasoningDelta {

@@ -14,11 +14,11 @@ pub(crate) const TOOL_ERROR_PREFIX: &str = "Error: ";
 /// selected page elements, one per paragraph.
 pub(crate) fn user_text(input: &Input) -> String {
     let mut parts: Vec<String> = Vec::new();
-    if let Some(cmd) = &input.command {
-        if input.text.trim().is_empty() {
-            let line = format!("/{} {}", cmd.name, cmd.arguments);
-            parts.push(line.trim_end().to_owned());
-        }
+    if let Some(cmd) = &input.command
+        && input.text.trim().is_empty()
+    {
+        let line = format!("/{} {}", cmd.name, cmd.arguments);
+        parts.push(line.trim_end().to_owned());
     }
     if !input.text.is_empty() {
         parts.push(input.text.clone());

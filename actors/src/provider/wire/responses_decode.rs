@@ -83,17 +83,17 @@ impl ResponsesDecoder {
         let Some(arguments) = arguments.filter(|a| !a.is_empty()) else {
             return;
         };
-        if let Some(call) = self.call_for(v) {
-            if !call.got_arguments {
-                call.got_arguments = true;
-                out.push(StreamEvent::ToolCallDelta {
-                    index: call.dense,
-                    id: None,
-                    name: None,
-                    arguments: arguments.to_owned(),
-                    extra: None,
-                });
-            }
+        if let Some(call) = self.call_for(v)
+            && !call.got_arguments
+        {
+            call.got_arguments = true;
+            out.push(StreamEvent::ToolCallDelta {
+                index: call.dense,
+                id: None,
+                name: None,
+                arguments: arguments.to_owned(),
+                extra: None,
+            });
         }
     }
 

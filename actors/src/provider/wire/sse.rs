@@ -87,10 +87,10 @@ impl Scanner {
 
     /// Checks a chunk; returns the bytes to hand to the SSE parser (empty in JSON mode).
     fn scan(&mut self, chunk: Bytes) -> Result<Bytes, Framing> {
-        if self.json.is_none() {
-            if let Some(&b) = chunk.iter().find(|b| !b.is_ascii_whitespace()) {
-                self.json = Some(b == b'{' || b == b'[');
-            }
+        if self.json.is_none()
+            && let Some(&b) = chunk.iter().find(|b| !b.is_ascii_whitespace())
+        {
+            self.json = Some(b == b'{' || b == b'[');
         }
         if self.json == Some(true) {
             self.json_buf.extend_from_slice(&chunk);
