@@ -64,6 +64,21 @@ pub struct RuntimeConfig {
     pub subscriber_buffer: usize,
 }
 
+impl RuntimeConfig {
+    /// A configuration with the built-in tools, the default retry policy and a
+    /// subscriber buffer of 1024; change the public fields for anything else.
+    pub fn new(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> Self {
+        Self {
+            store,
+            model,
+            models: HashMap::new(),
+            tools: Arc::new(ToolRegistry::builtin()),
+            retry: RetryPolicy::default(),
+            subscriber_buffer: 1024,
+        }
+    }
+}
+
 /// What every actor shares.
 #[derive(Debug)]
 pub(crate) struct RuntimeDeps {

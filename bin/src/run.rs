@@ -48,13 +48,12 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
     let store = crate::data::open_store(&dir).map_err(Failure::Runtime)?;
 
-    let mut config = RuntimeConfig::new(store.clone(), model);
-    config.tools = Arc::new(foya_actors::tools::registry::ToolRegistry::builtin());
+    let config = RuntimeConfig::new(store.clone(), model);
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
         .map_err(Failure::Runtime)?;
-    let outcome = drive(&runtime, &args, cwd, model_name).await;
+    let outcome = drive(&runtime, &store, &args, cwd, model_name).await;
     runtime.shutdown().await;
     outcome
 }
@@ -73,11 +72,10 @@ fn model_client(args: &ProviderArgs, cwd: &Path) -> anyhow::Result<(Arc<dyn Mode
             args.model.clone().unwrap_or_else(|| "scripted".into()),
         ));
     }
-    let profile = foya_actors::provider::config::resolve(
+    let profile = foya_actors::provider::config::ProviderConfig::load(cwd)?.resolve(
         &args.provider,
         args.base_url.as_deref(),
         args.model.as_deref(),
-        cwd,
     )?;
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
@@ -86,6 +84,7 @@ fn model_client(args: &ProviderArgs, cwd: &Path) -> anyhow::Result<(Arc<dyn Mode
 
 async fn drive(
     runtime: &Runtime,
+    store: &foya_storage::Store,
     args: &RunArgs,
     cwd: std::path::PathBuf,
     model: String,
@@ -116,7 +115,7 @@ async fn drive(
     };
     let interactive = std::io::stdin().is_terminal();
     let approver = interactive && args.approval != ApprovalMode::Bypass;
-    let from = runtime
+    let from = store
         .last_seq(session.id())
         .map_err(|e| Failure::Runtime(e.into()))?
         .map_or(Seq::FIRST, Seq::next);

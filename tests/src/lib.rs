@@ -1,1 +1,2 @@
 //! Shared harness for the end-to-end tests. (Being built.)
+pub mod mock_provider;

@@ -12,8 +12,12 @@ use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) mod actor;
+pub mod classify;
+pub mod config;
+pub mod http;
 pub mod retry;
 pub mod scripted;
+pub mod wire;
 
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,0 +1,405 @@
+//! Provider profiles: which protocol, endpoint, model, key variable, limits and retry
+//! policy a model client uses, loaded from TOML.
+//!
+//! Files: `~/.config/foya/config.toml` (global) and `<cwd>/.foya/config.toml` (project);
+//! a project profile overrides the global one of the same name field by field. Built-in
+//! profiles `openai` and `anthropic` exist without any file. A protocol kind name
+//! (`openai-chat`, `anthropic`, `openai-responses`) with `--base-url`/`--model` selects a
+//! protocol directly, without a profile.
+//!
+//! ```toml
+//! [profiles.local]
+//! kind = "openai-chat"
+//! base_url = "http://127.0.0.1:8000/v1"
+//! model = "qwen3"
+//! context_window = 32768
+//! idle_timeout_ms = 60000
+//! [profiles.local.retry]
+//! max_attempts = 2
+//! ```
+
+use super::retry::RetryPolicy;
+use super::wire::ProviderKind;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Default idle timeout (no bytes for this long fails the stream) for Anthropic, whose
+/// extended thinking can be silent for minutes: 300 s.
+pub const ANTHROPIC_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default idle timeout for the other protocols: 120 s.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
+/// Default connect timeout: 10 s.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+/// A resolved provider profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderProfile {
+    /// Profile name (`openai`, a `[profiles.NAME]`, or the kind name when selected directly).
+    pub name: String,
+    /// Wire protocol.
+    pub kind: ProviderKind,
+    /// Base URL without a trailing slash (`https://api.openai.com/v1`, `https://api.anthropic.com`).
+    pub base_url: String,
+    /// Model name sent in requests.
+    pub model: String,
+    /// Name of the environment variable holding the API key; `None`: no key is sent.
+    pub api_key_env: Option<String>,
+    /// When true, a missing key is not an error (local servers); no key is sent then.
+    pub api_key_optional: bool,
+    /// Context window of the model in tokens.
+    pub context_window: u64,
+    /// Default maximum output tokens, when set.
+    pub max_output_tokens: Option<u32>,
+    /// Extra headers sent with every request (e.g. `OpenAI-Organization`, gateway keys).
+    pub extra_headers: BTreeMap<String, String>,
+    /// Fail the stream after this many milliseconds without bytes.
+    pub idle_timeout_ms: u64,
+    /// TCP/TLS connect timeout in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Retry policy of model requests.
+    pub retry: RetryPolicy,
+}
+
+impl ProviderProfile {
+    /// The defaults of a protocol kind (endpoint, key variable, timeouts), for `model`.
+    #[must_use]
+    pub fn for_kind(kind: ProviderKind, model: impl Into<String>) -> Self {
+        let (base_url, key, idle, window) = match kind {
+            ProviderKind::Anthropic => (
+                "https://api.anthropic.com",
+                "ANTHROPIC_API_KEY",
+                ANTHROPIC_IDLE_TIMEOUT_MS,
+                200_000,
+            ),
+            ProviderKind::OpenaiChat | ProviderKind::OpenaiResponses => (
+                "https://api.openai.com/v1",
+                "OPENAI_API_KEY",
+                DEFAULT_IDLE_TIMEOUT_MS,
+                128_000,
+            ),
+        };
+        Self {
+            name: kind.as_str().to_owned(),
+            kind,
+            base_url: base_url.to_owned(),
+            model: model.into(),
+            api_key_env: Some(key.to_owned()),
+            api_key_optional: false,
+            context_window: window,
+            max_output_tokens: None,
+            extra_headers: BTreeMap::new(),
+            idle_timeout_ms: idle,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Built-in profiles: `openai` (openai-chat, `gpt-4.1`) and `anthropic`
+    /// (`claude-sonnet-4-5`).
+    #[must_use]
+    pub fn builtin(name: &str) -> Option<Self> {
+        let mut p = match name {
+            "openai" => Self::for_kind(ProviderKind::OpenaiChat, "gpt-4.1"),
+            "anthropic" => Self::for_kind(ProviderKind::Anthropic, "claude-sonnet-4-5"),
+            _ => return None,
+        };
+        name.clone_into(&mut p.name);
+        Some(p)
+    }
+}
+
+/// A configuration error (one line, fit to show to a user). Never contains a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A config file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        message: String,
+    },
+    /// A config file is not valid TOML or has wrong field types.
+    #[error("invalid config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// No profile or protocol kind has this name.
+    #[error(
+        "unknown provider profile `{0}` (define [profiles.{0}] or use openai-chat, anthropic, openai-responses)"
+    )]
+    UnknownProfile(String),
+    /// A profile lacks a required field.
+    #[error("provider profile `{profile}` needs `{field}`")]
+    Missing {
+        /// The profile.
+        profile: String,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// The API key variable is not set.
+    #[error("provider profile `{profile}` needs an API key: set the environment variable {env}")]
+    MissingApiKey {
+        /// The profile.
+        profile: String,
+        /// The variable to set.
+        env: String,
+    },
+    /// The HTTP client could not be built or a header is invalid.
+    #[error("provider profile `{profile}`: {message}")]
+    Invalid {
+        /// The profile.
+        profile: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One `[profiles.NAME]` table as written; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileToml {
+    /// `openai-chat`, `anthropic` or `openai-responses`.
+    pub kind: Option<ProviderKind>,
+    /// Base URL.
+    pub base_url: Option<String>,
+    /// Model.
+    pub model: Option<String>,
+    /// API key variable name.
+    pub api_key_env: Option<String>,
+    /// Whether a missing key is allowed.
+    pub api_key_optional: Option<bool>,
+    /// Context window in tokens.
+    pub context_window: Option<u64>,
+    /// Maximum output tokens.
+    pub max_output_tokens: Option<u32>,
+    /// Extra headers (merged with the overridden profile's).
+    pub extra_headers: Option<BTreeMap<String, String>>,
+    /// Idle timeout in milliseconds.
+    pub idle_timeout_ms: Option<u64>,
+    /// Connect timeout in milliseconds.
+    pub connect_timeout_ms: Option<u64>,
+    /// Retry policy (missing fields take their defaults).
+    pub retry: Option<RetryPolicy>,
+}
+
+impl ProfileToml {
+    /// Field-by-field override: `other`'s set fields win.
+    fn merge(&mut self, other: Self) {
+        macro_rules! take { ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* } }
+        take!(
+            kind,
+            base_url,
+            model,
+            api_key_env,
+            api_key_optional,
+            context_window,
+            max_output_tokens,
+            idle_timeout_ms,
+            connect_timeout_ms,
+            retry
+        );
+        if let Some(h) = other.extra_headers {
+            self.extra_headers
+                .get_or_insert_with(BTreeMap::new)
+                .extend(h);
+        }
+    }
+}
+
+/// The configuration file's shape.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ProviderConfig {
+    /// Profiles by name.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ProfileToml>,
+}
+
+impl ProviderConfig {
+    /// Parses one file's text (`path` is for messages).
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] when the text is not a valid config.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+        })
+    }
+
+    /// Loads and merges the given files in order (later ones override); missing files are
+    /// skipped.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] / [`ConfigError::Parse`] for an unreadable or invalid file.
+    pub fn load_files(paths: &[PathBuf]) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        for path in paths {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(ConfigError::Read {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    });
+                }
+            };
+            for (name, profile) in Self::parse(&text, path)?.profiles {
+                config.profiles.entry(name).or_default().merge(profile);
+            }
+        }
+        Ok(config)
+    }
+
+    /// Loads `~/.config/foya/config.toml` then `<cwd>/.foya/config.toml`.
+    ///
+    /// # Errors
+    /// As [`Self::load_files`].
+    pub fn load(cwd: &Path) -> Result<Self, ConfigError> {
+        let mut paths = Vec::new();
+        if let Some(home) = dirs::home_dir() {
+            paths.push(home.join(".config/foya/config.toml"));
+        }
+        paths.push(cwd.join(".foya/config.toml"));
+        Self::load_files(&paths)
+    }
+
+    /// Resolves a profile name or protocol kind name with optional overrides, reading
+    /// `OPENAI_BASE_URL` from the process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownProfile`], or [`ConfigError::Missing`] when a custom profile
+    /// lacks `kind`/`base_url` or a direct protocol selection lacks a model.
+    pub fn resolve(
+        &self,
+        name_or_kind: &str,
+        base_url_override: Option<&str>,
+        model_override: Option<&str>,
+    ) -> Result<ProviderProfile, ConfigError> {
+        self.resolve_with_env(name_or_kind, base_url_override, model_override, &|k| {
+            std::env::var(k).ok()
+        })
+    }
+
+    /// [`Self::resolve`] with an explicit environment lookup (tests).
+    ///
+    /// # Errors
+    /// As [`Self::resolve`].
+    pub fn resolve_with_env(
+        &self,
+        name_or_kind: &str,
+        base_url_override: Option<&str>,
+        model_override: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ProviderProfile, ConfigError> {
+        let configured = self.profiles.get(name_or_kind);
+        let mut profile = match (
+            configured,
+            ProviderProfile::builtin(name_or_kind),
+            ProviderKind::from_name(name_or_kind),
+        ) {
+            (Some(t), builtin, kind) => {
+                let kind = t
+                    .kind
+                    .or(builtin.as_ref().map(|b| b.kind))
+                    .or(kind)
+                    .ok_or_else(|| ConfigError::Missing {
+                        profile: name_or_kind.to_owned(),
+                        field: "kind",
+                    })?;
+                let mut p = builtin.filter(|b| b.kind == kind).unwrap_or_else(|| {
+                    let mut p = ProviderProfile::for_kind(kind, "");
+                    if t.base_url.is_some() {
+                        p.api_key_env = None;
+                    }
+                    p
+                });
+                name_or_kind.clone_into(&mut p.name);
+                apply(&mut p, t.clone());
+                p
+            }
+            (None, Some(builtin), _) => builtin,
+            (None, None, Some(kind)) => {
+                let mut p = ProviderProfile::for_kind(kind, "");
+                p.api_key_optional = base_url_override.is_some();
+                p
+            }
+            (None, None, None) => return Err(ConfigError::UnknownProfile(name_or_kind.to_owned())),
+        };
+        let explicit_base = configured.is_some_and(|t| t.base_url.is_some());
+        if let Some(url) = base_url_override {
+            url.clone_into(&mut profile.base_url);
+        } else if profile.kind == ProviderKind::OpenaiChat
+            && !explicit_base
+            && let Some(url) = env("OPENAI_BASE_URL").filter(|u| !u.is_empty())
+        {
+            profile.base_url = url;
+        }
+        if let Some(model) = model_override {
+            model.clone_into(&mut profile.model);
+        }
+        profile.base_url = profile.base_url.trim_end_matches('/').to_owned();
+        if profile.model.is_empty() {
+            return Err(ConfigError::Missing {
+                profile: profile.name,
+                field: "model",
+            });
+        }
+        Ok(profile)
+    }
+}
+
+fn apply(p: &mut ProviderProfile, t: ProfileToml) {
+    if let Some(v) = t.base_url {
+        p.base_url = v;
+    }
+    if let Some(v) = t.model {
+        p.model = v;
+    }
+    if t.api_key_env.is_some() {
+        p.api_key_env = t.api_key_env;
+    }
+    if let Some(v) = t.api_key_optional {
+        p.api_key_optional = v;
+    }
+    if let Some(v) = t.context_window {
+        p.context_window = v;
+    }
+    if t.max_output_tokens.is_some() {
+        p.max_output_tokens = t.max_output_tokens;
+    }
+    if let Some(h) = t.extra_headers {
+        p.extra_headers.extend(h);
+    }
+    if let Some(v) = t.idle_timeout_ms {
+        p.idle_timeout_ms = v;
+    }
+    if let Some(v) = t.connect_timeout_ms {
+        p.connect_timeout_ms = v;
+    }
+    if let Some(v) = t.retry {
+        p.retry = v;
+    }
+}
+
+/// Loads the configuration for the current directory and resolves `name_or_kind`.
+///
+/// # Errors
+/// As [`ProviderConfig::load`] and [`ProviderConfig::resolve`].
+pub fn resolve(
+    name_or_kind: &str,
+    base_url_override: Option<&str>,
+    model_override: Option<&str>,
+) -> Result<ProviderProfile, ConfigError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    ProviderConfig::load(&cwd)?.resolve(name_or_kind, base_url_override, model_override)
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,160 @@
+//! Loader and resolver tests with temporary config files.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn write(dir: &Path, rel: &str, text: &str) -> PathBuf {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn project_file_overrides_global_per_profile_field_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let global = write(
+        dir.path(),
+        "home/config.toml",
+        r#"
+[profiles.local]
+kind = "openai-chat"
+base_url = "http://127.0.0.1:8000/v1/"
+model = "qwen3"
+context_window = 32768
+extra_headers = { "x-a" = "1" }
+[profiles.local.retry]
+max_attempts = 2
+"#,
+    );
+    let project = write(
+        dir.path(),
+        "proj/.foya/config.toml",
+        r#"
+[profiles.local]
+model = "qwen3-coder"
+idle_timeout_ms = 5000
+extra_headers = { "x-b" = "2" }
+"#,
+    );
+    let config =
+        ProviderConfig::load_files(&[global, project, dir.path().join("missing.toml")]).unwrap();
+    let p = config
+        .resolve_with_env("local", None, None, &no_env)
+        .unwrap();
+    let mut headers = BTreeMap::new();
+    headers.insert("x-a".to_owned(), "1".to_owned());
+    headers.insert("x-b".to_owned(), "2".to_owned());
+    assert_eq!(
+        p,
+        ProviderProfile {
+            name: "local".into(),
+            kind: ProviderKind::OpenaiChat,
+            base_url: "http://127.0.0.1:8000/v1".into(),
+            model: "qwen3-coder".into(),
+            api_key_env: None,
+            api_key_optional: false,
+            context_window: 32768,
+            max_output_tokens: None,
+            extra_headers: headers,
+            idle_timeout_ms: 5000,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            retry: RetryPolicy {
+                max_attempts: 2,
+                ..RetryPolicy::default()
+            },
+        }
+    );
+}
+
+#[test]
+fn builtins_kind_names_and_openai_base_url_env() {
+    let config = ProviderConfig::default();
+    let anthropic = config
+        .resolve_with_env("anthropic", None, Some("claude-x"), &no_env)
+        .unwrap();
+    assert_eq!(
+        (
+            anthropic.kind,
+            anthropic.base_url.as_str(),
+            anthropic.model.as_str(),
+            anthropic.api_key_env.as_deref()
+        ),
+        (
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com",
+            "claude-x",
+            Some("ANTHROPIC_API_KEY")
+        )
+    );
+    assert_eq!(anthropic.idle_timeout_ms, ANTHROPIC_IDLE_TIMEOUT_MS);
+
+    let env = |k: &str| (k == "OPENAI_BASE_URL").then(|| "http://gw.local/v1".to_owned());
+    let openai = config.resolve_with_env("openai", None, None, &env).unwrap();
+    assert_eq!(
+        (openai.base_url.as_str(), openai.model.as_str()),
+        ("http://gw.local/v1", "gpt-4.1")
+    );
+
+    let direct = config
+        .resolve_with_env(
+            "openai-responses",
+            Some("http://127.0.0.1:9/v1"),
+            Some("m"),
+            &no_env,
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            direct.name.as_str(),
+            direct.kind,
+            direct.base_url.as_str(),
+            direct.api_key_optional
+        ),
+        (
+            "openai-responses",
+            ProviderKind::OpenaiResponses,
+            "http://127.0.0.1:9/v1",
+            true
+        )
+    );
+    assert_eq!(
+        config.resolve_with_env("openai-chat", Some("http://x"), None, &no_env),
+        Err(ConfigError::Missing {
+            profile: "openai-chat".into(),
+            field: "model"
+        })
+    );
+    assert_eq!(
+        config.resolve_with_env("nope", None, None, &no_env),
+        Err(ConfigError::UnknownProfile("nope".into()))
+    );
+}
+
+#[test]
+fn invalid_file_and_missing_kind_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "[profiles.x]\nkind = \"carrier-pigeon\"\n",
+    );
+    let err = ProviderConfig::load_files(std::slice::from_ref(&bad)).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Parse { path, .. } if *path == bad),
+        "{err}"
+    );
+    let nokind = write(dir.path(), "nokind.toml", "[profiles.x]\nmodel = \"m\"\n");
+    let config = ProviderConfig::load_files(&[nokind]).unwrap();
+    assert_eq!(
+        config.resolve_with_env("x", None, None, &no_env),
+        Err(ConfigError::Missing {
+            profile: "x".into(),
+            field: "kind"
+        })
+    );
+}

@@ -1,0 +1,224 @@
+//! `HttpModelClient`: the [`ModelClient`] that speaks a wire protocol over HTTP (reqwest
+//! with rustls). POST the encoded request; a non-2xx answer is read (capped), classified
+//! and becomes one `Error` event; a 2xx body is decoded as SSE with an idle timeout.
+//!
+//! The API key is read once from the profile's environment variable and is never
+//! logged, shown in `Debug` or put into an error.
+
+use super::classify::classify_http_error;
+use super::config::{ConfigError, ProviderProfile};
+use super::wire::{SseLimits, TransportError, decode_sse};
+use super::{ModelClient, ModelRequest};
+use bytes::Bytes;
+use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
+use futures::stream::{self, BoxStream, Stream, StreamExt};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Largest error body read from a non-2xx response.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// An API key; its `Debug` is redacted.
+#[derive(Clone)]
+struct ApiKey(String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// A model client for one provider profile.
+#[derive(Debug, Clone)]
+pub struct HttpModelClient {
+    profile: ProviderProfile,
+    api_key: Option<ApiKey>,
+    client: reqwest::Client,
+    limits: SseLimits,
+}
+
+impl HttpModelClient {
+    /// A client for `profile`, reading the API key from the environment variable named by
+    /// `profile.api_key_env`.
+    ///
+    /// # Errors
+    /// [`ConfigError::MissingApiKey`] when the variable is unset or empty and the key is
+    /// not optional; [`ConfigError::Invalid`] when the HTTP client cannot be built.
+    pub fn new(profile: ProviderProfile) -> Result<Self, ConfigError> {
+        Self::with_env(profile, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Self::new`] with an explicit environment lookup (tests, embedders).
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_env(
+        profile: ProviderProfile,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let key = match &profile.api_key_env {
+            None => None,
+            Some(var) => match env(var).filter(|k| !k.trim().is_empty()) {
+                Some(k) => Some(k.trim().to_owned()),
+                None if profile.api_key_optional => None,
+                None => {
+                    return Err(ConfigError::MissingApiKey {
+                        profile: profile.name.clone(),
+                        env: var.clone(),
+                    });
+                }
+            },
+        };
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(profile.connect_timeout_ms))
+            .build()
+            .map_err(|e| ConfigError::Invalid {
+                profile: profile.name.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            profile,
+            api_key: key.map(ApiKey),
+            client,
+            limits: SseLimits::default(),
+        })
+    }
+
+    /// The profile this client was built from.
+    #[must_use]
+    pub fn profile(&self) -> &ProviderProfile {
+        &self.profile
+    }
+
+    /// Replaces the SSE framing limits (event size cap).
+    #[must_use]
+    pub fn with_limits(mut self, limits: SseLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    fn build(&self, mut request: ModelRequest) -> reqwest::RequestBuilder {
+        if request.model.is_empty() {
+            request.model.clone_from(&self.profile.model);
+        }
+        if request.max_output_tokens.is_none() {
+            request.max_output_tokens = self.profile.max_output_tokens;
+        }
+        let encoded = self.profile.kind.encode(&request);
+        let url = format!("{}{}", self.profile.base_url, encoded.path);
+        let mut rb = self
+            .client
+            .post(url)
+            .header("accept", "text/event-stream")
+            .json(&encoded.body);
+        for (name, value) in encoded.headers {
+            rb = rb.header(name, value);
+        }
+        if let Some(key) = &self.api_key {
+            let (name, value) = self.profile.kind.auth_header(&key.0);
+            rb = rb.header(name, value);
+        }
+        for (name, value) in &self.profile.extra_headers {
+            rb = rb.header(name.as_str(), value.as_str());
+        }
+        rb
+    }
+}
+
+fn error_stream(error: ProviderError) -> BoxStream<'static, StreamEvent> {
+    stream::iter([StreamEvent::Error { error }]).boxed()
+}
+
+fn send_error(e: reqwest::Error) -> ProviderError {
+    let class = if e.is_builder() {
+        ErrorClass::InvalidRequest
+    } else {
+        ErrorClass::Network
+    };
+    ProviderError::new(class, format!("request failed: {}", e.without_url()))
+}
+
+/// Reads at most `MAX_ERROR_BODY_BYTES` of an error body (lossy UTF-8).
+async fn read_capped(mut response: reqwest::Response, idle: Duration) -> String {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY_BYTES {
+        match tokio::time::timeout(idle, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY_BYTES);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The body as chunks, failing with [`TransportError::Idle`] when none arrives in `idle`.
+fn idle_bytes(
+    body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, TransportError>> + Send + 'static {
+    let after_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+    stream::unfold(
+        (Box::pin(body), false),
+        move |(mut body, failed)| async move {
+            if failed {
+                return None;
+            }
+            match tokio::time::timeout(idle, body.next()).await {
+                Err(_) => Some((Err(TransportError::Idle { after_ms }), (body, true))),
+                Ok(None) => None,
+                Ok(Some(Ok(chunk))) => Some((Ok(chunk), (body, false))),
+                Ok(Some(Err(e))) => Some((
+                    Err(TransportError::Io(e.without_url().to_string())),
+                    (body, true),
+                )),
+            }
+        },
+    )
+}
+
+impl ModelClient for HttpModelClient {
+    /// # Cancel safety
+    /// Dropping the stream or cancelling `cancel` drops the response and closes the
+    /// connection; the stream then ends without a final event.
+    fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent> {
+        let builder = self.build(request);
+        let kind = self.profile.kind;
+        let limits = self.limits;
+        let idle = Duration::from_millis(self.profile.idle_timeout_ms.max(1));
+        let response = async move {
+            let response = match tokio::time::timeout(idle, builder.send()).await {
+                Err(_) => {
+                    return error_stream(ProviderError::new(
+                        ErrorClass::Network,
+                        format!("no response headers within {} ms", idle.as_millis()),
+                    ));
+                }
+                Ok(Err(e)) => return error_stream(send_error(e)),
+                Ok(Ok(r)) => r,
+            };
+            let status = response.status();
+            if !status.is_success() {
+                let headers = response.headers().clone();
+                let body = read_capped(response, idle).await;
+                return error_stream(classify_http_error(status.as_u16(), &headers, &body));
+            }
+            decode_sse(
+                idle_bytes(response.bytes_stream(), idle),
+                kind.decoder(),
+                limits,
+            )
+        };
+        stream::once(response)
+            .flatten()
+            .take_until(cancel.cancelled_owned())
+            .boxed()
+    }
+
+    fn context_window(&self) -> u64 {
+        self.profile.context_window
+    }
+}

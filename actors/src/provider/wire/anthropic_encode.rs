@@ -1,0 +1,131 @@
+//! Anthropic Messages request encoder: `POST {base_url}/v1/messages` with
+//! `anthropic-version: 2023-06-01`, `stream: true` and a `max_tokens` (required; 8192 when
+//! unset). See <https://docs.anthropic.com/en/api/messages>.
+
+use super::EncodedRequest;
+use super::common::{interrupted_reasoning, user_images, user_text};
+use crate::provider::ModelRequest;
+use foya_protocol::{AssistantMessage, Message, ReasoningPart};
+use serde_json::{Value, json};
+
+/// `max_tokens` sent when the request sets none.
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+/// Encodes `request` as a streaming Messages body.
+///
+/// Consecutive messages of one role are merged (the API wants alternation; tool results
+/// travel as `tool_result` blocks of a user message). Thinking blocks with their
+/// signature and redacted thinking go back verbatim on assistant turns, as the API
+/// requires; other reasoning is not sent, except an interrupted message's, once as text.
+#[must_use]
+pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
+    let mut system = request.system.clone();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Value>| {
+        if blocks.is_empty() {
+            return;
+        }
+        match turns.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    };
+    for message in &request.messages {
+        match message {
+            Message::System { text } => {
+                if !system.is_empty() {
+                    system.push_str("\n\n");
+                }
+                system.push_str(text);
+            }
+            Message::User(input) => {
+                let mut blocks = Vec::new();
+                let text = user_text(input);
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for image in user_images(input, request) {
+                    blocks.push(match image {
+                        Ok(img) => json!({"type": "image", "source": {
+                            "type": "base64", "media_type": img.media_type, "data": img.base64}}),
+                        Err(missing) => json!({"type": "text", "text": missing}),
+                    });
+                }
+                push("user", blocks);
+            }
+            Message::Assistant(msg) => push("assistant", assistant(msg)),
+            Message::Tool(t) => {
+                let mut block = json!({"type": "tool_result", "tool_use_id": t.tool_call_id.as_str(), "content": t.content});
+                if t.is_error {
+                    block["is_error"] = json!(true);
+                }
+                push("user", vec![block]);
+            }
+        }
+    }
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "messages": messages,
+        "stream": true,
+    });
+    if !system.is_empty() {
+        body["system"] = json!(system);
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+    }
+    EncodedRequest {
+        path: "/v1/messages",
+        headers: vec![
+            ("content-type", "application/json".into()),
+            ("anthropic-version", "2023-06-01".into()),
+        ],
+        body,
+    }
+}
+
+fn assistant(msg: &AssistantMessage) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    if !msg.interrupted {
+        for part in &msg.reasoning_parts {
+            match part {
+                ReasoningPart::Thinking {
+                    text,
+                    signature: Some(sig),
+                } if !sig.is_empty() => {
+                    blocks.push(json!({"type": "thinking", "thinking": text, "signature": sig}));
+                }
+                ReasoningPart::Thinking { .. } => {}
+                ReasoningPart::Redacted { data } => {
+                    blocks.push(json!({"type": "redacted_thinking", "data": data}))
+                }
+            }
+        }
+    }
+    if let Some(r) = interrupted_reasoning(msg) {
+        blocks.push(json!({"type": "text", "text": r}));
+    }
+    if !msg.text.is_empty() {
+        blocks.push(json!({"type": "text", "text": msg.text}));
+    }
+    for call in &msg.tool_calls {
+        let input = if call.arguments.is_object() {
+            call.arguments.clone()
+        } else {
+            json!({})
+        };
+        blocks.push(
+            json!({"type": "tool_use", "id": call.id.as_str(), "name": call.name, "input": input}),
+        );
+    }
+    blocks
+}

@@ -1,0 +1,117 @@
+//! OpenAI Chat Completions request encoder: `POST {base_url}/chat/completions` with
+//! `stream: true` and `stream_options.include_usage` (usage arrives in a last chunk).
+//! See <https://platform.openai.com/docs/api-reference/chat/create>.
+
+use super::EncodedRequest;
+use super::common::{
+    TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+};
+use crate::provider::ModelRequest;
+use foya_protocol::{AssistantMessage, Input, Message};
+use serde_json::{Value, json};
+
+/// Encodes `request` as a streaming Chat Completions body.
+///
+/// Reasoning is not sent back, except DeepSeek-style `reasoning_content` on assistant
+/// turns that carry tool calls (those servers require it) and the reasoning of an
+/// interrupted message, sent once as marked text. Failed tool results are prefixed with
+/// `Error: ` (the protocol has no error flag). `ToolCall::extra` fields are merged into
+/// the call object unchanged (e.g. Gemini `extra_content.google.thought_signature`).
+#[must_use]
+pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    for message in &request.messages {
+        match message {
+            Message::System { text } => messages.push(json!({"role": "system", "content": text})),
+            Message::User(input) => messages.push(user(input, request)),
+            Message::Assistant(msg) => messages.push(assistant(msg)),
+            Message::Tool(t) => {
+                let content = if t.is_error {
+                    format!("{TOOL_ERROR_PREFIX}{}", t.content)
+                } else {
+                    t.content.clone()
+                };
+                messages.push(json!({"role": "tool", "tool_call_id": t.tool_call_id.as_str(), "content": content}));
+            }
+        }
+    }
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+    }
+    if let Some(max) = request.max_output_tokens {
+        body["max_completion_tokens"] = json!(max);
+    }
+    EncodedRequest {
+        path: "/chat/completions",
+        headers: vec![("content-type", "application/json".into())],
+        body,
+    }
+}
+
+fn user(input: &Input, request: &ModelRequest) -> Value {
+    let text = user_text(input);
+    if input.images.is_empty() {
+        return json!({"role": "user", "content": text});
+    }
+    let mut parts = Vec::new();
+    if !text.is_empty() {
+        parts.push(json!({"type": "text", "text": text}));
+    }
+    for image in user_images(input, request) {
+        parts.push(match image {
+            Ok(img) => json!({"type": "image_url", "image_url": {"url": data_url(img)}}),
+            Err(missing) => json!({"type": "text", "text": missing}),
+        });
+    }
+    json!({"role": "user", "content": parts})
+}
+
+fn assistant(msg: &AssistantMessage) -> Value {
+    let mut text = String::new();
+    if let Some(r) = interrupted_reasoning(msg) {
+        text.push_str(&r);
+    }
+    if !msg.text.is_empty() {
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str(&msg.text);
+    }
+    let mut out = json!({"role": "assistant", "content": if text.is_empty() && !msg.tool_calls.is_empty() { Value::Null } else { Value::String(text) }});
+    if !msg.tool_calls.is_empty() {
+        out["tool_calls"] = msg
+            .tool_calls
+            .iter()
+            .map(|c| {
+                let mut call = json!({"id": c.id.as_str(), "type": "function",
+                    "function": {"name": c.name, "arguments": arguments_text(&c.arguments)}});
+                if let (Some(Value::Object(extra)), Some(obj)) = (&c.extra, call.as_object_mut()) {
+                    for (k, v) in extra {
+                        obj.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+                call
+            })
+            .collect();
+        if !msg.interrupted && !msg.reasoning.is_empty() {
+            out["reasoning_content"] = json!(msg.reasoning);
+        }
+    }
+    out
+}

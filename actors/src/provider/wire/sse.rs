@@ -1,0 +1,199 @@
+//! SSE framing: drives a [`WireDecoder`] over a byte stream with `eventsource-stream`.
+//!
+//! Adds what the parser alone does not give: a final `"\n\n"` at EOF (so a last event
+//! without its blank line still counts), a per-event size cap, detection of a JSON body
+//! sent instead of an event stream (an error object with status 200), and mapping of
+//! transport failures to `stream_interrupted`. Pure apart from polling the given stream:
+//! tests feed it in-memory chunks.
+
+use super::WireDecoder;
+use crate::provider::classify;
+use bytes::Bytes;
+use eventsource_stream::{EventStreamError, Eventsource};
+use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
+use futures::stream::{self, BoxStream, Stream, StreamExt};
+
+/// Limits applied while framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseLimits {
+    /// Largest accepted event (bytes between blank lines), default 16 MiB. A larger one
+    /// fails the stream with `invalid_request`. Also caps a JSON body sent instead of SSE.
+    pub max_event_bytes: usize,
+}
+
+impl Default for SseLimits {
+    fn default() -> Self {
+        Self {
+            max_event_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why the byte stream failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// No bytes arrived for `after_ms` milliseconds.
+    #[error("no data from the provider for {after_ms} ms")]
+    Idle {
+        /// The idle timeout that elapsed.
+        after_ms: u64,
+    },
+    /// The connection failed mid-body (reset, truncated chunked encoding, …).
+    #[error("connection lost: {0}")]
+    Io(String),
+}
+
+/// Internal error of the framing layer, carried through the SSE parser.
+#[derive(Debug)]
+enum Framing {
+    Transport(TransportError),
+    TooLarge(usize),
+    JsonBody(String),
+}
+
+impl std::fmt::Display for Framing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Transport(e) => write!(f, "{e}"),
+            Self::TooLarge(max) => write!(f, "a stream event exceeds {max} bytes"),
+            Self::JsonBody(_) => f.write_str("JSON body instead of an event stream"),
+        }
+    }
+}
+
+/// Body sniffing and event-size accounting over raw bytes.
+#[derive(Debug)]
+struct Scanner {
+    max: usize,
+    /// `None` until the first non-whitespace byte; then whether the body is JSON.
+    json: Option<bool>,
+    json_buf: Vec<u8>,
+    line_len: usize,
+    since_blank: usize,
+    prev_cr: bool,
+}
+
+impl Scanner {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            json: None,
+            json_buf: Vec::new(),
+            line_len: 0,
+            since_blank: 0,
+            prev_cr: false,
+        }
+    }
+
+    /// Checks a chunk; returns the bytes to hand to the SSE parser (empty in JSON mode).
+    fn scan(&mut self, chunk: Bytes) -> Result<Bytes, Framing> {
+        if self.json.is_none()
+            && let Some(&b) = chunk.iter().find(|b| !b.is_ascii_whitespace())
+        {
+            self.json = Some(b == b'{' || b == b'[');
+        }
+        if self.json == Some(true) {
+            self.json_buf.extend_from_slice(&chunk);
+            if self.json_buf.len() > self.max {
+                return Err(Framing::TooLarge(self.max));
+            }
+            return Ok(Bytes::new());
+        }
+        for &b in chunk.iter() {
+            if b == b'\n' && self.prev_cr {
+                self.prev_cr = false;
+                continue;
+            }
+            if b == b'\n' || b == b'\r' {
+                if self.line_len == 0 {
+                    self.since_blank = 0;
+                }
+                self.line_len = 0;
+                self.prev_cr = b == b'\r';
+            } else {
+                self.prev_cr = false;
+                self.line_len += 1;
+                self.since_blank += 1;
+                if self.since_blank > self.max {
+                    return Err(Framing::TooLarge(self.max));
+                }
+            }
+        }
+        Ok(chunk)
+    }
+
+    /// At EOF: the JSON body when the stream was one.
+    fn end(&mut self) -> Option<Framing> {
+        (self.json == Some(true))
+            .then(|| Framing::JsonBody(String::from_utf8_lossy(&self.json_buf).into_owned()))
+    }
+}
+
+/// Decodes an SSE byte stream with `decoder`, yielding its events. The stream always
+/// ends with exactly one `Done` or `Error` (a transport failure or an early EOF becomes
+/// `stream_interrupted`).
+///
+/// # Cancel safety
+/// Dropping the returned stream drops `bytes` (closing the connection it reads from).
+pub fn decode_sse<S>(
+    bytes: S,
+    decoder: Box<dyn WireDecoder>,
+    limits: SseLimits,
+) -> BoxStream<'static, StreamEvent>
+where
+    S: Stream<Item = Result<Bytes, TransportError>> + Send + 'static,
+{
+    let framed = bytes.map(Some).chain(stream::once(async { None })).scan(
+        Scanner::new(limits.max_event_bytes),
+        |scanner, item| {
+            let out = match item {
+                Some(Ok(chunk)) => scanner.scan(chunk),
+                Some(Err(e)) => Err(Framing::Transport(e)),
+                None => match scanner.end() {
+                    Some(json) => Err(json),
+                    None => Ok(Bytes::from_static(b"\n\n")),
+                },
+            };
+            futures::future::ready(Some(out))
+        },
+    );
+    let events = framed.eventsource();
+    let state = (Box::pin(events), decoder, false);
+    stream::unfold(state, |(mut events, mut decoder, ended)| async move {
+        if ended {
+            return None;
+        }
+        let mut out = Vec::new();
+        while out.is_empty() && !decoder.is_finished() {
+            match events.next().await {
+                Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
+                Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
+                None => decoder.finish(&mut out),
+            }
+        }
+        let ended = decoder.is_finished();
+        Some((stream::iter(out), (events, decoder, ended)))
+    })
+    .flatten()
+    .boxed()
+}
+
+fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
+    match e {
+        EventStreamError::Transport(Framing::Transport(t)) => {
+            ProviderError::new(ErrorClass::StreamInterrupted, t.to_string())
+        }
+        EventStreamError::Transport(f @ Framing::TooLarge(_)) => {
+            ProviderError::new(ErrorClass::InvalidRequest, f.to_string())
+        }
+        EventStreamError::Transport(Framing::JsonBody(body)) => classify::classify_json_body(&body),
+        EventStreamError::Utf8(e) => ProviderError::new(
+            ErrorClass::StreamInterrupted,
+            format!("invalid UTF-8 in stream: {e}"),
+        ),
+        EventStreamError::Parser(e) => ProviderError::new(
+            ErrorClass::StreamInterrupted,
+            format!("invalid event stream: {e}"),
+        ),
+    }
+}

@@ -1,0 +1,359 @@
+//! `HttpModelClient` over real HTTP against an in-process axum server that streams the
+//! shared fixtures byte for byte: each protocol's text and tool-call streams, a 429 with
+//! `retry-after-ms`, a connection cut mid-stream, an idle stream, and a missing API key.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use foya_actors::provider::config::{ConfigError, ProviderProfile};
+use foya_actors::provider::http::HttpModelClient;
+use foya_actors::provider::wire::ProviderKind;
+use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_protocol::{
+    ErrorClass, FinishReason, Input, Message, StreamAggregate, StreamEvent, ToolCall, ToolCallId,
+    Usage,
+};
+use futures::StreamExt;
+use serde_json::json;
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// A scripted reply: status, headers, body chunks, cut after N chunks, hang after the body.
+#[derive(Clone, Default)]
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, &'static str)>,
+    chunks: Vec<Bytes>,
+    cut_after: Option<usize>,
+    /// When set, the cut waits for this signal (sent once the client saw events).
+    cut_signal: Option<Arc<tokio::sync::Notify>>,
+    hang: bool,
+}
+
+type Recorded = Arc<Mutex<Vec<(String, HeaderMap, serde_json::Value)>>>;
+type Queue = Arc<Mutex<VecDeque<Reply>>>;
+
+fn sse(body: Vec<u8>) -> Reply {
+    // One chunk per line, so the client really streams.
+    let chunks = body
+        .split_inclusive(|b| *b == b'\n')
+        .map(Bytes::copy_from_slice)
+        .collect();
+    Reply {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream")],
+        chunks,
+        ..Reply::default()
+    }
+}
+
+fn fixture(rel: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures/providers")
+            .join(rel),
+    )
+    .unwrap()
+}
+
+async fn handle(
+    State((queue, recorded)): State<(Queue, Recorded)>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    recorded.lock().unwrap().push((
+        uri.path().to_owned(),
+        headers,
+        serde_json::from_slice(&body).unwrap_or_default(),
+    ));
+    let reply = queue.lock().unwrap().pop_front().expect("a queued reply");
+    let mut builder = Response::builder().status(reply.status);
+    for (k, v) in &reply.headers {
+        builder = builder.header(*k, *v);
+    }
+    let mut chunks = reply.chunks;
+    chunks.truncate(reply.cut_after.unwrap_or(usize::MAX));
+    let body = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+    let body = match (reply.cut_after, reply.cut_signal) {
+        (Some(_), signal) => body
+            .chain(futures::stream::once(async move {
+                if let Some(signal) = signal {
+                    signal.notified().await;
+                }
+                Err(std::io::Error::other("cut"))
+            }))
+            .boxed(),
+        (None, _) => body.boxed(),
+    };
+    let body = if reply.hang {
+        body.chain(futures::stream::pending()).boxed()
+    } else {
+        body.boxed()
+    };
+    builder.body(Body::from_stream(body)).unwrap()
+}
+
+async fn server(replies: Vec<Reply>) -> (String, Recorded) {
+    let queue: Queue = Arc::new(Mutex::new(replies.into()));
+    let recorded: Recorded = Arc::default();
+    let app = Router::new()
+        .fallback(axum::routing::post(handle))
+        .with_state((queue, recorded.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), recorded)
+}
+
+fn client(kind: ProviderKind, base_url: &str) -> HttpModelClient {
+    let mut profile = ProviderProfile::for_kind(kind, "m-1");
+    profile.base_url = base_url.to_owned();
+    HttpModelClient::with_env(profile, &|_| Some("sk-test-secret".to_owned())).unwrap()
+}
+
+fn request() -> ModelRequest {
+    ModelRequest {
+        messages: vec![Message::User(Input::text("hi"))],
+        ..ModelRequest::default()
+    }
+}
+
+async fn run(client: &HttpModelClient) -> (Vec<StreamEvent>, StreamAggregate) {
+    let events: Vec<StreamEvent> = client
+        .stream(request(), CancellationToken::new())
+        .collect()
+        .await;
+    let mut agg = StreamAggregate::new();
+    for e in &events {
+        agg.apply(e);
+    }
+    (events, agg)
+}
+
+#[tokio::test]
+async fn openai_chat_text_streams_exact_events_and_sends_auth_and_stream_options() {
+    let (url, recorded) = server(vec![sse(fixture("openai-chat/basic_text.sse"))]).await;
+    let (events, _) = run(&client(ProviderKind::OpenaiChat, &format!("{url}/v1"))).await;
+    let text = |t: &str| StreamEvent::TextDelta { text: t.into() };
+    assert_eq!(
+        events,
+        vec![
+            text("Hel"),
+            text("lo, "),
+            text("world."),
+            StreamEvent::Usage {
+                usage: Usage {
+                    input_tokens: 42,
+                    output_tokens: 7,
+                    ..Usage::default()
+                }
+            },
+            StreamEvent::Done {
+                finish_reason: Some(FinishReason::Stop)
+            },
+        ]
+    );
+    let (path, headers, body) = recorded.lock().unwrap()[0].clone();
+    assert_eq!(path, "/v1/chat/completions");
+    assert_eq!(headers["authorization"], "Bearer sk-test-secret");
+    assert_eq!(
+        body,
+        json!({"model": "m-1", "messages": [{"role": "user", "content": "hi"}], "stream": true,
+               "stream_options": {"include_usage": true}})
+    );
+}
+
+#[tokio::test]
+async fn every_protocol_streams_text_and_tool_calls() {
+    let anthropic_text = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi.\"}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let responses_text = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"m\",\"delta\":\"Hi.\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":2}}}\n\n";
+    let call = |id: &str, name: &str, args| ToolCall {
+        id: ToolCallId::new(id),
+        name: name.into(),
+        arguments: args,
+        extra: None,
+    };
+    let cases = [
+        (
+            ProviderKind::OpenaiChat,
+            fixture("openai-chat/parallel_tool_calls_interleaved.sse"),
+            "/v1/chat/completions",
+            "",
+            vec![
+                call("call_a1", "read_file", json!({"path": "Cargo.toml"})),
+                call("call_b2", "list_dir", json!({"path": "src"})),
+            ],
+        ),
+        (
+            ProviderKind::Anthropic,
+            fixture("anthropic/thinking_text_tool_use.sse"),
+            "/v1/messages",
+            "Reading it.",
+            vec![call(
+                "toolu_01A",
+                "read_file",
+                json!({"path": "Cargo.toml"}),
+            )],
+        ),
+        (
+            ProviderKind::Anthropic,
+            anthropic_text.as_bytes().to_vec(),
+            "/v1/messages",
+            "Hi.",
+            vec![],
+        ),
+        (
+            ProviderKind::OpenaiResponses,
+            fixture("openai-responses/reasoning_and_function_call.sse"),
+            "/v1/responses",
+            "",
+            vec![call("call_77", "list_dir", json!({"path": "src"}))],
+        ),
+        (
+            ProviderKind::OpenaiResponses,
+            responses_text.as_bytes().to_vec(),
+            "/v1/responses",
+            "Hi.",
+            vec![],
+        ),
+    ];
+    for (kind, body, want_path, want_text, want_calls) in cases {
+        let (url, recorded) = server(vec![sse(body)]).await;
+        let base = if kind == ProviderKind::Anthropic {
+            url
+        } else {
+            format!("{url}/v1")
+        };
+        let (_, agg) = run(&client(kind, &base)).await;
+        let msg = agg.to_message();
+        assert_eq!(
+            (msg.text.as_str(), &msg.tool_calls),
+            (want_text, &want_calls),
+            "{kind}"
+        );
+        let want_finish = if want_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
+        assert_eq!(msg.finish_reason, Some(want_finish), "{kind}");
+        let (path, headers, body) = recorded.lock().unwrap()[0].clone();
+        assert_eq!(path, want_path);
+        assert_eq!(body["stream"], json!(true));
+        if kind == ProviderKind::Anthropic {
+            assert_eq!(
+                (&headers["x-api-key"], &headers["anthropic-version"]),
+                (
+                    &"sk-test-secret".parse().unwrap(),
+                    &"2023-06-01".parse().unwrap()
+                )
+            );
+            assert_eq!(body["max_tokens"], json!(8192));
+        }
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_429_carries_retry_after_ms() {
+    let body = br#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let reply = Reply {
+        status: 429,
+        headers: vec![("retry-after-ms", "250")],
+        chunks: vec![Bytes::from_static(body)],
+        ..Reply::default()
+    };
+    let (url, _) = server(vec![reply]).await;
+    let (events, _) = run(&client(ProviderKind::OpenaiChat, &url)).await;
+    let [StreamEvent::Error { error }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        (error.class, error.retry_after_ms, error.status),
+        (ErrorClass::RateLimited, Some(250), Some(429))
+    );
+    assert!(!error.message.contains("sk-test-secret"));
+}
+
+#[tokio::test]
+async fn connection_cut_mid_stream_is_stream_interrupted() {
+    let mut reply = sse(fixture("anthropic/thinking_text_tool_use.sse"));
+    let signal = Arc::new(tokio::sync::Notify::new());
+    reply.cut_after = Some(16);
+    reply.cut_signal = Some(signal.clone());
+    let (url, _) = server(vec![reply]).await;
+    let client = client(ProviderKind::Anthropic, &url);
+    let mut stream = client.stream(request(), CancellationToken::new());
+    let first = stream.next().await.unwrap();
+    assert_eq!(
+        first,
+        StreamEvent::Usage {
+            usage: Usage {
+                input_tokens: 250,
+                output_tokens: 1,
+                cached_input_tokens: Some(0),
+                reasoning_tokens: None
+            }
+        }
+    );
+    signal.notify_one();
+    let mut events = vec![first];
+    events.extend(stream.collect::<Vec<_>>().await);
+    let mut agg = StreamAggregate::new();
+    for e in &events {
+        agg.apply(e);
+    }
+    assert_eq!(agg.reasoning, "Need the manifest.");
+    assert!(matches!(events.last(), Some(StreamEvent::Error { .. })));
+    assert_eq!(
+        agg.error.map(|e| e.class),
+        Some(ErrorClass::StreamInterrupted)
+    );
+}
+
+/// The server hangs forever after two chunks, so the outcome does not depend on timing;
+/// a short idle timeout keeps the test fast (paused time would need tokio `test-util`).
+#[tokio::test]
+async fn silent_stream_hits_the_idle_timeout() {
+    let mut reply = sse(fixture("openai-chat/basic_text.sse"));
+    reply.chunks.truncate(2);
+    reply.hang = true;
+    let (url, _) = server(vec![reply]).await;
+    let mut profile = ProviderProfile::for_kind(ProviderKind::OpenaiChat, "m-1");
+    profile.base_url = url;
+    profile.idle_timeout_ms = 300;
+    let client = HttpModelClient::with_env(profile, &|_| Some("k".into())).unwrap();
+    let (_, agg) = run(&client).await;
+    let err = agg.error.unwrap();
+    assert_eq!(
+        (err.class, err.message.as_str()),
+        (
+            ErrorClass::StreamInterrupted,
+            "no data from the provider for 300 ms"
+        )
+    );
+}
+
+#[test]
+fn missing_key_is_a_clear_error_and_debug_redacts_the_key() {
+    let profile = ProviderProfile::builtin("anthropic").unwrap();
+    let err = HttpModelClient::with_env(profile.clone(), &|_| None).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::MissingApiKey {
+            profile: "anthropic".into(),
+            env: "ANTHROPIC_API_KEY".into()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "provider profile `anthropic` needs an API key: set the environment variable ANTHROPIC_API_KEY"
+    );
+    let ok = HttpModelClient::with_env(profile, &|_| Some("sk-ant-secret".into())).unwrap();
+    assert!(!format!("{ok:?}").contains("sk-ant-secret"));
+}

@@ -1,0 +1,124 @@
+//! The mock speaks the real wire formats: its builders decode through the real
+//! `HttpModelClient`, and queued JSON errors classify.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::{MockProvider, MockResponse, anthropic, openai_chat, responses};
+use foya_actors::provider::config::ProviderProfile;
+use foya_actors::provider::http::HttpModelClient;
+use foya_actors::provider::wire::ProviderKind;
+use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_protocol::{
+    ErrorClass, FinishReason, Input, Message, StreamAggregate, ToolCall, ToolCallId,
+};
+use futures::StreamExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+async fn run(mock: &MockProvider, kind: ProviderKind) -> StreamAggregate {
+    let mut profile = ProviderProfile::for_kind(kind, "mock-model");
+    profile.base_url = mock.base_url();
+    let client = HttpModelClient::with_env(profile, &|_| Some("k".into())).unwrap();
+    let request = ModelRequest {
+        messages: vec![Message::User(Input::text("hi"))],
+        ..ModelRequest::default()
+    };
+    let mut agg = StreamAggregate::new();
+    for e in client
+        .stream(request, CancellationToken::new())
+        .collect::<Vec<_>>()
+        .await
+    {
+        agg.apply(&e);
+    }
+    agg
+}
+
+#[tokio::test]
+async fn builders_decode_through_the_real_client_for_every_protocol() {
+    let mock = MockProvider::start().await;
+    type Builders = (
+        ProviderKind,
+        fn(&str) -> String,
+        fn(&str, &str, &str) -> String,
+    );
+    let builders: [Builders; 3] = [
+        (
+            ProviderKind::OpenaiChat,
+            openai_chat::text,
+            openai_chat::tool_call,
+        ),
+        (
+            ProviderKind::Anthropic,
+            anthropic::text,
+            anthropic::tool_call,
+        ),
+        (
+            ProviderKind::OpenaiResponses,
+            responses::text,
+            responses::tool_call,
+        ),
+    ];
+    for (kind, text, tool_call) in builders {
+        mock.push(MockResponse::sse(text("Hello there, world.")));
+        let msg = run(&mock, kind).await.to_message();
+        assert_eq!(
+            (msg.text.as_str(), msg.finish_reason),
+            ("Hello there, world.", Some(FinishReason::Stop)),
+            "{kind}"
+        );
+
+        mock.push(MockResponse::sse(tool_call(
+            "call_1",
+            "read_file",
+            r#"{"path":"é.txt"}"#,
+        )));
+        let msg = run(&mock, kind).await.to_message();
+        assert_eq!(
+            msg.tool_calls,
+            vec![ToolCall {
+                id: ToolCallId::new("call_1"),
+                name: "read_file".into(),
+                arguments: json!({"path": "é.txt"}),
+                extra: None
+            }],
+            "{kind}"
+        );
+        assert_eq!(msg.finish_reason, Some(FinishReason::ToolCalls));
+    }
+    let paths: Vec<String> = mock.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "/chat/completions",
+            "/chat/completions",
+            "/v1/messages",
+            "/v1/messages",
+            "/responses",
+            "/responses"
+        ]
+    );
+    assert_eq!(mock.requests()[2].headers["x-api-key"], "k");
+    assert_eq!(
+        mock.requests()[0].body["messages"],
+        json!([{"role": "user", "content": "hi"}])
+    );
+}
+
+#[tokio::test]
+async fn json_errors_and_empty_queue_classify() {
+    let mock = MockProvider::start().await;
+    mock.push(
+        MockResponse::json(
+            429,
+            &json!({"error": {"type": "rate_limit_error", "message": "slow down"}}),
+        )
+        .header("retry-after", "2"),
+    );
+    let err = run(&mock, ProviderKind::Anthropic).await.error.unwrap();
+    assert_eq!(
+        (err.class, err.retry_after_ms),
+        (ErrorClass::RateLimited, Some(2000))
+    );
+    let err = run(&mock, ProviderKind::OpenaiChat).await.error.unwrap();
+    assert_eq!((err.class, err.status), (ErrorClass::Server, Some(500)));
+}
