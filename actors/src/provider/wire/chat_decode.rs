@@ -40,7 +40,9 @@ impl ChatDecoder {
         Self::default()
     }
 
-    fn slot_for(&mut self, wire_index: Option<u64>, id: Option<&str>) -> usize {
+    /// The slot a fragment belongs to: by id, then by wire index; a fragment with neither
+    /// continues the last call unless it names a new tool after a named call.
+    fn slot_for(&mut self, wire_index: Option<u64>, id: Option<&str>, name: Option<&str>) -> usize {
         if let Some(id) = id {
             if let Some(pos) = self.slots.iter().rposition(|s| s.id.as_deref() == Some(id)) {
                 return pos;
@@ -57,8 +59,10 @@ impl ChatDecoder {
             if let Some(pos) = self.slots.iter().rposition(|s| s.wire_index == wire_index) {
                 return pos;
             }
-        } else if !self.slots.is_empty() {
-            return self.slots.len() - 1;
+        } else if let Some(last) = self.slots.last() {
+            if name.is_none() || !last.name_sent {
+                return self.slots.len() - 1;
+            }
         }
         self.slots.push(Slot {
             id: id.map(str::to_owned),
@@ -78,7 +82,7 @@ impl ChatDecoder {
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
         };
-        let pos = self.slot_for(u64_at(tc, "index"), id);
+        let pos = self.slot_for(u64_at(tc, "index"), id, name);
         let slot = &mut self.slots[pos];
         let id_out = match (slot.id_sent, slot.id.as_deref()) {
             (false, Some(id)) => {
