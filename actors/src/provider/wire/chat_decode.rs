@@ -59,10 +59,10 @@ impl ChatDecoder {
             if let Some(pos) = self.slots.iter().rposition(|s| s.wire_index == wire_index) {
                 return pos;
             }
-        } else if let Some(last) = self.slots.last() {
-            if name.is_none() || !last.name_sent {
-                return self.slots.len() - 1;
-            }
+        } else if let Some(last) = self.slots.last()
+            && (name.is_none() || !last.name_sent)
+        {
+            return self.slots.len() - 1;
         }
         self.slots.push(Slot {
             id: id.map(str::to_owned),
