@@ -7,7 +7,7 @@
 use super::common::{Terminal, str_at, u64_at};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
-use foya_protocol::{FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
+use foya_protocol::{ErrorClass, FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
 
 /// One tool call seen in the stream.
@@ -248,7 +248,13 @@ impl WireDecoder for ChatDecoder {
         self.terminal.is_finished()
     }
 
+    /// A transport failure after the finish reason arrived (a server that never sends
+    /// `[DONE]` nor closes) loses nothing: the response is complete, so it ends `Done`.
     fn fail(&mut self, error: ProviderError, out: &mut Vec<StreamEvent>) {
-        self.terminal.error(error, out);
+        if self.finish_seen && error.class == ErrorClass::StreamInterrupted {
+            self.terminal.done(self.finish_reason, out);
+        } else {
+            self.terminal.error(error, out);
+        }
     }
 }

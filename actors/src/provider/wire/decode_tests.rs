@@ -286,3 +286,28 @@ async fn chat_utf8_split_inside_characters_and_nameless_continuations() {
     );
     assert_eq!(agg.finish_reason(), Some(FinishReason::ToolCalls));
 }
+
+#[tokio::test]
+async fn chat_transport_failure_after_finish_reason_is_done() {
+    let body = chat(json!({"content": "ok"}), Some("stop"));
+    let bytes = futures::stream::iter([
+        Ok(Bytes::from(body)),
+        Err(TransportError::Idle { after_ms: 5 }),
+    ]);
+    let events: Vec<_> = decode_sse(
+        bytes,
+        ProviderKind::OpenaiChat.decoder(),
+        SseLimits::default(),
+    )
+    .collect()
+    .await;
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::TextDelta { text: "ok".into() },
+            StreamEvent::Done {
+                finish_reason: Some(FinishReason::Stop)
+            },
+        ]
+    );
+}
