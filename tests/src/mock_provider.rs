@@ -28,6 +28,10 @@ pub struct MockResponse {
     /// Pause before each chunk after the first, in milliseconds (server-side pacing).
     pub chunk_delay_ms: u64,
     /// Close the connection abruptly (no end of the chunked body) after this many chunks.
+    /// Set `chunk_delay_ms` too so the chunks before the cut reach the client first;
+    /// without a delay the server may reset the connection before the response headers
+    /// are flushed (the client then sees a `network` error instead of
+    /// `stream_interrupted`).
     pub cut_after: Option<usize>,
 }
 
@@ -77,6 +81,13 @@ impl MockResponse {
     #[must_use]
     pub fn cut_after(mut self, n: usize) -> Self {
         self.cut_after = Some(n);
+        self
+    }
+
+    /// Pauses `ms` milliseconds before each chunk after the first (and before a cut).
+    #[must_use]
+    pub fn chunk_delay_ms(mut self, ms: u64) -> Self {
+        self.chunk_delay_ms = ms;
         self
     }
 }
@@ -206,6 +217,9 @@ async fn handle(
     let body = futures::stream::unfold(chunks, move |mut chunks| async move {
         let (i, chunk) = chunks.next()?;
         if cut.is_some_and(|n| i >= n) {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             return Some((
                 Err(std::io::Error::new(
                     std::io::ErrorKind::ConnectionReset,

@@ -122,3 +122,19 @@ async fn json_errors_and_empty_queue_classify() {
     let err = run(&mock, ProviderKind::OpenaiChat).await.error.unwrap();
     assert_eq!((err.class, err.status), (ErrorClass::Server, Some(500)));
 }
+
+#[tokio::test]
+async fn cut_after_breaks_the_stream_mid_way() {
+    let mock = MockProvider::start().await;
+    mock.push(
+        MockResponse::sse(openai_chat::text("one two three"))
+            .cut_after(3)
+            .chunk_delay_ms(20),
+    );
+    let agg = run(&mock, ProviderKind::OpenaiChat).await;
+    assert_eq!(agg.text, "one two ");
+    assert_eq!(
+        agg.error.map(|e| e.class),
+        Some(ErrorClass::StreamInterrupted)
+    );
+}

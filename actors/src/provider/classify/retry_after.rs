@@ -154,4 +154,3 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
             + Duration::from_micros((frac_ms * 1000.0) as u64),
     )
 }
-

@@ -7,7 +7,7 @@
 use super::common::{Terminal, str_at, u64_at};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
-use foya_protocol::{FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
+use foya_protocol::{ErrorClass, FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
 
 /// One tool call seen in the stream.
@@ -40,7 +40,9 @@ impl ChatDecoder {
         Self::default()
     }
 
-    fn slot_for(&mut self, wire_index: Option<u64>, id: Option<&str>) -> usize {
+    /// The slot a fragment belongs to: by id, then by wire index; a fragment with neither
+    /// continues the last call unless it names a new tool after a named call.
+    fn slot_for(&mut self, wire_index: Option<u64>, id: Option<&str>, name: Option<&str>) -> usize {
         if let Some(id) = id {
             if let Some(pos) = self.slots.iter().rposition(|s| s.id.as_deref() == Some(id)) {
                 return pos;
@@ -57,7 +59,9 @@ impl ChatDecoder {
             if let Some(pos) = self.slots.iter().rposition(|s| s.wire_index == wire_index) {
                 return pos;
             }
-        } else if !self.slots.is_empty() {
+        } else if let Some(last) = self.slots.last()
+            && (name.is_none() || !last.name_sent)
+        {
             return self.slots.len() - 1;
         }
         self.slots.push(Slot {
@@ -78,7 +82,7 @@ impl ChatDecoder {
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
         };
-        let pos = self.slot_for(u64_at(tc, "index"), id);
+        let pos = self.slot_for(u64_at(tc, "index"), id, name);
         let slot = &mut self.slots[pos];
         let id_out = match (slot.id_sent, slot.id.as_deref()) {
             (false, Some(id)) => {
@@ -244,7 +248,13 @@ impl WireDecoder for ChatDecoder {
         self.terminal.is_finished()
     }
 
+    /// A transport failure after the finish reason arrived (a server that never sends
+    /// `[DONE]` nor closes) loses nothing: the response is complete, so it ends `Done`.
     fn fail(&mut self, error: ProviderError, out: &mut Vec<StreamEvent>) {
-        self.terminal.error(error, out);
+        if self.finish_seen && error.class == ErrorClass::StreamInterrupted {
+            self.terminal.done(self.finish_reason, out);
+        } else {
+            self.terminal.error(error, out);
+        }
     }
 }

@@ -235,3 +235,79 @@ async fn responses_incomplete_is_length_and_whole_arguments_count_once() {
         Some((9, 8))
     );
 }
+
+#[tokio::test]
+async fn chat_utf8_split_inside_characters_and_nameless_continuations() {
+    let body = [
+        chat(json!({"content": "héllo ✓ 日本"}), None),
+        chat(
+            json!({"tool_calls": [{"function": {"name": "a", "arguments": "{\"x\":"}}]}),
+            None,
+        ),
+        chat(
+            json!({"tool_calls": [{"function": {"arguments": "\"é\"}"}}]}),
+            None,
+        ),
+        chat(
+            json!({"tool_calls": [{"function": {"name": "b", "arguments": ""}}]}),
+            None,
+        ),
+        chat(json!({}), Some("tool_calls")),
+    ]
+    .concat();
+    let bytes = futures::stream::iter(
+        body.into_bytes()
+            .into_iter()
+            .map(|b| Ok::<_, TransportError>(Bytes::from(vec![b]))),
+    );
+    let mut agg = StreamAggregate::new();
+    for e in decode_sse(
+        bytes,
+        ProviderKind::OpenaiChat.decoder(),
+        SseLimits::default(),
+    )
+    .collect::<Vec<_>>()
+    .await
+    {
+        agg.apply(&e);
+    }
+    assert_eq!(agg.text, "héllo ✓ 日本");
+    let calls: Vec<_> = agg
+        .tool_calls()
+        .into_iter()
+        .map(|c| (c.id.0, c.name, c.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("call_0".into(), "a".into(), json!({"x": "é"})),
+            ("call_1".into(), "b".into(), json!({}))
+        ]
+    );
+    assert_eq!(agg.finish_reason(), Some(FinishReason::ToolCalls));
+}
+
+#[tokio::test]
+async fn chat_transport_failure_after_finish_reason_is_done() {
+    let body = chat(json!({"content": "ok"}), Some("stop"));
+    let bytes = futures::stream::iter([
+        Ok(Bytes::from(body)),
+        Err(TransportError::Idle { after_ms: 5 }),
+    ]);
+    let events: Vec<_> = decode_sse(
+        bytes,
+        ProviderKind::OpenaiChat.decoder(),
+        SseLimits::default(),
+    )
+    .collect()
+    .await;
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::TextDelta { text: "ok".into() },
+            StreamEvent::Done {
+                finish_reason: Some(FinishReason::Stop)
+            },
+        ]
+    );
+}
