@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
 pub mod retry;
+pub mod sim;
 
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
