@@ -5,7 +5,9 @@
 use eventsource_stream::Eventsource;
 use foya_actors::provider::sim::{ErrorRates, SimClient, SimConfig, serve_sim};
 use foya_actors::provider::{ModelClient, ModelRequest};
-use foya_protocol::{AssistantMessage, Input, Message, StreamAggregate, ToolCall, ToolCallId, ToolMessage};
+use foya_protocol::{
+    AssistantMessage, Input, Message, StreamAggregate, ToolCall, ToolCallId, ToolMessage,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -27,15 +29,36 @@ struct Answer {
 }
 
 async fn post(url: &str, body: &Value) -> Answer {
-    let response = reqwest::Client::new().post(url).json(body).send().await.unwrap();
+    let response = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
     let status = response.status().as_u16();
-    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
     let content_type = header("content-type").unwrap();
     let retry_after_ms = header("retry-after-ms");
     let body = response.text().await.unwrap();
     let stream = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(body.clone()))]);
-    let events = stream.eventsource().map(|e| e.unwrap()).map(|e| (e.event, e.data)).collect().await;
-    Answer { status, content_type, retry_after_ms, body, events }
+    let events = stream
+        .eventsource()
+        .map(|e| e.unwrap())
+        .map(|e| (e.event, e.data))
+        .collect()
+        .await;
+    Answer {
+        status,
+        content_type,
+        retry_after_ms,
+        body,
+        events,
+    }
 }
 
 fn json_of(data: &str) -> Value {
@@ -44,7 +67,10 @@ fn json_of(data: &str) -> Value {
 
 /// Chat: every `data:` is a JSON chunk but the final `[DONE]`; returns the text.
 fn check_chat(answer: &Answer) -> String {
-    assert_eq!((answer.status, answer.content_type.as_str()), (200, "text/event-stream"));
+    assert_eq!(
+        (answer.status, answer.content_type.as_str()),
+        (200, "text/event-stream")
+    );
     let (last, chunks) = answer.events.split_last().unwrap();
     assert_eq!(last, &("message".to_owned(), "[DONE]".to_owned()));
     let mut text = String::new();
@@ -60,7 +86,10 @@ fn check_chat(answer: &Answer) -> String {
 
 /// Anthropic: names match `type`s, blocks open, stream and close in order; returns the text.
 fn check_anthropic(answer: &Answer) -> String {
-    assert_eq!((answer.status, answer.content_type.as_str()), (200, "text/event-stream"));
+    assert_eq!(
+        (answer.status, answer.content_type.as_str()),
+        (200, "text/event-stream")
+    );
     let names: Vec<&str> = answer.events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names[..2], ["message_start", "ping"]);
     assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"]);
@@ -88,13 +117,19 @@ fn check_anthropic(answer: &Answer) -> String {
 
 /// Responses: names match `type`s, sequence numbers count from 0; returns the text.
 fn check_responses(answer: &Answer) -> String {
-    assert_eq!((answer.status, answer.content_type.as_str()), (200, "text/event-stream"));
+    assert_eq!(
+        (answer.status, answer.content_type.as_str()),
+        (200, "text/event-stream")
+    );
     assert_eq!(answer.events.first().unwrap().0, "response.created");
     assert_eq!(answer.events.last().unwrap().0, "response.completed");
     let mut text = String::new();
     for (i, (name, data)) in answer.events.iter().enumerate() {
         let data = json_of(data);
-        assert_eq!((data["type"].as_str(), data["sequence_number"].as_u64()), (Some(name.as_str()), Some(i as u64)));
+        assert_eq!(
+            (data["type"].as_str(), data["sequence_number"].as_u64()),
+            (Some(name.as_str()), Some(i as u64))
+        );
         if name == "response.output_text.delta" {
             text.push_str(data["delta"].as_str().unwrap());
         }
@@ -103,22 +138,42 @@ fn check_responses(answer: &Answer) -> String {
 }
 
 fn config() -> SimConfig {
-    SimConfig { reasoning_tokens: 6, response_tokens: 12, ..SimConfig::default() }
+    SimConfig {
+        reasoning_tokens: 6,
+        response_tokens: 12,
+        ..SimConfig::default()
+    }
 }
 
 #[tokio::test]
 async fn each_format_streams_a_tool_step_for_a_new_turn() {
     let base = start(config()).await;
     let user = json!({"role": "user", "content": "hi"});
-    let chat = post(&format!("{base}/v1/chat/completions"), &json!({"model": "m", "messages": [user]})).await;
+    let chat = post(
+        &format!("{base}/v1/chat/completions"),
+        &json!({"model": "m", "messages": [user]}),
+    )
+    .await;
     check_chat(&chat);
-    assert!(chat.body.contains(r#""finish_reason":"tool_calls""#), "{}", chat.body);
+    assert!(
+        chat.body.contains(r#""finish_reason":"tool_calls""#),
+        "{}",
+        chat.body
+    );
     assert!(chat.body.contains(r#""reasoning_content":"#));
-    let anthropic = post(&format!("{base}/messages"), &json!({"model": "m", "messages": [user]})).await;
+    let anthropic = post(
+        &format!("{base}/messages"),
+        &json!({"model": "m", "messages": [user]}),
+    )
+    .await;
     check_anthropic(&anthropic);
     assert!(anthropic.body.contains(r#""stop_reason":"tool_use""#));
     assert!(anthropic.body.contains(r#""type":"signature_delta""#));
-    let responses = post(&format!("{base}/v1/responses"), &json!({"model": "m", "input": "hi"})).await;
+    let responses = post(
+        &format!("{base}/v1/responses"),
+        &json!({"model": "m", "input": "hi"}),
+    )
+    .await;
     check_responses(&responses);
     assert!(responses.body.contains(r#""name":"read_file""#));
 }
@@ -135,7 +190,8 @@ async fn the_final_step_is_the_same_text_over_every_format_and_in_process() {
         {"role": "assistant", "content": null, "tool_calls": [call("b")]},
         {"role": "tool", "tool_call_id": "b", "content": "x"},
     ]});
-    let use_block = |id: &str| json!([{"type": "tool_use", "id": id, "name": "read_file", "input": {}}]);
+    let use_block =
+        |id: &str| json!([{"type": "tool_use", "id": id, "name": "read_file", "input": {}}]);
     let result = |id: &str| json!([{"type": "tool_result", "tool_use_id": id, "content": "x"}]);
     let anthropic = json!({"model": "m", "system": "be brief", "messages": [
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
@@ -158,46 +214,110 @@ async fn the_final_step_is_the_same_text_over_every_format_and_in_process() {
 
     let assistant = |id: &str| {
         Message::Assistant(AssistantMessage {
-            tool_calls: vec![ToolCall { id: ToolCallId::new(id), name: "read_file".into(), arguments: json!({}), extra: None }],
+            tool_calls: vec![ToolCall {
+                id: ToolCallId::new(id),
+                name: "read_file".into(),
+                arguments: json!({}),
+                extra: None,
+            }],
             ..AssistantMessage::default()
         })
     };
-    let tool = |id: &str| Message::Tool(ToolMessage { tool_call_id: ToolCallId::new(id), content: "x".into(), is_error: false });
-    let messages = vec![Message::User(Input::text("hi")), assistant("a"), tool("a"), assistant("b"), tool("b")];
-    let request = ModelRequest { model: "m".into(), system: "be brief".into(), messages, ..ModelRequest::default() };
+    let tool = |id: &str| {
+        Message::Tool(ToolMessage {
+            tool_call_id: ToolCallId::new(id),
+            content: "x".into(),
+            is_error: false,
+        })
+    };
+    let messages = vec![
+        Message::User(Input::text("hi")),
+        assistant("a"),
+        tool("a"),
+        assistant("b"),
+        tool("b"),
+    ];
+    let request = ModelRequest {
+        model: "m".into(),
+        system: "be brief".into(),
+        messages,
+        ..ModelRequest::default()
+    };
     let mut agg = StreamAggregate::new();
-    let events: Vec<_> = SimClient::new(config()).stream(request, CancellationToken::new()).collect().await;
+    let events: Vec<_> = SimClient::new(config())
+        .stream(request, CancellationToken::new())
+        .collect()
+        .await;
     events.iter().for_each(|e| agg.apply(e));
 
     assert_eq!(agg.text.len(), 12 * 4);
-    assert_eq!([&chat_text, &anthropic_text, &responses_text], [&agg.text, &agg.text, &agg.text]);
+    assert_eq!(
+        [&chat_text, &anthropic_text, &responses_text],
+        [&agg.text, &agg.text, &agg.text]
+    );
 }
 
 #[tokio::test]
 async fn injected_failures_are_vendor_error_responses_or_cut_streams() {
-    let limited = SimConfig { error_rates: ErrorRates { rate_limited: 1.0, ..ErrorRates::default() }, ..config() };
+    let limited = SimConfig {
+        error_rates: ErrorRates {
+            rate_limited: 1.0,
+            ..ErrorRates::default()
+        },
+        ..config()
+    };
     let base = start(limited).await;
     let body = json!({"messages": [{"role": "user", "content": "hi"}]});
     let answer = post(&format!("{base}/v1/chat/completions"), &body).await;
-    assert_eq!((answer.status, answer.content_type.as_str()), (429, "application/json"));
+    assert_eq!(
+        (answer.status, answer.content_type.as_str()),
+        (429, "application/json")
+    );
     assert_eq!(answer.retry_after_ms.as_deref(), Some("250"));
-    assert_eq!(json_of(&answer.body)["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(
+        json_of(&answer.body)["error"]["code"],
+        "rate_limit_exceeded"
+    );
 
-    let overloaded = SimConfig { error_rates: ErrorRates { overloaded: 1.0, ..ErrorRates::default() }, ..config() };
+    let overloaded = SimConfig {
+        error_rates: ErrorRates {
+            overloaded: 1.0,
+            ..ErrorRates::default()
+        },
+        ..config()
+    };
     let base = start(overloaded).await;
     let answer = post(&format!("{base}/v1/messages"), &body).await;
     assert_eq!(answer.status, 529);
-    assert_eq!(json_of(&answer.body), json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}));
+    assert_eq!(
+        json_of(&answer.body),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    );
 
-    let cut = SimConfig { error_rates: ErrorRates { stream_cut: 1.0, ..ErrorRates::default() }, ..config() };
+    let cut = SimConfig {
+        error_rates: ErrorRates {
+            stream_cut: 1.0,
+            ..ErrorRates::default()
+        },
+        ..config()
+    };
     let base = start(cut).await;
     let answer = post(&format!("{base}/v1/chat/completions"), &body).await;
     assert_eq!(answer.status, 200);
-    assert!(!answer.events.is_empty() && !answer.body.contains("[DONE]"), "{}", answer.body);
+    assert!(
+        !answer.events.is_empty() && !answer.body.contains("[DONE]"),
+        "{}",
+        answer.body
+    );
     let answer = post(&format!("{base}/v1/messages"), &body).await;
     assert!(!answer.body.contains("message_stop"), "{}", answer.body);
 
-    let response = reqwest::Client::new().post(format!("{base}/v1/responses")).body("{not json").send().await.unwrap();
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/responses"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 400);
     let error = json_of(&response.text().await.unwrap());
     assert_eq!(error["error"]["type"], "invalid_request_error");

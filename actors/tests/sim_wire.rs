@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_actors::provider::sim::SimRejection;
-use foya_actors::provider::sim::wire::{ErrorResponse, WireFormat, WireMeta, encode_body, error_response};
+use foya_actors::provider::sim::wire::{
+    ErrorResponse, WireFormat, WireMeta, encode_body, error_response,
+};
 use foya_protocol::{FinishReason, ReasoningPart, StreamEvent, ToolCallId, Usage};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +19,12 @@ fn fixture(path: &str) -> String {
 }
 
 fn meta(id: &str, model: &str, input_tokens: u64) -> WireMeta {
-    WireMeta { id: id.into(), model: model.into(), created: 1_764_400_000, input_tokens }
+    WireMeta {
+        id: id.into(),
+        model: model.into(),
+        created: 1_764_400_000,
+        input_tokens,
+    }
 }
 
 fn call(index: u32, id: Option<&str>, name: Option<&str>, arguments: &str) -> StreamEvent {
@@ -35,17 +42,35 @@ fn text(t: &str) -> StreamEvent {
 }
 
 fn usage(input_tokens: u64, output_tokens: u64) -> StreamEvent {
-    StreamEvent::Usage { usage: Usage { input_tokens, output_tokens, ..Usage::default() } }
+    StreamEvent::Usage {
+        usage: Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        },
+    }
 }
 
 fn done(reason: FinishReason) -> StreamEvent {
-    StreamEvent::Done { finish_reason: Some(reason) }
+    StreamEvent::Done {
+        finish_reason: Some(reason),
+    }
 }
 
 #[test]
 fn chat_completions_bodies_match_the_fixtures_byte_for_byte() {
-    let events = [text("Hel"), text("lo, "), text("world."), usage(42, 7), done(FinishReason::Stop)];
-    let body = encode_body(WireFormat::OpenAiChat, meta("chatcmpl-7f3a", "m-1", 42), &events);
+    let events = [
+        text("Hel"),
+        text("lo, "),
+        text("world."),
+        usage(42, 7),
+        done(FinishReason::Stop),
+    ];
+    let body = encode_body(
+        WireFormat::OpenAiChat,
+        meta("chatcmpl-7f3a", "m-1", 42),
+        &events,
+    );
     assert_eq!(body, fixture("openai-chat/basic_text.sse"));
 
     let events = [
@@ -57,15 +82,26 @@ fn chat_completions_bodies_match_the_fixtures_byte_for_byte() {
         usage(120, 30),
         done(FinishReason::ToolCalls),
     ];
-    let body = encode_body(WireFormat::OpenAiChat, meta("chatcmpl-7f3a", "m-1", 120), &events);
-    assert_eq!(body, fixture("openai-chat/parallel_tool_calls_interleaved.sse"));
+    let body = encode_body(
+        WireFormat::OpenAiChat,
+        meta("chatcmpl-7f3a", "m-1", 120),
+        &events,
+    );
+    assert_eq!(
+        body,
+        fixture("openai-chat/parallel_tool_calls_interleaved.sse")
+    );
 }
 
 #[test]
 fn anthropic_bodies_match_the_fixtures_byte_for_byte() {
     let events = [
-        StreamEvent::ReasoningDelta { text: "Need the ".into() },
-        StreamEvent::ReasoningDelta { text: "manifest.".into() },
+        StreamEvent::ReasoningDelta {
+            text: "Need the ".into(),
+        },
+        StreamEvent::ReasoningDelta {
+            text: "manifest.".into(),
+        },
         StreamEvent::ReasoningPart {
             part: ReasoningPart::Thinking {
                 text: "Need the manifest.".into(),
@@ -90,8 +126,11 @@ fn anthropic_bodies_match_the_fixtures_byte_for_byte() {
     ];
     let body = encode_body(WireFormat::Anthropic, meta("msg_01", "m-2", 250), &events);
     // The fixture has no ping; ours always sends one after message_start, as the API does.
-    let expected = fixture("anthropic/no_input_tool.sse")
-        .replacen("event: content_block_start", "event: ping\ndata: {\"type\":\"ping\"}\n\nevent: content_block_start", 1);
+    let expected = fixture("anthropic/no_input_tool.sse").replacen(
+        "event: content_block_start",
+        "event: ping\ndata: {\"type\":\"ping\"}\n\nevent: content_block_start",
+        1,
+    );
     assert_eq!(body, expected);
 }
 
@@ -101,7 +140,10 @@ fn frames(body: &str) -> Vec<(String, serde_json::Value)> {
         .filter(|f| !f.is_empty())
         .map(|f| {
             let (event, data) = f.split_once("\ndata: ").unwrap();
-            (event.strip_prefix("event: ").unwrap().to_owned(), serde_json::from_str(data).unwrap())
+            (
+                event.strip_prefix("event: ").unwrap().to_owned(),
+                serde_json::from_str(data).unwrap(),
+            )
         })
         .collect()
 }
@@ -109,7 +151,9 @@ fn frames(body: &str) -> Vec<(String, serde_json::Value)> {
 #[test]
 fn responses_body_has_the_fixture_event_sequence_and_payloads() {
     let events = [
-        StreamEvent::ReasoningDelta { text: "Look at src.".into() },
+        StreamEvent::ReasoningDelta {
+            text: "Look at src.".into(),
+        },
         call(0, Some("call_77"), Some("list_dir"), ""),
         call(0, None, None, "{\"path\""),
         call(0, None, None, ":\"src\"}"),
@@ -123,9 +167,14 @@ fn responses_body_has_the_fixture_event_sequence_and_payloads() {
         },
         done(FinishReason::ToolCalls),
     ];
-    let ours = frames(&encode_body(WireFormat::OpenAiResponses, meta("resp_1", "m-3", 300), &events));
+    let ours = frames(&encode_body(
+        WireFormat::OpenAiResponses,
+        meta("resp_1", "m-3", 300),
+        &events,
+    ));
     let theirs = frames(&fixture("openai-responses/reasoning_and_function_call.sse"));
-    let names = |f: &[(String, serde_json::Value)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    let names =
+        |f: &[(String, serde_json::Value)]| f.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     assert_eq!(names(&ours), names(&theirs));
     for ((name, a), (_, b)) in ours.iter().zip(&theirs) {
         assert_eq!(a["type"], name.as_str());
@@ -139,13 +188,23 @@ fn responses_body_has_the_fixture_event_sequence_and_payloads() {
 }
 
 fn error_fixture(name: &str) -> ErrorResponse {
-    let v: serde_json::Value = serde_json::from_str(&fixture(&format!("errors/{name}.json"))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&fixture(&format!("errors/{name}.json"))).unwrap();
     let headers = v["headers"]
         .as_object()
         .unwrap()
         .iter()
         .filter(|(k, _)| k.starts_with("retry-after"))
-        .map(|(k, v)| (if k == "retry-after" { "retry-after" } else { "retry-after-ms" }, v.as_str().unwrap().to_owned()))
+        .map(|(k, v)| {
+            (
+                if k == "retry-after" {
+                    "retry-after"
+                } else {
+                    "retry-after-ms"
+                },
+                v.as_str().unwrap().to_owned(),
+            )
+        })
         .collect();
     ErrorResponse {
         status: u16::try_from(v["status"].as_u64().unwrap()).unwrap(),
@@ -156,7 +215,10 @@ fn error_fixture(name: &str) -> ErrorResponse {
 
 #[test]
 fn error_responses_match_the_vendor_fixtures() {
-    let overflow = |input_tokens, context_window_tokens| SimRejection::ContextOverflow { input_tokens, context_window_tokens };
+    let overflow = |input_tokens, context_window_tokens| SimRejection::ContextOverflow {
+        input_tokens,
+        context_window_tokens,
+    };
     assert_eq!(
         error_response(WireFormat::OpenAiChat, &overflow(131_072, 128_000)),
         error_fixture("openai_context_length_exceeded")
@@ -171,11 +233,21 @@ fn error_responses_match_the_vendor_fixtures() {
     );
     let mut limited = error_fixture("openai_rate_limit_retry_after_ms");
     limited.headers.push(("retry-after", "1".into()));
-    let ours = error_response(WireFormat::OpenAiResponses, &SimRejection::RateLimited { retry_after_ms: 250 });
+    let ours = error_response(
+        WireFormat::OpenAiResponses,
+        &SimRejection::RateLimited {
+            retry_after_ms: 250,
+        },
+    );
     assert_eq!(ours, limited);
     let mut limited = error_fixture("anthropic_rate_limit_retry_after");
     limited.headers.insert(0, ("retry-after-ms", "3000".into()));
-    let ours = error_response(WireFormat::Anthropic, &SimRejection::RateLimited { retry_after_ms: 3_000 });
+    let ours = error_response(
+        WireFormat::Anthropic,
+        &SimRejection::RateLimited {
+            retry_after_ms: 3_000,
+        },
+    );
     assert_eq!(ours, limited);
     let ours = error_response(WireFormat::OpenAiChat, &SimRejection::Overloaded);
     assert_eq!(ours.status, 503);

@@ -24,7 +24,9 @@ impl SimClient {
     /// A client simulating `config`.
     #[must_use]
     pub fn new(config: SimConfig) -> Self {
-        Self { model: Arc::new(SimModel::new(config)) }
+        Self {
+            model: Arc::new(SimModel::new(config)),
+        }
     }
 
     /// The shared planner (to inspect what a request would get).
@@ -41,12 +43,17 @@ impl ModelClient for SimClient {
     ///
     /// # Cancel safety
     /// Dropping the stream or cancelling `cancel` ends it at once (no further events).
-    fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> BoxStream<'static, StreamEvent> {
+    fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent> {
         let response = self.model.respond(&HistorySummary::from_request(&request));
         match response.outcome {
-            SimOutcome::Rejected(rejection) => {
-                stream::iter([StreamEvent::Error { error: rejection.to_error() }]).boxed()
-            }
+            SimOutcome::Rejected(rejection) => stream::iter([StreamEvent::Error {
+                error: rejection.to_error(),
+            }])
+            .boxed(),
             SimOutcome::Streamed { events, .. } => paced(events, cancel),
         }
     }
@@ -64,7 +71,12 @@ fn paced(events: Vec<TimedEvent>, cancel: CancellationToken) -> BoxStream<'stati
         elapsed: Duration,
         cancel: CancellationToken,
     }
-    let state = State { events: events.into_iter(), start: None, elapsed: Duration::ZERO, cancel };
+    let state = State {
+        events: events.into_iter(),
+        start: None,
+        elapsed: Duration::ZERO,
+        cancel,
+    };
     stream::unfold(state, |mut s| async move {
         let start = *s.start.get_or_insert_with(Instant::now);
         let next = s.events.next()?;

@@ -116,15 +116,18 @@ impl Counter {
 fn content_text(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect()
-        }
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
         _ => String::new(),
     }
 }
 
 fn items<'a>(body: &'a Value, field: &str) -> &'a [Value] {
-    body.get(field).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    body.get(field)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 fn role(item: &Value) -> Option<&str> {
@@ -150,7 +153,9 @@ fn anthropic(body: &Value, counter: &mut Counter) {
         match role(message) {
             Some("user") => {
                 let content = message.get("content");
-                let blocks = content.and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+                let blocks = content
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
                 let results = blocks
                     .iter()
                     .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
@@ -175,7 +180,10 @@ fn responses(body: &Value, counter: &mut Counter) {
     }
     let mut in_assistant_run = false;
     for item in items(body, "input") {
-        let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+        let kind = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
         let assistant_side = match (kind, role(item)) {
             ("message", Some("user")) => {
                 counter.user(&content_text(item.get("content")));

@@ -1,9 +1,9 @@
 //! The pure planner: from a configuration and a request history to a timed script of
 //! [`StreamEvent`]s (or a rejection), the same for the in-process client and the server.
 
+use super::SimConfig;
 use super::history::HistorySummary;
 use super::rng::{Fnv, SplitMix};
-use super::SimConfig;
 use dashmap::DashMap;
 use foya_protocol::{ErrorClass, FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
 use std::time::Duration;
@@ -51,11 +51,16 @@ impl SimRejection {
                 status: Some(529),
                 ..ProviderError::new(ErrorClass::Overloaded, "overloaded (simulated)")
             },
-            Self::ContextOverflow { input_tokens, context_window_tokens } => ProviderError {
+            Self::ContextOverflow {
+                input_tokens,
+                context_window_tokens,
+            } => ProviderError {
                 status: Some(400),
                 ..ProviderError::new(
                     ErrorClass::ContextOverflow,
-                    format!("prompt is too long: {input_tokens} tokens > {context_window_tokens} maximum (simulated)"),
+                    format!(
+                        "prompt is too long: {input_tokens} tokens > {context_window_tokens} maximum (simulated)"
+                    ),
                 )
             },
         }
@@ -98,7 +103,10 @@ impl SimResponse {
     /// Whether the attempt fails (rejected or cut).
     #[must_use]
     pub fn is_failure(&self) -> bool {
-        matches!(self.outcome, SimOutcome::Rejected(_) | SimOutcome::Streamed { cut: true, .. })
+        matches!(
+            self.outcome,
+            SimOutcome::Rejected(_) | SimOutcome::Streamed { cut: true, .. }
+        )
     }
 }
 
@@ -126,7 +134,11 @@ impl SimModel {
     #[must_use]
     pub fn new(config: SimConfig) -> Self {
         let tool_args = config.tool_args.to_string();
-        Self { config, tool_args, attempts: DashMap::new() }
+        Self {
+            config,
+            tool_args,
+            attempts: DashMap::new(),
+        }
     }
 
     /// The configuration.
@@ -163,7 +175,10 @@ impl SimModel {
             attempt,
             input_tokens,
             model,
-            outcome: SimOutcome::Streamed { events: Vec::new(), cut: false },
+            outcome: SimOutcome::Streamed {
+                events: Vec::new(),
+                cut: false,
+            },
         };
         let r = errors.unit();
         let rates = c.error_rates;
@@ -173,7 +188,9 @@ impl SimModel {
             r < threshold
         };
         let rejection = if hit(rates.rate_limited) {
-            Some(SimRejection::RateLimited { retry_after_ms: c.retry_after_ms })
+            Some(SimRejection::RateLimited {
+                retry_after_ms: c.retry_after_ms,
+            })
         } else if hit(rates.overloaded) {
             Some(SimRejection::Overloaded)
         } else if hit(rates.context_overflow) {
@@ -185,12 +202,17 @@ impl SimModel {
             None
         };
         if let Some(rejection) = rejection {
-            return SimResponse { outcome: SimOutcome::Rejected(rejection), ..base };
+            return SimResponse {
+                outcome: SimOutcome::Rejected(rejection),
+                ..base
+            };
         }
         let cut = hit(rates.stream_cut);
 
         let mut script = Script::new(c, SplitMix::new(Fnv::new().u64(key).u64(1).finish()));
-        script.words(c.reasoning_tokens, |text| StreamEvent::ReasoningDelta { text });
+        script.words(c.reasoning_tokens, |text| StreamEvent::ReasoningDelta {
+            text,
+        });
         let final_step = history.step >= c.steps_per_turn.max(1) || c.tool_calls_per_step == 0;
         if final_step {
             script.words(c.response_tokens, |text| StreamEvent::TextDelta { text });
@@ -201,9 +223,21 @@ impl SimModel {
         }
         if cut {
             let len = script.events.len() as u64;
-            let keep = if len >= 2 { errors.range(1, len - 1) } else { 0 };
-            script.events.truncate(usize::try_from(keep).unwrap_or(usize::MAX));
-            return SimResponse { outcome: SimOutcome::Streamed { events: script.events, cut }, ..base };
+            let keep = if len >= 2 {
+                errors.range(1, len - 1)
+            } else {
+                0
+            };
+            script
+                .events
+                .truncate(usize::try_from(keep).unwrap_or(usize::MAX));
+            return SimResponse {
+                outcome: SimOutcome::Streamed {
+                    events: script.events,
+                    cut,
+                },
+                ..base
+            };
         }
         let usage = Usage {
             input_tokens,
@@ -211,10 +245,25 @@ impl SimModel {
             cached_input_tokens: None,
             reasoning_tokens: (c.reasoning_tokens > 0).then_some(u64::from(c.reasoning_tokens)),
         };
-        let finish = if final_step { FinishReason::Stop } else { FinishReason::ToolCalls };
+        let finish = if final_step {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
         script.push(0, StreamEvent::Usage { usage });
-        script.push(0, StreamEvent::Done { finish_reason: Some(finish) });
-        SimResponse { outcome: SimOutcome::Streamed { events: script.events, cut }, ..base }
+        script.push(
+            0,
+            StreamEvent::Done {
+                finish_reason: Some(finish),
+            },
+        );
+        SimResponse {
+            outcome: SimOutcome::Streamed {
+                events: script.events,
+                cut,
+            },
+            ..base
+        }
     }
 }
 
@@ -229,14 +278,23 @@ struct Script<'a> {
 
 impl<'a> Script<'a> {
     fn new(config: &'a SimConfig, rng: SplitMix) -> Self {
-        Self { config, rng, events: Vec::new(), tokens: 0 }
+        Self {
+            config,
+            rng,
+            events: Vec::new(),
+            tokens: 0,
+        }
     }
 
     fn push(&mut self, tokens: u64, event: StreamEvent) {
         self.tokens += tokens;
         let last = self.tokens.saturating_sub(1);
         let tps = self.config.tokens_per_s;
-        let gen_ns = if tps.is_finite() && tps > 0.0 { (last as f64 * 1e9 / tps).round() as u64 } else { 0 };
+        let gen_ns = if tps.is_finite() && tps > 0.0 {
+            (last as f64 * 1e9 / tps).round() as u64
+        } else {
+            0
+        };
         let at = Duration::from_millis(self.config.ttft_ms) + Duration::from_nanos(gen_ns);
         self.events.push(TimedEvent { at, event });
     }
@@ -261,18 +319,30 @@ impl<'a> Script<'a> {
     /// (4 tokens) at a time.
     fn tool_call(&mut self, index: u32, id: &str, args: &str) {
         let name = self.config.tool_name.clone();
-        self.push(0, StreamEvent::ToolCallDelta {
-            index,
-            id: Some(ToolCallId::new(id)),
-            name: Some(name),
-            arguments: String::new(),
-            extra: None,
-        });
+        self.push(
+            0,
+            StreamEvent::ToolCallDelta {
+                index,
+                id: Some(ToolCallId::new(id)),
+                name: Some(name),
+                arguments: String::new(),
+                extra: None,
+            },
+        );
         let chars: Vec<char> = args.chars().collect();
         for piece in chars.chunks(16) {
             let arguments: String = piece.iter().collect();
             let tokens = (piece.len() as u64).div_ceil(4);
-            self.push(tokens, StreamEvent::ToolCallDelta { index, id: None, name: None, arguments, extra: None });
+            self.push(
+                tokens,
+                StreamEvent::ToolCallDelta {
+                    index,
+                    id: None,
+                    name: None,
+                    arguments,
+                    extra: None,
+                },
+            );
         }
     }
 }

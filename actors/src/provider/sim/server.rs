@@ -43,7 +43,9 @@ pub async fn serve_sim_with_shutdown(
     config: SimConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, sim_router(config)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, sim_router(config))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// The simulator's routes, for embedding in another axum app or server.
@@ -74,7 +76,12 @@ async fn responses(State(model): State<Arc<SimModel>>, body: Bytes) -> Response 
 fn answer(format: WireFormat, model: &SimModel, body: &Bytes) -> Response {
     let value: serde_json::Value = match serde_json::from_slice(body) {
         Ok(value) => value,
-        Err(e) => return error(wire::invalid_request(format, &format!("invalid JSON body: {e}"))),
+        Err(e) => {
+            return error(wire::invalid_request(
+                format,
+                &format!("invalid JSON body: {e}"),
+            ));
+        }
     };
     let history = HistorySummary::from_wire(format, &value, body.len());
     let response = model.respond(&history);
@@ -83,7 +90,10 @@ fn answer(format: WireFormat, model: &SimModel, body: &Bytes) -> Response {
         SimOutcome::Rejected(rejection) => error(wire::error_response(format, &rejection)),
         SimOutcome::Streamed { events, .. } => {
             let frames = encode_frames(format, meta, &events);
-            let headers = [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")];
+            let headers = [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ];
             (StatusCode::OK, headers, Body::from_stream(paced(frames))).into_response()
         }
     }
@@ -91,10 +101,13 @@ fn answer(format: WireFormat, model: &SimModel, body: &Bytes) -> Response {
 
 fn error(e: ErrorResponse) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], e.body).into_response();
+    let mut response =
+        (status, [(header::CONTENT_TYPE, "application/json")], e.body).into_response();
     for (name, value) in e.headers {
         if let Ok(value) = HeaderValue::from_str(&value) {
-            response.headers_mut().insert(HeaderName::from_static(name), value);
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(name), value);
         }
     }
     response
@@ -103,7 +116,11 @@ fn error(e: ErrorResponse) -> Response {
 /// The body as chunks with their due offsets: the start frames at 0, then the frames of
 /// all events due at the same moment as one chunk. A cut stream just ends (no end
 /// marker), which a client sees as an interrupted stream.
-fn encode_frames(format: WireFormat, meta: WireMeta, events: &[TimedEvent]) -> Vec<(Duration, Bytes)> {
+fn encode_frames(
+    format: WireFormat,
+    meta: WireMeta,
+    events: &[TimedEvent],
+) -> Vec<(Duration, Bytes)> {
     let mut encoder = SseEncoder::new(format, meta);
     let mut frames = Vec::new();
     let mut current = (Duration::ZERO, String::new());

@@ -27,7 +27,12 @@ pub(super) struct AnthropicEncoder {
 
 impl AnthropicEncoder {
     pub(super) fn new(meta: WireMeta) -> Self {
-        Self { meta, open: None, next_index: 0, output_tokens: None }
+        Self {
+            meta,
+            open: None,
+            next_index: 0,
+            output_tokens: None,
+        }
     }
 
     pub(super) fn start(&mut self, out: &mut String) {
@@ -81,22 +86,37 @@ impl AnthropicEncoder {
             StreamEvent::ReasoningDelta { text } => {
                 let start = r#"{"type":"thinking","thinking":"","signature":""}"#;
                 let index = self.ensure(out, Block::Thinking { signed: false }, start);
-                let delta = format!(r#"{{"type":"thinking_delta","thinking":{}}}"#, json_str(text));
+                let delta = format!(
+                    r#"{{"type":"thinking_delta","thinking":{}}}"#,
+                    json_str(text)
+                );
                 Self::delta(out, index, &delta);
             }
-            StreamEvent::ReasoningPart { part: ReasoningPart::Thinking { signature, .. } } => {
+            StreamEvent::ReasoningPart {
+                part: ReasoningPart::Thinking { signature, .. },
+            } => {
                 if let Some((index, Block::Thinking { signed: false })) = self.open {
                     let sig = signature.as_deref().unwrap_or(SIM_SIGNATURE);
-                    let delta = format!(r#"{{"type":"signature_delta","signature":{}}}"#, json_str(sig));
+                    let delta = format!(
+                        r#"{{"type":"signature_delta","signature":{}}}"#,
+                        json_str(sig)
+                    );
                     Self::delta(out, index, &delta);
                     self.open = Some((index, Block::Thinking { signed: true }));
                 }
             }
-            StreamEvent::ReasoningPart { part: ReasoningPart::Redacted { data } } => {
+            StreamEvent::ReasoningPart {
+                part: ReasoningPart::Redacted { data },
+            } => {
                 self.close(out);
-                let start = format!(r#"{{"type":"redacted_thinking","data":{}}}"#, json_str(data));
+                let start = format!(
+                    r#"{{"type":"redacted_thinking","data":{}}}"#,
+                    json_str(data)
+                );
                 self.ensure(out, Block::Text, &start);
-                self.open = self.open.map(|(i, _)| (i, Block::Thinking { signed: true }));
+                self.open = self
+                    .open
+                    .map(|(i, _)| (i, Block::Thinking { signed: true }));
                 self.close(out);
             }
             StreamEvent::TextDelta { text } => {
@@ -104,11 +124,21 @@ impl AnthropicEncoder {
                 let delta = format!(r#"{{"type":"text_delta","text":{}}}"#, json_str(text));
                 Self::delta(out, index, &delta);
             }
-            StreamEvent::ToolCallDelta { index: call, id, name, arguments, .. } => {
-                let continuing = self.open.is_some_and(|(_, b)| b == Block::Tool { call: *call });
+            StreamEvent::ToolCallDelta {
+                index: call,
+                id,
+                name,
+                arguments,
+                ..
+            } => {
+                let continuing = self
+                    .open
+                    .is_some_and(|(_, b)| b == Block::Tool { call: *call });
                 if !continuing || id.is_some() {
                     self.close(out);
-                    let id = id.as_ref().map_or_else(|| format!("toolu_sim_{call}"), |i| i.0.clone());
+                    let id = id
+                        .as_ref()
+                        .map_or_else(|| format!("toolu_sim_{call}"), |i| i.0.clone());
                     let start = format!(
                         r#"{{"type":"tool_use","id":{},"name":{},"input":{{}}}}"#,
                         json_str(&id),
@@ -137,7 +167,9 @@ impl AnthropicEncoder {
                 let kind = match error.class {
                     ErrorClass::Overloaded => "overloaded_error",
                     ErrorClass::RateLimited => "rate_limit_error",
-                    ErrorClass::ContextOverflow | ErrorClass::InvalidRequest => "invalid_request_error",
+                    ErrorClass::ContextOverflow | ErrorClass::InvalidRequest => {
+                        "invalid_request_error"
+                    }
                     _ => "api_error",
                 };
                 let data = format!(
@@ -150,7 +182,10 @@ impl AnthropicEncoder {
     }
 
     fn json_delta(out: &mut String, index: u32, partial: &str) {
-        let delta = format!(r#"{{"type":"input_json_delta","partial_json":{}}}"#, json_str(partial));
+        let delta = format!(
+            r#"{{"type":"input_json_delta","partial_json":{}}}"#,
+            json_str(partial)
+        );
         Self::delta(out, index, &delta);
     }
 }

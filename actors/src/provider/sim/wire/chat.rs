@@ -24,12 +24,19 @@ impl ChatEncoder {
             meta.created,
             json_str(&meta.model)
         );
-        Self { head, opened: false, usage: None }
+        Self {
+            head,
+            opened: false,
+            usage: None,
+        }
     }
 
     fn chunk(&self, out: &mut String, finish: Option<&str>, delta: &str) {
         let finish = finish.map_or_else(|| "null".to_owned(), json_str);
-        let data = format!(r#"{}[{{"index":0,"finish_reason":{finish},"delta":{delta}}}]}}"#, self.head);
+        let data = format!(
+            r#"{}[{{"index":0,"finish_reason":{finish},"delta":{delta}}}]}}"#,
+            self.head
+        );
         frame(out, None, &data);
     }
 
@@ -39,7 +46,11 @@ impl ChatEncoder {
         if !self.opened {
             self.opened = true;
             let content = if text_first { r#""""# } else { "null" };
-            self.chunk(out, None, &format!(r#"{{"role":"assistant","content":{content}}}"#));
+            self.chunk(
+                out,
+                None,
+                &format!(r#"{{"role":"assistant","content":{content}}}"#),
+            );
         }
     }
 
@@ -51,14 +62,28 @@ impl ChatEncoder {
             }
             StreamEvent::ReasoningDelta { text } => {
                 self.open(out, false);
-                self.chunk(out, None, &format!(r#"{{"reasoning_content":{}}}"#, json_str(text)));
+                self.chunk(
+                    out,
+                    None,
+                    &format!(r#"{{"reasoning_content":{}}}"#, json_str(text)),
+                );
             }
             StreamEvent::ReasoningPart { .. } => {}
-            StreamEvent::ToolCallDelta { index, id, name, arguments, .. } => {
+            StreamEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+                ..
+            } => {
                 self.open(out, false);
                 let mut call = format!(r#"{{"index":{index}"#);
                 if let Some(id) = id {
-                    let _ = write!(call, r#","id":{},"type":"function","function":{{"name":"#, json_str(id.as_str()));
+                    let _ = write!(
+                        call,
+                        r#","id":{},"type":"function","function":{{"name":"#,
+                        json_str(id.as_str())
+                    );
                     push_json_str(&mut call, name.as_deref().unwrap_or_default());
                     call.push(',');
                 } else {
@@ -81,7 +106,10 @@ impl ChatEncoder {
                         u.input_tokens + u.output_tokens
                     );
                     if let Some(cached) = u.cached_input_tokens {
-                        let _ = write!(usage, r#","prompt_tokens_details":{{"cached_tokens":{cached}}}"#);
+                        let _ = write!(
+                            usage,
+                            r#","prompt_tokens_details":{{"cached_tokens":{cached}}}"#
+                        );
                     }
                     if let Some(reasoning) = u.reasoning_tokens {
                         let _ = write!(
@@ -89,14 +117,20 @@ impl ChatEncoder {
                             r#","completion_tokens_details":{{"reasoning_tokens":{reasoning}}}"#
                         );
                     }
-                    frame(out, None, &format!(r#"{}[],"usage":{usage}}}}}"#, self.head));
+                    frame(
+                        out,
+                        None,
+                        &format!(r#"{}[],"usage":{usage}}}}}"#, self.head),
+                    );
                 }
                 frame(out, None, "[DONE]");
             }
             StreamEvent::Error { error } => {
                 let (kind, code) = match error.class {
                     ErrorClass::RateLimited => ("requests", r#""rate_limit_exceeded""#),
-                    ErrorClass::ContextOverflow => ("invalid_request_error", r#""context_length_exceeded""#),
+                    ErrorClass::ContextOverflow => {
+                        ("invalid_request_error", r#""context_length_exceeded""#)
+                    }
                     ErrorClass::Overloaded => ("server_error", r#""server_is_overloaded""#),
                     _ => ("server_error", "null"),
                 };

@@ -36,7 +36,9 @@ pub fn error_response(format: WireFormat, rejection: &SimRejection) -> ErrorResp
                 )
             } else {
                 openai_body(
-                    &format!("Rate limit reached for requests per min. Please try again in {retry_after_ms}ms."),
+                    &format!(
+                        "Rate limit reached for requests per min. Please try again in {retry_after_ms}ms."
+                    ),
                     "requests",
                     "\"rate_limit_exceeded\"",
                     "null",
@@ -44,16 +46,28 @@ pub fn error_response(format: WireFormat, rejection: &SimRejection) -> ErrorResp
             };
             (429, body)
         }
-        SimRejection::Overloaded if anthropic => (529, anthropic_body("overloaded_error", "Overloaded")),
+        SimRejection::Overloaded if anthropic => {
+            (529, anthropic_body("overloaded_error", "Overloaded"))
+        }
         SimRejection::Overloaded => (
             503,
-            openai_body("The server is overloaded. Please try again later.", "server_error", "null", "null"),
+            openai_body(
+                "The server is overloaded. Please try again later.",
+                "server_error",
+                "null",
+                "null",
+            ),
         ),
-        SimRejection::ContextOverflow { input_tokens, context_window_tokens } => {
+        SimRejection::ContextOverflow {
+            input_tokens,
+            context_window_tokens,
+        } => {
             let body = if anthropic {
                 anthropic_body(
                     "invalid_request_error",
-                    &format!("prompt is too long: {input_tokens} tokens > {context_window_tokens} maximum"),
+                    &format!(
+                        "prompt is too long: {input_tokens} tokens > {context_window_tokens} maximum"
+                    ),
                 )
             } else {
                 openai_body(
@@ -68,7 +82,11 @@ pub fn error_response(format: WireFormat, rejection: &SimRejection) -> ErrorResp
             (400, body)
         }
     };
-    ErrorResponse { status, headers, body }
+    ErrorResponse {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// A 400 for a request body the simulator cannot read.
@@ -79,7 +97,11 @@ pub(crate) fn invalid_request(format: WireFormat, message: &str) -> ErrorRespons
     } else {
         openai_body(message, "invalid_request_error", "null", "null")
     };
-    ErrorResponse { status: 400, headers: Vec::new(), body }
+    ErrorResponse {
+        status: 400,
+        headers: Vec::new(),
+        body,
+    }
 }
 
 fn openai_body(message: &str, kind: &str, code: &str, param: &str) -> String {
@@ -90,5 +112,8 @@ fn openai_body(message: &str, kind: &str, code: &str, param: &str) -> String {
 }
 
 fn anthropic_body(kind: &str, message: &str) -> String {
-    format!(r#"{{"type":"error","error":{{"type":"{kind}","message":{}}}}}"#, json_str(message))
+    format!(
+        r#"{{"type":"error","error":{{"type":"{kind}","message":{}}}}}"#,
+        json_str(message)
+    )
 }

@@ -9,9 +9,18 @@ use std::fmt::Write as _;
 
 #[derive(Debug)]
 enum Item {
-    Reasoning { text: String },
-    Message { text: String },
-    Call { call: u32, call_id: String, name: String, arguments: String },
+    Reasoning {
+        text: String,
+    },
+    Message {
+        text: String,
+    },
+    Call {
+        call: u32,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
 }
 
 #[derive(Debug)]
@@ -26,7 +35,13 @@ pub(super) struct ResponsesEncoder {
 
 impl ResponsesEncoder {
     pub(super) fn new(meta: WireMeta) -> Self {
-        Self { meta, sequence: 0, open: None, next_index: 0, usage: None }
+        Self {
+            meta,
+            sequence: 0,
+            open: None,
+            next_index: 0,
+            usage: None,
+        }
     }
 
     /// Writes one event; `body` is the payload without its closing brace.
@@ -34,7 +49,11 @@ impl ResponsesEncoder {
         if body.len() > 1 {
             body.push(',');
         }
-        let _ = write!(body, r#""type":"{kind}","sequence_number":{}}}"#, self.sequence);
+        let _ = write!(
+            body,
+            r#""type":"{kind}","sequence_number":{}}}"#,
+            self.sequence
+        );
         self.sequence += 1;
         frame(out, Some(kind), &body);
     }
@@ -56,7 +75,10 @@ impl ResponsesEncoder {
         self.close(out);
         let index = self.next_index;
         self.next_index += 1;
-        let id = format!("{prefix}_{}_{index}", self.meta.id.trim_start_matches("resp_"));
+        let id = format!(
+            "{prefix}_{}_{index}",
+            self.meta.id.trim_start_matches("resp_")
+        );
         let added = match &item {
             Item::Reasoning { .. } => format!(r#"{{"id":"{id}","type":"reasoning","summary":[]}}"#),
             Item::Message { .. } => format!(
@@ -68,7 +90,11 @@ impl ResponsesEncoder {
                 json_str(name)
             ),
         };
-        self.emit(out, "response.output_item.added", format!(r#"{{"output_index":{index},"item":{added}"#));
+        self.emit(
+            out,
+            "response.output_item.added",
+            format!(r#"{{"output_index":{index},"item":{added}"#),
+        );
         if matches!(item, Item::Message { .. }) {
             let body = format!(
                 r#"{{"item_id":"{id}","output_index":{index},"content_index":0,"part":{{"type":"output_text","text":"","annotations":[]}}"#
@@ -80,7 +106,9 @@ impl ResponsesEncoder {
     }
 
     fn close(&mut self, out: &mut String) {
-        let Some((index, id, item)) = self.open.take() else { return };
+        let Some((index, id, item)) = self.open.take() else {
+            return;
+        };
         let done = match item {
             Item::Reasoning { text } => format!(
                 r#"{{"id":"{id}","type":"reasoning","summary":[{{"type":"summary_text","text":{}}}]}}"#,
@@ -88,17 +116,30 @@ impl ResponsesEncoder {
             ),
             Item::Message { text } => {
                 let text = json_str(&text);
-                let head = format!(r#"{{"item_id":"{id}","output_index":{index},"content_index":0,"#);
-                self.emit(out, "response.output_text.done", format!(r#"{head}"text":{text}"#));
-                let part = format!(r#"{head}"part":{{"type":"output_text","text":{text},"annotations":[]}}"#);
+                let head =
+                    format!(r#"{{"item_id":"{id}","output_index":{index},"content_index":0,"#);
+                self.emit(
+                    out,
+                    "response.output_text.done",
+                    format!(r#"{head}"text":{text}"#),
+                );
+                let part = format!(
+                    r#"{head}"part":{{"type":"output_text","text":{text},"annotations":[]}}"#
+                );
                 self.emit(out, "response.content_part.done", part);
                 format!(
                     r#"{{"id":"{id}","type":"message","status":"completed","role":"assistant","content":[{{"type":"output_text","text":{text},"annotations":[]}}]}}"#
                 )
             }
-            Item::Call { call_id, name, arguments, .. } => {
+            Item::Call {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => {
                 let arguments = json_str(&arguments);
-                let body = format!(r#"{{"item_id":"{id}","output_index":{index},"arguments":{arguments}"#);
+                let body =
+                    format!(r#"{{"item_id":"{id}","output_index":{index},"arguments":{arguments}"#);
                 self.emit(out, "response.function_call_arguments.done", body);
                 format!(
                     r#"{{"id":"{id}","type":"function_call","status":"completed","call_id":{},"name":{},"arguments":{arguments}}}"#,
@@ -107,7 +148,11 @@ impl ResponsesEncoder {
                 )
             }
         };
-        self.emit(out, "response.output_item.done", format!(r#"{{"output_index":{index},"item":{done}"#));
+        self.emit(
+            out,
+            "response.output_item.done",
+            format!(r#"{{"output_index":{index},"item":{done}"#),
+        );
     }
 
     pub(super) fn event(&mut self, event: &StreamEvent, out: &mut String) {
@@ -141,18 +186,37 @@ impl ResponsesEncoder {
                 );
                 self.emit(out, "response.output_text.delta", body);
             }
-            StreamEvent::ToolCallDelta { index: call, id: call_id, name, arguments, .. } => {
+            StreamEvent::ToolCallDelta {
+                index: call,
+                id: call_id,
+                name,
+                arguments,
+                ..
+            } => {
                 let (index, id) = match &mut self.open {
-                    Some((index, id, Item::Call { call: open, arguments: all, .. }))
-                        if *open == *call && call_id.is_none() =>
-                    {
+                    Some((
+                        index,
+                        id,
+                        Item::Call {
+                            call: open,
+                            arguments: all,
+                            ..
+                        },
+                    )) if *open == *call && call_id.is_none() => {
                         all.push_str(arguments);
                         (*index, id.clone())
                     }
                     _ => {
-                        let call_id = call_id.as_ref().map_or_else(|| format!("call_sim_{call}"), |i| i.0.clone());
+                        let call_id = call_id
+                            .as_ref()
+                            .map_or_else(|| format!("call_sim_{call}"), |i| i.0.clone());
                         let name = name.clone().unwrap_or_default();
-                        let item = Item::Call { call: *call, call_id, name, arguments: arguments.clone() };
+                        let item = Item::Call {
+                            call: *call,
+                            call_id,
+                            name,
+                            arguments: arguments.clone(),
+                        };
                         let opened = self.open_item(out, "fc", item);
                         if arguments.is_empty() {
                             return;
@@ -160,7 +224,10 @@ impl ResponsesEncoder {
                         opened
                     }
                 };
-                let body = format!(r#"{{"item_id":"{id}","output_index":{index},"delta":{}"#, json_str(arguments));
+                let body = format!(
+                    r#"{{"item_id":"{id}","output_index":{index},"delta":{}"#,
+                    json_str(arguments)
+                );
                 self.emit(out, "response.function_call_arguments.delta", body);
             }
             StreamEvent::Usage { usage } => self.usage = Some(*usage),
@@ -176,7 +243,8 @@ impl ResponsesEncoder {
                     u.input_tokens + u.output_tokens
                 );
                 if *finish_reason == Some(FinishReason::Length) {
-                    let tail = format!(r#","incomplete_details":{{"reason":"max_output_tokens"}}{usage}"#);
+                    let tail =
+                        format!(r#","incomplete_details":{{"reason":"max_output_tokens"}}{usage}"#);
                     let body = self.response("incomplete", &tail);
                     self.emit(out, "response.incomplete", body);
                 } else {
@@ -192,7 +260,10 @@ impl ResponsesEncoder {
                     ErrorClass::Overloaded => "server_is_overloaded",
                     _ => "server_error",
                 };
-                let tail = format!(r#","error":{{"code":"{code}","message":{}}}"#, json_str(&error.message));
+                let tail = format!(
+                    r#","error":{{"code":"{code}","message":{}}}"#,
+                    json_str(&error.message)
+                );
                 let body = self.response("failed", &tail);
                 self.emit(out, "response.failed", body);
             }
