@@ -23,9 +23,6 @@ pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
     let path = dir.join(STORE_FILE);
     Store::open(&path, StoreOptions::default()).with_context(|| {
-        format!(
-            "cannot open {} (is another foya process using this data dir?)",
-            path.display()
-        )
+        format!("cannot open {} (is another foya process using this data dir?)", path.display())
     })
 }

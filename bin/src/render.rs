@@ -20,10 +20,7 @@ pub(crate) struct Renderer {
 
 impl Renderer {
     pub(crate) fn new(json: bool) -> Self {
-        Self {
-            json,
-            ..Self::default()
-        }
+        Self { json, ..Self::default() }
     }
 
     pub(crate) fn render(&mut self, update: &SessionUpdate) {
@@ -69,49 +66,28 @@ impl Renderer {
                 }
                 for call in &m.tool_calls {
                     let args = serde_json::to_string(&call.arguments).unwrap_or_default();
-                    self.calls
-                        .insert(call.id.clone(), (call.name.clone(), args));
+                    self.calls.insert(call.id.clone(), (call.name.clone(), args));
                 }
             }
             EventKind::ToolStarted { tool_call_id, name } => {
                 self.end_line();
-                let args = self
-                    .calls
-                    .get(tool_call_id)
-                    .map(|(_, a)| a.as_str())
-                    .unwrap_or("");
+                let args = self.calls.get(tool_call_id).map(|(_, a)| a.as_str()).unwrap_or("");
                 eprintln!("▶ {name} {}", preview(args));
             }
             EventKind::ToolMessage(t) => {
-                let name = self
-                    .calls
-                    .get(&t.tool_call_id)
-                    .map(|(n, _)| n.as_str())
-                    .unwrap_or("tool");
+                let name = self.calls.get(&t.tool_call_id).map(|(n, _)| n.as_str()).unwrap_or("tool");
                 let mark = if t.is_error { "✗" } else { "✓" };
                 eprintln!("{mark} {name}: {}", preview(&t.content));
             }
-            EventKind::ApprovalRequested {
-                tool_name,
-                action,
-                reason,
-                ..
-            } => {
+            EventKind::ApprovalRequested { tool_name, action, reason, .. } => {
                 self.end_line();
                 eprintln!("? approval needed for {tool_name}: {action} ({reason})");
             }
-            EventKind::ApprovalDecided {
-                decision, message, ..
-            } => {
+            EventKind::ApprovalDecided { decision, message, .. } => {
                 let note = message.as_deref().unwrap_or("");
                 eprintln!("  approval: {decision:?} {note}");
             }
-            EventKind::ProviderRetry {
-                attempt,
-                max_attempts,
-                delay_ms,
-                error,
-            } => {
+            EventKind::ProviderRetry { attempt, max_attempts, delay_ms, error } => {
                 self.end_line();
                 eprintln!(
                     "↻ retrying in {:.1}s (attempt {attempt}/{max_attempts}) because {}: {}",
@@ -120,11 +96,7 @@ impl Renderer {
                     error.message
                 );
             }
-            EventKind::TurnComplete {
-                status,
-                reason,
-                error,
-            } => {
+            EventKind::TurnComplete { status, reason, error } => {
                 self.end_line();
                 if let Some(err) = error {
                     eprintln!("error: {}: {}", err.class, err.message);

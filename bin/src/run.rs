@@ -6,8 +6,8 @@ use anyhow::Context as _;
 use foya_actors::provider::ModelClient;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_protocol::{
-    ApprovalDecision, ApprovalMode, EventKind, Input, InputId, RunId, Seq, SessionConfig,
-    SessionId, SessionUpdate, TurnStatus,
+    ApprovalDecision, ApprovalMode, EventKind, Input, InputId, RunId, Seq,
+    SessionConfig, SessionId, SessionUpdate, TurnStatus,
 };
 use std::io::IsTerminal as _;
 use std::path::Path;
@@ -37,9 +37,7 @@ enum Failure {
 async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let cwd = match &args.cwd {
         Some(dir) => dir.clone(),
-        None => std::env::current_dir()
-            .context("no current directory")
-            .map_err(Failure::Usage)?,
+        None => std::env::current_dir().context("no current directory").map_err(Failure::Usage)?,
     };
     let cwd = std::fs::canonicalize(&cwd)
         .with_context(|| format!("working directory {} does not exist", cwd.display()))
@@ -50,10 +48,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
 
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.tools = Arc::new(foya_actors::tools::registry::ToolRegistry::builtin());
-    let runtime = Runtime::start(config)
-        .await
-        .context("cannot start the runtime")
-        .map_err(Failure::Runtime)?;
+    let runtime = Runtime::start(config).await.context("cannot start the runtime").map_err(Failure::Runtime)?;
     let outcome = drive(&runtime, &args, cwd, model_name).await;
     runtime.shutdown().await;
     outcome
@@ -62,16 +57,10 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
 /// Builds the model client for `--provider`.
 fn model_client(args: &ProviderArgs, cwd: &Path) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
     if args.provider == "scripted" {
-        let script = args
-            .script
-            .as_deref()
-            .context("--provider scripted needs --script FILE")?;
+        let script = args.script.as_deref().context("--provider scripted needs --script FILE")?;
         let client = foya_actors::provider::scripted::ScriptedClient::from_file(script)
             .with_context(|| format!("cannot load script {}", script.display()))?;
-        return Ok((
-            Arc::new(client),
-            args.model.clone().unwrap_or_else(|| "scripted".into()),
-        ));
+        return Ok((Arc::new(client), args.model.clone().unwrap_or_else(|| "scripted".into())));
     }
     let profile = foya_actors::provider::config::resolve(
         &args.provider,
@@ -84,22 +73,11 @@ fn model_client(args: &ProviderArgs, cwd: &Path) -> anyhow::Result<(Arc<dyn Mode
     Ok((Arc::new(client), model))
 }
 
-async fn drive(
-    runtime: &Runtime,
-    args: &RunArgs,
-    cwd: std::path::PathBuf,
-    model: String,
-) -> Result<u8, Failure> {
+async fn drive(runtime: &Runtime, args: &RunArgs, cwd: std::path::PathBuf, model: String) -> Result<u8, Failure> {
     let session = match &args.session {
         Some(id) => {
-            let id: SessionId = id
-                .parse()
-                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
-            runtime
-                .session(id)
-                .await
-                .context("cannot open the session")
-                .map_err(Failure::Runtime)?
+            let id: SessionId = id.parse().map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
+            runtime.session(id).await.context("cannot open the session").map_err(Failure::Runtime)?
         }
         None => {
             let mut config = SessionConfig::new(cwd);
@@ -107,19 +85,12 @@ async fn drive(
             config.provider.clone_from(&args.provider.provider);
             config.model = model;
             config.max_steps = Some(args.max_steps);
-            runtime
-                .create_session(config)
-                .await
-                .context("cannot create a session")
-                .map_err(Failure::Runtime)?
+            runtime.create_session(config).await.context("cannot create a session").map_err(Failure::Runtime)?
         }
     };
     let interactive = std::io::stdin().is_terminal();
     let approver = interactive && args.approval != ApprovalMode::Bypass;
-    let from = runtime
-        .last_seq(session.id())
-        .map_err(|e| Failure::Runtime(e.into()))?
-        .map_or(Seq::FIRST, Seq::next);
+    let from = runtime.last_seq(session.id()).map_err(|e| Failure::Runtime(e.into()))?.map_or(Seq::FIRST, Seq::next);
     let mut updates = session
         .subscribe(from, SubscribeOptions { approver })
         .await
@@ -202,10 +173,8 @@ async fn ask(tool: &str, action: &str) -> (ApprovalDecision, Option<String>) {
     match answer.as_str() {
         "y" | "yes" => (ApprovalDecision::AllowOnce, None),
         "a" | "always" => (ApprovalDecision::AllowForSession, None),
-        "" | "n" | "no" => (
-            ApprovalDecision::Deny,
-            Some("the user denied this call".into()),
-        ),
+        "" | "n" | "no" => (ApprovalDecision::Deny, Some("the user denied this call".into())),
         reason => (ApprovalDecision::Deny, Some(reason.to_owned())),
     }
 }
+

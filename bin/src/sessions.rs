@@ -34,13 +34,7 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
         } else {
             let title = s.title.as_deref().unwrap_or("(untitled)");
             let deleted = if s.deleted { " [deleted]" } else { "" };
-            println!(
-                "{}  {:>5} events  {}  {}{deleted}",
-                s.id,
-                s.last_seq.0,
-                s.cwd.display(),
-                title
-            );
+            println!("{}  {:>5} events  {}  {}{deleted}", s.id, s.last_seq.0, s.cwd.display(), title);
         }
     }
     Ok(EXIT_OK)
@@ -61,38 +55,16 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
             EventKind::UserMessage { input, .. } => input.text.clone(),
             EventKind::AssistantMessage(m) => {
                 let calls: Vec<_> = m.tool_calls.iter().map(|c| c.name.as_str()).collect();
-                if calls.is_empty() {
-                    m.text.clone()
-                } else {
-                    format!("{} [calls: {}]", m.text, calls.join(", "))
-                }
+                if calls.is_empty() { m.text.clone() } else { format!("{} [calls: {}]", m.text, calls.join(", ")) }
             }
-            EventKind::ToolMessage(t) => {
-                format!("{}{}", if t.is_error { "error: " } else { "" }, t.content)
-            }
+            EventKind::ToolMessage(t) => format!("{}{}", if t.is_error { "error: " } else { "" }, t.content),
             EventKind::TurnComplete { status, reason, .. } => {
-                format!(
-                    "{status:?}{}",
-                    reason
-                        .as_deref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
-                )
+                format!("{status:?}{}", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())
             }
             _ => String::new(),
         };
-        let detail: String = detail
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(100)
-            .collect();
-        println!(
-            "{:>5}  {:<20} {detail}",
-            event.seq.0,
-            event.kind.type_name()
-        );
+        let detail: String = detail.lines().next().unwrap_or("").chars().take(100).collect();
+        println!("{:>5}  {:<20} {detail}", event.seq.0, event.kind.type_name());
     }
     Ok(EXIT_OK)
 }

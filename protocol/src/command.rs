@@ -1,8 +1,8 @@
 //! Session configuration, approval vocabulary and the commands clients send.
 
-use crate::UnixMs;
 use crate::ids::{ApprovalRequestId, InputId, RunId, Seq, SessionId, ToolCallId};
 use crate::input::Input;
+use crate::UnixMs;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

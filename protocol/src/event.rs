@@ -4,12 +4,12 @@
 //! `{"session_id","seq","run_id","at_ms","type":"<snake_case kind>", ...fields}`.
 //! Scripts read this form: keep it stable. Variants are only ever appended.
 
-use crate::UnixMs;
 use crate::command::{ApprovalDecision, SessionConfig};
 use crate::ids::{ApprovalRequestId, InputId, RunId, Seq, SessionId, ToolCallId};
 use crate::input::Input;
 use crate::message::{AssistantMessage, Message, ToolMessage, Usage};
 use crate::stream::{ErrorClass, ProviderError};
+use crate::UnixMs;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -63,10 +63,7 @@ pub struct ErrorInfo {
 
 impl From<&ProviderError> for ErrorInfo {
     fn from(e: &ProviderError) -> Self {
-        Self {
-            class: e.class,
-            message: e.message.clone(),
-        }
+        Self { class: e.class, message: e.message.clone() }
     }
 }
 
@@ -419,17 +416,12 @@ mod tests {
         let done = EventKind::TurnComplete {
             status: TurnStatus::Failed,
             reason: Some("quota".into()),
-            error: Some(ErrorInfo {
-                class: ErrorClass::QuotaExhausted,
-                message: "m".into(),
-            }),
+            error: Some(ErrorInfo { class: ErrorClass::QuotaExhausted, message: "m".into() }),
         };
         assert_eq!(
             serde_json::to_value(&done).ok(),
-            Some(
-                json!({"type": "turn_complete", "status": "failed", "reason": "quota",
-                        "error": {"class": "quota_exhausted", "message": "m"}})
-            )
+            Some(json!({"type": "turn_complete", "status": "failed", "reason": "quota",
+                        "error": {"class": "quota_exhausted", "message": "m"}}))
         );
         assert_eq!(done.type_name(), "turn_complete");
     }

@@ -121,7 +121,9 @@ impl fmt::Debug for ToolCallId {
 }
 
 /// Position of an event in its session's log: dense, starting at 1, increasing by one.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Seq(pub u64);
 

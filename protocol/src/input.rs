@@ -24,19 +24,13 @@ pub struct Input {
 impl Input {
     /// A plain text input.
     pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            text: text.into(),
-            ..Self::default()
-        }
+        Self { text: text.into(), ..Self::default() }
     }
 
     /// A command input (`name` without the leading `/`).
     pub fn command(name: impl Into<String>, arguments: impl Into<String>) -> Self {
         Self {
-            command: Some(CommandInvocation {
-                name: name.into(),
-                arguments: arguments.into(),
-            }),
+            command: Some(CommandInvocation { name: name.into(), arguments: arguments.into() }),
             ..Self::default()
         }
     }

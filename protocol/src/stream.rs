@@ -169,12 +169,7 @@ pub struct ProviderError {
 impl ProviderError {
     /// An error of `class` with `message` and nothing else.
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
-        Self {
-            class,
-            message: message.into(),
-            retry_after_ms: None,
-            status: None,
-        }
+        Self { class, message: message.into(), retry_after_ms: None, status: None }
     }
 }
 
@@ -224,13 +219,7 @@ impl StreamAggregate {
             StreamEvent::TextDelta { text } => self.text.push_str(text),
             StreamEvent::ReasoningDelta { text } => self.reasoning.push_str(text),
             StreamEvent::ReasoningPart { part } => self.reasoning_parts.push(part.clone()),
-            StreamEvent::ToolCallDelta {
-                index,
-                id,
-                name,
-                arguments,
-                extra,
-            } => {
+            StreamEvent::ToolCallDelta { index, id, name, arguments, extra } => {
                 let call = self.calls.entry(*index).or_default();
                 if call.id.is_none() {
                     call.id.clone_from(id);
@@ -271,10 +260,7 @@ impl StreamAggregate {
             .iter()
             .filter_map(|(index, call)| {
                 let name = call.name.clone().filter(|n| !n.is_empty())?;
-                let id = call
-                    .id
-                    .clone()
-                    .unwrap_or_else(|| ToolCallId(format!("call_{index}")));
+                let id = call.id.clone().unwrap_or_else(|| ToolCallId(format!("call_{index}")));
                 Some(ToolCall {
                     id,
                     name,
@@ -345,9 +331,7 @@ mod tests {
             delta(0, Some("a"), Some("shell"), "{\"comm"),
             delta(1, Some("b"), Some("read_file"), ""),
             delta(0, None, None, "and\":\"ls\"}"),
-            StreamEvent::Done {
-                finish_reason: Some(FinishReason::Stop),
-            },
+            StreamEvent::Done { finish_reason: Some(FinishReason::Stop) },
         ] {
             agg.apply(&ev);
         }
@@ -376,9 +360,7 @@ mod tests {
     fn length_cut_call_is_not_complete() {
         let mut agg = StreamAggregate::new();
         agg.apply(&delta(0, Some("a"), Some("shell"), "{\"comm"));
-        agg.apply(&StreamEvent::Done {
-            finish_reason: Some(FinishReason::Length),
-        });
+        agg.apply(&StreamEvent::Done { finish_reason: Some(FinishReason::Length) });
         assert!(agg.tool_calls().is_empty());
         assert_eq!(agg.finish_reason(), Some(FinishReason::Length));
     }

@@ -23,11 +23,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_attempts: 4,
-            base_delay_ms: 1_000,
-            max_delay_ms: 60_000,
-        }
+        Self { max_attempts: 4, base_delay_ms: 1_000, max_delay_ms: 60_000 }
     }
 }
 
@@ -39,21 +35,14 @@ impl RetryPolicy {
     /// provider retry-after is honoured exactly (capped at `max_delay_ms`); otherwise the
     /// wait is `jitter`-scaled exponential backoff with a floor of half the step.
     #[must_use]
-    pub fn delay_for(
-        &self,
-        next_attempt: u32,
-        error: &ProviderError,
-        jitter: f64,
-    ) -> Option<Duration> {
+    pub fn delay_for(&self, next_attempt: u32, error: &ProviderError, jitter: f64) -> Option<Duration> {
         if !error.class.is_transient() || next_attempt > self.max_attempts || next_attempt < 2 {
             return None;
         }
         let ms = match error.retry_after_ms {
             Some(after) => after,
             None => {
-                let exp = self
-                    .base_delay_ms
-                    .saturating_mul(1u64 << (next_attempt - 2).min(30));
+                let exp = self.base_delay_ms.saturating_mul(1u64 << (next_attempt - 2).min(30));
                 let jitter = jitter.clamp(0.0, 1.0);
                 // Half fixed, half jittered ("equal jitter"): never a zero wait.
                 exp / 2 + ((exp / 2) as f64 * jitter) as u64
@@ -72,31 +61,15 @@ mod tests {
     fn transient_errors_back_off_and_respect_retry_after_and_bounds() {
         let p = RetryPolicy::default();
         let server = ProviderError::new(ErrorClass::Server, "500");
-        assert_eq!(
-            p.delay_for(2, &server, 0.0),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(
-            p.delay_for(3, &server, 1.0),
-            Some(Duration::from_millis(2_000))
-        );
+        assert_eq!(p.delay_for(2, &server, 0.0), Some(Duration::from_millis(500)));
+        assert_eq!(p.delay_for(3, &server, 1.0), Some(Duration::from_millis(2_000)));
         assert_eq!(p.delay_for(5, &server, 0.5), None);
         let mut limited = ProviderError::new(ErrorClass::RateLimited, "429");
         limited.retry_after_ms = Some(250);
-        assert_eq!(
-            p.delay_for(2, &limited, 0.9),
-            Some(Duration::from_millis(250))
-        );
+        assert_eq!(p.delay_for(2, &limited, 0.9), Some(Duration::from_millis(250)));
         limited.retry_after_ms = Some(3_600_000);
-        assert_eq!(
-            p.delay_for(2, &limited, 0.9),
-            Some(Duration::from_millis(60_000))
-        );
-        for class in [
-            ErrorClass::QuotaExhausted,
-            ErrorClass::ContextOverflow,
-            ErrorClass::Auth,
-        ] {
+        assert_eq!(p.delay_for(2, &limited, 0.9), Some(Duration::from_millis(60_000)));
+        for class in [ErrorClass::QuotaExhausted, ErrorClass::ContextOverflow, ErrorClass::Auth] {
             assert_eq!(p.delay_for(2, &ProviderError::new(class, "x"), 0.5), None);
         }
     }

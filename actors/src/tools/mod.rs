@@ -100,18 +100,12 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A successful result.
     pub fn ok(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: false,
-        }
+        Self { content: content.into(), is_error: false }
     }
 
     /// A failed result the model can act on.
     pub fn error(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: true,
-        }
+        Self { content: content.into(), is_error: true }
     }
 }
 
