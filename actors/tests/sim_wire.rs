@@ -254,3 +254,36 @@ fn error_responses_match_the_vendor_fixtures() {
     let body: serde_json::Value = serde_json::from_str(&ours.body).unwrap();
     assert_eq!(body["error"]["type"], "server_error");
 }
+
+proptest::proptest! {
+    /// The hand-written JSON escaping survives any text: every frame parses and the
+    /// text comes back whole, in all three formats.
+    #[test]
+    fn any_text_round_trips_through_every_format(pieces in proptest::collection::vec(".*", 1..6)) {
+        let mut events: Vec<StreamEvent> = pieces.iter().map(|p| text(p)).collect();
+        events.push(call(0, Some("c\"1"), Some("tool\\n"), "{\"a\":\"\u{7}\"}"));
+        events.push(usage(1, 2));
+        events.push(done(FinishReason::ToolCalls));
+        let expected: String = pieces.concat();
+        for format in [WireFormat::OpenAiChat, WireFormat::Anthropic, WireFormat::OpenAiResponses] {
+            let body = encode_body(format, meta("id\"", "m\n", 1), &events);
+            let mut got = String::new();
+            for frame in body.split("\n\n").filter(|f| !f.is_empty()) {
+                let data = frame.split_once("data: ").unwrap().1;
+                if data == "[DONE]" {
+                    continue;
+                }
+                let v: serde_json::Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}"));
+                let piece = match format {
+                    WireFormat::OpenAiChat => v["choices"][0]["delta"]["content"].as_str(),
+                    WireFormat::Anthropic => v["delta"]["text"].as_str(),
+                    WireFormat::OpenAiResponses => {
+                        if v["type"] == "response.output_text.delta" { v["delta"].as_str() } else { None }
+                    }
+                };
+                got.push_str(piece.unwrap_or_default());
+            }
+            proptest::prop_assert_eq!(&got, &expected);
+        }
+    }
+}

@@ -73,6 +73,7 @@ async fn responses(State(model): State<Arc<SimModel>>, body: Bytes) -> Response 
     answer(WireFormat::OpenAiResponses, &model, &body)
 }
 
+#[tracing::instrument(name = "sim_request", skip_all, fields(wire.format = ?format))]
 fn answer(format: WireFormat, model: &SimModel, body: &Bytes) -> Response {
     let value: serde_json::Value = match serde_json::from_slice(body) {
         Ok(value) => value,

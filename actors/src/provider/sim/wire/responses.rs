@@ -75,10 +75,11 @@ impl ResponsesEncoder {
         self.close(out);
         let index = self.next_index;
         self.next_index += 1;
-        let id = format!(
-            "{prefix}_{}_{index}",
-            self.meta.id.trim_start_matches("resp_")
-        );
+        // Item ids are written unescaped below, so keep them to `[A-Za-z0-9_]`.
+        let stem: String = (self.meta.id.trim_start_matches("resp_").chars())
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        let id = format!("{prefix}_{stem}_{index}");
         let added = match &item {
             Item::Reasoning { .. } => format!(r#"{{"id":"{id}","type":"reasoning","summary":[]}}"#),
             Item::Message { .. } => format!(
