@@ -17,6 +17,7 @@ pub mod config;
 pub mod http;
 pub mod retry;
 pub mod scripted;
+pub mod sim;
 pub mod wire;
 
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.

@@ -1,0 +1,93 @@
+//! The floor of one streamed model request over local HTTP: reqwest against the sim
+//! server, reading the SSE body (a) as raw bytes without decoding and (b) split into
+//! SSE events with each `data:` parsed as JSON (eventsource-stream + serde_json), the
+//! baseline the real wire decoders are compared with once they land.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use eventsource_stream::Eventsource;
+use foya_actors::provider::sim::{SimConfig, serve_sim};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::hint::black_box;
+
+const ROUTES: [(&str, &str); 3] = [
+    ("openai_chat", "/v1/chat/completions"),
+    ("anthropic", "/v1/messages"),
+    ("openai_responses", "/v1/responses"),
+];
+
+fn body(route: &str) -> Value {
+    if route.ends_with("responses") {
+        json!({"model": "sim-1", "stream": true, "input": "bench"})
+    } else {
+        json!({"model": "sim-1", "stream": true, "messages": [{"role": "user", "content": "bench"}]})
+    }
+}
+
+async fn bytes_only(client: &reqwest::Client, url: &str, body: &Value) -> usize {
+    let response = client.post(url).json(body).send().await.unwrap();
+    let mut stream = response.bytes_stream();
+    let mut n = 0;
+    while let Some(chunk) = stream.next().await {
+        n += chunk.unwrap().len();
+    }
+    n
+}
+
+async fn sse_json(client: &reqwest::Client, url: &str, body: &Value) -> usize {
+    let response = client.post(url).json(body).send().await.unwrap();
+    let mut events = response.bytes_stream().eventsource();
+    let mut n = 0;
+    while let Some(event) = events.next().await {
+        let event = event.unwrap();
+        if event.data != "[DONE]" {
+            n += usize::from(
+                serde_json::from_str::<Value>(&event.data)
+                    .unwrap()
+                    .is_object(),
+            );
+        }
+    }
+    n
+}
+
+fn bare_client(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = SimConfig {
+        steps_per_turn: 1,
+        response_tokens: 256,
+        reasoning_tokens: 64,
+        ..SimConfig::default()
+    };
+    let base = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_sim(listener, config));
+        format!("http://{addr}")
+    });
+    let client = reqwest::Client::new();
+    let mut group = c.benchmark_group("bare_client");
+    for (name, route) in ROUTES {
+        let url = format!("{base}{route}");
+        let body = body(route);
+        let len = runtime.block_on(bytes_only(&client, &url, &body));
+        group.throughput(Throughput::Bytes(len as u64));
+        group.bench_function(BenchmarkId::new("bytes", name), |b| {
+            b.to_async(&runtime)
+                .iter(|| async { black_box(bytes_only(&client, &url, &body).await) });
+        });
+        group.bench_function(BenchmarkId::new("sse_json", name), |b| {
+            b.to_async(&runtime)
+                .iter(|| async { black_box(sse_json(&client, &url, &body).await) });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bare_client);
+criterion_main!(benches);
