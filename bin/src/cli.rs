@@ -82,7 +82,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// The prompt.
-    #[arg(required = true, num_args = 1.., trailing_var_arg = true)]
+    #[arg(required = true, num_args = 1..)]
     pub(crate) prompt: Vec<String>,
 }
 
