@@ -243,7 +243,17 @@ impl Actor for ToolActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolMsg::Run => {
-                let output = args.run().await?;
+                let outcome = args.run().await;
+                if args.cancel.is_cancelled() {
+                    // The turn is being cancelled (its token fires before `Cancel` is
+                    // sent): it writes this call's "cancelled" result itself. Reporting
+                    // now — or failing on the refused `tool_finished` append, a
+                    // supervision event the turn would handle before `Cancel` — would
+                    // race that.
+                    myself.stop(None);
+                    return Ok(());
+                }
+                let output = outcome?;
                 let result = ToolMessage {
                     tool_call_id: args.call.id.clone(),
                     content: output.content,

@@ -16,7 +16,9 @@
 //! The call runs inside the actor's handler: nothing else is ever sent to a ToolActor
 //! (cancel is its token; a hard stop is `kill`, which drops the tool future), so the
 //! turn's mailbox stays free. A panicking tool panics the handler: the TurnActor gets
-//! `ActorFailed` and records "tool crashed".
+//! `ActorFailed` and records "tool crashed". Once the turn's token is cancelled the actor
+//! stops without reporting (even if its tool returned): the turn writes the "cancelled"
+//! result, so a cancel always ends in the same events.
 
 pub(crate) mod actor;
 
