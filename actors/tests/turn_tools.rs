@@ -184,10 +184,9 @@ async fn a_panicking_tool_is_an_error_result_and_the_turn_completes() {
     let crashed = tool_message("c1", "tool crashed", true);
     assert_eq!(tool_messages(&events), vec![crashed.clone()]);
     assert_eq!(events.last().unwrap().kind, completed());
-    let requests = requests.lock().unwrap();
+    let requests = requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].messages.last(), Some(&Message::Tool(crashed)));
-    drop(requests);
     rt.shutdown().await;
 }
 
@@ -236,7 +235,7 @@ async fn invalid_arguments_reach_the_model_with_the_validators_message() {
     assert_eq!(tool_messages(&events), expected);
     assert!(!types(&events).contains(&"tool_started"), "nothing ran");
     assert_eq!(events.last().unwrap().kind, completed());
-    let requests = requests.lock().unwrap();
+    let requests = requests.lock().unwrap().clone();
     let seen: Vec<_> = requests[1]
         .messages
         .iter()
@@ -246,7 +245,6 @@ async fn invalid_arguments_reach_the_model_with_the_validators_message() {
         })
         .collect();
     assert_eq!(seen, expected);
-    drop(requests);
     rt.shutdown().await;
 }
 

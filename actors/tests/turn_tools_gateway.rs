@@ -92,10 +92,9 @@ async fn a_denied_approval_is_an_error_result_the_model_sees() {
     let denied = tool_message("c1", "not now", true);
     assert_eq!(tool_messages(&events), vec![denied.clone()]);
     assert_eq!(events.last().unwrap().kind, completed());
-    let requests = requests.lock().unwrap();
+    let requests = requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 2);
     assert_eq!(requests[1].messages.last(), Some(&Message::Tool(denied)));
-    drop(requests);
     rt.shutdown().await;
 }
 
