@@ -2,7 +2,8 @@
 //! `shell` tool, Landlock sandbox and child processes): a denial reaches the model as an
 //! `is_error` result, "allow for this session" is not asked again even after a restart
 //! on a real redb file, and under `auto` mode `shell` may write inside the working
-//! directory but neither outside it nor open a TCP connection.
+//! directory but neither outside it nor open a TCP connection; read-only file tools get
+//! the verdict's sandbox too (confined to the working directory unless `bypass`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod turn_support;
@@ -262,4 +263,46 @@ async fn auto_mode_shell_writes_inside_but_not_outside_and_cannot_connect() {
     );
     assert_eq!(events.last().unwrap().kind, completed());
     rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_tools_get_the_verdicts_sandbox_and_stay_confined_unless_bypass() {
+    let (_other, other) = workdir();
+    let secret = other.join("secret.txt");
+    std::fs::write(&secret, "s\n").unwrap();
+    let read = json!({"id": "c1", "name": "read_file",
+        "arguments": {"path": secret.display().to_string()}});
+    let script = json!({"responses": [{"tool_calls": [read]}, {"text": "done"}]});
+    for (mode, expected) in [
+        (
+            ApprovalMode::Auto,
+            tool_message(
+                "c1",
+                &format!(
+                    "path {:?} resolves to {} which is outside the working directory {}; file \
+                     tools only access paths inside the working directory",
+                    secret.display().to_string(),
+                    secret.display(),
+                    "CWD"
+                ),
+                true,
+            ),
+        ),
+        (
+            ApprovalMode::Bypass,
+            tool_message("c1", "     1\ts\n", false),
+        ),
+    ] {
+        let (_dir, cwd) = workdir();
+        let mut expected = expected;
+        expected.content = expected.content.replace("CWD", &cwd.display().to_string());
+        let (rt, _) = start(memory_store(), script.clone(), builtin()).await;
+        let session = rt.create_session(session_config(&cwd, mode)).await.unwrap();
+        let mut sub = subscribe(&session, false).await;
+        session.submit(Input::text("go")).await.unwrap();
+        let events = within(TIMEOUT, events_until(&mut sub, is_turn_complete)).await;
+        assert_eq!(tool_messages(&events), vec![expected], "{mode:?}");
+        assert_eq!(events.last().unwrap().kind, completed());
+        rt.shutdown().await;
+    }
 }
