@@ -42,10 +42,14 @@ pub(crate) struct ToolArgs {
 pub(crate) const TIMEOUT_GRACE_MS: u64 = 2_000;
 
 /// The backstop timeout of a call, in milliseconds: the larger of the tool's
-/// `default_timeout_ms` and a `timeout_ms` argument the call gives, plus
-/// [`TIMEOUT_GRACE_MS`].
+/// `default_timeout_ms` and the call's `timeout_ms` argument (only when the tool's
+/// schema declares one, which bounds it), plus [`TIMEOUT_GRACE_MS`].
 fn backstop_ms(spec: &ToolSpec, args: &serde_json::Value) -> u64 {
-    let asked = args.get("timeout_ms").and_then(serde_json::Value::as_u64);
+    let declared = spec.parameters.pointer("/properties/timeout_ms").is_some();
+    let asked = args
+        .get("timeout_ms")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|_| declared);
     spec.default_timeout_ms
         .max(asked.unwrap_or(0))
         .saturating_add(TIMEOUT_GRACE_MS)
@@ -267,5 +271,38 @@ impl Actor for ToolActor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TIMEOUT_GRACE_MS, backstop_ms};
+    use crate::tools::Tool;
+    use crate::tools::builtin::{ReadFile, SHELL_DEFAULT_TIMEOUT_MS, Shell};
+    use crate::tools::sandbox::SandboxRunner;
+    use serde_json::json;
+
+    #[test]
+    fn the_backstop_covers_a_declared_timeout_argument_plus_grace() {
+        let shell = Shell::new(SandboxRunner::new("/nonexistent"));
+        let read = ReadFile::new();
+        let cases = [
+            (
+                shell.spec(),
+                json!({"command": "x"}),
+                SHELL_DEFAULT_TIMEOUT_MS,
+            ),
+            (
+                shell.spec(),
+                json!({"timeout_ms": 1_000}),
+                SHELL_DEFAULT_TIMEOUT_MS,
+            ),
+            (shell.spec(), json!({"timeout_ms": 500_000}), 500_000),
+            // Not declared by read_file: ignored.
+            (read.spec(), json!({"timeout_ms": 500_000}), 30_000),
+        ];
+        for (spec, args, limit) in cases {
+            assert_eq!(backstop_ms(spec, &args), limit + TIMEOUT_GRACE_MS, "{args}");
+        }
     }
 }
