@@ -64,9 +64,15 @@ pub struct RuntimeConfig {
     pub subscriber_buffer: usize,
 }
 
+/// Default [`RuntimeConfig::subscriber_buffer`].
+pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
+
 impl RuntimeConfig {
-    /// A configuration with the built-in tools, the default retry policy and a
-    /// subscriber buffer of 1024; change the public fields for anything else.
+    /// A configuration serving every session with `model`, the real built-in tools
+    /// ([`ToolRegistry::builtin`]: `shell` sandboxed through the helper named by
+    /// `FOYA_SANDBOX_HELPER`, else the current executable), the default retry policy and
+    /// a subscriber buffer of [`DEFAULT_SUBSCRIBER_BUFFER`].
+    #[must_use]
     pub fn new(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> Self {
         Self {
             store,
@@ -74,7 +80,7 @@ impl RuntimeConfig {
             models: HashMap::new(),
             tools: Arc::new(ToolRegistry::builtin()),
             retry: RetryPolicy::default(),
-            subscriber_buffer: 1024,
+            subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
         }
     }
 }

@@ -109,7 +109,9 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
             events[5].kind,
             EventKind::ToolMessage(ToolMessage {
                 tool_call_id: ToolCallId::new("c1"),
-                content: "unknown tool \"lookup\"".into(),
+                content: "unknown tool \"lookup\"; available tools: read_file, list_dir, \
+                          glob, grep, write_file, edit_file, shell"
+                    .into(),
                 is_error: true,
             })
         );

@@ -345,7 +345,12 @@ async fn a_panicking_tool_becomes_an_error_result_and_the_turn_goes_on() {
         results,
         vec![
             &tool_message("c1", "tool crashed", true),
-            &tool_message("c2", "unknown tool \"nope\"", true)
+            &tool_message(
+                "c2",
+                "unknown tool \"nope\"; available tools: read_file, list_dir, glob, grep, \
+                 write_file, edit_file, shell, echo, wait, boom, exec",
+                true
+            )
         ]
     );
     assert_eq!(events.last().unwrap().kind, completed());

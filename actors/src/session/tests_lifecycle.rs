@@ -309,12 +309,12 @@ async fn a_tool_that_outlives_its_timeout_gets_an_error_result() {
     else {
         panic!()
     };
-    assert_eq!((*is_error, *duration_ms), (true, 3_600_000));
+    assert_eq!((*is_error, *duration_ms), (true, 3_602_000));
     assert_eq!(
         *kinds[finished + 1],
         EventKind::ToolMessage(foya_protocol::ToolMessage {
             tool_call_id: foya_protocol::ToolCallId::new("c1"),
-            content: "timed out after 3600000 ms".into(),
+            content: "timed out after 3602000 ms".into(),
             is_error: true,
         })
     );

@@ -75,7 +75,9 @@ pub struct ToolContext {
     pub step: u32,
     /// This call.
     pub tool_call_id: ToolCallId,
-    /// The sandbox the Approval Gateway chose for this call (exec tools honour it).
+    /// The sandbox the Approval Gateway chose for this call (the ToolActor sets it on
+    /// every call): exec tools run under it; file tools stay inside `cwd` unless it is
+    /// `SandboxPolicy::None` or the mode is `bypass`.
     pub sandbox: SandboxPolicy,
 }
 

@@ -1,14 +1,16 @@
-//! The ToolActor's single handler: one tool call from gate to `tool_finished`.
+//! The ToolActor's single handler: one tool call from validation and the Approval
+//! Gateway to `tool_finished`.
 
-use super::approval::{Gate, approval_needed, sandbox_for};
-use super::{ToolMsg, prepare_call};
+use super::ToolMsg;
 use crate::session::{ApprovalAnswer, SessionMsg};
-use crate::tools::{ProgressSink, Tool, ToolContext, ToolOutput};
+use crate::tools::approval::{Verdict, evaluate};
+use crate::tools::{ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
 use crate::turn::TurnMsg;
 use foya_protocol::event::Delta;
 use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolMessage};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -28,9 +30,29 @@ pub(crate) struct ToolArgs {
     pub step: u32,
     pub index: usize,
     pub call: ToolCall,
-    pub tool: Option<Arc<dyn Tool>>,
+    /// The registry that validates and runs the call.
+    pub tools: Arc<ToolRegistry>,
     pub config: SessionConfig,
     pub cancel: CancellationToken,
+}
+
+/// Extra time, in milliseconds, the backstop timeout gives a tool beyond its own limit,
+/// so a tool that enforces its limit itself (`shell` kills its process group and reports
+/// the output so far) always does so first.
+pub(crate) const TIMEOUT_GRACE_MS: u64 = 2_000;
+
+/// The backstop timeout of a call, in milliseconds: the larger of the tool's
+/// `default_timeout_ms` and the call's `timeout_ms` argument (only when the tool's
+/// schema declares one, which bounds it), plus [`TIMEOUT_GRACE_MS`].
+fn backstop_ms(spec: &ToolSpec, args: &serde_json::Value) -> u64 {
+    let declared = spec.parameters.pointer("/properties/timeout_ms").is_some();
+    let asked = args
+        .get("timeout_ms")
+        .and_then(serde_json::Value::as_u64)
+        .filter(|_| declared);
+    spec.default_timeout_ms
+        .max(asked.unwrap_or(0))
+        .saturating_add(TIMEOUT_GRACE_MS)
 }
 
 /// Progress of a running call: `tool_update` events (persisted, in order with the call's
@@ -114,6 +136,39 @@ impl ToolArgs {
         }
     }
 
+    /// The Approval Gateway for validated `args`: the sandbox to run under, or the
+    /// `is_error` result when the call is denied (by policy or by a person).
+    ///
+    /// Grants are not passed to [`evaluate`]: the session checks an `Ask`'s grant key
+    /// against its live grant set (which includes grants decided earlier in this step and
+    /// grants restored from the log) and answers at once without an event, which is what
+    /// `evaluate` with the grants would decide (`Allow` under `sandbox_if_allowed`).
+    async fn gate(
+        &self,
+        spec: &ToolSpec,
+        args: &serde_json::Value,
+    ) -> Result<SandboxPolicy, ToolOutput> {
+        let mode = self.config.approval_mode;
+        match evaluate(mode, spec, args, &self.config.cwd, &BTreeSet::new()) {
+            Verdict::Allow { sandbox } => Ok(sandbox),
+            Verdict::Deny { reason } => Err(ToolOutput::error(reason)),
+            Verdict::Ask {
+                action,
+                reason,
+                grant_key,
+                sandbox_if_allowed,
+            } => {
+                let answer = self.ask(action, reason, grant_key).await;
+                if answer.allowed {
+                    Ok(sandbox_if_allowed)
+                } else {
+                    let message = answer.message.unwrap_or_else(|| "denied".into());
+                    Err(ToolOutput::error(message))
+                }
+            }
+        }
+    }
+
     /// Runs the call to its result.
     #[tracing::instrument(
         name = "tool_call",
@@ -121,27 +176,17 @@ impl ToolArgs {
         fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %self.call.name)
     )]
     async fn run(&self) -> Result<ToolOutput, ActorProcessingErr> {
-        let tool = match prepare_call(self.tool.as_ref(), &self.call) {
-            Ok(tool) => tool,
-            Err(message) => return Ok(ToolOutput::error(message)),
+        let prepared = match self.tools.prepare(&self.call.name, &self.call.arguments) {
+            Ok(prepared) => prepared,
+            Err(output) => return Ok(output),
         };
+        let (tool, args) = (prepared.tool, prepared.args);
         let spec = tool.spec();
         let mode = self.config.approval_mode;
-        match approval_needed(mode, spec, &self.call.arguments) {
-            Gate::Allow => {}
-            Gate::Deny(message) => return Ok(ToolOutput::error(message)),
-            Gate::Ask {
-                action,
-                reason,
-                grant_key,
-            } => {
-                let answer = self.ask(action, reason, grant_key).await;
-                if !answer.allowed {
-                    let message = answer.message.unwrap_or_else(|| "denied".into());
-                    return Ok(ToolOutput::error(message));
-                }
-            }
-        }
+        let sandbox = match self.gate(spec, &args).await {
+            Ok(sandbox) => sandbox,
+            Err(output) => return Ok(output),
+        };
         self.append(vec![EventKind::ToolStarted {
             tool_call_id: self.call.id.clone(),
             name: self.call.name.clone(),
@@ -155,7 +200,7 @@ impl ToolArgs {
             run_id: self.run_id,
             step: self.step,
             tool_call_id: self.call.id.clone(),
-            sandbox: sandbox_for(mode),
+            sandbox,
         };
         let progress = Progress {
             session: self.session.clone(),
@@ -163,16 +208,11 @@ impl ToolArgs {
             call: self.call.clone(),
         };
         let started = Instant::now();
-        let timeout = Duration::from_millis(spec.default_timeout_ms.max(1));
-        let call = tool.call(
-            &ctx,
-            self.call.arguments.clone(),
-            self.cancel.clone(),
-            &progress,
-        );
-        let output = match tokio::time::timeout(timeout, call).await {
+        let limit_ms = backstop_ms(spec, &args);
+        let call = tool.call(&ctx, args, self.cancel.clone(), &progress);
+        let output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
             Ok(output) => output,
-            Err(_) => ToolOutput::error(format!("timed out after {} ms", spec.default_timeout_ms)),
+            Err(_) => ToolOutput::error(format!("timed out after {limit_ms} ms")),
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.append(vec![EventKind::ToolFinished {
@@ -207,7 +247,17 @@ impl Actor for ToolActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolMsg::Run => {
-                let output = args.run().await?;
+                let outcome = args.run().await;
+                if args.cancel.is_cancelled() {
+                    // The turn is being cancelled (its token fires before `Cancel` is
+                    // sent): it writes this call's "cancelled" result itself. Reporting
+                    // now — or failing on the refused `tool_finished` append, a
+                    // supervision event the turn would handle before `Cancel` — would
+                    // race that.
+                    myself.stop(None);
+                    return Ok(());
+                }
+                let output = outcome?;
                 let result = ToolMessage {
                     tool_call_id: args.call.id.clone(),
                     content: output.content,
@@ -221,5 +271,38 @@ impl Actor for ToolActor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TIMEOUT_GRACE_MS, backstop_ms};
+    use crate::tools::Tool;
+    use crate::tools::builtin::{ReadFile, SHELL_DEFAULT_TIMEOUT_MS, Shell};
+    use crate::tools::sandbox::SandboxRunner;
+    use serde_json::json;
+
+    #[test]
+    fn the_backstop_covers_a_declared_timeout_argument_plus_grace() {
+        let shell = Shell::new(SandboxRunner::new("/nonexistent"));
+        let read = ReadFile::new();
+        let cases = [
+            (
+                shell.spec(),
+                json!({"command": "x"}),
+                SHELL_DEFAULT_TIMEOUT_MS,
+            ),
+            (
+                shell.spec(),
+                json!({"timeout_ms": 1_000}),
+                SHELL_DEFAULT_TIMEOUT_MS,
+            ),
+            (shell.spec(), json!({"timeout_ms": 500_000}), 500_000),
+            // Not declared by read_file: ignored.
+            (read.spec(), json!({"timeout_ms": 500_000}), 30_000),
+        ];
+        for (spec, args, limit) in cases {
+            assert_eq!(backstop_ms(spec, &args), limit + TIMEOUT_GRACE_MS, "{args}");
+        }
     }
 }

@@ -19,9 +19,11 @@
 //! anything arrived, a "cancelled" result for every call of the step without one, then
 //! `turn_cancelled` and `turn_complete{cancelled}`.
 //!
-//! Tool scheduling: consecutive `parallel_safe` calls form a batch that runs concurrently
-//! (at most [`MAX_TOOL_ACTORS`] alive); a call that is not parallel-safe runs alone, in
-//! order. A ToolActor that panics becomes an `is_error` "tool crashed" result.
+//! Tool scheduling: `tools::schedule::plan_batches` — consecutive `parallel_safe` calls
+//! form a batch that runs concurrently (at most `tools::schedule::MAX_PARALLEL` ToolActors
+//! alive); a call that is not parallel-safe is a batch of its own; batches run in order,
+//! each after the previous one finished. A ToolActor that panics becomes an `is_error`
+//! "tool crashed" result.
 
 pub(crate) mod actor;
 mod failure;
@@ -32,9 +34,6 @@ pub(crate) use actor::{TurnActor, TurnArgs};
 pub(crate) use tools::CANCELLED;
 
 use foya_protocol::{StreamEvent, ToolMessage};
-
-/// At most this many ToolActors are alive per turn.
-pub(crate) const MAX_TOOL_ACTORS: usize = 5;
 
 /// The system prompt of this walking skeleton (the context compiler replaces it).
 pub(crate) const SYSTEM_PROMPT: &str =

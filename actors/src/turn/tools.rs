@@ -1,8 +1,11 @@
-//! The TurnActor's tool pool: scheduling ToolActors and committing results in call order.
+//! The TurnActor's tool pool: running one step's calls batch by batch
+//! (`tools::schedule::plan_batches`, at most `MAX_PARALLEL` ToolActors at once) and
+//! committing results in call order.
 
+use super::TurnMsg;
 use super::actor::Turn;
-use super::{MAX_TOOL_ACTORS, TurnMsg};
 use crate::tools::ToolRegistry;
+use crate::tools::schedule::{MAX_PARALLEL, plan_batches};
 use crate::tools_actor::{ToolActor, ToolArgs, ToolMsg};
 use foya_protocol::{EventKind, ToolCall, ToolMessage};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
@@ -17,55 +20,56 @@ pub(crate) const CRASHED: &str = "tool crashed";
 #[derive(Debug)]
 pub(crate) struct ToolRun {
     calls: Vec<ToolCall>,
-    parallel: Vec<bool>,
+    /// Call indices to run one batch after another (see `plan_batches`), in order.
+    batches: Vec<Vec<usize>>,
+    /// The batch being run.
+    batch: usize,
+    /// Calls `batches[batch][..spawned]` were spawned.
+    spawned: usize,
     results: Vec<Option<ToolMessage>>,
     /// Results `[..committed]` are persisted.
     committed: usize,
-    /// Calls `[..next]` were spawned.
-    next: usize,
     running: HashMap<ActorId, (usize, Option<ActorRef<ToolMsg>>)>,
 }
 
 impl ToolRun {
     /// A run of `calls`; unknown tools count as parallel-safe (they fail at once).
     pub(crate) fn new(calls: Vec<ToolCall>, tools: &ToolRegistry) -> Self {
-        let parallel = calls
+        let parallel: Vec<bool> = calls
             .iter()
             .map(|c| tools.get(&c.name).is_none_or(|t| t.spec().parallel_safe))
             .collect();
         let n = calls.len();
         Self {
             calls,
-            parallel,
+            batches: plan_batches(&parallel),
+            batch: 0,
+            spawned: 0,
             results: vec![None; n],
             committed: 0,
-            next: 0,
             running: HashMap::new(),
         }
     }
 
-    /// The calls that may start now: a parallel-safe call joins running parallel-safe
-    /// ones (up to the pool limit); one that is not runs alone.
+    /// The calls that may start now: the next ones of the current batch while fewer than
+    /// [`MAX_PARALLEL`] run; the next batch starts once every call of the current one
+    /// finished.
     fn ready(&mut self) -> Vec<usize> {
         let mut out = Vec::new();
-        while self.next < self.calls.len() {
-            let alive = self.running.len() + out.len();
-            let exclusive_running = self
-                .running
-                .values()
-                .map(|(i, _)| *i)
-                .chain(out.iter().copied())
-                .any(|i| !self.parallel[i]);
-            let fits = if self.parallel[self.next] {
-                !exclusive_running && alive < MAX_TOOL_ACTORS
-            } else {
-                alive == 0
-            };
-            if !fits {
+        while let Some(batch) = self.batches.get(self.batch) {
+            if self.spawned == batch.len() {
+                if !self.running.is_empty() || !out.is_empty() {
+                    break;
+                }
+                self.batch += 1;
+                self.spawned = 0;
+                continue;
+            }
+            if self.running.len() + out.len() >= MAX_PARALLEL {
                 break;
             }
-            out.push(self.next);
-            self.next += 1;
+            out.push(batch[self.spawned]);
+            self.spawned += 1;
         }
         out
     }
@@ -150,7 +154,7 @@ impl Turn {
                 run_id: self.args.run_id,
                 step: self.step,
                 index,
-                tool: self.args.deps.tools.get(&call.name),
+                tools: std::sync::Arc::clone(&self.args.deps.tools),
                 call,
                 config: self.args.config.clone(),
                 cancel: self.args.cancel.child_token(),
