@@ -62,6 +62,8 @@ pub struct RuntimeConfig {
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
     /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
     pub subscriber_buffer: usize,
+    /// Context compilation, compaction and title settings.
+    pub context: crate::options::ContextOptions,
 }
 
 /// What every actor shares.
@@ -73,12 +75,21 @@ pub(crate) struct RuntimeDeps {
     pub tools: Arc<ToolRegistry>,
     pub retry: RetryPolicy,
     pub subscriber_buffer: usize,
+    pub context: crate::options::ContextOptions,
 }
 
 impl RuntimeDeps {
     /// The client for a session's provider name.
     pub(crate) fn client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
         Arc::clone(self.models.get(provider).unwrap_or(&self.model))
+    }
+
+    /// The client for auxiliary requests (title, compaction summary) of a session.
+    pub(crate) fn aux_client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
+        self.context
+            .aux_model
+            .clone()
+            .unwrap_or_else(|| self.client_for(provider))
     }
 }
 
@@ -158,6 +169,7 @@ impl Runtime {
             tools: config.tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
+            context: config.context,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -27,6 +27,11 @@ fn config(store: Store, script: serde_json::Value) -> RuntimeConfig {
         tools: Arc::new(ToolRegistry::builtin()),
         retry: RetryPolicy::default(),
         subscriber_buffer: 1024,
+        context: foya_actors::ContextOptions {
+            user_dir: Some(std::env::temp_dir().join("foya-tests-no-user-dir")),
+            generate_titles: false,
+            ..foya_actors::ContextOptions::default()
+        },
     }
 }
 
@@ -97,9 +102,11 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete",
         ];
@@ -248,6 +255,7 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
