@@ -315,8 +315,15 @@ impl Actor for SessionActor {
                 state.broadcast(&SessionUpdate::Delta(live));
             }
             msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
-            SessionMsg::TitleGenerated { title, expected } => {
-                state.title_generated(title, expected).await?;
+            SessionMsg::TitleGenerated {
+                title,
+                expected,
+                reply,
+            } => {
+                let applied = state.title_generated(title, expected).await?;
+                if let Some(reply) = reply {
+                    let _ = reply.send(applied);
+                }
             }
             #[cfg(test)]
             SessionMsg::Crash => panic!("test-induced SessionActor panic"),

@@ -108,19 +108,21 @@ impl Session {
 
     /// A generated title arrived: persisted as `title_set{generated}` only if the title
     /// did not change since generation started (a user title set meanwhile wins).
+    /// Returns whether it was applied.
     pub(super) async fn title_generated(
         &mut self,
         title: String,
         expected: Option<(String, TitleSource)>,
-    ) -> Result<(), ActorProcessingErr> {
+    ) -> Result<bool, ActorProcessingErr> {
         if self.fold.title != expected {
-            return Ok(());
+            tracing::debug!("generated title discarded: the title changed meanwhile");
+            return Ok(false);
         }
         let kind = foya_protocol::EventKind::TitleSet {
             title,
             source: TitleSource::Generated,
         };
         self.persist(None, vec![kind]).await?;
-        Ok(())
+        Ok(true)
     }
 }

@@ -111,6 +111,8 @@ pub(crate) enum SessionMsg {
     TitleGenerated {
         title: String,
         expected: Option<(String, foya_protocol::TitleSource)>,
+        /// Answered with whether the title was applied.
+        reply: Option<RpcReplyPort<bool>>,
     },
     /// Test hook: make the active TurnActor panic.
     #[cfg(test)]

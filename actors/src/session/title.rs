@@ -1,10 +1,11 @@
 //! TitleActor: one-shot title generation, spawned linked by the SessionActor on a
 //! session's first input (or by `/title` without text). It asks the auxiliary client for
 //! a title (no tools, [`TITLE_SYSTEM_PROMPT`], the first user text) in a task it owns and
-//! reports [`SessionMsg::TitleGenerated`]; it never blocks or delays the turn. A failed
-//! request is logged (class only, never the prompt) and ignored. The session applies the
-//! title only if the session's title is still what it was when generation started, so a
-//! user title set meanwhile wins.
+//! reports [`SessionMsg::TitleGenerated`] (and waits for the session's decision before
+//! releasing the request's stream); it never blocks or delays the turn. A failed request
+//! is logged (class only, never the prompt) and ignored. The session applies the title
+//! only if the session's title is still what it was when generation started, so a user
+//! title set meanwhile wins.
 
 use super::SessionMsg;
 use crate::context::{TITLE_SYSTEM_PROMPT, clean_title, title_request};
@@ -41,31 +42,54 @@ pub(crate) enum TitleMsg {
 
 impl ractor::Message for TitleMsg {}
 
-/// Streams the title request; `None` on any failure.
+/// Streams the title request and hands a usable answer to the session; the stream is
+/// released only after the session decided (applied or discarded).
 #[tracing::instrument(name = "title_request", skip_all)]
-async fn generate(client: Arc<dyn ModelClient>, model: String, text: &str) -> Option<String> {
+async fn generate(args: TitleArgs) {
+    let TitleArgs {
+        session,
+        client,
+        model,
+        text,
+        expected,
+    } = args;
     let request = ModelRequest {
         model,
         system: TITLE_SYSTEM_PROMPT.into(),
-        messages: title_request(text),
+        messages: title_request(&text),
         max_output_tokens: Some(32),
         ..ModelRequest::default()
     };
     let mut stream = client.stream(request, CancellationToken::new());
     let mut answer = String::new();
-    while let Some(event) = stream.next().await {
-        match event {
-            StreamEvent::TextDelta { text } => answer.push_str(&text),
-            StreamEvent::Done { .. } => return clean_title(&answer),
-            StreamEvent::Error { error } => {
+    let title = loop {
+        match stream.next().await {
+            Some(StreamEvent::TextDelta { text }) => answer.push_str(&text),
+            Some(StreamEvent::Done { .. }) => break clean_title(&answer),
+            Some(StreamEvent::Error { error }) => {
                 tracing::warn!(class = error.class.as_str(), "title generation failed");
-                return None;
+                break None;
             }
-            _ => {}
+            Some(_) => {}
+            None => {
+                tracing::warn!("title generation stream ended early");
+                break None;
+            }
         }
+    };
+    if let Some(title) = title {
+        let _ = session
+            .call(
+                |reply| SessionMsg::TitleGenerated {
+                    title,
+                    expected,
+                    reply: Some(reply),
+                },
+                None,
+            )
+            .await;
     }
-    tracing::warn!("title generation stream ended early");
-    None
+    drop(stream);
 }
 
 impl Actor for TitleActor {
@@ -79,16 +103,7 @@ impl Actor for TitleActor {
         args: TitleArgs,
     ) -> Result<AbortOnDrop, ActorProcessingErr> {
         Ok(AbortOnDrop(tokio::spawn(async move {
-            let TitleArgs {
-                session,
-                client,
-                model,
-                text,
-                expected,
-            } = args;
-            if let Some(title) = generate(client, model, &text).await {
-                let _ = session.cast(SessionMsg::TitleGenerated { title, expected });
-            }
+            generate(args).await;
             let _ = myself.cast(TitleMsg::Finished);
         })))
     }
