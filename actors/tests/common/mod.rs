@@ -19,15 +19,15 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The global timeout of one test's waiting, in real time.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
-pub fn script(value: serde_json::Value) -> ScriptedClient {
+pub(crate) fn script(value: serde_json::Value) -> ScriptedClient {
     let script: Script = serde_json::from_value(value).unwrap();
     ScriptedClient::from_script(script)
 }
 
 /// Options with a user dir that holds nothing and no title generation.
-pub fn options(user_dir: &Path) -> ContextOptions {
+pub(crate) fn options(user_dir: &Path) -> ContextOptions {
     ContextOptions {
         user_dir: Some(user_dir.to_path_buf()),
         generate_titles: false,
@@ -35,7 +35,11 @@ pub fn options(user_dir: &Path) -> ContextOptions {
     }
 }
 
-pub fn config(store: Store, model: Arc<dyn ModelClient>, context: ContextOptions) -> RuntimeConfig {
+pub(crate) fn config(
+    store: Store,
+    model: Arc<dyn ModelClient>,
+    context: ContextOptions,
+) -> RuntimeConfig {
     RuntimeConfig {
         store,
         model,
@@ -47,19 +51,19 @@ pub fn config(store: Store, model: Arc<dyn ModelClient>, context: ContextOptions
     }
 }
 
-pub async fn runtime(model: Arc<dyn ModelClient>, context: ContextOptions) -> Runtime {
+pub(crate) async fn runtime(model: Arc<dyn ModelClient>, context: ContextOptions) -> Runtime {
     let store = Store::open_in_memory(StoreOptions::default()).unwrap();
     Runtime::start(config(store, model, context)).await.unwrap()
 }
 
-pub fn session_config(cwd: &Path) -> SessionConfig {
+pub(crate) fn session_config(cwd: &Path) -> SessionConfig {
     SessionConfig {
         approval_mode: ApprovalMode::Bypass,
         ..SessionConfig::new(cwd)
     }
 }
 
-pub async fn subscribe(session: &foya_actors::SessionHandle) -> Subscription {
+pub(crate) async fn subscribe(session: &foya_actors::SessionHandle) -> Subscription {
     session
         .subscribe(Seq(1), SubscribeOptions::default())
         .await
@@ -67,7 +71,7 @@ pub async fn subscribe(session: &foya_actors::SessionHandle) -> Subscription {
 }
 
 /// Runs `fut` under [`TIMEOUT`], measured by a real-time thread (works with paused time).
-pub async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     std::thread::spawn(move || {
         std::thread::sleep(TIMEOUT);
@@ -80,7 +84,7 @@ pub async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
 }
 
 /// Receives until `done` holds for an event; returns every persisted event seen.
-pub async fn events_until(
+pub(crate) async fn events_until(
     sub: &mut Subscription,
     mut done: impl FnMut(&Event) -> bool,
 ) -> Vec<Event> {
@@ -103,26 +107,26 @@ pub async fn events_until(
     .await
 }
 
-pub fn is_turn_complete(event: &Event) -> bool {
+pub(crate) fn is_turn_complete(event: &Event) -> bool {
     matches!(event.kind, EventKind::TurnComplete { .. })
 }
 
-pub fn types(events: &[Event]) -> Vec<&'static str> {
+pub(crate) fn types(events: &[Event]) -> Vec<&'static str> {
     events.iter().map(|e| e.kind.type_name()).collect()
 }
 
 /// `count` words of filler (2 estimated tokens each).
-pub fn filler(word: &str, count: usize) -> String {
+pub(crate) fn filler(word: &str, count: usize) -> String {
     vec![word; count].join(" ")
 }
 
 /// A model client answering main requests in order with `answer(n)` (n = 1, 2, …),
 /// recording every request; its window is configurable.
 #[derive(Debug)]
-pub struct RecordingClient {
-    pub requests: Mutex<Vec<ModelRequest>>,
-    pub window: u64,
-    pub answer: fn(usize) -> String,
+pub(crate) struct RecordingClient {
+    pub(crate) requests: Mutex<Vec<ModelRequest>>,
+    pub(crate) window: u64,
+    pub(crate) answer: fn(usize) -> String,
 }
 
 impl ModelClient for RecordingClient {
@@ -145,4 +149,12 @@ impl ModelClient for RecordingClient {
     fn context_window(&self) -> u64 {
         self.window
     }
+}
+
+/// Runs one input on a fresh session; returns every event up to its `turn_complete`.
+pub(crate) async fn one_turn(rt: &Runtime, cwd: &Path, input: foya_protocol::Input) -> Vec<Event> {
+    let session = rt.create_session(session_config(cwd)).await.unwrap();
+    let mut sub = subscribe(&session).await;
+    session.submit(input).await.unwrap();
+    events_until(&mut sub, is_turn_complete).await
 }
