@@ -3,7 +3,8 @@
 //! generation is started for a session's first input.
 //!
 //! - plain input and project commands → a model turn; a project command's expanded
-//!   prompt becomes the recorded `user_message` text (the command stays recorded too);
+//!   prompt (then any typed text, after a blank line) becomes the recorded
+//!   `user_message` text (the command stays recorded too);
 //! - `/compact` → a compaction turn;
 //! - `/title TEXT` → `title_set{user}`; `/title` → title generation; either way the turn
 //!   completes at once;
@@ -124,5 +125,55 @@ impl Session {
         };
         self.persist(None, vec![kind]).await?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::CommandTemplate;
+    use std::path::PathBuf;
+
+    #[test]
+    fn plans_follow_the_command() {
+        let mut project = ProjectContext::default();
+        project.commands.insert(
+            "fix".into(),
+            CommandTemplate {
+                name: "fix".into(),
+                description: String::new(),
+                template: "Fix $ARGUMENTS.".into(),
+                path: PathBuf::from("/p/.foya/commands/fix.md"),
+            },
+        );
+        let plain = Input::text("hi");
+        assert_eq!(plan(&project, plain.clone()), (plain, Plan::Model));
+        let compact = Input::command("compact", "");
+        assert_eq!(plan(&project, compact.clone()), (compact, Plan::Compact));
+        let title = Input::command("title", " ");
+        assert_eq!(plan(&project, title.clone()), (title, Plan::GenerateTitle));
+        let title = Input::command("title", " Parser ");
+        assert_eq!(
+            plan(&project, title.clone()),
+            (title, Plan::SetTitle("Parser".into()))
+        );
+        let mut fix = Input::command("fix", "the bug");
+        fix.text = "quickly".into();
+        let (recorded, p) = plan(&project, fix.clone());
+        assert_eq!(p, Plan::Model);
+        assert_eq!(
+            recorded,
+            Input {
+                text: "Fix the bug.\n\nquickly".into(),
+                ..fix
+            }
+        );
+        let (_, p) = plan(&project, Input::command("nope", ""));
+        assert_eq!(
+            p,
+            Plan::Unknown(
+                "unknown command /nope; available commands: /compact, /fix, /title".into()
+            )
+        );
     }
 }

@@ -40,6 +40,11 @@ pub(crate) struct Compaction {
 
 impl Turn {
     /// Starts a compaction of the committed log.
+    #[tracing::instrument(
+        name = "compaction",
+        skip_all,
+        fields(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, trigger = trigger.as_str())
+    )]
     pub(super) async fn begin_compaction(
         &mut self,
         myself: &ActorRef<TurnMsg>,
