@@ -11,6 +11,7 @@ pub mod provider;
 pub mod tools;
 
 mod handle;
+mod options;
 pub mod runtime;
 mod session;
 mod subscription;
@@ -21,6 +22,7 @@ mod testkit;
 mod tools_actor;
 mod turn;
 
+pub use options::ContextOptions;
 pub use runtime::{
     Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
 };

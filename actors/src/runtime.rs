@@ -8,6 +8,7 @@
 //! request and ToolActors per tool call; every event is committed by the session and
 //! then broadcast to [`Subscription`]s.
 
+use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
 use crate::session::{Reply, SessionMsg};
@@ -62,6 +63,8 @@ pub struct RuntimeConfig {
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
     /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
     pub subscriber_buffer: usize,
+    /// Context compilation, compaction and title settings.
+    pub context: crate::options::ContextOptions,
 }
 
 /// Default [`RuntimeConfig::subscriber_buffer`].
@@ -81,6 +84,7 @@ impl RuntimeConfig {
             tools: Arc::new(ToolRegistry::builtin()),
             retry: RetryPolicy::default(),
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
+            context: ContextOptions::default(),
         }
     }
 }
@@ -94,12 +98,21 @@ pub(crate) struct RuntimeDeps {
     pub tools: Arc<ToolRegistry>,
     pub retry: RetryPolicy,
     pub subscriber_buffer: usize,
+    pub context: crate::options::ContextOptions,
 }
 
 impl RuntimeDeps {
     /// The client for a session's provider name.
     pub(crate) fn client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
         Arc::clone(self.models.get(provider).unwrap_or(&self.model))
+    }
+
+    /// The client for auxiliary requests (title, compaction summary) of a session.
+    pub(crate) fn aux_client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
+        self.context
+            .aux_model
+            .clone()
+            .unwrap_or_else(|| self.client_for(provider))
     }
 }
 
@@ -179,6 +192,7 @@ impl Runtime {
             tools: config.tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
+            context: config.context,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -27,6 +27,11 @@ fn config(store: Store, script: serde_json::Value) -> RuntimeConfig {
         tools: Arc::new(ToolRegistry::builtin()),
         retry: RetryPolicy::default(),
         subscriber_buffer: 1024,
+        context: foya_actors::ContextOptions {
+            user_dir: Some(std::env::temp_dir().join("foya-tests-no-user-dir")),
+            generate_titles: false,
+            ..foya_actors::ContextOptions::default()
+        },
     }
 }
 
@@ -97,16 +102,18 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete",
         ];
         assert_eq!(types(&events), expected);
         assert_dense(&events);
         assert_eq!(
-            events[5].kind,
+            events[6].kind,
             EventKind::ToolMessage(ToolMessage {
                 tool_call_id: ToolCallId::new("c1"),
                 content: "unknown tool \"lookup\"; available tools: read_file, list_dir, \
@@ -116,7 +123,7 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
             })
         );
         assert_eq!(
-            events[8].kind,
+            events[10].kind,
             EventKind::TurnComplete {
                 status: TurnStatus::Completed,
                 reason: None,
@@ -250,6 +257,7 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -258,7 +266,7 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
         panic!()
     };
     assert_eq!(input.text, "queued");
-    let EventKind::AssistantMessage(m) = &events[12].kind else {
+    let EventKind::AssistantMessage(m) = &events[13].kind else {
         panic!()
     };
     assert_eq!(m.text, "after restart");
@@ -267,13 +275,13 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
     let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 1))
         .await
         .unwrap();
-    assert_eq!(events[0].seq, Seq(15));
-    let EventKind::AssistantMessage(m) = &events[3].kind else {
+    assert_eq!(events[0].seq, Seq(16));
+    let EventKind::AssistantMessage(m) = &events[4].kind else {
         panic!()
     };
     assert_eq!(m.text, "fresh");
     assert_eq!(
-        events[4].kind,
+        events[5].kind,
         EventKind::TurnComplete {
             status: TurnStatus::Completed,
             reason: None,

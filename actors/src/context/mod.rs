@@ -16,6 +16,7 @@ pub mod frontmatter;
 mod history;
 mod kernel;
 mod project;
+mod title;
 
 #[cfg(test)]
 mod snapshot_tests;
@@ -32,6 +33,7 @@ pub use history::{
 };
 pub use kernel::{KERNEL_INSTRUCTIONS, KERNEL_INSTRUCTIONS_VERSION};
 pub use project::{CommandTemplate, ProjectContext, Rule, SkillMeta};
+pub use title::{MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, title_request};
 
 use crate::provider::ToolSchema;
 use foya_protocol::{Event, Message, SessionConfig};

@@ -77,4 +77,10 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
     fn context_window(&self) -> u64 {
         128_000
     }
+
+    /// Whether the model accepts image inputs (default `false`: a conversation with
+    /// images then fails its turn with a clear message instead of dropping them).
+    fn supports_images(&self) -> bool {
+        false
+    }
 }

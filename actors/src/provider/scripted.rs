@@ -12,8 +12,15 @@
 //! (text fragment size, default 8), `delay_ms` (pause before each fragment) and
 //! `fail_times` (with `error`: only the first N requests for this response fail, counted
 //! per client; then it streams normally — the one piece of state, for retry scenarios).
+//!
+//! Auxiliary requests — no tools and [`COMPACTION_SYSTEM_PROMPT`] or
+//! [`TITLE_SYSTEM_PROMPT`] as system prompt — never consume the script: they are answered
+//! with a fixed text derived from the request ([`scripted_summary`], [`scripted_title`]).
 
 use super::{ModelClient, ModelRequest};
+use crate::context::{
+    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, OMITTED_NOTE, TITLE_SYSTEM_PROMPT,
+};
 use foya_protocol::{
     ErrorClass, FinishReason, Message, ProviderError, StreamEvent, ToolCallId, Usage,
 };
@@ -107,6 +114,7 @@ pub enum ScriptError {
 pub struct ScriptedClient {
     script: Script,
     failures: Arc<Mutex<HashMap<usize, u32>>>,
+    context_window: Option<u64>,
 }
 
 impl ScriptedClient {
@@ -116,7 +124,15 @@ impl ScriptedClient {
         Self {
             script,
             failures: Arc::default(),
+            context_window: None,
         }
+    }
+
+    /// The same client reporting `tokens` as its context window (default 128 000).
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
     }
 
     /// Loads a script file (JSON).
@@ -195,12 +211,80 @@ fn events_of(response: &ScriptedResponse, fail: bool) -> Vec<StreamEvent> {
     out
 }
 
+/// The answer of the scripted client to a compaction request: `Summary of N messages.
+/// Latest request: <the last user text, first 80 characters>`.
+#[must_use]
+pub fn scripted_summary(request: &ModelRequest) -> String {
+    let texts: Vec<&str> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User(u) => Some(u.text.as_str()),
+            _ => None,
+        })
+        .filter(|t| *t != COMPACTION_INSTRUCTION && *t != OMITTED_NOTE)
+        .collect();
+    let latest: String = texts
+        .last()
+        .map(|t| t.chars().take(80).collect())
+        .unwrap_or_default();
+    let n = request.messages.len().saturating_sub(1);
+    format!("Summary of {n} messages. Latest request: {latest}")
+}
+
+/// The answer of the scripted client to a title request: the first 6 words of the first
+/// user text, or `Untitled`.
+#[must_use]
+pub fn scripted_title(request: &ModelRequest) -> String {
+    let first = request.messages.iter().find_map(|m| match m {
+        Message::User(u) => Some(u.text.as_str()),
+        _ => None,
+    });
+    let words: Vec<&str> = first
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(6)
+        .collect();
+    if words.is_empty() {
+        "Untitled".into()
+    } else {
+        words.join(" ")
+    }
+}
+
+/// The fixed answer to an auxiliary (compaction or title) request, if it is one.
+fn auxiliary_answer(request: &ModelRequest) -> Option<String> {
+    if !request.tools.is_empty() {
+        return None;
+    }
+    if request.system == COMPACTION_SYSTEM_PROMPT {
+        Some(scripted_summary(request))
+    } else if request.system == TITLE_SYSTEM_PROMPT {
+        Some(scripted_title(request))
+    } else {
+        None
+    }
+}
+
 impl ModelClient for ScriptedClient {
+    fn context_window(&self) -> u64 {
+        self.context_window.unwrap_or(128_000)
+    }
+
     fn stream(
         &self,
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
+        if let Some(text) = auxiliary_answer(&request) {
+            let events = vec![
+                StreamEvent::TextDelta { text },
+                StreamEvent::Done {
+                    finish_reason: Some(FinishReason::Stop),
+                },
+            ];
+            return Box::pin(futures::stream::iter(events));
+        }
         let used = request
             .messages
             .iter()

@@ -63,6 +63,8 @@ pub(crate) struct Session {
     pub(super) turn: Option<ActiveTurn>,
     pub(super) approvals: HashMap<ApprovalRequestId, PendingApproval>,
     pub(super) deleting: Option<super::Reply<()>>,
+    /// Whether this session actor already started title generation for a first input.
+    pub(super) title_requested: bool,
 }
 
 fn now_ms() -> u64 {
@@ -175,6 +177,7 @@ impl Actor for SessionActor {
             turn: None,
             approvals: HashMap::new(),
             deleting: None,
+            title_requested: false,
         })
     }
 
@@ -312,6 +315,16 @@ impl Actor for SessionActor {
                 state.broadcast(&SessionUpdate::Delta(live));
             }
             msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
+            SessionMsg::TitleGenerated {
+                title,
+                expected,
+                reply,
+            } => {
+                let applied = state.title_generated(title, expected).await?;
+                if let Some(reply) = reply {
+                    let _ = reply.send(applied);
+                }
+            }
             #[cfg(test)]
             SessionMsg::Crash => panic!("test-induced SessionActor panic"),
             #[cfg(test)]

@@ -4,18 +4,21 @@
 
 use super::SessionMsg;
 use super::actor::{ActiveTurn, Session};
+use super::commands::{self, Plan};
 use crate::runtime::RuntimeError;
-use crate::turn::{TurnActor, TurnArgs};
+use crate::turn::{TurnActor, TurnArgs, TurnMode};
 use foya_protocol::event::Notice;
 use foya_protocol::{
-    ErrorClass, ErrorInfo, EventKind, Input, InputId, RunId, SessionUpdate, TurnStatus,
+    ErrorClass, ErrorInfo, EventKind, Input, InputId, RunId, Seq, SessionUpdate, TitleSource,
+    TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 impl Session {
-    /// Writes `user_message` + `turn_started` and spawns the TurnActor.
+    /// Writes `user_message` + `turn_started` and spawns the TurnActor (commands are
+    /// expanded first and some complete at once, see `commands.rs`).
     pub(super) async fn start_turn(
         &mut self,
         myself: &ActorRef<SessionMsg>,
@@ -23,14 +26,46 @@ impl Session {
         input: Input,
     ) -> Result<(), ActorProcessingErr> {
         let run_id = RunId::new();
-        self.persist(
-            Some(run_id),
-            vec![
-                EventKind::UserMessage { input_id, input },
-                EventKind::TurnStarted { input_id },
-            ],
-        )
-        .await?;
+        let project = self.load_project();
+        let (input, plan) = commands::plan(&project, input);
+        let mut kinds = vec![
+            EventKind::UserMessage {
+                input_id,
+                input: input.clone(),
+            },
+            EventKind::TurnStarted { input_id },
+        ];
+        let mode = match plan {
+            Plan::Model => TurnMode::Model,
+            Plan::Compact => TurnMode::Compact,
+            Plan::SetTitle(title) => {
+                kinds.push(EventKind::TitleSet {
+                    title,
+                    source: TitleSource::User,
+                });
+                kinds.push(completed(TurnStatus::Completed, None, None));
+                self.persist(Some(run_id), kinds).await?;
+                return Ok(());
+            }
+            Plan::GenerateTitle => {
+                kinds.push(completed(TurnStatus::Completed, None, None));
+                self.persist(Some(run_id), kinds).await?;
+                let text = self.first_user_text()?;
+                return self.spawn_title(myself, &text).await;
+            }
+            Plan::Unknown(message) => {
+                let error = ErrorInfo {
+                    class: ErrorClass::InvalidRequest,
+                    message,
+                };
+                let reason = Some("unknown_command".to_owned());
+                kinds.push(completed(TurnStatus::Failed, reason, Some(error)));
+                self.persist(Some(run_id), kinds).await?;
+                return Ok(());
+            }
+        };
+        self.persist(Some(run_id), kinds).await?;
+        self.maybe_generate_title(myself, &input).await?;
         let cancel = CancellationToken::new();
         let args = TurnArgs {
             session: myself.clone(),
@@ -39,10 +74,26 @@ impl Session {
             config: self.fold.config.clone(),
             run_id,
             cancel: cancel.clone(),
+            project,
+            mode,
         };
         let (actor, _) = Actor::spawn_linked(None, TurnActor, args, myself.get_cell()).await?;
         self.turn = Some(ActiveTurn { actor, cancel });
         Ok(())
+    }
+
+    /// The text of the session's first user message with text (for `/title`).
+    fn first_user_text(&self) -> Result<String, ActorProcessingErr> {
+        let events = self.deps.store.read_from(self.fold.id, Seq::FIRST)?;
+        Ok(events
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::UserMessage { input, .. } if !input.text.trim().is_empty() => {
+                    Some(input.text.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default())
     }
 
     /// Starts the next queued input when idle.
@@ -53,7 +104,10 @@ impl Session {
         if self.busy() || self.deleting.is_some() {
             return Ok(());
         }
-        if let Some((input_id, input)) = self.fold.queue.front().cloned() {
+        // A command turn may complete at once: go on with the queue then.
+        while !self.busy()
+            && let Some((input_id, input)) = self.fold.queue.front().cloned()
+        {
             self.start_turn(myself, input_id, input).await?;
         }
         Ok(())
@@ -135,5 +189,14 @@ impl Session {
         }
         myself.stop(Some("session deleted".into()));
         Ok(())
+    }
+}
+
+/// A `turn_complete` event.
+fn completed(status: TurnStatus, reason: Option<String>, error: Option<ErrorInfo>) -> EventKind {
+    EventKind::TurnComplete {
+        status,
+        reason,
+        error,
     }
 }

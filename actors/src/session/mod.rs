@@ -16,9 +16,14 @@
 //!   queued inputs run in order;
 //! - supervision: a TurnActor that exits without `turn_complete` (panic, error) gets
 //!   `turn_complete{failed, class internal}`, and the queue goes on.
+//!
+//! Phases: idle, `turn` (a TurnActor runs) and `compacting` (the TurnActor waits for a
+//! summarisation request — `/compact`, the threshold or overflow recovery); inputs queue
+//! in both busy phases. Commands and title generation: see `commands.rs`, `title.rs`.
 
 pub(crate) mod actor;
 mod approvals;
+mod commands;
 mod lifecycle;
 pub(crate) mod state;
 #[cfg(test)]
@@ -27,6 +32,7 @@ mod tests;
 mod tests_approval;
 #[cfg(test)]
 mod tests_lifecycle;
+mod title;
 
 use crate::runtime::RuntimeError;
 use foya_protocol::event::Delta;
@@ -99,6 +105,14 @@ pub(crate) enum SessionMsg {
         reason: String,
         grant_key: String,
         reply: RpcReplyPort<ApprovalAnswer>,
+    },
+    /// From the TitleActor: a generated title, applied only if the session's title is
+    /// still `expected` (what it was when generation started).
+    TitleGenerated {
+        title: String,
+        expected: Option<(String, foya_protocol::TitleSource)>,
+        /// Answered with whether the title was applied.
+        reply: Option<RpcReplyPort<bool>>,
     },
     /// Test hook: make the active TurnActor panic.
     #[cfg(test)]

@@ -62,19 +62,21 @@ async fn multi_step_turn_runs_a_tool_and_completes() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_started",
             "tool_finished",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
     );
     assert_dense(&events);
-    assert_eq!(events[7].kind, tool_message("c1", "echo: {\"x\":1}", false));
-    assert_eq!(text_of(&events[9]), Some("all done"));
-    assert_eq!(events[10].kind, completed());
+    assert_eq!(events[8].kind, tool_message("c1", "echo: {\"x\":1}", false));
+    assert_eq!(text_of(&events[11]), Some("all done"));
+    assert_eq!(events[12].kind, completed());
     let run = events[2].run_id;
     assert!(run.is_some() && events[1..].iter().all(|e| e.run_id == run));
     rt.shutdown().await;
@@ -180,6 +182,7 @@ async fn subscriber_from_seq_one_mid_turn_sees_every_event_once_plus_deltas() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -432,6 +435,7 @@ async fn a_transient_error_is_retried_and_quota_is_not() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "provider_retry",
             "assistant_message",
             "turn_complete"
@@ -442,7 +446,7 @@ async fn a_transient_error_is_retried_and_quota_is_not() {
         max_attempts,
         delay_ms,
         error,
-    } = &events[4].kind
+    } = &events[5].kind
     else {
         panic!()
     };
@@ -451,7 +455,7 @@ async fn a_transient_error_is_retried_and_quota_is_not() {
         (error.class, error.message.as_str()),
         (ErrorClass::RateLimited, "slow down")
     );
-    assert_eq!(events[6].kind, completed());
+    assert_eq!(events[7].kind, completed());
 
     session.submit(Input::text("again")).await.unwrap();
     let events = within(events_until(&mut sub, is_turn_complete))
@@ -463,11 +467,12 @@ async fn a_transient_error_is_retried_and_quota_is_not() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "turn_complete"
         ]
     );
     assert_eq!(
-        events[3].kind,
+        events[4].kind,
         EventKind::TurnComplete {
             status: TurnStatus::Failed,
             reason: Some("quota_exhausted".into()),

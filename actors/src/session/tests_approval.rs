@@ -45,13 +45,14 @@ async fn approval_without_an_approver_is_denied_visibly() {
         .await
         .unwrap();
     assert_eq!(
-        types(&events)[4..],
+        types(&events)[5..],
         [
             "assistant_message",
             "approval_requested",
             "approval_decided",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -61,7 +62,7 @@ async fn approval_without_an_approver_is_denied_visibly() {
         message,
         grant,
         ..
-    } = &events[6].kind
+    } = &events[7].kind
     else {
         panic!()
     };
@@ -69,7 +70,7 @@ async fn approval_without_an_approver_is_denied_visibly() {
         (*decision, message.as_deref(), grant),
         (ApprovalDecision::Deny, Some(NO_APPROVER), &None)
     );
-    assert_eq!(events[7].kind, tool_message("c1", NO_APPROVER, true));
+    assert_eq!(events[8].kind, tool_message("c1", NO_APPROVER, true));
     rt.shutdown().await;
 }
 
@@ -148,16 +149,18 @@ async fn allow_for_session_is_not_asked_again_even_after_restart() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_started",
             "tool_finished",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
     );
-    assert_eq!(events[6].kind, tool_message("c3", "echo: {\"n\":3}", false));
+    assert_eq!(events[7].kind, tool_message("c3", "echo: {\"n\":3}", false));
     assert_eq!(events[0].seq, last.next());
     rt.shutdown().await;
 }
@@ -197,13 +200,14 @@ async fn a_denial_reaches_the_model_with_the_users_message() {
     .await
     .unwrap();
     assert_eq!(
-        types(&events)[4..],
+        types(&events)[5..],
         [
             "assistant_message",
             "approval_requested",
             "approval_decided",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -213,7 +217,7 @@ async fn a_denial_reaches_the_model_with_the_users_message() {
         message,
         grant,
         ..
-    } = &events[6].kind
+    } = &events[7].kind
     else {
         panic!()
     };
@@ -221,7 +225,7 @@ async fn a_denial_reaches_the_model_with_the_users_message() {
         (*decision, message.as_deref(), grant),
         (ApprovalDecision::Deny, Some("not now"), &None)
     );
-    assert_eq!(events[7].kind, tool_message("c1", "not now", true));
-    assert_eq!(events[10].kind, completed());
+    assert_eq!(events[8].kind, tool_message("c1", "not now", true));
+    assert_eq!(events[12].kind, completed());
     rt.shutdown().await;
 }

@@ -44,7 +44,7 @@ async fn a_resubmitted_input_id_is_applied_once_and_titles_are_recorded() {
             source: TitleSource::User
         }
     );
-    assert_eq!(events.last().unwrap().seq, Seq(7));
+    assert_eq!(events.last().unwrap().seq, Seq(8));
     rt.shutdown().await;
 }
 
@@ -67,6 +67,7 @@ async fn max_steps_ends_the_turn_failed() {
         types(&events)[3..],
         [
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_started",
             "tool_finished",
@@ -197,7 +198,7 @@ async fn a_subscriber_that_falls_behind_is_cut_off_with_lagged() {
     .await
     .unwrap();
     // `slow` never read: it got the replay, 4 live updates (user_message, turn_started,
-    // step_started, one delta), then was cut off.
+    // step_started, context_diagnostics), then was cut off.
     let mut updates = Vec::new();
     while let Some(update) = slow.recv().await {
         updates.push(update);
@@ -207,7 +208,7 @@ async fn a_subscriber_that_falls_behind_is_cut_off_with_lagged() {
         updates.last(),
         Some(&SessionUpdate::Notice(Notice::Lagged {
             session_id: session.id(),
-            last_seq: Seq(4)
+            last_seq: Seq(5)
         }))
     );
     rt.shutdown().await;
@@ -364,6 +365,7 @@ async fn a_stream_that_breaks_off_is_retried_then_fails_as_stream_interrupted() 
         types(&events)[3..],
         [
             "step_started",
+            "context_diagnostics",
             "provider_retry",
             "provider_retry",
             "provider_retry",

@@ -1,16 +1,19 @@
 //! The TurnActor's handlers: step loop, provider relay, retries, cancellation.
 
+use super::compaction::Compaction;
+use super::context::Trigger;
 use super::tools::ToolRun;
-use super::{SYSTEM_PROMPT, TurnMsg, history};
+use super::{TurnMode, TurnMsg};
+use crate::context::{Calibration, Environment, ProjectContext};
 use crate::provider::ModelRequest;
-use crate::provider::actor::{ProviderActor, ProviderArgs, ProviderMsg};
+use crate::provider::actor::ProviderMsg;
 use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
 use foya_protocol::event::Delta;
 use foya_protocol::{
-    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, Seq, SessionConfig,
-    SessionId, StreamAggregate, StreamEvent, TurnStatus,
+    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, SessionConfig, SessionId,
+    StreamAggregate, StreamEvent, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashSet;
@@ -30,6 +33,10 @@ pub(crate) struct TurnArgs {
     pub config: SessionConfig,
     pub run_id: RunId,
     pub cancel: CancellationToken,
+    /// Project files, loaded once for this turn.
+    pub project: Arc<ProjectContext>,
+    /// Step loop or manual compaction.
+    pub mode: TurnMode,
 }
 
 /// Where the turn is.
@@ -44,6 +51,8 @@ pub(super) enum Phase {
     },
     /// Running the step's tool calls.
     Tools(ToolRun),
+    /// Waiting for a summarisation request (session phase `compacting`).
+    Compacting(Compaction),
     /// `turn_complete` is written.
     Done,
 }
@@ -57,8 +66,20 @@ pub(crate) struct Turn {
     pub(super) request_number: u64,
     pub(super) provider: Option<ActorRef<ProviderMsg>>,
     pub(super) aggregate: StreamAggregate,
-    queued: HashSet<u32>,
+    pub(super) queued: HashSet<u32>,
     pub(super) phase: Phase,
+    /// The turn's environment (cwd, OS, shell, date).
+    pub(super) env: Environment,
+    /// Calibration from the last reported usage.
+    pub(super) calibration: Calibration,
+    /// Uncalibrated estimate of the last request sent.
+    pub(super) last_estimate: u64,
+    /// Whether this turn already compacted for a `context_overflow`.
+    pub(super) overflow_used: bool,
+    /// Whether this step already compacted (threshold compaction runs once per step).
+    pub(super) compacted_in_step: bool,
+    /// The step's last request, re-sent as is by a retry.
+    pub(super) last_request: Option<ModelRequest>,
 }
 
 impl Turn {
@@ -151,40 +172,11 @@ impl Turn {
         }
         self.step += 1;
         self.attempt = 1;
+        self.compacted_in_step = false;
+        self.last_request = None;
         self.persist(vec![EventKind::StepStarted { step: self.step }])
             .await?;
         self.start_request(myself).await
-    }
-
-    /// Builds the request from the committed log and spawns a ProviderActor for it.
-    async fn start_request(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-    ) -> Result<(), ActorProcessingErr> {
-        let deps = &self.args.deps;
-        let events = deps.store.read_from(self.args.session_id, Seq::FIRST)?;
-        let request = ModelRequest {
-            model: self.args.config.model.clone(),
-            system: SYSTEM_PROMPT.into(),
-            messages: history::build_messages(&events),
-            tools: deps.tools.schemas(self.args.config.approval_mode),
-            ..ModelRequest::default()
-        };
-        self.request_number += 1;
-        self.aggregate = StreamAggregate::new();
-        self.queued.clear();
-        self.phase = Phase::Streaming;
-        let args = ProviderArgs {
-            client: deps.client_for(&self.args.config.provider),
-            request,
-            cancel: self.args.cancel.child_token(),
-            turn: myself.clone(),
-            request_number: self.request_number,
-        };
-        let (provider, _) =
-            Actor::spawn_linked(None, ProviderActor, args, myself.get_cell()).await?;
-        self.provider = Some(provider);
-        Ok(())
     }
 
     fn relay(&mut self, event: &StreamEvent) {
@@ -230,6 +222,9 @@ impl Turn {
         request: u64,
         event: StreamEvent,
     ) -> Result<(), ActorProcessingErr> {
+        if matches!(self.phase, Phase::Compacting(_)) {
+            return self.on_compaction_stream(myself, request, event).await;
+        }
         if request != self.request_number || !matches!(self.phase, Phase::Streaming) {
             return Ok(());
         }
@@ -251,6 +246,7 @@ impl Turn {
             message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
         let mut kinds = vec![EventKind::AssistantMessage(message)];
         if let Some(usage) = self.aggregate.usage {
+            self.calibrate(usage.input_tokens);
             kinds.push(EventKind::Usage(usage));
         }
         if !wants_tools {
@@ -275,7 +271,14 @@ impl Actor for TurnActor {
         args: TurnArgs,
     ) -> Result<Turn, ActorProcessingErr> {
         myself.cast(TurnMsg::Begin)?;
+        let env = super::context::environment(&args.config.cwd);
         Ok(Turn {
+            env,
+            calibration: Calibration::default(),
+            last_estimate: 0,
+            overflow_used: false,
+            compacted_in_step: false,
+            last_request: None,
             args,
             step: 0,
             attempt: 1,
@@ -301,12 +304,15 @@ impl Actor for TurnActor {
                 if state.args.cancel.is_cancelled() {
                     return state.on_cancel(&myself, "user".into()).await;
                 }
-                state.start_step(&myself).await
+                match state.args.mode {
+                    TurnMode::Model => state.start_step(&myself).await,
+                    TurnMode::Compact => state.begin_compaction(&myself, Trigger::Manual).await,
+                }
             }
             TurnMsg::Stream { request, event } => state.on_stream(&myself, request, event).await,
             TurnMsg::RetryElapsed { request } => {
                 if request == state.request_number && matches!(state.phase, Phase::Backoff { .. }) {
-                    state.start_request(&myself).await?;
+                    state.resend(&myself).await?;
                 }
                 Ok(())
             }
@@ -339,6 +345,13 @@ impl Actor for TurnActor {
                         format!("the provider actor crashed: {err}"),
                     );
                     return state.on_provider_error(&myself, error).await;
+                }
+                if is_provider && matches!(state.phase, Phase::Compacting(_)) {
+                    let error = ProviderError::new(
+                        ErrorClass::StreamInterrupted,
+                        format!("the provider actor crashed: {err}"),
+                    );
+                    return state.on_compaction_error(&myself, error).await;
                 }
                 if let Phase::Tools(run) = &mut state.phase
                     && let Some(index) = run.index_of(cell.get_id())

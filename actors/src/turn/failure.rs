@@ -3,8 +3,9 @@
 
 use super::TurnMsg;
 use super::actor::{Phase, Turn};
+use super::context::Trigger;
 use crate::task::AbortOnDrop;
-use foya_protocol::{AssistantMessage, EventKind, ProviderError, TurnStatus};
+use foya_protocol::{AssistantMessage, ErrorClass, EventKind, ProviderError, TurnStatus};
 use ractor::{ActorProcessingErr, ActorRef};
 use std::time::Duration;
 
@@ -17,6 +18,9 @@ impl Turn {
         error: ProviderError,
     ) -> Result<(), ActorProcessingErr> {
         self.provider = None;
+        if error.class == ErrorClass::ContextOverflow {
+            return self.on_overflow(myself, error).await;
+        }
         let policy = self.args.deps.retry;
         let next = self.attempt + 1;
         let Some(delay) = policy.delay_for(next, &error, rand::random::<f64>()) else {
@@ -41,6 +45,27 @@ impl Turn {
             _timer: AbortOnDrop(task),
         };
         Ok(())
+    }
+
+    /// The provider said the input is too long: compact once per turn (trigger
+    /// `overflow`) and re-run the step; otherwise end the turn `failed/context_overflow`.
+    async fn on_overflow(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        error: ProviderError,
+    ) -> Result<(), ActorProcessingErr> {
+        if !self.args.deps.context.auto_compact {
+            let message = format!(
+                "{} (automatic compaction is off; send /compact or start a new session)",
+                error.message
+            );
+            return self.fail(myself, error.class, message).await;
+        }
+        if self.overflow_used {
+            return self.fail(myself, error.class, error.message).await;
+        }
+        self.overflow_used = true;
+        self.begin_compaction(myself, Trigger::Overflow).await
     }
 
     /// Stops everything running and writes the cancelled end of the turn.
@@ -75,7 +100,7 @@ impl Turn {
                         .map(EventKind::ToolMessage),
                 );
             }
-            Phase::Backoff { .. } | Phase::Done => {}
+            Phase::Backoff { .. } | Phase::Compacting(_) | Phase::Done => {}
         }
         kinds.push(EventKind::TurnCancelled { reason });
         self.finish(myself, kinds, TurnStatus::Cancelled, None, None)

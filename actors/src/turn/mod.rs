@@ -1,7 +1,8 @@
 //! TurnActor: one per turn, spawned linked by its SessionActor; runs the step loop.
 //!
-//! A step: `step_started`; build the model request (system prompt + history since the
-//! latest compaction checkpoint + tool schemas); spawn a ProviderActor; relay its deltas
+//! A step: `step_started`; compile the context from the committed log
+//! (`context::compile`, see `context.rs`; `context_diagnostics`; compaction first when
+//! over the threshold, see `compaction.rs`); spawn a ProviderActor; relay its deltas
 //! live (text, reasoning, tool-call fragments, `tool_call_queued` as soon as a call's id
 //! and name are known); on `Done` persist `assistant_message` (+ `usage`) — committed
 //! before any tool runs; if the model asked for tools, run them through ToolActors and
@@ -11,6 +12,8 @@
 //! `provider_retry` event first; the wait is a task that reports by message, so it is
 //! cancellable; a retry re-sends the request only, never re-runs a tool); other classes
 //! end the turn `failed` with the class. `max_steps` ends it `failed/max_steps`.
+//! `context_overflow` compacts once per turn (trigger `overflow`, when automatic
+//! compaction is on) and re-runs the step; a second one fails the turn.
 //!
 //! Cancellation: the session owns the turn's `CancellationToken`; provider and tools get
 //! child tokens. The mailbox never waits on a stream, a tool, a backoff or an approval
@@ -26,8 +29,9 @@
 //! "tool crashed" result.
 
 pub(crate) mod actor;
+mod compaction;
+mod context;
 mod failure;
-pub(crate) mod history;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
@@ -35,9 +39,14 @@ pub(crate) use tools::CANCELLED;
 
 use foya_protocol::{StreamEvent, ToolMessage};
 
-/// The system prompt of this walking skeleton (the context compiler replaces it).
-pub(crate) const SYSTEM_PROMPT: &str =
-    "You are Foya, a coding agent. Use the tools to inspect and change the workspace.";
+/// What a turn does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnMode {
+    /// The step loop (model requests and tools).
+    Model,
+    /// `/compact`: compact the context now, then end the turn.
+    Compact,
+}
 
 /// Messages of the TurnActor.
 #[derive(Debug)]

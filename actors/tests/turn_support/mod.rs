@@ -82,6 +82,11 @@ pub async fn start(
         tools: Arc::new(tools),
         retry: RetryPolicy::default(),
         subscriber_buffer: 4096,
+        // Title requests would show up among the recorded model requests.
+        context: foya_actors::ContextOptions {
+            generate_titles: false,
+            ..foya_actors::ContextOptions::default()
+        },
     };
     (Runtime::start(config).await.unwrap(), requests)
 }

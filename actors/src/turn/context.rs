@@ -1,0 +1,231 @@
+//! Per-step context of the TurnActor: compiles the committed log with the context
+//! compiler before every model request, persists `context_diagnostics`, decides between
+//! sending and compacting first, and keeps the calibration of the token estimate.
+//!
+//! A retry re-sends the request it already built (no recompilation, no new diagnostics).
+
+use super::TurnMsg;
+use super::actor::{Phase, Turn};
+use crate::context::{
+    self, Calibration, CompileInput, CompiledContext, ContextError, Environment, ModelLimits,
+};
+use crate::provider::ModelRequest;
+use crate::provider::actor::{ProviderActor, ProviderArgs};
+use foya_protocol::{ErrorClass, Event, EventKind, Seq, StreamAggregate};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Why a compaction runs (the `trigger` of `compaction_started`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// The estimate crossed the threshold before a step.
+    Threshold,
+    /// `/compact`.
+    Manual,
+    /// The provider reported `context_overflow`.
+    Overflow,
+}
+
+impl Trigger {
+    /// The persisted name.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Threshold => "threshold",
+            Self::Manual => "manual",
+            Self::Overflow => "overflow",
+        }
+    }
+}
+
+/// The environment a turn shows the model: cwd, OS, `$SHELL` (file name; `sh` when
+/// unset) and today's date (UTC, `YYYY-MM-DD`).
+pub(super) fn environment(cwd: &std::path::Path) -> Environment {
+    let shell = std::env::var("SHELL")
+        .ok()
+        .and_then(|s| {
+            std::path::Path::new(&s)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "sh".into());
+    Environment {
+        cwd: cwd.to_path_buf(),
+        os: std::env::consts::OS.into(),
+        shell,
+        date: today_utc(),
+    }
+}
+
+/// Today's UTC date as `YYYY-MM-DD` (civil-from-days, proleptic Gregorian).
+fn today_utc() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+impl Turn {
+    /// The model's limits with the runtime's threshold.
+    pub(super) fn limits(&self) -> ModelLimits {
+        let client = self.client();
+        let mut limits = ModelLimits::new(client.context_window());
+        limits.compact_threshold_pct = self.args.deps.context.compact_threshold_pct.clamp(1, 100);
+        limits.supports_images = client.supports_images();
+        limits
+    }
+
+    /// The session's model client.
+    pub(super) fn client(&self) -> std::sync::Arc<dyn crate::provider::ModelClient> {
+        self.args.deps.client_for(&self.args.config.provider)
+    }
+
+    /// Compiles `events` (a session log in seq order) for this step.
+    pub(super) fn compile_events(&self, events: &[Event]) -> Result<CompiledContext, ContextError> {
+        let touched = context::touched_paths(events);
+        let tools = self.args.deps.tools.schemas(self.args.config.approval_mode);
+        context::compile(&CompileInput {
+            config: &self.args.config,
+            project: &self.args.project,
+            env: &self.env,
+            history: events,
+            touched_paths: &touched,
+            tools: &tools,
+            limits: self.limits(),
+            calibration: self.calibration,
+        })
+    }
+
+    /// Reads the committed log and compiles it.
+    pub(super) fn compile_log(
+        &self,
+    ) -> Result<(Vec<Event>, Result<CompiledContext, ContextError>), ActorProcessingErr> {
+        let events = self
+            .args
+            .deps
+            .store
+            .read_from(self.args.session_id, Seq::FIRST)?;
+        let compiled = self.compile_events(&events);
+        Ok((events, compiled))
+    }
+
+    /// Ends the turn for a compile error (`invalid_request`, the error's message).
+    pub(super) async fn fail_context(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        error: &ContextError,
+    ) -> Result<(), ActorProcessingErr> {
+        self.fail(myself, ErrorClass::InvalidRequest, error.to_string())
+            .await
+    }
+
+    /// Compiles the step's context from the committed log; compacts first when the
+    /// estimate is over the threshold (once per step, when automatic compaction is on),
+    /// else persists `context_diagnostics{decision: send}` and sends the request.
+    pub(super) async fn start_request(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let (_, compiled) = self.compile_log()?;
+        let compiled = match compiled {
+            Ok(c) => c,
+            Err(e) => return self.fail_context(myself, &e).await,
+        };
+        let compact = compiled.budget.over_threshold
+            && self.args.deps.context.auto_compact
+            && !self.compacted_in_step;
+        let decision = if compact { "compact" } else { "send" };
+        self.persist(vec![EventKind::ContextDiagnostics {
+            step: self.step,
+            sections: compiled.sections.clone(),
+            estimated_input_tokens: compiled.budget.estimated_input_tokens,
+            window: compiled.budget.window,
+            reserve: compiled.budget.reserve,
+            decision: decision.into(),
+        }])
+        .await?;
+        if compact {
+            return self.begin_compaction(myself, Trigger::Threshold).await;
+        }
+        self.last_estimate = compiled.sections.values().sum();
+        let request = ModelRequest {
+            model: self.args.config.model.clone(),
+            system: compiled.system,
+            messages: compiled.messages,
+            tools: compiled.tools,
+            ..ModelRequest::default()
+        };
+        self.last_request = Some(request.clone());
+        self.send(myself, request).await
+    }
+
+    /// Re-sends the step's last request (a retry), or compiles one if there is none.
+    pub(super) async fn resend(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        match self.last_request.clone() {
+            Some(request) => self.send(myself, request).await,
+            None => self.start_request(myself).await,
+        }
+    }
+
+    /// Spawns a ProviderActor for `request` on the session's client; phase `Streaming`.
+    async fn send(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        request: ModelRequest,
+    ) -> Result<(), ActorProcessingErr> {
+        self.phase = Phase::Streaming;
+        let client = self.client();
+        self.spawn_provider(myself, client, request).await
+    }
+
+    /// Spawns a linked ProviderActor for `request` under a new request number.
+    pub(super) async fn spawn_provider(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        client: std::sync::Arc<dyn crate::provider::ModelClient>,
+        request: ModelRequest,
+    ) -> Result<(), ActorProcessingErr> {
+        self.request_number += 1;
+        self.aggregate = StreamAggregate::new();
+        self.queued.clear();
+        let args = ProviderArgs {
+            client,
+            request,
+            cancel: self.args.cancel.child_token(),
+            turn: myself.clone(),
+            request_number: self.request_number,
+        };
+        let (provider, _) =
+            Actor::spawn_linked(None, ProviderActor, args, myself.get_cell()).await?;
+        self.provider = Some(provider);
+        Ok(())
+    }
+
+    /// Updates the calibration from the usage the provider reported for the last request.
+    pub(super) fn calibrate(&mut self, reported_input_tokens: u64) {
+        self.calibration = Calibration::from_usage(self.last_estimate, reported_input_tokens);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn today_is_a_date() {
+        let d = super::today_utc();
+        assert_eq!(d.len(), 10);
+        assert!(d.starts_with("20"));
+        assert_eq!((&d[4..5], &d[7..8]), ("-", "-"));
+    }
+}
