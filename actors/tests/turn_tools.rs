@@ -173,10 +173,12 @@ async fn a_panicking_tool_is_an_error_result_and_the_turn_completes() {
     assert_eq!(
         types(&events)[4..],
         [
+            "context_diagnostics",
             "assistant_message",
             "tool_started",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -292,6 +294,7 @@ async fn cancelling_a_turn_during_shell_kills_its_process_group_promptly() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_started",
             "tool_message",

@@ -63,11 +63,13 @@ async fn a_denied_approval_is_an_error_result_the_model_sees() {
     assert_eq!(
         types(&events)[4..],
         [
+            "context_diagnostics",
             "assistant_message",
             "approval_requested",
             "approval_decided",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -77,9 +79,9 @@ async fn a_denied_approval_is_an_error_result_the_model_sees() {
         action,
         reason,
         ..
-    } = &events[5].kind
+    } = &events[6].kind
     else {
-        panic!("{:?}", events[5].kind)
+        panic!("{:?}", events[6].kind)
     };
     assert_eq!(
         (tool_name.as_str(), action.as_str(), reason.as_str()),
@@ -186,11 +188,13 @@ async fn allow_for_session_is_not_asked_again_even_after_a_restart() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "tool_started",
             "tool_finished",
             "tool_message",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
