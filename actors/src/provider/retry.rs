@@ -1,6 +1,6 @@
 //! Retry policy for model requests: which failures retry, and how long to wait.
 //!
-//! Transient classes (see [`ErrorClass::is_transient`]) retry with exponential backoff and
+//! Transient classes (see [`foya_protocol::ErrorClass::is_transient`]) retry with exponential backoff and
 //! full jitter, honouring the provider's retry-after, bounded by `max_attempts` and
 //! `max_delay_ms`. Everything else fails the step at once; context overflow is handed to
 //! the turn for its one compaction retry and is never retried as is.

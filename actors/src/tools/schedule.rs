@@ -2,7 +2,7 @@
 //!
 //! Owns: which calls may run together. Walking the calls in model order, consecutive
 //! parallel-safe calls form one batch and every other call is a batch of its own. The
-//! caller runs a batch with at most [`MAX_PARALLEL`] calls at once, waits for the whole
+//! caller runs a batch with at most [`MAX_PARALLEL`](crate::tools::schedule::MAX_PARALLEL) calls at once, waits for the whole
 //! batch before starting the next, and reports results in call order.
 
 /// At most this many tool calls of one batch run at the same time.

@@ -52,7 +52,7 @@ impl ToolRun {
     }
 
     /// The calls that may start now: the next ones of the current batch while fewer than
-    /// [`MAX_PARALLEL`] run; the next batch starts once every call of the current one
+    /// [`MAX_PARALLEL`](crate::tools::schedule::MAX_PARALLEL) run; the next batch starts once every call of the current one
     /// finished.
     fn ready(&mut self) -> Vec<usize> {
         let mut out = Vec::new();

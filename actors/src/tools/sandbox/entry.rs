@@ -161,7 +161,7 @@ pub fn parse_invocation(
 /// Confines the current process (and everything it later execs) per `policy`.
 ///
 /// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
-/// and `tmp` and to [`WRITABLE_DEVICES`]; `ReadOnly` only to the devices. TCP bind and
+/// and `tmp` and to the writable devices (`/dev/null`, …); `ReadOnly` only to the devices. TCP bind and
 /// connect are denied (no allowed port) unless `WorkspaceWrite { network: true }`.
 /// `None` applies nothing.
 ///

@@ -2,7 +2,7 @@
 //! its own process group that is killed as a whole on cancel, timeout or drop.
 //!
 //! Owns: the process side (which helper, which arguments, the private temp dir, the
-//! process-group guard). The helper side (Landlock, `exec`) lives in [`entry`].
+//! process-group guard). The helper side (Landlock, `exec`) lives in `entry`.
 //! Must not: run a process outside its own process group, or leave one running after the
 //! guard is dropped.
 
