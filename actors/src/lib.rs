@@ -7,6 +7,7 @@
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
 pub mod context;
+pub mod hooks;
 pub mod provider;
 pub mod tools;
 
@@ -24,3 +25,4 @@ mod turn;
 pub use runtime::{
     Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
 };
+pub use turn::protection::Limits as ProtectionLimits;

@@ -62,6 +62,19 @@ pub struct RuntimeConfig {
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
     /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
     pub subscriber_buffer: usize,
+    /// Run-protection thresholds (duplicate calls, repeated failures, step cycles).
+    pub protection: crate::turn::protection::Limits,
+    /// In-process stop hooks, run (in order, before the command hooks) when the model
+    /// stops without tool calls.
+    pub stop_hooks: Vec<Arc<dyn crate::hooks::StopHook>>,
+    /// Command stop hooks (`bash -c` in the session's cwd; Claude Code's `Stop` contract).
+    pub stop_hook_commands: Vec<String>,
+    /// Timeout of each command stop hook.
+    pub stop_hook_timeout: std::time::Duration,
+    /// Cap of consecutive stop-hook continuations without a tool step (default 8).
+    pub max_hook_continuations: u32,
+    /// When set, the built-in `agent` tool (sub-agents) is registered with these limits.
+    pub sub_agents: Option<crate::tools::builtin::agent::SubAgentLimits>,
 }
 
 impl RuntimeConfig {
@@ -75,6 +88,12 @@ impl RuntimeConfig {
             tools: Arc::new(ToolRegistry::builtin()),
             retry: RetryPolicy::default(),
             subscriber_buffer: 1024,
+            protection: crate::turn::protection::Limits::default(),
+            stop_hooks: Vec::new(),
+            stop_hook_commands: Vec::new(),
+            stop_hook_timeout: crate::hooks::command::DEFAULT_TIMEOUT,
+            max_hook_continuations: 8,
+            sub_agents: None,
         }
     }
 }
@@ -88,6 +107,7 @@ pub(crate) struct RuntimeDeps {
     pub tools: Arc<ToolRegistry>,
     pub retry: RetryPolicy,
     pub subscriber_buffer: usize,
+    pub control: crate::turn::ControlConfig,
 }
 
 impl RuntimeDeps {
@@ -166,6 +186,7 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::Actor`] when the actor system cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let control = crate::turn::ControlConfig::from_config(&config);
         let deps = Arc::new(RuntimeDeps {
             store: config.store,
             model: config.model,
@@ -173,6 +194,7 @@ impl Runtime {
             tools: config.tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
+            control,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -102,12 +102,10 @@ pub(crate) fn script(value: serde_json::Value) -> Script {
 
 pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeConfig {
     RuntimeConfig {
-        store,
-        model: Arc::new(ScriptedClient::from_script(script)),
         models: HashMap::new(),
         tools: tools(),
         retry: RetryPolicy::default(),
-        subscriber_buffer: 1024,
+        ..RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)))
     }
 }
 

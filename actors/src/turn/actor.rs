@@ -44,6 +44,11 @@ pub(super) enum Phase {
     },
     /// Running the step's tool calls.
     Tools(ToolRun),
+    /// Waiting for the stop hooks.
+    Hooks {
+        /// The hook task; dropping it (cancel, actor gone) kills running hooks.
+        _task: AbortOnDrop,
+    },
     /// `turn_complete` is written.
     Done,
 }
@@ -59,6 +64,7 @@ pub(crate) struct Turn {
     pub(super) aggregate: StreamAggregate,
     queued: HashSet<u32>,
     pub(super) phase: Phase,
+    pub(super) control: super::control::Control,
 }
 
 impl Turn {
@@ -143,11 +149,8 @@ impl Turn {
         &mut self,
         myself: &ActorRef<TurnMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(max) = self.args.config.max_steps
-            && self.step >= max
-        {
-            let message = format!("the turn reached its maximum of {max} steps");
-            return self.fail(myself, ErrorClass::MaxSteps, message).await;
+        if self.before_step(myself).await? {
+            return Ok(());
         }
         self.step += 1;
         self.attempt = 1;
@@ -163,13 +166,14 @@ impl Turn {
     ) -> Result<(), ActorProcessingErr> {
         let deps = &self.args.deps;
         let events = deps.store.read_from(self.args.session_id, Seq::FIRST)?;
-        let request = ModelRequest {
+        let mut request = ModelRequest {
             model: self.args.config.model.clone(),
             system: SYSTEM_PROMPT.into(),
             messages: history::build_messages(&events),
             tools: deps.tools.schemas(self.args.config.approval_mode),
             ..ModelRequest::default()
         };
+        self.adjust_request(&mut request);
         self.request_number += 1;
         self.aggregate = StreamAggregate::new();
         self.queued.clear();
@@ -245,7 +249,9 @@ impl Turn {
     /// Commits the assistant message (before any tool starts), then tools or the end.
     async fn on_response(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
         self.provider = None;
-        let message = self.aggregate.to_message();
+        let mut message = self.aggregate.to_message();
+        self.adjust_message(&mut message);
+        let last_text = message.text.clone();
         let calls = message.tool_calls.clone();
         let wants_tools =
             message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
@@ -254,13 +260,9 @@ impl Turn {
             kinds.push(EventKind::Usage(usage));
         }
         if !wants_tools {
-            return self
-                .finish(myself, kinds, TurnStatus::Completed, None, None)
-                .await;
+            return self.on_stop(myself, kinds, last_text).await;
         }
-        self.persist(kinds).await?;
-        self.phase = Phase::Tools(ToolRun::new(calls, &self.args.deps.tools));
-        self.spawn_tools(myself).await
+        self.run_calls(myself, kinds, calls).await
     }
 }
 
@@ -275,6 +277,7 @@ impl Actor for TurnActor {
         args: TurnArgs,
     ) -> Result<Turn, ActorProcessingErr> {
         myself.cast(TurnMsg::Begin)?;
+        let args_limits = args.deps.control.protection;
         Ok(Turn {
             args,
             step: 0,
@@ -284,6 +287,7 @@ impl Actor for TurnActor {
             aggregate: StreamAggregate::new(),
             queued: HashSet::new(),
             phase: Phase::Streaming,
+            control: super::control::Control::new(args_limits),
         })
     }
 
@@ -312,6 +316,7 @@ impl Actor for TurnActor {
             }
             TurnMsg::ToolDone { index, result } => state.tool_done(&myself, index, result).await,
             TurnMsg::Cancel { reason } => state.on_cancel(&myself, reason).await,
+            TurnMsg::HookDone { outcome } => state.hook_done(&myself, outcome).await,
             #[cfg(test)]
             TurnMsg::Panic => panic!("test-induced TurnActor panic"),
         }

@@ -75,7 +75,7 @@ impl Turn {
                         .map(EventKind::ToolMessage),
                 );
             }
-            Phase::Backoff { .. } | Phase::Done => {}
+            Phase::Backoff { .. } | Phase::Hooks { .. } | Phase::Done => {}
         }
         kinds.push(EventKind::TurnCancelled { reason });
         self.finish(myself, kinds, TurnStatus::Cancelled, None, None)

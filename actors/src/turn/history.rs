@@ -32,6 +32,10 @@ pub(crate) fn build_messages(events: &[Event]) -> Vec<Message> {
                 close_open(&mut out, &mut open);
                 out.push(Message::User(input.clone()));
             }
+            EventKind::HookContinued { reason, .. } => {
+                close_open(&mut out, &mut open);
+                out.push(Message::User(Input::text(reason.clone())));
+            }
             EventKind::AssistantMessage(message) => {
                 close_open(&mut out, &mut open);
                 let mut message = message.clone();

@@ -24,11 +24,14 @@
 //! order. A ToolActor that panics becomes an `is_error` "tool crashed" result.
 
 pub(crate) mod actor;
+mod control;
 mod failure;
 pub(crate) mod history;
+pub(crate) mod protection;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
+pub(crate) use control::ControlConfig;
 pub(crate) use tools::CANCELLED;
 
 use foya_protocol::{StreamEvent, ToolMessage};
@@ -53,6 +56,10 @@ pub(crate) enum TurnMsg {
     ToolDone { index: usize, result: ToolMessage },
     /// Cancel the turn.
     Cancel { reason: String },
+    /// The stop hooks of the current stop answered.
+    HookDone {
+        outcome: crate::hooks::StopOutcome,
+    },
     /// Test hook: panic in the handler.
     #[cfg(test)]
     Panic,

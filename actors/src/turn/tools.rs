@@ -49,6 +49,11 @@ impl ToolRun {
     fn ready(&mut self) -> Vec<usize> {
         let mut out = Vec::new();
         while self.next < self.calls.len() {
+            if self.results[self.next].is_some() {
+                // Answered without running (run protection).
+                self.next += 1;
+                continue;
+            }
             let alive = self.running.len() + out.len();
             let exclusive_running = self
                 .running
@@ -68,6 +73,14 @@ impl ToolRun {
             self.next += 1;
         }
         out
+    }
+
+    /// Answers call `index` without running it (run protection); committed in call
+    /// order with the others.
+    pub(crate) fn preset(&mut self, index: usize, result: ToolMessage) {
+        if let Some(slot) = self.results.get_mut(index) {
+            *slot = Some(result);
+        }
     }
 
     /// The index of the call run by actor `id`.
