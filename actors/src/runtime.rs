@@ -180,6 +180,28 @@ impl Inner {
     }
 }
 
+/// Creates a session through `inner`'s supervisor (used by the façade and by the
+/// `agent` tool for child sessions).
+pub(crate) async fn create_session_in(
+    inner: &Arc<Inner>,
+    config: SessionConfig,
+) -> Result<SessionHandle, RuntimeError> {
+    let actor: ActorRef<SessionMsg> = ask(&inner.supervisor, |reply| {
+        SupervisorMsg::CreateSession { config, reply }
+    })
+    .await?;
+    let id = inner
+        .registry
+        .iter()
+        .find(|e| e.value().get_id() == actor.get_id())
+        .map(|e| *e.key());
+    let id = id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
+    Ok(SessionHandle {
+        id,
+        inner: Arc::clone(inner),
+    })
+}
+
 impl Runtime {
     /// Starts the Supervisor.
     ///
@@ -187,11 +209,12 @@ impl Runtime {
     /// [`RuntimeError::Actor`] when the actor system cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let control = crate::turn::ControlConfig::from_config(&config);
+        let (tools, agent) = crate::tools::builtin::agent::register(config.tools, config.sub_agents);
         let deps = Arc::new(RuntimeDeps {
             store: config.store,
             model: config.model,
             models: config.models,
-            tools: config.tools,
+            tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
             control,
@@ -210,9 +233,11 @@ impl Runtime {
             registry,
             deps,
         };
-        Ok(Runtime {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        if let Some(agent) = agent {
+            agent.bind(Arc::downgrade(&inner));
+        }
+        Ok(Runtime { inner })
     }
 
     /// Creates a session (`session_created` is committed when this returns).
@@ -223,22 +248,7 @@ impl Runtime {
         &self,
         config: SessionConfig,
     ) -> Result<SessionHandle, RuntimeError> {
-        let actor: ActorRef<SessionMsg> = ask(&self.inner.supervisor, |reply| {
-            SupervisorMsg::CreateSession { config, reply }
-        })
-        .await?;
-        let id = self
-            .inner
-            .registry
-            .iter()
-            .find(|e| e.value().get_id() == actor.get_id())
-            .map(|e| *e.key());
-        let id =
-            id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
-        Ok(SessionHandle {
-            id,
-            inner: Arc::clone(&self.inner),
-        })
+        create_session_in(&self.inner, config).await
     }
 
     /// A handle to a live session, loading it from the log (with recovery) if needed.
