@@ -735,3 +735,51 @@ async fn a_child_over_its_token_budget_is_stopped_and_the_parent_continues() {
     assert!(parent_requests.lock().unwrap()[0].tools.iter().any(|t| t.name == "agent"));
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn cancelling_the_parent_cancels_the_child() {
+    let tools = tools();
+    let parent = Capture::new(json!({"responses":[
+        {"tool_calls": [{"id": "ag", "name": "agent", "arguments": {"task": "child task"}}]}
+    ]}));
+    let child = Capture::new(json!({"responses":[
+        {"tool_calls": [{"id": "z", "name": "sleeper", "arguments": {}}]}
+    ]}));
+    let st = store();
+    let mut cfg = config(st.clone(), Capture::new(json!({"responses": []})), &tools);
+    cfg.model = Arc::new(Router { parent, child });
+    cfg.sub_agents = Some(foya_actors::tools::builtin::agent::SubAgentLimits::default());
+    let (rt, session) = start(cfg, ApprovalMode::Bypass).await;
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("delegate")).await.unwrap();
+    within(async {
+        while tools.sleeper.pids.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let pid = tools.sleeper.pids.lock().unwrap()[0];
+    session.cancel().await.unwrap();
+    let events = until(&mut sub, is_complete).await;
+    assert_eq!(cancelled_end(&events), expected_cancel("user"));
+    wait_gone(pid).await;
+    let child = rt
+        .list_sessions()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id != session.id())
+        .unwrap();
+    let child_log = within(async {
+        loop {
+            let log = st.read_from(child.id, Seq::FIRST).unwrap();
+            if log.last().is_some_and(is_complete) {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(cancelled_end(&child_log), expected_cancel("user"));
+    assert_well_formed(&child_log);
+    rt.shutdown().await;
+}
