@@ -209,7 +209,8 @@ impl Runtime {
     /// [`RuntimeError::Actor`] when the actor system cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let control = crate::turn::ControlConfig::from_config(&config);
-        let (tools, agent) = crate::tools::builtin::agent::register(config.tools, config.sub_agents);
+        let (tools, agent) =
+            crate::tools::builtin::agent::register(config.tools, config.sub_agents);
         let deps = Arc::new(RuntimeDeps {
             store: config.store,
             model: config.model,

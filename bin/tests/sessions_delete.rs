@@ -60,8 +60,14 @@ fn deletes_a_session_of_an_idle_data_dir() {
 
     let again = foya(&data, &["sessions", "delete", &id]);
     assert!(again.status.success(), "{again:?}");
-    assert_eq!(stdout(&again), format!("session {id} was already deleted\n"));
-    assert_eq!(stdout(&foya(&data, &["sessions", "show", &id, "--json"])), stdout(&show));
+    assert_eq!(
+        stdout(&again),
+        format!("session {id} was already deleted\n")
+    );
+    assert_eq!(
+        stdout(&foya(&data, &["sessions", "show", &id, "--json"])),
+        stdout(&show)
+    );
 
     let unknown = foya(&data, &["sessions", "delete", "not-an-id"]);
     assert_eq!(unknown.status.code(), Some(2));

@@ -165,7 +165,11 @@ impl Turn {
             Ok(verdicts) => verdicts,
             Err(LoopDetected(message)) => {
                 let text = format!("not run: {message}");
-                kinds.extend(calls.iter().map(|c| EventKind::ToolMessage(not_run(c, &text))));
+                kinds.extend(
+                    calls
+                        .iter()
+                        .map(|c| EventKind::ToolMessage(not_run(c, &text))),
+                );
                 return self.loop_detected(myself, kinds, message).await;
             }
         };
@@ -255,8 +259,14 @@ impl Turn {
             }
             StopDecision::End { stop_reason } => {
                 let reason = stop_reason.unwrap_or_else(|| "stopped by hook".into());
-                self.finish(myself, Vec::new(), TurnStatus::Completed, Some(reason), None)
-                    .await
+                self.finish(
+                    myself,
+                    Vec::new(),
+                    TurnStatus::Completed,
+                    Some(reason),
+                    None,
+                )
+                .await
             }
             StopDecision::Block { reason } => {
                 let max = self.args.deps.control.max_hook_continuations;

@@ -57,9 +57,7 @@ pub(crate) enum TurnMsg {
     /// Cancel the turn.
     Cancel { reason: String },
     /// The stop hooks of the current stop answered.
-    HookDone {
-        outcome: crate::hooks::StopOutcome,
-    },
+    HookDone { outcome: crate::hooks::StopOutcome },
     /// Test hook: panic in the handler.
     #[cfg(test)]
     Panic,

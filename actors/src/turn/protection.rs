@@ -117,7 +117,10 @@ impl Guard {
     ///
     /// # Errors
     /// [`LoopDetected`] when a blocked call is repeated.
-    pub(crate) fn check_calls(&mut self, calls: &[ToolCall]) -> Result<Vec<CallVerdict>, LoopDetected> {
+    pub(crate) fn check_calls(
+        &mut self,
+        calls: &[ToolCall],
+    ) -> Result<Vec<CallVerdict>, LoopDetected> {
         let mut out = Vec::with_capacity(calls.len());
         for call in calls {
             let key = call_key(call);

@@ -152,8 +152,14 @@ fn failures_with_changing_errors_or_a_success_reset_the_count() {
 
 #[test]
 fn an_a_b_a_b_cycle_is_detected_on_the_fourth_step() {
-    let a = (call("a", "read", json!({"path": "x"})), result("a", "X", false));
-    let b = (call("b", "list", json!({"dir": "."})), result("b", "x", false));
+    let a = (
+        call("a", "read", json!({"path": "x"})),
+        result("a", "X", false),
+    );
+    let b = (
+        call("b", "list", json!({"dir": "."})),
+        result("b", "x", false),
+    );
     let mut guard = Guard::new(Limits::default());
     let steps = [&a, &b, &a];
     for (c, r) in steps {

@@ -1,7 +1,13 @@
 //! Shared pieces of the turn-control tests: a request-capturing model client around the
 //! scripted one, test tools spawning real `sleep` processes in their own process group,
 //! and event waiting under one global timeout.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    dead_code,
+    unreachable_pub
+)]
 
 use async_trait::async_trait;
 use foya_actors::provider::scripted::{Script, ScriptedClient};
@@ -179,9 +185,7 @@ pub async fn subscribe(session: &SessionHandle, approver: bool) -> Subscription 
 
 /// Runs `fut` under [`TIMEOUT`].
 pub async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(TIMEOUT, fut)
-        .await
-        .expect("timed out")
+    tokio::time::timeout(TIMEOUT, fut).await.expect("timed out")
 }
 
 /// Receives updates until `done` holds for a persisted event; returns the events seen.
@@ -242,12 +246,17 @@ pub fn assert_well_formed(events: &[Event]) {
     let mut results = Vec::new();
     for event in events {
         match &event.kind {
-            EventKind::AssistantMessage(m) => calls.extend(m.tool_calls.iter().map(|c| c.id.clone())),
+            EventKind::AssistantMessage(m) => {
+                calls.extend(m.tool_calls.iter().map(|c| c.id.clone()))
+            }
             EventKind::ToolMessage(r) => results.push(r.tool_call_id.clone()),
             _ => {}
         }
     }
-    assert_eq!(calls, results, "every call has exactly one result, in order");
+    assert_eq!(
+        calls, results,
+        "every call has exactly one result, in order"
+    );
 }
 
 /// Polls until `pid` is gone (or a zombie), under [`TIMEOUT`].

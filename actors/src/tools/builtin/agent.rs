@@ -16,12 +16,12 @@
 //! when its ToolActor is killed) cancels the child.
 
 use crate::runtime::{Inner, SessionHandle, SubscribeOptions, create_session_in};
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
+use crate::tools::{
+    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+};
 use async_trait::async_trait;
 use foya_protocol::command::ParentRef;
-use foya_protocol::{
-    EventKind, Input, RunId, Seq, SessionConfig, SessionUpdate, TurnStatus,
-};
+use foya_protocol::{EventKind, Input, RunId, Seq, SessionConfig, SessionUpdate, TurnStatus};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
@@ -200,7 +200,10 @@ impl Tool for AgentTool {
         cancel: CancellationToken,
         progress: &dyn ProgressSink,
     ) -> ToolOutput {
-        let task = args.get("task").and_then(|t| t.as_str()).unwrap_or_default();
+        let task = args
+            .get("task")
+            .and_then(|t| t.as_str())
+            .unwrap_or_default();
         if task.trim().is_empty() {
             return ToolOutput::error("`task` must be a non-empty string");
         }
@@ -264,7 +267,12 @@ impl Outcome {
 
 impl AgentTool {
     /// Submits the task to the child and follows it to its `turn_complete`.
-    async fn drive(&self, child: &SessionHandle, task: &str, cancel: &CancellationToken) -> Outcome {
+    async fn drive(
+        &self,
+        child: &SessionHandle,
+        task: &str,
+        cancel: &CancellationToken,
+    ) -> Outcome {
         let options = SubscribeOptions { approver: false };
         let mut sub = match child.subscribe(Seq::FIRST, options).await {
             Ok(sub) => sub,
@@ -298,9 +306,16 @@ impl AgentTool {
                 EventKind::AssistantMessage(message) if !message.text.is_empty() => {
                     last = message.text;
                 }
-                EventKind::TurnComplete { status, reason, error } => {
+                EventKind::TurnComplete {
+                    status,
+                    reason,
+                    error,
+                } => {
                     return if over {
-                        Outcome::OverBudget { used, partial: last }
+                        Outcome::OverBudget {
+                            used,
+                            partial: last,
+                        }
                     } else {
                         match status {
                             TurnStatus::Completed => Outcome::Answer(last),
