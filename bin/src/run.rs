@@ -48,7 +48,8 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
     let store = crate::data::open_store(&dir).map_err(Failure::Runtime)?;
 
-    let config = RuntimeConfig::new(store.clone(), model);
+    let mut config = RuntimeConfig::new(store.clone(), model);
+    config.stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
