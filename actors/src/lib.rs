@@ -7,6 +7,7 @@
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
 pub mod context;
+pub mod hooks;
 pub mod provider;
 pub mod tools;
 
@@ -26,3 +27,4 @@ pub use options::ContextOptions;
 pub use runtime::{
     Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
 };
+pub use turn::protection::Limits as ProtectionLimits;

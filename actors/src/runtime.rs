@@ -65,6 +65,19 @@ pub struct RuntimeConfig {
     pub subscriber_buffer: usize,
     /// Context compilation, compaction and title settings.
     pub context: crate::options::ContextOptions,
+    /// Run-protection thresholds (duplicate calls, repeated failures, step cycles).
+    pub protection: crate::turn::protection::Limits,
+    /// In-process stop hooks, run (in order, before the command hooks) when the model
+    /// stops without tool calls.
+    pub stop_hooks: Vec<Arc<dyn crate::hooks::StopHook>>,
+    /// Command stop hooks (`bash -c` in the session's cwd; Claude Code's `Stop` contract).
+    pub stop_hook_commands: Vec<String>,
+    /// Timeout of each command stop hook.
+    pub stop_hook_timeout: std::time::Duration,
+    /// Cap of consecutive stop-hook continuations without a tool step (default 8).
+    pub max_hook_continuations: u32,
+    /// When set, the built-in `agent` tool (sub-agents) is registered with these limits.
+    pub sub_agents: Option<crate::tools::builtin::agent::SubAgentLimits>,
 }
 
 /// Default [`RuntimeConfig::subscriber_buffer`].
@@ -85,6 +98,12 @@ impl RuntimeConfig {
             retry: RetryPolicy::default(),
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
             context: ContextOptions::default(),
+            protection: crate::turn::protection::Limits::default(),
+            stop_hooks: Vec::new(),
+            stop_hook_commands: Vec::new(),
+            stop_hook_timeout: crate::hooks::command::DEFAULT_TIMEOUT,
+            max_hook_continuations: 8,
+            sub_agents: None,
         }
     }
 }
@@ -99,6 +118,7 @@ pub(crate) struct RuntimeDeps {
     pub retry: RetryPolicy,
     pub subscriber_buffer: usize,
     pub context: crate::options::ContextOptions,
+    pub control: crate::turn::ControlConfig,
 }
 
 impl RuntimeDeps {
@@ -179,20 +199,46 @@ impl Inner {
     }
 }
 
+/// Creates a session through `inner`'s supervisor (used by the façade and by the
+/// `agent` tool for child sessions).
+pub(crate) async fn create_session_in(
+    inner: &Arc<Inner>,
+    config: SessionConfig,
+) -> Result<SessionHandle, RuntimeError> {
+    let actor: ActorRef<SessionMsg> = ask(&inner.supervisor, |reply| {
+        SupervisorMsg::CreateSession { config, reply }
+    })
+    .await?;
+    let id = inner
+        .registry
+        .iter()
+        .find(|e| e.value().get_id() == actor.get_id())
+        .map(|e| *e.key());
+    let id = id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
+    Ok(SessionHandle {
+        id,
+        inner: Arc::clone(inner),
+    })
+}
+
 impl Runtime {
     /// Starts the Supervisor.
     ///
     /// # Errors
     /// [`RuntimeError::Actor`] when the actor system cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let control = crate::turn::ControlConfig::from_config(&config);
+        let (tools, agent) =
+            crate::tools::builtin::agent::register(config.tools, config.sub_agents);
         let deps = Arc::new(RuntimeDeps {
             store: config.store,
             model: config.model,
             models: config.models,
-            tools: config.tools,
+            tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
             context: config.context,
+            control,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {
@@ -208,9 +254,11 @@ impl Runtime {
             registry,
             deps,
         };
-        Ok(Runtime {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        if let Some(agent) = agent {
+            agent.bind(Arc::downgrade(&inner));
+        }
+        Ok(Runtime { inner })
     }
 
     /// Creates a session (`session_created` is committed when this returns).
@@ -221,22 +269,7 @@ impl Runtime {
         &self,
         config: SessionConfig,
     ) -> Result<SessionHandle, RuntimeError> {
-        let actor: ActorRef<SessionMsg> = ask(&self.inner.supervisor, |reply| {
-            SupervisorMsg::CreateSession { config, reply }
-        })
-        .await?;
-        let id = self
-            .inner
-            .registry
-            .iter()
-            .find(|e| e.value().get_id() == actor.get_id())
-            .map(|e| *e.key());
-        let id =
-            id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
-        Ok(SessionHandle {
-            id,
-            inner: Arc::clone(&self.inner),
-        })
+        create_session_in(&self.inner, config).await
     }
 
     /// A handle to a live session, loading it from the log (with recovery) if needed.

@@ -102,8 +102,6 @@ pub(crate) fn script(value: serde_json::Value) -> Script {
 
 pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeConfig {
     RuntimeConfig {
-        store,
-        model: Arc::new(ScriptedClient::from_script(script)),
         models: HashMap::new(),
         tools: tools(),
         retry: RetryPolicy::default(),
@@ -113,6 +111,7 @@ pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeC
             generate_titles: false,
             ..crate::ContextOptions::default()
         },
+        ..RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)))
     }
 }
 

@@ -96,6 +96,14 @@ pub(crate) enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete a session in a data dir no process is using: its active turn (if any) is
+    /// cancelled, queued inputs are dropped, then `session_deleted` is written.
+    Delete {
+        /// Session id.
+        id: String,
+        #[command(flatten)]
+        data: DataDirArg,
+    },
     /// Print the persisted events of a session in seq order.
     Show {
         /// Session id.

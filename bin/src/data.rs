@@ -1,4 +1,5 @@
-//! Locating and opening the data directory's event store.
+//! Locating and opening the data directory's event store, and reading the project's
+//! stop hooks (`<cwd>/.foya/config.toml`, `[hooks] stop = ["..."]`).
 
 use anyhow::Context as _;
 use foya_storage::{Store, StoreOptions};
@@ -28,4 +29,60 @@ pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
             path.display()
         )
     })
+}
+
+/// Stop hook commands of the project: `<cwd>/.foya/config.toml`, table `[hooks]`, key
+/// `stop` (an array of shell commands, run with `bash -c` in the session's cwd). Empty
+/// when the file, the table or the key is absent.
+///
+/// # Errors
+/// The file cannot be read or parsed, or `stop` is not an array of strings.
+pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
+    let path = cwd.join(".foya/config.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let value: toml::Table =
+        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
+    let Some(stop) = value.get("hooks").and_then(|h| h.get("stop")) else {
+        return Ok(Vec::new());
+    };
+    stop.as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .map(|i| i.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        })
+        .with_context(|| {
+            format!(
+                "{}: [hooks] stop must be an array of strings",
+                path.display()
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn reads_stop_hooks_from_the_project_config() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(stop_hooks(dir.path()).unwrap(), Vec::<String>::new());
+        std::fs::create_dir(dir.path().join(".foya")).unwrap();
+        let file = dir.path().join(".foya/config.toml");
+        std::fs::write(&file, "[profiles.x]\nkind = \"anthropic\"\n").unwrap();
+        assert_eq!(stop_hooks(dir.path()).unwrap(), Vec::<String>::new());
+        std::fs::write(&file, "[hooks]\nstop = [\"./check.sh\", \"make lint\"]\n").unwrap();
+        assert_eq!(
+            stop_hooks(dir.path()).unwrap(),
+            vec!["./check.sh".to_owned(), "make lint".to_owned()]
+        );
+        std::fs::write(&file, "[hooks]\nstop = \"x\"\n").unwrap();
+        assert!(stop_hooks(dir.path()).is_err());
+    }
 }

@@ -1,4 +1,5 @@
-//! `foya sessions …`: list and show stored sessions (read straight from the store).
+//! `foya sessions …`: list and show stored sessions (read straight from the store), and
+//! delete one (through a runtime, so an unfinished turn is closed first).
 
 use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
 use foya_protocol::{EventKind, Seq, SessionId};
@@ -15,6 +16,16 @@ pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
                 }
             };
             show(data.data_dir.as_deref(), id, json)
+        }
+        SessionsCommand::Delete { id, data } => {
+            let id: SessionId = match id.parse() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("foya: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            delete(data.data_dir.as_deref(), id).await
         }
     };
     match result {
@@ -95,4 +106,38 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
         );
     }
     Ok(EXIT_OK)
+}
+
+/// Deletes a session through a runtime on the data dir: loading the session closes an
+/// unfinished turn (recovery), then the delete cancels whatever runs, drops queued inputs
+/// and writes `session_deleted`. No model is needed: the runtime gets an empty script.
+async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<u8> {
+    use foya_actors::provider::scripted::ScriptedClient;
+    use foya_actors::runtime::{Runtime, RuntimeConfig, RuntimeError};
+    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    match store.session(id)? {
+        None => {
+            eprintln!("foya: no session {id}");
+            return Ok(EXIT_FAILED);
+        }
+        Some(summary) if summary.deleted => {
+            println!("session {id} was already deleted");
+            return Ok(EXIT_OK);
+        }
+        Some(_) => {}
+    }
+    let model = std::sync::Arc::new(ScriptedClient::from_script(Default::default()));
+    let runtime = Runtime::start(RuntimeConfig::new(store, model)).await?;
+    let result = match runtime.session(id).await {
+        Ok(session) => session.delete().await,
+        Err(e) => Err(e),
+    };
+    runtime.shutdown().await;
+    match result {
+        Ok(()) | Err(RuntimeError::SessionDeleted(_)) => {
+            println!("deleted session {id}");
+            Ok(EXIT_OK)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

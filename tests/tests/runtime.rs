@@ -21,8 +21,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 fn config(store: Store, script: serde_json::Value) -> RuntimeConfig {
     let script: Script = serde_json::from_value(script).unwrap();
     RuntimeConfig {
-        store,
-        model: Arc::new(ScriptedClient::from_script(script)),
         models: HashMap::new(),
         tools: Arc::new(ToolRegistry::builtin()),
         retry: RetryPolicy::default(),
@@ -32,6 +30,7 @@ fn config(store: Store, script: serde_json::Value) -> RuntimeConfig {
             generate_titles: false,
             ..foya_actors::ContextOptions::default()
         },
+        ..RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)))
     }
 }
 

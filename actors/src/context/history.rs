@@ -52,6 +52,10 @@ pub fn history(events: &[Event]) -> Vec<Message> {
                 raw.extend(kept.iter().cloned());
             }
             EventKind::UserMessage { input, .. } => raw.push(Message::User(input.clone())),
+            // A stop hook's continuation is the next instruction, as a user message.
+            EventKind::HookContinued { reason, .. } => {
+                raw.push(Message::User(Input::text(reason.clone())));
+            }
             EventKind::AssistantMessage(m) => raw.push(Message::Assistant(m.clone())),
             EventKind::ToolMessage(m) => raw.push(Message::Tool(m.clone())),
             _ => {}

@@ -53,6 +53,11 @@ pub(super) enum Phase {
     Tools(ToolRun),
     /// Waiting for a summarisation request (session phase `compacting`).
     Compacting(Compaction),
+    /// Waiting for the stop hooks.
+    Hooks {
+        /// The hook task; dropping it (cancel, actor gone) kills running hooks.
+        _task: AbortOnDrop,
+    },
     /// `turn_complete` is written.
     Done,
 }
@@ -80,6 +85,7 @@ pub(crate) struct Turn {
     pub(super) compacted_in_step: bool,
     /// The step's last request, re-sent as is by a retry.
     pub(super) last_request: Option<ModelRequest>,
+    pub(super) control: super::control::Control,
 }
 
 impl Turn {
@@ -164,11 +170,8 @@ impl Turn {
         &mut self,
         myself: &ActorRef<TurnMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(max) = self.args.config.max_steps
-            && self.step >= max
-        {
-            let message = format!("the turn reached its maximum of {max} steps");
-            return self.fail(myself, ErrorClass::MaxSteps, message).await;
+        if self.before_step(myself).await? {
+            return Ok(());
         }
         self.step += 1;
         self.attempt = 1;
@@ -240,7 +243,9 @@ impl Turn {
     /// Commits the assistant message (before any tool starts), then tools or the end.
     async fn on_response(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
         self.provider = None;
-        let message = self.aggregate.to_message();
+        let mut message = self.aggregate.to_message();
+        self.adjust_message(&mut message);
+        let last_text = message.text.clone();
         let calls = message.tool_calls.clone();
         let wants_tools =
             message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
@@ -250,13 +255,9 @@ impl Turn {
             kinds.push(EventKind::Usage(usage));
         }
         if !wants_tools {
-            return self
-                .finish(myself, kinds, TurnStatus::Completed, None, None)
-                .await;
+            return self.on_stop(myself, kinds, last_text).await;
         }
-        self.persist(kinds).await?;
-        self.phase = Phase::Tools(ToolRun::new(calls, &self.args.deps.tools));
-        self.spawn_tools(myself).await
+        self.run_calls(myself, kinds, calls).await
     }
 }
 
@@ -272,6 +273,7 @@ impl Actor for TurnActor {
     ) -> Result<Turn, ActorProcessingErr> {
         myself.cast(TurnMsg::Begin)?;
         let env = super::context::environment(&args.config.cwd);
+        let args_limits = args.deps.control.protection;
         Ok(Turn {
             env,
             calibration: Calibration::default(),
@@ -287,6 +289,7 @@ impl Actor for TurnActor {
             aggregate: StreamAggregate::new(),
             queued: HashSet::new(),
             phase: Phase::Streaming,
+            control: super::control::Control::new(args_limits),
         })
     }
 
@@ -318,6 +321,7 @@ impl Actor for TurnActor {
             }
             TurnMsg::ToolDone { index, result } => state.tool_done(&myself, index, result).await,
             TurnMsg::Cancel { reason } => state.on_cancel(&myself, reason).await,
+            TurnMsg::HookDone { outcome } => state.hook_done(&myself, outcome).await,
             #[cfg(test)]
             TurnMsg::Panic => panic!("test-induced TurnActor panic"),
         }

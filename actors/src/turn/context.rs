@@ -157,13 +157,14 @@ impl Turn {
             return self.begin_compaction(myself, Trigger::Threshold).await;
         }
         self.last_estimate = compiled.sections.values().sum();
-        let request = ModelRequest {
+        let mut request = ModelRequest {
             model: self.args.config.model.clone(),
             system: compiled.system,
             messages: compiled.messages,
             tools: compiled.tools,
             ..ModelRequest::default()
         };
+        self.adjust_request(&mut request);
         self.last_request = Some(request.clone());
         self.send(myself, request).await
     }

@@ -100,7 +100,7 @@ impl Turn {
                         .map(EventKind::ToolMessage),
                 );
             }
-            Phase::Backoff { .. } | Phase::Compacting(_) | Phase::Done => {}
+            Phase::Backoff { .. } | Phase::Compacting(_) | Phase::Hooks { .. } | Phase::Done => {}
         }
         kinds.push(EventKind::TurnCancelled { reason });
         self.finish(myself, kinds, TurnStatus::Cancelled, None, None)

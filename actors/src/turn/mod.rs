@@ -6,12 +6,19 @@
 //! live (text, reasoning, tool-call fragments, `tool_call_queued` as soon as a call's id
 //! and name are known); on `Done` persist `assistant_message` (+ `usage`) — committed
 //! before any tool runs; if the model asked for tools, run them through ToolActors and
-//! persist their results in call order, then loop; otherwise `turn_complete{completed}`.
+//! persist their results in call order, then loop; otherwise the stop hooks run
+//! (`control.rs`) and the turn ends `turn_complete{completed}` (or continues).
+//!
+//! Run protection (`protection.rs`, a pure state machine, driven from `control.rs`):
+//! duplicate calls are answered "not run" at the threshold, repeated identical failures
+//! of a tool stop it being run, a step cycle (A-B-A-B) or insisting on a blocked call ends
+//! the turn `failed/loop_detected`.
 //!
 //! Failures: transient provider classes retry with `RetryPolicy::delay_for` (a
 //! `provider_retry` event first; the wait is a task that reports by message, so it is
 //! cancellable; a retry re-sends the request only, never re-runs a tool); other classes
-//! end the turn `failed` with the class. `max_steps` ends it `failed/max_steps`.
+//! end the turn `failed` with the class. At `max_steps` one final request without tools
+//! lets the model summarise, then the turn ends `failed/max_steps`.
 //! `context_overflow` compacts once per turn (trigger `overflow`, when automatic
 //! compaction is on) and re-runs the step; a second one fails the turn.
 //!
@@ -31,10 +38,13 @@
 pub(crate) mod actor;
 mod compaction;
 mod context;
+mod control;
 mod failure;
+pub(crate) mod protection;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
+pub(crate) use control::ControlConfig;
 pub(crate) use tools::CANCELLED;
 
 use foya_protocol::{StreamEvent, ToolMessage};
@@ -61,6 +71,8 @@ pub(crate) enum TurnMsg {
     ToolDone { index: usize, result: ToolMessage },
     /// Cancel the turn.
     Cancel { reason: String },
+    /// The stop hooks of the current stop answered.
+    HookDone { outcome: crate::hooks::StopOutcome },
     /// Test hook: panic in the handler.
     #[cfg(test)]
     Panic,

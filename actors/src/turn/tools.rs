@@ -65,6 +65,11 @@ impl ToolRun {
                 self.spawned = 0;
                 continue;
             }
+            if self.results[batch[self.spawned]].is_some() {
+                // Answered without running (run protection).
+                self.spawned += 1;
+                continue;
+            }
             if self.running.len() + out.len() >= MAX_PARALLEL {
                 break;
             }
@@ -72,6 +77,14 @@ impl ToolRun {
             self.spawned += 1;
         }
         out
+    }
+
+    /// Answers call `index` without running it (run protection); committed in call
+    /// order with the others.
+    pub(crate) fn preset(&mut self, index: usize, result: ToolMessage) {
+        if let Some(slot) = self.results.get_mut(index) {
+            *slot = Some(result);
+        }
     }
 
     /// The index of the call run by actor `id`.

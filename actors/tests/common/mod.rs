@@ -2,7 +2,6 @@
 //! custom model client, a recording client, and waiting under one real-time timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
-use foya_actors::provider::retry::RetryPolicy;
 use foya_actors::provider::scripted::{Script, ScriptedClient};
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_actors::tools::ToolRegistry;
@@ -12,7 +11,6 @@ use foya_protocol::{
 };
 use foya_storage::{Store, StoreOptions};
 use futures::stream::BoxStream;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,13 +39,10 @@ pub(crate) fn config(
     context: ContextOptions,
 ) -> RuntimeConfig {
     RuntimeConfig {
-        store,
-        model,
-        models: HashMap::new(),
         tools: Arc::new(ToolRegistry::new()),
-        retry: RetryPolicy::default(),
         subscriber_buffer: 4096,
         context,
+        ..RuntimeConfig::new(store, model)
     }
 }
 

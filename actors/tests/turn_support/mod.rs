@@ -10,7 +10,6 @@
 )]
 
 use async_trait::async_trait;
-use foya_actors::provider::retry::RetryPolicy;
 use foya_actors::provider::scripted::{Script, ScriptedClient};
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_actors::tools::sandbox::SandboxRunner;
@@ -23,7 +22,6 @@ use foya_protocol::{
     ToolMessage,
 };
 use futures::stream::BoxStream;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -76,17 +74,14 @@ pub async fn start(
     };
     let requests = Arc::clone(&client.requests);
     let config = RuntimeConfig {
-        store,
-        model: Arc::new(client),
-        models: HashMap::new(),
         tools: Arc::new(tools),
-        retry: RetryPolicy::default(),
         subscriber_buffer: 4096,
         // Title requests would show up among the recorded model requests.
         context: foya_actors::ContextOptions {
             generate_titles: false,
             ..foya_actors::ContextOptions::default()
         },
+        ..RuntimeConfig::new(store, Arc::new(client))
     };
     (Runtime::start(config).await.unwrap(), requests)
 }

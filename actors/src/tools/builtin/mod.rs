@@ -5,6 +5,7 @@
 //! running blocking file work off the async workers). Paths are relative to
 //! `ToolContext::cwd` and confined to it (see `tools::paths`).
 
+pub mod agent;
 mod edit_file;
 mod list_dir;
 mod output;

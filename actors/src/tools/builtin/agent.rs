@@ -1,0 +1,336 @@
+//! The built-in `agent` tool (sub-agents): runs a child session on a sub-task and returns
+//! the child's final answer as the tool result.
+//!
+//! Registered by `Runtime::start` when `RuntimeConfig::sub_agents` is set; it holds a weak
+//! handle to the runtime (bound after start) to create child sessions. A child:
+//! - records `SessionConfig::parent` (the parent's session, run and tool call ids);
+//! - inherits the parent's cwd, provider, model and approval mode — never more (a
+//!   `read-only` parent has read-only children; the sandbox follows from the mode; an
+//!   `ask` child has no approver, so calls needing approval are denied);
+//! - runs with `max_steps` = [`SubAgentLimits::max_steps`] and may not start sub-agents;
+//! - is bounded by [`SubAgentLimits`]: children at once per parent turn, children per
+//!   parent turn, and a token budget (input + output tokens of its `usage` events;
+//!   exceeding it cancels the child and returns an `is_error` result).
+//!
+//! Cancelling the parent (the call's cancel token, or the call's future being dropped
+//! when its ToolActor is killed) cancels the child.
+
+use crate::runtime::{Inner, SessionHandle, SubscribeOptions, create_session_in};
+use crate::tools::{
+    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+};
+use async_trait::async_trait;
+use foya_protocol::command::ParentRef;
+use foya_protocol::{EventKind, Input, RunId, Seq, SessionConfig, SessionUpdate, TurnStatus};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Name of the tool.
+pub const AGENT_TOOL: &str = "agent";
+
+/// Limits of sub-agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubAgentLimits {
+    /// Children running at once per parent turn (default 3).
+    pub max_concurrent: usize,
+    /// Children per parent turn (default 8).
+    pub max_per_turn: u32,
+    /// Input + output tokens (from `usage` events) a child may use before it is
+    /// cancelled (default 200 000).
+    pub token_budget: u64,
+    /// Maximum steps of a child turn (default 50).
+    pub max_steps: u32,
+    /// How long a child may run (default 30 minutes).
+    pub timeout: Duration,
+}
+
+impl Default for SubAgentLimits {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 3,
+            max_per_turn: 8,
+            token_budget: 200_000,
+            max_steps: 50,
+            timeout: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Per parent turn: children started and the concurrency gate.
+#[derive(Debug)]
+struct TurnSlots {
+    started: u32,
+    gate: Arc<Semaphore>,
+}
+
+/// The `agent` tool.
+#[derive(Debug)]
+pub struct AgentTool {
+    spec: ToolSpec,
+    limits: SubAgentLimits,
+    runtime: OnceLock<Weak<Inner>>,
+    turns: Mutex<HashMap<RunId, TurnSlots>>,
+}
+
+/// Adds the `agent` tool to `tools` when `limits` is set; returns the registry and the
+/// tool (to bind once the runtime exists).
+pub(crate) fn register(
+    tools: Arc<ToolRegistry>,
+    limits: Option<SubAgentLimits>,
+) -> (Arc<ToolRegistry>, Option<Arc<AgentTool>>) {
+    let Some(limits) = limits else {
+        return (tools, None);
+    };
+    let agent = Arc::new(AgentTool::new(limits));
+    let mut registry = Arc::unwrap_or_clone(tools);
+    registry.register(Arc::clone(&agent) as Arc<dyn Tool>);
+    (Arc::new(registry), Some(agent))
+}
+
+/// Cancels the child session when dropped (the parent's call ended or was dropped).
+struct ChildGuard(Option<SessionHandle>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            handle.spawn(async move {
+                let _ = child.cancel().await;
+            });
+        }
+    }
+}
+
+impl AgentTool {
+    fn new(limits: SubAgentLimits) -> Self {
+        Self {
+            spec: ToolSpec {
+                name: AGENT_TOOL.into(),
+                description: "Run a sub-agent on a self-contained sub-task; it works with \
+                              the same tools and permissions (or fewer) and returns its final \
+                              answer."
+                    .into(),
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "task": {"type": "string", "description": "The complete sub-task."}
+                    },
+                    "required": ["task"]
+                }),
+                parallel_safe: true,
+                side_effect: SideEffect::None,
+                cancellable: true,
+                default_timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
+            },
+            limits,
+            runtime: OnceLock::new(),
+            turns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Binds the runtime (once, at `Runtime::start`).
+    pub(crate) fn bind(&self, inner: Weak<Inner>) {
+        let _ = self.runtime.set(inner);
+    }
+
+    /// Takes a child slot of the parent turn `run_id`, or says why not.
+    fn slot(&self, run_id: RunId) -> Result<Arc<Semaphore>, String> {
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let slots = turns.entry(run_id).or_insert_with(|| TurnSlots {
+            started: 0,
+            gate: Arc::new(Semaphore::new(self.limits.max_concurrent.max(1))),
+        });
+        if slots.started >= self.limits.max_per_turn {
+            return Err(format!(
+                "not run: this turn already started its maximum of {} sub-agents",
+                self.limits.max_per_turn
+            ));
+        }
+        slots.started += 1;
+        Ok(Arc::clone(&slots.gate))
+    }
+
+    async fn child_config(inner: &Inner, ctx: &ToolContext) -> Result<SessionConfig, String> {
+        let parent = inner
+            .deps
+            .store
+            .read_from(ctx.session_id, Seq::FIRST)
+            .map_err(|e| format!("cannot read the parent session: {e}"))?
+            .into_iter()
+            .find_map(|e| match e.kind {
+                EventKind::SessionCreated { config } => Some(config),
+                _ => None,
+            })
+            .ok_or("the parent session has no configuration")?;
+        if parent.parent.is_some() {
+            return Err("not run: a sub-agent cannot start sub-agents".into());
+        }
+        Ok(SessionConfig {
+            cwd: ctx.cwd.clone(),
+            project_id: ctx.project_id.clone(),
+            // Never more than the parent: the running call's mode is the parent's.
+            approval_mode: ctx.approval_mode,
+            provider: parent.provider,
+            model: parent.model,
+            title: None,
+            max_steps: None,
+            parent: Some(ParentRef {
+                session_id: ctx.session_id,
+                run_id: ctx.run_id,
+                tool_call_id: ctx.tool_call_id.clone(),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for AgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        let task = args
+            .get("task")
+            .and_then(|t| t.as_str())
+            .unwrap_or_default();
+        if task.trim().is_empty() {
+            return ToolOutput::error("`task` must be a non-empty string");
+        }
+        let Some(inner) = self.runtime.get().and_then(Weak::upgrade) else {
+            return ToolOutput::error("sub-agents are not available (the runtime is stopping)");
+        };
+        let gate = match self.slot(ctx.run_id) {
+            Ok(gate) => gate,
+            Err(e) => return ToolOutput::error(e),
+        };
+        let mut config = match Self::child_config(&inner, ctx).await {
+            Ok(config) => config,
+            Err(e) => return ToolOutput::error(e),
+        };
+        config.max_steps = Some(self.limits.max_steps);
+        let _permit = tokio::select! {
+            () = cancel.cancelled() => return ToolOutput::error("cancelled"),
+            permit = gate.acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return ToolOutput::error("sub-agent gate closed"),
+            },
+        };
+        let child = match create_session_in(&inner, config).await {
+            Ok(child) => child,
+            Err(e) => return ToolOutput::error(format!("cannot create the sub-agent: {e}")),
+        };
+        drop(inner);
+        progress.update(format!("sub-agent session {}", child.id()));
+        let mut guard = ChildGuard(Some(child.clone()));
+        let outcome = self.drive(&child, task, &cancel).await;
+        if !matches!(outcome, Outcome::Cancelled) {
+            // The child's turn has ended; nothing to cancel.
+            guard.0 = None;
+        }
+        outcome.into_output(self.limits.token_budget)
+    }
+}
+
+/// How a child's run ended.
+#[derive(Debug)]
+enum Outcome {
+    Answer(String),
+    Failed(String),
+    OverBudget { used: u64, partial: String },
+    Cancelled,
+}
+
+impl Outcome {
+    fn into_output(self, budget: u64) -> ToolOutput {
+        match self {
+            Self::Answer(text) => ToolOutput::ok(text),
+            Self::Failed(why) => ToolOutput::error(format!("the sub-agent failed: {why}")),
+            Self::OverBudget { used, partial } => ToolOutput::error(format!(
+                "the sub-agent exceeded its token budget of {budget} tokens (used {used}) and \
+                 was stopped. Its last answer: {partial}"
+            )),
+            Self::Cancelled => ToolOutput::error("cancelled"),
+        }
+    }
+}
+
+impl AgentTool {
+    /// Submits the task to the child and follows it to its `turn_complete`.
+    async fn drive(
+        &self,
+        child: &SessionHandle,
+        task: &str,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        let options = SubscribeOptions { approver: false };
+        let mut sub = match child.subscribe(Seq::FIRST, options).await {
+            Ok(sub) => sub,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        if let Err(e) = child.submit(Input::text(task)).await {
+            return Outcome::Failed(e.to_string());
+        }
+        let mut used = 0u64;
+        let mut last = String::new();
+        let mut over = false;
+        loop {
+            let update = tokio::select! {
+                () = cancel.cancelled(), if !over => return Outcome::Cancelled,
+                update = sub.recv() => update,
+            };
+            let Some(update) = update else {
+                return Outcome::Failed("the sub-agent session closed".into());
+            };
+            let SessionUpdate::Event(event) = update else {
+                continue;
+            };
+            match event.kind {
+                EventKind::Usage(usage) => {
+                    used = used.saturating_add(usage.input_tokens + usage.output_tokens);
+                    if used > self.limits.token_budget && !over {
+                        over = true;
+                        let _ = child.cancel().await;
+                    }
+                }
+                EventKind::AssistantMessage(message) if !message.text.is_empty() => {
+                    last = message.text;
+                }
+                EventKind::TurnComplete {
+                    status,
+                    reason,
+                    error,
+                } => {
+                    return if over {
+                        Outcome::OverBudget {
+                            used,
+                            partial: last,
+                        }
+                    } else {
+                        match status {
+                            TurnStatus::Completed => Outcome::Answer(last),
+                            TurnStatus::Cancelled => Outcome::Failed("cancelled".into()),
+                            TurnStatus::Failed => Outcome::Failed(
+                                error
+                                    .map(|e| e.message)
+                                    .or(reason)
+                                    .unwrap_or_else(|| "failed".into()),
+                            ),
+                        }
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Turn control hook points of the TurnActor: run protection (duplicate calls, repeated
+//! failures, step cycles — the pure [`Guard`]), the final no-tools step at `max_steps`,
+//! and stop hooks. The step loop in `actor.rs` calls these at three points: when a
+//! response asks for tools, when it does not, and before the next step starts.
+//!
+//! End states chosen here:
+//! - `max_steps`: after the limit, one more request is sent with `tools: []` and an
+//!   appended user instruction; its answer is persisted (any tool calls stripped) and the
+//!   turn ends `failed`, reason `max_steps`, error class `max_steps` — the task was cut,
+//!   not finished by the model's own decision (headless `run` exits non-zero).
+//! - `loop_detected`: `failed`, reason `loop_detected`, error class `loop_detected` with
+//!   the repeated call or the step cycle in the error message. When the model insists on
+//!   a blocked call, its calls get `is_error` "not run" results first (the log stays
+//!   well-formed).
+//! - stop hooks: `Block` writes `hook_continued{reason, count}` and starts another step
+//!   (the history fold turns it into a user message); at `max_hook_continuations`
+//!   consecutive blocks without a tool step in between the turn ends `completed`, reason
+//!   `stop_hook_limit`; `End` ends it `completed` with the hook's `stopReason` (or
+//!   `stopped by hook`).
+
+use super::TurnMsg;
+use super::actor::{Phase, Turn};
+use super::protection::{CallVerdict, Guard, Limits, LoopDetected};
+use super::tools::ToolRun;
+use crate::hooks::{self, StopDecision, StopHook, StopHookInput, StopOutcome};
+use crate::provider::ModelRequest;
+use crate::task::AbortOnDrop;
+use foya_protocol::{
+    AssistantMessage, ErrorClass, ErrorInfo, EventKind, Input, Message, ToolCall, ToolMessage,
+    TurnStatus,
+};
+use ractor::{ActorProcessingErr, ActorRef};
+use std::sync::Arc;
+
+/// The instruction appended to the final request when the step limit is reached.
+pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
+     more tools can be called. Summarise what was done, what remains, and stop.";
+
+/// Turn-control settings shared by every turn (from `RuntimeConfig`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ControlConfig {
+    /// Run-protection thresholds.
+    pub protection: Limits,
+    /// Stop hooks, in-process and command ones, run in this order.
+    pub stop_hooks: Vec<Arc<dyn StopHook>>,
+    /// Cap of consecutive stop-hook continuations without a tool step.
+    pub max_hook_continuations: u32,
+}
+
+/// Turn-control state of one turn.
+#[derive(Debug, Default)]
+pub(crate) struct Control {
+    guard: Guard,
+    /// The calls of the current step (checked against their results before the next).
+    calls: Vec<ToolCall>,
+    /// The current step is the final no-tools one.
+    pub(super) final_step: bool,
+    /// Consecutive stop-hook continuations without a tool step.
+    hook_blocks: u32,
+}
+
+impl Control {
+    pub(crate) fn new(limits: Limits) -> Self {
+        Self {
+            guard: Guard::new(limits),
+            ..Self::default()
+        }
+    }
+}
+
+fn not_run(call: &ToolCall, text: &str) -> ToolMessage {
+    ToolMessage {
+        tool_call_id: call.id.clone(),
+        content: text.to_owned(),
+        is_error: true,
+    }
+}
+
+impl Turn {
+    /// Before a step starts: `max_steps` turns the step into the final no-tools one
+    /// (`Ok(false)`: go on), and a finished tool step is checked for cycles. `Ok(true)`
+    /// means the turn was ended.
+    pub(super) async fn before_step(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+    ) -> Result<bool, ActorProcessingErr> {
+        if !self.control.calls.is_empty() {
+            let calls = std::mem::take(&mut self.control.calls);
+            self.control.hook_blocks = 0;
+            let ids: Vec<_> = calls.iter().map(|c| &c.id).collect();
+            let results: Vec<ToolMessage> = self
+                .args
+                .deps
+                .store
+                .read_from(self.args.session_id, foya_protocol::Seq::FIRST)?
+                .into_iter()
+                .filter(|e| e.run_id == Some(self.args.run_id))
+                .filter_map(|e| match e.kind {
+                    EventKind::ToolMessage(m) if ids.contains(&&m.tool_call_id) => Some(m),
+                    _ => None,
+                })
+                .collect();
+            if let Err(LoopDetected(message)) = self.control.guard.end_step(&calls, &results) {
+                self.loop_detected(myself, Vec::new(), message).await?;
+                return Ok(true);
+            }
+        }
+        if let Some(max) = self.args.config.max_steps
+            && self.step >= max
+        {
+            if self.control.final_step {
+                let message = format!("the turn reached its maximum of {max} steps");
+                self.fail(myself, ErrorClass::MaxSteps, message).await?;
+                return Ok(true);
+            }
+            self.control.final_step = true;
+        }
+        Ok(false)
+    }
+
+    /// The final step's request offers no tools and says why.
+    pub(super) fn adjust_request(&self, request: &mut ModelRequest) {
+        if self.control.final_step {
+            request.tools.clear();
+            request
+                .messages
+                .push(Message::User(Input::text(MAX_STEPS_INSTRUCTION)));
+        }
+    }
+
+    /// The final step's answer keeps no tool calls (none could run).
+    pub(super) fn adjust_message(&self, message: &mut AssistantMessage) {
+        if self.control.final_step {
+            message.tool_calls.clear();
+            if message.finish_reason == Some(foya_protocol::FinishReason::ToolCalls) {
+                message.finish_reason = Some(foya_protocol::FinishReason::Stop);
+            }
+        }
+    }
+
+    async fn loop_detected(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        kinds: Vec<EventKind>,
+        message: String,
+    ) -> Result<(), ActorProcessingErr> {
+        let error = ErrorInfo {
+            class: ErrorClass::LoopDetected,
+            message,
+        };
+        let reason = Some(ErrorClass::LoopDetected.as_str().into());
+        self.finish(myself, kinds, TurnStatus::Failed, reason, Some(error))
+            .await
+    }
+
+    /// The response asked for tools: blocked calls get their `is_error` result without
+    /// running, the others run; a repeated blocked call ends the turn `loop_detected`.
+    pub(super) async fn run_calls(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        mut kinds: Vec<EventKind>,
+        calls: Vec<ToolCall>,
+    ) -> Result<(), ActorProcessingErr> {
+        let verdicts = match self.control.guard.check_calls(&calls) {
+            Ok(verdicts) => verdicts,
+            Err(LoopDetected(message)) => {
+                let text = format!("not run: {message}");
+                kinds.extend(
+                    calls
+                        .iter()
+                        .map(|c| EventKind::ToolMessage(not_run(c, &text))),
+                );
+                return self.loop_detected(myself, kinds, message).await;
+            }
+        };
+        self.persist(kinds).await?;
+        self.control.calls.clone_from(&calls);
+        let mut run = ToolRun::new(calls.clone(), &self.args.deps.tools);
+        let mut first_blocked = None;
+        for (index, verdict) in verdicts.into_iter().enumerate() {
+            if let CallVerdict::Block(text) = verdict {
+                let result = not_run(&calls[index], &text);
+                first_blocked.get_or_insert((index, result.clone()));
+                run.preset(index, result);
+            }
+        }
+        self.phase = Phase::Tools(run);
+        self.spawn_tools(myself).await?;
+        if let Some((index, result)) = first_blocked {
+            // Commits the preset results that lead the call order (and moves on when
+            // every call was blocked).
+            self.tool_done(myself, index, result).await?;
+        }
+        Ok(())
+    }
+
+    /// The model stopped without tool calls: persist its answer, then run the stop
+    /// hooks (in a task that reports by message, so a cancel is heard) or end the turn.
+    pub(super) async fn on_stop(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        kinds: Vec<EventKind>,
+        last_text: String,
+    ) -> Result<(), ActorProcessingErr> {
+        if self.control.final_step {
+            let max = self.args.config.max_steps.unwrap_or_default();
+            let error = ErrorInfo {
+                class: ErrorClass::MaxSteps,
+                message: format!("the turn reached its maximum of {max} steps"),
+            };
+            let reason = Some(ErrorClass::MaxSteps.as_str().into());
+            return self
+                .finish(myself, kinds, TurnStatus::Failed, reason, Some(error))
+                .await;
+        }
+        let hooks = self.args.deps.control.stop_hooks.clone();
+        if hooks.is_empty() {
+            return self
+                .finish(myself, kinds, TurnStatus::Completed, None, None)
+                .await;
+        }
+        self.persist(kinds).await?;
+        let input = StopHookInput {
+            session_id: self.args.session_id,
+            turn_id: self.args.run_id,
+            cwd: self.args.config.cwd.clone(),
+            permission_mode: hooks::permission_mode(self.args.config.approval_mode).into(),
+            hook_event_name: "Stop".into(),
+            stop_hook_active: self.control.hook_blocks > 0,
+            last_assistant_message: last_text,
+        };
+        let me = myself.clone();
+        let task = tokio::spawn(async move {
+            let outcome = hooks::run_stop_hooks(&hooks, &input).await;
+            let _ = me.cast(TurnMsg::HookDone { outcome });
+        });
+        self.phase = Phase::Hooks {
+            _task: AbortOnDrop(task),
+        };
+        Ok(())
+    }
+
+    /// The stop hooks answered.
+    pub(super) async fn hook_done(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        outcome: StopOutcome,
+    ) -> Result<(), ActorProcessingErr> {
+        if !matches!(self.phase, Phase::Hooks { .. }) {
+            return Ok(());
+        }
+        for failure in &outcome.failures {
+            tracing::warn!(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, error = %failure, "stop hook failed; the turn stops");
+        }
+        match outcome.decision {
+            StopDecision::Proceed | StopDecision::Failed { .. } => {
+                self.finish(myself, Vec::new(), TurnStatus::Completed, None, None)
+                    .await
+            }
+            StopDecision::End { stop_reason } => {
+                let reason = stop_reason.unwrap_or_else(|| "stopped by hook".into());
+                self.finish(
+                    myself,
+                    Vec::new(),
+                    TurnStatus::Completed,
+                    Some(reason),
+                    None,
+                )
+                .await
+            }
+            StopDecision::Block { reason } => {
+                let max = self.args.deps.control.max_hook_continuations;
+                if self.control.hook_blocks >= max {
+                    tracing::warn!(session.id = %self.args.session_id, max, "stop hook continuation limit reached");
+                    return self
+                        .finish(
+                            myself,
+                            Vec::new(),
+                            TurnStatus::Completed,
+                            Some("stop_hook_limit".into()),
+                            None,
+                        )
+                        .await;
+                }
+                self.control.hook_blocks += 1;
+                let count = self.control.hook_blocks;
+                self.persist(vec![EventKind::HookContinued { reason, count }])
+                    .await?;
+                self.phase = Phase::Streaming;
+                self.start_step(myself).await
+            }
+        }
+    }
+}
+
+impl ControlConfig {
+    /// The turn-control part of a runtime configuration (command hooks after the
+    /// in-process ones).
+    pub(crate) fn from_config(config: &crate::runtime::RuntimeConfig) -> Self {
+        let mut stop_hooks = config.stop_hooks.clone();
+        for command in &config.stop_hook_commands {
+            stop_hooks.push(Arc::new(crate::hooks::command::CommandStopHook {
+                command: command.clone(),
+                timeout: config.stop_hook_timeout,
+            }));
+        }
+        Self {
+            protection: config.protection,
+            stop_hooks,
+            max_hook_continuations: config.max_hook_continuations,
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! Run protection of one turn as a pure state machine (no actors, no async): duplicate-call
+//! detection, repeated-failure blocking and step-level loop (cycle) detection.
+//!
+//! The TurnActor feeds it the calls of each step before they run ([`Guard::check_calls`])
+//! and the step's calls with their results once all are committed ([`Guard::end_step`]).
+//!
+//! Rules (thresholds in [`Limits`]):
+//! - **duplicate calls**: a call is keyed by its tool name and canonical JSON arguments
+//!   (object key order ignored). The `duplicate_threshold`-th occurrence of a key in the
+//!   turn (across and within steps) is not run: the model gets an `is_error` result
+//!   explaining the repetition. If the model sends a blocked key again, the turn ends
+//!   `failed/loop_detected`.
+//! - **repeated failures**: when one tool failed `failure_threshold` times in a row with
+//!   the same error text, further calls of that tool in the turn are not run (an
+//!   `is_error` result explains why).
+//! - **step cycles**: each finished step has a signature (its sorted calls with results).
+//!   When the last `2 × p` signatures are a period-`p` cycle repeated twice (`p` in
+//!   `2..=max_cycle`, e.g. A-B-A-B), the turn ends `failed/loop_detected` with the cycle
+//!   in the reason. Period 1 (A-A-…) is left to the duplicate-call rule.
+
+use foya_protocol::{ToolCall, ToolMessage};
+use std::collections::HashMap;
+
+/// Thresholds of run protection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Occurrence of the same call (per turn) that is blocked instead of run; ≥ 2.
+    pub duplicate_threshold: u32,
+    /// Consecutive identical failures of one tool after which it is no longer run; ≥ 1.
+    pub failure_threshold: u32,
+    /// Longest step cycle looked for (in steps).
+    pub max_cycle: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            duplicate_threshold: 3,
+            failure_threshold: 3,
+            max_cycle: 4,
+        }
+    }
+}
+
+/// What to do with one call of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallVerdict {
+    /// Run it.
+    Run,
+    /// Do not run it; answer with this `is_error` text.
+    Block(String),
+}
+
+/// The turn must end `failed` with `loop_detected` and this reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LoopDetected(pub(crate) String);
+
+/// Protection state of one turn.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Guard {
+    limits: Limits,
+    /// Occurrences per call key.
+    seen: HashMap<String, u32>,
+    /// Call keys that were blocked once.
+    blocked: HashMap<String, u32>,
+    /// Per tool: (last error text, consecutive count).
+    failures: HashMap<String, (String, u32)>,
+    /// Signatures of finished steps, in order.
+    steps: Vec<String>,
+    /// Short labels of finished steps (for the reason).
+    labels: Vec<String>,
+}
+
+/// The canonical JSON of `value`: objects with sorted keys, no whitespace.
+#[must_use]
+pub(crate) fn canonical_json(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| {
+                    let key = Value::String(k.clone()).to_string();
+                    format!("{key}:{}", canonical_json(&map[k]))
+                })
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", parts.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The key of a call: tool name and canonical arguments.
+#[must_use]
+pub(crate) fn call_key(call: &ToolCall) -> String {
+    format!("{}{}", call.name, canonical_json(&call.arguments))
+}
+
+impl Guard {
+    /// A guard with these limits.
+    #[must_use]
+    pub(crate) fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    /// Verdicts for the calls of a step, in call order; `Err` when the model insists on
+    /// a call that was already blocked.
+    ///
+    /// # Errors
+    /// [`LoopDetected`] when a blocked call is repeated.
+    pub(crate) fn check_calls(
+        &mut self,
+        calls: &[ToolCall],
+    ) -> Result<Vec<CallVerdict>, LoopDetected> {
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let key = call_key(call);
+            if self.blocked.contains_key(&key) {
+                return Err(LoopDetected(format!(
+                    "the model kept repeating the blocked call `{}` with the same arguments",
+                    call.name
+                )));
+            }
+            let count = self.seen.entry(key.clone()).or_insert(0);
+            *count += 1;
+            if *count >= self.limits.duplicate_threshold.max(2) {
+                self.blocked.insert(key, 1);
+                out.push(CallVerdict::Block(format!(
+                    "not run: this exact call (`{}` with the same arguments) was already made \
+                     {} times in this turn; repeating it will not give a different result. \
+                     Change the arguments, try another approach, or finish.",
+                    call.name,
+                    *count - 1
+                )));
+                continue;
+            }
+            if let Some((error, n)) = self.failures.get(&call.name)
+                && *n >= self.limits.failure_threshold.max(1)
+            {
+                out.push(CallVerdict::Block(format!(
+                    "not run: `{}` failed {n} times in a row with the same error ({}); it is \
+                     no longer offered in this turn. Try another approach.",
+                    call.name,
+                    first_line(error)
+                )));
+                continue;
+            }
+            out.push(CallVerdict::Run);
+        }
+        Ok(out)
+    }
+
+    /// Records a finished step (its calls and their results, any order); `Err` when the
+    /// step closes a repeating cycle.
+    ///
+    /// # Errors
+    /// [`LoopDetected`] with the cycle in the reason.
+    pub(crate) fn end_step(
+        &mut self,
+        calls: &[ToolCall],
+        results: &[ToolMessage],
+    ) -> Result<(), LoopDetected> {
+        let by_id: HashMap<_, _> = results.iter().map(|r| (&r.tool_call_id, r)).collect();
+        let mut parts: Vec<String> = Vec::new();
+        for call in calls {
+            let result = by_id.get(&call.id);
+            let (content, is_error) = result.map_or(("", true), |r| (&*r.content, r.is_error));
+            parts.push(format!("{}=>{is_error}:{content}", call_key(call)));
+            if is_error && !content.starts_with("not run:") {
+                let entry = self
+                    .failures
+                    .entry(call.name.clone())
+                    .or_insert_with(|| (content.to_owned(), 0));
+                if entry.0 == content {
+                    entry.1 += 1;
+                } else {
+                    *entry = (content.to_owned(), 1);
+                }
+            } else if !is_error {
+                self.failures.remove(&call.name);
+            }
+        }
+        parts.sort();
+        let mut names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        self.steps.push(parts.join("\n"));
+        self.labels.push(names.join("+"));
+        self.find_cycle()
+    }
+
+    fn find_cycle(&self) -> Result<(), LoopDetected> {
+        let n = self.steps.len();
+        for period in 2..=self.limits.max_cycle {
+            if n < 2 * period {
+                break;
+            }
+            let tail = &self.steps[n - 2 * period..];
+            let repeats = (0..period).all(|i| tail[i] == tail[i + period]);
+            // A cycle of one repeated step is not a cycle of `period`.
+            let distinct = (1..period).any(|i| tail[i] != tail[0]);
+            if repeats && distinct {
+                let cycle: Vec<&str> = self.labels[n - period..]
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
+                return Err(LoopDetected(format!(
+                    "the last {} steps repeat a cycle of {period} steps with the same calls and \
+                     results, making no progress: [{}] twice",
+                    2 * period,
+                    cycle.join(" -> ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    let line = text.lines().next().unwrap_or_default();
+    line.get(..line.len().min(200)).unwrap_or(line)
+}
+
+#[cfg(test)]
+#[path = "protection_tests.rs"]
+mod tests;

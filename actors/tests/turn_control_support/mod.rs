@@ -1,0 +1,277 @@
+//! Shared pieces of the turn-control tests: a request-capturing model client around the
+//! scripted one, test tools spawning real `sleep` processes in their own process group,
+//! and event waiting under one global timeout.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    dead_code,
+    unreachable_pub
+)]
+
+use async_trait::async_trait;
+use foya_actors::provider::scripted::{Script, ScriptedClient};
+use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_actors::tools::{
+    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+};
+use foya_actors::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions, Subscription};
+use foya_protocol::event::Notice;
+use foya_protocol::{
+    ApprovalMode, Event, EventKind, Seq, SessionConfig, SessionUpdate, StreamEvent, TurnStatus,
+};
+use futures::stream::BoxStream;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The one global timeout of a test's waiting.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A scripted client that records every request it gets.
+#[derive(Debug, Clone)]
+pub struct Capture {
+    inner: ScriptedClient,
+    pub requests: Arc<Mutex<Vec<ModelRequest>>>,
+}
+
+impl Capture {
+    pub fn new(script: serde_json::Value) -> Self {
+        let script: Script = serde_json::from_value(script).unwrap();
+        Self {
+            inner: ScriptedClient::from_script(script),
+            requests: Arc::default(),
+        }
+    }
+}
+
+impl ModelClient for Capture {
+    fn stream(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.stream(request, cancel)
+    }
+}
+
+/// What a test tool does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Spawns `sleep 30` in its own process group; killed on cancel or drop.
+    Sleep,
+    /// Returns `ok <args>`.
+    Probe,
+}
+
+#[derive(Debug)]
+pub struct TestTool {
+    spec: ToolSpec,
+    kind: Kind,
+    pub pids: Arc<Mutex<Vec<i32>>>,
+}
+
+/// Kills a process group when dropped (the ToolActor is killed on cancel).
+struct Group(i32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = killpg(Pid::from_raw(self.0), Signal::SIGKILL);
+    }
+}
+
+#[async_trait]
+impl Tool for TestTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        _ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        _progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        match self.kind {
+            Kind::Probe => ToolOutput::ok(format!("ok {args}")),
+            Kind::Sleep => {
+                let mut child = tokio::process::Command::new("sleep")
+                    .arg("30")
+                    .process_group(0)
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap();
+                let pid = i32::try_from(child.id().unwrap()).unwrap();
+                let _group = Group(pid);
+                self.pids.lock().unwrap().push(pid);
+                tokio::select! {
+                    () = cancel.cancelled() => ToolOutput::error("stopped"),
+                    _ = child.wait() => ToolOutput::ok("slept"),
+                }
+            }
+        }
+    }
+}
+
+pub fn tool(name: &str, kind: Kind, side_effect: SideEffect) -> Arc<TestTool> {
+    Arc::new(TestTool {
+        spec: ToolSpec {
+            name: name.into(),
+            description: format!("test tool {name}"),
+            parameters: serde_json::json!({"type": "object"}),
+            parallel_safe: true,
+            side_effect,
+            cancellable: true,
+            default_timeout_ms: 3_600_000,
+        },
+        kind,
+        pids: Arc::default(),
+    })
+}
+
+/// The test tools: `sleeper` (parallel-safe `sleep 30`), `probe`, `peek` (read-only
+/// answers) and `runner` (an exec tool needing approval in `ask`).
+pub struct Tools {
+    pub registry: Arc<ToolRegistry>,
+    pub sleeper: Arc<TestTool>,
+}
+
+pub fn tools() -> Tools {
+    let sleeper = tool("sleeper", Kind::Sleep, SideEffect::None);
+    let mut registry = ToolRegistry::builtin();
+    registry.register(sleeper.clone());
+    registry.register(tool("probe", Kind::Probe, SideEffect::None));
+    registry.register(tool("peek", Kind::Probe, SideEffect::None));
+    registry.register(tool("runner", Kind::Probe, SideEffect::Exec));
+    Tools {
+        registry: Arc::new(registry),
+        sleeper,
+    }
+}
+
+pub fn store() -> foya_storage::Store {
+    foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap()
+}
+
+pub fn config(store: foya_storage::Store, client: Capture, tools: &Tools) -> RuntimeConfig {
+    RuntimeConfig {
+        tools: Arc::clone(&tools.registry),
+        ..RuntimeConfig::new(store, Arc::new(client))
+    }
+}
+
+pub async fn start(config: RuntimeConfig, mode: ApprovalMode) -> (Runtime, SessionHandle) {
+    let rt = Runtime::start(config).await.unwrap();
+    let session = rt
+        .create_session(SessionConfig {
+            approval_mode: mode,
+            ..SessionConfig::new(std::env::temp_dir())
+        })
+        .await
+        .unwrap();
+    (rt, session)
+}
+
+pub async fn subscribe(session: &SessionHandle, approver: bool) -> Subscription {
+    session
+        .subscribe(Seq(1), SubscribeOptions { approver })
+        .await
+        .unwrap()
+}
+
+/// Runs `fut` under [`TIMEOUT`].
+pub async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(TIMEOUT, fut).await.expect("timed out")
+}
+
+/// Receives updates until `done` holds for a persisted event; returns the events seen.
+pub async fn until(sub: &mut Subscription, mut done: impl FnMut(&Event) -> bool) -> Vec<Event> {
+    within(async {
+        let mut seen = Vec::new();
+        loop {
+            match sub.recv().await {
+                Some(SessionUpdate::Event(event)) => {
+                    let stop = done(&event);
+                    seen.push(event);
+                    if stop {
+                        return seen;
+                    }
+                }
+                Some(_) => {}
+                None => panic!("subscription ended; saw {seen:?}"),
+            }
+        }
+    })
+    .await
+}
+
+/// Receives until the subscription is closed; returns the events and the notice.
+pub async fn until_closed(sub: &mut Subscription) -> (Vec<Event>, Notice) {
+    within(async {
+        let mut seen = Vec::new();
+        loop {
+            match sub.recv().await {
+                Some(SessionUpdate::Event(event)) => seen.push(event),
+                Some(SessionUpdate::Notice(notice)) => return (seen, notice),
+                Some(SessionUpdate::Delta(_)) => {}
+                None => panic!("ended without a notice; saw {seen:?}"),
+            }
+        }
+    })
+    .await
+}
+
+pub fn is_complete(event: &Event) -> bool {
+    matches!(event.kind, EventKind::TurnComplete { .. })
+}
+
+pub fn status(event: &Event) -> Option<TurnStatus> {
+    match &event.kind {
+        EventKind::TurnComplete { status, .. } => Some(*status),
+        _ => None,
+    }
+}
+
+pub fn types(events: &[Event]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind.type_name()).collect()
+}
+
+/// Every tool call of `events` has exactly one result.
+pub fn assert_well_formed(events: &[Event]) {
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for event in events {
+        match &event.kind {
+            EventKind::AssistantMessage(m) => {
+                calls.extend(m.tool_calls.iter().map(|c| c.id.clone()))
+            }
+            EventKind::ToolMessage(r) => results.push(r.tool_call_id.clone()),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        calls, results,
+        "every call has exactly one result, in order"
+    );
+}
+
+/// Polls until `pid` is gone (or a zombie), under [`TIMEOUT`].
+pub async fn wait_gone(pid: i32) {
+    within(async {
+        while !process_gone(pid) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) == Some('Z'),
+    }
+}
