@@ -62,6 +62,9 @@ pub struct RuntimeConfig {
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
     /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
     pub subscriber_buffer: usize,
+    /// Where image attachments referenced by user inputs are read from (none: image
+    /// references are sent to the model as "unavailable").
+    pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
 }
 
 impl RuntimeConfig {
@@ -75,6 +78,7 @@ impl RuntimeConfig {
             tools: Arc::new(ToolRegistry::builtin()),
             retry: RetryPolicy::default(),
             subscriber_buffer: 1024,
+            attachments: None,
         }
     }
 }
@@ -88,6 +92,7 @@ pub(crate) struct RuntimeDeps {
     pub tools: Arc<ToolRegistry>,
     pub retry: RetryPolicy,
     pub subscriber_buffer: usize,
+    pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
 }
 
 impl RuntimeDeps {
@@ -173,6 +178,7 @@ impl Runtime {
             tools: config.tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
+            attachments: config.attachments,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -170,6 +170,7 @@ impl Turn {
             tools: deps.tools.schemas(self.args.config.approval_mode),
             ..ModelRequest::default()
         };
+        let request = crate::attachments::with_images(deps.attachments.as_deref(), request);
         self.request_number += 1;
         self.aggregate = StreamAggregate::new();
         self.queued.clear();
