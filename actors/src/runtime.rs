@@ -78,6 +78,9 @@ pub struct RuntimeConfig {
     pub max_hook_continuations: u32,
     /// When set, the built-in `agent` tool (sub-agents) is registered with these limits.
     pub sub_agents: Option<crate::tools::builtin::agent::SubAgentLimits>,
+    /// Where image attachments referenced by user inputs are read from (none: image
+    /// references are sent to the model as "unavailable").
+    pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
 }
 
 /// Default [`RuntimeConfig::subscriber_buffer`].
@@ -104,6 +107,7 @@ impl RuntimeConfig {
             stop_hook_timeout: crate::hooks::command::DEFAULT_TIMEOUT,
             max_hook_continuations: 8,
             sub_agents: None,
+            attachments: None,
         }
     }
 }
@@ -119,6 +123,7 @@ pub(crate) struct RuntimeDeps {
     pub subscriber_buffer: usize,
     pub context: crate::options::ContextOptions,
     pub control: crate::turn::ControlConfig,
+    pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
 }
 
 impl RuntimeDeps {
@@ -239,6 +244,7 @@ impl Runtime {
             subscriber_buffer: config.subscriber_buffer.max(1),
             context: config.context,
             control,
+            attachments: config.attachments,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -29,6 +29,10 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Serve the kernel over HTTP (sessions, inputs, approvals, SSE events).
+    Serve(ServeArgs),
+    /// An interactive terminal session.
+    Chat(ChatArgs),
 }
 
 /// Where sessions are stored.
@@ -116,6 +120,47 @@ pub(crate) enum SessionsCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
+    #[command(flatten)]
+    pub(crate) data: DataDirArg,
+    /// Address to listen on (port 0 picks a free one; the bound address is printed as
+    /// the first line of stdout).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub(crate) listen: String,
+    /// File holding the bearer token every request must carry.
+    #[arg(long)]
+    pub(crate) token_file: Option<PathBuf>,
+    /// Approval mode of sessions created without one.
+    #[arg(long, default_value = "ask", value_parser = parse_approval)]
+    pub(crate) approval: ApprovalMode,
+    /// Maximum number of tool steps per turn of sessions created without one.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) max_steps: u32,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ChatArgs {
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
+    #[command(flatten)]
+    pub(crate) data: DataDirArg,
+    /// Working directory of a new session (default: the current directory).
+    #[arg(long)]
+    pub(crate) cwd: Option<PathBuf>,
+    /// Approval mode of a new session: read-only, ask, auto-edit, auto or bypass.
+    #[arg(long, default_value = "ask", value_parser = parse_approval)]
+    pub(crate) approval: ApprovalMode,
+    /// Maximum number of tool steps per turn of a new session.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) max_steps: u32,
+    /// Resume this session instead of creating one.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
+}
+
 fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
     s.parse()
 }
@@ -125,5 +170,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
     match cli.command {
         Command::Run(args) => crate::run::run(args).await,
         Command::Sessions { command } => crate::sessions::sessions(command).await,
+        Command::Serve(args) => crate::serve::serve(args).await,
+        Command::Chat(args) => crate::chat::chat(args).await,
     }
 }

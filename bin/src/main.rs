@@ -1,11 +1,14 @@
 //! The `foya` command line: parses arguments, loads configuration, installs tracing,
 //! starts the runtime and renders what it does. No runtime logic lives here.
 
+mod chat;
 mod cli;
 mod data;
 mod render;
 mod run;
+mod serve;
 mod sessions;
+mod setup;
 
 use clap::Parser;
 use std::process::ExitCode;

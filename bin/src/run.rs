@@ -1,17 +1,14 @@
 //! `foya run`: one headless turn, streamed to the terminal.
 
-use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs, RunArgs};
+use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
 use crate::render::Renderer;
 use anyhow::Context as _;
-use foya_actors::provider::ModelClient;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, EventKind, Input, InputId, RunId, Seq, SessionConfig,
     SessionId, SessionUpdate, TurnStatus,
 };
 use std::io::IsTerminal as _;
-use std::path::Path;
-use std::sync::Arc;
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
     match run_inner(args).await {
@@ -35,16 +32,9 @@ enum Failure {
 }
 
 async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
-    let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir()
-            .context("no current directory")
-            .map_err(Failure::Usage)?,
-    };
-    let cwd = std::fs::canonicalize(&cwd)
-        .with_context(|| format!("working directory {} does not exist", cwd.display()))
-        .map_err(Failure::Usage)?;
-    let (model, model_name) = model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
+    let cwd = crate::setup::working_dir(args.cwd.as_deref()).map_err(Failure::Usage)?;
+    let (model, model_name) =
+        crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
     let store = crate::data::open_store(&dir).map_err(Failure::Runtime)?;
 
@@ -60,30 +50,6 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let outcome = drive(&runtime, &store, &args, cwd, model_name).await;
     runtime.shutdown().await;
     outcome
-}
-
-/// Builds the model client for `--provider`.
-fn model_client(args: &ProviderArgs, cwd: &Path) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
-    if args.provider == "scripted" {
-        let script = args
-            .script
-            .as_deref()
-            .context("--provider scripted needs --script FILE")?;
-        let client = foya_actors::provider::scripted::ScriptedClient::from_file(script)
-            .with_context(|| format!("cannot load script {}", script.display()))?;
-        return Ok((
-            Arc::new(client),
-            args.model.clone().unwrap_or_else(|| "scripted".into()),
-        ));
-    }
-    let profile = foya_actors::provider::config::ProviderConfig::load(cwd)?.resolve(
-        &args.provider,
-        args.base_url.as_deref(),
-        args.model.as_deref(),
-    )?;
-    let model = profile.model.clone();
-    let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
-    Ok((Arc::new(client), model))
 }
 
 async fn drive(

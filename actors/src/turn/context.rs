@@ -165,6 +165,8 @@ impl Turn {
             ..ModelRequest::default()
         };
         self.adjust_request(&mut request);
+        let request =
+            crate::attachments::with_images(self.args.deps.attachments.as_deref(), request);
         self.last_request = Some(request.clone());
         self.send(myself, request).await
     }

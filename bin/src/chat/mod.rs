@@ -1,0 +1,213 @@
+//! `foya chat`: an interactive terminal session. The answer streams to stdout, reasoning
+//! dimmed, tool calls with their status (queued ▸ running ▸ done/error) and a result
+//! preview (rendering is `render.rs`); approval prompts; Ctrl-C cancels the turn (a
+//! second one exits); lines typed while a turn runs are queued; slash commands
+//! `/compact`, `/title`, `/cancel`, `/sessions`, `/exit`; `--session ID` resumes.
+
+mod input;
+mod turn;
+
+use crate::cli::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use anyhow::Context as _;
+use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
+use foya_actors::{SessionHandle, Subscription};
+use foya_protocol::{ApprovalMode, Input, Seq, SessionConfig, SessionId};
+use input::{Editor, Prompted};
+
+pub(crate) async fn chat(args: ChatArgs) -> u8 {
+    let cwd = match crate::setup::working_dir(args.cwd.as_deref()) {
+        Ok(cwd) => cwd,
+        Err(e) => return usage(&e),
+    };
+    let (model, model_name) = match crate::setup::model_client(&args.provider, &cwd) {
+        Ok(m) => m,
+        Err(e) => return usage(&e),
+    };
+    let dir = match crate::data::data_dir(args.data.data_dir.as_deref()) {
+        Ok(d) => d,
+        Err(e) => return usage(&e),
+    };
+    let store = match crate::data::open_store(&dir) {
+        Ok(s) => s,
+        Err(e) => return failed(&e),
+    };
+    let mut config = RuntimeConfig::new(store.clone(), model);
+    config.attachments = Some(std::sync::Arc::new(
+        foya_actors::attachments::AttachmentStore::new(dir.join("attachments")),
+    ));
+    let runtime = match Runtime::start(config).await {
+        Ok(r) => r,
+        Err(e) => return failed(&anyhow::anyhow!("cannot start the runtime: {e}")),
+    };
+    let code = match open(&runtime, &store, &args, cwd, model_name).await {
+        Ok((session, updates)) => {
+            let approver = args.approval != ApprovalMode::Bypass;
+            Chat {
+                runtime: &runtime,
+                session,
+                updates,
+                approver,
+            }
+            .run()
+            .await
+        }
+        Err(e) => failed(&e),
+    };
+    runtime.shutdown().await;
+    code
+}
+
+fn usage(e: &anyhow::Error) -> u8 {
+    eprintln!("foya: {e:#}");
+    EXIT_USAGE
+}
+
+fn failed(e: &anyhow::Error) -> u8 {
+    eprintln!("foya: {e:#}");
+    EXIT_FAILED
+}
+
+/// Creates or resumes the session and subscribes after its last event.
+async fn open(
+    runtime: &Runtime,
+    store: &foya_storage::Store,
+    args: &ChatArgs,
+    cwd: std::path::PathBuf,
+    model: String,
+) -> anyhow::Result<(SessionHandle, Subscription)> {
+    let session = match &args.session {
+        Some(id) => {
+            let id: SessionId = id.parse()?;
+            let session = runtime
+                .session(id)
+                .await
+                .context("cannot open the session")?;
+            eprintln!("\x1b[2mresumed session {id}\x1b[0m");
+            session
+        }
+        None => {
+            let mut config = SessionConfig::new(cwd);
+            config.approval_mode = args.approval;
+            config.provider.clone_from(&args.provider.provider);
+            config.model = model;
+            config.max_steps = Some(args.max_steps);
+            let session = runtime
+                .create_session(config)
+                .await
+                .context("cannot create a session")?;
+            eprintln!("\x1b[2msession {}\x1b[0m", session.id());
+            session
+        }
+    };
+    eprintln!("\x1b[2mtype a prompt; /help for commands; Ctrl-D or /exit quits\x1b[0m");
+    let from = store.last_seq(session.id())?.map_or(Seq::FIRST, Seq::next);
+    let approver = args.approval != ApprovalMode::Bypass;
+    let updates = session
+        .subscribe(from, SubscribeOptions { approver })
+        .await
+        .context("cannot subscribe")?;
+    Ok((session, updates))
+}
+
+/// The interactive loop.
+struct Chat<'a> {
+    runtime: &'a Runtime,
+    session: SessionHandle,
+    updates: Subscription,
+    approver: bool,
+}
+
+/// What a slash command asks the loop to do.
+enum Action {
+    /// Nothing more (the command was handled).
+    Done,
+    /// Submit this input and follow its turn.
+    Submit(Input),
+    /// Leave with this exit status.
+    Exit(u8),
+}
+
+impl Chat<'_> {
+    async fn run(mut self) -> u8 {
+        let mut editor = match Editor::new() {
+            Ok(e) => e,
+            Err(e) => return failed(&e),
+        };
+        let mut interrupted = false;
+        loop {
+            let line = match editor.read().await {
+                Prompted::Line(line) => line,
+                Prompted::Interrupted if interrupted => return EXIT_OK,
+                Prompted::Interrupted => {
+                    interrupted = true;
+                    eprintln!("\x1b[2m(Ctrl-C again, Ctrl-D or /exit to quit)\x1b[0m");
+                    continue;
+                }
+                Prompted::Eof => return EXIT_OK,
+            };
+            interrupted = false;
+            let input = match self.command(line.trim()).await {
+                Action::Done => continue,
+                Action::Exit(code) => return code,
+                Action::Submit(input) => input,
+            };
+            match turn::follow(&mut self, input).await {
+                Ok(None) => {}
+                Ok(Some(code)) => return code,
+                Err(e) => return failed(&e),
+            }
+        }
+    }
+
+    /// Interprets a typed line: a slash command, or a prompt to submit.
+    async fn command(&mut self, line: &str) -> Action {
+        if line.is_empty() {
+            return Action::Done;
+        }
+        let Some(rest) = line.strip_prefix('/') else {
+            return Action::Submit(Input::text(line));
+        };
+        let (name, arguments) = rest.split_once(' ').unwrap_or((rest, ""));
+        let arguments = arguments.trim();
+        match name {
+            "exit" | "quit" => Action::Exit(EXIT_OK),
+            "help" => {
+                eprintln!(
+                    "/compact  compact the conversation\n/title T  set the session title\n\
+                     /cancel   cancel the running turn\n/sessions list sessions\n\
+                     /exit     quit (also Ctrl-D)"
+                );
+                Action::Done
+            }
+            "cancel" => {
+                eprintln!("\x1b[2mno turn is running\x1b[0m");
+                Action::Done
+            }
+            "title" if arguments.is_empty() => {
+                eprintln!("usage: /title TEXT");
+                Action::Done
+            }
+            "title" => {
+                match self.session.set_title(arguments.to_owned()).await {
+                    Ok(()) => eprintln!("\x1b[2mtitle set\x1b[0m"),
+                    Err(e) => eprintln!("foya: {e}"),
+                }
+                Action::Done
+            }
+            "sessions" => {
+                match self.runtime.list_sessions() {
+                    Ok(list) => {
+                        for s in list.iter().filter(|s| !s.deleted) {
+                            let mark = if s.id == self.session.id() { "*" } else { " " };
+                            let title = s.title.as_deref().unwrap_or("(untitled)");
+                            eprintln!("{mark} {}  {title}", s.id);
+                        }
+                    }
+                    Err(e) => eprintln!("foya: {e}"),
+                }
+                Action::Done
+            }
+            _ => Action::Submit(Input::command(name, arguments)),
+        }
+    }
+}

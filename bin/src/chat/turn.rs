@@ -1,0 +1,185 @@
+//! Following turns in `foya chat`: renders updates until every input submitted from the
+//! prompt (and those typed meanwhile, which queue) has finished; answers approvals from
+//! typed lines; Ctrl-C (SIGINT, the terminal is in cooked mode here) cancels the running
+//! turn, a second one exits.
+
+use super::input::TurnReader;
+use super::{Action, Chat};
+use crate::cli::{EXIT_CANCELLED, EXIT_OK};
+use crate::render::Renderer;
+use foya_actors::SubscribeOptions;
+use foya_protocol::event::Notice;
+use foya_protocol::{
+    ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, SessionUpdate,
+    TurnStatus,
+};
+use std::collections::{HashMap, HashSet};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Submits `input` and follows it (and whatever is queued behind it) to the end.
+/// `Ok(Some(code))` asks the caller to exit with `code`.
+///
+/// # Errors
+/// The session refused the input or its subscription closed.
+pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<Option<u8>> {
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let first = chat.session.submit_with_id(InputId::new(), input).await?;
+    let mut state = Follow {
+        pending: HashSet::from([first]),
+        ..Follow::default()
+    };
+    let mut reader = TurnReader::start();
+    let mut reader_open = true;
+    let result = loop {
+        if state.pending.is_empty() {
+            break Ok(None);
+        }
+        tokio::select! {
+            _ = sigint.recv() => {
+                state.interrupts += 1;
+                state.renderer.end_line();
+                if state.interrupts > 1 {
+                    let _ = chat.session.cancel().await;
+                    break Ok(Some(EXIT_CANCELLED));
+                }
+                eprintln!("\x1b[2mcancelling… (Ctrl-C again to quit)\x1b[0m");
+                let _ = chat.session.cancel().await;
+            }
+            line = reader.lines.recv(), if reader_open => match line {
+                Some(Some(line)) => {
+                    if let Some(code) = state.typed(chat, line).await {
+                        break Ok(Some(code));
+                    }
+                }
+                Some(None) | None => reader_open = false,
+            },
+            update = chat.updates.recv() => {
+                let Some(update) = update else {
+                    break Err(anyhow::anyhow!("the session closed"));
+                };
+                if let SessionUpdate::Notice(notice) = &update {
+                    match notice {
+                        Notice::Lagged { last_seq, .. } => {
+                            let options = SubscribeOptions { approver: chat.approver };
+                            chat.updates = chat.session.subscribe(last_seq.next(), options).await?;
+                            continue;
+                        }
+                        Notice::Closed { reason, .. } => {
+                            break Err(anyhow::anyhow!("the session closed: {reason}"));
+                        }
+                    }
+                }
+                state.renderer.render(&update);
+                state.event(chat, &update);
+            }
+        }
+    };
+    state.renderer.end_line();
+    reader.stop().await;
+    result
+}
+
+/// What the follower tracks.
+#[derive(Debug, Default)]
+struct Follow {
+    renderer: Renderer,
+    /// Inputs submitted here that have not finished.
+    pending: HashSet<InputId>,
+    /// Turns of those inputs.
+    runs: HashMap<RunId, InputId>,
+    /// The approval request the next typed line answers.
+    awaiting: Option<ApprovalRequestId>,
+    interrupts: u32,
+}
+
+impl Follow {
+    /// A line typed while turns run: an approval answer, a command, or a queued input.
+    async fn typed(&mut self, chat: &mut Chat<'_>, line: String) -> Option<u8> {
+        if let Some(request_id) = self.awaiting.take() {
+            let (decision, message) = decision(line.trim());
+            if let Err(e) = chat
+                .session
+                .decide_approval(request_id, decision, message)
+                .await
+            {
+                eprintln!("foya: {e}");
+            }
+            return None;
+        }
+        match line.trim() {
+            "/cancel" => {
+                let _ = chat.session.cancel().await;
+                None
+            }
+            "/exit" | "/quit" => {
+                let _ = chat.session.cancel().await;
+                Some(EXIT_OK)
+            }
+            text => match chat.command(text).await {
+                Action::Done => None,
+                Action::Exit(code) => Some(code),
+                Action::Submit(input) => {
+                    match chat.session.submit_with_id(InputId::new(), input).await {
+                        Ok(id) => {
+                            self.pending.insert(id);
+                            self.renderer.end_line();
+                            eprintln!("\x1b[2mqueued: {text}\x1b[0m");
+                        }
+                        Err(e) => eprintln!("foya: {e}"),
+                    }
+                    None
+                }
+            },
+        }
+    }
+
+    fn event(&mut self, chat: &Chat<'_>, update: &SessionUpdate) {
+        let SessionUpdate::Event(event) = update else {
+            return;
+        };
+        match &event.kind {
+            EventKind::TurnStarted { input_id } if self.pending.contains(input_id) => {
+                if let Some(run_id) = event.run_id {
+                    self.runs.insert(run_id, *input_id);
+                }
+                self.interrupts = 0;
+            }
+            EventKind::TurnComplete { status, .. } => {
+                let input = event.run_id.and_then(|r| self.runs.remove(&r));
+                if let Some(input) = input {
+                    self.pending.remove(&input);
+                    if *status == TurnStatus::Cancelled {
+                        eprintln!("\x1b[2m(turn cancelled)\x1b[0m");
+                    }
+                }
+            }
+            EventKind::InputDropped { input_id, reason } if self.pending.remove(input_id) => {
+                eprintln!("foya: the input was dropped: {reason}");
+            }
+            EventKind::ApprovalRequested { request_id, .. } if chat.approver => {
+                eprintln!(
+                    "  [y]es once / [a]lways this session / [n]o (or type a reason), then Enter"
+                );
+                self.awaiting = Some(*request_id);
+            }
+            EventKind::ApprovalDecided { request_id, .. } if self.awaiting == Some(*request_id) => {
+                self.awaiting = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `y` allow once, `a` allow for the session, anything else denies (typed text other
+/// than `n` is the message to the model).
+fn decision(answer: &str) -> (ApprovalDecision, Option<String>) {
+    match answer {
+        "y" | "yes" => (ApprovalDecision::AllowOnce, None),
+        "a" | "always" => (ApprovalDecision::AllowForSession, None),
+        "" | "n" | "no" => (
+            ApprovalDecision::Deny,
+            Some("the user denied this call".into()),
+        ),
+        reason => (ApprovalDecision::Deny, Some(reason.to_owned())),
+    }
+}

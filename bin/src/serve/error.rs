@@ -1,0 +1,77 @@
+//! The service's error body `{"error": {"code", "message"}}` and the mapping of runtime
+//! errors to HTTP statuses (404 unknown session or approval, 409 deleted session, 400 bad
+//! input, 401 missing token, 500 otherwise).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use foya_actors::RuntimeError;
+use serde_json::json;
+
+/// An error answered as JSON.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    pub(crate) fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            message.to_string(),
+        )
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        let message = e.to_string();
+        match e {
+            RuntimeError::SessionNotFound(_) => Self::not_found("session_not_found", message),
+            RuntimeError::SessionDeleted(_) => {
+                Self::new(StatusCode::CONFLICT, "session_deleted", message)
+            }
+            RuntimeError::EmptyInput => Self::new(StatusCode::BAD_REQUEST, "empty_input", message),
+            RuntimeError::UnknownApproval(_) => Self::not_found("approval_not_found", message),
+            RuntimeError::Storage(_) | RuntimeError::Actor(_) => Self::internal(message),
+        }
+    }
+}
+
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(e: axum::extract::rejection::JsonRejection) -> Self {
+        Self::bad_request(e.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(e: axum::extract::rejection::QueryRejection) -> Self {
+        Self::bad_request(e.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}

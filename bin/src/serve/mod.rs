@@ -1,0 +1,196 @@
+//! `foya serve`: the kernel as an HTTP service (axum). Sessions, inputs, approvals,
+//! attachments and a Server-Sent-Events stream per session; OpenAPI 3.1 description at
+//! `/openapi.json`. Loopback by default; a bearer token is required when `--token-file`
+//! is given. Recovers unfinished sessions on start; shuts down gracefully on Ctrl-C or
+//! SIGTERM (open event streams end, the runtime stops, the store closes).
+
+mod error;
+mod events;
+pub(crate) mod openapi;
+mod routes;
+
+use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, ServeArgs};
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use error::ApiError;
+use foya_actors::attachments::AttachmentStore;
+use foya_actors::runtime::{Runtime, RuntimeConfig};
+use foya_protocol::ApprovalMode;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Largest attachment upload, in bytes.
+const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// Defaults of sessions created over HTTP.
+#[derive(Debug, Clone)]
+pub(crate) struct Defaults {
+    pub(crate) cwd: PathBuf,
+    pub(crate) approval: ApprovalMode,
+    pub(crate) provider: String,
+    pub(crate) model: String,
+    pub(crate) max_steps: u32,
+}
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub(crate) struct AppState {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) store: foya_storage::Store,
+    pub(crate) attachments: Arc<AttachmentStore>,
+    pub(crate) token: Option<Arc<str>>,
+    pub(crate) defaults: Arc<Defaults>,
+    /// Cancelled at shutdown: ends open event streams.
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The router over `state` (every route of [`routes::route_table`], bearer auth).
+pub(crate) fn router(state: AppState) -> Router {
+    let mut router = Router::new();
+    for (_, path, method_router) in routes::route_table() {
+        router = router.route(path, method_router);
+    }
+    router
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .with_state(state)
+}
+
+/// Requires `Authorization: Bearer <token>` when a token is configured.
+async fn auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given.map(str::trim) != Some(token) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid bearer token is required",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> u8 {
+    match serve_inner(args).await {
+        Ok(code) => code,
+        Err((code, e)) => {
+            eprintln!("foya: {e:#}");
+            code
+        }
+    }
+}
+
+async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
+    let usage = |e: anyhow::Error| (EXIT_USAGE, e);
+    let failed = |e: anyhow::Error| (EXIT_FAILED, e);
+    let cwd = crate::setup::working_dir(None).map_err(usage)?;
+    let (model, model_name) = crate::setup::model_client(&args.provider, &cwd).map_err(usage)?;
+    let token = match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read token file {}", path.display()))
+                .map_err(usage)?;
+            let text = text.trim().to_owned();
+            if text.is_empty() {
+                return Err(usage(anyhow::anyhow!(
+                    "the token file {} is empty",
+                    path.display()
+                )));
+            }
+            Some(Arc::<str>::from(text))
+        }
+        None => None,
+    };
+    let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
+    let store = crate::data::open_store(&dir).map_err(failed)?;
+    let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
+    let mut config = RuntimeConfig::new(store.clone(), model);
+    config.attachments = Some(Arc::clone(&attachments));
+    let runtime = Runtime::start(config)
+        .await
+        .context("cannot start the runtime")
+        .map_err(failed)?;
+    if let Err(e) = runtime.recover_all().await {
+        tracing::warn!(error = %e, "recovery of unfinished sessions failed");
+    }
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))
+        .map_err(failed)?;
+    let addr = listener
+        .local_addr()
+        .context("no local address")
+        .map_err(failed)?;
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "http://{addr}");
+        let _ = out.flush();
+    }
+    let shutdown = CancellationToken::new();
+    let runtime = Arc::new(runtime);
+    let state = AppState {
+        runtime: Arc::clone(&runtime),
+        store,
+        attachments,
+        token,
+        defaults: Arc::new(Defaults {
+            cwd,
+            approval: args.approval,
+            provider: args.provider.provider.clone(),
+            model: model_name,
+            max_steps: args.max_steps,
+        }),
+        shutdown: shutdown.clone(),
+    };
+    let app = router(state);
+    let signal = shutdown.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            signal.cancel();
+        })
+        .await;
+    shutdown.cancel();
+    let code = match served {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("foya: server error: {e}");
+            EXIT_FAILED
+        }
+    };
+    match Arc::try_unwrap(runtime) {
+        Ok(runtime) => runtime.shutdown().await,
+        Err(_) => tracing::warn!("requests still running at shutdown"),
+    }
+    Ok(code)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn wait_for_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,292 @@
+//! The HTTP routes of `foya serve`: one table ([`route_table`]) that both builds the
+//! router and is checked against `openapi.json`, and the JSON handlers. The SSE event
+//! stream lives in `events.rs`.
+
+use super::AppState;
+use super::error::ApiError;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, MethodRouter, on};
+use foya_actors::SessionHandle;
+use foya_protocol::{
+    ApprovalDecision, ApprovalMode, ApprovalRequestId, EventKind, Input, InputId, SessionConfig,
+    SessionId,
+};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Every route: (method, path in OpenAPI template syntax, handler).
+pub(crate) fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
+    vec![
+        (
+            Method::POST,
+            "/sessions",
+            on(MethodFilter::POST, create_session),
+        ),
+        (
+            Method::GET,
+            "/sessions",
+            on(MethodFilter::GET, list_sessions),
+        ),
+        (
+            Method::GET,
+            "/sessions/{id}",
+            on(MethodFilter::GET, get_session),
+        ),
+        (
+            Method::DELETE,
+            "/sessions/{id}",
+            on(MethodFilter::DELETE, delete_session),
+        ),
+        (
+            Method::POST,
+            "/sessions/{id}/inputs",
+            on(MethodFilter::POST, submit_input),
+        ),
+        (
+            Method::POST,
+            "/sessions/{id}/cancel",
+            on(MethodFilter::POST, cancel),
+        ),
+        (
+            Method::PUT,
+            "/sessions/{id}/title",
+            on(MethodFilter::PUT, set_title),
+        ),
+        (
+            Method::POST,
+            "/sessions/{id}/approvals/{request_id}",
+            on(MethodFilter::POST, decide_approval),
+        ),
+        (
+            Method::GET,
+            "/sessions/{id}/events",
+            on(MethodFilter::GET, super::events::events),
+        ),
+        (
+            Method::POST,
+            "/attachments",
+            on(MethodFilter::POST, upload_attachment),
+        ),
+        (Method::GET, "/openapi.json", on(MethodFilter::GET, openapi)),
+    ]
+}
+
+/// Parses a session id from the path (an unparsable id names no session: 404).
+pub(crate) fn session_id(text: &str) -> Result<SessionId, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::not_found("session_not_found", format!("session {text} not found")))
+}
+
+/// A handle to a live session (loaded from the log if needed).
+pub(crate) async fn handle(state: &AppState, id: &str) -> Result<SessionHandle, ApiError> {
+    Ok(state.runtime.session(session_id(id)?).await?)
+}
+
+/// Body of `POST /sessions`; every field optional.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSession {
+    cwd: Option<std::path::PathBuf>,
+    approval_mode: Option<ApprovalMode>,
+    model: Option<String>,
+    title: Option<String>,
+    max_steps: Option<u32>,
+}
+
+async fn create_session(
+    State(state): State<AppState>,
+    body: Result<Json<CreateSession>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    let cwd = body.cwd.unwrap_or_else(|| state.defaults.cwd.clone());
+    let cwd = std::fs::canonicalize(&cwd).map_err(|_| {
+        ApiError::bad_request(format!(
+            "working directory {} does not exist",
+            cwd.display()
+        ))
+    })?;
+    let mut config = SessionConfig::new(cwd);
+    config.approval_mode = body.approval_mode.unwrap_or(state.defaults.approval);
+    config.provider.clone_from(&state.defaults.provider);
+    config.model = body.model.unwrap_or_else(|| state.defaults.model.clone());
+    config.max_steps = body.max_steps.or(Some(state.defaults.max_steps));
+    let session = state.runtime.create_session(config).await?;
+    if let Some(title) = body.title {
+        session.set_title(title).await?;
+    }
+    Ok((StatusCode::CREATED, Json(json!({"id": session.id()}))).into_response())
+}
+
+async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let sessions = state.runtime.list_sessions()?;
+    Ok(Json(json!({"sessions": sessions})).into_response())
+}
+
+async fn get_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sid = session_id(&id)?;
+    match state.store.session(sid).map_err(ApiError::internal)? {
+        Some(summary) => Ok(Json(summary).into_response()),
+        None => Err(ApiError::not_found(
+            "session_not_found",
+            format!("session {sid} not found"),
+        )),
+    }
+}
+
+async fn delete_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    handle(&state, &id).await?.delete().await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Body of `POST /sessions/{id}/inputs`: a `foya_protocol::Input` plus an optional
+/// client-chosen `input_id` (a repeated id is applied once).
+#[derive(Debug, Deserialize)]
+struct SubmitInput {
+    #[serde(default)]
+    input_id: Option<InputId>,
+    #[serde(flatten)]
+    input: Input,
+}
+
+async fn submit_input(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<SubmitInput>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(SubmitInput {
+        input_id,
+        mut input,
+    }) = body?;
+    let session = handle(&state, &id).await?;
+    for image in &mut input.images {
+        match state.attachments.get(&image.id) {
+            Ok(Some(a)) => image.media_type = Some(a.media_type),
+            Ok(None) | Err(_) => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown attachment {:?}",
+                    image.id
+                )));
+            }
+        }
+    }
+    let before = state
+        .store
+        .last_seq(session.id())
+        .map_err(ApiError::internal)?
+        .map_or(foya_protocol::Seq::FIRST, foya_protocol::Seq::next);
+    let input_id = session
+        .submit_with_id(input_id.unwrap_or_default(), input)
+        .await?;
+    let queued = state
+        .store
+        .read_from(session.id(), before)
+        .map_err(ApiError::internal)?
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::InputQueued { input_id: q, .. } if *q == input_id));
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"input_id": input_id, "queued": queued})),
+    )
+        .into_response())
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    handle(&state, &id).await?.cancel().await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetTitle {
+    title: String,
+}
+
+async fn set_title(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Json<SetTitle>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    handle(&state, &id).await?.set_title(body.title).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decide {
+    decision: ApprovalDecision,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+async fn decide_approval(
+    State(state): State<AppState>,
+    Path((id, request_id)): Path<(String, String)>,
+    body: Result<Json<Decide>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    let session = handle(&state, &id).await?;
+    let request_id: ApprovalRequestId = request_id.parse().map_err(|_| {
+        ApiError::not_found(
+            "approval_not_found",
+            format!("no pending approval request {request_id}"),
+        )
+    })?;
+    session
+        .decide_approval(request_id, body.decision, body.message)
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn upload_attachment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let media_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_owned())
+        .unwrap_or_default();
+    if body.is_empty() {
+        return Err(ApiError::bad_request("the attachment is empty"));
+    }
+    let store = std::sync::Arc::clone(&state.attachments);
+    let mt = media_type.clone();
+    let id = tokio::task::spawn_blocking(move || store.put(&body, &mt))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e| match e {
+            foya_actors::attachments::AttachmentError::InvalidMediaType(_) => {
+                ApiError::bad_request(format!("{e} (send the Content-Type of the image)"))
+            }
+            other => ApiError::internal(other),
+        })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": id, "media_type": media_type})),
+    )
+        .into_response())
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi::DOCUMENT,
+    )
+        .into_response()
+}

@@ -1,0 +1,51 @@
+//! Shared start-up of the commands that run sessions (`run`, `chat`, `serve`): the
+//! model client for `--provider`, and the working directory.
+
+use crate::cli::ProviderArgs;
+use anyhow::Context as _;
+use foya_actors::provider::ModelClient;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Builds the model client for `--provider`; returns it with the model name.
+///
+/// # Errors
+/// A missing or unreadable script, an unknown profile, an invalid configuration.
+pub(crate) fn model_client(
+    args: &ProviderArgs,
+    cwd: &Path,
+) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
+    if args.provider == "scripted" {
+        let script = args
+            .script
+            .as_deref()
+            .context("--provider scripted needs --script FILE")?;
+        let client = foya_actors::provider::scripted::ScriptedClient::from_file(script)
+            .with_context(|| format!("cannot load script {}", script.display()))?;
+        return Ok((
+            Arc::new(client),
+            args.model.clone().unwrap_or_else(|| "scripted".into()),
+        ));
+    }
+    let profile = foya_actors::provider::config::ProviderConfig::load(cwd)?.resolve(
+        &args.provider,
+        args.base_url.as_deref(),
+        args.model.as_deref(),
+    )?;
+    let model = profile.model.clone();
+    let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
+    Ok((Arc::new(client), model))
+}
+
+/// `--cwd`, else the current directory; canonicalised.
+///
+/// # Errors
+/// No current directory, or the directory does not exist.
+pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let cwd = match arg {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir().context("no current directory")?,
+    };
+    std::fs::canonicalize(&cwd)
+        .with_context(|| format!("working directory {} does not exist", cwd.display()))
+}

@@ -1,0 +1,40 @@
+//! The real `foya` binary for end-to-end tests, built once per test binary with
+//! `escargot` (the same profile as the tests).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Path of the built `foya` binary.
+///
+/// # Panics
+/// When the build fails (the test cannot run without the binary).
+pub fn foya_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let mut build = escargot::CargoBuild::new().package("foya").bin("foya");
+        // The variables cargo sets for a test process would reach build scripts that
+        // watch them (`rerun-if-env-changed`) and make this build and the next
+        // `cargo test` rebuild each other's dependencies.
+        for (key, _) in std::env::vars_os() {
+            let Some(key) = key.to_str() else { continue };
+            if key.starts_with("CARGO_PKG_")
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_MANIFEST_LINKS",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "OUT_DIR",
+                ]
+                .contains(&key)
+            {
+                build = build.env_remove(key);
+            }
+        }
+        #[expect(clippy::expect_used, reason = "test harness: no binary, no test")]
+        let run = build.run().expect("build the foya binary");
+        run.path().to_path_buf()
+    })
+    .clone()
+}

@@ -1,0 +1,461 @@
+//! End-to-end test of `foya serve`: the real binary (OpenAI Chat provider pointed at the
+//! mock provider, a token file, `--listen 127.0.0.1:0`) driven over HTTP with reqwest.
+//! A tool-calling turn under `--approval ask` is approved over HTTP by an approver SSE
+//! subscription; the SSE connection is dropped mid-turn and resumed with
+//! `Last-Event-ID` (persisted seqs 1..N dense, none missing or duplicated); an image
+//! attachment reaches the model as a data URL; 401/404/409/400 errors; every response
+//! body is validated against the served OpenAPI document, and every documented
+//! operation is routed; SIGTERM shuts the server down gracefully (exit 0).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use eventsource_stream::Eventsource as _;
+use foya_tests::foya_bin::foya_bin;
+use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
+use futures::StreamExt as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt as _;
+
+const TOKEN: &str = "s3cret-token";
+
+/// The running server and what the test needs to talk to it.
+struct Server {
+    child: tokio::process::Child,
+    base: String,
+    http: reqwest::Client,
+    doc: Value,
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(TOKEN)
+    }
+
+    /// Sends, checks the status, validates the JSON body against `schema`.
+    async fn call(
+        &self,
+        builder: reqwest::RequestBuilder,
+        status: StatusCode,
+        schema: Option<&str>,
+    ) -> Value {
+        let resp = builder.send().await.unwrap();
+        assert_eq!(resp.status(), status);
+        let text = resp.text().await.unwrap();
+        let Some(schema) = schema else {
+            assert_eq!(text, "");
+            return Value::Null;
+        };
+        let body: Value = serde_json::from_str(&text).unwrap();
+        validate(&self.doc, schema, &body);
+        body
+    }
+}
+
+/// Validates `value` against `#/components/schemas/{name}` of the OpenAPI document.
+fn validate(doc: &Value, name: &str, value: &Value) {
+    let schema = json!({
+        "$ref": format!("#/components/schemas/{name}"),
+        "components": doc["components"],
+    });
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:?} in {value}");
+}
+
+async fn start(provider: &MockProvider, dir: &std::path::Path) -> Server {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mut child = tokio::process::Command::new(foya_bin())
+        .arg("serve")
+        .args(["--provider", "openai-chat", "--model", "mock-1"])
+        .args(["--base-url", &format!("{}/v1", provider.base_url())])
+        .args(["--listen", "127.0.0.1:0", "--approval", "ask"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--token-file")
+        .arg(&token_file)
+        .current_dir(dir)
+        .env("OPENAI_API_KEY", "sk-test")
+        .env_remove("FOYA_DATA_DIR")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let base = lines.next_line().await.unwrap().unwrap();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    let http = reqwest::Client::new();
+    let doc: Value = http
+        .get(format!("{base}/openapi.json"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    Server {
+        child,
+        base,
+        http,
+        doc,
+    }
+}
+
+/// An SSE subscription: persisted seqs seen, the last event id, the events by type.
+struct Stream {
+    inner: futures::stream::BoxStream<
+        'static,
+        Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
+    >,
+}
+
+impl Stream {
+    async fn open(server: &Server, id: &str, query: &str, last_event_id: Option<u64>) -> Stream {
+        let mut req = server.req(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/events{query}"),
+        );
+        if let Some(last) = last_event_id {
+            req = req.header("Last-Event-ID", last.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Stream {
+            inner: resp.bytes_stream().eventsource().boxed(),
+        }
+    }
+
+    /// Reads until a persisted event satisfies `stop`; returns the persisted events
+    /// read (validated against the document), checking ids against seqs.
+    async fn until(&mut self, doc: &Value, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut events = Vec::new();
+        loop {
+            let sse = self.inner.next().await.unwrap().unwrap();
+            let data: Value = serde_json::from_str(&sse.data).unwrap();
+            validate(doc, "SessionUpdate", &data);
+            match sse.event.as_str() {
+                "event" => {
+                    assert_eq!(sse.id, data["seq"].to_string());
+                    events.push(data.clone());
+                    if stop(&data) {
+                        return events;
+                    }
+                }
+                "delta" => validate(doc, "LiveDelta", &data),
+                other => panic!("unexpected SSE event {other}: {data}"),
+            }
+        }
+    }
+}
+
+fn of_type(t: &'static str) -> impl Fn(&Value) -> bool {
+    move |e| e["type"] == t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_an_approved_tool_turn_resumes_sse_and_matches_its_openapi() {
+    tokio::time::timeout(Duration::from_secs(120), scenario())
+        .await
+        .expect("the scenario finished in time");
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let work = std::fs::canonicalize(&work).unwrap();
+    let provider = MockProvider::start().await;
+    provider.push(MockResponse::sse(openai_chat::tool_call(
+        "call_1",
+        "write_file",
+        r#"{"path":"out.txt","content":"hello"}"#,
+    )));
+    // The answer after the tool streams slowly, so the turn is still running when the
+    // SSE connection is dropped and resumed.
+    provider.push(
+        MockResponse::sse(openai_chat::text(
+            "I wrote the file out.txt for you just now.",
+        ))
+        .chunk_delay_ms(150),
+    );
+    provider.push(MockResponse::sse(openai_chat::text("A tiny image.")));
+    let mut server = start(&provider, dir.path()).await;
+    let s = &server;
+
+    // 401 without (or with a wrong) token.
+    let resp = s.http.get(s.url("/sessions")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    validate(&s.doc, "Error", &resp.json().await.unwrap());
+    let resp = s
+        .http
+        .get(s.url("/sessions"))
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+    // Create a session; read it back.
+    let created = s
+        .call(
+            s.req(reqwest::Method::POST, "/sessions")
+                .json(&json!({"cwd": work, "approval_mode": "ask", "title": "e2e"})),
+            StatusCode::CREATED,
+            Some("SessionCreated"),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let summary = s
+        .call(
+            s.req(reqwest::Method::GET, &format!("/sessions/{id}")),
+            StatusCode::OK,
+            Some("SessionSummary"),
+        )
+        .await;
+    assert_eq!(
+        (
+            &summary["title"],
+            &summary["cwd"],
+            &summary["model"],
+            &summary["deleted"]
+        ),
+        (&json!("e2e"), &json!(work), &json!("mock-1"), &json!(false))
+    );
+    let list = s
+        .call(
+            s.req(reqwest::Method::GET, "/sessions"),
+            StatusCode::OK,
+            Some("SessionList"),
+        )
+        .await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1);
+
+    // An approver subscription, then the input.
+    let mut sse = Stream::open(s, &id, "?from_seq=1&approver=true", None).await;
+    let accepted = s
+        .call(
+            s.req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+                .json(&json!({"text": "write hello to out.txt"})),
+            StatusCode::ACCEPTED,
+            Some("InputAccepted"),
+        )
+        .await;
+    assert_eq!(accepted["queued"], json!(false));
+    let mut seen = sse.until(&s.doc, of_type("approval_requested")).await;
+    let request = seen.last().unwrap().clone();
+    assert_eq!(request["tool_name"], "write_file");
+    assert!(!work.join("out.txt").exists());
+
+    // Answer over HTTP; read on until the tool's result, then drop the connection.
+    let request_id = request["request_id"].as_str().unwrap();
+    s.call(
+        s.req(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/approvals/{request_id}"),
+        )
+        .json(&json!({"decision": "allow_once"})),
+        StatusCode::NO_CONTENT,
+        None,
+    )
+    .await;
+    seen.extend(sse.until(&s.doc, of_type("tool_message")).await);
+    assert_eq!(seen.last().unwrap()["is_error"], json!(false));
+    assert_eq!(
+        std::fs::read_to_string(work.join("out.txt")).unwrap(),
+        "hello"
+    );
+    drop(sse);
+
+    // Resume where we were.
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    let mut sse = Stream::open(s, &id, "", Some(last)).await;
+    seen.extend(sse.until(&s.doc, of_type("turn_complete")).await);
+    let done = seen.last().unwrap();
+    assert_eq!(done["status"], "completed");
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    let n = seqs.len() as u64;
+    assert_eq!(
+        seqs,
+        (1..=n).collect::<Vec<_>>(),
+        "dense, no gap, no duplicate"
+    );
+    let types: BTreeSet<&str> = seen.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    for t in [
+        "approval_decided",
+        "tool_started",
+        "assistant_message",
+        "usage",
+    ] {
+        assert!(types.contains(t), "{t} missing from {types:?}");
+    }
+    let summary = s
+        .call(
+            s.req(reqwest::Method::GET, &format!("/sessions/{id}")),
+            StatusCode::OK,
+            Some("SessionSummary"),
+        )
+        .await;
+    assert_eq!(summary["last_seq"], json!(n));
+
+    // An image attachment reaches the model as a data URL.
+    let png = b"\x89PNG\r\n\x1a\nfake";
+    let attachment = s
+        .call(
+            s.req(reqwest::Method::POST, "/attachments")
+                .header("content-type", "image/png")
+                .body(png.to_vec()),
+            StatusCode::CREATED,
+            Some("Attachment"),
+        )
+        .await;
+    assert_eq!(attachment["media_type"], "image/png");
+    let input_id = "01930000-0000-7000-8000-000000000001";
+    let accepted = s
+        .call(
+            s.req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+                .json(&json!({
+                    "input_id": input_id,
+                    "text": "what is this?",
+                    "images": [{"id": attachment["id"]}],
+                })),
+            StatusCode::ACCEPTED,
+            Some("InputAccepted"),
+        )
+        .await;
+    assert_eq!(accepted["input_id"], input_id);
+    sse.until(&s.doc, of_type("turn_complete")).await;
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    let messages = requests[2].body["messages"].as_array().unwrap();
+    let user = messages.last().unwrap();
+    assert_eq!(
+        user["content"],
+        json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgpmYWtl"}},
+        ])
+    );
+
+    // Errors: bad input, unknown attachment, unknown approval, unknown session, deleted.
+    let errors = [
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{id}/inputs"),
+            json!({"text": 5}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{id}/inputs"),
+            json!({"images": [{"id": "nope"}]}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/sessions/{id}/approvals/{request_id}"),
+            json!({"decision": "deny"}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            reqwest::Method::POST,
+            format!(
+                "/sessions/{}/inputs",
+                "01930000-0000-7000-8000-0000000000ff"
+            ),
+            json!({"text": "x"}),
+            StatusCode::NOT_FOUND,
+        ),
+    ];
+    for (method, path, body, status) in errors {
+        s.call(s.req(method, &path).json(&body), status, Some("Error"))
+            .await;
+    }
+    s.call(
+        s.req(reqwest::Method::PUT, &format!("/sessions/{id}/title"))
+            .json(&json!({"title": "renamed"})),
+        StatusCode::NO_CONTENT,
+        None,
+    )
+    .await;
+    s.call(
+        s.req(reqwest::Method::POST, &format!("/sessions/{id}/cancel")),
+        StatusCode::NO_CONTENT,
+        None,
+    )
+    .await;
+    s.call(
+        s.req(reqwest::Method::DELETE, &format!("/sessions/{id}")),
+        StatusCode::NO_CONTENT,
+        None,
+    )
+    .await;
+    let err = s
+        .call(
+            s.req(reqwest::Method::DELETE, &format!("/sessions/{id}")),
+            StatusCode::CONFLICT,
+            Some("Error"),
+        )
+        .await;
+    assert_eq!(err["error"]["code"], "session_deleted");
+
+    every_documented_operation_is_routed(s).await;
+
+    // Graceful shutdown on SIGTERM.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = server.child.wait().await.unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// Every path and method of the document reaches a handler (not the router's
+/// `no_route` fallback, not 405); the reverse direction is the unit test beside the
+/// route table in `bin/src/serve/openapi.rs`.
+async fn every_documented_operation_is_routed(s: &Server) {
+    let unknown = "01930000-0000-7000-8000-0000000000aa";
+    let mut checked = 0;
+    for (path, item) in s.doc["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{id}", unknown)
+            .replace("{request_id}", unknown);
+        for method in item.as_object().unwrap().keys() {
+            if method == "parameters" {
+                continue;
+            }
+            let m: reqwest::Method = method.to_uppercase().parse().unwrap();
+            let resp = s.req(m.clone(), &concrete).send().await.unwrap();
+            let status = resp.status();
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            let documented = item[method]["responses"].as_object().unwrap();
+            assert!(
+                documented.contains_key(status.as_str()),
+                "{method} {path}: {status} is not documented"
+            );
+            if status != StatusCode::OK {
+                let body: Value = resp.json().await.unwrap();
+                validate(&s.doc, "Error", &body);
+                assert_ne!(body["error"]["code"], "no_route", "{method} {path}");
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11);
+    let resp = s.req(reqwest::Method::GET, "/nope").send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "no_route");
+}
