@@ -22,5 +22,6 @@ mod tools_actor;
 mod turn;
 
 pub use runtime::{
-    Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
+    QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions,
+    Subscription,
 };

@@ -46,6 +46,17 @@ pub enum RuntimeError {
     Actor(String),
 }
 
+/// What recovery does with inputs that were queued (persisted `input_queued`, never
+/// started) when a session is loaded after the runtime stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueuedOnRestart {
+    /// They stay queued, in order, and run one after another (default).
+    #[default]
+    Run,
+    /// Each gets `input_dropped{reason: "dropped on restart"}`, in order.
+    Drop,
+}
+
 /// What a runtime is built from.
 #[derive(Debug)]
 pub struct RuntimeConfig {
@@ -62,6 +73,8 @@ pub struct RuntimeConfig {
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
     /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
     pub subscriber_buffer: usize,
+    /// What recovery does with inputs queued before a restart; default run them.
+    pub queued_on_restart: QueuedOnRestart,
 }
 
 impl RuntimeConfig {
@@ -75,6 +88,7 @@ impl RuntimeConfig {
             tools: Arc::new(ToolRegistry::builtin()),
             retry: RetryPolicy::default(),
             subscriber_buffer: 1024,
+            queued_on_restart: QueuedOnRestart::Run,
         }
     }
 }
@@ -88,6 +102,7 @@ pub(crate) struct RuntimeDeps {
     pub tools: Arc<ToolRegistry>,
     pub retry: RetryPolicy,
     pub subscriber_buffer: usize,
+    pub queued_on_restart: QueuedOnRestart,
 }
 
 impl RuntimeDeps {
@@ -173,6 +188,7 @@ impl Runtime {
             tools: config.tools,
             retry: config.retry,
             subscriber_buffer: config.subscriber_buffer.max(1),
+            queued_on_restart: config.queued_on_restart,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -108,6 +108,7 @@ pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeC
         tools: tools(),
         retry: RetryPolicy::default(),
         subscriber_buffer: 1024,
+        queued_on_restart: crate::runtime::QueuedOnRestart::Run,
     }
 }
 

@@ -27,6 +27,7 @@ fn config(store: Store, script: serde_json::Value) -> RuntimeConfig {
         tools: Arc::new(ToolRegistry::builtin()),
         retry: RetryPolicy::default(),
         subscriber_buffer: 1024,
+        queued_on_restart: foya_actors::QueuedOnRestart::Run,
     }
 }
 

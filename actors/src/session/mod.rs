@@ -26,6 +26,8 @@ mod tests;
 #[cfg(test)]
 mod tests_approval;
 #[cfg(test)]
+mod tests_durability;
+#[cfg(test)]
 mod tests_lifecycle;
 
 use crate::runtime::RuntimeError;
