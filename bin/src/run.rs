@@ -46,7 +46,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         .map_err(Failure::Usage)?;
     let (model, model_name) = model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
-    let store = crate::data::open_store(&dir).map_err(Failure::Runtime)?;
+    let store = crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?;
 
     let config = RuntimeConfig::new(store.clone(), model);
     let runtime = Runtime::start(config)
