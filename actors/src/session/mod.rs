@@ -28,6 +28,8 @@ mod tests_approval;
 #[cfg(test)]
 mod tests_durability;
 #[cfg(test)]
+mod tests_subscribe_prop;
+#[cfg(test)]
 mod tests_lifecycle;
 
 use crate::runtime::RuntimeError;
