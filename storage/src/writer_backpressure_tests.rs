@@ -82,7 +82,11 @@ async fn producers_wait_on_a_slow_disk_and_everything_commits_in_order() {
         tokio::task::yield_now().await;
         assert!(store.queued() <= QUEUE);
     }
-    assert_eq!(acked.load(Ordering::SeqCst), 0, "nothing is acked before it commits");
+    assert_eq!(
+        acked.load(Ordering::SeqCst),
+        0,
+        "nothing is acked before it commits"
+    );
     assert!(!first.is_finished());
 
     disk.set_open(true);

@@ -17,7 +17,14 @@ fn run(dir: &Path, durability: &str) -> std::process::Output {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     foya()
-        .args(["run", "--provider", "scripted", "--approval", "bypass", "--json"])
+        .args([
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            "bypass",
+            "--json",
+        ])
         .arg("--script")
         .arg(&script)
         .arg("--data-dir")

@@ -58,10 +58,22 @@ fn write_script(dirs: &Dirs, name: &str, responses: Vec<Value>) -> PathBuf {
     path
 }
 
-fn run_command(dirs: &Dirs, script: &Path, session: Option<&str>, prompt: &str) -> std::process::Command {
+fn run_command(
+    dirs: &Dirs,
+    script: &Path,
+    session: Option<&str>,
+    prompt: &str,
+) -> std::process::Command {
     let mut command = foya();
     command
-        .args(["run", "--provider", "scripted", "--approval", "bypass", "--json"])
+        .args([
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            "bypass",
+            "--json",
+        ])
         .arg("--script")
         .arg(script)
         .arg("--data-dir")
@@ -167,11 +179,19 @@ fn crash_and_restart(first: Vec<Value>, kill_now: impl FnMut(&[Value]) -> bool) 
     let runs_before = tool_runs(&dirs);
     for pid in &runs_before {
         // The killed runtime's tool process outlives it (its own process group).
-        let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-9", pid])
+            .status();
     }
 
-    let after = write_script(&dirs, "after.json", vec![json!({"text": "after restart"}); 4]);
-    let out = run_command(&dirs, &after, Some(&id), "next").output().unwrap();
+    let after = write_script(
+        &dirs,
+        "after.json",
+        vec![json!({"text": "after restart"}); 4],
+    );
+    let out = run_command(&dirs, &after, Some(&id), "next")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
 
     let log = show(&dirs, &id);
@@ -221,7 +241,10 @@ fn crash_and_restart(first: Vec<Value>, kill_now: impl FnMut(&[Value]) -> bool) 
     // No tool ran twice: recovery re-ran nothing, and each run had its tool_started.
     let runs_after = tool_runs(&dirs);
     assert_eq!(runs_after, runs_before);
-    assert!(runs_after.len() <= started.len(), "{runs_after:?} {started:?}");
+    assert!(
+        runs_after.len() <= started.len(),
+        "{runs_after:?} {started:?}"
+    );
     // The new input was accepted and completed.
     let last = log.last().unwrap();
     assert_eq!(
@@ -263,7 +286,12 @@ fn killed_mid_stream() {
         .collect();
     assert_eq!(
         first_run,
-        vec!["session_created", "user_message", "turn_started", "step_started"]
+        vec![
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started"
+        ]
     );
 }
 
@@ -275,7 +303,11 @@ fn killed_mid_tool() {
     assert_eq!(first_turn_end(&log), interrupted());
     let result = log.iter().find(|e| kind(e) == "tool_message").unwrap();
     assert_eq!(
-        (&result["tool_call_id"], &result["content"], &result["is_error"]),
+        (
+            &result["tool_call_id"],
+            &result["content"],
+            &result["is_error"]
+        ),
         (
             &json!("c1"),
             &json!("outcome unknown: the runtime stopped while this ran; it was not re-run"),
@@ -292,14 +324,18 @@ fn killed_between_steps() {
     });
     assert_eq!(first_turn_end(&log), interrupted());
     let result = log.iter().find(|e| kind(e) == "tool_message").unwrap();
-    assert_eq!((&result["tool_call_id"], &result["is_error"]), (&json!("c1"), &json!(false)));
+    assert_eq!(
+        (&result["tool_call_id"], &result["is_error"]),
+        (&json!("c1"), &json!(false))
+    );
 }
 
 #[test]
 fn killed_while_the_first_events_commit() {
     // Killed as soon as the first line appears: the turn may be anywhere after its first
     // commit; the invariants hold wherever it was.
-    crash_and_restart(vec![shell_call("c1", 0), json!({"text": "quick"})], |seen| {
-        !seen.is_empty()
-    });
+    crash_and_restart(
+        vec![shell_call("c1", 0), json!({"text": "quick"})],
+        |seen| !seen.is_empty(),
+    );
 }

@@ -28,9 +28,9 @@ mod tests_approval;
 #[cfg(test)]
 mod tests_durability;
 #[cfg(test)]
-mod tests_subscribe_prop;
-#[cfg(test)]
 mod tests_lifecycle;
+#[cfg(test)]
+mod tests_subscribe_prop;
 
 use crate::runtime::RuntimeError;
 use foya_protocol::event::Delta;

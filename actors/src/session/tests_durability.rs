@@ -9,11 +9,13 @@ use crate::runtime::{QueuedOnRestart, Runtime, RuntimeError};
 use crate::testkit::{
     config_for, events_until, is_turn_complete, script, session_config, subscribe, types, within,
 };
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
+use crate::tools::{
+    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+};
 use async_trait::async_trait;
 use foya_protocol::{
-    ApprovalMode, AssistantMessage, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId,
-    RunId, Seq, SessionConfig, SessionId, ToolCall, ToolCallId, ToolMessage, TurnStatus,
+    ApprovalMode, AssistantMessage, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId, RunId,
+    Seq, SessionConfig, SessionId, ToolCall, ToolCallId, ToolMessage, TurnStatus,
 };
 use foya_storage::{Store, StoreOptions};
 use serde_json::json;
@@ -206,22 +208,52 @@ async fn interrupted_log(store: &Store) -> (SessionId, [InputId; 2]) {
         extra: Default::default(),
     };
     let kinds = vec![
-        (None, EventKind::SessionCreated {
-            config: SessionConfig {
-                approval_mode: ApprovalMode::Bypass,
-                ..SessionConfig::new("/tmp")
+        (
+            None,
+            EventKind::SessionCreated {
+                config: SessionConfig {
+                    approval_mode: ApprovalMode::Bypass,
+                    ..SessionConfig::new("/tmp")
+                },
             },
-        }),
-        (run, EventKind::UserMessage { input_id: first, input: Input::text("one") }),
+        ),
+        (
+            run,
+            EventKind::UserMessage {
+                input_id: first,
+                input: Input::text("one"),
+            },
+        ),
         (run, EventKind::TurnStarted { input_id: first }),
         (run, EventKind::StepStarted { step: 1 }),
-        (run, EventKind::AssistantMessage(AssistantMessage {
-            tool_calls: vec![call],
-            ..AssistantMessage::default()
-        })),
-        (run, EventKind::ToolStarted { tool_call_id: ToolCallId::new("c1"), name: "gate".into() }),
-        (None, EventKind::InputQueued { input_id: second, input: Input::text("two") }),
-        (None, EventKind::InputQueued { input_id: third, input: Input::text("three") }),
+        (
+            run,
+            EventKind::AssistantMessage(AssistantMessage {
+                tool_calls: vec![call],
+                ..AssistantMessage::default()
+            }),
+        ),
+        (
+            run,
+            EventKind::ToolStarted {
+                tool_call_id: ToolCallId::new("c1"),
+                name: "gate".into(),
+            },
+        ),
+        (
+            None,
+            EventKind::InputQueued {
+                input_id: second,
+                input: Input::text("two"),
+            },
+        ),
+        (
+            None,
+            EventKind::InputQueued {
+                input_id: third,
+                input: Input::text("three"),
+            },
+        ),
     ];
     let events = kinds
         .into_iter()
@@ -250,7 +282,10 @@ async fn queued_inputs_are_dropped_or_run_on_restart_as_configured() {
             .await
             .unwrap();
         assert_eq!(
-            recovered[8..].iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+            recovered[8..]
+                .iter()
+                .map(|e| e.kind.clone())
+                .collect::<Vec<_>>(),
             vec![
                 EventKind::ToolMessage(ToolMessage {
                     tool_call_id: ToolCallId::new("c1"),

@@ -57,7 +57,10 @@ async fn drive(
         .await
         .unwrap();
     for t in 0..turns {
-        session.submit(Input::text(format!("input {t}"))).await.unwrap();
+        session
+            .submit(Input::text(format!("input {t}")))
+            .await
+            .unwrap();
     }
     let mut joined = Vec::new();
     let (mut seen, mut completed) = (0usize, 0usize);
@@ -143,7 +146,10 @@ proptest! {
         turns in 1usize..3,
         joiners in joiners(3),
     ) {
-        let joiners: Vec<Joiner> = joiners.into_iter().filter(|j| j.session < sessions).collect();
+        let joiners: Vec<Joiner> = joiners
+            .into_iter()
+            .map(|j| Joiner { session: j.session % sessions, ..j })
+            .collect();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
