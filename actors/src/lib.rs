@@ -26,6 +26,7 @@ mod turn;
 
 pub use options::ContextOptions;
 pub use runtime::{
-    Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions, Subscription,
+    QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions,
+    Subscription,
 };
 pub use turn::protection::Limits as ProtectionLimits;

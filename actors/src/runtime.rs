@@ -47,6 +47,17 @@ pub enum RuntimeError {
     Actor(String),
 }
 
+/// What recovery does with inputs that were queued (persisted `input_queued`, never
+/// started) when a session is loaded after the runtime stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueuedOnRestart {
+    /// They stay queued, in order, and run one after another (default).
+    #[default]
+    Run,
+    /// Each gets `input_dropped{reason: "dropped on restart"}`, in order.
+    Drop,
+}
+
 /// What a runtime is built from.
 #[derive(Debug)]
 pub struct RuntimeConfig {
@@ -81,6 +92,8 @@ pub struct RuntimeConfig {
     /// Where image attachments referenced by user inputs are read from (none: image
     /// references are sent to the model as "unavailable").
     pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
+    /// What recovery does with inputs queued before a restart; default run them.
+    pub queued_on_restart: QueuedOnRestart,
 }
 
 /// Default [`RuntimeConfig::subscriber_buffer`].
@@ -108,6 +121,7 @@ impl RuntimeConfig {
             max_hook_continuations: 8,
             sub_agents: None,
             attachments: None,
+            queued_on_restart: QueuedOnRestart::Run,
         }
     }
 }
@@ -124,6 +138,7 @@ pub(crate) struct RuntimeDeps {
     pub context: crate::options::ContextOptions,
     pub control: crate::turn::ControlConfig,
     pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
+    pub queued_on_restart: QueuedOnRestart,
 }
 
 impl RuntimeDeps {
@@ -245,6 +260,7 @@ impl Runtime {
             context: config.context,
             control,
             attachments: config.attachments,
+            queued_on_restart: config.queued_on_restart,
         });
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {

@@ -85,6 +85,10 @@ pub(crate) struct RunArgs {
     /// Print one JSON object per line (live deltas and persisted events).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Commit durability of the event store: `immediate` (fsync every commit, the
+    /// default) or `none` (no fsync: faster, a machine crash may lose recent events).
+    #[arg(long, default_value = "immediate", value_parser = parse_durability)]
+    pub(crate) durability: foya_storage::Durability,
     /// The prompt.
     #[arg(required = true, num_args = 1..)]
     pub(crate) prompt: Vec<String>,
@@ -163,6 +167,14 @@ pub(crate) struct ChatArgs {
 
 fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
     s.parse()
+}
+
+fn parse_durability(s: &str) -> Result<foya_storage::Durability, String> {
+    match s {
+        "immediate" => Ok(foya_storage::Durability::Immediate),
+        "none" => Ok(foya_storage::Durability::None),
+        other => Err(format!("unknown durability {other:?} (immediate | none)")),
+    }
 }
 
 /// Runs the parsed command and returns the process exit status.

@@ -2,7 +2,7 @@
 //! stop hooks (`<cwd>/.foya/config.toml`, `[hooks] stop = ["..."]`).
 
 use anyhow::Context as _;
-use foya_storage::{Store, StoreOptions};
+use foya_storage::{Durability, Store, StoreOptions};
 use std::path::{Path, PathBuf};
 
 /// File name of the event store inside the data directory.
@@ -20,10 +20,19 @@ pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 /// Opens (or creates) the store of a data directory.
 pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
+    open_store_with(dir, Durability::Immediate)
+}
+
+/// Opens (or creates) the store of a data directory with this commit durability.
+pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Result<Store> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
     let path = dir.join(STORE_FILE);
-    Store::open(&path, StoreOptions::default()).with_context(|| {
+    let options = StoreOptions {
+        durability,
+        ..StoreOptions::default()
+    };
+    Store::open(&path, options).with_context(|| {
         format!(
             "cannot open {} (is another foya process using this data dir?)",
             path.display()

@@ -36,7 +36,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let (model, model_name) =
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
-    let store = crate::data::open_store(&dir).map_err(Failure::Runtime)?;
+    let store = crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?;
 
     let mut config = RuntimeConfig::new(store.clone(), model);
     // A headless run makes no request the user did not ask for: no title generation

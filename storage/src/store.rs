@@ -87,6 +87,7 @@ pub(crate) struct Inner {
     /// Becomes `true` when the writer thread has stopped.
     stopped: watch::Receiver<bool>,
     counters: Arc<Counters>,
+    durability: Durability,
 }
 
 // `Store` is shared across tasks and threads.
@@ -193,6 +194,7 @@ impl Store {
                 thread: Mutex::new(Some(thread)),
                 stopped,
                 counters,
+                durability: options.durability,
             }),
         })
     }
@@ -256,6 +258,35 @@ impl Store {
         answer.await.map_err(|_| {
             AppendError::Storage("the store writer failed before answering this append".into())
         })?
+    }
+
+    /// The commit durability this store was opened with.
+    #[must_use]
+    pub fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+
+    /// Test seam (fault injection): the next `batches` write transactions fail as if the
+    /// disk were full — every append of such a batch gets [`AppendError::Storage`] with a
+    /// message containing "No space left on device", nothing of it is written — then
+    /// writes work again. Calls add up. Not for production use.
+    #[doc(hidden)]
+    pub fn inject_append_failures(&self, batches: u64) {
+        self.inner
+            .counters
+            .injected_failures
+            .fetch_add(batches, Ordering::SeqCst);
+    }
+
+    /// Appends waiting in the bounded queue (not yet taken by the writer), for tests.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        self.inner
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |s| s.max_capacity() - s.capacity())
     }
 
     /// Counters of committed events and transactions since open.

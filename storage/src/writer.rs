@@ -37,7 +37,13 @@ pub(crate) struct Request {
 pub(crate) struct Counters {
     pub(crate) appended_events: AtomicU64,
     pub(crate) commits: AtomicU64,
+    /// Test seam ([`crate::Store::inject_append_failures`]): this many coming batches
+    /// fail as if the disk were full, before touching the database.
+    pub(crate) injected_failures: AtomicU64,
 }
+
+/// Message of a batch failed by [`crate::Store::inject_append_failures`].
+pub(crate) const INJECTED_FAILURE: &str = "injected failure: No space left on device";
 
 /// State owned by the writer thread.
 pub(crate) struct Writer {
@@ -77,7 +83,16 @@ impl Writer {
     fn write_batch(&mut self, batch: Vec<Request>) {
         let span = tracing::debug_span!("store_commit", batch.len = batch.len());
         let _enter = span.enter();
+        let injected = self
+            .counters
+            .injected_failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
         let result = match self.available_db() {
+            Ok(_) if injected => Err(BatchFailure {
+                error: AppendError::Storage(INJECTED_FAILURE.into()),
+                io: false,
+            }),
             Ok(db) => self.try_commit(&db, &batch),
             Err(message) => Err(BatchFailure {
                 error: AppendError::Storage(message),
@@ -298,3 +313,7 @@ pub(crate) fn next_summary(
 #[cfg(test)]
 #[path = "writer_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "writer_backpressure_tests.rs"]
+mod backpressure_tests;

@@ -21,7 +21,7 @@ fn event(session: SessionId, seq: u64, kind: EventKind) -> Event {
     }
 }
 
-fn created(session: SessionId) -> Event {
+pub(super) fn created(session: SessionId) -> Event {
     event(
         session,
         1,
@@ -31,7 +31,7 @@ fn created(session: SessionId) -> Event {
     )
 }
 
-fn step(session: SessionId, seq: u64) -> Event {
+pub(super) fn step(session: SessionId, seq: u64) -> Event {
     event(session, seq, EventKind::StepStarted { step: 1 })
 }
 
@@ -214,14 +214,14 @@ async fn a_full_disk_fails_only_its_batch_and_the_writer_recovers() {
 /// A memory backend whose `sync_data` (the commit's fsync) waits while the gate is
 /// closed, and reports each waiting sync: a disk that is slow on demand.
 #[derive(Debug, Clone)]
-struct SlowDisk {
-    data: Arc<InMemoryBackend>,
-    gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-    waiting: Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>,
+pub(super) struct SlowDisk {
+    pub(super) data: Arc<InMemoryBackend>,
+    pub(super) gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    pub(super) waiting: Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>,
 }
 
 impl SlowDisk {
-    fn set_open(&self, open: bool) {
+    pub(super) fn set_open(&self, open: bool) {
         *self.gate.0.lock().unwrap() = open;
         self.gate.1.notify_all();
     }

@@ -38,3 +38,17 @@ pub fn foya_bin() -> PathBuf {
     })
     .clone()
 }
+
+/// A `foya` command with a clean environment for tests: no provider keys, no data dir
+/// from the environment, colours off.
+#[must_use]
+pub fn foya() -> std::process::Command {
+    let mut command = std::process::Command::new(foya_bin());
+    command
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("FOYA_DATA_DIR")
+        .env("NO_COLOR", "1");
+    command
+}

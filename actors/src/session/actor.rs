@@ -65,6 +65,9 @@ pub(crate) struct Session {
     pub(super) deleting: Option<super::Reply<()>>,
     /// Whether this session actor already started title generation for a first input.
     pub(super) title_requested: bool,
+    /// Set when an append of the active turn failed in the store: the turn is stopped
+    /// and closed `failed` with class storage (see [`Session::storage_failed`]).
+    pub(super) storage_failure: Option<String>,
 }
 
 fn now_ms() -> u64 {
@@ -149,6 +152,14 @@ impl Session {
     }
 }
 
+/// Whether a handler error is a failed store append.
+fn is_storage(e: &ActorProcessingErr) -> bool {
+    matches!(
+        e.downcast_ref::<RuntimeError>(),
+        Some(RuntimeError::Storage(_))
+    )
+}
+
 /// Events a ToolActor writes while its call runs.
 fn is_tool_activity(kind: &EventKind) -> bool {
     matches!(
@@ -178,6 +189,7 @@ impl Actor for SessionActor {
             approvals: HashMap::new(),
             deleting: None,
             title_requested: false,
+            storage_failure: None,
         })
     }
 
@@ -197,6 +209,7 @@ impl Actor for SessionActor {
                 },
             )
             .await?;
+        state.drop_queue_on_restart().await?;
         state.start_next(&myself).await
     }
 
@@ -222,6 +235,8 @@ impl Actor for SessionActor {
                 } else {
                     match state.submit(&myself, input_id, input).await {
                         Ok(id) => Ok(id),
+                        // Nothing was written: the caller learns it, the session stays.
+                        Err(e) if is_storage(&e) => Err(RuntimeError::Storage(e.to_string())),
                         Err(e) => {
                             let _ = reply.send(Err(RuntimeError::Storage(e.to_string())));
                             return Err(e);
@@ -294,11 +309,16 @@ impl Actor for SessionActor {
                 let cancelling = state.turn.as_ref().is_some_and(|t| t.cancel.is_cancelled());
                 let result = if cancelling && kinds.iter().any(is_tool_activity) {
                     Err("the turn is being cancelled".to_owned())
+                } else if let Some(failure) = &state.storage_failure {
+                    Err(format!("the turn failed on a storage error: {failure}"))
                 } else if open == Some(run_id) {
-                    state
-                        .persist(Some(run_id), kinds)
-                        .await
-                        .map_err(|e| e.to_string())
+                    match state.persist(Some(run_id), kinds).await {
+                        Ok(events) => Ok(events),
+                        Err(e) => {
+                            state.storage_failed(&e);
+                            Err(e.to_string())
+                        }
+                    }
                 } else {
                     Err(format!("run {run_id} is not the session's open turn"))
                 };

@@ -5,7 +5,7 @@
 use super::SessionMsg;
 use super::actor::{ActiveTurn, Session};
 use super::commands::{self, Plan};
-use crate::runtime::RuntimeError;
+use crate::runtime::{QueuedOnRestart, RuntimeError};
 use crate::turn::{TurnActor, TurnArgs, TurnMode};
 use foya_protocol::event::Notice;
 use foya_protocol::{
@@ -15,6 +15,12 @@ use foya_protocol::{
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// Result text of a call whose turn failed on a storage error.
+pub(crate) const STORAGE_RESULT: &str =
+    "outcome unknown: the turn failed on a storage error before this result was saved";
+/// `input_dropped` reason under `QueuedOnRestart::Drop`.
+pub(crate) const DROPPED_ON_RESTART: &str = "dropped on restart";
 
 impl Session {
     /// Writes `user_message` + `turn_started` and spawns the TurnActor (commands are
@@ -147,20 +153,66 @@ impl Session {
     ) -> Result<(), ActorProcessingErr> {
         self.turn = None;
         self.approvals.clear();
-        let message = failure.unwrap_or_else(|| "the turn stopped without completing".into());
-        self.close_open_turn(
-            "the turn crashed before this call finished",
-            "turn crashed",
-            ErrorInfo {
-                class: ErrorClass::Internal,
-                message,
-            },
-        )
-        .await?;
+        if let Some(message) = self.storage_failure.take() {
+            self.close_open_turn(
+                STORAGE_RESULT,
+                ErrorClass::Storage.as_str(),
+                ErrorInfo {
+                    class: ErrorClass::Storage,
+                    message,
+                },
+            )
+            .await?;
+        } else {
+            let message = failure.unwrap_or_else(|| "the turn stopped without completing".into());
+            self.close_open_turn(
+                "the turn crashed before this call finished",
+                "turn crashed",
+                ErrorInfo {
+                    class: ErrorClass::Internal,
+                    message,
+                },
+            )
+            .await?;
+        }
         if self.deleting.is_some() {
             return self.finish_delete(myself).await;
         }
         self.start_next(myself).await
+    }
+
+    /// An append of the active turn failed in the store (full disk, I/O or redb error):
+    /// later appends of the turn are refused, its stream and tools are cancelled and the
+    /// TurnActor is stopped; [`Self::turn_exited`] then closes the turn `failed` with
+    /// class storage. Nothing already committed is touched.
+    pub(super) fn storage_failed(&mut self, error: &RuntimeError) {
+        let message = match error {
+            RuntimeError::Storage(m) => m.clone(),
+            other => other.to_string(),
+        };
+        tracing::warn!(session.id = %self.fold.id, error = %message, "append failed; failing the turn");
+        if let Some(turn) = &self.turn {
+            self.storage_failure = Some(message);
+            turn.cancel.cancel();
+            turn.actor.stop(Some("storage failure".into()));
+        }
+    }
+
+    /// Recovery with `QueuedOnRestart::Drop`: every queued input gets `input_dropped`.
+    pub(super) async fn drop_queue_on_restart(&mut self) -> Result<(), RuntimeError> {
+        if self.deps.queued_on_restart != QueuedOnRestart::Drop {
+            return Ok(());
+        }
+        let kinds = self
+            .fold
+            .queue
+            .iter()
+            .map(|(input_id, _)| EventKind::InputDropped {
+                input_id: *input_id,
+                reason: DROPPED_ON_RESTART.into(),
+            })
+            .collect();
+        self.persist(None, kinds).await.map(|_| ())
     }
 
     pub(super) async fn finish_delete(

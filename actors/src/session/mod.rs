@@ -31,7 +31,11 @@ mod tests;
 #[cfg(test)]
 mod tests_approval;
 #[cfg(test)]
+mod tests_durability;
+#[cfg(test)]
 mod tests_lifecycle;
+#[cfg(test)]
+mod tests_subscribe_prop;
 mod title;
 
 use crate::runtime::RuntimeError;
