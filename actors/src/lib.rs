@@ -6,6 +6,7 @@
 //!
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
+pub mod cluster;
 pub mod context;
 pub mod provider;
 pub mod tools;
