@@ -29,6 +29,8 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Serve the runtime as a cluster node (ractor_cluster) until SIGINT/SIGTERM.
+    Node(crate::node::NodeArgs),
 }
 
 /// Where sessions are stored.
@@ -117,5 +119,6 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
     match cli.command {
         Command::Run(args) => crate::run::run(args).await,
         Command::Sessions { command } => crate::sessions::sessions(command).await,
+        Command::Node(args) => crate::node::node(args).await,
     }
 }

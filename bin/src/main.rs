@@ -3,6 +3,7 @@
 
 mod cli;
 mod data;
+mod node;
 mod render;
 mod run;
 mod sessions;
