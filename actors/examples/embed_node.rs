@@ -19,7 +19,10 @@ use std::sync::Arc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let listen = args.next().unwrap_or_else(|| "127.0.0.1:0".into()).parse()?;
+    let listen = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:0".into())
+        .parse()?;
     let cookie = args.next().unwrap_or_else(|| "demo".into());
     let peers: Vec<String> = args.collect();
 
@@ -55,7 +58,10 @@ async fn main() -> anyhow::Result<()> {
         nodes.into_iter().find(|n| n != "embedded")
     };
     let session = client
-        .create_session(target.as_deref(), SessionConfig::new(std::env::current_dir()?))
+        .create_session(
+            target.as_deref(),
+            SessionConfig::new(std::env::current_dir()?),
+        )
         .await?;
     let mut updates = client.subscribe(session, Seq::FIRST).await?;
     client
@@ -70,7 +76,11 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     for summary in client.list_sessions().await? {
-        println!("session {} on {}", summary.id, summary.node.unwrap_or_default());
+        println!(
+            "session {} on {}",
+            summary.id,
+            summary.node.unwrap_or_default()
+        );
     }
     drop(updates);
     node.shutdown().await;

@@ -59,7 +59,10 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
 }
 
 /// Builds the model client for `--provider`.
-pub(crate) fn model_client(args: &ProviderArgs, cwd: &Path) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
+pub(crate) fn model_client(
+    args: &ProviderArgs,
+    cwd: &Path,
+) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
     if args.provider == "scripted" {
         let script = args
             .script

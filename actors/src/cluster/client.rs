@@ -28,7 +28,11 @@ pub struct ClusterClient {
 }
 
 impl ClusterClient {
-    pub(crate) fn new(local: String, gateways: watch::Receiver<Gateways>, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        local: String,
+        gateways: watch::Receiver<Gateways>,
+        timeout: Duration,
+    ) -> Self {
         Self {
             local,
             gateways,
@@ -72,7 +76,10 @@ impl ClusterClient {
         request: GatewayRequest,
     ) -> Result<GatewayReply, ClusterError> {
         match gateway
-            .call(|reply| GatewayMsg::Request(request, reply), Some(self.timeout))
+            .call(
+                |reply| GatewayMsg::Request(request, reply),
+                Some(self.timeout),
+            )
             .await
         {
             Ok(CallResult::Success(GatewayReply::Failed { message })) => {
@@ -204,7 +211,11 @@ impl ClusterClient {
         self.done(session_id, request).await
     }
 
-    async fn done(&self, session_id: SessionId, request: GatewayRequest) -> Result<(), ClusterError> {
+    async fn done(
+        &self,
+        session_id: SessionId,
+        request: GatewayRequest,
+    ) -> Result<(), ClusterError> {
         let node = self.locate(session_id).await?;
         match self.request(&node, request).await? {
             GatewayReply::Done => Ok(()),
@@ -230,7 +241,10 @@ impl ClusterClient {
             }
         }
         {
-            let mut placement = self.placement.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut placement = self
+                .placement
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             for s in &all {
                 if let Some(node) = &s.node {
                     placement.insert(s.id, node.clone());

@@ -8,9 +8,9 @@
 //! `Lagged`, drops pushes of older epochs and events at or below `last_seq`, so the
 //! stream has no gap and no duplicate.
 
+use super::ClusterError;
 use super::client::ClusterClient;
 use super::wire::{GatewayRequest, Push};
-use super::ClusterError;
 use foya_protocol::event::Notice;
 use foya_protocol::{Seq, SessionId, SessionUpdate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};

@@ -169,5 +169,8 @@ fn undecodable_bytes_become_explicit_values() {
         GatewayReply::from_bytes(vec![9, 1, 2]),
         GatewayReply::Failed { message } if message.starts_with("undecodable reply")
     ));
-    assert!(matches!(Push::from_bytes(vec![1, 0xc1]), Push::Undecodable(_)));
+    assert!(matches!(
+        Push::from_bytes(vec![1, 0xc1]),
+        Push::Undecodable(_)
+    ));
 }
