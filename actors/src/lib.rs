@@ -7,6 +7,7 @@
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
 pub mod attachments;
+pub mod cluster;
 pub mod context;
 pub mod hooks;
 pub mod provider;

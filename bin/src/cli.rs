@@ -33,6 +33,8 @@ pub(crate) enum Command {
     Serve(ServeArgs),
     /// An interactive terminal session.
     Chat(ChatArgs),
+    /// Serve the runtime as a cluster node (ractor_cluster) until SIGINT/SIGTERM.
+    Node(crate::node::NodeArgs),
 }
 
 /// Where sessions are stored.
@@ -184,5 +186,6 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Sessions { command } => crate::sessions::sessions(command).await,
         Command::Serve(args) => crate::serve::serve(args).await,
         Command::Chat(args) => crate::chat::chat(args).await,
+        Command::Node(args) => crate::node::node(args).await,
     }
 }

@@ -4,6 +4,7 @@
 mod chat;
 mod cli;
 mod data;
+mod node;
 mod render;
 mod run;
 mod serve;

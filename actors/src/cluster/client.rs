@@ -1,0 +1,276 @@
+//! [`ClusterClient`]: requests to the gateways of a cluster, by node name.
+//!
+//! The client knows the live gateways from its node's membership task. Which node holds
+//! a session is remembered from `create_session`/`list_sessions`; an unknown session is
+//! looked up through every gateway's list.
+
+use super::subscription::ClusterSubscription;
+use super::wire::{GatewayMsg, GatewayReply, GatewayRequest};
+use super::{ClusterError, Gateways};
+use foya_protocol::{
+    ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionConfig, SessionId,
+    SessionSummary,
+};
+use ractor::ActorRef;
+use ractor::rpc::CallResult;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A client of the cluster; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ClusterClient {
+    local: String,
+    gateways: watch::Receiver<Gateways>,
+    placement: Arc<Mutex<HashMap<SessionId, String>>>,
+    timeout: Duration,
+}
+
+impl ClusterClient {
+    pub(crate) fn new(
+        local: String,
+        gateways: watch::Receiver<Gateways>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            local,
+            gateways,
+            placement: Arc::default(),
+            timeout,
+        }
+    }
+
+    /// Names of the nodes whose gateways answer heartbeats (this one included once its
+    /// first heartbeat ran), sorted.
+    #[must_use]
+    pub fn nodes(&self) -> Vec<String> {
+        self.gateways.borrow().0.keys().cloned().collect()
+    }
+
+    /// Waits until `node`'s gateway is live.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    pub async fn wait_for_node(&self, node: &str) {
+        let mut rx = self.gateways.clone();
+        let _ = rx.wait_for(|g| g.0.contains_key(node)).await;
+    }
+
+    pub(crate) fn gateway(&self, node: &str) -> Result<ActorRef<GatewayMsg>, ClusterError> {
+        self.gateways
+            .borrow()
+            .0
+            .get(node)
+            .cloned()
+            .ok_or_else(|| ClusterError::NodeUnreachable(node.to_owned()))
+    }
+
+    pub(crate) fn watch(&self) -> watch::Receiver<Gateways> {
+        self.gateways.clone()
+    }
+
+    pub(crate) async fn request_to(
+        &self,
+        gateway: &ActorRef<GatewayMsg>,
+        request: GatewayRequest,
+    ) -> Result<GatewayReply, ClusterError> {
+        match gateway
+            .call(
+                |reply| GatewayMsg::Request(request, reply),
+                Some(self.timeout),
+            )
+            .await
+        {
+            Ok(CallResult::Success(GatewayReply::Failed { message })) => {
+                Err(ClusterError::Remote(message))
+            }
+            Ok(CallResult::Success(reply)) => Ok(reply),
+            Ok(CallResult::Timeout) => Err(ClusterError::NoAnswer("timeout".into())),
+            Ok(CallResult::SenderError) => Err(ClusterError::NoAnswer("connection lost".into())),
+            Err(e) => Err(ClusterError::NoAnswer(e.to_string())),
+        }
+    }
+
+    async fn request(
+        &self,
+        node: &str,
+        request: GatewayRequest,
+    ) -> Result<GatewayReply, ClusterError> {
+        let gateway = self.gateway(node)?;
+        self.request_to(&gateway, request).await
+    }
+
+    /// The node holding `session_id` (asking every gateway when not known yet).
+    ///
+    /// # Errors
+    /// [`ClusterError::SessionNotFound`] when no reachable node has it.
+    pub async fn locate(&self, session_id: SessionId) -> Result<String, ClusterError> {
+        let known = self
+            .placement
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&session_id)
+            .cloned();
+        if let Some(node) = known {
+            return Ok(node);
+        }
+        self.list_sessions().await?;
+        self.placement
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&session_id)
+            .cloned()
+            .ok_or(ClusterError::SessionNotFound(session_id))
+    }
+
+    /// Creates a session on `target_node` (default: this node).
+    ///
+    /// # Errors
+    /// [`ClusterError::NodeUnreachable`], [`ClusterError::Remote`] (storage),
+    /// [`ClusterError::NoAnswer`].
+    pub async fn create_session(
+        &self,
+        target_node: Option<&str>,
+        config: SessionConfig,
+    ) -> Result<SessionId, ClusterError> {
+        let node = target_node.unwrap_or(&self.local).to_owned();
+        match self
+            .request(&node, GatewayRequest::CreateSession { config })
+            .await?
+        {
+            GatewayReply::Created { session_id } => {
+                self.placement
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(session_id, node);
+                Ok(session_id)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Submits an input under a client-chosen id; retrying with the same id after a
+    /// lost answer applies it once.
+    ///
+    /// # Errors
+    /// As [`Self::create_session`], and [`ClusterError::SessionNotFound`].
+    pub async fn submit_with_id(
+        &self,
+        session_id: SessionId,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, ClusterError> {
+        let node = self.locate(session_id).await?;
+        let request = GatewayRequest::Submit {
+            session_id,
+            input_id,
+            input,
+        };
+        match self.request(&node, request).await? {
+            GatewayReply::Submitted { input_id } => Ok(input_id),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Cancels the session's active turn.
+    ///
+    /// # Errors
+    /// As [`Self::submit_with_id`].
+    pub async fn cancel(&self, session_id: SessionId) -> Result<(), ClusterError> {
+        self.done(session_id, GatewayRequest::Cancel { session_id })
+            .await
+    }
+
+    /// Deletes the session.
+    ///
+    /// # Errors
+    /// As [`Self::submit_with_id`].
+    pub async fn delete(&self, session_id: SessionId) -> Result<(), ClusterError> {
+        self.done(session_id, GatewayRequest::Delete { session_id })
+            .await
+    }
+
+    /// Answers a pending approval request of the session.
+    ///
+    /// # Errors
+    /// As [`Self::submit_with_id`]; an unknown request is [`ClusterError::Remote`].
+    pub async fn decide_approval(
+        &self,
+        session_id: SessionId,
+        request_id: ApprovalRequestId,
+        decision: ApprovalDecision,
+        message: Option<String>,
+    ) -> Result<(), ClusterError> {
+        let request = GatewayRequest::DecideApproval {
+            session_id,
+            request_id,
+            decision,
+            message,
+        };
+        self.done(session_id, request).await
+    }
+
+    async fn done(
+        &self,
+        session_id: SessionId,
+        request: GatewayRequest,
+    ) -> Result<(), ClusterError> {
+        let node = self.locate(session_id).await?;
+        match self.request(&node, request).await? {
+            GatewayReply::Done => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Every session of every reachable node (`node` set), most recently updated first.
+    ///
+    /// # Errors
+    /// The first node that fails to answer.
+    pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>, ClusterError> {
+        let gateways = self.gateways.borrow().clone();
+        let asks = gateways
+            .0
+            .values()
+            .map(|gw| self.request_to(gw, GatewayRequest::ListSessions));
+        let mut all = Vec::new();
+        for answer in futures::future::join_all(asks).await {
+            match answer? {
+                GatewayReply::Sessions { sessions } => all.extend(sessions),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        {
+            let mut placement = self
+                .placement
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for s in &all {
+                if let Some(node) = &s.node {
+                    placement.insert(s.id, node.clone());
+                }
+            }
+        }
+        all.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(a.id.cmp(&b.id)));
+        Ok(all)
+    }
+
+    /// Subscribes to a session wherever it lives, from `from_seq` (1 = everything).
+    /// The subscription survives reconnects and restarts of that node: it resumes from
+    /// its last seq, with no gap and no duplicate.
+    ///
+    /// # Errors
+    /// [`ClusterError::SessionNotFound`], [`ClusterError::Actor`].
+    pub async fn subscribe(
+        &self,
+        session_id: SessionId,
+        from_seq: Seq,
+    ) -> Result<ClusterSubscription, ClusterError> {
+        let node = self.locate(session_id).await?;
+        ClusterSubscription::start(self.clone(), node, session_id, from_seq).await
+    }
+}
+
+fn unexpected(reply: &GatewayReply) -> ClusterError {
+    ClusterError::Remote(format!("unexpected answer: {reply:?}"))
+}

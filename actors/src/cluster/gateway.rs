@@ -1,0 +1,242 @@
+//! The gateway actor: one per node, member of process group [`GATEWAY_GROUP`], reachable
+//! from every node of the cluster. It applies [`GatewayRequest`]s to the local
+//! [`Runtime`] and pushes subscription updates to subscriber actors on other nodes.
+//!
+//! Each request runs in its own task (a slow delete never blocks a heartbeat); each
+//! subscription is a forwarder task owned by the gateway (aborted when it stops) that
+//! replays from the asked seq, follows live updates and casts them to the subscriber;
+//! it ends when the subscriber is gone (its node disconnected) or the session closed.
+
+use super::wire::{GATEWAY_GROUP, GatewayMsg, GatewayReply, GatewayRequest, Push, WireUpdate};
+use crate::runtime::{Runtime, RuntimeError, SubscribeOptions};
+use foya_protocol::event::Notice;
+use foya_protocol::{Seq, SessionId, SessionUpdate};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// How long a forwarder waits for the subscriber's process group to be visible here.
+const SUBSCRIBER_LOOKUP: Duration = Duration::from_secs(5);
+/// Interval of that lookup.
+const SUBSCRIBER_POLL: Duration = Duration::from_millis(10);
+
+pub(crate) struct GatewayActor;
+
+pub(crate) struct GatewayArgs {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) node: String,
+}
+
+pub(crate) struct GatewayState {
+    runtime: Arc<Runtime>,
+    node: String,
+    /// Forwarders and request tasks; dropping the set aborts them.
+    tasks: JoinSet<()>,
+}
+
+impl Actor for GatewayActor {
+    type Msg = GatewayMsg;
+    type State = GatewayState;
+    type Arguments = GatewayArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<GatewayMsg>,
+        args: GatewayArgs,
+    ) -> Result<GatewayState, ActorProcessingErr> {
+        ractor::pg::join(GATEWAY_GROUP.to_owned(), vec![myself.get_cell()]);
+        Ok(GatewayState {
+            runtime: args.runtime,
+            node: args.node,
+            tasks: JoinSet::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<GatewayMsg>,
+        msg: GatewayMsg,
+        state: &mut GatewayState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Reap finished tasks so the set does not grow.
+        while state.tasks.try_join_next().is_some() {}
+        let GatewayMsg::Request(request, reply) = msg;
+        let runtime = Arc::clone(&state.runtime);
+        let node = state.node.clone();
+        if let GatewayRequest::Subscribe {
+            session_id,
+            from_seq,
+            group,
+            epoch,
+            approver,
+        } = request
+        {
+            // Check the session before answering, then forward in the background.
+            let answer = match runtime.session(session_id).await {
+                Ok(_) => GatewayReply::Done,
+                Err(e) => failed(&e),
+            };
+            let ok = answer == GatewayReply::Done;
+            let _ = reply.send(answer);
+            if ok {
+                let sub = Forwarder {
+                    runtime,
+                    session_id,
+                    group,
+                    epoch,
+                    approver,
+                };
+                state.tasks.spawn(sub.run(from_seq));
+            }
+            return Ok(());
+        }
+        state.tasks.spawn(async move {
+            let answer = apply(&runtime, &node, request).await;
+            let _ = reply.send(answer);
+        });
+        Ok(())
+    }
+}
+
+fn failed(e: &RuntimeError) -> GatewayReply {
+    GatewayReply::Failed {
+        message: e.to_string(),
+    }
+}
+
+/// Applies one request to the local runtime.
+async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> GatewayReply {
+    let result = match request {
+        GatewayRequest::Ping => Ok(GatewayReply::Pong {
+            node: node.to_owned(),
+        }),
+        GatewayRequest::CreateSession { config } => runtime
+            .create_session(config)
+            .await
+            .map(|h| GatewayReply::Created { session_id: h.id() }),
+        GatewayRequest::Submit {
+            session_id,
+            input_id,
+            input,
+        } => match runtime.session(session_id).await {
+            Ok(h) => h
+                .submit_with_id(input_id, input)
+                .await
+                .map(|input_id| GatewayReply::Submitted { input_id }),
+            Err(e) => Err(e),
+        },
+        GatewayRequest::Cancel { session_id } => match runtime.session(session_id).await {
+            Ok(h) => h.cancel().await.map(|()| GatewayReply::Done),
+            Err(e) => Err(e),
+        },
+        GatewayRequest::Delete { session_id } => match runtime.session(session_id).await {
+            Ok(h) => h.delete().await.map(|()| GatewayReply::Done),
+            Err(e) => Err(e),
+        },
+        GatewayRequest::DecideApproval {
+            session_id,
+            request_id,
+            decision,
+            message,
+        } => match runtime.session(session_id).await {
+            Ok(h) => h
+                .decide_approval(request_id, decision, message)
+                .await
+                .map(|()| GatewayReply::Done),
+            Err(e) => Err(e),
+        },
+        GatewayRequest::ListSessions => runtime.list_sessions().map(|mut sessions| {
+            for s in &mut sessions {
+                s.node = Some(node.to_owned());
+            }
+            GatewayReply::Sessions { sessions }
+        }),
+        GatewayRequest::Subscribe { .. } => Ok(GatewayReply::Failed {
+            message: "subscribe is handled by the gateway".into(),
+        }),
+        GatewayRequest::Undecodable(message) => Ok(GatewayReply::Failed {
+            message: format!("undecodable request: {message}"),
+        }),
+    };
+    result.unwrap_or_else(|e| failed(&e))
+}
+
+/// Forwards one session's updates to a subscriber actor on another node.
+struct Forwarder {
+    runtime: Arc<Runtime>,
+    session_id: SessionId,
+    group: String,
+    epoch: u64,
+    approver: bool,
+}
+
+impl Forwarder {
+    async fn subscriber(&self) -> Option<ActorRef<Push>> {
+        let deadline = tokio::time::Instant::now() + SUBSCRIBER_LOOKUP;
+        loop {
+            if let Some(cell) = ractor::pg::get_members(&self.group).into_iter().next() {
+                return Some(ActorRef::from(cell));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(SUBSCRIBER_POLL).await;
+        }
+    }
+
+    async fn run(self, from_seq: Seq) {
+        let Some(target) = self.subscriber().await else {
+            tracing::warn!("subscriber group never appeared; dropping the subscription");
+            return;
+        };
+        let mut next = from_seq.max(Seq::FIRST);
+        loop {
+            let handle = match self.runtime.session(self.session_id).await {
+                Ok(h) => h,
+                Err(e) => {
+                    let notice = Notice::Closed {
+                        session_id: self.session_id,
+                        reason: e.to_string(),
+                    };
+                    let _ = self.send(&target, &SessionUpdate::Notice(notice));
+                    return;
+                }
+            };
+            let options = SubscribeOptions {
+                approver: self.approver,
+            };
+            let Ok(mut sub) = handle.subscribe(next, options).await else {
+                return;
+            };
+            while let Some(update) = sub.recv().await {
+                match &update {
+                    // Resubscribe locally from where this subscriber is.
+                    SessionUpdate::Notice(Notice::Lagged { last_seq, .. }) => {
+                        next = Seq(last_seq.0 + 1);
+                        break;
+                    }
+                    SessionUpdate::Event(event) => next = Seq(event.seq.0 + 1),
+                    _ => {}
+                }
+                let closed = matches!(update, SessionUpdate::Notice(Notice::Closed { .. }));
+                if !self.send(&target, &update) || closed {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Casts one update; false when the subscriber is gone.
+    fn send(&self, target: &ActorRef<Push>, update: &SessionUpdate) -> bool {
+        let Ok(update) = WireUpdate::from_update(update) else {
+            return true;
+        };
+        target
+            .cast(Push::Update {
+                epoch: self.epoch,
+                update,
+            })
+            .is_ok()
+    }
+}

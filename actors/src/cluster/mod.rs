@@ -1,0 +1,117 @@
+//! The runtime as a ractor_cluster node, and the client API of a cluster.
+//!
+//! - [`ClusterNode`] serves a [`Runtime`](crate::Runtime) to other nodes: a
+//!   `ractor_cluster::NodeServer`, one gateway actor in process group
+//!   [`wire::GATEWAY_GROUP`], and a membership task (heartbeats, reconnect with backoff).
+//! - [`ClusterClient`] reaches every node's gateway: create a session on any node, submit
+//!   (idempotent by input id), cancel, delete, approvals, a cluster-wide session list,
+//!   and [`ClusterSubscription`]s that resume from their last seq across reconnects.
+//! - [`wire`] holds every cross-node message; payloads use the versioned store codec.
+//!
+//! ractor's process groups and registry are process-wide: run one `ClusterNode` per
+//! process.
+
+mod client;
+mod gateway;
+mod node;
+mod subscription;
+pub mod wire;
+
+pub use client::ClusterClient;
+pub use node::ClusterNode;
+pub use subscription::ClusterSubscription;
+
+use ractor::ActorRef;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use wire::GatewayMsg;
+
+/// How a node is started.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// Address to listen on for other nodes (`127.0.0.1:0` picks a free port, but peers
+    /// then cannot be configured to dial it).
+    pub listen: SocketAddr,
+    /// Shared secret of the cluster (ractor_cluster's cookie handshake).
+    pub cookie: String,
+    /// Addresses (`host:port`) of nodes to connect to and keep connected.
+    pub connect: Vec<String>,
+    /// This node's name, unique in the cluster (sessions report it as their `node`).
+    pub name: String,
+    /// Interval of heartbeats and reconnect attempts (default 250 ms).
+    pub heartbeat: Duration,
+    /// A peer that does not answer a heartbeat within this is dropped and redialled
+    /// (default 1 s).
+    pub heartbeat_timeout: Duration,
+    /// Timeout of a client's requests to a gateway (default 30 s).
+    pub call_timeout: Duration,
+}
+
+impl NodeConfig {
+    /// A configuration with the default intervals.
+    pub fn new(
+        listen: SocketAddr,
+        cookie: impl Into<String>,
+        connect: Vec<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            listen,
+            cookie: cookie.into(),
+            connect,
+            name: name.into(),
+            heartbeat: Duration::from_millis(250),
+            heartbeat_timeout: Duration::from_secs(1),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("listen", &self.listen)
+            .field("cookie", &"<redacted>")
+            .field("connect", &self.connect)
+            .field("name", &self.name)
+            .field("heartbeat", &self.heartbeat)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("call_timeout", &self.call_timeout)
+            .finish()
+    }
+}
+
+/// Errors of the cluster API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// No live gateway of this node is known (not connected, or it missed heartbeats).
+    #[error("node {0} is not reachable")]
+    NodeUnreachable(String),
+    /// No node of the cluster has this session.
+    #[error("session {0} is not on any reachable node")]
+    SessionNotFound(foya_protocol::SessionId),
+    /// The gateway answered with an error (a `RuntimeError` rendered).
+    #[error("remote: {0}")]
+    Remote(String),
+    /// The request did not get an answer (timeout, connection lost).
+    #[error("no answer: {0}")]
+    NoAnswer(String),
+    /// An actor could not start.
+    #[error("actor: {0}")]
+    Actor(String),
+}
+
+/// The live gateways by node name (published by the membership task).
+#[derive(Clone, Default)]
+pub(crate) struct Gateways(pub(crate) Arc<BTreeMap<String, ActorRef<GatewayMsg>>>);
+
+impl std::fmt::Debug for Gateways {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,176 @@
+//! Codec round trips of every cross-node message type, and how undecodable bytes are
+//! surfaced.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::wire::{GatewayReply, GatewayRequest, Push, WireUpdate};
+use foya_protocol::event::{LiveDelta, Notice};
+use foya_protocol::{
+    ApprovalDecision, ApprovalMode, ApprovalRequestId, Delta, Event, EventKind, Input, InputId,
+    RunId, Seq, SessionConfig, SessionId, SessionSummary, SessionUpdate, ToolCallId, TurnStatus,
+};
+use ractor::BytesConvertable;
+
+fn round_trip<T: BytesConvertable + Clone + PartialEq + std::fmt::Debug>(value: T) {
+    let bytes = value.clone().into_bytes();
+    assert_eq!(bytes.first(), Some(&foya_storage::codec::FORMAT_VERSION));
+    assert_eq!(T::from_bytes(bytes), value);
+}
+
+fn summary(node: &str) -> SessionSummary {
+    SessionSummary {
+        id: SessionId::new(),
+        title: Some("t".into()),
+        cwd: "/w".into(),
+        model: "m".into(),
+        created_at_ms: 1,
+        updated_at_ms: 2,
+        last_seq: Seq(7),
+        deleted: false,
+        node: Some(node.into()),
+    }
+}
+
+#[test]
+fn every_gateway_request_round_trips() {
+    let session_id = SessionId::new();
+    let mut config = SessionConfig::new("/work");
+    config.approval_mode = ApprovalMode::Auto;
+    config.max_steps = Some(3);
+    let requests = vec![
+        GatewayRequest::Ping,
+        GatewayRequest::CreateSession { config },
+        GatewayRequest::Submit {
+            session_id,
+            input_id: InputId::new(),
+            input: Input::text("hello"),
+        },
+        GatewayRequest::Submit {
+            session_id,
+            input_id: InputId::new(),
+            input: Input::command("compact", "now"),
+        },
+        GatewayRequest::Cancel { session_id },
+        GatewayRequest::Delete { session_id },
+        GatewayRequest::DecideApproval {
+            session_id,
+            request_id: ApprovalRequestId::new(),
+            decision: ApprovalDecision::Deny,
+            message: Some("no".into()),
+        },
+        GatewayRequest::Subscribe {
+            session_id,
+            from_seq: Seq(5),
+            group: "foya.sub.x".into(),
+            epoch: 3,
+            approver: true,
+        },
+        GatewayRequest::ListSessions,
+    ];
+    for request in requests {
+        round_trip(request);
+    }
+}
+
+#[test]
+fn every_gateway_reply_round_trips() {
+    let replies = vec![
+        GatewayReply::Pong { node: "b".into() },
+        GatewayReply::Done,
+        GatewayReply::Created {
+            session_id: SessionId::new(),
+        },
+        GatewayReply::Submitted {
+            input_id: InputId::new(),
+        },
+        GatewayReply::Sessions {
+            sessions: vec![summary("a"), summary("b")],
+        },
+        GatewayReply::Failed {
+            message: "session x not found".into(),
+        },
+    ];
+    for reply in replies {
+        round_trip(reply);
+    }
+}
+
+#[test]
+fn every_update_kind_round_trips_through_a_push() {
+    let session_id = SessionId::new();
+    let run_id = RunId::new();
+    let updates = vec![
+        SessionUpdate::Event(Event {
+            session_id,
+            seq: Seq(4),
+            run_id: Some(run_id),
+            at_ms: 1_700_000_000_000,
+            kind: EventKind::TurnComplete {
+                status: TurnStatus::Completed,
+                reason: None,
+                error: None,
+            },
+        }),
+        SessionUpdate::Event(Event {
+            session_id,
+            seq: Seq(2),
+            run_id: None,
+            at_ms: 5,
+            kind: EventKind::UserMessage {
+                input_id: InputId::new(),
+                input: Input::text("hi"),
+            },
+        }),
+        SessionUpdate::Delta(LiveDelta {
+            session_id,
+            run_id,
+            delta: Delta::TextDelta { text: "he".into() },
+        }),
+        SessionUpdate::Delta(LiveDelta {
+            session_id,
+            run_id,
+            delta: Delta::ToolCallDelta {
+                index: 0,
+                id: Some(ToolCallId::new("c1")),
+                name: Some("shell".into()),
+                arguments: "{\"co".into(),
+            },
+        }),
+        SessionUpdate::Notice(Notice::Lagged {
+            session_id,
+            last_seq: Seq(9),
+        }),
+        SessionUpdate::Notice(Notice::Closed {
+            session_id,
+            reason: "deleted".into(),
+        }),
+    ];
+    for update in updates {
+        let wire = WireUpdate::from_update(&update).unwrap();
+        let push = Push::Update {
+            epoch: 2,
+            update: wire.clone(),
+        };
+        round_trip(push.clone());
+        let Push::Update { update: back, .. } = Push::from_bytes(push.into_bytes()) else {
+            panic!("push did not decode");
+        };
+        assert_eq!(back.into_update().unwrap(), update);
+    }
+}
+
+#[test]
+fn undecodable_bytes_become_explicit_values() {
+    assert_eq!(
+        GatewayRequest::from_bytes(vec![]),
+        GatewayRequest::Undecodable("cannot decode stored value: empty stored value".into())
+    );
+    assert!(matches!(
+        GatewayReply::from_bytes(vec![9, 1, 2]),
+        GatewayReply::Failed { message } if message.starts_with("undecodable reply")
+    ));
+    assert!(matches!(
+        Push::from_bytes(vec![1, 0xc1]),
+        Push::Undecodable(_)
+    ));
+}

@@ -1,0 +1,104 @@
+//! `foya node`: the runtime served as a ractor_cluster node until SIGINT/SIGTERM.
+//!
+//! Prints one line `foya node <name> listening on <addr>` to stdout once the node server
+//! and gateway are up (scripts and tests wait for it), then only logs (stderr).
+
+use crate::cli::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
+use anyhow::Context as _;
+use clap::Args;
+use foya_actors::cluster::{ClusterNode, NodeConfig};
+use foya_actors::runtime::{Runtime, RuntimeConfig};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub(crate) struct NodeArgs {
+    /// Address to listen on for other nodes, e.g. 127.0.0.1:4370.
+    #[arg(long)]
+    pub(crate) listen: SocketAddr,
+    /// File holding the cluster's shared secret (surrounding whitespace ignored).
+    #[arg(long)]
+    pub(crate) cookie_file: PathBuf,
+    /// A node to connect to and keep connected (HOST:PORT); repeatable.
+    #[arg(long)]
+    pub(crate) connect: Vec<String>,
+    /// This node's name, unique in the cluster (default: node@<listen>).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
+    #[command(flatten)]
+    pub(crate) data: DataDirArg,
+}
+
+/// Runs the node; returns the exit status.
+pub(crate) async fn node(args: NodeArgs) -> u8 {
+    let cookie = match std::fs::read_to_string(&args.cookie_file) {
+        Ok(c) if !c.trim().is_empty() => c.trim().to_owned(),
+        Ok(_) => {
+            eprintln!("foya: the cookie file is empty");
+            return EXIT_USAGE;
+        }
+        Err(e) => {
+            eprintln!(
+                "foya: cannot read cookie file {}: {e}",
+                args.cookie_file.display()
+            );
+            return EXIT_USAGE;
+        }
+    };
+    match serve(args, cookie).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("foya: {e:#}");
+            EXIT_FAILED
+        }
+    }
+}
+
+async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir().context("no current directory")?;
+    let (model, _) = crate::setup::model_client(&args.provider, &cwd)?;
+    let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
+    let store = crate::data::open_store(&dir)?;
+    let runtime = Runtime::start(RuntimeConfig::new(store, model))
+        .await
+        .context("cannot start the runtime")?;
+    runtime
+        .recover_all()
+        .await
+        .context("cannot recover sessions")?;
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("node@{}", args.listen));
+    let config = NodeConfig::new(args.listen, cookie, args.connect.clone(), name.clone());
+    let node = ClusterNode::start(runtime, config)
+        .await
+        .context("cannot start the cluster node")?;
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "foya node {name} listening on {}", args.listen);
+        let _ = out.flush();
+    }
+    wait_for_signal().await;
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM.
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
