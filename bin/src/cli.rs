@@ -29,6 +29,10 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Serve the simulated model over HTTP (OpenAI Chat, Anthropic, OpenAI Responses).
+    SimServer(crate::sim_server::SimServerArgs),
+    /// Drive many sessions through turns and report throughput, latency and resources.
+    Loadtest(crate::loadtest::LoadtestArgs),
 }
 
 /// Where sessions are stored.
@@ -117,5 +121,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
     match cli.command {
         Command::Run(args) => crate::run::run(args).await,
         Command::Sessions { command } => crate::sessions::sessions(command).await,
+        Command::SimServer(args) => crate::sim_server::sim_server(args).await,
+        Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
     }
 }

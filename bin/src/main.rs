@@ -3,9 +3,11 @@
 
 mod cli;
 mod data;
+mod loadtest;
 mod render;
 mod run;
 mod sessions;
+mod sim_server;
 
 use clap::Parser;
 use std::process::ExitCode;
