@@ -81,7 +81,10 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
             return out;
         }
     };
-    let mut updates = match session.subscribe(Seq::FIRST, SubscribeOptions::default()).await {
+    let mut updates = match session
+        .subscribe(Seq::FIRST, SubscribeOptions::default())
+        .await
+    {
         Ok(updates) => updates,
         Err(_) => {
             out.error("subscribe");
@@ -177,7 +180,9 @@ async fn run_turn(
                     step_tool_ms += duration_ms;
                 }
                 EventKind::ProviderRetry { error, .. } => {
-                    *out.retries.entry(error.class.as_str().to_owned()).or_default() += 1;
+                    *out.retries
+                        .entry(error.class.as_str().to_owned())
+                        .or_default() += 1;
                 }
                 EventKind::TurnComplete { status, error, .. } => {
                     match (status, error) {

@@ -107,7 +107,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         .prefix("foya-loadtest-data")
         .tempdir()
         .context("cannot create the data directory")?;
-    let data_dir = args.data_dir.clone().unwrap_or_else(|| temp_data.path().to_owned());
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temp_data.path().to_owned());
     let durability = match args.durability {
         DurabilityArg::None => Durability::None,
         DurabilityArg::Immediate => Durability::Immediate,
@@ -126,7 +129,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
     config.retry.max_attempts = args.max_attempts.max(1);
     config.subscriber_buffer = args.subscriber_buffer;
-    let runtime = Runtime::start(config).await.context("cannot start the runtime")?;
+    let runtime = Runtime::start(config)
+        .await
+        .context("cannot start the runtime")?;
 
     let total = args.sessions as u64 * u64::from(args.turns);
     let progress = progress_bar(total);
@@ -151,7 +156,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     }
     let mut outcomes = Vec::with_capacity(args.sessions);
     let mut interrupted_by_user = false;
-    let deadline = args.duration.map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = args
+        .duration
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {

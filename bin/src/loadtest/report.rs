@@ -144,7 +144,11 @@ impl Report {
             self.turns_per_session,
             self.provider,
             self.durability,
-            if self.stopped_early { " (stopped early: partial report)" } else { "" }
+            if self.stopped_early {
+                " (stopped early: partial report)"
+            } else {
+                ""
+            }
         ));
         line(format!(
             "turns      completed {}  failed {}  interrupted {}",
@@ -152,7 +156,11 @@ impl Report {
         ));
         line(format!(
             "work       steps {}  tool calls {}  model requests {}  events persisted {}  deltas {}",
-            self.steps, self.tool_calls, self.model_requests, self.events_persisted, self.deltas_received
+            self.steps,
+            self.tool_calls,
+            self.model_requests,
+            self.events_persisted,
+            self.deltas_received
         ));
         line(format!(
             "throughput {:.1} turns/s  {:.1} steps/s  {:.1} events/s  (wall {:.2} s)",

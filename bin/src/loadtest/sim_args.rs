@@ -72,7 +72,10 @@ impl SimArgs {
         let rates = &mut config.error_rates;
         set(&mut rates.rate_limited, self.error_rate_rate_limited);
         set(&mut rates.overloaded, self.error_rate_overloaded);
-        set(&mut rates.context_overflow, self.error_rate_context_overflow);
+        set(
+            &mut rates.context_overflow,
+            self.error_rate_context_overflow,
+        );
         set(&mut rates.stream_cut, self.error_rate_stream_cut);
         for (name, rate) in [
             ("rate-limited", rates.rate_limited),
@@ -102,7 +105,9 @@ fn set<T>(field: &mut T, value: Option<T>) {
 fn load(path: &std::path::Path) -> anyhow::Result<SimConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read simulator config {}", path.display()))?;
-    let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     let config = if is_json {
         serde_json::from_str(&text).map_err(anyhow::Error::from)
     } else {
