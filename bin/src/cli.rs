@@ -35,6 +35,10 @@ pub(crate) enum Command {
     Chat(ChatArgs),
     /// Serve the runtime as a cluster node (ractor_cluster) until SIGINT/SIGTERM.
     Node(crate::node::NodeArgs),
+    /// Serve the simulated model over HTTP (OpenAI Chat, Anthropic, OpenAI Responses).
+    SimServer(crate::sim_server::SimServerArgs),
+    /// Drive many sessions through turns and report throughput, latency and resources.
+    Loadtest(crate::loadtest::LoadtestArgs),
 }
 
 /// Where sessions are stored.
@@ -187,5 +191,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Serve(args) => crate::serve::serve(args).await,
         Command::Chat(args) => crate::chat::chat(args).await,
         Command::Node(args) => crate::node::node(args).await,
+        Command::SimServer(args) => crate::sim_server::sim_server(args).await,
+        Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
     }
 }

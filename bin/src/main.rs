@@ -4,12 +4,14 @@
 mod chat;
 mod cli;
 mod data;
+mod loadtest;
 mod node;
 mod render;
 mod run;
 mod serve;
 mod sessions;
 mod setup;
+mod sim_server;
 
 use clap::Parser;
 use std::process::ExitCode;

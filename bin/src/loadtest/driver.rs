@@ -1,0 +1,209 @@
+//! One load-test session: create it, subscribe, submit its turns one after another and
+//! count what the subscriber sees (steps, tools, retries, failures, relay latency).
+
+use super::probe::{self, Slots, TAG};
+use foya_actors::runtime::{Runtime, SubscribeOptions, Subscription};
+use foya_protocol::{
+    ApprovalMode, Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate, TurnStatus,
+};
+use indicatif::ProgressBar;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// What every session driver shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) runtime: Runtime,
+    pub(crate) slots: Slots,
+    pub(crate) turns: u32,
+    pub(crate) cwd: PathBuf,
+    pub(crate) model: String,
+    /// Limits the turns running at once (`--concurrency`).
+    pub(crate) permits: Semaphore,
+    /// Cancelled by Ctrl-C or `--duration`.
+    pub(crate) stop: CancellationToken,
+    pub(crate) progress: ProgressBar,
+}
+
+/// What one session driver counted.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// The session's index.
+    pub(crate) index: usize,
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    pub(crate) interrupted: u64,
+    pub(crate) steps: u64,
+    pub(crate) tool_calls: u64,
+    pub(crate) deltas: u64,
+    /// Tool time (sum of `tool_finished.duration_ms`) of each step that called tools, in
+    /// order; pairs with the probe's gaps.
+    pub(crate) tool_ms: Vec<u64>,
+    /// Relay latencies, in milliseconds.
+    pub(crate) relay_ms: Vec<f64>,
+    pub(crate) errors: BTreeMap<String, u64>,
+    pub(crate) retries: BTreeMap<String, u64>,
+}
+
+impl Outcome {
+    fn error(&mut self, class: &str) {
+        *self.errors.entry(class.to_owned()).or_default() += 1;
+    }
+}
+
+/// Drives session `index` through its turns; stops early when `shared.stop` fires.
+pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
+    let mut out = Outcome {
+        index,
+        ..Outcome::default()
+    };
+    let mut config = SessionConfig::new(shared.cwd.clone());
+    config.approval_mode = ApprovalMode::ReadOnly;
+    config.provider = "loadtest".into();
+    config.model.clone_from(&shared.model);
+    config.title = Some(format!("loadtest {index}"));
+    let created = tokio::select! {
+        () = shared.stop.cancelled() => {
+            out.interrupted = u64::from(shared.turns);
+            return out;
+        }
+        created = shared.runtime.create_session(config) => created,
+    };
+    let session = match created {
+        Ok(session) => session,
+        Err(_) => {
+            out.error("create_session");
+            out.failed = u64::from(shared.turns);
+            return out;
+        }
+    };
+    let mut updates = match session
+        .subscribe(Seq::FIRST, SubscribeOptions::default())
+        .await
+    {
+        Ok(updates) => updates,
+        Err(_) => {
+            out.error("subscribe");
+            out.failed = u64::from(shared.turns);
+            return out;
+        }
+    };
+    for turn in 0..shared.turns {
+        let permit = tokio::select! {
+            () = shared.stop.cancelled() => None,
+            permit = shared.permits.acquire() => permit.ok(),
+        };
+        let Some(_permit) = permit else {
+            out.interrupted += u64::from(shared.turns - turn);
+            break;
+        };
+        let text = format!("{TAG}{index}] turn {turn}: read README.md and summarise it");
+        if session.submit(Input::text(text)).await.is_err() {
+            out.error("submit");
+            out.failed += 1;
+            continue;
+        }
+        match run_turn(index, &shared, &mut updates, &mut out).await {
+            TurnEnd::Done => shared.progress.inc(1),
+            TurnEnd::Stopped => {
+                out.interrupted += u64::from(shared.turns - turn);
+                break;
+            }
+            TurnEnd::Lost => {
+                out.failed += u64::from(shared.turns - turn);
+                break;
+            }
+        }
+    }
+    out
+}
+
+enum TurnEnd {
+    /// `turn_complete` arrived (counted as completed or failed).
+    Done,
+    /// The run was stopped.
+    Stopped,
+    /// The subscription ended (lagged or closed).
+    Lost,
+}
+
+/// Receives until the turn in flight completes.
+async fn run_turn(
+    index: usize,
+    shared: &Shared,
+    updates: &mut Subscription,
+    out: &mut Outcome,
+) -> TurnEnd {
+    let mut step_tool_ms = 0u64;
+    loop {
+        let update = tokio::select! {
+            () = shared.stop.cancelled() => return TurnEnd::Stopped,
+            update = updates.recv() => update,
+        };
+        let Some(update) = update else {
+            out.error("subscription_closed");
+            return TurnEnd::Lost;
+        };
+        match update {
+            SessionUpdate::Delta(delta) => {
+                out.deltas += 1;
+                if let Delta::TextDelta { .. } = delta.delta {
+                    let now = Instant::now();
+                    let emitted = probe::lock(&shared.slots[index]).emits.pop_front();
+                    if let Some(at) = emitted {
+                        out.relay_ms
+                            .push(now.saturating_duration_since(at).as_secs_f64() * 1e3);
+                    }
+                }
+            }
+            SessionUpdate::Notice(notice) => {
+                let class = match notice {
+                    foya_protocol::event::Notice::Lagged { .. } => "lagged",
+                    foya_protocol::event::Notice::Closed { .. } => "subscription_closed",
+                };
+                out.error(class);
+                return TurnEnd::Lost;
+            }
+            SessionUpdate::Event(event) => match event.kind {
+                EventKind::StepStarted { step } => {
+                    out.steps += 1;
+                    if step > 1 {
+                        out.tool_ms.push(std::mem::take(&mut step_tool_ms));
+                    }
+                }
+                EventKind::ToolFinished { duration_ms, .. } => {
+                    out.tool_calls += 1;
+                    step_tool_ms += duration_ms;
+                }
+                EventKind::ProviderRetry { error, .. } => {
+                    *out.retries
+                        .entry(error.class.as_str().to_owned())
+                        .or_default() += 1;
+                }
+                EventKind::TurnComplete { status, error, .. } => {
+                    match (status, error) {
+                        (TurnStatus::Completed, _) => out.completed += 1,
+                        (TurnStatus::Cancelled, _) => {
+                            out.failed += 1;
+                            out.error("cancelled");
+                        }
+                        (TurnStatus::Failed, error) => {
+                            out.failed += 1;
+                            let class = error.map_or("unknown", |e| e.class.as_str());
+                            out.error(class);
+                        }
+                    }
+                    // Chunks of a response the runtime dropped (a cut stream) never
+                    // reach a subscriber: start the next turn's matching afresh.
+                    probe::lock(&shared.slots[index]).emits.clear();
+                    return TurnEnd::Done;
+                }
+                _ => {}
+            },
+        }
+    }
+}

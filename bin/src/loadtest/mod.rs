@@ -1,0 +1,309 @@
+//! `foya loadtest`: drives N sessions through T turns each against the in-process
+//! simulated provider (or a real HTTP provider profile, e.g. `foya sim-server`) with real
+//! tools on a generated workspace, shows a live progress bar, and reports throughput,
+//! latency and overhead percentiles, failures by class, peak RSS and CPU time (text on
+//! stdout, JSON with `--json FILE`). Ctrl-C stops it with a partial report.
+
+mod driver;
+mod probe;
+mod report;
+mod sim_args;
+
+pub(crate) use sim_args::SimArgs;
+
+use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use driver::{Outcome, Shared};
+use foya_actors::provider::ModelClient;
+use foya_actors::provider::retry::RetryPolicy;
+use foya_actors::runtime::{Runtime, RuntimeConfig};
+use foya_storage::{Durability, Store, StoreOptions};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use probe::Probe;
+use report::{Percentiles, Report};
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Args)]
+pub(crate) struct LoadtestArgs {
+    /// Number of sessions.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) sessions: usize,
+    /// Turns per session (run one after another within a session).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) turns: u32,
+    /// `sim` (the in-process simulator) or a provider profile / protocol name
+    /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
+    #[arg(long, default_value = "sim")]
+    pub(crate) provider: String,
+    /// Base URL for `--provider PROFILE` (e.g. the address `foya sim-server` printed,
+    /// plus `/v1`).
+    #[arg(long)]
+    pub(crate) base_url: Option<String>,
+    /// Model name (default: the profile's, `sim-1` for the simulator).
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// Most turns running at once (default: all sessions).
+    #[arg(long)]
+    pub(crate) concurrency: Option<usize>,
+    /// Stop after this many seconds, with a partial report.
+    #[arg(long)]
+    pub(crate) duration: Option<f64>,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+    /// Store durability: `none` (no fsync, default) or `immediate` (fsync every commit).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
+    pub(crate) durability: DurabilityArg,
+    /// Data directory of the store (default: a temporary directory, removed at the end).
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Attempts per model request, the first included (retry policy).
+    #[arg(long, default_value_t = RetryPolicy::default().max_attempts)]
+    pub(crate) max_attempts: u32,
+    /// Capacity of each subscriber's channel (events + deltas).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) subscriber_buffer: usize,
+    #[command(flatten)]
+    pub(crate) sim: SimArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DurabilityArg {
+    None,
+    Immediate,
+}
+
+/// Runs the load test; returns the exit status (0 when every turn completed without
+/// error, 1 otherwise, 130 when stopped by Ctrl-C, 2 on bad arguments).
+pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
+    match loadtest_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("foya: {e:#}");
+            EXIT_USAGE
+        }
+    }
+}
+
+async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
+    anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
+    let (client, model) = model_client(&args)?;
+    let workspace = tempfile::Builder::new()
+        .prefix("foya-loadtest-ws")
+        .tempdir()
+        .context("cannot create the workspace")?;
+    std::fs::write(
+        workspace.path().join("README.md"),
+        "# Load-test workspace\n\nA generated project that the simulated model reads.\n",
+    )
+    .context("cannot write the workspace README")?;
+    let temp_data = tempfile::Builder::new()
+        .prefix("foya-loadtest-data")
+        .tempdir()
+        .context("cannot create the data directory")?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temp_data.path().to_owned());
+    let durability = match args.durability {
+        DurabilityArg::None => Durability::None,
+        DurabilityArg::Immediate => Durability::Immediate,
+    };
+    let store = Store::open(
+        &data_dir.join("foya.redb"),
+        StoreOptions {
+            durability,
+            ..StoreOptions::default()
+        },
+    )
+    .context("cannot open the store")?;
+
+    let probe = Probe::new(client, args.sessions);
+    let slots = probe.slots();
+    let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
+    config.retry.max_attempts = args.max_attempts.max(1);
+    config.subscriber_buffer = args.subscriber_buffer;
+    let runtime = Runtime::start(config)
+        .await
+        .context("cannot start the runtime")?;
+
+    let total = args.sessions as u64 * u64::from(args.turns);
+    let progress = progress_bar(total);
+    let stop = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        runtime,
+        slots,
+        turns: args.turns,
+        cwd: std::fs::canonicalize(workspace.path()).context("workspace path")?,
+        model,
+        permits: Semaphore::new(args.concurrency.unwrap_or(args.sessions).max(1)),
+        stop: stop.clone(),
+        progress: progress.clone(),
+    });
+
+    let events_before = store.stats().appended_events;
+    let cpu_before = report::cpu_time();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..args.sessions {
+        tasks.spawn(driver::drive(index, Arc::clone(&shared)));
+    }
+    let mut outcomes = Vec::with_capacity(args.sessions);
+    let mut interrupted_by_user = false;
+    let deadline = args
+        .duration
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                Some(Ok(outcome)) => outcomes.push(outcome),
+                Some(Err(_)) => outcomes.push(panicked()),
+                None => break,
+            },
+            _ = tokio::signal::ctrl_c(), if !stop.is_cancelled() => {
+                interrupted_by_user = true;
+                progress.println("stopping… (partial report follows)");
+                stop.cancel();
+            }
+            () = sleep_until(deadline), if !stop.is_cancelled() => stop.cancel(),
+        }
+    }
+    let wall = started.elapsed();
+    let cpu = report::cpu_time().saturating_sub(cpu_before);
+    progress.finish_and_clear();
+    let events_persisted = store.stats().appended_events - events_before;
+
+    let mut report = build_report(&args, &shared, outcomes, events_persisted);
+    report.stopped_early = stop.is_cancelled();
+    report.finish(wall, cpu);
+    if let Ok(shared) = Arc::try_unwrap(shared) {
+        shared.runtime.shutdown().await;
+    }
+    store.close().await;
+
+    print!("{}", report.to_text());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(if interrupted_by_user {
+        EXIT_CANCELLED
+    } else if report.turns_failed > 0 || !report.errors.is_empty() {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn panicked() -> Outcome {
+    let mut out = Outcome {
+        index: usize::MAX,
+        ..Outcome::default()
+    };
+    out.errors.insert("driver_panicked".into(), 1);
+    out
+}
+
+/// The client for `--provider`: the simulator in process, or an HTTP client.
+fn model_client(args: &LoadtestArgs) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
+    let sim = args.sim.to_config()?;
+    if args.provider == "sim" {
+        let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
+        let client = foya_actors::provider::sim::SimClient::new(sim);
+        return Ok((Arc::new(client), model));
+    }
+    let cwd = std::env::current_dir().context("no current directory")?;
+    let config = foya_actors::provider::config::ProviderConfig::load(&cwd)?;
+    let base_url = args.base_url.as_deref();
+    // A bare protocol name needs a model: fall back to the simulator's model name.
+    let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
+        Err(_) if args.model.is_none() => {
+            config.resolve(&args.provider, base_url, Some(&sim.model))?
+        }
+        resolved => resolved?,
+    };
+    let model = profile.model.clone();
+    let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
+    Ok((Arc::new(client), model))
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(total), target);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} turns ({per_sec}, eta {eta})",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn build_report(
+    args: &LoadtestArgs,
+    shared: &Shared,
+    outcomes: Vec<Outcome>,
+    events_persisted: u64,
+) -> Report {
+    let mut report = Report {
+        provider: args.provider.clone(),
+        durability: format!("{:?}", args.durability).to_lowercase(),
+        sessions: args.sessions,
+        turns_per_session: args.turns,
+        events_persisted,
+        ..Report::default()
+    };
+    let mut relay = Vec::new();
+    let mut overhead = Vec::new();
+    let mut latency = Vec::new();
+    for out in outcomes {
+        report.turns_completed += out.completed;
+        report.turns_failed += out.failed;
+        report.turns_interrupted += out.interrupted;
+        report.steps += out.steps;
+        report.tool_calls += out.tool_calls;
+        report.deltas_received += out.deltas;
+        for (class, n) in out.errors {
+            *report.errors.entry(class).or_default() += n;
+        }
+        for (class, n) in out.retries {
+            *report.retries.entry(class).or_default() += n;
+        }
+        relay.extend(out.relay_ms);
+        // The n-th gap of a session follows its n-th tool-calling step: subtract that
+        // step's tool time to leave what the runtime added.
+        if let Some(slot) = shared.slots.get(out.index) {
+            let slot = probe::lock(slot);
+            for (gap, tool_ms) in slot.gaps.iter().zip(&out.tool_ms) {
+                let tool = Duration::from_millis(*tool_ms);
+                overhead.push(gap.saturating_sub(tool).as_secs_f64() * 1e6);
+            }
+        }
+    }
+    for slot in shared.slots.iter() {
+        let slot = probe::lock(slot);
+        report.model_requests += slot.requests;
+        latency.extend(slot.latencies.iter().map(|d| d.as_secs_f64() * 1e3));
+    }
+    report.relay_latency_ms = Percentiles::of(&mut relay);
+    report.overhead_us = Percentiles::of(&mut overhead);
+    report.model_latency_ms = Percentiles::of(&mut latency);
+    report
+}

@@ -1,0 +1,239 @@
+//! The load-test report: percentiles, process resources (`/proc/self/status`,
+//! `getrusage`), the human-readable table and the JSON form.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// p50/p95/p99 of a sample (nearest rank; all 0 for an empty sample).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub(crate) struct Percentiles {
+    pub(crate) p50: f64,
+    pub(crate) p95: f64,
+    pub(crate) p99: f64,
+}
+
+impl Percentiles {
+    /// Percentiles of `values` (sorted in place).
+    pub(crate) fn of(values: &mut [f64]) -> Self {
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| -> f64 {
+            if values.is_empty() {
+                return 0.0;
+            }
+            let n = values.len();
+            // Nearest rank: the smallest value with at least q of the sample at or below it.
+            let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
+            values[idx]
+        };
+        Self {
+            p50: rank(0.50),
+            p95: rank(0.95),
+            p99: rank(0.99),
+        }
+    }
+}
+
+/// Everything the load test measured. Serialised as the `--json` report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Report {
+    /// Provider driven (`sim` or a profile name).
+    pub(crate) provider: String,
+    /// Store durability (`none` or `immediate`).
+    pub(crate) durability: String,
+    /// Sessions driven.
+    pub(crate) sessions: usize,
+    /// Turns asked of each session.
+    pub(crate) turns_per_session: u32,
+    /// Turns that ended `completed`.
+    pub(crate) turns_completed: u64,
+    /// Turns that ended `failed` or `cancelled`.
+    pub(crate) turns_failed: u64,
+    /// Turns left unfinished because the run was stopped (Ctrl-C, `--duration`).
+    pub(crate) turns_interrupted: u64,
+    /// Steps started (`step_started` events).
+    pub(crate) steps: u64,
+    /// Tool calls that finished (`tool_finished` events).
+    pub(crate) tool_calls: u64,
+    /// Model requests sent (retries included).
+    pub(crate) model_requests: u64,
+    /// Events committed to the store during the run.
+    pub(crate) events_persisted: u64,
+    /// Live deltas received by the subscribers.
+    pub(crate) deltas_received: u64,
+    /// Wall time of the run, in seconds (session creation included).
+    pub(crate) wall_s: f64,
+    /// CPU time of the whole process during the run (user + system), in seconds.
+    pub(crate) cpu_s: f64,
+    /// `cpu_s` per step, in microseconds.
+    pub(crate) cpu_us_per_step: f64,
+    /// `cpu_s` per completed turn, in microseconds.
+    pub(crate) cpu_us_per_turn: f64,
+    /// Completed turns per wall second.
+    pub(crate) turns_per_s: f64,
+    /// Steps per wall second.
+    pub(crate) steps_per_s: f64,
+    /// Persisted events per wall second.
+    pub(crate) events_per_s: f64,
+    /// Peak resident set size of the process (`VmHWM`), in bytes.
+    pub(crate) peak_rss_bytes: u64,
+    /// Model request latency (first byte asked to last event), in milliseconds.
+    pub(crate) model_latency_ms: Percentiles,
+    /// Runtime overhead between a response's last event and the next request of the
+    /// same turn, tool time excluded, in microseconds.
+    pub(crate) overhead_us: Percentiles,
+    /// From a text chunk leaving the model client to its `TextDelta` reaching the
+    /// subscriber, in milliseconds.
+    pub(crate) relay_latency_ms: Percentiles,
+    /// Failures by class (turn failures by error class, plus `lagged`,
+    /// `create_session`, `submit`, `subscription_closed`).
+    pub(crate) errors: BTreeMap<String, u64>,
+    /// Retried model requests by error class (`provider_retry` events).
+    pub(crate) retries: BTreeMap<String, u64>,
+    /// Whether the run was stopped before every turn ran.
+    pub(crate) stopped_early: bool,
+}
+
+impl Report {
+    /// Fills the rates from the counters and the wall/CPU time.
+    pub(crate) fn finish(&mut self, wall: Duration, cpu: Duration) {
+        self.wall_s = wall.as_secs_f64();
+        self.cpu_s = cpu.as_secs_f64();
+        let per = |n: u64, total: f64| if n == 0 { 0.0 } else { total / n as f64 };
+        self.cpu_us_per_step = per(self.steps, self.cpu_s * 1e6);
+        self.cpu_us_per_turn = per(self.turns_completed, self.cpu_s * 1e6);
+        let rate = |n: u64| {
+            if self.wall_s > 0.0 {
+                n as f64 / self.wall_s
+            } else {
+                0.0
+            }
+        };
+        self.turns_per_s = rate(self.turns_completed);
+        self.steps_per_s = rate(self.steps);
+        self.events_per_s = rate(self.events_persisted);
+        self.peak_rss_bytes = peak_rss_bytes().unwrap_or(0);
+    }
+
+    /// The human-readable report.
+    pub(crate) fn to_text(&self) -> String {
+        let p = |x: &Percentiles, unit: &str| {
+            format!(
+                "p50 {:.3} {unit}  p95 {:.3} {unit}  p99 {:.3} {unit}",
+                x.p50, x.p95, x.p99
+            )
+        };
+        let classes = |m: &BTreeMap<String, u64>| {
+            if m.is_empty() {
+                "none".to_owned()
+            } else {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+        };
+        let mut out = String::new();
+        let mut line = |s: String| {
+            out.push_str(&s);
+            out.push('\n');
+        };
+        line(format!(
+            "load test: {} sessions x {} turns, provider {}, durability {}{}",
+            self.sessions,
+            self.turns_per_session,
+            self.provider,
+            self.durability,
+            if self.stopped_early {
+                " (stopped early: partial report)"
+            } else {
+                ""
+            }
+        ));
+        line(format!(
+            "turns      completed {}  failed {}  interrupted {}",
+            self.turns_completed, self.turns_failed, self.turns_interrupted
+        ));
+        line(format!(
+            "work       steps {}  tool calls {}  model requests {}  events persisted {}  deltas {}",
+            self.steps,
+            self.tool_calls,
+            self.model_requests,
+            self.events_persisted,
+            self.deltas_received
+        ));
+        line(format!(
+            "throughput {:.1} turns/s  {:.1} steps/s  {:.1} events/s  (wall {:.2} s)",
+            self.turns_per_s, self.steps_per_s, self.events_per_s, self.wall_s
+        ));
+        line(format!(
+            "cpu        {:.2} s  ({:.1} us/step, {:.1} us/turn)",
+            self.cpu_s, self.cpu_us_per_step, self.cpu_us_per_turn
+        ));
+        line(format!(
+            "memory     peak RSS {:.1} MiB",
+            self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
+        ));
+        line(format!("model req  {}", p(&self.model_latency_ms, "ms")));
+        line(format!("overhead   {}", p(&self.overhead_us, "us")));
+        line(format!("relay      {}", p(&self.relay_latency_ms, "ms")));
+        line(format!("retries    {}", classes(&self.retries)));
+        line(format!("errors     {}", classes(&self.errors)));
+        out
+    }
+}
+
+/// `VmHWM` (peak resident set) of this process, from `/proc/self/status`, in bytes.
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
+pub(crate) fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
+    };
+    let tv = |t: nix::sys::time::TimeVal| {
+        let secs = u64::try_from(t.tv_sec()).unwrap_or(0);
+        let micros = u64::try_from(t.tv_usec()).unwrap_or(0);
+        Duration::from_secs(secs) + Duration::from_micros(micros)
+    };
+    tv(usage.user_time()) + tv(usage.system_time())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let mut values: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(
+            Percentiles::of(&mut values),
+            Percentiles {
+                p50: 50.0,
+                p95: 95.0,
+                p99: 99.0
+            }
+        );
+        assert_eq!(Percentiles::of(&mut []), Percentiles::default());
+        assert_eq!(
+            Percentiles::of(&mut [7.0]),
+            Percentiles {
+                p50: 7.0,
+                p95: 7.0,
+                p99: 7.0
+            }
+        );
+    }
+
+    #[test]
+    fn process_resources_are_read() {
+        assert!(peak_rss_bytes().is_some_and(|b| b > 0));
+        let _ = cpu_time();
+    }
+}

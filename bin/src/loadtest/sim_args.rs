@@ -1,0 +1,117 @@
+//! The simulated provider's knobs as command-line flags (shared by `foya loadtest` and
+//! `foya sim-server`): an optional config file, then each flag overrides one field.
+
+use anyhow::Context as _;
+use clap::Args;
+use foya_actors::provider::sim::SimConfig;
+use std::path::PathBuf;
+
+/// Flags that shape the simulated model ([`SimConfig`]); unset flags keep the value from
+/// `--sim-config` (or the default).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct SimArgs {
+    /// Simulator configuration file (`.toml` or `.json`, the fields of `SimConfig`).
+    #[arg(long = "sim-config", alias = "config", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Time to first token, in milliseconds.
+    #[arg(long)]
+    pub(crate) ttft_ms: Option<u64>,
+    /// Output speed after the first token, tokens per second (0: unpaced).
+    #[arg(long)]
+    pub(crate) tokens_per_s: Option<f64>,
+    /// Answer length of the final step, in tokens.
+    #[arg(long)]
+    pub(crate) response_tokens: Option<u32>,
+    /// Tool calls in each step before the last.
+    #[arg(long)]
+    pub(crate) tool_calls_per_step: Option<u32>,
+    /// Steps per turn, the final text step included.
+    #[arg(long)]
+    pub(crate) steps_per_turn: Option<u32>,
+    /// Reasoning tokens streamed at the start of every step.
+    #[arg(long)]
+    pub(crate) reasoning_tokens: Option<u32>,
+    /// Probability (0..=1) that a request attempt is rate limited (HTTP 429).
+    #[arg(long)]
+    pub(crate) error_rate_rate_limited: Option<f64>,
+    /// Probability (0..=1) that a request attempt is rejected as overloaded.
+    #[arg(long)]
+    pub(crate) error_rate_overloaded: Option<f64>,
+    /// Probability (0..=1) that a request attempt overflows the context window.
+    #[arg(long)]
+    pub(crate) error_rate_context_overflow: Option<f64>,
+    /// Probability (0..=1) that a response stream is cut before its end.
+    #[arg(long)]
+    pub(crate) error_rate_stream_cut: Option<f64>,
+    /// The retry-after a rate-limited answer asks for, in milliseconds.
+    #[arg(long)]
+    pub(crate) retry_after_ms: Option<u64>,
+    /// Seed of every random choice of the simulator.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+}
+
+impl SimArgs {
+    /// The configuration: the file (if any) with the flags applied on top.
+    ///
+    /// # Errors
+    /// An unreadable or invalid config file, or an error rate outside `0..=1`.
+    pub(crate) fn to_config(&self) -> anyhow::Result<SimConfig> {
+        let mut config = match &self.config {
+            Some(path) => load(path)?,
+            None => SimConfig::default(),
+        };
+        set(&mut config.ttft_ms, self.ttft_ms);
+        set(&mut config.tokens_per_s, self.tokens_per_s);
+        set(&mut config.response_tokens, self.response_tokens);
+        set(&mut config.tool_calls_per_step, self.tool_calls_per_step);
+        set(&mut config.steps_per_turn, self.steps_per_turn);
+        set(&mut config.reasoning_tokens, self.reasoning_tokens);
+        set(&mut config.retry_after_ms, self.retry_after_ms);
+        set(&mut config.seed, self.seed);
+        let rates = &mut config.error_rates;
+        set(&mut rates.rate_limited, self.error_rate_rate_limited);
+        set(&mut rates.overloaded, self.error_rate_overloaded);
+        set(
+            &mut rates.context_overflow,
+            self.error_rate_context_overflow,
+        );
+        set(&mut rates.stream_cut, self.error_rate_stream_cut);
+        for (name, rate) in [
+            ("rate-limited", rates.rate_limited),
+            ("overloaded", rates.overloaded),
+            ("context-overflow", rates.context_overflow),
+            ("stream-cut", rates.stream_cut),
+        ] {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&rate),
+                "--error-rate-{name} must be between 0 and 1, got {rate}"
+            );
+        }
+        anyhow::ensure!(
+            config.tokens_per_s >= 0.0 && config.tokens_per_s.is_finite(),
+            "--tokens-per-s must be a finite number >= 0"
+        );
+        Ok(config)
+    }
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}
+
+fn load(path: &std::path::Path) -> anyhow::Result<SimConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read simulator config {}", path.display()))?;
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let config = if is_json {
+        serde_json::from_str(&text).map_err(anyhow::Error::from)
+    } else {
+        toml::from_str(&text).map_err(anyhow::Error::from)
+    };
+    config.with_context(|| format!("invalid simulator config {}", path.display()))
+}

@@ -1,0 +1,59 @@
+//! `foya sim-server`: serves the simulated model over HTTP in the three wire formats
+//! (OpenAI Chat Completions, Anthropic Messages, OpenAI Responses) until Ctrl-C.
+
+use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::loadtest::SimArgs;
+use clap::Args;
+use std::io::Write as _;
+use std::net::SocketAddr;
+
+#[derive(Debug, Args)]
+pub(crate) struct SimServerArgs {
+    /// Address to listen on (loopback by default; port 0 picks a free port). The bound
+    /// address is printed as the first line of stdout.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub(crate) listen: SocketAddr,
+    #[command(flatten)]
+    pub(crate) sim: SimArgs,
+}
+
+/// Runs the server until Ctrl-C; returns the exit status.
+pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
+    let config = match args.sim.to_config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("foya: {e:#}");
+            return EXIT_USAGE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("foya: cannot listen on {}: {e}", args.listen);
+            return EXIT_FAILED;
+        }
+    };
+    let addr = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("foya: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{addr}");
+    let _ = stdout.flush();
+    eprintln!(
+        "sim-server: POST http://{addr}/v1/chat/completions | /v1/messages | /v1/responses (Ctrl-C stops)"
+    );
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match foya_actors::provider::sim::serve_sim_with_shutdown(listener, config, shutdown).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("foya: sim-server: {e}");
+            EXIT_FAILED
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! End-to-end tests of `foya loadtest`: the real binary (built by escargot) drives
+//! sessions against the in-process simulator and writes its JSON report; the tests check
+//! the report's keys and counts (never its timings).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The debug `foya` binary, built once per test process.
+fn foya() -> Command {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    let path = BIN.get_or_init(|| {
+        escargot::CargoBuild::new()
+            .package("foya")
+            .bin("foya")
+            .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+            .run()
+            .expect("cannot build foya")
+            .path()
+            .to_path_buf()
+    });
+    Command::new(path)
+}
+
+/// Runs `foya loadtest ARGS --json FILE`; returns the exit status and the report.
+fn loadtest(args: &[&str]) -> (i32, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let output = foya()
+        .arg("loadtest")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let text = std::fs::read_to_string(&json)
+        .unwrap_or_else(|e| panic!("no report ({e}); stdout: {stdout}; stderr: {stderr}"));
+    assert!(stdout.starts_with("load test: "), "stdout: {stdout}");
+    (
+        output.status.code().unwrap(),
+        serde_json::from_str(&text).unwrap(),
+    )
+}
+
+fn assert_ordered(report: &Value, key: &str) {
+    let p = &report[key];
+    let (p50, p95, p99) = (
+        p["p50"].as_f64().unwrap(),
+        p["p95"].as_f64().unwrap(),
+        p["p99"].as_f64().unwrap(),
+    );
+    assert!(
+        0.0 <= p50 && p50 <= p95 && p95 <= p99,
+        "{key} not ordered: {p}"
+    );
+}
+
+/// Keys every report has, with their JSON types.
+fn assert_shape(report: &Value) {
+    for key in [
+        "sessions",
+        "turns_completed",
+        "turns_failed",
+        "steps",
+        "events_persisted",
+        "peak_rss_bytes",
+        "model_requests",
+        "tool_calls",
+    ] {
+        assert!(report[key].is_u64(), "{key}: {}", report[key]);
+    }
+    for key in [
+        "wall_s",
+        "cpu_s",
+        "turns_per_s",
+        "steps_per_s",
+        "events_per_s",
+    ] {
+        assert!(report[key].is_f64(), "{key}: {}", report[key]);
+    }
+    assert!(report["errors"].is_object());
+    assert!(report["retries"].is_object());
+    for key in ["overhead_us", "relay_latency_ms", "model_latency_ms"] {
+        assert_ordered(report, key);
+    }
+    assert!(report["peak_rss_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn fifty_sessions_run_two_three_step_turns_each_without_errors() {
+    let (code, report) = loadtest(&["--sessions", "50", "--turns", "2"]);
+    assert_shape(&report);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["sessions"], 50);
+    assert_eq!(report["turns_completed"], 100);
+    assert_eq!(report["turns_failed"], 0);
+    assert_eq!(report["turns_interrupted"], 0);
+    // 3 steps per turn (the simulator's default), one read_file call in each of the
+    // first two.
+    assert_eq!(report["steps"], 300);
+    assert_eq!(report["tool_calls"], 200);
+    assert_eq!(report["model_requests"], 300);
+    assert_eq!(report["errors"], serde_json::json!({}));
+    assert_eq!(report["retries"], serde_json::json!({}));
+    assert_eq!(report["stopped_early"], false);
+    // session_created, then per turn at least: user_message, turn_started, 3 ×
+    // (step_started, assistant_message), 2 × (tool_started, tool_finished,
+    // tool_message), turn_complete.
+    assert!(report["events_persisted"].as_u64().unwrap() >= 50 + 100 * 15);
+}
+
+#[test]
+fn rate_limited_requests_are_retried_and_turns_still_complete() {
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "20",
+        "--turns",
+        "1",
+        "--error-rate-rate-limited",
+        "0.2",
+        "--retry-after-ms",
+        "1",
+        "--max-attempts",
+        "10",
+        "--seed",
+        "7",
+    ]);
+    assert_shape(&report);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["turns_completed"], 20);
+    assert_eq!(report["turns_failed"], 0);
+    assert_eq!(report["steps"], 60);
+    assert_eq!(report["errors"], serde_json::json!({}));
+    let retries = report["retries"]["rate_limited"].as_u64().unwrap();
+    assert!(retries > 0, "{report:#}");
+    assert_eq!(report["retries"].as_object().unwrap().len(), 1);
+    // Every retry is one more model request.
+    assert_eq!(report["model_requests"].as_u64().unwrap(), 60 + retries);
+}
+
+#[test]
+fn sim_server_prints_its_address_and_serves_the_chat_format() {
+    use std::io::{BufRead as _, BufReader};
+    /// Kills the server even when an assertion fails.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Server(
+        foya()
+            .args(["sim-server", "--listen", "127.0.0.1:0", "--seed", "3"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().to_owned();
+    // Drive one session through the server with the real HTTP client.
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "3",
+        "--turns",
+        "1",
+        "--provider",
+        "openai-chat",
+        "--base-url",
+        &format!("http://{addr}/v1"),
+    ]);
+    drop(child);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["turns_completed"], 3);
+    assert_eq!(report["steps"], 9);
+    assert_eq!(report["errors"], serde_json::json!({}));
+}
