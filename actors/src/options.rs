@@ -19,7 +19,8 @@ pub struct ContextOptions {
     /// Percentage of the context window (1..=100) above which compaction is due before a
     /// step. Default 85.
     pub compact_threshold_pct: u8,
-    /// Whether a session's first input asks the model for a title. Default `true`.
+    /// Whether a session's first input asks the model for a title. Default `false`
+    /// (an extra model request); `foya chat` and `foya serve --generate-titles` turn it on.
     pub generate_titles: bool,
     /// Model name for title requests; `None`: the session's model.
     pub title_model: Option<String>,
@@ -37,7 +38,7 @@ impl Default for ContextOptions {
             user_dir: None,
             auto_compact: true,
             compact_threshold_pct: crate::context::ModelLimits::DEFAULT_COMPACT_THRESHOLD_PCT,
-            generate_titles: true,
+            generate_titles: false,
             title_model: None,
             aux_model: None,
         }

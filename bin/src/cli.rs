@@ -149,6 +149,9 @@ pub(crate) struct ServeArgs {
     /// Maximum number of tool steps per turn of sessions created without one.
     #[arg(long, default_value_t = 50)]
     pub(crate) max_steps: u32,
+    /// Ask the model for a title on each session's first input (an extra request).
+    #[arg(long)]
+    pub(crate) generate_titles: bool,
 }
 
 #[derive(Debug, Args)]

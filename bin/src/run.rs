@@ -39,9 +39,6 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let store = crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?;
 
     let mut config = RuntimeConfig::new(store.clone(), model);
-    // A headless run makes no request the user did not ask for: no title generation
-    // (`foya chat` and `foya serve` generate titles).
-    config.context.generate_titles = false;
     config.stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
     let runtime = Runtime::start(config)
         .await

@@ -162,6 +162,7 @@ async fn a_store_failure_fails_only_the_affected_turn_with_class_storage() {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]

@@ -74,6 +74,7 @@ async fn max_steps_ends_the_turn_failed() {
             "tool_message",
             // The final no-tools step lets the model summarise.
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]

@@ -122,8 +122,16 @@ impl Guard {
         calls: &[ToolCall],
     ) -> Result<Vec<CallVerdict>, LoopDetected> {
         let mut out = Vec::with_capacity(calls.len());
+        // Verdicts already given in this step, by call key: the same call repeated within
+        // one step (e.g. reads before and after a write) counts once and shares the verdict
+        // of its first occurrence. Repetition is counted across the steps of the turn.
+        let mut this_step: HashMap<String, CallVerdict> = HashMap::new();
         for call in calls {
             let key = call_key(call);
+            if let Some(verdict) = this_step.get(&key) {
+                out.push(verdict.clone());
+                continue;
+            }
             if self.blocked.contains_key(&key) {
                 return Err(LoopDetected(format!(
                     "the model kept repeating the blocked call `{}` with the same arguments",
@@ -132,29 +140,29 @@ impl Guard {
             }
             let count = self.seen.entry(key.clone()).or_insert(0);
             *count += 1;
-            if *count >= self.limits.duplicate_threshold.max(2) {
-                self.blocked.insert(key, 1);
-                out.push(CallVerdict::Block(format!(
+            let verdict = if *count >= self.limits.duplicate_threshold.max(2) {
+                self.blocked.insert(key.clone(), 1);
+                CallVerdict::Block(format!(
                     "not run: this exact call (`{}` with the same arguments) was already made \
                      {} times in this turn; repeating it will not give a different result. \
                      Change the arguments, try another approach, or finish.",
                     call.name,
                     *count - 1
-                )));
-                continue;
-            }
-            if let Some((error, n)) = self.failures.get(&call.name)
+                ))
+            } else if let Some((error, n)) = self.failures.get(&call.name)
                 && *n >= self.limits.failure_threshold.max(1)
             {
-                out.push(CallVerdict::Block(format!(
+                CallVerdict::Block(format!(
                     "not run: `{}` failed {n} times in a row with the same error ({}); it is \
                      no longer offered in this turn. Try another approach.",
                     call.name,
                     first_line(error)
-                )));
-                continue;
-            }
-            out.push(CallVerdict::Run);
+                ))
+            } else {
+                CallVerdict::Run
+            };
+            this_step.insert(key, verdict.clone());
+            out.push(verdict);
         }
         Ok(out)
     }

@@ -87,7 +87,8 @@ fn different_arguments_are_not_duplicates_and_threshold_is_configurable() {
         assert_eq!(runs(&guard.check_calls(&step(i)).unwrap()), vec![true]);
     }
     assert_eq!(runs(&guard.check_calls(&step(0)).unwrap()), vec![false]);
-    // Within one step too.
+    // Within one step the same call counts once (reads before and after a write are
+    // progress), and every occurrence shares the verdict.
     let mut guard = Guard::new(Limits::default());
     let same = vec![
         call("a", "read", json!({})),
@@ -96,7 +97,15 @@ fn different_arguments_are_not_duplicates_and_threshold_is_configurable() {
     ];
     assert_eq!(
         runs(&guard.check_calls(&same).unwrap()),
-        vec![true, true, false]
+        vec![true, true, true]
+    );
+    assert_eq!(
+        runs(&guard.check_calls(&same).unwrap()),
+        vec![true, true, true]
+    );
+    assert_eq!(
+        runs(&guard.check_calls(&same).unwrap()),
+        vec![false, false, false]
     );
 }
 

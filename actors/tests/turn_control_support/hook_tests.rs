@@ -105,15 +105,17 @@ exit 0"#,
         types(&events)[3..],
         [
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "hook_continued",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
     );
     assert_eq!(
-        events[5].kind,
+        events[6].kind,
         EventKind::HookContinued {
             reason: "run the tests too".into(),
             count: 1

@@ -32,6 +32,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Err(e) => return failed(&e),
     };
     let mut config = RuntimeConfig::new(store.clone(), model);
+    config.context.generate_titles = true;
     config.attachments = Some(std::sync::Arc::new(
         foya_actors::attachments::AttachmentStore::new(dir.join("attachments")),
     ));

@@ -119,6 +119,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.attachments = Some(Arc::clone(&attachments));
+    config.context.generate_titles = args.generate_titles;
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
