@@ -56,7 +56,7 @@ fn deletes_a_session_of_an_idle_data_dir() {
     let last: serde_json::Value =
         serde_json::from_str(stdout(&show).lines().last().unwrap()).unwrap();
     assert_eq!(last["type"], "session_deleted", "{last}");
-    assert_eq!(last["seq"], 7, "{last}");
+    assert_eq!(last["seq"], 8, "{last}");
 
     let again = foya(&data, &["sessions", "delete", &id]);
     assert!(again.status.success(), "{again:?}");

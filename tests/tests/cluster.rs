@@ -168,6 +168,7 @@ async fn scenario(bin: PathBuf) {
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]
@@ -217,15 +218,17 @@ async fn scenario(bin: PathBuf) {
         .collect();
     eprintln!("three turns done after {:?}", started.elapsed());
     assert_eq!(
-        types(&seen[6..]),
+        types(&seen[7..]),
         [
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "turn_complete",
             "user_message",
             "turn_started",
             "step_started",
+            "context_diagnostics",
             "assistant_message",
             "turn_complete"
         ]

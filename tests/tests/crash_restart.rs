@@ -290,7 +290,8 @@ fn killed_mid_stream() {
             "session_created",
             "user_message",
             "turn_started",
-            "step_started"
+            "step_started",
+            "context_diagnostics"
         ]
     );
 }

@@ -221,4 +221,11 @@ impl ModelClient for HttpModelClient {
     fn context_window(&self) -> u64 {
         self.profile.context_window
     }
+
+    /// All three protocols carry images (OpenAI `image_url`, Anthropic `image` blocks,
+    /// Responses `input_image`); a model without vision is rejected by the provider with
+    /// a classified `invalid_request` error, never a silent drop.
+    fn supports_images(&self) -> bool {
+        true
+    }
 }
