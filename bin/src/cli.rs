@@ -118,6 +118,16 @@ pub(crate) enum SessionsCommand {
         #[command(flatten)]
         data: DataDirArg,
     },
+    /// Set a session's title by hand (a data dir no process is using). A title set by
+    /// hand is never overwritten by a generated one.
+    Title {
+        /// Session id.
+        id: String,
+        /// The new title.
+        title: String,
+        #[command(flatten)]
+        data: DataDirArg,
+    },
     /// Print the persisted events of a session in seq order.
     Show {
         /// Session id.

@@ -27,6 +27,16 @@ pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
             };
             delete(data.data_dir.as_deref(), id).await
         }
+        SessionsCommand::Title { id, title, data } => {
+            let id: SessionId = match id.parse() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("foya: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            set_title(data.data_dir.as_deref(), id, title).await
+        }
     };
     match result {
         Ok(code) => code,
@@ -140,4 +150,42 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Appends `title_set{source: user}` to a session of a data dir no process is using (the
+/// store's file lock guarantees that), after its last event; the session's fold picks it
+/// up on its next load, and a generated title never overwrites it.
+async fn set_title(
+    dir: Option<&std::path::Path>,
+    id: SessionId,
+    title: String,
+) -> anyhow::Result<u8> {
+    use foya_protocol::{Event, TitleSource};
+    let title = title.trim().to_owned();
+    if title.is_empty() {
+        eprintln!("foya: the title is empty");
+        return Ok(EXIT_USAGE);
+    }
+    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    let Some(last) = store.last_seq(id)? else {
+        eprintln!("foya: no session {id}");
+        return Ok(EXIT_FAILED);
+    };
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let event = Event {
+        session_id: id,
+        seq: last.next(),
+        run_id: None,
+        at_ms,
+        kind: EventKind::TitleSet {
+            title: title.clone(),
+            source: TitleSource::User,
+        },
+    };
+    store.append(vec![event]).await?;
+    store.close().await;
+    println!("title of session {id}: {title}");
+    Ok(EXIT_OK)
 }

@@ -72,3 +72,43 @@ fn deletes_a_session_of_an_idle_data_dir() {
     let unknown = foya(&data, &["sessions", "delete", "not-an-id"]);
     assert_eq!(unknown.status.code(), Some(2));
 }
+
+#[test]
+fn sets_a_title_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, r#"{"responses":[{"text":"hello"}]}"#).unwrap();
+    let run = foya(
+        &data,
+        &[
+            "run",
+            "--provider",
+            "scripted",
+            "--script",
+            script.to_str().unwrap(),
+            "--cwd",
+            dir.path().to_str().unwrap(),
+            "--approval",
+            "bypass",
+            "hi",
+        ],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let list = foya(&data, &["sessions", "list", "--json"]);
+    let summary: serde_json::Value = serde_json::from_str(stdout(&list).trim()).unwrap();
+    let id = summary["id"].as_str().unwrap().to_owned();
+    let data = data.as_path();
+    let set = foya(data, &["sessions", "title", &id, "Inventory review"]);
+    assert!(set.status.success(), "{set:?}");
+    let list = foya(data, &["sessions", "list", "--json"]);
+    let summary: serde_json::Value = serde_json::from_str(stdout(&list).trim()).unwrap();
+    assert_eq!(summary["title"], "Inventory review");
+    let show = foya(data, &["sessions", "show", &id, "--json"]);
+    let last: serde_json::Value =
+        serde_json::from_str(stdout(&show).lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "title_set");
+    assert_eq!(last["source"], "user");
+    let empty = foya(data, &["sessions", "title", &id, "  "]);
+    assert_eq!(empty.status.code(), Some(2));
+}
