@@ -23,7 +23,7 @@ pub(crate) struct NodeArgs {
     /// A node to connect to and keep connected (HOST:PORT); repeatable.
     #[arg(long)]
     pub(crate) connect: Vec<String>,
-    /// This node's name, unique in the cluster (default: node@<listen>).
+    /// This node's name, unique in the cluster (default: `node@<listen>`).
     #[arg(long)]
     pub(crate) name: Option<String>,
     #[command(flatten)]
