@@ -51,11 +51,11 @@ impl Renderer {
                 self.open_line = !text.ends_with('\n');
             }
             Delta::ReasoningDelta { text } => {
-                eprint!("\x1b[2m{text}\x1b[0m");
+                eprint!("{}", dim(text));
             }
             Delta::ToolCallQueued { name, .. } => {
                 self.end_line();
-                eprintln!("\x1b[2m• {name} queued\x1b[0m");
+                eprintln!("{}", crate::render::dim(&format!("• {name} queued")));
             }
             Delta::ToolCallDelta { .. } | Delta::ToolOutput { .. } => {}
         }
@@ -142,6 +142,20 @@ impl Renderer {
             println!();
             self.open_line = false;
         }
+    }
+}
+
+/// `text` dimmed (ANSI faint) when stderr is a terminal and `NO_COLOR` is unset; plain
+/// otherwise, so logs and pipes get no escape codes.
+pub(crate) fn dim(text: &str) -> String {
+    use std::io::IsTerminal as _;
+    static COLOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let color = *COLOR
+        .get_or_init(|| std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
+    if color {
+        format!("\x1b[2m{text}\x1b[0m")
+    } else {
+        text.to_owned()
     }
 }
 

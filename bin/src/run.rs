@@ -92,7 +92,10 @@ async fn drive(
         .context("cannot subscribe")
         .map_err(Failure::Runtime)?;
     if !args.json {
-        eprintln!("\x1b[2msession {}\x1b[0m", session.id());
+        eprintln!(
+            "{}",
+            crate::render::dim(&format!("session {}", session.id()))
+        );
     }
     let input_id = InputId::new();
     session

@@ -83,7 +83,7 @@ async fn open(
                 .session(id)
                 .await
                 .context("cannot open the session")?;
-            eprintln!("\x1b[2mresumed session {id}\x1b[0m");
+            eprintln!("{}", crate::render::dim(&format!("resumed session {id}")));
             session
         }
         None => {
@@ -96,11 +96,17 @@ async fn open(
                 .create_session(config)
                 .await
                 .context("cannot create a session")?;
-            eprintln!("\x1b[2msession {}\x1b[0m", session.id());
+            eprintln!(
+                "{}",
+                crate::render::dim(&format!("session {}", session.id()))
+            );
             session
         }
     };
-    eprintln!("\x1b[2mtype a prompt; /help for commands; Ctrl-D or /exit quits\x1b[0m");
+    eprintln!(
+        "{}",
+        crate::render::dim("type a prompt; /help for commands; Ctrl-D or /exit quits")
+    );
     let from = store.last_seq(session.id())?.map_or(Seq::FIRST, Seq::next);
     let approver = args.approval != ApprovalMode::Bypass;
     let updates = session
@@ -141,7 +147,10 @@ impl Chat<'_> {
                 Prompted::Interrupted if interrupted => return EXIT_OK,
                 Prompted::Interrupted => {
                     interrupted = true;
-                    eprintln!("\x1b[2m(Ctrl-C again, Ctrl-D or /exit to quit)\x1b[0m");
+                    eprintln!(
+                        "{}",
+                        crate::render::dim("(Ctrl-C again, Ctrl-D or /exit to quit)")
+                    );
                     continue;
                 }
                 Prompted::Eof => return EXIT_OK,
@@ -181,7 +190,7 @@ impl Chat<'_> {
                 Action::Done
             }
             "cancel" => {
-                eprintln!("\x1b[2mno turn is running\x1b[0m");
+                eprintln!("{}", crate::render::dim("no turn is running"));
                 Action::Done
             }
             "title" if arguments.is_empty() => {
@@ -190,7 +199,7 @@ impl Chat<'_> {
             }
             "title" => {
                 match self.session.set_title(arguments.to_owned()).await {
-                    Ok(()) => eprintln!("\x1b[2mtitle set\x1b[0m"),
+                    Ok(()) => eprintln!("{}", crate::render::dim("title set")),
                     Err(e) => eprintln!("foya: {e}"),
                 }
                 Action::Done

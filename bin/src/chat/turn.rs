@@ -42,7 +42,7 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
                     let _ = chat.session.cancel().await;
                     break Ok(Some(EXIT_CANCELLED));
                 }
-                eprintln!("\x1b[2mcancelling… (Ctrl-C again to quit)\x1b[0m");
+                eprintln!("{}", crate::render::dim("cancelling… (Ctrl-C again to quit)"));
                 let _ = chat.session.cancel().await;
             }
             line = reader.lines.recv(), if reader_open => match line {
@@ -123,7 +123,7 @@ impl Follow {
                         Ok(id) => {
                             self.pending.insert(id);
                             self.renderer.end_line();
-                            eprintln!("\x1b[2mqueued: {text}\x1b[0m");
+                            eprintln!("{}", crate::render::dim(&format!("queued: {text}")));
                         }
                         Err(e) => eprintln!("foya: {e}"),
                     }
@@ -149,7 +149,7 @@ impl Follow {
                 if let Some(input) = input {
                     self.pending.remove(&input);
                     if *status == TurnStatus::Cancelled {
-                        eprintln!("\x1b[2m(turn cancelled)\x1b[0m");
+                        eprintln!("{}", crate::render::dim("(turn cancelled)"));
                     }
                 }
             }
