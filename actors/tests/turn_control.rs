@@ -105,13 +105,7 @@ async fn cancel_during_a_parallel_batch_of_sleeps_kills_them_and_the_queue_goes_
         started == 5
     })
     .await;
-    within(async {
-        while tools.sleeper.pids.lock().unwrap().len() < 5 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let pids = tools.sleeper.pids.lock().unwrap().clone();
+    let pids = tools.sleeper.wait_pids(5).await;
     let asked = Instant::now();
     session.cancel().await.unwrap();
     let events = until(&mut sub, is_complete).await;
@@ -201,13 +195,7 @@ async fn delete_during_a_busy_turn_writes_nothing_afterwards() {
         matches!(e.kind, EventKind::ToolStarted { .. })
     })
     .await;
-    within(async {
-        while tools.sleeper.pids.lock().unwrap().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let pid = tools.sleeper.pids.lock().unwrap()[0];
+    let pid = tools.sleeper.wait_pids(1).await[0];
     within(session.delete()).await.unwrap();
     let (tail, notice) = until_closed(&mut sub).await;
     assert_eq!(

@@ -129,13 +129,7 @@ async fn cancelling_the_parent_cancels_the_child() {
     let (rt, session) = start(cfg, ApprovalMode::Bypass).await;
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("delegate")).await.unwrap();
-    within(async {
-        while tools.sleeper.pids.lock().unwrap().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let pid = tools.sleeper.pids.lock().unwrap()[0];
+    let pid = tools.sleeper.wait_pids(1).await[0];
     session.cancel().await.unwrap();
     let events = until(&mut sub, is_complete).await;
     assert_eq!(cancelled_end(&events), expected_cancel("user"));
@@ -146,16 +140,10 @@ async fn cancelling_the_parent_cancels_the_child() {
         .into_iter()
         .find(|s| s.id != session.id())
         .unwrap();
-    let child_log = within(async {
-        loop {
-            let log = st.read_from(child.id, Seq::FIRST).unwrap();
-            if log.last().is_some_and(is_complete) {
-                return log;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    // The child's log from seq 1 until its turn completes (replayed, then live).
+    let mut child_sub = subscribe(&rt.session(child.id).await.unwrap(), false).await;
+    until(&mut child_sub, is_complete).await;
+    let child_log = st.read_from(child.id, Seq::FIRST).unwrap();
     assert_eq!(cancelled_end(&child_log), expected_cancel("user"));
     assert_well_formed(&child_log);
     rt.shutdown().await;

@@ -71,7 +71,18 @@ pub enum Kind {
 pub struct TestTool {
     spec: ToolSpec,
     kind: Kind,
-    pub pids: Arc<Mutex<Vec<i32>>>,
+    /// Pids of the `sleep` processes started so far; tests wait on it with
+    /// [`TestTool::wait_pids`].
+    pub pids: Arc<tokio::sync::watch::Sender<Vec<i32>>>,
+}
+
+impl TestTool {
+    /// Waits until at least `n` processes were started; returns their pids.
+    pub async fn wait_pids(&self, n: usize) -> Vec<i32> {
+        let mut rx = self.pids.subscribe();
+        let pids = within(rx.wait_for(|p| p.len() >= n)).await;
+        pids.unwrap().clone()
+    }
 }
 
 /// Kills a process group when dropped (the ToolActor is killed on cancel).
@@ -107,7 +118,7 @@ impl Tool for TestTool {
                     .unwrap();
                 let pid = i32::try_from(child.id().unwrap()).unwrap();
                 let _group = Group(pid);
-                self.pids.lock().unwrap().push(pid);
+                self.pids.send_modify(|p| p.push(pid));
                 tokio::select! {
                     () = cancel.cancelled() => ToolOutput::error("stopped"),
                     _ = child.wait() => ToolOutput::ok("slept"),
@@ -129,7 +140,7 @@ pub fn tool(name: &str, kind: Kind, side_effect: SideEffect) -> Arc<TestTool> {
             default_timeout_ms: 3_600_000,
         },
         kind,
-        pids: Arc::default(),
+        pids: Arc::new(tokio::sync::watch::Sender::new(Vec::new())),
     })
 }
 
