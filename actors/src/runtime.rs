@@ -225,16 +225,10 @@ pub(crate) async fn create_session_in(
     inner: &Arc<Inner>,
     config: SessionConfig,
 ) -> Result<SessionHandle, RuntimeError> {
-    let actor: ActorRef<SessionMsg> = ask(&inner.supervisor, |reply| {
+    let (id, _actor): (SessionId, ActorRef<SessionMsg>) = ask(&inner.supervisor, |reply| {
         SupervisorMsg::CreateSession { config, reply }
     })
     .await?;
-    let id = inner
-        .registry
-        .iter()
-        .find(|e| e.value().get_id() == actor.get_id())
-        .map(|e| *e.key());
-    let id = id.ok_or_else(|| RuntimeError::Actor("created session is not registered".into()))?;
     Ok(SessionHandle {
         id,
         inner: Arc::clone(inner),

@@ -16,6 +16,12 @@ mod sim_server;
 use clap::Parser;
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc malloc: under many concurrent sessions the runtime allocates
+/// from every worker thread at once, and glibc's arena locks showed up as about a third of
+/// the load test's CPU profile (futex wake-ups, `malloc_consolidate`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // A sandboxed child re-executes this binary as `foya __sandbox-exec …`: it applies the
     // Landlock policy and execs the command, never returning here.

@@ -48,6 +48,14 @@ pub struct StoreOptions {
     /// Capacity of the bounded append queue, in appends; default 4096 (0 counts as 1).
     /// A full queue makes [`Store::append`] wait (backpressure).
     pub queue_capacity: usize,
+    /// Group-commit linger: when the previous write transaction held appends of more
+    /// than one caller (several sessions are writing), the writer waits this long after
+    /// draining the queue for more appends to join the transaction before committing.
+    /// Fewer, larger transactions cost less CPU per event (redb checksums and flushes
+    /// each dirty page once per commit). A lone writer (the previous transaction held one
+    /// append) never lingers, so a single session's append latency is unchanged. Default
+    /// 200 µs; `Duration::ZERO` turns it off.
+    pub commit_linger: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -56,6 +64,7 @@ impl Default for StoreOptions {
             durability: Durability::Immediate,
             max_batch: 1024,
             queue_capacity: 4096,
+            commit_linger: std::time::Duration::from_micros(200),
         }
     }
 }
@@ -176,6 +185,7 @@ impl Store {
             db: Arc::clone(&db),
             durability: options.durability.to_redb(),
             max_batch: options.max_batch,
+            commit_linger: options.commit_linger,
             counters: Arc::clone(&counters),
             cache: HashMap::new(),
         };

@@ -50,24 +50,39 @@ pub(crate) struct Writer {
     pub(crate) db: Arc<DbSlot>,
     pub(crate) durability: redb::Durability,
     pub(crate) max_batch: usize,
+    /// See [`crate::StoreOptions::commit_linger`].
+    pub(crate) commit_linger: std::time::Duration,
     pub(crate) counters: Arc<Counters>,
     /// Summaries of sessions seen, as committed.
     pub(crate) cache: HashMap<u128, SessionSummary>,
+}
+
+/// Moves what is queued into `batch`, up to `max_batch` requests, without waiting.
+fn drain(rx: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>, max_batch: usize) {
+    while batch.len() < max_batch {
+        match rx.try_recv() {
+            Ok(request) => batch.push(request),
+            Err(_) => break,
+        }
+    }
 }
 
 impl Writer {
     /// Runs until every sender is dropped and the queue is drained.
     pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let max_batch = self.max_batch.max(1);
+        let mut contended = false;
         while let Some(first) = rx.blocking_recv() {
             let mut batch = Vec::with_capacity(max_batch.min(64));
             batch.push(first);
-            while batch.len() < max_batch {
-                match rx.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
+            drain(&mut rx, &mut batch, max_batch);
+            if contended && batch.len() < max_batch && !self.commit_linger.is_zero() {
+                // Several callers are writing: give the ones about to append a moment
+                // to join this transaction (a batching policy, not synchronisation).
+                std::thread::sleep(self.commit_linger);
+                drain(&mut rx, &mut batch, max_batch);
             }
+            contended = batch.len() > 1;
             // A panic inside redb must not kill the writer: the batch's reply senders are
             // dropped by the unwind (their callers see a storage failure) and the cache,
             // which may be half-updated, is rebuilt lazily from the database.

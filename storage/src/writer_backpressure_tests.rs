@@ -27,6 +27,7 @@ fn slow_store(disk: &SlowDisk) -> Store {
         queue_capacity: QUEUE,
         max_batch: 4,
         durability: Durability::Immediate,
+        ..StoreOptions::default()
     };
     Store::start(db, None, PathBuf::from("slow"), options).unwrap()
 }

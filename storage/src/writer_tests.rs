@@ -63,9 +63,74 @@ fn memory_writer() -> Writer {
         db: Arc::new(DbSlot::new(db, None)),
         durability: redb::Durability::Immediate,
         max_batch: 16,
+        commit_linger: std::time::Duration::ZERO,
         counters: Arc::default(),
         cache: HashMap::new(),
     }
+}
+
+/// Runs `writer` on its own thread over a queue pre-filled with `first` (a batch of
+/// several requests, so the writer is contended), then sends `second` one by one as soon
+/// as the first batch is answered. Returns the commit count.
+fn commits_with_linger(linger: std::time::Duration) -> u64 {
+    let mut writer = memory_writer();
+    writer.commit_linger = linger;
+    let counters = Arc::clone(&writer.counters);
+    let (a, b, c, d) = (
+        SessionId::new(),
+        SessionId::new(),
+        SessionId::new(),
+        SessionId::new(),
+    );
+    let (tx, rx) = mpsc::channel(16);
+    let (r1, a1) = request(vec![created(a)]);
+    let (r2, a2) = request(vec![created(b)]);
+    tx.try_send(r1).unwrap();
+    tx.try_send(r2).unwrap();
+    let thread = std::thread::spawn(move || writer.run(rx));
+    a1.blocking_recv().unwrap().unwrap();
+    a2.blocking_recv().unwrap().unwrap();
+    let (r3, a3) = request(vec![created(c)]);
+    let (r4, a4) = request(vec![created(d)]);
+    tx.blocking_send(r3).unwrap();
+    tx.blocking_send(r4).unwrap();
+    a3.blocking_recv().unwrap().unwrap();
+    a4.blocking_recv().unwrap().unwrap();
+    drop(tx);
+    thread.join().unwrap();
+    counters.commits.load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_contended_writer_lingers_so_appends_sent_one_after_another_share_a_commit() {
+    // The linger (far longer than two channel sends) is what puts the 3rd and 4th
+    // appends in one transaction: without it the writer would wake for the 3rd alone.
+    assert_eq!(
+        commits_with_linger(std::time::Duration::from_millis(500)),
+        2
+    );
+}
+
+#[test]
+fn a_lone_writer_never_lingers() {
+    // One append at a time, with a linger that would hang the test if it applied.
+    let mut writer = memory_writer();
+    writer.commit_linger = std::time::Duration::from_secs(3600);
+    let session = SessionId::new();
+    let (tx, rx) = mpsc::channel(16);
+    let thread = std::thread::spawn(move || writer.run(rx));
+    for seq in 1..=3 {
+        let events = if seq == 1 {
+            vec![created(session)]
+        } else {
+            vec![step(session, seq)]
+        };
+        let (r, answer) = request(events);
+        tx.blocking_send(r).unwrap();
+        answer.blocking_recv().unwrap().unwrap();
+    }
+    drop(tx);
+    thread.join().unwrap();
 }
 
 #[test]

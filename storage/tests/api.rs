@@ -302,6 +302,7 @@ async fn non_durable_commits_are_visible_to_reads() {
         durability: Durability::None,
         max_batch: 2,
         queue_capacity: 1,
+        ..StoreOptions::default()
     };
     let store = Store::open(&dir.path().join("fast.redb"), options).unwrap();
     let a = SessionId::new();

@@ -89,6 +89,18 @@ fn assert_shape(report: &Value) {
         assert_ordered(report, key);
     }
     assert!(report["peak_rss_bytes"].as_u64().unwrap() > 0);
+    // The model client's and the tools' CPU are measured and taken out of the runtime's.
+    let cpu = report["cpu_s"].as_f64().unwrap();
+    let provider = report["provider_cpu_s"].as_f64().unwrap();
+    let tools = report["tool_cpu_s"].as_f64().unwrap();
+    assert!(
+        provider > 0.0 && tools > 0.0 && provider + tools < cpu,
+        "{report:#}"
+    );
+    assert!(
+        report["runtime_cpu_us_per_step"].as_f64().unwrap()
+            < report["cpu_us_per_step"].as_f64().unwrap()
+    );
 }
 
 #[test]
@@ -177,10 +189,18 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
         "openai-chat",
         "--base-url",
         &format!("http://{addr}/v1"),
+        "--compare-bare",
     ]);
     drop(child);
     assert_eq!(code, 0, "{report:#}");
     assert_eq!(report["turns_completed"], 3);
     assert_eq!(report["steps"], 9);
     assert_eq!(report["errors"], serde_json::json!({}));
+    // The bare pass replayed session 0's three requests for each of the 3 turns.
+    let bare = &report["bare_client"];
+    assert_eq!(bare["turns"], 3, "{bare}");
+    assert_eq!(bare["requests_ok"], 9, "{bare}");
+    assert_eq!(bare["requests_failed"], 0, "{bare}");
+    assert!(bare["bytes"].as_u64().unwrap() > 0);
+    assert!(report["cpu_ratio_vs_bare"].as_f64().unwrap() > 0.0);
 }

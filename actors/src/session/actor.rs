@@ -326,13 +326,15 @@ impl Actor for SessionActor {
                     let _ = reply.send(result);
                 }
             }
-            SessionMsg::PublishDelta { run_id, delta } => {
-                let live = LiveDelta {
-                    session_id: state.fold.id,
-                    run_id,
-                    delta,
-                };
-                state.broadcast(&SessionUpdate::Delta(live));
+            SessionMsg::PublishDeltas { run_id, deltas } => {
+                for delta in deltas {
+                    let live = LiveDelta {
+                        session_id: state.fold.id,
+                        run_id,
+                        delta,
+                    };
+                    state.broadcast(&SessionUpdate::Delta(live));
+                }
             }
             msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
             SessionMsg::TitleGenerated {

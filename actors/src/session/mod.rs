@@ -98,8 +98,8 @@ pub(crate) enum SessionMsg {
         kinds: Vec<EventKind>,
         reply: Option<RpcReplyPort<Result<Vec<Event>, String>>>,
     },
-    /// From a child: broadcast a live delta.
-    PublishDelta { run_id: RunId, delta: Delta },
+    /// From a child: broadcast live deltas, in order.
+    PublishDeltas { run_id: RunId, deltas: Vec<Delta> },
     /// From a ToolActor: ask the approver (or deny when none is attached).
     RequestApproval {
         run_id: RunId,

@@ -62,7 +62,7 @@ impl Supervisor {
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
         config: SessionConfig,
-    ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+    ) -> Result<(SessionId, ActorRef<SessionMsg>), RuntimeError> {
         let id = SessionId::new();
         let event = Event {
             session_id: id,
@@ -80,7 +80,7 @@ impl Supervisor {
             .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         let mut state = SessionState::new(id, config);
         crate::session::state::apply(&mut state, &event);
-        self.spawn(myself, state).await
+        Ok((id, self.spawn(myself, state).await?))
     }
 
     async fn load(

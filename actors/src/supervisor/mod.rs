@@ -23,10 +23,10 @@ use ractor::ActorRef;
 /// Messages of the Supervisor.
 #[derive(Debug)]
 pub(crate) enum SupervisorMsg {
-    /// Write `session_created` and start its SessionActor.
+    /// Write `session_created` and start its SessionActor; answers with the new id.
     CreateSession {
         config: SessionConfig,
-        reply: Reply<ActorRef<SessionMsg>>,
+        reply: Reply<(SessionId, ActorRef<SessionMsg>)>,
     },
     /// The live SessionActor of `id`, loading it from the log if needed.
     GetSession {

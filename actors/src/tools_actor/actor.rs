@@ -81,9 +81,9 @@ impl ProgressSink for Progress {
             tool_call_id: self.call.id.clone(),
             chunk,
         };
-        let _ = self.session.cast(SessionMsg::PublishDelta {
+        let _ = self.session.cast(SessionMsg::PublishDeltas {
             run_id: self.run_id,
-            delta,
+            deltas: vec![delta],
         });
     }
 }

@@ -5,15 +5,15 @@ use super::context::Trigger;
 use super::tools::ToolRun;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
-use crate::provider::ModelRequest;
+use crate::provider::ToolSchema;
 use crate::provider::actor::ProviderMsg;
 use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
 use foya_protocol::event::Delta;
 use foya_protocol::{
-    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, SessionConfig, SessionId,
-    StreamAggregate, StreamEvent, TurnStatus,
+    ErrorClass, ErrorInfo, Event, EventKind, FinishReason, ProviderError, RunId, SessionConfig,
+    SessionId, StreamAggregate, StreamEvent, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashSet;
@@ -83,14 +83,35 @@ pub(crate) struct Turn {
     pub(super) overflow_used: bool,
     /// Whether this step already compacted (threshold compaction runs once per step).
     pub(super) compacted_in_step: bool,
-    /// The step's last request, re-sent as is by a retry.
-    pub(super) last_request: Option<ModelRequest>,
+    /// How many events of `history` the step's request was compiled from; a retry
+    /// rebuilds the same request from that prefix (`None`: no request in this step yet).
+    pub(super) request_history_len: Option<usize>,
+    /// The session log as far as this turn has read it (seq order, from seq 1), extended
+    /// before every compile by [`Turn::refresh_history`].
+    pub(super) history: Vec<Event>,
+    /// The tool schemas this turn offers (built once: the approval mode is fixed for
+    /// the turn).
+    pub(super) tools: Vec<ToolSchema>,
     pub(super) control: super::control::Control,
+    /// The step number of a `step_started` not written yet (0: none; steps count from
+    /// 1): [`Turn::persist`] puts it before the events it writes next. Atomic only so
+    /// that `persist` can take `&self`; the actor is its only user.
+    pub(super) pending_step: std::sync::atomic::AtomicU32,
 }
 
 impl Turn {
-    /// Persists events of this turn through the session (waits for the commit).
-    pub(super) async fn persist(&self, kinds: Vec<EventKind>) -> Result<(), ActorProcessingErr> {
+    /// Persists events of this turn through the session (waits for the commit). A
+    /// pending `step_started` goes first, in the same append.
+    pub(super) async fn persist(
+        &self,
+        mut kinds: Vec<EventKind>,
+    ) -> Result<(), ActorProcessingErr> {
+        let step = self
+            .pending_step
+            .swap(0, std::sync::atomic::Ordering::Relaxed);
+        if step != 0 {
+            kinds.insert(0, EventKind::StepStarted { step });
+        }
         if kinds.is_empty() {
             return Ok(());
         }
@@ -116,12 +137,15 @@ impl Turn {
         }
     }
 
-    fn publish(&self, delta: Delta) {
+    fn publish(&self, deltas: Vec<Delta>) {
+        if deltas.is_empty() {
+            return;
+        }
         let run_id = self.args.run_id;
         let _ = self
             .args
             .session
-            .cast(SessionMsg::PublishDelta { run_id, delta });
+            .cast(SessionMsg::PublishDeltas { run_id, deltas });
     }
 
     pub(super) async fn finish(
@@ -176,19 +200,21 @@ impl Turn {
         self.step += 1;
         self.attempt = 1;
         self.compacted_in_step = false;
-        self.last_request = None;
-        self.persist(vec![EventKind::StepStarted { step: self.step }])
-            .await?;
+        self.request_history_len = None;
+        // `step_started` is written with the step's next event (its
+        // `context_diagnostics`, or `compaction_started`), one append instead of two; the
+        // compiler does not read it.
+        self.pending_step
+            .store(self.step, std::sync::atomic::Ordering::Relaxed);
         self.start_request(myself).await
     }
 
-    fn relay(&mut self, event: &StreamEvent) {
+    /// The live deltas of one stream event (appended to `out`).
+    fn relay(&mut self, event: &StreamEvent, out: &mut Vec<Delta>) {
         match event {
-            StreamEvent::TextDelta { text } => {
-                self.publish(Delta::TextDelta { text: text.clone() })
-            }
+            StreamEvent::TextDelta { text } => out.push(Delta::TextDelta { text: text.clone() }),
             StreamEvent::ReasoningDelta { text } => {
-                self.publish(Delta::ReasoningDelta { text: text.clone() });
+                out.push(Delta::ReasoningDelta { text: text.clone() });
             }
             StreamEvent::ToolCallDelta {
                 index,
@@ -197,7 +223,7 @@ impl Turn {
                 arguments,
                 ..
             } => {
-                self.publish(Delta::ToolCallDelta {
+                out.push(Delta::ToolCallDelta {
                     index: *index,
                     id: id.clone(),
                     name: name.clone(),
@@ -206,7 +232,7 @@ impl Turn {
                 if let (Some(id), Some(name)) = (id, name)
                     && self.queued.insert(*index)
                 {
-                    self.publish(Delta::ToolCallQueued {
+                    out.push(Delta::ToolCallQueued {
                         tool_call_id: id.clone(),
                         name: name.clone(),
                     });
@@ -219,23 +245,37 @@ impl Turn {
         }
     }
 
+    /// A batch of stream events of request `request`: relayed as one batch of deltas,
+    /// folded into the aggregate, then the terminal event (if any) handled.
     async fn on_stream(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         request: u64,
-        event: StreamEvent,
+        events: Vec<StreamEvent>,
     ) -> Result<(), ActorProcessingErr> {
         if matches!(self.phase, Phase::Compacting(_)) {
-            return self.on_compaction_stream(myself, request, event).await;
+            for event in events {
+                self.on_compaction_stream(myself, request, event).await?;
+            }
+            return Ok(());
         }
         if request != self.request_number || !matches!(self.phase, Phase::Streaming) {
             return Ok(());
         }
-        self.relay(&event);
-        self.aggregate.apply(&event);
-        match event {
-            StreamEvent::Done { .. } => self.on_response(myself).await,
-            StreamEvent::Error { error } => self.on_provider_error(myself, error).await,
+        let mut deltas = Vec::with_capacity(events.len());
+        let mut terminal = None;
+        for event in events {
+            self.relay(&event, &mut deltas);
+            self.aggregate.apply(&event);
+            if matches!(event, StreamEvent::Done { .. } | StreamEvent::Error { .. }) {
+                terminal = Some(event);
+                break;
+            }
+        }
+        self.publish(deltas);
+        match terminal {
+            Some(StreamEvent::Done { .. }) => self.on_response(myself).await,
+            Some(StreamEvent::Error { error }) => self.on_provider_error(myself, error).await,
             _ => Ok(()),
         }
     }
@@ -280,7 +320,9 @@ impl Actor for TurnActor {
             last_estimate: 0,
             overflow_used: false,
             compacted_in_step: false,
-            last_request: None,
+            request_history_len: None,
+            history: Vec::new(),
+            tools: args.deps.tools.schemas(args.config.approval_mode),
             args,
             step: 0,
             attempt: 1,
@@ -290,6 +332,7 @@ impl Actor for TurnActor {
             queued: HashSet::new(),
             phase: Phase::Streaming,
             control: super::control::Control::new(args_limits),
+            pending_step: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -312,7 +355,7 @@ impl Actor for TurnActor {
                     TurnMode::Compact => state.begin_compaction(&myself, Trigger::Manual).await,
                 }
             }
-            TurnMsg::Stream { request, event } => state.on_stream(&myself, request, event).await,
+            TurnMsg::Stream { request, events } => state.on_stream(&myself, request, events).await,
             TurnMsg::RetryElapsed { request } => {
                 if request == state.request_number && matches!(state.phase, Phase::Backoff { .. }) {
                     state.resend(&myself).await?;

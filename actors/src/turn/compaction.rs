@@ -51,11 +51,11 @@ impl Turn {
         trigger: Trigger,
     ) -> Result<(), ActorProcessingErr> {
         self.compacted_in_step = true;
-        let (events, compiled) = self.compile_log()?;
-        let compiled = match compiled {
+        let compiled = match self.compile_log()? {
             Ok(c) => c,
             Err(e) => return self.fail_context(myself, &e).await,
         };
+        let events = self.history.clone();
         if context::history(&events).is_empty() {
             return match trigger {
                 Trigger::Manual => {

@@ -92,30 +92,51 @@ impl Turn {
     /// Compiles `events` (a session log in seq order) for this step.
     pub(super) fn compile_events(&self, events: &[Event]) -> Result<CompiledContext, ContextError> {
         let touched = context::touched_paths(events);
-        let tools = self.args.deps.tools.schemas(self.args.config.approval_mode);
         context::compile(&CompileInput {
             config: &self.args.config,
             project: &self.args.project,
             env: &self.env,
             history: events,
             touched_paths: &touched,
-            tools: &tools,
+            tools: &self.tools,
             limits: self.limits(),
             calibration: self.calibration,
         })
     }
 
-    /// Reads the committed log and compiles it.
+    /// Brings [`Turn::history`] up to the committed log: reads only the events appended
+    /// since the last refresh (one short read transaction), not the whole log.
+    ///
+    /// # Errors
+    /// A store read failure (the turn actor fails; its session closes the turn).
+    pub(super) fn refresh_history(&mut self) -> Result<(), ActorProcessingErr> {
+        let next = self.history.last().map_or(Seq::FIRST, |e| Seq(e.seq.0 + 1));
+        let new = self.args.deps.store.read_from(self.args.session_id, next)?;
+        self.history.extend(new);
+        Ok(())
+    }
+
+    /// Refreshes the history and compiles all of it.
     pub(super) fn compile_log(
-        &self,
-    ) -> Result<(Vec<Event>, Result<CompiledContext, ContextError>), ActorProcessingErr> {
-        let events = self
-            .args
-            .deps
-            .store
-            .read_from(self.args.session_id, Seq::FIRST)?;
-        let compiled = self.compile_events(&events);
-        Ok((events, compiled))
+        &mut self,
+    ) -> Result<Result<CompiledContext, ContextError>, ActorProcessingErr> {
+        self.refresh_history()?;
+        Ok(self.compile_events(&self.history))
+    }
+
+    /// The model request for a compiled context: the context plus the turn-control
+    /// adjustments and resolved images. Deterministic in its inputs, so a retry rebuilds
+    /// exactly the request it retries instead of keeping a copy.
+    fn build_request(&self, compiled: CompiledContext) -> ModelRequest {
+        let mut request = ModelRequest {
+            model: self.args.config.model.clone(),
+            system: compiled.system,
+            messages: compiled.messages,
+            tools: compiled.tools,
+            ..ModelRequest::default()
+        };
+        self.adjust_request(&mut request);
+        crate::attachments::with_images(self.args.deps.attachments.as_deref(), request)
     }
 
     /// Ends the turn for a compile error (`invalid_request`, the error's message).
@@ -135,8 +156,7 @@ impl Turn {
         &mut self,
         myself: &ActorRef<TurnMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        let (_, compiled) = self.compile_log()?;
-        let compiled = match compiled {
+        let compiled = match self.compile_log()? {
             Ok(c) => c,
             Err(e) => return self.fail_context(myself, &e).await,
         };
@@ -157,28 +177,28 @@ impl Turn {
             return self.begin_compaction(myself, Trigger::Threshold).await;
         }
         self.last_estimate = compiled.sections.values().sum();
-        let mut request = ModelRequest {
-            model: self.args.config.model.clone(),
-            system: compiled.system,
-            messages: compiled.messages,
-            tools: compiled.tools,
-            ..ModelRequest::default()
-        };
-        self.adjust_request(&mut request);
-        let request =
-            crate::attachments::with_images(self.args.deps.attachments.as_deref(), request);
-        self.last_request = Some(request.clone());
+        self.request_history_len = Some(self.history.len());
+        let request = self.build_request(compiled);
         self.send(myself, request).await
     }
 
-    /// Re-sends the step's last request (a retry), or compiles one if there is none.
+    /// Re-sends the step's last request (a retry): rebuilt from the same history prefix,
+    /// so it is the request already sent (the events persisted since, such as
+    /// `provider_retry`, are not part of it); compiles a new one if there is none.
     pub(super) async fn resend(
         &mut self,
         myself: &ActorRef<TurnMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        match self.last_request.clone() {
-            Some(request) => self.send(myself, request).await,
-            None => self.start_request(myself).await,
+        let Some(len) = self.request_history_len else {
+            return self.start_request(myself).await;
+        };
+        let compiled = self.compile_events(&self.history[..len.min(self.history.len())]);
+        match compiled {
+            Ok(compiled) => {
+                let request = self.build_request(compiled);
+                self.send(myself, request).await
+            }
+            Err(e) => self.fail_context(myself, &e).await,
         }
     }
 

@@ -88,15 +88,13 @@ impl Turn {
             let calls = std::mem::take(&mut self.control.calls);
             self.control.hook_blocks = 0;
             let ids: Vec<_> = calls.iter().map(|c| &c.id).collect();
+            self.refresh_history()?;
             let results: Vec<ToolMessage> = self
-                .args
-                .deps
-                .store
-                .read_from(self.args.session_id, foya_protocol::Seq::FIRST)?
-                .into_iter()
+                .history
+                .iter()
                 .filter(|e| e.run_id == Some(self.args.run_id))
-                .filter_map(|e| match e.kind {
-                    EventKind::ToolMessage(m) if ids.contains(&&m.tool_call_id) => Some(m),
+                .filter_map(|e| match &e.kind {
+                    EventKind::ToolMessage(m) if ids.contains(&&m.tool_call_id) => Some(m.clone()),
                     _ => None,
                 })
                 .collect();

@@ -1,6 +1,7 @@
 //! TurnActor: one per turn, spawned linked by its SessionActor; runs the step loop.
 //!
-//! A step: `step_started`; compile the context from the committed log
+//! A step: `step_started` (written together with the step's next event); compile the
+//! context from the committed log
 //! (`context::compile`, see `context.rs`; `context_diagnostics`; compaction first when
 //! over the threshold, see `compaction.rs`); spawn a ProviderActor; relay its deltas
 //! live (text, reasoning, tool-call fragments, `tool_call_queued` as soon as a call's id
@@ -63,8 +64,12 @@ pub(crate) enum TurnMode {
 pub(crate) enum TurnMsg {
     /// Start the first step (sent to itself once started).
     Begin,
-    /// One stream event of model request number `request`.
-    Stream { request: u64, event: StreamEvent },
+    /// Stream events of model request number `request`, in order (one or more; a
+    /// terminal `Done`/`Error` is always last).
+    Stream {
+        request: u64,
+        events: Vec<StreamEvent>,
+    },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },
     /// A ToolActor finished call `index` of the current step.

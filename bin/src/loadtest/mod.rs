@@ -4,6 +4,8 @@
 //! latency and overhead percentiles, failures by class, peak RSS and CPU time (text on
 //! stdout, JSON with `--json FILE`). Ctrl-C stops it with a partial report.
 
+mod bare;
+mod cpu;
 mod driver;
 mod probe;
 mod report;
@@ -16,6 +18,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
+use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::RetryPolicy;
 use foya_actors::runtime::{Runtime, RuntimeConfig};
 use foya_storage::{Durability, Store, StoreOptions};
@@ -66,6 +69,11 @@ pub(crate) struct LoadtestArgs {
     /// Attempts per model request, the first included (retry policy).
     #[arg(long, default_value_t = RetryPolicy::default().max_attempts)]
     pub(crate) max_attempts: u32,
+    /// After the run, replay the same sessions × turns with a bare HTTP client that only
+    /// reads the response bytes (HTTP providers only) and report the runtime's CPU per
+    /// turn as a multiple of the bare client's.
+    #[arg(long)]
+    pub(crate) compare_bare: bool,
     /// Capacity of each subscriber's channel (events + deltas).
     #[arg(long, default_value_t = 1024)]
     pub(crate) subscriber_buffer: usize,
@@ -93,7 +101,11 @@ pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
 
 async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
-    let (client, model) = model_client(&args)?;
+    let (client, model, profile) = model_client(&args)?;
+    anyhow::ensure!(
+        !args.compare_bare || profile.is_some(),
+        "--compare-bare needs an HTTP provider (e.g. --provider openai-chat --base-url …)"
+    );
     let workspace = tempfile::Builder::new()
         .prefix("foya-loadtest-ws")
         .tempdir()
@@ -126,7 +138,11 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
 
     let probe = Probe::new(client, args.sessions);
     let slots = probe.slots();
+    let provider_cpu = probe.cpu();
+    let captured = probe.captured();
+    let tool_cpu = Arc::new(cpu::CpuMeter::default());
     let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
+    config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
     config.retry.max_attempts = args.max_attempts.max(1);
     config.subscriber_buffer = args.subscriber_buffer;
     let runtime = Runtime::start(config)
@@ -147,7 +163,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         progress: progress.clone(),
     });
 
-    let events_before = store.stats().appended_events;
+    let stats_before = store.stats();
     let cpu_before = report::cpu_time();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -177,15 +193,29 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let wall = started.elapsed();
     let cpu = report::cpu_time().saturating_sub(cpu_before);
     progress.finish_and_clear();
-    let events_persisted = store.stats().appended_events - events_before;
+    let stats = store.stats();
+    let events_persisted = stats.appended_events - stats_before.appended_events;
 
     let mut report = build_report(&args, &shared, outcomes, events_persisted);
     report.stopped_early = stop.is_cancelled();
+    report.commits = stats.commits - stats_before.commits;
+    report.provider_cpu_s = provider_cpu.total().as_secs_f64();
+    report.tool_cpu_s = tool_cpu.total().as_secs_f64();
     report.finish(wall, cpu);
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.runtime.shutdown().await;
     }
     store.close().await;
+
+    if let (Some(profile), true) = (&profile, args.compare_bare && !stop.is_cancelled()) {
+        let requests = captured
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let concurrency = args.concurrency.unwrap_or(args.sessions);
+        let bare = bare::run(profile, &requests, args.sessions, args.turns, concurrency).await?;
+        report.set_bare(bare);
+    }
 
     print!("{}", report.to_text());
     if let Some(path) = &args.json {
@@ -218,13 +248,16 @@ fn panicked() -> Outcome {
     out
 }
 
-/// The client for `--provider`: the simulator in process, or an HTTP client.
-fn model_client(args: &LoadtestArgs) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
+/// The client for `--provider`: the simulator in process, or an HTTP client (with its
+/// resolved profile).
+type ClientChoice = (Arc<dyn ModelClient>, String, Option<ProviderProfile>);
+
+fn model_client(args: &LoadtestArgs) -> anyhow::Result<ClientChoice> {
     let sim = args.sim.to_config()?;
     if args.provider == "sim" {
         let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
         let client = foya_actors::provider::sim::SimClient::new(sim);
-        return Ok((Arc::new(client), model));
+        return Ok((Arc::new(client), model, None));
     }
     let cwd = std::env::current_dir().context("no current directory")?;
     let config = foya_actors::provider::config::ProviderConfig::load(&cwd)?;
@@ -237,8 +270,8 @@ fn model_client(args: &LoadtestArgs) -> anyhow::Result<(Arc<dyn ModelClient>, St
         resolved => resolved?,
     };
     let model = profile.model.clone();
-    let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
-    Ok((Arc::new(client), model))
+    let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;
+    Ok((Arc::new(client), model, Some(profile)))
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

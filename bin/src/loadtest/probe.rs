@@ -7,7 +7,12 @@
 //! call (tool time is subtracted later, from `tool_finished.duration_ms`), and the
 //! instant each text chunk left the client (matched in order with the `TextDelta`s a
 //! subscriber receives, for the relay latency).
+//!
+//! It also measures the CPU time spent inside the wrapped client (its `stream()` call
+//! and every poll of its stream, see [`super::cpu`]) and keeps a copy of session 0's
+//! first-turn requests, which `--compare-bare` replays with a bare HTTP client.
 
+use super::cpu::{CpuMeter, Metered};
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_protocol::{FinishReason, Message, StreamEvent};
 use futures::StreamExt as _;
@@ -49,6 +54,10 @@ pub(crate) fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
 pub(crate) struct Probe {
     inner: Arc<dyn ModelClient>,
     slots: Slots,
+    /// CPU time spent inside the wrapped client.
+    cpu: Arc<CpuMeter>,
+    /// Session 0's first-turn requests, in order.
+    captured: Arc<Mutex<Vec<ModelRequest>>>,
 }
 
 impl Probe {
@@ -58,7 +67,19 @@ impl Probe {
         Self {
             inner,
             slots: Arc::new(slots),
+            cpu: Arc::default(),
+            captured: Arc::default(),
         }
+    }
+
+    /// The CPU meter of the wrapped client.
+    pub(crate) fn cpu(&self) -> Arc<CpuMeter> {
+        Arc::clone(&self.cpu)
+    }
+
+    /// Session 0's first-turn requests (filled as the run goes).
+    pub(crate) fn captured(&self) -> Arc<Mutex<Vec<ModelRequest>>> {
+        Arc::clone(&self.captured)
     }
 
     /// The slots (shared with the session drivers).
@@ -92,7 +113,24 @@ impl ModelClient for Probe {
             }
             slot.requests += 1;
         }
-        let inner = self.inner.stream(request, cancel);
+        let first_turn = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::User(_)))
+            .count()
+            == 1;
+        if index == Some(0) && first_turn {
+            self.captured
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(request.clone());
+        }
+        let inner = self.cpu.measure(|| self.inner.stream(request, cancel));
+        let inner = Metered {
+            inner,
+            meter: Arc::clone(&self.cpu),
+        }
+        .boxed();
         let Some(i) = index else { return inner };
         let slots = Arc::clone(&self.slots);
         inner

@@ -59,6 +59,9 @@ pub(crate) struct Report {
     pub(crate) model_requests: u64,
     /// Events committed to the store during the run.
     pub(crate) events_persisted: u64,
+    /// Store write transactions committed during the run (group commit: one holds the
+    /// appends of every session that were queued together).
+    pub(crate) commits: u64,
     /// Live deltas received by the subscribers.
     pub(crate) deltas_received: u64,
     /// Wall time of the run, in seconds (session creation included).
@@ -69,6 +72,19 @@ pub(crate) struct Report {
     pub(crate) cpu_us_per_step: f64,
     /// `cpu_s` per completed turn, in microseconds.
     pub(crate) cpu_us_per_turn: f64,
+    /// CPU time spent inside the model client (its `stream()` calls and stream polls;
+    /// the in-process simulator, or the HTTP client's decoding), in seconds.
+    pub(crate) provider_cpu_s: f64,
+    /// CPU time spent inside tool calls (the tools' own work), in seconds.
+    pub(crate) tool_cpu_s: f64,
+    /// The runtime's own CPU per step: `cpu_s` minus `provider_cpu_s` and `tool_cpu_s`,
+    /// per step, in microseconds (session creation and the load driver's subscribers
+    /// included).
+    pub(crate) runtime_cpu_us_per_step: f64,
+    /// The bare-client pass (`--compare-bare`), when it ran.
+    pub(crate) bare_client: Option<super::bare::BareReport>,
+    /// `cpu_us_per_turn` divided by the bare client's CPU per turn (`--compare-bare`).
+    pub(crate) cpu_ratio_vs_bare: Option<f64>,
     /// Completed turns per wall second.
     pub(crate) turns_per_s: f64,
     /// Steps per wall second.
@@ -102,6 +118,8 @@ impl Report {
         let per = |n: u64, total: f64| if n == 0 { 0.0 } else { total / n as f64 };
         self.cpu_us_per_step = per(self.steps, self.cpu_s * 1e6);
         self.cpu_us_per_turn = per(self.turns_completed, self.cpu_s * 1e6);
+        let own = (self.cpu_s - self.provider_cpu_s - self.tool_cpu_s).max(0.0);
+        self.runtime_cpu_us_per_step = per(self.steps, own * 1e6);
         let rate = |n: u64| {
             if self.wall_s > 0.0 {
                 n as f64 / self.wall_s
@@ -113,6 +131,13 @@ impl Report {
         self.steps_per_s = rate(self.steps);
         self.events_per_s = rate(self.events_persisted);
         self.peak_rss_bytes = peak_rss_bytes().unwrap_or(0);
+    }
+
+    /// Records the bare-client pass and the CPU ratio against it.
+    pub(crate) fn set_bare(&mut self, bare: super::bare::BareReport) {
+        self.cpu_ratio_vs_bare =
+            (bare.cpu_us_per_turn > 0.0).then(|| self.cpu_us_per_turn / bare.cpu_us_per_turn);
+        self.bare_client = Some(bare);
     }
 
     /// The human-readable report.
@@ -155,11 +180,12 @@ impl Report {
             self.turns_completed, self.turns_failed, self.turns_interrupted
         ));
         line(format!(
-            "work       steps {}  tool calls {}  model requests {}  events persisted {}  deltas {}",
+            "work       steps {}  tool calls {}  model requests {}  events persisted {} in {} commits  deltas {}",
             self.steps,
             self.tool_calls,
             self.model_requests,
             self.events_persisted,
+            self.commits,
             self.deltas_received
         ));
         line(format!(
@@ -170,6 +196,20 @@ impl Report {
             "cpu        {:.2} s  ({:.1} us/step, {:.1} us/turn)",
             self.cpu_s, self.cpu_us_per_step, self.cpu_us_per_turn
         ));
+        line(format!(
+            "           provider {:.2} s, tools {:.2} s; runtime's own {:.1} us/step",
+            self.provider_cpu_s, self.tool_cpu_s, self.runtime_cpu_us_per_step
+        ));
+        if let Some(bare) = &self.bare_client {
+            line(format!(
+                "bare       {:.2} s for {} turns ({:.1} us/turn, {} requests failed); runtime/bare {:.2}x",
+                bare.cpu_s,
+                bare.turns,
+                bare.cpu_us_per_turn,
+                bare.requests_failed,
+                self.cpu_ratio_vs_bare.unwrap_or(0.0)
+            ));
+        }
         line(format!(
             "memory     peak RSS {:.1} MiB",
             self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
