@@ -276,7 +276,11 @@ mod tests {
                 argv.push("hi");
             }
             let e = Cli::try_parse_from(&argv).unwrap_err();
-            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{command}");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{command}"
+            );
             assert!(e.use_stderr());
         }
         let ok = Cli::try_parse_from(["foya", "run", "--max-steps", "1", "hi"]).unwrap();

@@ -300,8 +300,7 @@ impl Renderer {
 fn color_enabled() -> bool {
     use std::io::IsTerminal as _;
     static COLOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *COLOR
-        .get_or_init(|| std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+    *COLOR.get_or_init(|| std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
 }
 
 /// `text` in ANSI faint when `color`, else unchanged.

@@ -11,8 +11,8 @@ use foya_protocol::{
     ApprovalDecision, ApprovalMode, Event, EventKind, Input, InputId, RunId, Seq, SessionConfig,
     SessionId, SessionUpdate, TurnStatus,
 };
-use tokio::signal::unix::{Signal, SignalKind, signal};
 use std::io::IsTerminal as _;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
     match run_inner(args).await {
@@ -108,8 +108,7 @@ async fn open_session(
 /// the scripted model answers with the response numbered by the assistant messages in the
 /// history, so a session that used them all would fail with `script exhausted`.
 fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow::Result<()> {
-    let (true, Some(path)) = (args.provider.provider == "scripted", &args.provider.script)
-    else {
+    let (true, Some(path)) = (args.provider.provider == "scripted", &args.provider.script) else {
         return Ok(());
     };
     let compacted = earlier
@@ -252,7 +251,11 @@ async fn drive(
         let _ = renderer.end_line();
         eprintln!(
             "\ncancelling… ({} again to quit now)",
-            if signal == Stop::Terminate { "SIGTERM" } else { "Ctrl-C" }
+            if signal == Stop::Terminate {
+                "SIGTERM"
+            } else {
+                "Ctrl-C"
+            }
         );
         let _ = session.cancel().await;
     }

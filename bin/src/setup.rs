@@ -21,9 +21,8 @@ pub(crate) fn model_client(
             .script
             .as_deref()
             .context("--provider scripted needs --script FILE")?;
-        let client = foya_actors::provider::scripted::ScriptedClient::from_script(load_script(
-            script,
-        )?);
+        let client =
+            foya_actors::provider::scripted::ScriptedClient::from_script(load_script(script)?);
         return Ok((
             Arc::new(client),
             args.model.clone().unwrap_or_else(|| "scripted".into()),

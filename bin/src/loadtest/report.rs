@@ -187,7 +187,10 @@ impl Report {
         ));
         // Every latency in milliseconds (the JSON keeps overhead in microseconds).
         line(format!("model req  {}", p(&self.model_latency_ms, "ms")));
-        line(format!("overhead   {}", p(&self.overhead_us.scaled(1e-3), "ms")));
+        line(format!(
+            "overhead   {}",
+            p(&self.overhead_us.scaled(1e-3), "ms")
+        ));
         line(format!("relay      {}", p(&self.relay_latency_ms, "ms")));
         line(format!("retries    {}", classes(&self.retries)));
         line(format!("errors     {}", classes(&self.errors)));
@@ -273,7 +276,11 @@ mod tests {
         let text = report.to_text();
         let latencies: Vec<&str> = text
             .lines()
-            .filter(|l| ["model req", "overhead", "relay"].iter().any(|p| l.starts_with(p)))
+            .filter(|l| {
+                ["model req", "overhead", "relay"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
             .collect();
         assert_eq!(
             latencies,
