@@ -119,7 +119,7 @@ fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow
         .filter(|e| matches!(e.kind, EventKind::AssistantMessage(_)))
         .count();
     let script = crate::setup::load_script(path)?;
-    if !compacted && used >= script.responses.len() {
+    if !earlier.is_empty() && !compacted && used >= script.responses.len() {
         anyhow::bail!(
             "session {id} already used all {} responses of the script {} (a scripted model \
              answers with response N+1 after N assistant messages); continue it with a \
@@ -197,16 +197,16 @@ async fn drive(
                     eprintln!("foya: the session closed before the turn ended");
                     return Ok(EXIT_FAILED);
                 };
-                if stop != Some(Stop::StdoutClosed) {
-                    if let Err(e) = renderer.render(&update) {
-                        if e.kind() != std::io::ErrorKind::BrokenPipe {
-                            eprintln!("foya: cannot write the output: {e}");
-                        }
-                        // Nobody reads the answer any more: stop the turn cleanly.
-                        if stop.is_none() {
-                            stop = Some(Stop::StdoutClosed);
-                            let _ = session.cancel().await;
-                        }
+                if stop != Some(Stop::StdoutClosed)
+                    && let Err(e) = renderer.render(&update)
+                {
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        eprintln!("foya: cannot write the output: {e}");
+                    }
+                    // Nobody reads the answer any more: stop the turn cleanly.
+                    if stop.is_none() {
+                        stop = Some(Stop::StdoutClosed);
+                        let _ = session.cancel().await;
                     }
                 }
                 let SessionUpdate::Event(event) = &update else { continue };
