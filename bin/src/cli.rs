@@ -12,6 +12,9 @@ pub(crate) const EXIT_FAILED: u8 = 1;
 pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit status of a cancelled turn (128 + SIGINT).
 pub(crate) const EXIT_CANCELLED: u8 = 130;
+/// Exit status of `foya run` after SIGTERM cancelled its turn cleanly (128 + SIGTERM, as
+/// shells report a process ended by SIGTERM).
+pub(crate) const EXIT_TERMINATED: u8 = 143;
 
 #[derive(Debug, Parser)]
 #[command(name = "foya", version, about = "Foya agent runtime")]
@@ -83,7 +86,7 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub(crate) approval: ApprovalMode,
     /// Maximum number of tool steps in the turn (headless default: 50).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_steps: u32,
     /// Continue an existing session instead of creating one.
     #[arg(long)]
@@ -157,7 +160,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub(crate) approval: ApprovalMode,
     /// Maximum number of tool steps per turn of sessions created without one.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_steps: u32,
     /// Ask the model for a title on each session's first input (an extra request).
     #[arg(long)]
@@ -177,7 +180,7 @@ pub(crate) struct ChatArgs {
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub(crate) approval: ApprovalMode,
     /// Maximum number of tool steps per turn of a new session.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_steps: u32,
     /// Resume this session instead of creating one.
     #[arg(long)]
@@ -206,5 +209,85 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Node(args) => crate::node::node(args).await,
         Command::SimServer(args) => crate::sim_server::sim_server(args).await,
         Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
+    }
+}
+
+/// `e` and its causes joined by `: `, each cause once: a cause whose text the message
+/// before it already ends with (an error that prints its source in its own message)
+/// is skipped.
+pub(crate) fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+/// Prints `foya: <error chain>` on stderr.
+pub(crate) fn report(e: &anyhow::Error) {
+    eprintln!("foya: {}", error_chain(e));
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// An error that prints its source in its own message, as thiserror's
+    /// `#[error("…: {source}")]` does.
+    #[derive(Debug)]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Repeats {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "reading x: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Repeats {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = anyhow::Error::new(Repeats { source: io() }).context("cannot load");
+        assert_eq!(error_chain(&e), "cannot load: reading x: gone");
+        let e = anyhow::Error::new(io()).context("cannot read script x");
+        assert_eq!(error_chain(&e), "cannot read script x: gone");
+    }
+
+    #[test]
+    fn zero_max_steps_is_a_usage_error() {
+        for command in ["run", "chat", "serve"] {
+            let mut argv = vec!["foya", command, "--max-steps", "0"];
+            if command == "run" {
+                argv.push("hi");
+            }
+            let e = Cli::try_parse_from(&argv).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{command}"
+            );
+            assert!(e.use_stderr());
+        }
+        let ok = Cli::try_parse_from(["foya", "run", "--max-steps", "1", "hi"]).unwrap();
+        let steps = match ok.command {
+            Command::Run(args) => Some(args.max_steps),
+            _ => None,
+        };
+        assert_eq!(steps, Some(1));
     }
 }

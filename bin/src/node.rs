@@ -51,7 +51,7 @@ pub(crate) async fn node(args: NodeArgs) -> u8 {
     match serve(args, cookie).await {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             EXIT_FAILED
         }
     }

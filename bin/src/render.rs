@@ -1,95 +1,219 @@
-//! Terminal rendering of session updates: answer text to stdout as it streams, tool
-//! activity, retries and errors to stderr; or one JSON object per line with `--json`.
+//! Terminal rendering of session updates: answer text to stdout, tool activity, retries
+//! and errors to stderr; or one JSON object per line with `--json`.
+//!
+//! Answer text on a terminal streams as it arrives. When stdout is not a terminal (a
+//! pipe or a file) each step's text is printed once, from its persisted
+//! `assistant_message`, so the output is exactly what the log says even when a model
+//! request was retried after part of its text had streamed.
 
-use foya_protocol::{Delta, Event, EventKind, SessionUpdate, ToolCallId};
-use std::collections::HashMap;
-use std::io::Write as _;
+use foya_protocol::{Delta, Event, EventKind, RunId, SessionUpdate, ToolCallId};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
 
 /// Longest tool-result preview shown on stderr, in characters.
 const PREVIEW_CHARS: usize = 120;
 
 /// Renders updates of one session.
-#[derive(Debug, Default)]
 pub(crate) struct Renderer {
     json: bool,
+    /// Answer text streams from deltas (stdout is a terminal); otherwise it is printed
+    /// from each `assistant_message`.
+    live_text: bool,
+    /// Dim stderr notes with ANSI escapes.
+    color: bool,
+    out: Box<dyn Write + Send>,
+    err: Box<dyn Write + Send>,
     /// Tool calls seen in assistant messages, for naming them when they run.
     calls: HashMap<ToolCallId, (String, String)>,
+    /// Turns whose `turn_started` this renderer saw; a `turn_complete` of another turn
+    /// closes one that ran before this process (recovery after a crash).
+    runs: HashSet<RunId>,
     /// Whether the last thing on stdout was answer text without a trailing newline.
     open_line: bool,
+    /// Whether the last thing on stderr was reasoning text without a trailing newline.
+    reasoning_open: bool,
+    /// Whether text deltas arrived since the current model request started.
+    step_text: bool,
+}
+
+impl std::fmt::Debug for Renderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renderer")
+            .field("json", &self.json)
+            .field("live_text", &self.live_text)
+            .field("open_line", &self.open_line)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Renderer {
+    fn default() -> Self {
+        Self::new(false)
+    }
 }
 
 impl Renderer {
+    /// A renderer on the process's stdout and stderr; text streams live when stdout is
+    /// a terminal.
     pub(crate) fn new(json: bool) -> Self {
+        use std::io::IsTerminal as _;
+        Self::with_writers(
+            json,
+            std::io::stdout().is_terminal(),
+            color_enabled(),
+            Box::new(std::io::stdout()),
+            Box::new(std::io::stderr()),
+        )
+    }
+
+    /// A renderer on the given writers (`out` for answer text or JSON lines, `err` for
+    /// everything else).
+    pub(crate) fn with_writers(
+        json: bool,
+        live_text: bool,
+        color: bool,
+        out: Box<dyn Write + Send>,
+        err: Box<dyn Write + Send>,
+    ) -> Self {
         Self {
             json,
-            ..Self::default()
+            live_text,
+            color,
+            out,
+            err,
+            calls: HashMap::new(),
+            runs: HashSet::new(),
+            open_line: false,
+            reasoning_open: false,
+            step_text: false,
         }
     }
 
-    pub(crate) fn render(&mut self, update: &SessionUpdate) {
-        if self.json {
-            if let Ok(line) = serde_json::to_string(update) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
-            }
-            return;
-        }
-        match update {
-            SessionUpdate::Delta(d) => self.delta(&d.delta),
-            SessionUpdate::Event(e) => self.event(e),
-            SessionUpdate::Notice(_) => {}
-        }
-    }
-
-    fn delta(&mut self, delta: &Delta) {
-        match delta {
-            Delta::TextDelta { text } => {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(text.as_bytes());
-                let _ = out.flush();
-                self.open_line = !text.ends_with('\n');
-            }
-            Delta::ReasoningDelta { text } => {
-                eprint!("{}", dim(text));
-            }
-            Delta::ToolCallQueued { name, .. } => {
-                self.end_line();
-                eprintln!("{}", crate::render::dim(&format!("• {name} queued")));
-            }
-            Delta::ToolCallDelta { .. } | Delta::ToolOutput { .. } => {}
-        }
-    }
-
-    fn event(&mut self, event: &Event) {
-        match &event.kind {
-            EventKind::AssistantMessage(m) => {
-                if !m.reasoning.is_empty() {
-                    eprintln!();
-                }
+    /// Learns the tool calls of events that were persisted before this renderer started
+    /// (a continued session), so their results are named. Prints nothing.
+    pub(crate) fn prime<'a>(&mut self, events: impl IntoIterator<Item = &'a Event>) {
+        for event in events {
+            if let EventKind::AssistantMessage(m) = &event.kind {
                 for call in &m.tool_calls {
                     let args = serde_json::to_string(&call.arguments).unwrap_or_default();
                     self.calls
                         .insert(call.id.clone(), (call.name.clone(), args));
                 }
             }
+        }
+    }
+
+    /// Renders one update.
+    ///
+    /// # Errors
+    /// Writing to stdout failed (e.g. `BrokenPipe` when the reader went away); errors
+    /// writing to stderr are ignored.
+    pub(crate) fn render(&mut self, update: &SessionUpdate) -> std::io::Result<()> {
+        if self.json {
+            if let Ok(line) = serde_json::to_string(update) {
+                writeln!(self.out, "{line}")?;
+                self.out.flush()?;
+            }
+            return Ok(());
+        }
+        match update {
+            SessionUpdate::Delta(d) => self.delta(&d.delta),
+            SessionUpdate::Event(e) => self.event(e),
+            SessionUpdate::Notice(_) => Ok(()),
+        }
+    }
+
+    fn dim(&self, text: &str) -> String {
+        paint_dim(self.color, text)
+    }
+
+    /// A line on stderr (errors writing it are ignored: nowhere to report them).
+    fn note(&mut self, line: &str) {
+        let _ = writeln!(self.err, "{line}");
+        let _ = self.err.flush();
+    }
+
+    /// Ends dimmed reasoning with a newline before anything else is written.
+    fn end_reasoning(&mut self) {
+        if self.reasoning_open {
+            self.reasoning_open = false;
+            let _ = writeln!(self.err);
+            let _ = self.err.flush();
+        }
+    }
+
+    fn write_text(&mut self, text: &str) -> std::io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(text.as_bytes())?;
+        self.out.flush()?;
+        self.open_line = !text.ends_with('\n');
+        Ok(())
+    }
+
+    fn delta(&mut self, delta: &Delta) -> std::io::Result<()> {
+        match delta {
+            Delta::TextDelta { text } => {
+                self.end_reasoning();
+                self.step_text |= !text.is_empty();
+                if self.live_text {
+                    self.write_text(text)?;
+                }
+            }
+            Delta::ReasoningDelta { text } => {
+                if !text.is_empty() {
+                    let _ = write!(self.err, "{}", self.dim(text));
+                    let _ = self.err.flush();
+                    self.reasoning_open = !text.ends_with('\n');
+                }
+            }
+            Delta::ToolCallQueued { name, .. } => {
+                self.end_reasoning();
+                self.end_line()?;
+                let line = self.dim(&format!("• {name} queued"));
+                self.note(&line);
+            }
+            Delta::ToolCallDelta { .. } | Delta::ToolOutput { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        match &event.kind {
+            EventKind::TurnStarted { .. } => {
+                if let Some(run) = event.run_id {
+                    self.runs.insert(run);
+                }
+            }
+            EventKind::AssistantMessage(m) => {
+                self.end_reasoning();
+                if !self.live_text {
+                    self.write_text(&m.text)?;
+                }
+                self.step_text = false;
+                self.prime([event]);
+            }
             EventKind::ToolStarted { tool_call_id, name } => {
-                self.end_line();
+                self.end_line()?;
                 let args = self
                     .calls
                     .get(tool_call_id)
                     .map(|(_, a)| a.as_str())
                     .unwrap_or("");
-                eprintln!("▶ {name} {}", preview(args));
+                let line = format!("▶ {name} {}", preview(args));
+                self.note(&line);
             }
             EventKind::ToolMessage(t) => {
+                self.end_line()?;
                 let name = self
                     .calls
                     .get(&t.tool_call_id)
                     .map(|(n, _)| n.as_str())
                     .unwrap_or("tool");
                 let mark = if t.is_error { "✗" } else { "✓" };
-                eprintln!("{mark} {name}: {}", preview(&t.content));
+                let line = format!("{mark} {name}: {}", preview(&t.content));
+                self.note(&line);
             }
             EventKind::ApprovalRequested {
                 tool_name,
@@ -97,14 +221,16 @@ impl Renderer {
                 reason,
                 ..
             } => {
-                self.end_line();
-                eprintln!("? approval needed for {tool_name}: {action} ({reason})");
+                self.end_reasoning();
+                self.end_line()?;
+                let line = format!("? approval needed for {tool_name}: {action} ({reason})");
+                self.note(&line);
             }
             EventKind::ApprovalDecided {
                 decision, message, ..
             } => {
                 let note = message.as_deref().unwrap_or("");
-                eprintln!("  approval: {decision:?} {note}");
+                self.note(&format!("  approval: {decision:?} {note}"));
             }
             EventKind::ProviderRetry {
                 attempt,
@@ -112,51 +238,84 @@ impl Renderer {
                 delay_ms,
                 error,
             } => {
-                self.end_line();
-                eprintln!(
+                self.end_reasoning();
+                self.end_line()?;
+                if std::mem::take(&mut self.step_text) {
+                    // Part of this request's answer already arrived; the retry streams
+                    // the whole answer again. On a terminal it shows after this marker;
+                    // otherwise only the persisted answer is printed.
+                    let marker = self.dim(&format!(
+                        "[retrying: {}, attempt {attempt}/{max_attempts}]",
+                        error.class
+                    ));
+                    self.note(&marker);
+                }
+                self.note(&format!(
                     "↻ retrying in {:.1}s (attempt {attempt}/{max_attempts}) because {}: {}",
                     *delay_ms as f64 / 1000.0,
                     error.class,
                     error.message
-                );
+                ));
             }
             EventKind::TurnComplete {
                 status,
                 reason,
                 error,
             } => {
-                self.end_line();
-                if let Some(err) = error {
-                    eprintln!("error: {}: {}", err.class, err.message);
+                self.end_reasoning();
+                self.end_line()?;
+                self.step_text = false;
+                let ours = event.run_id.is_some_and(|r| self.runs.contains(&r));
+                if !ours {
+                    // A turn that ran before this process: closed by recovery on load.
+                    let why = reason.as_deref().unwrap_or("");
+                    let line = self.dim(&format!("(an earlier turn ended {status:?}: {why})"));
+                    self.note(&line);
+                } else if let Some(err) = error {
+                    self.note(&format!("error: {}: {}", err.class, err.message));
                 } else if let Some(reason) = reason {
-                    eprintln!("turn {status:?}: {reason}");
+                    self.note(&format!("turn {status:?}: {reason}"));
                 }
             }
             _ => {}
         }
+        Ok(())
     }
 
     /// Finishes an open answer line so stderr output starts on its own line.
-    pub(crate) fn end_line(&mut self) {
+    ///
+    /// # Errors
+    /// Writing to stdout failed.
+    pub(crate) fn end_line(&mut self) -> std::io::Result<()> {
         if self.open_line {
-            println!();
             self.open_line = false;
+            writeln!(self.out)?;
+            self.out.flush()?;
         }
+        Ok(())
+    }
+}
+
+/// Whether stderr notes are dimmed: stderr is a terminal and `NO_COLOR` is unset.
+fn color_enabled() -> bool {
+    use std::io::IsTerminal as _;
+    static COLOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COLOR.get_or_init(|| std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+}
+
+/// `text` in ANSI faint when `color`, else unchanged.
+fn paint_dim(color: bool, text: &str) -> String {
+    if color {
+        format!("\x1b[2m{text}\x1b[0m")
+    } else {
+        text.to_owned()
     }
 }
 
 /// `text` dimmed (ANSI faint) when stderr is a terminal and `NO_COLOR` is unset; plain
 /// otherwise, so logs and pipes get no escape codes.
 pub(crate) fn dim(text: &str) -> String {
-    use std::io::IsTerminal as _;
-    static COLOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let color = *COLOR
-        .get_or_init(|| std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
-    if color {
-        format!("\x1b[2m{text}\x1b[0m")
-    } else {
-        text.to_owned()
-    }
+    paint_dim(color_enabled(), text)
 }
 
 /// First line of `text`, shortened to [`PREVIEW_CHARS`].
@@ -168,3 +327,7 @@ fn preview(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;

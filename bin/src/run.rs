@@ -1,24 +1,28 @@
-//! `foya run`: one headless turn, streamed to the terminal.
+//! `foya run`: one headless turn, streamed to the terminal. Ctrl-C (SIGINT) or SIGTERM
+//! cancels the turn cleanly (its tools are stopped, `turn_complete{cancelled}` is
+//! persisted) and exits 130 or 143; a second signal exits at once. When the reader of
+//! stdout goes away (`BrokenPipe`), the turn is cancelled the same way and the exit is 0.
 
-use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
+use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, RunArgs};
 use crate::render::Renderer;
 use anyhow::Context as _;
-use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
+use foya_actors::runtime::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions};
 use foya_protocol::{
-    ApprovalDecision, ApprovalMode, EventKind, Input, InputId, RunId, Seq, SessionConfig,
+    ApprovalDecision, ApprovalMode, Event, EventKind, Input, InputId, RunId, Seq, SessionConfig,
     SessionId, SessionUpdate, TurnStatus,
 };
 use std::io::IsTerminal as _;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
     match run_inner(args).await {
         Ok(code) => code,
         Err(Failure::Usage(e)) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             EXIT_USAGE
         }
         Err(Failure::Runtime(e)) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             EXIT_FAILED
         }
     }
@@ -32,6 +36,16 @@ enum Failure {
 }
 
 async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
+    let prompt = args.prompt.join(" ");
+    if prompt.trim().is_empty() {
+        return Err(Failure::Usage(anyhow::anyhow!(
+            "the prompt is empty: give the text of the request"
+        )));
+    }
+    // Installed first, so a SIGTERM from now on cancels instead of killing the process.
+    let terminate = signal(SignalKind::terminate())
+        .context("cannot install the SIGTERM handler")
+        .map_err(Failure::Runtime)?;
     let cwd = crate::setup::working_dir(args.cwd.as_deref()).map_err(Failure::Usage)?;
     let (model, model_name) =
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
@@ -44,9 +58,99 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         .await
         .context("cannot start the runtime")
         .map_err(Failure::Runtime)?;
-    let outcome = drive(&runtime, &store, &args, cwd, model_name).await;
+    let outcome = drive(&runtime, &store, &args, cwd, model_name, prompt, terminate).await;
     runtime.shutdown().await;
     outcome
+}
+
+/// Opens the session to run in: the one of `--session` (loading it closes a turn a
+/// crashed process left open) or a new one. Returns it with the seq to subscribe from
+/// and the events persisted before this process (to name their tool calls).
+async fn open_session(
+    runtime: &Runtime,
+    store: &foya_storage::Store,
+    args: &RunArgs,
+    cwd: std::path::PathBuf,
+    model: String,
+) -> Result<(SessionHandle, Seq, Vec<Event>), Failure> {
+    let Some(id) = &args.session else {
+        let mut config = SessionConfig::new(cwd);
+        config.approval_mode = args.approval;
+        config.provider.clone_from(&args.provider.provider);
+        config.model = model;
+        config.max_steps = Some(args.max_steps);
+        let session = runtime
+            .create_session(config)
+            .await
+            .context("cannot create a session")
+            .map_err(Failure::Runtime)?;
+        // From seq 1: `--json` streams the whole log of a new session.
+        return Ok((session, Seq::FIRST, Vec::new()));
+    };
+    let id: SessionId = id
+        .parse()
+        .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
+    // Read before loading: recovery's events (if any) come after it and are shown.
+    let earlier = store
+        .read_from(id, Seq::FIRST)
+        .map_err(|e| Failure::Runtime(e.into()))?;
+    check_script_left(args, id, &earlier).map_err(Failure::Usage)?;
+    let session = runtime
+        .session(id)
+        .await
+        .context("cannot open the session")
+        .map_err(Failure::Runtime)?;
+    let from = earlier.last().map_or(Seq::FIRST, |e| e.seq.next());
+    Ok((session, from, earlier))
+}
+
+/// With `--provider scripted`, a continued session needs a response left in the script:
+/// the scripted model answers with the response numbered by the assistant messages in the
+/// history, so a session that used them all would fail with `script exhausted`.
+fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow::Result<()> {
+    let (true, Some(path)) = (args.provider.provider == "scripted", &args.provider.script) else {
+        return Ok(());
+    };
+    let compacted = earlier
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::CompactionCheckpoint { .. }));
+    let used = earlier
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::AssistantMessage(_)))
+        .count();
+    let script = crate::setup::load_script(path)?;
+    if !earlier.is_empty() && !compacted && used >= script.responses.len() {
+        anyhow::bail!(
+            "session {id} already used all {} responses of the script {} (a scripted model \
+             answers with response N+1 after N assistant messages); continue it with a \
+             script that has more responses",
+            script.responses.len(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// What ended the wait for the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Ctrl-C (SIGINT).
+    Interrupt,
+    /// SIGTERM.
+    Terminate,
+    /// Stdout was closed by its reader (`BrokenPipe`).
+    StdoutClosed,
+}
+
+impl Stop {
+    /// Exit status once the turn ended after this stop.
+    fn exit_code(self) -> u8 {
+        match self {
+            Stop::Interrupt => EXIT_CANCELLED,
+            Stop::Terminate => EXIT_TERMINATED,
+            Stop::StdoutClosed => EXIT_OK,
+        }
+    }
 }
 
 async fn drive(
@@ -55,37 +159,12 @@ async fn drive(
     args: &RunArgs,
     cwd: std::path::PathBuf,
     model: String,
+    prompt: String,
+    mut terminate: Signal,
 ) -> Result<u8, Failure> {
-    let session = match &args.session {
-        Some(id) => {
-            let id: SessionId = id
-                .parse()
-                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
-            runtime
-                .session(id)
-                .await
-                .context("cannot open the session")
-                .map_err(Failure::Runtime)?
-        }
-        None => {
-            let mut config = SessionConfig::new(cwd);
-            config.approval_mode = args.approval;
-            config.provider.clone_from(&args.provider.provider);
-            config.model = model;
-            config.max_steps = Some(args.max_steps);
-            runtime
-                .create_session(config)
-                .await
-                .context("cannot create a session")
-                .map_err(Failure::Runtime)?
-        }
-    };
+    let (session, from, earlier) = open_session(runtime, store, args, cwd, model).await?;
     let interactive = std::io::stdin().is_terminal();
     let approver = interactive && args.approval != ApprovalMode::Bypass;
-    let from = store
-        .last_seq(session.id())
-        .map_err(|e| Failure::Runtime(e.into()))?
-        .map_or(Seq::FIRST, Seq::next);
     let mut updates = session
         .subscribe(from, SubscribeOptions { approver })
         .await
@@ -99,32 +178,37 @@ async fn drive(
     }
     let input_id = InputId::new();
     session
-        .submit_with_id(input_id, Input::text(args.prompt.join(" ")))
+        .submit_with_id(input_id, Input::text(prompt))
         .await
         .context("cannot submit the input")
         .map_err(Failure::Runtime)?;
 
     let mut renderer = Renderer::new(args.json);
+    renderer.prime(&earlier);
     let mut run_id: Option<RunId> = None;
-    let mut interrupts = 0u32;
+    // The first stop cancels the turn cleanly; a second signal leaves at once.
+    let mut stop: Option<Stop> = None;
     loop {
-        tokio::select! {
-            // Ctrl-C cancels the turn cleanly; a second one leaves at once.
-            _ = tokio::signal::ctrl_c() => {
-                interrupts += 1;
-                if interrupts > 1 {
-                    renderer.end_line();
-                    return Ok(EXIT_CANCELLED);
-                }
-                eprintln!("\ncancelling… (Ctrl-C again to quit now)");
-                let _ = session.cancel().await;
-            }
+        let signalled = tokio::select! {
+            _ = tokio::signal::ctrl_c() => Some(Stop::Interrupt),
+            _ = terminate.recv() => Some(Stop::Terminate),
             update = updates.recv() => {
                 let Some(update) = update else {
                     eprintln!("foya: the session closed before the turn ended");
                     return Ok(EXIT_FAILED);
                 };
-                renderer.render(&update);
+                if stop != Some(Stop::StdoutClosed)
+                    && let Err(e) = renderer.render(&update)
+                {
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        eprintln!("foya: cannot write the output: {e}");
+                    }
+                    // Nobody reads the answer any more: stop the turn cleanly.
+                    if stop.is_none() {
+                        stop = Some(Stop::StdoutClosed);
+                        let _ = session.cancel().await;
+                    }
+                }
                 let SessionUpdate::Event(event) = &update else { continue };
                 match &event.kind {
                     EventKind::TurnStarted { input_id: started } if *started == input_id => {
@@ -137,7 +221,12 @@ async fn drive(
                         let _ = session.decide_approval(*request_id, decision, message).await;
                     }
                     EventKind::TurnComplete { status, .. } if run_id.is_some() && event.run_id == run_id => {
-                        renderer.end_line();
+                        let _ = renderer.end_line();
+                        match stop {
+                            Some(Stop::Terminate) => return Ok(EXIT_TERMINATED),
+                            Some(Stop::StdoutClosed) => return Ok(EXIT_OK),
+                            Some(Stop::Interrupt) | None => {}
+                        }
                         return Ok(match status {
                             TurnStatus::Completed => EXIT_OK,
                             TurnStatus::Failed => EXIT_FAILED,
@@ -150,8 +239,25 @@ async fn drive(
                     }
                     _ => {}
                 }
+                None
             }
+        };
+        let Some(signal) = signalled else { continue };
+        if matches!(stop, Some(Stop::Interrupt | Stop::Terminate)) {
+            let _ = renderer.end_line();
+            return Ok(signal.exit_code());
         }
+        stop = Some(signal);
+        let _ = renderer.end_line();
+        eprintln!(
+            "\ncancelling… ({} again to quit now)",
+            if signal == Stop::Terminate {
+                "SIGTERM"
+            } else {
+                "Ctrl-C"
+            }
+        );
+        let _ = session.cancel().await;
     }
 }
 

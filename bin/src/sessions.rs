@@ -3,6 +3,7 @@
 
 use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
 use foya_protocol::{EventKind, Seq, SessionId};
+use std::io::Write as _;
 
 pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
     let result = match command {
@@ -40,30 +41,43 @@ pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
     };
     match result {
         Ok(code) => code,
+        // The reader of stdout went away (`foya sessions show ID | head -1`): done.
+        Err(e) if is_broken_pipe(&e) => EXIT_OK,
         Err(e) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             EXIT_FAILED
         }
     }
 }
 
+/// Whether `e` is a write to a stdout whose reader has gone away.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
     let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    let mut out = std::io::stdout().lock();
     for s in store.list_sessions()? {
         if json {
-            println!("{}", serde_json::to_string(&s)?);
+            writeln!(out, "{}", serde_json::to_string(&s)?)?;
         } else {
             let title = s.title.as_deref().unwrap_or("(untitled)");
             let deleted = if s.deleted { " [deleted]" } else { "" };
-            println!(
+            writeln!(
+                out,
                 "{}  {:>5} events  {}  {}{deleted}",
                 s.id,
                 s.last_seq.0,
                 s.cwd.display(),
                 title
-            );
+            )?;
         }
     }
+    out.flush()?;
     Ok(EXIT_OK)
 }
 
@@ -73,9 +87,10 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
         eprintln!("foya: no session {id}");
         return Ok(EXIT_FAILED);
     }
+    let mut out = std::io::stdout().lock();
     for event in store.read_from(id, Seq::FIRST)? {
         if json {
-            println!("{}", serde_json::to_string(&event)?);
+            writeln!(out, "{}", serde_json::to_string(&event)?)?;
             continue;
         }
         let detail = match &event.kind {
@@ -109,12 +124,14 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
             .chars()
             .take(100)
             .collect();
-        println!(
+        writeln!(
+            out,
             "{:>5}  {:<20} {detail}",
             event.seq.0,
             event.kind.type_name()
-        );
+        )?;
     }
+    out.flush()?;
     Ok(EXIT_OK)
 }
 
@@ -131,7 +148,7 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
             return Ok(EXIT_FAILED);
         }
         Some(summary) if summary.deleted => {
-            println!("session {id} was already deleted");
+            let _ = writeln!(std::io::stdout(), "session {id} was already deleted");
             return Ok(EXIT_OK);
         }
         Some(_) => {}
@@ -145,7 +162,7 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
     runtime.shutdown().await;
     match result {
         Ok(()) | Err(RuntimeError::SessionDeleted(_)) => {
-            println!("deleted session {id}");
+            let _ = writeln!(std::io::stdout(), "deleted session {id}");
             Ok(EXIT_OK)
         }
         Err(e) => Err(e.into()),
@@ -186,6 +203,6 @@ async fn set_title(
     };
     store.append(vec![event]).await?;
     store.close().await;
-    println!("title of session {id}: {title}");
+    let _ = writeln!(std::io::stdout(), "title of session {id}: {title}");
     Ok(EXIT_OK)
 }

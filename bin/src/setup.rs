@@ -4,6 +4,7 @@
 use crate::cli::ProviderArgs;
 use anyhow::Context as _;
 use foya_actors::provider::ModelClient;
+use foya_actors::provider::scripted::Script;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,8 +21,8 @@ pub(crate) fn model_client(
             .script
             .as_deref()
             .context("--provider scripted needs --script FILE")?;
-        let client = foya_actors::provider::scripted::ScriptedClient::from_file(script)
-            .with_context(|| format!("cannot load script {}", script.display()))?;
+        let client =
+            foya_actors::provider::scripted::ScriptedClient::from_script(load_script(script)?);
         return Ok((
             Arc::new(client),
             args.model.clone().unwrap_or_else(|| "scripted".into()),
@@ -35,6 +36,17 @@ pub(crate) fn model_client(
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
     Ok((Arc::new(client), model))
+}
+
+/// Reads and parses a `--script` file; the error names the file once and its cause once
+/// (`cannot read script x.json: No such file or directory (os error 2)`).
+///
+/// # Errors
+/// The file cannot be read or is not a script (JSON `{"responses": [...]}`).
+pub(crate) fn load_script(path: &Path) -> anyhow::Result<Script> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read script {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("cannot parse script {}", path.display()))
 }
 
 /// `--cwd`, else the current directory; canonicalised.

@@ -22,7 +22,7 @@ pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
     let config = match args.sim.to_config() {
         Ok(config) => config,
         Err(e) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             return EXIT_USAGE;
         }
     };

@@ -1,6 +1,6 @@
 //! `foya run --durability none|immediate`: both options are accepted and honoured end to
 //! end (the turn completes, its events are in the data dir for the next process), an
-//! unknown value is a usage error.
+//! unknown value is a usage error. `--json` prints the new session's log from seq 1.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
@@ -60,8 +60,13 @@ fn both_durability_levels_commit_a_turn_that_the_next_process_reads() {
             .unwrap();
         assert!(show.status.success(), "{show:?}");
         let stored = persisted(&show.stdout);
-        assert_eq!(stored[0]["type"], "session_created", "{durability}");
-        assert_eq!(stored[1..], printed[..], "{durability}");
+        // `--json` streams a new session's whole log, from `session_created` (seq 1).
+        let first: Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap())
+                .unwrap();
+        assert_eq!(first["type"], "session_created", "{durability}");
+        assert_eq!(first["seq"], 1, "{durability}");
+        assert_eq!(stored[..], printed[..], "{durability}");
         assert_eq!(
             stored.last().unwrap()["type"],
             "turn_complete",

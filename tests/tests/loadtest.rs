@@ -4,24 +4,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
-/// The debug `foya` binary, built once per test process.
+/// The debug `foya` binary, built once per test process by the shared harness (which
+/// keeps cargo's test variables out of the build, so this build and the other tests'
+/// reuse each other's artifacts instead of rebuilding dependencies).
 fn foya() -> Command {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    let path = BIN.get_or_init(|| {
-        escargot::CargoBuild::new()
-            .package("foya")
-            .bin("foya")
-            .manifest_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
-            .run()
-            .expect("cannot build foya")
-            .path()
-            .to_path_buf()
-    });
-    Command::new(path)
+    Command::new(foya_tests::foya_bin())
 }
 
 /// Runs `foya loadtest ARGS --json FILE`; returns the exit status and the report.

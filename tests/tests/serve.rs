@@ -169,6 +169,8 @@ fn of_type(t: &'static str) -> impl Fn(&Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_an_approved_tool_turn_resumes_sse_and_matches_its_openapi() {
+    // Built (or found up to date) before the scenario's clock starts.
+    tokio::task::spawn_blocking(foya_bin).await.unwrap();
     tokio::time::timeout(Duration::from_secs(120), scenario())
         .await
         .expect("the scenario finished in time");

@@ -59,12 +59,12 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
 }
 
 fn usage(e: &anyhow::Error) -> u8 {
-    eprintln!("foya: {e:#}");
+    crate::cli::report(e);
     EXIT_USAGE
 }
 
 fn failed(e: &anyhow::Error) -> u8 {
-    eprintln!("foya: {e:#}");
+    crate::cli::report(e);
     EXIT_FAILED
 }
 

@@ -37,7 +37,7 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
         tokio::select! {
             _ = sigint.recv() => {
                 state.interrupts += 1;
-                state.renderer.end_line();
+                let _ = state.renderer.end_line();
                 if state.interrupts > 1 {
                     let _ = chat.session.cancel().await;
                     break Ok(Some(EXIT_CANCELLED));
@@ -69,12 +69,12 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
                         }
                     }
                 }
-                state.renderer.render(&update);
+                let _ = state.renderer.render(&update);
                 state.event(chat, &update);
             }
         }
     };
-    state.renderer.end_line();
+    let _ = state.renderer.end_line();
     reader.stop().await;
     result
 }
@@ -122,7 +122,7 @@ impl Follow {
                     match chat.session.submit_with_id(InputId::new(), input).await {
                         Ok(id) => {
                             self.pending.insert(id);
-                            self.renderer.end_line();
+                            let _ = self.renderer.end_line();
                             eprintln!("{}", crate::render::dim(&format!("queued: {text}")));
                         }
                         Err(e) => eprintln!("foya: {e}"),

@@ -93,7 +93,7 @@ pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
     match loadtest_inner(args).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             EXIT_USAGE
         }
     }

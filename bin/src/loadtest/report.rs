@@ -34,6 +34,17 @@ impl Percentiles {
     }
 }
 
+impl Percentiles {
+    /// Every percentile multiplied by `factor` (a unit change: `1e-3` for µs → ms).
+    pub(crate) fn scaled(self, factor: f64) -> Self {
+        Self {
+            p50: self.p50 * factor,
+            p95: self.p95 * factor,
+            p99: self.p99 * factor,
+        }
+    }
+}
+
 /// Everything the load test measured. Serialised as the `--json` report.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Report {
@@ -214,8 +225,12 @@ impl Report {
             "memory     peak RSS {:.1} MiB",
             self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
         ));
+        // Every latency in milliseconds (the JSON keeps overhead in microseconds).
         line(format!("model req  {}", p(&self.model_latency_ms, "ms")));
-        line(format!("overhead   {}", p(&self.overhead_us, "us")));
+        line(format!(
+            "overhead   {}",
+            p(&self.overhead_us.scaled(1e-3), "ms")
+        ));
         line(format!("relay      {}", p(&self.relay_latency_ms, "ms")));
         line(format!("retries    {}", classes(&self.retries)));
         line(format!("errors     {}", classes(&self.errors)));
@@ -247,6 +262,7 @@ pub(crate) fn cpu_time() -> Duration {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -269,6 +285,56 @@ mod tests {
                 p99: 7.0
             }
         );
+    }
+
+    #[test]
+    fn the_text_report_gives_every_latency_in_milliseconds() {
+        let report = Report {
+            provider: "sim".into(),
+            durability: "none".into(),
+            sessions: 2,
+            turns_per_session: 1,
+            turns_completed: 2,
+            steps: 6,
+            model_latency_ms: Percentiles {
+                p50: 1.0,
+                p95: 2.0,
+                p99: 3.0,
+            },
+            overhead_us: Percentiles {
+                p50: 250.0,
+                p95: 1500.0,
+                p99: 12_345.0,
+            },
+            relay_latency_ms: Percentiles {
+                p50: 0.01,
+                p95: 0.5,
+                p99: 20.5,
+            },
+            ..Report::default()
+        };
+        let text = report.to_text();
+        let latencies: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                ["model req", "overhead", "relay"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .collect();
+        assert_eq!(
+            latencies,
+            [
+                "model req  p50 1.000 ms  p95 2.000 ms  p99 3.000 ms",
+                "overhead   p50 0.250 ms  p95 1.500 ms  p99 12.345 ms",
+                "relay      p50 0.010 ms  p95 0.500 ms  p99 20.500 ms",
+            ]
+        );
+        assert!(!text.contains(" us "), "{text}");
+        // The JSON keys and units stay: overhead in µs, relay in ms.
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["overhead_us"]["p95"], 1500.0);
+        assert_eq!(json["relay_latency_ms"]["p99"], 20.5);
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     match serve_inner(args).await {
         Ok(code) => code,
         Err((code, e)) => {
-            eprintln!("foya: {e:#}");
+            crate::cli::report(&e);
             code
         }
     }

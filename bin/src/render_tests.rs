@@ -1,0 +1,229 @@
+//! Unit tests of the [`Renderer`] on in-memory writers.
+#![allow(clippy::unwrap_used)]
+
+use super::Renderer;
+use foya_protocol::event::LiveDelta;
+use foya_protocol::{
+    AssistantMessage, Delta, ErrorClass, ErrorInfo, Event, EventKind, InputId, ProviderError,
+    RunId, Seq, SessionId, SessionUpdate, ToolCall, ToolCallId, ToolMessage, TurnStatus,
+};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// A writer whose bytes the test reads back.
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Buf {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+struct Fixture {
+    renderer: Renderer,
+    out: Buf,
+    err: Buf,
+    session: SessionId,
+    run: RunId,
+}
+
+fn fixture(live_text: bool) -> Fixture {
+    let (out, err) = (Buf::default(), Buf::default());
+    Fixture {
+        renderer: Renderer::with_writers(
+            false,
+            live_text,
+            false,
+            Box::new(out.clone()),
+            Box::new(err.clone()),
+        ),
+        out,
+        err,
+        session: SessionId::new(),
+        run: RunId::new(),
+    }
+}
+
+impl Fixture {
+    fn delta(&mut self, delta: Delta) {
+        let update = SessionUpdate::Delta(LiveDelta {
+            session_id: self.session,
+            run_id: self.run,
+            delta,
+        });
+        self.renderer.render(&update).unwrap();
+    }
+
+    fn event(&mut self, run: RunId, kind: EventKind) {
+        let update = SessionUpdate::Event(Event {
+            session_id: self.session,
+            seq: Seq(1),
+            run_id: Some(run),
+            at_ms: 0,
+            kind,
+        });
+        self.renderer.render(&update).unwrap();
+    }
+
+    fn text(&mut self, text: &str) {
+        self.delta(Delta::TextDelta { text: text.into() });
+    }
+
+    fn answer(&mut self, text: &str) {
+        let message = AssistantMessage {
+            text: text.into(),
+            ..AssistantMessage::default()
+        };
+        self.event(self.run, EventKind::AssistantMessage(message));
+    }
+
+    fn retry(&mut self) {
+        let error = ProviderError::new(ErrorClass::StreamInterrupted, "connection reset");
+        self.event(
+            self.run,
+            EventKind::ProviderRetry {
+                attempt: 2,
+                max_attempts: 5,
+                delay_ms: 500,
+                error,
+            },
+        );
+    }
+}
+
+#[test]
+fn reasoning_ends_with_a_newline_before_the_answer_starts() {
+    let mut f = fixture(true);
+    f.delta(Delta::ReasoningDelta {
+        text: "thinking about it".into(),
+    });
+    f.text("The answer.");
+    f.answer("The answer.");
+    assert_eq!(f.err.text(), "thinking about it\n");
+    assert_eq!(f.out.text(), "The answer.");
+    f.renderer.end_line().unwrap();
+    assert_eq!(f.out.text(), "The answer.\n");
+    // Reasoning that already ends its line gets no extra blank line.
+    let mut f = fixture(true);
+    f.delta(Delta::ReasoningDelta {
+        text: "done\n".into(),
+    });
+    f.text("x");
+    assert_eq!(f.err.text(), "done\n");
+}
+
+#[test]
+fn a_retry_after_partial_text_on_a_terminal_is_marked_and_the_answer_restarts() {
+    let mut f = fixture(true);
+    f.text("Hello wo");
+    f.retry();
+    f.text("Hello world.");
+    f.answer("Hello world.");
+    f.renderer.end_line().unwrap();
+    assert_eq!(f.out.text(), "Hello wo\nHello world.\n");
+    assert_eq!(
+        f.err.text(),
+        "[retrying: stream_interrupted, attempt 2/5]\n\
+         ↻ retrying in 0.5s (attempt 2/5) because stream_interrupted: connection reset\n"
+    );
+}
+
+#[test]
+fn without_a_terminal_stdout_is_exactly_the_persisted_answer() {
+    let mut f = fixture(false);
+    f.text("Hello wo");
+    f.retry();
+    f.text("Hello world.");
+    f.answer("Hello world.");
+    f.renderer.end_line().unwrap();
+    assert_eq!(f.out.text(), "Hello world.\n");
+    assert!(
+        f.err
+            .text()
+            .starts_with("[retrying: stream_interrupted, attempt 2/5]\n"),
+        "{}",
+        f.err.text()
+    );
+    // A retry before any text is only the usual retry line.
+    let mut f = fixture(false);
+    f.retry();
+    assert!(f.err.text().starts_with("↻ retrying"), "{}", f.err.text());
+}
+
+#[test]
+fn a_turn_closed_by_recovery_names_its_tool_and_is_not_reported_as_an_error() {
+    let mut f = fixture(false);
+    let earlier = RunId::new();
+    let call = ToolCall {
+        id: ToolCallId::new("call_1"),
+        name: "shell".into(),
+        arguments: serde_json::json!({"command": "sleep 100"}),
+        extra: None,
+    };
+    let persisted = Event {
+        session_id: f.session,
+        seq: Seq(3),
+        run_id: Some(earlier),
+        at_ms: 0,
+        kind: EventKind::AssistantMessage(AssistantMessage {
+            tool_calls: vec![call],
+            ..AssistantMessage::default()
+        }),
+    };
+    f.renderer.prime([&persisted]);
+    f.event(
+        earlier,
+        EventKind::ToolMessage(ToolMessage {
+            tool_call_id: ToolCallId::new("call_1"),
+            content: "outcome unknown".into(),
+            is_error: true,
+        }),
+    );
+    f.event(
+        earlier,
+        EventKind::TurnComplete {
+            status: TurnStatus::Failed,
+            reason: Some("interrupted by restart".into()),
+            error: Some(ErrorInfo {
+                class: ErrorClass::Internal,
+                message: "the runtime stopped while this turn ran".into(),
+            }),
+        },
+    );
+    // This process's own turn still reports its error.
+    f.event(
+        f.run,
+        EventKind::TurnStarted {
+            input_id: InputId::new(),
+        },
+    );
+    f.event(
+        f.run,
+        EventKind::TurnComplete {
+            status: TurnStatus::Failed,
+            reason: None,
+            error: Some(ErrorInfo {
+                class: ErrorClass::Network,
+                message: "down".into(),
+            }),
+        },
+    );
+    assert_eq!(
+        f.err.text(),
+        "✗ shell: outcome unknown\n\
+         (an earlier turn ended Failed: interrupted by restart)\n\
+         error: network: down\n"
+    );
+    assert_eq!(f.out.text(), "");
+}

@@ -1,0 +1,322 @@
+//! `foya run` under signals and closed pipes, end to end with the real binary: SIGTERM
+//! cancels the turn cleanly (exit 143, `turn_complete{cancelled}` persisted, the tool's
+//! process stopped); a stdout whose reader is gone ends `foya run` and `foya sessions`
+//! with exit 0 and no panic; a session resumed after a SIGKILL names the recovered tool
+//! and does not report the earlier turn's failure as this run's error. Synchronisation
+//! is only by reacting to the child's output lines, under one global timeout.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use foya_tests::foya_bin::foya;
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Global wait for one test's child output.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    data: PathBuf,
+    work: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (data, work) = (root.join("data"), root.join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    Dirs {
+        _tmp: tmp,
+        root,
+        data,
+        work,
+    }
+}
+
+fn script(dirs: &Dirs, name: &str, responses: &[Value]) -> PathBuf {
+    let path = dirs.root.join(name);
+    std::fs::write(&path, json!({ "responses": responses }).to_string()).unwrap();
+    path
+}
+
+/// `foya run --provider scripted --approval bypass` on the dirs, plus `extra` args.
+fn run_command(dirs: &Dirs, script: &Path, extra: &[&str]) -> Command {
+    let mut command = foya();
+    command
+        .args(["run", "--provider", "scripted", "--approval", "bypass"])
+        .arg("--script")
+        .arg(script)
+        .arg("--data-dir")
+        .arg(&dirs.data)
+        .arg("--cwd")
+        .arg(&dirs.work)
+        .args(extra);
+    command
+}
+
+/// A unique text to find the tool's process by its command line.
+fn marker(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("foya-{name}-{}-{nanos}", std::process::id())
+}
+
+/// A shell call that prints `ready`, then becomes a `sleep 100` whose argv[0] is
+/// `marker` (the same process: its command line carries the marker from the start).
+fn sleeping_call(marker: &str) -> Value {
+    let command = format!("echo ready; exec -a {marker} sleep 100");
+    json!({"tool_calls": [{"id": "call_sleep", "name": "shell", "arguments": {"command": command}}]})
+}
+
+/// Pids of live processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(marker) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Spawns `command` with stdout read as JSON lines on a thread and stderr collected.
+fn spawn_json(mut command: Command) -> (Child, mpsc::Receiver<Value>, mpsc::Receiver<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx
+                .send(serde_json::from_str::<Value>(&line).unwrap())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let (etx, err) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let _ = etx.send(text);
+    });
+    (child, lines, err)
+}
+
+/// Reads lines until one satisfies `until`; returns every line read.
+fn read_until(
+    lines: &mpsc::Receiver<Value>,
+    deadline: Instant,
+    until: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no matching line ({e}); saw {seen:#?}"));
+        let done = until(&line);
+        seen.push(line);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// Waits for the child's exit within the deadline (the wait runs on a thread).
+fn wait(child: Child, deadline: Instant) -> ExitStatus {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = tx.send(child.wait().unwrap());
+    });
+    rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("foya did not exit")
+}
+
+fn show(dirs: &Dirs, id: &str) -> Vec<Value> {
+    let out = foya()
+        .args(["sessions", "show", id, "--json"])
+        .arg("--data-dir")
+        .arg(&dirs.data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn types(events: &[Value]) -> Vec<&str> {
+    events.iter().map(|e| e["type"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn sigterm_cancels_the_turn_stops_its_tool_and_exits_143() {
+    let dirs = dirs();
+    let mark = marker("sigterm");
+    let script = script(
+        &dirs,
+        "s.json",
+        &[sleeping_call(&mark), json!({"text": "never"})],
+    );
+    foya_tests::foya_bin(); // built before the clock starts
+    let deadline = Instant::now() + TIMEOUT;
+    let (child, lines, stderr) = spawn_json(run_command(&dirs, &script, &["--json", "wait"]));
+    let seen = read_until(&lines, deadline, |l| {
+        l["type"] == "tool_output" && l["chunk"].as_str().unwrap_or("").contains("ready")
+    });
+    assert!(!processes_with(&mark).is_empty(), "the tool runs");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = wait(child, deadline);
+    let stderr = stderr.recv_timeout(TIMEOUT).unwrap();
+    assert_eq!(status.code(), Some(143), "stderr: {stderr}");
+    assert!(stderr.contains("cancelling"), "{stderr}");
+
+    let id = seen[0]["session_id"].as_str().unwrap().to_owned();
+    let log = show(&dirs, &id);
+    let last = log.last().unwrap();
+    assert_eq!(last["type"], "turn_complete", "{log:#?}");
+    assert_eq!(last["status"], "cancelled", "{log:#?}");
+    let results: Vec<&Value> = log.iter().filter(|e| e["type"] == "tool_message").collect();
+    assert_eq!(results.len(), 1, "{log:#?}");
+    assert_eq!(results[0]["tool_call_id"], "call_sleep");
+    assert_eq!(results[0]["is_error"], true);
+    // The tool's process did not outlive the cancel.
+    assert_eq!(processes_with(&mark), Vec::<u32>::new());
+}
+
+/// A pipe whose read end is already closed: every write to it fails with `EPIPE`.
+fn closed_pipe() -> std::io::PipeWriter {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer
+}
+
+#[test]
+fn a_closed_stdout_ends_run_and_sessions_with_exit_0_and_no_panic() {
+    let dirs = dirs();
+    let script = script(
+        &dirs,
+        "s.json",
+        &[json!({"text": "first line\nsecond line\n"})],
+    );
+    for json in [true, false] {
+        let mut command = run_command(
+            &dirs,
+            &script,
+            if json { &["--json", "hi"] } else { &["hi"] },
+        );
+        let out = command.stdout(closed_pipe()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "json {json}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let list = foya()
+        .args(["sessions", "list", "--json"])
+        .arg("--data-dir")
+        .arg(&dirs.data)
+        .output()
+        .unwrap();
+    let ids: Vec<String> = String::from_utf8(list.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), 2);
+    for id in &ids {
+        // Every turn ended, whether the closed pipe cancelled it or it finished first.
+        assert_eq!(show(&dirs, id).last().unwrap()["type"], "turn_complete");
+    }
+    for args in [
+        vec!["sessions", "show", ids[0].as_str()],
+        vec!["sessions", "show", ids[0].as_str(), "--json"],
+        vec!["sessions", "list"],
+        vec!["sessions", "list", "--json"],
+    ] {
+        let out = foya()
+            .args(&args)
+            .arg("--data-dir")
+            .arg(&dirs.data)
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
+
+#[test]
+fn a_session_resumed_after_a_crash_names_the_recovered_tool_without_a_spurious_error() {
+    let dirs = dirs();
+    let mark = marker("crash");
+    let first = script(&dirs, "first.json", &[sleeping_call(&mark)]);
+    foya_tests::foya_bin(); // built before the clock starts
+    let deadline = Instant::now() + TIMEOUT;
+    let (mut child, lines, _stderr) = spawn_json(run_command(&dirs, &first, &["--json", "start"]));
+    let seen = read_until(&lines, deadline, |l| {
+        l["type"] == "tool_output" && l["chunk"].as_str().unwrap_or("").contains("ready")
+    });
+    child.kill().unwrap(); // SIGKILL: no cleanup at all
+    child.wait().unwrap();
+    // The killed runtime's tool process outlives it (its own process group).
+    for pid in processes_with(&mark) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    let id = seen[0]["session_id"].as_str().unwrap().to_owned();
+
+    let after = script(
+        &dirs,
+        "after.json",
+        &[sleeping_call(&mark), json!({"text": "after restart"})],
+    );
+    let out = run_command(&dirs, &after, &["--session", &id, "next"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "after restart\n");
+    let shown: Vec<&str> = stderr.lines().skip(1).collect(); // after "session ID"
+    assert_eq!(
+        shown,
+        [
+            "✗ shell: outcome unknown: the runtime stopped while this ran; it was not re-run",
+            "(an earlier turn ended Failed: interrupted by restart)",
+        ],
+        "{stderr}"
+    );
+    let log = show(&dirs, &id);
+    let completions: Vec<&str> = log
+        .iter()
+        .filter(|e| e["type"] == "turn_complete")
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(completions, ["failed", "completed"], "{:?}", types(&log));
+}

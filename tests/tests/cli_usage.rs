@@ -1,0 +1,230 @@
+//! `foya run` usage errors and output, end to end with the real binary: `--max-steps 0`
+//! and an empty prompt are usage errors that create no session; script-load errors
+//! name each cause once; a scripted session whose script is used up is refused with a
+//! clear message; a model request retried after part of its text streamed prints the
+//! answer once (what the log says) and marks the retry on stderr.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use foya_tests::foya_bin::foya;
+use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Output;
+
+fn run(data: &Path, args: &[&str]) -> Output {
+    foya()
+        .arg("run")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap()
+}
+
+fn session_ids(data: &Path) -> Vec<String> {
+    let out = foya()
+        .args(["sessions", "list", "--json"])
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn write_script(dir: &Path, responses: &[Value]) -> String {
+    let path = dir.join("script.json");
+    std::fs::write(&path, json!({ "responses": responses }).to_string()).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn zero_max_steps_and_empty_prompts_are_usage_errors_that_create_no_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = write_script(tmp.path(), &[json!({"text": "hi"})]);
+    let data = tmp.path().join("data");
+    let base = [
+        "--provider",
+        "scripted",
+        "--script",
+        &script,
+        "--approval",
+        "bypass",
+    ];
+
+    let mut args = base.to_vec();
+    args.extend(["--max-steps", "0", "hello"]);
+    let out = run(&data, &args);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-steps"), "{stderr}");
+    assert!(stderr.contains("0 is not in 1.."), "{stderr}");
+
+    for prompt in ["", "   ", "\n\t"] {
+        let mut args = base.to_vec();
+        args.push(prompt);
+        let out = run(&data, &args);
+        assert_eq!(out.status.code(), Some(2), "{prompt:?}");
+        assert_eq!(
+            String::from_utf8(out.stderr).unwrap(),
+            "foya: the prompt is empty: give the text of the request\n"
+        );
+        assert_eq!(out.stdout, b"");
+    }
+    assert_eq!(session_ids(&data), Vec::<String>::new());
+}
+
+#[test]
+fn a_missing_script_names_the_os_error_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing.json");
+    let out = run(
+        &tmp.path().join("data"),
+        &[
+            "--provider",
+            "scripted",
+            "--script",
+            missing.to_str().unwrap(),
+            "hi",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "foya: cannot read script {}: No such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+    std::fs::write(&missing, "{not json").unwrap();
+    let out = run(
+        &tmp.path().join("data"),
+        &[
+            "--provider",
+            "scripted",
+            "--script",
+            missing.to_str().unwrap(),
+            "hi",
+        ],
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "foya: cannot parse script {}: key must be a string",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_scripted_session_with_its_script_used_up_is_refused_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = write_script(tmp.path(), &[json!({"text": "only answer"})]);
+    let data = tmp.path().join("data");
+    let base = [
+        "--provider",
+        "scripted",
+        "--script",
+        &script,
+        "--approval",
+        "bypass",
+    ];
+    let mut args = base.to_vec();
+    args.push("first");
+    let out = run(&data, &args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = session_ids(&data).remove(0);
+
+    let mut args = base.to_vec();
+    args.extend(["--session", &id, "second"]);
+    let out = run(&data, &args);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "foya: session {id} already used all 1 responses of the script {script} (a \
+             scripted model answers with response N+1 after N assistant messages); continue \
+             it with a script that has more responses\n"
+        )
+    );
+    // Nothing was written to the session.
+    let show = foya()
+        .args(["sessions", "show", &id, "--json"])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let last: Value = serde_json::from_str(
+        String::from_utf8(show.stdout)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(last["type"], "turn_complete");
+    assert_eq!(last["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_request_prints_its_answer_once_and_marks_the_retry() {
+    let mock = MockProvider::start().await;
+    let answer = "The answer streams in several words.";
+    // The first attempt sends the role chunk and two words, then the connection drops.
+    mock.push(
+        MockResponse::sse(openai_chat::text(answer))
+            .cut_after(3)
+            .chunk_delay_ms(20),
+    );
+    mock.push(MockResponse::sse(openai_chat::text(answer)));
+    let tmp = tempfile::tempdir().unwrap();
+    let base_url = format!("{}/v1", mock.base_url());
+    let data = tmp.path().join("data");
+    let cwd = tmp.path().to_str().unwrap().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        run(
+            &data,
+            &[
+                "--provider",
+                "openai-chat",
+                "--base-url",
+                &base_url,
+                "--model",
+                "m",
+                "--approval",
+                "bypass",
+                "--cwd",
+                &cwd,
+                "hi",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(mock.requests().len(), 2);
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{answer}\n")
+    );
+    let retry_lines: Vec<&str> = stderr.lines().filter(|l| l.contains("retry")).collect();
+    assert_eq!(retry_lines.len(), 2, "{stderr}");
+    assert_eq!(
+        retry_lines[0],
+        "[retrying: stream_interrupted, attempt 2/4]"
+    );
+    assert!(retry_lines[1].starts_with("↻ retrying in "), "{stderr}");
+}
