@@ -68,7 +68,10 @@ fn print(sessions: &[SessionSummary], json: bool) -> anyhow::Result<()> {
         .max()
         .unwrap_or(0)
         .max("NODE".len());
-    println!("{:<width$}  {:<36}  {:>6}  CWD  TITLE", "NODE", "SESSION", "EVENTS");
+    println!(
+        "{:<width$}  {:<36}  {:>6}  CWD  TITLE",
+        "NODE", "SESSION", "EVENTS"
+    );
     for s in sessions {
         let title = s.title.as_deref().unwrap_or("(untitled)");
         let deleted = if s.deleted { " [deleted]" } else { "" };

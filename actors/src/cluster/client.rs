@@ -267,7 +267,10 @@ impl ClusterClient {
         &self,
         node: &str,
     ) -> Result<Vec<SessionSummary>, ClusterError> {
-        match self.request(node, GatewayRequest::ListClusterSessions).await? {
+        match self
+            .request(node, GatewayRequest::ListClusterSessions)
+            .await?
+        {
             GatewayReply::Sessions { sessions } => {
                 let mut placement = self
                     .placement

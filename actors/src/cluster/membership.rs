@@ -77,7 +77,11 @@ impl Membership {
     }
 
     /// Dials every configured address that has no node session (with backoff).
-    async fn dial(&self, sessions: &[NodeServerSessionInformation], dials: &mut HashMap<String, Dial>) {
+    async fn dial(
+        &self,
+        sessions: &[NodeServerSessionInformation],
+        dials: &mut HashMap<String, Dial>,
+    ) {
         let connected: Vec<SocketAddr> = sessions
             .iter()
             .filter_map(|s| s.peer_addr.parse().ok())
@@ -140,7 +144,9 @@ impl Membership {
                     if !ours {
                         continue;
                     }
-                    let better = live.get(&node).is_none_or(|current| rank(id) < rank(current.get_id()));
+                    let better = live
+                        .get(&node)
+                        .is_none_or(|current| rank(id) < rank(current.get_id()));
                     if better {
                         live.insert(node, gw);
                     }
@@ -176,7 +182,11 @@ impl Membership {
 
 /// Order of preference among gateways answering for one node: local first, then by id.
 fn rank(id: ActorId) -> (bool, u64, u64) {
-    (!id.is_local(), if id.is_local() { 0 } else { id.node() }, id.pid())
+    (
+        !id.is_local(),
+        if id.is_local() { 0 } else { id.node() },
+        id.pid(),
+    )
 }
 
 /// Whether `session`'s peer is the node named `node` (ractor_cluster names a node server

@@ -51,7 +51,8 @@ impl ClusterNode {
         let runtime = Arc::new(runtime);
         let server = spawn_server(&config).await?;
         let (tx, gateways) = watch::channel(Gateways::default());
-        let cluster = ClusterClient::new(config.name.clone(), gateways.clone(), config.call_timeout);
+        let cluster =
+            ClusterClient::new(config.name.clone(), gateways.clone(), config.call_timeout);
         let args = GatewayArgs {
             runtime: Arc::clone(&runtime),
             node: config.name.clone(),
@@ -156,17 +157,13 @@ pub(crate) async fn stop_server(server: &ActorRef<NodeServerMessage>) {
         s.actor
             .stop_and_wait(Some("shutdown".into()), Some(STOP_WAIT))
     });
-    let t = std::time::Instant::now();
     futures::future::join_all(stops).await;
-    eprintln!("DEBUG sessions {:?}", t.elapsed());
     for child in server.get_children() {
         let _ = child.kill_and_wait(Some(STOP_WAIT)).await;
     }
-    eprintln!("DEBUG children {:?}", t.elapsed());
     let _ = server
         .stop_and_wait(Some("shutdown".into()), Some(STOP_WAIT))
         .await;
-    eprintln!("DEBUG server {:?}", t.elapsed());
 }
 
 /// How long stopping a node server's actors may take.

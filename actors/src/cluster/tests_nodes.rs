@@ -60,7 +60,13 @@ async fn nodes_in_one_process_see_only_their_peers_and_survive_a_restart() {
 async fn scenario() {
     let (a_port, b_port, c_port) = (free_port(), free_port(), free_port());
     let b = node("b", b_port, vec![], runtime().await).await;
-    let a = node("a", a_port, vec![format!("127.0.0.1:{b_port}")], runtime().await).await;
+    let a = node(
+        "a",
+        a_port,
+        vec![format!("127.0.0.1:{b_port}")],
+        runtime().await,
+    )
+    .await;
     let c = node("c", c_port, vec![], runtime().await).await;
 
     // Each view is published whole per heartbeat: once a node sees itself, it sees
