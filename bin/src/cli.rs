@@ -105,13 +105,16 @@ pub(crate) struct RunArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SessionsCommand {
-    /// List sessions, most recently updated first.
+    /// List sessions, most recently updated first (with --cluster: every node's, with
+    /// the node each lives on).
     List {
         #[command(flatten)]
         data: DataDirArg,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cluster: crate::node::ClusterArgs,
     },
     /// Delete a session in a data dir no process is using: its active turn (if any) is
     /// cancelled, queued inputs are dropped, then `session_deleted` is written.

@@ -3,6 +3,7 @@
 
 mod chat;
 mod cli;
+mod cluster_list;
 mod data;
 mod loadtest;
 mod node;

@@ -12,6 +12,18 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// Reaching a running cluster from a command (`foya sessions list --cluster`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ClusterArgs {
+    /// A `foya node` to ask (HOST:PORT, its --listen address) instead of the local data
+    /// dir; it answers for every node it is connected to.
+    #[arg(long, value_name = "HOST:PORT", requires = "cookie_file")]
+    pub(crate) cluster: Option<String>,
+    /// File holding the cluster's shared secret (with --cluster).
+    #[arg(long, requires = "cluster")]
+    pub(crate) cookie_file: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct NodeArgs {
     /// Address to listen on for other nodes, e.g. 127.0.0.1:4370.
@@ -32,21 +44,26 @@ pub(crate) struct NodeArgs {
     pub(crate) data: DataDirArg,
 }
 
-/// Runs the node; returns the exit status.
-pub(crate) async fn node(args: NodeArgs) -> u8 {
-    let cookie = match std::fs::read_to_string(&args.cookie_file) {
-        Ok(c) if !c.trim().is_empty() => c.trim().to_owned(),
+/// Reads a cookie file (surrounding whitespace ignored); prints why not and returns
+/// `None` when it cannot be read or is empty.
+pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
+    match std::fs::read_to_string(path) {
+        Ok(c) if !c.trim().is_empty() => Some(c.trim().to_owned()),
         Ok(_) => {
             eprintln!("foya: the cookie file is empty");
-            return EXIT_USAGE;
+            None
         }
         Err(e) => {
-            eprintln!(
-                "foya: cannot read cookie file {}: {e}",
-                args.cookie_file.display()
-            );
-            return EXIT_USAGE;
+            eprintln!("foya: cannot read cookie file {}: {e}", path.display());
+            None
         }
+    }
+}
+
+/// Runs the node; returns the exit status.
+pub(crate) async fn node(args: NodeArgs) -> u8 {
+    let Some(cookie) = read_cookie(&args.cookie_file) else {
+        return EXIT_USAGE;
     };
     match serve(args, cookie).await {
         Ok(()) => EXIT_OK,

@@ -1,5 +1,6 @@
 //! `foya sessions …`: list and show stored sessions (read straight from the store), and
-//! delete one (through a runtime, so an unfinished turn is closed first).
+//! delete one (through a runtime, so an unfinished turn is closed first). `list
+//! --cluster` asks a running node instead (`cluster_list.rs`).
 
 use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
 use foya_protocol::{EventKind, Seq, SessionId};
@@ -7,7 +8,16 @@ use std::io::Write as _;
 
 pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
     let result = match command {
-        SessionsCommand::List { data, json } => list(data.data_dir.as_deref(), json),
+        SessionsCommand::List {
+            json,
+            cluster:
+                crate::node::ClusterArgs {
+                    cluster: Some(addr),
+                    cookie_file: Some(cookie_file),
+                },
+            ..
+        } => Ok(crate::cluster_list::list(&addr, &cookie_file, json).await),
+        SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json),
         SessionsCommand::Show { id, data, json } => {
             let id: SessionId = match id.parse() {
                 Ok(id) => id,

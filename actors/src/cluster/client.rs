@@ -7,6 +7,7 @@
 use super::subscription::ClusterSubscription;
 use super::wire::{GatewayMsg, GatewayReply, GatewayRequest};
 use super::{ClusterError, Gateways};
+use crate::subscription::SubscribeOptions;
 use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionConfig, SessionId,
     SessionSummary,
@@ -255,6 +256,37 @@ impl ClusterClient {
         Ok(all)
     }
 
+    /// The sessions of every node that `node` sees live (its own included), each with
+    /// `node` set, most recently updated first — gathered by `node`'s gateway, so a
+    /// client connected to that one node lists the whole cluster.
+    ///
+    /// # Errors
+    /// [`ClusterError::NodeUnreachable`]; [`ClusterError::Remote`] when a node `node`
+    /// sees does not answer; [`ClusterError::NoAnswer`].
+    pub async fn list_sessions_through(
+        &self,
+        node: &str,
+    ) -> Result<Vec<SessionSummary>, ClusterError> {
+        match self
+            .request(node, GatewayRequest::ListClusterSessions)
+            .await?
+        {
+            GatewayReply::Sessions { sessions } => {
+                let mut placement = self
+                    .placement
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                for s in &sessions {
+                    if let Some(node) = &s.node {
+                        placement.insert(s.id, node.clone());
+                    }
+                }
+                Ok(sessions)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Subscribes to a session wherever it lives, from `from_seq` (1 = everything).
     /// The subscription survives reconnects and restarts of that node: it resumes from
     /// its last seq, with no gap and no duplicate.
@@ -266,8 +298,26 @@ impl ClusterClient {
         session_id: SessionId,
         from_seq: Seq,
     ) -> Result<ClusterSubscription, ClusterError> {
+        self.subscribe_with(session_id, from_seq, SubscribeOptions::default())
+            .await
+    }
+
+    /// As [`Self::subscribe`], with options: `approver: true` makes this subscription
+    /// the session's approver on its node (requests needing approval then wait for
+    /// [`Self::decide_approval`] instead of being denied). The approver is attached once
+    /// the first update of the subscription arrived (the session's node replays, then
+    /// follows, through one local subscription).
+    ///
+    /// # Errors
+    /// As [`Self::subscribe`].
+    pub async fn subscribe_with(
+        &self,
+        session_id: SessionId,
+        from_seq: Seq,
+        options: SubscribeOptions,
+    ) -> Result<ClusterSubscription, ClusterError> {
         let node = self.locate(session_id).await?;
-        ClusterSubscription::start(self.clone(), node, session_id, from_seq).await
+        ClusterSubscription::start(self.clone(), node, session_id, from_seq, options).await
     }
 }
 

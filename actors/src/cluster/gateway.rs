@@ -6,7 +6,10 @@
 //! subscription is a forwarder task owned by the gateway (aborted when it stops) that
 //! replays from the asked seq, follows live updates and casts them to the subscriber;
 //! it ends when the subscriber is gone (its node disconnected) or the session closed.
+//! `ListClusterSessions` is answered from this node's view of the cluster (every
+//! gateway its membership task sees live), so a client connected to one node lists all.
 
+use super::client::ClusterClient;
 use super::wire::{GATEWAY_GROUP, GatewayMsg, GatewayReply, GatewayRequest, Push, WireUpdate};
 use crate::runtime::{Runtime, RuntimeError, SubscribeOptions};
 use foya_protocol::event::Notice;
@@ -26,11 +29,14 @@ pub(crate) struct GatewayActor;
 pub(crate) struct GatewayArgs {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) node: String,
+    /// This node's view of the cluster (answers `ListClusterSessions`).
+    pub(crate) cluster: ClusterClient,
 }
 
 pub(crate) struct GatewayState {
     runtime: Arc<Runtime>,
     node: String,
+    cluster: ClusterClient,
     /// Forwarders and request tasks; dropping the set aborts them.
     tasks: JoinSet<()>,
 }
@@ -49,8 +55,20 @@ impl Actor for GatewayActor {
         Ok(GatewayState {
             runtime: args.runtime,
             node: args.node,
+            cluster: args.cluster,
             tasks: JoinSet::new(),
         })
+    }
+
+    /// Aborts the forwarders and request tasks and waits until they are gone, so the
+    /// runtime they hold is released when the node shuts down.
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<GatewayMsg>,
+        state: &mut GatewayState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.tasks.shutdown().await;
+        Ok(())
     }
 
     async fn handle(
@@ -64,6 +82,19 @@ impl Actor for GatewayActor {
         let GatewayMsg::Request(request, reply) = msg;
         let runtime = Arc::clone(&state.runtime);
         let node = state.node.clone();
+        if request == GatewayRequest::ListClusterSessions {
+            let cluster = state.cluster.clone();
+            state.tasks.spawn(async move {
+                let answer = match cluster.list_sessions().await {
+                    Ok(sessions) => GatewayReply::Sessions { sessions },
+                    Err(e) => GatewayReply::Failed {
+                        message: e.to_string(),
+                    },
+                };
+                let _ = reply.send(answer);
+            });
+            return Ok(());
+        }
         if let GatewayRequest::Subscribe {
             session_id,
             from_seq,
@@ -152,9 +183,11 @@ async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> Gatewa
             }
             GatewayReply::Sessions { sessions }
         }),
-        GatewayRequest::Subscribe { .. } => Ok(GatewayReply::Failed {
-            message: "subscribe is handled by the gateway".into(),
-        }),
+        GatewayRequest::Subscribe { .. } | GatewayRequest::ListClusterSessions => {
+            Ok(GatewayReply::Failed {
+                message: "handled by the gateway actor".into(),
+            })
+        }
         GatewayRequest::Undecodable(message) => Ok(GatewayReply::Failed {
             message: format!("undecodable request: {message}"),
         }),

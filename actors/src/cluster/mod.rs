@@ -6,18 +6,25 @@
 //! - [`ClusterClient`] reaches every node's gateway: create a session on any node, submit
 //!   (idempotent by input id), cancel, delete, approvals, a cluster-wide session list,
 //!   and [`ClusterSubscription`]s that resume from their last seq across reconnects.
+//! - [`ClientNode`] joins a cluster without serving sessions (a CLI listing the
+//!   cluster's sessions through one node).
 //! - [`wire`] holds every cross-node message; payloads use the versioned store codec.
 //!
-//! ractor's process groups and registry are process-wide: run one `ClusterNode` per
-//! process.
+//! Several `ClusterNode`s may run in one process (distinct names and ports): ractor's
+//! process groups are process-wide, so each node's membership task only counts its own
+//! gateway and those of peers it has a node session with (see [`ClusterNode::start`]
+//! for the remaining limit).
 
 mod client;
+mod connect;
 mod gateway;
+mod membership;
 mod node;
 mod subscription;
 pub mod wire;
 
 pub use client::ClusterClient;
+pub use connect::ClientNode;
 pub use node::ClusterNode;
 pub use subscription::ClusterSubscription;
 
@@ -115,3 +122,5 @@ impl std::fmt::Debug for Gateways {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_nodes;

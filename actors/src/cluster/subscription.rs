@@ -11,6 +11,7 @@
 use super::ClusterError;
 use super::client::ClusterClient;
 use super::wire::{GatewayRequest, Push};
+use crate::subscription::SubscribeOptions;
 use foya_protocol::event::Notice;
 use foya_protocol::{Seq, SessionId, SessionUpdate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -77,6 +78,7 @@ impl ClusterSubscription {
         node: String,
         session_id: SessionId,
         from_seq: Seq,
+        options: SubscribeOptions,
     ) -> Result<ClusterSubscription, ClusterError> {
         let group = format!("foya.sub.{}", uuid::Uuid::now_v7());
         let (push_tx, pushes) = mpsc::unbounded_channel();
@@ -91,6 +93,7 @@ impl ClusterSubscription {
             node,
             session_id,
             group,
+            approver: options.approver,
             last: Seq(last),
             pushes,
             out,
@@ -133,6 +136,7 @@ struct Driver {
     node: String,
     session_id: SessionId,
     group: String,
+    approver: bool,
     last: Seq,
     pushes: mpsc::UnboundedReceiver<Push>,
     out: mpsc::UnboundedSender<SessionUpdate>,
@@ -164,7 +168,7 @@ impl Driver {
                 from_seq: Seq(self.last.0 + 1),
                 group: self.group.clone(),
                 epoch,
-                approver: false,
+                approver: self.approver,
             };
             match self.client.request_to(&gateway, request).await {
                 Ok(_) => {}

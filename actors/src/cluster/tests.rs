@@ -66,6 +66,7 @@ fn every_gateway_request_round_trips() {
             approver: true,
         },
         GatewayRequest::ListSessions,
+        GatewayRequest::ListClusterSessions,
     ];
     for request in requests {
         round_trip(request);

@@ -80,6 +80,10 @@ pub enum GatewayRequest {
     },
     /// The sessions stored on this node (`node` filled in).
     ListSessions,
+    /// The sessions of every node this node sees live (its own included), each with
+    /// `node`, most recently updated first: what `ClusterClient::list_sessions` gathers
+    /// on this node. Answered with [`GatewayReply::Sessions`].
+    ListClusterSessions,
     /// Bytes that did not decode (never sent; produced by `from_bytes`).
     #[serde(skip)]
     Undecodable(String),
