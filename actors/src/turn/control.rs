@@ -155,12 +155,15 @@ impl Turn {
 
     /// The response asked for tools: blocked calls get their `is_error` result without
     /// running, the others run; a repeated blocked call ends the turn `loop_detected`.
+    /// A call repeating an earlier call's id in this response is renamed and not run
+    /// (`duplicates.rs`).
     pub(super) async fn run_calls(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         mut kinds: Vec<EventKind>,
-        calls: Vec<ToolCall>,
+        mut calls: Vec<ToolCall>,
     ) -> Result<(), ActorProcessingErr> {
+        let repeated = super::duplicates::rename_in_response(&mut kinds, &mut calls);
         let verdicts = match self.control.guard.check_calls(&calls) {
             Ok(verdicts) => verdicts,
             Err(LoopDetected(message)) => {
@@ -178,6 +181,7 @@ impl Turn {
         let mut run = ToolRun::new(calls.clone(), &self.args.deps.tools);
         let mut first_blocked = None;
         for (index, verdict) in verdicts.into_iter().enumerate() {
+            let verdict = super::duplicates::verdict_for(&repeated, index, verdict);
             if let CallVerdict::Block(text) = verdict {
                 let result = not_run(&calls[index], &text);
                 first_blocked.get_or_insert((index, result.clone()));
