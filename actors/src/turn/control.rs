@@ -57,6 +57,9 @@ pub(crate) struct Control {
     pub(super) final_step: bool,
     /// Consecutive stop-hook continuations without a tool step.
     hook_blocks: u32,
+    /// Keeps the `agent` tool's counters of this turn (from the first tool step until
+    /// the turn ends; see [`Turn::end_sub_agent_scope`]).
+    sub_agents: Option<crate::tools::builtin::agent::TurnScope>,
 }
 
 impl Control {
@@ -164,6 +167,7 @@ impl Turn {
         mut calls: Vec<ToolCall>,
     ) -> Result<(), ActorProcessingErr> {
         let repeated = super::duplicates::rename_in_response(&mut kinds, &mut calls);
+        self.open_sub_agent_scope();
         let verdicts = match self.control.guard.check_calls(&calls) {
             Ok(verdicts) => verdicts,
             Err(LoopDetected(message)) => {
@@ -196,6 +200,25 @@ impl Turn {
             self.tool_done(myself, index, result).await?;
         }
         Ok(())
+    }
+
+    /// Opens the sub-agent counters' scope of this turn (once; when sub-agents are on).
+    fn open_sub_agent_scope(&mut self) {
+        if self.control.sub_agents.is_none() {
+            let run_id = self.args.run_id;
+            self.control.sub_agents = self
+                .args
+                .deps
+                .sub_agents
+                .as_ref()
+                .map(|agent| agent.turn_scope(run_id));
+        }
+    }
+
+    /// The turn ends: forget its sub-agent counters now (dropping the turn would too,
+    /// but later).
+    pub(super) fn end_sub_agent_scope(&mut self) {
+        self.control.sub_agents = None;
     }
 
     /// The model stopped without tool calls: persist its answer, then run the stop
