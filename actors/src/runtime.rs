@@ -127,7 +127,7 @@ impl RuntimeConfig {
 }
 
 /// What every actor shares.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RuntimeDeps {
     pub store: foya_storage::Store,
     pub model: Arc<dyn ModelClient>,
@@ -139,7 +139,15 @@ pub(crate) struct RuntimeDeps {
     pub control: crate::turn::ControlConfig,
     pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
     pub queued_on_restart: QueuedOnRestart,
+    /// The `agent` tool when sub-agents are on (a turn tells it when it ends).
+    pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
+    /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
+    /// waits until every actor and task holding that copy dropped it. Never sent on.
+    pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
 }
+
+/// Longest wait of `Runtime::shutdown` for the actors to drop their store handles.
+const SHUTDOWN_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl RuntimeDeps {
     /// The client for a session's provider name.
@@ -169,6 +177,8 @@ pub(crate) struct Inner {
     join: std::sync::Mutex<Option<JoinHandle<()>>>,
     pub(crate) registry: Registry,
     pub(crate) deps: Arc<RuntimeDeps>,
+    /// Ends (`None`) once the actors' copy of the deps is dropped everywhere.
+    actors_gone: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<std::convert::Infallible>>>,
 }
 
 /// A running Foya runtime (one Supervisor and its sessions).
@@ -255,10 +265,16 @@ impl Runtime {
             control,
             attachments: config.attachments,
             queued_on_restart: config.queued_on_restart,
+            sub_agents: agent.clone(),
+            _actors_alive: None,
         });
+        let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
         let registry: Registry = Arc::default();
         let args = SupervisorArgs {
-            deps: Arc::clone(&deps),
+            deps: Arc::new(RuntimeDeps {
+                _actors_alive: Some(alive),
+                ..(*deps).clone()
+            }),
             registry: Arc::clone(&registry),
         };
         let (supervisor, join) = Actor::spawn(None, SupervisorActor, args)
@@ -269,6 +285,7 @@ impl Runtime {
             join: std::sync::Mutex::new(Some(join)),
             registry,
             deps,
+            actors_gone: std::sync::Mutex::new(Some(actors_gone)),
         };
         let inner = Arc::new(inner);
         if let Some(agent) = agent {
@@ -342,12 +359,39 @@ impl Runtime {
 
     /// Stops every actor (running turns stop where they are and are recovered on the
     /// next load) and closes the store.
+    ///
+    /// Returns once every session, turn and tool actor (and the tasks they started) has
+    /// dropped its store handle — waiting at most 10 s for stragglers — and the store's
+    /// writer has committed what was queued; so the redb file can be opened again at once,
+    /// on any tokio runtime. `SessionHandle`s of this runtime still alive keep the store
+    /// open until they are dropped.
     pub async fn shutdown(self) {
         self.inner.supervisor.stop(Some("shutdown".into()));
         let join = self.inner.join.lock().ok().and_then(|mut j| j.take());
         if let Some(join) = join {
             let _ = join.await;
         }
+        // The supervisor's end kills every actor below it, but each stops on its own task
+        // (another worker thread): wait until all of them dropped their copy of the deps.
+        let gone = self
+            .inner
+            .actors_gone
+            .lock()
+            .ok()
+            .and_then(|mut g| g.take());
+        if let Some(mut gone) = gone
+            && tokio::time::timeout(SHUTDOWN_DRAIN_LIMIT, gone.recv())
+                .await
+                .is_err()
+        {
+            tracing::warn!("actors still held the store when the shutdown wait ended");
+        }
         self.inner.deps.store.close().await;
+    }
+
+    /// The `agent` tool, when sub-agents are on.
+    #[cfg(test)]
+    pub(crate) fn sub_agent_tool(&self) -> Option<Arc<crate::tools::builtin::agent::AgentTool>> {
+        self.inner.deps.sub_agents.clone()
     }
 }

@@ -253,7 +253,8 @@ async fn invalid_arguments_reach_the_model_with_the_validators_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_turn_during_shell_kills_its_process_group_promptly() {
     let script = json!({"responses": [{"tool_calls": [
-        {"id": "c1", "name": "shell", "arguments": {"command": "echo $$; sleep 30"}}
+        // Prints its process group (led by the sandbox helper, not by bash).
+        {"id": "c1", "name": "shell", "arguments": {"command": "read -r _ _ _ _ pgid _ < /proc/$$/stat; echo $pgid; sleep 30"}}
     ]}]});
     let (rt, _) = start(memory_store(), script, builtin()).await;
     let (_dir, cwd) = workdir();

@@ -157,6 +157,7 @@ impl Turn {
         error: Option<ErrorInfo>,
     ) -> Result<(), ActorProcessingErr> {
         self.phase = Phase::Done;
+        self.end_sub_agent_scope();
         kinds.push(EventKind::TurnComplete {
             status,
             reason,

@@ -57,6 +57,9 @@ pub(crate) struct Control {
     pub(super) final_step: bool,
     /// Consecutive stop-hook continuations without a tool step.
     hook_blocks: u32,
+    /// Keeps the `agent` tool's counters of this turn (from the first tool step until
+    /// the turn ends; see [`Turn::end_sub_agent_scope`]).
+    sub_agents: Option<crate::tools::builtin::agent::TurnScope>,
 }
 
 impl Control {
@@ -153,12 +156,16 @@ impl Turn {
 
     /// The response asked for tools: blocked calls get their `is_error` result without
     /// running, the others run; a repeated blocked call ends the turn `loop_detected`.
+    /// A call repeating an earlier call's id in this response is renamed and not run
+    /// (`duplicates.rs`).
     pub(super) async fn run_calls(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         mut kinds: Vec<EventKind>,
-        calls: Vec<ToolCall>,
+        mut calls: Vec<ToolCall>,
     ) -> Result<(), ActorProcessingErr> {
+        let repeated = super::duplicates::rename_in_response(&mut kinds, &mut calls);
+        self.open_sub_agent_scope();
         let verdicts = match self.control.guard.check_calls(&calls) {
             Ok(verdicts) => verdicts,
             Err(LoopDetected(message)) => {
@@ -176,6 +183,7 @@ impl Turn {
         let mut run = ToolRun::new(calls.clone(), &self.args.deps.tools);
         let mut first_blocked = None;
         for (index, verdict) in verdicts.into_iter().enumerate() {
+            let verdict = super::duplicates::verdict_for(&repeated, index, verdict);
             if let CallVerdict::Block(text) = verdict {
                 let result = not_run(&calls[index], &text);
                 first_blocked.get_or_insert((index, result.clone()));
@@ -190,6 +198,25 @@ impl Turn {
             self.tool_done(myself, index, result).await?;
         }
         Ok(())
+    }
+
+    /// Opens the sub-agent counters' scope of this turn (once; when sub-agents are on).
+    fn open_sub_agent_scope(&mut self) {
+        if self.control.sub_agents.is_none() {
+            let run_id = self.args.run_id;
+            self.control.sub_agents = self
+                .args
+                .deps
+                .sub_agents
+                .as_ref()
+                .map(|agent| agent.turn_scope(run_id));
+        }
+    }
+
+    /// The turn ends: forget its sub-agent counters now (dropping the turn would too,
+    /// but later).
+    pub(super) fn end_sub_agent_scope(&mut self) {
+        self.control.sub_agents = None;
     }
 
     /// The model stopped without tool calls: persist its answer, then run the stop

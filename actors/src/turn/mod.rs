@@ -40,6 +40,7 @@ pub(crate) mod actor;
 mod compaction;
 mod context;
 mod control;
+mod duplicates;
 mod failure;
 pub(crate) mod protection;
 mod tools;

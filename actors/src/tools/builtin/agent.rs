@@ -14,6 +14,10 @@
 //!
 //! Cancelling the parent (the call's cancel token, or the call's future being dropped
 //! when its ToolActor is killed) cancels the child.
+//!
+//! The per-turn counters live as long as the parent turn: the turn holds a [`TurnScope`]
+//! from its first tool step and drops it when it ends (or is killed), which removes the
+//! turn's entry.
 
 use crate::runtime::{Inner, SessionHandle, SubscribeOptions, create_session_in};
 use crate::tools::{
@@ -90,6 +94,19 @@ pub(crate) fn register(
     (Arc::new(registry), Some(agent))
 }
 
+/// Held by a turn while it runs; dropping it forgets the turn's sub-agent counters.
+#[derive(Debug)]
+pub(crate) struct TurnScope {
+    agent: Arc<AgentTool>,
+    run_id: RunId,
+}
+
+impl Drop for TurnScope {
+    fn drop(&mut self) {
+        self.agent.turn_ended(self.run_id);
+    }
+}
+
 /// Cancels the child session when dropped (the parent's call ended or was dropped).
 struct ChildGuard(Option<SessionHandle>);
 
@@ -135,6 +152,32 @@ impl AgentTool {
     /// Binds the runtime (once, at `Runtime::start`).
     pub(crate) fn bind(&self, inner: Weak<Inner>) {
         let _ = self.runtime.set(inner);
+    }
+
+    /// The scope of turn `run_id`'s counters: dropping it (when the turn ends) forgets
+    /// them.
+    pub(crate) fn turn_scope(self: &Arc<Self>, run_id: RunId) -> TurnScope {
+        TurnScope {
+            agent: Arc::clone(self),
+            run_id,
+        }
+    }
+
+    /// Forgets the counters of turn `run_id` (it ended).
+    fn turn_ended(&self, run_id: RunId) {
+        self.turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&run_id);
+    }
+
+    /// How many turns have counters.
+    #[cfg(test)]
+    pub(crate) fn turns_with_counters(&self) -> usize {
+        self.turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Takes a child slot of the parent turn `run_id`, or says why not.
@@ -334,3 +377,7 @@ impl AgentTool {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "agent_tests.rs"]
+mod tests;

@@ -1,8 +1,9 @@
 //! The sandbox entry point: the helper side of the Sandbox Runner.
 //!
-//! Owns: parsing `__sandbox-exec --policy <json> --cwd <dir> --tmp <dir> -- <program>
-//! <args>`, applying the policy with Linux Landlock to the current process, and `exec`ing
-//! the program. Must not: ever run the program without the requested confinement — when
+//! Owns: parsing `__sandbox-exec --policy <json> --cwd <dir> --tmp <dir> [--parent <pid>]
+//! -- <program> <args>`, applying the policy with Linux Landlock to the current process,
+//! and running the program as its child under `supervise` (the group dies with the
+//! runtime). Must not: ever run the program without the requested confinement — when
 //! the kernel lacks a needed Landlock feature the helper exits with
 //! [`EXIT_SANDBOX_UNAVAILABLE`] and a `foya-sandbox:` message on stderr.
 
@@ -12,7 +13,6 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus,
 };
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 /// `argv[1]` that selects the sandbox entry point.
@@ -59,13 +59,16 @@ pub struct SandboxInvocation {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Pid of the runtime that started the helper (`--parent`, optional): when it is
+    /// no longer the helper's parent at start, the program is not run.
+    pub parent: Option<u32>,
 }
 
 /// Runs the sandbox entry point when `argv[1]` is [`SANDBOX_EXEC_ARG`]; otherwise returns
 /// at once. Call it first thing in `main` of every binary that may serve as the helper.
 ///
-/// When requested it never returns: it either replaces the process image with the
-/// confined program or exits with [`EXIT_SANDBOX_USAGE`], [`EXIT_SANDBOX_UNAVAILABLE`] or
+/// When requested it never returns: it runs the confined program as its child and ends
+/// the way the program ended (see `supervise`), or exits with [`EXIT_SANDBOX_USAGE`], [`EXIT_SANDBOX_UNAVAILABLE`] or
 /// [`EXIT_EXEC_FAILED`] after writing a `foya-sandbox: ...` line to stderr.
 pub fn sandbox_entry_if_requested() {
     let mut argv = std::env::args_os();
@@ -77,21 +80,11 @@ pub fn sandbox_entry_if_requested() {
         Ok(invocation) => invocation,
         Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
     };
-    if let Err(message) = apply_policy(invocation.policy, &invocation.cwd, &invocation.tmp) {
-        fail(EXIT_SANDBOX_UNAVAILABLE, &message);
-    }
-    let error = std::process::Command::new(&invocation.program)
-        .args(&invocation.args)
-        .current_dir(&invocation.cwd)
-        .env("TMPDIR", &invocation.tmp)
-        .exec();
-    fail(
-        EXIT_EXEC_FAILED,
-        &format!("cannot execute {:?}: {error}", invocation.program),
-    );
+    super::supervise::run(&invocation)
 }
 
-fn fail(code: i32, message: &str) -> ! {
+/// Writes `foya-sandbox: <message>` to stderr and exits with `code`.
+pub(super) fn fail(code: i32, message: &str) -> ! {
     eprintln!("foya-sandbox: {message}");
     std::process::exit(code);
 }
@@ -108,9 +101,11 @@ pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
         invocation.cwd.clone().into(),
         "--tmp".into(),
         invocation.tmp.clone().into(),
-        "--".into(),
-        invocation.program.clone(),
     ];
+    if let Some(parent) = invocation.parent {
+        out.extend(["--parent".into(), parent.to_string().into()]);
+    }
+    out.extend(["--".into(), invocation.program.clone()]);
     out.extend(invocation.args.iter().cloned());
     out
 }
@@ -123,7 +118,7 @@ pub fn parse_invocation(
     args: impl IntoIterator<Item = OsString>,
 ) -> Result<SandboxInvocation, String> {
     let mut args = args.into_iter();
-    let (mut policy, mut cwd, mut tmp) = (None, None, None);
+    let (mut policy, mut cwd, mut tmp, mut parent) = (None, None, None, None);
     loop {
         let Some(flag) = args.next() else {
             return Err("missing `-- <program>`".to_owned());
@@ -145,6 +140,13 @@ pub fn parse_invocation(
             }
             "--cwd" => cwd = Some(PathBuf::from(value)),
             "--tmp" => tmp = Some(PathBuf::from(value)),
+            "--parent" => {
+                let text = value.to_string_lossy();
+                parent = Some(
+                    text.parse::<u32>()
+                        .map_err(|e| format!("invalid --parent {text:?}: {e}"))?,
+                );
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -155,6 +157,7 @@ pub fn parse_invocation(
         tmp: tmp.ok_or("missing --tmp")?,
         program,
         args: args.collect(),
+        parent,
     })
 }
 
@@ -245,6 +248,7 @@ mod tests {
             tmp: PathBuf::from("/t"),
             program: "bash".into(),
             args: os(&["-c", "echo --policy x"]),
+            parent: Some(42),
         };
         let args = invocation_args(&invocation);
         assert_eq!(
@@ -257,6 +261,8 @@ mod tests {
                 "/w",
                 "--tmp",
                 "/t",
+                "--parent",
+                "42",
                 "--",
                 "bash",
                 "-c",
@@ -299,6 +305,10 @@ mod tests {
             ),
             (&["--cwd"], "missing value for --cwd"),
             (&["--net", "x", "--", "ls"], "unknown argument \"--net\""),
+            (
+                &["--parent", "x", "--", "ls"],
+                "invalid --parent \"x\": invalid digit found in string",
+            ),
             (
                 &["--policy", "open", "--", "ls"],
                 "invalid --policy \"open\": expected value at line 1 column 1",

@@ -1,12 +1,15 @@
 //! Sandbox Runner: starts exec tools' processes confined by a [`SandboxPolicy`], each in
-//! its own process group that is killed as a whole on cancel, timeout or drop.
+//! its own process group that is killed as a whole on cancel, timeout or drop — and when
+//! the runtime's process dies (even by SIGKILL), by the helper that leads the group.
 //!
 //! Owns: the process side (which helper, which arguments, the private temp dir, the
-//! process-group guard). The helper side (Landlock, `exec`) lives in `entry`.
+//! process-group guard). The helper side (Landlock, running and supervising the program)
+//! lives in `entry` and `supervise`.
 //! Must not: run a process outside its own process group, or leave one running after the
-//! guard is dropped.
+//! guard is dropped or the runtime died.
 
 pub mod entry;
+pub mod supervise;
 
 pub use entry::{
     EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, SANDBOX_EXEC_ARG,
@@ -67,10 +70,16 @@ impl SandboxRunner {
 
     /// Prepares `program args` to run in `cwd` under `policy`.
     ///
-    /// `SandboxPolicy::None` runs the program directly; any other policy runs
-    /// `helper __sandbox-exec --policy <json> --cwd <cwd> --tmp <private tmp> -- program args`
-    /// and the helper applies Landlock before `exec`. Spawn the returned command and wrap
-    /// the child's pid in a [`ProcessGroupGuard`] at once.
+    /// Every policy runs `helper __sandbox-exec --policy <json> --cwd <cwd> --tmp <tmp>
+    /// --parent <this pid> -- program args`: the helper applies Landlock (nothing under
+    /// `SandboxPolicy::None`, which also keeps the inherited `TMPDIR`), runs the program
+    /// as its child and kills the whole process group when this process dies (see
+    /// [`supervise`]). Spawn the returned command and wrap the child's pid in a
+    /// [`ProcessGroupGuard`] at once.
+    ///
+    /// The helper's parent-death signal fires when the *thread* that spawned it exits:
+    /// spawn from a thread that lives as long as the call (a tokio worker or the caller's
+    /// thread, not a `spawn_blocking` thread that may retire while the command runs).
     ///
     /// # Errors
     /// The private temp dir could not be created.
@@ -82,26 +91,23 @@ impl SandboxRunner {
         args: &[OsString],
     ) -> std::io::Result<SandboxCommand> {
         let program = program.into();
-        let (mut command, tmp_dir) = match policy {
-            SandboxPolicy::None => {
-                let mut command = tokio::process::Command::new(&program);
-                command.args(args);
-                (command, None)
-            }
+        let (tmp, tmp_dir) = match policy {
+            SandboxPolicy::None => (std::env::temp_dir(), None),
             SandboxPolicy::ReadOnly | SandboxPolicy::WorkspaceWrite { .. } => {
                 let tmp_dir = tempfile::Builder::new().prefix("foya-sandbox-").tempdir()?;
-                let invocation = SandboxInvocation {
-                    policy,
-                    cwd: cwd.to_path_buf(),
-                    tmp: tmp_dir.path().to_path_buf(),
-                    program,
-                    args: args.to_vec(),
-                };
-                let mut command = tokio::process::Command::new(&self.helper);
-                command.args(invocation_args(&invocation));
-                (command, Some(tmp_dir))
+                (tmp_dir.path().to_path_buf(), Some(tmp_dir))
             }
         };
+        let invocation = SandboxInvocation {
+            policy,
+            cwd: cwd.to_path_buf(),
+            tmp,
+            program,
+            args: args.to_vec(),
+            parent: Some(std::process::id()),
+        };
+        let mut command = tokio::process::Command::new(&self.helper);
+        command.args(invocation_args(&invocation));
         command
             .current_dir(cwd)
             .process_group(0)

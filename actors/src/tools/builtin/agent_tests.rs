@@ -1,0 +1,66 @@
+//! The `agent` tool forgets a parent turn's counters when that turn ends, so its map
+//! does not grow with the number of turns (it held one entry per turn forever before).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use super::SubAgentLimits;
+use crate::runtime::Runtime;
+use crate::testkit::{
+    config_for, events_until, is_turn_complete, script, session_config, subscribe, within,
+};
+use foya_protocol::{ApprovalMode, EventKind, Input, ToolCallId, ToolMessage};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_counters_are_forgotten_when_each_parent_turn_ends() {
+    // The scripted model answers by the number of assistant messages so far: the
+    // parent's turn i gets responses 2i (call the agent) and 2i+1 (answer); a child (a
+    // fresh session) gets response 0 — an agent call, refused for children, which still
+    // counts against the child's own turn — then response 1, "answer 0".
+    let responses: Vec<_> = (0..3)
+        .flat_map(|i| {
+            [
+                json!({"tool_calls": [{"id": format!("ag{i}"), "name": "agent",
+                                       "arguments": {"task": format!("sub-task {i}")}}]}),
+                json!({"text": format!("answer {i}")}),
+            ]
+        })
+        .collect();
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let mut config = config_for(store, script(json!({ "responses": responses })));
+    config.sub_agents = Some(SubAgentLimits::default());
+    let rt = Runtime::start(config).await.unwrap();
+    let agent = rt.sub_agent_tool().unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::ReadOnly))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    for i in 0..3 {
+        session
+            .submit(Input::text(format!("turn {i}")))
+            .await
+            .unwrap();
+        let events = within(events_until(&mut sub, is_turn_complete))
+            .await
+            .unwrap();
+        let results: Vec<ToolMessage> = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolMessage(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            results,
+            vec![ToolMessage {
+                tool_call_id: ToolCallId::new(format!("ag{i}")),
+                content: "answer 0".into(),
+                is_error: false,
+            }]
+        );
+        // Both the parent's and the child's turn ended: no counters are left.
+        assert_eq!(agent.turns_with_counters(), 0, "after turn {i}");
+    }
+    drop((sub, session));
+    rt.shutdown().await;
+}

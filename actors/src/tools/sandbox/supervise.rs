@@ -1,0 +1,139 @@
+//! The helper's supervision of the tool's processes: the helper does not `exec` the
+//! program; it stays the leader of the tool's process group, runs the program as its
+//! child and kills the whole group when the runtime that started it dies.
+//!
+//! Owns: parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
+//! by a signal handler; a parent that died before the signal was armed is caught by
+//! comparing `getppid()` with the pid the runtime passed in `--parent`), killing the
+//! group, and passing the program's exit status on as the helper's own.
+//! Must not: leave a process of the group running after the runtime died, or kill a
+//! group it does not lead (a helper started by hand, not in its own group, kills only its
+//! child and itself).
+//!
+//! Why not `exec`: `PR_SET_PDEATHSIG` survives `execve` but is cleared in every forked
+//! child, so a shell's own children (`sleep 100` inside `bash -c`) would outlive a
+//! SIGKILLed runtime. Only a process that notices the parent's death and then kills the
+//! whole group covers them. (`unsafe` is forbidden, so a `pre_exec` hook is not an option.)
+//! Why handlers, not a blocked mask and `sigwait`: a blocked mask is inherited by the
+//! program, handlers are reset to the default by `execve`.
+
+use super::SandboxPolicy;
+use super::entry::{SandboxInvocation, apply_policy, fail};
+use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE};
+use nix::sys::prctl;
+use nix::sys::signal::{Signal, kill, killpg, raise};
+use nix::unistd::{Pid, getpgrp, getpid, getppid};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The signal the kernel sends the helper when the thread that spawned it (in the
+/// runtime's process) exits, e.g. when the runtime is SIGKILLed. Receiving it — or
+/// `SIGTERM` from anyone — makes the helper SIGKILL the tool's process group.
+pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
+
+/// Runs the invocation's program under its policy and supervision; never returns.
+///
+/// Order: handlers for [`PARENT_DEATH_SIGNAL`] and `SIGTERM` first (so an early signal is
+/// not lost or fatal), then `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock,
+/// then the program. Exits like the program did (see [`exit_like`]); on a watched signal
+/// the group is killed (the helper with it).
+pub fn run(invocation: &SandboxInvocation) -> ! {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(supervise(invocation)),
+        Err(e) => fail(
+            EXIT_SANDBOX_UNAVAILABLE,
+            &format!("cannot start the supervisor: {e}"),
+        ),
+    }
+}
+
+async fn supervise(invocation: &SandboxInvocation) -> ! {
+    let handlers = signal(SignalKind::from_raw(PARENT_DEATH_SIGNAL as i32))
+        .and_then(|hangup| Ok((hangup, signal(SignalKind::terminate())?)));
+    let (mut hangup, mut terminate) = match handlers {
+        Ok(handlers) => handlers,
+        Err(e) => fail(
+            EXIT_SANDBOX_UNAVAILABLE,
+            &format!("cannot watch for the runtime's death: {e}"),
+        ),
+    };
+    if let Err(e) = prctl::set_pdeathsig(PARENT_DEATH_SIGNAL) {
+        fail(
+            EXIT_SANDBOX_UNAVAILABLE,
+            &format!("cannot set the parent-death signal: {e}"),
+        );
+    }
+    // The runtime may have died before the signal was armed; then it never comes.
+    if let Some(parent) = invocation.parent
+        && u32::try_from(getppid().as_raw()).ok() != Some(parent)
+    {
+        fail(
+            EXIT_SANDBOX_UNAVAILABLE,
+            &format!("the runtime (pid {parent}) is gone; the command was not run"),
+        );
+    }
+    if let Err(message) = apply_policy(invocation.policy, &invocation.cwd, &invocation.tmp) {
+        fail(EXIT_SANDBOX_UNAVAILABLE, &message);
+    }
+    let mut command = tokio::process::Command::new(&invocation.program);
+    command.args(&invocation.args).current_dir(&invocation.cwd);
+    if invocation.policy != SandboxPolicy::None {
+        command.env("TMPDIR", &invocation.tmp);
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => fail(
+            EXIT_EXEC_FAILED,
+            &format!("cannot execute {:?}: {e}", invocation.program),
+        ),
+    };
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(Pid::from_raw);
+    tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => exit_like(status),
+            Err(e) => fail(EXIT_EXEC_FAILED, &format!("cannot wait for the command: {e}")),
+        },
+        _ = hangup.recv() => kill_all(pid),
+        _ = terminate.recv() => kill_all(pid),
+    }
+}
+
+/// SIGKILLs the helper's process group when it leads one, else only `child`; then
+/// itself.
+fn kill_all(child: Option<Pid>) -> ! {
+    let group = getpgrp();
+    if group == getpid() {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    if let Some(child) = child {
+        let _ = kill(child, Signal::SIGKILL);
+    }
+    let _ = raise(Signal::SIGKILL);
+    std::process::exit(128 + Signal::SIGKILL as i32)
+}
+
+/// Ends the helper the way the program ended: the same exit code, or death by the same
+/// signal. A signal the helper handles or ignores (`SIGHUP`, `SIGTERM`; `SIGPIPE`, which
+/// Rust ignores) becomes exit code `128 + signal` instead.
+fn exit_like(status: ExitStatus) -> ! {
+    if let Some(code) = status.code() {
+        std::process::exit(code);
+    }
+    let number = status.signal().unwrap_or_default();
+    if let Ok(signal) = Signal::try_from(number)
+        && !matches!(
+            signal,
+            PARENT_DEATH_SIGNAL | Signal::SIGTERM | Signal::SIGPIPE
+        )
+    {
+        let _ = raise(signal);
+    }
+    std::process::exit(128 + number)
+}

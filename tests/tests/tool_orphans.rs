@@ -1,0 +1,162 @@
+//! A SIGKILLed `foya` takes its running tool's processes with it: the shell tool's
+//! command, and the command's own children, die with the runtime (the sandbox helper
+//! leads the tool's process group and kills it on `PR_SET_PDEATHSIG`). Checked for the
+//! unsandboxed path (`--approval bypass`, policy `none`) and the Landlock path
+//! (`--approval auto`, policy `workspace-write`).
+//!
+//! Synchronisation: the child's output lines (the call started), then the processes
+//! themselves in `/proc` (an external OS condition, polled under one global deadline).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use foya_tests::foya_bin::foya;
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Global wait for one test.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Pause between two looks at `/proc` while waiting for processes to appear or vanish.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Live (not zombie) processes whose command line contains `marker`, as
+/// `(pid, argv[0])`.
+fn marked(marker: &str) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let (Ok(cmdline), Ok(stat)) = (
+            std::fs::read(entry.path().join("cmdline")),
+            std::fs::read_to_string(entry.path().join("stat")),
+        ) else {
+            continue; // exited meanwhile
+        };
+        // The state follows the parenthesised command name: "pid (comm) S ...".
+        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+        if state != Some("Z") && cmdline.contains(marker) {
+            let argv0 = cmdline.split('\0').next().unwrap_or_default().to_owned();
+            out.push((pid, argv0));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Polls `marked(marker)` until `done` holds for it, or panics at `deadline`.
+fn wait_for_processes(
+    marker: &str,
+    deadline: Instant,
+    what: &str,
+    done: impl Fn(&[(i32, String)]) -> bool,
+) {
+    loop {
+        let now = marked(marker);
+        if done(&now) {
+            return;
+        }
+        if Instant::now() > deadline {
+            for (pid, _) in &now {
+                // Do not leave them behind for the other tests.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!("timed out waiting for {what}; marked processes: {now:?}");
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn tool_processes_die_with_foya(approval: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let marker = format!("foya-orphan-{}-{approval}", std::process::id());
+    // A background child and a foreground one, both renamed so /proc shows the marker.
+    let command = format!("(exec -a {marker}-bg sleep 300) & exec -a {marker}-fg sleep 301");
+    let script = tmp.path().join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+        {"text": "never reached"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let mut child = foya()
+        .args([
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            approval,
+            "--json",
+        ])
+        .arg("--script")
+        .arg(&script)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--cwd")
+        .arg(&work)
+        .arg("start")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|e| panic!("no tool_started ({e}); saw {seen:#?}"));
+        let started = line["type"] == "tool_started";
+        seen.push(line);
+        if started {
+            break;
+        }
+    }
+    let (bg, fg) = (format!("{marker}-bg"), format!("{marker}-fg"));
+    wait_for_processes(&marker, deadline, "both sleeps to start", |now| {
+        [&bg, &fg]
+            .iter()
+            .all(|name| now.iter().any(|(_, argv0)| argv0 == *name))
+    });
+
+    child.kill().unwrap(); // SIGKILL: no destructor, no kill_on_drop runs
+    child.wait().unwrap();
+
+    wait_for_processes(
+        &marker,
+        deadline,
+        "the tool's processes to die",
+        <[_]>::is_empty,
+    );
+    assert_eq!(marked(&marker), Vec::new());
+}
+
+#[test]
+fn unsandboxed_tool_processes_die_with_a_sigkilled_runtime() {
+    tool_processes_die_with_foya("bypass");
+}
+
+#[test]
+fn sandboxed_tool_processes_die_with_a_sigkilled_runtime() {
+    tool_processes_die_with_foya("auto");
+}
