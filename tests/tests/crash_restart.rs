@@ -178,7 +178,8 @@ fn crash_and_restart(first: Vec<Value>, kill_now: impl FnMut(&[Value]) -> bool) 
     let id = persisted[0]["session_id"].as_str().unwrap().to_owned();
     let runs_before = tool_runs(&dirs);
     for pid in &runs_before {
-        // The killed runtime's tool process outlives it (its own process group).
+        // The killed runtime's tool process may still be alive for a moment (its helper
+        // kills the group once it notices the parent died); do not wait for that.
         let _ = std::process::Command::new("kill")
             .args(["-9", pid])
             .status();
@@ -239,8 +240,14 @@ fn crash_and_restart(first: Vec<Value>, kill_now: impl FnMut(&[Value]) -> bool) 
     assert!(calls.values().all(|&n| n == 1), "{calls:?}");
     assert!(started.values().all(|&n| n == 1), "{started:?}");
     // No tool ran twice: recovery re-ran nothing, and each run had its tool_started.
+    // A killed run may still record its pid after `runs_before` was read (the tool
+    // started but had not written yet), so the earlier reading is a prefix; a re-run
+    // would show as a second `tool_started` for its call, checked above.
     let runs_after = tool_runs(&dirs);
-    assert_eq!(runs_after, runs_before);
+    assert!(
+        runs_after.starts_with(&runs_before),
+        "{runs_before:?} {runs_after:?}"
+    );
     assert!(
         runs_after.len() <= started.len(),
         "{runs_after:?} {started:?}"

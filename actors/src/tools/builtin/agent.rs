@@ -15,7 +15,7 @@
 //! Cancelling the parent (the call's cancel token, or the call's future being dropped
 //! when its ToolActor is killed) cancels the child.
 //!
-//! The per-turn counters live as long as the parent turn: the turn holds a [`TurnScope`]
+//! The per-turn counters live as long as the parent turn: the turn holds a `TurnScope`
 //! from its first tool step and drops it when it ends (or is killed), which removes the
 //! turn's entry.
 

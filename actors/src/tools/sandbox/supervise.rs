@@ -36,7 +36,7 @@ pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
 ///
 /// Order: handlers for [`PARENT_DEATH_SIGNAL`] and `SIGTERM` first (so an early signal is
 /// not lost or fatal), then `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock,
-/// then the program. Exits like the program did (see [`exit_like`]); on a watched signal
+/// then the program. Exits like the program did (see `exit_like`); on a watched signal
 /// the group is killed (the helper with it).
 pub fn run(invocation: &SandboxInvocation) -> ! {
     let runtime = tokio::runtime::Builder::new_current_thread()
