@@ -93,6 +93,28 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     }
 }
 
+/// Refuses to serve without a bearer token on anything but a loopback address: the API
+/// creates sessions and runs tools (in any approval mode the caller asks for), so an
+/// unauthenticated listener must not be reachable from other machines.
+///
+/// # Errors
+/// `listen` does not resolve to socket addresses, or one of them is not loopback and
+/// there is no token.
+fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs as _;
+    let addrs: Vec<std::net::SocketAddr> = listen
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {listen}: expected HOST:PORT, e.g. 127.0.0.1:7878"))?
+        .collect();
+    if addrs.iter().any(|a| !a.ip().is_loopback()) && !has_token {
+        anyhow::bail!(
+            "--listen {listen} is reachable from other machines: give --token-file so that \
+             only holders of the token can create sessions and run tools"
+        );
+    }
+    Ok(())
+}
+
 async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let usage = |e: anyhow::Error| (EXIT_USAGE, e);
     let failed = |e: anyhow::Error| (EXIT_FAILED, e);
@@ -114,6 +136,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         }
         None => None,
     };
+    check_exposure(&args.listen, token.is_some()).map_err(usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store = crate::data::open_store(&dir).map_err(failed)?;
     let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
@@ -193,5 +216,24 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_exposure;
+
+    #[test]
+    fn only_loopback_may_serve_without_a_token() {
+        assert!(check_exposure("127.0.0.1:0", false).is_ok());
+        assert!(check_exposure("[::1]:7878", false).is_ok());
+        assert!(check_exposure("0.0.0.0:7878", true).is_ok());
+        let error = check_exposure("0.0.0.0:7878", false)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--token-file"), "{error}");
+        assert!(check_exposure("192.168.1.5:80", false).is_err());
+        let error = check_exposure("no-port", false).unwrap_err().to_string();
+        assert!(error.contains("expected HOST:PORT"), "{error}");
     }
 }
