@@ -221,6 +221,7 @@ async fn wait_for_signal() {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::check_exposure;
 
     #[test]
