@@ -369,6 +369,12 @@ async fn scenario() {
         ),
         (
             reqwest::Method::POST,
+            "/sessions".to_owned(),
+            json!({"max_steps": 0}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            reqwest::Method::POST,
             format!("/sessions/{id}/approvals/{request_id}"),
             json!({"decision": "deny"}),
             StatusCode::NOT_FOUND,

@@ -103,6 +103,9 @@ async fn create_session(
     body: Result<Json<CreateSession>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
+    if body.max_steps == Some(0) {
+        return Err(ApiError::bad_request("max_steps must be at least 1"));
+    }
     let cwd = body.cwd.unwrap_or_else(|| state.defaults.cwd.clone());
     let cwd = std::fs::canonicalize(&cwd).map_err(|_| {
         ApiError::bad_request(format!(
