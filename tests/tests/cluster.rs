@@ -24,19 +24,6 @@ use tokio::process::{Child, Command};
 
 const COOKIE: &str = "test-cookie";
 
-fn foya_bin() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    escargot::CargoBuild::new()
-        .manifest_path(manifest)
-        .package("foya")
-        .bin("foya")
-        .current_release()
-        .run()
-        .expect("build foya")
-        .path()
-        .to_path_buf()
-}
-
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
@@ -260,7 +247,9 @@ async fn scenario(bin: PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_on_node_b_is_driven_from_node_a_across_a_restart_of_b() {
     let t = std::time::Instant::now();
-    let bin = tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    let bin = tokio::task::spawn_blocking(foya_tests::foya_bin)
+        .await
+        .unwrap();
     eprintln!("foya built in {:?}", t.elapsed());
     tokio::time::timeout(Duration::from_secs(90), scenario(bin))
         .await

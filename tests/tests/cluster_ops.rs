@@ -28,19 +28,6 @@ use tokio::process::{Child, Command};
 
 const COOKIE: &str = "ops-cookie";
 
-fn foya_bin() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    escargot::CargoBuild::new()
-        .manifest_path(manifest)
-        .package("foya")
-        .bin("foya")
-        .current_release()
-        .run()
-        .expect("build foya")
-        .path()
-        .to_path_buf()
-}
-
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
@@ -331,7 +318,9 @@ async fn scenario(bin: PathBuf) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_cancel_delete_and_the_cluster_list_work_across_nodes() {
-    let bin = tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    let bin = tokio::task::spawn_blocking(foya_tests::foya_bin)
+        .await
+        .unwrap();
     tokio::time::timeout(Duration::from_secs(90), scenario(bin))
         .await
         .expect("the scenario timed out");

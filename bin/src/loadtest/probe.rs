@@ -113,13 +113,15 @@ impl ModelClient for Probe {
             }
             slot.requests += 1;
         }
-        let first_turn = request
-            .messages
-            .iter()
-            .filter(|m| matches!(m, Message::User(_)))
-            .count()
-            == 1;
-        if index == Some(0) && first_turn {
+        let first_turn = || {
+            request
+                .messages
+                .iter()
+                .filter(|m| matches!(m, Message::User(_)))
+                .count()
+                == 1
+        };
+        if index == Some(0) && first_turn() {
             self.captured
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
