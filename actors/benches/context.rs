@@ -68,7 +68,7 @@ fn context_bench(c: &mut Criterion) {
         shell: "bash".into(),
         date: "2026-11-29".into(),
     };
-    let tools = ToolRegistry::builtin().schemas(config.approval_mode);
+    let tools = context::ToolSet::new(ToolRegistry::builtin().schemas(config.approval_mode));
     let touched = BTreeSet::new();
     let mut group = c.benchmark_group("context_compile");
     for turns in [1u64, 10, 100] {

@@ -225,6 +225,18 @@ impl Store {
     /// Not cancel safe: if the future is dropped after the append was queued, the events
     /// may still commit. Dropped while waiting for queue space, nothing was queued.
     pub async fn append(&self, events: Vec<Event>) -> Result<(), AppendError> {
+        self.append_all(&events).await
+    }
+
+    /// [`Store::append`] of borrowed events: they are encoded here and the writer gets
+    /// only what it needs of them, so the caller keeps its events and nothing is copied.
+    ///
+    /// # Errors
+    /// As [`Store::append`].
+    ///
+    /// # Cancel safety
+    /// As [`Store::append`].
+    pub async fn append_all(&self, events: &[Event]) -> Result<(), AppendError> {
         let Some(first) = events.first() else {
             return Ok(());
         };
@@ -258,7 +270,7 @@ impl Store {
         let (reply, answer) = oneshot::channel();
         sender
             .send(Request {
-                events,
+                events: events.iter().map(crate::writer::EventMeta::of).collect(),
                 encoded,
                 reply,
             })

@@ -12,7 +12,7 @@ use crate::codec;
 use crate::db::DbSlot;
 use crate::error::AppendError;
 use crate::schema::{EVENTS, SESSIONS, session_key};
-use foya_protocol::{Event, EventKind, Seq, SessionSummary};
+use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};
 use redb::{Database, ReadableTable, Table};
 use std::collections::HashMap;
 use std::fmt;
@@ -24,12 +24,59 @@ use tokio::sync::{mpsc, oneshot};
 /// Cached summaries beyond this count are dropped (and reloaded lazily when needed).
 const MAX_CACHED_SESSIONS: usize = 65_536;
 
-/// One queued append: the events of one session (checked dense by the caller), their
-/// encoded values, and where to answer.
+/// One queued append: the events of one session (checked dense by the caller) as the
+/// writer needs them, their encoded values, and where to answer.
 pub(crate) struct Request {
-    pub(crate) events: Vec<Event>,
+    pub(crate) events: Vec<EventMeta>,
     pub(crate) encoded: Vec<Vec<u8>>,
     pub(crate) reply: oneshot::Sender<Result<(), AppendError>>,
+}
+
+/// What the writer needs of an appended event besides its encoding: its place in the
+/// log and what it changes in the session's summary (so the caller keeps its events
+/// instead of handing the writer a copy).
+pub(crate) struct EventMeta {
+    pub(crate) session_id: SessionId,
+    pub(crate) seq: Seq,
+    pub(crate) at_ms: u64,
+    pub(crate) change: SummaryChange,
+}
+
+/// How one event changes a session's summary.
+pub(crate) enum SummaryChange {
+    None,
+    /// `session_created`: the summary's initial title, cwd and model.
+    Created {
+        title: Option<String>,
+        cwd: std::path::PathBuf,
+        model: String,
+    },
+    /// `title_set`.
+    Title(String),
+    /// `session_deleted`.
+    Deleted,
+}
+
+impl EventMeta {
+    /// The metadata of `event`.
+    pub(crate) fn of(event: &Event) -> Self {
+        let change = match &event.kind {
+            EventKind::SessionCreated { config } => SummaryChange::Created {
+                title: config.title.clone(),
+                cwd: config.cwd.clone(),
+                model: config.model.clone(),
+            },
+            EventKind::TitleSet { title, .. } => SummaryChange::Title(title.clone()),
+            EventKind::SessionDeleted {} => SummaryChange::Deleted,
+            _ => SummaryChange::None,
+        };
+        Self {
+            session_id: event.session_id,
+            seq: event.seq,
+            at_ms: event.at_ms,
+            change,
+        }
+    }
 }
 
 /// Counters shared with [`crate::Store::stats`].
@@ -270,7 +317,7 @@ fn load_summary(
 /// `current`, and returns the summary after them.
 pub(crate) fn next_summary(
     current: Option<SessionSummary>,
-    events: &[Event],
+    events: &[EventMeta],
 ) -> Result<SessionSummary, AppendError> {
     let mut summary = match (current, events.first()) {
         (_, None) => return Err(AppendError::Storage("empty append".into())),
@@ -288,7 +335,7 @@ pub(crate) fn next_summary(
             summary
         }
         (None, Some(first)) => {
-            let EventKind::SessionCreated { config } = &first.kind else {
+            let SummaryChange::Created { title, cwd, model } = &first.change else {
                 return Err(AppendError::UnknownSession);
             };
             if first.seq != Seq::FIRST {
@@ -299,9 +346,9 @@ pub(crate) fn next_summary(
             }
             SessionSummary {
                 id: first.session_id,
-                title: config.title.clone(),
-                cwd: config.cwd.clone(),
-                model: config.model.clone(),
+                title: title.clone(),
+                cwd: cwd.clone(),
+                model: model.clone(),
                 created_at_ms: first.at_ms,
                 updated_at_ms: first.at_ms,
                 last_seq: Seq(0),
@@ -314,10 +361,10 @@ pub(crate) fn next_summary(
         if summary.deleted {
             return Err(AppendError::SessionDeleted);
         }
-        match &event.kind {
-            EventKind::TitleSet { title, .. } => summary.title = Some(title.clone()),
-            EventKind::SessionDeleted {} => summary.deleted = true,
-            _ => {}
+        match &event.change {
+            SummaryChange::Title(title) => summary.title = Some(title.clone()),
+            SummaryChange::Deleted => summary.deleted = true,
+            SummaryChange::None | SummaryChange::Created { .. } => {}
         }
         summary.last_seq = event.seq;
         summary.updated_at_ms = event.at_ms;

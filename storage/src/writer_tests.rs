@@ -43,7 +43,7 @@ fn request(events: Vec<Event>) -> (Request, oneshot::Receiver<Result<(), AppendE
     let (reply, answer) = oneshot::channel();
     (
         Request {
-            events,
+            events: events.iter().map(super::EventMeta::of).collect(),
             encoded,
             reply,
         },

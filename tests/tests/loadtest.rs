@@ -78,12 +78,14 @@ fn assert_shape(report: &Value) {
         assert_ordered(report, key);
     }
     assert!(report["peak_rss_bytes"].as_u64().unwrap() > 0);
-    // The model client's and the tools' CPU are measured and taken out of the runtime's.
+    // The model client's, the tools' and the load driver's CPU are measured and taken
+    // out of the runtime's.
     let cpu = report["cpu_s"].as_f64().unwrap();
     let provider = report["provider_cpu_s"].as_f64().unwrap();
     let tools = report["tool_cpu_s"].as_f64().unwrap();
+    let driver = report["driver_cpu_s"].as_f64().unwrap();
     assert!(
-        provider > 0.0 && tools > 0.0 && provider + tools < cpu,
+        provider > 0.0 && tools > 0.0 && driver > 0.0 && provider + tools + driver < cpu,
         "{report:#}"
     );
     assert!(

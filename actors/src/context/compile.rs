@@ -112,19 +112,7 @@ pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
         "history".to_owned(),
         messages.iter().map(message_tokens).sum(),
     );
-    sections.insert(
-        "tools".to_owned(),
-        input
-            .tools
-            .iter()
-            .map(|t| {
-                TOOL_OVERHEAD_TOKENS
-                    + estimate_tokens(&t.name)
-                    + estimate_tokens(&t.description)
-                    + estimate_tokens(&t.parameters.to_string())
-            })
-            .sum(),
-    );
+    sections.insert("tools".to_owned(), input.tools.tokens());
 
     let system = parts
         .into_iter()
@@ -151,7 +139,7 @@ pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
     Ok(CompiledContext {
         system,
         messages,
-        tools: input.tools.to_vec(),
+        tools: std::sync::Arc::clone(input.tools.schemas()),
         budget,
         sections,
     })
@@ -215,6 +203,15 @@ fn describe(mode: ApprovalMode) -> &'static str {
             "no approvals and no sandbox: every action runs immediately, so be careful."
         }
     }
+}
+
+/// Estimated tokens of one tool schema: [`TOOL_OVERHEAD_TOKENS`] + name, description and
+/// the JSON Schema text.
+pub(super) fn tool_tokens(t: &crate::provider::ToolSchema) -> u64 {
+    TOOL_OVERHEAD_TOKENS
+        + estimate_tokens(&t.name)
+        + estimate_tokens(&t.description)
+        + estimate_tokens(&t.parameters.to_string())
 }
 
 /// Estimated tokens of one message: overhead + text, kept reasoning, tool calls

@@ -36,7 +36,7 @@ fn images_without_vision_are_an_error() {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &[],
+        tools: &crate::context::ToolSet::default(),
         limits: ModelLimits::new(100_000),
         calibration: Calibration::default(),
     };
@@ -84,7 +84,7 @@ fn budget_applies_calibration_and_threshold() {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &[],
+        tools: &crate::context::ToolSet::default(),
         limits,
         calibration: Calibration::default(),
     };

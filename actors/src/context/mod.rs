@@ -104,12 +104,47 @@ pub struct CompileInput<'a> {
     /// Paths read or written in this session (see [`touched_paths`]); relative paths are
     /// relative to `env.cwd`.
     pub touched_paths: &'a BTreeSet<PathBuf>,
-    /// Tool schemas exposed in this step (already filtered by the approval mode).
-    pub tools: &'a [ToolSchema],
+    /// Tool schemas exposed in this step (already filtered by the approval mode), with
+    /// their token estimate.
+    pub tools: &'a ToolSet,
     /// The model's limits.
     pub limits: ModelLimits,
     /// Calibration from the previous step's reported usage.
     pub calibration: Calibration,
+}
+
+/// The tool schemas of a turn and their token estimate, computed once: every step's
+/// request shares the schemas instead of copying them, and the estimate (which
+/// serialises each JSON Schema) is not redone per step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolSet {
+    schemas: std::sync::Arc<[ToolSchema]>,
+    tokens: u64,
+}
+
+impl ToolSet {
+    /// The set of `schemas`; estimates their tokens (see [`ToolSet::tokens`]).
+    #[must_use]
+    pub fn new(schemas: Vec<ToolSchema>) -> Self {
+        let tokens = schemas.iter().map(compile::tool_tokens).sum();
+        Self {
+            schemas: schemas.into(),
+            tokens,
+        }
+    }
+
+    /// The schemas, shared.
+    #[must_use]
+    pub fn schemas(&self) -> &std::sync::Arc<[ToolSchema]> {
+        &self.schemas
+    }
+
+    /// Estimated tokens of the schemas as the function-calling formats send them: per
+    /// tool a fixed overhead plus name, description and the JSON Schema text.
+    #[must_use]
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
 }
 
 /// The budget of one compiled request. All values are tokens.
@@ -136,8 +171,8 @@ pub struct CompiledContext {
     pub system: String,
     /// The effective history, well-formed (see [`history`]).
     pub messages: Vec<Message>,
-    /// The tools exposed now.
-    pub tools: Vec<ToolSchema>,
+    /// The tools exposed now (shared with the [`ToolSet`] they come from).
+    pub tools: std::sync::Arc<[ToolSchema]>,
     /// The budget.
     pub budget: Budget,
     /// Uncalibrated estimated tokens per section, keyed `kernel`, `project_instructions`,

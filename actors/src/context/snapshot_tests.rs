@@ -104,7 +104,7 @@ fn render(tmp: &Path, project: &ProjectContext, log: &Log) -> String {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &tools,
+        tools: &crate::context::ToolSet::new(tools),
         limits: ModelLimits {
             context_window: 8_000,
             reserved_output: 1_000,

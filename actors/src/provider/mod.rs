@@ -50,7 +50,8 @@ pub struct ModelRequest {
     /// History, well-formed (each tool call has exactly one result, in order).
     pub messages: Vec<Message>,
     /// Tools exposed for this step (empty: no tools, e.g. a final summarising step).
-    pub tools: Vec<ToolSchema>,
+    /// Shared: a turn builds its tool schemas once and every request points at them.
+    pub tools: std::sync::Arc<[ToolSchema]>,
     /// Maximum output tokens, when set.
     pub max_output_tokens: Option<u32>,
     /// Images referenced by user messages, by attachment id.

@@ -103,7 +103,7 @@ impl Session {
             .collect();
         self.deps
             .store
-            .append(events.clone())
+            .append_all(&events)
             .await
             .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         for event in &events {
@@ -160,13 +160,13 @@ fn is_storage(e: &ActorProcessingErr) -> bool {
     )
 }
 
-/// Events a ToolActor writes while its call runs.
+/// Events a ToolActor writes while its call runs (`tool_finished` is the TurnActor's,
+/// appended with the call's result).
 fn is_tool_activity(kind: &EventKind) -> bool {
     matches!(
         kind,
         EventKind::ToolStarted { .. }
             | EventKind::ToolUpdate { .. }
-            | EventKind::ToolFinished { .. }
             | EventKind::ApprovalRequested { .. }
     )
 }

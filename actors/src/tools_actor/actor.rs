@@ -1,5 +1,5 @@
 //! The ToolActor's single handler: one tool call from validation and the Approval
-//! Gateway to `tool_finished`.
+//! Gateway to its result (the TurnActor commits `tool_finished` with the result).
 
 use super::ToolMsg;
 use crate::session::{ApprovalAnswer, SessionMsg};
@@ -175,17 +175,17 @@ impl ToolArgs {
         skip_all,
         fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %self.call.name)
     )]
-    async fn run(&self) -> Result<ToolOutput, ActorProcessingErr> {
+    async fn run(&self) -> Result<(ToolOutput, Option<u64>), ActorProcessingErr> {
         let prepared = match self.tools.prepare(&self.call.name, &self.call.arguments) {
             Ok(prepared) => prepared,
-            Err(output) => return Ok(output),
+            Err(output) => return Ok((output, None)),
         };
         let (tool, args) = (prepared.tool, prepared.args);
         let spec = tool.spec();
         let mode = self.config.approval_mode;
         let sandbox = match self.gate(spec, &args).await {
             Ok(sandbox) => sandbox,
-            Err(output) => return Ok(output),
+            Err(output) => return Ok((output, None)),
         };
         self.append(vec![EventKind::ToolStarted {
             tool_call_id: self.call.id.clone(),
@@ -215,13 +215,7 @@ impl ToolArgs {
             Err(_) => ToolOutput::error(format!("timed out after {limit_ms} ms")),
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.append(vec![EventKind::ToolFinished {
-            tool_call_id: self.call.id.clone(),
-            is_error: output.is_error,
-            duration_ms,
-        }])
-        .await?;
-        Ok(output)
+        Ok((output, Some(duration_ms)))
     }
 }
 
@@ -251,13 +245,11 @@ impl Actor for ToolActor {
                 if args.cancel.is_cancelled() {
                     // The turn is being cancelled (its token fires before `Cancel` is
                     // sent): it writes this call's "cancelled" result itself. Reporting
-                    // now — or failing on the refused `tool_finished` append, a
-                    // supervision event the turn would handle before `Cancel` — would
-                    // race that.
+                    // now would race that.
                     myself.stop(None);
                     return Ok(());
                 }
-                let output = outcome?;
+                let (output, duration_ms) = outcome?;
                 let result = ToolMessage {
                     tool_call_id: args.call.id.clone(),
                     content: output.content,
@@ -266,6 +258,7 @@ impl Actor for ToolActor {
                 let _ = args.turn.cast(TurnMsg::ToolDone {
                     index: args.index,
                     result,
+                    duration_ms,
                 });
                 myself.stop(None);
             }

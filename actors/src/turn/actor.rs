@@ -5,7 +5,6 @@ use super::context::Trigger;
 use super::tools::ToolRun;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
-use crate::provider::ToolSchema;
 use crate::provider::actor::ProviderMsg;
 use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
@@ -91,7 +90,7 @@ pub(crate) struct Turn {
     pub(super) history: Vec<Event>,
     /// The tool schemas this turn offers (built once: the approval mode is fixed for
     /// the turn).
-    pub(super) tools: Vec<ToolSchema>,
+    pub(super) tools: crate::context::ToolSet,
     pub(super) control: super::control::Control,
     /// The step number of a `step_started` not written yet (0: none; steps count from
     /// 1): [`Turn::persist`] puts it before the events it writes next. Atomic only so
@@ -103,7 +102,7 @@ impl Turn {
     /// Persists events of this turn through the session (waits for the commit). A
     /// pending `step_started` goes first, in the same append.
     pub(super) async fn persist(
-        &self,
+        &mut self,
         mut kinds: Vec<EventKind>,
     ) -> Result<(), ActorProcessingErr> {
         let step = self
@@ -129,7 +128,10 @@ impl Turn {
             )
             .await?;
         match result {
-            ractor::rpc::CallResult::Success(Ok(_)) => Ok(()),
+            ractor::rpc::CallResult::Success(Ok(events)) => {
+                self.absorb(events);
+                Ok(())
+            }
             ractor::rpc::CallResult::Success(Err(e)) => Err(e.into()),
             ractor::rpc::CallResult::Timeout | ractor::rpc::CallResult::SenderError => {
                 Err("the session did not answer an append".into())
@@ -323,7 +325,7 @@ impl Actor for TurnActor {
             compacted_in_step: false,
             request_history_len: None,
             history: Vec::new(),
-            tools: args.deps.tools.schemas(args.config.approval_mode),
+            tools: crate::context::ToolSet::new(args.deps.tools.schemas(args.config.approval_mode)),
             args,
             step: 0,
             attempt: 1,
@@ -363,7 +365,11 @@ impl Actor for TurnActor {
                 }
                 Ok(())
             }
-            TurnMsg::ToolDone { index, result } => state.tool_done(&myself, index, result).await,
+            TurnMsg::ToolDone {
+                index,
+                result,
+                duration_ms,
+            } => state.tool_done(&myself, index, result, duration_ms).await,
             TurnMsg::Cancel { reason } => state.on_cancel(&myself, reason).await,
             TurnMsg::HookDone { outcome } => state.hook_done(&myself, outcome).await,
             #[cfg(test)]
@@ -405,7 +411,7 @@ impl Actor for TurnActor {
                     && let Some(index) = run.index_of(cell.get_id())
                 {
                     let result = run.crashed(index);
-                    return state.tool_done(&myself, index, result).await;
+                    return state.tool_done(&myself, index, result, None).await;
                 }
                 Ok(())
             }

@@ -104,7 +104,6 @@ impl Turn {
             model: self.args.config.model.clone(),
             system: COMPACTION_SYSTEM_PROMPT.into(),
             messages: context::compaction_request(&c.events, c.budget),
-            tools: Vec::new(),
             ..ModelRequest::default()
         };
         let client = self.args.deps.aux_client_for(&self.args.config.provider);

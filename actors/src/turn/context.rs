@@ -116,6 +116,20 @@ impl Turn {
         Ok(())
     }
 
+    /// Takes events the turn just appended (the session's reply, in seq order) into
+    /// [`Turn::history`] when they directly follow it, so the next compile need not read
+    /// them back from the store. Anything else (an empty history not read yet, a gap
+    /// left by events the session appended on its own) is left to
+    /// [`Turn::refresh_history`], which reads from the store what is missing.
+    pub(super) fn absorb(&mut self, events: Vec<Event>) {
+        let (Some(last), Some(first)) = (self.history.last(), events.first()) else {
+            return;
+        };
+        if first.seq.0 == last.seq.0 + 1 {
+            self.history.extend(events);
+        }
+    }
+
     /// Refreshes the history and compiles all of it.
     pub(super) fn compile_log(
         &mut self,

@@ -122,7 +122,7 @@ impl Turn {
     /// The final step's request offers no tools and says why.
     pub(super) fn adjust_request(&self, request: &mut ModelRequest) {
         if self.control.final_step {
-            request.tools.clear();
+            request.tools = std::sync::Arc::default();
             request
                 .messages
                 .push(Message::User(Input::text(MAX_STEPS_INSTRUCTION)));
@@ -195,7 +195,7 @@ impl Turn {
         if let Some((index, result)) = first_blocked {
             // Commits the preset results that lead the call order (and moves on when
             // every call was blocked).
-            self.tool_done(myself, index, result).await?;
+            self.tool_done(myself, index, result, None).await?;
         }
         Ok(())
     }

@@ -73,8 +73,14 @@ pub(crate) enum TurnMsg {
     },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },
-    /// A ToolActor finished call `index` of the current step.
-    ToolDone { index: usize, result: ToolMessage },
+    /// A ToolActor finished call `index` of the current step. `duration_ms` is set when
+    /// the tool ran (its `tool_started` is committed): the turn then appends the call's
+    /// `tool_finished` with the results that became committable (one append, not two).
+    ToolDone {
+        index: usize,
+        result: ToolMessage,
+        duration_ms: Option<u64>,
+    },
     /// Cancel the turn.
     Cancel { reason: String },
     /// The stop hooks of the current stop answered.

@@ -178,21 +178,32 @@ impl Turn {
         Ok(())
     }
 
-    /// A call finished: commit what is committable in order, then more tools or the
-    /// next step.
+    /// A call finished: commit its `tool_finished` (when it ran) and what became
+    /// committable in call order, in one append; then more tools or the next step.
     pub(super) async fn tool_done(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         index: usize,
         result: ToolMessage,
+        duration_ms: Option<u64>,
     ) -> Result<(), ActorProcessingErr> {
         let super::actor::Phase::Tools(run) = &mut self.phase else {
             return Ok(());
         };
+        let finished = duration_ms
+            .filter(|_| !self.args.cancel.is_cancelled())
+            .map(|duration_ms| EventKind::ToolFinished {
+                tool_call_id: result.tool_call_id.clone(),
+                is_error: result.is_error,
+                duration_ms,
+            });
         let ready = run.record(index, result);
         let done = run.all_committed();
-        self.persist(ready.into_iter().map(EventKind::ToolMessage).collect())
-            .await?;
+        let kinds = finished
+            .into_iter()
+            .chain(ready.into_iter().map(EventKind::ToolMessage))
+            .collect();
+        self.persist(kinds).await?;
         if done {
             return self.start_step(myself).await;
         }

@@ -27,6 +27,9 @@ pub(crate) struct Shared {
     /// Cancelled by Ctrl-C or `--duration`.
     pub(crate) stop: CancellationToken,
     pub(crate) progress: ProgressBar,
+    /// CPU the drivers spend handling received updates (the load generator's own work,
+    /// not the runtime's).
+    pub(crate) driver_cpu: Arc<super::cpu::CpuMeter>,
 }
 
 /// What one session driver counted.
@@ -148,62 +151,79 @@ async fn run_turn(
             out.error("subscription_closed");
             return TurnEnd::Lost;
         };
-        match update {
-            SessionUpdate::Delta(delta) => {
-                out.deltas += 1;
-                if let Delta::TextDelta { .. } = delta.delta {
-                    let now = Instant::now();
-                    let emitted = probe::lock(&shared.slots[index]).emits.pop_front();
-                    if let Some(at) = emitted {
-                        out.relay_ms
-                            .push(now.saturating_duration_since(at).as_secs_f64() * 1e3);
-                    }
-                }
-            }
-            SessionUpdate::Notice(notice) => {
-                let class = match notice {
-                    foya_protocol::event::Notice::Lagged { .. } => "lagged",
-                    foya_protocol::event::Notice::Closed { .. } => "subscription_closed",
-                };
-                out.error(class);
-                return TurnEnd::Lost;
-            }
-            SessionUpdate::Event(event) => match event.kind {
-                EventKind::StepStarted { step } => {
-                    out.steps += 1;
-                    if step > 1 {
-                        out.tool_ms.push(std::mem::take(&mut step_tool_ms));
-                    }
-                }
-                EventKind::ToolFinished { duration_ms, .. } => {
-                    out.tool_calls += 1;
-                    step_tool_ms += duration_ms;
-                }
-                EventKind::ProviderRetry { error, .. } => {
-                    *out.retries
-                        .entry(error.class.as_str().to_owned())
-                        .or_default() += 1;
-                }
-                EventKind::TurnComplete { status, error, .. } => {
-                    match (status, error) {
-                        (TurnStatus::Completed, _) => out.completed += 1,
-                        (TurnStatus::Cancelled, _) => {
-                            out.failed += 1;
-                            out.error("cancelled");
-                        }
-                        (TurnStatus::Failed, error) => {
-                            out.failed += 1;
-                            let class = error.map_or("unknown", |e| e.class.as_str());
-                            out.error(class);
-                        }
-                    }
-                    // Chunks of a response the runtime dropped (a cut stream) never
-                    // reach a subscriber: start the next turn's matching afresh.
-                    probe::lock(&shared.slots[index]).emits.clear();
-                    return TurnEnd::Done;
-                }
-                _ => {}
-            },
+        let handled = shared
+            .driver_cpu
+            .measure(|| handle(index, shared, update, &mut step_tool_ms, out));
+        if let Some(end) = handled {
+            return end;
         }
     }
+}
+
+/// Counts one update; `Some` when the turn in flight ended (or the subscription is lost).
+fn handle(
+    index: usize,
+    shared: &Shared,
+    update: SessionUpdate,
+    step_tool_ms: &mut u64,
+    out: &mut Outcome,
+) -> Option<TurnEnd> {
+    match update {
+        SessionUpdate::Delta(delta) => {
+            out.deltas += 1;
+            if let Delta::TextDelta { .. } = delta.delta {
+                let now = Instant::now();
+                let emitted = probe::lock(&shared.slots[index]).emits.pop_front();
+                if let Some(at) = emitted {
+                    out.relay_ms
+                        .push(now.saturating_duration_since(at).as_secs_f64() * 1e3);
+                }
+            }
+        }
+        SessionUpdate::Notice(notice) => {
+            let class = match notice {
+                foya_protocol::event::Notice::Lagged { .. } => "lagged",
+                foya_protocol::event::Notice::Closed { .. } => "subscription_closed",
+            };
+            out.error(class);
+            return Some(TurnEnd::Lost);
+        }
+        SessionUpdate::Event(event) => match event.kind {
+            EventKind::StepStarted { step } => {
+                out.steps += 1;
+                if step > 1 {
+                    out.tool_ms.push(std::mem::take(step_tool_ms));
+                }
+            }
+            EventKind::ToolFinished { duration_ms, .. } => {
+                out.tool_calls += 1;
+                *step_tool_ms += duration_ms;
+            }
+            EventKind::ProviderRetry { error, .. } => {
+                *out.retries
+                    .entry(error.class.as_str().to_owned())
+                    .or_default() += 1;
+            }
+            EventKind::TurnComplete { status, error, .. } => {
+                match (status, error) {
+                    (TurnStatus::Completed, _) => out.completed += 1,
+                    (TurnStatus::Cancelled, _) => {
+                        out.failed += 1;
+                        out.error("cancelled");
+                    }
+                    (TurnStatus::Failed, error) => {
+                        out.failed += 1;
+                        let class = error.map_or("unknown", |e| e.class.as_str());
+                        out.error(class);
+                    }
+                }
+                // Chunks of a response the runtime dropped (a cut stream) never
+                // reach a subscriber: start the next turn's matching afresh.
+                probe::lock(&shared.slots[index]).emits.clear();
+                return Some(TurnEnd::Done);
+            }
+            _ => {}
+        },
+    }
+    None
 }

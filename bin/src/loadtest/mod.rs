@@ -141,6 +141,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let provider_cpu = probe.cpu();
     let captured = probe.captured();
     let tool_cpu = Arc::new(cpu::CpuMeter::default());
+    let driver_cpu = Arc::new(cpu::CpuMeter::default());
     let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
     config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
     config.retry.max_attempts = args.max_attempts.max(1);
@@ -161,6 +162,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         permits: Semaphore::new(args.concurrency.unwrap_or(args.sessions).max(1)),
         stop: stop.clone(),
         progress: progress.clone(),
+        driver_cpu: Arc::clone(&driver_cpu),
     });
 
     let stats_before = store.stats();
@@ -201,6 +203,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     report.commits = stats.commits - stats_before.commits;
     report.provider_cpu_s = provider_cpu.total().as_secs_f64();
     report.tool_cpu_s = tool_cpu.total().as_secs_f64();
+    report.driver_cpu_s = driver_cpu.total().as_secs_f64();
     report.finish(wall, cpu);
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.runtime.shutdown().await;

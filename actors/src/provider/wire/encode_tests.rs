@@ -56,7 +56,8 @@ fn request() -> ModelRequest {
             name: "shell".into(),
             description: "Run".into(),
             parameters: json!({"type": "object"}),
-        }],
+        }]
+        .into(),
         max_output_tokens: None,
         images,
     }
