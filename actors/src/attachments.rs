@@ -281,6 +281,9 @@ mod tests {
             AttachmentError::InvalidMediaType(_)
         ));
         // Nothing refused was written.
-        assert_eq!(std::fs::read_dir(store.dir()).unwrap().count(), 2 * images.len());
+        assert_eq!(
+            std::fs::read_dir(store.dir()).unwrap().count(),
+            2 * images.len()
+        );
     }
 }

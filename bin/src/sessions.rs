@@ -100,7 +100,10 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
 fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
     let dir = crate::data::data_dir(dir)?;
     let Some(store) = crate::data::open_existing_store(&dir)? else {
-        eprintln!("foya: no session {id}: {}", crate::data::missing_store(&dir));
+        eprintln!(
+            "foya: no session {id}: {}",
+            crate::data::missing_store(&dir)
+        );
         return Ok(EXIT_FAILED);
     };
     if store.session(id)?.is_none() {

@@ -537,7 +537,11 @@ async fn refusals() {
     );
     let png = b"\x89PNG\r\n\x1a\nfake";
     let attachment = s
-        .call(upload("image/png", png), StatusCode::CREATED, Some("Attachment"))
+        .call(
+            upload("image/png", png),
+            StatusCode::CREATED,
+            Some("Attachment"),
+        )
         .await;
     // A wrong method answers the same JSON error shape.
     assert_eq!(
@@ -586,7 +590,10 @@ async fn refusals() {
     .await;
     let events = sse.until(&s.doc, of_type("turn_complete")).await;
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(types[..3], ["session_created", "user_message", "turn_started"]);
+    assert_eq!(
+        types[..3],
+        ["session_created", "user_message", "turn_started"]
+    );
     assert_eq!(events[1]["input"], json!({"text": "hello"}));
     assert_eq!(events.last().unwrap()["status"], "completed");
     assert_eq!(provider.requests().len(), 1);

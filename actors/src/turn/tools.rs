@@ -16,7 +16,8 @@ use std::collections::HashMap;
 pub(crate) const CANCELLED: &str = "cancelled";
 /// Last line of the result of a call stopped by a cancel after it had printed output
 /// (the output so far comes first).
-pub(crate) const CANCELLED_PARTIAL: &str = "[cancelled; the output above is what the call printed before it was stopped]";
+pub(crate) const CANCELLED_PARTIAL: &str =
+    "[cancelled; the output above is what the call printed before it was stopped]";
 /// Result text of a call whose ToolActor panicked.
 pub(crate) const CRASHED: &str = "tool crashed";
 
@@ -304,7 +305,10 @@ mod tests {
         run.partials[1] = Some(PartialOutput::default());
         let content = |m: &ToolMessage| (m.content.clone(), m.is_error);
         assert_eq!(
-            run.cancel_remaining().iter().map(content).collect::<Vec<_>>(),
+            run.cancel_remaining()
+                .iter()
+                .map(content)
+                .collect::<Vec<_>>(),
             vec![
                 (format!("line one\nline tw\n{CANCELLED_PARTIAL}"), true),
                 (CANCELLED.to_owned(), true),
