@@ -390,6 +390,12 @@ async fn scenario() {
         ),
         (
             reqwest::Method::POST,
+            "/sessions".to_owned(),
+            json!({"cwd": dir.path().join("token")}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            reqwest::Method::POST,
             format!("/sessions/{id}/approvals/{request_id}"),
             json!({"decision": "deny"}),
             StatusCode::NOT_FOUND,

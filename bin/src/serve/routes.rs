@@ -113,6 +113,12 @@ async fn create_session(
             cwd.display()
         ))
     })?;
+    if !cwd.is_dir() {
+        return Err(ApiError::bad_request(format!(
+            "working directory {} is not a directory",
+            cwd.display()
+        )));
+    }
     let mut config = SessionConfig::new(cwd);
     config.approval_mode = body.approval_mode.unwrap_or(state.defaults.approval);
     config.provider.clone_from(&state.defaults.provider);
