@@ -17,9 +17,51 @@ pub enum AttachmentError {
     /// The media type is empty or not `type/subtype`.
     #[error("invalid media type {0:?}")]
     InvalidMediaType(String),
+    /// The media type is well formed but not an image type models take (see
+    /// [`IMAGE_MEDIA_TYPES`]).
+    #[error("unsupported media type {0:?} (send image/png, image/jpeg, image/gif or image/webp)")]
+    UnsupportedMediaType(String),
+    /// The bytes are not an image of the declared media type (checked by their magic
+    /// bytes); `detected` is the image type they are, if any.
+    #[error("{}", content_mismatch(declared, *detected))]
+    ContentMismatch {
+        /// The declared media type.
+        declared: String,
+        /// The image type the bytes start like, if any.
+        detected: Option<&'static str>,
+    },
     /// The directory could not be read or written.
     #[error("attachment store: {0}")]
     Io(#[from] std::io::Error),
+}
+
+fn content_mismatch(declared: &str, detected: Option<&str>) -> String {
+    match detected {
+        Some(detected) => format!("the content is {detected}, not the declared {declared}"),
+        None => format!("the content is not an image (declared {declared})"),
+    }
+}
+
+/// The image media types attachments may have: what the three wire protocols accept.
+pub const IMAGE_MEDIA_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// The image type `bytes` start like, by magic bytes: PNG (`89 50 4E 47 0D 0A 1A 0A`),
+/// JPEG (`FF D8 FF`), GIF (`GIF87a`/`GIF89a`), WebP (`RIFF` size `WEBP`); `None` for
+/// anything else. Formats: the PNG spec (§5.2), JFIF/ISO 10918-1 SOI marker, GIF89a
+/// header, the RIFF/WebP container spec.
+#[must_use]
+pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
 }
 
 /// One stored attachment.
@@ -51,10 +93,13 @@ impl AttachmentStore {
         &self.dir
     }
 
-    /// Stores `bytes` under a fresh UUIDv7 id and returns the id.
+    /// Stores the image `bytes` under a fresh UUIDv7 id and returns the id. The media
+    /// type (case-insensitive) must be one of [`IMAGE_MEDIA_TYPES`] and the bytes an
+    /// image of that type ([`sniff_image`]); it is stored lower-case.
     ///
     /// # Errors
-    /// [`AttachmentError::InvalidMediaType`], [`AttachmentError::Io`].
+    /// [`AttachmentError::InvalidMediaType`], [`AttachmentError::UnsupportedMediaType`],
+    /// [`AttachmentError::ContentMismatch`], [`AttachmentError::Io`].
     pub fn put(&self, bytes: &[u8], media_type: &str) -> Result<String, AttachmentError> {
         let media_type = media_type.trim();
         if media_type.is_empty()
@@ -63,9 +108,20 @@ impl AttachmentStore {
         {
             return Err(AttachmentError::InvalidMediaType(media_type.to_owned()));
         }
+        let media_type = media_type.to_ascii_lowercase();
+        if !IMAGE_MEDIA_TYPES.contains(&media_type.as_str()) {
+            return Err(AttachmentError::UnsupportedMediaType(media_type));
+        }
+        let detected = sniff_image(bytes);
+        if detected != Some(media_type.as_str()) {
+            return Err(AttachmentError::ContentMismatch {
+                declared: media_type,
+                detected,
+            });
+        }
         std::fs::create_dir_all(&self.dir)?;
         let id = uuid::Uuid::now_v7().to_string();
-        std::fs::write(self.dir.join(format!("{id}.type")), media_type)?;
+        std::fs::write(self.dir.join(format!("{id}.type")), &media_type)?;
         std::fs::write(self.dir.join(&id), bytes)?;
         Ok(id)
     }
@@ -138,14 +194,15 @@ mod tests {
     fn put_get_and_resolve_into_a_request() {
         let dir = tempfile::tempdir().unwrap();
         let store = AttachmentStore::new(dir.path().join("attachments"));
-        let id = store.put(b"\x89PNG", "image/png").unwrap();
+        let png = b"\x89PNG\r\n\x1a\n";
+        let id = store.put(png, "IMAGE/PNG").unwrap();
         assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
         assert_eq!(
             store.get(&id).unwrap(),
             Some(Attachment {
                 id: id.clone(),
                 media_type: "image/png".into(),
-                bytes: b"\x89PNG".to_vec()
+                bytes: png.to_vec()
             })
         );
         assert!(matches!(
@@ -180,10 +237,53 @@ mod tests {
             id,
             ImageData {
                 media_type: "image/png".into(),
-                base64: "iVBORw==".into(),
+                base64: "iVBORw0KGgo=".into(),
             },
         );
         assert_eq!(out.images, expected);
         assert_eq!(with_images(None, request.clone()), request);
+    }
+
+    #[test]
+    fn only_images_of_the_declared_type_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AttachmentStore::new(dir.path().join("attachments"));
+        let images: [(&[u8], &str); 5] = [
+            (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "image/png"),
+            (b"\xff\xd8\xff\xe0\0\x10JFIF", "image/jpeg"),
+            (b"GIF87a\x01\0", "image/gif"),
+            (b"GIF89a\x01\0", "image/gif"),
+            (b"RIFF\x24\0\0\0WEBPVP8 ", "image/webp"),
+        ];
+        for (bytes, media_type) in images {
+            assert_eq!(sniff_image(bytes), Some(media_type));
+            let id = store.put(bytes, media_type).unwrap();
+            assert_eq!(store.get(&id).unwrap().unwrap().bytes, bytes);
+        }
+        for bytes in [&b"hello"[..], b"\x89PNG", b"RIFF\x24\0\0\0WAVEfmt ", b""] {
+            assert_eq!(sniff_image(bytes), None, "{bytes:?}");
+        }
+        let refused = |bytes: &[u8], media_type: &str| store.put(bytes, media_type).unwrap_err();
+        assert_eq!(
+            refused(b"hello", "image/png").to_string(),
+            "the content is not an image (declared image/png)"
+        );
+        assert_eq!(
+            refused(b"GIF89a..", "image/png").to_string(),
+            "the content is image/gif, not the declared image/png"
+        );
+        assert_eq!(
+            refused(b"hello", "text/plain").to_string(),
+            "unsupported media type \"text/plain\" (send image/png, image/jpeg, image/gif or image/webp)"
+        );
+        assert!(matches!(
+            refused(b"hello", ""),
+            AttachmentError::InvalidMediaType(_)
+        ));
+        // Nothing refused was written.
+        assert_eq!(
+            std::fs::read_dir(store.dir()).unwrap().count(),
+            2 * images.len()
+        );
     }
 }

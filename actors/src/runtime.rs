@@ -45,6 +45,16 @@ pub enum RuntimeError {
     /// The actor system failed (an actor stopped or did not answer).
     #[error("runtime: {0}")]
     Actor(String),
+    /// The input carries images but the session's model does not accept them (its
+    /// provider profile sets `vision = false`, or the client has no image support).
+    /// Nothing was written; the session is unchanged.
+    #[error(
+        "model {model:?} does not accept images (its provider profile has no vision); send the input without images"
+    )]
+    ImagesNotSupported {
+        /// The session's model name.
+        model: String,
+    },
 }
 
 /// What recovery does with inputs that were queued (persisted `input_queued`, never

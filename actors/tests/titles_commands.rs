@@ -1,6 +1,7 @@
 //! Title generation and commands through the embedding API: a user title set while
 //! generation is in flight wins, a generated title lands when none exists, `/title`,
-//! project commands, unknown commands, and images on a model without vision.
+//! project commands, unknown commands, and images on a model without vision (refused
+//! at submit).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -249,15 +250,16 @@ async fn a_project_command_runs_its_expanded_prompt() {
 }
 
 #[tokio::test]
-async fn images_on_a_model_without_vision_fail_the_turn_clearly() {
+async fn images_on_a_model_without_vision_are_refused_at_submit() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(
         Arc::new(script(json!({"responses":[]}))),
         options(dir.path()),
     )
     .await;
-    let session = rt.create_session(session_config(dir.path())).await.unwrap();
-    let mut sub = subscribe(&session).await;
+    let config = session_config(dir.path());
+    let model = config.model.clone();
+    let session = rt.create_session(config).await.unwrap();
     let input = Input {
         text: "what is this?".into(),
         images: vec![AttachmentRef {
@@ -266,21 +268,18 @@ async fn images_on_a_model_without_vision_fail_the_turn_clearly() {
         }],
         ..Input::default()
     };
-    session.submit(input).await.unwrap();
-    let events = events_until(&mut sub, is_turn_complete).await;
     assert_eq!(
-        events.last().unwrap().kind,
-        EventKind::TurnComplete {
-            status: TurnStatus::Failed,
-            reason: Some("invalid_request".into()),
-            error: Some(ErrorInfo {
-                class: ErrorClass::InvalidRequest,
-                message: "the model does not accept images, but the conversation references \
-                          image attachments img-1; use a model with vision or start a session \
-                          without the images"
-                    .into()
-            })
-        }
+        session.submit(input).await,
+        Err(foya_actors::RuntimeError::ImagesNotSupported { model })
+    );
+    // Nothing was written: the log still holds only `session_created`.
+    let summary = rt.list_sessions().unwrap();
+    assert_eq!(
+        summary
+            .iter()
+            .map(|s| (s.id, s.last_seq))
+            .collect::<Vec<_>>(),
+        vec![(session.id(), foya_protocol::Seq(1))]
     );
     rt.shutdown().await;
 }

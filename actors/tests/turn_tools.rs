@@ -1,7 +1,7 @@
 //! Tool calls through the real turn loop (Runtime + scripted model + the real built-in
 //! tools and child processes): scheduling (at most five at once, results in call order,
 //! a write alone between reads), a panicking tool, argument validation, and cancelling a
-//! running `shell` (its process group is killed). The Approval Gateway and the sandbox
+//! running `shell` (its process group is killed, the output it printed is kept). The Approval Gateway and the sandbox
 //! are in `turn_tools_gateway.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -303,9 +303,16 @@ async fn cancelling_a_turn_during_shell_kills_its_process_group_promptly() {
             "turn_complete"
         ]
     );
+    // The line the command printed before the cancel is kept in its result.
     assert_eq!(
         tool_messages(&events),
-        vec![tool_message("c1", "cancelled", true)]
+        vec![tool_message(
+            "c1",
+            &format!(
+                "{pid}\n[cancelled; the output above is what the call printed before it was stopped]"
+            ),
+            true
+        )]
     );
     assert_eq!(
         events.last().unwrap().kind,

@@ -62,7 +62,7 @@ pub(crate) struct ProviderArgs {
     pub(crate) provider: String,
     /// Base URL of the provider API (e.g. http://127.0.0.1:8000/v1). Also
     /// $OPENAI_BASE_URL for openai-chat.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::http_url)]
     pub(crate) base_url: Option<String>,
     /// Model name.
     #[arg(long)]
@@ -70,6 +70,17 @@ pub(crate) struct ProviderArgs {
     /// Script of model responses for `--provider scripted` (JSON).
     #[arg(long)]
     pub(crate) script: Option<PathBuf>,
+}
+
+/// `--max-steps N` (at least 1; default 50). A command with another default sets it
+/// with `#[command(mut_arg("max_steps", |a| a.default_value("N")))]` (a const generic
+/// default would not work: clap caches `default_value_t` in a static shared by every
+/// instantiation).
+#[derive(Debug, Clone, Copy, Args)]
+pub(crate) struct MaxStepsArg {
+    /// Maximum number of tool steps per turn (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_steps: u32,
 }
 
 #[derive(Debug, Args)]
@@ -85,9 +96,8 @@ pub(crate) struct RunArgs {
     /// terminal and denies when nobody can answer.
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub(crate) approval: ApprovalMode,
-    /// Maximum number of tool steps in the turn (headless default: 50).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_steps: u32,
+    #[command(flatten)]
+    pub(crate) steps: MaxStepsArg,
     /// Continue an existing session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,
@@ -162,15 +172,16 @@ pub(crate) struct ServeArgs {
     /// Approval mode of sessions created without one.
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub(crate) approval: ApprovalMode,
-    /// Maximum number of tool steps per turn of sessions created without one.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_steps: u32,
+    // `--max-steps`: of sessions created without one.
+    #[command(flatten)]
+    pub(crate) steps: MaxStepsArg,
     /// Ask the model for a title on each session's first input (an extra request).
     #[arg(long)]
     pub(crate) generate_titles: bool,
 }
 
 #[derive(Debug, Args)]
+#[command(mut_arg("max_steps", |a| a.default_value("100")))]
 pub(crate) struct ChatArgs {
     #[command(flatten)]
     pub(crate) provider: ProviderArgs,
@@ -182,9 +193,9 @@ pub(crate) struct ChatArgs {
     /// Approval mode of a new session: read-only, ask, auto-edit, auto or bypass.
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub(crate) approval: ApprovalMode,
-    /// Maximum number of tool steps per turn of a new session.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_steps: u32,
+    // `--max-steps`: of a new session.
+    #[command(flatten)]
+    pub(crate) steps: MaxStepsArg,
     /// Resume this session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,
@@ -240,7 +251,7 @@ pub(crate) fn report(e: &anyhow::Error) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
     /// An error that prints its source in its own message, as thiserror's
@@ -272,6 +283,57 @@ mod tests {
     }
 
     #[test]
+    fn bad_values_are_refused_at_parse_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope/report.json");
+        let missing = format!("--json={}", missing.display());
+        let cases: [&[&str]; 9] = [
+            &["loadtest", "--duration", "inf"],
+            &["loadtest", "--duration=-1"],
+            &["loadtest", "--duration", "NaN"],
+            &["loadtest", "--turns", "0"],
+            &["loadtest", "--sessions", "0"],
+            &["loadtest", "--concurrency", "0"],
+            &["loadtest", &missing],
+            &["run", "--base-url", "notaurl", "hi"],
+            &["chat", "--base-url", "ftp://example.com/v1"],
+        ];
+        for args in cases {
+            let argv = std::iter::once("foya").chain(args.iter().copied());
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{args:?}"
+            );
+            assert!(e.use_stderr());
+        }
+        let ok = format!("--json={}", dir.path().join("report.json").display());
+        let argv = [
+            "foya",
+            "loadtest",
+            "--duration",
+            "0.5",
+            "--turns",
+            "2",
+            "--sessions",
+            "3",
+            "--concurrency",
+            "1",
+            &ok,
+            "--base-url",
+            "http://127.0.0.1:8000/v1",
+        ];
+        let Command::Loadtest(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not loadtest");
+        };
+        assert_eq!(
+            (args.duration, args.turns, args.sessions, args.concurrency),
+            (Some(std::time::Duration::from_millis(500)), 2, 3, Some(1))
+        );
+    }
+
+    #[test]
     fn zero_max_steps_is_a_usage_error() {
         for command in ["run", "chat", "serve"] {
             let mut argv = vec!["foya", command, "--max-steps", "0"];
@@ -288,9 +350,24 @@ mod tests {
         }
         let ok = Cli::try_parse_from(["foya", "run", "--max-steps", "1", "hi"]).unwrap();
         let steps = match ok.command {
-            Command::Run(args) => Some(args.max_steps),
+            Command::Run(args) => Some(args.steps.max_steps),
             _ => None,
         };
         assert_eq!(steps, Some(1));
+        // Each command keeps its own default.
+        let defaults: Vec<u32> = [
+            vec!["foya", "run", "hi"],
+            vec!["foya", "serve"],
+            vec!["foya", "chat"],
+        ]
+        .into_iter()
+        .map(|argv| match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(args) => args.steps.max_steps,
+            Command::Serve(args) => args.steps.max_steps,
+            Command::Chat(args) => args.steps.max_steps,
+            _ => 0,
+        })
+        .collect();
+        assert_eq!(defaults, vec![50, 50, 100]);
     }
 }

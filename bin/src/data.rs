@@ -40,6 +40,29 @@ pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Res
     })
 }
 
+/// Opens the store of a data directory only if it has one: `Ok(None)`, creating
+/// nothing, when the directory or its store file does not exist ([`missing_store`]
+/// says which).
+///
+/// # Errors
+/// The store exists but cannot be opened.
+pub(crate) fn open_existing_store(dir: &Path) -> anyhow::Result<Option<Store>> {
+    if !dir.join(STORE_FILE).is_file() {
+        return Ok(None);
+    }
+    open_store(dir).map(Some)
+}
+
+/// Why a data directory has no store: `data directory D does not exist` or `no sessions
+/// are stored in D`.
+pub(crate) fn missing_store(dir: &Path) -> String {
+    if dir.is_dir() {
+        format!("no sessions are stored in {}", dir.display())
+    } else {
+        format!("data directory {} does not exist", dir.display())
+    }
+}
+
 /// Stop hook commands of the project: `<cwd>/.foya/config.toml`, table `[hooks]`, key
 /// `stop` (an array of shell commands, run with `bash -c` in the session's cwd). Empty
 /// when the file, the table or the key is absent.
@@ -77,6 +100,24 @@ pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_missing_data_dir_is_reported_and_not_created() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("absent");
+        assert!(open_existing_store(&dir).unwrap().is_none());
+        assert!(!dir.exists());
+        assert_eq!(
+            missing_store(&dir),
+            format!("data directory {} does not exist", dir.display())
+        );
+        assert!(open_existing_store(root.path()).unwrap().is_none());
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+        assert_eq!(
+            missing_store(root.path()),
+            format!("no sessions are stored in {}", root.path().display())
+        );
+    }
 
     #[test]
     fn reads_stop_hooks_from_the_project_config() {

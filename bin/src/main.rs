@@ -13,6 +13,7 @@ mod serve;
 mod sessions;
 mod setup;
 mod sim_server;
+mod values;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -6,7 +6,7 @@
 //! `assistant_message`, so the output is exactly what the log says even when a model
 //! request was retried after part of its text had streamed.
 
-use foya_protocol::{Delta, Event, EventKind, RunId, SessionUpdate, ToolCallId};
+use foya_protocol::{ApprovalDecision, Delta, Event, EventKind, RunId, SessionUpdate, ToolCallId};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
@@ -229,8 +229,7 @@ impl Renderer {
             EventKind::ApprovalDecided {
                 decision, message, ..
             } => {
-                let note = message.as_deref().unwrap_or("");
-                self.note(&format!("  approval: {decision:?} {note}"));
+                self.note(&approval_line(decision, message.as_deref()));
             }
             EventKind::ProviderRetry {
                 attempt,
@@ -326,6 +325,19 @@ fn preview(text: &str) -> String {
         out.push('…');
     }
     out
+}
+
+/// `  approval: allowed once`, `… allowed for this session`, `… denied (<message>)`.
+pub(crate) fn approval_line(decision: &ApprovalDecision, message: Option<&str>) -> String {
+    let what = match decision {
+        ApprovalDecision::AllowOnce => "allowed once",
+        ApprovalDecision::AllowForSession => "allowed for this session",
+        ApprovalDecision::Deny => "denied",
+    };
+    match message.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(message) => format!("  approval: {what} ({message})"),
+        None => format!("  approval: {what}"),
+    }
 }
 
 #[cfg(test)]

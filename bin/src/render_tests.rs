@@ -227,3 +227,32 @@ fn a_turn_closed_by_recovery_names_its_tool_and_is_not_reported_as_an_error() {
     );
     assert_eq!(f.out.text(), "");
 }
+
+#[test]
+fn approval_decisions_read_as_plain_words() {
+    use foya_protocol::{ApprovalDecision, ApprovalRequestId};
+    let mut f = fixture(false);
+    let decisions = [
+        (ApprovalDecision::AllowOnce, None),
+        (ApprovalDecision::AllowForSession, None),
+        (
+            ApprovalDecision::Deny,
+            Some("the user denied this call".to_owned()),
+        ),
+        (ApprovalDecision::Deny, None),
+    ];
+    for (decision, message) in decisions {
+        let kind = EventKind::ApprovalDecided {
+            request_id: ApprovalRequestId::new(),
+            tool_call_id: ToolCallId::new("c1"),
+            decision,
+            message,
+            grant: None,
+        };
+        f.event(f.run, kind);
+    }
+    assert_eq!(
+        f.err.text(),
+        "  approval: allowed once\n  approval: allowed for this session\n  approval: denied (the user denied this call)\n  approval: denied\n"
+    );
+}

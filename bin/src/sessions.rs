@@ -68,8 +68,14 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Lists the sessions of a data dir; a dir without a store (or no dir at all) lists
+/// nothing, says so on stderr and exits 0, creating nothing.
 fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
-    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_existing_store(&dir)? else {
+        eprintln!("foya: {}", crate::data::missing_store(&dir));
+        return Ok(EXIT_OK);
+    };
     let mut out = std::io::stdout().lock();
     for s in store.list_sessions()? {
         if json {
@@ -92,7 +98,14 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
 }
 
 fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
-    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_existing_store(&dir)? else {
+        eprintln!(
+            "foya: no session {id}: {}",
+            crate::data::missing_store(&dir)
+        );
+        return Ok(EXIT_FAILED);
+    };
     if store.session(id)?.is_none() {
         eprintln!("foya: no session {id}");
         return Ok(EXIT_FAILED);

@@ -52,12 +52,44 @@ pub(crate) fn load_script(path: &Path) -> anyhow::Result<Script> {
 /// `--cwd`, else the current directory; canonicalised.
 ///
 /// # Errors
-/// No current directory, or the directory does not exist.
+/// No current directory, the directory does not exist, or it is not a directory.
 pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     let cwd = match arg {
         Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir().context("no current directory")?,
     };
-    std::fs::canonicalize(&cwd)
-        .with_context(|| format!("working directory {} does not exist", cwd.display()))
+    let canonical = std::fs::canonicalize(&cwd)
+        .with_context(|| format!("working directory {} does not exist", cwd.display()))?;
+    anyhow::ensure!(
+        canonical.is_dir(),
+        "working directory {} is not a directory",
+        cwd.display()
+    );
+    Ok(canonical)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::working_dir;
+
+    #[test]
+    fn the_working_directory_must_be_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file.txt");
+        std::fs::write(&file, "x").unwrap();
+        assert_eq!(
+            working_dir(Some(dir.path())).unwrap(),
+            std::fs::canonicalize(dir.path()).unwrap()
+        );
+        assert_eq!(
+            working_dir(Some(&file)).unwrap_err().to_string(),
+            format!("working directory {} is not a directory", file.display())
+        );
+        let missing = dir.path().join("missing");
+        assert_eq!(
+            working_dir(Some(&missing)).unwrap_err().to_string(),
+            format!("working directory {} does not exist", missing.display())
+        );
+    }
 }

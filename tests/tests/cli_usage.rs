@@ -2,7 +2,9 @@
 //! and an empty prompt are usage errors that create no session; script-load errors
 //! name each cause once; a scripted session whose script is used up is refused with a
 //! clear message; a model request retried after part of its text streamed prints the
-//! answer once (what the log says) and marks the retry on stderr.
+//! answer once (what the log says) and marks the retry on stderr. Bad arguments
+//! (`--cwd` a file, `--base-url` not a URL, loadtest values) exit 2 before anything is
+//! created; `sessions list` on a missing data dir creates nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin::foya;
@@ -81,6 +83,60 @@ fn zero_max_steps_and_empty_prompts_are_usage_errors_that_create_no_session() {
         assert_eq!(out.stdout, b"");
     }
     assert_eq!(session_ids(&data), Vec::<String>::new());
+}
+
+#[test]
+fn bad_arguments_exit_2_before_anything_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = write_script(tmp.path(), &[json!({"text": "hi"})]);
+    let data = tmp.path().join("data");
+    let scripted = ["--provider", "scripted", "--script", &script];
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            [&scripted[..], &["--cwd", &script, "hi"]].concat(),
+            format!("foya: working directory {script} is not a directory\n"),
+        ),
+        (
+            vec!["--base-url", "notaurl", "hi"],
+            "error: invalid value 'notaurl' for '--base-url <BASE_URL>'".to_owned(),
+        ),
+    ];
+    for (args, message) in cases {
+        let out = run(&data, &args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.starts_with(&message), "{stderr}");
+        assert_eq!(out.stdout, b"");
+    }
+    let report = tmp.path().join("nope/report.json");
+    let out = foya()
+        .args(["loadtest", "--sessions", "1", "--json"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "directory {} does not exist",
+            tmp.path().join("nope").display()
+        )),
+        "{stderr}"
+    );
+    // Listing a data dir that does not exist says so and creates nothing.
+    let out = foya()
+        .args(["sessions", "list"])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.stdout, b"");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!("foya: data directory {} does not exist\n", data.display())
+    );
+    assert!(!data.exists());
 }
 
 #[test]

@@ -5,7 +5,9 @@
 //! `Last-Event-ID` (persisted seqs 1..N dense, none missing or duplicated); an image
 //! attachment reaches the model as a data URL; 401/404/409/400 errors; every response
 //! body is validated against the served OpenAPI document, and every documented
-//! operation is routed; SIGTERM shuts the server down gracefully (exit 0).
+//! operation is routed; SIGTERM shuts the server down gracefully (exit 0). Bad input is
+//! refused early with a JSON error: uploads that are not images of their declared type,
+//! a wrong method (405), images for a profile without vision (the session stays usable).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -72,12 +74,25 @@ fn validate(doc: &Value, name: &str, value: &Value) {
 }
 
 async fn start(provider: &MockProvider, dir: &std::path::Path) -> Server {
+    let base_url = format!("{}/v1", provider.base_url());
+    let args = [
+        "--provider",
+        "openai-chat",
+        "--model",
+        "mock-1",
+        "--base-url",
+        &base_url,
+    ];
+    start_with(&args, dir).await
+}
+
+/// Starts `foya serve` in `dir` with these provider arguments.
+async fn start_with(provider_args: &[&str], dir: &std::path::Path) -> Server {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let mut child = tokio::process::Command::new(foya_bin())
         .arg("serve")
-        .args(["--provider", "openai-chat", "--model", "mock-1"])
-        .args(["--base-url", &format!("{}/v1", provider.base_url())])
+        .args(provider_args)
         .args(["--listen", "127.0.0.1:0", "--approval", "ask"])
         .arg("--data-dir")
         .arg(dir.join("data"))
@@ -375,6 +390,12 @@ async fn scenario() {
         ),
         (
             reqwest::Method::POST,
+            "/sessions".to_owned(),
+            json!({"cwd": dir.path().join("token")}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            reqwest::Method::POST,
             format!("/sessions/{id}/approvals/{request_id}"),
             json!({"decision": "deny"}),
             StatusCode::NOT_FOUND,
@@ -466,4 +487,120 @@ async fn every_documented_operation_is_routed(s: &Server) {
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "no_route");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_bad_input_early_and_the_session_stays_usable() {
+    tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(120), refusals())
+        .await
+        .expect("the scenario finished in time");
+}
+
+async fn refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = MockProvider::start().await;
+    provider.push(MockResponse::sse(openai_chat::text("Fine.")));
+    // A profile whose model takes no images.
+    std::fs::create_dir_all(dir.path().join(".foya")).unwrap();
+    std::fs::write(
+        dir.path().join(".foya/config.toml"),
+        format!(
+            "[profiles.blind]\nkind = \"openai-chat\"\nbase_url = \"{}/v1\"\nmodel = \"blind-1\"\nvision = false\n",
+            provider.base_url()
+        ),
+    )
+    .unwrap();
+    let server = start_with(&["--provider", "blind"], dir.path()).await;
+    let s = &server;
+    let error = async |builder: reqwest::RequestBuilder, status: StatusCode| {
+        let body = s.call(builder, status, Some("Error")).await;
+        (
+            body["error"]["code"].as_str().unwrap().to_owned(),
+            body["error"]["message"].as_str().unwrap().to_owned(),
+        )
+    };
+    let upload = |media_type: &str, bytes: &[u8]| {
+        s.req(reqwest::Method::POST, "/attachments")
+            .header("content-type", media_type)
+            .body(bytes.to_vec())
+    };
+
+    // Uploads: checked by declared type and magic bytes.
+    assert_eq!(
+        error(upload("text/plain", b"hello"), StatusCode::UNSUPPORTED_MEDIA_TYPE).await,
+        (
+            "unsupported_media_type".to_owned(),
+            "unsupported media type \"text/plain\" (send image/png, image/jpeg, image/gif or image/webp)".to_owned()
+        )
+    );
+    assert_eq!(
+        error(upload("image/png", b"hello"), StatusCode::BAD_REQUEST).await,
+        (
+            "invalid_image".to_owned(),
+            "the content is not an image (declared image/png)".to_owned()
+        )
+    );
+    let png = b"\x89PNG\r\n\x1a\nfake";
+    let attachment = s
+        .call(
+            upload("image/png", png),
+            StatusCode::CREATED,
+            Some("Attachment"),
+        )
+        .await;
+    // A wrong method answers the same JSON error shape.
+    assert_eq!(
+        error(
+            s.req(reqwest::Method::GET, "/attachments"),
+            StatusCode::METHOD_NOT_ALLOWED
+        )
+        .await
+        .0,
+        "method_not_allowed"
+    );
+
+    // Images for a model without vision: 400 at submit, nothing recorded.
+    let created = s
+        .call(
+            s.req(reqwest::Method::POST, "/sessions").json(&json!({})),
+            StatusCode::CREATED,
+            Some("SessionCreated"),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let inputs = format!("/sessions/{id}/inputs");
+    assert_eq!(
+        error(
+            s.req(reqwest::Method::POST, &inputs).json(&json!({
+                "text": "what is this?",
+                "images": [{"id": attachment["id"]}],
+            })),
+            StatusCode::BAD_REQUEST
+        )
+        .await,
+        (
+            "images_not_supported".to_owned(),
+            "model \"blind-1\" does not accept images (its provider profile has no vision); send the input without images".to_owned()
+        )
+    );
+
+    // The session is still usable: the next input runs to completion.
+    let mut sse = Stream::open(s, &id, "?from_seq=1", None).await;
+    s.call(
+        s.req(reqwest::Method::POST, &inputs)
+            .json(&json!({"text": "hello"})),
+        StatusCode::ACCEPTED,
+        Some("InputAccepted"),
+    )
+    .await;
+    let events = sse.until(&s.doc, of_type("turn_complete")).await;
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types[..3],
+        ["session_created", "user_message", "turn_started"]
+    );
+    assert_eq!(events[1]["input"], json!({"text": "hello"}));
+    assert_eq!(events.last().unwrap()["status"], "completed");
+    assert_eq!(provider.requests().len(), 1);
 }

@@ -14,6 +14,7 @@
 //! model = "qwen3"
 //! context_window = 32768
 //! idle_timeout_ms = 60000
+//! vision = false  # the model takes no images: inputs with images are refused at submit
 //! [profiles.local.retry]
 //! max_attempts = 2
 //! ```
@@ -59,6 +60,9 @@ pub struct ProviderProfile {
     pub connect_timeout_ms: u64,
     /// Retry policy of model requests.
     pub retry: RetryPolicy,
+    /// Whether the model accepts image inputs (TOML `vision`, default `true`). When false,
+    /// an input with images is refused at submit (`RuntimeError::ImagesNotSupported`).
+    pub vision: bool,
 }
 
 impl ProviderProfile {
@@ -92,6 +96,7 @@ impl ProviderProfile {
             idle_timeout_ms: idle,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             retry: RetryPolicy::default(),
+            vision: true,
         }
     }
 
@@ -185,6 +190,8 @@ pub struct ProfileToml {
     pub connect_timeout_ms: Option<u64>,
     /// Retry policy (missing fields take their defaults).
     pub retry: Option<RetryPolicy>,
+    /// Whether the model accepts images.
+    pub vision: Option<bool>,
 }
 
 impl ProfileToml {
@@ -201,7 +208,8 @@ impl ProfileToml {
             max_output_tokens,
             idle_timeout_ms,
             connect_timeout_ms,
-            retry
+            retry,
+            vision
         );
         if let Some(h) = other.extra_headers {
             self.extra_headers
@@ -384,6 +392,9 @@ fn apply(p: &mut ProviderProfile, t: ProfileToml) {
     }
     if let Some(v) = t.retry {
         p.retry = v;
+    }
+    if let Some(v) = t.vision {
+        p.vision = v;
     }
 }
 

@@ -27,6 +27,7 @@ base_url = "http://127.0.0.1:8000/v1/"
 model = "qwen3"
 context_window = 32768
 extra_headers = { "x-a" = "1" }
+vision = false
 [profiles.local.retry]
 max_attempts = 2
 "#,
@@ -67,6 +68,7 @@ extra_headers = { "x-b" = "2" }
                 max_attempts: 2,
                 ..RetryPolicy::default()
             },
+            vision: false,
         }
     );
 }

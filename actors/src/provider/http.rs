@@ -223,9 +223,9 @@ impl ModelClient for HttpModelClient {
     }
 
     /// All three protocols carry images (OpenAI `image_url`, Anthropic `image` blocks,
-    /// Responses `input_image`); a model without vision is rejected by the provider with
-    /// a classified `invalid_request` error, never a silent drop.
+    /// Responses `input_image`); the profile's `vision` says whether the model takes them
+    /// (an input with images for a model without vision is refused at submit).
     fn supports_images(&self) -> bool {
-        true
+        self.profile.vision
     }
 }

@@ -132,6 +132,18 @@ impl Session {
         self.turn.is_some() || self.fold.open_turn.is_some()
     }
 
+    /// Refuses an input with images when the session's model does not accept them, so
+    /// it never enters the history (where every later request would fail on it).
+    fn check_images(&self, input: &Input) -> Result<(), RuntimeError> {
+        let config = &self.fold.config;
+        if input.images.is_empty() || self.deps.client_for(&config.provider).supports_images() {
+            return Ok(());
+        }
+        Err(RuntimeError::ImagesNotSupported {
+            model: config.model.clone(),
+        })
+    }
+
     async fn submit(
         &mut self,
         myself: &ActorRef<SessionMsg>,
@@ -230,6 +242,8 @@ impl Actor for SessionActor {
             } => {
                 let result = if input.is_empty() {
                     Err(RuntimeError::EmptyInput)
+                } else if let Err(e) = state.check_images(&input) {
+                    Err(e)
                 } else if state.deleting.is_some() {
                     Err(RuntimeError::SessionDeleted(state.fold.id))
                 } else {

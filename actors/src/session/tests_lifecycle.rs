@@ -14,7 +14,7 @@ use foya_protocol::{
 use serde_json::json;
 
 #[tokio::test]
-async fn a_resubmitted_input_id_is_applied_once_and_titles_are_recorded() {
+async fn a_resubmitted_input_id_is_applied_once_bad_inputs_are_refused_and_titles_are_recorded() {
     let rt = runtime(script(json!({"responses":[{"text":"one"},{"text":"two"}]}))).await;
     let session = rt
         .create_session(session_config(ApprovalMode::Bypass))
@@ -27,6 +27,21 @@ async fn a_resubmitted_input_id_is_applied_once_and_titles_are_recorded() {
     assert_eq!(
         session.submit(Input::text("  ")).await,
         Err(RuntimeError::EmptyInput)
+    );
+    // The scripted model takes no images: refused at submit, nothing written (the
+    // title below still lands at seq 8), the session goes on.
+    let with_image = Input {
+        images: vec![foya_protocol::AttachmentRef {
+            id: "01930000-0000-7000-8000-000000000001".into(),
+            media_type: Some("image/png".into()),
+        }],
+        ..Input::text("what is this?")
+    };
+    assert_eq!(
+        session.submit(with_image).await,
+        Err(RuntimeError::ImagesNotSupported {
+            model: session_config(ApprovalMode::Bypass).model
+        })
     );
     within(events_until(&mut sub, is_turn_complete))
         .await

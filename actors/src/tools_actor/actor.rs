@@ -4,6 +4,7 @@
 use super::ToolMsg;
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
+use crate::tools::builtin::CappedOutput;
 use crate::tools::{ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
 use crate::turn::TurnMsg;
 use foya_protocol::event::Delta;
@@ -34,7 +35,14 @@ pub(crate) struct ToolArgs {
     pub tools: Arc<ToolRegistry>,
     pub config: SessionConfig,
     pub cancel: CancellationToken,
+    /// The call's live output so far (what `tool_output` deltas carried, capped like a
+    /// tool's output), shared with the turn: a cancel kills this actor and the turn
+    /// keeps what the call had printed in its "cancelled" result.
+    pub partial: PartialOutput,
 }
+
+/// Output a running call has streamed so far; see [`ToolArgs::partial`].
+pub(crate) type PartialOutput = Arc<std::sync::Mutex<CappedOutput>>;
 
 /// Extra time, in milliseconds, the backstop timeout gives a tool beyond its own limit,
 /// so a tool that enforces its limit itself (`shell` kills its process group and reports
@@ -61,6 +69,7 @@ struct Progress {
     session: ActorRef<SessionMsg>,
     run_id: RunId,
     call: ToolCall,
+    partial: PartialOutput,
 }
 
 impl ProgressSink for Progress {
@@ -77,6 +86,12 @@ impl ProgressSink for Progress {
     }
 
     fn output(&self, chunk: String) {
+        // Recorded before the delta is sent: whoever saw the chunk can rely on a cancel
+        // keeping it.
+        self.partial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(chunk.as_bytes());
         let delta = Delta::ToolOutput {
             tool_call_id: self.call.id.clone(),
             chunk,
@@ -206,6 +221,7 @@ impl ToolArgs {
             session: self.session.clone(),
             run_id: self.run_id,
             call: self.call.clone(),
+            partial: Arc::clone(&self.partial),
         };
         let started = Instant::now();
         let limit_ms = backstop_ms(spec, &args);

@@ -18,7 +18,8 @@
 //! turn's mailbox stays free. A panicking tool panics the handler: the TurnActor gets
 //! `ActorFailed` and records "tool crashed". Once the turn's token is cancelled the actor
 //! stops without reporting (even if its tool returned): the turn writes the "cancelled"
-//! result, so a cancel always ends in the same events.
+//! result — after the output the call had streamed so far, which the actor records in
+//! `ToolArgs::partial` — so a cancel always ends in the same events.
 
 pub(crate) mod actor;
 

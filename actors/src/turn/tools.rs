@@ -6,6 +6,7 @@ use super::TurnMsg;
 use super::actor::Turn;
 use crate::tools::ToolRegistry;
 use crate::tools::schedule::{MAX_PARALLEL, plan_batches};
+use crate::tools_actor::actor::PartialOutput;
 use crate::tools_actor::{ToolActor, ToolArgs, ToolMsg};
 use foya_protocol::{EventKind, ToolCall, ToolMessage};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
@@ -13,6 +14,10 @@ use std::collections::HashMap;
 
 /// Result text of a call stopped by a cancel.
 pub(crate) const CANCELLED: &str = "cancelled";
+/// Last line of the result of a call stopped by a cancel after it had printed output
+/// (the output so far comes first).
+pub(crate) const CANCELLED_PARTIAL: &str =
+    "[cancelled; the output above is what the call printed before it was stopped]";
 /// Result text of a call whose ToolActor panicked.
 pub(crate) const CRASHED: &str = "tool crashed";
 
@@ -27,6 +32,8 @@ pub(crate) struct ToolRun {
     /// Calls `batches[batch][..spawned]` were spawned.
     spawned: usize,
     results: Vec<Option<ToolMessage>>,
+    /// Live output of every call started so far, by call index (kept on cancel).
+    partials: Vec<Option<PartialOutput>>,
     /// Results `[..committed]` are persisted.
     committed: usize,
     running: HashMap<ActorId, (usize, Option<ActorRef<ToolMsg>>)>,
@@ -46,6 +53,7 @@ impl ToolRun {
             batch: 0,
             spawned: 0,
             results: vec![None; n],
+            partials: vec![None; n],
             committed: 0,
             running: HashMap::new(),
         }
@@ -110,7 +118,9 @@ impl ToolRun {
         }
     }
 
-    /// Uncommitted results in call order, "cancelled" for calls without one.
+    /// Uncommitted results in call order, "cancelled" for calls without one; a call
+    /// that had printed output keeps it (capped like a tool's output), followed by
+    /// [`CANCELLED_PARTIAL`].
     pub(crate) fn cancel_remaining(&mut self) -> Vec<ToolMessage> {
         let start = self.committed;
         self.committed = self.calls.len();
@@ -118,7 +128,7 @@ impl ToolRun {
             .map(|i| {
                 self.results[i].take().unwrap_or_else(|| ToolMessage {
                     tool_call_id: self.calls[i].id.clone(),
-                    content: CANCELLED.into(),
+                    content: cancelled_content(self.partials[i].as_ref()),
                     is_error: true,
                 })
             })
@@ -149,6 +159,20 @@ impl ToolRun {
     }
 }
 
+/// The result text of a cancelled call: its output so far, if any, then the mark.
+fn cancelled_content(partial: Option<&PartialOutput>) -> String {
+    let output = partial.map_or_else(String::new, |p| {
+        p.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .render()
+    });
+    if output.is_empty() {
+        return CANCELLED.into();
+    }
+    let newline = if output.ends_with('\n') { "" } else { "\n" };
+    format!("{output}{newline}{CANCELLED_PARTIAL}")
+}
+
 impl Turn {
     /// Spawns the ToolActors that may start now.
     pub(super) async fn spawn_tools(
@@ -160,6 +184,8 @@ impl Turn {
         };
         for index in run.ready() {
             let call = run.calls[index].clone();
+            let partial = PartialOutput::default();
+            run.partials[index] = Some(std::sync::Arc::clone(&partial));
             let args = ToolArgs {
                 session: self.args.session.clone(),
                 turn: myself.clone(),
@@ -171,6 +197,7 @@ impl Turn {
                 call,
                 config: self.args.config.clone(),
                 cancel: self.args.cancel.child_token(),
+                partial,
             };
             let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
             run.running.insert(actor.get_id(), (index, Some(actor)));
@@ -213,6 +240,7 @@ impl Turn {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn call(id: &str, name: &str) -> ToolCall {
@@ -275,5 +303,28 @@ mod tests {
         assert_eq!(run.record(7, ok("c7")), vec![ok("c7")]);
         assert_eq!(run.ready(), vec![8]);
         assert!(!run.all_committed());
+    }
+
+    #[test]
+    fn a_cancel_keeps_the_output_a_call_printed_so_far() {
+        let tools = crate::testkit::tools();
+        let calls = vec![call("c0", "wait"), call("c1", "wait"), call("c2", "wait")];
+        let mut run = ToolRun::new(calls, &tools);
+        let printed = PartialOutput::default();
+        printed.lock().unwrap().push(b"line one\nline tw");
+        run.partials[0] = Some(printed);
+        run.partials[1] = Some(PartialOutput::default());
+        let content = |m: &ToolMessage| (m.content.clone(), m.is_error);
+        assert_eq!(
+            run.cancel_remaining()
+                .iter()
+                .map(content)
+                .collect::<Vec<_>>(),
+            vec![
+                (format!("line one\nline tw\n{CANCELLED_PARTIAL}"), true),
+                (CANCELLED.to_owned(), true),
+                (CANCELLED.to_owned(), true),
+            ]
+        );
     }
 }

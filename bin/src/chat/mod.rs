@@ -91,7 +91,7 @@ async fn open(
             config.approval_mode = args.approval;
             config.provider.clone_from(&args.provider.provider);
             config.model = model;
-            config.max_steps = Some(args.max_steps);
+            config.max_steps = Some(args.steps.max_steps);
             let session = runtime
                 .create_session(config)
                 .await

@@ -34,11 +34,11 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
 pub(crate) struct LoadtestArgs {
-    /// Number of sessions.
-    #[arg(long, default_value_t = 100)]
+    /// Number of sessions (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = crate::values::positive_count)]
     pub(crate) sessions: usize,
-    /// Turns per session (run one after another within a session).
-    #[arg(long, default_value_t = 1)]
+    /// Turns per session (run one after another within a session; at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) turns: u32,
     /// `sim` (the in-process simulator) or a provider profile / protocol name
     /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
@@ -46,19 +46,20 @@ pub(crate) struct LoadtestArgs {
     pub(crate) provider: String,
     /// Base URL for `--provider PROFILE` (e.g. the address `foya sim-server` printed,
     /// plus `/v1`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::http_url)]
     pub(crate) base_url: Option<String>,
     /// Model name (default: the profile's, `sim-1` for the simulator).
     #[arg(long)]
     pub(crate) model: Option<String>,
-    /// Most turns running at once (default: all sessions).
-    #[arg(long)]
+    /// Most turns running at once (at least 1; default: all sessions).
+    #[arg(long, value_parser = crate::values::positive_count)]
     pub(crate) concurrency: Option<usize>,
-    /// Stop after this many seconds, with a partial report.
-    #[arg(long)]
-    pub(crate) duration: Option<f64>,
-    /// Also write the report as JSON to this file.
-    #[arg(long)]
+    /// Stop after this many seconds (finite, greater than 0), with a partial report.
+    #[arg(long, value_parser = crate::values::positive_seconds)]
+    pub(crate) duration: Option<Duration>,
+    /// Also write the report as JSON to this file (its directory must exist and be
+    /// writable; checked before the run).
+    #[arg(long, value_parser = crate::values::output_file)]
     pub(crate) json: Option<PathBuf>,
     /// Store durability: `none` (no fsync, default) or `immediate` (fsync every commit).
     #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
@@ -176,7 +177,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let mut interrupted_by_user = false;
     let deadline = args
         .duration
-        .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+        .and_then(|d| tokio::time::Instant::now().checked_add(d));
     loop {
         tokio::select! {
             joined = tasks.join_next() => match joined {

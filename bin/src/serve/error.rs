@@ -51,6 +51,9 @@ impl From<RuntimeError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "session_deleted", message)
             }
             RuntimeError::EmptyInput => Self::new(StatusCode::BAD_REQUEST, "empty_input", message),
+            RuntimeError::ImagesNotSupported { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "images_not_supported", message)
+            }
             RuntimeError::UnknownApproval(_) => Self::not_found("approval_not_found", message),
             RuntimeError::Storage(_) | RuntimeError::Actor(_) => Self::internal(message),
         }

@@ -57,6 +57,13 @@ pub(crate) fn router(state: AppState) -> Router {
         router = router.route(path, method_router);
     }
     router
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this method is not allowed on this route (see the Allow header)",
+            )
+        })
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
@@ -175,7 +182,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
             approval: args.approval,
             provider: args.provider.provider.clone(),
             model: model_name,
-            max_steps: args.max_steps,
+            max_steps: args.steps.max_steps,
         }),
         shutdown: shutdown.clone(),
     };

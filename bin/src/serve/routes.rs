@@ -113,6 +113,12 @@ async fn create_session(
             cwd.display()
         ))
     })?;
+    if !cwd.is_dir() {
+        return Err(ApiError::bad_request(format!(
+            "working directory {} is not a directory",
+            cwd.display()
+        )));
+    }
     let mut config = SessionConfig::new(cwd);
     config.approval_mode = body.approval_mode.unwrap_or(state.defaults.approval);
     config.provider.clone_from(&state.defaults.provider);
@@ -273,15 +279,26 @@ async fn upload_attachment(
     let id = tokio::task::spawn_blocking(move || store.put(&body, &mt))
         .await
         .map_err(ApiError::internal)?
-        .map_err(|e| match e {
-            foya_actors::attachments::AttachmentError::InvalidMediaType(_) => {
-                ApiError::bad_request(format!("{e} (send the Content-Type of the image)"))
+        .map_err(|e| {
+            use foya_actors::attachments::AttachmentError;
+            match e {
+                AttachmentError::InvalidMediaType(_) => {
+                    ApiError::bad_request(format!("{e} (send the Content-Type of the image)"))
+                }
+                AttachmentError::UnsupportedMediaType(_) => ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    e.to_string(),
+                ),
+                AttachmentError::ContentMismatch { .. } => {
+                    ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", e.to_string())
+                }
+                other => ApiError::internal(other),
             }
-            other => ApiError::internal(other),
         })?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"id": id, "media_type": media_type})),
+        Json(json!({"id": id, "media_type": media_type.to_ascii_lowercase()})),
     )
         .into_response())
 }

@@ -1,0 +1,112 @@
+//! clap value parsers that refuse bad arguments at parse time (clap then prints the
+//! message and exits 2), before anything is created or run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A count of at least 1 (`--sessions`, `--concurrency`).
+///
+/// # Errors
+/// Not an unsigned integer, or 0.
+pub(crate) fn positive_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?} is not a whole number ({e})")),
+    }
+}
+
+/// A duration in seconds (fractions allowed), finite and greater than 0 (`--duration`).
+///
+/// # Errors
+/// Not a number, NaN, infinite, zero, negative, or too large for a `Duration`.
+pub(crate) fn positive_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!(
+            "{s:?} is not a duration: give a finite number of seconds greater than 0"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// A file to write at the end of a run (`--json PATH`): its directory must exist, be a
+/// directory and be writable now, so a long run never fails at the very end. Checked by
+/// creating (and removing) a temporary file beside it.
+///
+/// # Errors
+/// The parent is missing, not a directory, or not writable; the path is a directory.
+pub(crate) fn output_file(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    if s.is_empty() || path.is_dir() {
+        return Err(format!("{s:?} is not a file path"));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!("directory {} does not exist", parent.display()));
+    }
+    tempfile::Builder::new()
+        .prefix(".foya-write-check")
+        .tempfile_in(&parent)
+        .map(drop)
+        .map_err(|e| format!("cannot write in {}: {e}", parent.display()))?;
+    Ok(path)
+}
+
+/// An `http://` or `https://` URL with a host (`--base-url`).
+///
+/// # Errors
+/// Not a URL, another scheme, or no host.
+pub(crate) fn http_url(s: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(s)
+        .map_err(|e| format!("{s:?} is not a URL ({e}); expected e.g. http://127.0.0.1:8000/v1"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!(
+            "{s:?} is not an http(s) URL; expected e.g. http://127.0.0.1:8000/v1"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn counts_durations_paths_and_urls_are_checked() {
+        assert_eq!(positive_count("3"), Ok(3));
+        assert_eq!(positive_count("0"), Err("must be at least 1".to_owned()));
+        assert!(positive_count("-1").is_err());
+        assert_eq!(positive_seconds("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["inf", "-inf", "NaN", "-1", "0", "1e300", "x"] {
+            assert!(positive_seconds(bad).is_err(), "{bad}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("report.json");
+        assert_eq!(output_file(ok.to_str().unwrap()), Ok(ok.clone()));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let missing = dir.path().join("nope/report.json");
+        assert_eq!(
+            output_file(missing.to_str().unwrap()),
+            Err(format!(
+                "directory {} does not exist",
+                dir.path().join("nope").display()
+            ))
+        );
+        assert!(output_file(dir.path().to_str().unwrap()).is_err());
+        assert_eq!(
+            http_url("http://127.0.0.1:8000/v1"),
+            Ok("http://127.0.0.1:8000/v1".to_owned())
+        );
+        for bad in ["notaurl", "ftp://x/y", "file:///tmp", "http//x"] {
+            assert!(http_url(bad).is_err(), "{bad}");
+        }
+    }
+}
