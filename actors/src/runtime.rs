@@ -55,6 +55,10 @@ pub enum RuntimeError {
         /// The session's model name.
         model: String,
     },
+    /// The runtime is shutting down ([`Runtime::drain`]): it takes no new inputs or
+    /// sessions.
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
 }
 
 /// What recovery does with inputs that were queued (persisted `input_queued`, never
@@ -158,6 +162,9 @@ pub(crate) struct RuntimeDeps {
 
 /// Longest wait of `Runtime::shutdown` for the actors to drop their store handles.
 const SHUTDOWN_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long [`Runtime::shutdown`] waits for cancelled turns to write their end.
+pub const DEFAULT_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl RuntimeDeps {
     /// The client for a session's provider name.
@@ -367,15 +374,62 @@ impl Runtime {
         Ok(loaded)
     }
 
-    /// Stops every actor (running turns stop where they are and are recovered on the
-    /// next load) and closes the store.
+    /// Stops taking new work and cancels every running turn, waiting at most `grace`
+    /// for them to end. Returns whether every turn ended in time.
+    ///
+    /// From the call on, `create_session`, loading a session that is not live and
+    /// `submit` fail with [`RuntimeError::ShuttingDown`]; queued inputs stay queued in
+    /// the log (they run when the session is next loaded). Each running turn is cancelled
+    /// through the normal cancel path (reason `runtime shutdown`): its stream stops, its
+    /// tools' processes are killed, the unfinished calls get their cancelled results and
+    /// `turn_complete{cancelled}` is committed (and broadcast to subscribers) before the
+    /// wait for it ends. A turn still running after `grace` is left as it is (the next
+    /// load closes it as interrupted). Other operations (subscribe, list, approvals)
+    /// keep working until [`Self::shutdown`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future stops only the wait; the runtime stays closed to
+    /// new work and the turns already told to cancel still end as described.
+    pub async fn drain(&self, grace: std::time::Duration) -> bool {
+        let sessions = ask(&self.inner.supervisor, |reply| SupervisorMsg::Drain {
+            reply,
+        })
+        .await
+        .unwrap_or_default();
+        let waits = sessions
+            .iter()
+            .map(|session| session.call(|reply| SessionMsg::Shutdown { reply }, None));
+        let all = futures::future::join_all(waits);
+        if tokio::time::timeout(grace, all).await.is_ok() {
+            return true;
+        }
+        tracing::warn!("turns still running when the shutdown grace ended");
+        false
+    }
+
+    /// [`Self::shutdown_within`] with [`DEFAULT_SHUTDOWN_GRACE`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future may leave actors running and the store open.
+    pub async fn shutdown(self) {
+        self.shutdown_within(DEFAULT_SHUTDOWN_GRACE).await;
+    }
+
+    /// Shuts down gracefully: [`Self::drain`] with `grace` (every running turn is
+    /// cancelled and its `turn_complete{cancelled}` committed, waiting at most `grace`),
+    /// then stops every actor and closes the store. A turn still running after `grace`
+    /// stops where it is and is closed as interrupted on the next load.
     ///
     /// Returns once every session, turn and tool actor (and the tasks they started) has
     /// dropped its store handle — waiting at most 10 s for stragglers — and the store's
     /// writer has committed what was queued; so the redb file can be opened again at once,
     /// on any tokio runtime. `SessionHandle`s of this runtime still alive keep the store
     /// open until they are dropped.
-    pub async fn shutdown(self) {
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future may leave actors running and the store open.
+    pub async fn shutdown_within(self, grace: std::time::Duration) {
+        self.drain(grace).await;
         self.inner.supervisor.stop(Some("shutdown".into()));
         let join = self.inner.join.lock().ok().and_then(|mut j| j.take());
         if let Some(join) = join {

@@ -1,17 +1,21 @@
 //! `Runtime::shutdown` on a multi-threaded tokio runtime returns only when every actor
 //! (sessions, turns, tools) has stopped and dropped its store handle, so the same redb
 //! file opens again at once (no `AlreadyOpen`) with the whole log intact — also when a
-//! turn was still running a tool at shutdown.
+//! turn was still running a tool at shutdown: `Runtime::drain` (the first half of
+//! `shutdown`) cancels every running turn through the normal cancel path and waits for
+//! its `turn_complete{cancelled}`, leaves queued inputs queued, and refuses new inputs
+//! and sessions with `ShuttingDown`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod turn_support;
 
-use foya_protocol::{ApprovalMode, Event, EventKind, Input, Seq, SessionId};
+use foya_actors::RuntimeError;
+use foya_protocol::{ApprovalMode, Event, EventKind, Input, Seq, SessionId, TurnStatus};
 use foya_storage::{Store, StoreOptions};
 use serde_json::json;
 use turn_support::{
-    TIMEOUT, builtin, events_until, is_turn_complete, session_config, start, subscribe, within,
-    workdir,
+    TIMEOUT, builtin, events_until, is_turn_complete, session_config, start, subscribe,
+    tool_message, within, workdir,
 };
 
 /// Sessions, each with a finished turn and a running one.
@@ -58,6 +62,21 @@ async fn the_store_reopens_right_after_shutdown_with_the_log_intact() {
         running.push(events);
     }
 
+    // One more input in the first session queues behind its running turn.
+    let first = rt.session(logs[0].0).await.unwrap();
+    first.submit(Input::text("later")).await.unwrap();
+
+    assert!(within(TIMEOUT, rt.drain(TIMEOUT)).await, "every turn ended");
+    assert_eq!(
+        first.submit(Input::text("more")).await,
+        Err(RuntimeError::ShuttingDown)
+    );
+    let refused = rt
+        .create_session(session_config(&cwd, ApprovalMode::Auto))
+        .await
+        .err();
+    assert_eq!(refused, Some(RuntimeError::ShuttingDown));
+    drop(first);
     within(TIMEOUT, rt.shutdown()).await;
     let reopened = Store::open(&path, StoreOptions::default());
     let store = match reopened {
@@ -65,12 +84,35 @@ async fn the_store_reopens_right_after_shutdown_with_the_log_intact() {
         Err(e) => panic!("reopening right after shutdown failed: {e}"),
     };
 
-    for ((id, finished), interrupted) in logs.iter().zip(&running) {
+    let cancelled_end = [
+        EventKind::ToolMessage(tool_message("c2", "cancelled", true)),
+        EventKind::TurnCancelled {
+            reason: "runtime shutdown".into(),
+        },
+        EventKind::TurnComplete {
+            status: TurnStatus::Cancelled,
+            reason: None,
+            error: None,
+        },
+    ];
+    for (i, ((id, finished), interrupted)) in logs.iter().zip(&running).enumerate() {
         let log = store.read_from(*id, Seq::FIRST).unwrap();
-        // The finished turn, then the interrupted one up to its running tool (closed on
-        // the next load).
+        // The finished turn, the second one up to its running tool, then its cancelled
+        // end (the first session's queued input stays queued, never started).
         assert_eq!(log[..finished.len()], finished[..]);
-        assert_eq!(&log, interrupted);
+        assert_eq!(log[..interrupted.len()], interrupted[..]);
+        let mut tail: Vec<EventKind> = log[interrupted.len()..]
+            .iter()
+            .map(|e| e.kind.clone())
+            .collect();
+        if i == 0 {
+            assert!(
+                matches!(&tail[0], EventKind::InputQueued { input, .. } if input.text == "later"),
+                "{tail:?}"
+            );
+            tail.remove(0);
+        }
+        assert_eq!(tail, cancelled_end);
     }
     store.close().await;
 }

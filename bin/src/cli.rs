@@ -15,6 +15,9 @@ pub(crate) const EXIT_CANCELLED: u8 = 130;
 /// Exit status of `foya run` after SIGTERM cancelled its turn cleanly (128 + SIGTERM, as
 /// shells report a process ended by SIGTERM).
 pub(crate) const EXIT_TERMINATED: u8 = 143;
+/// Exit status of `foya run` after SIGHUP (its terminal went away) cancelled its turn
+/// cleanly (128 + SIGHUP).
+pub(crate) const EXIT_HANGUP: u8 = 129;
 
 #[derive(Debug, Parser)]
 #[command(name = "foya", version, about = "Foya agent runtime")]

@@ -1,5 +1,10 @@
 //! Locating and opening the data directory's event store, and reading the project's
 //! stop hooks (`<cwd>/.foya/config.toml`, `[hooks] stop = ["..."]`).
+//!
+//! The store is locked by the process that opened it (redb). Whoever opens it records
+//! itself in `<data dir>/foya.owner` (JSON `{"pid", "command", "url"}`; removed at exit
+//! by [`release_owner`]), so a second process refused by the lock can say which process
+//! holds the data dir and how to ask it instead.
 
 use anyhow::Context as _;
 use foya_storage::{Durability, Store, StoreOptions};
@@ -7,6 +12,11 @@ use std::path::{Path, PathBuf};
 
 /// File name of the event store inside the data directory.
 const STORE_FILE: &str = "foya.redb";
+/// File naming the process that holds the store, inside the data directory.
+const OWNER_FILE: &str = "foya.owner";
+
+/// The owner file this process wrote (removed at exit).
+static OWNED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
 /// `--data-dir`, else `$FOYA_DATA_DIR` (clap reads it), else the platform data dir.
 pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
@@ -32,12 +42,96 @@ pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Res
         durability,
         ..StoreOptions::default()
     };
-    Store::open(&path, options).with_context(|| {
-        format!(
-            "cannot open {} (is another foya process using this data dir?)",
-            path.display()
-        )
-    })
+    match Store::open(&path, options) {
+        Ok(store) => {
+            record_owner(dir, None);
+            Ok(store)
+        }
+        Err(foya_storage::OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
+    }
+}
+
+/// Who holds a data dir (what [`record_owner`] wrote).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Owner {
+    pid: u32,
+    /// The subcommand (`serve`, `node`, `run`, …).
+    command: String,
+    /// Base URL of a `foya serve`.
+    #[serde(default)]
+    url: Option<String>,
+}
+
+/// Records this process as the holder of `dir`'s store (best effort; `url`: the base
+/// URL of a `foya serve`).
+pub(crate) fn record_owner(dir: &Path, url: Option<&str>) {
+    let owner = Owner {
+        pid: std::process::id(),
+        command: std::env::args().nth(1).unwrap_or_default(),
+        url: url.map(str::to_owned),
+    };
+    let path = dir.join(OWNER_FILE);
+    let Ok(text) = serde_json::to_string(&owner) else {
+        return;
+    };
+    if std::fs::write(&path, text).is_ok()
+        && let Ok(mut owned) = OWNED.lock()
+    {
+        *owned = Some(path);
+    }
+}
+
+/// Removes the owner file this process wrote, if it still names this process.
+pub(crate) fn release_owner() {
+    let Some(path) = OWNED.lock().ok().and_then(|mut o| o.take()) else {
+        return;
+    };
+    let ours = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
+        .is_some_and(|o| o.pid == std::process::id());
+    if ours {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The error for a data dir whose store another process holds: names the dir, the
+/// holder (when its owner file names a live process) and how to get the information
+/// from it instead.
+fn in_use(dir: &Path) -> anyhow::Error {
+    let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
+        .filter(|o| o.pid != std::process::id())
+        .filter(|o| Path::new(&format!("/proc/{}", o.pid)).exists());
+    let holder = match &owner {
+        Some(o) => match &o.url {
+            Some(url) => format!("foya {} (pid {}, {url})", o.command, o.pid),
+            None => format!("foya {} (pid {})", o.command, o.pid),
+        },
+        None => "another foya process".to_owned(),
+    };
+    let ask = match owner
+        .as_ref()
+        .map(|o| (o.command.as_str(), o.url.as_deref()))
+    {
+        Some(("serve", Some(url))) => format!(
+            "ask the server instead: GET {url}/sessions (e.g. curl {url}/sessions, with \
+             -H 'Authorization: Bearer TOKEN' if it was started with --token-file)"
+        ),
+        Some(("node", _)) => "ask the node instead: foya sessions list --cluster HOST:PORT \
+             --cookie-file FILE"
+            .to_owned(),
+        _ => "ask a running `foya serve` over HTTP (GET /sessions) or a `foya node` with \
+             foya sessions list --cluster HOST:PORT --cookie-file FILE"
+            .to_owned(),
+    };
+    anyhow::anyhow!(
+        "the data dir {} is in use by {holder}: its store is locked while that process runs. \
+             To see the sessions, {ask}; or stop it, or use another --data-dir",
+        dir.display()
+    )
 }
 
 /// Opens the store of a data directory only if it has one: `Ok(None)`, creating

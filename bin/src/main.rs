@@ -49,6 +49,7 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(cli::dispatch(cli));
+    data::release_owner();
     // Do not wait for lingering blocking tasks (a stdin reader) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     ExitCode::from(code)

@@ -1,4 +1,7 @@
-//! `foya node`: the runtime served as a ractor_cluster node until SIGINT/SIGTERM.
+//! `foya node`: the runtime served as a ractor_cluster node until SIGINT, SIGTERM or
+//! SIGHUP; then its running turns are cancelled cleanly (`turn_complete{cancelled}`
+//! committed, waiting at most `DEFAULT_SHUTDOWN_GRACE`), the node leaves the cluster, the
+//! runtime stops and the store closes (exit 0).
 //!
 //! Prints one line `foya node <name> listening on <addr>` to stdout once the node server
 //! and gateway are up (scripts and tests wait for it), then only logs (stderr).
@@ -99,23 +102,11 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         let _ = writeln!(out, "foya node {name} listening on {}", args.listen);
         let _ = out.flush();
     }
-    wait_for_signal().await;
+    crate::serve::wait_for_signal().await;
+    // Cancel the running turns while peers still hear their end, then leave.
+    node.runtime()
+        .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
+        .await;
     node.shutdown().await;
     Ok(())
-}
-
-/// Waits for SIGINT or SIGTERM.
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -1,9 +1,11 @@
-//! `foya run`: one headless turn, streamed to the terminal. Ctrl-C (SIGINT) or SIGTERM
-//! cancels the turn cleanly (its tools are stopped, `turn_complete{cancelled}` is
-//! persisted) and exits 130 or 143; a second signal exits at once. When the reader of
+//! `foya run`: one headless turn, streamed to the terminal. Ctrl-C (SIGINT), SIGTERM or
+//! SIGHUP cancels the turn cleanly (its tools are stopped, `turn_complete{cancelled}` is
+//! persisted) and exits 130, 143 or 129; a second signal exits at once. When the reader of
 //! stdout goes away (`BrokenPipe`), the turn is cancelled the same way and the exit is 0.
 
-use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, RunArgs};
+use crate::cli::{
+    EXIT_CANCELLED, EXIT_FAILED, EXIT_HANGUP, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, RunArgs,
+};
 use crate::render::Renderer;
 use anyhow::Context as _;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions};
@@ -42,9 +44,13 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
             "the prompt is empty: give the text of the request"
         )));
     }
-    // Installed first, so a SIGTERM from now on cancels instead of killing the process.
+    // Installed first, so a SIGTERM or SIGHUP from now on cancels instead of killing the
+    // process.
     let terminate = signal(SignalKind::terminate())
         .context("cannot install the SIGTERM handler")
+        .map_err(Failure::Runtime)?;
+    let hangup = signal(SignalKind::hangup())
+        .context("cannot install the SIGHUP handler")
         .map_err(Failure::Runtime)?;
     let cwd = crate::setup::working_dir(args.cwd.as_deref()).map_err(Failure::Usage)?;
     let (model, model_name) =
@@ -58,10 +64,39 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         .await
         .context("cannot start the runtime")
         .map_err(Failure::Runtime)?;
-    let outcome = drive(&runtime, &store, &args, cwd, model_name, prompt, terminate).await;
-    runtime.shutdown().await;
-    outcome
+    let signals = Signals { terminate, hangup };
+    let outcome = drive(&runtime, &store, &args, cwd, model_name, prompt, signals).await;
+    match outcome {
+        // A second signal: leave at once, without waiting for the cancel to finish.
+        Ok(Forced(code)) => {
+            runtime.shutdown_within(std::time::Duration::ZERO).await;
+            Ok(code)
+        }
+        Ok(Ended(code)) => {
+            runtime.shutdown().await;
+            Ok(code)
+        }
+        Err(e) => {
+            runtime.shutdown().await;
+            Err(e)
+        }
+    }
 }
+
+/// The signals `foya run` handles besides Ctrl-C.
+struct Signals {
+    terminate: Signal,
+    hangup: Signal,
+}
+
+/// How the wait for the turn ended, with the exit status.
+enum Exit {
+    /// The turn ended (or could not start).
+    Ended(u8),
+    /// A second signal: exit now.
+    Forced(u8),
+}
+use Exit::{Ended, Forced};
 
 /// Opens the session to run in: the one of `--session` (loading it closes a turn a
 /// crashed process left open) or a new one. Returns it with the seq to subscribe from
@@ -138,6 +173,8 @@ enum Stop {
     Interrupt,
     /// SIGTERM.
     Terminate,
+    /// SIGHUP (the terminal went away).
+    Hangup,
     /// Stdout was closed by its reader (`BrokenPipe`).
     StdoutClosed,
 }
@@ -148,6 +185,7 @@ impl Stop {
         match self {
             Stop::Interrupt => EXIT_CANCELLED,
             Stop::Terminate => EXIT_TERMINATED,
+            Stop::Hangup => EXIT_HANGUP,
             Stop::StdoutClosed => EXIT_OK,
         }
     }
@@ -160,8 +198,8 @@ async fn drive(
     cwd: std::path::PathBuf,
     model: String,
     prompt: String,
-    mut terminate: Signal,
-) -> Result<u8, Failure> {
+    mut signals: Signals,
+) -> Result<Exit, Failure> {
     let (session, from, earlier) = open_session(runtime, store, args, cwd, model).await?;
     let interactive = std::io::stdin().is_terminal();
     let approver = interactive && args.approval != ApprovalMode::Bypass;
@@ -191,11 +229,12 @@ async fn drive(
     loop {
         let signalled = tokio::select! {
             _ = tokio::signal::ctrl_c() => Some(Stop::Interrupt),
-            _ = terminate.recv() => Some(Stop::Terminate),
+            _ = signals.terminate.recv() => Some(Stop::Terminate),
+            _ = signals.hangup.recv() => Some(Stop::Hangup),
             update = updates.recv() => {
                 let Some(update) = update else {
                     eprintln!("foya: the session closed before the turn ended");
-                    return Ok(EXIT_FAILED);
+                    return Ok(Ended(EXIT_FAILED));
                 };
                 if stop != Some(Stop::StdoutClosed)
                     && let Err(e) = renderer.render(&update)
@@ -223,19 +262,20 @@ async fn drive(
                     EventKind::TurnComplete { status, .. } if run_id.is_some() && event.run_id == run_id => {
                         let _ = renderer.end_line();
                         match stop {
-                            Some(Stop::Terminate) => return Ok(EXIT_TERMINATED),
-                            Some(Stop::StdoutClosed) => return Ok(EXIT_OK),
+                            Some(stop @ (Stop::Terminate | Stop::Hangup | Stop::StdoutClosed)) => {
+                                return Ok(Ended(stop.exit_code()));
+                            }
                             Some(Stop::Interrupt) | None => {}
                         }
-                        return Ok(match status {
+                        return Ok(Ended(match status {
                             TurnStatus::Completed => EXIT_OK,
                             TurnStatus::Failed => EXIT_FAILED,
                             TurnStatus::Cancelled => EXIT_CANCELLED,
-                        });
+                        }));
                     }
                     EventKind::InputDropped { input_id: dropped, reason } if *dropped == input_id => {
                         eprintln!("foya: the input was dropped: {reason}");
-                        return Ok(EXIT_FAILED);
+                        return Ok(Ended(EXIT_FAILED));
                     }
                     _ => {}
                 }
@@ -243,18 +283,18 @@ async fn drive(
             }
         };
         let Some(signal) = signalled else { continue };
-        if matches!(stop, Some(Stop::Interrupt | Stop::Terminate)) {
+        if matches!(stop, Some(Stop::Interrupt | Stop::Terminate | Stop::Hangup)) {
             let _ = renderer.end_line();
-            return Ok(signal.exit_code());
+            return Ok(Forced(signal.exit_code()));
         }
         stop = Some(signal);
         let _ = renderer.end_line();
         eprintln!(
             "\ncancelling… ({} again to quit now)",
-            if signal == Stop::Terminate {
-                "SIGTERM"
-            } else {
-                "Ctrl-C"
+            match signal {
+                Stop::Terminate => "SIGTERM",
+                Stop::Hangup => "SIGHUP",
+                Stop::Interrupt | Stop::StdoutClosed => "Ctrl-C",
             }
         );
         let _ = session.cancel().await;

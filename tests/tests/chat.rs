@@ -2,6 +2,9 @@
 //! with the scripted provider. A prompt is answered; a long `shell sleep 30` tool call
 //! is running when a line typed meanwhile is shown as queued; Ctrl-C cancels the turn,
 //! the queued input then runs, the prompt comes back, and `/exit` leaves with status 0.
+//! With piped stdin every line is an input run in order (a line that arrives as a turn
+//! ends is not lost; approvals are not taken from the lines), and at the end of stdin
+//! the chat waits for the turns to finish before it exits 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use expectrl::process::unix::WaitStatus;
@@ -55,4 +58,112 @@ fn chat_answers_queues_cancels_a_long_tool_on_ctrl_c_and_exits() {
     p.expect(Eof).unwrap();
     let status = p.get_process().wait().unwrap();
     assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+}
+
+#[test]
+fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let data = dir.path().join("data");
+    let script = dir.path().join("script.json");
+    // The first turn's shell call needs approval (`--approval ask`): piped lines are
+    // inputs, not answers, so it is denied as having no approver.
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "call_1", "name": "shell", "arguments": {"command": "echo hi"}}]},
+        {"text": "first done"},
+        {"text": "second done"},
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let mut child = foya_tests::foya_bin::foya()
+        .arg("chat")
+        .args(["--provider", "scripted", "--approval", "ask"])
+        .arg("--script")
+        .arg(&script)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--cwd")
+        .arg(&work)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let left = || deadline.saturating_duration_since(std::time::Instant::now());
+    writeln!(stdin, "one").unwrap();
+    // The second line arrives as the first turn ends, then stdin closes.
+    assert_eq!(lines.recv_timeout(left()).unwrap(), "first done");
+    writeln!(stdin, "two").unwrap();
+    drop(stdin);
+    assert_eq!(lines.recv_timeout(left()).unwrap(), "second done");
+    let (done, status) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait().unwrap()));
+    let status = status.recv_timeout(left()).expect("foya chat exited");
+    let stderr = errors.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        lines.recv_timeout(left()).ok(),
+        None,
+        "nothing more on stdout"
+    );
+
+    let list = foya_tests::foya_bin::foya()
+        .args(["sessions", "list", "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let show = foya_tests::foya_bin::foya()
+        .args([
+            "sessions",
+            "show",
+            summary["id"].as_str().unwrap(),
+            "--json",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let log: Vec<serde_json::Value> = String::from_utf8(show.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |t: &str, field: &str| -> Vec<serde_json::Value> {
+        log.iter()
+            .filter(|e| e["type"] == t)
+            .map(|e| e[field].clone())
+            .collect()
+    };
+    let texts: Vec<serde_json::Value> = log
+        .iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["input"]["text"].clone())
+        .collect();
+    assert_eq!(texts, [json!("one"), json!("two")]);
+    assert_eq!(
+        of("turn_complete", "status"),
+        [json!("completed"), json!("completed")]
+    );
+    assert_eq!(of("tool_message", "is_error"), [json!(true)]);
+    assert_eq!(log.last().unwrap()["type"], "turn_complete");
 }

@@ -1,6 +1,6 @@
 //! `foya run` under signals and closed pipes, end to end with the real binary: SIGTERM
-//! cancels the turn cleanly (exit 143, `turn_complete{cancelled}` persisted, the tool's
-//! process stopped); a stdout whose reader is gone ends `foya run` and `foya sessions`
+//! and SIGHUP cancel the turn cleanly (exit 143 / 129, `turn_complete{cancelled}`
+//! persisted, the tool's process stopped); a stdout whose reader is gone ends `foya run` and `foya sessions`
 //! with exit 0 and no panic; a session resumed after a SIGKILL names the recovered tool
 //! and does not report the earlier turn's failure as this run's error. Synchronisation
 //! is only by reacting to the child's output lines, under one global timeout.
@@ -173,8 +173,20 @@ fn types(events: &[Value]) -> Vec<&str> {
 
 #[test]
 fn sigterm_cancels_the_turn_stops_its_tool_and_exits_143() {
+    signal_cancels_the_turn(nix::sys::signal::Signal::SIGTERM, 143, "SIGTERM again");
+}
+
+#[test]
+fn sighup_cancels_the_turn_stops_its_tool_and_exits_129() {
+    signal_cancels_the_turn(nix::sys::signal::Signal::SIGHUP, 129, "SIGHUP again");
+}
+
+/// `signal` while the turn's tool runs: the turn is cancelled cleanly (the call's
+/// cancelled result and `turn_complete{cancelled}` persisted, the tool's process gone)
+/// and `foya run` exits with `code`, having said `hint` on stderr.
+fn signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hint: &str) {
     let dirs = dirs();
-    let mark = marker("sigterm");
+    let mark = marker(signal.as_str());
     let script = script(
         &dirs,
         "s.json",
@@ -188,17 +200,23 @@ fn sigterm_cancels_the_turn_stops_its_tool_and_exits_143() {
     });
     assert!(!processes_with(&mark).is_empty(), "the tool runs");
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(pid, signal).unwrap();
     let status = wait(child, deadline);
     let stderr = stderr.recv_timeout(TIMEOUT).unwrap();
-    assert_eq!(status.code(), Some(143), "stderr: {stderr}");
+    assert_eq!(status.code(), Some(code), "stderr: {stderr}");
     assert!(stderr.contains("cancelling"), "{stderr}");
+    assert!(stderr.contains(hint), "{stderr}");
 
     let id = seen[0]["session_id"].as_str().unwrap().to_owned();
     let log = show(&dirs, &id);
     let last = log.last().unwrap();
     assert_eq!(last["type"], "turn_complete", "{log:#?}");
     assert_eq!(last["status"], "cancelled", "{log:#?}");
+    assert_eq!(
+        log.iter().filter(|e| e["type"] == "turn_complete").count(),
+        1,
+        "{log:#?}"
+    );
     let results: Vec<&Value> = log.iter().filter(|e| e["type"] == "tool_message").collect();
     assert_eq!(results.len(), 1, "{log:#?}");
     assert_eq!(results[0]["tool_call_id"], "call_sleep");

@@ -8,6 +8,10 @@
 //! operation is routed; SIGTERM shuts the server down gracefully (exit 0). Bad input is
 //! refused early with a JSON error: uploads that are not images of their declared type,
 //! a wrong method (405), images for a profile without vision (the session stays usable).
+//! SIGTERM while a shell tool runs cancels the turn (its process killed, the cancelled
+//! result and `turn_complete{cancelled}` sent to the open event stream and persisted)
+//! before the server exits 0; `foya sessions list` on the served data dir fails (exit 1)
+//! naming the data dir, the server's pid and URL and `GET /sessions`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -603,4 +607,158 @@ async fn refusals() {
     assert_eq!(events[1]["input"], json!({"text": "hello"}));
     assert_eq!(events.last().unwrap()["status"], "completed");
     assert_eq!(provider.requests().len(), 1);
+}
+
+/// Pids of live processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&cmdline).contains(marker) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_running_turns_and_the_locked_data_dir_names_its_server() {
+    tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(120), shutdown_scenario())
+        .await
+        .expect("the scenario finished in time");
+}
+
+async fn shutdown_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = format!("foya-serve-sigterm-{}", std::process::id());
+    let provider = MockProvider::start().await;
+    let command = format!("echo ready; exec -a {mark} sleep 100");
+    let arguments = json!({ "command": command }).to_string();
+    provider.push(MockResponse::sse(openai_chat::tool_call(
+        "call_sleep",
+        "shell",
+        &arguments,
+    )));
+    let mut server = start(&provider, dir.path()).await;
+    let s = &server;
+    let created = s
+        .call(
+            s.req(reqwest::Method::POST, "/sessions")
+                .json(&json!({"cwd": dir.path(), "approval_mode": "bypass"})),
+            StatusCode::CREATED,
+            Some("SessionCreated"),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let mut sse = Stream::open(s, &id, "?from_seq=1", None).await;
+    s.call(
+        s.req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+            .json(&json!({"text": "sleep"})),
+        StatusCode::ACCEPTED,
+        Some("InputAccepted"),
+    )
+    .await;
+    // Running: the tool printed `ready` (a live delta).
+    loop {
+        let sse = sse.inner.next().await.unwrap().unwrap();
+        let data: Value = serde_json::from_str(&sse.data).unwrap();
+        if data["type"] == "tool_output" && data["chunk"].as_str().unwrap().contains("ready") {
+            break;
+        }
+    }
+    assert!(!processes_with(&mark).is_empty(), "the tool runs");
+
+    // The data dir is locked by the server: `sessions list` says by whom and what to do.
+    let data = dir.path().join("data");
+    let out = tokio::process::Command::new(foya_bin())
+        .args(["sessions", "list", "--data-dir"])
+        .arg(&data)
+        .env_remove("FOYA_DATA_DIR")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.stdout, b"");
+    let pid = server.child.id().unwrap();
+    let expected = format!(
+        "foya: the data dir {data} is in use by foya serve (pid {pid}, {base}): its store \
+         is locked while that process runs. To see the sessions, ask the server instead: \
+         GET {base}/sessions (e.g. curl {base}/sessions, with -H 'Authorization: Bearer \
+         TOKEN' if it was started with --token-file); or stop it, or use another \
+         --data-dir\n",
+        data = data.display(),
+        base = s.base,
+    );
+    assert_eq!(stderr, expected);
+
+    // SIGTERM: the running turn is cancelled and its end reaches the open stream.
+    let nix_pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+    nix::sys::signal::kill(nix_pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let ended = sse.until(&s.doc, of_type("turn_complete")).await;
+    let tail: Vec<(&str, Value)> = ended
+        .iter()
+        .map(|e| {
+            let t = e["type"].as_str().unwrap();
+            let detail = match t {
+                "tool_message" => json!([e["tool_call_id"], e["is_error"]]),
+                "turn_cancelled" => e["reason"].clone(),
+                "turn_complete" => e["status"].clone(),
+                _ => Value::Null,
+            };
+            (t, detail)
+        })
+        .filter(|(t, _)| ["tool_message", "turn_cancelled", "turn_complete"].contains(t))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            ("tool_message", json!(["call_sleep", true])),
+            ("turn_cancelled", json!("runtime shutdown")),
+            ("turn_complete", json!("cancelled")),
+        ]
+    );
+    let status = server.child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert_eq!(
+        processes_with(&mark),
+        Vec::<u32>::new(),
+        "the tool was killed"
+    );
+
+    // The log (read by a new process once the lock is free) ends with the cancelled end.
+    let out = tokio::process::Command::new(foya_bin())
+        .args(["sessions", "show", &id, "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let log: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = log.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>());
+    let last = log.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["status"]),
+        (&json!("turn_complete"), &json!("cancelled"))
+    );
+    assert_eq!(last, ended.last().unwrap());
+    assert_eq!(
+        log.iter().filter(|e| e["type"] == "turn_complete").count(),
+        1
+    );
+    assert!(
+        !data.join("foya.owner").exists(),
+        "the owner file is removed at exit"
+    );
 }

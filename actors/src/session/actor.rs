@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 /// Result text of a call whose turn was cut by a restart.
 pub(crate) const OUTCOME_UNKNOWN: &str =
     "outcome unknown: the runtime stopped while this ran; it was not re-run";
+/// `turn_cancelled` reason of a turn cancelled by the runtime's shutdown.
+pub(crate) const SHUTDOWN_REASON: &str = "runtime shutdown";
 /// Message when an approval is needed and nobody can answer.
 pub(crate) const NO_APPROVER: &str =
     "denied: this call needs approval and no approver is attached to the session";
@@ -68,6 +70,9 @@ pub(crate) struct Session {
     /// Set when an append of the active turn failed in the store: the turn is stopped
     /// and closed `failed` with class storage (see [`Session::storage_failed`]).
     pub(super) storage_failure: Option<String>,
+    /// Set by `Shutdown`: callers waiting until no turn runs (the session takes no more
+    /// inputs and starts nothing from its queue).
+    pub(super) shutdown: Option<Vec<RpcReplyPort<()>>>,
 }
 
 fn now_ms() -> u64 {
@@ -202,6 +207,7 @@ impl Actor for SessionActor {
             deleting: None,
             title_requested: false,
             storage_failure: None,
+            shutdown: None,
         })
     }
 
@@ -246,6 +252,8 @@ impl Actor for SessionActor {
                     Err(e)
                 } else if state.deleting.is_some() {
                     Err(RuntimeError::SessionDeleted(state.fold.id))
+                } else if state.shutdown.is_some() {
+                    Err(RuntimeError::ShuttingDown)
                 } else {
                     match state.submit(&myself, input_id, input).await {
                         Ok(id) => Ok(id),
@@ -273,6 +281,18 @@ impl Actor for SessionActor {
                     });
                 }
                 let _ = reply.send(Ok(()));
+            }
+            SessionMsg::Shutdown { reply } => {
+                let waiting = state.shutdown.get_or_insert_with(Vec::new);
+                if let Some(turn) = &state.turn {
+                    turn.cancel.cancel();
+                    let _ = turn.actor.cast(TurnMsg::Cancel {
+                        reason: SHUTDOWN_REASON.into(),
+                    });
+                    waiting.push(reply);
+                } else {
+                    let _ = reply.send(());
+                }
             }
             SessionMsg::ClearQueue { reply } => {
                 let kinds = state

@@ -107,7 +107,7 @@ impl Session {
         &mut self,
         myself: &ActorRef<SessionMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        if self.busy() || self.deleting.is_some() {
+        if self.busy() || self.deleting.is_some() || self.shutdown.is_some() {
             return Ok(());
         }
         // A command turn may complete at once: go on with the queue then.
@@ -177,6 +177,12 @@ impl Session {
         }
         if self.deleting.is_some() {
             return self.finish_delete(myself).await;
+        }
+        if let Some(waiting) = self.shutdown.as_mut() {
+            for reply in waiting.drain(..) {
+                let _ = reply.send(());
+            }
+            return Ok(());
         }
         self.start_next(myself).await
     }

@@ -118,6 +118,10 @@ pub(crate) enum SessionMsg {
         /// Answered with whether the title was applied.
         reply: Option<RpcReplyPort<bool>>,
     },
+    /// Runtime shutdown: take no more inputs, start nothing from the queue, cancel the
+    /// active turn (reason `runtime shutdown`); answered once no turn runs (at once when
+    /// idle).
+    Shutdown { reply: RpcReplyPort<()> },
     /// Test hook: make the active TurnActor panic.
     #[cfg(test)]
     CrashTurn,

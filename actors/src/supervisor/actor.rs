@@ -33,6 +33,8 @@ pub(crate) struct Supervisor {
     children: HashMap<ActorId, SessionId>,
     /// Restarts after failures, per session, over the runtime's life.
     restarts: HashMap<SessionId, u32>,
+    /// Set by `Drain`: no session is created or loaded any more.
+    closing: bool,
 }
 
 /// A session that failed more often than this is left stopped (loaded again on the next
@@ -63,6 +65,9 @@ impl Supervisor {
         myself: &ActorRef<SupervisorMsg>,
         config: SessionConfig,
     ) -> Result<(SessionId, ActorRef<SessionMsg>), RuntimeError> {
+        if self.closing {
+            return Err(RuntimeError::ShuttingDown);
+        }
         let id = SessionId::new();
         let event = Event {
             session_id: id,
@@ -93,6 +98,9 @@ impl Supervisor {
         {
             return Ok(actor.clone());
         }
+        if self.closing {
+            return Err(RuntimeError::ShuttingDown);
+        }
         let events = self
             .deps
             .store
@@ -121,6 +129,7 @@ impl Actor for SupervisorActor {
             registry: args.registry,
             children: HashMap::new(),
             restarts: HashMap::new(),
+            closing: false,
         })
     }
 
@@ -136,6 +145,15 @@ impl Actor for SupervisorActor {
             }
             SupervisorMsg::GetSession { id, reply } => {
                 let _ = reply.send(state.load(&myself, id).await);
+            }
+            SupervisorMsg::Drain { reply } => {
+                state.closing = true;
+                let live = state
+                    .registry
+                    .iter()
+                    .map(|entry| entry.value().clone())
+                    .collect();
+                let _ = reply.send(Ok(live));
             }
         }
         Ok(())
@@ -163,7 +181,9 @@ impl Actor for SupervisorActor {
                         .remove_if(&id, |_, a| a.get_id() == cell.get_id());
                     let restarts = state.restarts.entry(id).or_insert(0);
                     *restarts += 1;
-                    if *restarts > MAX_RESTARTS {
+                    if state.closing {
+                        tracing::warn!(session.id = %id, "not restarted: the runtime is shutting down");
+                    } else if *restarts > MAX_RESTARTS {
                         tracing::error!(session.id = %id, "session failed too often; left stopped");
                     } else if let Err(e) = state.load(&myself, id).await {
                         tracing::error!(session.id = %id, error = %e, "session restart failed");

@@ -33,6 +33,11 @@ pub(crate) enum SupervisorMsg {
         id: SessionId,
         reply: Reply<ActorRef<SessionMsg>>,
     },
+    /// Shutdown: from now on refuse to create or load sessions; answers with the live
+    /// SessionActors (messages are handled in order, so none is started after).
+    Drain {
+        reply: Reply<Vec<ActorRef<SessionMsg>>>,
+    },
 }
 
 impl ractor::Message for SupervisorMsg {}

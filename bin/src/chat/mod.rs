@@ -3,6 +3,12 @@
 //! preview (rendering is `render.rs`); approval prompts; Ctrl-C cancels the turn (a
 //! second one exits); lines typed while a turn runs are queued; slash commands
 //! `/compact`, `/title`, `/cancel`, `/sessions`, `/exit`; `--session ID` resumes.
+//!
+//! When stdin is not a terminal (`printf 'a\nb\n' | foya chat`), every line is an
+//! input (or a command), submitted in order as it is read by one reader for the whole
+//! session (so no line is lost between turns); nobody answers approvals (a call that
+//! needs one is denied, as with `foya run`); at the end of stdin the chat waits for the
+//! submitted turns to finish, then exits 0.
 
 mod input;
 mod turn;
@@ -13,6 +19,7 @@ use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_actors::{SessionHandle, Subscription};
 use foya_protocol::{ApprovalMode, Input, Seq, SessionConfig, SessionId};
 use input::{Editor, Prompted};
+use std::io::IsTerminal as _;
 
 pub(crate) async fn chat(args: ChatArgs) -> u8 {
     let cwd = match crate::setup::working_dir(args.cwd.as_deref()) {
@@ -42,12 +49,15 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     };
     let code = match open(&runtime, &store, &args, cwd, model_name).await {
         Ok((session, updates)) => {
-            let approver = args.approval != ApprovalMode::Bypass;
+            let approver = approver(&args);
+            // Piped stdin: one reader for the whole chat, never stopped between turns.
+            let piped = (!std::io::stdin().is_terminal()).then(input::TurnReader::start);
             Chat {
                 runtime: &runtime,
                 session,
                 updates,
                 approver,
+                piped,
             }
             .run()
             .await
@@ -56,6 +66,12 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     };
     runtime.shutdown().await;
     code
+}
+
+/// Whether this chat answers approvals: only on a terminal (piped lines are inputs) and
+/// unless approvals are bypassed.
+fn approver(args: &ChatArgs) -> bool {
+    args.approval != ApprovalMode::Bypass && std::io::stdin().is_terminal()
 }
 
 fn usage(e: &anyhow::Error) -> u8 {
@@ -108,7 +124,7 @@ async fn open(
         crate::render::dim("type a prompt; /help for commands; Ctrl-D or /exit quits")
     );
     let from = store.last_seq(session.id())?.map_or(Seq::FIRST, Seq::next);
-    let approver = args.approval != ApprovalMode::Bypass;
+    let approver = approver(args);
     let updates = session
         .subscribe(from, SubscribeOptions { approver })
         .await
@@ -122,6 +138,8 @@ struct Chat<'a> {
     session: SessionHandle,
     updates: Subscription,
     approver: bool,
+    /// The line reader when stdin is not a terminal (taken while a turn is followed).
+    piped: Option<input::TurnReader>,
 }
 
 /// What a slash command asks the loop to do.
@@ -136,13 +154,38 @@ enum Action {
 
 impl Chat<'_> {
     async fn run(mut self) -> u8 {
-        let mut editor = match Editor::new() {
-            Ok(e) => e,
-            Err(e) => return failed(&e),
+        let code = self.run_lines().await;
+        if let Some(reader) = self.piped.take() {
+            reader.stop().await;
+        }
+        code
+    }
+
+    /// The next line: from the piped reader, else from the line editor (created on
+    /// first use).
+    async fn read(&mut self, editor: &mut Option<Editor>) -> anyhow::Result<Prompted> {
+        if let Some(reader) = self.piped.as_mut() {
+            return Ok(match reader.lines.recv().await {
+                Some(Some(line)) => Prompted::Line(line),
+                Some(None) | None => Prompted::Eof,
+            });
+        }
+        let editor = match editor {
+            Some(editor) => editor,
+            None => editor.insert(Editor::new()?),
         };
+        Ok(editor.read().await)
+    }
+
+    async fn run_lines(&mut self) -> u8 {
+        let mut editor = None;
         let mut interrupted = false;
         loop {
-            let line = match editor.read().await {
+            let prompted = match self.read(&mut editor).await {
+                Ok(p) => p,
+                Err(e) => return failed(&e),
+            };
+            let line = match prompted {
                 Prompted::Line(line) => line,
                 Prompted::Interrupted if interrupted => return EXIT_OK,
                 Prompted::Interrupted => {
@@ -161,7 +204,7 @@ impl Chat<'_> {
                 Action::Exit(code) => return code,
                 Action::Submit(input) => input,
             };
-            match turn::follow(&mut self, input).await {
+            match turn::follow(self, input).await {
                 Ok(None) => {}
                 Ok(Some(code)) => return code,
                 Err(e) => return failed(&e),

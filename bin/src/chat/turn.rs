@@ -28,7 +28,11 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
         pending: HashSet::from([first]),
         ..Follow::default()
     };
-    let mut reader = TurnReader::start();
+    // Piped stdin keeps its one reader (given back below); a terminal gets a reader
+    // for the time of the turn.
+    let piped = chat.piped.take();
+    let is_piped = piped.is_some();
+    let mut reader = piped.unwrap_or_else(TurnReader::start);
     let mut reader_open = true;
     let result = loop {
         if state.pending.is_empty() {
@@ -75,7 +79,11 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
         }
     };
     let _ = state.renderer.end_line();
-    reader.stop().await;
+    if is_piped {
+        chat.piped = Some(reader);
+    } else {
+        reader.stop().await;
+    }
     result
 }
 

@@ -55,6 +55,9 @@ impl From<RuntimeError> for ApiError {
                 Self::new(StatusCode::BAD_REQUEST, "images_not_supported", message)
             }
             RuntimeError::UnknownApproval(_) => Self::not_found("approval_not_found", message),
+            RuntimeError::ShuttingDown => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message)
+            }
             RuntimeError::Storage(_) | RuntimeError::Actor(_) => Self::internal(message),
         }
     }

@@ -6,7 +6,8 @@
 //! the client's last event id stays the last persisted seq. `?from_seq=N` starts at `N`
 //! (default 1, everything); `Last-Event-ID` wins over it. `?approver=true` makes this
 //! subscription count as an approver while it is open. The stream ends after a
-//! `closed` or `lagged` notice (reconnect to resume), or when the server shuts down.
+//! `closed` or `lagged` notice (reconnect to resume), or when the server shuts down (after
+//! the updates already delivered to it, such as the end of a turn the shutdown cancelled).
 
 use super::AppState;
 use super::error::ApiError;
@@ -58,9 +59,19 @@ pub(crate) async fn events(
         )
         .await?;
     let shutdown = state.shutdown.clone();
-    let stream = subscription
-        .map(|update| Ok(to_sse(&update)))
-        .take_until(async move { shutdown.cancelled().await });
+    // At shutdown the updates already delivered (e.g. the end of a turn the shutdown
+    // cancelled) still go out; then the stream ends.
+    let stream = futures::stream::unfold(
+        (subscription, shutdown),
+        |(mut subscription, shutdown)| async move {
+            let update = tokio::select! {
+                biased;
+                update = subscription.next() => update?,
+                () = shutdown.cancelled() => return None,
+            };
+            Some((Ok(to_sse(&update)), (subscription, shutdown)))
+        },
+    );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 

@@ -1,8 +1,12 @@
 //! `foya serve`: the kernel as an HTTP service (axum). Sessions, inputs, approvals,
 //! attachments and a Server-Sent-Events stream per session; OpenAPI 3.1 description at
 //! `/openapi.json`. Loopback by default; a bearer token is required when `--token-file`
-//! is given. Recovers unfinished sessions on start; shuts down gracefully on Ctrl-C or
-//! SIGTERM (open event streams end, the runtime stops, the store closes).
+//! is given. Recovers unfinished sessions on start; shuts down gracefully on Ctrl-C,
+//! SIGTERM or SIGHUP: no new inputs or sessions are taken (503 `shutting_down`), every
+//! running turn is cancelled (its tools' processes killed, `turn_complete{cancelled}`
+//! committed and sent to open event streams; waiting at most
+//! [`foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE`]), then open event streams end, the
+//! runtime stops, the store closes and the exit status is 0.
 
 mod error;
 mod events;
@@ -18,7 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use error::ApiError;
 use foya_actors::attachments::AttachmentStore;
-use foya_actors::runtime::{Runtime, RuntimeConfig};
+use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime, RuntimeConfig};
 use foya_protocol::ApprovalMode;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -165,6 +169,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         .local_addr()
         .context("no local address")
         .map_err(failed)?;
+    crate::data::record_owner(&dir, Some(&format!("http://{addr}")));
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "http://{addr}");
@@ -188,9 +193,14 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     };
     let app = router(state);
     let signal = shutdown.clone();
+    let draining = Arc::clone(&runtime);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             wait_for_signal().await;
+            // Turns end first (cancelled, their end sent to open streams), then the
+            // streams close and the server stops.
+            draining.drain(DEFAULT_SHUTDOWN_GRACE).await;
+            drop(draining);
             signal.cancel();
         })
         .await;
@@ -209,20 +219,25 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     Ok(code)
 }
 
-/// Ctrl-C or SIGTERM.
-async fn wait_for_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
+/// Waits for `signal` (forever when it could not be installed).
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
         }
-    };
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP.
+pub(crate) async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut hup = signal(SignalKind::hangup()).ok();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
+        () = received(term.as_mut()) => {}
+        () = received(hup.as_mut()) => {}
     }
 }
 
