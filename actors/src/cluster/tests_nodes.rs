@@ -17,6 +17,11 @@ use foya_storage::{Store, StoreOptions};
 use serde_json::json;
 use std::time::Duration;
 
+/// The tests of this file run one at a time: ractor's process groups are process-wide,
+/// and the proxies of in-process node servers can share actor ids (see
+/// `ClusterNode::start`), so one test's heartbeats could drop another's sessions.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
@@ -56,6 +61,7 @@ async fn until_complete(sub: &mut ClusterSubscription, seen: &mut Vec<Event>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_in_one_process_see_only_their_peers_and_survive_a_restart() {
+    let _serial = SERIAL.lock().await;
     within(scenario()).await.unwrap();
 }
 
@@ -170,6 +176,7 @@ async fn wait_view(client: &super::ClusterClient, node: &str, gateway: Option<ra
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_node_under_a_taken_name_is_refused() {
+    let _serial = SERIAL.lock().await;
     within(refusal()).await.unwrap();
 }
 
@@ -219,6 +226,7 @@ async fn refusal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_list_names_the_nodes_that_did_not_answer() {
+    let _serial = SERIAL.lock().await;
     within(partial_list()).await.unwrap();
 }
 
@@ -274,6 +282,7 @@ fn client_config(addr: &str, cookie: &str) -> NodeConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_says_why_it_could_not_join() {
+    let _serial = SERIAL.lock().await;
     within(join_failures()).await.unwrap();
 }
 
