@@ -125,7 +125,10 @@ impl Dialer {
                     .is_ok_and(|p| dial.resolved.contains(&p))
             });
             if let Some(s) = session {
-                let node = s.peer_name.as_ref().and_then(|p| super::node::peer_node(&p.name));
+                let node = s
+                    .peer_name
+                    .as_ref()
+                    .and_then(|p| super::node::peer_node(&p.name));
                 *dial = Dial {
                     resolved: std::mem::take(&mut dial.resolved),
                     node: node.map(|(name, _)| name.to_owned()).or(dial.node.take()),
@@ -220,7 +223,12 @@ impl Dialer {
         self.dials
             .iter()
             .filter(|(_, d)| !d.connected)
-            .map(|(addr, d)| (d.node.clone().unwrap_or_else(|| addr.clone()), d.state.clone()))
+            .map(|(addr, d)| {
+                (
+                    d.node.clone().unwrap_or_else(|| addr.clone()),
+                    d.state.clone(),
+                )
+            })
             .collect()
     }
 }

@@ -110,7 +110,7 @@ impl Actor for GatewayActor {
             }
             GatewayRequest::NameTaken { node: name, holder } => {
                 if name == state.node {
-                    tracing::error!(%name, %holder, "this node's name is taken");
+                    tracing::info!(%name, %holder, "told this node's name is taken");
                     state.refused.send_if_modified(|current| {
                         let first = current.is_none();
                         if first {
@@ -223,11 +223,9 @@ async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> Gatewa
         GatewayRequest::Ping
         | GatewayRequest::NameTaken { .. }
         | GatewayRequest::Subscribe { .. }
-        | GatewayRequest::ListClusterSessions => {
-            Ok(GatewayReply::Failed {
-                message: "handled by the gateway actor".into(),
-            })
-        }
+        | GatewayRequest::ListClusterSessions => Ok(GatewayReply::Failed {
+            message: "handled by the gateway actor".into(),
+        }),
         GatewayRequest::Undecodable(message) => Ok(GatewayReply::Failed {
             message: format!("undecodable request: {message}"),
         }),

@@ -90,7 +90,7 @@ impl Membership {
 
     /// After a refusal: closes every node session and publishes an empty view.
     async fn leave(&self) {
-        tracing::error!("this node leaves the cluster: its name is taken");
+        tracing::warn!("this node leaves the cluster: its name is taken");
         if let Some(sessions) = self.sessions().await {
             for s in sessions {
                 s.actor.stop(Some("name taken".into()));
@@ -211,7 +211,7 @@ impl Membership {
             };
             if a.instance != *instance {
                 if a.instance == self.instance {
-                    tracing::error!(name = %a.node, %holder, "this node's name is taken");
+                    tracing::info!(name = %a.node, %holder, "this node's name is taken");
                     self.refused.send_replace(Some(ClusterError::NameTaken {
                         name: a.node.clone(),
                         holder: holder.clone(),
@@ -232,7 +232,10 @@ impl Membership {
         let notices = losers.into_iter().map(|(gw, node, holder)| async move {
             let request = GatewayRequest::NameTaken { node, holder };
             let _ = gw
-                .call(|reply| GatewayMsg::Request(request, reply), Some(self.timeout))
+                .call(
+                    |reply| GatewayMsg::Request(request, reply),
+                    Some(self.timeout),
+                )
                 .await;
         });
         futures::future::join_all(notices).await;

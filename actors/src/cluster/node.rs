@@ -6,8 +6,8 @@
 //! connected to); see `membership.rs` for how gateways are attributed, and the limits in
 //! [`ClusterNode::start`].
 
-use super::gateway::{GatewayActor, GatewayArgs};
 use super::dial::Dialer;
+use super::gateway::{GatewayActor, GatewayArgs};
 use super::membership::Membership;
 use super::wire::{GATEWAY_GROUP, GatewayMsg};
 use super::{ClusterClient, ClusterError, Gateways, NodeConfig};

@@ -7,7 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{ClientNode, ClusterError, ClusterListing, ClusterNode, ClusterSubscription, NodeConfig};
+use super::{
+    ClientNode, ClusterError, ClusterListing, ClusterNode, ClusterSubscription, NodeConfig,
+};
 use crate::Runtime;
 use crate::testkit::{config_for, script, session_config, types, within};
 use foya_protocol::{
@@ -184,7 +186,13 @@ async fn refusal() {
     let (a_port, b_port) = (free_port(), free_port());
     let b = node("b", b_port, vec![], runtime().await).await;
     let a_addr = format!("127.0.0.1:{a_port}");
-    let a = node("a", a_port, vec![format!("127.0.0.1:{b_port}")], runtime().await).await;
+    let a = node(
+        "a",
+        a_port,
+        vec![format!("127.0.0.1:{b_port}")],
+        runtime().await,
+    )
+    .await;
     let client = a.client();
     wait_view(&client, "b", Some(b.gateway_id())).await;
 
@@ -292,7 +300,9 @@ async fn join_failures() {
 
     // Nothing listens: the connect error, naming the address, at once.
     let closed = format!("127.0.0.1:{}", free_port());
-    let member = ClientNode::connect(client_config(&closed, "cookie")).await.unwrap();
+    let member = ClientNode::connect(client_config(&closed, "cookie"))
+        .await
+        .unwrap();
     let refused = member.wait_connected(patience).await;
     member.shutdown().await;
     let Err(ClusterError::ConnectFailed { addr, reason }) = refused else {
@@ -308,14 +318,26 @@ async fn join_failures() {
     let b_port = free_port();
     let b = node("b", b_port, vec![], runtime().await).await;
     let b_addr = format!("127.0.0.1:{b_port}");
-    let member = ClientNode::connect(client_config(&b_addr, "other")).await.unwrap();
+    let member = ClientNode::connect(client_config(&b_addr, "other"))
+        .await
+        .unwrap();
     let refused = member.wait_connected(patience).await;
     member.shutdown().await;
-    assert_eq!(refused, Err(ClusterError::AuthFailed { addr: b_addr.clone() }));
+    assert_eq!(
+        refused,
+        Err(ClusterError::AuthFailed {
+            addr: b_addr.clone()
+        })
+    );
 
     // The right cookie joins.
-    let member = ClientNode::connect(client_config(&b_addr, "cookie")).await.unwrap();
-    assert_eq!(member.wait_connected(patience).await, Ok(vec!["b".to_owned()]));
+    let member = ClientNode::connect(client_config(&b_addr, "cookie"))
+        .await
+        .unwrap();
+    assert_eq!(
+        member.wait_connected(patience).await,
+        Ok(vec!["b".to_owned()])
+    );
     member.shutdown().await;
     b.shutdown().await;
 }
