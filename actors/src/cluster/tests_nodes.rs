@@ -341,3 +341,36 @@ async fn join_failures() {
     member.shutdown().await;
     b.shutdown().await;
 }
+
+/// An address whose accept queue is full: the kernel drops further SYNs, so a connect
+/// there neither succeeds nor fails. Returns the listener and the connections filling
+/// its queue (keep them alive).
+async fn silent_address() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Linux queues backlog + 1 connections: with backlog 0, one fills the queue.
+    let filler = tokio::net::TcpStream::connect(addr).await.unwrap();
+    (listener, vec![filler])
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connect_to_a_silent_address_gives_up_after_the_connect_timeout() {
+    let _serial = SERIAL.lock().await;
+    let (listener, _fillers) = silent_address().await;
+    let addr = listener.local_addr().unwrap().to_string();
+    let member = ClientNode::connect(client_config(&addr, "cookie"))
+        .await
+        .unwrap();
+    // Paused time: the 3 s connect timeout passes as soon as the runtime is idle.
+    let refused = member.wait_connected(Duration::from_secs(600)).await;
+    member.shutdown().await;
+    assert_eq!(
+        refused,
+        Err(ClusterError::ConnectFailed {
+            addr,
+            reason: "no answer within 3s".into()
+        })
+    );
+}
