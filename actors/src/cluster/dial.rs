@@ -164,7 +164,10 @@ impl Dialer {
             };
             match result {
                 // Give the handshake time before dialling again.
-                Ok(()) => dial.next_at = Some(now + handshake),
+                Ok(()) => {
+                    dial.state = Missing::Pending;
+                    dial.next_at = Some(now + handshake);
+                }
                 Err(reason) => {
                     tracing::debug!(%addr, %reason, "dial failed");
                     dial.state = Missing::Connect(reason);
