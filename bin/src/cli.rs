@@ -10,6 +10,10 @@ pub(crate) const EXIT_OK: u8 = 0;
 pub(crate) const EXIT_FAILED: u8 = 1;
 /// Exit status of a usage or configuration error.
 pub(crate) const EXIT_USAGE: u8 = 2;
+/// Exit status of `foya sessions list --cluster` when some nodes did not answer: the
+/// sessions of the others were printed, the missing nodes named (stderr, and an
+/// `{"unreachable": [...]}` line with `--json`).
+pub(crate) const EXIT_PARTIAL: u8 = 3;
 /// Exit status of a cancelled turn (128 + SIGINT).
 pub(crate) const EXIT_CANCELLED: u8 = 130;
 /// Exit status of `foya run` after SIGTERM cancelled its turn cleanly (128 + SIGTERM, as

@@ -1,15 +1,20 @@
 //! `foya sessions list --cluster HOST:PORT --cookie-file FILE`: joins the cluster as a
 //! client-only member (no runtime, no gateway), asks that node's gateway for the
 //! sessions of every node it sees, and prints them with the node each lives on.
+//!
+//! Failures are quick and named: a refused connection at once, a silent address after
+//! a 3 s connect timeout, a wrong cookie as soon as the node closes the handshake. When
+//! some nodes of the cluster did not answer, the others' sessions are printed, the
+//! missing nodes are named (a `foya: warning:` line on stderr; with `--json` a last
+//! line `{"unreachable": [...]}`) and the exit status is [`EXIT_PARTIAL`].
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
-use foya_actors::cluster::{ClientNode, NodeConfig};
-use foya_protocol::SessionSummary;
+use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE};
+use foya_actors::cluster::{ClientNode, ClusterListing, NodeConfig};
 use std::path::Path;
 use std::time::Duration;
 
-/// How long to wait for the node to answer its first heartbeat.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for the node to finish the cluster handshake once connected.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Lists the cluster's sessions through the node at `addr`; returns the exit status.
 pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
@@ -29,7 +34,7 @@ pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
             return EXIT_FAILED;
         }
     };
-    let result = match member.wait_connected(CONNECT_TIMEOUT).await {
+    let result = match member.wait_connected(HANDSHAKE_TIMEOUT).await {
         Ok(nodes) => {
             // Isolated connection mode: the only node seen is the one dialled.
             let node = nodes.first().cloned().unwrap_or_default();
@@ -39,8 +44,15 @@ pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
     };
     member.shutdown().await;
     match result {
-        Ok(sessions) => match print(&sessions, json) {
-            Ok(()) => EXIT_OK,
+        Ok(listing) => match print(&listing, json) {
+            Ok(()) if listing.is_complete() => EXIT_OK,
+            Ok(()) => {
+                eprintln!(
+                    "foya: warning: incomplete list, no answer from node(s): {}",
+                    listing.unreachable.join(", ")
+                );
+                EXIT_PARTIAL
+            }
             Err(e) => {
                 eprintln!("foya: {e}");
                 EXIT_FAILED
@@ -53,11 +65,17 @@ pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
     }
 }
 
-/// One JSON object per line (`SessionSummary` with `node`), or a table.
-fn print(sessions: &[SessionSummary], json: bool) -> anyhow::Result<()> {
+/// One JSON object per line (`SessionSummary` with `node`, then `{"unreachable":
+/// [...]}` when some nodes did not answer), or a table.
+fn print(listing: &ClusterListing, json: bool) -> anyhow::Result<()> {
+    let sessions = &listing.sessions;
     if json {
         for s in sessions {
             println!("{}", serde_json::to_string(s)?);
+        }
+        if !listing.is_complete() {
+            let unreachable = serde_json::json!({ "unreachable": listing.unreachable });
+            println!("{unreachable}");
         }
         return Ok(());
     }

@@ -58,9 +58,46 @@ fn main() -> ExitCode {
 /// Logs go to stderr, filtered by `RUST_LOG` (default: warnings only).
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let directives = log_filter(std::env::var("RUST_LOG").ok().as_deref());
+    let filter = EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The filter directives: `RUST_LOG` (default `warn`), with ractor and ractor_cluster at
+/// `error` unless `RUST_LOG` names them — they log every closed node session and
+/// handshake at warn, which is noise on a command's stderr.
+fn log_filter(rust_log: Option<&str>) -> String {
+    let base = rust_log
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("warn");
+    if base.contains("ractor") {
+        base.to_owned()
+    } else {
+        format!("{base},ractor=error,ractor_cluster=error")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn ractor_crates_stay_at_error_unless_rust_log_names_them() {
+        let cases = [
+            (None, "warn,ractor=error,ractor_cluster=error"),
+            (Some(""), "warn,ractor=error,ractor_cluster=error"),
+            (Some("debug"), "debug,ractor=error,ractor_cluster=error"),
+            (
+                Some("info,ractor_cluster=debug"),
+                "info,ractor_cluster=debug",
+            ),
+        ];
+        for (rust_log, expected) in cases {
+            assert_eq!(log_filter(rust_log), expected, "{rust_log:?}");
+        }
+    }
 }

@@ -5,6 +5,9 @@
 //!
 //! Prints one line `foya node <name> listening on <addr>` to stdout once the node server
 //! and gateway are up (scripts and tests wait for it), then only logs (stderr).
+//!
+//! Node names are unique in a cluster: a node that finds a node started earlier under
+//! its name leaves the cluster, prints why and exits with status 1.
 
 use crate::cli::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
 use anyhow::Context as _;
@@ -38,7 +41,8 @@ pub(crate) struct NodeArgs {
     /// A node to connect to and keep connected (HOST:PORT); repeatable.
     #[arg(long)]
     pub(crate) connect: Vec<String>,
-    /// This node's name, unique in the cluster (default: `node@<listen>`).
+    /// This node's name, unique in the cluster (default: `node@<listen>`). A node that
+    /// joins under a name a running node holds is refused and exits with status 1.
     #[arg(long)]
     pub(crate) name: Option<String>,
     #[command(flatten)]
@@ -102,11 +106,19 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         let _ = writeln!(out, "foya node {name} listening on {}", args.listen);
         let _ = out.flush();
     }
-    crate::serve::wait_for_signal().await;
-    // Cancel the running turns while peers still hear their end, then leave.
-    node.runtime()
-        .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
-        .await;
+    let refused = tokio::select! {
+        () = crate::serve::wait_for_signal() => None,
+        e = node.refused() => Some(e),
+    };
+    if refused.is_none() {
+        // Cancel the running turns while peers still hear their end, then leave.
+        node.runtime()
+            .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
+            .await;
+    }
     node.shutdown().await;
-    Ok(())
+    match refused {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }

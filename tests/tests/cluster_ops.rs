@@ -5,6 +5,9 @@
 //! ends cancelled, the child process is gone), the cluster-wide list through `foya
 //! sessions list --cluster` (sessions of both nodes with their node), and a delete from A
 //! (the session is marked deleted in B's list and its log ends with `session_deleted`).
+//! The CLI's failure paths: a list with B down names it (exit 3), a wrong cookie and an
+//! address where nothing listens fail at once with what went wrong, and a second
+//! `foya node` under B's name is refused.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,7 +23,7 @@ use foya_protocol::{
 use foya_storage::{Store, StoreOptions};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -138,8 +141,9 @@ async fn wait_gone(pid: i32) {
     }
 }
 
-/// `foya sessions list --cluster 127.0.0.1:<port>`, with `--json` or as a table.
-async fn cli_list(bin: &Path, dir: &Path, port: u16, json: bool) -> String {
+/// Runs `foya sessions list --cluster 127.0.0.1:<port>` (`--json` or a table) with a
+/// cookie file.
+async fn cli_run(bin: &Path, dir: &Path, port: u16, cookie: &str, json: bool) -> Output {
     let mut command = Command::new(bin);
     command
         .args([
@@ -149,19 +153,88 @@ async fn cli_list(bin: &Path, dir: &Path, port: u16, json: bool) -> String {
             &format!("127.0.0.1:{port}"),
         ])
         .arg("--cookie-file")
-        .arg(dir.join("cookie"))
+        .arg(dir.join(cookie))
         .arg("--data-dir")
         .arg(dir.join("cli-data"));
     if json {
         command.arg("--json");
     }
-    let out = command.output().await.unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    command.output().await.unwrap()
+}
+
+/// A complete list: exit 0, nothing on stderr (no ractor noise), stdout returned.
+async fn cli_list(bin: &Path, dir: &Path, port: u16, json: bool) -> String {
+    let out = cli_run(bin, dir, port, "cookie", json).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr, "");
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// (exit code, stdout, stderr) of a CLI run.
+fn parts(out: &Output) -> (Option<i32>, String, String) {
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The CLI fails at once, saying why: nothing listening, a wrong cookie.
+async fn cli_join_failures(bin: &Path, dir: &Path, b_port: u16) {
+    std::fs::write(dir.join("wrong-cookie"), "wrong\n").unwrap();
+    let closed = free_port();
+    let out = cli_run(bin, dir, closed, "cookie", false).await;
+    assert_eq!(
+        parts(&out),
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "foya: cannot connect to 127.0.0.1:{closed}: Connection refused (os error 111)\n"
+            )
+        )
+    );
+    let out = cli_run(bin, dir, b_port, "wrong-cookie", false).await;
+    assert_eq!(
+        parts(&out),
+        (
+            Some(1),
+            String::new(),
+            format!("foya: authentication with 127.0.0.1:{b_port} failed (the cookies differ)\n")
+        )
+    );
+}
+
+/// A second `foya node` named `b`, dialling A, is refused and exits 1, naming B.
+async fn second_b_is_refused(bin: &Path, dir: &Path, a_port: u16, b_port: u16) {
+    let out = Command::new(bin)
+        .args(["node", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--name", "b", "--connect", &format!("127.0.0.1:{a_port}")])
+        .arg("--cookie-file")
+        .arg(dir.join("cookie"))
+        .args(["--provider", "scripted", "--script"])
+        .arg(dir.join("script.json"))
+        .arg("--data-dir")
+        .arg(dir.join("data-second-b"))
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let (code, _, stderr) = parts(&out);
+    let last = stderr.lines().last().unwrap_or_default().to_owned();
+    assert_eq!(
+        (code, last),
+        (
+            Some(1),
+            format!(
+                "foya: node name \"b\" is already taken in the cluster by the node at \
+                 127.0.0.1:{b_port}; choose another --name"
+            )
+        ),
+        "{stderr}"
+    );
 }
 
 async fn scenario(bin: PathBuf) {
@@ -178,10 +251,12 @@ async fn scenario(bin: PathBuf) {
     std::fs::write(dir.path().join("script.json"), script.to_string()).unwrap();
     let (a_port, b_port) = (free_port(), free_port());
     let mut b = spawn_b(&bin, dir.path(), b_port).await;
+    cli_join_failures(&bin, dir.path(), b_port).await;
     let a = node_a(a_port, b_port).await;
     let client = a.client();
     client.wait_for_node("b").await;
     client.wait_for_node("a").await;
+    second_b_is_refused(&bin, dir.path(), a_port, b_port).await;
 
     // A session on B that asks before writes and commands, with A as its approver: the
     // first update proves the approver is attached on B.
@@ -305,10 +380,29 @@ async fn scenario(bin: PathBuf) {
         .await;
     assert!(refused.is_err(), "{refused:?}");
 
+    // B down: the list through A shows A's sessions, names B, exits 3.
     drop(sub);
-    a.shutdown().await;
     b.kill().await.unwrap();
     b.wait().await.unwrap();
+    let out = cli_run(&bin, dir.path(), a_port, "cookie", true).await;
+    let (code, stdout, stderr) = parts(&out);
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    let unreachable: serde_json::Value = serde_json::from_str(lines.pop().unwrap()).unwrap();
+    let listed: Vec<(SessionId, Option<String>)> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<SessionSummary>(l).unwrap())
+        .map(|s| (s.id, s.node))
+        .collect();
+    assert_eq!(
+        (code, listed, unreachable, stderr),
+        (
+            Some(3),
+            vec![(on_a, Some("a".to_owned()))],
+            json!({"unreachable": ["b"]}),
+            "foya: warning: incomplete list, no answer from node(s): b\n".to_owned()
+        )
+    );
+    a.shutdown().await;
     // B's log ends with the delete.
     let store = Store::open(&dir.path().join("data/foya.redb"), StoreOptions::default()).unwrap();
     let log = store.read_from(session, Seq::FIRST).unwrap();

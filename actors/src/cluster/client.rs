@@ -2,7 +2,8 @@
 //!
 //! The client knows the live gateways from its node's membership task. Which node holds
 //! a session is remembered from `create_session`/`list_sessions`; an unknown session is
-//! looked up through every gateway's list.
+//! looked up through every gateway's list. Cluster-wide lists gather with a per-node
+//! timeout and name the nodes that did not answer ([`ClusterListing`]).
 
 use super::subscription::ClusterSubscription;
 use super::wire::{GatewayMsg, GatewayReply, GatewayRequest};
@@ -26,6 +27,26 @@ pub struct ClusterClient {
     gateways: watch::Receiver<Gateways>,
     placement: Arc<Mutex<HashMap<SessionId, String>>>,
     timeout: Duration,
+    gather_timeout: Duration,
+}
+
+/// The sessions of a cluster, and which nodes are missing from them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterListing {
+    /// Sessions of the nodes that answered, `node` set, most recently updated first.
+    pub sessions: Vec<SessionSummary>,
+    /// Nodes that did not answer, sorted: names of nodes seen live before (or live but
+    /// silent past the gather timeout), and configured addresses never reached. Empty
+    /// when the list is complete.
+    pub unreachable: Vec<String>,
+}
+
+impl ClusterListing {
+    /// Whether every known node answered.
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        self.unreachable.is_empty()
+    }
 }
 
 impl ClusterClient {
@@ -39,7 +60,14 @@ impl ClusterClient {
             gateways,
             placement: Arc::default(),
             timeout,
+            gather_timeout: timeout,
         }
+    }
+
+    /// Sets how long a cluster-wide list waits for each node.
+    pub(crate) fn with_gather_timeout(mut self, gather_timeout: Duration) -> Self {
+        self.gather_timeout = gather_timeout;
+        self
     }
 
     /// Names of the nodes whose gateways answer heartbeats (this one included once its
@@ -76,11 +104,17 @@ impl ClusterClient {
         gateway: &ActorRef<GatewayMsg>,
         request: GatewayRequest,
     ) -> Result<GatewayReply, ClusterError> {
+        self.request_within(gateway, request, self.timeout).await
+    }
+
+    async fn request_within(
+        &self,
+        gateway: &ActorRef<GatewayMsg>,
+        request: GatewayRequest,
+        timeout: Duration,
+    ) -> Result<GatewayReply, ClusterError> {
         match gateway
-            .call(
-                |reply| GatewayMsg::Request(request, reply),
-                Some(self.timeout),
-            )
+            .call(|reply| GatewayMsg::Request(request, reply), Some(timeout))
             .await
         {
             Ok(CallResult::Success(GatewayReply::Failed { message })) => {
@@ -116,7 +150,7 @@ impl ClusterClient {
         if let Some(node) = known {
             return Ok(node);
         }
-        self.list_sessions().await?;
+        self.list_cluster().await;
         self.placement
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -224,64 +258,91 @@ impl ClusterClient {
         }
     }
 
-    /// Every session of every reachable node (`node` set), most recently updated first.
+    /// Every session of every node (`node` set), most recently updated first.
     ///
     /// # Errors
-    /// The first node that fails to answer.
+    /// [`ClusterError::Partial`] naming the nodes that did not answer (see
+    /// [`Self::list_cluster`] for what the others hold).
     pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>, ClusterError> {
-        let gateways = self.gateways.borrow().clone();
-        let asks = gateways
-            .0
-            .values()
-            .map(|gw| self.request_to(gw, GatewayRequest::ListSessions));
-        let mut all = Vec::new();
-        for answer in futures::future::join_all(asks).await {
-            match answer? {
-                GatewayReply::Sessions { sessions } => all.extend(sessions),
-                other => return Err(unexpected(&other)),
-            }
+        let listing = self.list_cluster().await;
+        if listing.is_complete() {
+            Ok(listing.sessions)
+        } else {
+            Err(ClusterError::Partial(listing.unreachable))
         }
-        {
-            let mut placement = self
-                .placement
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            for s in &all {
-                if let Some(node) = &s.node {
-                    placement.insert(s.id, node.clone());
+    }
+
+    /// The sessions of every live node, asked at once, each within the gather timeout
+    /// (`NodeConfig::gather_timeout`), most recently updated first; the nodes that did
+    /// not answer in time, and the nodes missing from this node's view (seen live
+    /// before, or configured and never reached), are named in
+    /// [`ClusterListing::unreachable`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    pub async fn list_cluster(&self) -> ClusterListing {
+        let gateways = self.gateways.borrow().clone();
+        let asks = gateways.0.iter().map(|(node, gw)| async move {
+            let answer = self
+                .request_within(gw, GatewayRequest::ListSessions, self.gather_timeout)
+                .await;
+            (node, answer)
+        });
+        let mut all = Vec::new();
+        let mut unreachable: Vec<String> = gateways.1.keys().cloned().collect();
+        for (node, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok(GatewayReply::Sessions { sessions }) => all.extend(sessions),
+                other => {
+                    tracing::debug!(%node, answer = ?other, "no session list");
+                    unreachable.push(node.clone());
                 }
             }
         }
+        self.remember(&all);
         all.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(a.id.cmp(&b.id)));
-        Ok(all)
+        unreachable.sort();
+        unreachable.dedup();
+        ClusterListing {
+            sessions: all,
+            unreachable,
+        }
     }
 
-    /// The sessions of every node that `node` sees live (its own included), each with
-    /// `node` set, most recently updated first — gathered by `node`'s gateway, so a
-    /// client connected to that one node lists the whole cluster.
+    fn remember(&self, sessions: &[SessionSummary]) {
+        let mut placement = self
+            .placement
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for s in sessions {
+            if let Some(node) = &s.node {
+                placement.insert(s.id, node.clone());
+            }
+        }
+    }
+
+    /// The sessions of every node that `node` sees (its own included), each with `node`
+    /// set, most recently updated first — gathered by `node`'s gateway, so a client
+    /// connected to that one node lists the whole cluster. The nodes `node` could not
+    /// reach are in [`ClusterListing::unreachable`].
     ///
     /// # Errors
-    /// [`ClusterError::NodeUnreachable`]; [`ClusterError::Remote`] when a node `node`
-    /// sees does not answer; [`ClusterError::NoAnswer`].
-    pub async fn list_sessions_through(
-        &self,
-        node: &str,
-    ) -> Result<Vec<SessionSummary>, ClusterError> {
+    /// [`ClusterError::NodeUnreachable`] when `node` itself is not live here;
+    /// [`ClusterError::NoAnswer`], [`ClusterError::Remote`].
+    pub async fn list_sessions_through(&self, node: &str) -> Result<ClusterListing, ClusterError> {
         match self
             .request(node, GatewayRequest::ListClusterSessions)
             .await?
         {
-            GatewayReply::Sessions { sessions } => {
-                let mut placement = self
-                    .placement
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                for s in &sessions {
-                    if let Some(node) = &s.node {
-                        placement.insert(s.id, node.clone());
-                    }
-                }
-                Ok(sessions)
+            GatewayReply::ClusterSessions {
+                sessions,
+                unreachable,
+            } => {
+                self.remember(&sessions);
+                Ok(ClusterListing {
+                    sessions,
+                    unreachable,
+                })
             }
             other => Err(unexpected(&other)),
         }

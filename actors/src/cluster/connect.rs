@@ -2,9 +2,10 @@
 //! task, no runtime and no gateway — for programs (such as `foya sessions list
 //! --cluster`) that only talk to the nodes they dial.
 
+use super::dial::Dialer;
 use super::membership::Membership;
-use super::node::{spawn_server, stop_server};
-use super::{ClusterClient, ClusterError, Gateways, NodeConfig};
+use super::node::{new_instance, spawn_server, stop_server};
+use super::{ClusterClient, ClusterError, Gateways, Missing, NodeConfig};
 use ractor::ActorRef;
 use ractor_cluster::NodeServerMessage;
 use std::time::Duration;
@@ -23,6 +24,7 @@ pub struct ClientNode {
     membership: JoinHandle<()>,
     gateways: watch::Receiver<Gateways>,
     call_timeout: Duration,
+    gather_timeout: Duration,
 }
 
 impl ClientNode {
@@ -33,16 +35,20 @@ impl ClientNode {
     /// # Errors
     /// [`ClusterError::Actor`] when the node server cannot start.
     pub async fn connect(config: NodeConfig) -> Result<ClientNode, ClusterError> {
-        let server = spawn_server(&config).await?;
+        let instance = new_instance();
+        let server = spawn_server(&config, &instance).await?;
         let (tx, gateways) = watch::channel(Gateways::default());
         let membership = Membership {
             server: server.clone(),
             name: config.name.clone(),
+            instance,
             own_gateway: None,
-            connect: config.connect.clone(),
+            dialer: Dialer::new(server.clone(), &config),
             heartbeat: config.heartbeat,
             timeout: config.heartbeat_timeout,
             gateways: tx,
+            // A client-only member has no gateway: no name to be refused for.
+            refused: watch::channel(None).0,
         };
         Ok(ClientNode {
             name: config.name,
@@ -51,24 +57,49 @@ impl ClientNode {
             membership: tokio::spawn(membership.run()),
             gateways,
             call_timeout: config.call_timeout,
+            gather_timeout: config.gather_timeout,
         })
     }
 
     /// Waits until at least one node's gateway is live, for at most `timeout`; returns
-    /// the live nodes' names, sorted.
+    /// the live nodes' names, sorted. Returns early with the first address's error once
+    /// every configured address failed: a refused connection fails at once, a silent
+    /// address after `NodeConfig::connect_timeout`, a wrong cookie after the handshake.
     ///
     /// # Errors
-    /// [`ClusterError::NodeUnreachable`] (naming the configured addresses) when none
-    /// answered in time.
+    /// [`ClusterError::ConnectFailed`] (naming the address and the OS error or timeout),
+    /// [`ClusterError::AuthFailed`] (the node closed the cookie handshake), or, when
+    /// `timeout` passed with sockets connected but no handshake finished,
+    /// [`ClusterError::NodeUnreachable`] naming the configured addresses.
     ///
     /// # Cancel safety
     /// Cancel-safe.
     pub async fn wait_connected(&self, timeout: Duration) -> Result<Vec<String>, ClusterError> {
         let mut rx = self.gateways.clone();
-        match tokio::time::timeout(timeout, rx.wait_for(|g| !g.0.is_empty())).await {
-            Ok(Ok(g)) => Ok(g.0.keys().cloned().collect()),
-            _ => Err(ClusterError::NodeUnreachable(self.connect.join(", "))),
+        let failed = |g: &Gateways| {
+            !self.connect.is_empty()
+                && self
+                    .connect
+                    .iter()
+                    .all(|a| matches!(g.1.get(a), Some(Missing::Connect(_) | Missing::Auth)))
+        };
+        let waited = tokio::time::timeout(timeout, rx.wait_for(|g| !g.0.is_empty() || failed(g)));
+        let view = match waited.await {
+            Ok(Ok(g)) => g.clone(),
+            _ => return Err(ClusterError::NodeUnreachable(self.connect.join(", "))),
+        };
+        if !view.0.is_empty() {
+            return Ok(view.0.keys().cloned().collect());
         }
+        let addr = self.connect.first().cloned().unwrap_or_default();
+        Err(match view.1.get(&addr) {
+            Some(Missing::Auth) => ClusterError::AuthFailed { addr },
+            Some(Missing::Connect(reason)) => ClusterError::ConnectFailed {
+                addr,
+                reason: reason.clone(),
+            },
+            _ => ClusterError::NodeUnreachable(addr),
+        })
     }
 
     /// A client of the nodes this member is connected to (`create_session` needs an
@@ -76,6 +107,7 @@ impl ClientNode {
     #[must_use]
     pub fn client(&self) -> ClusterClient {
         ClusterClient::new(self.name.clone(), self.gateways.clone(), self.call_timeout)
+            .with_gather_timeout(self.gather_timeout)
     }
 
     /// Stops the membership task and the node server (closing its sessions).

@@ -7,8 +7,12 @@
 //! replays from the asked seq, follows live updates and casts them to the subscriber;
 //! it ends when the subscriber is gone (its node disconnected) or the session closed.
 //! `ListClusterSessions` is answered from this node's view of the cluster (every
-//! gateway its membership task sees live), so a client connected to one node lists all.
+//! gateway its membership task sees live), so a client connected to one node lists all;
+//! the nodes that did not answer are named in the reply. `Ping` (identity: name,
+//! instance, listen address) and `NameTaken` (this node lost its name: it leaves the
+//! cluster) are answered in the handler.
 
+use super::ClusterError;
 use super::client::ClusterClient;
 use super::wire::{GATEWAY_GROUP, GatewayMsg, GatewayReply, GatewayRequest, Push, WireUpdate};
 use crate::runtime::{Runtime, RuntimeError, SubscribeOptions};
@@ -17,6 +21,7 @@ use foya_protocol::{Seq, SessionId, SessionUpdate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// How long a forwarder waits for the subscriber's process group to be visible here.
@@ -29,14 +34,23 @@ pub(crate) struct GatewayActor;
 pub(crate) struct GatewayArgs {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) node: String,
+    /// This run of the node (answered to pings).
+    pub(crate) instance: String,
+    /// The address the node listens on (answered to pings).
+    pub(crate) listen: String,
     /// This node's view of the cluster (answers `ListClusterSessions`).
     pub(crate) cluster: ClusterClient,
+    /// Set when another node says this node's name is taken.
+    pub(crate) refused: watch::Sender<Option<ClusterError>>,
 }
 
 pub(crate) struct GatewayState {
     runtime: Arc<Runtime>,
     node: String,
+    instance: String,
+    listen: String,
     cluster: ClusterClient,
+    refused: watch::Sender<Option<ClusterError>>,
     /// Forwarders and request tasks; dropping the set aborts them.
     tasks: JoinSet<()>,
 }
@@ -55,7 +69,10 @@ impl Actor for GatewayActor {
         Ok(GatewayState {
             runtime: args.runtime,
             node: args.node,
+            instance: args.instance,
+            listen: args.listen,
             cluster: args.cluster,
+            refused: args.refused,
             tasks: JoinSet::new(),
         })
     }
@@ -82,18 +99,41 @@ impl Actor for GatewayActor {
         let GatewayMsg::Request(request, reply) = msg;
         let runtime = Arc::clone(&state.runtime);
         let node = state.node.clone();
-        if request == GatewayRequest::ListClusterSessions {
-            let cluster = state.cluster.clone();
-            state.tasks.spawn(async move {
-                let answer = match cluster.list_sessions().await {
-                    Ok(sessions) => GatewayReply::Sessions { sessions },
-                    Err(e) => GatewayReply::Failed {
-                        message: e.to_string(),
-                    },
-                };
-                let _ = reply.send(answer);
-            });
-            return Ok(());
+        match request {
+            GatewayRequest::Ping => {
+                let _ = reply.send(GatewayReply::Pong {
+                    node,
+                    instance: state.instance.clone(),
+                    listen: state.listen.clone(),
+                });
+                return Ok(());
+            }
+            GatewayRequest::NameTaken { node: name, holder } => {
+                if name == state.node {
+                    tracing::info!(%name, %holder, "told this node's name is taken");
+                    state.refused.send_if_modified(|current| {
+                        let first = current.is_none();
+                        if first {
+                            *current = Some(ClusterError::NameTaken { name, holder });
+                        }
+                        first
+                    });
+                }
+                let _ = reply.send(GatewayReply::Done);
+                return Ok(());
+            }
+            GatewayRequest::ListClusterSessions => {
+                let cluster = state.cluster.clone();
+                state.tasks.spawn(async move {
+                    let listing = cluster.list_cluster().await;
+                    let _ = reply.send(GatewayReply::ClusterSessions {
+                        sessions: listing.sessions,
+                        unreachable: listing.unreachable,
+                    });
+                });
+                return Ok(());
+            }
+            _ => {}
         }
         if let GatewayRequest::Subscribe {
             session_id,
@@ -139,9 +179,6 @@ fn failed(e: &RuntimeError) -> GatewayReply {
 /// Applies one request to the local runtime.
 async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> GatewayReply {
     let result = match request {
-        GatewayRequest::Ping => Ok(GatewayReply::Pong {
-            node: node.to_owned(),
-        }),
         GatewayRequest::CreateSession { config } => runtime
             .create_session(config)
             .await
@@ -183,11 +220,12 @@ async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> Gatewa
             }
             GatewayReply::Sessions { sessions }
         }),
-        GatewayRequest::Subscribe { .. } | GatewayRequest::ListClusterSessions => {
-            Ok(GatewayReply::Failed {
-                message: "handled by the gateway actor".into(),
-            })
-        }
+        GatewayRequest::Ping
+        | GatewayRequest::NameTaken { .. }
+        | GatewayRequest::Subscribe { .. }
+        | GatewayRequest::ListClusterSessions => Ok(GatewayReply::Failed {
+            message: "handled by the gateway actor".into(),
+        }),
         GatewayRequest::Undecodable(message) => Ok(GatewayReply::Failed {
             message: format!("undecodable request: {message}"),
         }),

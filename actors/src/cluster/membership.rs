@@ -15,15 +15,28 @@
 //! it answers with the name of a peer this node server has an authenticated session
 //! with (an in-process peer's gateway is then reached directly, a remote one through its
 //! proxy). A node therefore never sees an in-process node it is not connected to.
+//!
+//! Names are unique in a cluster. Every gateway answers a ping with its node's name and
+//! instance (a UUIDv7 made at start, so instances order by start time). When two
+//! instances claim one name, every node that sees both keeps the one that started first
+//! and tells the other (`GatewayRequest::NameTaken`), which leaves the cluster
+//! ([`ClusterNode::refused`](super::ClusterNode::refused)); a node that finds a peer
+//! claiming its own name applies the same rule to itself. All observers agree on the
+//! winner, so the cluster keeps one node per name.
+//!
+//! Nodes seen live once and no longer answering, and configured addresses without a
+//! session, are published as missing (with the dial error), so a cluster-wide list
+//! reports them instead of dropping them silently.
 
-use super::Gateways;
+use super::dial::Dialer;
+use super::node::peer_node;
 use super::wire::{GATEWAY_GROUP, GatewayMsg, GatewayReply, GatewayRequest};
+use super::{ClusterError, Gateways, Missing};
 use ractor::rpc::CallResult;
 use ractor::{ActorId, ActorRef};
 use ractor_cluster::NodeServerMessage;
 use ractor_cluster::node::NodeServerSessionInformation;
-use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -33,36 +46,57 @@ pub(crate) struct Membership {
     pub(crate) server: ActorRef<NodeServerMessage>,
     /// This node's name (a client-only member has a name but no gateway).
     pub(crate) name: String,
+    /// This run of the node (see the module docs).
+    pub(crate) instance: String,
     /// This node's own gateway (`None` for a client-only member).
     pub(crate) own_gateway: Option<ActorId>,
-    pub(crate) connect: Vec<String>,
-    pub(crate) heartbeat: Duration,
+    pub(crate) dialer: Dialer,
     pub(crate) timeout: Duration,
+    pub(crate) heartbeat: Duration,
     pub(crate) gateways: watch::Sender<Gateways>,
+    /// Set (by this task or the gateway) when this node lost its name to another.
+    pub(crate) refused: watch::Sender<Option<ClusterError>>,
 }
 
-/// Backoff of one address.
-#[derive(Default)]
-struct Dial {
-    failures: u32,
-    next_at: Option<tokio::time::Instant>,
+/// A gateway that answered a ping.
+struct Answer {
+    gateway: ActorRef<GatewayMsg>,
+    node: String,
+    instance: String,
+    listen: String,
 }
 
 impl Membership {
-    pub(crate) async fn run(self) {
-        let mut dials: HashMap<String, Dial> = HashMap::new();
+    pub(crate) async fn run(mut self) {
         let mut tick = tokio::time::interval(self.heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refused = self.refused.subscribe();
+        let mut known: BTreeSet<String> = BTreeSet::new();
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = refused.wait_for(Option::is_some) => break,
+            }
             // Without this node server's sessions, remote gateways cannot be attributed:
             // skip the tick rather than publish a view that lost them.
             let Some(sessions) = self.sessions().await else {
                 continue;
             };
-            self.dial(&sessions, &mut dials).await;
-            self.ping(&sessions).await;
+            self.dialer.dial(&sessions).await;
+            self.ping(&sessions, &mut known).await;
         }
+        self.leave().await;
+    }
+
+    /// After a refusal: closes every node session and publishes an empty view.
+    async fn leave(&self) {
+        tracing::warn!("this node leaves the cluster: its name is taken");
+        if let Some(sessions) = self.sessions().await {
+            for s in sessions {
+                s.actor.stop(Some("name taken".into()));
+            }
+        }
+        self.gateways.send_replace(Gateways::default());
     }
 
     async fn sessions(&self) -> Option<Vec<NodeServerSessionInformation>> {
@@ -76,46 +110,11 @@ impl Membership {
         }
     }
 
-    /// Dials every configured address that has no node session (with backoff).
-    async fn dial(
-        &self,
-        sessions: &[NodeServerSessionInformation],
-        dials: &mut HashMap<String, Dial>,
-    ) {
-        let connected: Vec<SocketAddr> = sessions
-            .iter()
-            .filter_map(|s| s.peer_addr.parse().ok())
-            .collect();
-        for addr in &self.connect {
-            let resolved: Vec<SocketAddr> = tokio::net::lookup_host(addr.as_str())
-                .await
-                .map(Iterator::collect)
-                .unwrap_or_default();
-            let dial = dials.entry(addr.clone()).or_default();
-            if resolved.iter().any(|a| connected.contains(a)) {
-                *dial = Dial::default();
-                continue;
-            }
-            let now = tokio::time::Instant::now();
-            if dial.next_at.is_some_and(|at| now < at) {
-                continue;
-            }
-            match ractor_cluster::client_connect(&self.server, addr.as_str()).await {
-                Ok(()) => *dial = Dial::default(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "dial failed");
-                    dial.failures = dial.failures.saturating_add(1);
-                    let factor = 1u32 << dial.failures.min(5);
-                    dial.next_at = Some(now + self.heartbeat * factor);
-                }
-            }
-        }
-    }
-
     /// Pings the gateway group's members (except other in-process nodes' local
-    /// gateways); publishes the live gateways of this node and of its connected peers;
-    /// drops the node session of a remote gateway that does not answer.
-    async fn ping(&self, sessions: &[NodeServerSessionInformation]) {
+    /// gateways); publishes the live gateways of this node and of its connected peers,
+    /// one instance per name; drops the node session of a remote gateway that does not
+    /// answer; refuses the later of two instances claiming one name.
+    async fn ping(&self, sessions: &[NodeServerSessionInformation], known: &mut BTreeSet<String>) {
         let members: Vec<ActorRef<GatewayMsg>> = ractor::pg::get_members(&GATEWAY_GROUP.into())
             .into_iter()
             .map(ActorRef::from)
@@ -129,26 +128,25 @@ impl Membership {
                 .await;
             (gw.clone(), answer)
         });
-        // Per node name: a local gateway (direct) wins over remote proxies, then the
-        // smallest id, so the choice is stable from tick to tick.
-        let mut live: BTreeMap<String, ActorRef<GatewayMsg>> = BTreeMap::new();
+        let mut answers: Vec<Answer> = Vec::new();
         for (gw, answer) in futures::future::join_all(pings).await {
             let id = gw.get_id();
             match answer {
-                Ok(CallResult::Success(GatewayReply::Pong { node })) => {
-                    let ours = if Some(id) == self.own_gateway {
-                        true
-                    } else {
-                        node != self.name && sessions.iter().any(|s| peer_is(s, &node))
-                    };
-                    if !ours {
-                        continue;
-                    }
-                    let better = live
-                        .get(&node)
-                        .is_none_or(|current| rank(id) < rank(current.get_id()));
-                    if better {
-                        live.insert(node, gw);
+                Ok(CallResult::Success(GatewayReply::Pong {
+                    node,
+                    instance,
+                    listen,
+                })) => {
+                    let own = Some(id) == self.own_gateway;
+                    let peer = sessions.iter().any(|s| peer_is(s, &node, &instance));
+                    let same_run_elsewhere = !own && instance == self.instance;
+                    if (own || peer) && !same_run_elsewhere {
+                        answers.push(Answer {
+                            gateway: gw,
+                            node,
+                            instance,
+                            listen,
+                        });
                     }
                 }
                 _ if id.is_local() => {
@@ -164,19 +162,84 @@ impl Membership {
                 }
             }
         }
-        let live = Gateways(Arc::new(live));
+        let live = self.elect(answers).await;
+        known.extend(live.keys().filter(|n| **n != self.name).cloned());
+        let mut missing: BTreeMap<String, Missing> = known
+            .iter()
+            .filter(|n| !live.contains_key(*n))
+            .map(|n| (n.clone(), Missing::Gone))
+            .collect();
+        for (key, why) in self.dialer.missing() {
+            if !live.contains_key(&key) {
+                missing.insert(key, why);
+            }
+        }
+        let view = Gateways(Arc::new(live), Arc::new(missing));
         self.gateways.send_if_modified(|current| {
-            let same = current.0.len() == live.0.len()
+            let same = current.1 == view.1
+                && current.0.len() == view.0.len()
                 && current
                     .0
                     .iter()
-                    .zip(live.0.iter())
+                    .zip(view.0.iter())
                     .all(|((n1, a1), (n2, a2))| n1 == n2 && a1.get_id() == a2.get_id());
             if !same {
-                *current = live;
+                *current = view;
             }
             !same
         });
+    }
+
+    /// Per node name, the instance that started first wins; its gateway is chosen
+    /// local first, then by smallest id (stable from tick to tick). Later instances are
+    /// told to leave; when the later one is this node, it is refused.
+    async fn elect(&self, answers: Vec<Answer>) -> BTreeMap<String, ActorRef<GatewayMsg>> {
+        let mut winners: BTreeMap<String, (String, String)> = BTreeMap::new();
+        for a in &answers {
+            let first = winners
+                .get(&a.node)
+                .is_none_or(|(instance, _)| a.instance < *instance);
+            if first {
+                winners.insert(a.node.clone(), (a.instance.clone(), a.listen.clone()));
+            }
+        }
+        let mut live: BTreeMap<String, ActorRef<GatewayMsg>> = BTreeMap::new();
+        let mut losers = Vec::new();
+        for a in answers {
+            let Some((instance, holder)) = winners.get(&a.node) else {
+                continue;
+            };
+            if a.instance != *instance {
+                if a.instance == self.instance {
+                    tracing::info!(name = %a.node, %holder, "this node's name is taken");
+                    self.refused.send_replace(Some(ClusterError::NameTaken {
+                        name: a.node.clone(),
+                        holder: holder.clone(),
+                    }));
+                } else {
+                    tracing::warn!(name = %a.node, %holder, "refusing a second node with a taken name");
+                    losers.push((a.gateway, a.node, holder.clone()));
+                }
+                continue;
+            }
+            let better = live
+                .get(&a.node)
+                .is_none_or(|current| rank(a.gateway.get_id()) < rank(current.get_id()));
+            if better {
+                live.insert(a.node, a.gateway);
+            }
+        }
+        let notices = losers.into_iter().map(|(gw, node, holder)| async move {
+            let request = GatewayRequest::NameTaken { node, holder };
+            let _ = gw
+                .call(
+                    |reply| GatewayMsg::Request(request, reply),
+                    Some(self.timeout),
+                )
+                .await;
+        });
+        futures::future::join_all(notices).await;
+        live
     }
 }
 
@@ -189,12 +252,12 @@ fn rank(id: ActorId) -> (bool, u64, u64) {
     )
 }
 
-/// Whether `session`'s peer is the node named `node` (ractor_cluster names a node server
-/// `<name>@<hostname>`).
-fn peer_is(session: &NodeServerSessionInformation, node: &str) -> bool {
+/// Whether `session`'s peer is the run `instance` of the node named `node` (see
+/// [`peer_node`] for ractor_cluster's name of a node server).
+fn peer_is(session: &NodeServerSessionInformation, node: &str, instance: &str) -> bool {
     session
         .peer_name
         .as_ref()
-        .and_then(|p| p.name.rsplit_once('@'))
-        .is_some_and(|(name, _)| name == node)
+        .and_then(|p| peer_node(&p.name))
+        .is_some_and(|(name, run)| name == node && run == instance)
 }

@@ -17,13 +17,14 @@
 
 mod client;
 mod connect;
+mod dial;
 mod gateway;
 mod membership;
 mod node;
 mod subscription;
 pub mod wire;
 
-pub use client::ClusterClient;
+pub use client::{ClusterClient, ClusterListing};
 pub use connect::ClientNode;
 pub use node::ClusterNode;
 pub use subscription::ClusterSubscription;
@@ -54,6 +55,12 @@ pub struct NodeConfig {
     pub heartbeat_timeout: Duration,
     /// Timeout of a client's requests to a gateway (default 30 s).
     pub call_timeout: Duration,
+    /// Bound of one TCP connect to a peer (default 3 s); a refused connection fails at
+    /// once.
+    pub connect_timeout: Duration,
+    /// How long a cluster-wide list waits for each node's answer (default 3 s); a node
+    /// that does not answer in time is reported in [`ClusterListing::unreachable`].
+    pub gather_timeout: Duration,
 }
 
 impl NodeConfig {
@@ -72,6 +79,8 @@ impl NodeConfig {
             heartbeat: Duration::from_millis(250),
             heartbeat_timeout: Duration::from_secs(1),
             call_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(3),
+            gather_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -86,6 +95,8 @@ impl std::fmt::Debug for NodeConfig {
             .field("heartbeat", &self.heartbeat)
             .field("heartbeat_timeout", &self.heartbeat_timeout)
             .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("gather_timeout", &self.gather_timeout)
             .finish()
     }
 }
@@ -108,15 +119,67 @@ pub enum ClusterError {
     /// An actor could not start.
     #[error("actor: {0}")]
     Actor(String),
+    /// No TCP connection to `addr` (refused, unresolvable, or no answer within
+    /// [`NodeConfig::connect_timeout`]).
+    #[error("cannot connect to {addr}: {reason}")]
+    ConnectFailed {
+        /// The address dialled (`host:port`).
+        addr: String,
+        /// What went wrong (the OS error, or the timeout).
+        reason: String,
+    },
+    /// The node at `addr` closed the connection during the cookie handshake: the cookies
+    /// differ.
+    #[error("authentication with {addr} failed (the cookies differ)")]
+    AuthFailed {
+        /// The address dialled.
+        addr: String,
+    },
+    /// This node was refused: a node started earlier already holds its name.
+    #[error(
+        "node name {name:?} is already taken in the cluster by the node at {holder}; \
+         choose another --name"
+    )]
+    NameTaken {
+        /// The contested name.
+        name: String,
+        /// The address (`host:port` it listens on) of the node holding it.
+        holder: String,
+    },
+    /// Some nodes did not answer a cluster-wide request (see
+    /// [`ClusterClient::list_cluster`] for the partial answer).
+    #[error("no answer from node(s) {}", .0.join(", "))]
+    Partial(Vec<String>),
 }
 
-/// The live gateways by node name (published by the membership task).
+/// The live gateways by node name (published by the membership task), and the nodes
+/// that are missing: node name (a node seen live before) or configured address (never
+/// reached) → why (last dial error, missed heartbeat).
 #[derive(Clone, Default)]
-pub(crate) struct Gateways(pub(crate) Arc<BTreeMap<String, ActorRef<GatewayMsg>>>);
+pub(crate) struct Gateways(
+    pub(crate) Arc<BTreeMap<String, ActorRef<GatewayMsg>>>,
+    pub(crate) Arc<BTreeMap<String, Missing>>,
+);
+
+/// Why a node or configured address is missing from the live view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// Seen live before; no longer answers heartbeats.
+    Gone,
+    /// A dial failed (refused, unresolvable, connect timeout).
+    Connect(String),
+    /// The handshake was closed by the peer after its challenge: cookies differ.
+    Auth,
+    /// Dialled, handshake not finished yet.
+    Pending,
+}
 
 impl std::fmt::Debug for Gateways {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.keys()).finish()
+        f.debug_struct("Gateways")
+            .field("live", &self.0.keys().collect::<Vec<_>>())
+            .field("missing", &self.1)
+            .finish()
     }
 }
 

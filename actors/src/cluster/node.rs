@@ -6,6 +6,7 @@
 //! connected to); see `membership.rs` for how gateways are attributed, and the limits in
 //! [`ClusterNode::start`].
 
+use super::dial::Dialer;
 use super::gateway::{GatewayActor, GatewayArgs};
 use super::membership::Membership;
 use super::wire::{GATEWAY_GROUP, GatewayMsg};
@@ -30,7 +31,9 @@ pub struct ClusterNode {
     gateway: ActorRef<GatewayMsg>,
     membership: JoinHandle<()>,
     gateways: watch::Receiver<Gateways>,
+    refused: watch::Receiver<Option<ClusterError>>,
     call_timeout: Duration,
+    gather_timeout: Duration,
 }
 
 impl ClusterNode {
@@ -44,19 +47,29 @@ impl ClusterNode {
     /// actors are local), but a missed heartbeat may stop a session of the wrong node
     /// server, which its membership task then redials.
     ///
+    /// Names are unique in the cluster: when this node finds a node that started
+    /// earlier under its name, it leaves the cluster and [`ClusterNode::refused`]
+    /// resolves (the other keeps the name; see `membership.rs`).
+    ///
     /// # Errors
     /// [`ClusterError::Actor`] when an actor cannot start (e.g. the listen address is in
     /// use).
     pub async fn start(runtime: Runtime, config: NodeConfig) -> Result<ClusterNode, ClusterError> {
         let runtime = Arc::new(runtime);
-        let server = spawn_server(&config).await?;
+        let instance = new_instance();
+        let server = spawn_server(&config, &instance).await?;
         let (tx, gateways) = watch::channel(Gateways::default());
+        let (refused_tx, refused) = watch::channel(None);
         let cluster =
-            ClusterClient::new(config.name.clone(), gateways.clone(), config.call_timeout);
+            ClusterClient::new(config.name.clone(), gateways.clone(), config.call_timeout)
+                .with_gather_timeout(config.gather_timeout);
         let args = GatewayArgs {
             runtime: Arc::clone(&runtime),
             node: config.name.clone(),
+            instance: instance.clone(),
+            listen: config.listen.to_string(),
             cluster,
+            refused: refused_tx.clone(),
         };
         let (gateway, _) = match Actor::spawn(None, GatewayActor, args).await {
             Ok(spawned) => spawned,
@@ -68,11 +81,13 @@ impl ClusterNode {
         let membership = Membership {
             server: server.clone(),
             name: config.name.clone(),
+            instance,
             own_gateway: Some(gateway.get_id()),
-            connect: config.connect.clone(),
+            dialer: Dialer::new(server.clone(), &config),
             heartbeat: config.heartbeat,
             timeout: config.heartbeat_timeout,
             gateways: tx,
+            refused: refused_tx,
         };
         let membership = tokio::spawn(membership.run());
         Ok(ClusterNode {
@@ -83,8 +98,30 @@ impl ClusterNode {
             gateway,
             membership,
             gateways,
+            refused,
             call_timeout: config.call_timeout,
+            gather_timeout: config.gather_timeout,
         })
+    }
+
+    /// Resolves when this node was refused by the cluster: a node that started earlier
+    /// holds its name ([`ClusterError::NameTaken`], naming that node's address). The
+    /// node has then left the cluster (its node sessions closed); call
+    /// [`ClusterNode::shutdown`]. Never resolves while the name is this node's.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    pub async fn refused(&self) -> ClusterError {
+        let mut rx = self.refused.clone();
+        let refusal = match rx.wait_for(Option::is_some).await {
+            Ok(refusal) => refusal.clone(),
+            Err(_) => None,
+        };
+        match refusal {
+            Some(e) => e,
+            // Gateway and membership task are gone: no refusal can come.
+            None => std::future::pending().await,
+        }
     }
 
     /// This node's name.
@@ -115,6 +152,7 @@ impl ClusterNode {
     #[must_use]
     pub fn client(&self) -> ClusterClient {
         ClusterClient::new(self.name.clone(), self.gateways.clone(), self.call_timeout)
+            .with_gather_timeout(self.gather_timeout)
     }
 
     /// Leaves the cluster: stops the membership task, the gateway (and its forwarders
@@ -158,26 +196,43 @@ pub(crate) async fn stop_server(server: &ActorRef<NodeServerMessage>) {
             .stop_and_wait(Some("shutdown".into()), Some(STOP_WAIT))
     });
     futures::future::join_all(stops).await;
-    for child in server.get_children() {
-        let _ = child.kill_and_wait(Some(STOP_WAIT)).await;
-    }
+    // The server first: killed while the server runs, the listener would be respawned
+    // (and ractor_cluster logs that as an error).
+    let children = server.get_children();
     let _ = server
         .stop_and_wait(Some("shutdown".into()), Some(STOP_WAIT))
         .await;
+    for child in children {
+        let _ = child.kill_and_wait(Some(STOP_WAIT)).await;
+    }
 }
 
 /// How long stopping a node server's actors may take.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
+/// A new instance id: a UUIDv7, so ids order by start time.
+pub(crate) fn new_instance() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Splits a ractor_cluster node-server name, `<name>#<instance>@<host>`, into name and
+/// instance (`None` for a name of another form).
+pub(crate) fn peer_node(server_name: &str) -> Option<(&str, &str)> {
+    server_name.rsplit_once('@')?.0.rsplit_once('#')
+}
+
 /// Spawns a node server listening on `config.listen` (isolated connection mode: only
-/// the configured peers are dialled).
+/// the configured peers are dialled), named `<name>#<instance>@<ip>`: unique per run,
+/// so ractor_cluster never mistakes two nodes claiming one name for reconnections of
+/// one node (it would silently keep one connection of the two).
 pub(crate) async fn spawn_server(
     config: &NodeConfig,
+    instance: &str,
 ) -> Result<ActorRef<NodeServerMessage>, ClusterError> {
     let server = NodeServer::new(
         config.listen.port(),
         config.cookie.clone(),
-        config.name.clone(),
+        format!("{}#{instance}", config.name),
         config.listen.ip().to_string(),
         None,
         None,

@@ -67,6 +67,10 @@ fn every_gateway_request_round_trips() {
         },
         GatewayRequest::ListSessions,
         GatewayRequest::ListClusterSessions,
+        GatewayRequest::NameTaken {
+            node: "b".into(),
+            holder: "127.0.0.1:4370".into(),
+        },
     ];
     for request in requests {
         round_trip(request);
@@ -76,7 +80,11 @@ fn every_gateway_request_round_trips() {
 #[test]
 fn every_gateway_reply_round_trips() {
     let replies = vec![
-        GatewayReply::Pong { node: "b".into() },
+        GatewayReply::Pong {
+            node: "b".into(),
+            instance: "0192".into(),
+            listen: "127.0.0.1:4370".into(),
+        },
         GatewayReply::Done,
         GatewayReply::Created {
             session_id: SessionId::new(),
@@ -89,6 +97,10 @@ fn every_gateway_reply_round_trips() {
         },
         GatewayReply::Failed {
             message: "session x not found".into(),
+        },
+        GatewayReply::ClusterSessions {
+            sessions: vec![summary("a")],
+            unreachable: vec!["b".into()],
         },
     ];
     for reply in replies {

@@ -82,8 +82,17 @@ pub enum GatewayRequest {
     ListSessions,
     /// The sessions of every node this node sees live (its own included), each with
     /// `node`, most recently updated first: what `ClusterClient::list_sessions` gathers
-    /// on this node. Answered with [`GatewayReply::Sessions`].
+    /// on this node. Answered with [`GatewayReply::ClusterSessions`], which names the
+    /// nodes that did not answer.
     ListClusterSessions,
+    /// Sent by a node that sees two nodes claiming the name `node`, to the one that
+    /// started later: leave the cluster, `holder` (its listen address) keeps the name.
+    NameTaken {
+        /// The contested name.
+        node: String,
+        /// Listen address (`host:port`) of the node that keeps it.
+        holder: String,
+    },
     /// Bytes that did not decode (never sent; produced by `from_bytes`).
     #[serde(skip)]
     Undecodable(String),
@@ -97,6 +106,14 @@ pub enum GatewayReply {
     Pong {
         /// The node's name.
         node: String,
+        /// Identity of this run of the node: a UUIDv7 made when it started, so ids
+        /// order by start time (two gateways answering one name with different ids are
+        /// two nodes claiming it; the smaller id keeps it).
+        #[serde(default)]
+        instance: String,
+        /// The address (`host:port`) the node listens on.
+        #[serde(default)]
+        listen: String,
     },
     /// The request was applied.
     Done,
@@ -119,6 +136,16 @@ pub enum GatewayReply {
     Failed {
         /// What went wrong (a `RuntimeError` rendered).
         message: String,
+    },
+    /// Answer to [`GatewayRequest::ListClusterSessions`]: what the nodes that answered
+    /// hold, and the nodes that did not answer.
+    ClusterSessions {
+        /// Summaries with `node` set, most recently updated first.
+        sessions: Vec<SessionSummary>,
+        /// Nodes (names, or configured addresses never reached) that did not answer,
+        /// sorted; empty when the list is complete.
+        #[serde(default)]
+        unreachable: Vec<String>,
     },
 }
 
