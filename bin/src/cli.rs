@@ -43,7 +43,7 @@ pub(crate) enum Command {
     Serve(ServeArgs),
     /// An interactive terminal session.
     Chat(ChatArgs),
-    /// Serve the runtime as a cluster node (ractor_cluster) until SIGINT/SIGTERM.
+    /// Serve the runtime as a cluster node (ractor_cluster) until SIGINT/SIGTERM/SIGHUP.
     Node(crate::node::NodeArgs),
     /// Serve the simulated model over HTTP (OpenAI Chat, Anthropic, OpenAI Responses).
     SimServer(crate::sim_server::SimServerArgs),
