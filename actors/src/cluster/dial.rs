@@ -89,10 +89,9 @@ impl Dialer {
             heartbeat: config.heartbeat,
             handshake: config.heartbeat_timeout,
             connect_timeout: config.connect_timeout,
-            dials: config
-                .connect
-                .iter()
-                .map(|a| (a.clone(), Dial::default()))
+            dials: peers_to_dial(config.listen, &config.connect)
+                .into_iter()
+                .map(|a| (a, Dial::default()))
                 .collect(),
             events,
             authenticated: HashSet::new(),
@@ -233,5 +232,36 @@ impl Dialer {
                 )
             })
             .collect()
+    }
+}
+
+/// The configured addresses minus the node's own listen address: a node given the whole
+/// cluster's address list (itself included) does not dial itself, nor report itself
+/// unreachable.
+fn peers_to_dial(listen: std::net::SocketAddr, connect: &[String]) -> Vec<String> {
+    connect
+        .iter()
+        .filter(|a| a.parse::<std::net::SocketAddr>().ok() != Some(listen))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod peer_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::peers_to_dial;
+
+    #[test]
+    fn a_node_does_not_dial_its_own_listen_address() {
+        let listen = "127.0.0.1:4477".parse().unwrap();
+        let connect = vec![
+            "127.0.0.1:4477".to_owned(),
+            "127.0.0.1:4478".to_owned(),
+            "peer.example:4477".to_owned(),
+        ];
+        assert_eq!(
+            peers_to_dial(listen, &connect),
+            vec!["127.0.0.1:4478".to_owned(), "peer.example:4477".to_owned()]
+        );
     }
 }

@@ -193,17 +193,31 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     };
     let app = router(state);
     let signal = shutdown.clone();
+    let drained = shutdown.clone();
     let draining = Arc::clone(&runtime);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            wait_for_signal().await;
-            // Turns end first (cancelled, their end sent to open streams), then the
-            // streams close and the server stops.
-            draining.drain(DEFAULT_SHUTDOWN_GRACE).await;
-            drop(draining);
-            signal.cancel();
-        })
-        .await;
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+        wait_for_signal().await;
+        // Turns end first (cancelled, their end sent to open streams), then the
+        // streams close and the server stops.
+        draining.drain(DEFAULT_SHUTDOWN_GRACE).await;
+        drop(draining);
+        signal.cancel();
+    });
+    // Once drained, connections get `CONNECTION_GRACE` to finish (a client that never
+    // completes its request must not hold the process), or less on another signal.
+    let served = tokio::select! {
+        served = served.into_future() => served,
+        () = async {
+            drained.cancelled().await;
+            tokio::select! {
+                () = tokio::time::sleep(CONNECTION_GRACE) => {}
+                () = wait_for_signal() => {}
+            }
+        } => {
+            tracing::warn!("connections still open after shutdown were closed");
+            Ok(())
+        }
+    };
     shutdown.cancel();
     let code = match served {
         Ok(()) => EXIT_OK,
@@ -218,6 +232,10 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     }
     Ok(code)
 }
+
+/// How long open connections may take to finish after the drain before the server
+/// stops waiting for them.
+const CONNECTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Waits for `signal` (forever when it could not be installed).
 async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
