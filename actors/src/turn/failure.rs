@@ -17,6 +17,12 @@ impl Turn {
         myself: &ActorRef<TurnMsg>,
         error: ProviderError,
     ) -> Result<(), ActorProcessingErr> {
+        if self.args.cancel.is_cancelled() {
+            // The turn is being cancelled (its token fires before `Cancel` is sent) and
+            // the stream ended because of it: `Cancel` follows and records the partial
+            // answer; a retry recorded now would be spurious.
+            return Ok(());
+        }
         self.provider = None;
         if error.class == ErrorClass::ContextOverflow {
             return self.on_overflow(myself, error).await;
