@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
+use foya_tests::procs::processes_with;
 use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
@@ -72,23 +73,6 @@ fn marker(name: &str) -> String {
 fn sleeping_call(marker: &str) -> Value {
     let command = format!("echo ready; exec -a {marker} sleep 100");
     json!({"tool_calls": [{"id": "call_sleep", "name": "shell", "arguments": {"command": command}}]})
-}
-
-/// Pids of live processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&cmdline).contains(marker) {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 /// Spawns `command` with stdout read as JSON lines on a thread and stderr collected.

@@ -17,6 +17,7 @@
 use eventsource_stream::Eventsource as _;
 use foya_tests::foya_bin::foya_bin;
 use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
+use foya_tests::procs::processes_with;
 use futures::StreamExt as _;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -607,23 +608,6 @@ async fn refusals() {
     assert_eq!(events[1]["input"], json!({"text": "hello"}));
     assert_eq!(events.last().unwrap()["status"], "completed");
     assert_eq!(provider.requests().len(), 1);
-}
-
-/// Pids of live processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&cmdline).contains(marker) {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

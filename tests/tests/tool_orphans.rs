@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
+use foya_tests::procs::marked;
 use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
@@ -20,36 +21,6 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Pause between two looks at `/proc` while waiting for processes to appear or vanish.
 const POLL: Duration = Duration::from_millis(20);
-
-/// Live (not zombie) processes whose command line contains `marker`, as
-/// `(pid, argv[0])`.
-fn marked(marker: &str) -> Vec<(i32, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let (Ok(cmdline), Ok(stat)) = (
-            std::fs::read(entry.path().join("cmdline")),
-            std::fs::read_to_string(entry.path().join("stat")),
-        ) else {
-            continue; // exited meanwhile
-        };
-        // The state follows the parenthesised command name: "pid (comm) S ...".
-        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
-        let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
-        if state != Some("Z") && cmdline.contains(marker) {
-            let argv0 = cmdline.split('\0').next().unwrap_or_default().to_owned();
-            out.push((pid, argv0));
-        }
-    }
-    out.sort();
-    out
-}
 
 /// Polls `marked(marker)` until `done` holds for it, or panics at `deadline`.
 fn wait_for_processes(

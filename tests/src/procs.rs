@@ -1,0 +1,46 @@
+//! Processes seen through `/proc`: the tests find a tool's child processes by a marker
+//! in their command line (`exec -a MARKER …`) to check they run, and are gone after a
+//! cancel, a signal or a crash.
+
+/// Live (not zombie) processes whose command line contains `marker`, as
+/// `(pid, argv[0])`, sorted by pid.
+#[must_use]
+pub fn marked(marker: &str) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let (Ok(cmdline), Ok(stat)) = (
+            std::fs::read(entry.path().join("cmdline")),
+            std::fs::read_to_string(entry.path().join("stat")),
+        ) else {
+            continue; // exited meanwhile
+        };
+        // The state follows the parenthesised command name: "pid (comm) S ...".
+        let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+        let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+        if state != Some("Z") && cmdline.contains(marker) {
+            let argv0 = cmdline.split('\0').next().unwrap_or_default().to_owned();
+            out.push((pid, argv0));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Pids of the live processes whose command line contains `marker` (see [`marked`]).
+#[must_use]
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    marked(marker)
+        .into_iter()
+        .filter_map(|(pid, _)| u32::try_from(pid).ok())
+        .collect()
+}
