@@ -44,3 +44,39 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
         .filter_map(|(pid, _)| u32::try_from(pid).ok())
         .collect()
 }
+
+/// Waits until every process of `pids` has exited (a zombie counts as exited), or
+/// `deadline` passes; returns whether they all exited. It waits on each process's pidfd
+/// (readable once the process terminates, `pidfd_open(2)`), so no polling is involved;
+/// a pid that no longer exists has exited.
+#[must_use]
+pub fn wait_exited(pids: &[i32], deadline: std::time::Instant) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    use rustix::process::{Pid, PidfdFlags, pidfd_open};
+    for &pid in pids {
+        let Some(pid) = Pid::from_raw(pid) else {
+            continue;
+        };
+        let Ok(fd) = pidfd_open(pid, PidfdFlags::empty()) else {
+            continue; // gone already (ESRCH)
+        };
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let timeout = Timespec {
+                tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(n) if n > 0 => break,
+                Ok(_) => return false,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+    true
+}

@@ -127,18 +127,14 @@ fn status(events: &[Event]) -> Option<TurnStatus> {
     }
 }
 
-/// Polls until `pid` is gone (or a zombie); bounded by the test's global timeout.
+/// Waits until `pid` has exited (its pidfd is readable), at most a minute.
 async fn wait_gone(pid: i32) {
-    loop {
-        let gone = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) == Some('Z'),
-        };
-        if gone {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let exited =
+        tokio::task::spawn_blocking(move || foya_tests::procs::wait_exited(&[pid], deadline))
+            .await
+            .unwrap();
+    assert!(exited, "process {pid} did not exit");
 }
 
 /// Runs `foya sessions list --cluster 127.0.0.1:<port>` (`--json` or a table) with a

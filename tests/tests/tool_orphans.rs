@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
-use foya_tests::procs::marked;
+use foya_tests::procs::{marked, wait_exited};
 use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
@@ -22,7 +22,19 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause between two looks at `/proc` while waiting for processes to appear or vanish.
 const POLL: Duration = Duration::from_millis(20);
 
-/// Polls `marked(marker)` until `done` holds for it, or panics at `deadline`.
+/// Kills `processes` so a failed test leaves nothing behind for the others.
+fn kill_all(processes: &[(i32, String)]) {
+    for (pid, _) in processes {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Polls `marked(marker)` until `done` holds for it, or panics at `deadline`. Used only
+/// to see the tool's processes start: an `exec` has no event to wait on (the renamed
+/// processes cannot report themselves), while their exit does (`wait_exited`).
 fn wait_for_processes(
     marker: &str,
     deadline: Instant,
@@ -35,13 +47,7 @@ fn wait_for_processes(
             return;
         }
         if Instant::now() > deadline {
-            for (pid, _) in &now {
-                // Do not leave them behind for the other tests.
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            kill_all(&now);
             panic!("timed out waiting for {what}; marked processes: {now:?}");
         }
         std::thread::sleep(POLL);
@@ -110,15 +116,16 @@ fn tool_processes_die_with_foya(approval: &str) {
             .all(|name| now.iter().any(|(_, argv0)| argv0 == *name))
     });
 
+    let pids: Vec<i32> = marked(&marker).into_iter().map(|(pid, _)| pid).collect();
+
     child.kill().unwrap(); // SIGKILL: no destructor, no kill_on_drop runs
     child.wait().unwrap();
 
-    wait_for_processes(
-        &marker,
-        deadline,
-        "the tool's processes to die",
-        <[_]>::is_empty,
-    );
+    if !wait_exited(&pids, deadline) {
+        let left = marked(&marker);
+        kill_all(&left);
+        panic!("timed out waiting for the tool's processes to die: {left:?}");
+    }
     assert_eq!(marked(&marker), Vec::new());
 }
 
