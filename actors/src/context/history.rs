@@ -113,41 +113,34 @@ fn fold_assistant(mut a: AssistantMessage, is_last: bool) -> Option<AssistantMes
 
 fn well_formed(raw: Vec<Message>) -> Vec<Message> {
     let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        match &raw[i] {
+    let mut raw = raw.into_iter().peekable();
+    while let Some(message) = raw.next() {
+        match message {
             Message::Assistant(a) => {
-                let segment_end = raw[i + 1..]
+                // The tool results that follow this message, up to the next user or
+                // assistant message; each is taken by the first call with its id.
+                let mut results: Vec<Option<ToolMessage>> = Vec::new();
+                while let Some(Message::Tool(_)) = raw.peek() {
+                    if let Some(Message::Tool(t)) = raw.next() {
+                        results.push(Some(t));
+                    }
+                }
+                let answers: Vec<ToolMessage> = a
+                    .tool_calls
                     .iter()
-                    .position(|m| !matches!(m, Message::Tool(_)))
-                    .map_or(raw.len(), |p| i + 1 + p);
-                let mut results: Vec<Option<&ToolMessage>> = raw[i + 1..segment_end]
-                    .iter()
-                    .map(|m| {
-                        if let Message::Tool(t) = m {
-                            Some(t)
-                        } else {
-                            None
-                        }
+                    .map(|call| {
+                        results
+                            .iter_mut()
+                            .find(|r| r.as_ref().is_some_and(|t| t.tool_call_id == call.id))
+                            .and_then(Option::take)
+                            .unwrap_or_else(|| missing(&call.id))
                     })
                     .collect();
-                out.push(raw[i].clone());
-                for call in &a.tool_calls {
-                    let found = results
-                        .iter_mut()
-                        .find(|r| r.is_some_and(|t| t.tool_call_id == call.id))
-                        .and_then(Option::take);
-                    out.push(Message::Tool(
-                        found.cloned().unwrap_or_else(|| missing(&call.id)),
-                    ));
-                }
-                i = segment_end;
+                out.push(Message::Assistant(a));
+                out.extend(answers.into_iter().map(Message::Tool));
             }
-            Message::Tool(_) => i += 1, // orphan: no assistant call right before it
-            other => {
-                out.push(other.clone());
-                i += 1;
-            }
+            Message::Tool(_) => {} // orphan: no assistant call right before it
+            other => out.push(other),
         }
     }
     out

@@ -1,5 +1,6 @@
 //! The SessionActor's handlers (see the module docs for the invariants).
 
+use super::log::SharedLog;
 use super::state::{SessionState, apply};
 use super::{ApprovalAnswer, SessionMsg, Subscribed};
 use crate::runtime::{RuntimeDeps, RuntimeError};
@@ -73,6 +74,9 @@ pub(crate) struct Session {
     /// Set by `Shutdown`: callers waiting until no turn runs (the session takes no more
     /// inputs and starts nothing from its queue).
     pub(super) shutdown: Option<Vec<RpcReplyPort<()>>>,
+    /// The committed log in memory, loaded from the store when the first turn starts
+    /// and extended by every append after that (see [`SharedLog`]).
+    pub(super) log: Option<SharedLog>,
 }
 
 fn now_ms() -> u64 {
@@ -82,14 +86,15 @@ fn now_ms() -> u64 {
 }
 
 impl Session {
-    /// Assigns seqs, appends, folds and broadcasts. Nothing changes when the append fails.
+    /// Assigns seqs, appends, folds, broadcasts and extends the in-memory log (when
+    /// loaded). Nothing changes when the append fails.
     pub(super) async fn persist(
         &mut self,
         run_id: Option<RunId>,
         kinds: Vec<EventKind>,
-    ) -> Result<Vec<Event>, RuntimeError> {
+    ) -> Result<(), RuntimeError> {
         if kinds.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let at_ms = now_ms();
         let mut seq = self.fold.last_seq;
@@ -114,17 +119,50 @@ impl Session {
         for event in &events {
             apply(&mut self.fold, event);
         }
-        for event in &events {
-            self.broadcast(&SessionUpdate::Event(event.clone()));
+        if !self.subscribers.is_empty() {
+            for event in &events {
+                self.broadcast(SessionUpdate::Event(event.clone()));
+            }
         }
-        Ok(events)
+        if let Some(log) = &self.log {
+            log.extend(events);
+        }
+        Ok(())
+    }
+
+    /// The in-memory log, read from the store the first time (a turn compiles from it).
+    ///
+    /// # Errors
+    /// A store read failure.
+    pub(super) fn shared_log(&mut self) -> Result<SharedLog, RuntimeError> {
+        if let Some(log) = &self.log {
+            return Ok(log.clone());
+        }
+        let events = self
+            .deps
+            .store
+            .read_from(self.fold.id, Seq::FIRST)
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        let log = SharedLog::new(events);
+        self.log = Some(log.clone());
+        Ok(log)
     }
 
     /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
-    /// reports `Notice::Lagged`), never waited for.
-    pub(super) fn broadcast(&mut self, update: &SessionUpdate) {
-        self.subscribers
-            .retain(|s| s.tx.try_send(update.clone()).is_ok());
+    /// reports `Notice::Lagged`), never waited for. The last one gets `update` itself.
+    pub(super) fn broadcast(&mut self, update: SessionUpdate) {
+        let last = self.subscribers.len();
+        let mut update = Some(update);
+        let mut index = 0;
+        self.subscribers.retain(|s| {
+            index += 1;
+            let next = if index == last {
+                update.take()
+            } else {
+                update.clone()
+            };
+            next.is_some_and(|u| s.tx.try_send(u).is_ok())
+        });
     }
 
     pub(super) fn has_approver(&self) -> bool {
@@ -203,6 +241,7 @@ impl Actor for SessionActor {
             deps: args.deps,
             subscribers: Vec::new(),
             turn: None,
+            log: None,
             approvals: HashMap::new(),
             deleting: None,
             title_requested: false,
@@ -347,7 +386,7 @@ impl Actor for SessionActor {
                     Err(format!("the turn failed on a storage error: {failure}"))
                 } else if open == Some(run_id) {
                     match state.persist(Some(run_id), kinds).await {
-                        Ok(events) => Ok(events),
+                        Ok(()) => Ok(()),
                         Err(e) => {
                             state.storage_failed(&e);
                             Err(e.to_string())
@@ -367,7 +406,7 @@ impl Actor for SessionActor {
                         run_id,
                         delta,
                     };
-                    state.broadcast(&SessionUpdate::Delta(live));
+                    state.broadcast(SessionUpdate::Delta(live));
                 }
             }
             msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,

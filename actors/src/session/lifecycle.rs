@@ -9,8 +9,7 @@ use crate::runtime::{QueuedOnRestart, RuntimeError};
 use crate::turn::{TurnActor, TurnArgs, TurnMode};
 use foya_protocol::event::Notice;
 use foya_protocol::{
-    ErrorClass, ErrorInfo, EventKind, Input, InputId, RunId, Seq, SessionUpdate, TitleSource,
-    TurnStatus,
+    ErrorClass, ErrorInfo, EventKind, Input, InputId, RunId, SessionUpdate, TitleSource, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
@@ -72,9 +71,11 @@ impl Session {
         };
         self.persist(Some(run_id), kinds).await?;
         self.maybe_generate_title(myself, &input).await?;
+        let log = self.shared_log()?;
         let cancel = CancellationToken::new();
         let args = TurnArgs {
             session: myself.clone(),
+            log,
             deps: Arc::clone(&self.deps),
             session_id: self.fold.id,
             config: self.fold.config.clone(),
@@ -89,8 +90,9 @@ impl Session {
     }
 
     /// The text of the session's first user message with text (for `/title`).
-    fn first_user_text(&self) -> Result<String, ActorProcessingErr> {
-        let events = self.deps.store.read_from(self.fold.id, Seq::FIRST)?;
+    fn first_user_text(&mut self) -> Result<String, ActorProcessingErr> {
+        let log = self.shared_log()?;
+        let events = log.read();
         Ok(events
             .iter()
             .find_map(|e| match &e.kind {
@@ -240,7 +242,7 @@ impl Session {
             session_id: self.fold.id,
             reason: "session deleted".into(),
         });
-        self.broadcast(&notice);
+        self.broadcast(notice);
         self.subscribers.clear();
         if let Some(reply) = self.deleting.take() {
             let _ = reply.send(result);

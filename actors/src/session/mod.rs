@@ -25,6 +25,7 @@ pub(crate) mod actor;
 mod approvals;
 mod commands;
 mod lifecycle;
+pub(crate) mod log;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;
@@ -41,8 +42,8 @@ mod title;
 use crate::runtime::RuntimeError;
 use foya_protocol::event::Delta;
 use foya_protocol::{
-    ApprovalDecision, ApprovalRequestId, Event, EventKind, Input, InputId, RunId, Seq,
-    SessionUpdate, ToolCallId,
+    ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, Seq, SessionUpdate,
+    ToolCallId,
 };
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
@@ -96,7 +97,7 @@ pub(crate) enum SessionMsg {
     Append {
         run_id: RunId,
         kinds: Vec<EventKind>,
-        reply: Option<RpcReplyPort<Result<Vec<Event>, String>>>,
+        reply: Option<RpcReplyPort<Result<(), String>>>,
     },
     /// From a child: broadcast live deltas, in order.
     PublishDeltas { run_id: RunId, deltas: Vec<Delta> },

@@ -11,8 +11,8 @@ use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
 use foya_protocol::event::Delta;
 use foya_protocol::{
-    ErrorClass, ErrorInfo, Event, EventKind, FinishReason, ProviderError, RunId, SessionConfig,
-    SessionId, StreamAggregate, StreamEvent, TurnStatus,
+    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, SessionConfig, SessionId,
+    StreamAggregate, StreamEvent, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashSet;
@@ -27,6 +27,8 @@ pub(crate) struct TurnActor;
 #[derive(Debug)]
 pub(crate) struct TurnArgs {
     pub session: ActorRef<SessionMsg>,
+    /// The session's committed log (the turn compiles every step from it).
+    pub log: crate::session::log::SharedLog,
     pub deps: Arc<RuntimeDeps>,
     pub session_id: SessionId,
     pub config: SessionConfig,
@@ -82,34 +84,30 @@ pub(crate) struct Turn {
     pub(super) overflow_used: bool,
     /// Whether this step already compacted (threshold compaction runs once per step).
     pub(super) compacted_in_step: bool,
-    /// How many events of `history` the step's request was compiled from; a retry
+    /// How many events of the session log the step's request was compiled from; a retry
     /// rebuilds the same request from that prefix (`None`: no request in this step yet).
     pub(super) request_history_len: Option<usize>,
-    /// The session log as far as this turn has read it (seq order, from seq 1), extended
-    /// before every compile by [`Turn::refresh_history`].
-    pub(super) history: Vec<Event>,
     /// The tool schemas this turn offers (built once: the approval mode is fixed for
     /// the turn).
     pub(super) tools: crate::context::ToolSet,
     pub(super) control: super::control::Control,
-    /// The step number of a `step_started` not written yet (0: none; steps count from
-    /// 1): [`Turn::persist`] puts it before the events it writes next. Atomic only so
-    /// that `persist` can take `&self`; the actor is its only user.
-    pub(super) pending_step: std::sync::atomic::AtomicU32,
+    /// Events not written yet (the step's `step_started`): [`Turn::persist`] puts them
+    /// before the events it writes next, one append instead of two. The compiler does
+    /// not read them.
+    pub(super) pending: Vec<EventKind>,
 }
 
 impl Turn {
-    /// Persists events of this turn through the session (waits for the commit). A
-    /// pending `step_started` goes first, in the same append.
+    /// Persists events of this turn through the session (waits for the commit). The
+    /// [`Turn::pending`] events go first, in the same append.
     pub(super) async fn persist(
         &mut self,
         mut kinds: Vec<EventKind>,
     ) -> Result<(), ActorProcessingErr> {
-        let step = self
-            .pending_step
-            .swap(0, std::sync::atomic::Ordering::Relaxed);
-        if step != 0 {
-            kinds.insert(0, EventKind::StepStarted { step });
+        if !self.pending.is_empty() {
+            let mut all = std::mem::take(&mut self.pending);
+            all.append(&mut kinds);
+            kinds = all;
         }
         if kinds.is_empty() {
             return Ok(());
@@ -128,10 +126,7 @@ impl Turn {
             )
             .await?;
         match result {
-            ractor::rpc::CallResult::Success(Ok(events)) => {
-                self.absorb(events);
-                Ok(())
-            }
+            ractor::rpc::CallResult::Success(Ok(())) => Ok(()),
             ractor::rpc::CallResult::Success(Err(e)) => Err(e.into()),
             ractor::rpc::CallResult::Timeout | ractor::rpc::CallResult::SenderError => {
                 Err("the session did not answer an append".into())
@@ -205,10 +200,9 @@ impl Turn {
         self.compacted_in_step = false;
         self.request_history_len = None;
         // `step_started` is written with the step's next event (its
-        // `context_diagnostics`, or `compaction_started`), one append instead of two; the
-        // compiler does not read it.
-        self.pending_step
-            .store(self.step, std::sync::atomic::Ordering::Relaxed);
+        // `context_diagnostics`, or `compaction_started`), one append instead of two.
+        self.pending
+            .push(EventKind::StepStarted { step: self.step });
         self.start_request(myself).await
     }
 
@@ -324,7 +318,6 @@ impl Actor for TurnActor {
             overflow_used: false,
             compacted_in_step: false,
             request_history_len: None,
-            history: Vec::new(),
             tools: crate::context::ToolSet::new(args.deps.tools.schemas(args.config.approval_mode)),
             args,
             step: 0,
@@ -335,7 +328,7 @@ impl Actor for TurnActor {
             queued: HashSet::new(),
             phase: Phase::Streaming,
             control: super::control::Control::new(args_limits),
-            pending_step: std::sync::atomic::AtomicU32::new(0),
+            pending: Vec::new(),
         })
     }
 

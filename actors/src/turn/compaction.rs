@@ -51,11 +51,11 @@ impl Turn {
         trigger: Trigger,
     ) -> Result<(), ActorProcessingErr> {
         self.compacted_in_step = true;
-        let compiled = match self.compile_log()? {
+        let compiled = match self.compile_log().0 {
             Ok(c) => c,
             Err(e) => return self.fail_context(myself, &e).await,
         };
-        let events = self.history.clone();
+        let events = self.args.log.read().clone();
         if context::history(&events).is_empty() {
             return match trigger {
                 Trigger::Manual => {

@@ -11,7 +11,7 @@ use crate::context::{
 };
 use crate::provider::ModelRequest;
 use crate::provider::actor::{ProviderActor, ProviderArgs};
-use foya_protocol::{ErrorClass, Event, EventKind, Seq, StreamAggregate};
+use foya_protocol::{ErrorClass, Event, EventKind, StreamAggregate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -104,38 +104,11 @@ impl Turn {
         })
     }
 
-    /// Brings [`Turn::history`] up to the committed log: reads only the events appended
-    /// since the last refresh (one short read transaction), not the whole log.
-    ///
-    /// # Errors
-    /// A store read failure (the turn actor fails; its session closes the turn).
-    pub(super) fn refresh_history(&mut self) -> Result<(), ActorProcessingErr> {
-        let next = self.history.last().map_or(Seq::FIRST, |e| Seq(e.seq.0 + 1));
-        let new = self.args.deps.store.read_from(self.args.session_id, next)?;
-        self.history.extend(new);
-        Ok(())
-    }
-
-    /// Takes events the turn just appended (the session's reply, in seq order) into
-    /// [`Turn::history`] when they directly follow it, so the next compile need not read
-    /// them back from the store. Anything else (an empty history not read yet, a gap
-    /// left by events the session appended on its own) is left to
-    /// [`Turn::refresh_history`], which reads from the store what is missing.
-    pub(super) fn absorb(&mut self, events: Vec<Event>) {
-        let (Some(last), Some(first)) = (self.history.last(), events.first()) else {
-            return;
-        };
-        if first.seq.0 == last.seq.0 + 1 {
-            self.history.extend(events);
-        }
-    }
-
-    /// Refreshes the history and compiles all of it.
-    pub(super) fn compile_log(
-        &mut self,
-    ) -> Result<Result<CompiledContext, ContextError>, ActorProcessingErr> {
-        self.refresh_history()?;
-        Ok(self.compile_events(&self.history))
+    /// Compiles the session's committed log as it is now; also the number of events
+    /// compiled (the prefix a retry rebuilds the request from).
+    pub(super) fn compile_log(&self) -> (Result<CompiledContext, ContextError>, usize) {
+        let log = self.args.log.read();
+        (self.compile_events(&log), log.len())
     }
 
     /// The model request for a compiled context: the context plus the turn-control
@@ -170,7 +143,8 @@ impl Turn {
         &mut self,
         myself: &ActorRef<TurnMsg>,
     ) -> Result<(), ActorProcessingErr> {
-        let compiled = match self.compile_log()? {
+        let (compiled, compiled_len) = self.compile_log();
+        let compiled = match compiled {
             Ok(c) => c,
             Err(e) => return self.fail_context(myself, &e).await,
         };
@@ -191,7 +165,7 @@ impl Turn {
             return self.begin_compaction(myself, Trigger::Threshold).await;
         }
         self.last_estimate = compiled.sections.values().sum();
-        self.request_history_len = Some(self.history.len());
+        self.request_history_len = Some(compiled_len);
         let request = self.build_request(compiled);
         self.send(myself, request).await
     }
@@ -206,7 +180,10 @@ impl Turn {
         let Some(len) = self.request_history_len else {
             return self.start_request(myself).await;
         };
-        let compiled = self.compile_events(&self.history[..len.min(self.history.len())]);
+        let compiled = {
+            let log = self.args.log.read();
+            self.compile_events(&log[..len.min(log.len())])
+        };
         match compiled {
             Ok(compiled) => {
                 let request = self.build_request(compiled);

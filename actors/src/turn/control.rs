@@ -91,9 +91,10 @@ impl Turn {
             let calls = std::mem::take(&mut self.control.calls);
             self.control.hook_blocks = 0;
             let ids: Vec<_> = calls.iter().map(|c| &c.id).collect();
-            self.refresh_history()?;
             let results: Vec<ToolMessage> = self
-                .history
+                .args
+                .log
+                .read()
                 .iter()
                 .filter(|e| e.run_id == Some(self.args.run_id))
                 .filter_map(|e| match &e.kind {
