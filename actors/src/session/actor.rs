@@ -34,6 +34,8 @@ pub(crate) struct SessionActor;
 #[derive(Debug)]
 pub(crate) struct SessionArgs {
     pub state: SessionState,
+    /// The session's whole committed log (seq 1 first): what `state` was folded from.
+    pub log: Vec<Event>,
     pub deps: Arc<RuntimeDeps>,
 }
 
@@ -74,9 +76,9 @@ pub(crate) struct Session {
     /// Set by `Shutdown`: callers waiting until no turn runs (the session takes no more
     /// inputs and starts nothing from its queue).
     pub(super) shutdown: Option<Vec<RpcReplyPort<()>>>,
-    /// The committed log in memory, loaded from the store when the first turn starts
-    /// and extended by every append after that (see [`SharedLog`]).
-    pub(super) log: Option<SharedLog>,
+    /// The committed log in memory (see [`SharedLog`]): what the supervisor read or
+    /// wrote when it started the session, extended by every append since.
+    pub(super) log: SharedLog,
 }
 
 fn now_ms() -> u64 {
@@ -124,28 +126,8 @@ impl Session {
                 self.broadcast(SessionUpdate::Event(event.clone()));
             }
         }
-        if let Some(log) = &self.log {
-            log.extend(events);
-        }
+        self.log.extend(events);
         Ok(())
-    }
-
-    /// The in-memory log, read from the store the first time (a turn compiles from it).
-    ///
-    /// # Errors
-    /// A store read failure.
-    pub(super) fn shared_log(&mut self) -> Result<SharedLog, RuntimeError> {
-        if let Some(log) = &self.log {
-            return Ok(log.clone());
-        }
-        let events = self
-            .deps
-            .store
-            .read_from(self.fold.id, Seq::FIRST)
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
-        let log = SharedLog::new(events);
-        self.log = Some(log.clone());
-        Ok(log)
     }
 
     /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
@@ -241,7 +223,7 @@ impl Actor for SessionActor {
             deps: args.deps,
             subscribers: Vec::new(),
             turn: None,
-            log: None,
+            log: SharedLog::new(args.log),
             approvals: HashMap::new(),
             deleting: None,
             title_requested: false,

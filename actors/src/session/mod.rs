@@ -5,7 +5,9 @@
 //! those its TurnActor and ToolActors produce — goes through [`SessionMsg::Append`]: the
 //! session assigns dense seqs, appends to the store (awaited inside the handler: appends
 //! are short group commits; a Cancel waits behind at most one), folds the committed events
-//! into [`state::SessionState`] and only then broadcasts them to subscribers.
+//! into [`state::SessionState`] and only then broadcasts them to subscribers. It also keeps
+//! the committed log in memory ([`log::SharedLog`], started from what the supervisor read
+//! or wrote): its TurnActor compiles every step from it, never from the store.
 //!
 //! Invariants:
 //! - one active turn; an input arriving while busy is persisted as `input_queued` and

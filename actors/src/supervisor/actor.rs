@@ -46,10 +46,12 @@ impl Supervisor {
         &mut self,
         myself: &ActorRef<SupervisorMsg>,
         state: SessionState,
+        log: Vec<Event>,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         let id = state.id;
         let args = SessionArgs {
             state,
+            log,
             deps: Arc::clone(&self.deps),
         };
         let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
@@ -80,12 +82,12 @@ impl Supervisor {
         };
         self.deps
             .store
-            .append(vec![event.clone()])
+            .append_all(std::slice::from_ref(&event))
             .await
             .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         let mut state = SessionState::new(id, config);
         crate::session::state::apply(&mut state, &event);
-        Ok((id, self.spawn(myself, state).await?))
+        Ok((id, self.spawn(myself, state, vec![event]).await?))
     }
 
     async fn load(
@@ -110,7 +112,7 @@ impl Supervisor {
         if state.deleted {
             return Err(RuntimeError::SessionDeleted(id));
         }
-        self.spawn(myself, state).await
+        self.spawn(myself, state, events).await
     }
 }
 
