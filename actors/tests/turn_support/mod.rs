@@ -264,21 +264,21 @@ impl Tool for Boom {
     }
 }
 
-/// Whether no live (non-zombie) process is in process group `pgid`.
-pub fn process_group_gone(pgid: i32) -> bool {
+/// The live (non-zombie) processes of process group `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
+        return Vec::new();
     };
-    entries.flatten().all(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return true;
-        };
-        // Fields after "(comm) ": state ppid pgrp ...
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            return true;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let zombie = fields.first() == Some(&"Z");
-        zombie || fields.get(2).and_then(|g| g.parse::<i32>().ok()) != Some(pgid)
-    })
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // Fields after "(comm) ": state ppid pgrp ...
+            let (_, rest) = stat.rsplit_once(") ")?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let live = fields.first() != Some(&"Z");
+            (live && fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)).then_some(pid)
+        })
+        .collect()
 }
