@@ -33,6 +33,16 @@ pub enum AttachmentError {
     /// The directory could not be read or written.
     #[error("attachment store: {0}")]
     Io(#[from] std::io::Error),
+    /// The bytes start like the declared image type but their header does not parse as
+    /// one (checked by the `image` crate's decoder for that type), or gives a width or
+    /// height of 0.
+    #[error("the content is not a valid {declared} image: {reason}")]
+    InvalidImage {
+        /// The declared media type.
+        declared: String,
+        /// What is wrong, e.g. `its header does not parse (…)`.
+        reason: String,
+    },
 }
 
 fn content_mismatch(declared: &str, detected: Option<&str>) -> String {
@@ -61,6 +71,26 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
         Some("image/webp")
     } else {
         None
+    }
+}
+
+/// Width and height in pixels of `bytes` as an image of `media_type` (one of
+/// [`IMAGE_MEDIA_TYPES`]), read from its header by the `image` crate's decoder for that
+/// format (PNG: the IHDR chunk with its CRC; JPEG: the markers up to the frame header;
+/// GIF: the header up to the first image descriptor; WebP: the RIFF chunks). Only the
+/// header is read, not the pixel data.
+///
+/// # Errors
+/// Why the bytes are not such an image: the header does not parse, or the width or
+/// height is 0.
+pub fn image_dimensions(bytes: &[u8], media_type: &str) -> Result<(u32, u32), String> {
+    let format = image::ImageFormat::from_mime_type(media_type)
+        .ok_or_else(|| format!("{media_type} is not an image type"))?;
+    let reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
+    match reader.into_dimensions() {
+        Ok((width, height)) if width > 0 && height > 0 => Ok((width, height)),
+        Ok((width, height)) => Err(format!("it has no pixels ({width}×{height})")),
+        Err(e) => Err(format!("its header does not parse ({e})")),
     }
 }
 
@@ -95,11 +125,13 @@ impl AttachmentStore {
 
     /// Stores the image `bytes` under a fresh UUIDv7 id and returns the id. The media
     /// type (case-insensitive) must be one of [`IMAGE_MEDIA_TYPES`] and the bytes an
-    /// image of that type ([`sniff_image`]); it is stored lower-case.
+    /// image of that type ([`sniff_image`]) whose header parses with real dimensions
+    /// ([`image_dimensions`]); it is stored lower-case.
     ///
     /// # Errors
     /// [`AttachmentError::InvalidMediaType`], [`AttachmentError::UnsupportedMediaType`],
-    /// [`AttachmentError::ContentMismatch`], [`AttachmentError::Io`].
+    /// [`AttachmentError::ContentMismatch`], [`AttachmentError::InvalidImage`],
+    /// [`AttachmentError::Io`].
     pub fn put(&self, bytes: &[u8], media_type: &str) -> Result<String, AttachmentError> {
         let media_type = media_type.trim();
         if media_type.is_empty()
@@ -117,6 +149,12 @@ impl AttachmentStore {
             return Err(AttachmentError::ContentMismatch {
                 declared: media_type,
                 detected,
+            });
+        }
+        if let Err(reason) = image_dimensions(bytes, &media_type) {
+            return Err(AttachmentError::InvalidImage {
+                declared: media_type,
+                reason,
             });
         }
         std::fs::create_dir_all(&self.dir)?;
@@ -190,11 +228,23 @@ mod tests {
     use super::*;
     use foya_protocol::{AttachmentRef, Input};
 
+    /// A 1×1 grey PNG (68 bytes; every chunk's CRC valid).
+    const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x04\0\0\0\xb5\x1c\x0c\x02\0\0\0\x0bIDATx\xdacd`\0\0\0\x06\0\x020\x81\xd0/\0\0\0\0IEND\xaeB`\x82";
+
+    /// A 3×2 image encoded as `format` by the `image` crate.
+    fn encoded(format: image::ImageFormat) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        image::DynamicImage::new_rgb8(3, 2)
+            .write_to(&mut std::io::Cursor::new(&mut bytes), format)
+            .unwrap();
+        bytes
+    }
+
     #[test]
     fn put_get_and_resolve_into_a_request() {
         let dir = tempfile::tempdir().unwrap();
         let store = AttachmentStore::new(dir.path().join("attachments"));
-        let png = b"\x89PNG\r\n\x1a\n";
+        let png = PNG_1X1;
         let id = store.put(png, "IMAGE/PNG").unwrap();
         assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
         assert_eq!(
@@ -237,7 +287,7 @@ mod tests {
             id,
             ImageData {
                 media_type: "image/png".into(),
-                base64: "iVBORw0KGgo=".into(),
+                base64: "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=".into(),
             },
         );
         assert_eq!(out.images, expected);
@@ -248,17 +298,34 @@ mod tests {
     fn only_images_of_the_declared_type_are_stored() {
         let dir = tempfile::tempdir().unwrap();
         let store = AttachmentStore::new(dir.path().join("attachments"));
-        let images: [(&[u8], &str); 5] = [
-            (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "image/png"),
-            (b"\xff\xd8\xff\xe0\0\x10JFIF", "image/jpeg"),
-            (b"GIF87a\x01\0", "image/gif"),
-            (b"GIF89a\x01\0", "image/gif"),
-            (b"RIFF\x24\0\0\0WEBPVP8 ", "image/webp"),
+        use image::ImageFormat;
+        let images = [
+            (PNG_1X1.to_vec(), "image/png"),
+            (encoded(ImageFormat::Png), "image/png"),
+            (encoded(ImageFormat::Jpeg), "image/jpeg"),
+            (encoded(ImageFormat::Gif), "image/gif"),
+            (encoded(ImageFormat::WebP), "image/webp"),
         ];
-        for (bytes, media_type) in images {
-            assert_eq!(sniff_image(bytes), Some(media_type));
+        for (bytes, media_type) in &images {
+            assert_eq!(sniff_image(bytes), Some(*media_type));
             let id = store.put(bytes, media_type).unwrap();
-            assert_eq!(store.get(&id).unwrap().unwrap().bytes, bytes);
+            assert_eq!(&store.get(&id).unwrap().unwrap().bytes, bytes);
+        }
+        assert_eq!(image_dimensions(PNG_1X1, "image/png"), Ok((1, 1)));
+        for (bytes, media_type) in &images[1..] {
+            assert_eq!(
+                image_dimensions(bytes, media_type),
+                Ok((3, 2)),
+                "{media_type}"
+            );
+        }
+        for (bytes, _) in [
+            (&b"GIF87a\x01\0"[..], "image/gif"),
+            (b"GIF89a\x01\0", "image/gif"),
+            (b"\xff\xd8\xff\xe0\0\x10JFIF", "image/jpeg"),
+            (b"RIFF\x24\0\0\0WEBPVP8 ", "image/webp"),
+        ] {
+            assert!(sniff_image(bytes).is_some(), "{bytes:?}");
         }
         for bytes in [&b"hello"[..], b"\x89PNG", b"RIFF\x24\0\0\0WAVEfmt ", b""] {
             assert_eq!(sniff_image(bytes), None, "{bytes:?}");
@@ -285,5 +352,64 @@ mod tests {
             std::fs::read_dir(store.dir()).unwrap().count(),
             2 * images.len()
         );
+    }
+
+    #[test]
+    fn a_valid_signature_followed_by_garbage_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AttachmentStore::new(dir.path().join("attachments"));
+        let garbage: Vec<u8> = (0..200u8).map(|i| i.wrapping_mul(37) | 1).collect();
+        let signatures: [(&[u8], &str); 4] = [
+            (b"\x89PNG\r\n\x1a\n", "image/png"),
+            (b"\xff\xd8\xff\xe0", "image/jpeg"),
+            (b"GIF89a", "image/gif"),
+            (b"RIFF\x24\0\0\0WEBP", "image/webp"),
+        ];
+        for (signature, media_type) in signatures {
+            for tail in [&b""[..], b"fake", &garbage] {
+                let bytes = [signature, tail].concat();
+                let error = store.put(&bytes, media_type).unwrap_err();
+                let AttachmentError::InvalidImage { declared, reason } = &error else {
+                    panic!("{media_type} + {} bytes: {error:?}", tail.len());
+                };
+                assert_eq!(declared, media_type);
+                assert!(
+                    reason.starts_with("its header does not parse ("),
+                    "{reason}"
+                );
+                assert_eq!(
+                    error.to_string(),
+                    format!("the content is not a valid {media_type} image: {reason}")
+                );
+            }
+        }
+        // A PNG whose IHDR says 0×0 (CRC fixed up) has no pixels.
+        let mut ihdr = b"IHDR\0\0\0\0\0\0\0\0\x08\x04\0\0\0".to_vec();
+        let crc = crc32(&ihdr);
+        ihdr.extend_from_slice(&crc.to_be_bytes());
+        let empty = [&b"\x89PNG\r\n\x1a\n\0\0\0\r"[..], &ihdr, &PNG_1X1[33..]].concat();
+        let error = store.put(&empty, "image/png").unwrap_err();
+        assert!(
+            matches!(&error, AttachmentError::InvalidImage { .. }),
+            "{error:?}"
+        );
+        // Nothing refused was written.
+        assert!(!store.dir().exists());
+    }
+
+    /// CRC-32 (ISO-HDLC, as PNG chunks use it).
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
     }
 }

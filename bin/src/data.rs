@@ -141,10 +141,44 @@ fn in_use(dir: &Path) -> anyhow::Error {
 /// # Errors
 /// The store exists but cannot be opened.
 pub(crate) fn open_existing_store(dir: &Path) -> anyhow::Result<Option<Store>> {
+    open_existing_store_with(dir, Durability::Immediate)
+}
+
+/// [`open_existing_store`] with this commit durability.
+///
+/// # Errors
+/// The store exists but cannot be opened.
+pub(crate) fn open_existing_store_with(
+    dir: &Path,
+    durability: Durability,
+) -> anyhow::Result<Option<Store>> {
     if !dir.join(STORE_FILE).is_file() {
         return Ok(None);
     }
-    open_store(dir).map(Some)
+    open_store_with(dir, durability).map(Some)
+}
+
+/// Opens the store of a data directory for work on the stored session `id`: `Ok(None)`,
+/// creating nothing, after saying on stderr why there is no such session (`foya: no
+/// session ID: data directory D does not exist`, `…: no sessions are stored in D`, or
+/// just `foya: no session ID` when the store holds others).
+///
+/// # Errors
+/// The store exists but cannot be opened or read.
+pub(crate) fn open_for_session(
+    dir: &Path,
+    id: foya_protocol::SessionId,
+    durability: Durability,
+) -> anyhow::Result<Option<Store>> {
+    let Some(store) = open_existing_store_with(dir, durability)? else {
+        eprintln!("foya: no session {id}: {}", missing_store(dir));
+        return Ok(None);
+    };
+    if store.session(id)?.is_none() {
+        eprintln!("foya: no session {id}");
+        return Ok(None);
+    }
+    Ok(Some(store))
 }
 
 /// Why a data directory has no store: `data directory D does not exist` or `no sessions

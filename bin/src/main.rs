@@ -12,6 +12,7 @@ mod run;
 mod serve;
 mod sessions;
 mod setup;
+mod signals;
 mod sim_server;
 mod values;
 

@@ -3,10 +3,9 @@
 //! persisted) and exits 130, 143 or 129; a second signal exits at once. When the reader of
 //! stdout goes away (`BrokenPipe`), the turn is cancelled the same way and the exit is 0.
 
-use crate::cli::{
-    EXIT_CANCELLED, EXIT_FAILED, EXIT_HANGUP, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE, RunArgs,
-};
+use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
 use crate::render::Renderer;
+use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions};
 use foya_protocol::{
@@ -14,7 +13,6 @@ use foya_protocol::{
     SessionId, SessionUpdate, TurnStatus,
 };
 use std::io::IsTerminal as _;
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
     match run_inner(args).await {
@@ -44,19 +42,29 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
             "the prompt is empty: give the text of the request"
         )));
     }
-    // Installed first, so a SIGTERM or SIGHUP from now on cancels instead of killing the
-    // process.
-    let terminate = signal(SignalKind::terminate())
-        .context("cannot install the SIGTERM handler")
-        .map_err(Failure::Runtime)?;
-    let hangup = signal(SignalKind::hangup())
-        .context("cannot install the SIGHUP handler")
-        .map_err(Failure::Runtime)?;
+    // Installed first, so a Ctrl-C, SIGTERM or SIGHUP from now on cancels instead of
+    // killing the process.
+    let signals = Signals::install().map_err(Failure::Runtime)?;
     let cwd = crate::setup::working_dir(args.cwd.as_deref()).map_err(Failure::Usage)?;
     let (model, model_name) =
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
-    let store = crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?;
+    // `--session ID` works on a stored session: without it (or without a store at all)
+    // this says so and exits 1, creating nothing.
+    let store = match &args.session {
+        Some(id) => {
+            let id: SessionId = id
+                .parse()
+                .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
+            match crate::data::open_for_session(&dir, id, args.durability)
+                .map_err(Failure::Runtime)?
+            {
+                Some(store) => store,
+                None => return Ok(EXIT_FAILED),
+            }
+        }
+        None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
+    };
 
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
@@ -64,7 +72,6 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         .await
         .context("cannot start the runtime")
         .map_err(Failure::Runtime)?;
-    let signals = Signals { terminate, hangup };
     let outcome = drive(&runtime, &store, &args, cwd, model_name, prompt, signals).await;
     match outcome {
         // A second signal: leave at once, without waiting for the cancel to finish.
@@ -81,12 +88,6 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
             Err(e)
         }
     }
-}
-
-/// The signals `foya run` handles besides Ctrl-C.
-struct Signals {
-    terminate: Signal,
-    hangup: Signal,
 }
 
 /// How the wait for the turn ended, with the exit status.
@@ -169,26 +170,10 @@ fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow
 /// What ended the wait for the turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
-    /// Ctrl-C (SIGINT).
-    Interrupt,
-    /// SIGTERM.
-    Terminate,
-    /// SIGHUP (the terminal went away).
-    Hangup,
+    /// Ctrl-C, SIGTERM or SIGHUP.
+    Signal(Signalled),
     /// Stdout was closed by its reader (`BrokenPipe`).
     StdoutClosed,
-}
-
-impl Stop {
-    /// Exit status once the turn ended after this stop.
-    fn exit_code(self) -> u8 {
-        match self {
-            Stop::Interrupt => EXIT_CANCELLED,
-            Stop::Terminate => EXIT_TERMINATED,
-            Stop::Hangup => EXIT_HANGUP,
-            Stop::StdoutClosed => EXIT_OK,
-        }
-    }
 }
 
 async fn drive(
@@ -228,9 +213,7 @@ async fn drive(
     let mut stop: Option<Stop> = None;
     loop {
         let signalled = tokio::select! {
-            _ = tokio::signal::ctrl_c() => Some(Stop::Interrupt),
-            _ = signals.terminate.recv() => Some(Stop::Terminate),
-            _ = signals.hangup.recv() => Some(Stop::Hangup),
+            signal = signals.recv() => Some(signal),
             update = updates.recv() => {
                 let Some(update) = update else {
                     eprintln!("foya: the session closed before the turn ended");
@@ -262,10 +245,11 @@ async fn drive(
                     EventKind::TurnComplete { status, .. } if run_id.is_some() && event.run_id == run_id => {
                         let _ = renderer.end_line();
                         match stop {
-                            Some(stop @ (Stop::Terminate | Stop::Hangup | Stop::StdoutClosed)) => {
-                                return Ok(Ended(stop.exit_code()));
+                            Some(Stop::Signal(signal @ (Signalled::Terminate | Signalled::Hangup))) => {
+                                return Ok(Ended(signal.exit_code()));
                             }
-                            Some(Stop::Interrupt) | None => {}
+                            Some(Stop::StdoutClosed) => return Ok(Ended(EXIT_OK)),
+                            Some(Stop::Signal(Signalled::Interrupt)) | None => {}
                         }
                         return Ok(Ended(match status {
                             TurnStatus::Completed => EXIT_OK,
@@ -283,20 +267,13 @@ async fn drive(
             }
         };
         let Some(signal) = signalled else { continue };
-        if matches!(stop, Some(Stop::Interrupt | Stop::Terminate | Stop::Hangup)) {
+        if matches!(stop, Some(Stop::Signal(_))) {
             let _ = renderer.end_line();
             return Ok(Forced(signal.exit_code()));
         }
-        stop = Some(signal);
+        stop = Some(Stop::Signal(signal));
         let _ = renderer.end_line();
-        eprintln!(
-            "\ncancelling… ({} again to quit now)",
-            match signal {
-                Stop::Terminate => "SIGTERM",
-                Stop::Hangup => "SIGHUP",
-                Stop::Interrupt | Stop::StdoutClosed => "Ctrl-C",
-            }
-        );
+        eprintln!("\n{}", signal.cancelling());
         let _ = session.cancel().await;
     }
 }

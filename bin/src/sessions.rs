@@ -4,6 +4,7 @@
 
 use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
 use foya_protocol::{EventKind, Seq, SessionId};
+use foya_storage::Durability;
 use std::io::Write as _;
 
 pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
@@ -164,7 +165,10 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
 async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<u8> {
     use foya_actors::provider::scripted::ScriptedClient;
     use foya_actors::runtime::{Runtime, RuntimeConfig, RuntimeError};
-    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
+        return Ok(EXIT_FAILED);
+    };
     match store.session(id)? {
         None => {
             eprintln!("foya: no session {id}");
@@ -206,7 +210,10 @@ async fn set_title(
         eprintln!("foya: the title is empty");
         return Ok(EXIT_USAGE);
     }
-    let store = crate::data::open_store(&crate::data::data_dir(dir)?)?;
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
+        return Ok(EXIT_FAILED);
+    };
     let Some(last) = store.last_seq(id)? else {
         eprintln!("foya: no session {id}");
         return Ok(EXIT_FAILED);

@@ -2,8 +2,11 @@
 //! and SIGHUP cancel the turn cleanly (exit 143 / 129, `turn_complete{cancelled}`
 //! persisted, the tool's process stopped); a stdout whose reader is gone ends `foya run` and `foya sessions`
 //! with exit 0 and no panic; a session resumed after a SIGKILL names the recovered tool
-//! and does not report the earlier turn's failure as this run's error. Synchronisation
-//! is only by reacting to the child's output lines, under one global timeout.
+//! and does not report the earlier turn's failure as this run's error. `foya chat`
+//! handles them too: SIGTERM cancels its running turn (the log ends with
+//! `turn_complete{cancelled}`, the tool's process is gone) and exits 143, SIGHUP the
+//! same with 129. Synchronisation is only by reacting to the child's output lines
+//! (or a FIFO the tool writes), under one global timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
@@ -321,4 +324,143 @@ fn a_session_resumed_after_a_crash_names_the_recovered_tool_without_a_spurious_e
         .map(|e| e["status"].as_str().unwrap())
         .collect();
     assert_eq!(completions, ["failed", "completed"], "{:?}", types(&log));
+}
+
+/// `foya chat --provider scripted --approval bypass` on the dirs, stdin a pipe kept
+/// open (so the chat never reaches the end of its input); stdout lines and the whole
+/// stderr come back on channels.
+fn spawn_chat(
+    dirs: &Dirs,
+    script: &Path,
+) -> (
+    Child,
+    std::process::ChildStdin,
+    mpsc::Receiver<String>,
+    mpsc::Receiver<String>,
+) {
+    let mut child = foya()
+        .args(["chat", "--provider", "scripted", "--approval", "bypass"])
+        .arg("--script")
+        .arg(script)
+        .arg("--data-dir")
+        .arg(&dirs.data)
+        .arg("--cwd")
+        .arg(&dirs.work)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (etx, err) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        let _ = etx.send(text);
+    });
+    (child, stdin, lines, err)
+}
+
+/// The only session of the dirs' data dir.
+fn only_session(dirs: &Dirs) -> String {
+    let list = foya()
+        .args(["sessions", "list", "--json"])
+        .arg("--data-dir")
+        .arg(&dirs.data)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&list.stdout).unwrap();
+    listed["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn sigterm_cancels_the_running_chat_turn_and_exits_143() {
+    chat_signal_cancels_the_turn(nix::sys::signal::Signal::SIGTERM, 143, "SIGTERM again");
+}
+
+#[test]
+fn sighup_cancels_the_running_chat_turn_and_exits_129() {
+    chat_signal_cancels_the_turn(nix::sys::signal::Signal::SIGHUP, 129, "SIGHUP again");
+}
+
+/// `signal` while a `foya chat` turn's tool runs: the turn is cancelled cleanly (the
+/// log ends with the call's cancelled result and `turn_complete{cancelled}`, the tool's
+/// processes are gone) and the chat exits with `code`, having said `hint` on stderr.
+fn chat_signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hint: &str) {
+    use std::io::Write as _;
+    let dirs = dirs();
+    let mark = marker(&format!("chat-{}", signal.as_str()));
+    // The tool's shell (argv[0] the marker) writes `ready` into a FIFO, then sleeps as
+    // its child (`; :` keeps bash from exec-ing sleep), so the marked process runs once
+    // the test has read `ready`.
+    let fifo = dirs.root.join("ready.fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let command = format!(
+        "exec -a {mark} bash -c 'echo ready > {}; sleep 100; :'",
+        fifo.display()
+    );
+    let call = json!({"tool_calls": [{"id": "call_sleep", "name": "shell", "arguments": {"command": command}}]});
+    let script = script(&dirs, "s.json", &[call, json!({"text": "never"})]);
+    foya_tests::foya_bin(); // built before the clock starts
+    let deadline = Instant::now() + TIMEOUT;
+    let (child, mut stdin, _lines, stderr) = spawn_chat(&dirs, &script);
+    let (ready_tx, ready) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = ready_tx.send(std::fs::read_to_string(fifo).unwrap());
+    });
+    writeln!(stdin, "wait").unwrap();
+    let said = ready
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("the tool started");
+    assert_eq!(said, "ready\n");
+    assert!(!processes_with(&mark).is_empty(), "the tool runs");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, signal).unwrap();
+    let status = wait(child, deadline);
+    let stderr = stderr.recv_timeout(TIMEOUT).unwrap();
+    assert_eq!(status.code(), Some(code), "stderr: {stderr}");
+    assert!(
+        stderr.contains(&format!("cancelling… ({hint} to quit now)")),
+        "{stderr}"
+    );
+    drop(stdin);
+
+    let log = show(&dirs, &only_session(&dirs));
+    let last = log.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["status"]),
+        (&json!("turn_complete"), &json!("cancelled")),
+        "{:?}",
+        types(&log)
+    );
+    assert_eq!(
+        log.iter().filter(|e| e["type"] == "turn_complete").count(),
+        1,
+        "{:?}",
+        types(&log)
+    );
+    let results: Vec<(&Value, &Value)> = log
+        .iter()
+        .filter(|e| e["type"] == "tool_message")
+        .map(|e| (&e["tool_call_id"], &e["is_error"]))
+        .collect();
+    assert_eq!(results, [(&json!("call_sleep"), &json!(true))]);
+    // The tool's processes did not outlive the cancel.
+    assert_eq!(processes_with(&mark), Vec::<u32>::new());
 }

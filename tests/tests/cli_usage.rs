@@ -4,7 +4,9 @@
 //! clear message; a model request retried after part of its text streamed prints the
 //! answer once (what the log says) and marks the retry on stderr. Bad arguments
 //! (`--cwd` a file, `--base-url` not a URL, loadtest values) exit 2 before anything is
-//! created; `sessions list` on a missing data dir creates nothing.
+//! created; `sessions list` on a missing data dir creates nothing, and `sessions
+//! delete|title`, `run --session` and `chat --session` on a session that is not stored
+//! say so and exit 1, creating nothing either.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin::foya;
@@ -283,4 +285,70 @@ async fn a_retried_request_prints_its_answer_once_and_marks_the_retry() {
         "[retrying: stream_interrupted, attempt 2/4]"
     );
     assert!(retry_lines[1].starts_with("↻ retrying in "), "{stderr}");
+}
+
+#[test]
+fn commands_on_a_session_that_is_not_stored_exit_1_and_create_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = write_script(
+        tmp.path(),
+        &[json!({"text": "hi"}), json!({"text": "again"})],
+    );
+    let data = tmp.path().join("data");
+    let id = "01930000-0000-7000-8000-0000000000ab";
+    let scripted = [
+        "--provider",
+        "scripted",
+        "--script",
+        &script,
+        "--approval",
+        "bypass",
+    ];
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["sessions", "delete", id],
+        vec!["sessions", "title", id, "A title"],
+        [&["run", "--session", id], &scripted[..], &["hello"]].concat(),
+        [&["chat", "--session", id], &scripted[..]].concat(),
+    ];
+    let each = |why: &str| {
+        for args in &commands {
+            let out = foya()
+                .args(args)
+                .arg("--data-dir")
+                .arg(&data)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(
+                (
+                    out.status.code(),
+                    String::from_utf8(out.stdout).unwrap(),
+                    String::from_utf8(out.stderr).unwrap()
+                ),
+                (
+                    Some(1),
+                    String::new(),
+                    format!("foya: no session {id}{why}\n")
+                ),
+                "{args:?}"
+            );
+        }
+    };
+    // No data dir: none is created.
+    each(&format!(
+        ": data directory {} does not exist",
+        data.display()
+    ));
+    assert!(!data.exists());
+    // A data dir without a store: nothing is created in it.
+    std::fs::create_dir(&data).unwrap();
+    each(&format!(": no sessions are stored in {}", data.display()));
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+    // A store holding another session: that one is left as it was.
+    let out = run(&data, &[&scripted[..], &["first"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let sessions = session_ids(&data);
+    assert_eq!(sessions.len(), 1);
+    each("");
+    assert_eq!(session_ids(&data), sessions);
 }

@@ -6,8 +6,9 @@
 //! attachment reaches the model as a data URL; 401/404/409/400 errors; every response
 //! body is validated against the served OpenAPI document, and every documented
 //! operation is routed; SIGTERM shuts the server down gracefully (exit 0). Bad input is
-//! refused early with a JSON error: uploads that are not images of their declared type,
-//! a wrong method (405), images for a profile without vision (the session stays usable).
+//! refused early with a JSON error: uploads that are not images of their declared type
+//! (also a valid signature followed by garbage), a body over the limit (413), a wrong
+//! method (405), images for a profile without vision (the session stays usable).
 //! SIGTERM while a shell tool runs cancels the turn (its process killed, the cancelled
 //! result and `turn_complete{cancelled}` sent to the open event stream and persisted)
 //! before the server exits 0; `foya sessions list` on the served data dir fails (exit 1)
@@ -26,6 +27,11 @@ use std::time::Duration;
 use tokio::io::AsyncBufReadExt as _;
 
 const TOKEN: &str = "s3cret-token";
+
+/// A 1×1 grey PNG (68 bytes, every chunk's CRC valid); base64 [`PNG_1X1_BASE64`].
+const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x04\0\0\0\xb5\x1c\x0c\x02\0\0\0\x0bIDATx\xdacd`\0\0\0\x06\0\x020\x81\xd0/\0\0\0\0IEND\xaeB`\x82";
+const PNG_1X1_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
 
 /// The running server and what the test needs to talk to it.
 struct Server {
@@ -335,7 +341,7 @@ async fn scenario() {
     assert_eq!(summary["last_seq"], json!(n));
 
     // An image attachment reaches the model as a data URL.
-    let png = b"\x89PNG\r\n\x1a\nfake";
+    let png = PNG_1X1;
     let attachment = s
         .call(
             s.req(reqwest::Method::POST, "/attachments")
@@ -369,7 +375,7 @@ async fn scenario() {
         user["content"],
         json!([
             {"type": "text", "text": "what is this?"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgpmYWtl"}},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG_1X1_BASE64}")}},
         ])
     );
 
@@ -546,10 +552,31 @@ async fn refusals() {
             "the content is not an image (declared image/png)".to_owned()
         )
     );
-    let png = b"\x89PNG\r\n\x1a\nfake";
+    // A PNG signature followed by anything but a PNG header is not an image.
+    for tail in [&b"fake"[..], &[b'A'; 64]] {
+        let bytes = [&PNG_1X1[..8], tail].concat();
+        let (code, message) = error(upload("image/png", &bytes), StatusCode::BAD_REQUEST).await;
+        assert_eq!(code, "invalid_image");
+        assert!(
+            message.starts_with(
+                "the content is not a valid image/png image: its header does not parse ("
+            ),
+            "{message}"
+        );
+    }
+    // A body over the 32 MiB limit: 413 with the same JSON error body.
+    let mut big = PNG_1X1.to_vec();
+    big.resize(32 * 1024 * 1024 + 1, 0);
+    assert_eq!(
+        error(upload("image/png", &big), StatusCode::PAYLOAD_TOO_LARGE).await,
+        (
+            "payload_too_large".to_owned(),
+            "the request body is larger than the limit of 33554432 bytes (32 MiB)".to_owned()
+        )
+    );
     let attachment = s
         .call(
-            upload("image/png", png),
+            upload("image/png", PNG_1X1),
             StatusCode::CREATED,
             Some("Attachment"),
         )

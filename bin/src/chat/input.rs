@@ -22,6 +22,8 @@ pub(crate) enum Prompted {
     Interrupted,
     /// Ctrl-D, or the terminal went away.
     Eof,
+    /// A signal arrived while waiting for the line.
+    Signal(crate::signals::Signalled),
 }
 
 /// The line editor, moved to a blocking thread for each prompt.

@@ -3,6 +3,9 @@
 //! preview (rendering is `render.rs`); approval prompts; Ctrl-C cancels the turn (a
 //! second one exits); lines typed while a turn runs are queued; slash commands
 //! `/compact`, `/title`, `/cancel`, `/sessions`, `/exit`; `--session ID` resumes.
+//! SIGTERM or SIGHUP stops the chat gracefully (`turn.rs`): a running turn is cancelled
+//! (its `turn_complete{cancelled}` committed, queued inputs kept for the next resume)
+//! and the exit status is 143 or 129, also when idle; a second signal quits at once.
 //!
 //! When stdin is not a terminal (`printf 'a\nb\n' | foya chat`), every line is an
 //! input (or a command), submitted in order as it is read by one reader for the whole
@@ -14,6 +17,7 @@ mod input;
 mod turn;
 
 use crate::cli::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_actors::{SessionHandle, Subscription};
@@ -22,6 +26,12 @@ use input::{Editor, Prompted};
 use std::io::IsTerminal as _;
 
 pub(crate) async fn chat(args: ChatArgs) -> u8 {
+    // Installed first, so a SIGTERM or SIGHUP from now on stops the chat gracefully
+    // instead of killing the process.
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => return failed(&e),
+    };
     let cwd = match crate::setup::working_dir(args.cwd.as_deref()) {
         Ok(cwd) => cwd,
         Err(e) => return usage(&e),
@@ -34,8 +44,18 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(d) => d,
         Err(e) => return usage(&e),
     };
-    let store = match crate::data::open_store(&dir) {
-        Ok(s) => s,
+    // `--session ID` resumes a stored session: without it (or without a store at all)
+    // this says so and exits 1, creating nothing.
+    let opened = match &args.session {
+        Some(id) => match id.parse::<SessionId>() {
+            Ok(id) => crate::data::open_for_session(&dir, id, foya_storage::Durability::Immediate),
+            Err(e) => return usage(&anyhow::anyhow!("{e}")),
+        },
+        None => crate::data::open_store(&dir).map(Some),
+    };
+    let store = match opened {
+        Ok(Some(s)) => s,
+        Ok(None) => return EXIT_FAILED,
         Err(e) => return failed(&e),
     };
     let mut config = RuntimeConfig::new(store.clone(), model);
@@ -47,24 +67,31 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(r) => r,
         Err(e) => return failed(&anyhow::anyhow!("cannot start the runtime: {e}")),
     };
-    let code = match open(&runtime, &store, &args, cwd, model_name).await {
+    let (code, forced) = match open(&runtime, &store, &args, cwd, model_name).await {
         Ok((session, updates)) => {
             let approver = approver(&args);
             // Piped stdin: one reader for the whole chat, never stopped between turns.
             let piped = (!std::io::stdin().is_terminal()).then(input::TurnReader::start);
-            Chat {
+            let mut chat = Chat {
                 runtime: &runtime,
                 session,
                 updates,
                 approver,
                 piped,
-            }
-            .run()
-            .await
+                signals,
+                forced: false,
+            };
+            let code = chat.run().await;
+            (code, chat.forced)
         }
-        Err(e) => failed(&e),
+        Err(e) => (failed(&e), false),
     };
-    runtime.shutdown().await;
+    if forced {
+        // A second signal: leave at once, without waiting for a cancel to finish.
+        runtime.shutdown_within(std::time::Duration::ZERO).await;
+    } else {
+        runtime.shutdown().await;
+    }
     code
 }
 
@@ -140,6 +167,10 @@ struct Chat<'a> {
     approver: bool,
     /// The line reader when stdin is not a terminal (taken while a turn is followed).
     piped: Option<input::TurnReader>,
+    /// Ctrl-C, SIGTERM and SIGHUP, installed for the whole chat.
+    signals: Signals,
+    /// A second signal asked to quit at once (the runtime is not given time to drain).
+    forced: bool,
 }
 
 /// What a slash command asks the loop to do.
@@ -153,7 +184,7 @@ enum Action {
 }
 
 impl Chat<'_> {
-    async fn run(mut self) -> u8 {
+    async fn run(&mut self) -> u8 {
         let code = self.run_lines().await;
         if let Some(reader) = self.piped.take() {
             reader.stop().await;
@@ -165,16 +196,22 @@ impl Chat<'_> {
     /// first use).
     async fn read(&mut self, editor: &mut Option<Editor>) -> anyhow::Result<Prompted> {
         if let Some(reader) = self.piped.as_mut() {
-            return Ok(match reader.lines.recv().await {
-                Some(Some(line)) => Prompted::Line(line),
-                Some(None) | None => Prompted::Eof,
+            return Ok(tokio::select! {
+                signal = self.signals.recv() => Prompted::Signal(signal),
+                line = reader.lines.recv() => match line {
+                    Some(Some(line)) => Prompted::Line(line),
+                    Some(None) | None => Prompted::Eof,
+                },
             });
         }
         let editor = match editor {
             Some(editor) => editor,
             None => editor.insert(Editor::new()?),
         };
-        Ok(editor.read().await)
+        Ok(tokio::select! {
+            signal = self.signals.recv() => Prompted::Signal(signal),
+            prompted = editor.read() => prompted,
+        })
     }
 
     async fn run_lines(&mut self) -> u8 {
@@ -187,8 +224,14 @@ impl Chat<'_> {
             };
             let line = match prompted {
                 Prompted::Line(line) => line,
-                Prompted::Interrupted if interrupted => return EXIT_OK,
-                Prompted::Interrupted => {
+                // No turn runs: SIGTERM or SIGHUP leaves with its status.
+                Prompted::Signal(signal @ (Signalled::Terminate | Signalled::Hangup)) => {
+                    return signal.exit_code();
+                }
+                Prompted::Interrupted | Prompted::Signal(Signalled::Interrupt) if interrupted => {
+                    return EXIT_OK;
+                }
+                Prompted::Interrupted | Prompted::Signal(Signalled::Interrupt) => {
                     interrupted = true;
                     eprintln!(
                         "{}",

@@ -1,20 +1,24 @@
 //! Following turns in `foya chat`: renders updates until every input submitted from the
 //! prompt (and those typed meanwhile, which queue) has finished; answers approvals from
 //! typed lines; Ctrl-C (SIGINT, the terminal is in cooked mode here) cancels the running
-//! turn, a second one exits.
+//! turn, a second one exits. SIGTERM or SIGHUP drains the runtime (as `foya serve` does
+//! on them): the running turn is cancelled through the normal cancel path and its
+//! `turn_complete{cancelled}` committed, queued inputs stay queued for the next resume;
+//! then the chat exits 143 or 129. Another signal meanwhile quits at once.
 
 use super::input::TurnReader;
 use super::{Action, Chat};
 use crate::cli::{EXIT_CANCELLED, EXIT_OK};
 use crate::render::Renderer;
+use crate::signals::Signalled;
 use foya_actors::SubscribeOptions;
+use foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE;
 use foya_protocol::event::Notice;
 use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, SessionUpdate,
     TurnStatus,
 };
 use std::collections::{HashMap, HashSet};
-use tokio::signal::unix::{SignalKind, signal};
 
 /// Submits `input` and follows it (and whatever is queued behind it) to the end.
 /// `Ok(Some(code))` asks the caller to exit with `code`.
@@ -22,7 +26,6 @@ use tokio::signal::unix::{SignalKind, signal};
 /// # Errors
 /// The session refused the input or its subscription closed.
 pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<Option<u8>> {
-    let mut sigint = signal(SignalKind::interrupt())?;
     let first = chat.session.submit_with_id(InputId::new(), input).await?;
     let mut state = Follow {
         pending: HashSet::from([first]),
@@ -34,22 +37,42 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
     let is_piped = piped.is_some();
     let mut reader = piped.unwrap_or_else(TurnReader::start);
     let mut reader_open = true;
+    // SIGTERM or SIGHUP: the runtime drains (polled only once one arrived).
+    let runtime = chat.runtime;
+    let drain = runtime.drain(DEFAULT_SHUTDOWN_GRACE);
+    tokio::pin!(drain);
+    let mut terminated: Option<Signalled> = None;
     let result = loop {
-        if state.pending.is_empty() {
+        if state.pending.is_empty() && terminated.is_none() {
             break Ok(None);
         }
         tokio::select! {
-            _ = sigint.recv() => {
-                state.interrupts += 1;
+            signal = chat.signals.recv() => {
                 let _ = state.renderer.end_line();
-                if state.interrupts > 1 {
-                    let _ = chat.session.cancel().await;
-                    break Ok(Some(EXIT_CANCELLED));
+                if terminated.is_some() {
+                    chat.forced = true;
+                    break Ok(Some(signal.exit_code()));
                 }
-                eprintln!("{}", crate::render::dim("cancelling… (Ctrl-C again to quit)"));
-                let _ = chat.session.cancel().await;
+                match signal {
+                    Signalled::Interrupt => {
+                        state.interrupts += 1;
+                        if state.interrupts > 1 {
+                            let _ = chat.session.cancel().await;
+                            break Ok(Some(EXIT_CANCELLED));
+                        }
+                        eprintln!("{}", crate::render::dim("cancelling… (Ctrl-C again to quit)"));
+                        let _ = chat.session.cancel().await;
+                    }
+                    Signalled::Terminate | Signalled::Hangup => {
+                        eprintln!("{}", crate::render::dim(&signal.cancelling()));
+                        terminated = Some(signal);
+                    }
+                }
             }
-            line = reader.lines.recv(), if reader_open => match line {
+            _ = &mut drain, if terminated.is_some() => {
+                break Ok(terminated.map(Signalled::exit_code));
+            }
+            line = reader.lines.recv(), if reader_open && terminated.is_none() => match line {
                 Some(Some(line)) => {
                     if let Some(code) = state.typed(chat, line).await {
                         break Ok(Some(code));

@@ -1,6 +1,7 @@
 //! The service's error body `{"error": {"code", "message"}}` and the mapping of runtime
 //! errors to HTTP statuses (404 unknown session or approval, 409 deleted session, 400 bad
-//! input, 401 missing token, 500 otherwise).
+//! input, 401 missing token, 413 a body over the limit, 500 otherwise). Rejections of
+//! axum's extractors get the same body instead of axum's plain text.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -63,9 +64,35 @@ impl From<RuntimeError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// An extractor's rejection: 413 `payload_too_large` for a body over
+    /// [`super::MAX_BODY_BYTES`], else 400 `bad_request` with axum's text.
+    fn rejection(status: StatusCode, text: String) -> Self {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::new(
+                status,
+                "payload_too_large",
+                format!(
+                    "the request body is larger than the limit of {} bytes ({} MiB)",
+                    super::MAX_BODY_BYTES,
+                    super::MAX_BODY_BYTES / (1024 * 1024)
+                ),
+            )
+        } else {
+            Self::bad_request(text)
+        }
+    }
+}
+
 impl From<axum::extract::rejection::JsonRejection> for ApiError {
     fn from(e: axum::extract::rejection::JsonRejection) -> Self {
-        Self::bad_request(e.body_text())
+        Self::rejection(e.status(), e.body_text())
+    }
+}
+
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(e: axum::extract::rejection::BytesRejection) -> Self {
+        Self::rejection(e.status(), e.body_text())
     }
 }
 

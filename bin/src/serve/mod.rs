@@ -29,7 +29,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// Largest attachment upload, in bytes.
+/// Largest request body (an attachment upload or a JSON body), in bytes; a larger one is
+/// answered 413 `payload_too_large`.
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// Defaults of sessions created over HTTP.

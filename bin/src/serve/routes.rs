@@ -6,7 +6,7 @@ use super::AppState;
 use super::error::ApiError;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -264,8 +264,9 @@ async fn decide_approval(
 async fn upload_attachment(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = body?;
     let media_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -290,7 +291,7 @@ async fn upload_attachment(
                     "unsupported_media_type",
                     e.to_string(),
                 ),
-                AttachmentError::ContentMismatch { .. } => {
+                AttachmentError::ContentMismatch { .. } | AttachmentError::InvalidImage { .. } => {
                     ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", e.to_string())
                 }
                 other => ApiError::internal(other),
