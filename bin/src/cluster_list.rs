@@ -3,7 +3,9 @@
 //! sessions of every node it sees, and prints them with the node each lives on.
 //!
 //! Failures are quick and named: a refused connection at once, a silent address after
-//! a 3 s connect timeout, a wrong cookie as soon as the node closes the handshake. When
+//! a 3 s connect timeout, a wrong cookie as soon as the node closes the handshake, a
+//! peer that accepts the connection but never completes the handshake 3 s after the
+//! dial (the same connect timeout bounds the whole dial). When
 //! some nodes of the cluster did not answer, the others' sessions are printed, the
 //! missing nodes are named (a `foya: warning:` line on stderr; with `--json` a last
 //! line `{"unreachable": [...]}`) and the exit status is [`EXIT_PARTIAL`].
@@ -13,8 +15,10 @@ use foya_actors::cluster::{ClientNode, ClusterListing, NodeConfig};
 use std::path::Path;
 use std::time::Duration;
 
-/// How long to wait for the node to finish the cluster handshake once connected.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for the node's gateway once its handshake is done (its first
+/// heartbeat answer); the dial itself, handshake included, is bounded by
+/// `NodeConfig::connect_timeout` (3 s) and fails with its own error.
+const GATEWAY_GRACE: Duration = Duration::from_secs(2);
 
 /// Lists the cluster's sessions through the node at `addr`; returns the exit status.
 pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
@@ -27,6 +31,7 @@ pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
     let name = format!("foya-cli-{}", std::process::id());
     let mut config = NodeConfig::new(listen, cookie, vec![addr.to_owned()], name);
     config.heartbeat = Duration::from_millis(50);
+    let patience = config.connect_timeout + GATEWAY_GRACE;
     let member = match ClientNode::connect(config).await {
         Ok(member) => member,
         Err(e) => {
@@ -34,7 +39,7 @@ pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
             return EXIT_FAILED;
         }
     };
-    let result = match member.wait_connected(HANDSHAKE_TIMEOUT).await {
+    let result = match member.wait_connected(patience).await {
         Ok(nodes) => {
             // Isolated connection mode: the only node seen is the one dialled.
             let node = nodes.first().cloned().unwrap_or_default();

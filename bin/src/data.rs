@@ -2,8 +2,9 @@
 //! stop hooks (`<cwd>/.foya/config.toml`, `[hooks] stop = ["..."]`).
 //!
 //! The store is locked by the process that opened it (redb). Whoever opens it records
-//! itself in `<data dir>/foya.owner` (JSON `{"pid", "command", "url"}`; removed at exit
-//! by [`release_owner`]), so a second process refused by the lock can say which process
+//! itself in `<data dir>/foya.owner` (JSON `{"pid", "command", "url", "listen"}`: `url`
+//! a server's base URL, `listen` a node's cluster address; removed at exit by
+//! [`release_owner`]), so a second process refused by the lock can say which process
 //! holds the data dir and how to ask it instead.
 
 use anyhow::Context as _;
@@ -61,15 +62,29 @@ struct Owner {
     /// Base URL of a `foya serve`.
     #[serde(default)]
     url: Option<String>,
+    /// Cluster address (`host:port`) a `foya node` listens on.
+    #[serde(default)]
+    listen: Option<String>,
 }
 
 /// Records this process as the holder of `dir`'s store (best effort; `url`: the base
 /// URL of a `foya serve`).
 pub(crate) fn record_owner(dir: &Path, url: Option<&str>) {
+    write_owner(dir, url, None);
+}
+
+/// Records this process as the holder of `dir`'s store, a `foya node` listening on
+/// `listen` (`host:port`, best effort).
+pub(crate) fn record_node_owner(dir: &Path, listen: &str) {
+    write_owner(dir, None, Some(listen));
+}
+
+fn write_owner(dir: &Path, url: Option<&str>, listen: Option<&str>) {
     let owner = Owner {
         pid: std::process::id(),
         command: std::env::args().nth(1).unwrap_or_default(),
         url: url.map(str::to_owned),
+        listen: listen.map(str::to_owned),
     };
     let path = dir.join(OWNER_FILE);
     let Ok(text) = serde_json::to_string(&owner) else {
@@ -106,12 +121,16 @@ fn in_use(dir: &Path) -> anyhow::Error {
         .filter(|o| o.pid != std::process::id())
         .filter(|o| Path::new(&format!("/proc/{}", o.pid)).exists());
     let holder = match &owner {
-        Some(o) => match &o.url {
-            Some(url) => format!("foya {} (pid {}, {url})", o.command, o.pid),
-            None => format!("foya {} (pid {})", o.command, o.pid),
+        Some(o) => match (&o.url, &o.listen) {
+            (Some(url), _) => format!("foya {} (pid {}, {url})", o.command, o.pid),
+            (None, Some(listen)) => {
+                format!("foya {} (pid {}, listening on {listen})", o.command, o.pid)
+            }
+            (None, None) => format!("foya {} (pid {})", o.command, o.pid),
         },
         None => "another foya process".to_owned(),
     };
+    let listen = owner.as_ref().and_then(|o| o.listen.as_deref());
     let ask = match owner
         .as_ref()
         .map(|o| (o.command.as_str(), o.url.as_deref()))
@@ -120,9 +139,10 @@ fn in_use(dir: &Path) -> anyhow::Error {
             "ask the server instead: GET {url}/sessions (e.g. curl {url}/sessions, with \
              -H 'Authorization: Bearer TOKEN' if it was started with --token-file)"
         ),
-        Some(("node", _)) => "ask the node instead: foya sessions list --cluster HOST:PORT \
-             --cookie-file FILE"
-            .to_owned(),
+        Some(("node", _)) => format!(
+            "ask the node instead: foya sessions list --cluster {} --cookie-file FILE",
+            listen.unwrap_or("HOST:PORT")
+        ),
         _ => "ask a running `foya serve` over HTTP (GET /sessions) or a `foya node` with \
              foya sessions list --cluster HOST:PORT --cookie-file FILE"
             .to_owned(),

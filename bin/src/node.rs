@@ -4,7 +4,10 @@
 //! runtime stops and the store closes (exit 0).
 //!
 //! Prints one line `foya node <name> listening on <addr>` to stdout once the node server
-//! and gateway are up (scripts and tests wait for it), then only logs (stderr).
+//! and gateway are up (scripts and tests wait for it), then only logs (stderr): among
+//! them one warning per `--connect` peer it cannot reach (address and reason), while it
+//! keeps running and redialling. The data dir's owner file records the listen address,
+//! so a command refused by the store's lock names it.
 //!
 //! Node names are unique in a cluster: a node that finds a node started earlier under
 //! its name leaves the cluster, prints why and exits with status 1.
@@ -38,7 +41,8 @@ pub(crate) struct NodeArgs {
     /// File holding the cluster's shared secret (surrounding whitespace ignored).
     #[arg(long)]
     pub(crate) cookie_file: PathBuf,
-    /// A node to connect to and keep connected (HOST:PORT); repeatable.
+    /// A node to connect to and keep connected (HOST:PORT); repeatable. One that cannot
+    /// be reached is logged once (a warning with the reason) and redialled with backoff.
     #[arg(long)]
     pub(crate) connect: Vec<String>,
     /// This node's name, unique in the cluster (default: `node@<listen>`). A node that
@@ -101,6 +105,8 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     let node = ClusterNode::start(runtime, config)
         .await
         .context("cannot start the cluster node")?;
+    // A second process refused by the data dir's lock names this address.
+    crate::data::record_node_owner(&dir, &node.listen_addr().to_string());
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "foya node {name} listening on {}", args.listen);

@@ -6,8 +6,10 @@
 //! sessions list --cluster` (sessions of both nodes with their node), and a delete from A
 //! (the session is marked deleted in B's list and its log ends with `session_deleted`).
 //! The CLI's failure paths: a list with B down names it (exit 3), a wrong cookie and an
-//! address where nothing listens fail at once with what went wrong, and a second
-//! `foya node` under B's name is refused.
+//! address where nothing listens fail at once with what went wrong, a peer that accepts
+//! the connection and stays silent is given up after the 3 s connect timeout, and a
+//! second `foya node` under B's name is refused. A `foya node` whose `--connect` peer is
+//! down warns once naming it and keeps running; its data dir's lock names its address.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -415,3 +417,6 @@ async fn approvals_cancel_delete_and_the_cluster_list_work_across_nodes() {
         .await
         .expect("the scenario timed out");
 }
+
+#[path = "cluster_ops/unreachable.rs"]
+mod unreachable;

@@ -43,7 +43,7 @@ impl ClientNode {
             name: config.name.clone(),
             instance,
             own_gateway: None,
-            dialer: Dialer::new(server.clone(), &config),
+            dialer: Dialer::new(server.clone(), &config, false),
             heartbeat: config.heartbeat,
             timeout: config.heartbeat_timeout,
             gateways: tx,
@@ -64,12 +64,15 @@ impl ClientNode {
     /// Waits until at least one node's gateway is live, for at most `timeout`; returns
     /// the live nodes' names, sorted. Returns early with the first address's error once
     /// every configured address failed: a refused connection fails at once, a silent
-    /// address after `NodeConfig::connect_timeout`, a wrong cookie after the handshake.
+    /// address after `NodeConfig::connect_timeout`, a wrong cookie after the handshake,
+    /// a peer that accepts the connection but never completes the handshake
+    /// `NodeConfig::connect_timeout` after the dial (plus at most one `heartbeat`).
     ///
     /// # Errors
     /// [`ClusterError::ConnectFailed`] (naming the address and the OS error or timeout),
-    /// [`ClusterError::AuthFailed`] (the node closed the cookie handshake), or, when
-    /// `timeout` passed with sockets connected but no handshake finished,
+    /// [`ClusterError::AuthFailed`] (the node closed the cookie handshake),
+    /// [`ClusterError::HandshakeTimeout`] (connected, no handshake), or, when `timeout`
+    /// passed with the nodes authenticated but no gateway answering,
     /// [`ClusterError::NodeUnreachable`] naming the configured addresses.
     ///
     /// # Cancel safety
@@ -78,10 +81,12 @@ impl ClientNode {
         let mut rx = self.gateways.clone();
         let failed = |g: &Gateways| {
             !self.connect.is_empty()
-                && self
-                    .connect
-                    .iter()
-                    .all(|a| matches!(g.1.get(a), Some(Missing::Connect(_) | Missing::Auth)))
+                && self.connect.iter().all(|a| {
+                    matches!(
+                        g.1.get(a),
+                        Some(Missing::Connect(_) | Missing::Auth | Missing::Handshake(_))
+                    )
+                })
         };
         let waited = tokio::time::timeout(timeout, rx.wait_for(|g| !g.0.is_empty() || failed(g)));
         let view = match waited.await {
@@ -94,6 +99,10 @@ impl ClientNode {
         let addr = self.connect.first().cloned().unwrap_or_default();
         Err(match view.1.get(&addr) {
             Some(Missing::Auth) => ClusterError::AuthFailed { addr },
+            Some(Missing::Handshake(timeout)) => ClusterError::HandshakeTimeout {
+                addr,
+                timeout: *timeout,
+            },
             Some(Missing::Connect(reason)) => ClusterError::ConnectFailed {
                 addr,
                 reason: reason.clone(),

@@ -1,7 +1,14 @@
-//! Dialling a node's configured peers: backoff per address, a connect bounded by
-//! `NodeConfig::connect_timeout`, and what went wrong — the connect error, or a cookie
-//! handshake the peer closed — which the membership task publishes as the reason the
-//! address is missing (`ClientNode::wait_connected` and the cluster list report it).
+//! Dialling a node's configured peers: backoff per address, a connect and handshake
+//! bounded by `NodeConfig::connect_timeout`, and what went wrong — the connect error, a
+//! cookie handshake the peer closed, or a handshake the peer never completed — which the
+//! membership task publishes as the reason the address is missing
+//! (`ClientNode::wait_connected` and the cluster list report it). A node logs one warning
+//! per unreachable address (address and reason) until it is reached again.
+//!
+//! The whole dial is bounded: the TCP connect gets `connect_timeout`, and an outgoing
+//! session still in its handshake `connect_timeout` after the dial started (a peer that
+//! accepts the connection and stays silent, or is no ractor_cluster node) is stopped and
+//! the address reported as [`Missing::Handshake`]; it is dialled again with backoff.
 //!
 //! ractor_cluster does not say why a handshake ended, so a failed authentication is
 //! inferred from its node-server events: an outgoing session that received the peer's
@@ -11,8 +18,8 @@
 
 use super::{Missing, NodeConfig};
 use ractor::{ActorId, ActorRef};
-use ractor_cluster::NodeServerMessage;
 use ractor_cluster::node::{NodeEventSubscription, NodeServerSessionInformation};
+use ractor_cluster::{NodeServerMessage, NodeSessionMessage};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -21,6 +28,7 @@ use tokio::time::Instant;
 
 /// What the node server reports about its sessions (forwarded to the dialler).
 enum SessionEvent {
+    Opened(NodeServerSessionInformation),
     Authenticated(ActorId),
     Disconnected(NodeServerSessionInformation),
 }
@@ -28,7 +36,9 @@ enum SessionEvent {
 struct Events(mpsc::UnboundedSender<SessionEvent>);
 
 impl NodeEventSubscription for Events {
-    fn node_session_opened(&self, _ses: NodeServerSessionInformation) {}
+    fn node_session_opened(&self, ses: NodeServerSessionInformation) {
+        let _ = self.0.send(SessionEvent::Opened(ses));
+    }
     fn node_session_disconnected(&self, ses: NodeServerSessionInformation) {
         let _ = self.0.send(SessionEvent::Disconnected(ses));
     }
@@ -48,6 +58,10 @@ struct Dial {
     /// Name of the node last reached at this address.
     node: Option<String>,
     connected: bool,
+    /// When the handshake of the last successful TCP connect must be done.
+    handshake_by: Option<Instant>,
+    /// The kind of failure last reported for this address since it was last connected.
+    reported: Option<std::mem::Discriminant<Missing>>,
 }
 
 impl Default for Dial {
@@ -59,6 +73,8 @@ impl Default for Dial {
             state: Missing::Pending,
             node: None,
             connected: false,
+            handshake_by: None,
+            reported: None,
         }
     }
 }
@@ -74,11 +90,25 @@ pub(crate) struct Dialer {
     dials: Vec<(String, Dial)>,
     events: mpsc::UnboundedReceiver<SessionEvent>,
     authenticated: HashSet<ActorId>,
+    /// Outgoing sessions opened and neither authenticated nor closed yet: peer address
+    /// and session actor.
+    handshaking: HashMap<ActorId, (SocketAddr, ActorRef<NodeSessionMessage>)>,
+    /// Sessions stopped because their handshake timed out (their close is no
+    /// authentication failure).
+    abandoned: HashSet<ActorId>,
+    /// Log unreachable addresses at `warn` (a node) rather than `debug` (a client-only
+    /// member, whose caller reports the error itself).
+    warn: bool,
 }
 
 impl Dialer {
     /// Subscribes to `server`'s session events (before any dial, so none is missed).
-    pub(crate) fn new(server: ActorRef<NodeServerMessage>, config: &NodeConfig) -> Self {
+    /// `warn`: log each unreachable address once at `warn` (else at `debug`).
+    pub(crate) fn new(
+        server: ActorRef<NodeServerMessage>,
+        config: &NodeConfig,
+        warn: bool,
+    ) -> Self {
         let (tx, events) = mpsc::unbounded_channel();
         let _ = server.cast(NodeServerMessage::SubscribeToEvents {
             id: "foya.dialer".into(),
@@ -95,6 +125,9 @@ impl Dialer {
                 .collect(),
             events,
             authenticated: HashSet::new(),
+            handshaking: HashMap::new(),
+            abandoned: HashSet::new(),
+            warn,
         }
     }
 
@@ -128,6 +161,9 @@ impl Dialer {
                     .peer_name
                     .as_ref()
                     .and_then(|p| super::node::peer_node(&p.name));
+                if dial.reported.is_some() {
+                    tracing::info!("peer {addr} is reachable again");
+                }
                 *dial = Dial {
                     resolved: std::mem::take(&mut dial.resolved),
                     node: node.map(|(name, _)| name.to_owned()).or(dial.node.take()),
@@ -137,6 +173,30 @@ impl Dialer {
                 continue;
             }
             dial.connected = false;
+            let handshaking: Vec<ActorId> = self
+                .handshaking
+                .iter()
+                .filter(|(_, (peer, _))| dial.resolved.contains(peer))
+                .map(|(id, _)| *id)
+                .collect();
+            if !handshaking.is_empty() {
+                // Not dialled again while a handshake is under way, until it is late.
+                let by = *dial.handshake_by.get_or_insert(now + timeout);
+                if now >= by {
+                    for id in handshaking {
+                        if let Some((_, session)) = self.handshaking.remove(&id) {
+                            session.stop(Some("handshake timeout".into()));
+                            self.abandoned.insert(id);
+                        }
+                    }
+                    dial.handshake_by = None;
+                    dial.state = Missing::Handshake(timeout);
+                    Self::report(self.warn, addr, dial);
+                    Self::back_off(dial, self.heartbeat, now);
+                }
+                continue;
+            }
+            dial.handshake_by = None;
             if dial.next_at.is_none_or(|at| now >= at) {
                 due.push(addr.clone());
             }
@@ -156,20 +216,22 @@ impl Dialer {
             };
             (addr, result)
         });
-        let (heartbeat, handshake) = (self.heartbeat, self.handshake);
+        let (heartbeat, handshake, warn) = (self.heartbeat, self.handshake, self.warn);
         for (addr, result) in futures::future::join_all(attempts).await {
             let Some(dial) = self.dial_mut(&addr) else {
                 continue;
             };
             match result {
-                // Give the handshake time before dialling again.
+                // Give the handshake time before dialling again; it must be done
+                // within the connect timeout of the dial's start.
                 Ok(()) => {
                     dial.state = Missing::Pending;
                     dial.next_at = Some(now + handshake);
+                    dial.handshake_by = Some(now + timeout);
                 }
                 Err(reason) => {
-                    tracing::debug!(%addr, %reason, "dial failed");
                     dial.state = Missing::Connect(reason);
+                    Self::report(warn, &addr, dial);
                     Self::back_off(dial, heartbeat, now);
                 }
             }
@@ -183,6 +245,31 @@ impl Dialer {
             .map(|(_, d)| d)
     }
 
+    /// Logs why the address is unreachable (address and reason only: no cookie): once
+    /// until it is connected again, and again only for another kind of failure (a
+    /// refused connect, then a cookie mismatch).
+    fn report(warn: bool, addr: &str, dial: &mut Dial) {
+        let kind = std::mem::discriminant(&dial.state);
+        if dial.reported == Some(kind) {
+            return;
+        }
+        let reason = match &dial.state {
+            Missing::Connect(reason) => reason.clone(),
+            Missing::Auth => "authentication failed (the cookies differ)".to_owned(),
+            Missing::Handshake(timeout) => format!(
+                "it accepted the connection but did not complete the cluster handshake \
+                 within {timeout:?}"
+            ),
+            Missing::Gone | Missing::Pending => return,
+        };
+        dial.reported = Some(kind);
+        if warn {
+            tracing::warn!("peer {addr} is unreachable: {reason}; retrying with backoff");
+        } else {
+            tracing::debug!("peer {addr} is unreachable: {reason}");
+        }
+    }
+
     fn back_off(dial: &mut Dial, heartbeat: Duration, now: Instant) {
         dial.failures = dial.failures.saturating_add(1);
         let factor = 1u32 << dial.failures.min(5);
@@ -193,12 +280,22 @@ impl Dialer {
     fn drain_events(&mut self) {
         while let Ok(event) = self.events.try_recv() {
             match event {
+                SessionEvent::Opened(ses) => {
+                    if let (false, Ok(peer)) = (ses.is_server, ses.peer_addr.parse()) {
+                        self.handshaking
+                            .insert(ses.actor.get_id(), (peer, ses.actor));
+                    }
+                }
                 SessionEvent::Authenticated(id) => {
+                    self.handshaking.remove(&id);
                     self.authenticated.insert(id);
                 }
                 SessionEvent::Disconnected(ses) => {
-                    let was_authenticated = self.authenticated.remove(&ses.actor.get_id());
-                    if was_authenticated || ses.is_server || ses.peer_name.is_none() {
+                    let id = ses.actor.get_id();
+                    self.handshaking.remove(&id);
+                    let abandoned = self.abandoned.remove(&id);
+                    let was_authenticated = self.authenticated.remove(&id);
+                    if abandoned || was_authenticated || ses.is_server || ses.peer_name.is_none() {
                         continue;
                     }
                     let Ok(peer) = ses.peer_addr.parse::<SocketAddr>() else {
@@ -207,10 +304,8 @@ impl Dialer {
                     let now = Instant::now();
                     for (addr, dial) in &mut self.dials {
                         if dial.resolved.contains(&peer) {
-                            if dial.state != Missing::Auth {
-                                tracing::info!(%addr, "cluster handshake refused: the cookies differ");
-                            }
                             dial.state = Missing::Auth;
+                            Self::report(self.warn, addr, dial);
                             Self::back_off(dial, self.heartbeat, now);
                         }
                     }

@@ -55,8 +55,9 @@ pub struct NodeConfig {
     pub heartbeat_timeout: Duration,
     /// Timeout of a client's requests to a gateway (default 30 s).
     pub call_timeout: Duration,
-    /// Bound of one TCP connect to a peer (default 3 s); a refused connection fails at
-    /// once.
+    /// Bound of one dial of a peer (default 3 s): the TCP connect, and the cluster
+    /// handshake and cookie authentication after it, must be done within this of the
+    /// dial's start; a refused connection fails at once.
     pub connect_timeout: Duration,
     /// How long a cluster-wide list waits for each node's answer (default 3 s); a node
     /// that does not answer in time is reported in [`ClusterListing::unreachable`].
@@ -128,6 +129,19 @@ pub enum ClusterError {
         /// What went wrong (the OS error, or the timeout).
         reason: String,
     },
+    /// The peer at `addr` accepted the TCP connection but did not complete the cluster
+    /// handshake within [`NodeConfig::connect_timeout`] of the dial (it is silent, or is
+    /// no cluster node).
+    #[error(
+        "the peer at {addr} accepted the connection but did not complete the cluster \
+         handshake within {timeout:?}"
+    )]
+    HandshakeTimeout {
+        /// The address dialled (`host:port`).
+        addr: String,
+        /// The bound that passed ([`NodeConfig::connect_timeout`]).
+        timeout: Duration,
+    },
     /// The node at `addr` closed the connection during the cookie handshake: the cookies
     /// differ.
     #[error("authentication with {addr} failed (the cookies differ)")]
@@ -170,6 +184,9 @@ pub(crate) enum Missing {
     Connect(String),
     /// The handshake was closed by the peer after its challenge: cookies differ.
     Auth,
+    /// The peer accepted the connection but did not complete the handshake within the
+    /// connect timeout (this bound).
+    Handshake(Duration),
     /// Dialled, handshake not finished yet.
     Pending,
 }

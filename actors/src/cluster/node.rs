@@ -83,7 +83,7 @@ impl ClusterNode {
             name: config.name.clone(),
             instance,
             own_gateway: Some(gateway.get_id()),
-            dialer: Dialer::new(server.clone(), &config),
+            dialer: Dialer::new(server.clone(), &config, true),
             heartbeat: config.heartbeat,
             timeout: config.heartbeat_timeout,
             gateways: tx,

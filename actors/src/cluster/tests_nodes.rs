@@ -3,7 +3,8 @@
 //! cluster through `b`, and follows the session across a restart of `b`'s node (a new
 //! node server and gateway on the same port, serving the same runtime). Then the
 //! failure paths: a second node under a taken name is refused, a cluster list names the
-//! nodes that did not answer, and a client-only member says why it could not join.
+//! nodes that did not answer, and a client-only member says why it could not join (a
+//! peer that accepts and stays silent is given up after the connect timeout).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -373,4 +374,32 @@ async fn a_connect_to_a_silent_address_gives_up_after_the_connect_timeout() {
             reason: "no answer within 3s".into()
         })
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_completes_the_handshake_is_given_up_after_the_connect_timeout() {
+    let _serial = SERIAL.lock().await;
+    within(silent_handshake()).await.unwrap();
+}
+
+async fn silent_handshake() {
+    use tokio::io::AsyncReadExt as _;
+    // Accepts the connection and never says a word.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut config = client_config(&addr, "cookie");
+    config.connect_timeout = Duration::from_millis(500);
+    let member = ClientNode::connect(config).await.unwrap();
+    let (mut held, _) = listener.accept().await.unwrap();
+    let refused = member.wait_connected(Duration::from_secs(600)).await;
+    let timeout = Duration::from_millis(500);
+    assert_eq!(
+        refused,
+        Err(ClusterError::HandshakeTimeout { addr, timeout })
+    );
+    // The session given up is closed (not left waiting): the socket ends.
+    let mut sent = Vec::new();
+    let ended = held.read_to_end(&mut sent).await;
+    member.shutdown().await;
+    assert!(ended.is_ok(), "{ended:?}");
 }
