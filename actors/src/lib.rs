@@ -27,7 +27,7 @@ mod turn;
 
 pub use options::ContextOptions;
 pub use runtime::{
-    QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle, SubscribeOptions,
-    Subscription,
+    DEFAULT_IDLE_LOG_EVENTS, QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
+    SubscribeOptions, Subscription,
 };
 pub use turn::protection::Limits as ProtectionLimits;

@@ -108,7 +108,19 @@ pub struct RuntimeConfig {
     pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
     /// What recovery does with inputs queued before a restart; default run them.
     pub queued_on_restart: QueuedOnRestart,
+    /// How many events idle sessions may keep in memory in total, default
+    /// [`DEFAULT_IDLE_LOG_EVENTS`]. A session running a turn holds its whole log in memory
+    /// (every step is compiled from it); when it goes idle it keeps the log only if it
+    /// fits what is left of this budget, else its next turn reads the log from the store
+    /// once. 0: idle sessions hold no history.
+    pub idle_log_events: usize,
 }
+
+/// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
+/// is 248 bytes before its text), so that a steady stream of turns in a few hundred
+/// sessions never reads history back from the store, while ten thousand one-off
+/// sessions keep little once they are done.
+pub const DEFAULT_IDLE_LOG_EVENTS: usize = 65_536;
 
 /// Default [`RuntimeConfig::subscriber_buffer`].
 pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
@@ -136,6 +148,7 @@ impl RuntimeConfig {
             sub_agents: None,
             attachments: None,
             queued_on_restart: QueuedOnRestart::Run,
+            idle_log_events: DEFAULT_IDLE_LOG_EVENTS,
         }
     }
 }
@@ -155,6 +168,8 @@ pub(crate) struct RuntimeDeps {
     pub queued_on_restart: QueuedOnRestart,
     /// The `agent` tool when sub-agents are on (a turn tells it when it ends).
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
+    /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
+    pub idle_logs: crate::session::log::IdleLogs,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -283,6 +298,7 @@ impl Runtime {
             attachments: config.attachments,
             queued_on_restart: config.queued_on_restart,
             sub_agents: agent.clone(),
+            idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);

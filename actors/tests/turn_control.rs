@@ -2,7 +2,8 @@
 //! batch of `sleep 30`, an approval wait, a retry backoff), delete (idle, busy, twice),
 //! one active turn under 50 concurrent submits, run protection (duplicate calls, A-B-A-B
 //! cycles, the final no-tools step at `max_steps`) and stop hooks (in-process and a real
-//! bash script, the continuation cap, no permission widening).
+//! bash script, the continuation cap, no permission widening), and the history a turn
+//! sends whether its idle session kept its log in memory or read it back.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "turn_control_support/agent_tests.rs"]
@@ -435,4 +436,57 @@ async fn max_steps_ends_with_a_final_no_tools_step() {
         }
     );
     rt.shutdown().await;
+}
+
+/// An idle session keeps its log in memory only within the runtime's idle budget; with
+/// none, its next turn reads the log back from the store. Either way that turn sends the
+/// whole history: both turns' requests are equal, message for message.
+#[tokio::test]
+async fn the_next_turn_sends_the_same_history_whether_the_idle_log_was_kept_or_read_back() {
+    let mut sent = Vec::new();
+    for budget in [0, foya_actors::DEFAULT_IDLE_LOG_EVENTS] {
+        let tools = tools();
+        let client = Capture::new(json!({"responses":[
+            {"tool_calls": [{"id": "a", "name": "probe", "arguments": {"x": 1}}]},
+            {"text": "one"},
+            {"text": "two"}
+        ]}));
+        let requests = Arc::clone(&client.requests);
+        let config = foya_actors::RuntimeConfig {
+            idle_log_events: budget,
+            ..config(store(), client, &tools)
+        };
+        let (rt, session) = start(config, ApprovalMode::Bypass).await;
+        let mut sub = subscribe(&session, false).await;
+        for text in ["first", "second"] {
+            session.submit(Input::text(text)).await.unwrap();
+            let events = within(until(&mut sub, is_complete)).await;
+            assert_eq!(status(events.last().unwrap()), Some(TurnStatus::Completed));
+        }
+        let mut requests = requests.lock().unwrap().clone();
+        assert_eq!(requests.len(), 3, "budget {budget}");
+        sent.push(requests.remove(2).messages);
+        rt.shutdown().await;
+    }
+    let shape: Vec<String> = sent[0]
+        .iter()
+        .map(|m| match m {
+            Message::User(input) => format!("user {}", input.text),
+            Message::Assistant(a) if a.tool_calls.is_empty() => format!("assistant {}", a.text),
+            Message::Assistant(a) => format!("assistant calls {}", a.tool_calls[0].id),
+            Message::Tool(t) => format!("tool {}", t.tool_call_id),
+            Message::System { .. } => "system".into(),
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "user first",
+            "assistant calls a",
+            "tool a",
+            "assistant one",
+            "user second"
+        ]
+    );
+    assert_eq!(sent[0], sent[1]);
 }

@@ -76,9 +76,13 @@ pub(crate) struct Session {
     /// Set by `Shutdown`: callers waiting until no turn runs (the session takes no more
     /// inputs and starts nothing from its queue).
     pub(super) shutdown: Option<Vec<RpcReplyPort<()>>>,
-    /// The committed log in memory (see [`SharedLog`]): what the supervisor read or
-    /// wrote when it started the session, extended by every append since.
-    pub(super) log: SharedLog,
+    /// The committed log in memory (see [`SharedLog`]): seeded with what the
+    /// supervisor read or wrote when it started the session, read from the store when a
+    /// turn starts without it, extended by every append. When the session goes idle
+    /// after a turn it keeps the log only within the runtime's idle budget
+    /// ([`IdleLogs`](super::log::IdleLogs)), holding `idle_reservation` meanwhile.
+    pub(super) log: Option<SharedLog>,
+    pub(super) idle_reservation: Option<super::log::IdleReservation>,
 }
 
 fn now_ms() -> u64 {
@@ -126,8 +130,39 @@ impl Session {
                 self.broadcast(SessionUpdate::Event(event.clone()));
             }
         }
-        self.log.extend(events);
+        if let Some(log) = &self.log {
+            log.extend(events);
+        }
         Ok(())
+    }
+
+    /// Going idle: keeps the log if it fits the runtime's idle budget, else releases it
+    /// (the next turn reads it from the store once).
+    pub(super) fn keep_log_if_budget_allows(&mut self) {
+        let events = self.log.as_ref().map_or(0, SharedLog::len);
+        self.idle_reservation = self.deps.idle_logs.reserve(events);
+        if self.idle_reservation.is_none() {
+            self.log = None;
+        }
+    }
+
+    /// The in-memory log for a turn; read from the store when it was released.
+    ///
+    /// # Errors
+    /// A store read failure.
+    pub(super) fn shared_log(&mut self) -> Result<SharedLog, RuntimeError> {
+        self.idle_reservation = None; // in use again: no longer counted as idle
+        if let Some(log) = &self.log {
+            return Ok(log.clone());
+        }
+        let events = self
+            .deps
+            .store
+            .read_from(self.fold.id, Seq::FIRST)
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        let log = SharedLog::new(events);
+        self.log = Some(log.clone());
+        Ok(log)
     }
 
     /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
@@ -218,12 +253,15 @@ impl Actor for SessionActor {
         _myself: ActorRef<SessionMsg>,
         args: SessionArgs,
     ) -> Result<Session, ActorProcessingErr> {
+        // A session starts idle: its log counts against the idle budget too.
+        let idle_reservation = args.deps.idle_logs.reserve(args.log.len());
         Ok(Session {
             fold: args.state,
             deps: args.deps,
             subscribers: Vec::new(),
             turn: None,
-            log: SharedLog::new(args.log),
+            log: idle_reservation.is_some().then(|| SharedLog::new(args.log)),
+            idle_reservation,
             approvals: HashMap::new(),
             deleting: None,
             title_requested: false,

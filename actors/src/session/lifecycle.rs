@@ -55,7 +55,7 @@ impl Session {
             Plan::GenerateTitle => {
                 kinds.push(completed(TurnStatus::Completed, None, None));
                 self.persist(Some(run_id), kinds).await?;
-                let text = self.first_user_text();
+                let text = self.first_user_text()?;
                 return self.spawn_title(myself, &text).await;
             }
             Plan::Unknown(message) => {
@@ -71,7 +71,7 @@ impl Session {
         };
         self.persist(Some(run_id), kinds).await?;
         self.maybe_generate_title(myself, &input).await?;
-        let log = self.log.clone();
+        let log = self.shared_log()?;
         let cancel = CancellationToken::new();
         let args = TurnArgs {
             session: myself.clone(),
@@ -90,8 +90,9 @@ impl Session {
     }
 
     /// The text of the session's first user message with text (for `/title`).
-    fn first_user_text(&self) -> String {
-        self.log
+    fn first_user_text(&mut self) -> Result<String, ActorProcessingErr> {
+        Ok(self
+            .shared_log()?
             .read()
             .iter()
             .find_map(|e| match &e.kind {
@@ -100,7 +101,7 @@ impl Session {
                 }
                 _ => None,
             })
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
     /// Starts the next queued input when idle.
@@ -185,7 +186,11 @@ impl Session {
             }
             return Ok(());
         }
-        self.start_next(myself).await
+        self.start_next(myself).await?;
+        if !self.busy() {
+            self.keep_log_if_budget_allows();
+        }
+        Ok(())
     }
 
     /// An append of the active turn failed in the store (full disk, I/O or redb error):

@@ -1,6 +1,7 @@
 //! The session's committed log in memory, shared read-only with its turns.
 
 use foya_protocol::Event;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 /// A session's committed events in seq order from seq 1, exactly as in the store.
@@ -28,11 +29,83 @@ impl SharedLog {
         self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Number of events.
+    pub(crate) fn len(&self) -> usize {
+        self.read().len()
+    }
+
     /// Appends committed events (the session's writer side).
     pub(super) fn extend(&self, events: Vec<Event>) {
         self.0
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(events);
+    }
+}
+
+/// The runtime-wide budget of events that idle sessions keep in memory
+/// ([`crate::RuntimeConfig::idle_log_events`]).
+///
+/// A session going idle keeps its [`SharedLog`] only if the log fits what is left of the
+/// budget (else it releases the log, and its next turn reads it from the store once);
+/// the reservation is returned when the session's next turn starts or the session
+/// actor stops. First come, first kept: nothing is evicted to make room.
+#[derive(Debug, Clone)]
+pub(crate) struct IdleLogs {
+    left: Arc<AtomicUsize>,
+}
+
+impl IdleLogs {
+    /// A budget of `events`.
+    pub(crate) fn new(events: usize) -> Self {
+        Self {
+            left: Arc::new(AtomicUsize::new(events)),
+        }
+    }
+
+    /// Reserves `events` of the budget, or `None` when they do not fit.
+    pub(crate) fn reserve(&self, events: usize) -> Option<IdleReservation> {
+        self.left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(events)
+            })
+            .ok()
+            .map(|_| IdleReservation {
+                budget: self.clone(),
+                events,
+            })
+    }
+}
+
+/// Events of an [`IdleLogs`] budget held by one idle session; returned on drop.
+#[derive(Debug)]
+pub(crate) struct IdleReservation {
+    budget: IdleLogs,
+    events: usize,
+}
+
+impl Drop for IdleReservation {
+    fn drop(&mut self) {
+        self.budget.left.fetch_add(self.events, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_budget_is_reserved_up_to_its_size_and_returned_on_drop() {
+        let budget = IdleLogs::new(10);
+        let first = budget.reserve(6);
+        assert!(first.is_some());
+        assert!(budget.reserve(5).is_none(), "6 + 5 > 10");
+        let second = budget.reserve(4);
+        assert!(second.is_some());
+        assert!(budget.reserve(1).is_none());
+        drop(first);
+        assert!(budget.reserve(6).is_some(), "6 came back");
+        drop(second);
+        assert!(budget.reserve(10).is_some(), "everything came back");
     }
 }

@@ -7,7 +7,9 @@
 //! are short group commits; a Cancel waits behind at most one), folds the committed events
 //! into [`state::SessionState`] and only then broadcasts them to subscribers. It also keeps
 //! the committed log in memory ([`log::SharedLog`], started from what the supervisor read
-//! or wrote): its TurnActor compiles every step from it, never from the store.
+//! or wrote): its TurnActor compiles every step from it, never from the store. Idle, it
+//! keeps the log only within the runtime's idle budget ([`log::IdleLogs`]); without it,
+//! the next turn's start reads the log from the store once.
 //!
 //! Invariants:
 //! - one active turn; an input arriving while busy is persisted as `input_queued` and
