@@ -61,9 +61,12 @@ fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let directives = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let filter = EnvFilter::try_new(directives).unwrap_or_else(|_| EnvFilter::new("warn"));
+    use std::io::IsTerminal as _;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal, not in a log file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }
 

@@ -35,8 +35,9 @@ pub(crate) struct ClusterArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct NodeArgs {
-    /// Address to listen on for other nodes, e.g. 127.0.0.1:4370.
-    #[arg(long)]
+    /// Address to listen on for other nodes, e.g. 127.0.0.1:4370 (a fixed port: peers
+    /// dial it).
+    #[arg(long, value_parser = crate::values::fixed_port_addr)]
     pub(crate) listen: SocketAddr,
     /// File holding the cluster's shared secret (surrounding whitespace ignored).
     #[arg(long)]

@@ -74,6 +74,23 @@ pub(crate) fn http_url(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// A socket address with an explicit port (`foya node --listen`): peers dial it, and the
+/// cluster server cannot report a port the OS picked for port 0.
+///
+/// # Errors
+/// Not `HOST:PORT`, or port 0.
+pub(crate) fn fixed_port_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let addr: std::net::SocketAddr = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not an address ({e}); expected e.g. 127.0.0.1:4370"))?;
+    if addr.port() == 0 {
+        return Err(format!(
+            "{s:?} has port 0: a node needs a fixed port that its peers can dial, e.g. 127.0.0.1:4370"
+        ));
+    }
+    Ok(addr)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -108,5 +125,14 @@ mod tests {
         for bad in ["notaurl", "ftp://x/y", "file:///tmp", "http//x"] {
             assert!(http_url(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            fixed_port_addr("127.0.0.1:4370"),
+            Ok("127.0.0.1:4370".parse().unwrap())
+        );
+        assert_eq!(
+            fixed_port_addr("127.0.0.1:0"),
+            Err("\"127.0.0.1:0\" has port 0: a node needs a fixed port that its peers can dial, e.g. 127.0.0.1:4370".to_owned())
+        );
+        assert!(fixed_port_addr("localhost").is_err());
     }
 }

@@ -81,12 +81,24 @@ uuid_id!(
 
 /// A `SessionId`, `RunId`, `InputId` or `ApprovalRequestId` that is not a UUID.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{kind} must be a UUID, got {text:?}")]
+#[error("{} must be a UUID, got {text:?}", words(kind))]
 pub struct IdParseError {
     /// Which id type was being parsed.
     pub kind: &'static str,
     /// The rejected text.
     pub text: String,
+}
+
+/// A type name as words for messages: `SessionId` → `session id`.
+fn words(kind: &str) -> String {
+    let mut out = String::with_capacity(kind.len() + 4);
+    for (i, c) in kind.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push(' ');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// A tool call id. Chosen by the provider (`call_…`, `toolu_…`) or, when a provider
@@ -160,6 +172,18 @@ mod tests {
         let text = a.to_string();
         assert_eq!(text.parse::<RunId>(), Ok(a));
         assert_eq!(serde_json::to_string(&a).ok(), Some(format!("\"{text}\"")));
-        assert!("nope".parse::<SessionId>().is_err());
+        let err = "nope".parse::<SessionId>().err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("session id must be a UUID, got \"nope\"")
+        );
+        let err = "x"
+            .parse::<ApprovalRequestId>()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("approval request id must be a UUID, got \"x\"")
+        );
     }
 }

@@ -125,6 +125,23 @@ fn bad_arguments_exit_2_before_anything_is_created() {
         )),
         "{stderr}"
     );
+    // A node needs a port its peers can dial: port 0 is refused before anything starts.
+    let cookie = tmp.path().join("cookie");
+    std::fs::write(&cookie, "secret").unwrap();
+    let out = foya()
+        .args(["node", "--listen", "127.0.0.1:0", "--cookie-file"])
+        .arg(&cookie)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"127.0.0.1:0\" has port 0: a node needs a fixed port"),
+        "{stderr}"
+    );
+    assert!(!data.exists());
     // Listing a data dir that does not exist says so and creates nothing.
     let out = foya()
         .args(["sessions", "list"])

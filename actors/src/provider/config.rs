@@ -331,7 +331,12 @@ impl ProviderConfig {
                 apply(&mut p, t.clone());
                 p
             }
-            (None, Some(builtin), _) => builtin,
+            (None, Some(mut builtin), _) => {
+                // Pointed elsewhere (a local server, a gateway): the key is sent when it
+                // is set, and its absence is the server's business, not a local error.
+                builtin.api_key_optional = base_url_override.is_some();
+                builtin
+            }
             (None, None, Some(kind)) => {
                 let mut p = ProviderProfile::for_kind(kind, "");
                 p.api_key_optional = base_url_override.is_some();

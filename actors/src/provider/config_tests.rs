@@ -124,6 +124,19 @@ fn builtins_kind_names_and_openai_base_url_env() {
             true
         )
     );
+    // A built-in profile pointed at another server needs no key (e.g. `foya sim-server`);
+    // at its own URL it does.
+    let local = config
+        .resolve_with_env("anthropic", Some("http://127.0.0.1:9"), None, &no_env)
+        .unwrap();
+    assert_eq!(
+        (local.base_url.as_str(), local.api_key_optional),
+        ("http://127.0.0.1:9", true)
+    );
+    let own = config
+        .resolve_with_env("anthropic", None, None, &no_env)
+        .unwrap();
+    assert!(!own.api_key_optional);
     assert_eq!(
         config.resolve_with_env("openai-chat", Some("http://x"), None, &no_env),
         Err(ConfigError::Missing {

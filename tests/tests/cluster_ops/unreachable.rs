@@ -177,4 +177,6 @@ async fn unreachable_peers(bin: PathBuf) {
         "{logged:#?}"
     );
     assert!(!logged.iter().any(|l| l.contains(COOKIE)), "{logged:#?}");
+    // stderr is a pipe here: plain text, no terminal colour codes.
+    assert!(!logged.iter().any(|l| l.contains('\u{1b}')), "{logged:#?}");
 }
