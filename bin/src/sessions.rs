@@ -139,6 +139,10 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
                         .unwrap_or_default()
                 )
             }
+            EventKind::TitleSet { title, source } => match source {
+                foya_protocol::TitleSource::User => format!("{title} (by hand)"),
+                foya_protocol::TitleSource::Generated => format!("{title} (generated)"),
+            },
             _ => String::new(),
         };
         let detail: String = detail

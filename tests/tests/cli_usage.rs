@@ -368,4 +368,25 @@ fn commands_on_a_session_that_is_not_stored_exit_1_and_create_nothing() {
     assert_eq!(sessions.len(), 1);
     each("");
     assert_eq!(session_ids(&data), sessions);
+    // That session, titled by hand: `sessions show` prints the title on its event line.
+    let titled = foya()
+        .args([
+            "sessions",
+            "title",
+            &sessions[0],
+            "Hand title",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(titled.status.code(), Some(0), "{titled:?}");
+    let shown = foya()
+        .args(["sessions", "show", &sessions[0], "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(shown.stdout).unwrap();
+    let line = shown.lines().find(|l| l.contains("title_set")).unwrap();
+    assert!(line.ends_with("Hand title (by hand)"), "{shown}");
 }
