@@ -16,6 +16,15 @@ pub(crate) fn positive_count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// [`positive_count`] as a `u32` (`--max-attempts`, `--steps-per-turn`).
+///
+/// # Errors
+/// Not an unsigned integer, 0, or over `u32::MAX`.
+pub(crate) fn positive_u32(s: &str) -> Result<u32, String> {
+    let n = positive_count(s)?;
+    u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
+}
+
 /// A duration in seconds (fractions allowed), finite and greater than 0 (`--duration`).
 ///
 /// # Errors
@@ -101,6 +110,9 @@ mod tests {
         assert_eq!(positive_count("3"), Ok(3));
         assert_eq!(positive_count("0"), Err("must be at least 1".to_owned()));
         assert!(positive_count("-1").is_err());
+        assert_eq!(positive_u32("4"), Ok(4));
+        assert_eq!(positive_u32("0"), Err("must be at least 1".to_owned()));
+        assert!(positive_u32("4294967296").is_err());
         assert_eq!(positive_seconds("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["inf", "-inf", "NaN", "-1", "0", "1e300", "x"] {
             assert!(positive_seconds(bad).is_err(), "{bad}");

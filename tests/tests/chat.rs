@@ -74,6 +74,7 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
         {"tool_calls": [{"id": "call_1", "name": "shell", "arguments": {"command": "echo hi"}}]},
         {"text": "first done"},
         {"text": "second done"},
+        {"text": "third done"},
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
     let mut child = foya_tests::foya_bin::foya()
@@ -110,11 +111,14 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
     let mut stdin = child.stdin.take().unwrap();
     let left = || deadline.saturating_duration_since(std::time::Instant::now());
     writeln!(stdin, "one").unwrap();
-    // The second line arrives as the first turn ends, then stdin closes.
+    // The next two lines arrive in one write as the first turn ends; both run while
+    // stdin stays open (none waits in a read buffer for more input), then stdin closes.
     assert_eq!(lines.recv_timeout(left()).unwrap(), "first done");
-    writeln!(stdin, "two").unwrap();
-    drop(stdin);
+    stdin.write_all(b"two\nthree\n").unwrap();
+    stdin.flush().unwrap();
     assert_eq!(lines.recv_timeout(left()).unwrap(), "second done");
+    assert_eq!(lines.recv_timeout(left()).unwrap(), "third done");
+    drop(stdin);
     let (done, status) = std::sync::mpsc::channel();
     std::thread::spawn(move || done.send(child.wait().unwrap()));
     let status = status.recv_timeout(left()).expect("foya chat exited");
@@ -159,10 +163,10 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
         .filter(|e| e["type"] == "user_message")
         .map(|e| e["input"]["text"].clone())
         .collect();
-    assert_eq!(texts, [json!("one"), json!("two")]);
+    assert_eq!(texts, [json!("one"), json!("two"), json!("three")]);
     assert_eq!(
         of("turn_complete", "status"),
-        [json!("completed"), json!("completed")]
+        [json!("completed"), json!("completed"), json!("completed")]
     );
     assert_eq!(of("tool_message", "is_error"), [json!(true)]);
     assert_eq!(log.last().unwrap()["type"], "turn_complete");

@@ -102,7 +102,16 @@ impl TurnReader {
 
 fn read_lines(stop: &AtomicBool, tx: &mpsc::UnboundedSender<Option<String>>) {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::io::Read as _;
     let stdin = std::io::stdin();
+    // Raw reads of a duplicate of fd 0, not `Stdin::read_line`: its buffer would keep a
+    // second line that came in the same read out of `poll`'s sight until more input.
+    let Ok(mut raw) = stdin.as_fd().try_clone_to_owned().map(std::fs::File::from) else {
+        let _ = tx.send(None);
+        return;
+    };
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 8192];
     while !stop.load(Ordering::SeqCst) {
         let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(100u16)) {
@@ -111,18 +120,30 @@ fn read_lines(stop: &AtomicBool, tx: &mpsc::UnboundedSender<Option<String>>) {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => break,
         }
-        let mut line = String::new();
-        match stdin.read_line(&mut line) {
+        let n = match raw.read(&mut chunk) {
             Ok(0) | Err(_) => {
+                // End of input: a last line without a newline still counts.
+                if !pending.is_empty() {
+                    let _ = tx.send(Some(line_text(&pending)));
+                }
                 let _ = tx.send(None);
                 break;
             }
-            Ok(_) => {
-                let line = line.trim_end_matches(['\n', '\r']).to_owned();
-                if tx.send(Some(line)).is_err() {
-                    break;
-                }
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&chunk[..n]);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            if tx.send(Some(line_text(&line))).is_err() {
+                return;
             }
         }
     }
+}
+
+/// One line's text: invalid UTF-8 replaced, the line ending removed.
+fn line_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .trim_end_matches(['\n', '\r'])
+        .to_owned()
 }

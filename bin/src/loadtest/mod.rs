@@ -68,7 +68,8 @@ pub(crate) struct LoadtestArgs {
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
     /// Attempts per model request, the first included (retry policy).
-    #[arg(long, default_value_t = RetryPolicy::default().max_attempts)]
+    #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
+          value_parser = crate::values::positive_u32)]
     pub(crate) max_attempts: u32,
     /// After the run, replay the same sessions × turns with a bare HTTP client that only
     /// reads the response bytes (HTTP providers only) and report the runtime's CPU per

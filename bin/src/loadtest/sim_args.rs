@@ -25,8 +25,8 @@ pub(crate) struct SimArgs {
     /// Tool calls in each step before the last.
     #[arg(long)]
     pub(crate) tool_calls_per_step: Option<u32>,
-    /// Steps per turn, the final text step included.
-    #[arg(long)]
+    /// Steps per turn, the final text step included (at least 1).
+    #[arg(long, value_parser = crate::values::positive_u32)]
     pub(crate) steps_per_turn: Option<u32>,
     /// Reasoning tokens streamed at the start of every step.
     #[arg(long)]
