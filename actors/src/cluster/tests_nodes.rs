@@ -240,7 +240,12 @@ async fn a_cluster_list_names_the_nodes_that_did_not_answer() {
 }
 
 async fn partial_list() {
-    let (a_port, b_port, silent_port) = (free_port(), free_port(), free_port());
+    let (a_port, b_port) = (free_port(), free_port());
+    // A port bound for the whole test but never listening: a dial is refused, and no
+    // other socket (another test's server, an outgoing connection) can take the port.
+    let closed = tokio::net::TcpSocket::new_v4().unwrap();
+    closed.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let silent_port = closed.local_addr().unwrap().port();
     let b = node("b", b_port, vec![], runtime().await).await;
     let silent = format!("127.0.0.1:{silent_port}");
     let peers = vec![format!("127.0.0.1:{b_port}"), silent.clone()];
