@@ -146,7 +146,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let driver_cpu = Arc::new(cpu::CpuMeter::default());
     let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
     config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
-    config.retry.max_attempts = args.max_attempts.max(1);
+    config.retry.max_attempts = args.max_attempts;
     config.subscriber_buffer = args.subscriber_buffer;
     let runtime = Runtime::start(config)
         .await

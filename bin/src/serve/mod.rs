@@ -238,25 +238,16 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
 /// stops waiting for them.
 const CONNECTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Waits for `signal` (forever when it could not be installed).
-async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
-    match signal {
-        Some(s) => {
-            s.recv().await;
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
-/// Ctrl-C, SIGTERM or SIGHUP.
+/// Ctrl-C, SIGTERM or SIGHUP (through [`crate::signals::Signals`]; Ctrl-C alone when the
+/// handlers cannot be installed).
 pub(crate) async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut hup = signal(SignalKind::hangup()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = received(term.as_mut()) => {}
-        () = received(hup.as_mut()) => {}
+    match crate::signals::Signals::install() {
+        Ok(mut signals) => {
+            signals.recv().await;
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
