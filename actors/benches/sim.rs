@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 fn request(n: u64) -> ModelRequest {
     ModelRequest {
-        messages: vec![Message::User(Input::text(format!("session {n}")))],
+        messages: vec![Message::User(Input::text(format!("session {n}")))].into(),
         ..ModelRequest::default()
     }
 }

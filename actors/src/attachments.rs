@@ -278,7 +278,7 @@ mod tests {
             ..Input::text("look")
         };
         let request = ModelRequest {
-            messages: vec![Message::User(input)],
+            messages: vec![Message::User(input)].into(),
             ..ModelRequest::default()
         };
         let out = with_images(Some(&store), request.clone());

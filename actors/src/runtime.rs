@@ -112,7 +112,9 @@ pub struct RuntimeConfig {
     /// [`DEFAULT_IDLE_LOG_EVENTS`]. A session running a turn holds its whole log in memory
     /// (every step is compiled from it); when it goes idle it keeps the log only if it
     /// fits what is left of this budget, else its next turn reads the log from the store
-    /// once. 0: idle sessions hold no history.
+    /// once. An idle session that keeps its log also keeps the log's history fold (the
+    /// folded messages, at most as large as the events they come from), so the memory
+    /// this bounds is up to twice the events' size. 0: idle sessions hold no history.
     pub idle_log_events: usize,
 }
 

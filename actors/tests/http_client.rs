@@ -119,7 +119,7 @@ fn client(kind: ProviderKind, base_url: &str) -> HttpModelClient {
 
 fn request() -> ModelRequest {
     ModelRequest {
-        messages: vec![Message::User(Input::text("hi"))],
+        messages: vec![Message::User(Input::text("hi"))].into(),
         ..ModelRequest::default()
     }
 }

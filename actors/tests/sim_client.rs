@@ -17,7 +17,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model: "sim-1".into(),
         system: "be brief".into(),
-        messages,
+        messages: messages.into(),
         ..ModelRequest::default()
     }
 }

@@ -240,7 +240,7 @@ async fn the_final_step_is_the_same_text_over_every_format_and_in_process() {
     let request = ModelRequest {
         model: "m".into(),
         system: "be brief".into(),
-        messages,
+        messages: messages.into(),
         ..ModelRequest::default()
     };
     let mut agg = StreamAggregate::new();

@@ -2,9 +2,10 @@
 
 use super::project::ProjectContext;
 use super::{
-    Budget, CompileInput, CompiledContext, ContextError, KERNEL_INSTRUCTIONS, estimate_tokens,
-    history,
+    Budget, CompileInput, CompiledContext, ContextError, HistoryFold, KERNEL_INSTRUCTIONS,
+    estimate_tokens, history,
 };
+use crate::provider::Messages;
 use foya_protocol::{ApprovalMode, Message, ReasoningPart};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,8 +30,37 @@ const TOOL_OVERHEAD_TOKENS: u64 = 8;
 /// [`ContextError::ImagesNotSupported`] when the effective history references images
 /// and `limits.supports_images` is false (nothing is dropped silently).
 pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
-    let project = input.project;
     let messages = history(input.history);
+    let tokens = messages.iter().map(message_tokens).sum();
+    assemble(input, messages.into(), tokens)
+}
+
+/// [`compile`] with the history taken from `fold`, which must have folded exactly
+/// `input.history` (the turn keeps one fold per turn and updates it before every step,
+/// so a step folds only the events appended since the last one). The result equals
+/// [`compile`]'s.
+///
+/// # Errors
+/// As [`compile`].
+pub fn compile_folded(
+    input: &CompileInput,
+    fold: &HistoryFold,
+) -> Result<CompiledContext, ContextError> {
+    debug_assert_eq!(
+        fold.seen(),
+        input.history.len(),
+        "the fold is not of this log"
+    );
+    let (messages, tokens) = fold.messages();
+    assemble(input, messages, tokens)
+}
+
+fn assemble(
+    input: &CompileInput,
+    messages: Messages,
+    history_tokens: u64,
+) -> Result<CompiledContext, ContextError> {
+    let project = input.project;
     if !input.limits.supports_images {
         let mut ids: Vec<String> = Vec::new();
         for m in &messages {
@@ -108,10 +138,7 @@ pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
     for (key, text) in &parts {
         sections.insert((*key).to_owned(), estimate_tokens(text));
     }
-    sections.insert(
-        "history".to_owned(),
-        messages.iter().map(message_tokens).sum(),
-    );
+    sections.insert("history".to_owned(), history_tokens);
     sections.insert("tools".to_owned(), input.tools.tokens());
 
     let system = parts

@@ -3,7 +3,7 @@
 
 use super::tests::{Log, assert_well_formed, assistant, result, user};
 use super::*;
-use foya_protocol::{AttachmentRef, EventKind, Input, InputId, Seq};
+use foya_protocol::{AttachmentRef, EventKind, Input, InputId, Message, Seq};
 use serde_json::json;
 
 #[test]

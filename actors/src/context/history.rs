@@ -43,25 +43,52 @@ pub fn history(events: &[Event]) -> Vec<Message> {
         .unwrap_or(0);
     let mut raw = Vec::new();
     for event in &events[start..] {
-        match &event.kind {
-            EventKind::CompactionCheckpoint { summary, kept, .. } => {
-                raw.clear();
-                raw.push(Message::User(Input::text(format!(
-                    "{CHECKPOINT_PREFIX}\n\n{summary}"
-                ))));
-                raw.extend(kept.iter().cloned());
-            }
-            EventKind::UserMessage { input, .. } => raw.push(Message::User(input.clone())),
-            // A stop hook's continuation is the next instruction, as a user message.
-            EventKind::HookContinued { reason, .. } => {
-                raw.push(Message::User(Input::text(reason.clone())));
-            }
-            EventKind::AssistantMessage(m) => raw.push(Message::Assistant(m.clone())),
-            EventKind::ToolMessage(m) => raw.push(Message::Tool(m.clone())),
-            _ => {}
+        match raw_message(&event.kind) {
+            Raw::Checkpoint(messages) => raw = messages,
+            Raw::Message(m) => raw.push(m),
+            Raw::None => {}
         }
     }
     let last_assistant = raw.iter().rposition(|m| matches!(m, Message::Assistant(_)));
+    fold_raw(raw, last_assistant)
+}
+
+/// What one event adds to the raw (unfolded) message list.
+pub(super) enum Raw {
+    /// A compaction checkpoint: the list starts over with these messages.
+    Checkpoint(Vec<Message>),
+    /// One more message.
+    Message(Message),
+    /// Nothing.
+    None,
+}
+
+/// The raw message an event contributes (rules 1–4 of [`history`], before folding).
+pub(super) fn raw_message(kind: &EventKind) -> Raw {
+    match kind {
+        EventKind::CompactionCheckpoint { summary, kept, .. } => {
+            let mut messages = Vec::with_capacity(kept.len() + 1);
+            messages.push(Message::User(Input::text(format!(
+                "{CHECKPOINT_PREFIX}\n\n{summary}"
+            ))));
+            messages.extend(kept.iter().cloned());
+            Raw::Checkpoint(messages)
+        }
+        EventKind::UserMessage { input, .. } => Raw::Message(Message::User(input.clone())),
+        // A stop hook's continuation is the next instruction, as a user message.
+        EventKind::HookContinued { reason, .. } => {
+            Raw::Message(Message::User(Input::text(reason.clone())))
+        }
+        EventKind::AssistantMessage(m) => Raw::Message(Message::Assistant(m.clone())),
+        EventKind::ToolMessage(m) => Raw::Message(Message::Tool(m.clone())),
+        _ => Raw::None,
+    }
+}
+
+/// Folds raw messages (cleaning, then [`well_formed`]); `last_assistant` is the index
+/// of the assistant message that counts as the conversation's last one, if it is among
+/// them.
+pub(super) fn fold_raw(raw: Vec<Message>, last_assistant: Option<usize>) -> Vec<Message> {
     let cleaned = raw.into_iter().enumerate().filter_map(|(i, m)| match m {
         Message::User(input) => fold_input(input).map(Message::User),
         Message::Assistant(a) => {
@@ -70,6 +97,13 @@ pub fn history(events: &[Event]) -> Vec<Message> {
         other => Some(other),
     });
     well_formed(cleaned.collect())
+}
+
+/// True when an assistant message survives the fold whether or not it is the last one
+/// (it has text or tool calls): a message like that starts a new group of the fold, so
+/// nothing after it changes how the messages before it fold.
+pub(super) fn kept_anywhere(a: &AssistantMessage) -> bool {
+    !(a.text.trim().is_empty() && a.tool_calls.is_empty())
 }
 
 fn fold_input(mut input: Input) -> Option<Input> {
@@ -174,6 +208,14 @@ pub fn interrupted_context_text(message: &AssistantMessage) -> Option<String> {
 #[must_use]
 pub fn touched_paths(events: &[Event]) -> BTreeSet<PathBuf> {
     let mut paths = BTreeSet::new();
+    for event in events {
+        add_touched_paths(&event.kind, &mut paths);
+    }
+    paths
+}
+
+/// Adds the paths one event's file tool calls touched (see [`touched_paths`]).
+pub(super) fn add_touched_paths(kind: &EventKind, paths: &mut BTreeSet<PathBuf>) {
     let mut add = |a: &AssistantMessage| {
         for call in &a.tool_calls {
             if FILE_TOOLS.contains(&call.name.as_str())
@@ -184,22 +226,19 @@ pub fn touched_paths(events: &[Event]) -> BTreeSet<PathBuf> {
             }
         }
     };
-    for event in events {
-        match &event.kind {
-            EventKind::AssistantMessage(a) => add(a),
-            EventKind::CompactionCheckpoint { kept, .. } => {
-                kept.iter()
-                    .filter_map(|m| {
-                        if let Message::Assistant(a) = m {
-                            Some(a)
-                        } else {
-                            None
-                        }
-                    })
-                    .for_each(&mut add);
-            }
-            _ => {}
+    match kind {
+        EventKind::AssistantMessage(a) => add(a),
+        EventKind::CompactionCheckpoint { kept, .. } => {
+            kept.iter()
+                .filter_map(|m| {
+                    if let Message::Assistant(a) = m {
+                        Some(a)
+                    } else {
+                        None
+                    }
+                })
+                .for_each(&mut add);
         }
+        _ => {}
     }
-    paths
 }

@@ -12,6 +12,7 @@ mod commands;
 mod compaction;
 mod compile;
 mod estimate;
+mod fold;
 pub mod frontmatter;
 mod history;
 mod kernel;
@@ -26,8 +27,9 @@ pub use compaction::{
     COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, OMITTED_NOTE, checkpoint_kept,
     compaction_request,
 };
-pub use compile::compile;
+pub use compile::{compile, compile_folded};
 pub use estimate::{Calibration, estimate_tokens};
+pub use fold::HistoryFold;
 pub use history::{
     CHECKPOINT_PREFIX, MISSING_RESULT, history, interrupted_context_text, touched_paths,
 };
@@ -36,7 +38,7 @@ pub use project::{CommandTemplate, ProjectContext, Rule, SkillMeta};
 pub use title::{MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, title_request};
 
 use crate::provider::ToolSchema;
-use foya_protocol::{Event, Message, SessionConfig};
+use foya_protocol::{Event, SessionConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -170,7 +172,7 @@ pub struct CompiledContext {
     /// The system prompt (layout in [`compile`]).
     pub system: String,
     /// The effective history, well-formed (see [`history`]).
-    pub messages: Vec<Message>,
+    pub messages: crate::provider::Messages,
     /// The tools exposed now (shared with the [`ToolSet`] they come from).
     pub tools: std::sync::Arc<[ToolSchema]>,
     /// The budget.

@@ -6,7 +6,7 @@
 
 use super::tests::{Log, assistant};
 use super::*;
-use foya_protocol::{AssistantMessage, EventKind, Input, Seq};
+use foya_protocol::{AssistantMessage, EventKind, Input, Message, Seq};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::path::Path;

@@ -5,7 +5,7 @@
 use super::*;
 use foya_protocol::{
     AssistantMessage, AttachmentRef, CommandInvocation, EventKind, FinishReason, Input, InputId,
-    PageElement, Seq, SessionId, ToolCall, ToolCallId, ToolMessage,
+    Message, PageElement, Seq, SessionId, ToolCall, ToolCallId, ToolMessage,
 };
 use serde_json::json;
 

@@ -5,7 +5,7 @@
 //! Owns: turning a [`ModelRequest`] into a stream of [`StreamEvent`]s. Must not: touch the
 //! store or know about sessions; retries are decided by the turn (see `retry`).
 
-use foya_protocol::{Message, StreamEvent};
+use foya_protocol::StreamEvent;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -15,10 +15,13 @@ pub(crate) mod actor;
 pub mod classify;
 pub mod config;
 pub mod http;
+mod messages;
 pub mod retry;
 pub mod scripted;
 pub mod sim;
 pub mod wire;
+
+pub use messages::Messages;
 
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,8 +50,9 @@ pub struct ModelRequest {
     pub model: String,
     /// System prompt compiled for this step.
     pub system: String,
-    /// History, well-formed (each tool call has exactly one result, in order).
-    pub messages: Vec<Message>,
+    /// History, well-formed (each tool call has exactly one result, in order); a shared
+    /// prefix plus this request's own messages (see [`Messages`]).
+    pub messages: Messages,
     /// Tools exposed for this step (empty: no tools, e.g. a final summarising step).
     /// Shared: a turn builds its tool schemas once and every request points at them.
     pub tools: std::sync::Arc<[ToolSchema]>,

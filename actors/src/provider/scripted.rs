@@ -388,7 +388,8 @@ mod tests {
         let request = ModelRequest {
             messages: vec![Message::Assistant(
                 foya_protocol::AssistantMessage::default(),
-            )],
+            )]
+            .into(),
             ..ModelRequest::default()
         };
         let events: Vec<_> = client

@@ -1,8 +1,10 @@
-//! The session's committed log in memory, shared read-only with its turns.
+//! The session's committed log in memory, shared read-only with its turns, with the
+//! history fold its turns keep up to date.
 
+use crate::context::HistoryFold;
 use foya_protocol::Event;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
 /// A session's committed events in seq order from seq 1, exactly as in the store.
 ///
@@ -12,13 +14,42 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 /// turn compiles each step's context from it under a read guard (compilation is
 /// synchronous: the guard is never held across an `.await`), instead of reading its
 /// session back from the store. Only ever grows: a failed append changes nothing.
+///
+/// It also holds the [`HistoryFold`] of the log, which lives as long as the log (across
+/// the session's turns, and while the session is idle if it keeps its log): a step folds
+/// only the events appended since the previous step, of this turn or an earlier one.
 #[derive(Debug, Clone)]
-pub(crate) struct SharedLog(Arc<RwLock<Vec<Event>>>);
+pub(crate) struct SharedLog {
+    events: Arc<RwLock<Vec<Event>>>,
+    fold: Arc<Mutex<HistoryFold>>,
+}
 
 impl SharedLog {
     /// A log holding `events` (the store's whole log of the session, seq 1 first).
     pub(crate) fn new(events: Vec<Event>) -> Self {
-        Self(Arc::new(RwLock::new(events)))
+        Self {
+            events: Arc::new(RwLock::new(events)),
+            fold: Arc::default(),
+        }
+    }
+
+    /// Runs `f` on the log as it is now and its fold, brought up to date first. `f` runs
+    /// synchronously under the log's read guard and the fold's lock: keep it short.
+    pub(crate) fn with_fold<R>(&self, f: impl FnOnce(&[Event], &HistoryFold) -> R) -> R {
+        let mut fold = self.lock_fold();
+        let events = self.read();
+        fold.update(&events);
+        f(&events, &fold)
+    }
+
+    fn lock_fold(&self) -> MutexGuard<'_, HistoryFold> {
+        self.fold.lock().unwrap_or_else(|poisoned| {
+            // A panic during an update may have left the fold half-updated: start over.
+            let mut fold = poisoned.into_inner();
+            *fold = HistoryFold::new();
+            self.fold.clear_poison();
+            fold
+        })
     }
 
     /// Reads the log. Cheap (uncontended but for the session's own short appends); keep
@@ -26,7 +57,7 @@ impl SharedLog {
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Vec<Event>> {
         // A panic while the guard was held cannot leave the Vec half-extended in a way
         // that matters here: `extend` is the only writer.
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
+        self.events.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Number of events.
@@ -36,7 +67,7 @@ impl SharedLog {
 
     /// Appends committed events (the session's writer side).
     pub(super) fn extend(&self, events: Vec<Event>) {
-        self.0
+        self.events
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(events);

@@ -56,7 +56,7 @@ async fn generate(args: TitleArgs) {
     let request = ModelRequest {
         model,
         system: TITLE_SYSTEM_PROMPT.into(),
-        messages: title_request(&text),
+        messages: title_request(&text).into(),
         max_output_tokens: Some(32),
         ..ModelRequest::default()
     };

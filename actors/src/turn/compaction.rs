@@ -103,7 +103,7 @@ impl Turn {
         let request = ModelRequest {
             model: self.args.config.model.clone(),
             system: COMPACTION_SYSTEM_PROMPT.into(),
-            messages: context::compaction_request(&c.events, c.budget),
+            messages: context::compaction_request(&c.events, c.budget).into(),
             ..ModelRequest::default()
         };
         let client = self.args.deps.aux_client_for(&self.args.config.provider);

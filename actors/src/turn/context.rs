@@ -89,26 +89,38 @@ impl Turn {
         self.args.deps.client_for(&self.args.config.provider)
     }
 
-    /// Compiles `events` (a session log in seq order) for this step.
-    pub(super) fn compile_events(&self, events: &[Event]) -> Result<CompiledContext, ContextError> {
-        let touched = context::touched_paths(events);
-        context::compile(&CompileInput {
+    /// The compile input of this step for `events` (a session log in seq order).
+    fn compile_input<'a>(
+        &'a self,
+        events: &'a [Event],
+        touched_paths: &'a std::collections::BTreeSet<std::path::PathBuf>,
+    ) -> CompileInput<'a> {
+        CompileInput {
             config: &self.args.config,
             project: &self.args.project,
             env: &self.env,
             history: events,
-            touched_paths: &touched,
+            touched_paths,
             tools: &self.tools,
             limits: self.limits(),
             calibration: self.calibration,
-        })
+        }
     }
 
-    /// Compiles the session's committed log as it is now; also the number of events
-    /// compiled (the prefix a retry rebuilds the request from).
+    /// Compiles `events` (a session log in seq order) for this step, folding them whole.
+    pub(super) fn compile_events(&self, events: &[Event]) -> Result<CompiledContext, ContextError> {
+        let touched = context::touched_paths(events);
+        context::compile(&self.compile_input(events, &touched))
+    }
+
+    /// Compiles the session's committed log as it is now, folding only the events
+    /// appended since the last compile (the log's [`context::HistoryFold`]); also the
+    /// number of events compiled (the prefix a retry rebuilds the request from).
     pub(super) fn compile_log(&self) -> (Result<CompiledContext, ContextError>, usize) {
-        let log = self.args.log.read();
-        (self.compile_events(&log), log.len())
+        self.args.log.with_fold(|events, fold| {
+            let input = self.compile_input(events, fold.touched_paths());
+            (context::compile_folded(&input, fold), events.len())
+        })
     }
 
     /// The model request for a compiled context: the context plus the turn-control

@@ -91,17 +91,24 @@ impl Turn {
             let calls = std::mem::take(&mut self.control.calls);
             self.control.hook_blocks = 0;
             let ids: Vec<_> = calls.iter().map(|c| &c.id).collect();
-            let results: Vec<ToolMessage> = self
+            // This run's results, read back from the end of the log to its turn_started.
+            let run = Some(self.args.run_id);
+            let mut results: Vec<ToolMessage> = self
                 .args
                 .log
                 .read()
                 .iter()
-                .filter(|e| e.run_id == Some(self.args.run_id))
+                .rev()
+                .take_while(|e| {
+                    !(e.run_id == run && matches!(e.kind, EventKind::TurnStarted { .. }))
+                })
+                .filter(|e| e.run_id == run)
                 .filter_map(|e| match &e.kind {
                     EventKind::ToolMessage(m) if ids.contains(&&m.tool_call_id) => Some(m.clone()),
                     _ => None,
                 })
                 .collect();
+            results.reverse();
             if let Err(LoopDetected(message)) = self.control.guard.end_step(&calls, &results) {
                 self.loop_detected(myself, Vec::new(), message).await?;
                 return Ok(true);

@@ -161,7 +161,7 @@ mod tests {
         profile.base_url = format!("http://{addr}/v1");
         let request = ModelRequest {
             model: "sim-1".into(),
-            messages: vec![Message::User(Input::text("[ls:0] turn 0: hello"))],
+            messages: vec![Message::User(Input::text("[ls:0] turn 0: hello"))].into(),
             ..ModelRequest::default()
         };
         let report = run(&profile, &[request], 3, 2, 2).await.unwrap();

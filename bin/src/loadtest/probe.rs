@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn the_session_index_comes_from_the_first_user_message() {
         let request = |text: &str| ModelRequest {
-            messages: vec![Message::User(Input::text(text))],
+            messages: vec![Message::User(Input::text(text))].into(),
             ..ModelRequest::default()
         };
         assert_eq!(session_index(&request("[ls:42] turn 1")), Some(42));

@@ -19,7 +19,7 @@ async fn run(mock: &MockProvider, kind: ProviderKind) -> StreamAggregate {
     profile.base_url = mock.base_url();
     let client = HttpModelClient::with_env(profile, &|_| Some("k".into())).unwrap();
     let request = ModelRequest {
-        messages: vec![Message::User(Input::text("hi"))],
+        messages: vec![Message::User(Input::text("hi"))].into(),
         ..ModelRequest::default()
     };
     let mut agg = StreamAggregate::new();

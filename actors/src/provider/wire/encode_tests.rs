@@ -51,7 +51,8 @@ fn request() -> ModelRequest {
                 content: "denied".into(),
                 is_error: true,
             }),
-        ],
+        ]
+        .into(),
         tools: vec![ToolSchema {
             name: "shell".into(),
             description: "Run".into(),
@@ -170,7 +171,8 @@ async fn anthropic_thinking_signature_round_trips() {
         messages: vec![
             Message::User(Input::text("go")),
             Message::Assistant(agg.to_message()),
-        ],
+        ]
+        .into(),
         ..ModelRequest::default()
     };
     let body = ProviderKind::Anthropic.encode(&req).body;
@@ -203,7 +205,8 @@ fn interrupted_reasoning_is_sent_once_as_marked_text_and_redacted_kept() {
             Message::Assistant(msg),
             Message::User(Input::text("go on")),
             Message::Assistant(done),
-        ],
+        ]
+        .into(),
         ..ModelRequest::default()
     };
     let chat = ProviderKind::OpenaiChat.encode(&req).body;
