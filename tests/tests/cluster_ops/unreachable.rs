@@ -1,5 +1,6 @@
 //! Peers a node or the CLI cannot reach: the CLI gives up on a peer that accepts the
-//! connection and never completes the handshake after the 3 s connect timeout; a `foya
+//! connection and never completes the handshake after the 3 s connect timeout, and names
+//! a peer that closes every connection before the handshake's challenge; a `foya
 //! node` warns once per `--connect` peer it cannot reach (a closed port, a silent peer),
 //! keeps running and redialling, and its data dir's lock names its listen address.
 
@@ -40,6 +41,46 @@ async fn the_cli_gives_up_on_a_peer_that_never_completes_the_handshake() {
             format!(
                 "foya: the peer at 127.0.0.1:{port} accepted the connection but did not \
                  complete the cluster handshake within 3s\n"
+            )
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_names_a_peer_that_closes_every_connection_in_the_handshake() {
+    use tokio::io::AsyncWriteExt as _;
+    let bin = tokio::task::spawn_blocking(foya_tests::foya_bin)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cookie"), format!("{COOKIE}\n")).unwrap();
+    // Answers every connection as an HTTP server (or a transparent proxy standing in for
+    // an unreachable address) would, and closes it: no cluster node.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let closer = tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let answer = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n";
+            let _ = socket.write_all(answer).await;
+        }
+    });
+    // Before, each redial stayed "pending" and the CLI said only "not reachable" after
+    // its 5 s wait.
+    let run = cli_run(&bin, dir.path(), port, "cookie", false);
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("the CLI did not give up");
+    closer.abort();
+    assert_eq!(
+        parts(&out),
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "foya: the peer at 127.0.0.1:{port} accepted the connection but closed it \
+                 before completing the cluster handshake, on every dial for 3s (is it a \
+                 foya node?)\n"
             )
         )
     );
