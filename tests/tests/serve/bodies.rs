@@ -5,19 +5,16 @@
 //! /sessions/{id}/title` and `POST /sessions` (no session created), and by `foya sessions
 //! title` (exit 2).
 
-use super::{Server, start};
+use super::{Server, start, within};
+use foya_tests::child::outcome;
 use foya_tests::foya_bin::foya_bin;
 use foya_tests::mock_provider::MockProvider;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_body_creates_a_session_and_empty_titles_are_refused() {
-    tokio::task::spawn_blocking(foya_bin).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(120), bodies())
-        .await
-        .expect("the scenario finished in time");
+    within(bodies()).await;
 }
 
 /// `(code, message)` of a JSON error answered with `status`.
@@ -35,13 +32,7 @@ async fn error(
 
 /// The ids and titles of the listed sessions.
 async fn listed(s: &Server) -> Vec<(String, Value)> {
-    let list = s
-        .call(
-            s.req(Method::GET, "/sessions"),
-            StatusCode::OK,
-            Some("SessionList"),
-        )
-        .await;
+    let list = s.get("/sessions", "SessionList").await;
     let sessions = list["sessions"].as_array().unwrap();
     sessions
         .iter()
@@ -64,13 +55,7 @@ async fn bodies() {
         )
         .await;
     let id = created["id"].as_str().unwrap().to_owned();
-    let summary = s
-        .call(
-            s.req(Method::GET, &format!("/sessions/{id}")),
-            StatusCode::OK,
-            Some("SessionSummary"),
-        )
-        .await;
+    let summary = s.get(&format!("/sessions/{id}"), "SessionSummary").await;
     let cwd = std::fs::canonicalize(dir.path()).unwrap();
     assert_eq!(
         (&summary["cwd"], &summary["model"], &summary["title"]),
@@ -133,11 +118,7 @@ async fn bodies() {
         .await
         .unwrap();
     assert_eq!(
-        (
-            out.status.code(),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap()
-        ),
+        outcome(&out),
         (
             Some(2),
             String::new(),
