@@ -86,7 +86,8 @@ pub struct RuntimeConfig {
     /// Retry policy of model requests.
     pub retry: RetryPolicy,
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
-    /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1.
+    /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1. Below
+    /// [`MIN_SUBSCRIBER_BUFFER`] one burst of a fast stream cuts every subscriber off.
     pub subscriber_buffer: usize,
     /// Context compilation, compaction and title settings.
     pub context: crate::options::ContextOptions,
@@ -126,6 +127,15 @@ pub const DEFAULT_IDLE_LOG_EVENTS: usize = 65_536;
 
 /// Default [`RuntimeConfig::subscriber_buffer`].
 pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
+
+/// The smallest [`RuntimeConfig::subscriber_buffer`] a turn's stream fits in (128): a
+/// session sends the live deltas of one relayed batch of a model stream back to back,
+/// without waiting for the subscriber (up to 64 stream events, each at most two deltas:
+/// a tool call's first chunk also makes its `tool_call_queued`), so with a smaller
+/// channel a fast stream overflows it and the subscriber is cut off with
+/// `Notice::Lagged` however quickly it reads. The events of one commit are sent the same
+/// way (a step's tool results may be committed together: one event per call, plus one).
+pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::provider::actor::MAX_BATCH;
 
 impl RuntimeConfig {
     /// A configuration serving every session with `model`, the real built-in tools

@@ -5,7 +5,9 @@
 //! Failures are quick and named: a refused connection at once, a silent address after
 //! a 3 s connect timeout, a wrong cookie as soon as the node closes the handshake, a
 //! peer that accepts the connection but never completes the handshake 3 s after the
-//! dial (the same connect timeout bounds the whole dial). When
+//! dial (the same connect timeout bounds the whole dial), a peer that accepts and closes
+//! every connection before the handshake (an HTTP server, a proxy answering for an
+//! address it cannot reach) 3 s after the first dial. When
 //! some nodes of the cluster did not answer, the others' sessions are printed, the
 //! missing nodes are named (a `foya: warning:` line on stderr; with `--json` a last
 //! line `{"unreachable": [...]}`) and the exit status is [`EXIT_PARTIAL`].

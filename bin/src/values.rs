@@ -25,6 +25,25 @@ pub(crate) fn positive_u32(s: &str) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
 }
 
+/// A subscriber channel capacity of at least
+/// [`MIN_SUBSCRIBER_BUFFER`](foya_actors::runtime::MIN_SUBSCRIBER_BUFFER) (`loadtest
+/// --subscriber-buffer`): below it, every turn's subscriber is cut off (`lagged`).
+///
+/// # Errors
+/// Not an unsigned integer, or below the minimum.
+pub(crate) fn subscriber_buffer(s: &str) -> Result<usize, String> {
+    let min = foya_actors::runtime::MIN_SUBSCRIBER_BUFFER;
+    let n = positive_count(s)?;
+    if n < min {
+        return Err(format!(
+            "must be at least {min}: the runtime sends a model stream's live updates in \
+             batches of up to {min} at once, and a smaller buffer cuts the subscriber off \
+             (every turn fails with `lagged`)"
+        ));
+    }
+    Ok(n)
+}
+
 /// A duration in seconds (fractions allowed), finite and greater than 0 (`--duration`).
 ///
 /// # Errors
@@ -113,6 +132,17 @@ mod tests {
         assert_eq!(positive_u32("4"), Ok(4));
         assert_eq!(positive_u32("0"), Err("must be at least 1".to_owned()));
         assert!(positive_u32("4294967296").is_err());
+        assert_eq!(subscriber_buffer("128"), Ok(128));
+        assert_eq!(subscriber_buffer("0"), Err("must be at least 1".to_owned()));
+        assert_eq!(
+            subscriber_buffer("127"),
+            Err(
+                "must be at least 128: the runtime sends a model stream's live updates in \
+                 batches of up to 128 at once, and a smaller buffer cuts the subscriber off \
+                 (every turn fails with `lagged`)"
+                    .to_owned()
+            )
+        );
         assert_eq!(positive_seconds("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["inf", "-inf", "NaN", "-1", "0", "1e300", "x"] {
             assert!(positive_seconds(bad).is_err(), "{bad}");

@@ -52,3 +52,25 @@ pub fn foya() -> std::process::Command {
         .env("NO_COLOR", "1");
     command
 }
+
+/// `foya COMMAND --provider scripted --approval APPROVAL --script SCRIPT --data-dir DATA
+/// --cwd CWD` (a [`foya`] command: clean environment); add the rest (`--json`, the
+/// prompt) to it.
+#[must_use]
+pub fn scripted(
+    command: &str,
+    approval: &str,
+    script: &std::path::Path,
+    data: &std::path::Path,
+    cwd: &std::path::Path,
+) -> std::process::Command {
+    let mut foya = foya();
+    foya.args([command, "--provider", "scripted", "--approval", approval])
+        .arg("--script")
+        .arg(script)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--cwd")
+        .arg(cwd);
+    foya
+}

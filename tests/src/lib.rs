@@ -1,5 +1,6 @@
 //! Shared harness for the end-to-end tests: the mock provider (real wire formats over
-//! real HTTP) and the path of the real `foya` binary.
+//! real HTTP), the path of the real `foya` binary and its child processes' piped stdio.
+pub mod child;
 pub mod foya_bin;
 pub mod mock_provider;
 pub mod procs;

@@ -9,7 +9,8 @@
 
 use expectrl::process::unix::WaitStatus;
 use expectrl::{ControlCode, Eof, Expect as _, Session};
-use foya_tests::foya_bin::foya_bin;
+use foya_tests::child::{spawn_lines, wait_exit};
+use foya_tests::foya_bin::{foya_bin, scripted};
 use serde_json::json;
 use std::time::Duration;
 
@@ -62,7 +63,7 @@ fn chat_answers_queues_cancels_a_long_tool_on_ctrl_c_and_exits() {
 
 #[test]
 fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
-    use std::io::{BufRead as _, Read as _, Write as _};
+    use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -77,38 +78,11 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
         {"text": "third done"},
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
-    let mut child = foya_tests::foya_bin::foya()
-        .arg("chat")
-        .args(["--provider", "scripted", "--approval", "ask"])
-        .arg("--script")
-        .arg(&script)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--cwd")
-        .arg(&work)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let chat = spawn_lines(
+        scripted("chat", "ask", &script, &data, &work).stdin(std::process::Stdio::piped()),
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut stderr = child.stderr.take().unwrap();
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let mut stdin = child.stdin.take().unwrap();
+    let (lines, mut stdin) = (&chat.lines, chat.stdin.unwrap());
     let left = || deadline.saturating_duration_since(std::time::Instant::now());
     writeln!(stdin, "one").unwrap();
     // The next two lines arrive in one write as the first turn ends; both run while
@@ -119,10 +93,8 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
     assert_eq!(lines.recv_timeout(left()).unwrap(), "second done");
     assert_eq!(lines.recv_timeout(left()).unwrap(), "third done");
     drop(stdin);
-    let (done, status) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(child.wait().unwrap()));
-    let status = status.recv_timeout(left()).expect("foya chat exited");
-    let stderr = errors.join().unwrap();
+    let status = wait_exit(chat.child, deadline);
+    let stderr = chat.stderr.recv().unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert_eq!(
         lines.recv_timeout(left()).ok(),

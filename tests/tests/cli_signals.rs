@@ -9,12 +9,12 @@
 //! (or a FIFO the tool writes), under one global timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use foya_tests::foya_bin::foya;
+use foya_tests::child::{Piped, read_until, spawn_json_lines, spawn_lines, wait_exit};
+use foya_tests::foya_bin::{foya, scripted};
 use foya_tests::procs::processes_with;
 use serde_json::{Value, json};
-use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -49,16 +49,8 @@ fn script(dirs: &Dirs, name: &str, responses: &[Value]) -> PathBuf {
 
 /// `foya run --provider scripted --approval bypass` on the dirs, plus `extra` args.
 fn run_command(dirs: &Dirs, script: &Path, extra: &[&str]) -> Command {
-    let mut command = foya();
-    command
-        .args(["run", "--provider", "scripted", "--approval", "bypass"])
-        .arg("--script")
-        .arg(script)
-        .arg("--data-dir")
-        .arg(&dirs.data)
-        .arg("--cwd")
-        .arg(&dirs.work)
-        .args(extra);
+    let mut command = scripted("run", "bypass", script, &dirs.data, &dirs.work);
+    command.args(extra);
     command
 }
 
@@ -76,67 +68,6 @@ fn marker(name: &str) -> String {
 fn sleeping_call(marker: &str) -> Value {
     let command = format!("echo ready; exec -a {marker} sleep 100");
     json!({"tool_calls": [{"id": "call_sleep", "name": "shell", "arguments": {"command": command}}]})
-}
-
-/// Spawns `command` with stdout read as JSON lines on a thread and stderr collected.
-fn spawn_json(mut command: Command) -> (Child, mpsc::Receiver<Value>, mpsc::Receiver<String>) {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx
-                .send(serde_json::from_str::<Value>(&line).unwrap())
-                .is_err()
-            {
-                break;
-            }
-        }
-    });
-    let (etx, err) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        let _ = etx.send(text);
-    });
-    (child, lines, err)
-}
-
-/// Reads lines until one satisfies `until`; returns every line read.
-fn read_until(
-    lines: &mpsc::Receiver<Value>,
-    deadline: Instant,
-    until: impl Fn(&Value) -> bool,
-) -> Vec<Value> {
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = lines
-            .recv_timeout(left)
-            .unwrap_or_else(|e| panic!("no matching line ({e}); saw {seen:#?}"));
-        let done = until(&line);
-        seen.push(line);
-        if done {
-            return seen;
-        }
-    }
-}
-
-/// Waits for the child's exit within the deadline (the wait runs on a thread).
-fn wait(child: Child, deadline: Instant) -> ExitStatus {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut child = child;
-        let _ = tx.send(child.wait().unwrap());
-    });
-    rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        .expect("foya did not exit")
 }
 
 fn show(dirs: &Dirs, id: &str) -> Vec<Value> {
@@ -181,35 +112,60 @@ fn signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hint: &s
     );
     foya_tests::foya_bin(); // built before the clock starts
     let deadline = Instant::now() + TIMEOUT;
-    let (child, lines, stderr) = spawn_json(run_command(&dirs, &script, &["--json", "wait"]));
-    let seen = read_until(&lines, deadline, |l| {
+    let run = spawn_json_lines(&mut run_command(&dirs, &script, &["--json", "wait"]));
+    let seen = read_until(&run.lines, deadline, |l| {
         l["type"] == "tool_output" && l["chunk"].as_str().unwrap_or("").contains("ready")
     });
     assert!(!processes_with(&mark).is_empty(), "the tool runs");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, signal).unwrap();
-    let status = wait(child, deadline);
-    let stderr = stderr.recv_timeout(TIMEOUT).unwrap();
-    assert_eq!(status.code(), Some(code), "stderr: {stderr}");
+    let stderr = signal_and_wait(run.child, &run.stderr, signal, code, deadline);
     assert!(stderr.contains("cancelling"), "{stderr}");
     assert!(stderr.contains(hint), "{stderr}");
 
     let id = seen[0]["session_id"].as_str().unwrap().to_owned();
-    let log = show(&dirs, &id);
+    assert_cancelled_cleanly(&show(&dirs, &id), &mark);
+}
+
+/// Sends `signal` to `child` and waits for its exit (by `deadline`); checks that its
+/// exit status is `code`; returns its stderr.
+fn signal_and_wait(
+    child: Child,
+    stderr: &mpsc::Receiver<String>,
+    signal: nix::sys::signal::Signal,
+    code: i32,
+    deadline: Instant,
+) -> String {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, signal).unwrap();
+    let status = wait_exit(child, deadline);
+    let stderr = stderr.recv_timeout(TIMEOUT).unwrap();
+    assert_eq!(status.code(), Some(code), "stderr: {stderr}");
+    stderr
+}
+
+/// The log of a session whose turn was cancelled while its `call_sleep` ran (the tool's
+/// processes carrying `mark`): it ends with the turn's only `turn_complete{cancelled}`,
+/// the call got its (error) result, and the tool's processes did not outlive the cancel.
+fn assert_cancelled_cleanly(log: &[Value], mark: &str) {
     let last = log.last().unwrap();
-    assert_eq!(last["type"], "turn_complete", "{log:#?}");
-    assert_eq!(last["status"], "cancelled", "{log:#?}");
+    assert_eq!(
+        (&last["type"], &last["status"]),
+        (&json!("turn_complete"), &json!("cancelled")),
+        "{:?}",
+        types(log)
+    );
     assert_eq!(
         log.iter().filter(|e| e["type"] == "turn_complete").count(),
         1,
-        "{log:#?}"
+        "{:?}",
+        types(log)
     );
-    let results: Vec<&Value> = log.iter().filter(|e| e["type"] == "tool_message").collect();
-    assert_eq!(results.len(), 1, "{log:#?}");
-    assert_eq!(results[0]["tool_call_id"], "call_sleep");
-    assert_eq!(results[0]["is_error"], true);
-    // The tool's process did not outlive the cancel.
-    assert_eq!(processes_with(&mark), Vec::<u32>::new());
+    let results: Vec<(&Value, &Value)> = log
+        .iter()
+        .filter(|e| e["type"] == "tool_message")
+        .map(|e| (&e["tool_call_id"], &e["is_error"]))
+        .collect();
+    assert_eq!(results, [(&json!("call_sleep"), &json!(true))]);
+    assert_eq!(processes_with(mark), Vec::<u32>::new());
 }
 
 /// A pipe whose read end is already closed: every write to it fails with `EPIPE`.
@@ -285,7 +241,9 @@ fn a_session_resumed_after_a_crash_names_the_recovered_tool_without_a_spurious_e
     let first = script(&dirs, "first.json", &[sleeping_call(&mark)]);
     foya_tests::foya_bin(); // built before the clock starts
     let deadline = Instant::now() + TIMEOUT;
-    let (mut child, lines, _stderr) = spawn_json(run_command(&dirs, &first, &["--json", "start"]));
+    let Piped {
+        mut child, lines, ..
+    } = spawn_json_lines(&mut run_command(&dirs, &first, &["--json", "start"]));
     let seen = read_until(&lines, deadline, |l| {
         l["type"] == "tool_output" && l["chunk"].as_str().unwrap_or("").contains("ready")
     });
@@ -329,46 +287,8 @@ fn a_session_resumed_after_a_crash_names_the_recovered_tool_without_a_spurious_e
 /// `foya chat --provider scripted --approval bypass` on the dirs, stdin a pipe kept
 /// open (so the chat never reaches the end of its input); stdout lines and the whole
 /// stderr come back on channels.
-fn spawn_chat(
-    dirs: &Dirs,
-    script: &Path,
-) -> (
-    Child,
-    std::process::ChildStdin,
-    mpsc::Receiver<String>,
-    mpsc::Receiver<String>,
-) {
-    let mut child = foya()
-        .args(["chat", "--provider", "scripted", "--approval", "bypass"])
-        .arg("--script")
-        .arg(script)
-        .arg("--data-dir")
-        .arg(&dirs.data)
-        .arg("--cwd")
-        .arg(&dirs.work)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let (etx, err) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        let _ = etx.send(text);
-    });
-    (child, stdin, lines, err)
+fn spawn_chat(dirs: &Dirs, script: &Path) -> Piped<String> {
+    spawn_lines(scripted("chat", "bypass", script, &dirs.data, &dirs.work).stdin(Stdio::piped()))
 }
 
 /// The only session of the dirs' data dir.
@@ -419,7 +339,8 @@ fn chat_signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hin
     let script = script(&dirs, "s.json", &[call, json!({"text": "never"})]);
     foya_tests::foya_bin(); // built before the clock starts
     let deadline = Instant::now() + TIMEOUT;
-    let (child, mut stdin, _lines, stderr) = spawn_chat(&dirs, &script);
+    let chat = spawn_chat(&dirs, &script);
+    let mut stdin = chat.stdin.unwrap();
     let (ready_tx, ready) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = ready_tx.send(std::fs::read_to_string(fifo).unwrap());
@@ -430,37 +351,12 @@ fn chat_signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hin
         .expect("the tool started");
     assert_eq!(said, "ready\n");
     assert!(!processes_with(&mark).is_empty(), "the tool runs");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, signal).unwrap();
-    let status = wait(child, deadline);
-    let stderr = stderr.recv_timeout(TIMEOUT).unwrap();
-    assert_eq!(status.code(), Some(code), "stderr: {stderr}");
+    let stderr = signal_and_wait(chat.child, &chat.stderr, signal, code, deadline);
     assert!(
         stderr.contains(&format!("cancelling… ({hint} to quit now)")),
         "{stderr}"
     );
     drop(stdin);
 
-    let log = show(&dirs, &only_session(&dirs));
-    let last = log.last().unwrap();
-    assert_eq!(
-        (&last["type"], &last["status"]),
-        (&json!("turn_complete"), &json!("cancelled")),
-        "{:?}",
-        types(&log)
-    );
-    assert_eq!(
-        log.iter().filter(|e| e["type"] == "turn_complete").count(),
-        1,
-        "{:?}",
-        types(&log)
-    );
-    let results: Vec<(&Value, &Value)> = log
-        .iter()
-        .filter(|e| e["type"] == "tool_message")
-        .map(|e| (&e["tool_call_id"], &e["is_error"]))
-        .collect();
-    assert_eq!(results, [(&json!("call_sleep"), &json!(true))]);
-    // The tool's processes did not outlive the cancel.
-    assert_eq!(processes_with(&mark), Vec::<u32>::new());
+    assert_cancelled_cleanly(&show(&dirs, &only_session(&dirs)), &mark);
 }

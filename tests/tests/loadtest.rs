@@ -195,3 +195,37 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
     assert!(bare["bytes"].as_u64().unwrap() > 0);
     assert!(report["cpu_ratio_vs_bare"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn a_subscriber_buffer_smaller_than_a_burst_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = foya()
+        .args(["loadtest", "--sessions", "1", "--subscriber-buffer", "127"])
+        .arg("--json")
+        .arg(&json)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let expected = "error: invalid value '127' for '--subscriber-buffer <SUBSCRIBER_BUFFER>': \
+                    must be at least 128: the runtime sends a model stream's live updates in \
+                    batches of up to 128 at once, and a smaller buffer cuts the subscriber \
+                    off (every turn fails with `lagged`)\n\nFor more information, try \
+                    '--help'.\n";
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap()
+        ),
+        (Some(2), String::new(), expected.to_owned())
+    );
+    assert!(!json.exists());
+    // The minimum is documented where the flag is.
+    let help = foya().args(["loadtest", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(
+        help.contains("Capacity of each subscriber's channel (events + deltas; at least 128)"),
+        "{help}"
+    );
+}

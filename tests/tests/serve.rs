@@ -13,9 +13,11 @@
 //! result and `turn_complete{cancelled}` sent to the open event stream and persisted)
 //! before the server exits 0; `foya sessions list` on the served data dir fails (exit 1)
 //! naming the data dir, the server's pid and URL and `GET /sessions`.
+//! Empty bodies and blank titles: `bodies.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
+use foya_tests::child::{data_dir_in_use, sessions_list};
 use foya_tests::foya_bin::foya_bin;
 use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
 use foya_tests::procs::processes_with;
@@ -48,6 +50,16 @@ impl Server {
 
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http.request(method, self.url(path)).bearer_auth(TOKEN)
+    }
+
+    /// `GET path`: 200, its body validated against `schema` and returned.
+    async fn get(&self, path: &str, schema: &str) -> Value {
+        self.call(
+            self.req(reqwest::Method::GET, path),
+            StatusCode::OK,
+            Some(schema),
+        )
+        .await
     }
 
     /// Sends, checks the status, validates the JSON body against `schema`.
@@ -193,13 +205,18 @@ fn of_type(t: &'static str) -> impl Fn(&Value) -> bool {
     move |e| e["type"] == t
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_runs_an_approved_tool_turn_resumes_sse_and_matches_its_openapi() {
-    // Built (or found up to date) before the scenario's clock starts.
+/// Runs a scenario under the global timeout (120 s), the binary built (or found up to
+/// date) before its clock starts.
+async fn within(scenario: impl std::future::Future<Output = ()>) {
     tokio::task::spawn_blocking(foya_bin).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(120), scenario())
+    tokio::time::timeout(Duration::from_secs(120), scenario)
         .await
         .expect("the scenario finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_an_approved_tool_turn_resumes_sse_and_matches_its_openapi() {
+    within(scenario()).await;
 }
 
 async fn scenario() {
@@ -248,13 +265,7 @@ async fn scenario() {
         )
         .await;
     let id = created["id"].as_str().unwrap().to_owned();
-    let summary = s
-        .call(
-            s.req(reqwest::Method::GET, &format!("/sessions/{id}")),
-            StatusCode::OK,
-            Some("SessionSummary"),
-        )
-        .await;
+    let summary = s.get(&format!("/sessions/{id}"), "SessionSummary").await;
     assert_eq!(
         (
             &summary["title"],
@@ -485,7 +496,8 @@ async fn every_documented_operation_is_routed(s: &Server) {
                 documented.contains_key(status.as_str()),
                 "{method} {path}: {status} is not documented"
             );
-            if status != StatusCode::OK {
+            // An empty `POST /sessions` creates a session (201).
+            if !status.is_success() {
                 let body: Value = resp.json().await.unwrap();
                 validate(&s.doc, "Error", &body);
                 assert_ne!(body["error"]["code"], "no_route", "{method} {path}");
@@ -502,10 +514,7 @@ async fn every_documented_operation_is_routed(s: &Server) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_bad_input_early_and_the_session_stays_usable() {
-    tokio::task::spawn_blocking(foya_bin).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(120), refusals())
-        .await
-        .expect("the scenario finished in time");
+    within(refusals()).await;
 }
 
 async fn refusals() {
@@ -639,10 +648,7 @@ async fn refusals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_cancels_running_turns_and_the_locked_data_dir_names_its_server() {
-    tokio::task::spawn_blocking(foya_bin).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(120), shutdown_scenario())
-        .await
-        .expect("the scenario finished in time");
+    within(shutdown_scenario()).await;
 }
 
 async fn shutdown_scenario() {
@@ -687,27 +693,21 @@ async fn shutdown_scenario() {
 
     // The data dir is locked by the server: `sessions list` says by whom and what to do.
     let data = dir.path().join("data");
-    let out = tokio::process::Command::new(foya_bin())
-        .args(["sessions", "list", "--data-dir"])
-        .arg(&data)
-        .env_remove("FOYA_DATA_DIR")
-        .output()
-        .await
-        .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(out.stdout, b"");
     let pid = server.child.id().unwrap();
-    let expected = format!(
-        "foya: the data dir {data} is in use by foya serve (pid {pid}, {base}): its store \
-         is locked while that process runs. To see the sessions, ask the server instead: \
-         GET {base}/sessions (e.g. curl {base}/sessions, with -H 'Authorization: Bearer \
-         TOKEN' if it was started with --token-file); or stop it, or use another \
-         --data-dir\n",
-        data = data.display(),
-        base = s.base,
+    let expected = data_dir_in_use(
+        &data,
+        &format!("foya serve (pid {pid}, {base})", base = s.base),
+        "server",
+        &format!(
+            "GET {base}/sessions (e.g. curl {base}/sessions, with -H \
+             'Authorization: Bearer TOKEN' if it was started with --token-file)",
+            base = s.base
+        ),
     );
-    assert_eq!(stderr, expected);
+    assert_eq!(
+        sessions_list(&data).await,
+        (Some(1), String::new(), expected)
+    );
 
     // SIGTERM: the running turn is cancelled and its end reaches the open stream.
     let nix_pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
@@ -773,3 +773,6 @@ async fn shutdown_scenario() {
         "the owner file is removed at exit"
     );
 }
+
+#[path = "serve/bodies.rs"]
+mod bodies;

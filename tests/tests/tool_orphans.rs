@@ -8,12 +8,10 @@
 //! themselves in `/proc` (an external OS condition, polled under one global deadline).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use foya_tests::foya_bin::foya;
+use foya_tests::child::{Piped, read_until, spawn_json_lines};
+use foya_tests::foya_bin::scripted;
 use foya_tests::procs::{marked, wait_exited};
-use serde_json::{Value, json};
-use std::io::{BufRead as _, BufReader};
-use std::process::Stdio;
-use std::sync::mpsc;
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// Global wait for one test.
@@ -67,48 +65,13 @@ fn tool_processes_die_with_foya(approval: &str) {
         {"text": "never reached"}
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
-    let mut child = foya()
-        .args([
-            "run",
-            "--provider",
-            "scripted",
-            "--approval",
-            approval,
-            "--json",
-        ])
-        .arg("--script")
-        .arg(&script)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--cwd")
-        .arg(&work)
-        .arg("start")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel::<Value>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
-                break;
-            }
-        }
-    });
+    let Piped {
+        mut child, lines, ..
+    } = spawn_json_lines(
+        scripted("run", approval, &script, &data, &work).args(["--json", "start"]),
+    );
     let deadline = Instant::now() + TIMEOUT;
-    let mut seen = Vec::new();
-    loop {
-        let line = lines
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|e| panic!("no tool_started ({e}); saw {seen:#?}"));
-        let started = line["type"] == "tool_started";
-        seen.push(line);
-        if started {
-            break;
-        }
-    }
+    read_until(&lines, deadline, |line| line["type"] == "tool_started");
     let (bg, fg) = (format!("{marker}-bg"), format!("{marker}-fg"));
     wait_for_processes(&marker, deadline, "both sleeps to start", |now| {
         [&bg, &fg]

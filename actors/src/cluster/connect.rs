@@ -66,12 +66,15 @@ impl ClientNode {
     /// every configured address failed: a refused connection fails at once, a silent
     /// address after `NodeConfig::connect_timeout`, a wrong cookie after the handshake,
     /// a peer that accepts the connection but never completes the handshake
-    /// `NodeConfig::connect_timeout` after the dial (plus at most one `heartbeat`).
+    /// `NodeConfig::connect_timeout` after the dial (plus at most one `heartbeat`), one
+    /// that accepts and closes every connection before the handshake's challenge
+    /// `NodeConfig::connect_timeout` after the first such dial.
     ///
     /// # Errors
     /// [`ClusterError::ConnectFailed`] (naming the address and the OS error or timeout),
     /// [`ClusterError::AuthFailed`] (the node closed the cookie handshake),
-    /// [`ClusterError::HandshakeTimeout`] (connected, no handshake), or, when `timeout`
+    /// [`ClusterError::HandshakeTimeout`] (connected, no handshake),
+    /// [`ClusterError::HandshakeClosed`] (connected, closed by the peer), or, when `timeout`
     /// passed with the nodes authenticated but no gateway answering,
     /// [`ClusterError::NodeUnreachable`] naming the configured addresses.
     ///
@@ -84,7 +87,12 @@ impl ClientNode {
                 && self.connect.iter().all(|a| {
                     matches!(
                         g.1.get(a),
-                        Some(Missing::Connect(_) | Missing::Auth | Missing::Handshake(_))
+                        Some(
+                            Missing::Connect(_)
+                                | Missing::Auth
+                                | Missing::Handshake(_)
+                                | Missing::Closed(_)
+                        )
                     )
                 })
         };
@@ -100,6 +108,10 @@ impl ClientNode {
         Err(match view.1.get(&addr) {
             Some(Missing::Auth) => ClusterError::AuthFailed { addr },
             Some(Missing::Handshake(timeout)) => ClusterError::HandshakeTimeout {
+                addr,
+                timeout: *timeout,
+            },
+            Some(Missing::Closed(timeout)) => ClusterError::HandshakeClosed {
                 addr,
                 timeout: *timeout,
             },

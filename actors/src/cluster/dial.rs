@@ -8,13 +8,18 @@
 //! The whole dial is bounded: the TCP connect gets `connect_timeout`, and an outgoing
 //! session still in its handshake `connect_timeout` after the dial started (a peer that
 //! accepts the connection and stays silent, or is no ractor_cluster node) is stopped and
-//! the address reported as [`Missing::Handshake`]; it is dialled again with backoff.
+//! the address reported as [`Missing::Handshake`]; it is dialled again with backoff. A
+//! peer that accepts and closes the connection before its challenge (no cluster node: an
+//! HTTP server, a transparent proxy answering for an unreachable address) is redialled
+//! until `connect_timeout` after the first such dial, then reported as
+//! [`Missing::Closed`] (a single early close is no failure: a simultaneous duplicate
+//! connection ends that way, and the next dial gets through).
 //!
 //! ractor_cluster does not say why a handshake ended, so a failed authentication is
 //! inferred from its node-server events: an outgoing session that received the peer's
 //! challenge (its name is known) and closed before it authenticated. A session refused
-//! for being a simultaneous duplicate connection ends before the challenge and is not
-//! counted.
+//! for being a simultaneous duplicate connection ends before the challenge and is no
+//! authentication failure.
 
 use super::{Missing, NodeConfig};
 use ractor::{ActorId, ActorRef};
@@ -62,6 +67,10 @@ struct Dial {
     handshake_by: Option<Instant>,
     /// The kind of failure last reported for this address since it was last connected.
     reported: Option<std::mem::Discriminant<Missing>>,
+    /// Set when an outgoing session closed before the peer's challenge: when the address
+    /// is still not connected at this instant (the connect timeout after that dial
+    /// started), it is reported as [`Missing::Closed`].
+    closing_by: Option<Instant>,
 }
 
 impl Default for Dial {
@@ -75,6 +84,7 @@ impl Default for Dial {
             connected: false,
             handshake_by: None,
             reported: None,
+            closing_by: None,
         }
     }
 }
@@ -197,6 +207,14 @@ impl Dialer {
                 continue;
             }
             dial.handshake_by = None;
+            if dial.closing_by.is_some_and(|by| now >= by) {
+                // Every dial since the first early close was closed in its handshake.
+                dial.closing_by = None;
+                dial.state = Missing::Closed(timeout);
+                Self::report(self.warn, addr, dial);
+                Self::back_off(dial, self.heartbeat, now);
+                continue;
+            }
             if dial.next_at.is_none_or(|at| now >= at) {
                 due.push(addr.clone());
             }
@@ -230,6 +248,7 @@ impl Dialer {
                     dial.handshake_by = Some(now + timeout);
                 }
                 Err(reason) => {
+                    dial.closing_by = None;
                     dial.state = Missing::Connect(reason);
                     Self::report(warn, &addr, dial);
                     Self::back_off(dial, heartbeat, now);
@@ -259,6 +278,10 @@ impl Dialer {
             Missing::Handshake(timeout) => format!(
                 "it accepted the connection but did not complete the cluster handshake \
                  within {timeout:?}"
+            ),
+            Missing::Closed(timeout) => format!(
+                "it accepted the connection but closed it before completing the cluster \
+                 handshake, on every dial for {timeout:?} (is it a foya node?)"
             ),
             Missing::Gone | Missing::Pending => return,
         };
@@ -295,15 +318,28 @@ impl Dialer {
                     self.handshaking.remove(&id);
                     let abandoned = self.abandoned.remove(&id);
                     let was_authenticated = self.authenticated.remove(&id);
-                    if abandoned || was_authenticated || ses.is_server || ses.peer_name.is_none() {
+                    if abandoned || was_authenticated || ses.is_server {
                         continue;
                     }
                     let Ok(peer) = ses.peer_addr.parse::<SocketAddr>() else {
                         continue;
                     };
                     let now = Instant::now();
+                    if ses.peer_name.is_none() {
+                        // Closed before the challenge: given until the connect timeout
+                        // after this dial started (its handshake deadline) to connect.
+                        let timeout = self.connect_timeout;
+                        for (_, dial) in &mut self.dials {
+                            if dial.resolved.contains(&peer) {
+                                let by = dial.handshake_by.unwrap_or(now + timeout);
+                                dial.closing_by.get_or_insert(by);
+                            }
+                        }
+                        continue;
+                    }
                     for (addr, dial) in &mut self.dials {
                         if dial.resolved.contains(&peer) {
+                            dial.closing_by = None;
                             dial.state = Missing::Auth;
                             Self::report(self.warn, addr, dial);
                             Self::back_off(dial, self.heartbeat, now);

@@ -142,6 +142,20 @@ pub enum ClusterError {
         /// The bound that passed ([`NodeConfig::connect_timeout`]).
         timeout: Duration,
     },
+    /// The peer at `addr` accepted the connection but closed it before the cluster
+    /// handshake's challenge, on every dial for [`NodeConfig::connect_timeout`]: it is
+    /// no cluster node (an HTTP server, or a proxy answering for an address it cannot
+    /// reach).
+    #[error(
+        "the peer at {addr} accepted the connection but closed it before completing the \
+         cluster handshake, on every dial for {timeout:?} (is it a foya node?)"
+    )]
+    HandshakeClosed {
+        /// The address dialled (`host:port`).
+        addr: String,
+        /// How long it was dialled ([`NodeConfig::connect_timeout`]).
+        timeout: Duration,
+    },
     /// The node at `addr` closed the connection during the cookie handshake: the cookies
     /// differ.
     #[error("authentication with {addr} failed (the cookies differ)")]
@@ -189,6 +203,9 @@ pub(crate) enum Missing {
     Handshake(Duration),
     /// Dialled, handshake not finished yet.
     Pending,
+    /// The peer accepted the connection and closed it before its challenge, on every
+    /// dial for the connect timeout (this bound).
+    Closed(Duration),
 }
 
 impl std::fmt::Debug for Gateways {

@@ -76,8 +76,13 @@ pub(crate) struct LoadtestArgs {
     /// turn as a multiple of the bare client's.
     #[arg(long)]
     pub(crate) compare_bare: bool,
-    /// Capacity of each subscriber's channel (events + deltas).
-    #[arg(long, default_value_t = 1024)]
+    /// Capacity of each subscriber's channel (events + deltas; at least 128). The session
+    /// sends a model stream's deltas in batches of up to 128 and a commit's events at
+    /// once, without waiting: a smaller channel overflows and every turn fails with
+    /// `lagged`. Many tool calls per step need more (a step's results may arrive
+    /// together, one event per call).
+    #[arg(long, default_value_t = foya_actors::runtime::DEFAULT_SUBSCRIBER_BUFFER,
+          value_parser = crate::values::subscriber_buffer)]
     pub(crate) subscriber_buffer: usize,
     #[command(flatten)]
     pub(crate) sim: SimArgs,

@@ -7,7 +7,7 @@ use super::error::ApiError;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest as _, Path, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
@@ -17,6 +17,7 @@ use foya_protocol::{
     SessionId,
 };
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 /// Every route: (method, path in OpenAPI template syntax, handler).
@@ -87,8 +88,8 @@ pub(crate) async fn handle(state: &AppState, id: &str) -> Result<SessionHandle, 
     Ok(state.runtime.session(session_id(id)?).await?)
 }
 
-/// Body of `POST /sessions`; every field optional.
-#[derive(Debug, Deserialize)]
+/// Body of `POST /sessions`; every field optional (an empty body is `{}`).
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreateSession {
     cwd: Option<std::path::PathBuf>,
@@ -98,13 +99,42 @@ struct CreateSession {
     max_steps: Option<u32>,
 }
 
+/// A JSON body in which every field is optional: zero bytes (whatever the content type)
+/// count as `T::default()` (`{}`); any other body is read as axum's `Json` extractor
+/// reads it, with its content-type check, parse errors and body limit (400, 413).
+async fn optional_json<T: DeserializeOwned + Default>(request: Request) -> Result<T, ApiError> {
+    let (parts, body) = request.into_parts();
+    let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await?;
+    if bytes.is_empty() {
+        return Ok(T::default());
+    }
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+    let Json(value) = Json::<T>::from_request(request, &()).await?;
+    Ok(value)
+}
+
+/// Refuses a title that is empty or only whitespace (400 `empty_title`).
+fn check_title(title: &str) -> Result<(), ApiError> {
+    if title.trim().is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "empty_title",
+            "the title is empty (or only whitespace)",
+        ));
+    }
+    Ok(())
+}
+
 async fn create_session(
     State(state): State<AppState>,
-    body: Result<Json<CreateSession>, JsonRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let Json(body) = body?;
+    let body: CreateSession = optional_json(request).await?;
     if body.max_steps == Some(0) {
         return Err(ApiError::bad_request("max_steps must be at least 1"));
+    }
+    if let Some(title) = &body.title {
+        check_title(title)?;
     }
     let cwd = body.cwd.unwrap_or_else(|| state.defaults.cwd.clone());
     let cwd = std::fs::canonicalize(&cwd).map_err(|_| {
@@ -230,6 +260,7 @@ async fn set_title(
     body: Result<Json<SetTitle>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
+    check_title(&body.title)?;
     handle(&state, &id).await?.set_title(body.title).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

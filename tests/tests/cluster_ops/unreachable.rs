@@ -1,48 +1,81 @@
 //! Peers a node or the CLI cannot reach: the CLI gives up on a peer that accepts the
-//! connection and never completes the handshake after the 3 s connect timeout; a `foya
+//! connection and never completes the handshake after the 3 s connect timeout, and names
+//! a peer that closes every connection before the handshake's challenge; a `foya
 //! node` warns once per `--connect` peer it cannot reach (a closed port, a silent peer),
 //! keeps running and redialling, and its data dir's lock names its listen address.
 
 use super::{COOKIE, cli_run, free_port, parts};
+use foya_tests::child::{data_dir_in_use, sessions_list};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt as _, BufReader};
 use tokio::process::Command;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_gives_up_on_a_peer_that_never_completes_the_handshake() {
+/// Runs `foya sessions list --cluster` against a local port whose every accepted
+/// connection goes to `peer`; returns the port and the CLI's (exit code, stdout,
+/// stderr).
+async fn list_against<F, Fut>(peer: F) -> (u16, (Option<i32>, String, String))
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let bin = tokio::task::spawn_blocking(foya_tests::foya_bin)
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("cookie"), format!("{COOKIE}\n")).unwrap();
-    // Accepts every connection and holds it silent.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let holder = tokio::spawn(async move {
-        let mut held = Vec::new();
+    let accepting = tokio::spawn(async move {
+        let mut peers = tokio::task::JoinSet::new();
         loop {
-            held.push(listener.accept().await.unwrap().0);
+            let (socket, _) = listener.accept().await.unwrap();
+            peers.spawn(peer(socket));
         }
     });
-    // Far below the ~10 s this took before: the dial is bounded by the 3 s timeout.
     let run = cli_run(&bin, dir.path(), port, "cookie", false);
     let out = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .expect("the CLI did not give up");
-    holder.abort();
-    assert_eq!(
-        parts(&out),
-        (
-            Some(1),
-            String::new(),
-            format!(
-                "foya: the peer at 127.0.0.1:{port} accepted the connection but did not \
-                 complete the cluster handshake within 3s\n"
-            )
-        )
-    );
+    accepting.abort();
+    (port, parts(&out))
+}
+
+/// What the CLI gives when the peer at the local `port` is refused for `why`: exit 1,
+/// nothing on stdout, the reason on stderr.
+fn refused(port: u16, why: &str) -> (Option<i32>, String, String) {
+    let message = format!("foya: the peer at 127.0.0.1:{port} {why}\n");
+    (Some(1), String::new(), message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_gives_up_on_a_peer_that_never_completes_the_handshake() {
+    // Accepts every connection and holds it silent. Far below the ~10 s this took
+    // before: the dial is bounded by the 3 s timeout.
+    let (port, outcome) = list_against(|socket| async move {
+        let _held = socket;
+        std::future::pending::<()>().await;
+    })
+    .await;
+    let why = "accepted the connection but did not complete the cluster handshake within 3s";
+    assert_eq!(outcome, refused(port, why));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_names_a_peer_that_closes_every_connection_in_the_handshake() {
+    use tokio::io::AsyncWriteExt as _;
+    // Answers every connection as an HTTP server (or a transparent proxy standing in for
+    // an unreachable address) would, and closes it: no cluster node. Before, each
+    // redial stayed "pending" and the CLI said only "not reachable" after its 5 s wait.
+    let (port, outcome) = list_against(|mut socket| async move {
+        let answer = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n";
+        let _ = socket.write_all(answer).await;
+    })
+    .await;
+    let why = "accepted the connection but closed it before completing the cluster \
+               handshake, on every dial for 3s (is it a foya node?)";
+    assert_eq!(outcome, refused(port, why));
 }
 
 /// Reads `node`'s stderr until a line ending with `wanted`; returns every line read.
@@ -125,22 +158,14 @@ async fn unreachable_peers(bin: PathBuf) {
     );
 
     // The data dir is locked by the node: `sessions list` names its address.
-    let out = Command::new(&bin)
-        .args(["sessions", "list", "--data-dir"])
-        .arg(&data)
-        .env_remove("FOYA_DATA_DIR")
-        .output()
-        .await
-        .unwrap();
     let pid = c.id().unwrap();
-    let in_use = format!(
-        "foya: the data dir {data} is in use by foya node (pid {pid}, listening on \
-         127.0.0.1:{port}): its store is locked while that process runs. To see the \
-         sessions, ask the node instead: foya sessions list --cluster 127.0.0.1:{port} \
-         --cookie-file FILE; or stop it, or use another --data-dir\n",
-        data = data.display(),
+    let in_use = data_dir_in_use(
+        &data,
+        &format!("foya node (pid {pid}, listening on 127.0.0.1:{port})"),
+        "node",
+        &format!("foya sessions list --cluster 127.0.0.1:{port} --cookie-file FILE"),
     );
-    assert_eq!(parts(&out), (Some(1), String::new(), in_use));
+    assert_eq!(sessions_list(&data).await, (Some(1), String::new(), in_use));
 
     // The silent peer: given up after the connect timeout (its socket closed), reported,
     // and dialled again.
