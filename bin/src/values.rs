@@ -33,7 +33,10 @@ pub(crate) fn positive_u32(s: &str) -> Result<u32, String> {
 /// Not an unsigned integer, or below the minimum.
 pub(crate) fn subscriber_buffer(s: &str) -> Result<usize, String> {
     let min = foya_actors::runtime::MIN_SUBSCRIBER_BUFFER;
-    let n = positive_count(s)?;
+    let n = s
+        .trim()
+        .parse::<usize>()
+        .map_err(|e| format!("{s:?} is not a whole number ({e})"))?;
     if n < min {
         return Err(format!(
             "must be at least {min}: the runtime sends a model stream's live updates in \
@@ -133,7 +136,8 @@ mod tests {
         assert_eq!(positive_u32("0"), Err("must be at least 1".to_owned()));
         assert!(positive_u32("4294967296").is_err());
         assert_eq!(subscriber_buffer("128"), Ok(128));
-        assert_eq!(subscriber_buffer("0"), Err("must be at least 1".to_owned()));
+        assert!(subscriber_buffer("0").is_err_and(|e| e.starts_with("must be at least 128:")));
+        assert!(subscriber_buffer("x").is_err_and(|e| e.contains("not a whole number")));
         assert_eq!(
             subscriber_buffer("127"),
             Err(
