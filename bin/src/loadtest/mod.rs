@@ -172,6 +172,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         driver_cpu: Arc::clone(&driver_cpu),
     });
 
+    let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
     let cpu_before = report::cpu_time();
     let started = Instant::now();
@@ -211,6 +212,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     report.provider_cpu_s = provider_cpu.total().as_secs_f64();
     report.tool_cpu_s = tool_cpu.total().as_secs_f64();
     report.driver_cpu_s = driver_cpu.total().as_secs_f64();
+    let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
+    report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;
     report.finish(wall, cpu);
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.runtime.shutdown().await;

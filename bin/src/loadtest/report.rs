@@ -92,9 +92,12 @@ pub(crate) struct Report {
     /// (counting, relay timing): the load generator's work, in seconds. Receiving them
     /// (the subscription's channel) stays the runtime's.
     pub(crate) driver_cpu_s: f64,
-    /// The runtime's own CPU per step: `cpu_s` minus `provider_cpu_s`, `tool_cpu_s` and
-    /// `driver_cpu_s`, per step, in microseconds (session creation, subscriptions and
-    /// event delivery included).
+    /// CPU time the three meters above cost outside what they measured (their clock
+    /// reads: the number of measurements times the calibrated cost of one), in seconds.
+    pub(crate) meter_overhead_s: f64,
+    /// The runtime's own CPU per step: `cpu_s` minus `provider_cpu_s`, `tool_cpu_s`,
+    /// `driver_cpu_s` and `meter_overhead_s`, per step, in microseconds (session
+    /// creation, subscriptions and event delivery included).
     pub(crate) runtime_cpu_us_per_step: f64,
     /// The bare-client pass (`--compare-bare`), when it ran.
     pub(crate) bare_client: Option<super::bare::BareReport>,
@@ -133,7 +136,12 @@ impl Report {
         let per = |n: u64, total: f64| if n == 0 { 0.0 } else { total / n as f64 };
         self.cpu_us_per_step = per(self.steps, self.cpu_s * 1e6);
         self.cpu_us_per_turn = per(self.turns_completed, self.cpu_s * 1e6);
-        let own = (self.cpu_s - self.provider_cpu_s - self.tool_cpu_s - self.driver_cpu_s).max(0.0);
+        let own = (self.cpu_s
+            - self.provider_cpu_s
+            - self.tool_cpu_s
+            - self.driver_cpu_s
+            - self.meter_overhead_s)
+            .max(0.0);
         self.runtime_cpu_us_per_step = per(self.steps, own * 1e6);
         let rate = |n: u64| {
             if self.wall_s > 0.0 {
@@ -212,8 +220,12 @@ impl Report {
             self.cpu_s, self.cpu_us_per_step, self.cpu_us_per_turn
         ));
         line(format!(
-            "           provider {:.2} s, tools {:.2} s, load driver {:.2} s; runtime's own {:.1} us/step",
-            self.provider_cpu_s, self.tool_cpu_s, self.driver_cpu_s, self.runtime_cpu_us_per_step
+            "           provider {:.2} s, tools {:.2} s, load driver {:.2} s, meters {:.2} s; runtime's own {:.1} us/step",
+            self.provider_cpu_s,
+            self.tool_cpu_s,
+            self.driver_cpu_s,
+            self.meter_overhead_s,
+            self.runtime_cpu_us_per_step
         ));
         if let Some(bare) = &self.bare_client {
             line(format!(
