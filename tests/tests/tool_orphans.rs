@@ -1,8 +1,11 @@
-//! A SIGKILLed `foya` takes its running tool's processes with it: the shell tool's
-//! command, and the command's own children, die with the runtime (the sandbox helper
-//! leads the tool's process group and kills it on `PR_SET_PDEATHSIG`). Checked for the
-//! unsandboxed path (`--approval bypass`, policy `none`) and the Landlock path
-//! (`--approval auto`, policy `workspace-write`).
+//! A tool call's processes end with it: a SIGKILLed `foya` takes its running tool's
+//! processes with it (the sandbox helper leads the tool's process group and kills it on
+//! `PR_SET_PDEATHSIG`), a cancelled call's processes are killed, and a finished call
+//! leaves nothing running. That includes a process that left the tool's process group
+//! with `setsid` and was orphaned: the helper is a child subreaper, so it stays in the
+//! helper's process tree, which is killed as well. Checked for the unsandboxed path
+//! (`--approval bypass`, policy `none`) and the Landlock path (`--approval auto`, policy
+//! `workspace-write`).
 //!
 //! Synchronisation: the child's output lines (the call started), then the processes
 //! themselves in `/proc` (an external OS condition, polled under one global deadline).
@@ -52,13 +55,39 @@ fn wait_for_processes(
     }
 }
 
-fn tool_processes_die_with_foya(approval: &str) {
+/// A `python3` one-liner that leaves the process group and session (`setsid`), writes
+/// its pid to `pid_file` when given, and becomes `sleep` named `name`.
+fn setsid_sleep(name: &str, seconds: u32, pid_file: Option<&std::path::Path>) -> String {
+    let write = pid_file.map_or(String::new(), |f| {
+        format!(
+            "open({:?}, \"w\").write(str(os.getpid())); ",
+            f.display().to_string()
+        )
+    });
+    format!(
+        "python3 -c 'import os; os.setsid(); {write}os.execvp(\"sleep\", [\"{name}\", \"{seconds}\"])'"
+    )
+}
+
+/// How the test ends the running `foya run`.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// SIGKILL: no destructor, no `kill_on_drop` runs; the helper's parent-death signal.
+    Kill,
+    /// SIGINT: the turn is cancelled; the shell tool kills the call's processes.
+    Interrupt,
+}
+
+fn tool_processes_die_with_foya(approval: &str, end: End) {
     let tmp = tempfile::tempdir().unwrap();
     let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
     std::fs::create_dir_all(&work).unwrap();
-    let marker = format!("foya-orphan-{}-{approval}", std::process::id());
-    // A background child and a foreground one, both renamed so /proc shows the marker.
-    let command = format!("(exec -a {marker}-bg sleep 300) & exec -a {marker}-fg sleep 301");
+    let marker = format!("foya-orphan-{}-{approval}-{end:?}", std::process::id());
+    // A background child in the group, an orphan that left the group (its subshell
+    // exits at once), and a foreground child, all renamed so /proc shows the marker.
+    let orphan = setsid_sleep(&format!("{marker}-sid"), 302, None);
+    let command =
+        format!("(exec -a {marker}-bg sleep 300) & ({orphan} &) ; exec -a {marker}-fg sleep 301");
     let script = tmp.path().join("script.json");
     let responses = json!({"responses": [
         {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
@@ -72,16 +101,22 @@ fn tool_processes_die_with_foya(approval: &str) {
     );
     let deadline = Instant::now() + TIMEOUT;
     read_until(&lines, deadline, |line| line["type"] == "tool_started");
-    let (bg, fg) = (format!("{marker}-bg"), format!("{marker}-fg"));
-    wait_for_processes(&marker, deadline, "both sleeps to start", |now| {
-        [&bg, &fg]
+    let names = ["bg", "sid", "fg"].map(|n| format!("{marker}-{n}"));
+    wait_for_processes(&marker, deadline, "the three sleeps to start", |now| {
+        names
             .iter()
-            .all(|name| now.iter().any(|(_, argv0)| argv0 == *name))
+            .all(|name| now.iter().any(|(_, argv0)| argv0 == name))
     });
 
     let pids: Vec<i32> = marked(&marker).into_iter().map(|(pid, _)| pid).collect();
 
-    child.kill().unwrap(); // SIGKILL: no destructor, no kill_on_drop runs
+    match end {
+        End::Kill => child.kill().unwrap(),
+        End::Interrupt => {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        }
+    }
     child.wait().unwrap();
 
     if !wait_exited(&pids, deadline) {
@@ -94,10 +129,54 @@ fn tool_processes_die_with_foya(approval: &str) {
 
 #[test]
 fn unsandboxed_tool_processes_die_with_a_sigkilled_runtime() {
-    tool_processes_die_with_foya("bypass");
+    tool_processes_die_with_foya("bypass", End::Kill);
 }
 
 #[test]
 fn sandboxed_tool_processes_die_with_a_sigkilled_runtime() {
-    tool_processes_die_with_foya("auto");
+    tool_processes_die_with_foya("auto", End::Kill);
+}
+
+#[test]
+fn a_cancelled_tool_call_kills_the_processes_that_left_its_group() {
+    tool_processes_die_with_foya("bypass", End::Interrupt);
+}
+
+#[test]
+fn a_finished_tool_call_leaves_no_process_running_even_outside_its_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let marker = format!("foya-orphan-{}-finished", std::process::id());
+    let pid_file = tmp.path().join("sid.pid");
+    // The command returns once the orphan has written its pid (it is running then).
+    let orphan = setsid_sleep(&format!("{marker}-sid"), 304, Some(&pid_file));
+    let wait = format!("until [ -s {} ]; do sleep 0.01; done", pid_file.display());
+    let command = format!("({orphan} &) ; {wait}; echo started");
+    let script = tmp.path().join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let Piped {
+        mut child, lines, ..
+    } = spawn_json_lines(
+        scripted("run", "bypass", &script, &data, &work).args(["--json", "start"]),
+    );
+    let deadline = Instant::now() + TIMEOUT;
+    let finished = read_until(&lines, deadline, |line| line["type"] == "tool_message")
+        .pop()
+        .unwrap();
+    assert_eq!(finished["content"], "started\n[exit code: 0]", "{finished}");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let exited = wait_exited(&[pid], deadline);
+    let left = marked(&marker);
+    kill_all(&left);
+    assert!(exited, "the orphan outlived its tool call: {left:?}");
+    assert!(child.wait().unwrap().success());
 }

@@ -110,7 +110,7 @@ impl Tool for Shell {
             Ok(child) => child,
             Err(e) => return ToolOutput::error(format!("cannot start the command: {e}")),
         };
-        let guard = ProcessGroupGuard::new(child.id());
+        let mut guard = ProcessGroupGuard::new(child.id());
         let mut streams = Streams {
             reader: Some(reader),
             output: CappedOutput::default(),
@@ -132,6 +132,9 @@ impl Tool for Shell {
                 },
             }
         };
+        if matches!(outcome, Outcome::Exited(_) | Outcome::WaitFailed(_)) {
+            guard.leader_reaped();
+        }
         guard.kill();
         if matches!(outcome, Outcome::Cancelled | Outcome::TimedOut) {
             // SIGKILL was sent to the group; reap the leader.

@@ -10,6 +10,7 @@
 
 pub mod entry;
 pub mod supervise;
+pub mod tree;
 
 pub use entry::{
     EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, SANDBOX_EXEC_ARG,
@@ -119,13 +120,20 @@ impl SandboxRunner {
     }
 }
 
-/// Kills a whole process group with `SIGKILL` when dropped (or on [`kill`](Self::kill)).
+/// Kills a whole process group with `SIGKILL` when dropped (or on [`kill`](Self::kill)),
+/// and, while its leader has not been reaped, the leader's whole process tree first.
 ///
-/// The group id is the pid of a child spawned with `process_group(0)`. Killing the group
-/// takes down every process the child started that stayed in its group.
+/// The group id is the pid of a child spawned with `process_group(0)` (the sandbox
+/// helper). Killing the group takes down every process the child started that stayed in
+/// its group; killing the leader's tree ([`tree::kill_tree`]) also takes those that left
+/// it (`setsid`), which stay below the helper because it is a child subreaper. The tree
+/// is only walked while the leader is unreaped (alive or a zombie), so its pid cannot
+/// have been reused: call [`leader_reaped`](Self::leader_reaped) once the child was
+/// waited for.
 #[derive(Debug)]
 pub struct ProcessGroupGuard {
     pgid: Option<Pid>,
+    leader_reaped: bool,
 }
 
 impl ProcessGroupGuard {
@@ -137,7 +145,17 @@ impl ProcessGroupGuard {
             .and_then(|p| i32::try_from(p).ok())
             .filter(|p| *p > 1)
             .map(Pid::from_raw);
-        Self { pgid }
+        Self {
+            pgid,
+            leader_reaped: false,
+        }
+    }
+
+    /// Records that the leader was waited for: from now on only the group is killed (the
+    /// leader's pid may be reused, and the helper already killed its own tree when the
+    /// program ended).
+    pub fn leader_reaped(&mut self) {
+        self.leader_reaped = true;
     }
 
     /// The guarded process group id.
@@ -146,9 +164,14 @@ impl ProcessGroupGuard {
         self.pgid.map(Pid::as_raw)
     }
 
-    /// Sends `SIGKILL` to the group now. Idempotent; a group that is already gone is fine.
+    /// Sends `SIGKILL` to the leader's process tree (unless it was reaped) and to the
+    /// group now. Idempotent; a group that is already gone is fine. Reads `/proc` when the
+    /// tree is walked (a few milliseconds; only on cancel, timeout or drop).
     pub fn kill(&self) {
         if let Some(pgid) = self.pgid {
+            if !self.leader_reaped {
+                tree::kill_tree(pgid.as_raw());
+            }
             // ESRCH (group already gone) is the expected outcome after a clean exit.
             let _ = killpg(pgid, Signal::SIGKILL);
         }

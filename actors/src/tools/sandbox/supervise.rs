@@ -2,7 +2,9 @@
 //! program; it stays the leader of the tool's process group, runs the program as its
 //! child and kills the whole group when the runtime that started it dies.
 //!
-//! Owns: parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
+//! Owns: being the child subreaper of the program (its orphans stay in the helper's
+//! tree, see `tree`), killing that tree when the program ends or on a watched signal,
+//! parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
 //! by a signal handler; a parent that died before the signal was armed is caught by
 //! comparing `getppid()` with the pid the runtime passed in `--parent`), killing the
 //! group, and passing the program's exit status on as the helper's own.
@@ -17,9 +19,9 @@
 //! Why handlers, not a blocked mask and `sigwait`: a blocked mask is inherited by the
 //! program, handlers are reset to the default by `execve`.
 
-use super::SandboxPolicy;
 use super::entry::{SandboxInvocation, apply_policy, fail};
 use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE};
+use super::{SandboxPolicy, tree};
 use nix::sys::prctl;
 use nix::sys::signal::{Signal, kill, killpg, raise};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
@@ -67,6 +69,14 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
             &format!("cannot set the parent-death signal: {e}"),
         );
     }
+    // Orphans of the program (a daemon that double-forked, a `setsid` child whose parent
+    // exited) are re-parented to the helper, so its tree still holds them.
+    if let Err(e) = prctl::set_child_subreaper(true) {
+        fail(
+            EXIT_SANDBOX_UNAVAILABLE,
+            &format!("cannot become the child subreaper of the command: {e}"),
+        );
+    }
     // The runtime may have died before the signal was armed; then it never comes.
     if let Some(parent) = invocation.parent
         && u32::try_from(getppid().as_raw()).ok() != Some(parent)
@@ -97,7 +107,11 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
         .map(Pid::from_raw);
     tokio::select! {
         status = child.wait() => match status {
-            Ok(status) => exit_like(status),
+            Ok(status) => {
+                // What the program left running (in the group or not) ends with it.
+                tree::kill_tree(getpid().as_raw());
+                exit_like(status)
+            }
             Err(e) => fail(EXIT_EXEC_FAILED, &format!("cannot wait for the command: {e}")),
         },
         _ = hangup.recv() => kill_all(pid),
@@ -105,9 +119,10 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
     }
 }
 
-/// SIGKILLs the helper's process group when it leads one, else only `child`; then
-/// itself.
+/// SIGKILLs the helper's process tree (everything the program started, in its group or
+/// not), its process group when it leads one, else only `child`; then itself.
 fn kill_all(child: Option<Pid>) -> ! {
+    tree::kill_tree(getpid().as_raw());
     let group = getpgrp();
     if group == getpid() {
         let _ = killpg(group, Signal::SIGKILL);
