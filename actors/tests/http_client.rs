@@ -357,3 +357,46 @@ fn missing_key_is_a_clear_error_and_debug_redacts_the_key() {
     let ok = HttpModelClient::with_env(profile, &|_| Some("sk-ant-secret".into())).unwrap();
     assert!(!format!("{ok:?}").contains("sk-ant-secret"));
 }
+
+#[tokio::test]
+async fn a_refused_connection_names_the_url_and_the_cause() {
+    // A port held bound but not listening: every connect is refused.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}/v1", socket.local_addr().unwrap());
+    let (events, _) = run(&client(ProviderKind::OpenaiChat, &url)).await;
+    let [StreamEvent::Error { error }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(error.class, ErrorClass::Network);
+    let prefix = format!("request to {url}/chat/completions failed: error sending request");
+    assert!(error.message.starts_with(&prefix), "{}", error.message);
+    assert!(
+        error.message.contains("Connection refused"),
+        "{}",
+        error.message
+    );
+    assert!(!error.message.contains("sk-test-secret"));
+}
+
+#[tokio::test]
+async fn an_error_status_without_a_body_names_the_url_asked_for() {
+    let reply = Reply {
+        status: 404,
+        ..Reply::default()
+    };
+    let (url, _) = server(vec![reply]).await;
+    // The mistake the README warns about: `/v1` in an Anthropic base URL.
+    let base = format!("{url}/v1");
+    let (events, _) = run(&client(ProviderKind::Anthropic, &base)).await;
+    let [StreamEvent::Error { error }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        (error.class, error.message.as_str()),
+        (
+            ErrorClass::InvalidRequest,
+            format!("HTTP 404 from POST {base}/v1/messages").as_str()
+        )
+    );
+}

@@ -109,6 +109,7 @@ fn fifty_sessions_run_two_three_step_turns_each_without_errors() {
     assert_shape(&report);
     assert_eq!(code, 0, "{report:#}");
     assert_eq!(report["sessions"], 50);
+    assert_eq!(report["endpoint"], Value::Null, "in-process: no endpoint");
     assert_eq!(report["turns_completed"], 100);
     assert_eq!(report["turns_failed"], 0);
     assert_eq!(report["turns_interrupted"], 0);
@@ -193,6 +194,8 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
     ]);
     drop(child);
     assert_eq!(code, 0, "{report:#}");
+    // Where the requests went is in the report (and said on stderr before any was sent).
+    assert_eq!(report["endpoint"], format!("http://{addr}/v1"));
     assert_eq!(report["turns_completed"], 3);
     assert_eq!(report["steps"], 9);
     assert_eq!(report["errors"], serde_json::json!({}));

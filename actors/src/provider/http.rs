@@ -97,7 +97,9 @@ impl HttpModelClient {
         self
     }
 
-    fn build(&self, mut request: ModelRequest) -> reqwest::RequestBuilder {
+    /// The request for `request`, and its URL without the query (for error messages: a
+    /// query may carry a key).
+    fn build(&self, mut request: ModelRequest) -> (reqwest::RequestBuilder, String) {
         if request.model.is_empty() {
             request.model.clone_from(&self.profile.model);
         }
@@ -106,6 +108,7 @@ impl HttpModelClient {
         }
         let encoded = self.profile.kind.encode(&request);
         let url = format!("{}{}", self.profile.base_url, encoded.path);
+        let shown = url.split(['?', '#']).next().unwrap_or_default().to_owned();
         let mut rb = self
             .client
             .post(url)
@@ -121,7 +124,7 @@ impl HttpModelClient {
         for (name, value) in &self.profile.extra_headers {
             rb = rb.header(name.as_str(), value.as_str());
         }
-        rb
+        (rb, shown)
     }
 }
 
@@ -129,13 +132,33 @@ fn error_stream(error: ProviderError) -> BoxStream<'static, StreamEvent> {
     stream::iter([StreamEvent::Error { error }]).boxed()
 }
 
-fn send_error(e: reqwest::Error) -> ProviderError {
+/// The error of a request that got no response: its URL and the whole cause chain
+/// (`request to http://127.0.0.1:9/v1/chat/completions failed: error sending request:
+/// client error (Connect): tcp connect error: Connection refused (os error 111)`).
+fn send_error(e: reqwest::Error, url: &str) -> ProviderError {
     let class = if e.is_builder() {
         ErrorClass::InvalidRequest
     } else {
         ErrorClass::Network
     };
-    ProviderError::new(class, format!("request failed: {}", e.without_url()))
+    let cause = error_chain(&e.without_url());
+    ProviderError::new(class, format!("request to {url} failed: {cause}"))
+}
+
+/// `error` and its sources, joined by `": "` (a source whose text its parent already
+/// ends with is skipped).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let part = e.to_string();
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = e.source();
+    }
+    text
 }
 
 /// Reads at most `MAX_ERROR_BODY_BYTES` of an error body (lossy UTF-8).
@@ -185,7 +208,7 @@ impl ModelClient for HttpModelClient {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
-        let builder = self.build(request);
+        let (builder, url) = self.build(request);
         let kind = self.profile.kind;
         let limits = self.limits;
         let idle = Duration::from_millis(self.profile.idle_timeout_ms.max(1));
@@ -194,17 +217,26 @@ impl ModelClient for HttpModelClient {
                 Err(_) => {
                     return error_stream(ProviderError::new(
                         ErrorClass::Network,
-                        format!("no response headers within {} ms", idle.as_millis()),
+                        format!(
+                            "no response headers from {url} within {} ms",
+                            idle.as_millis()
+                        ),
                     ));
                 }
-                Ok(Err(e)) => return error_stream(send_error(e)),
+                Ok(Err(e)) => return error_stream(send_error(e, &url)),
                 Ok(Ok(r)) => r,
             };
             let status = response.status();
             if !status.is_success() {
                 let headers = response.headers().clone();
                 let body = read_capped(response, idle).await;
-                return error_stream(classify_http_error(status.as_u16(), &headers, &body));
+                let mut error = classify_http_error(status.as_u16(), &headers, &body);
+                if body.trim().is_empty() {
+                    // Nothing from the server to explain it: say what was asked for (a
+                    // wrong base URL shows as a doubled or missing path segment).
+                    error.message = format!("{} from POST {url}", error.message);
+                }
+                return error_stream(error);
             }
             decode_sse(
                 idle_bytes(response.bytes_stream(), idle),

@@ -113,6 +113,13 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         !args.compare_bare || profile.is_some(),
         "--compare-bare needs an HTTP provider (e.g. --provider openai-chat --base-url …)"
     );
+    if let Some(profile) = &profile {
+        // Before anything is sent: a profile without --base-url is the real (paid) API.
+        eprintln!(
+            "foya loadtest: sending requests to {} (--provider {})",
+            profile.base_url, args.provider
+        );
+    }
     let workspace = tempfile::Builder::new()
         .prefix("foya-loadtest-ws")
         .tempdir()
@@ -207,6 +214,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let events_persisted = stats.appended_events - stats_before.appended_events;
 
     let mut report = build_report(&args, &shared, outcomes, events_persisted);
+    report.endpoint = profile.as_ref().map(|p| p.base_url.clone());
     report.stopped_early = stop.is_cancelled();
     report.commits = stats.commits - stats_before.commits;
     report.provider_cpu_s = provider_cpu.total().as_secs_f64();

@@ -124,6 +124,8 @@ pub(crate) struct Report {
     pub(crate) errors: BTreeMap<String, u64>,
     /// Retried model requests by error class (`provider_retry` events).
     pub(crate) retries: BTreeMap<String, u64>,
+    /// The base URL requests went to (HTTP providers; `None` for the in-process `sim`).
+    pub(crate) endpoint: Option<String>,
     /// Whether the run was stopped before every turn ran.
     pub(crate) stopped_early: bool,
 }
@@ -187,10 +189,13 @@ impl Report {
             out.push('\n');
         };
         line(format!(
-            "load test: {} sessions x {} turns, provider {}, durability {}{}",
+            "load test: {} sessions x {} turns, provider {}{}, durability {}{}",
             self.sessions,
             self.turns_per_session,
             self.provider,
+            self.endpoint
+                .as_ref()
+                .map_or(String::new(), |url| format!(" at {url}")),
             self.durability,
             if self.stopped_early {
                 " (stopped early: partial report)"
