@@ -154,6 +154,31 @@ fn rate_limited_requests_are_retried_and_turns_still_complete() {
     assert_eq!(report["retries"].as_object().unwrap().len(), 1);
     // Every retry is one more model request.
     assert_eq!(report["model_requests"].as_u64().unwrap(), 60 + retries);
+    assert_eq!(report["error_examples"], serde_json::json!({}));
+}
+
+#[test]
+fn turns_whose_retries_run_out_fail_with_their_class_and_an_example_message() {
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "4",
+        "--turns",
+        "1",
+        "--error-rate-rate-limited",
+        "1",
+        "--max-attempts",
+        "1",
+    ]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        (&report["turns_completed"], &report["turns_failed"]),
+        (&0.into(), &4.into())
+    );
+    assert_eq!(report["errors"], serde_json::json!({"rate_limited": 4}));
+    assert_eq!(
+        report["error_examples"],
+        serde_json::json!({"rate_limited": "rate limit reached (simulated)"})
+    );
 }
 
 #[test]

@@ -49,12 +49,22 @@ pub(crate) struct Outcome {
     /// Relay latencies, in milliseconds.
     pub(crate) relay_ms: Vec<f64>,
     pub(crate) errors: BTreeMap<String, u64>,
+    /// The first message seen for each error class.
+    pub(crate) error_examples: BTreeMap<String, String>,
     pub(crate) retries: BTreeMap<String, u64>,
 }
 
 impl Outcome {
     fn error(&mut self, class: &str) {
         *self.errors.entry(class.to_owned()).or_default() += 1;
+    }
+
+    /// [`Self::error`], keeping `message` as the class's example if it has none yet.
+    fn error_with(&mut self, class: &str, message: impl std::fmt::Display) {
+        self.error(class);
+        self.error_examples
+            .entry(class.to_owned())
+            .or_insert_with(|| message.to_string());
     }
 }
 
@@ -78,8 +88,8 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
     };
     let session = match created {
         Ok(session) => session,
-        Err(_) => {
-            out.error("create_session");
+        Err(e) => {
+            out.error_with("create_session", e);
             out.failed = u64::from(shared.turns);
             return out;
         }
@@ -89,8 +99,8 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
         .await
     {
         Ok(updates) => updates,
-        Err(_) => {
-            out.error("subscribe");
+        Err(e) => {
+            out.error_with("subscribe", e);
             out.failed = u64::from(shared.turns);
             return out;
         }
@@ -105,8 +115,8 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
             break;
         };
         let text = format!("{TAG}{index}] turn {turn}: read README.md and summarise it");
-        if session.submit(Input::text(text)).await.is_err() {
-            out.error("submit");
+        if let Err(e) = session.submit(Input::text(text)).await {
+            out.error_with("submit", e);
             out.failed += 1;
             continue;
         }
@@ -211,10 +221,13 @@ fn handle(
                         out.failed += 1;
                         out.error("cancelled");
                     }
-                    (TurnStatus::Failed, error) => {
+                    (TurnStatus::Failed, Some(error)) => {
                         out.failed += 1;
-                        let class = error.map_or("unknown", |e| e.class.as_str());
-                        out.error(class);
+                        out.error_with(error.class.as_str(), &error.message);
+                    }
+                    (TurnStatus::Failed, None) => {
+                        out.failed += 1;
+                        out.error("unknown");
                     }
                 }
                 // Chunks of a response the runtime dropped (a cut stream) never

@@ -337,6 +337,9 @@ fn build_report(
         for (class, n) in out.errors {
             *report.errors.entry(class).or_default() += n;
         }
+        for (class, message) in out.error_examples {
+            report.error_examples.entry(class).or_insert(message);
+        }
         for (class, n) in out.retries {
             *report.retries.entry(class).or_default() += n;
         }

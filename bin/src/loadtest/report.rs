@@ -122,6 +122,8 @@ pub(crate) struct Report {
     /// Failures by class (turn failures by error class, plus `lagged`,
     /// `create_session`, `submit`, `subscription_closed`).
     pub(crate) errors: BTreeMap<String, u64>,
+    /// One message per error class in `errors` that had one (the first a session saw).
+    pub(crate) error_examples: BTreeMap<String, String>,
     /// Retried model requests by error class (`provider_retry` events).
     pub(crate) retries: BTreeMap<String, u64>,
     /// The base URL requests went to (HTTP providers; `None` for the in-process `sim`).
@@ -255,6 +257,9 @@ impl Report {
         line(format!("relay      {}", p(&self.relay_latency_ms, "ms")));
         line(format!("retries    {}", classes(&self.retries)));
         line(format!("errors     {}", classes(&self.errors)));
+        for (class, message) in &self.error_examples {
+            line(format!("           {class}: {message}"));
+        }
         out
     }
 }
