@@ -188,14 +188,23 @@ async fn delete_session(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Body of `POST /sessions/{id}/inputs`: a `foya_protocol::Input` plus an optional
-/// client-chosen `input_id` (a repeated id is applied once).
+/// Body of `POST /sessions/{id}/inputs`: the fields of a `foya_protocol::Input` plus an
+/// optional client-chosen `input_id` (a repeated id is applied once). Unknown fields are
+/// refused (a misspelt `images` would otherwise drop the images silently), which
+/// `#[serde(flatten)]` of `Input` cannot do, hence the fields spelt out.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SubmitInput {
     #[serde(default)]
     input_id: Option<InputId>,
-    #[serde(flatten)]
-    input: Input,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    command: Option<foya_protocol::CommandInvocation>,
+    #[serde(default)]
+    images: Vec<foya_protocol::AttachmentRef>,
+    #[serde(default)]
+    selected_elements: Vec<foya_protocol::PageElement>,
 }
 
 async fn submit_input(
@@ -205,8 +214,17 @@ async fn submit_input(
 ) -> Result<Response, ApiError> {
     let Json(SubmitInput {
         input_id,
-        mut input,
+        text,
+        command,
+        images,
+        selected_elements,
     }) = body?;
+    let mut input = Input {
+        text,
+        command,
+        images,
+        selected_elements,
+    };
     let session = handle(&state, &id).await?;
     for image in &mut input.images {
         match state.attachments.get(&image.id) {

@@ -3,7 +3,7 @@
 //! as `{}` does, while a body that is present but not JSON is still refused (400); a
 //! title that is empty or only whitespace is refused (400 `empty_title`) by `PUT
 //! /sessions/{id}/title` and `POST /sessions` (no session created), and by `foya sessions
-//! title` (exit 2).
+//! title` (exit 2); an input with an unknown field is refused (400), not submitted.
 
 use super::{Server, start, within};
 use foya_tests::child::outcome;
@@ -109,6 +109,24 @@ async fn bodies() {
     )
     .await;
     assert_eq!(listed(s).await, vec![(id.clone(), json!("named"))]);
+
+    // An input with a field the API does not know (a misspelt `images`) is refused, not
+    // submitted without it.
+    let misspelt = s
+        .req(Method::POST, &format!("/sessions/{id}/inputs"))
+        .json(&json!({"text": "x", "image": [{"id": "zzz"}]}));
+    assert_eq!(
+        error(s, misspelt, StatusCode::BAD_REQUEST).await,
+        (
+            "bad_request".to_owned(),
+            "Failed to deserialize the JSON body into the target type: image: unknown field \
+             `image`, expected one of `input_id`, `text`, `command`, `images`, \
+             `selected_elements` at line 1 column 8"
+                .to_owned()
+        )
+    );
+    let events = s.get(&format!("/sessions/{id}"), "SessionSummary").await;
+    assert_eq!(events["last_seq"], json!(2), "{events}");
 
     // The CLI refuses a blank title too, before it looks at the (locked) data dir.
     let out = tokio::process::Command::new(foya_bin())
