@@ -266,3 +266,79 @@ fn a_subscriber_buffer_smaller_than_a_burst_is_refused_before_anything_runs() {
         "{help}"
     );
 }
+
+#[test]
+fn ctrl_c_during_the_bare_comparison_gives_the_partial_report_and_exit_130() {
+    use foya_tests::child::read_until;
+    use std::io::{BufRead as _, BufReader};
+    use std::time::{Duration, Instant};
+    /// Kills the server even when an assertion fails.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    // A slow server (1 s to the first token) keeps the bare pass running for a while.
+    let mut server = Server(
+        foya()
+            .args(["sim-server", "--listen", "127.0.0.1:0", "--ttft-ms", "1000"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut addr = String::new();
+    BufReader::new(server.0.stdout.take().unwrap())
+        .read_line(&mut addr)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let base_url = format!("http://{}/v1", addr.trim());
+    let mut command = foya();
+    command
+        .args(["loadtest", "--sessions", "2", "--turns", "1", "--provider"])
+        .args([
+            "openai-chat",
+            "--base-url",
+            &base_url,
+            "--compare-bare",
+            "--json",
+        ])
+        .arg(&json)
+        .current_dir(dir.path());
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // stderr line by line: the bare pass announces itself there.
+    let (tx, errors) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    read_until(&errors, deadline, |line| {
+        line.contains("with a bare client")
+    });
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    drop(server);
+    assert_eq!(status.code(), Some(130));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        (
+            &report["stopped_early"],
+            &report["turns_completed"],
+            &report["bare_client"],
+            &report["cpu_ratio_vs_bare"]
+        ),
+        (&Value::Bool(true), &2.into(), &Value::Null, &Value::Null),
+        "{report:#}"
+    );
+}

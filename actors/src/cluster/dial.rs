@@ -370,9 +370,11 @@ impl Dialer {
 /// cluster's address list (itself included) does not dial itself, nor report itself
 /// unreachable.
 fn peers_to_dial(listen: std::net::SocketAddr, connect: &[String]) -> Vec<String> {
+    // Port 0 is no address anyone listens on (a client joining to list sessions uses it
+    // as a placeholder): a peer given as that address is dialled and fails at once.
     connect
         .iter()
-        .filter(|a| a.parse::<std::net::SocketAddr>().ok() != Some(listen))
+        .filter(|a| listen.port() == 0 || a.parse::<std::net::SocketAddr>().ok() != Some(listen))
         .cloned()
         .collect()
 }
@@ -394,5 +396,8 @@ mod peer_tests {
             peers_to_dial(listen, &connect),
             vec!["127.0.0.1:4478".to_owned(), "peer.example:4477".to_owned()]
         );
+        // A client's placeholder listen address (port 0) drops nothing.
+        let zero = vec!["127.0.0.1:0".to_owned()];
+        assert_eq!(peers_to_dial("127.0.0.1:0".parse().unwrap(), &zero), zero);
     }
 }

@@ -234,8 +234,17 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let concurrency = args.concurrency.unwrap_or(args.sessions);
-        let bare = bare::run(profile, &requests, args.sessions, args.turns, concurrency).await?;
-        report.set_bare(bare);
+        eprintln!("foya loadtest: replaying the requests with a bare client (--compare-bare)");
+        let bare = bare::run(profile, &requests, args.sessions, args.turns, concurrency);
+        tokio::select! {
+            bare = bare => report.set_bare(bare?),
+            // Ctrl-C during the bare pass: the runtime's report, without the comparison.
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("stopping… (the bare-client comparison was not finished)");
+                interrupted_by_user = true;
+                report.stopped_early = true;
+            }
+        }
     }
 
     print!("{}", report.to_text());
