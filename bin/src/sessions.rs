@@ -209,11 +209,10 @@ async fn set_title(
     title: String,
 ) -> anyhow::Result<u8> {
     use foya_protocol::{Event, TitleSource};
-    let title = title.trim().to_owned();
-    if title.is_empty() {
+    let Some(title) = foya_actors::context::normalize_title(&title) else {
         eprintln!("foya: the title is empty");
         return Ok(EXIT_USAGE);
-    }
+    };
     let dir = crate::data::data_dir(dir)?;
     let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
         return Ok(EXIT_FAILED);

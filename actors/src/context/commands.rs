@@ -22,7 +22,10 @@ pub fn expand_command(
     let arguments = invocation.arguments.trim();
     match name {
         "compact" => return Ok(CommandAction::Compact),
-        "title" => return Ok(CommandAction::Title(arguments.to_owned())),
+        "title" => {
+            let title = super::normalize_title(arguments).unwrap_or_default();
+            return Ok(CommandAction::Title(title));
+        }
         _ => {}
     }
     let Some(command) = project.commands.get(name) else {
@@ -87,8 +90,12 @@ mod tests {
     fn builtins_and_arguments() {
         assert_eq!(call("compact", ""), Ok(CommandAction::Compact));
         assert_eq!(
-            call("/title", "  Fix the parser "),
+            call("/title", "  Fix the\n  parser "),
             Ok(CommandAction::Title("Fix the parser".into()))
+        );
+        assert_eq!(
+            call("/title", " \n "),
+            Ok(CommandAction::Title(String::new()))
         );
         assert_eq!(
             call("review", " src/main.rs "),

@@ -35,7 +35,9 @@ pub use history::{
 };
 pub use kernel::{KERNEL_INSTRUCTIONS, KERNEL_INSTRUCTIONS_VERSION};
 pub use project::{CommandTemplate, ProjectContext, Rule, SkillMeta};
-pub use title::{MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, title_request};
+pub use title::{
+    MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, normalize_title, title_request,
+};
 
 use crate::provider::ToolSchema;
 use foya_protocol::{Event, SessionConfig};

@@ -48,9 +48,28 @@ pub fn clean_title(answer: &str) -> Option<String> {
     (!title.is_empty()).then_some(title)
 }
 
+/// A title set by hand, as it is stored: every run of whitespace (line breaks included)
+/// becomes one space and the ends are trimmed, so a title is always one line; `None`
+/// when nothing is left (an empty title is refused, or means "generate one" for
+/// `/title`).
+#[must_use]
+pub fn normalize_title(title: &str) -> Option<String> {
+    let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!title.is_empty()).then_some(title)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_title_set_by_hand_is_one_trimmed_line() {
+        assert_eq!(
+            normalize_title("  Fix\n the \t parser\r\n"),
+            Some("Fix the parser".to_owned())
+        );
+        assert_eq!(normalize_title(" \n\t "), None);
+    }
 
     #[test]
     fn cleans_answers() {

@@ -113,16 +113,16 @@ async fn optional_json<T: DeserializeOwned + Default>(request: Request) -> Resul
     Ok(value)
 }
 
-/// Refuses a title that is empty or only whitespace (400 `empty_title`).
-fn check_title(title: &str) -> Result<(), ApiError> {
-    if title.trim().is_empty() {
-        return Err(ApiError::new(
+/// The title as stored ([`normalize_title`](foya_actors::context::normalize_title): one
+/// trimmed line), or 400 `empty_title` for a title that is empty or only whitespace.
+fn check_title(title: &str) -> Result<String, ApiError> {
+    foya_actors::context::normalize_title(title).ok_or_else(|| {
+        ApiError::new(
             StatusCode::BAD_REQUEST,
             "empty_title",
             "the title is empty (or only whitespace)",
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
 async fn create_session(
@@ -133,9 +133,7 @@ async fn create_session(
     if body.max_steps == Some(0) {
         return Err(ApiError::bad_request("max_steps must be at least 1"));
     }
-    if let Some(title) = &body.title {
-        check_title(title)?;
-    }
+    let title = body.title.as_deref().map(check_title).transpose()?;
     let cwd = body.cwd.unwrap_or_else(|| state.defaults.cwd.clone());
     let cwd = std::fs::canonicalize(&cwd).map_err(|_| {
         ApiError::bad_request(format!(
@@ -155,7 +153,7 @@ async fn create_session(
     config.model = body.model.unwrap_or_else(|| state.defaults.model.clone());
     config.max_steps = body.max_steps.or(Some(state.defaults.max_steps));
     let session = state.runtime.create_session(config).await?;
-    if let Some(title) = body.title {
+    if let Some(title) = title {
         session.set_title(title).await?;
     }
     Ok((StatusCode::CREATED, Json(json!({"id": session.id()}))).into_response())
@@ -278,8 +276,8 @@ async fn set_title(
     body: Result<Json<SetTitle>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
-    check_title(&body.title)?;
-    handle(&state, &id).await?.set_title(body.title).await?;
+    let title = check_title(&body.title)?;
+    handle(&state, &id).await?.set_title(title).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

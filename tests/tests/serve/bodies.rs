@@ -101,14 +101,18 @@ async fn bodies() {
         assert_eq!(error(s, set, StatusCode::BAD_REQUEST).await, empty_title);
     }
     assert_eq!(listed(s).await, vec![(id.clone(), Value::Null)]);
+    // A title is stored as one trimmed line.
     s.call(
         s.req(Method::PUT, &format!("/sessions/{id}/title"))
-            .json(&json!({"title": "named"})),
+            .json(&json!({"title": "  named\n on  two lines "})),
         StatusCode::NO_CONTENT,
         None,
     )
     .await;
-    assert_eq!(listed(s).await, vec![(id.clone(), json!("named"))]);
+    assert_eq!(
+        listed(s).await,
+        vec![(id.clone(), json!("named on two lines"))]
+    );
 
     // An input with a field the API does not know (a misspelt `images`) is refused, not
     // submitted without it.
