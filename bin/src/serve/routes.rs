@@ -133,6 +133,11 @@ async fn create_session(
     if body.max_steps == Some(0) {
         return Err(ApiError::bad_request("max_steps must be at least 1"));
     }
+    if body.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(ApiError::bad_request(
+            "model is empty (leave it out for the server's model)",
+        ));
+    }
     let title = body.title.as_deref().map(check_title).transpose()?;
     let cwd = body.cwd.unwrap_or_else(|| state.defaults.cwd.clone());
     let cwd = std::fs::canonicalize(&cwd).map_err(|_| {

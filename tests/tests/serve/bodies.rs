@@ -85,6 +85,20 @@ async fn bodies() {
         )
     );
 
+    // A blank model: refused (leaving it out means the server's model), nothing created.
+    for model in ["", "  "] {
+        let create = s
+            .req(Method::POST, "/sessions")
+            .json(&json!({"model": model}));
+        assert_eq!(
+            error(s, create, StatusCode::BAD_REQUEST).await,
+            (
+                "bad_request".to_owned(),
+                "model is empty (leave it out for the server's model)".to_owned()
+            )
+        );
+    }
+
     // Empty and blank titles: refused, nothing created or changed.
     let empty_title = (
         "empty_title".to_owned(),
