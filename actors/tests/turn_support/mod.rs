@@ -266,19 +266,9 @@ impl Tool for Boom {
 
 /// The live (non-zombie) processes of process group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // Fields after "(comm) ": state ppid pgrp ...
-            let (_, rest) = stat.rsplit_once(") ")?;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let live = fields.first() != Some(&"Z");
-            (live && fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)).then_some(pid)
-        })
+    foya_actors::tools::sandbox::tree::processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgid)
+        .map(|p| p.pid)
         .collect()
 }

@@ -137,8 +137,10 @@ impl Tool for Shell {
         }
         guard.kill();
         if matches!(outcome, Outcome::Cancelled | Outcome::TimedOut) {
-            // SIGKILL was sent to the group; reap the leader.
+            // SIGKILL was sent to the tree and the group; reap the leader (the guard's
+            // drop then has no tree left to walk).
             let _ = child.wait().await;
+            guard.leader_reaped();
         }
         let _ = tokio::time::timeout(DRAIN_LIMIT, async {
             while streams.is_open() {

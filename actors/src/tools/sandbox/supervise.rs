@@ -22,8 +22,10 @@
 use super::entry::{SandboxInvocation, apply_policy, fail};
 use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE};
 use super::{SandboxPolicy, tree};
+use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{Signal, kill, killpg, raise};
+use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -108,8 +110,12 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
     tokio::select! {
         status = child.wait() => match status {
             Ok(status) => {
-                // What the program left running (in the group or not) ends with it.
-                tree::kill_tree(getpid().as_raw());
+                // What the program left running (in the group or not) ends with it. As
+                // the subreaper, the helper has a child whenever anything is left; with
+                // none (the usual case) there is no tree to read from /proc.
+                if !matches!(waitpid(None, Some(WaitPidFlag::WNOHANG)), Err(Errno::ECHILD)) {
+                    tree::kill_tree(getpid().as_raw());
+                }
                 exit_like(status)
             }
             Err(e) => fail(EXIT_EXEC_FAILED, &format!("cannot wait for the command: {e}")),

@@ -19,8 +19,21 @@ use std::collections::{HashMap, HashSet};
 /// stops what it found; a tree stops growing once all of it is stopped).
 const MAX_ROUNDS: usize = 16;
 
-/// `(pid, parent pid)` of every live (not zombie) process, from `/proc/<pid>/stat`.
-fn parents() -> Vec<(i32, i32)> {
+/// One live (not zombie) process, as `/proc/<pid>/stat` shows it (`proc(5)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    /// Process id.
+    pub pid: i32,
+    /// Parent's process id.
+    pub ppid: i32,
+    /// Process group id.
+    pub pgrp: i32,
+}
+
+/// Every live (not zombie) process, read from `/proc` now (processes that exit while it
+/// is read are left out).
+#[must_use]
+pub fn processes() -> Vec<Process> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -29,12 +42,13 @@ fn parents() -> Vec<(i32, i32)> {
         .filter_map(|entry| {
             let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
             let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read
-            // after the last ')'.
+            // "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses, so
+            // read after the last ')'.
             let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
             let state = fields.next()?;
             let ppid = fields.next()?.parse::<i32>().ok()?;
-            (state != "Z" && state != "X").then_some((pid, ppid))
+            let pgrp = fields.next()?.parse::<i32>().ok()?;
+            (state != "Z" && state != "X").then_some(Process { pid, ppid, pgrp })
         })
         .collect()
 }
@@ -43,8 +57,8 @@ fn parents() -> Vec<(i32, i32)> {
 #[must_use]
 pub fn descendants(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    for (pid, ppid) in parents() {
-        children.entry(ppid).or_default().push(pid);
+    for p in processes() {
+        children.entry(p.ppid).or_default().push(p.pid);
     }
     let mut out = Vec::new();
     let mut stack = vec![root];
@@ -95,6 +109,11 @@ mod tests {
         let me = i32::try_from(std::process::id()).unwrap();
         let parent = nix::unistd::getppid().as_raw();
         assert!(descendants(parent).contains(&me));
+        let this = processes().into_iter().find(|p| p.pid == me).unwrap();
+        assert_eq!(
+            (this.ppid, this.pgrp),
+            (parent, nix::unistd::getpgrp().as_raw())
+        );
         // A process that does not exist has no descendants, and killing its tree
         // signals nothing.
         assert_eq!(descendants(i32::MAX), Vec::<i32>::new());
