@@ -103,6 +103,38 @@ fn assert_shape(report: &Value) {
     );
 }
 
+/// A running `foya sim-server --listen 127.0.0.1:0 ARGS`, killed on drop (even when an
+/// assertion fails).
+struct SimServer(std::process::Child);
+
+impl SimServer {
+    /// Starts the server; also the address it printed once it listens.
+    fn start(args: &[&str]) -> (Self, String) {
+        use std::io::{BufRead as _, BufReader};
+        let mut server = Self(
+            foya()
+                .args(["sim-server", "--listen", "127.0.0.1:0"])
+                .args(args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let mut line = String::new();
+        BufReader::new(server.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (server, line.trim().to_owned())
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn fifty_sessions_run_two_three_step_turns_each_without_errors() {
     let (code, report) = loadtest(&["--sessions", "50", "--turns", "2"]);
@@ -183,28 +215,7 @@ fn turns_whose_retries_run_out_fail_with_their_class_and_an_example_message() {
 
 #[test]
 fn sim_server_prints_its_address_and_serves_the_chat_format() {
-    use std::io::{BufRead as _, BufReader};
-    /// Kills the server even when an assertion fails.
-    struct Server(std::process::Child);
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = Server(
-        foya()
-            .args(["sim-server", "--listen", "127.0.0.1:0", "--seed", "3"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().to_owned();
+    let (server, addr) = SimServer::start(&["--seed", "3"]);
     // Drive one session through the server with the real HTTP client.
     let (code, report) = loadtest(&[
         "--sessions",
@@ -217,7 +228,7 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
         &format!("http://{addr}/v1"),
         "--compare-bare",
     ]);
-    drop(child);
+    drop(server);
     assert_eq!(code, 0, "{report:#}");
     // Where the requests went is in the report (and said on stderr before any was sent).
     assert_eq!(report["endpoint"], format!("http://{addr}/v1"));
@@ -272,30 +283,11 @@ fn ctrl_c_during_the_bare_comparison_gives_the_partial_report_and_exit_130() {
     use foya_tests::child::read_until;
     use std::io::{BufRead as _, BufReader};
     use std::time::{Duration, Instant};
-    /// Kills the server even when an assertion fails.
-    struct Server(std::process::Child);
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     // A slow server (1 s to the first token) keeps the bare pass running for a while.
-    let mut server = Server(
-        foya()
-            .args(["sim-server", "--listen", "127.0.0.1:0", "--ttft-ms", "1000"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut addr = String::new();
-    BufReader::new(server.0.stdout.take().unwrap())
-        .read_line(&mut addr)
-        .unwrap();
+    let (server, addr) = SimServer::start(&["--ttft-ms", "1000"]);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
-    let base_url = format!("http://{}/v1", addr.trim());
+    let base_url = format!("http://{addr}/v1");
     let mut command = foya();
     command
         .args(["loadtest", "--sessions", "2", "--turns", "1", "--provider"])

@@ -179,6 +179,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         driver_cpu: Arc::clone(&driver_cpu),
     });
 
+    // Installed once, before anything runs: a SIGINT is never lost between two waits.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot install the SIGINT handler")?;
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
     let cpu_before = report::cpu_time();
@@ -199,7 +202,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
                 Some(Err(_)) => outcomes.push(panicked()),
                 None => break,
             },
-            _ = tokio::signal::ctrl_c(), if !stop.is_cancelled() => {
+            _ = interrupt.recv(), if !stop.is_cancelled() => {
                 interrupted_by_user = true;
                 progress.println("stopping… (partial report follows)");
                 stop.cancel();
@@ -239,7 +242,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         tokio::select! {
             bare = bare => report.set_bare(bare?),
             // Ctrl-C during the bare pass: the runtime's report, without the comparison.
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 eprintln!("stopping… (the bare-client comparison was not finished)");
                 interrupted_by_user = true;
                 report.stopped_early = true;
