@@ -51,6 +51,13 @@ fn write_script(dir: &Path, responses: &[Value]) -> String {
     path.to_str().unwrap().to_owned()
 }
 
+/// The stderr of a command refused as a usage error (asserting exit 2).
+fn usage_error(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8(out.stderr.clone()).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
 #[test]
 fn zero_max_steps_and_empty_prompts_are_usage_errors_that_create_no_session() {
     let tmp = tempfile::tempdir().unwrap();
@@ -68,8 +75,7 @@ fn zero_max_steps_and_empty_prompts_are_usage_errors_that_create_no_session() {
     let mut args = base.to_vec();
     args.extend(["--max-steps", "0", "hello"]);
     let out = run(&data, &args);
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = usage_error(&out);
     assert!(stderr.contains("--max-steps"), "{stderr}");
     assert!(stderr.contains("0 is not in 1.."), "{stderr}");
 
@@ -105,8 +111,7 @@ fn bad_arguments_exit_2_before_anything_is_created() {
     ];
     for (args, message) in cases {
         let out = run(&data, &args);
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let stderr = usage_error(&out);
         assert!(stderr.starts_with(&message), "{stderr}");
         assert_eq!(out.stdout, b"");
     }
@@ -116,8 +121,7 @@ fn bad_arguments_exit_2_before_anything_is_created() {
         .arg(&report)
         .output()
         .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = usage_error(&out);
     assert!(
         stderr.contains(&format!(
             "directory {} does not exist",
@@ -135,8 +139,7 @@ fn bad_arguments_exit_2_before_anything_is_created() {
         .arg(&data)
         .output()
         .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = usage_error(&out);
     assert!(
         stderr.contains("\"127.0.0.1:0\" has port 0: a node needs a fixed port"),
         "{stderr}"

@@ -14,7 +14,7 @@
 use foya_tests::child::{Piped, read_until, spawn_json_lines};
 use foya_tests::foya_bin::scripted;
 use foya_tests::procs::{marked, wait_exited};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 /// Global wait for one test.
@@ -78,27 +78,31 @@ enum End {
     Interrupt,
 }
 
+/// Starts `foya run --json` (scripted, `approval`) whose model calls `shell` with
+/// `command` once, then answers `then`; data and working directory under `tmp`.
+fn run_shell(tmp: &std::path::Path, approval: &str, command: &str, then: &str) -> Piped<Value> {
+    let (data, work) = (tmp.join("data"), tmp.join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let script = tmp.join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+        {"text": then}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    spawn_json_lines(scripted("run", approval, &script, &data, &work).args(["--json", "start"]))
+}
+
 fn tool_processes_die_with_foya(approval: &str, end: End) {
     let tmp = tempfile::tempdir().unwrap();
-    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
-    std::fs::create_dir_all(&work).unwrap();
     let marker = format!("foya-orphan-{}-{approval}-{end:?}", std::process::id());
     // A background child in the group, an orphan that left the group (its subshell
     // exits at once), and a foreground child, all renamed so /proc shows the marker.
     let orphan = setsid_sleep(&format!("{marker}-sid"), 302, None);
     let command =
         format!("(exec -a {marker}-bg sleep 300) & ({orphan} &) ; exec -a {marker}-fg sleep 301");
-    let script = tmp.path().join("script.json");
-    let responses = json!({"responses": [
-        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
-        {"text": "never reached"}
-    ]});
-    std::fs::write(&script, responses.to_string()).unwrap();
     let Piped {
         mut child, lines, ..
-    } = spawn_json_lines(
-        scripted("run", approval, &script, &data, &work).args(["--json", "start"]),
-    );
+    } = run_shell(tmp.path(), approval, &command, "never reached");
     let deadline = Instant::now() + TIMEOUT;
     read_until(&lines, deadline, |line| line["type"] == "tool_started");
     let names = ["bg", "sid", "fg"].map(|n| format!("{marker}-{n}"));
@@ -145,25 +149,15 @@ fn a_cancelled_tool_call_kills_the_processes_that_left_its_group() {
 #[test]
 fn a_finished_tool_call_leaves_no_process_running_even_outside_its_group() {
     let tmp = tempfile::tempdir().unwrap();
-    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
-    std::fs::create_dir_all(&work).unwrap();
     let marker = format!("foya-orphan-{}-finished", std::process::id());
     let pid_file = tmp.path().join("sid.pid");
     // The command returns once the orphan has written its pid (it is running then).
     let orphan = setsid_sleep(&format!("{marker}-sid"), 304, Some(&pid_file));
     let wait = format!("until [ -s {} ]; do sleep 0.01; done", pid_file.display());
     let command = format!("({orphan} &) ; {wait}; echo started");
-    let script = tmp.path().join("script.json");
-    let responses = json!({"responses": [
-        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
-        {"text": "done"}
-    ]});
-    std::fs::write(&script, responses.to_string()).unwrap();
     let Piped {
         mut child, lines, ..
-    } = spawn_json_lines(
-        scripted("run", "bypass", &script, &data, &work).args(["--json", "start"]),
-    );
+    } = run_shell(tmp.path(), "bypass", &command, "done");
     let deadline = Instant::now() + TIMEOUT;
     let finished = read_until(&lines, deadline, |line| line["type"] == "tool_message")
         .pop()
