@@ -135,11 +135,14 @@ impl SessionHandle {
         .await
     }
 
-    /// Sets the title by hand.
+    /// Sets the title by hand, stored as one trimmed line
+    /// ([`normalize_title`](crate::context::normalize_title)).
     ///
     /// # Errors
-    /// Session and storage errors.
+    /// [`RuntimeError::EmptyTitle`] for a title that is empty or only whitespace
+    /// (nothing is written); session and storage errors.
     pub async fn set_title(&self, title: String) -> Result<(), RuntimeError> {
+        let title = crate::context::normalize_title(&title).ok_or(RuntimeError::EmptyTitle)?;
         self.with_session(|reply| SessionMsg::SetTitle {
             title: title.clone(),
             reply,

@@ -59,6 +59,9 @@ pub enum RuntimeError {
     /// sessions.
     #[error("the runtime is shutting down")]
     ShuttingDown,
+    /// A title set by hand is empty or only whitespace.
+    #[error("the title is empty (or only whitespace)")]
+    EmptyTitle,
 }
 
 /// What recovery does with inputs that were queued (persisted `input_queued`, never

@@ -46,7 +46,12 @@ async fn a_resubmitted_input_id_is_applied_once_bad_inputs_are_refused_and_title
     within(events_until(&mut sub, is_turn_complete))
         .await
         .unwrap();
-    session.set_title("My title".into()).await.unwrap();
+    // A blank title writes nothing; a title is stored as one trimmed line.
+    assert_eq!(
+        session.set_title(" \n\t ".into()).await,
+        Err(RuntimeError::EmptyTitle)
+    );
+    session.set_title("  My\n title ".into()).await.unwrap();
     let events = within(events_until(&mut sub, |e| {
         e.kind.type_name() == "title_set"
     }))

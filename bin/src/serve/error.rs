@@ -52,6 +52,7 @@ impl From<RuntimeError> for ApiError {
                 Self::new(StatusCode::CONFLICT, "session_deleted", message)
             }
             RuntimeError::EmptyInput => Self::new(StatusCode::BAD_REQUEST, "empty_input", message),
+            RuntimeError::EmptyTitle => Self::new(StatusCode::BAD_REQUEST, "empty_title", message),
             RuntimeError::ImagesNotSupported { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "images_not_supported", message)
             }

@@ -113,16 +113,13 @@ async fn optional_json<T: DeserializeOwned + Default>(request: Request) -> Resul
     Ok(value)
 }
 
-/// The title as stored ([`normalize_title`](foya_actors::context::normalize_title): one
-/// trimmed line), or 400 `empty_title` for a title that is empty or only whitespace.
-fn check_title(title: &str) -> Result<String, ApiError> {
-    foya_actors::context::normalize_title(title).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "empty_title",
-            "the title is empty (or only whitespace)",
-        )
-    })
+/// Refuses a title that is empty or only whitespace before a session is created for it
+/// (400 `empty_title`, as `SessionHandle::set_title` answers).
+fn check_title(title: &str) -> Result<(), ApiError> {
+    match foya_actors::context::normalize_title(title) {
+        Some(_) => Ok(()),
+        None => Err(foya_actors::RuntimeError::EmptyTitle.into()),
+    }
 }
 
 async fn create_session(
@@ -138,7 +135,9 @@ async fn create_session(
             "model is empty (leave it out for the server's model)",
         ));
     }
-    let title = body.title.as_deref().map(check_title).transpose()?;
+    if let Some(title) = &body.title {
+        check_title(title)?;
+    }
     let cwd = body.cwd.unwrap_or_else(|| state.defaults.cwd.clone());
     let cwd = std::fs::canonicalize(&cwd).map_err(|_| {
         ApiError::bad_request(format!(
@@ -158,7 +157,7 @@ async fn create_session(
     config.model = body.model.unwrap_or_else(|| state.defaults.model.clone());
     config.max_steps = body.max_steps.or(Some(state.defaults.max_steps));
     let session = state.runtime.create_session(config).await?;
-    if let Some(title) = title {
+    if let Some(title) = body.title {
         session.set_title(title).await?;
     }
     Ok((StatusCode::CREATED, Json(json!({"id": session.id()}))).into_response())
@@ -281,8 +280,7 @@ async fn set_title(
     body: Result<Json<SetTitle>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
-    let title = check_title(&body.title)?;
-    handle(&state, &id).await?.set_title(title).await?;
+    handle(&state, &id).await?.set_title(body.title).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
