@@ -29,7 +29,7 @@ pub struct Subscription {
     from_seq: Seq,
     last_seq: Seq,
     backlog: VecDeque<Event>,
-    rx: mpsc::Receiver<SessionUpdate>,
+    rx: mpsc::Receiver<Box<SessionUpdate>>,
     ended: bool,
 }
 
@@ -38,7 +38,7 @@ impl Subscription {
         session_id: SessionId,
         from_seq: Seq,
         backlog: Vec<Event>,
-        rx: mpsc::Receiver<SessionUpdate>,
+        rx: mpsc::Receiver<Box<SessionUpdate>>,
     ) -> Self {
         let last_seq = Seq(from_seq.0.saturating_sub(1));
         Self {
@@ -74,7 +74,7 @@ impl Subscription {
             return Poll::Ready(None);
         }
         loop {
-            match self.rx.poll_recv(cx) {
+            match self.rx.poll_recv(cx).map(|u| u.map(|u| *u)) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(SessionUpdate::Event(event))) => {
                     if event.seq < self.from_seq || event.seq <= self.last_seq {

@@ -41,6 +41,11 @@ fn main() -> ExitCode {
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // The load test's CPU accounting tells the blocking pool's threads (where the
+        // file tools work) from the workers; cheap enough to keep for every command.
+        .on_thread_start(loadtest::pool::thread_started)
+        .on_thread_stop(loadtest::pool::thread_stopped)
+        .on_thread_park(loadtest::pool::worker_parked)
         .build()
     {
         Ok(rt) => rt,

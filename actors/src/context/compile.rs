@@ -7,8 +7,14 @@ use super::{
 };
 use crate::provider::Messages;
 use foya_protocol::{ApprovalMode, Message, ReasoningPart};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::LazyLock;
+
+/// [`estimate_tokens`] of [`KERNEL_INSTRUCTIONS`], done once per process instead of at
+/// every step.
+static KERNEL_TOKENS: LazyLock<u64> = LazyLock::new(|| estimate_tokens(KERNEL_INSTRUCTIONS));
 
 /// Fixed per-message overhead of the chat formats (role markers, separators), in tokens.
 pub(super) const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
@@ -85,7 +91,8 @@ fn assemble(
             .display()
             .to_string()
     };
-    let mut parts: Vec<(&str, String)> = vec![("kernel", KERNEL_INSTRUCTIONS.to_owned())];
+    let mut parts: Vec<(&str, Cow<'static, str>)> =
+        vec![("kernel", Cow::Borrowed(KERNEL_INSTRUCTIONS))];
     let env = input.env;
     let mut environment = format!(
         "# Environment\n- Working directory: {}\n- Project root: {}\n- OS: {}\n- Shell: {}\n- Date: {}",
@@ -101,7 +108,7 @@ fn assemble(
         mode.as_str(),
         describe(mode)
     ));
-    parts.push(("environment", environment));
+    parts.push(("environment", environment.into()));
 
     let sections = [
         (
@@ -131,12 +138,16 @@ fn assemble(
         } else {
             format!("{heading}\n{}", entries.join("\n\n"))
         };
-        parts.push((key, text));
+        parts.push((key, text.into()));
     }
 
     let mut sections: BTreeMap<String, u64> = BTreeMap::new();
     for (key, text) in &parts {
-        sections.insert((*key).to_owned(), estimate_tokens(text));
+        let tokens = match text {
+            Cow::Borrowed(KERNEL_INSTRUCTIONS) => *KERNEL_TOKENS,
+            text => estimate_tokens(text),
+        };
+        sections.insert((*key).to_owned(), tokens);
     }
     sections.insert("history".to_owned(), history_tokens);
     sections.insert("tools".to_owned(), input.tools.tokens());

@@ -41,7 +41,7 @@ pub(crate) struct SessionArgs {
 
 #[derive(Debug)]
 pub(super) struct Subscriber {
-    tx: mpsc::Sender<SessionUpdate>,
+    tx: mpsc::Sender<super::UpdateItem>,
     approver: bool,
 }
 
@@ -169,7 +169,7 @@ impl Session {
     /// reports `Notice::Lagged`), never waited for. The last one gets `update` itself.
     pub(super) fn broadcast(&mut self, update: SessionUpdate) {
         let last = self.subscribers.len();
-        let mut update = Some(update);
+        let mut update = Some(Box::new(update));
         let mut index = 0;
         self.subscribers.retain(|s| {
             index += 1;

@@ -66,7 +66,13 @@ pub(crate) struct ApprovalAnswer {
 
 /// What a new subscriber gets: its live channel and the last seq committed when it was
 /// registered (replay covers up to it; the channel carries everything after).
-pub(crate) type Subscribed = (mpsc::Receiver<SessionUpdate>, Seq);
+/// One subscriber's channel item. Boxed so the channel's slots stay one pointer wide:
+/// tokio allocates a channel's slots in blocks of 32, and 32 inline updates (about
+/// 8 KiB) per block per subscriber was a large part of the memory of many concurrent
+/// sessions.
+pub(crate) type UpdateItem = Box<SessionUpdate>;
+
+pub(crate) type Subscribed = (mpsc::Receiver<UpdateItem>, Seq);
 
 /// Messages of the SessionActor.
 #[derive(Debug)]

@@ -7,6 +7,7 @@
 
 use super::sandbox::SandboxRunner;
 use super::{SideEffect, Tool, ToolOutput, builtin};
+use crate::context::ToolSet;
 use crate::provider::ToolSchema;
 use foya_protocol::ApprovalMode;
 use std::fmt::Write as _;
@@ -16,6 +17,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct ToolRegistry {
     entries: Vec<Entry>,
+    /// [`ToolRegistry::tool_set`] per visibility (every tool, read-only tools), built on
+    /// first use and cleared by [`ToolRegistry::register`].
+    sets: [std::sync::OnceLock<ToolSet>; 2],
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +73,7 @@ impl ToolRegistry {
             tracing::warn!(tool.name = %tool.spec().name, %error, "tool has an invalid parameter schema");
         }
         let entry = Entry { tool, validator };
+        self.sets = Default::default();
         match self
             .entries
             .iter_mut()
@@ -111,6 +116,16 @@ impl ToolRegistry {
                 parameters: spec.parameters.clone(),
             })
             .collect()
+    }
+
+    /// [`ToolRegistry::schemas`] for `mode` as a [`ToolSet`] (schemas shared, token
+    /// estimate done), built once per registry and visibility: every turn in that mode
+    /// shares it instead of copying the schemas and estimating them again.
+    #[must_use]
+    pub fn tool_set(&self, mode: ApprovalMode) -> ToolSet {
+        let slot = &self.sets[usize::from(mode == ApprovalMode::ReadOnly)];
+        slot.get_or_init(|| ToolSet::new(self.schemas(mode)))
+            .clone()
     }
 
     /// Checks a model's call before it runs.
@@ -204,5 +219,45 @@ fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::builtin::{ReadFile, Shell, WriteFile};
+
+    fn names(set: &ToolSet) -> Vec<&str> {
+        set.schemas().iter().map(|s| s.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_cached_tool_sets_follow_the_mode_and_every_registration() {
+        let mut registry = ToolRegistry::new();
+        registry.register(Arc::new(ReadFile::new()));
+        let auto = registry.tool_set(ApprovalMode::Auto);
+        assert_eq!(names(&auto), ["read_file"]);
+        assert_eq!(auto, ToolSet::new(registry.schemas(ApprovalMode::Auto)));
+        // Shared, not rebuilt: the same schemas allocation.
+        assert!(Arc::ptr_eq(
+            auto.schemas(),
+            registry.tool_set(ApprovalMode::Ask).schemas()
+        ));
+
+        registry.register(Arc::new(WriteFile::new()));
+        registry.register(Arc::new(Shell::new(SandboxRunner::new("/nonexistent"))));
+        assert_eq!(
+            names(&registry.tool_set(ApprovalMode::Auto)),
+            ["read_file", "write_file", "shell"]
+        );
+        assert_eq!(
+            names(&registry.tool_set(ApprovalMode::ReadOnly)),
+            ["read_file"],
+            "read-only hides tools with side effects"
+        );
+        assert_eq!(
+            registry.tool_set(ApprovalMode::Bypass),
+            ToolSet::new(registry.schemas(ApprovalMode::Bypass))
+        );
     }
 }

@@ -318,7 +318,7 @@ impl Actor for TurnActor {
             overflow_used: false,
             compacted_in_step: false,
             request_history_len: None,
-            tools: crate::context::ToolSet::new(args.deps.tools.schemas(args.config.approval_mode)),
+            tools: args.deps.tools.tool_set(args.config.approval_mode),
             args,
             step: 0,
             attempt: 1,

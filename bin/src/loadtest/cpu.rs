@@ -13,8 +13,8 @@
 //! `meter_overhead_s`. The calibration runs in a tight loop with warm caches, so it is a
 //! lower bound: on this project's 2-vCPU VM it finds about 7 µs per step of the 25–30 µs
 //! the meters cost, and the runtime's own figure stays a little high. What tokio's
-//! blocking pool runs for a tool (`read_file`'s file read) is not measured and stays in
-//! the runtime's own figure too.
+//! blocking pool runs for a tool (`read_file`'s file read) is measured by
+//! [`super::pool`].
 
 use async_trait::async_trait;
 use foya_actors::tools::{ProgressSink, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// CPU time consumed by the calling thread so far, in nanoseconds (0 if unavailable).
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
         u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
             + u64::try_from(t.tv_nsec()).unwrap_or(0)

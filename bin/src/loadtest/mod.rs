@@ -7,6 +7,7 @@
 mod bare;
 mod cpu;
 mod driver;
+pub(crate) mod pool;
 mod probe;
 mod report;
 mod sim_args;
@@ -185,6 +186,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
     let cpu_before = report::cpu_time();
+    let blocking_before = pool::blocking_cpu();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..args.sessions {
@@ -212,6 +214,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     }
     let wall = started.elapsed();
     let cpu = report::cpu_time().saturating_sub(cpu_before);
+    let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
     progress.finish_and_clear();
     let stats = store.stats();
     let events_persisted = stats.appended_events - stats_before.appended_events;
@@ -222,6 +225,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     report.commits = stats.commits - stats_before.commits;
     report.provider_cpu_s = provider_cpu.total().as_secs_f64();
     report.tool_cpu_s = tool_cpu.total().as_secs_f64();
+    report.tool_blocking_cpu_s = blocking.as_secs_f64();
     report.driver_cpu_s = driver_cpu.total().as_secs_f64();
     let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
     report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;

@@ -88,6 +88,10 @@ pub(crate) struct Report {
     pub(crate) provider_cpu_s: f64,
     /// CPU time spent inside tool calls (the tools' own work), in seconds.
     pub(crate) tool_cpu_s: f64,
+    /// CPU time of tokio's blocking-pool threads during the run, in seconds: the file
+    /// tools' file-system work, which they run there (`spawn_blocking`) out of the
+    /// tool meter's sight (`loadtest/pool.rs`).
+    pub(crate) tool_blocking_cpu_s: f64,
     /// CPU time the load driver spent handling the updates its subscribers received
     /// (counting, relay timing): the load generator's work, in seconds. Receiving them
     /// (the subscription's channel) stays the runtime's.
@@ -96,6 +100,7 @@ pub(crate) struct Report {
     /// reads: the number of measurements times the calibrated cost of one), in seconds.
     pub(crate) meter_overhead_s: f64,
     /// The runtime's own CPU per step: `cpu_s` minus `provider_cpu_s`, `tool_cpu_s`,
+    /// `tool_blocking_cpu_s`,
     /// `driver_cpu_s` and `meter_overhead_s`, per step, in microseconds (session
     /// creation, subscriptions and event delivery included).
     pub(crate) runtime_cpu_us_per_step: f64,
@@ -143,6 +148,7 @@ impl Report {
         let own = (self.cpu_s
             - self.provider_cpu_s
             - self.tool_cpu_s
+            - self.tool_blocking_cpu_s
             - self.driver_cpu_s
             - self.meter_overhead_s)
             .max(0.0);
@@ -227,9 +233,10 @@ impl Report {
             self.cpu_s, self.cpu_us_per_step, self.cpu_us_per_turn
         ));
         line(format!(
-            "           provider {:.2} s, tools {:.2} s, load driver {:.2} s, meters {:.2} s; runtime's own {:.1} us/step",
+            "           provider {:.2} s, tools {:.2} s (+{:.2} s on the blocking pool), load driver {:.2} s, meters {:.2} s; runtime's own {:.1} us/step",
             self.provider_cpu_s,
             self.tool_cpu_s,
+            self.tool_blocking_cpu_s,
             self.driver_cpu_s,
             self.meter_overhead_s,
             self.runtime_cpu_us_per_step
