@@ -44,11 +44,11 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(d) => d,
         Err(e) => return usage(&e),
     };
-    // `--session ID` resumes a stored session: without it (or without a store at all)
-    // this says so and exits 1, creating nothing.
+    // `--session ID` resumes a stored session that is not deleted: otherwise (or without
+    // a store at all) this says so and exits 1, creating nothing.
     let opened = match &args.session {
         Some(id) => match id.parse::<SessionId>() {
-            Ok(id) => crate::data::open_for_session(&dir, id, foya_storage::Durability::Immediate),
+            Ok(id) => crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate),
             Err(e) => return usage(&anyhow::anyhow!("{e}")),
         },
         None => crate::data::open_store(&dir).map(Some),
