@@ -1,6 +1,7 @@
 //! End-to-end tests of `foya loadtest`: the real binary (built by escargot) drives
 //! sessions against the in-process simulator and writes its JSON report; the tests check
-//! the report's keys and counts (never its timings).
+//! the report's keys and counts (never its timings); a latency without samples is
+//! reported as such (`null` percentiles, `no samples`), not as 0.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::Value;
@@ -15,6 +16,12 @@ fn foya() -> Command {
 
 /// Runs `foya loadtest ARGS --json FILE`; returns the exit status and the report.
 fn loadtest(args: &[&str]) -> (i32, Value) {
+    let (code, report, _) = loadtest_with_text(args);
+    (code, report)
+}
+
+/// [`loadtest`], also returning the text report (stdout).
+fn loadtest_with_text(args: &[&str]) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let output = foya()
@@ -33,6 +40,7 @@ fn loadtest(args: &[&str]) -> (i32, Value) {
     (
         output.status.code().unwrap(),
         serde_json::from_str(&text).unwrap(),
+        stdout.into_owned(),
     )
 }
 
@@ -191,7 +199,7 @@ fn rate_limited_requests_are_retried_and_turns_still_complete() {
 
 #[test]
 fn turns_whose_retries_run_out_fail_with_their_class_and_an_example_message() {
-    let (code, report) = loadtest(&[
+    let (code, report, text) = loadtest_with_text(&[
         "--sessions",
         "4",
         "--turns",
@@ -210,6 +218,25 @@ fn turns_whose_retries_run_out_fail_with_their_class_and_an_example_message() {
     assert_eq!(
         report["error_examples"],
         serde_json::json!({"rate_limited": "rate limit reached (simulated)"})
+    );
+    // No turn reached a tool call or streamed text: overhead and relay have no samples,
+    // said as such (null in the JSON, "no samples" in the text), not as 0.
+    let none = serde_json::json!({"p50": null, "p95": null, "p99": null, "samples": 0});
+    assert_eq!(
+        (&report["overhead_us"], &report["relay_latency_ms"]),
+        (&none, &none)
+    );
+    // The failed requests still have a latency each.
+    assert_eq!(report["model_latency_ms"]["samples"], 4);
+    assert_ordered(&report, "model_latency_ms");
+    let latencies: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("overhead") || l.starts_with("relay"))
+        .collect();
+    assert_eq!(
+        latencies,
+        ["overhead   no samples", "relay      no samples"],
+        "{text}"
     );
 }
 
