@@ -33,11 +33,12 @@ async fn main() -> anyhow::Result<()> {
         }],
     };
     let store = Store::open_in_memory(StoreOptions::default())?;
-    let runtime = Runtime::start(RuntimeConfig::new(
-        store,
-        Arc::new(ScriptedClient::from_script(script)),
-    ))
-    .await?;
+    let mut config = RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)));
+    // What a session created here without a provider or model records (`foya node`
+    // records its --provider and model the same way).
+    config.default_provider = "scripted".into();
+    config.default_model = "scripted".into();
+    let runtime = Runtime::start(config).await?;
     let node = ClusterNode::start(
         runtime,
         NodeConfig::new(listen, cookie, peers.clone(), "embedded"),

@@ -120,6 +120,15 @@ pub struct RuntimeConfig {
     /// folded messages, at most as large as the events they come from), so the memory
     /// this bounds is up to twice the events' size. 0: idle sessions hold no history.
     pub idle_log_events: usize,
+    /// The provider name of [`Self::model`] (`openai`, `scripted`, a profile name):
+    /// what a session created without a provider (`SessionConfig::provider` empty,
+    /// e.g. through [`crate::cluster::ClusterClient::create_session`] with
+    /// `SessionConfig::new(cwd)`) records as its provider, so that its stored config
+    /// says what serves it. Default empty: recorded as given.
+    pub default_provider: String,
+    /// The model name [`Self::model`] uses: what a session without a model records when
+    /// its provider is empty or [`Self::default_provider`]. Default empty.
+    pub default_model: String,
 }
 
 /// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
@@ -164,6 +173,8 @@ impl RuntimeConfig {
             attachments: None,
             queued_on_restart: QueuedOnRestart::Run,
             idle_log_events: DEFAULT_IDLE_LOG_EVENTS,
+            default_provider: String::new(),
+            default_model: String::new(),
         }
     }
 }
@@ -185,6 +196,9 @@ pub(crate) struct RuntimeDeps {
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
     /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
     pub idle_logs: crate::session::log::IdleLogs,
+    /// [`RuntimeConfig::default_provider`] and [`RuntimeConfig::default_model`].
+    pub default_provider: String,
+    pub default_model: String,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -280,8 +294,15 @@ impl Inner {
 /// `agent` tool for child sessions).
 pub(crate) async fn create_session_in(
     inner: &Arc<Inner>,
-    config: SessionConfig,
+    mut config: SessionConfig,
 ) -> Result<SessionHandle, RuntimeError> {
+    let deps = &inner.deps;
+    if config.provider.is_empty() {
+        config.provider.clone_from(&deps.default_provider);
+    }
+    if config.model.is_empty() && config.provider == deps.default_provider {
+        config.model.clone_from(&deps.default_model);
+    }
     let (id, _actor): (SessionId, ActorRef<SessionMsg>) = ask(&inner.supervisor, |reply| {
         SupervisorMsg::CreateSession { config, reply }
     })
@@ -314,6 +335,8 @@ impl Runtime {
             queued_on_restart: config.queued_on_restart,
             sub_agents: agent.clone(),
             idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
+            default_provider: config.default_provider,
+            default_model: config.default_model,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
@@ -342,7 +365,9 @@ impl Runtime {
         Ok(Runtime { inner })
     }
 
-    /// Creates a session (`session_created` is committed when this returns).
+    /// Creates a session (`session_created` is committed when this returns). A config
+    /// without a provider records [`RuntimeConfig::default_provider`], and without a
+    /// model (its provider empty or the default one) [`RuntimeConfig::default_model`].
     ///
     /// # Errors
     /// [`RuntimeError::Storage`] when the store refuses the write.

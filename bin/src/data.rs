@@ -201,6 +201,30 @@ pub(crate) fn open_for_session(
     Ok(Some(store))
 }
 
+/// [`open_for_session`] for a session that is to take a new input (`foya run --session`,
+/// `foya chat --session`): also `Ok(None)` for a deleted session, after saying on stderr
+/// that it was deleted and takes no more inputs.
+///
+/// # Errors
+/// The store exists but cannot be opened or read.
+pub(crate) fn open_for_input(
+    dir: &Path,
+    id: foya_protocol::SessionId,
+    durability: Durability,
+) -> anyhow::Result<Option<Store>> {
+    let Some(store) = open_for_session(dir, id, durability)? else {
+        return Ok(None);
+    };
+    if store.session(id)?.is_some_and(|s| s.deleted) {
+        eprintln!(
+            "foya: session {id} was deleted: it takes no more inputs (its events stay \
+             readable with `foya sessions show {id}`)"
+        );
+        return Ok(None);
+    }
+    Ok(Some(store))
+}
+
 /// Why a data directory has no store: `data directory D does not exist` or `no sessions
 /// are stored in D`.
 pub(crate) fn missing_store(dir: &Path) -> String {

@@ -88,10 +88,15 @@ pub(crate) async fn node(args: NodeArgs) -> u8 {
 
 async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("no current directory")?;
-    let (model, _) = crate::setup::model_client(&args.provider, &cwd)?;
+    let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
     let store = crate::data::open_store(&dir)?;
-    let runtime = Runtime::start(RuntimeConfig::new(store, model))
+    let mut config = RuntimeConfig::new(store, model);
+    // Sessions created through the cluster without a provider or model (the embedding
+    // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
+    config.default_provider.clone_from(&args.provider.provider);
+    config.default_model = model_name;
+    let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")?;
     runtime

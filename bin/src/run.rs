@@ -49,14 +49,14 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let (model, model_name) =
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
-    // `--session ID` works on a stored session: without it (or without a store at all)
-    // this says so and exits 1, creating nothing.
+    // `--session ID` works on a stored session that is not deleted: otherwise (or
+    // without a store at all) this says so and exits 1, creating nothing.
     let store = match &args.session {
         Some(id) => {
             let id: SessionId = id
                 .parse()
                 .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
-            match crate::data::open_for_session(&dir, id, args.durability)
+            match crate::data::open_for_input(&dir, id, args.durability)
                 .map_err(Failure::Runtime)?
             {
                 Some(store) => store,

@@ -10,10 +10,21 @@ use std::time::Duration;
 /// Not an unsigned integer, or 0.
 pub(crate) fn positive_count(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
-        Ok(0) => Err("must be at least 1".to_owned()),
-        Ok(n) => Ok(n),
+        Ok(n) => at_least_one(n as u64).map(|()| n),
         Err(e) => Err(format!("{s:?} is not a whole number ({e})")),
     }
+}
+
+/// Why `n` is not a count of at least 1 ([`positive_count`]'s message), for values that
+/// do not come from a flag (`--sim-config` fields).
+///
+/// # Errors
+/// `n` is 0.
+pub(crate) fn at_least_one(n: u64) -> Result<(), String> {
+    if n == 0 {
+        return Err("must be at least 1".to_owned());
+    }
+    Ok(())
 }
 
 /// [`positive_count`] as a `u32` (`--max-attempts`, `--steps-per-turn`).

@@ -4,7 +4,9 @@
 //! the queued input then runs, the prompt comes back, and `/exit` leaves with status 0.
 //! With piped stdin every line is an input run in order (a line that arrives as a turn
 //! ends is not lost; approvals are not taken from the lines), and at the end of stdin
-//! the chat waits for the turns to finish before it exits 0.
+//! the chat waits for the turns to finish before it exits 0. An unknown command is
+//! refused with the list of every command chat accepts (its own and the project's),
+//! and no turn is run for it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use expectrl::process::unix::WaitStatus;
@@ -142,4 +144,71 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
     );
     assert_eq!(of("tool_message", "is_error"), [json!(true)]);
     assert_eq!(log.last().unwrap()["type"], "turn_complete");
+}
+
+#[test]
+fn an_unknown_command_names_every_command_chat_accepts() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join(".foya/commands")).unwrap();
+    std::fs::write(work.join(".foya/commands/fix.md"), "Fix $ARGUMENTS").unwrap();
+    let data = dir.path().join("data");
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"responses": [{"text": "fixed"}]}).to_string(),
+    )
+    .unwrap();
+    let mut command = scripted("chat", "bypass", &script, &data, &work);
+    // No user-level commands from the machine running the test.
+    command
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .stdin(std::process::Stdio::piped());
+    let chat = spawn_lines(&mut command);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut stdin = chat.stdin.unwrap();
+    stdin.write_all(b"/nope\n/fix the bug\n").unwrap();
+    drop(stdin);
+    let status = wait_exit(chat.child, deadline);
+    let stderr = chat.stderr.recv().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let unknown: Vec<&str> = stderr.lines().filter(|l| l.contains("/nope")).collect();
+    assert_eq!(
+        unknown,
+        [
+            "foya: unknown command /nope; available commands: /cancel, /compact, /exit, /fix, \
+          /help, /quit, /sessions, /title"
+        ],
+        "{stderr}"
+    );
+    // The child exited: its stdout is closed, so the reader ends.
+    let lines: Vec<String> = chat.lines.iter().collect();
+    assert_eq!(lines, ["fixed"]);
+    // One turn, for /fix: the unknown command ran none.
+    let list = foya_tests::foya_bin::foya()
+        .args(["sessions", "list", "--json", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let show = foya_tests::foya_bin::foya()
+        .args([
+            "sessions",
+            "show",
+            summary["id"].as_str().unwrap(),
+            "--json",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    let completed: Vec<serde_json::Value> = String::from_utf8(show.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["type"] == "turn_complete")
+        .map(|e| e["status"].clone())
+        .collect();
+    assert_eq!(completed, [json!("completed")]);
 }

@@ -6,7 +6,8 @@
 //! (`--cwd` a file, `--base-url` not a URL, loadtest values) exit 2 before anything is
 //! created; `sessions list` on a missing data dir creates nothing, and `sessions
 //! delete|title`, `run --session` and `chat --session` on a session that is not stored
-//! say so and exit 1, creating nothing either.
+//! say so and exit 1, creating nothing either; `run --session` and `chat --session` on a
+//! deleted session say it was deleted (exit 1, whatever the provider) and write nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin::foya;
@@ -254,6 +255,91 @@ fn a_scripted_session_with_its_script_used_up_is_refused_clearly() {
     .unwrap();
     assert_eq!(last["type"], "turn_complete");
     assert_eq!(last["status"], "completed");
+}
+
+#[test]
+fn run_and_chat_on_a_deleted_session_say_it_was_deleted_whatever_the_provider() {
+    let tmp = tempfile::tempdir().unwrap();
+    let used_up = write_script(tmp.path(), &[json!({"text": "only answer"})]);
+    let data = tmp.path().join("data");
+    let out = run(
+        &data,
+        &["--provider", "scripted", "--script", &used_up, "first"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = session_ids(&data).remove(0);
+    let deleted = foya()
+        .args(["sessions", "delete", &id, "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(deleted.status.code(), Some(0), "{deleted:?}");
+    let events = |data: &Path| {
+        let show = foya()
+            .args(["sessions", "show", &id, "--json", "--data-dir"])
+            .arg(data)
+            .output()
+            .unwrap();
+        String::from_utf8(show.stdout).unwrap()
+    };
+    let before = events(&data);
+    assert!(
+        before
+            .lines()
+            .last()
+            .unwrap()
+            .contains("\"session_deleted\""),
+        "{before}"
+    );
+    let more = tmp.path().join("more.json");
+    std::fs::write(
+        &more,
+        json!({"responses": [{"text": "a"}, {"text": "b"}, {"text": "c"}]}).to_string(),
+    )
+    .unwrap();
+    let more = more.to_str().unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        // The scripted provider with its script used up, then with responses left.
+        vec!["run", "--provider", "scripted", "--script", &used_up],
+        vec!["run", "--provider", "scripted", "--script", more],
+        // An HTTP provider: refused before any request.
+        vec![
+            "run",
+            "--provider",
+            "openai-chat",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ],
+        vec!["chat", "--provider", "scripted", "--script", more],
+    ];
+    for args in commands {
+        let mut command = foya();
+        command.args(&args).args(["--session", &id, "--data-dir"]);
+        command.arg(&data);
+        if args[0] == "run" {
+            command.arg("again");
+        }
+        let out = command.stdin(std::process::Stdio::null()).output().unwrap();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap()
+            ),
+            (
+                Some(1),
+                String::new(),
+                format!(
+                    "foya: session {id} was deleted: it takes no more inputs (its events stay \
+                     readable with `foya sessions show {id}`)\n"
+                )
+            ),
+            "{args:?}"
+        );
+    }
+    assert_eq!(events(&data), before);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -2,7 +2,9 @@
 //! drives a session living on node B (a `foya node` child process with the scripted
 //! provider and a redb file) through B's gateway; B is SIGKILLed mid-turn and respawned
 //! on the same data dir and port; A reconnects and its subscription resumes with no gap
-//! and no duplicate.
+//! and no duplicate. A session created through the embedding API without a provider or
+//! model records the ones B serves it with (in its log, its summary and `foya sessions
+//! show`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -167,6 +169,15 @@ async fn scenario(bin: PathBuf) {
     let ours: Vec<_> = listed.iter().filter(|s| s.id == session).collect();
     assert_eq!(ours.len(), 1);
     assert_eq!(ours[0].node.as_deref(), Some("b"));
+    // `SessionConfig::new` names no provider or model: B recorded its own.
+    let EventKind::SessionCreated { config } = &seen[0].kind else {
+        panic!("{:?}", seen[0])
+    };
+    assert_eq!(
+        (config.provider.as_str(), config.model.as_str()),
+        ("scripted", "scripted")
+    );
+    assert_eq!(ours[0].model, "scripted");
 
     // Turn 2 starts streaming slowly; kill B in the middle of it.
     let second = InputId::new();
@@ -241,6 +252,36 @@ async fn scenario(bin: PathBuf) {
     drop(replay);
     a.shutdown().await;
     b.kill().await.unwrap();
+    // `foya sessions show` on B's data dir reports them too.
+    let show = Command::new(&bin)
+        .args([
+            "sessions",
+            "show",
+            &session.to_string(),
+            "--json",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .env_remove("FOYA_DATA_DIR")
+        .output()
+        .await
+        .unwrap();
+    assert!(show.status.success(), "{show:?}");
+    let stdout = String::from_utf8(show.stdout).unwrap();
+    let created: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &created["type"],
+            &created["config"]["provider"],
+            &created["config"]["model"]
+        ),
+        (
+            &json!("session_created"),
+            &json!("scripted"),
+            &json!("scripted")
+        ),
+        "{created}"
+    );
     eprintln!("scenario done after {:?}", started.elapsed());
 }
 

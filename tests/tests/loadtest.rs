@@ -1,6 +1,8 @@
 //! End-to-end tests of `foya loadtest`: the real binary (built by escargot) drives
 //! sessions against the in-process simulator and writes its JSON report; the tests check
-//! the report's keys and counts (never its timings).
+//! the report's keys and counts (never its timings); a latency without samples is
+//! reported as such (`null` percentiles, `no samples`), not as 0. A `--sim-config` value
+//! its flag refuses (0 steps per turn, an error rate outside 0..=1) is refused too (exit 2).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_json::Value;
@@ -15,6 +17,12 @@ fn foya() -> Command {
 
 /// Runs `foya loadtest ARGS --json FILE`; returns the exit status and the report.
 fn loadtest(args: &[&str]) -> (i32, Value) {
+    let (code, report, _) = loadtest_with_text(args);
+    (code, report)
+}
+
+/// [`loadtest`], also returning the text report (stdout).
+fn loadtest_with_text(args: &[&str]) -> (i32, Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let output = foya()
@@ -33,6 +41,7 @@ fn loadtest(args: &[&str]) -> (i32, Value) {
     (
         output.status.code().unwrap(),
         serde_json::from_str(&text).unwrap(),
+        stdout.into_owned(),
     )
 }
 
@@ -191,7 +200,7 @@ fn rate_limited_requests_are_retried_and_turns_still_complete() {
 
 #[test]
 fn turns_whose_retries_run_out_fail_with_their_class_and_an_example_message() {
-    let (code, report) = loadtest(&[
+    let (code, report, text) = loadtest_with_text(&[
         "--sessions",
         "4",
         "--turns",
@@ -210,6 +219,25 @@ fn turns_whose_retries_run_out_fail_with_their_class_and_an_example_message() {
     assert_eq!(
         report["error_examples"],
         serde_json::json!({"rate_limited": "rate limit reached (simulated)"})
+    );
+    // No turn reached a tool call or streamed text: overhead and relay have no samples,
+    // said as such (null in the JSON, "no samples" in the text), not as 0.
+    let none = serde_json::json!({"p50": null, "p95": null, "p99": null, "samples": 0});
+    assert_eq!(
+        (&report["overhead_us"], &report["relay_latency_ms"]),
+        (&none, &none)
+    );
+    // The failed requests still have a latency each.
+    assert_eq!(report["model_latency_ms"]["samples"], 4);
+    assert_ordered(&report, "model_latency_ms");
+    let latencies: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("overhead") || l.starts_with("relay"))
+        .collect();
+    assert_eq!(
+        latencies,
+        ["overhead   no samples", "relay      no samples"],
+        "{text}"
     );
 }
 
@@ -276,6 +304,71 @@ fn a_subscriber_buffer_smaller_than_a_burst_is_refused_before_anything_runs() {
         help.contains("Capacity of each subscriber's channel (events + deltas; at least 128)"),
         "{help}"
     );
+}
+
+#[test]
+fn sim_config_values_are_refused_as_their_flags_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let refused = |args: &[&str]| {
+        let out = foya()
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let file = |name: &str, text: &str| {
+        std::fs::write(dir.path().join(name), text).unwrap();
+        name.to_owned()
+    };
+    let json_arg = format!("--json={}", json.display());
+    let loadtest = ["loadtest", "--sessions", "1", &json_arg];
+    let sim_server = ["sim-server", "--listen", "127.0.0.1:0"];
+    // The flag refuses 0 steps per turn; so does the file, for the same reason.
+    let flag = refused(&[&loadtest[..], &["--steps-per-turn", "0"]].concat());
+    assert!(
+        flag.starts_with(
+            "error: invalid value '0' for '--steps-per-turn <STEPS_PER_TURN>': must be at \
+             least 1\n"
+        ),
+        "{flag}"
+    );
+    let zero_steps = file("zero-steps.toml", "steps_per_turn = 0\n");
+    let rate = file("rate.json", r#"{"error_rates": {"stream_cut": 1.5}}"#);
+    let speed = file("speed.toml", "tokens_per_s = -1.0\n");
+    for command in [&loadtest[..], &sim_server[..]] {
+        for (config, message) in [
+            (
+                &zero_steps,
+                "invalid value '0' for 'steps_per_turn' in the simulator config \
+                 zero-steps.toml: must be at least 1",
+            ),
+            (
+                &rate,
+                "invalid value '1.5' for 'error_rates.stream_cut' in the simulator config \
+                 rate.json: must be between 0 and 1",
+            ),
+            (
+                &speed,
+                "invalid value '-1' for 'tokens_per_s' in the simulator config speed.toml: \
+                 must be a finite number >= 0",
+            ),
+        ] {
+            let stderr = refused(&[command, &["--sim-config", config]].concat());
+            assert_eq!(stderr, format!("foya: {message}\n"), "{command:?}");
+        }
+    }
+    // A flag's bad value still names the flag.
+    let stderr = refused(&[&loadtest[..], &["--error-rate-stream-cut", "1.5"]].concat());
+    assert_eq!(
+        stderr,
+        "foya: --error-rate-stream-cut must be between 0 and 1, got 1.5\n"
+    );
+    assert!(!json.exists());
 }
 
 #[test]

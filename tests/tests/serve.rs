@@ -13,7 +13,8 @@
 //! result and `turn_complete{cancelled}` sent to the open event stream and persisted)
 //! before the server exits 0; `foya sessions list` on the served data dir fails (exit 1)
 //! naming the data dir, the server's pid and URL and `GET /sessions`.
-//! Empty bodies and blank titles: `bodies.rs`.
+//! `--listen` on a taken port fails (exit 1, the address named as in use) before the data
+//! dir or its store is created. Empty bodies and blank titles: `bodies.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -510,6 +511,43 @@ async fn every_documented_operation_is_routed(s: &Server) {
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "no_route");
+}
+
+#[test]
+fn a_taken_port_fails_before_the_data_dir_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let script = tmp.path().join("script.json");
+    std::fs::write(&script, json!({"responses": [{"text": "hi"}]}).to_string()).unwrap();
+    let data = tmp.path().join("data");
+    let out = foya_tests::foya_bin::foya()
+        .args([
+            "serve",
+            "--provider",
+            "scripted",
+            "--listen",
+            &addr,
+            "--script",
+        ])
+        .arg(&script)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!data.exists(), "the data dir was created: {out:?}");
+    assert_eq!(
+        foya_tests::child::outcome(&out),
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "foya: cannot listen on {addr}: the address is already in use (another \
+                 process listens on it; choose another --listen, or port 0 for a free one)\n"
+            )
+        )
+    );
+    drop(taken);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,7 +110,7 @@ async fn max_steps_ends_the_turn_failed() {
             reason: Some("max_steps".into()),
             error: Some(ErrorInfo {
                 class: ErrorClass::MaxSteps,
-                message: "the turn reached its maximum of 1 steps".into()
+                message: "the turn reached its maximum of 1 step".into()
             }),
         }
     );

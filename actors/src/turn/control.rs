@@ -118,7 +118,8 @@ impl Turn {
             && self.step >= max
         {
             if self.control.final_step {
-                let message = format!("the turn reached its maximum of {max} steps");
+                let steps = if max == 1 { "step" } else { "steps" };
+                let message = format!("the turn reached its maximum of {max} {steps}");
                 self.fail(myself, ErrorClass::MaxSteps, message).await?;
                 return Ok(true);
             }
@@ -237,9 +238,10 @@ impl Turn {
     ) -> Result<(), ActorProcessingErr> {
         if self.control.final_step {
             let max = self.args.config.max_steps.unwrap_or_default();
+            let steps = if max == 1 { "step" } else { "steps" };
             let error = ErrorInfo {
                 class: ErrorClass::MaxSteps,
-                message: format!("the turn reached its maximum of {max} steps"),
+                message: format!("the turn reached its maximum of {max} {steps}"),
             };
             let reason = Some(ErrorClass::MaxSteps.as_str().into());
             return self

@@ -1,8 +1,8 @@
 //! `foya chat`: an interactive terminal session. The answer streams to stdout, reasoning
 //! dimmed, tool calls with their status (queued ▸ running ▸ done/error) and a result
 //! preview (rendering is `render.rs`); approval prompts; Ctrl-C cancels the turn (a
-//! second one exits); lines typed while a turn runs are queued; slash commands
-//! `/compact`, `/title`, `/cancel`, `/sessions`, `/exit`; `--session ID` resumes.
+//! second one exits); lines typed while a turn runs are queued; slash commands (the
+//! table in `commands.rs`) and project commands; `--session ID` resumes.
 //! SIGTERM or SIGHUP stops the chat gracefully (`turn.rs`): a running turn is cancelled
 //! (its `turn_complete{cancelled}` committed, queued inputs kept for the next resume)
 //! and the exit status is 143 or 129, also when idle; a second signal quits at once.
@@ -13,17 +13,20 @@
 //! needs one is denied, as with `foya run`); at the end of stdin the chat waits for the
 //! submitted turns to finish, then exits 0.
 
+mod commands;
 mod input;
 mod turn;
 
 use crate::cli::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
+use commands::ChatCommand;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_actors::{SessionHandle, Subscription};
 use foya_protocol::{ApprovalMode, Input, Seq, SessionConfig, SessionId};
 use input::{Editor, Prompted};
 use std::io::IsTerminal as _;
+use std::path::PathBuf;
 
 pub(crate) async fn chat(args: ChatArgs) -> u8 {
     // Installed first, so a SIGTERM or SIGHUP from now on stops the chat gracefully
@@ -44,11 +47,11 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(d) => d,
         Err(e) => return usage(&e),
     };
-    // `--session ID` resumes a stored session: without it (or without a store at all)
-    // this says so and exits 1, creating nothing.
+    // `--session ID` resumes a stored session that is not deleted: otherwise (or without
+    // a store at all) this says so and exits 1, creating nothing.
     let opened = match &args.session {
         Some(id) => match id.parse::<SessionId>() {
-            Ok(id) => crate::data::open_for_session(&dir, id, foya_storage::Durability::Immediate),
+            Ok(id) => crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate),
             Err(e) => return usage(&anyhow::anyhow!("{e}")),
         },
         None => crate::data::open_store(&dir).map(Some),
@@ -60,6 +63,8 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     };
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.context.generate_titles = true;
+    // Where the runtime finds user commands: chat lists them with an unknown command.
+    let user_dir = config.context.resolved_user_dir();
     config.attachments = Some(std::sync::Arc::new(
         foya_actors::attachments::AttachmentStore::new(dir.join("attachments")),
     ));
@@ -68,7 +73,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Err(e) => return failed(&anyhow::anyhow!("cannot start the runtime: {e}")),
     };
     let (code, forced) = match open(&runtime, &store, &args, cwd, model_name).await {
-        Ok((session, updates)) => {
+        Ok((session, updates, cwd)) => {
             let approver = approver(&args);
             // Piped stdin: one reader for the whole chat, never stopped between turns.
             let piped = (!std::io::stdin().is_terminal()).then(input::TurnReader::start);
@@ -76,6 +81,8 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
                 runtime: &runtime,
                 session,
                 updates,
+                cwd,
+                user_dir,
                 approver,
                 piped,
                 signals,
@@ -111,15 +118,16 @@ fn failed(e: &anyhow::Error) -> u8 {
     EXIT_FAILED
 }
 
-/// Creates or resumes the session and subscribes after its last event.
+/// Creates or resumes the session and subscribes after its last event; returns them
+/// with the session's working directory.
 async fn open(
     runtime: &Runtime,
     store: &foya_storage::Store,
     args: &ChatArgs,
-    cwd: std::path::PathBuf,
+    cwd: PathBuf,
     model: String,
-) -> anyhow::Result<(SessionHandle, Subscription)> {
-    let session = match &args.session {
+) -> anyhow::Result<(SessionHandle, Subscription, PathBuf)> {
+    let (session, cwd) = match &args.session {
         Some(id) => {
             let id: SessionId = id.parse()?;
             let session = runtime
@@ -127,10 +135,11 @@ async fn open(
                 .await
                 .context("cannot open the session")?;
             eprintln!("{}", crate::render::dim(&format!("resumed session {id}")));
-            session
+            let cwd = store.session(id)?.map_or(cwd, |s| s.cwd);
+            (session, cwd)
         }
         None => {
-            let mut config = SessionConfig::new(cwd);
+            let mut config = SessionConfig::new(cwd.clone());
             config.approval_mode = args.approval;
             config.provider.clone_from(&args.provider.provider);
             config.model = model;
@@ -143,7 +152,7 @@ async fn open(
                 "{}",
                 crate::render::dim(&format!("session {}", session.id()))
             );
-            session
+            (session, cwd)
         }
     };
     eprintln!(
@@ -156,7 +165,7 @@ async fn open(
         .subscribe(from, SubscribeOptions { approver })
         .await
         .context("cannot subscribe")?;
-    Ok((session, updates))
+    Ok((session, updates, cwd))
 }
 
 /// The interactive loop.
@@ -164,6 +173,10 @@ struct Chat<'a> {
     runtime: &'a Runtime,
     session: SessionHandle,
     updates: Subscription,
+    /// The session's working directory (where its project commands are).
+    cwd: PathBuf,
+    /// The user-level directory of the runtime's context (user commands).
+    user_dir: Option<PathBuf>,
     approver: bool,
     /// The line reader when stdin is not a terminal (taken while a turn is followed).
     piped: Option<input::TurnReader>,
@@ -255,42 +268,46 @@ impl Chat<'_> {
         }
     }
 
-    /// Interprets a typed line: a slash command, or a prompt to submit.
+    /// Interprets a typed line: a slash command ([`commands::COMMANDS`], or a project
+    /// command passed to the session), or a prompt to submit. An unknown command is
+    /// refused here, naming every command chat accepts.
     async fn command(&mut self, line: &str) -> Action {
         if line.is_empty() {
             return Action::Done;
         }
-        let Some(rest) = line.strip_prefix('/') else {
+        let Some((name, arguments)) = commands::split(line) else {
             return Action::Submit(Input::text(line));
         };
-        let (name, arguments) = rest.split_once(' ').unwrap_or((rest, ""));
-        let arguments = arguments.trim();
-        match name {
-            "exit" | "quit" => Action::Exit(EXIT_OK),
-            "help" => {
-                eprintln!(
-                    "/compact  compact the conversation\n/title T  set the session title\n\
-                     /cancel   cancel the running turn\n/sessions list sessions\n\
-                     /exit     quit (also Ctrl-D)"
-                );
+        let Some(command) = commands::find(name) else {
+            if let Some(message) = commands::unknown(name, &self.cwd, self.user_dir.as_deref()) {
+                eprintln!("foya: {message}");
+                return Action::Done;
+            }
+            return Action::Submit(Input::command(name, arguments));
+        };
+        match command {
+            ChatCommand::Exit => Action::Exit(EXIT_OK),
+            ChatCommand::Help => {
+                eprintln!("{}", commands::help());
                 Action::Done
             }
-            "cancel" => {
+            ChatCommand::Compact => Action::Submit(Input::command(name, arguments)),
+            ChatCommand::Cancel => {
                 eprintln!("{}", crate::render::dim("no turn is running"));
                 Action::Done
             }
-            "title" if arguments.is_empty() => {
+            ChatCommand::Title if arguments.is_empty() => {
                 eprintln!("usage: /title TEXT");
                 Action::Done
             }
-            "title" => {
+            ChatCommand::Title => {
                 match self.session.set_title(arguments.to_owned()).await {
                     Ok(()) => eprintln!("{}", crate::render::dim("title set")),
                     Err(e) => eprintln!("foya: {e}"),
                 }
                 Action::Done
             }
-            "sessions" => {
+            ChatCommand::Sessions => {
                 match self.runtime.list_sessions() {
                     Ok(list) => {
                         for s in list.iter().filter(|s| !s.deleted) {
@@ -303,7 +320,6 @@ impl Chat<'_> {
                 }
                 Action::Done
             }
-            _ => Action::Submit(Input::command(name, arguments)),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `turn_complete{cancelled}` committed, queued inputs stay queued for the next resume;
 //! then the chat exits 143 or 129. Another signal meanwhile quits at once.
 
+use super::commands::{self, ChatCommand};
 use super::input::TurnReader;
 use super::{Action, Chat};
 use crate::cli::{EXIT_CANCELLED, EXIT_OK};
@@ -137,16 +138,17 @@ impl Follow {
             }
             return None;
         }
-        match line.trim() {
-            "/cancel" => {
+        let text = line.trim();
+        match commands::split(text).and_then(|(name, _)| commands::find(name)) {
+            Some(ChatCommand::Cancel) => {
                 let _ = chat.session.cancel().await;
                 None
             }
-            "/exit" | "/quit" => {
+            Some(ChatCommand::Exit) => {
                 let _ = chat.session.cancel().await;
                 Some(EXIT_OK)
             }
-            text => match chat.command(text).await {
+            _ => match chat.command(text).await {
                 Action::Done => None,
                 Action::Exit(code) => Some(code),
                 Action::Submit(input) => {

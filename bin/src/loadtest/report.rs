@@ -5,42 +5,54 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// p50/p95/p99 of a sample (nearest rank; all 0 for an empty sample).
+/// p50/p95/p99 of a sample (nearest rank) and its size. An empty sample has no
+/// percentiles: `None`, `null` in the JSON report (`{"p50": null, "p95": null, "p99":
+/// null, "samples": 0}`), `no samples` in the text report — never a made-up 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub(crate) struct Percentiles {
-    pub(crate) p50: f64,
-    pub(crate) p95: f64,
-    pub(crate) p99: f64,
+    pub(crate) p50: Option<f64>,
+    pub(crate) p95: Option<f64>,
+    pub(crate) p99: Option<f64>,
+    /// How many values the sample had.
+    pub(crate) samples: u64,
 }
 
 impl Percentiles {
     /// Percentiles of `values` (sorted in place).
     pub(crate) fn of(values: &mut [f64]) -> Self {
         values.sort_by(f64::total_cmp);
-        let rank = |q: f64| -> f64 {
-            if values.is_empty() {
-                return 0.0;
-            }
+        let rank = |q: f64| -> Option<f64> {
             let n = values.len();
             // Nearest rank: the smallest value with at least q of the sample at or below it.
-            let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-            values[idx]
+            let idx = ((q * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+            values.get(idx).copied()
         };
         Self {
             p50: rank(0.50),
             p95: rank(0.95),
             p99: rank(0.99),
+            samples: values.len() as u64,
         }
     }
-}
 
-impl Percentiles {
     /// Every percentile multiplied by `factor` (a unit change: `1e-3` for µs → ms).
     pub(crate) fn scaled(self, factor: f64) -> Self {
+        let scale = |x: Option<f64>| x.map(|x| x * factor);
         Self {
-            p50: self.p50 * factor,
-            p95: self.p95 * factor,
-            p99: self.p99 * factor,
+            p50: scale(self.p50),
+            p95: scale(self.p95),
+            p99: scale(self.p99),
+            samples: self.samples,
+        }
+    }
+
+    /// `p50 1.000 ms  p95 2.000 ms  p99 3.000 ms`, or `no samples` for an empty sample.
+    fn to_text(self, unit: &str) -> String {
+        match (self.p50, self.p95, self.p99) {
+            (Some(p50), Some(p95), Some(p99)) => {
+                format!("p50 {p50:.3} {unit}  p95 {p95:.3} {unit}  p99 {p99:.3} {unit}")
+            }
+            _ => "no samples".to_owned(),
         }
     }
 }
@@ -175,12 +187,7 @@ impl Report {
 
     /// The human-readable report.
     pub(crate) fn to_text(&self) -> String {
-        let p = |x: &Percentiles, unit: &str| {
-            format!(
-                "p50 {:.3} {unit}  p95 {:.3} {unit}  p99 {:.3} {unit}",
-                x.p50, x.p95, x.p99
-            )
-        };
+        let p = |x: &Percentiles, unit: &str| x.to_text(unit);
         let classes = |m: &BTreeMap<String, u64>| {
             if m.is_empty() {
                 "none".to_owned()
@@ -304,18 +311,28 @@ mod tests {
         assert_eq!(
             Percentiles::of(&mut values),
             Percentiles {
-                p50: 50.0,
-                p95: 95.0,
-                p99: 99.0
+                p50: Some(50.0),
+                p95: Some(95.0),
+                p99: Some(99.0),
+                samples: 100,
             }
         );
-        assert_eq!(Percentiles::of(&mut []), Percentiles::default());
+        assert_eq!(
+            Percentiles::of(&mut []),
+            Percentiles {
+                p50: None,
+                p95: None,
+                p99: None,
+                samples: 0,
+            }
+        );
         assert_eq!(
             Percentiles::of(&mut [7.0]),
             Percentiles {
-                p50: 7.0,
-                p95: 7.0,
-                p99: 7.0
+                p50: Some(7.0),
+                p95: Some(7.0),
+                p99: Some(7.0),
+                samples: 1,
             }
         );
     }
@@ -330,19 +347,22 @@ mod tests {
             turns_completed: 2,
             steps: 6,
             model_latency_ms: Percentiles {
-                p50: 1.0,
-                p95: 2.0,
-                p99: 3.0,
+                p50: Some(1.0),
+                p95: Some(2.0),
+                p99: Some(3.0),
+                samples: 6,
             },
             overhead_us: Percentiles {
-                p50: 250.0,
-                p95: 1500.0,
-                p99: 12_345.0,
+                p50: Some(250.0),
+                p95: Some(1500.0),
+                p99: Some(12_345.0),
+                samples: 4,
             },
             relay_latency_ms: Percentiles {
-                p50: 0.01,
-                p95: 0.5,
-                p99: 20.5,
+                p50: Some(0.01),
+                p95: Some(0.5),
+                p99: Some(20.5),
+                samples: 128,
             },
             ..Report::default()
         };

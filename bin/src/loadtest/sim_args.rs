@@ -1,5 +1,7 @@
 //! The simulated provider's knobs as command-line flags (shared by `foya loadtest` and
-//! `foya sim-server`): an optional config file, then each flag overrides one field.
+//! `foya sim-server`): an optional config file, then each flag overrides one field. A
+//! field of the file is refused where its flag is (`steps_per_turn` 0, an error rate
+//! outside `0..=1`, a negative or infinite `tokens_per_s`), with the same reason.
 
 use anyhow::Context as _;
 use clap::Args;
@@ -55,7 +57,8 @@ impl SimArgs {
     /// The configuration: the file (if any) with the flags applied on top.
     ///
     /// # Errors
-    /// An unreadable or invalid config file, or an error rate outside `0..=1`.
+    /// An unreadable or invalid config file (also a field its flag would refuse), or an
+    /// error rate outside `0..=1`.
     pub(crate) fn to_config(&self) -> anyhow::Result<SimConfig> {
         let mut config = match &self.config {
             Some(path) => load(path)?,
@@ -77,23 +80,61 @@ impl SimArgs {
             self.error_rate_context_overflow,
         );
         set(&mut rates.stream_cut, self.error_rate_stream_cut);
-        for (name, rate) in [
-            ("rate-limited", rates.rate_limited),
-            ("overloaded", rates.overloaded),
-            ("context-overflow", rates.context_overflow),
-            ("stream-cut", rates.stream_cut),
-        ] {
-            anyhow::ensure!(
-                (0.0..=1.0).contains(&rate),
-                "--error-rate-{name} must be between 0 and 1, got {rate}"
-            );
+        // The file's values were checked as it was read: a bad value is a flag's.
+        if let Some(bad) = refused(&config) {
+            let flag = bad.field.replace('_', "-");
+            anyhow::bail!("--{flag} {}, got {}", bad.why, bad.value);
         }
-        anyhow::ensure!(
-            config.tokens_per_s >= 0.0 && config.tokens_per_s.is_finite(),
-            "--tokens-per-s must be a finite number >= 0"
-        );
         Ok(config)
     }
+}
+
+/// A value of [`SimConfig`] that its flag refuses.
+#[derive(Debug)]
+struct Refused {
+    /// The field (`steps_per_turn`, `error_rate_stream_cut`, …): the flag without `--`
+    /// and with `_` for `-`.
+    field: &'static str,
+    /// The value, as written.
+    value: String,
+    /// Why it is refused (`must be at least 1`).
+    why: String,
+}
+
+/// The first value of `config` that its flag would refuse, if any.
+fn refused(config: &SimConfig) -> Option<Refused> {
+    let at_least_one = [("steps_per_turn", config.steps_per_turn)];
+    for (field, n) in at_least_one {
+        if let Err(why) = crate::values::at_least_one(u64::from(n)) {
+            let value = n.to_string();
+            return Some(Refused { field, value, why });
+        }
+    }
+    let r = &config.error_rates;
+    let rates = [
+        ("error_rate_rate_limited", r.rate_limited),
+        ("error_rate_overloaded", r.overloaded),
+        ("error_rate_context_overflow", r.context_overflow),
+        ("error_rate_stream_cut", r.stream_cut),
+    ];
+    for (field, rate) in rates {
+        if !(0.0..=1.0).contains(&rate) {
+            let why = "must be between 0 and 1".to_owned();
+            let value = rate.to_string();
+            return Some(Refused { field, value, why });
+        }
+    }
+    let speed = config.tokens_per_s;
+    if !(speed >= 0.0 && speed.is_finite()) {
+        let why = "must be a finite number >= 0".to_owned();
+        let value = speed.to_string();
+        return Some(Refused {
+            field: "tokens_per_s",
+            value,
+            why,
+        });
+    }
+    None
 }
 
 fn set<T>(field: &mut T, value: Option<T>) {
@@ -113,5 +154,15 @@ fn load(path: &std::path::Path) -> anyhow::Result<SimConfig> {
     } else {
         toml::from_str(&text).map_err(anyhow::Error::from)
     };
-    config.with_context(|| format!("invalid simulator config {}", path.display()))
+    let config: SimConfig =
+        config.with_context(|| format!("invalid simulator config {}", path.display()))?;
+    if let Some(Refused { field, value, why }) = refused(&config) {
+        // Named as the file names it: `error_rates.stream_cut`, not the flag's name.
+        let field = field.replacen("error_rate_", "error_rates.", 1);
+        anyhow::bail!(
+            "invalid value '{value}' for '{field}' in the simulator config {}: {why}",
+            path.display()
+        );
+    }
+    Ok(config)
 }

@@ -127,6 +127,21 @@ fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Binds the HTTP listener on `listen`.
+///
+/// # Errors
+/// The address cannot be bound; a taken address says so (`address … is already in use`).
+async fn bind(listen: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(listen).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
+            "cannot listen on {listen}: the address is already in use (another process \
+             listens on it; choose another --listen, or port 0 for a free one)"
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot listen on {listen}"))),
+    }
+}
+
 async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let usage = |e: anyhow::Error| (EXIT_USAGE, e);
     let failed = |e: anyhow::Error| (EXIT_FAILED, e);
@@ -149,6 +164,8 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         None => None,
     };
     check_exposure(&args.listen, token.is_some()).map_err(usage)?;
+    // The listener first: a taken address fails before the data dir or store is touched.
+    let listener = bind(&args.listen).await.map_err(failed)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store = crate::data::open_store(&dir).map_err(failed)?;
     let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
@@ -162,10 +179,6 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     if let Err(e) = runtime.recover_all().await {
         tracing::warn!(error = %e, "recovery of unfinished sessions failed");
     }
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))
-        .map_err(failed)?;
     let addr = listener
         .local_addr()
         .context("no local address")

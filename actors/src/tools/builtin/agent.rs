@@ -188,9 +188,10 @@ impl AgentTool {
             gate: Arc::new(Semaphore::new(self.limits.max_concurrent.max(1))),
         });
         if slots.started >= self.limits.max_per_turn {
+            let max = self.limits.max_per_turn;
+            let noun = if max == 1 { "sub-agent" } else { "sub-agents" };
             return Err(format!(
-                "not run: this turn already started its maximum of {} sub-agents",
-                self.limits.max_per_turn
+                "not run: this turn already started its maximum of {max} {noun}"
             ));
         }
         slots.started += 1;

@@ -1,0 +1,180 @@
+//! The slash commands `foya chat` accepts, in one table ([`COMMANDS`]): it dispatches a
+//! typed `/name`, prints `/help`, and lists the available commands when an unknown one
+//! is typed (with the project's commands, `.foya/commands/NAME.md`, which the runtime
+//! expands). The runtime's own built-ins (`/compact`, `/title`) are rows of the table,
+//! passed on to the session.
+
+use foya_actors::context::{ContextError, ProjectContext};
+use std::path::Path;
+
+/// What a chat command does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ChatCommand {
+    /// `/compact`: submitted to the session (a compaction turn).
+    Compact,
+    /// `/title TEXT`: sets the title by hand.
+    Title,
+    /// `/cancel`: cancels the running turn.
+    Cancel,
+    /// `/sessions`: lists the stored sessions.
+    Sessions,
+    /// `/help`: prints this table.
+    Help,
+    /// `/exit`, `/quit`: leaves.
+    Exit,
+}
+
+/// One row of [`COMMANDS`].
+#[derive(Debug)]
+pub(super) struct Spec {
+    /// The name typed after `/`.
+    pub(super) name: &'static str,
+    /// How its arguments are written in `/help` (empty: none).
+    pub(super) arguments: &'static str,
+    /// What it does, for `/help`.
+    pub(super) help: &'static str,
+    /// What it does, for dispatch.
+    pub(super) command: ChatCommand,
+}
+
+/// Every command chat accepts, in `/help` order.
+pub(super) const COMMANDS: &[Spec] = &[
+    Spec {
+        name: "compact",
+        arguments: "",
+        help: "compact the conversation",
+        command: ChatCommand::Compact,
+    },
+    Spec {
+        name: "title",
+        arguments: "T",
+        help: "set the session title",
+        command: ChatCommand::Title,
+    },
+    Spec {
+        name: "cancel",
+        arguments: "",
+        help: "cancel the running turn",
+        command: ChatCommand::Cancel,
+    },
+    Spec {
+        name: "sessions",
+        arguments: "",
+        help: "list sessions",
+        command: ChatCommand::Sessions,
+    },
+    Spec {
+        name: "help",
+        arguments: "",
+        help: "list the commands",
+        command: ChatCommand::Help,
+    },
+    Spec {
+        name: "exit",
+        arguments: "",
+        help: "quit (also Ctrl-D)",
+        command: ChatCommand::Exit,
+    },
+    Spec {
+        name: "quit",
+        arguments: "",
+        help: "quit",
+        command: ChatCommand::Exit,
+    },
+];
+
+/// Splits a typed line `/name arguments` into its name and trimmed arguments; `None`
+/// for a line that is not a slash command.
+pub(super) fn split(line: &str) -> Option<(&str, &str)> {
+    let rest = line.trim().strip_prefix('/')?;
+    let (name, arguments) = rest.split_once(' ').unwrap_or((rest, ""));
+    Some((name, arguments.trim()))
+}
+
+/// The chat command named `name` (without `/`).
+pub(super) fn find(name: &str) -> Option<ChatCommand> {
+    COMMANDS
+        .iter()
+        .find(|spec| spec.name == name)
+        .map(|spec| spec.command)
+}
+
+/// The `/help` text: one line per command.
+pub(super) fn help() -> String {
+    let usages: Vec<String> = COMMANDS
+        .iter()
+        .map(|spec| match spec.arguments {
+            "" => format!("/{}", spec.name),
+            arguments => format!("/{} {arguments}", spec.name),
+        })
+        .collect();
+    let width = usages.iter().map(String::len).max().unwrap_or(0);
+    COMMANDS
+        .iter()
+        .zip(&usages)
+        .map(|(spec, usage)| format!("{usage:<width$}  {}", spec.help))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `name` is a project (or user) command of the session's working directory
+/// `cwd`, loaded as the runtime loads it; otherwise the message naming every command
+/// chat accepts: [`COMMANDS`] and those project commands, sorted (the runtime's
+/// `unknown command` wording).
+pub(super) fn unknown(name: &str, cwd: &Path, user_dir: Option<&Path>) -> Option<String> {
+    let project = ProjectContext::load(cwd, user_dir);
+    if project.commands.contains_key(name) {
+        return None;
+    }
+    Some(unknown_message(
+        name,
+        project.commands.keys().map(String::as_str),
+    ))
+}
+
+/// The unknown-command message for `name`, given the project's commands.
+fn unknown_message<'a>(name: &str, project: impl Iterator<Item = &'a str>) -> String {
+    let mut available: Vec<String> = COMMANDS
+        .iter()
+        .map(|spec| spec.name)
+        .chain(project)
+        .map(str::to_owned)
+        .collect();
+    available.sort();
+    available.dedup();
+    ContextError::UnknownCommand {
+        name: name.to_owned(),
+        available,
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_built_ins_are_chat_commands() {
+        for name in foya_actors::context::BUILTIN_COMMANDS {
+            assert!(find(name).is_some(), "/{name} is missing from COMMANDS");
+        }
+    }
+
+    #[test]
+    fn help_and_the_unknown_message_list_the_table() {
+        assert_eq!(
+            help(),
+            "/compact   compact the conversation\n/title T   set the session title\n\
+             /cancel    cancel the running turn\n/sessions  list sessions\n\
+             /help      list the commands\n/exit      quit (also Ctrl-D)\n/quit      quit"
+        );
+        assert_eq!(
+            unknown_message("nope", ["fix", "compact"].into_iter()),
+            "unknown command /nope; available commands: /cancel, /compact, /exit, /fix, \
+             /help, /quit, /sessions, /title"
+        );
+        assert_eq!(split(" /title  A b "), Some(("title", "A b")));
+        assert_eq!(split("/cancel"), Some(("cancel", "")));
+        assert_eq!(split("hello"), None);
+    }
+}
