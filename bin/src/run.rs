@@ -46,12 +46,11 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     // killing the process.
     let signals = Signals::install().map_err(Failure::Runtime)?;
     let cwd = crate::setup::working_dir(args.cwd.as_deref()).map_err(Failure::Usage)?;
-    let (model, model_name) =
-        crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(Failure::Usage)?;
     // `--session ID` works on a stored session that is not deleted: otherwise (or
-    // without a store at all) this says so and exits 1, creating nothing.
-    let store = match &args.session {
+    // without a store at all) this says so and exits 1, creating nothing — checked
+    // before the provider, so the answer is the same whatever the provider.
+    let session_store = match &args.session {
         Some(id) => {
             let id: SessionId = id
                 .parse()
@@ -59,10 +58,16 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
             match crate::data::open_for_input(&dir, id, args.durability)
                 .map_err(Failure::Runtime)?
             {
-                Some(store) => store,
+                Some(store) => Some(store),
                 None => return Ok(EXIT_FAILED),
             }
         }
+        None => None,
+    };
+    let (model, model_name) =
+        crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
+    let store = match session_store {
+        Some(store) => store,
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
     };
 

@@ -217,7 +217,7 @@ impl Writer {
         let mut txn = db.begin_write().map_err(BatchFailure::redb)?;
         txn.set_durability(self.durability)
             .map_err(BatchFailure::redb)?;
-        let mut overlay = Overlay::new();
+        let mut overlay = Overlay::with_capacity(batch.len());
         let mut outcomes = Vec::with_capacity(batch.len());
         {
             let mut events = txn.open_table(EVENTS).map_err(BatchFailure::redb)?;

@@ -313,9 +313,13 @@ fn run_and_chat_on_a_deleted_session_say_it_was_deleted_whatever_the_provider() 
             "m",
         ],
         vec!["chat", "--provider", "scripted", "--script", more],
+        // The default provider without its API key: the session is judged first.
+        vec!["run"],
+        vec!["chat"],
     ];
     for args in commands {
         let mut command = foya();
+        command.env_remove("OPENAI_API_KEY");
         command.args(&args).args(["--session", &id, "--data-dir"]);
         command.arg(&data);
         if args[0] == "run" {

@@ -39,27 +39,36 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(cwd) => cwd,
         Err(e) => return usage(&e),
     };
-    let (model, model_name) = match crate::setup::model_client(&args.provider, &cwd) {
-        Ok(m) => m,
-        Err(e) => return usage(&e),
-    };
     let dir = match crate::data::data_dir(args.data.data_dir.as_deref()) {
         Ok(d) => d,
         Err(e) => return usage(&e),
     };
     // `--session ID` resumes a stored session that is not deleted: otherwise (or without
-    // a store at all) this says so and exits 1, creating nothing.
-    let opened = match &args.session {
+    // a store at all) this says so and exits 1, creating nothing — checked before the
+    // provider, so the answer is the same whatever the provider.
+    let resumed = match &args.session {
         Some(id) => match id.parse::<SessionId>() {
-            Ok(id) => crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate),
+            Ok(id) => {
+                match crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate) {
+                    Ok(Some(store)) => Some(store),
+                    Ok(None) => return EXIT_FAILED,
+                    Err(e) => return failed(&e),
+                }
+            }
             Err(e) => return usage(&anyhow::anyhow!("{e}")),
         },
-        None => crate::data::open_store(&dir).map(Some),
+        None => None,
     };
-    let store = match opened {
-        Ok(Some(s)) => s,
-        Ok(None) => return EXIT_FAILED,
-        Err(e) => return failed(&e),
+    let (model, model_name) = match crate::setup::model_client(&args.provider, &cwd) {
+        Ok(m) => m,
+        Err(e) => return usage(&e),
+    };
+    let store = match resumed {
+        Some(store) => store,
+        None => match crate::data::open_store(&dir) {
+            Ok(store) => store,
+            Err(e) => return failed(&e),
+        },
     };
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.context.generate_titles = true;
