@@ -16,18 +16,22 @@
 
 use std::cell::Cell;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// A thread of the runtime's pool.
+/// A live thread of the runtime's pool.
 #[derive(Debug)]
 struct Thread {
     tid: i32,
     worker: bool,
-    /// The thread's CPU time when it ended, in nanoseconds.
-    ended_ns: Option<u64>,
 }
 
+/// The pool's live threads (an ended thread leaves, so a long-running command's list
+/// stays as long as its pool).
 static THREADS: Mutex<Vec<Thread>> = Mutex::new(Vec::new());
+
+/// CPU time of the blocking threads that ended, in nanoseconds.
+static ENDED_BLOCKING_NS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// Whether this thread is already known to be a worker.
@@ -49,7 +53,6 @@ pub(crate) fn thread_started() {
     threads().push(Thread {
         tid: this_tid(),
         worker: false,
-        ended_ns: None,
     });
 }
 
@@ -69,11 +72,11 @@ pub(crate) fn worker_parked() {
 pub(crate) fn thread_stopped() {
     let spent = super::cpu::thread_cpu_ns();
     let tid = this_tid();
-    if let Some(thread) = threads()
-        .iter_mut()
-        .find(|t| t.tid == tid && t.ended_ns.is_none())
+    let mut threads = threads();
+    if let Some(index) = threads.iter().position(|t| t.tid == tid)
+        && !threads.swap_remove(index).worker
     {
-        thread.ended_ns = Some(spent);
+        ENDED_BLOCKING_NS.fetch_add(spent, Ordering::Relaxed);
     }
 }
 
@@ -101,18 +104,19 @@ fn live_cpu_ns(tid: i32) -> u64 {
 }
 
 /// CPU time used so far by the pool's blocking threads (live and ended), for the
-/// difference between two readings.
+/// difference between two readings (exact: a thread that ends in between moves from the
+/// live sum to the ended sum with its whole CPU time).
 pub(crate) fn blocking_cpu() -> Duration {
-    let blocking: Vec<(i32, Option<u64>)> = threads()
-        .iter()
-        .filter(|t| !t.worker)
-        .map(|t| (t.tid, t.ended_ns))
-        .collect();
-    let ns = blocking
-        .into_iter()
-        .map(|(tid, ended)| ended.unwrap_or_else(|| live_cpu_ns(tid)))
-        .sum();
-    Duration::from_nanos(ns)
+    let (live, ended): (Vec<i32>, u64) = {
+        let threads = threads();
+        let live = threads
+            .iter()
+            .filter(|t| !t.worker)
+            .map(|t| t.tid)
+            .collect();
+        (live, ENDED_BLOCKING_NS.load(Ordering::Relaxed))
+    };
+    Duration::from_nanos(ended + live.into_iter().map(live_cpu_ns).sum::<u64>())
 }
 
 #[cfg(test)]
