@@ -92,20 +92,23 @@ fn assert_shape(report: &Value) {
     let cpu = report["cpu_s"].as_f64().unwrap();
     let provider = report["provider_cpu_s"].as_f64().unwrap();
     let tools = report["tool_cpu_s"].as_f64().unwrap();
+    // The file tools' work on tokio's blocking pool (`read_file` reads there).
+    let blocking = report["tool_blocking_cpu_s"].as_f64().unwrap();
     let driver = report["driver_cpu_s"].as_f64().unwrap();
     // What the meters' own clock reads cost outside what they measured is taken out too.
     let meters = report["meter_overhead_s"].as_f64().unwrap();
     assert!(
         provider > 0.0
             && tools > 0.0
+            && blocking > 0.0
             && driver > 0.0
             && meters > 0.0
-            && provider + tools + driver + meters < cpu,
+            && provider + tools + blocking + driver + meters < cpu,
         "{report:#}"
     );
     let steps = report["steps"].as_f64().unwrap();
     let own = report["runtime_cpu_us_per_step"].as_f64().unwrap();
-    let expected = (cpu - provider - tools - driver - meters) * 1e6 / steps;
+    let expected = (cpu - provider - tools - blocking - driver - meters) * 1e6 / steps;
     assert!(
         (own - expected).abs() < 1e-6 * expected.max(1.0),
         "{report:#}"

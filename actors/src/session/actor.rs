@@ -393,13 +393,18 @@ impl Actor for SessionActor {
             }
             SessionMsg::Append {
                 run_id,
-                kinds,
+                mut kinds,
                 reply,
             } => {
                 let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
                 // Once a cancel is requested, tool activity is no longer recorded: the
-                // turn writes the calls' "cancelled" results and its end.
+                // turn writes the calls' "cancelled" results and its end. An append that
+                // holds other events too (the turn's step events with the `tool_started`
+                // of the calls it starts at once) keeps those and drops the activity.
                 let cancelling = state.turn.as_ref().is_some_and(|t| t.cancel.is_cancelled());
+                if cancelling && !kinds.iter().all(is_tool_activity) {
+                    kinds.retain(|k| !is_tool_activity(k));
+                }
                 let result = if cancelling && kinds.iter().any(is_tool_activity) {
                     Err("the turn is being cancelled".to_owned())
                 } else if let Some(failure) = &state.storage_failure {

@@ -82,6 +82,67 @@ async fn multi_step_turn_runs_a_tool_and_completes() {
     rt.shutdown().await;
 }
 
+/// A step's assistant message and the `tool_started` of the calls it starts at once
+/// (valid, allowed without asking) share one commit; a call that must ask marks itself
+/// started in its own append once allowed. Every append of this turn is sequential, so
+/// the store's commit count is exact.
+#[tokio::test]
+async fn a_steps_allowed_calls_are_marked_started_with_its_assistant_message() {
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let rt = crate::Runtime::start(crate::testkit::config_for(
+        store.clone(),
+        script(json!({"responses":[
+            {"tool_calls":[
+                {"id":"c1","name":"echo","arguments":{"x":1}},
+                {"id":"c2","name":"echo","arguments":{"x":2}}
+            ]},
+            {"text":"all done"}
+        ]})),
+    ))
+    .await
+    .unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    let before = store.stats().commits;
+    session.submit(Input::text("go")).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        types(&events[1..]),
+        vec![
+            "user_message",
+            "turn_started",
+            "step_started",
+            "context_diagnostics",
+            "assistant_message",
+            "tool_started",
+            "tool_started",
+            "tool_finished",
+            "tool_message",
+            "tool_finished",
+            "tool_message",
+            "step_started",
+            "context_diagnostics",
+            "assistant_message",
+            "turn_complete"
+        ]
+    );
+    let started = &events[5..8];
+    assert!(
+        started.iter().all(|e| e.at_ms == started[0].at_ms),
+        "written by one append: {started:?}"
+    );
+    // user_message; turn_started; step_started + context_diagnostics; the assistant
+    // message + both tool_started; each call's tool_finished + result (two appends);
+    // step 2's events with turn_complete ending the turn: 7.
+    assert_eq!(store.stats().commits - before, 7);
+    rt.shutdown().await;
+}
+
 #[tokio::test]
 async fn inputs_run_one_after_another_in_fifo_order() {
     let rt = runtime(script(

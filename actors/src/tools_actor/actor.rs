@@ -5,7 +5,9 @@ use super::ToolMsg;
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
-use crate::tools::{ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
+use crate::tools::{
+    PreparedCall, ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+};
 use crate::turn::TurnMsg;
 use foya_protocol::event::Delta;
 use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolMessage};
@@ -39,6 +41,38 @@ pub(crate) struct ToolArgs {
     /// tool's output), shared with the turn: a cancel kills this actor and the turn
     /// keeps what the call had printed in its "cancelled" result.
     pub partial: PartialOutput,
+    /// Set when the turn already validated the call, found it allowed without asking,
+    /// and committed its `tool_started` in the append that started the batch: the actor
+    /// runs it at once (no second validation, gate or append).
+    pub started: Option<Started>,
+}
+
+/// A call the turn validated, allowed and marked started; see [`ToolArgs::started`].
+#[derive(Debug)]
+pub(crate) struct Started {
+    pub prepared: PreparedCall,
+    pub sandbox: SandboxPolicy,
+}
+
+/// The call `call` as [`Started`] when it is valid and `mode` allows it without asking
+/// (the Approval Gateway's `Allow`); `None` when it must go through the ToolActor's own
+/// validation and gate (an error result, a denial, or a question to a person).
+pub(crate) fn pre_start(
+    tools: &ToolRegistry,
+    config: &SessionConfig,
+    call: &ToolCall,
+) -> Option<Started> {
+    let prepared = tools.prepare(&call.name, &call.arguments).ok()?;
+    match evaluate(
+        config.approval_mode,
+        prepared.tool.spec(),
+        &prepared.args,
+        &config.cwd,
+        &BTreeSet::new(),
+    ) {
+        Verdict::Allow { sandbox } => Some(Started { prepared, sandbox }),
+        Verdict::Deny { .. } | Verdict::Ask { .. } => None,
+    }
 }
 
 /// Output a running call has streamed so far; see [`ToolArgs::partial`].
@@ -190,23 +224,28 @@ impl ToolArgs {
         skip_all,
         fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %self.call.name)
     )]
-    async fn run(&self) -> Result<(ToolOutput, Option<u64>), ActorProcessingErr> {
-        let prepared = match self.tools.prepare(&self.call.name, &self.call.arguments) {
-            Ok(prepared) => prepared,
-            Err(output) => return Ok((output, None)),
+    async fn run(&mut self) -> Result<(ToolOutput, Option<u64>), ActorProcessingErr> {
+        let (tool, args, sandbox) = match self.started.take() {
+            Some(Started { prepared, sandbox }) => (prepared.tool, prepared.args, sandbox),
+            None => {
+                let prepared = match self.tools.prepare(&self.call.name, &self.call.arguments) {
+                    Ok(prepared) => prepared,
+                    Err(output) => return Ok((output, None)),
+                };
+                let sandbox = match self.gate(prepared.tool.spec(), &prepared.args).await {
+                    Ok(sandbox) => sandbox,
+                    Err(output) => return Ok((output, None)),
+                };
+                self.append(vec![EventKind::ToolStarted {
+                    tool_call_id: self.call.id.clone(),
+                    name: self.call.name.clone(),
+                }])
+                .await?;
+                (prepared.tool, prepared.args, sandbox)
+            }
         };
-        let (tool, args) = (prepared.tool, prepared.args);
         let spec = tool.spec();
         let mode = self.config.approval_mode;
-        let sandbox = match self.gate(spec, &args).await {
-            Ok(sandbox) => sandbox,
-            Err(output) => return Ok((output, None)),
-        };
-        self.append(vec![EventKind::ToolStarted {
-            tool_call_id: self.call.id.clone(),
-            name: self.call.name.clone(),
-        }])
-        .await?;
         let ctx = ToolContext {
             cwd: self.config.cwd.clone(),
             project_id: self.config.project_id.clone(),

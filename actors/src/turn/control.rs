@@ -187,7 +187,9 @@ impl Turn {
                 return self.loop_detected(myself, kinds, message).await;
             }
         };
-        self.persist(kinds).await?;
+        // Committed with the first calls' `tool_started` by `spawn_tools` (which always
+        // writes what is pending before any call runs): one append fewer per step.
+        self.pending.extend(kinds);
         self.control.calls.clone_from(&calls);
         let mut run = ToolRun::new(calls.clone(), &self.args.deps.tools);
         let mut first_blocked = None;

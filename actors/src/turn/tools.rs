@@ -6,7 +6,7 @@ use super::TurnMsg;
 use super::actor::Turn;
 use crate::tools::ToolRegistry;
 use crate::tools::schedule::{MAX_PARALLEL, plan_batches};
-use crate::tools_actor::actor::PartialOutput;
+use crate::tools_actor::actor::{PartialOutput, Started, pre_start};
 use crate::tools_actor::{ToolActor, ToolArgs, ToolMsg};
 use foya_protocol::{EventKind, ToolCall, ToolMessage};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
@@ -174,7 +174,10 @@ fn cancelled_content(partial: Option<&PartialOutput>) -> String {
 }
 
 impl Turn {
-    /// Spawns the ToolActors that may start now.
+    /// Spawns the ToolActors that may start now. The calls allowed without asking are
+    /// validated here and their `tool_started` committed in one append (with the step's
+    /// events still pending: the assistant message), before any of them runs; the
+    /// others validate, ask and mark themselves started in their ToolActor.
     pub(super) async fn spawn_tools(
         &mut self,
         myself: &ActorRef<TurnMsg>,
@@ -182,8 +185,40 @@ impl Turn {
         let super::actor::Phase::Tools(run) = &mut self.phase else {
             return Ok(());
         };
-        for index in run.ready() {
-            let call = run.calls[index].clone();
+        let ready: Vec<(usize, ToolCall)> = run
+            .ready()
+            .into_iter()
+            .map(|index| (index, run.calls[index].clone()))
+            .collect();
+        let cancelled = self.args.cancel.is_cancelled();
+        let mut started: Vec<Option<Started>> = ready
+            .iter()
+            .map(|(_, call)| {
+                (!cancelled)
+                    .then(|| pre_start(&self.args.deps.tools, &self.args.config, call))
+                    .flatten()
+            })
+            .collect();
+        let kinds = ready
+            .iter()
+            .zip(&started)
+            .filter(|(_, s)| s.is_some())
+            .map(|((_, call), _)| EventKind::ToolStarted {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+            })
+            .collect();
+        self.persist(kinds).await?;
+        if self.args.cancel.is_cancelled() {
+            // The session may have dropped those `tool_started` (it records no tool
+            // activity once a cancel is requested): the actors take the usual way,
+            // where the session refuses them.
+            started.iter_mut().for_each(|s| *s = None);
+        }
+        let super::actor::Phase::Tools(run) = &mut self.phase else {
+            return Ok(());
+        };
+        for ((index, call), started) in ready.into_iter().zip(started) {
             let partial = PartialOutput::default();
             run.partials[index] = Some(std::sync::Arc::clone(&partial));
             let args = ToolArgs {
@@ -198,6 +233,7 @@ impl Turn {
                 config: self.args.config.clone(),
                 cancel: self.args.cancel.child_token(),
                 partial,
+                started,
             };
             let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
             run.running.insert(actor.get_id(), (index, Some(actor)));
