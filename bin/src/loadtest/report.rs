@@ -178,10 +178,14 @@ impl Report {
         self.peak_rss_bytes = peak_rss_bytes().unwrap_or(0);
     }
 
-    /// Records the bare-client pass and the CPU ratio against it.
+    /// Records the bare-client pass and the CPU ratio against it. No ratio when a turn
+    /// failed: the runtime's CPU per completed turn then carries the failed turns' work,
+    /// and the bare client replays session 0's first turn, which may itself have failed,
+    /// so the two sides did not do comparable work.
     pub(crate) fn set_bare(&mut self, bare: super::bare::BareReport) {
         self.cpu_ratio_vs_bare =
-            (bare.cpu_us_per_turn > 0.0).then(|| self.cpu_us_per_turn / bare.cpu_us_per_turn);
+            (bare.cpu_us_per_turn > 0.0 && self.turns_failed == 0 && self.turns_completed > 0)
+                .then(|| self.cpu_us_per_turn / bare.cpu_us_per_turn);
         self.bare_client = Some(bare);
     }
 
@@ -250,12 +254,15 @@ impl Report {
         ));
         if let Some(bare) = &self.bare_client {
             line(format!(
-                "bare       {:.2} s for {} turns ({:.1} us/turn, {} requests failed); runtime/bare {:.2}x",
+                "bare       {:.2} s for {} turns ({:.1} us/turn, {} requests failed); runtime/bare {}",
                 bare.cpu_s,
                 bare.turns,
                 bare.cpu_us_per_turn,
                 bare.requests_failed,
-                self.cpu_ratio_vs_bare.unwrap_or(0.0)
+                self.cpu_ratio_vs_bare.map_or_else(
+                    || "not comparable (turns failed)".to_owned(),
+                    |r| format!("{r:.2}x")
+                )
             ));
         }
         line(format!(
@@ -304,6 +311,34 @@ pub(crate) fn cpu_time() -> Duration {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_bare_ratio_is_given_only_when_every_turn_completed() {
+        let bare = || super::super::bare::BareReport {
+            turns: 4,
+            requests_ok: 12,
+            requests_failed: 0,
+            bytes: 1,
+            wall_s: 0.1,
+            cpu_s: 0.001,
+            cpu_us_per_turn: 250.0,
+        };
+        let mut report = Report {
+            turns_completed: 4,
+            cpu_us_per_turn: 1000.0,
+            ..Report::default()
+        };
+        report.set_bare(bare());
+        assert_eq!(report.cpu_ratio_vs_bare, Some(4.0));
+        report.turns_failed = 1;
+        report.set_bare(bare());
+        assert_eq!(report.cpu_ratio_vs_bare, None);
+        assert!(
+            report
+                .to_text()
+                .contains("runtime/bare not comparable (turns failed)")
+        );
+    }
 
     #[test]
     fn percentiles_use_the_nearest_rank() {
