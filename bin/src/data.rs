@@ -149,7 +149,8 @@ fn in_use(dir: &Path) -> anyhow::Error {
     };
     anyhow::anyhow!(
         "the data dir {} is in use by {holder}: its store is locked while that process runs. \
-             To see the sessions, {ask}; or stop it, or use another --data-dir",
+             Stop it or use another --data-dir (one process uses a data dir at a time); to \
+             see its sessions meanwhile, {ask}",
         dir.display()
     )
 }

@@ -151,8 +151,8 @@ pub fn outcome(out: &Output) -> (Option<i32>, String, String) {
 pub fn data_dir_in_use(data: &Path, holder: &str, process: &str, how: &str) -> String {
     format!(
         "foya: the data dir {} is in use by {holder}: its store is locked while that \
-         process runs. To see the sessions, ask the {process} instead: {how}; or stop it, \
-         or use another --data-dir\n",
+         process runs. Stop it or use another --data-dir (one process uses a data dir at a \
+         time); to see its sessions meanwhile, ask the {process} instead: {how}\n",
         data.display()
     )
 }

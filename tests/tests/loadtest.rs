@@ -275,6 +275,39 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
     assert!(report["cpu_ratio_vs_bare"].as_f64().unwrap() > 0.0);
 }
 
+/// A run that `--duration` stops early has no complete workload to replay: the bare pass
+/// is skipped, and stderr says so instead of leaving `bare_client` null without a word.
+#[test]
+fn a_run_stopped_by_its_duration_says_the_bare_comparison_was_skipped() {
+    // Every answer waits 30 s for its first token: the 0.3 s duration ends the run first.
+    let (server, addr) = SimServer::start(&["--ttft-ms", "30000"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let out = foya()
+        .args(["loadtest", "--sessions", "2", "--duration", "0.3"])
+        .args(["--provider", "openai-chat", "--compare-bare", "--base-url"])
+        .arg(format!("http://{addr}/v1"))
+        .arg("--json")
+        .arg(&json)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    drop(server);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(
+            "foya loadtest: the bare-client comparison (--compare-bare) was skipped: \
+             --duration stopped the run before every turn ran\n"
+        ),
+        "{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["stopped_early"], true, "{report:#}");
+    assert_eq!(report["bare_client"], serde_json::Value::Null);
+    assert_eq!(report["cpu_ratio_vs_bare"], serde_json::Value::Null);
+}
+
 #[test]
 fn a_subscriber_buffer_smaller_than_a_burst_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();

@@ -235,6 +235,12 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     }
     store.close().await;
 
+    if args.compare_bare && profile.is_some() && stop.is_cancelled() && !interrupted_by_user {
+        eprintln!(
+            "foya loadtest: the bare-client comparison (--compare-bare) was skipped: \
+             --duration stopped the run before every turn ran"
+        );
+    }
     if let (Some(profile), true) = (&profile, args.compare_bare && !stop.is_cancelled()) {
         let requests = captured
             .lock()
