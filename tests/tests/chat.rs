@@ -104,28 +104,7 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
         "nothing more on stdout"
     );
 
-    let list = foya_tests::foya_bin::foya()
-        .args(["sessions", "list", "--json", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let summary: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    let show = foya_tests::foya_bin::foya()
-        .args([
-            "sessions",
-            "show",
-            summary["id"].as_str().unwrap(),
-            "--json",
-        ])
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap();
-    let log: Vec<serde_json::Value> = String::from_utf8(show.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let log = only_session_log(&data);
     let of = |t: &str, field: &str| -> Vec<serde_json::Value> {
         log.iter()
             .filter(|e| e["type"] == t)
@@ -186,9 +165,19 @@ fn an_unknown_command_names_every_command_chat_accepts() {
     let lines: Vec<String> = chat.lines.iter().collect();
     assert_eq!(lines, ["fixed"]);
     // One turn, for /fix: the unknown command ran none.
+    let completed: Vec<serde_json::Value> = only_session_log(&data)
+        .into_iter()
+        .filter(|e| e["type"] == "turn_complete")
+        .map(|e| e["status"].clone())
+        .collect();
+    assert_eq!(completed, [json!("completed")]);
+}
+
+/// The JSON events of the only session stored in `data` (`sessions list`, then `show`).
+fn only_session_log(data: &std::path::Path) -> Vec<serde_json::Value> {
     let list = foya_tests::foya_bin::foya()
         .args(["sessions", "list", "--json", "--data-dir"])
-        .arg(&data)
+        .arg(data)
         .output()
         .unwrap();
     let summary: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
@@ -200,15 +189,12 @@ fn an_unknown_command_names_every_command_chat_accepts() {
             "--json",
         ])
         .arg("--data-dir")
-        .arg(&data)
+        .arg(data)
         .output()
         .unwrap();
-    let completed: Vec<serde_json::Value> = String::from_utf8(show.stdout)
+    String::from_utf8(show.stdout)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|e| e["type"] == "turn_complete")
-        .map(|e| e["status"].clone())
-        .collect();
-    assert_eq!(completed, [json!("completed")]);
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }

@@ -143,9 +143,10 @@ fn assemble(
 
     let mut sections: BTreeMap<String, u64> = BTreeMap::new();
     for (key, text) in &parts {
-        let tokens = match text {
-            Cow::Borrowed(KERNEL_INSTRUCTIONS) => *KERNEL_TOKENS,
-            text => estimate_tokens(text),
+        let tokens = if *key == "kernel" {
+            *KERNEL_TOKENS
+        } else {
+            estimate_tokens(text)
         };
         sections.insert((*key).to_owned(), tokens);
     }
