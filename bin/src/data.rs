@@ -1,5 +1,5 @@
 //! Locating and opening the data directory's event store, and reading the project's
-//! stop hooks (`<cwd>/.foya/config.toml`, `[hooks] stop = ["..."]`).
+//! stop hooks (`<project root>/.foya/config.toml`, `[hooks] stop = ["..."]`).
 //!
 //! The store is locked by the process that opened it (redb). Whoever opens it records
 //! itself in `<data dir>/foya.owner` (JSON `{"pid", "command", "url", "listen"}`: `url`
@@ -236,14 +236,15 @@ pub(crate) fn missing_store(dir: &Path) -> String {
     }
 }
 
-/// Stop hook commands of the project: `<cwd>/.foya/config.toml`, table `[hooks]`, key
+/// Stop hook commands of the project: `.foya/config.toml` at the project root of `cwd`
+/// ([`foya_actors::context::project_root`]), table `[hooks]`, key
 /// `stop` (an array of shell commands, run with `bash -c` in the session's cwd). Empty
 /// when the file, the table or the key is absent.
 ///
 /// # Errors
 /// The file cannot be read or parsed, or `stop` is not an array of strings.
 pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
-    let path = cwd.join(".foya/config.toml");
+    let path = foya_actors::context::project_root(cwd).join(".foya/config.toml");
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -303,6 +304,13 @@ mod tests {
         std::fs::write(&file, "[hooks]\nstop = [\"./check.sh\", \"make lint\"]\n").unwrap();
         assert_eq!(
             stop_hooks(dir.path()).unwrap(),
+            vec!["./check.sh".to_owned(), "make lint".to_owned()]
+        );
+        // From a subdirectory of the project: the same file.
+        let sub = dir.path().join("src/module");
+        std::fs::create_dir_all(&sub).unwrap();
+        assert_eq!(
+            stop_hooks(&sub).unwrap(),
             vec!["./check.sh".to_owned(), "make lint".to_owned()]
         );
         std::fs::write(&file, "[hooks]\nstop = \"x\"\n").unwrap();

@@ -34,7 +34,7 @@ pub use history::{
     CHECKPOINT_PREFIX, MISSING_RESULT, history, interrupted_context_text, touched_paths,
 };
 pub use kernel::{KERNEL_INSTRUCTIONS, KERNEL_INSTRUCTIONS_VERSION};
-pub use project::{CommandTemplate, ProjectContext, Rule, SkillMeta};
+pub use project::{CommandTemplate, ProjectContext, Rule, SkillMeta, project_root};
 pub use title::{
     MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, normalize_title, title_request,
 };

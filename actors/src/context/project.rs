@@ -136,11 +136,7 @@ impl ProjectContext {
     #[must_use]
     pub fn load(cwd: &Path, user_dir: Option<&Path>) -> ProjectContext {
         let cwd = normalize(cwd);
-        let root = cwd
-            .ancestors()
-            .find(|d| d.join(".git").exists() || d.join(".foya").exists())
-            .unwrap_or(&cwd)
-            .to_path_buf();
+        let root = project_root(&cwd);
         let mut ctx = ProjectContext {
             root: root.clone(),
             ..ProjectContext::default()
@@ -332,6 +328,21 @@ fn stem(path: &Path) -> String {
 }
 
 /// Lexically removes `.` and `..` components (no file-system access).
+/// The project root of working directory `cwd`: its nearest ancestor (itself included)
+/// that holds a `.git` or a `.foya` entry, else `cwd` itself (`.` and `..` components
+/// resolved lexically, symlinks not followed). Project instructions, rules, skills,
+/// commands and the project's `.foya/config.toml` are looked up from there, so a
+/// command run in a subdirectory sees the same project as one run at its root (as git,
+/// Codex and Claude Code do).
+#[must_use]
+pub fn project_root(cwd: &Path) -> PathBuf {
+    let cwd = normalize(cwd);
+    cwd.ancestors()
+        .find(|d| d.join(".git").exists() || d.join(".foya").exists())
+        .unwrap_or(&cwd)
+        .to_path_buf()
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {

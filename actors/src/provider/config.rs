@@ -1,7 +1,7 @@
 //! Provider profiles: which protocol, endpoint, model, key variable, limits and retry
 //! policy a model client uses, loaded from TOML.
 //!
-//! Files: `~/.config/foya/config.toml` (global) and `<cwd>/.foya/config.toml` (project);
+//! Files: `~/.config/foya/config.toml` (global) and `<project root>/.foya/config.toml` (project);
 //! a project profile overrides the global one of the same name field by field. Built-in
 //! profiles `openai` and `anthropic` exist without any file. A protocol kind name
 //! (`openai-chat`, `anthropic`, `openai-responses`) with `--base-url`/`--model` selects a
@@ -264,7 +264,9 @@ impl ProviderConfig {
         Ok(config)
     }
 
-    /// Loads `~/.config/foya/config.toml` then `<cwd>/.foya/config.toml`.
+    /// Loads `~/.config/foya/config.toml` then the project's `.foya/config.toml` (at
+    /// [`crate::context::project_root`] of `cwd`: its nearest ancestor with `.git` or
+    /// `.foya`).
     ///
     /// # Errors
     /// As [`Self::load_files`].
@@ -273,7 +275,7 @@ impl ProviderConfig {
         if let Some(home) = dirs::home_dir() {
             paths.push(home.join(".config/foya/config.toml"));
         }
-        paths.push(cwd.join(".foya/config.toml"));
+        paths.push(crate::context::project_root(cwd).join(".foya/config.toml"));
         Self::load_files(&paths)
     }
 

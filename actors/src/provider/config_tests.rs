@@ -173,3 +173,45 @@ fn invalid_file_and_missing_kind_are_clear_errors() {
         })
     );
 }
+
+#[test]
+fn the_project_file_is_found_from_a_subdirectory_of_the_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("proj");
+    write(
+        &root,
+        ".foya/config.toml",
+        "[profiles.from-subdir-test]\nkind = \"anthropic\"\nbase_url = \"http://127.0.0.1:9/\"\nmodel = \"m\"\n",
+    );
+    let deep = root.join("src/deep");
+    std::fs::create_dir_all(&deep).unwrap();
+    // `..` is resolved lexically, like the context's project root.
+    for cwd in [deep.clone(), deep.join("../deep"), root.clone()] {
+        let profile = ProviderConfig::load(&cwd)
+            .unwrap()
+            .resolve_with_env("from-subdir-test", None, None, &no_env)
+            .unwrap();
+        assert_eq!(
+            (
+                profile.kind,
+                profile.base_url.as_str(),
+                profile.model.as_str()
+            ),
+            (ProviderKind::Anthropic, "http://127.0.0.1:9", "m"),
+            "{}",
+            cwd.display()
+        );
+    }
+    // A nested repository is a project of its own: the outer file is not its config.
+    let nested = root.join("vendor/lib");
+    std::fs::create_dir_all(nested.join(".git")).unwrap();
+    assert!(matches!(
+        ProviderConfig::load(&nested).unwrap().resolve_with_env(
+            "from-subdir-test",
+            None,
+            None,
+            &no_env
+        ),
+        Err(ConfigError::UnknownProfile { .. })
+    ));
+}
