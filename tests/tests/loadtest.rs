@@ -628,8 +628,9 @@ fn the_default_server_arguments_read_the_workspace_readme() {
     }
 }
 
-/// A simulator that asks for a file the workspace lacks: the failed calls are counted
-/// as `tool_error` (with an example) and the exit status is 1.
+/// A simulator that asks for a file the workspace lacks (outside it: the load test writes
+/// only the files inside it that the calls name): the failed calls are counted as
+/// `tool_error` (with an example) and the exit status is 1.
 #[test]
 fn tool_results_that_are_errors_count_under_errors() {
     let (code, report) = loadtest(&[
@@ -638,7 +639,7 @@ fn tool_results_that_are_errors_count_under_errors() {
         "--turns",
         "1",
         "--tool-args",
-        r#"{"path": "missing-{step}.md"}"#,
+        r#"{"path": "../missing-{step}.md"}"#,
     ]);
     assert_eq!(code, 1, "{report:#}");
     assert_eq!(report["turns_completed"], 1);
