@@ -33,10 +33,11 @@ const TOPICS: [&str; 8] = [
 /// run protection stops at the third); a config with arguments of its own keeps them.
 pub(crate) fn use_distinct_calls(config: &mut SimConfig) {
     let default = SimConfig::default();
-    if config.tool_name == default.tool_name && config.tool_args == default.tool_args {
-        if let Ok(args) = serde_json::from_str(TOOL_ARGS) {
-            config.tool_args = args;
-        }
+    if config.tool_name == default.tool_name
+        && config.tool_args == default.tool_args
+        && let Ok(args) = serde_json::from_str(TOOL_ARGS)
+    {
+        config.tool_args = args;
     }
 }
 
