@@ -376,6 +376,7 @@ fn sim_config_values_are_refused_as_their_flags_are() {
     let zero_steps = file("zero-steps.toml", "steps_per_turn = 0\n");
     let rate = file("rate.json", r#"{"error_rates": {"stream_cut": 1.5}}"#);
     let speed = file("speed.toml", "tokens_per_s = -1.0\n");
+    let args = file("args.toml", "tool_args = \"x\"\n");
     for command in [&loadtest[..], &sim_server[..]] {
         for (config, message) in [
             (
@@ -393,6 +394,11 @@ fn sim_config_values_are_refused_as_their_flags_are() {
                 "invalid value '-1' for 'tokens_per_s' in the simulator config speed.toml: \
                  must be a finite number >= 0",
             ),
+            (
+                &args,
+                "invalid value '\"x\"' for 'tool_args' in the simulator config args.toml: \
+                 must be a JSON object",
+            ),
         ] {
             let stderr = refused(&[command, &["--sim-config", config]].concat());
             assert_eq!(stderr, format!("foya: {message}\n"), "{command:?}");
@@ -403,6 +409,14 @@ fn sim_config_values_are_refused_as_their_flags_are() {
     assert_eq!(
         stderr,
         "foya: --error-rate-stream-cut must be between 0 and 1, got 1.5\n"
+    );
+    // Tool arguments must be a JSON object, as a flag too.
+    let stderr = refused(&[&loadtest[..], &["--tool-args", "[1]"]].concat());
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '[1]' for '--tool-args <JSON>': must be a JSON object\n"
+        ),
+        "{stderr}"
     );
     assert!(!json.exists());
 }
