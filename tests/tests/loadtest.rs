@@ -376,6 +376,7 @@ fn sim_config_values_are_refused_as_their_flags_are() {
     let zero_steps = file("zero-steps.toml", "steps_per_turn = 0\n");
     let rate = file("rate.json", r#"{"error_rates": {"stream_cut": 1.5}}"#);
     let speed = file("speed.toml", "tokens_per_s = -1.0\n");
+    let args = file("args.toml", "tool_args = \"x\"\n");
     for command in [&loadtest[..], &sim_server[..]] {
         for (config, message) in [
             (
@@ -393,6 +394,11 @@ fn sim_config_values_are_refused_as_their_flags_are() {
                 "invalid value '-1' for 'tokens_per_s' in the simulator config speed.toml: \
                  must be a finite number >= 0",
             ),
+            (
+                &args,
+                "invalid value '\"x\"' for 'tool_args' in the simulator config args.toml: \
+                 must be a JSON object",
+            ),
         ] {
             let stderr = refused(&[command, &["--sim-config", config]].concat());
             assert_eq!(stderr, format!("foya: {message}\n"), "{command:?}");
@@ -403,6 +409,14 @@ fn sim_config_values_are_refused_as_their_flags_are() {
     assert_eq!(
         stderr,
         "foya: --error-rate-stream-cut must be between 0 and 1, got 1.5\n"
+    );
+    // Tool arguments must be a JSON object, as a flag too.
+    let stderr = refused(&[&loadtest[..], &["--tool-args", "[1]"]].concat());
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '[1]' for '--tool-args <JSON>': must be a JSON object\n"
+        ),
+        "{stderr}"
     );
     assert!(!json.exists());
 }
@@ -462,4 +476,188 @@ fn ctrl_c_during_the_bare_comparison_gives_the_partial_report_and_exit_130() {
         (&Value::Bool(true), &2.into(), &Value::Null, &Value::Null),
         "{report:#}"
     );
+}
+
+/// Every tool call of the turns in `data`'s store, in order per session: for each turn,
+/// the `(path argument, result text)` of its calls, and how many `tool_finished` were
+/// errors. Panics on a call without exactly one result.
+fn logged_calls(data: &std::path::Path) -> (Vec<Vec<(String, String)>>, usize) {
+    use foya_protocol::{EventKind, Seq};
+    use foya_storage::{Store, StoreOptions};
+    use std::collections::HashMap;
+    let store = Store::open(&data.join("foya.redb"), StoreOptions::default()).unwrap();
+    let mut turns = Vec::new();
+    let mut failed = 0;
+    for session in store.list_sessions().unwrap() {
+        let mut paths = HashMap::new();
+        let mut turn: Vec<(String, String)> = Vec::new();
+        for event in store.read_from(session.id, Seq::FIRST).unwrap() {
+            match event.kind {
+                EventKind::TurnStarted { .. } => turn.clear(),
+                EventKind::AssistantMessage(message) => {
+                    for call in message.tool_calls {
+                        let path = call.arguments["path"].as_str().unwrap().to_owned();
+                        paths.insert(call.id, path);
+                    }
+                }
+                EventKind::ToolFinished { is_error, .. } => failed += usize::from(is_error),
+                EventKind::ToolMessage(result) => {
+                    let path = paths.remove(&result.tool_call_id).unwrap();
+                    turn.push((path, result.content));
+                }
+                EventKind::TurnComplete { .. } => turns.push(std::mem::take(&mut turn)),
+                _ => {}
+            }
+        }
+        assert!(paths.is_empty(), "calls without a result: {paths:?}");
+    }
+    (turns, failed)
+}
+
+/// Long turns (6 steps) with 2 calls per step: the simulator asks for a different file
+/// in each call and the load test's workspace has them all, so run protection lets every
+/// call run and every turn completes; the log holds each call's real file content.
+#[test]
+fn long_turns_with_several_calls_per_step_run_every_call_on_its_own_file() {
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "4",
+        "--turns",
+        "2",
+        "--steps-per-turn",
+        "6",
+        "--tool-calls-per-step",
+        "2",
+        "--seed",
+        "5",
+        "--data-dir",
+        data_dir,
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["turns_completed"], 8, "{report:#}");
+    assert_eq!(report["turns_failed"], 0);
+    assert_eq!(report["errors"], serde_json::json!({}));
+    assert_eq!(report["steps"], 8 * 6);
+    assert_eq!(report["tool_calls"], 8 * 5 * 2);
+    let (turns, failed) = logged_calls(data.path());
+    assert_eq!(failed, 0);
+    assert_eq!(turns.len(), 8);
+    let expected_paths: Vec<String> = (1..=5)
+        .flat_map(|step| (0..2).map(move |call| format!("docs/step-{step}-call-{call}.md")))
+        .collect();
+    for turn in &turns {
+        let paths: Vec<&str> = turn.iter().map(|(path, _)| path.as_str()).collect();
+        assert_eq!(paths, expected_paths);
+        for (index, (_, content)) in turn.iter().enumerate() {
+            // read_file's numbered lines of the file generated for this call.
+            let (step, call) = (index / 2 + 1, index % 2);
+            assert!(
+                content.starts_with(&format!("     1\t# Step {step}, call {call}: the ")),
+                "step {step} call {call}: {content}"
+            );
+        }
+    }
+}
+
+/// The same long turns over HTTP: `foya sim-server` gets the load test's arguments with
+/// `--tool-args` and the same step and call counts as the load test, whose workspace
+/// then has every file the server's calls name.
+#[test]
+fn long_turns_over_http_run_every_call_when_the_server_asks_for_the_workspace_files() {
+    let shape = ["--steps-per-turn", "5", "--tool-calls-per-step", "3"];
+    let tool_args = [
+        "--tool-args",
+        r#"{"path": "docs/step-{step}-call-{call}.md"}"#,
+    ];
+    let (server, addr) = SimServer::start(&[&shape[..], &tool_args[..]].concat());
+    let data = tempfile::tempdir().unwrap();
+    let base_url = format!("http://{addr}/v1");
+    let (code, report) = loadtest(
+        &[
+            &[
+                "--sessions",
+                "3",
+                "--turns",
+                "1",
+                "--provider",
+                "openai-chat",
+            ][..],
+            &[
+                "--base-url",
+                &base_url,
+                "--data-dir",
+                data.path().to_str().unwrap(),
+            ],
+            &shape,
+        ]
+        .concat(),
+    );
+    drop(server);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["turns_completed"], 3, "{report:#}");
+    assert_eq!(report["errors"], serde_json::json!({}));
+    assert_eq!(report["tool_calls"], 3 * 4 * 3);
+    let (turns, failed) = logged_calls(data.path());
+    assert_eq!((turns.len(), failed), (3, 0));
+    for turn in &turns {
+        assert_eq!(turn.len(), 12);
+        let distinct: std::collections::BTreeSet<&String> = turn.iter().map(|(p, _)| p).collect();
+        assert_eq!(distinct.len(), 12);
+        assert!(turn.iter().all(|(_, content)| content.contains("# Step ")));
+    }
+}
+
+/// With the simulator's default arguments the server asks for `README.md` every time:
+/// a load test over HTTP with the default shape still runs every call (the workspace has
+/// a README), and a tool result that is an error would count under `errors`.
+#[test]
+fn the_default_server_arguments_read_the_workspace_readme() {
+    let (server, addr) = SimServer::start(&[]);
+    let data = tempfile::tempdir().unwrap();
+    let base_url = format!("http://{addr}/v1");
+    let data_dir = data.path().to_str().unwrap();
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "2",
+        "--turns",
+        "1",
+        "--provider",
+        "openai-chat",
+        "--base-url",
+        &base_url,
+        "--data-dir",
+        data_dir,
+    ]);
+    drop(server);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["tool_calls"], 4);
+    let (turns, failed) = logged_calls(data.path());
+    assert_eq!(failed, 0);
+    for turn in &turns {
+        let paths: Vec<&str> = turn.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["README.md", "README.md"]);
+        assert!(turn[0].1.contains("# Load-test workspace"), "{}", turn[0].1);
+    }
+}
+
+/// A simulator that asks for a file the workspace lacks (outside it: the load test writes
+/// only the files inside it that the calls name): the failed calls are counted as
+/// `tool_error` (with an example) and the exit status is 1.
+#[test]
+fn tool_results_that_are_errors_count_under_errors() {
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "1",
+        "--turns",
+        "1",
+        "--tool-args",
+        r#"{"path": "../missing-{step}.md"}"#,
+    ]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["turns_completed"], 1);
+    assert_eq!(report["errors"], serde_json::json!({"tool_error": 2}));
+    let example = report["error_examples"]["tool_error"].as_str().unwrap();
+    assert!(example.contains("missing-1.md"), "{example}");
 }

@@ -1,5 +1,6 @@
 //! One load-test session: create it, subscribe, submit its turns one after another and
-//! count what the subscriber sees (steps, tools, retries, failures, relay latency).
+//! count what the subscriber sees (steps, tools, retries, failures, relay latency; a
+//! tool result that is an error counts as a `tool_error`).
 
 use super::probe::{self, Slots, TAG};
 use foya_actors::runtime::{Runtime, SubscribeOptions, Subscription};
@@ -208,6 +209,12 @@ fn handle(
             EventKind::ToolFinished { duration_ms, .. } => {
                 out.tool_calls += 1;
                 *step_tool_ms += duration_ms;
+            }
+            // A tool call that failed or was not run (e.g. blocked by run protection):
+            // the load test's tool work did not happen as configured.
+            EventKind::ToolMessage(message) if message.is_error => {
+                let first = message.content.lines().next().unwrap_or_default();
+                out.error_with("tool_error", first.chars().take(200).collect::<String>());
             }
             EventKind::ProviderRetry { error, .. } => {
                 *out.retries

@@ -11,6 +11,7 @@ pub(crate) mod pool;
 mod probe;
 mod report;
 mod sim_args;
+mod workspace;
 
 pub(crate) use sim_args::SimArgs;
 
@@ -21,6 +22,7 @@ use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::RetryPolicy;
+use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::{Runtime, RuntimeConfig};
 use foya_storage::{Durability, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -109,7 +111,9 @@ pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
 
 async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
-    let (client, model, profile) = model_client(&args)?;
+    let mut sim = args.sim.to_config()?;
+    workspace::use_distinct_calls(&mut sim);
+    let (client, model, profile) = model_client(&args, &sim)?;
     anyhow::ensure!(
         !args.compare_bare || profile.is_some(),
         "--compare-bare needs an HTTP provider (e.g. --provider openai-chat --base-url …)"
@@ -121,15 +125,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
             profile.base_url, args.provider
         );
     }
-    let workspace = tempfile::Builder::new()
-        .prefix("foya-loadtest-ws")
-        .tempdir()
-        .context("cannot create the workspace")?;
-    std::fs::write(
-        workspace.path().join("README.md"),
-        "# Load-test workspace\n\nA generated project that the simulated model reads.\n",
-    )
-    .context("cannot write the workspace README")?;
+    // One file per call of a turn (of this config; over HTTP the server's must match).
+    let workspace = workspace::create(&sim)?;
     let temp_data = tempfile::Builder::new()
         .prefix("foya-loadtest-data")
         .tempdir()
@@ -295,11 +292,10 @@ fn panicked() -> Outcome {
 /// resolved profile).
 type ClientChoice = (Arc<dyn ModelClient>, String, Option<ProviderProfile>);
 
-fn model_client(args: &LoadtestArgs) -> anyhow::Result<ClientChoice> {
-    let sim = args.sim.to_config()?;
+fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientChoice> {
     if args.provider == "sim" {
         let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
-        let client = foya_actors::provider::sim::SimClient::new(sim);
+        let client = foya_actors::provider::sim::SimClient::new(sim.clone());
         return Ok((Arc::new(client), model, None));
     }
     let cwd = std::env::current_dir().context("no current directory")?;

@@ -1,7 +1,8 @@
 //! The simulated provider's knobs as command-line flags (shared by `foya loadtest` and
 //! `foya sim-server`): an optional config file, then each flag overrides one field. A
 //! field of the file is refused where its flag is (`steps_per_turn` 0, an error rate
-//! outside `0..=1`, a negative or infinite `tokens_per_s`), with the same reason.
+//! outside `0..=1`, a negative or infinite `tokens_per_s`, `tool_args` that are not a
+//! JSON object), with the same reason.
 
 use anyhow::Context as _;
 use clap::Args;
@@ -51,7 +52,29 @@ pub(crate) struct SimArgs {
     /// Seed of every random choice of the simulator.
     #[arg(long)]
     pub(crate) seed: Option<u64>,
+    /// Name of the tool the simulator calls (default `read_file`).
+    #[arg(long)]
+    pub(crate) tool_name: Option<String>,
+    /// Arguments of the simulator's tool calls, a JSON object in which `{step}` (step
+    /// number in the turn, from 1) and `{call}` (index of the call in its step, from 0)
+    /// are filled in in every string, e.g. '{"path": "docs/step-{step}-call-{call}.md"}'
+    /// (what `foya loadtest` uses by default, with one file per call in its workspace).
+    /// Default: '{"path": "README.md"}', the same call every time.
+    #[arg(long, value_name = "JSON", value_parser = tool_args)]
+    pub(crate) tool_args: Option<serde_json::Value>,
 }
+
+/// `--tool-args`: a JSON object.
+fn tool_args(s: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err(NOT_AN_OBJECT.to_owned()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+/// Why tool arguments that are not a JSON object are refused.
+const NOT_AN_OBJECT: &str = "must be a JSON object";
 
 impl SimArgs {
     /// The configuration: the file (if any) with the flags applied on top.
@@ -72,6 +95,8 @@ impl SimArgs {
         set(&mut config.reasoning_tokens, self.reasoning_tokens);
         set(&mut config.retry_after_ms, self.retry_after_ms);
         set(&mut config.seed, self.seed);
+        set(&mut config.tool_name, self.tool_name.clone());
+        set(&mut config.tool_args, self.tool_args.clone());
         let rates = &mut config.error_rates;
         set(&mut rates.rate_limited, self.error_rate_rate_limited);
         set(&mut rates.overloaded, self.error_rate_overloaded);
@@ -123,6 +148,15 @@ fn refused(config: &SimConfig) -> Option<Refused> {
             let value = rate.to_string();
             return Some(Refused { field, value, why });
         }
+    }
+    if !config.tool_args.is_object() {
+        let value = config.tool_args.to_string();
+        let why = NOT_AN_OBJECT.to_owned();
+        return Some(Refused {
+            field: "tool_args",
+            value,
+            why,
+        });
     }
     let speed = config.tokens_per_s;
     if !(speed >= 0.0 && speed.is_finite()) {

@@ -9,11 +9,13 @@
 //! Behaviour is a pure function of the configuration and the request history: the step
 //! number is the number of assistant messages after the last user message, plus one;
 //! steps before `steps_per_turn` ask for `tool_calls_per_step` tool calls, the last
-//! step answers with text only. The only state is a per-request attempt counter so that
+//! step answers with text only. A call's arguments are [`SimConfig::tool_args`] with the
+//! step number and the call's index filled in (see there), so calls can differ. The only state is a per-request attempt counter so that
 //! a retried request draws its injected error afresh (see [`SimModel`]).
 
 use serde::{Deserialize, Serialize};
 
+mod args;
 mod client;
 mod history;
 mod plan;
@@ -21,6 +23,7 @@ mod rng;
 mod server;
 pub mod wire;
 
+pub use args::{CALL_PLACEHOLDER, STEP_PLACEHOLDER};
 pub use client::SimClient;
 pub use history::HistorySummary;
 pub use plan::{SimModel, SimOutcome, SimRejection, SimResponse, TimedEvent};
@@ -54,7 +57,17 @@ pub struct SimConfig {
     pub seed: u64,
     /// Name of the tool the model calls (default `read_file`).
     pub tool_name: String,
-    /// Arguments of every tool call (default `{"path": "README.md"}`).
+    /// Arguments of the tool calls, a template: in every string value, at any depth,
+    /// `{step}` becomes the step number in the turn (1-based) and `{call}` the call's
+    /// index within its step (0-based); object keys and other values stay as written
+    /// (there is no escape: a literal `{step}` cannot be sent). So
+    /// `{"path": "docs/step-{step}-call-{call}.md"}` asks for a different file in each
+    /// call of a turn, and the same files in every turn ([`SimConfig::tool_call_args`]
+    /// renders one call's). Default `{"path": "README.md"}`: the same call every time,
+    /// which reads the README of any project directory; run protection blocks the third
+    /// identical call of a turn (`duplicate_threshold`) and ends the turn
+    /// `failed/loop_detected` at the fourth, so with the default only turns of at most
+    /// two calls (the default 3 steps × 1 call) run every call.
     pub tool_args: serde_json::Value,
     /// Context window reported to the runtime, in tokens (default 128 000).
     pub context_window_tokens: u64,

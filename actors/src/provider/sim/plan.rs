@@ -2,6 +2,7 @@
 //! [`StreamEvent`]s (or a rejection), the same for the in-process client and the server.
 
 use super::SimConfig;
+use super::args::ToolArgs;
 use super::history::HistorySummary;
 use super::rng::{Fnv, SplitMix};
 use dashmap::DashMap;
@@ -119,7 +120,7 @@ impl SimResponse {
 #[derive(Debug)]
 pub struct SimModel {
     config: SimConfig,
-    tool_args: String,
+    tool_args: ToolArgs,
     attempts: DashMap<u64, u32>,
 }
 
@@ -133,7 +134,7 @@ impl SimModel {
     /// A model with `config`.
     #[must_use]
     pub fn new(config: SimConfig) -> Self {
-        let tool_args = config.tool_args.to_string();
+        let tool_args = ToolArgs::new(&config.tool_args);
         Self {
             config,
             tool_args,
@@ -218,7 +219,8 @@ impl SimModel {
             script.words(c.response_tokens, |text| StreamEvent::TextDelta { text });
         } else {
             for index in 0..c.tool_calls_per_step {
-                script.tool_call(index, &format!("call_{key:016x}_{index}"), &self.tool_args);
+                let args = self.tool_args.render(history.step, index);
+                script.tool_call(index, &format!("call_{key:016x}_{index}"), &args);
             }
         }
         if cut {
