@@ -170,6 +170,7 @@ fn unknown_message<'a>(name: &str, project: impl Iterator<Item = &'a str>) -> St
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
