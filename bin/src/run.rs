@@ -149,7 +149,10 @@ async fn open_session(
 /// the scripted model answers with the response numbered by the assistant messages in the
 /// history, so a session that used them all would fail with `script exhausted`.
 fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow::Result<()> {
-    let (true, Some(path)) = (args.provider.provider == "scripted", &args.provider.script) else {
+    let (true, Some(path)) = (
+        args.provider.provider == crate::setup::SCRIPTED,
+        &args.provider.script,
+    ) else {
         return Ok(());
     };
     let compacted = earlier

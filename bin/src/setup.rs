@@ -4,6 +4,7 @@
 use crate::cli::ProviderArgs;
 use anyhow::Context as _;
 use foya_actors::provider::ModelClient;
+use foya_actors::provider::config::ConfigError;
 use foya_actors::provider::scripted::Script;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +17,7 @@ pub(crate) fn model_client(
     args: &ProviderArgs,
     cwd: &Path,
 ) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
-    if args.provider == "scripted" {
+    if args.provider == SCRIPTED {
         let script = args
             .script
             .as_deref()
@@ -25,17 +26,36 @@ pub(crate) fn model_client(
             foya_actors::provider::scripted::ScriptedClient::from_script(load_script(script)?);
         return Ok((
             Arc::new(client),
-            args.model.clone().unwrap_or_else(|| "scripted".into()),
+            args.model.clone().unwrap_or_else(|| SCRIPTED.into()),
         ));
     }
-    let profile = foya_actors::provider::config::ProviderConfig::load(cwd)?.resolve(
-        &args.provider,
-        args.base_url.as_deref(),
-        args.model.as_deref(),
-    )?;
+    let profile = foya_actors::provider::config::ProviderConfig::load(cwd)?
+        .resolve(
+            &args.provider,
+            args.base_url.as_deref(),
+            args.model.as_deref(),
+        )
+        .map_err(with_scripted)?;
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
     Ok((Arc::new(client), model))
+}
+
+/// The provider name of the scripted model (`--script FILE`), handled here rather than by
+/// the provider profiles.
+pub(crate) const SCRIPTED: &str = "scripted";
+
+/// An unknown-profile error that also names [`SCRIPTED`], which this command accepts.
+fn with_scripted(e: ConfigError) -> ConfigError {
+    match e {
+        ConfigError::UnknownProfile { name, mut known } => {
+            known.push(SCRIPTED.to_owned());
+            known.sort();
+            known.dedup();
+            ConfigError::UnknownProfile { name, known }
+        }
+        other => other,
+    }
 }
 
 /// Reads and parses a `--script` file; the error names the file once and its cause once
@@ -71,7 +91,7 @@ pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::working_dir;
+    use super::{ConfigError, with_scripted, working_dir};
 
     #[test]
     fn the_working_directory_must_be_a_directory() {
@@ -90,6 +110,19 @@ mod tests {
         assert_eq!(
             working_dir(Some(&missing)).unwrap_err().to_string(),
             format!("working directory {} does not exist", missing.display())
+        );
+    }
+
+    #[test]
+    fn the_unknown_profile_error_names_scripted_too() {
+        let e = with_scripted(ConfigError::UnknownProfile {
+            name: "nope".into(),
+            known: vec!["anthropic".into(), "openai".into(), "openai-chat".into()],
+        });
+        assert_eq!(
+            e.to_string(),
+            "unknown provider profile `nope` (define [profiles.nope] or use one of: \
+             anthropic, openai, openai-chat, scripted)"
         );
     }
 }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 #[derive(Debug, Args)]
 pub(crate) struct SimServerArgs {
     /// Address to listen on (loopback by default; port 0 picks a free port). The bound
-    /// address is printed as the first line of stdout.
+    /// address is printed as a URL (`http://127.0.0.1:PORT`) on the first line of stdout.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub(crate) listen: SocketAddr,
     #[command(flatten)]
@@ -41,7 +41,9 @@ pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
         }
     };
     let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "{addr}");
+    // A URL to paste as `--base-url` (with `/v1` for openai-chat and openai-responses);
+    // it contains `127.0.0.1:PORT` for scripts that grep the address.
+    let _ = writeln!(stdout, "http://{addr}");
     let _ = stdout.flush();
     eprintln!(
         "sim-server: POST http://{addr}/v1/chat/completions | /v1/messages | /v1/responses (Ctrl-C stops)"

@@ -258,10 +258,14 @@ impl StreamAggregate {
         !self.calls.is_empty()
     }
 
-    /// The complete tool calls, in index order. A call without a name is dropped; a call
-    /// cut off by the output cap (`length`) is not complete and is dropped too. Missing
-    /// ids are generated deterministically (`call_<index>`). Empty arguments become `{}`;
-    /// arguments that are not JSON are kept as a JSON string.
+    /// The complete tool calls, in index order. A call whose name is missing or empty is
+    /// kept with an empty `name` (the tool registry answers it with an `is_error` result
+    /// saying the name is empty, so the model can correct itself, as Codex and Claude
+    /// Code do); only fragments that carry nothing at all (no id, no name, no arguments,
+    /// no extra) are noise and dropped. A call cut off by the output cap (`length`) is
+    /// not complete and is dropped too. Missing ids are generated deterministically
+    /// (`call_<index>`). Empty arguments become `{}`; arguments that are not JSON are
+    /// kept as a JSON string.
     #[must_use]
     pub fn tool_calls(&self) -> Vec<ToolCall> {
         if self.raw_finish_reason == Some(FinishReason::Length) || self.error.is_some() {
@@ -270,7 +274,14 @@ impl StreamAggregate {
         self.calls
             .iter()
             .filter_map(|(index, call)| {
-                let name = call.name.clone().filter(|n| !n.is_empty())?;
+                if call.id.is_none()
+                    && call.name.is_none()
+                    && call.arguments.is_empty()
+                    && call.extra.is_none()
+                {
+                    return None;
+                }
+                let name = call.name.clone().unwrap_or_default();
                 let id = call
                     .id
                     .clone()
@@ -381,5 +392,40 @@ mod tests {
         });
         assert!(agg.tool_calls().is_empty());
         assert_eq!(agg.finish_reason(), Some(FinishReason::Length));
+    }
+
+    #[test]
+    fn call_with_empty_or_missing_name_is_kept_for_an_error_result() {
+        let mut agg = StreamAggregate::new();
+        for ev in [
+            delta(0, Some("a"), Some(""), "{\"path\":\"x\"}"),
+            delta(1, Some("b"), None, "{}"),
+            // a fragment carrying nothing is noise
+            delta(2, None, None, ""),
+            StreamEvent::Done {
+                finish_reason: Some(FinishReason::ToolCalls),
+            },
+        ] {
+            agg.apply(&ev);
+        }
+        let msg = agg.to_message();
+        assert_eq!(msg.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(
+            msg.tool_calls,
+            vec![
+                ToolCall {
+                    id: ToolCallId::new("a"),
+                    name: String::new(),
+                    arguments: serde_json::json!({"path": "x"}),
+                    extra: None
+                },
+                ToolCall {
+                    id: ToolCallId::new("b"),
+                    name: String::new(),
+                    arguments: serde_json::json!({}),
+                    extra: None
+                },
+            ]
+        );
     }
 }

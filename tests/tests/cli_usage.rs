@@ -483,3 +483,44 @@ fn commands_on_a_session_that_is_not_stored_exit_1_and_create_nothing() {
     let line = shown.lines().find(|l| l.contains("title_set")).unwrap();
     assert!(line.ends_with("Hand title (by hand)"), "{shown}");
 }
+
+#[test]
+fn a_node_on_a_taken_port_fails_with_one_line_before_the_data_dir_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let cookie = tmp.path().join("cookie");
+    std::fs::write(&cookie, "secret").unwrap();
+    let script = tmp.path().join("script.json");
+    std::fs::write(&script, r#"{"responses": [{"text": "hi"}]}"#).unwrap();
+    let data = tmp.path().join("data");
+    let out = foya()
+        .args([
+            "node",
+            "--provider",
+            "scripted",
+            "--listen",
+            &addr,
+            "--cookie-file",
+        ])
+        .arg(&cookie)
+        .arg("--script")
+        .arg(&script)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!data.exists(), "the data dir was created: {out:?}");
+    assert_eq!(
+        foya_tests::child::outcome(&out),
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "foya: cannot listen on {addr}: the address is already in use (another \
+                 process listens on it; choose another --listen)\n"
+            )
+        )
+    );
+    drop(taken);
+}

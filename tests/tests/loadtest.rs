@@ -120,7 +120,8 @@ fn assert_shape(report: &Value) {
 struct SimServer(std::process::Child);
 
 impl SimServer {
-    /// Starts the server; also the address it printed once it listens.
+    /// Starts the server; also the address (`127.0.0.1:PORT`) of the URL it printed once
+    /// it listens.
     fn start(args: &[&str]) -> (Self, String) {
         use std::io::{BufRead as _, BufReader};
         let mut server = Self(
@@ -136,7 +137,14 @@ impl SimServer {
         BufReader::new(server.0.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        (server, line.trim().to_owned())
+        // The first line is a URL to paste as `--base-url` (`http://127.0.0.1:PORT`).
+        let addr = line
+            .trim()
+            .strip_prefix("http://")
+            .expect("the first line is an http:// URL")
+            .to_owned();
+        assert!(addr.starts_with("127.0.0.1:"), "{line}");
+        (server, addr)
     }
 }
 

@@ -100,6 +100,9 @@ impl ProviderProfile {
         }
     }
 
+    /// The names of the built-in profiles ([`Self::builtin`]).
+    pub const BUILTIN: [&'static str; 2] = ["openai", "anthropic"];
+
     /// Built-in profiles: `openai` (openai-chat, `gpt-4.1`) and `anthropic`
     /// (`claude-sonnet-4-5`).
     #[must_use]
@@ -135,9 +138,16 @@ pub enum ConfigError {
     },
     /// No profile or protocol kind has this name.
     #[error(
-        "unknown provider profile `{0}` (define [profiles.{0}] or use openai-chat, anthropic, openai-responses)"
+        "unknown provider profile `{name}` (define [profiles.{name}] or use one of: {})",
+        .known.join(", ")
     )]
-    UnknownProfile(String),
+    UnknownProfile {
+        /// The name asked for.
+        name: String,
+        /// Every name that resolves (configured profiles, built-in profiles, protocol
+        /// kinds, and whatever the caller adds), sorted.
+        known: Vec<String>,
+    },
     /// A profile lacks a required field.
     #[error("provider profile `{profile}` needs `{field}`")]
     Missing {
@@ -296,6 +306,22 @@ impl ProviderConfig {
         })
     }
 
+    /// Every name [`Self::resolve`] accepts: the configured profiles, the built-in
+    /// profiles ([`ProviderProfile::BUILTIN`]) and the protocol kinds, sorted, once each.
+    #[must_use]
+    pub fn known_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .profiles
+            .keys()
+            .cloned()
+            .chain(ProviderProfile::BUILTIN.iter().map(|n| (*n).to_owned()))
+            .chain(ProviderKind::ALL.iter().map(|k| k.as_str().to_owned()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// [`Self::resolve`] with an explicit environment lookup (tests).
     ///
     /// # Errors
@@ -344,7 +370,12 @@ impl ProviderConfig {
                 p.api_key_optional = base_url_override.is_some();
                 p
             }
-            (None, None, None) => return Err(ConfigError::UnknownProfile(name_or_kind.to_owned())),
+            (None, None, None) => {
+                return Err(ConfigError::UnknownProfile {
+                    name: name_or_kind.to_owned(),
+                    known: self.known_names(),
+                });
+            }
         };
         let explicit_base = configured.is_some_and(|t| t.base_url.is_some());
         if let Some(url) = base_url_override {

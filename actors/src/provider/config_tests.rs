@@ -146,8 +146,37 @@ fn builtins_kind_names_and_openai_base_url_env() {
     );
     assert_eq!(
         config.resolve_with_env("nope", None, None, &no_env),
-        Err(ConfigError::UnknownProfile("nope".into()))
+        Err(ConfigError::UnknownProfile {
+            name: "nope".into(),
+            known: config.known_names()
+        })
     );
+}
+
+#[test]
+fn the_unknown_profile_error_lists_every_name_that_resolves() {
+    let no_env = |_: &str| None;
+    let config = ProviderConfig::default();
+    let err = config
+        .resolve_with_env("nope", None, None, &no_env)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown provider profile `nope` (define [profiles.nope] or use one of: anthropic, \
+         openai, openai-chat, openai-responses)"
+    );
+    for name in config.known_names() {
+        assert!(
+            !matches!(
+                config.resolve_with_env(&name, Some("http://x"), Some("m"), &no_env),
+                Err(ConfigError::UnknownProfile { .. })
+            ),
+            "{name}"
+        );
+    }
+    for name in ProviderProfile::BUILTIN {
+        assert!(ProviderProfile::builtin(name).is_some(), "{name}");
+    }
 }
 
 #[test]

@@ -6,8 +6,8 @@ use crate::testkit::{
     events_until, is_turn_complete, runtime, script, session_config, subscribe, types, within,
 };
 use foya_protocol::{
-    ApprovalMode, ErrorClass, ErrorInfo, Event, EventKind, Input, SessionUpdate, ToolCallId,
-    ToolMessage, TurnStatus,
+    ApprovalMode, ErrorClass, ErrorInfo, Event, EventKind, Input, SessionUpdate, ToolCall,
+    ToolCallId, ToolMessage, TurnStatus,
 };
 use serde_json::json;
 
@@ -432,6 +432,62 @@ async fn a_panicking_tool_becomes_an_error_result_and_the_turn_goes_on() {
     );
     assert_eq!(events.last().unwrap().kind, completed());
     assert_dense(&events);
+    rt.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_with_an_empty_tool_name_gets_an_error_result_and_the_turn_goes_on() {
+    let rt = runtime(script(json!({"responses":[
+        {"tool_calls":[{"id":"c1","name":"","arguments":{"path":"x"}}]},
+        {"text":"corrected"}
+    ]})))
+    .await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("go")).await.unwrap();
+    let events = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    let calls: Vec<&ToolCall> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AssistantMessage(m) => Some(&m.tool_calls),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(
+        calls,
+        vec![&ToolCall {
+            id: ToolCallId::new("c1"),
+            name: String::new(),
+            arguments: json!({"path": "x"}),
+            extra: None
+        }]
+    );
+    let results: Vec<&EventKind> = events
+        .iter()
+        .map(|e| &e.kind)
+        .filter(|k| matches!(k, EventKind::ToolMessage(_)))
+        .collect();
+    assert_eq!(
+        results,
+        vec![&tool_message(
+            "c1",
+            "the tool call has an empty tool name; call one of the available tools by its \
+             name: read_file, list_dir, glob, grep, write_file, edit_file, shell, echo, wait, \
+             boom, exec",
+            true
+        )]
+    );
+    assert_eq!(
+        events.iter().filter_map(text_of).next_back(),
+        Some("corrected")
+    );
+    assert_eq!(events.last().unwrap().kind, completed());
     rt.shutdown().await;
 }
 

@@ -131,8 +131,8 @@ impl ToolRegistry {
     /// Checks a model's call before it runs.
     ///
     /// # Errors
-    /// A `ToolOutput::error` for the model when the tool is unknown (lists the available
-    /// ones), the arguments are not valid JSON (`StreamAggregate` keeps such text as a
+    /// A `ToolOutput::error` for the model when the tool name is empty or unknown (lists
+    /// the available ones), the arguments are not valid JSON (`StreamAggregate` keeps such text as a
     /// JSON string), not an object, or violate the tool's schema (each violation with
     /// its field and what was expected).
     pub fn prepare(
@@ -140,6 +140,13 @@ impl ToolRegistry {
         name: &str,
         arguments: &serde_json::Value,
     ) -> Result<PreparedCall, ToolOutput> {
+        if name.trim().is_empty() {
+            return Err(ToolOutput::error(format!(
+                "the tool call has an empty tool name; call one of the available tools by \
+                 its name: {}",
+                self.names().join(", ")
+            )));
+        }
         let Some(entry) = self.entries.iter().find(|e| e.tool.spec().name == name) else {
             return Err(ToolOutput::error(format!(
                 "unknown tool {name:?}; available tools: {}",

@@ -121,15 +121,34 @@ pub(super) fn help() -> String {
 /// `cwd`, loaded as the runtime loads it; otherwise the message naming every command
 /// chat accepts: [`COMMANDS`] and those project commands, sorted (the runtime's
 /// `unknown command` wording).
+///
+/// Project commands whose file name cannot be typed as `/NAME` (it contains whitespace,
+/// or starts with a dot: a hidden file) are skipped, for the lookup and the list alike.
 pub(super) fn unknown(name: &str, cwd: &Path, user_dir: Option<&Path>) -> Option<String> {
     let project = ProjectContext::load(cwd, user_dir);
-    if project.commands.contains_key(name) {
+    let mut names = project
+        .commands
+        .keys()
+        .map(String::as_str)
+        .filter(|n| typeable(n));
+    if names.any(|n| n == name) {
         return None;
     }
     Some(unknown_message(
         name,
-        project.commands.keys().map(String::as_str),
+        project
+            .commands
+            .keys()
+            .map(String::as_str)
+            .filter(|n| typeable(n)),
     ))
+}
+
+/// Whether a project command's name can be typed as `/NAME` at the chat prompt: not
+/// empty, no whitespace (a typed line ends the name at the first space), not starting
+/// with a dot (hidden files such as `.draft.md` are not commands).
+fn typeable(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && !name.chars().any(char::is_whitespace)
 }
 
 /// The unknown-command message for `name`, given the project's commands.
@@ -151,6 +170,7 @@ fn unknown_message<'a>(name: &str, project: impl Iterator<Item = &'a str>) -> St
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -176,5 +196,27 @@ mod tests {
         assert_eq!(split(" /title  A b "), Some(("title", "A b")));
         assert_eq!(split("/cancel"), Some(("cancel", "")));
         assert_eq!(split("hello"), None);
+    }
+
+    #[test]
+    fn project_commands_that_cannot_be_typed_are_skipped_for_list_and_lookup() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(".foya/commands");
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in ["fix.md", "two words.md", ".hidden.md"] {
+            std::fs::write(dir.join(file), "Do it.").unwrap();
+        }
+        let no_user = tmp.path().join("no-user-dir");
+        assert_eq!(unknown("fix", tmp.path(), Some(&no_user)), None);
+        let expected = "unknown command /.hidden; available commands: /cancel, /compact, \
+                        /exit, /fix, /help, /quit, /sessions, /title";
+        assert_eq!(
+            unknown(".hidden", tmp.path(), Some(&no_user)).as_deref(),
+            Some(expected)
+        );
+        assert_eq!(
+            unknown("two", tmp.path(), Some(&no_user)).as_deref(),
+            Some(expected.replace("/.hidden", "/two").as_str())
+        );
     }
 }

@@ -91,10 +91,11 @@ pub(crate) struct Report {
     pub(crate) wall_s: f64,
     /// CPU time of the whole process during the run (user + system), in seconds.
     pub(crate) cpu_s: f64,
-    /// `cpu_s` per step, in microseconds.
-    pub(crate) cpu_us_per_step: f64,
-    /// `cpu_s` per completed turn, in microseconds.
-    pub(crate) cpu_us_per_turn: f64,
+    /// `cpu_s` per step, in microseconds; `None` (JSON `null`, text `n/a`) when no step
+    /// ran, never a made-up 0.
+    pub(crate) cpu_us_per_step: Option<f64>,
+    /// `cpu_s` per completed turn, in microseconds; `None` when no turn completed.
+    pub(crate) cpu_us_per_turn: Option<f64>,
     /// CPU time spent inside the model client (its `stream()` calls and stream polls;
     /// the in-process simulator, or the HTTP client's decoding), in seconds.
     pub(crate) provider_cpu_s: f64,
@@ -114,8 +115,8 @@ pub(crate) struct Report {
     /// The runtime's own CPU per step: `cpu_s` minus `provider_cpu_s`, `tool_cpu_s`,
     /// `tool_blocking_cpu_s`,
     /// `driver_cpu_s` and `meter_overhead_s`, per step, in microseconds (session
-    /// creation, subscriptions and event delivery included).
-    pub(crate) runtime_cpu_us_per_step: f64,
+    /// creation, subscriptions and event delivery included); `None` when no step ran.
+    pub(crate) runtime_cpu_us_per_step: Option<f64>,
     /// The bare-client pass (`--compare-bare`), when it ran.
     pub(crate) bare_client: Option<super::bare::BareReport>,
     /// `cpu_us_per_turn` divided by the bare client's CPU per turn (`--compare-bare`).
@@ -149,12 +150,18 @@ pub(crate) struct Report {
     pub(crate) stopped_early: bool,
 }
 
+/// A per-step or per-turn figure for the text report: one decimal, or `n/a` when there
+/// was nothing to divide by (JSON `null`).
+fn per_unit(value: Option<f64>) -> String {
+    value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"))
+}
+
 impl Report {
     /// Fills the rates from the counters and the wall/CPU time.
     pub(crate) fn finish(&mut self, wall: Duration, cpu: Duration) {
         self.wall_s = wall.as_secs_f64();
         self.cpu_s = cpu.as_secs_f64();
-        let per = |n: u64, total: f64| if n == 0 { 0.0 } else { total / n as f64 };
+        let per = |n: u64, total: f64| (n > 0).then(|| total / n as f64);
         self.cpu_us_per_step = per(self.steps, self.cpu_s * 1e6);
         self.cpu_us_per_turn = per(self.turns_completed, self.cpu_s * 1e6);
         let own = (self.cpu_s
@@ -183,9 +190,12 @@ impl Report {
     /// and the bare client replays session 0's first turn, which may itself have failed,
     /// so the two sides did not do comparable work.
     pub(crate) fn set_bare(&mut self, bare: super::bare::BareReport) {
-        self.cpu_ratio_vs_bare =
-            (bare.cpu_us_per_turn > 0.0 && self.turns_failed == 0 && self.turns_completed > 0)
-                .then(|| self.cpu_us_per_turn / bare.cpu_us_per_turn);
+        self.cpu_ratio_vs_bare = match self.cpu_us_per_turn {
+            Some(per_turn) if bare.cpu_us_per_turn > 0.0 && self.turns_failed == 0 => {
+                Some(per_turn / bare.cpu_us_per_turn)
+            }
+            _ => None,
+        };
         self.bare_client = Some(bare);
     }
 
@@ -240,17 +250,19 @@ impl Report {
             self.turns_per_s, self.steps_per_s, self.events_per_s, self.wall_s
         ));
         line(format!(
-            "cpu        {:.2} s  ({:.1} us/step, {:.1} us/turn)",
-            self.cpu_s, self.cpu_us_per_step, self.cpu_us_per_turn
+            "cpu        {:.2} s  ({} us/step, {} us/turn)",
+            self.cpu_s,
+            per_unit(self.cpu_us_per_step),
+            per_unit(self.cpu_us_per_turn)
         ));
         line(format!(
-            "           provider {:.2} s, tools {:.2} s (+{:.2} s on the blocking pool), load driver {:.2} s, meters {:.2} s; runtime's own {:.1} us/step",
+            "           provider {:.2} s, tools {:.2} s (+{:.2} s on the blocking pool), load driver {:.2} s, meters {:.2} s; runtime's own {} us/step",
             self.provider_cpu_s,
             self.tool_cpu_s,
             self.tool_blocking_cpu_s,
             self.driver_cpu_s,
             self.meter_overhead_s,
-            self.runtime_cpu_us_per_step
+            per_unit(self.runtime_cpu_us_per_step)
         ));
         if let Some(bare) = &self.bare_client {
             line(format!(
@@ -325,7 +337,7 @@ mod tests {
         };
         let mut report = Report {
             turns_completed: 4,
-            cpu_us_per_turn: 1000.0,
+            cpu_us_per_turn: Some(1000.0),
             ..Report::default()
         };
         report.set_bare(bare());
@@ -337,6 +349,42 @@ mod tests {
             report
                 .to_text()
                 .contains("runtime/bare not comparable (turns failed)")
+        );
+    }
+
+    #[test]
+    fn cpu_per_step_and_turn_are_null_and_n_a_without_steps_or_turns() {
+        let mut report = Report::default();
+        report.finish(Duration::from_secs(1), Duration::from_millis(20));
+        let json = serde_json::to_value(&report).unwrap();
+        for key in [
+            "cpu_us_per_step",
+            "cpu_us_per_turn",
+            "runtime_cpu_us_per_step",
+        ] {
+            assert_eq!(json[key], serde_json::Value::Null, "{key}");
+        }
+        let text = report.to_text();
+        assert!(
+            text.contains("cpu        0.02 s  (n/a us/step, n/a us/turn)"),
+            "{text}"
+        );
+        assert!(text.contains("runtime's own n/a us/step"), "{text}");
+
+        let mut report = Report {
+            steps: 4,
+            turns_completed: 2,
+            ..Report::default()
+        };
+        report.finish(Duration::from_secs(1), Duration::from_millis(20));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["cpu_us_per_step"], serde_json::json!(5000.0));
+        assert_eq!(json["cpu_us_per_turn"], serde_json::json!(10000.0));
+        assert_eq!(json["runtime_cpu_us_per_step"], serde_json::json!(5000.0));
+        assert!(
+            report
+                .to_text()
+                .contains("(5000.0 us/step, 10000.0 us/turn)")
         );
     }
 

@@ -311,3 +311,45 @@ async fn chat_transport_failure_after_finish_reason_is_done() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_call_with_an_empty_name_is_kept_not_dropped() {
+    let chat_body = [
+        chat(
+            json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "", "arguments": "{\"p\":1}"}}]}),
+            None,
+        ),
+        chat(json!({}), Some("tool_calls")),
+    ]
+    .concat();
+    let anthropic_body = [
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"a\",\"name\":\"\",\"input\":{}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"p\\\":1}\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":3}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    ]
+    .concat();
+    for (kind, body) in [
+        (ProviderKind::OpenaiChat, chat_body),
+        (ProviderKind::Anthropic, anthropic_body),
+    ] {
+        let agg = agg(kind, &body).await;
+        let calls: Vec<_> = agg
+            .tool_calls()
+            .into_iter()
+            .map(|c| (c.id.0, c.name, c.arguments))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![("a".into(), String::new(), json!({"p": 1}))],
+            "{kind:?}"
+        );
+        assert_eq!(
+            agg.finish_reason(),
+            Some(FinishReason::ToolCalls),
+            "{kind:?}"
+        );
+    }
+}
