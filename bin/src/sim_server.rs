@@ -26,10 +26,10 @@ pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+    let listener = match crate::serve::bind(&args.listen.to_string()).await {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("foya: cannot listen on {}: {e}", args.listen);
+            crate::cli::report(&e);
             return EXIT_FAILED;
         }
     };

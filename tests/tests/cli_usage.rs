@@ -485,6 +485,28 @@ fn commands_on_a_session_that_is_not_stored_exit_1_and_create_nothing() {
 }
 
 #[test]
+fn a_sim_server_on_a_taken_port_fails_with_the_same_line_as_serve() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = foya()
+        .args(["sim-server", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(
+        foya_tests::child::outcome(&out),
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "foya: cannot listen on {addr}: the address is already in use (another \
+                 process listens on it; choose another --listen, or port 0 for a free one)\n"
+            )
+        )
+    );
+    drop(taken);
+}
+
+#[test]
 fn a_node_on_a_taken_port_fails_with_one_line_before_the_data_dir_is_created() {
     let tmp = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

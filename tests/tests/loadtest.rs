@@ -669,3 +669,54 @@ fn tool_results_that_are_errors_count_under_errors() {
     let example = report["error_examples"]["tool_error"].as_str().unwrap();
     assert!(example.contains("missing-1.md"), "{example}");
 }
+
+#[test]
+fn explicit_tool_args_are_kept_even_when_they_equal_the_simulators_default() {
+    // The same call in every step: the third is blocked and the fourth ends the turn.
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "1",
+        "--steps-per-turn",
+        "5",
+        "--tool-args",
+        r#"{"path": "README.md"}"#,
+    ]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        (
+            report["turns_completed"].as_u64(),
+            report["turns_failed"].as_u64()
+        ),
+        (Some(0), Some(1)),
+        "{report}"
+    );
+    assert_eq!(report["errors"]["loop_detected"], 1, "{report}");
+}
+
+#[test]
+fn an_unknown_provider_names_sim_and_scripted_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |provider: &str| {
+        let out = foya()
+            .args(["loadtest", "--sessions", "1", "--provider", provider])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run("nope");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("use one of: anthropic, openai, openai-chat, openai-responses, sim"),
+        "{stderr}"
+    );
+    let (code, stderr) = run("scripted");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--provider scripted is for `foya run`, `chat` and `serve`"),
+        "{stderr}"
+    );
+}

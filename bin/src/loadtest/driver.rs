@@ -69,6 +69,23 @@ impl Outcome {
     }
 }
 
+/// `text` on one line (its non-empty lines trimmed and joined by a space), cut to at most
+/// `max` characters with `…` at the end when cut: an error example for the report.
+fn one_line(text: &str, max: usize) -> String {
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if joined.chars().count() <= max {
+        return joined;
+    }
+    let mut cut: String = joined.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 /// Drives session `index` through its turns; stops early when `shared.stop` fires.
 pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
     let mut out = Outcome {
@@ -213,8 +230,7 @@ fn handle(
             // A tool call that failed or was not run (e.g. blocked by run protection):
             // the load test's tool work did not happen as configured.
             EventKind::ToolMessage(message) if message.is_error => {
-                let first = message.content.lines().next().unwrap_or_default();
-                out.error_with("tool_error", first.chars().take(200).collect::<String>());
+                out.error_with("tool_error", one_line(&message.content, 300));
             }
             EventKind::ProviderRetry { error, .. } => {
                 *out.retries
@@ -246,4 +262,23 @@ fn handle(
         },
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn an_error_example_keeps_every_line_on_one_and_marks_a_cut() {
+        // A tool's validation error: the reason is on the lines after an empty-ish first.
+        let text = "invalid arguments for `read_file`:\n  - \"path\" is a required property\n\n  - 'file' was unexpected\n";
+        assert_eq!(
+            one_line(text, 300),
+            "invalid arguments for `read_file`: - \"path\" is a required property - 'file' was unexpected"
+        );
+        assert_eq!(one_line("abcdef", 6), "abcdef");
+        assert_eq!(one_line("abcdefg", 6), "abcde…");
+        assert_eq!(one_line("ééééééé", 4), "ééé…");
+        assert_eq!(one_line("\n \n", 10), "");
+    }
 }

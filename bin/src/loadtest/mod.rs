@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
-use foya_actors::provider::config::ProviderProfile;
+use foya_actors::provider::config::{ConfigError, ProviderProfile};
 use foya_actors::provider::retry::RetryPolicy;
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::{Runtime, RuntimeConfig};
@@ -112,7 +112,9 @@ pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
 async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
     let mut sim = args.sim.to_config()?;
-    workspace::use_distinct_calls(&mut sim);
+    if !args.sim.sets_tool_call()? {
+        workspace::use_distinct_calls(&mut sim);
+    }
     let (client, model, profile) = model_client(&args, &sim)?;
     anyhow::ensure!(
         !args.compare_bare || profile.is_some(),
@@ -298,19 +300,37 @@ fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientCh
         let client = foya_actors::provider::sim::SimClient::new(sim.clone());
         return Ok((Arc::new(client), model, None));
     }
+    anyhow::ensure!(
+        args.provider != "scripted",
+        "--provider scripted is for `foya run`, `chat` and `serve`; a load test uses `sim` \
+         (the default, in process) or an HTTP profile (e.g. openai-chat with --base-url)"
+    );
     let cwd = std::env::current_dir().context("no current directory")?;
     let config = foya_actors::provider::config::ProviderConfig::load(&cwd)?;
     let base_url = args.base_url.as_deref();
     // A bare protocol name needs a model: fall back to the simulator's model name.
     let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
-        Err(_) if args.model.is_none() => {
-            config.resolve(&args.provider, base_url, Some(&sim.model))?
-        }
-        resolved => resolved?,
+        Err(_) if args.model.is_none() => config
+            .resolve(&args.provider, base_url, Some(&sim.model))
+            .map_err(with_sim)?,
+        resolved => resolved.map_err(with_sim)?,
     };
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;
     Ok((Arc::new(client), model, Some(profile)))
+}
+
+/// An unknown-profile error of the load test also names `sim`, its in-process default.
+fn with_sim(e: ConfigError) -> ConfigError {
+    match e {
+        ConfigError::UnknownProfile { name, mut known } => {
+            known.push("sim".to_owned());
+            known.sort();
+            known.dedup();
+            ConfigError::UnknownProfile { name, known }
+        }
+        other => other,
+    }
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

@@ -150,10 +150,10 @@ pub(crate) struct Report {
     pub(crate) stopped_early: bool,
 }
 
-/// A per-step or per-turn figure for the text report: one decimal, or `n/a` when there
-/// was nothing to divide by (JSON `null`).
-fn per_unit(value: Option<f64>) -> String {
-    value.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"))
+/// A per-step or per-turn figure for the text report with its unit (`827.4 us/step`), or
+/// `n/a per step` when there was nothing to divide by (JSON `null`).
+fn per_unit(value: Option<f64>, per: &str) -> String {
+    value.map_or_else(|| format!("n/a per {per}"), |v| format!("{v:.1} us/{per}"))
 }
 
 impl Report {
@@ -250,19 +250,19 @@ impl Report {
             self.turns_per_s, self.steps_per_s, self.events_per_s, self.wall_s
         ));
         line(format!(
-            "cpu        {:.2} s  ({} us/step, {} us/turn)",
+            "cpu        {:.2} s  ({}, {})",
             self.cpu_s,
-            per_unit(self.cpu_us_per_step),
-            per_unit(self.cpu_us_per_turn)
+            per_unit(self.cpu_us_per_step, "step"),
+            per_unit(self.cpu_us_per_turn, "turn")
         ));
         line(format!(
-            "           provider {:.2} s, tools {:.2} s (+{:.2} s on the blocking pool), load driver {:.2} s, meters {:.2} s; runtime's own {} us/step",
+            "           provider {:.2} s, tools {:.2} s (+{:.2} s on the blocking pool), load driver {:.2} s, meters {:.2} s; runtime's own {}",
             self.provider_cpu_s,
             self.tool_cpu_s,
             self.tool_blocking_cpu_s,
             self.driver_cpu_s,
             self.meter_overhead_s,
-            per_unit(self.runtime_cpu_us_per_step)
+            per_unit(self.runtime_cpu_us_per_step, "step")
         ));
         if let Some(bare) = &self.bare_client {
             line(format!(
@@ -366,10 +366,10 @@ mod tests {
         }
         let text = report.to_text();
         assert!(
-            text.contains("cpu        0.02 s  (n/a us/step, n/a us/turn)"),
+            text.contains("cpu        0.02 s  (n/a per step, n/a per turn)"),
             "{text}"
         );
-        assert!(text.contains("runtime's own n/a us/step"), "{text}");
+        assert!(text.contains("runtime's own n/a per step"), "{text}");
 
         let mut report = Report {
             steps: 4,

@@ -57,9 +57,10 @@ pub(crate) struct SimArgs {
     pub(crate) tool_name: Option<String>,
     /// Arguments of the simulator's tool calls, a JSON object in which `{step}` (step
     /// number in the turn, from 1) and `{call}` (index of the call in its step, from 0)
-    /// are filled in in every string, e.g. '{"path": "docs/step-{step}-call-{call}.md"}'
-    /// (what `foya loadtest` uses by default, with one file per call in its workspace).
-    /// Default: '{"path": "README.md"}', the same call every time.
+    /// are filled in in every string. Default: for `foya loadtest`,
+    /// '{"path": "docs/step-{step}-call-{call}.md"}' (one file per call in its
+    /// workspace); for `foya sim-server`, '{"path": "README.md"}' (the same call every
+    /// time).
     #[arg(long, value_name = "JSON", value_parser = tool_args)]
     pub(crate) tool_args: Option<serde_json::Value>,
 }
@@ -111,6 +112,39 @@ impl SimArgs {
             anyhow::bail!("--{flag} {}, got {}", bad.why, bad.value);
         }
         Ok(config)
+    }
+}
+
+impl SimArgs {
+    /// Whether the tool calls were chosen explicitly: `--tool-name` or `--tool-args`, or
+    /// a `tool_name` or `tool_args` field in the `--sim-config` file (even one equal to
+    /// the default). `foya loadtest` gives its own distinct-call template only when not.
+    ///
+    /// # Errors
+    /// An unreadable or unparsable config file.
+    pub(crate) fn sets_tool_call(&self) -> anyhow::Result<bool> {
+        if self.tool_name.is_some() || self.tool_args.is_some() {
+            return Ok(true);
+        }
+        let Some(path) = &self.config else {
+            return Ok(false);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read simulator config {}", path.display()))?;
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let keys: Vec<String> = if is_json {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text)
+                .map(|m| m.keys().cloned().collect())
+                .map_err(anyhow::Error::from)
+        } else {
+            toml::from_str::<toml::Table>(&text)
+                .map(|t| t.keys().cloned().collect())
+                .map_err(anyhow::Error::from)
+        }
+        .with_context(|| format!("invalid simulator config {}", path.display()))?;
+        Ok(keys.iter().any(|k| k == "tool_name" || k == "tool_args"))
     }
 }
 
@@ -199,4 +233,67 @@ fn load(path: &std::path::Path) -> anyhow::Result<SimConfig> {
         );
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn tool_calls_are_explicit_when_a_flag_or_a_file_field_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            Some(path)
+        };
+        let cases = [
+            (SimArgs::default(), false),
+            (
+                SimArgs {
+                    // Equal to the simulator's default, still a choice.
+                    tool_args: Some(serde_json::json!({"path": "README.md"})),
+                    ..SimArgs::default()
+                },
+                true,
+            ),
+            (
+                SimArgs {
+                    tool_name: Some("read_file".to_owned()),
+                    ..SimArgs::default()
+                },
+                true,
+            ),
+            (
+                SimArgs {
+                    config: file("a.toml", "seed = 3\n"),
+                    ..SimArgs::default()
+                },
+                false,
+            ),
+            (
+                SimArgs {
+                    config: file("b.toml", "[tool_args]\npath = \"README.md\"\n"),
+                    ..SimArgs::default()
+                },
+                true,
+            ),
+            (
+                SimArgs {
+                    config: file("c.json", r#"{"tool_name": "read_file"}"#),
+                    ..SimArgs::default()
+                },
+                true,
+            ),
+        ];
+        for (i, (args, explicit)) in cases.into_iter().enumerate() {
+            assert_eq!(args.sets_tool_call().unwrap(), explicit, "case {i}");
+        }
+        let bad = SimArgs {
+            config: file("d.toml", "seed = ["),
+            ..SimArgs::default()
+        };
+        assert!(bad.sets_tool_call().is_err());
+    }
 }

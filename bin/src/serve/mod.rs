@@ -127,11 +127,11 @@ fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds the HTTP listener on `listen`.
+/// Binds the HTTP listener on `listen` (also `foya sim-server`'s).
 ///
 /// # Errors
 /// The address cannot be bound; a taken address says so (`address … is already in use`).
-async fn bind(listen: &str) -> anyhow::Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(listen: &str) -> anyhow::Result<tokio::net::TcpListener> {
     match tokio::net::TcpListener::bind(listen).await {
         Ok(listener) => Ok(listener),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
