@@ -8,6 +8,7 @@ use crate::render::Renderer;
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions};
+use foya_protocol::event::Notice;
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, Event, EventKind, Input, InputId, RunId, Seq, SessionConfig,
     SessionId, SessionUpdate, TurnStatus,
@@ -238,6 +239,17 @@ async fn drive(
                         stop = Some(Stop::StdoutClosed);
                         let _ = session.cancel().await;
                     }
+                }
+                // Too slow a reader (a burst of deltas larger than the buffer): the
+                // subscription ended after this notice; resume from the last event it
+                // delivered, as chat does — the store replays what was missed.
+                if let SessionUpdate::Notice(Notice::Lagged { last_seq, .. }) = &update {
+                    updates = session
+                        .subscribe(last_seq.next(), SubscribeOptions { approver })
+                        .await
+                        .context("cannot resubscribe after falling behind")
+                        .map_err(Failure::Runtime)?;
+                    continue;
                 }
                 let SessionUpdate::Event(event) = &update else { continue };
                 match &event.kind {

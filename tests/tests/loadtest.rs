@@ -720,3 +720,72 @@ fn an_unknown_provider_names_sim_and_scripted_is_refused_with_the_reason() {
         "{stderr}"
     );
 }
+
+#[test]
+fn sigterm_stops_the_run_with_a_partial_report_and_says_the_bare_comparison_was_skipped() {
+    use foya_tests::child::read_until;
+    use std::io::{BufRead as _, BufReader};
+    use std::time::{Duration, Instant};
+    // A slow server (1 s to the first token, three requests per turn) keeps the run going.
+    let (server, addr) = SimServer::start(&["--ttft-ms", "1000"]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let base_url = format!("http://{addr}/v1");
+    let mut child = foya()
+        .args(["loadtest", "--sessions", "2", "--turns", "1", "--provider"])
+        .args(["openai-chat", "--base-url", &base_url, "--compare-bare"])
+        .arg("--json")
+        .arg(&json)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    read_until(&lines, deadline, |line| {
+        line.contains("sending requests to")
+    });
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines.try_iter().collect();
+    drop(server);
+    assert_eq!(status.code(), Some(143), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l
+            == "foya loadtest: the bare-client comparison (--compare-bare) was skipped: SIGTERM stopped the run"),
+        "{rest:?}"
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        (&report["stopped_early"], &report["bare_client"]),
+        (&Value::Bool(true), &Value::Null),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_turn_of_more_tool_calls_than_the_workspace_supports_is_refused_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = foya()
+        .args(["loadtest", "--sessions", "1", "--steps-per-turn", "100001"])
+        .args(["--tool-calls-per-step", "1000"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .contains("a turn of 100000000 tool calls is more than the load test supports (10000)"),
+        "{stderr}"
+    );
+}

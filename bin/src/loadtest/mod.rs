@@ -15,7 +15,7 @@ mod workspace;
 
 pub(crate) use sim_args::SimArgs;
 
-use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
@@ -110,6 +110,10 @@ pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
 }
 
 async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
+    // Installed first, before any setup: SIGINT, SIGTERM or SIGHUP from the first moment
+    // stops the run with a partial report (never lost between two waits, never the
+    // default kill that would leave the temporary directories behind).
+    let mut signals = crate::signals::Signals::install()?;
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
     let mut sim = args.sim.to_config()?;
     if !args.sim.sets_tool_call()? {
@@ -179,9 +183,6 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         driver_cpu: Arc::clone(&driver_cpu),
     });
 
-    // Installed once, before anything runs: a SIGINT is never lost between two waits.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("cannot install the SIGINT handler")?;
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
     let cpu_before = report::cpu_time();
@@ -192,7 +193,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         tasks.spawn(driver::drive(index, Arc::clone(&shared)));
     }
     let mut outcomes = Vec::with_capacity(args.sessions);
-    let mut interrupted_by_user = false;
+    // The signal that stopped the run, if one did.
+    let mut interrupted_by_user: Option<crate::signals::Signalled> = None;
     let deadline = args
         .duration
         .and_then(|d| tokio::time::Instant::now().checked_add(d));
@@ -203,8 +205,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
                 Some(Err(_)) => outcomes.push(panicked()),
                 None => break,
             },
-            _ = interrupt.recv(), if !stop.is_cancelled() => {
-                interrupted_by_user = true;
+            signal = signals.recv(), if !stop.is_cancelled() => {
+                interrupted_by_user = Some(signal);
                 progress.println("stopping… (partial report follows)");
                 stop.cancel();
             }
@@ -234,11 +236,12 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     }
     store.close().await;
 
-    if args.compare_bare && profile.is_some() && stop.is_cancelled() && !interrupted_by_user {
-        eprintln!(
-            "foya loadtest: the bare-client comparison (--compare-bare) was skipped: \
-             --duration stopped the run before every turn ran"
-        );
+    if args.compare_bare && profile.is_some() && stop.is_cancelled() {
+        let why = match interrupted_by_user {
+            Some(signal) => format!("{} stopped the run", signal.name()),
+            None => "--duration stopped the run before every turn ran".to_owned(),
+        };
+        eprintln!("foya loadtest: the bare-client comparison (--compare-bare) was skipped: {why}");
     }
     if let (Some(profile), true) = (&profile, args.compare_bare && !stop.is_cancelled()) {
         let requests = captured
@@ -251,9 +254,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         tokio::select! {
             bare = bare => report.set_bare(bare?),
             // Ctrl-C during the bare pass: the runtime's report, without the comparison.
-            _ = interrupt.recv() => {
+            signal = signals.recv() => {
                 eprintln!("stopping… (the bare-client comparison was not finished)");
-                interrupted_by_user = true;
+                interrupted_by_user = Some(signal);
                 report.stopped_early = true;
             }
         }
@@ -265,8 +268,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         std::fs::write(path, json + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    Ok(if interrupted_by_user {
-        EXIT_CANCELLED
+    Ok(if let Some(signal) = interrupted_by_user {
+        signal.exit_code()
     } else if report.turns_failed > 0 || !report.errors.is_empty() {
         EXIT_FAILED
     } else {

@@ -41,6 +41,11 @@ pub(crate) fn use_distinct_calls(config: &mut SimConfig) {
     }
 }
 
+/// Most tool calls of one turn the workspace is generated for: `(steps − 1) × calls per
+/// step` above it is refused before anything is written (a file per call; the simulator
+/// plans a turn's calls up front).
+pub(crate) const MAX_CALLS_PER_TURN: u64 = 10_000;
+
 /// Creates the workspace in a new temporary directory: `README.md` and, when `config`
 /// calls `read_file`, the file each call of a turn names (its `path` argument, when
 /// relative and inside the workspace), a few lines each.
@@ -48,6 +53,13 @@ pub(crate) fn use_distinct_calls(config: &mut SimConfig) {
 /// # Errors
 /// The directory or a file cannot be created.
 pub(crate) fn create(config: &SimConfig) -> anyhow::Result<tempfile::TempDir> {
+    let steps = config.tool_steps();
+    let calls = u64::from(steps.end - steps.start) * u64::from(config.tool_calls_per_step);
+    anyhow::ensure!(
+        calls <= MAX_CALLS_PER_TURN,
+        "a turn of {calls} tool calls is more than the load test supports ({MAX_CALLS_PER_TURN}); \
+         lower --steps-per-turn or --tool-calls-per-step"
+    );
     let dir = tempfile::Builder::new()
         .prefix("foya-loadtest-ws")
         .tempdir()
