@@ -789,3 +789,68 @@ fn a_turn_of_more_tool_calls_than_the_workspace_supports_is_refused_before_it_ru
         "{stderr}"
     );
 }
+
+/// `foya run` whose reader falls behind a long burst of deltas (here: stdout not read at
+/// all until the turn has ended, so the session drops the subscriber with a `lagged`
+/// notice) resumes from the store and prints the whole answer, instead of reporting the
+/// session closed and cancelling the turn. The project's stop hook marks the end of the
+/// turn: it runs once the final answer's every delta was published.
+#[test]
+fn run_resumes_after_falling_behind_and_prints_the_whole_answer() {
+    use std::io::Read as _;
+    use std::time::{Duration, Instant};
+    const TOKENS: usize = 200_000;
+    let (server, addr) = SimServer::start(&[
+        "--response-tokens",
+        &TOKENS.to_string(),
+        "--steps-per-turn",
+        "1",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let done = dir.path().join("turn-ended");
+    std::fs::create_dir_all(ws.join(".foya")).unwrap();
+    std::fs::write(
+        ws.join(".foya/config.toml"),
+        format!("[hooks]\nstop = [\"touch '{}'\"]\n", done.display()),
+    )
+    .unwrap();
+    let mut child = foya()
+        .args(["run", "--provider", "openai-chat", "--base-url"])
+        .arg(format!("http://{addr}/v1"))
+        .args(["--model", "sim-1", "--approval", "bypass", "--cwd"])
+        .arg(&ws)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("hi")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nobody reads stdout until the turn has ended: the 800 KB answer fills the pipe and
+    // the renderer blocks while the session keeps publishing.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the turn never ended");
+        std::thread::sleep(Duration::from_millis(20)); // polling a predicate, not a delay
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).unwrap();
+        out
+    });
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let out = reader.join().unwrap();
+    drop(server);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    // Every token is one 4-character word, and the answer ends with a newline.
+    assert_eq!(out.len(), TOKENS * 4 + 1, "{stderr}");
+}
