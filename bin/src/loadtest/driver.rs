@@ -209,11 +209,20 @@ fn handle(
             }
         }
         SessionUpdate::Notice(notice) => {
-            let class = match notice {
-                foya_protocol::event::Notice::Lagged { .. } => "lagged",
-                foya_protocol::event::Notice::Closed { .. } => "subscription_closed",
-            };
-            out.error(class);
+            match notice {
+                foya_protocol::event::Notice::Lagged { last_seq, .. } => out.error_with(
+                    "lagged",
+                    format!(
+                        "the load driver's subscriber fell behind after seq {}: more updates \
+                         at once than --subscriber-buffer holds (raise it, or lower \
+                         --response-tokens / --tool-calls-per-step)",
+                        last_seq.0
+                    ),
+                ),
+                foya_protocol::event::Notice::Closed { reason, .. } => {
+                    out.error_with("subscription_closed", reason);
+                }
+            }
             return Some(TurnEnd::Lost);
         }
         SessionUpdate::Event(event) => match event.kind {
