@@ -245,6 +245,12 @@ pub(crate) fn missing_store(dir: &Path) -> String {
 /// The file cannot be read or parsed, or `stop` is not an array of strings.
 pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
     let path = foya_actors::context::project_root(cwd).join(".foya/config.toml");
+    // Not a regular file (a directory, a FIFO that would block the read): refused.
+    if let Ok(meta) = std::fs::metadata(&path)
+        && !meta.is_file()
+    {
+        anyhow::bail!("cannot read {}: not a regular file", path.display());
+    }
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -315,5 +321,24 @@ mod tests {
         );
         std::fs::write(&file, "[hooks]\nstop = \"x\"\n").unwrap();
         assert!(stop_hooks(dir.path()).is_err());
+        // A directory or a FIFO in its place is refused at once (a FIFO's read would block).
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        let err = stop_hooks(dir.path()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("cannot read {}: not a regular file", file.display())
+        );
+        std::fs::remove_dir(&file).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&file)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = stop_hooks(dir.path()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("cannot read {}: not a regular file", file.display())
+        );
     }
 }

@@ -67,13 +67,15 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     };
     let (model, model_name) =
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
+    // Read before the store is opened: a broken project config creates nothing.
+    let stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
     let store = match session_store {
         Some(store) => store,
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
     };
 
     let mut config = RuntimeConfig::new(store.clone(), model);
-    config.stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
+    config.stop_hook_commands = stop_hook_commands;
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")

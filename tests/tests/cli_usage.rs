@@ -546,3 +546,32 @@ fn a_node_on_a_taken_port_fails_with_one_line_before_the_data_dir_is_created() {
     );
     drop(taken);
 }
+
+#[test]
+fn a_broken_project_config_is_reported_before_the_data_dir_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".foya")).unwrap();
+    let config = ws.join(".foya/config.toml");
+    std::fs::write(&config, "[hooks\n").unwrap();
+    let script = tmp.path().join("script.json");
+    std::fs::write(&script, r#"{"responses": [{"text": "hi"}]}"#).unwrap();
+    let data = tmp.path().join("data");
+    let out = foya()
+        .args(["run", "--provider", "scripted", "--script"])
+        .arg(&script)
+        .arg("--cwd")
+        .arg(&ws)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("hello")
+        .output()
+        .unwrap();
+    let (code, stdout, stderr) = foya_tests::child::outcome(&out);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("foya: cannot parse {}", config.display())),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "the data dir was created: {stderr}");
+}

@@ -257,6 +257,15 @@ impl ProviderConfig {
     pub fn load_files(paths: &[PathBuf]) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         for path in paths {
+            // Not a regular file (a directory, a FIFO that would block the read): refused.
+            if let Ok(meta) = std::fs::metadata(path)
+                && !meta.is_file()
+            {
+                return Err(ConfigError::Read {
+                    path: path.clone(),
+                    message: "not a regular file".to_owned(),
+                });
+            }
             let text = match std::fs::read_to_string(path) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,

@@ -244,3 +244,15 @@ fn the_project_file_is_found_from_a_subdirectory_of_the_project() {
         Err(ConfigError::UnknownProfile { .. })
     ));
 }
+
+#[test]
+fn a_config_path_that_is_not_a_regular_file_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::create_dir(&path).unwrap();
+    let err = ProviderConfig::load_files(std::slice::from_ref(&path)).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Read { path: p, message } if *p == path && message == "not a regular file"),
+        "{err:?}"
+    );
+}
