@@ -236,25 +236,17 @@ pub(crate) fn missing_store(dir: &Path) -> String {
     }
 }
 
-/// Stop hook commands of the project: `.foya/config.toml` at the project root of `cwd`
-/// ([`foya_actors::context::project_root`]), table `[hooks]`, key
+/// Stop hook commands of the project: its config file
+/// ([`foya_actors::provider::config::project_file`]), table `[hooks]`, key
 /// `stop` (an array of shell commands, run with `bash -c` in the session's cwd). Empty
 /// when the file, the table or the key is absent.
 ///
 /// # Errors
 /// The file cannot be read or parsed, or `stop` is not an array of strings.
 pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
-    let path = foya_actors::context::project_root(cwd).join(".foya/config.toml");
-    // Not a regular file (a directory, a FIFO that would block the read): refused.
-    if let Ok(meta) = std::fs::metadata(&path)
-        && !meta.is_file()
-    {
-        anyhow::bail!("cannot read {}: not a regular file", path.display());
-    }
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    let path = foya_actors::provider::config::project_file(cwd);
+    let Some(text) = foya_actors::provider::config::read_optional(&path)? else {
+        return Ok(Vec::new());
     };
     let value: toml::Table =
         toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;

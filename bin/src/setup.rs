@@ -47,12 +47,21 @@ pub(crate) const SCRIPTED: &str = "scripted";
 
 /// An unknown-profile error that also names [`SCRIPTED`], which this command accepts.
 fn with_scripted(e: ConfigError) -> ConfigError {
+    also_known(e, SCRIPTED)
+}
+
+/// An unknown-profile error that also names `name`, a provider the command handles
+/// itself (`scripted` for run/chat/serve, `sim` for the load test).
+pub(crate) fn also_known(e: ConfigError, name: &str) -> ConfigError {
     match e {
-        ConfigError::UnknownProfile { name, mut known } => {
-            known.push(SCRIPTED.to_owned());
+        ConfigError::UnknownProfile {
+            name: asked,
+            mut known,
+        } => {
+            known.push(name.to_owned());
             known.sort();
             known.dedup();
-            ConfigError::UnknownProfile { name, known }
+            ConfigError::UnknownProfile { name: asked, known }
         }
         other => other,
     }

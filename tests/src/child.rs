@@ -78,6 +78,32 @@ fn spawn<T: Send + 'static>(command: &mut Command, parse: fn(&str) -> T) -> Pipe
     }
 }
 
+/// Spawns `command` with stdout discarded and stderr read line by line on a thread: for
+/// a child that reports its progress on stderr (`foya loadtest`). The receiver
+/// disconnects once stderr closed.
+///
+/// # Panics
+/// When the command cannot be spawned.
+pub fn spawn_stderr_lines(command: &mut Command) -> (Child, mpsc::Receiver<String>) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {command:?}: {e}"));
+    let Some(stderr) = child.stderr.take() else {
+        panic!("stderr is piped")
+    };
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines)
+}
+
 /// Receives lines until one satisfies `until`; returns every line read, that one last.
 ///
 /// # Panics

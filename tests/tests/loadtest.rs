@@ -431,8 +431,7 @@ fn sim_config_values_are_refused_as_their_flags_are() {
 
 #[test]
 fn ctrl_c_during_the_bare_comparison_gives_the_partial_report_and_exit_130() {
-    use foya_tests::child::read_until;
-    use std::io::{BufRead as _, BufReader};
+    use foya_tests::child::{read_until, spawn_stderr_lines};
     use std::time::{Duration, Instant};
     // A slow server (1 s to the first token) keeps the bare pass running for a while.
     let (server, addr) = SimServer::start(&["--ttft-ms", "1000"]);
@@ -451,19 +450,8 @@ fn ctrl_c_during_the_bare_comparison_gives_the_partial_report_and_exit_130() {
         ])
         .arg(&json)
         .current_dir(dir.path());
-    let mut child = command
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // stderr line by line: the bare pass announces itself there.
-    let (tx, errors) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, errors) = spawn_stderr_lines(&mut command);
     let deadline = Instant::now() + Duration::from_secs(60);
     read_until(&errors, deadline, |line| {
         line.contains("with a bare client")
@@ -723,31 +711,21 @@ fn an_unknown_provider_names_sim_and_scripted_is_refused_with_the_reason() {
 
 #[test]
 fn sigterm_stops_the_run_with_a_partial_report_and_says_the_bare_comparison_was_skipped() {
-    use foya_tests::child::read_until;
-    use std::io::{BufRead as _, BufReader};
+    use foya_tests::child::{read_until, spawn_stderr_lines};
     use std::time::{Duration, Instant};
     // A slow server (1 s to the first token, three requests per turn) keeps the run going.
     let (server, addr) = SimServer::start(&["--ttft-ms", "1000"]);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let base_url = format!("http://{addr}/v1");
-    let mut child = foya()
+    let mut command = foya();
+    command
         .args(["loadtest", "--sessions", "2", "--turns", "1", "--provider"])
         .args(["openai-chat", "--base-url", &base_url, "--compare-bare"])
         .arg("--json")
         .arg(&json)
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+        .current_dir(dir.path());
+    let (mut child, lines) = spawn_stderr_lines(&mut command);
     let deadline = Instant::now() + Duration::from_secs(60);
     read_until(&lines, deadline, |line| {
         line.contains("sending requests to")
@@ -755,8 +733,8 @@ fn sigterm_stops_the_run_with_a_partial_report_and_says_the_bare_comparison_was_
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let rest: Vec<String> = lines.try_iter().collect();
+    // The reader thread ends with stderr: every remaining line is there.
+    let rest: Vec<String> = lines.iter().collect();
     drop(server);
     assert_eq!(status.code(), Some(143), "{rest:?}");
     assert!(
@@ -793,12 +771,13 @@ fn a_turn_of_more_tool_calls_than_the_workspace_supports_is_refused_before_it_ru
 /// `foya run` whose reader falls behind a long burst of deltas (here: stdout not read at
 /// all until the turn has ended, so the session drops the subscriber with a `lagged`
 /// notice) resumes from the store and prints the whole answer, instead of reporting the
-/// session closed and cancelling the turn. The project's stop hook marks the end of the
-/// turn: it runs once the final answer's every delta was published.
+/// session closed and cancelling the turn. The project's stop hook announces the end of
+/// the turn on a FIFO the test reads: it runs once the final answer's every delta was
+/// published.
 #[test]
 fn run_resumes_after_falling_behind_and_prints_the_whole_answer() {
     use std::io::Read as _;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     const TOKENS: usize = 200_000;
     let (server, addr) = SimServer::start(&[
         "--response-tokens",
@@ -808,13 +787,26 @@ fn run_resumes_after_falling_behind_and_prints_the_whole_answer() {
     ]);
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
-    let done = dir.path().join("turn-ended");
+    let ended = dir.path().join("turn-ended");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&ended)
+            .status()
+            .unwrap()
+            .success()
+    );
     std::fs::create_dir_all(ws.join(".foya")).unwrap();
     std::fs::write(
         ws.join(".foya/config.toml"),
-        format!("[hooks]\nstop = [\"touch '{}'\"]\n", done.display()),
+        format!("[hooks]\nstop = [\"echo ended > '{}'\"]\n", ended.display()),
     )
     .unwrap();
+    // Opening a FIFO for reading waits for its writer: the hook.
+    let (tx, turn_ended) = std::sync::mpsc::channel();
+    let fifo = ended.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(fifo));
+    });
     let mut child = foya()
         .args(["run", "--provider", "openai-chat", "--base-url"])
         .arg(format!("http://{addr}/v1"))
@@ -829,11 +821,10 @@ fn run_resumes_after_falling_behind_and_prints_the_whole_answer() {
         .unwrap();
     // Nobody reads stdout until the turn has ended: the 800 KB answer fills the pipe and
     // the renderer blocks while the session keeps publishing.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !done.exists() {
-        assert!(Instant::now() < deadline, "the turn never ended");
-        std::thread::sleep(Duration::from_millis(20)); // polling a predicate, not a delay
-    }
+    let said = turn_ended
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the turn never ended");
+    assert_eq!(said.unwrap(), "ended\n");
     let mut stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut out = Vec::new();

@@ -136,7 +136,7 @@ impl ProjectContext {
     #[must_use]
     pub fn load(cwd: &Path, user_dir: Option<&Path>) -> ProjectContext {
         let cwd = normalize(cwd);
-        let root = project_root(&cwd);
+        let root = root_of(&cwd);
         let mut ctx = ProjectContext {
             root: root.clone(),
             ..ProjectContext::default()
@@ -336,10 +336,14 @@ fn stem(path: &Path) -> String {
 /// Codex and Claude Code do).
 #[must_use]
 pub fn project_root(cwd: &Path) -> PathBuf {
-    let cwd = normalize(cwd);
+    root_of(&normalize(cwd))
+}
+
+/// [`project_root`] of an already normalised `cwd`.
+fn root_of(cwd: &Path) -> PathBuf {
     cwd.ancestors()
         .find(|d| d.join(".git").exists() || d.join(".foya").exists())
-        .unwrap_or(&cwd)
+        .unwrap_or(cwd)
         .to_path_buf()
 }
 

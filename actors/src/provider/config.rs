@@ -237,6 +237,36 @@ pub struct ProviderConfig {
     pub profiles: BTreeMap<String, ProfileToml>,
 }
 
+/// The project's config file for working directory `cwd`: `.foya/config.toml` at its
+/// [`crate::context::project_root`] (nearest ancestor with `.git` or `.foya`). It also
+/// holds the CLI's `[hooks]`.
+#[must_use]
+pub fn project_file(cwd: &Path) -> PathBuf {
+    crate::context::project_root(cwd).join(".foya/config.toml")
+}
+
+/// A config file's text, or `None` when it does not exist.
+///
+/// # Errors
+/// [`ConfigError::Read`] when it cannot be read, or is not a regular file (a directory;
+/// a FIFO, whose read would block): refused without reading it.
+pub fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
+    let refused = |message: String| ConfigError::Read {
+        path: path.to_owned(),
+        message,
+    };
+    if let Ok(meta) = std::fs::metadata(path)
+        && !meta.is_file()
+    {
+        return Err(refused("not a regular file".to_owned()));
+    }
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(refused(e.to_string())),
+    }
+}
+
 impl ProviderConfig {
     /// Parses one file's text (`path` is for messages).
     ///
@@ -257,24 +287,8 @@ impl ProviderConfig {
     pub fn load_files(paths: &[PathBuf]) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         for path in paths {
-            // Not a regular file (a directory, a FIFO that would block the read): refused.
-            if let Ok(meta) = std::fs::metadata(path)
-                && !meta.is_file()
-            {
-                return Err(ConfigError::Read {
-                    path: path.clone(),
-                    message: "not a regular file".to_owned(),
-                });
-            }
-            let text = match std::fs::read_to_string(path) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    return Err(ConfigError::Read {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    });
-                }
+            let Some(text) = read_optional(path)? else {
+                continue;
             };
             for (name, profile) in Self::parse(&text, path)?.profiles {
                 config.profiles.entry(name).or_default().merge(profile);
@@ -294,7 +308,7 @@ impl ProviderConfig {
         if let Some(home) = dirs::home_dir() {
             paths.push(home.join(".config/foya/config.toml"));
         }
-        paths.push(crate::context::project_root(cwd).join(".foya/config.toml"));
+        paths.push(project_file(cwd));
         Self::load_files(&paths)
     }
 

@@ -20,7 +20,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
-use foya_actors::provider::config::{ConfigError, ProviderProfile};
+use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::RetryPolicy;
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::{Runtime, RuntimeConfig};
@@ -115,8 +115,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     // default kill that would leave the temporary directories behind).
     let mut signals = crate::signals::Signals::install()?;
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
-    let mut sim = args.sim.to_config()?;
-    if !args.sim.sets_tool_call()? {
+    let (mut sim, calls_chosen) = args.sim.to_config_and_choice()?;
+    if !calls_chosen {
         workspace::use_distinct_calls(&mut sim);
     }
     let (client, model, profile) = model_client(&args, &sim)?;
@@ -315,25 +315,12 @@ fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientCh
     let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
         Err(_) if args.model.is_none() => config
             .resolve(&args.provider, base_url, Some(&sim.model))
-            .map_err(with_sim)?,
-        resolved => resolved.map_err(with_sim)?,
+            .map_err(|e| crate::setup::also_known(e, "sim"))?,
+        resolved => resolved.map_err(|e| crate::setup::also_known(e, "sim"))?,
     };
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;
     Ok((Arc::new(client), model, Some(profile)))
-}
-
-/// An unknown-profile error of the load test also names `sim`, its in-process default.
-fn with_sim(e: ConfigError) -> ConfigError {
-    match e {
-        ConfigError::UnknownProfile { name, mut known } => {
-            known.push("sim".to_owned());
-            known.sort();
-            known.dedup();
-            ConfigError::UnknownProfile { name, known }
-        }
-        other => other,
-    }
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

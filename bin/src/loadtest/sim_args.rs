@@ -84,10 +84,22 @@ impl SimArgs {
     /// An unreadable or invalid config file (also a field its flag would refuse), or an
     /// error rate outside `0..=1`.
     pub(crate) fn to_config(&self) -> anyhow::Result<SimConfig> {
-        let mut config = match &self.config {
+        self.to_config_and_choice().map(|(config, _)| config)
+    }
+
+    /// [`Self::to_config`], and whether the tool calls were chosen explicitly:
+    /// `--tool-name` or `--tool-args`, or a `tool_name` or `tool_args` field in the
+    /// `--sim-config` file (even one equal to the default). `foya loadtest` gives its own
+    /// distinct-call template only when not.
+    ///
+    /// # Errors
+    /// As [`Self::to_config`].
+    pub(crate) fn to_config_and_choice(&self) -> anyhow::Result<(SimConfig, bool)> {
+        let (mut config, file_chooses) = match &self.config {
             Some(path) => load(path)?,
-            None => SimConfig::default(),
+            None => (SimConfig::default(), false),
         };
+        let chosen = file_chooses || self.tool_name.is_some() || self.tool_args.is_some();
         set(&mut config.ttft_ms, self.ttft_ms);
         set(&mut config.tokens_per_s, self.tokens_per_s);
         set(&mut config.response_tokens, self.response_tokens);
@@ -111,40 +123,7 @@ impl SimArgs {
             let flag = bad.field.replace('_', "-");
             anyhow::bail!("--{flag} {}, got {}", bad.why, bad.value);
         }
-        Ok(config)
-    }
-}
-
-impl SimArgs {
-    /// Whether the tool calls were chosen explicitly: `--tool-name` or `--tool-args`, or
-    /// a `tool_name` or `tool_args` field in the `--sim-config` file (even one equal to
-    /// the default). `foya loadtest` gives its own distinct-call template only when not.
-    ///
-    /// # Errors
-    /// An unreadable or unparsable config file.
-    pub(crate) fn sets_tool_call(&self) -> anyhow::Result<bool> {
-        if self.tool_name.is_some() || self.tool_args.is_some() {
-            return Ok(true);
-        }
-        let Some(path) = &self.config else {
-            return Ok(false);
-        };
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read simulator config {}", path.display()))?;
-        let is_json = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        let keys: Vec<String> = if is_json {
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text)
-                .map(|m| m.keys().cloned().collect())
-                .map_err(anyhow::Error::from)
-        } else {
-            toml::from_str::<toml::Table>(&text)
-                .map(|t| t.keys().cloned().collect())
-                .map_err(anyhow::Error::from)
-        }
-        .with_context(|| format!("invalid simulator config {}", path.display()))?;
-        Ok(keys.iter().any(|k| k == "tool_name" || k == "tool_args"))
+        Ok((config, chosen))
     }
 }
 
@@ -211,17 +190,30 @@ fn set<T>(field: &mut T, value: Option<T>) {
     }
 }
 
-fn load(path: &std::path::Path) -> anyhow::Result<SimConfig> {
+/// Reads a `--sim-config` file: the configuration, and whether it names the tool calls
+/// (a `tool_name` or `tool_args` field).
+fn load(path: &std::path::Path) -> anyhow::Result<(SimConfig, bool)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read simulator config {}", path.display()))?;
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let config = if is_json {
-        serde_json::from_str(&text).map_err(anyhow::Error::from)
+    // Typed, and (the same text) as a table whose keys tell what the file sets.
+    let (config, keys): (anyhow::Result<SimConfig>, Vec<String>) = if is_json {
+        let keys = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        (
+            serde_json::from_str(&text).map_err(anyhow::Error::from),
+            keys,
+        )
     } else {
-        toml::from_str(&text).map_err(anyhow::Error::from)
+        let keys = toml::from_str::<toml::Table>(&text)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        (toml::from_str(&text).map_err(anyhow::Error::from), keys)
     };
+    let chooses = keys.iter().any(|k| k == "tool_name" || k == "tool_args");
     let config: SimConfig =
         config.with_context(|| format!("invalid simulator config {}", path.display()))?;
     if let Some(Refused { field, value, why }) = refused(&config) {
@@ -232,7 +224,7 @@ fn load(path: &std::path::Path) -> anyhow::Result<SimConfig> {
             path.display()
         );
     }
-    Ok(config)
+    Ok((config, chooses))
 }
 
 #[cfg(test)]
@@ -288,12 +280,12 @@ mod tests {
             ),
         ];
         for (i, (args, explicit)) in cases.into_iter().enumerate() {
-            assert_eq!(args.sets_tool_call().unwrap(), explicit, "case {i}");
+            assert_eq!(args.to_config_and_choice().unwrap().1, explicit, "case {i}");
         }
         let bad = SimArgs {
             config: file("d.toml", "seed = ["),
             ..SimArgs::default()
         };
-        assert!(bad.sets_tool_call().is_err());
+        assert!(bad.to_config_and_choice().is_err());
     }
 }
