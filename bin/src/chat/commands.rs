@@ -126,12 +126,7 @@ pub(super) fn help() -> String {
 /// or starts with a dot: a hidden file) are skipped, for the lookup and the list alike.
 pub(super) fn unknown(name: &str, cwd: &Path, user_dir: Option<&Path>) -> Option<String> {
     let project = ProjectContext::load(cwd, user_dir);
-    let mut names = project
-        .commands
-        .keys()
-        .map(String::as_str)
-        .filter(|n| typeable(n));
-    if names.any(|n| n == name) {
+    if typeable(name) && project.commands.contains_key(name) {
         return None;
     }
     Some(unknown_message(
