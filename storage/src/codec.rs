@@ -76,6 +76,21 @@ pub fn encode_event(event: &Event) -> Result<Vec<u8>, EncodeError> {
     })
 }
 
+/// The header of a stored event without its kind: what a summary needs of a session's
+/// latest event. Unknown fields (`kind`, `run_id`) are skipped by the decoder.
+#[derive(Deserialize)]
+struct StoredEventTime {
+    at_ms: UnixMs,
+}
+
+/// The `at_ms` of a value written by [`encode_event`], without decoding its kind.
+///
+/// # Errors
+/// As [`decode`].
+pub(crate) fn decode_event_time(bytes: &[u8]) -> Result<UnixMs, ReadError> {
+    decode::<StoredEventTime>(bytes).map(|stored| stored.at_ms)
+}
+
 /// Decodes a value written by [`encode_event`] back into the event at `(session_id, seq)`.
 ///
 /// # Errors

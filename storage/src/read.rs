@@ -2,7 +2,7 @@
 
 use crate::codec;
 use crate::error::ReadError;
-use crate::schema::{EVENTS, SESSIONS, session_key};
+use crate::schema::{EVENTS, SESSIONS, current_summary, session_key};
 use crate::store::Store;
 use foya_protocol::{Event, Seq, SessionId, SessionSummary};
 use redb::{ReadableDatabase, ReadableTable};
@@ -76,7 +76,8 @@ impl Store {
     ///
     /// # Errors
     /// [`ReadError::Storage`] when redb or the disk fails; [`ReadError::UnsupportedFormat`]
-    /// or [`ReadError::Decode`] when the stored summary cannot be decoded.
+    /// or [`ReadError::Decode`] when the stored summary or the header of the session's
+    /// latest event cannot be decoded.
     pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
         let txn = self
             .inner
@@ -86,11 +87,10 @@ impl Store {
             .begin_read()
             .map_err(ReadError::storage)?;
         let table = txn.open_table(SESSIONS).map_err(ReadError::storage)?;
-        match table
-            .get(session_key(session))
-            .map_err(ReadError::storage)?
-        {
-            Some(value) => Ok(Some(codec::decode(value.value())?)),
+        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
+        let key = session_key(session);
+        match table.get(key).map_err(ReadError::storage)? {
+            Some(value) => Ok(Some(current_summary(&events, key, value.value())?)),
             None => Ok(None),
         }
     }
@@ -109,10 +109,11 @@ impl Store {
             .begin_read()
             .map_err(ReadError::storage)?;
         let table = txn.open_table(SESSIONS).map_err(ReadError::storage)?;
+        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(ReadError::storage)? {
-            let (_, v) = entry.map_err(ReadError::storage)?;
-            out.push(codec::decode::<SessionSummary>(v.value())?);
+            let (k, v) = entry.map_err(ReadError::storage)?;
+            out.push(current_summary(&events, k.value(), v.value())?);
         }
         out.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(b.id.cmp(&a.id)));
         Ok(out)

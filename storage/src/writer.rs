@@ -3,15 +3,17 @@
 //! It blocks on the bounded request queue, drains up to `max_batch` more requests, and
 //! commits all of them in one transaction (group commit). Each request is validated
 //! against the session's summary (last seq, deleted flag), cached in memory and loaded
-//! lazily from the `sessions` table. Changes of a batch live in an overlay that is merged
+//! lazily (the `sessions` row, brought up to the session's latest event). Only an append
+//! that changes the summary's stored fields (creation, title, deletion) rewrites its
+//! `sessions` row; an ordinary append inserts just its events. Changes of a batch live in an overlay that is merged
 //! into the cache only after the commit succeeded, so a failed commit leaves the cache
 //! exactly as the database is. A failed batch answers every request with
 //! [`AppendError::Storage`]; the thread goes on with the next batch.
 
 use crate::codec;
 use crate::db::DbSlot;
-use crate::error::AppendError;
-use crate::schema::{EVENTS, SESSIONS, session_key};
+use crate::error::{AppendError, ReadError};
+use crate::schema::{EVENTS, SESSIONS, current_summary, session_key};
 use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};
 use redb::{Database, ReadableTable, Table};
 use std::collections::HashMap;
@@ -178,7 +180,8 @@ impl Writer {
                 if self.cache.len() + overlay.len() > MAX_CACHED_SESSIONS {
                     self.cache.clear();
                 }
-                self.cache.extend(overlay);
+                self.cache
+                    .extend(overlay.into_iter().map(|(key, c)| (key, c.summary)));
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     // The caller may have stopped waiting (cancelled append): fine.
                     let _ = request.reply.send(outcome);
@@ -228,9 +231,12 @@ impl Writer {
                     continue;
                 };
                 let key = session_key(first.session_id);
-                let current = match overlay.get(&key).or_else(|| self.cache.get(&key)) {
-                    Some(summary) => Ok(Some(summary.clone())),
-                    None => load_summary(&sessions, key)?,
+                let (current, stored_changed) = match overlay.get(&key) {
+                    Some(changed) => (Ok(Some(changed.summary.clone())), changed.stored_changed),
+                    None => match self.cache.get(&key) {
+                        Some(summary) => (Ok(Some(summary.clone())), false),
+                        None => (load_summary(&sessions, &events, key)?, false),
+                    },
                 };
                 match current.and_then(|current| next_summary(current, &request.events)) {
                     Ok(summary) => {
@@ -239,14 +245,25 @@ impl Writer {
                                 .insert((key, event.seq.0), value.as_slice())
                                 .map_err(BatchFailure::redb)?;
                         }
-                        overlay.insert(key, summary);
+                        let stored_changed = stored_changed
+                            || request
+                                .events
+                                .iter()
+                                .any(|e| !matches!(e.change, SummaryChange::None));
+                        overlay.insert(
+                            key,
+                            Changed {
+                                summary,
+                                stored_changed,
+                            },
+                        );
                         outcomes.push(Ok(()));
                     }
                     Err(refused) => outcomes.push(Err(refused)),
                 }
             }
-            for (key, summary) in &overlay {
-                let value = codec::encode(summary).map_err(|e| BatchFailure {
+            for (key, changed) in overlay.iter().filter(|(_, c)| c.stored_changed) {
+                let value = codec::encode(&changed.summary).map_err(|e| BatchFailure {
                     error: AppendError::Encode(e.0),
                     io: false,
                 })?;
@@ -269,7 +286,15 @@ impl Writer {
 type Outcomes = Vec<Result<(), AppendError>>;
 
 /// Summaries changed by a batch, merged into the cache once it committed.
-type Overlay = HashMap<u128, SessionSummary>;
+type Overlay = HashMap<u128, Changed>;
+
+/// A session's summary after a batch's appends.
+struct Changed {
+    summary: SessionSummary,
+    /// An append changed a field kept in the `sessions` row (not only `last_seq` and
+    /// `updated_at_ms`, which readers take from the events): the row is rewritten.
+    stored_changed: bool,
+}
 
 /// A failure of a whole batch: nothing of it was committed.
 struct BatchFailure {
@@ -299,17 +324,24 @@ impl fmt::Debug for BatchFailure {
 /// A session's committed summary (`None`: unknown session), or why it cannot be used.
 type LoadedSummary = Result<Option<SessionSummary>, AppendError>;
 
-/// The committed summary of a session. A summary that does not decode refuses only
-/// the appends of its session; a redb failure fails the batch.
+/// The committed summary of a session, up to its latest event. A summary (or latest
+/// event) that does not decode refuses only the appends of its session; a redb failure
+/// fails the batch.
 fn load_summary(
     sessions: &Table<'_, u128, &[u8]>,
+    events: &Table<'_, (u128, u64), &[u8]>,
     key: u128,
 ) -> Result<LoadedSummary, BatchFailure> {
-    match sessions.get(key).map_err(BatchFailure::redb)? {
-        Some(value) => Ok(codec::decode(value.value())
-            .map(Some)
-            .map_err(AppendError::from)),
-        None => Ok(Ok(None)),
+    let Some(value) = sessions.get(key).map_err(BatchFailure::redb)? else {
+        return Ok(Ok(None));
+    };
+    match current_summary(events, key, value.value()) {
+        Ok(summary) => Ok(Ok(Some(summary))),
+        Err(ReadError::Storage(message)) => Err(BatchFailure {
+            error: AppendError::Storage(message),
+            io: false,
+        }),
+        Err(refused) => Ok(Err(AppendError::from(refused))),
     }
 }
 

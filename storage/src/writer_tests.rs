@@ -6,7 +6,7 @@ use super::*;
 use crate::db::Reopen;
 use crate::store::{Store, StoreOptions, StoreStats};
 use foya_protocol::{SessionConfig, SessionId};
-use redb::StorageBackend;
+use redb::{ReadableDatabase, StorageBackend};
 use redb::backends::InMemoryBackend;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -181,6 +181,62 @@ fn one_batch_commits_the_valid_appends_and_refuses_the_invalid_ones() {
             .map(|s| s.map(|s| s.last_seq))
             .collect::<Vec<_>>(),
         vec![Some(Seq(2)), None, Some(Seq(2))]
+    );
+}
+
+/// The stored `sessions` row of `session` (raw bytes) and the summary readers see.
+fn stored_row(writer: &Writer, session: SessionId) -> Vec<u8> {
+    let db = writer.db.get().unwrap();
+    let txn = db.begin_read().unwrap();
+    let sessions = txn.open_table(SESSIONS).unwrap();
+    sessions
+        .get(session_key(session))
+        .unwrap()
+        .unwrap()
+        .value()
+        .to_vec()
+}
+
+#[test]
+fn an_ordinary_append_leaves_the_summary_row_alone_and_a_cold_writer_still_continues_the_log() {
+    let mut writer = memory_writer();
+    let a = SessionId::new();
+    let append = |writer: &mut Writer, events: Vec<Event>| {
+        let (request, mut answer) = request(events);
+        writer.write_batch(vec![request]);
+        answer.try_recv().unwrap()
+    };
+    assert_eq!(append(&mut writer, vec![created(a)]), Ok(()));
+    let row = stored_row(&writer, a);
+    assert_eq!(append(&mut writer, vec![step(a, 2), step(a, 3)]), Ok(()));
+    assert_eq!(stored_row(&writer, a), row, "an ordinary append rewrote the row");
+
+    // A title changes the row; a writer that lost its cache (a restart, an eviction)
+    // takes the last seq and time from the events, so it refuses a stale seq.
+    let title = event(
+        a,
+        4,
+        EventKind::TitleSet {
+            title: "renamed".into(),
+            source: foya_protocol::TitleSource::User,
+        },
+    );
+    assert_eq!(append(&mut writer, vec![title]), Ok(()));
+    assert_ne!(stored_row(&writer, a), row);
+    assert_eq!(append(&mut writer, vec![step(a, 5)]), Ok(()));
+    writer.cache.clear();
+    assert_eq!(
+        append(&mut writer, vec![step(a, 5)]),
+        Err(AppendError::SeqMismatch {
+            expected: Seq(6),
+            got: Seq(5)
+        })
+    );
+    assert_eq!(append(&mut writer, vec![step(a, 6)]), Ok(()));
+    let summary = writer.cache.get(&session_key(a)).unwrap();
+    assert_eq!(
+        (summary.title.as_deref(), summary.last_seq, summary.updated_at_ms),
+        (Some("renamed"), Seq(6), 106)
     );
 }
 
