@@ -261,7 +261,7 @@ fn handle(
                 }
             }
             EventKind::AssistantMessage(message) => {
-                out.tool_calls += message.tool_calls.len() as u64;
+                out.tool_calls += u64::try_from(message.tool_calls.len()).unwrap_or(u64::MAX);
             }
             EventKind::ToolFinished { duration_ms, .. } => {
                 out.tool_calls_run += 1;
@@ -310,6 +310,10 @@ fn handle(
     }
     None
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod driver_tests;
 
 #[cfg(test)]
 mod tests {

@@ -15,8 +15,8 @@ fn valid(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The JSON path (vendor notation) and value of the first invalid tool name in `body`.
-fn first_invalid(path: &str, body: &Value) -> Option<(String, String)> {
+/// The JSON path (vendor notation) of the first invalid tool name in `body`.
+fn first_invalid(path: &str, body: &Value) -> Option<String> {
     let items = |key: &str| {
         body.get(key)
             .and_then(Value::as_array)
@@ -63,12 +63,12 @@ fn first_invalid(path: &str, body: &Value) -> Option<(String, String)> {
     names
         .into_iter()
         .find(|(_, name)| !name.is_some_and(valid))
-        .map(|(at, name)| (at, name.unwrap_or_default().to_owned()))
+        .map(|(at, _)| at)
 }
 
 /// The 400 a real provider answers `body` (sent to `path`) with, if it breaks a rule.
 pub(super) fn check(path: &str, body: &Value) -> Option<MockResponse> {
-    let (at, _name) = first_invalid(path, body)?;
+    let at = first_invalid(path, body)?;
     let error = if path.ends_with("/messages") {
         json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": format!("{at}: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")}})
