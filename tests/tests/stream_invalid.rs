@@ -91,9 +91,11 @@ async fn a_malformed_chunk_mid_stream_is_invalid_response_and_retried() {
     let (retries, answers) = turn_after(bad).await;
     assert_eq!(
         retries,
-        vec![json!({"attempt": 2, "error": {"class": "invalid_response", "message":
+        vec![
+            json!({"attempt": 2, "error": {"class": "invalid_response", "message":
             "malformed OpenAI Chat stream event: its data is not JSON (EOF while parsing a \
-             string at line 1 column 45): `{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo`"}})]
+             string at line 1 column 45): `{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo`"}})
+        ]
     );
     assert_eq!(answers, vec![json!("Hello world.")]);
 }
@@ -103,8 +105,10 @@ async fn a_chat_stream_of_only_done_is_invalid_response_and_retried() {
     let (retries, answers) = turn_after("data: [DONE]\n\n".to_owned()).await;
     assert_eq!(
         retries,
-        vec![json!({"attempt": 2, "error": {"class": "invalid_response", "message":
-            "the stream ended without any output (no text, tool call or finish reason)"}})]
+        vec![
+            json!({"attempt": 2, "error": {"class": "invalid_response", "message":
+            "the stream ended without any output (no text, tool call or finish reason)"}})
+        ]
     );
     assert_eq!(answers, vec![json!("Hello world.")]);
 }

@@ -103,7 +103,11 @@ mod tests {
         let garbled = ProviderError::new(ErrorClass::InvalidResponse, "not JSON");
         assert_eq!(
             p.delay_for(2, &garbled, 0.0),
-            p.delay_for(2, &ProviderError::new(ErrorClass::StreamInterrupted, "cut"), 0.0)
+            p.delay_for(
+                2,
+                &ProviderError::new(ErrorClass::StreamInterrupted, "cut"),
+                0.0
+            )
         );
         assert_eq!(
             p.delay_for(2, &garbled, 0.0),

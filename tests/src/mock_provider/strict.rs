@@ -26,10 +26,19 @@ fn first_invalid(path: &str, body: &Value) -> Option<String> {
     let mut names: Vec<(String, Option<&str>)> = Vec::new();
     if path.ends_with("/chat/completions") {
         for (i, tool) in items("tools") {
-            names.push((format!("tools[{i}].function.name"), tool.pointer("/function/name").and_then(Value::as_str)));
+            names.push((
+                format!("tools[{i}].function.name"),
+                tool.pointer("/function/name").and_then(Value::as_str),
+            ));
         }
         for (i, msg) in items("messages") {
-            for (j, call) in msg.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (j, call) in msg
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 names.push((
                     format!("messages[{i}].tool_calls[{j}].function.name"),
                     call.pointer("/function/name").and_then(Value::as_str),
@@ -38,10 +47,19 @@ fn first_invalid(path: &str, body: &Value) -> Option<String> {
         }
     } else if path.ends_with("/messages") {
         for (i, tool) in items("tools") {
-            names.push((format!("tools.{i}.name"), tool.get("name").and_then(Value::as_str)));
+            names.push((
+                format!("tools.{i}.name"),
+                tool.get("name").and_then(Value::as_str),
+            ));
         }
         for (i, msg) in items("messages") {
-            for (j, block) in msg.get("content").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (j, block) in msg
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 if block.get("type").and_then(Value::as_str) == Some("tool_use") {
                     names.push((
                         format!("messages.{i}.content.{j}.tool_use.name"),
@@ -52,11 +70,17 @@ fn first_invalid(path: &str, body: &Value) -> Option<String> {
         }
     } else {
         for (i, tool) in items("tools") {
-            names.push((format!("tools[{i}].name"), tool.get("name").and_then(Value::as_str)));
+            names.push((
+                format!("tools[{i}].name"),
+                tool.get("name").and_then(Value::as_str),
+            ));
         }
         for (i, item) in items("input") {
             if item.get("type").and_then(Value::as_str) == Some("function_call") {
-                names.push((format!("input[{i}].name"), item.get("name").and_then(Value::as_str)));
+                names.push((
+                    format!("input[{i}].name"),
+                    item.get("name").and_then(Value::as_str),
+                ));
             }
         }
     }

@@ -64,7 +64,9 @@ impl ChatDecoder {
         if let Some(id) = id {
             if let Some(pos) = self.slots.iter().rposition(|s| {
                 s.id.as_deref() == Some(id)
-                    && (s.wire_index.is_none() || wire_index.is_none() || s.wire_index == wire_index)
+                    && (s.wire_index.is_none()
+                        || wire_index.is_none()
+                        || s.wire_index == wire_index)
             }) {
                 return pos;
             }

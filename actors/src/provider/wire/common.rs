@@ -4,7 +4,9 @@
 //! back to a provider.
 
 use crate::provider::{ImageData, ModelRequest};
-use foya_protocol::{AssistantMessage, ErrorClass, FinishReason, Input, ProviderError, StreamEvent};
+use foya_protocol::{
+    AssistantMessage, ErrorClass, FinishReason, Input, ProviderError, StreamEvent,
+};
 
 /// Marker put before reasoning of an interrupted assistant message, sent once as text.
 pub(crate) const INTERRUPTED_REASONING: &str = "[interrupted reasoning]";
@@ -137,15 +139,17 @@ pub(crate) fn parse_payload(format: &str, data: &str) -> Result<Payload, Provide
     if trimmed == "[DONE]" {
         return Ok(Payload::Done);
     }
-    serde_json::from_str(trimmed).map(Payload::Json).map_err(|e| {
-        ProviderError::new(
-            ErrorClass::InvalidResponse,
-            format!(
-                "malformed {format} stream event: its data is not JSON ({e}): `{}`",
-                excerpt(trimmed, MAX_EXCERPT_CHARS)
-            ),
-        )
-    })
+    serde_json::from_str(trimmed)
+        .map(Payload::Json)
+        .map_err(|e| {
+            ProviderError::new(
+                ErrorClass::InvalidResponse,
+                format!(
+                    "malformed {format} stream event: its data is not JSON ({e}): `{}`",
+                    excerpt(trimmed, MAX_EXCERPT_CHARS)
+                ),
+            )
+        })
 }
 
 /// `text` on one line (whitespace and control characters each become a space, runs

@@ -222,7 +222,10 @@ async fn a_chat_stream_without_any_output_is_invalid_response() {
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":0}}\n\n";
     for body in [
         "data: [DONE]\n\n".to_owned(),
-        format!("{}data: [DONE]\n\n", chat(json!({"role": "assistant", "content": ""}), None)),
+        format!(
+            "{}data: [DONE]\n\n",
+            chat(json!({"role": "assistant", "content": ""}), None)
+        ),
     ] {
         assert_eq!(
             run(ProviderKind::OpenaiChat, &body).await,

@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use foya_protocol::{AssistantMessage, FinishReason, Input, Message, ToolCall, ToolCallId, ToolMessage};
+use foya_protocol::{
+    AssistantMessage, FinishReason, Input, Message, ToolCall, ToolCallId, ToolMessage,
+};
 use serde_json::{Value, json};
 
 const NAMES: [&str; 5] = ["", "read.file", "bad name", "shell", "a_B-9"];
