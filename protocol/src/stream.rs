@@ -103,6 +103,11 @@ pub enum ErrorClass {
     LoopDetected,
     /// The turn reached its maximum number of tool steps.
     MaxSteps,
+    /// The provider's stream could not be understood: a `data:` payload that is not
+    /// JSON, or a stream that ended without any output (no text, reasoning, tool call
+    /// nor finish reason). Retried like a cut stream: in practice it is a corrupted or
+    /// truncated transfer (proxy, gateway, overloaded server) that a new request fixes.
+    InvalidResponse,
 }
 
 impl ErrorClass {
@@ -117,6 +122,7 @@ impl ErrorClass {
                 | Self::Server
                 | Self::StreamInterrupted
                 | Self::Network
+                | Self::InvalidResponse
         )
     }
 
@@ -139,6 +145,7 @@ impl ErrorClass {
             Self::Internal => "internal",
             Self::LoopDetected => "loop_detected",
             Self::MaxSteps => "max_steps",
+            Self::InvalidResponse => "invalid_response",
         }
     }
 }
@@ -266,6 +273,12 @@ impl StreamAggregate {
     /// not complete and is dropped too. Missing ids are generated deterministically
     /// (`call_<index>`). Empty arguments become `{}`; arguments that are not JSON are
     /// kept as a JSON string.
+    ///
+    /// Calls are told apart by their dense index only: two calls with the same id stay two
+    /// calls, each with its own arguments (decoders never merge fragments of different
+    /// wire indexes by id). Ids are not made distinct here: the turn renames a repeated
+    /// id (`<id>_dup2`, see `foya-actors` `turn/duplicates.rs`) before persisting, so
+    /// every tool result answers exactly one call when the history is sent back.
     #[must_use]
     pub fn tool_calls(&self) -> Vec<ToolCall> {
         if self.raw_finish_reason == Some(FinishReason::Length) || self.error.is_some() {
@@ -392,6 +405,28 @@ mod tests {
         });
         assert!(agg.tool_calls().is_empty());
         assert_eq!(agg.finish_reason(), Some(FinishReason::Length));
+    }
+
+    #[test]
+    fn calls_sharing_an_id_stay_two_calls_with_their_own_arguments() {
+        let mut agg = StreamAggregate::new();
+        for ev in [
+            delta(0, Some("dup"), Some("read_file"), "{\"path\":"),
+            delta(1, Some("dup"), Some("read_file"), "{\"path\":\"b\"}"),
+            delta(0, None, None, "\"a\"}"),
+            StreamEvent::Done {
+                finish_reason: Some(FinishReason::ToolCalls),
+            },
+        ] {
+            agg.apply(&ev);
+        }
+        let call = |path: &str| ToolCall {
+            id: ToolCallId::new("dup"),
+            name: "read_file".into(),
+            arguments: serde_json::json!({ "path": path }),
+            extra: None,
+        };
+        assert_eq!(agg.to_message().tool_calls, vec![call("a"), call("b")]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! An in-process mock of the paid model APIs, speaking their real wire formats: an axum
 //! server on 127.0.0.1:0 that answers `/v1/chat/completions`, `/v1/messages`,
 //! `/v1/responses` (and the same without `/v1`) with queued [`MockResponse`]s, in order,
-//! and records every request. The builders in [`openai_chat`], [`anthropic`] and
+//! and records every request. Like the real APIs it refuses (400, the vendor's error
+//! body, no queued response consumed) a request whose tool names or replayed call names
+//! break `^[a-zA-Z0-9_-]{1,64}$` (`strict.rs`). The builders in [`openai_chat`], [`anthropic`] and
 //! [`responses`] produce SSE bodies shaped byte for byte like the vendors' streams
 //! (modelled on `shared/fixtures/providers`).
 
@@ -198,10 +200,14 @@ async fn handle(
             .collect(),
         body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
     };
+    let refused = strict::check(&recorded.path, &recorded.body);
     let next = {
         let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
         s.requests.push(recorded);
-        s.queue.pop_front()
+        match refused {
+            Some(refused) => Some(refused),
+            None => s.queue.pop_front(),
+        }
     };
     let next = next.unwrap_or_else(|| {
         MockResponse::json(500, &serde_json::json!({"error": {"message": "mock provider: no response queued", "type": "server_error"}}))
@@ -239,6 +245,7 @@ async fn handle(
 }
 
 mod bodies;
+mod strict;
 pub use bodies::{anthropic, openai_chat, responses};
 
 #[cfg(test)]

@@ -69,6 +69,7 @@ fn assert_shape(report: &Value) {
         "peak_rss_bytes",
         "model_requests",
         "tool_calls",
+        "tool_calls_run",
     ] {
         assert!(report[key].is_u64(), "{key}: {}", report[key]);
     }
@@ -656,6 +657,40 @@ fn tool_results_that_are_errors_count_under_errors() {
     assert_eq!(report["errors"], serde_json::json!({"tool_error": 2}));
     let example = report["error_examples"]["tool_error"].as_str().unwrap();
     assert!(example.contains("missing-1.md"), "{example}");
+}
+
+/// Calls refused before running (arguments the tool's schema rejects) still count as
+/// tool calls the model asked for; `tool_calls_run` counts only the calls that ran.
+#[test]
+fn tool_calls_refused_before_running_count_as_asked_for_but_not_as_run() {
+    let (code, report) = loadtest(&[
+        "--sessions",
+        "1",
+        "--turns",
+        "1",
+        "--tool-args",
+        r#"{"nope": "{step}"}"#,
+    ]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        (
+            &report["steps"],
+            &report["model_requests"],
+            &report["tool_calls"],
+            &report["tool_calls_run"],
+            &report["turns_completed"],
+            &report["errors"],
+        ),
+        (
+            &serde_json::json!(3),
+            &serde_json::json!(3),
+            &serde_json::json!(2),
+            &serde_json::json!(0),
+            &serde_json::json!(1),
+            &serde_json::json!({"tool_error": 2}),
+        ),
+        "{report:#}"
+    );
 }
 
 #[test]

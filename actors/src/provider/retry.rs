@@ -4,6 +4,14 @@
 //! full jitter, honouring the provider's retry-after, bounded by `max_attempts` and
 //! `max_delay_ms`. Everything else fails the step at once; context overflow is handed to
 //! the turn for its one compaction retry and is never retried as is.
+//!
+//! `invalid_response` (a `data:` payload that is not JSON, or a stream with no output at
+//! all) is transient like `stream_interrupted`: it is what a corrupted or truncated
+//! transfer looks like (a proxy, a gateway, an overloaded server), and a new request
+//! usually succeeds. The alternative, skipping the bad chunk as Codex does, loses text
+//! silently; failing at once (the AI SDK, opencode) makes the user resend by hand. A
+//! server that always answers garbage costs at most `max_attempts` requests, then the
+//! step fails with the error's message (format and excerpt).
 
 use foya_protocol::ProviderError;
 use serde::{Deserialize, Serialize};
@@ -92,6 +100,20 @@ mod tests {
             p.delay_for(2, &limited, 0.9),
             Some(Duration::from_millis(60_000))
         );
+        let garbled = ProviderError::new(ErrorClass::InvalidResponse, "not JSON");
+        assert_eq!(
+            p.delay_for(2, &garbled, 0.0),
+            p.delay_for(
+                2,
+                &ProviderError::new(ErrorClass::StreamInterrupted, "cut"),
+                0.0
+            )
+        );
+        assert_eq!(
+            p.delay_for(2, &garbled, 0.0),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(p.delay_for(5, &garbled, 0.0), None);
         for class in [
             ErrorClass::QuotaExhausted,
             ErrorClass::ContextOverflow,

@@ -1,9 +1,18 @@
 //! One load-test session: create it, subscribe, submit its turns one after another and
 //! count what the subscriber sees (steps, tools, retries, failures, relay latency; a
 //! tool result that is an error counts as a `tool_error`).
+//!
+//! Counts: `tool_calls` is every call the model asked for (the calls of each
+//! `assistant_message`, whether they ran or were refused before running: bad arguments,
+//! unknown tool, denied, blocked by run protection); `tool_calls_run` only those that
+//! ran (`tool_finished`). When the run is stopped, the driver cancels its turn in flight
+//! and keeps counting until that turn's `turn_complete`: every model request the turn
+//! started has its `step_started` committed before it (so its step is counted), and
+//! none starts after the turn ended, so `steps` and `model_requests` agree (a stopped
+//! driver that left at once missed the steps the runtime went on with).
 
 use super::probe::{self, Slots, TAG};
-use foya_actors::runtime::{Runtime, SubscribeOptions, Subscription};
+use foya_actors::runtime::{Runtime, SessionHandle, SubscribeOptions, Subscription};
 use foya_protocol::{
     ApprovalMode, Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate, TurnStatus,
 };
@@ -42,7 +51,10 @@ pub(crate) struct Outcome {
     pub(crate) failed: u64,
     pub(crate) interrupted: u64,
     pub(crate) steps: u64,
+    /// Tool calls the model asked for (run or refused before running).
     pub(crate) tool_calls: u64,
+    /// Tool calls that ran (`tool_finished`).
+    pub(crate) tool_calls_run: u64,
     pub(crate) deltas: u64,
     /// Tool time (sum of `tool_finished.duration_ms`) of each step that called tools, in
     /// order; pairs with the probe's gaps.
@@ -138,7 +150,7 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
             out.failed += 1;
             continue;
         }
-        match run_turn(index, &shared, &mut updates, &mut out).await {
+        match run_turn(index, &shared, &session, &mut updates, &mut out).await {
             TurnEnd::Done => shared.progress.inc(1),
             TurnEnd::Stopped => {
                 out.interrupted += u64::from(shared.turns - turn);
@@ -156,24 +168,37 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
 enum TurnEnd {
     /// `turn_complete` arrived (counted as completed or failed).
     Done,
-    /// The run was stopped.
+    /// The run was stopped (the turn in flight was cancelled and its end received).
     Stopped,
     /// The subscription ended (lagged or closed).
     Lost,
 }
 
-/// Receives until the turn in flight completes.
+/// Receives until the turn in flight completes. When the run is stopped meanwhile, the
+/// turn is cancelled and counted until its `turn_complete` (then `Stopped`, unless it
+/// had ended on its own first).
 async fn run_turn(
     index: usize,
     shared: &Shared,
+    session: &SessionHandle,
     updates: &mut Subscription,
     out: &mut Outcome,
 ) -> TurnEnd {
     let mut step_tool_ms = 0u64;
+    let mut stopping = false;
     loop {
-        let update = tokio::select! {
-            () = shared.stop.cancelled() => return TurnEnd::Stopped,
-            update = updates.recv() => update,
+        let update = if stopping {
+            updates.recv().await
+        } else {
+            tokio::select! {
+                () = shared.stop.cancelled() => {
+                    stopping = true;
+                    // An error means the session is gone: its subscription ends too.
+                    let _ = session.cancel().await;
+                    continue;
+                }
+                update = updates.recv() => update,
+            }
         };
         let Some(update) = update else {
             out.error("subscription_closed");
@@ -181,7 +206,7 @@ async fn run_turn(
         };
         let handled = shared
             .driver_cpu
-            .measure(|| handle(index, shared, update, &mut step_tool_ms, out));
+            .measure(|| handle(index, shared, update, &mut step_tool_ms, stopping, out));
         if let Some(end) = handled {
             return end;
         }
@@ -189,11 +214,14 @@ async fn run_turn(
 }
 
 /// Counts one update; `Some` when the turn in flight ended (or the subscription is lost).
+/// `stopping`: the run was stopped and the driver cancelled the turn, whose cancelled
+/// end is then `Stopped` (interrupted), not a failure.
 fn handle(
     index: usize,
     shared: &Shared,
     update: SessionUpdate,
     step_tool_ms: &mut u64,
+    stopping: bool,
     out: &mut Outcome,
 ) -> Option<TurnEnd> {
     match update {
@@ -232,8 +260,11 @@ fn handle(
                     out.tool_ms.push(std::mem::take(step_tool_ms));
                 }
             }
+            EventKind::AssistantMessage(message) => {
+                out.tool_calls += u64::try_from(message.tool_calls.len()).unwrap_or(u64::MAX);
+            }
             EventKind::ToolFinished { duration_ms, .. } => {
-                out.tool_calls += 1;
+                out.tool_calls_run += 1;
                 *step_tool_ms += duration_ms;
             }
             // A tool call that failed or was not run (e.g. blocked by run protection):
@@ -245,6 +276,13 @@ fn handle(
                 *out.retries
                     .entry(error.class.as_str().to_owned())
                     .or_default() += 1;
+            }
+            EventKind::TurnComplete {
+                status: TurnStatus::Cancelled,
+                ..
+            } if stopping => {
+                probe::lock(&shared.slots[index]).emits.clear();
+                return Some(TurnEnd::Stopped);
             }
             EventKind::TurnComplete { status, error, .. } => {
                 match (status, error) {
@@ -272,6 +310,10 @@ fn handle(
     }
     None
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod driver_tests;
 
 #[cfg(test)]
 mod tests {

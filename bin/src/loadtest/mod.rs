@@ -361,6 +361,7 @@ fn build_report(
         report.turns_interrupted += out.interrupted;
         report.steps += out.steps;
         report.tool_calls += out.tool_calls;
+        report.tool_calls_run += out.tool_calls_run;
         report.deltas_received += out.deltas;
         for (class, n) in out.errors {
             *report.errors.entry(class).or_default() += n;

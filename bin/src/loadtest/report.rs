@@ -76,8 +76,11 @@ pub(crate) struct Report {
     pub(crate) turns_interrupted: u64,
     /// Steps started (`step_started` events).
     pub(crate) steps: u64,
-    /// Tool calls that finished (`tool_finished` events).
+    /// Tool calls the model asked for (the calls of every `assistant_message`), those
+    /// refused before running (bad arguments, unknown tool, denied, blocked) included.
     pub(crate) tool_calls: u64,
+    /// Tool calls that ran (`tool_finished` events).
+    pub(crate) tool_calls_run: u64,
     /// Model requests sent (retries included).
     pub(crate) model_requests: u64,
     /// Events committed to the store during the run.
@@ -237,9 +240,10 @@ impl Report {
             self.turns_completed, self.turns_failed, self.turns_interrupted
         ));
         line(format!(
-            "work       steps {}  tool calls {}  model requests {}  events persisted {} in {} commits  deltas {}",
+            "work       steps {}  tool calls {} ({} ran)  model requests {}  events persisted {} in {} commits  deltas {}",
             self.steps,
             self.tool_calls,
+            self.tool_calls_run,
             self.model_requests,
             self.events_persisted,
             self.commits,

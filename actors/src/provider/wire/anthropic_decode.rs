@@ -6,8 +6,12 @@
 //! `ReasoningPart` at block stop (the API requires it back on the next request);
 //! redacted thinking is kept verbatim. Usage is cumulative: `message_start` gives input
 //! and first output counts, `message_delta` replaces them.
+//!
+//! A `data:` payload that is not JSON fails the stream with `invalid_response` (see
+//! `common::parse_payload`); `ping`, empty data, `[DONE]` and unknown event types are
+//! ignored.
 
-use super::common::{Terminal, str_at, u64_at};
+use super::common::{Payload, Terminal, parse_payload, str_at, u64_at};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{FinishReason, ProviderError, ReasoningPart, StreamEvent, ToolCallId, Usage};
@@ -205,9 +209,10 @@ impl WireDecoder for AnthropicDecoder {
         if self.terminal.is_finished() {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
-            tracing::debug!(len = data.len(), "ignoring non-JSON anthropic stream event");
-            return;
+        let v = match parse_payload("Anthropic", data) {
+            Ok(Payload::Json(v)) => v,
+            Ok(Payload::Empty | Payload::Done) => return,
+            Err(error) => return self.terminal.error(error, out),
         };
         let kind = str_at(&v, "type").unwrap_or(event);
         let index = u64_at(&v, "index").unwrap_or(0);

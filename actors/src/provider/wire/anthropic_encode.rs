@@ -3,7 +3,7 @@
 //! unset). See <https://docs.anthropic.com/en/api/messages>.
 
 use super::EncodedRequest;
-use super::common::{interrupted_reasoning, user_images, user_text};
+use super::common::{interrupted_reasoning, user_images, user_text, wire_tool_name};
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Message, ReasoningPart};
 use serde_json::{Value, json};
@@ -17,6 +17,8 @@ pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// travel as `tool_result` blocks of a user message). Thinking blocks with their
 /// signature and redacted thinking go back verbatim on assistant turns, as the API
 /// requires; other reasoning is not sent, except an interrupted message's, once as text.
+/// A call whose tool name the API would refuse is sent as `invalid_tool_name`
+/// (`common::wire_tool_name`).
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     let mut system = request.system.clone();
@@ -124,7 +126,7 @@ fn assistant(msg: &AssistantMessage) -> Vec<Value> {
             json!({})
         };
         blocks.push(
-            json!({"type": "tool_use", "id": call.id.as_str(), "name": call.name, "input": input}),
+            json!({"type": "tool_use", "id": call.id.as_str(), "name": wire_tool_name(&call.name), "input": input}),
         );
     }
     blocks

@@ -3,8 +3,19 @@
 //! 0 with distinct ids, id and name repeated on every fragment, arguments as a JSON
 //! object; `reasoning_content` and/or `reasoning`; usage in its own chunk, in the finish
 //! chunk or with `choices: null`; error objects inside a 200 stream; no `[DONE]`.
+//!
+//! What it refuses (`invalid_response`, retried like a cut stream): a `data:` payload
+//! that is not JSON (its text would be lost silently; the AI SDK and opencode fail the
+//! stream the same way), and a stream that ends without any output — no text, no
+//! reasoning, no tool call and no finish reason (e.g. a bare `data: [DONE]`). A
+//! response with output but no finish reason still ends `Done` with none; an empty
+//! answer with a finish reason is valid.
+//!
+//! Two calls with the same id at different wire indexes stay two calls (each with its
+//! own arguments), never merged by id; the turn then renames the later one
+//! (`<id>_dup2`, `turn/duplicates.rs`) so each tool result answers exactly one call.
 
-use super::common::{Terminal, str_at, u64_at};
+use super::common::{Payload, Terminal, parse_payload, str_at, u64_at};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{ErrorClass, FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
@@ -31,7 +42,12 @@ pub struct ChatDecoder {
     /// Last reasoning piece and the field it came from (dedupe of mirrored fields).
     last_reasoning: Option<(bool, String)>,
     last_usage: Option<Usage>,
+    /// Whether any text, reasoning or tool-call fragment was emitted.
+    output_seen: bool,
 }
+
+/// The protocol's name in error messages.
+const FORMAT: &str = "OpenAI Chat";
 
 impl ChatDecoder {
     /// A decoder for a new response.
@@ -40,11 +56,18 @@ impl ChatDecoder {
         Self::default()
     }
 
-    /// The slot a fragment belongs to: by id, then by wire index; a fragment with neither
-    /// continues the last call unless it names a new tool after a named call.
+    /// The slot a fragment belongs to: by id (unless both carry different wire indexes:
+    /// a repeated id at another index is another call), then by wire index; a fragment
+    /// with neither continues the last call unless it names a new tool after a named
+    /// call.
     fn slot_for(&mut self, wire_index: Option<u64>, id: Option<&str>, name: Option<&str>) -> usize {
         if let Some(id) = id {
-            if let Some(pos) = self.slots.iter().rposition(|s| s.id.as_deref() == Some(id)) {
+            if let Some(pos) = self.slots.iter().rposition(|s| {
+                s.id.as_deref() == Some(id)
+                    && (s.wire_index.is_none()
+                        || wire_index.is_none()
+                        || s.wire_index == wire_index)
+            }) {
                 return pos;
             }
             if let Some(pos) = self
@@ -109,6 +132,7 @@ impl ChatDecoder {
         if id_out.is_none() && name_out.is_none() && arguments.is_empty() && extra.is_none() {
             return;
         }
+        self.output_seen = true;
         out.push(StreamEvent::ToolCallDelta {
             index: u32::try_from(pos).unwrap_or(u32::MAX),
             id: id_out,
@@ -137,6 +161,7 @@ impl ChatDecoder {
                 continue;
             }
             self.last_reasoning = Some((field, piece.to_owned()));
+            self.output_seen = true;
             out.push(StreamEvent::ReasoningDelta {
                 text: piece.to_owned(),
             });
@@ -181,6 +206,7 @@ impl ChatDecoder {
                 if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
                     self.reasoning(delta, out);
                     if let Some(text) = str_at(delta, "content").filter(|s| !s.is_empty()) {
+                        self.output_seen = true;
                         out.push(StreamEvent::TextDelta {
                             text: text.to_owned(),
                         });
@@ -203,6 +229,25 @@ impl ChatDecoder {
     }
 }
 
+impl ChatDecoder {
+    /// `[DONE]`: the response ends, `invalid_response` when nothing came before it.
+    fn end(&mut self, out: &mut Vec<StreamEvent>) {
+        if self.finish_seen || self.output_seen {
+            self.terminal.done(self.finish_reason, out);
+        } else {
+            self.terminal.error(no_output(), out);
+        }
+    }
+}
+
+/// The error of a stream that ended without any output.
+fn no_output() -> ProviderError {
+    ProviderError::new(
+        ErrorClass::InvalidResponse,
+        "the stream ended without any output (no text, tool call or finish reason)",
+    )
+}
+
 /// Maps a Chat Completions `finish_reason`.
 #[must_use]
 pub(crate) fn map_finish_reason(reason: &str) -> FinishReason {
@@ -220,18 +265,15 @@ impl WireDecoder for ChatDecoder {
         if self.terminal.is_finished() {
             return;
         }
-        let data = data.trim();
-        if data == "[DONE]" {
-            self.terminal.done(self.finish_reason, out);
-            return;
-        }
-        match serde_json::from_str::<Value>(data) {
-            Ok(v) if event == "error" && v.get("error").is_none() => {
+        match parse_payload(FORMAT, data) {
+            Ok(Payload::Empty) => {}
+            Ok(Payload::Done) => self.end(out),
+            Ok(Payload::Json(v)) if event == "error" && v.get("error").is_none() => {
                 self.terminal
                     .error(classify::classify_stream_error(&v), out);
             }
-            Ok(v) => self.chunk(&v, out),
-            Err(_) => tracing::debug!(len = data.len(), "ignoring non-JSON chat stream event"),
+            Ok(Payload::Json(v)) => self.chunk(&v, out),
+            Err(error) => self.terminal.error(error, out),
         }
     }
 

@@ -5,6 +5,7 @@
 use super::EncodedRequest;
 use super::common::{
     TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+    wire_tool_name,
 };
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Input, Message};
@@ -17,6 +18,8 @@ use serde_json::{Value, json};
 /// interrupted message, sent once as marked text. Failed tool results are prefixed with
 /// `Error: ` (the protocol has no error flag). `ToolCall::extra` fields are merged into
 /// the call object unchanged (e.g. Gemini `extra_content.google.thought_signature`).
+/// A call whose tool name the API would refuse (empty, or not `^[a-zA-Z0-9_-]{1,64}$`) is
+/// sent as `invalid_tool_name` (`common::wire_tool_name`); the log keeps the original.
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     let mut messages = Vec::new();
@@ -100,7 +103,7 @@ fn assistant(msg: &AssistantMessage) -> Value {
             .iter()
             .map(|c| {
                 let mut call = json!({"id": c.id.as_str(), "type": "function",
-                    "function": {"name": c.name, "arguments": arguments_text(&c.arguments)}});
+                    "function": {"name": wire_tool_name(&c.name), "arguments": arguments_text(&c.arguments)}});
                 if let (Some(Value::Object(extra)), Some(obj)) = (&c.extra, call.as_object_mut()) {
                     for (k, v) in extra {
                         obj.entry(k.clone()).or_insert_with(|| v.clone());

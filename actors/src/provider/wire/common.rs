@@ -1,8 +1,12 @@
 //! Helpers shared by the protocol adapters: rendering a user input as text, resolving
-//! image references, the terminal-event guard every decoder uses.
+//! image references, the terminal-event guard every decoder uses, the parsing of an
+//! event's `data:` payload (a malformed one fails the stream), and the tool name sent
+//! back to a provider.
 
 use crate::provider::{ImageData, ModelRequest};
-use foya_protocol::{AssistantMessage, FinishReason, Input, ProviderError, StreamEvent};
+use foya_protocol::{
+    AssistantMessage, ErrorClass, FinishReason, Input, ProviderError, StreamEvent,
+};
 
 /// Marker put before reasoning of an interrupted assistant message, sent once as text.
 pub(crate) const INTERRUPTED_REASONING: &str = "[interrupted reasoning]";
@@ -103,4 +107,87 @@ pub(crate) fn u64_at(v: &serde_json::Value, key: &str) -> Option<u64> {
 /// Reads a string field.
 pub(crate) fn str_at<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(serde_json::Value::as_str)
+}
+
+/// What an SSE event's `data:` payload holds.
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// Nothing (an event with only `event:` or an empty `data:`): ignored.
+    Empty,
+    /// The `[DONE]` sentinel (OpenAI Chat's end; tolerated and ignored elsewhere).
+    Done,
+    /// A JSON value.
+    Json(serde_json::Value),
+}
+
+/// Longest excerpt of a malformed payload quoted in an error message, in characters.
+pub(crate) const MAX_EXCERPT_CHARS: usize = 80;
+
+/// Parses an event's `data:` payload for the decoder of `format` (`OpenAI Chat`, …).
+///
+/// # Errors
+/// A payload that is neither empty, `[DONE]` nor JSON is an `invalid_response` error
+/// naming `format`, the parser's complaint and a one-line excerpt of at most
+/// [`MAX_EXCERPT_CHARS`] characters (never the whole payload: it may be large, and
+/// only data is quoted, never headers). Comments (`: ping`) never reach here (the SSE
+/// parser drops them).
+pub(crate) fn parse_payload(format: &str, data: &str) -> Result<Payload, ProviderError> {
+    let trimmed = data.trim();
+    if trimmed.is_empty() {
+        return Ok(Payload::Empty);
+    }
+    if trimmed == "[DONE]" {
+        return Ok(Payload::Done);
+    }
+    serde_json::from_str(trimmed)
+        .map(Payload::Json)
+        .map_err(|e| {
+            ProviderError::new(
+                ErrorClass::InvalidResponse,
+                format!(
+                    "malformed {format} stream event: its data is not JSON ({e}): `{}`",
+                    excerpt(trimmed, MAX_EXCERPT_CHARS)
+                ),
+            )
+        })
+}
+
+/// `text` on one line (whitespace and control characters each become a space, runs
+/// collapsed), cut to at most `max` characters with `…` at the end when cut.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    let mut line = String::new();
+    for c in text.chars() {
+        if c.is_whitespace() || c.is_control() {
+            if !line.ends_with(' ') {
+                line.push(' ');
+            }
+        } else {
+            line.push(c);
+        }
+    }
+    let line = line.trim();
+    if line.chars().count() <= max {
+        return line.to_owned();
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Placeholder sent instead of a tool name that providers would reject.
+pub(crate) const INVALID_TOOL_NAME: &str = "invalid_tool_name";
+
+/// The name under which a call of the history is sent back to a provider: its own when
+/// it matches `^[a-zA-Z0-9_-]{1,64}$` (the tool-name pattern OpenAI and Anthropic
+/// document and enforce on replayed calls too), else [`INVALID_TOOL_NAME`]. The model
+/// asked for a name no tool has (empty, too long, other characters); the call was
+/// answered with an `is_error` result, and replaying the name verbatim would make a
+/// strict provider refuse every later request of the session with a 400. The stored log
+/// keeps the original name.
+pub(crate) fn wire_tool_name(name: &str) -> &str {
+    let valid = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if valid { name } else { INVALID_TOOL_NAME }
 }

@@ -139,3 +139,11 @@ mod decode_tests;
 #[cfg(test)]
 #[path = "encode_tests.rs"]
 mod encode_tests;
+
+#[cfg(test)]
+#[path = "decode_invalid_tests.rs"]
+mod decode_invalid_tests;
+
+#[cfg(test)]
+#[path = "encode_names_tests.rs"]
+mod encode_names_tests;

@@ -3,9 +3,11 @@
 //!
 //! Function-call argument deltas carry the output item's `item_id`; they are mapped to
 //! the call's `call_id` (announced by `response.output_item.added`). `response.failed`
-//! and `error` events are classified like HTTP errors.
+//! and `error` events are classified like HTTP errors. A `data:` payload that is not
+//! JSON fails the stream with `invalid_response` (see `common::parse_payload`); empty
+//! data, `[DONE]` and unknown event types are ignored.
 
-use super::common::{Terminal, str_at, u64_at};
+use super::common::{Payload, Terminal, parse_payload, str_at, u64_at};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
@@ -150,9 +152,10 @@ impl WireDecoder for ResponsesDecoder {
         if self.terminal.is_finished() {
             return;
         }
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
-            tracing::debug!(len = data.len(), "ignoring non-JSON responses stream event");
-            return;
+        let v = match parse_payload("OpenAI Responses", data) {
+            Ok(Payload::Json(v)) => v,
+            Ok(Payload::Empty | Payload::Done) => return,
+            Err(error) => return self.terminal.error(error, out),
         };
         let kind = str_at(&v, "type").unwrap_or(event);
         let response = v.get("response").unwrap_or(&Value::Null);

@@ -5,6 +5,7 @@
 use super::EncodedRequest;
 use super::common::{
     TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+    wire_tool_name,
 };
 use crate::provider::ModelRequest;
 use foya_protocol::Message;
@@ -13,6 +14,8 @@ use serde_json::{Value, json};
 /// Encodes `request` as a streaming Responses body. Assistant text becomes an
 /// `output_text` message item, tool calls `function_call` items, tool results
 /// `function_call_output` items (failed ones prefixed `Error: `), images `input_image`.
+/// A call whose tool name the API would refuse is sent as `invalid_tool_name`
+/// (`common::wire_tool_name`).
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     let mut input: Vec<Value> = Vec::new();
@@ -53,7 +56,7 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                 }
                 for call in &msg.tool_calls {
                     input.push(json!({"type": "function_call", "call_id": call.id.as_str(),
-                        "name": call.name, "arguments": arguments_text(&call.arguments)}));
+                        "name": wire_tool_name(&call.name), "arguments": arguments_text(&call.arguments)}));
                 }
             }
             Message::Tool(t) => {

@@ -1,0 +1,150 @@
+//! The session driver against a real runtime and store: a run stopped while a model
+//! request is in flight cancels the turn and counts it to its end, so the steps agree
+//! with the model requests the probe saw (the runtime starts none after the driver left).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::{Shared, drive};
+use crate::loadtest::probe::{self, Probe};
+use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
+use foya_protocol::{EventKind, FinishReason, Seq, SessionUpdate, StreamEvent, ToolCallId};
+use foya_storage::{Store, StoreOptions};
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use indicatif::ProgressBar;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// One global bound for every wait of a test.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A model whose first request stops the load run as soon as it is polled, then
+/// answers (a `read_file` call) only once `released` fires — or ends when the request is
+/// cancelled; every later request answers text.
+#[derive(Debug)]
+struct StopsTheRunInItsFirstRequest {
+    requests: AtomicU32,
+    stop: CancellationToken,
+    released: CancellationToken,
+}
+
+impl ModelClient for StopsTheRunInItsFirstRequest {
+    fn stream(
+        &self,
+        _request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> BoxStream<'static, StreamEvent> {
+        if self.requests.fetch_add(1, Ordering::SeqCst) > 0 {
+            return futures::stream::iter([
+                StreamEvent::TextDelta {
+                    text: "Done.".into(),
+                },
+                StreamEvent::Done {
+                    finish_reason: Some(FinishReason::Stop),
+                },
+            ])
+            .boxed();
+        }
+        let stop = self.stop.clone();
+        let released = self.released.clone();
+        futures::stream::once(async move {
+            stop.cancel();
+            tokio::select! {
+                () = cancel.cancelled() => Vec::new(),
+                () = released.cancelled() => vec![
+                    StreamEvent::ToolCallDelta {
+                        index: 0,
+                        id: Some(ToolCallId::new("c1")),
+                        name: Some("read_file".into()),
+                        arguments: r#"{"path":"README.md"}"#.into(),
+                        extra: None,
+                    },
+                    StreamEvent::Done {
+                        finish_reason: Some(FinishReason::ToolCalls),
+                    },
+                ],
+            }
+        })
+        .flat_map(futures::stream::iter)
+        .boxed()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_cancels_its_turn_and_counts_the_step_of_every_request_started() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "# Workspace\n").unwrap();
+    let store = Store::open(&dir.path().join("foya.redb"), StoreOptions::default()).unwrap();
+    let stop = CancellationToken::new();
+    let released = CancellationToken::new();
+    let client = StopsTheRunInItsFirstRequest {
+        requests: AtomicU32::new(0),
+        stop: stop.clone(),
+        released: released.clone(),
+    };
+    let probe = Probe::new(Arc::new(client), 1);
+    let slots = probe.slots();
+    let runtime = Runtime::start(RuntimeConfig::new(store.clone(), Arc::new(probe)))
+        .await
+        .unwrap();
+    let shared = Arc::new(Shared {
+        runtime,
+        slots,
+        turns: 1,
+        cwd: std::fs::canonicalize(dir.path()).unwrap(),
+        model: "m".into(),
+        permits: Semaphore::new(1),
+        stop,
+        progress: ProgressBar::hidden(),
+        driver_cpu: Arc::default(),
+    });
+
+    let out = tokio::time::timeout(TIMEOUT, drive(0, Arc::clone(&shared)))
+        .await
+        .unwrap();
+    // Whatever the driver left running may go on now: wait for the turn's end.
+    released.cancel();
+    let summaries = shared.runtime.list_sessions().unwrap();
+    assert_eq!(summaries.len(), 1);
+    let session = shared.runtime.session(summaries[0].id).await.unwrap();
+    let mut updates = session
+        .subscribe(Seq::FIRST, SubscribeOptions::default())
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            if let Some(SessionUpdate::Event(event)) = updates.recv().await
+                && let EventKind::TurnComplete { status, .. } = event.kind
+            {
+                return status;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let requests = probe::lock(&shared.slots[0]).requests;
+    assert_eq!(
+        (
+            out.steps,
+            requests,
+            out.tool_calls,
+            out.tool_calls_run,
+            out.completed,
+            out.failed,
+            out.interrupted,
+            out.errors.clone(),
+        ),
+        (1, 1, 0, 0, 0, 0, 1, std::collections::BTreeMap::new())
+    );
+    // The driver cancelled the turn: nothing ran after it left.
+    assert_eq!(status, foya_protocol::TurnStatus::Cancelled);
+    drop(updates);
+    drop(session);
+    if let Ok(shared) = Arc::try_unwrap(shared) {
+        shared.runtime.shutdown().await;
+    }
+    store.close().await;
+}
