@@ -40,7 +40,10 @@ pub(crate) fn latest_event(
     match range.next_back() {
         Some(entry) => {
             let (k, v) = entry.map_err(ReadError::storage)?;
-            Ok(Some((Seq(k.value().1), codec::decode_event_time(v.value())?)))
+            Ok(Some((
+                Seq(k.value().1),
+                codec::decode_event_time(v.value())?,
+            )))
         }
         None => Ok(None),
     }

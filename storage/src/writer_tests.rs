@@ -6,8 +6,8 @@ use super::*;
 use crate::db::Reopen;
 use crate::store::{Store, StoreOptions, StoreStats};
 use foya_protocol::{SessionConfig, SessionId};
-use redb::{ReadableDatabase, StorageBackend};
 use redb::backends::InMemoryBackend;
+use redb::{ReadableDatabase, StorageBackend};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
@@ -209,7 +209,11 @@ fn an_ordinary_append_leaves_the_summary_row_alone_and_a_cold_writer_still_conti
     assert_eq!(append(&mut writer, vec![created(a)]), Ok(()));
     let row = stored_row(&writer, a);
     assert_eq!(append(&mut writer, vec![step(a, 2), step(a, 3)]), Ok(()));
-    assert_eq!(stored_row(&writer, a), row, "an ordinary append rewrote the row");
+    assert_eq!(
+        stored_row(&writer, a),
+        row,
+        "an ordinary append rewrote the row"
+    );
 
     // A title changes the row; a writer that lost its cache (a restart, an eviction)
     // takes the last seq and time from the events, so it refuses a stale seq.
@@ -235,7 +239,11 @@ fn an_ordinary_append_leaves_the_summary_row_alone_and_a_cold_writer_still_conti
     assert_eq!(append(&mut writer, vec![step(a, 6)]), Ok(()));
     let summary = writer.cache.get(&session_key(a)).unwrap();
     assert_eq!(
-        (summary.title.as_deref(), summary.last_seq, summary.updated_at_ms),
+        (
+            summary.title.as_deref(),
+            summary.last_seq,
+            summary.updated_at_ms
+        ),
         (Some("renamed"), Seq(6), 106)
     );
 }
