@@ -26,7 +26,7 @@ pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let listener = match crate::serve::bind(&args.listen.to_string()).await {
+    let listener = match crate::listen::bind(&args.listen.to_string(), crate::listen::Port::AnyOrZero).await {
         Ok(listener) => listener,
         Err(e) => {
             crate::cli::report(&e);
