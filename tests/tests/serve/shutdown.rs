@@ -152,7 +152,10 @@ async fn open_connections() {
     // Both streams get the cancelled turn's end, then end.
     let tail = ["tool_message", "turn_cancelled", "turn_complete"];
     let first_rest = rest_of(&mut first).await;
-    assert!(first_rest.ends_with(&tail.map(String::from)), "{first_rest:?}");
+    assert!(
+        first_rest.ends_with(&tail.map(String::from)),
+        "{first_rest:?}"
+    );
     let second_rest = rest_of(&mut second).await;
     assert!(
         second_rest.ends_with(&tail.map(String::from)),
@@ -187,6 +190,10 @@ async fn open_connections() {
     let last = log.last().unwrap();
     assert_eq!(
         (&last["type"], &last["status"], last["seq"].as_u64()),
-        (&json!("turn_complete"), &json!("cancelled"), Some(log.len() as u64))
+        (
+            &json!("turn_complete"),
+            &json!("cancelled"),
+            Some(log.len() as u64)
+        )
     );
 }
