@@ -210,3 +210,43 @@ fn exit_like(status: ExitStatus) -> ! {
     }
     std::process::exit(128 + number)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{SandboxInvocation, SandboxPolicy, remove_private_tmp};
+    use std::path::Path;
+
+    fn invocation(policy: SandboxPolicy, tmp: &Path, tmp_private: bool) -> SandboxInvocation {
+        SandboxInvocation {
+            policy,
+            cwd: "/".into(),
+            tmp: tmp.to_path_buf(),
+            tmp_private,
+            program: "true".into(),
+            args: Vec::new(),
+            parent: None,
+        }
+    }
+
+    #[test]
+    fn only_a_private_foya_sandbox_dir_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let private = root.path().join("foya-sandbox-abc123");
+        let shared = root.path().join("shared");
+        for dir in [&private, &shared] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("file"), "x").unwrap();
+        }
+        let write = SandboxPolicy::WorkspaceWrite { network: false };
+        // Not marked private, no policy, or not named by the runner: kept.
+        remove_private_tmp(&invocation(write, &private, false));
+        remove_private_tmp(&invocation(SandboxPolicy::None, &private, true));
+        remove_private_tmp(&invocation(write, &shared, true));
+        let exists = |d: &Path| d.exists();
+        assert_eq!((exists(&private), exists(&shared)), (true, true));
+        remove_private_tmp(&invocation(SandboxPolicy::ReadOnly, &private, true));
+        assert_eq!((exists(&private), exists(&shared)), (false, true));
+    }
+}
