@@ -486,6 +486,19 @@ impl Runtime {
     /// Not cancel safe: dropping the future may leave actors running and the store open.
     pub async fn shutdown_within(self, grace: std::time::Duration) {
         self.drain(grace).await;
+        self.close().await;
+    }
+
+    /// The second half of [`Self::shutdown_within`], by reference: stops every actor
+    /// (a turn still running stops where it is and is closed as interrupted on the next
+    /// load; call [`Self::drain`] first to end turns cleanly) and closes the store, waiting
+    /// as `shutdown_within` does. For a runtime shared by tasks that may still hold it
+    /// (an HTTP server's open connections): the runtime then refuses every operation.
+    /// Calling it again does nothing more.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future may leave actors running and the store open.
+    pub async fn close(&self) {
         self.inner.supervisor.stop(Some("shutdown".into()));
         let join = self.inner.join.lock().ok().and_then(|mut j| j.take());
         if let Some(join) = join {

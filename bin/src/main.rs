@@ -5,6 +5,7 @@ mod chat;
 mod cli;
 mod cluster_list;
 mod data;
+mod listen;
 mod loadtest;
 mod node;
 mod render;

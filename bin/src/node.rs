@@ -89,8 +89,11 @@ pub(crate) async fn node(args: NodeArgs) -> u8 {
 async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("no current directory")?;
     let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
-    // Check the address before anything is created on disk (as `foya serve` binds first).
-    check_listen(args.listen)?;
+    // Check the address before anything is created on disk (as `foya serve` binds first):
+    // bound once and let go, so a taken address fails with one clear line. The node
+    // server binds it again right after (a process that takes the port in between still
+    // makes the start fail, later).
+    drop(crate::listen::bind(&args.listen.to_string(), crate::listen::Port::Fixed).await?);
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
     let store = crate::data::open_store(&dir)?;
     let mut config = RuntimeConfig::new(store, model);
@@ -134,23 +137,5 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     match refused {
         Some(e) => Err(e.into()),
         None => Ok(()),
-    }
-}
-
-/// Binds `listen` once and lets it go, so that a taken address fails with one clear line
-/// before the data dir is created or its store opened. The node server binds it again
-/// right after (a process that takes the port in between still makes the start fail,
-/// later).
-///
-/// # Errors
-/// The address cannot be bound; a taken address says so (`… is already in use`).
-fn check_listen(listen: SocketAddr) -> anyhow::Result<()> {
-    match std::net::TcpListener::bind(listen) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
-            "cannot listen on {listen}: the address is already in use (another process \
-             listens on it; choose another --listen)"
-        )),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot listen on {listen}"))),
     }
 }

@@ -150,7 +150,8 @@ async fn open_session(
 
 /// With `--provider scripted`, a continued session needs a response left in the script:
 /// the scripted model answers with the response numbered by the assistant messages in the
-/// history, so a session that used them all would fail with `script exhausted`.
+/// history, so a session that used them all would fail (`invalid_request`: the script has
+/// N responses and this session asked for response N+1).
 fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow::Result<()> {
     let (true, Some(path)) = (
         args.provider.provider == crate::setup::SCRIPTED,

@@ -23,7 +23,8 @@ pub(crate) fn model_client(
             .as_deref()
             .context("--provider scripted needs --script FILE")?;
         let client =
-            foya_actors::provider::scripted::ScriptedClient::from_script(load_script(script)?);
+            foya_actors::provider::scripted::ScriptedClient::from_script(load_script(script)?)
+                .with_source(script.display().to_string());
         return Ok((
             Arc::new(client),
             args.model.clone().unwrap_or_else(|| SCRIPTED.into()),

@@ -26,13 +26,14 @@ pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let listener = match crate::serve::bind(&args.listen.to_string()).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            crate::cli::report(&e);
-            return EXIT_FAILED;
-        }
-    };
+    let listener =
+        match crate::listen::bind(&args.listen.to_string(), crate::listen::Port::AnyOrZero).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                crate::cli::report(&e);
+                return EXIT_FAILED;
+            }
+        };
     let addr = match listener.local_addr() {
         Ok(addr) => addr,
         Err(e) => {

@@ -14,7 +14,9 @@
 //! before the server exits 0; `foya sessions list` on the served data dir fails (exit 1)
 //! naming the data dir, the server's pid and URL and `GET /sessions`.
 //! `--listen` on a taken port fails (exit 1, the address named as in use) before the data
-//! dir or its store is created. Empty bodies and blank titles: `bodies.rs`.
+//! dir or its store is created. Empty bodies and blank titles: `bodies.rs`. Shutdown
+//! with connections still open: `shutdown.rs`. A scripted session past the end of its
+//! script: `script_end.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -814,3 +816,7 @@ async fn shutdown_scenario() {
 
 #[path = "serve/bodies.rs"]
 mod bodies;
+#[path = "serve/script_end.rs"]
+mod script_end;
+#[path = "serve/shutdown.rs"]
+mod shutdown;

@@ -79,17 +79,23 @@ enum End {
 }
 
 /// Starts `foya run --json` (scripted, `approval`) whose model calls `shell` with
-/// `command` once, then answers `then`; data and working directory under `tmp`.
+/// `command` once, then answers `then`; data, working directory and `TMPDIR` (where the
+/// sandbox makes the call's private temp dir) under `tmp`.
 fn run_shell(tmp: &std::path::Path, approval: &str, command: &str, then: &str) -> Piped<Value> {
     let (data, work) = (tmp.join("data"), tmp.join("work"));
     std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(tmp.join("tmp")).unwrap();
     let script = tmp.join("script.json");
     let responses = json!({"responses": [
         {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
         {"text": then}
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
-    spawn_json_lines(scripted("run", approval, &script, &data, &work).args(["--json", "start"]))
+    spawn_json_lines(
+        scripted("run", approval, &script, &data, &work)
+            .env("TMPDIR", tmp.join("tmp"))
+            .args(["--json", "start"]),
+    )
 }
 
 fn tool_processes_die_with_foya(approval: &str, end: End) {
@@ -129,6 +135,13 @@ fn tool_processes_die_with_foya(approval: &str, end: End) {
         panic!("timed out waiting for the tool's processes to die: {left:?}");
     }
     assert_eq!(marked(&marker), Vec::new());
+    // The sandbox helper (among the marked processes) removed the call's private temp
+    // dir before it died, also when foya was SIGKILLed.
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("tmp"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, Vec::<std::ffi::OsString>::new());
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //!
 //! Stateless: the response used for a request is the number of assistant messages in the
 //! request's history, so one script serves any number of concurrent sessions and works
-//! after a restart. Past the end of the script the stream fails with `invalid_request`
-//! ("script exhausted").
+//! after a restart. Past the end of the script the stream fails with `invalid_request`,
+//! a message naming the script, how many responses it has and which one the session
+//! asked for ([`exhausted_message`]).
 //!
 //! Script JSON (`{"responses":[...]}`), per response: `text`, `reasoning`, `tool_calls`
 //! (`[{"id","name","arguments"}]`), `finish_reason` (default `tool_calls` when calls are
@@ -115,6 +116,8 @@ pub struct ScriptedClient {
     script: Script,
     failures: Arc<Mutex<HashMap<usize, u32>>>,
     context_window: Option<u64>,
+    /// How the script is named in errors (its file), when known.
+    source: Option<String>,
 }
 
 impl ScriptedClient {
@@ -125,7 +128,16 @@ impl ScriptedClient {
             script,
             failures: Arc::default(),
             context_window: None,
+            source: None,
         }
+    }
+
+    /// The same client naming its script `source` (e.g. the file it was read from) in
+    /// its errors.
+    #[must_use]
+    pub fn with_source(mut self, source: impl Into<String>) -> Self {
+        self.source = Some(source.into());
+        self
     }
 
     /// The same client reporting `tokens` as its context window (default 128 000).
@@ -149,8 +161,26 @@ impl ScriptedClient {
             path: shown,
             source,
         })?;
-        Ok(Self::from_script(script))
+        Ok(Self::from_script(script).with_source(path.display().to_string()))
     }
+}
+
+/// The message of a request past the end of a script of `responses` responses, made
+/// after `used` assistant messages (so it asked for response `used + 1`), for the script
+/// named `source` (`None`: an in-memory script). One line, e.g. `the script s.json has 2
+/// responses and this session asked for response 3 (a scripted model answers with
+/// response N+1 after N assistant messages); continue the session with a script that has
+/// more responses`.
+#[must_use]
+pub fn exhausted_message(source: Option<&str>, responses: usize, used: usize) -> String {
+    let script = source.map_or_else(|| "the script".to_owned(), |s| format!("the script {s}"));
+    let plural = if responses == 1 { "" } else { "s" };
+    format!(
+        "{script} has {responses} response{plural} and this session asked for response {} \
+         (a scripted model answers with response N+1 after N assistant messages); continue \
+         the session with a script that has more responses",
+        used + 1
+    )
 }
 
 /// The stream events of one scripted response, with the pause before each.
@@ -306,7 +336,14 @@ impl ModelClient for ScriptedClient {
             }
             None => (
                 vec![StreamEvent::Error {
-                    error: ProviderError::new(ErrorClass::InvalidRequest, "script exhausted"),
+                    error: ProviderError::new(
+                        ErrorClass::InvalidRequest,
+                        exhausted_message(
+                            self.source.as_deref(),
+                            self.script.responses.len(),
+                            used,
+                        ),
+                    ),
                 }],
                 0,
             ),
@@ -399,8 +436,29 @@ mod tests {
         assert_eq!(
             events,
             vec![StreamEvent::Error {
-                error: ProviderError::new(ErrorClass::InvalidRequest, "script exhausted")
+                error: ProviderError::new(
+                    ErrorClass::InvalidRequest,
+                    "the script has 1 response and this session asked for response 2 (a \
+                     scripted model answers with response N+1 after N assistant messages); \
+                     continue the session with a script that has more responses"
+                )
             }]
+        );
+    }
+
+    #[test]
+    fn the_exhausted_message_names_the_script_and_its_count() {
+        assert_eq!(
+            exhausted_message(Some("demo/script.json"), 3, 3),
+            "the script demo/script.json has 3 responses and this session asked for \
+             response 4 (a scripted model answers with response N+1 after N assistant \
+             messages); continue the session with a script that has more responses"
+        );
+        assert_eq!(
+            exhausted_message(None, 0, 0),
+            "the script has 0 responses and this session asked for response 1 (a scripted \
+             model answers with response N+1 after N assistant messages); continue the \
+             session with a script that has more responses"
         );
     }
 }

@@ -2,11 +2,13 @@
 //! attachments and a Server-Sent-Events stream per session; OpenAPI 3.1 description at
 //! `/openapi.json`. Loopback by default; a bearer token is required when `--token-file`
 //! is given. Recovers unfinished sessions on start; shuts down gracefully on Ctrl-C,
-//! SIGTERM or SIGHUP: no new inputs or sessions are taken (503 `shutting_down`), every
-//! running turn is cancelled (its tools' processes killed, `turn_complete{cancelled}`
-//! committed and sent to open event streams; waiting at most
-//! [`foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE`]), then open event streams end, the
-//! runtime stops, the store closes and the exit status is 0.
+//! SIGTERM or SIGHUP: the server stops accepting connections, no new inputs or sessions
+//! are taken (503 `shutting_down` on a connection already open), every running turn is
+//! cancelled (its tools' processes killed, `turn_complete{cancelled}` committed and sent
+//! to open event streams; waiting at most [`foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE`]),
+//! then open event streams end, connections get [`CONNECTION_GRACE`] to close (then they
+//! are dropped, with a warning), the runtime stops and the store is flushed and closed —
+//! whatever connections are still open — and the exit status is 0.
 
 mod error;
 mod events;
@@ -127,21 +129,6 @@ fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds the HTTP listener on `listen` (also `foya sim-server`'s).
-///
-/// # Errors
-/// The address cannot be bound; a taken address says so (`address … is already in use`).
-pub(crate) async fn bind(listen: &str) -> anyhow::Result<tokio::net::TcpListener> {
-    match tokio::net::TcpListener::bind(listen).await {
-        Ok(listener) => Ok(listener),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::anyhow!(
-            "cannot listen on {listen}: the address is already in use (another process \
-             listens on it; choose another --listen, or port 0 for a free one)"
-        )),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot listen on {listen}"))),
-    }
-}
-
 async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let usage = |e: anyhow::Error| (EXIT_USAGE, e);
     let failed = |e: anyhow::Error| (EXIT_FAILED, e);
@@ -165,7 +152,9 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     };
     check_exposure(&args.listen, token.is_some()).map_err(usage)?;
     // The listener first: a taken address fails before the data dir or store is touched.
-    let listener = bind(&args.listen).await.map_err(failed)?;
+    let listener = crate::listen::bind(&args.listen, crate::listen::Port::AnyOrZero)
+        .await
+        .map_err(failed)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store = crate::data::open_store(&dir).map_err(failed)?;
     let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
@@ -206,50 +195,89 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         shutdown: shutdown.clone(),
     };
     let app = router(state);
-    let signal = shutdown.clone();
-    let drained = shutdown.clone();
-    let draining = Arc::clone(&runtime);
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move {
-        wait_for_signal().await;
-        // Turns end first (cancelled, their end sent to open streams), then the
-        // streams close and the server stops.
-        draining.drain(DEFAULT_SHUTDOWN_GRACE).await;
-        drop(draining);
-        signal.cancel();
-    });
-    // Once drained, connections get `CONNECTION_GRACE` to finish (a client that never
-    // completes its request must not hold the process), or less on another signal.
+    let mut signals = crate::signals::Signals::install().ok();
+    // The server runs on its own task, so it stops accepting the moment it is told to,
+    // while this task drains the runtime.
+    let stop_accepting = CancellationToken::new();
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop_accepting.clone().cancelled_owned())
+            .into_future(),
+    );
     let served = tokio::select! {
-        served = served.into_future() => served,
-        () = async {
-            drained.cancelled().await;
+        () = next_signal(&mut signals) => None,
+        served = &mut server => Some(served),
+    };
+    let code = match served {
+        // The server failed on its own (no signal): no connection to wait for.
+        Some(served) => {
+            runtime.drain(DEFAULT_SHUTDOWN_GRACE).await;
+            exit_code(served)
+        }
+        None => {
+            // No new connections; those open keep being served, so open event streams
+            // see the cancelled turns end (the runtime refuses new work meanwhile).
+            stop_accepting.cancel();
+            runtime.drain(DEFAULT_SHUTDOWN_GRACE).await;
+            // Then the event streams end and the connections close; one whose request
+            // never completes gets `CONNECTION_GRACE` (less on another signal).
+            shutdown.cancel();
             tokio::select! {
-                () = tokio::time::sleep(CONNECTION_GRACE) => {}
-                () = wait_for_signal() => {}
+                served = &mut server => exit_code(served),
+                () = async {
+                    tokio::select! {
+                        () = tokio::time::sleep(CONNECTION_GRACE) => {}
+                        () = next_signal(&mut signals) => {}
+                    }
+                } => {
+                    tracing::warn!("connections still open after shutdown were closed");
+                    server.abort();
+                    EXIT_OK
+                }
             }
-        } => {
-            tracing::warn!("connections still open after shutdown were closed");
-            Ok(())
         }
     };
     shutdown.cancel();
-    let code = match served {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
+    // Connections still open (or their tasks not yet ended) may hold the runtime, so it
+    // is closed by reference: the store is flushed and closed whatever the clients do.
+    runtime.close().await;
+    Ok(code)
+}
+
+/// The exit status for how the server task ended.
+fn exit_code(served: Result<std::io::Result<()>, tokio::task::JoinError>) -> u8 {
+    match served {
+        Ok(Ok(())) => EXIT_OK,
+        Ok(Err(e)) => {
             eprintln!("foya: server error: {e}");
             EXIT_FAILED
         }
-    };
-    match Arc::try_unwrap(runtime) {
-        Ok(runtime) => runtime.shutdown().await,
-        Err(_) => tracing::warn!("requests still running at shutdown"),
+        Err(e) => {
+            eprintln!("foya: the server stopped: {e}");
+            EXIT_FAILED
+        }
     }
-    Ok(code)
 }
 
 /// How long open connections may take to finish after the drain before the server
 /// stops waiting for them.
 const CONNECTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The next Ctrl-C, SIGTERM or SIGHUP (Ctrl-C alone when the handlers could not be
+/// installed).
+///
+/// # Cancel safety
+/// Cancel safe: a signal that arrives while no one waits is kept for the next call.
+async fn next_signal(signals: &mut Option<crate::signals::Signals>) {
+    match signals {
+        Some(signals) => {
+            signals.recv().await;
+        }
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
 
 /// Ctrl-C, SIGTERM or SIGHUP (through [`crate::signals::Signals`]; Ctrl-C alone when the
 /// handlers cannot be installed).

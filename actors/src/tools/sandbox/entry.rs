@@ -1,9 +1,9 @@
 //! The sandbox entry point: the helper side of the Sandbox Runner.
 //!
-//! Owns: parsing `__sandbox-exec --policy <json> --cwd <dir> --tmp <dir> [--parent <pid>]
-//! -- <program> <args>`, applying the policy with Linux Landlock to the current process,
-//! and running the program as its child under `supervise` (the group dies with the
-//! runtime). Must not: ever run the program without the requested confinement — when
+//! Owns: parsing `__sandbox-exec --policy <json> --cwd <dir> --tmp <dir> [--tmp-private]
+//! [--parent <pid>] -- <program> <args>`, applying the policy with Linux Landlock to the
+//! calling thread (which then starts the program), and running the program as its child
+//! under `supervise` (the group dies with the runtime). Must not: ever run the program without the requested confinement — when
 //! the kernel lacks a needed Landlock feature the helper exits with
 //! [`EXIT_SANDBOX_UNAVAILABLE`] and a `foya-sandbox:` message on stderr.
 
@@ -55,6 +55,10 @@ pub struct SandboxInvocation {
     pub cwd: PathBuf,
     /// Private temp dir (writable under `WorkspaceWrite`); exported as `TMPDIR`.
     pub tmp: PathBuf,
+    /// `tmp` was made for this call alone (`--tmp-private`): the helper removes it when
+    /// the runtime dies, since the runtime that would have removed it is gone. Never set
+    /// for a shared directory (the inherited `TMPDIR` under `SandboxPolicy::None`).
+    pub tmp_private: bool,
     /// Program to exec.
     pub program: OsString,
     /// Its arguments.
@@ -102,6 +106,9 @@ pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
         "--tmp".into(),
         invocation.tmp.clone().into(),
     ];
+    if invocation.tmp_private {
+        out.push("--tmp-private".into());
+    }
     if let Some(parent) = invocation.parent {
         out.extend(["--parent".into(), parent.to_string().into()]);
     }
@@ -119,6 +126,7 @@ pub fn parse_invocation(
 ) -> Result<SandboxInvocation, String> {
     let mut args = args.into_iter();
     let (mut policy, mut cwd, mut tmp, mut parent) = (None, None, None, None);
+    let mut tmp_private = false;
     loop {
         let Some(flag) = args.next() else {
             return Err("missing `-- <program>`".to_owned());
@@ -126,6 +134,10 @@ pub fn parse_invocation(
         let flag = flag.to_string_lossy().into_owned();
         if flag == "--" {
             break;
+        }
+        if flag == "--tmp-private" {
+            tmp_private = true;
+            continue;
         }
         let value = args
             .next()
@@ -155,13 +167,16 @@ pub fn parse_invocation(
         policy: policy.ok_or("missing --policy")?,
         cwd: cwd.ok_or("missing --cwd")?,
         tmp: tmp.ok_or("missing --tmp")?,
+        tmp_private,
         program,
         args: args.collect(),
         parent,
     })
 }
 
-/// Confines the current process (and everything it later execs) per `policy`.
+/// Confines the calling thread (and every process it later starts) per `policy`: Landlock
+/// and `no_new_privs` apply to the thread that sets them and are inherited by its
+/// children, so the helper confines a thread of its own and starts the program from it.
 ///
 /// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
 /// and `tmp` and to the writable devices (`/dev/null`, …); `ReadOnly` only to the devices. TCP bind and
@@ -246,6 +261,7 @@ mod tests {
             policy: SandboxPolicy::WorkspaceWrite { network: false },
             cwd: PathBuf::from("/w"),
             tmp: PathBuf::from("/t"),
+            tmp_private: true,
             program: "bash".into(),
             args: os(&["-c", "echo --policy x"]),
             parent: Some(42),
@@ -261,6 +277,7 @@ mod tests {
                 "/w",
                 "--tmp",
                 "/t",
+                "--tmp-private",
                 "--parent",
                 "42",
                 "--",

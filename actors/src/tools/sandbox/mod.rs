@@ -25,6 +25,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+/// Prefix of the private temp dirs the runner makes (`$TMPDIR/foya-sandbox-XXXXXX`); the
+/// helper removes only a dir named so.
+pub const TMP_PREFIX: &str = "foya-sandbox-";
+
 /// Environment variable naming the sandbox helper binary (one that calls
 /// [`sandbox_entry_if_requested`] first thing in `main`).
 pub const SANDBOX_HELPER_ENV: &str = "FOYA_SANDBOX_HELPER";
@@ -37,7 +41,8 @@ pub struct SandboxRunner {
 }
 
 /// A command ready to spawn, plus the private temp dir that must live as long as the
-/// process (it is deleted when this value is dropped).
+/// process (it is deleted when this value is dropped; if this process dies first — even
+/// by SIGKILL — the helper deletes it, see `supervise`).
 #[derive(Debug)]
 pub struct SandboxCommand {
     /// Set up with `process_group(0)`, stdin null, stdout and stderr piped,
@@ -72,10 +77,11 @@ impl SandboxRunner {
     /// Prepares `program args` to run in `cwd` under `policy`.
     ///
     /// Every policy runs `helper __sandbox-exec --policy <json> --cwd <cwd> --tmp <tmp>
-    /// --parent <this pid> -- program args`: the helper applies Landlock (nothing under
-    /// `SandboxPolicy::None`, which also keeps the inherited `TMPDIR`), runs the program
-    /// as its child and kills the whole process group when this process dies (see
-    /// [`supervise`]). Spawn the returned command and wrap the child's pid in a
+    /// [--tmp-private] --parent <this pid> -- program args`: the helper applies Landlock
+    /// (nothing under `SandboxPolicy::None`, which also keeps the inherited `TMPDIR`), runs
+    /// the program as its child and kills the whole process group when this process dies
+    /// (see [`supervise`]); then it also removes the private temp dir (`--tmp-private`,
+    /// every policy but `None`). Spawn the returned command and wrap the child's pid in a
     /// [`ProcessGroupGuard`] at once.
     ///
     /// The helper's parent-death signal fires when the *thread* that spawned it exits:
@@ -95,7 +101,7 @@ impl SandboxRunner {
         let (tmp, tmp_dir) = match policy {
             SandboxPolicy::None => (std::env::temp_dir(), None),
             SandboxPolicy::ReadOnly | SandboxPolicy::WorkspaceWrite { .. } => {
-                let tmp_dir = tempfile::Builder::new().prefix("foya-sandbox-").tempdir()?;
+                let tmp_dir = tempfile::Builder::new().prefix(TMP_PREFIX).tempdir()?;
                 (tmp_dir.path().to_path_buf(), Some(tmp_dir))
             }
         };
@@ -103,6 +109,7 @@ impl SandboxRunner {
             policy,
             cwd: cwd.to_path_buf(),
             tmp,
+            tmp_private: tmp_dir.is_some(),
             program,
             args: args.to_vec(),
             parent: Some(std::process::id()),

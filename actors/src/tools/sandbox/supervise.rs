@@ -2,13 +2,16 @@
 //! program; it stays the leader of the tool's process group, runs the program as its
 //! child and kills the whole group when the runtime that started it dies.
 //!
-//! Owns: being the child subreaper of the program (its orphans stay in the helper's
-//! tree, see `tree`), killing that tree when the program ends or on a watched signal,
-//! parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
+//! Owns: confining the program (Landlock on a thread of its own, which starts it; see
+//! `start_confined`), being the child subreaper of the program (its orphans stay in the
+//! helper's tree, see `tree`), killing that tree when the program ends or on a watched
+//! signal (then also removing the call's private temp dir, which a dead runtime no longer
+//! can), parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
 //! by a signal handler; a parent that died before the signal was armed is caught by
 //! comparing `getppid()` with the pid the runtime passed in `--parent`), killing the
 //! group, and passing the program's exit status on as the helper's own.
-//! Must not: leave a process of the group running after the runtime died, or kill a
+//! Must not: leave a process of the group running after the runtime died, remove a temp
+//! dir that was not made for the call (`--tmp-private`, named `foya-sandbox-…`), or kill a
 //! group it does not lead (a helper started by hand, not in its own group, kills only its
 //! child and itself).
 //!
@@ -20,7 +23,7 @@
 //! program, handlers are reset to the default by `execve`.
 
 use super::entry::{SandboxInvocation, apply_policy, fail};
-use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE};
+use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, TMP_PREFIX};
 use super::{SandboxPolicy, tree};
 use nix::errno::Errno;
 use nix::sys::prctl;
@@ -39,8 +42,8 @@ pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
 /// Runs the invocation's program under its policy and supervision; never returns.
 ///
 /// Order: handlers for [`PARENT_DEATH_SIGNAL`] and `SIGTERM` first (so an early signal is
-/// not lost or fatal), then `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock,
-/// then the program. Exits like the program did (see `exit_like`); on a watched signal
+/// not lost or fatal), then `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock
+/// (on the thread that starts the program), then the program. Exits like the program did (see `exit_like`); on a watched signal
 /// the group is killed (the helper with it).
 pub fn run(invocation: &SandboxInvocation) -> ! {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -83,25 +86,15 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
     if let Some(parent) = invocation.parent
         && u32::try_from(getppid().as_raw()).ok() != Some(parent)
     {
+        remove_private_tmp(invocation);
         fail(
             EXIT_SANDBOX_UNAVAILABLE,
             &format!("the runtime (pid {parent}) is gone; the command was not run"),
         );
     }
-    if let Err(message) = apply_policy(invocation.policy, &invocation.cwd, &invocation.tmp) {
-        fail(EXIT_SANDBOX_UNAVAILABLE, &message);
-    }
-    let mut command = tokio::process::Command::new(&invocation.program);
-    command.args(&invocation.args).current_dir(&invocation.cwd);
-    if invocation.policy != SandboxPolicy::None {
-        command.env("TMPDIR", &invocation.tmp);
-    }
-    let mut child = match command.spawn() {
+    let mut child = match start_confined(invocation) {
         Ok(child) => child,
-        Err(e) => fail(
-            EXIT_EXEC_FAILED,
-            &format!("cannot execute {:?}: {e}", invocation.program),
-        ),
+        Err((code, message)) => fail(code, &message),
     };
     let pid = child
         .id()
@@ -120,15 +113,74 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
             }
             Err(e) => fail(EXIT_EXEC_FAILED, &format!("cannot wait for the command: {e}")),
         },
-        _ = hangup.recv() => kill_all(pid),
-        _ = terminate.recv() => kill_all(pid),
+        _ = hangup.recv() => kill_all(pid, invocation),
+        _ = terminate.recv() => kill_all(pid, invocation),
+    }
+}
+
+/// Applies the policy to a thread of its own and starts the program from it.
+///
+/// Landlock and `no_new_privs` bind the thread that sets them and every process it starts
+/// afterwards, not the helper's other threads: the program runs confined while the
+/// helper's main thread keeps the rights to kill the program's tree and to remove the
+/// private temp dir when the runtime dies (removing a directory takes a right on its
+/// parent, which no policy grants).
+///
+/// # Errors
+/// `(exit code, message)`: [`EXIT_SANDBOX_UNAVAILABLE`] when the policy cannot be applied
+/// (the program did not run), [`EXIT_EXEC_FAILED`] when the program cannot be started.
+fn start_confined(invocation: &SandboxInvocation) -> Result<tokio::process::Child, (i32, String)> {
+    let runtime = tokio::runtime::Handle::current();
+    let started = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // The child is registered with this runtime's process driver.
+                let _runtime = runtime.enter();
+                apply_policy(invocation.policy, &invocation.cwd, &invocation.tmp)
+                    .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
+                let mut command = tokio::process::Command::new(&invocation.program);
+                command.args(&invocation.args).current_dir(&invocation.cwd);
+                if invocation.policy != SandboxPolicy::None {
+                    command.env("TMPDIR", &invocation.tmp);
+                }
+                command.spawn().map_err(|e| {
+                    (
+                        EXIT_EXEC_FAILED,
+                        format!("cannot execute {:?}: {e}", invocation.program),
+                    )
+                })
+            })
+            .join()
+    });
+    started.unwrap_or_else(|_| {
+        Err((
+            EXIT_SANDBOX_UNAVAILABLE,
+            "the thread starting the command panicked; the command was not run".to_owned(),
+        ))
+    })
+}
+
+/// Removes the invocation's temp dir when it is private to this call (`--tmp-private`,
+/// under a policy that made one, named like the runner names them): the runtime that
+/// would have removed it is gone. Errors are ignored (a dir already gone is the usual
+/// case when the runtime is alive and removed it itself).
+fn remove_private_tmp(invocation: &SandboxInvocation) {
+    let named_as_private = invocation
+        .tmp
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with(TMP_PREFIX));
+    if invocation.tmp_private && invocation.policy != SandboxPolicy::None && named_as_private {
+        let _ = std::fs::remove_dir_all(&invocation.tmp);
     }
 }
 
 /// SIGKILLs the helper's process tree (everything the program started, in its group or
-/// not), its process group when it leads one, else only `child`; then itself.
-fn kill_all(child: Option<Pid>) -> ! {
+/// not), removes the private temp dir (nothing in the tree can write to it any more), then
+/// SIGKILLs its process group when it leads one, else only `child`; then itself.
+fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation) -> ! {
     tree::kill_tree(getpid().as_raw());
+    remove_private_tmp(invocation);
     let group = getpgrp();
     if group == getpid() {
         let _ = killpg(group, Signal::SIGKILL);
@@ -157,4 +209,44 @@ fn exit_like(status: ExitStatus) -> ! {
         let _ = raise(signal);
     }
     std::process::exit(128 + number)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{SandboxInvocation, SandboxPolicy, remove_private_tmp};
+    use std::path::Path;
+
+    fn invocation(policy: SandboxPolicy, tmp: &Path, tmp_private: bool) -> SandboxInvocation {
+        SandboxInvocation {
+            policy,
+            cwd: "/".into(),
+            tmp: tmp.to_path_buf(),
+            tmp_private,
+            program: "true".into(),
+            args: Vec::new(),
+            parent: None,
+        }
+    }
+
+    #[test]
+    fn only_a_private_foya_sandbox_dir_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let private = root.path().join("foya-sandbox-abc123");
+        let shared = root.path().join("shared");
+        for dir in [&private, &shared] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("file"), "x").unwrap();
+        }
+        let write = SandboxPolicy::WorkspaceWrite { network: false };
+        // Not marked private, no policy, or not named by the runner: kept.
+        remove_private_tmp(&invocation(write, &private, false));
+        remove_private_tmp(&invocation(SandboxPolicy::None, &private, true));
+        remove_private_tmp(&invocation(write, &shared, true));
+        let exists = |d: &Path| d.exists();
+        assert_eq!((exists(&private), exists(&shared)), (true, true));
+        remove_private_tmp(&invocation(SandboxPolicy::ReadOnly, &private, true));
+        assert_eq!((exists(&private), exists(&shared)), (false, true));
+    }
 }
