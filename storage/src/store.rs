@@ -114,6 +114,49 @@ impl fmt::Debug for Store {
     }
 }
 
+/// Length of redb's magic number at the start of every database file (`redb\x1A\x0A\xA9\x0D\x0A`).
+const REDB_MAGIC_LEN: usize = 9;
+
+/// Empties a database file whose creation was interrupted, so that redb creates it anew.
+///
+/// redb writes a new file's magic number last (since redb 2, so a torn creation is
+/// detected rather than mistaken for a database): a process killed in the few
+/// milliseconds of creating the file leaves one whose first bytes are zero, which every
+/// later open refuses ("magic number mismatch") — the data dir would stay unusable
+/// until someone deleted the file by hand. Such a file never held a committed
+/// transaction, so nothing is lost by starting over. The file is checked and emptied
+/// under an exclusive `flock` (the lock redb takes), so a file another process is
+/// creating or using is left alone; any other content (a real database, a foreign
+/// file) is left for redb to open or refuse. Best effort: a file that cannot be read
+/// or locked is left as it is.
+fn recover_torn_creation(path: &Path) {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::OpenOptions::new().read(true).write(true).open(path) else {
+        return;
+    };
+    if file.try_lock().is_err() {
+        return;
+    }
+    let mut head = [0u8; REDB_MAGIC_LEN];
+    let Ok(read) = file.read(&mut head) else {
+        return;
+    };
+    if read == 0 || head[..read].iter().any(|b| *b != 0) {
+        return;
+    }
+    match file.set_len(0) {
+        Ok(()) => tracing::warn!(
+            path = %path.display(),
+            "the database file's creation was interrupted (no magic number); it is created anew"
+        ),
+        Err(e) => tracing::warn!(
+            path = %path.display(),
+            error = %e,
+            "cannot empty a database file whose creation was interrupted"
+        ),
+    }
+}
+
 impl Store {
     /// Opens (or creates) the database file at `path`, creating missing parent
     /// directories. A file left by a killed process is repaired by redb on open (this may
@@ -130,6 +173,7 @@ impl Store {
                 source,
             })?;
         }
+        recover_torn_creation(path);
         let db = Database::builder().create(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
                 path: path.to_owned(),

@@ -255,6 +255,44 @@ async fn a_reopened_file_has_the_committed_data_and_state() {
     store.close().await;
 }
 
+/// The first bytes of a file whose creation redb did not finish (a `foya run` SIGKILLed
+/// a few milliseconds after start on a new data dir): the header's layout fields are
+/// written, the magic number (written last) is not. Taken from such a file.
+fn torn_creation() -> Vec<u8> {
+    let mut file = vec![0u8; 73_728];
+    file[8..24].copy_from_slice(&[0, 4, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0]);
+    file[0x18..0x1d].copy_from_slice(&[0, 0, 0, 0, 0x11]);
+    file[0x40] = 3;
+    file
+}
+
+#[tokio::test]
+async fn a_file_whose_creation_was_interrupted_is_created_anew_and_a_foreign_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foya.redb");
+    std::fs::write(&path, torn_creation()).unwrap();
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    let a = SessionId::new();
+    store.append(log(a, 1, 2)).await.unwrap();
+    assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 2));
+    store.close().await;
+    drop(store);
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 2));
+    store.close().await;
+    drop(store);
+
+    // Anything else that is not a database is left alone and refused.
+    let foreign = dir.path().join("notes.redb");
+    std::fs::write(&foreign, b"my notes, not a database").unwrap();
+    let refused = Store::open(&foreign, StoreOptions::default());
+    assert!(
+        matches!(&refused, Err(OpenError::Database { path, .. }) if *path == foreign),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"my notes, not a database");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_appends_share_commits() {
     const SESSIONS: usize = 50;
