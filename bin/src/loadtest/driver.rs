@@ -268,8 +268,9 @@ fn handle(
                 *step_tool_ms += duration_ms;
             }
             // A tool call that failed or was not run (e.g. blocked by run protection):
-            // the load test's tool work did not happen as configured.
-            EventKind::ToolMessage(message) if message.is_error => {
+            // the load test's tool work did not happen as configured. Not the calls the
+            // driver's own cancel ends once the run was stopped.
+            EventKind::ToolMessage(message) if message.is_error && !stopping => {
                 out.error_with("tool_error", one_line(&message.content, 300));
             }
             EventKind::ProviderRetry { error, .. } => {

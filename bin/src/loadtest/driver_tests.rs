@@ -73,18 +73,15 @@ impl ModelClient for StopsTheRunInItsFirstRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_run_cancels_its_turn_and_counts_the_step_of_every_request_started() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("README.md"), "# Workspace\n").unwrap();
-    let store = Store::open(&dir.path().join("foya.redb"), StoreOptions::default()).unwrap();
-    let stop = CancellationToken::new();
-    let released = CancellationToken::new();
-    let client = StopsTheRunInItsFirstRequest {
-        requests: AtomicU32::new(0),
-        stop: stop.clone(),
-        released: released.clone(),
-    };
+/// A store in `dir` (with a `README.md` workspace), a runtime on `client` behind the load
+/// test's probe, and the shared state of a one-session, one-turn run stopped by `stop`.
+async fn setup(
+    dir: &std::path::Path,
+    client: impl ModelClient + 'static,
+    stop: CancellationToken,
+) -> (Store, Arc<Shared>) {
+    std::fs::write(dir.join("README.md"), "# Workspace\n").unwrap();
+    let store = Store::open(&dir.join("foya.redb"), StoreOptions::default()).unwrap();
     let probe = Probe::new(Arc::new(client), 1);
     let slots = probe.slots();
     let runtime = Runtime::start(RuntimeConfig::new(store.clone(), Arc::new(probe)))
@@ -94,13 +91,27 @@ async fn a_stopped_run_cancels_its_turn_and_counts_the_step_of_every_request_sta
         runtime,
         slots,
         turns: 1,
-        cwd: std::fs::canonicalize(dir.path()).unwrap(),
+        cwd: std::fs::canonicalize(dir).unwrap(),
         model: "m".into(),
         permits: Semaphore::new(1),
         stop,
         progress: ProgressBar::hidden(),
         driver_cpu: Arc::default(),
     });
+    (store, shared)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_cancels_its_turn_and_counts_the_step_of_every_request_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let released = CancellationToken::new();
+    let client = StopsTheRunInItsFirstRequest {
+        requests: AtomicU32::new(0),
+        stop: stop.clone(),
+        released: released.clone(),
+    };
+    let (store, shared) = setup(dir.path(), client, stop).await;
 
     let out = tokio::time::timeout(TIMEOUT, drive(0, Arc::clone(&shared)))
         .await
@@ -143,6 +154,48 @@ async fn a_stopped_run_cancels_its_turn_and_counts_the_step_of_every_request_sta
     assert_eq!(status, foya_protocol::TurnStatus::Cancelled);
     drop(updates);
     drop(session);
+    if let Ok(shared) = Arc::try_unwrap(shared) {
+        shared.runtime.shutdown().await;
+    }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_tool_result_the_drivers_own_cancel_ends_is_not_a_tool_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let client = StopsTheRunInItsFirstRequest {
+        requests: AtomicU32::new(0),
+        stop: stop.clone(),
+        released: CancellationToken::new(),
+    };
+    let (store, shared) = setup(dir.path(), client, stop).await;
+    let result = |content: &str| {
+        SessionUpdate::Event(foya_protocol::Event {
+            session_id: foya_protocol::SessionId::new(),
+            seq: Seq(9),
+            run_id: None,
+            at_ms: 0,
+            kind: EventKind::ToolMessage(foya_protocol::ToolMessage {
+                tool_call_id: ToolCallId::new("c1"),
+                content: content.into(),
+                is_error: true,
+            }),
+        })
+    };
+    let mut out = super::Outcome::default();
+    let mut tool_ms = 0;
+    // Before the stop, an error result is the load test's tool work going wrong…
+    super::handle(0, &shared, result("no such file"), &mut tool_ms, false, &mut out);
+    // …after it, the call the driver's cancel ended.
+    super::handle(0, &shared, result("cancelled"), &mut tool_ms, true, &mut out);
+    assert_eq!(
+        (out.errors.clone(), out.error_examples.clone()),
+        (
+            [("tool_error".to_owned(), 1)].into(),
+            [("tool_error".to_owned(), "no such file".to_owned())].into()
+        )
+    );
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.runtime.shutdown().await;
     }
