@@ -58,8 +58,10 @@ pub struct ProviderProfile {
     pub idle_timeout_ms: u64,
     /// TCP/TLS connect timeout in milliseconds.
     pub connect_timeout_ms: u64,
-    /// Retry policy of model requests.
-    pub retry: RetryPolicy,
+    /// Retry policy of this provider's model requests (TOML `[profiles.NAME.retry]`);
+    /// `None`: the runtime's ([`crate::runtime::RuntimeConfig::retry`]). Reaches the turn
+    /// through [`super::ModelClient::retry_policy`].
+    pub retry: Option<RetryPolicy>,
     /// Whether the model accepts image inputs (TOML `vision`, default `true`). When false,
     /// an input with images is refused at submit (`RuntimeError::ImagesNotSupported`).
     pub vision: bool,
@@ -95,7 +97,7 @@ impl ProviderProfile {
             extra_headers: BTreeMap::new(),
             idle_timeout_ms: idle,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            retry: RetryPolicy::default(),
+            retry: None,
             vision: true,
         }
     }
@@ -452,7 +454,7 @@ fn apply(p: &mut ProviderProfile, t: ProfileToml) {
         p.connect_timeout_ms = v;
     }
     if let Some(v) = t.retry {
-        p.retry = v;
+        p.retry = Some(v);
     }
     if let Some(v) = t.vision {
         p.vision = v;

@@ -64,10 +64,10 @@ extra_headers = { "x-b" = "2" }
             extra_headers: headers,
             idle_timeout_ms: 5000,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
-            retry: RetryPolicy {
+            retry: Some(RetryPolicy {
                 max_attempts: 2,
                 ..RetryPolicy::default()
-            },
+            }),
             vision: false,
         }
     );

@@ -200,6 +200,10 @@ fn idle_bytes(
 }
 
 impl ModelClient for HttpModelClient {
+    fn retry_policy(&self) -> Option<super::retry::RetryPolicy> {
+        self.profile.retry
+    }
+
     /// # Cancel safety
     /// Dropping the stream or cancelling `cancel` drops the response and closes the
     /// connection; the stream then ends without a final event.

@@ -88,4 +88,12 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
     fn supports_images(&self) -> bool {
         false
     }
+
+    /// The retry policy of this client's requests (a provider profile's
+    /// `[profiles.NAME.retry]`); `None` (the default): the runtime's
+    /// [`RuntimeConfig::retry`](crate::runtime::RuntimeConfig::retry). A wrapper around
+    /// another client forwards it.
+    fn retry_policy(&self) -> Option<retry::RetryPolicy> {
+        None
+    }
 }

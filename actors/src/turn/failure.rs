@@ -27,7 +27,7 @@ impl Turn {
         if error.class == ErrorClass::ContextOverflow {
             return self.on_overflow(myself, error).await;
         }
-        let policy = self.args.deps.retry;
+        let policy = self.client().retry_policy().unwrap_or(self.args.deps.retry);
         let next = self.attempt + 1;
         let Some(delay) = policy.delay_for(next, &error, rand::random::<f64>()) else {
             return self.fail(myself, error.class, error.message).await;

@@ -98,6 +98,9 @@ fn session_index(request: &ModelRequest) -> Option<usize> {
     rest[..rest.find(']')?].parse().ok()
 }
 
+/// The probe does not forward the inner client's [`ModelClient::retry_policy`]: a load
+/// test's retry policy is the runtime's default with `--max-attempts`, whatever profile
+/// it drives.
 impl ModelClient for Probe {
     fn stream(
         &self,
