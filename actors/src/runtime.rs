@@ -86,7 +86,8 @@ pub struct RuntimeConfig {
     pub models: HashMap<String, Arc<dyn ModelClient>>,
     /// The tools sessions may call.
     pub tools: Arc<ToolRegistry>,
-    /// Retry policy of model requests.
+    /// Retry policy of model requests, for a client whose
+    /// [`ModelClient::retry_policy`] is `None` (a provider profile's own `retry` wins).
     pub retry: RetryPolicy,
     /// Capacity of each subscriber's channel (events + deltas); a subscriber that falls
     /// this far behind is cut off with `Notice::Lagged`. 0 counts as 1. Below
