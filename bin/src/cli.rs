@@ -54,9 +54,9 @@ pub(crate) enum Command {
 /// Where sessions are stored.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct DataDirArg {
-    /// Data directory (default: $FOYA_DATA_DIR, else the platform data dir, e.g.
-    /// ~/.local/share/foya).
-    #[arg(long, env = "FOYA_DATA_DIR", global = true)]
+    /// Data directory (default: $FOYA_DATA_DIR when set and not empty, else the platform
+    /// data dir, e.g. ~/.local/share/foya).
+    #[arg(long, global = true)]
     pub(crate) data_dir: Option<PathBuf>,
 }
 

@@ -19,10 +19,18 @@ const OWNER_FILE: &str = "foya.owner";
 /// The owner file this process wrote (removed at exit).
 static OWNED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
-/// `--data-dir`, else `$FOYA_DATA_DIR` (clap reads it), else the platform data dir.
+/// Variable naming the data directory when `--data-dir` is not given.
+const DATA_DIR_ENV: &str = "FOYA_DATA_DIR";
+
+/// `--data-dir`, else `$FOYA_DATA_DIR` when set and not empty (an empty value counts as
+/// unset, as for most path variables: `FOYA_DATA_DIR= foya …` is not an error), else the
+/// platform data dir.
 pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(dir) = arg {
         return Ok(dir.to_path_buf());
+    }
+    if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
     }
     dirs::data_dir()
         .map(|d| d.join("foya"))

@@ -131,7 +131,11 @@ const REDB_MAGIC_LEN: usize = 9;
 /// or locked is left as it is.
 fn recover_torn_creation(path: &Path) {
     use std::io::Read;
-    let Ok(mut file) = std::fs::OpenOptions::new().read(true).write(true).open(path) else {
+    let Ok(mut file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    else {
         return;
     };
     if file.try_lock().is_err() {

@@ -290,7 +290,10 @@ async fn a_file_whose_creation_was_interrupted_is_created_anew_and_a_foreign_one
         matches!(&refused, Err(OpenError::Database { path, .. }) if *path == foreign),
         "{refused:?}"
     );
-    assert_eq!(std::fs::read(&foreign).unwrap(), b"my notes, not a database");
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        b"my notes, not a database"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@
 //! delete|title`, `run --session` and `chat --session` on a session that is not stored
 //! say so and exit 1, creating nothing either; `run --session` and `chat --session` on a
 //! deleted session say it was deleted (exit 1, whatever the provider) and write nothing.
+//! An empty `FOYA_DATA_DIR` counts as unset.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin::foya;
@@ -574,4 +575,38 @@ fn a_broken_project_config_is_reported_before_the_data_dir_is_created() {
         "{stderr}"
     );
     assert!(!data.exists(), "the data dir was created: {stderr}");
+}
+
+#[test]
+fn an_empty_foya_data_dir_counts_as_unset_and_a_set_one_is_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = write_script(tmp.path(), &[json!({"text": "an answer"})]);
+    let xdg = tmp.path().join("xdg");
+    let chosen = tmp.path().join("chosen");
+    let foya_with = |value: &Path, args: &[&str]| {
+        foya()
+            .args(args)
+            .env("FOYA_DATA_DIR", value)
+            .env("XDG_DATA_HOME", &xdg)
+            .output()
+            .unwrap()
+    };
+    let run = ["run", "--provider", "scripted", "--script", &script, "hi"];
+    for (value, store) in [
+        (Path::new(""), xdg.join("foya/foya.redb")),
+        (chosen.as_path(), chosen.join("foya.redb")),
+    ] {
+        let out = foya_with(value, &run);
+        assert_eq!(out.status.code(), Some(0), "{value:?}: {out:?}");
+        assert!(store.is_file(), "{value:?}: no {}", store.display());
+        let out = foya_with(value, &["sessions", "list", "--json"]);
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8(out.stdout).unwrap().lines().count()
+            ),
+            (Some(0), 1),
+            "{value:?}"
+        );
+    }
 }

@@ -73,7 +73,11 @@ async fn a_profiles_retry_policy_limits_the_attempts_of_its_requests() {
 
     let sessions = json_lines(&foya(&["sessions", "list", "--json"], &data, &config_home));
     let id = sessions[0]["id"].as_str().unwrap();
-    let events = json_lines(&foya(&["sessions", "show", id, "--json"], &data, &config_home));
+    let events = json_lines(&foya(
+        &["sessions", "show", id, "--json"],
+        &data,
+        &config_home,
+    ));
     let retries: Vec<Value> = events
         .iter()
         .filter(|e| e["type"] == "provider_retry")

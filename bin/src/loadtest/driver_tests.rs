@@ -186,9 +186,23 @@ async fn a_tool_result_the_drivers_own_cancel_ends_is_not_a_tool_error() {
     let mut out = super::Outcome::default();
     let mut tool_ms = 0;
     // Before the stop, an error result is the load test's tool work going wrong…
-    super::handle(0, &shared, result("no such file"), &mut tool_ms, false, &mut out);
+    super::handle(
+        0,
+        &shared,
+        result("no such file"),
+        &mut tool_ms,
+        false,
+        &mut out,
+    );
     // …after it, the call the driver's cancel ended.
-    super::handle(0, &shared, result("cancelled"), &mut tool_ms, true, &mut out);
+    super::handle(
+        0,
+        &shared,
+        result("cancelled"),
+        &mut tool_ms,
+        true,
+        &mut out,
+    );
     assert_eq!(
         (out.errors.clone(), out.error_examples.clone()),
         (
