@@ -99,22 +99,43 @@ pub(super) fn find(name: &str) -> Option<ChatCommand> {
         .map(|spec| spec.command)
 }
 
-/// The `/help` text: one line per command.
-pub(super) fn help() -> String {
-    let usages: Vec<String> = COMMANDS
+/// The `/help` text: one line per chat command, then one per project (or user) command
+/// of the session's working directory `cwd` that can be typed (`/NAME ARGS  description`,
+/// under a `project commands:` line), loaded as the runtime loads them.
+pub(super) fn help(cwd: &Path, user_dir: Option<&Path>) -> String {
+    let project = ProjectContext::load(cwd, user_dir);
+    help_text(
+        project
+            .commands
+            .values()
+            .filter(|c| typeable(&c.name))
+            .map(|c| (c.name.as_str(), c.description.as_str())),
+    )
+}
+
+/// [`help`] given the project's commands as `(name, description)`.
+fn help_text<'a>(project: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut rows: Vec<(String, &str)> = COMMANDS
         .iter()
-        .map(|spec| match spec.arguments {
-            "" => format!("/{}", spec.name),
-            arguments => format!("/{} {arguments}", spec.name),
+        .map(|spec| {
+            let usage = match spec.arguments {
+                "" => format!("/{}", spec.name),
+                arguments => format!("/{} {arguments}", spec.name),
+            };
+            (usage, spec.help)
         })
         .collect();
-    let width = usages.iter().map(String::len).max().unwrap_or(0);
-    COMMANDS
-        .iter()
-        .zip(&usages)
-        .map(|(spec, usage)| format!("{usage:<width$}  {}", spec.help))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let built_in = rows.len();
+    rows.extend(project.map(|(name, description)| (format!("/{name} ARGS"), description)));
+    let width = rows.iter().map(|(usage, _)| usage.len()).max().unwrap_or(0);
+    let line =
+        |(usage, help): &(String, &str)| format!("{usage:<width$}  {help}").trim_end().to_owned();
+    let mut lines: Vec<String> = rows[..built_in].iter().map(line).collect();
+    if rows.len() > built_in {
+        lines.push("project commands:".to_owned());
+        lines.extend(rows[built_in..].iter().map(line));
+    }
+    lines.join("\n")
 }
 
 /// Whether `name` is a project (or user) command of the session's working directory
@@ -178,10 +199,17 @@ mod tests {
     #[test]
     fn help_and_the_unknown_message_list_the_table() {
         assert_eq!(
-            help(),
+            help_text(std::iter::empty()),
             "/compact   compact the conversation\n/title T   set the session title\n\
              /cancel    cancel the running turn\n/sessions  list sessions\n\
              /help      list the commands\n/exit      quit (also Ctrl-D)\n/quit      quit"
+        );
+        assert_eq!(
+            help_text([("fix", "fix the failing test"), ("sum", "")].into_iter()),
+            "/compact   compact the conversation\n/title T   set the session title\n\
+             /cancel    cancel the running turn\n/sessions  list sessions\n\
+             /help      list the commands\n/exit      quit (also Ctrl-D)\n/quit      quit\n\
+             project commands:\n/fix ARGS  fix the failing test\n/sum ARGS"
         );
         assert_eq!(
             unknown_message("nope", ["fix", "compact"].into_iter()),
@@ -194,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn project_commands_that_cannot_be_typed_are_skipped_for_list_and_lookup() {
+    fn project_commands_that_cannot_be_typed_are_skipped_for_help_list_and_lookup() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join(".foya/commands");
         std::fs::create_dir_all(&dir).unwrap();
@@ -212,6 +240,11 @@ mod tests {
         assert_eq!(
             unknown("two", tmp.path(), Some(&no_user)).as_deref(),
             Some(expected.replace("/.hidden", "/two").as_str())
+        );
+        assert!(
+            help(tmp.path(), Some(&no_user)).ends_with("\nproject commands:\n/fix ARGS"),
+            "{}",
+            help(tmp.path(), Some(&no_user))
         );
     }
 }

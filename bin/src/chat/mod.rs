@@ -297,7 +297,7 @@ impl Chat<'_> {
         match command {
             ChatCommand::Exit => Action::Exit(EXIT_OK),
             ChatCommand::Help => {
-                eprintln!("{}", commands::help());
+                eprintln!("{}", commands::help(&self.cwd, self.user_dir.as_deref()));
                 Action::Done
             }
             ChatCommand::Compact => Action::Submit(Input::command(name, arguments)),
