@@ -126,7 +126,7 @@ fn piped_lines_run_in_order_and_eof_waits_for_the_turns() {
 }
 
 #[test]
-fn an_unknown_command_names_every_command_chat_accepts() {
+fn an_unknown_command_and_help_name_every_command_chat_accepts() {
     use std::io::Write as _;
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
@@ -147,7 +147,7 @@ fn an_unknown_command_names_every_command_chat_accepts() {
     let chat = spawn_lines(&mut command);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut stdin = chat.stdin.unwrap();
-    stdin.write_all(b"/nope\n/fix the bug\n").unwrap();
+    stdin.write_all(b"/help\n/nope\n/fix the bug\n").unwrap();
     drop(stdin);
     let status = wait_exit(chat.child, deadline);
     let stderr = chat.stderr.recv().unwrap();
@@ -161,6 +161,12 @@ fn an_unknown_command_names_every_command_chat_accepts() {
         ],
         "{stderr}"
     );
+    // /help lists the project's command; piped input gets no typing hint.
+    assert!(
+        stderr.contains("\nproject commands:\n/fix ARGS\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("type a prompt"), "{stderr}");
     // The child exited: its stdout is closed, so the reader ends.
     let lines: Vec<String> = chat.lines.iter().collect();
     assert_eq!(lines, ["fixed"]);

@@ -164,10 +164,13 @@ async fn open(
             (session, cwd)
         }
     };
-    eprintln!(
-        "{}",
-        crate::render::dim("type a prompt; /help for commands; Ctrl-D or /exit quits")
-    );
+    if std::io::stdin().is_terminal() {
+        // Someone types: say how (a script piping its prompts needs no hint).
+        eprintln!(
+            "{}",
+            crate::render::dim("type a prompt; /help for commands; Ctrl-D or /exit quits")
+        );
+    }
     let from = store.last_seq(session.id())?.map_or(Seq::FIRST, Seq::next);
     let approver = approver(args);
     let updates = session
