@@ -47,8 +47,9 @@ pub(crate) struct LoadtestArgs {
     /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
     #[arg(long, default_value = "sim")]
     pub(crate) provider: String,
-    /// Base URL for `--provider PROFILE` (e.g. the address `foya sim-server` printed,
-    /// plus `/v1`).
+    /// Base URL for `--provider PROFILE`: the address `foya sim-server` printed, plus
+    /// `/v1` for `openai-chat` and `openai-responses`; as printed for `anthropic`, whose
+    /// paths (`/v1/messages`) already start with `/v1`.
     #[arg(long, value_parser = crate::values::http_url)]
     pub(crate) base_url: Option<String>,
     /// Model name (default: the profile's, `sim-1` for the simulator).
