@@ -139,28 +139,41 @@ fn in_use(dir: &Path) -> anyhow::Error {
         None => "another foya process".to_owned(),
     };
     let listen = owner.as_ref().and_then(|o| o.listen.as_deref());
+    // Who can be asked for the sessions meanwhile: a server or a node; a one-shot command
+    // (`run`, `chat`, `loadtest`) cannot, it ends on its own.
     let ask = match owner
         .as_ref()
         .map(|o| (o.command.as_str(), o.url.as_deref()))
     {
-        Some(("serve", Some(url))) => format!(
+        Some(("serve", Some(url))) => Some(format!(
             "ask the server instead: GET {url}/sessions (e.g. curl {url}/sessions, with \
              -H 'Authorization: Bearer TOKEN' if it was started with --token-file)"
-        ),
-        Some(("node", _)) => format!(
+        )),
+        Some(("node", _)) => Some(format!(
             "ask the node instead: foya sessions list --cluster {} --cookie-file FILE",
             listen.unwrap_or("HOST:PORT")
-        ),
-        _ => "ask a running `foya serve` over HTTP (GET /sessions) or a `foya node` with \
+        )),
+        Some(_) => None,
+        None => Some(
+            "ask a running `foya serve` over HTTP (GET /sessions) or a `foya node` with \
              foya sessions list --cluster HOST:PORT --cookie-file FILE"
-            .to_owned(),
+                .to_owned(),
+        ),
     };
-    anyhow::anyhow!(
-        "the data dir {} is in use by {holder}: its store is locked while that process runs. \
+    match ask {
+        Some(ask) => anyhow::anyhow!(
+            "the data dir {} is in use by {holder}: its store is locked while that process runs. \
              Stop it or use another --data-dir (one process uses a data dir at a time); to \
              see its sessions meanwhile, {ask}",
-        dir.display()
-    )
+            dir.display()
+        ),
+        None => anyhow::anyhow!(
+            "the data dir {} is in use by {holder}: its store is locked while that process runs. \
+             Wait for it to end, stop it, or use another --data-dir (one process uses a data \
+             dir at a time)",
+            dir.display()
+        ),
+    }
 }
 
 /// Opens the store of a data directory only if it has one: `Ok(None)`, creating

@@ -204,3 +204,40 @@ fn only_session_log(data: &std::path::Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_dir_held_by_a_chat_says_to_wait_for_it_not_to_ask_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, json!({"responses": [{"text": "hi"}]}).to_string()).unwrap();
+    let mut command = scripted("chat", "bypass", &script, &data, dir.path());
+    command
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .stdin(std::process::Stdio::piped());
+    let mut chat = spawn_lines(&mut command);
+    let mut stdin = chat.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"hello\n").unwrap();
+    // The answer printed: the chat holds the store (and keeps it while stdin is open).
+    assert_eq!(
+        chat.lines.recv_timeout(Duration::from_secs(60)).unwrap(),
+        "hi"
+    );
+    let pid = chat.child.id();
+    assert_eq!(
+        foya_tests::child::sessions_list(&data).await,
+        (
+            Some(1),
+            String::new(),
+            format!(
+                "foya: the data dir {} is in use by foya chat (pid {pid}): its store is locked \
+                 while that process runs. Wait for it to end, stop it, or use another \
+                 --data-dir (one process uses a data dir at a time)\n",
+                data.display()
+            )
+        )
+    );
+    drop(stdin);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    assert_eq!(wait_exit(chat.child, deadline).code(), Some(0));
+}
