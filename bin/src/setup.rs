@@ -58,11 +58,16 @@ pub(crate) fn also_known(e: ConfigError, name: &str) -> ConfigError {
         ConfigError::UnknownProfile {
             name: asked,
             mut known,
+            searched,
         } => {
             known.push(name.to_owned());
             known.sort();
             known.dedup();
-            ConfigError::UnknownProfile { name: asked, known }
+            ConfigError::UnknownProfile {
+                name: asked,
+                known,
+                searched,
+            }
         }
         other => other,
     }
@@ -128,10 +133,15 @@ mod tests {
         let e = with_scripted(ConfigError::UnknownProfile {
             name: "nope".into(),
             known: vec!["anthropic".into(), "openai".into(), "openai-chat".into()],
+            searched: vec![
+                "/home/u/.config/foya/config.toml".into(),
+                "/p/.foya/config.toml".into(),
+            ],
         });
         assert_eq!(
             e.to_string(),
-            "unknown provider profile `nope` (define [profiles.nope] or use one of: \
+            "unknown provider profile `nope` (define [profiles.nope] in \
+             /home/u/.config/foya/config.toml or /p/.foya/config.toml or use one of: \
              anthropic, openai, openai-chat, scripted)"
         );
     }

@@ -140,8 +140,8 @@ pub enum ConfigError {
     },
     /// No profile or protocol kind has this name.
     #[error(
-        "unknown provider profile `{name}` (define [profiles.{name}] or use one of: {})",
-        .known.join(", ")
+        "unknown provider profile `{name}` (define [profiles.{name}]{} or use one of: {})",
+        in_files(.searched), .known.join(", ")
     )]
     UnknownProfile {
         /// The name asked for.
@@ -149,6 +149,8 @@ pub enum ConfigError {
         /// Every name that resolves (configured profiles, built-in profiles, protocol
         /// kinds, and whatever the caller adds), sorted.
         known: Vec<String>,
+        /// The config files that were looked for, in load order ([`ProviderConfig::searched`]).
+        searched: Vec<PathBuf>,
     },
     /// A profile lacks a required field.
     #[error("provider profile `{profile}` needs `{field}`")]
@@ -237,6 +239,19 @@ pub struct ProviderConfig {
     /// Profiles by name.
     #[serde(default)]
     pub profiles: BTreeMap<String, ProfileToml>,
+    /// The files [`Self::load_files`] looked for, in order, whether they existed or not
+    /// (named by an unknown-profile error); empty for a parsed text.
+    #[serde(skip)]
+    pub searched: Vec<PathBuf>,
+}
+
+/// ` in A or B` (which config files a profile can be defined in), or nothing.
+fn in_files(searched: &[PathBuf]) -> String {
+    let names: Vec<String> = searched.iter().map(|p| p.display().to_string()).collect();
+    match names.as_slice() {
+        [] => String::new(),
+        names => format!(" in {}", names.join(" or ")),
+    }
 }
 
 /// The project's config file for working directory `cwd`: `.foya/config.toml` at its
@@ -287,7 +302,10 @@ impl ProviderConfig {
     /// # Errors
     /// [`ConfigError::Read`] / [`ConfigError::Parse`] for an unreadable or invalid file.
     pub fn load_files(paths: &[PathBuf]) -> Result<Self, ConfigError> {
-        let mut config = Self::default();
+        let mut config = Self {
+            searched: paths.to_vec(),
+            ..Self::default()
+        };
         for path in paths {
             let Some(text) = read_optional(path)? else {
                 continue;
@@ -399,6 +417,7 @@ impl ProviderConfig {
                 return Err(ConfigError::UnknownProfile {
                     name: name_or_kind.to_owned(),
                     known: self.known_names(),
+                    searched: self.searched.clone(),
                 });
             }
         };

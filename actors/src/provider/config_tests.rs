@@ -148,7 +148,8 @@ fn builtins_kind_names_and_openai_base_url_env() {
         config.resolve_with_env("nope", None, None, &no_env),
         Err(ConfigError::UnknownProfile {
             name: "nope".into(),
-            known: config.known_names()
+            known: config.known_names(),
+            searched: config.searched.clone(),
         })
     );
 }
@@ -254,5 +255,30 @@ fn a_config_path_that_is_not_a_regular_file_is_refused_without_reading_it() {
     assert!(
         matches!(&err, ConfigError::Read { path: p, message } if *p == path && message == "not a regular file"),
         "{err:?}"
+    );
+}
+
+#[test]
+fn the_unknown_profile_error_names_the_files_a_profile_can_be_defined_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let global = write(
+        dir.path(),
+        "home/config.toml",
+        "[profiles.other]\nkind = \"anthropic\"\n",
+    );
+    let project = dir.path().join("proj/.foya/config.toml"); // not there
+    let config = ProviderConfig::load_files(&[global.clone(), project.clone()]).unwrap();
+    assert_eq!(config.searched, vec![global.clone(), project.clone()]);
+    let err = config
+        .resolve_with_env("nope", None, None, &|_: &str| None)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "unknown provider profile `nope` (define [profiles.nope] in {} or {} or use one \
+             of: anthropic, openai, openai-chat, openai-responses, other)",
+            global.display(),
+            project.display()
+        )
     );
 }
