@@ -17,6 +17,7 @@ mod anthropic_encode;
 mod chat_decode;
 mod chat_encode;
 mod common;
+mod ids;
 mod responses_decode;
 mod responses_encode;
 pub mod sse;
@@ -25,6 +26,7 @@ pub use anthropic_decode::AnthropicDecoder;
 pub use chat_decode::ChatDecoder;
 pub use responses_decode::ResponsesDecoder;
 pub use sse::{SseLimits, TransportError, decode_sse};
+pub(crate) use common::{MAX_EXCERPT_CHARS, excerpt};
 
 /// A wire protocol. Its kebab-case name is the `kind` of a provider profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -147,3 +149,7 @@ mod decode_invalid_tests;
 #[cfg(test)]
 #[path = "encode_names_tests.rs"]
 mod encode_names_tests;
+
+#[cfg(test)]
+#[path = "ids_tests.rs"]
+mod ids_tests;
