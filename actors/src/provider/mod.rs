@@ -15,6 +15,7 @@ pub(crate) mod actor;
 pub mod classify;
 pub mod config;
 pub mod http;
+pub mod redact;
 mod messages;
 pub mod retry;
 pub mod scripted;
