@@ -79,7 +79,8 @@ fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_200_html_page_is_invalid_response_at_once_naming_the_content_type() {
     let mock = MockProvider::start().await;
-    let page = "<!DOCTYPE html>\n<html><head><title>Welcome</title></head>\n<body>It works!</body></html>";
+    let page =
+        "<!DOCTYPE html>\n<html><head><title>Welcome</title></head>\n<body>It works!</body></html>";
     mock.push(response(200, Some("text/html; charset=utf-8"), page));
     mock.push(MockResponse::sse(openai_chat::text("never asked for")));
     let base = format!("{}/v1", mock.base_url());
@@ -153,7 +154,14 @@ async fn loadtest_shows_its_endpoint_without_credentials() {
         move || {
             Command::new(foya_bin())
                 .args(["loadtest", "--sessions", "1", "--turns", "1"])
-                .args(["--provider", "openai-chat", "--model", "m", "--base-url", &base])
+                .args([
+                    "--provider",
+                    "openai-chat",
+                    "--model",
+                    "m",
+                    "--base-url",
+                    &base,
+                ])
                 .arg("--json")
                 .arg(&json)
                 .env("OPENAI_API_KEY", KEY)
@@ -173,7 +181,11 @@ async fn loadtest_shows_its_endpoint_without_credentials() {
     assert_eq!(report["endpoint"], json!(shown), "stderr: {stderr}");
     assert_eq!(
         (
-            stdout.lines().next().unwrap().contains(&format!(" at {shown},")),
+            stdout
+                .lines()
+                .next()
+                .unwrap()
+                .contains(&format!(" at {shown},")),
             stderr.contains(&format!("sending requests to {shown} ")),
             format!("{stdout}{stderr}").contains("PW-secret"),
         ),

@@ -67,7 +67,11 @@ async fn a_session_whose_calls_had_bad_and_repeated_ids_continues_on_a_strict_pr
     let mock = MockProvider::start().await;
     for (id, file) in calls {
         let args = json!({"path": file}).to_string();
-        mock.push(MockResponse::sse(anthropic::tool_call(id, "read_file", &args)));
+        mock.push(MockResponse::sse(anthropic::tool_call(
+            id,
+            "read_file",
+            &args,
+        )));
     }
     mock.push(MockResponse::sse(anthropic::text("Read them all.")));
     let data = tempfile::tempdir().unwrap();
@@ -146,6 +150,9 @@ async fn a_session_whose_calls_had_bad_and_repeated_ids_continues_on_a_strict_pr
         .filter(|e| e["type"] == "tool_message")
         .map(|e| (e["tool_call_id"].clone(), e["is_error"].clone()))
         .collect();
-    let expected: Vec<(Value, Value)> = calls.iter().map(|(i, _)| (json!(i), json!(false))).collect();
+    let expected: Vec<(Value, Value)> = calls
+        .iter()
+        .map(|(i, _)| (json!(i), json!(false)))
+        .collect();
     assert_eq!(answered, expected);
 }

@@ -17,9 +17,9 @@
 //! (`redact::display_url`).
 
 use super::classify::classify_http_error;
+use super::config::{ConfigError, ProviderProfile};
 use super::redact::{display_url, redact_secret};
 use super::wire::{MAX_EXCERPT_CHARS, excerpt};
-use super::config::{ConfigError, ProviderProfile};
 use super::wire::{SseLimits, TransportError, decode_sse};
 use super::{ModelClient, ModelRequest};
 use bytes::Bytes;
@@ -342,5 +342,49 @@ impl ModelClient for HttpModelClient {
     /// (an input with images for a model without vision is refused at submit).
     fn supports_images(&self) -> bool {
         self.profile.vision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+
+    fn check(value: Option<&'static str>) -> Result<(), String> {
+        let mut headers = HeaderMap::new();
+        if let Some(v) = value {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(v));
+        }
+        check_content_type(&headers)
+    }
+
+    #[test]
+    fn only_event_streams_json_and_a_missing_header_are_decoded() {
+        let verdicts: Vec<Result<(), String>> = [
+            Some("text/event-stream"),
+            Some("Text/Event-Stream; charset=utf-8"),
+            None,
+            Some("application/json"),
+            Some("application/problem+json; charset=utf-8"),
+            Some("text/html; charset=utf-8"),
+            Some("text/plain"),
+            Some(""),
+        ]
+        .into_iter()
+        .map(check)
+        .collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                Ok(()),
+                Ok(()),
+                Ok(()),
+                Ok(()),
+                Ok(()),
+                Err("text/html; charset=utf-8".into()),
+                Err("text/plain".into()),
+                Err(String::new()),
+            ]
+        );
     }
 }

@@ -3,8 +3,8 @@
 //! unset). See <https://docs.anthropic.com/en/api/messages>.
 
 use super::EncodedRequest;
-use super::ids::WireIds;
 use super::common::{interrupted_reasoning, user_images, user_text, wire_tool_name};
+use super::ids::WireIds;
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Message, ReasoningPart};
 use serde_json::{Value, json};
@@ -62,7 +62,8 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
             Message::Assistant(msg) => push("assistant", assistant(msg, &mut ids)),
             Message::Tool(t) => {
                 let id = ids.result(t.tool_call_id.as_str());
-                let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": t.content});
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": id, "content": t.content});
                 if t.is_error {
                     block["is_error"] = json!(true);
                 }

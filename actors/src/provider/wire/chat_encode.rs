@@ -3,11 +3,11 @@
 //! See <https://platform.openai.com/docs/api-reference/chat/create>.
 
 use super::EncodedRequest;
-use super::ids::WireIds;
 use super::common::{
     TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
     wire_tool_name,
 };
+use super::ids::WireIds;
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Input, Message};
 use serde_json::{Value, json};

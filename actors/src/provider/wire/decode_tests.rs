@@ -276,7 +276,14 @@ async fn chat_utf8_split_inside_characters_and_nameless_continuations() {
     let calls: Vec<_> = agg
         .tool_calls()
         .into_iter()
-        .map(|c| (c.id.0.len(), c.id.0.starts_with("call_"), c.name, c.arguments))
+        .map(|c| {
+            (
+                c.id.0.len(),
+                c.id.0.starts_with("call_"),
+                c.name,
+                c.arguments,
+            )
+        })
         .collect();
     assert_eq!(
         calls,

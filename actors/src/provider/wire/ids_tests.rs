@@ -89,7 +89,8 @@ fn openai_chat_sends_valid_unique_call_ids_and_pairs_each_result() {
     let out = outputs();
     let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "shell", "arguments": "{}"}});
     let result = |i: usize| json!({"role": "tool", "tool_call_id": w[i], "content": out[i]});
-    let assistant = |calls: Vec<Value>| json!({"role": "assistant", "content": null, "tool_calls": calls});
+    let assistant =
+        |calls: Vec<Value>| json!({"role": "assistant", "content": null, "tool_calls": calls});
     assert_eq!(
         body,
         json!({"model": "m", "stream": true, "stream_options": {"include_usage": true}, "messages": [
@@ -128,7 +129,8 @@ fn openai_responses_sends_valid_unique_call_ids_and_pairs_each_result() {
     let w = wire();
     let out = outputs();
     let call = |i: usize| json!({"type": "function_call", "call_id": w[i], "name": "shell", "arguments": "{}"});
-    let result = |i: usize| json!({"type": "function_call_output", "call_id": w[i], "output": out[i]});
+    let result =
+        |i: usize| json!({"type": "function_call_output", "call_id": w[i], "output": out[i]});
     assert_eq!(
         body,
         json!({"model": "m", "stream": true, "store": false, "input": [
@@ -207,16 +209,23 @@ async fn decode_calls() -> Vec<ToolCall> {
             &json!({"tool_calls": [{"index": 2, "function": {"name": "c", "arguments": "{}"}}]}),
             None,
         ),
-        chat_chunk(&json!({"tool_calls": [{"index": 2, "id": "late_id"}]}), None),
+        chat_chunk(
+            &json!({"tool_calls": [{"index": 2, "id": "late_id"}]}),
+            None,
+        ),
         chat_chunk(&json!({}), Some("tool_calls")),
         "data: [DONE]\n\n".to_owned(),
     ]
     .concat();
     let bytes = futures::stream::iter([Ok::<_, TransportError>(Bytes::from(body))]);
     let mut agg = StreamAggregate::new();
-    for e in decode_sse(bytes, ProviderKind::OpenaiChat.decoder(), SseLimits::default())
-        .collect::<Vec<_>>()
-        .await
+    for e in decode_sse(
+        bytes,
+        ProviderKind::OpenaiChat.decoder(),
+        SseLimits::default(),
+    )
+    .collect::<Vec<_>>()
+    .await
     {
         agg.apply(&e);
     }

@@ -24,9 +24,9 @@ pub mod sse;
 
 pub use anthropic_decode::AnthropicDecoder;
 pub use chat_decode::ChatDecoder;
+pub(crate) use common::{MAX_EXCERPT_CHARS, excerpt};
 pub use responses_decode::ResponsesDecoder;
 pub use sse::{SseLimits, TransportError, decode_sse};
-pub(crate) use common::{MAX_EXCERPT_CHARS, excerpt};
 
 /// A wire protocol. Its kebab-case name is the `kind` of a provider profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

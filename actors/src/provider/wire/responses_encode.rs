@@ -3,11 +3,11 @@
 //! See <https://platform.openai.com/docs/api-reference/responses/create>.
 
 use super::EncodedRequest;
-use super::ids::WireIds;
 use super::common::{
     TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
     wire_tool_name,
 };
+use super::ids::WireIds;
 use crate::provider::ModelRequest;
 use foya_protocol::Message;
 use serde_json::{Value, json};
@@ -69,7 +69,8 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                     t.content.clone()
                 };
                 let id = ids.result(t.tool_call_id.as_str());
-                input.push(json!({"type": "function_call_output", "call_id": id, "output": output}));
+                input
+                    .push(json!({"type": "function_call_output", "call_id": id, "output": output}));
             }
         }
     }

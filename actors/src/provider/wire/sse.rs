@@ -166,22 +166,25 @@ where
     );
     let events = framed.eventsource();
     let state = (Box::pin(events), decoder, CallIds::default(), false);
-    stream::unfold(state, |(mut events, mut decoder, mut ids, ended)| async move {
-        if ended {
-            return None;
-        }
-        let mut out = Vec::new();
-        while out.is_empty() && !decoder.is_finished() {
-            match events.next().await {
-                Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
-                Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
-                None => decoder.finish(&mut out),
+    stream::unfold(
+        state,
+        |(mut events, mut decoder, mut ids, ended)| async move {
+            if ended {
+                return None;
             }
-        }
-        let out = ids.fill(out);
-        let ended = decoder.is_finished();
-        Some((stream::iter(out), (events, decoder, ids, ended)))
-    })
+            let mut out = Vec::new();
+            while out.is_empty() && !decoder.is_finished() {
+                match events.next().await {
+                    Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
+                    Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
+                    None => decoder.finish(&mut out),
+                }
+            }
+            let out = ids.fill(out);
+            let ended = decoder.is_finished();
+            Some((stream::iter(out), (events, decoder, ids, ended)))
+        },
+    )
     .flatten()
     .boxed()
 }
@@ -234,13 +237,15 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
         }
         EventStreamError::Transport(Framing::JsonBody(body)) => classify::classify_json_body(&body),
         EventStreamError::Utf8(e) => {
-            let reason = e.utf8_error().to_string();
+            // The bytes from the first invalid sequence on (the parser already took the
+            // valid text before it); their line, invalid bytes shown as U+FFFD.
             let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            let line = text.split(['\n', '\r']).next().unwrap_or_default();
             ProviderError::new(
                 ErrorClass::InvalidResponse,
                 format!(
-                    "malformed stream event: its data is not UTF-8 ({reason}): `{}`",
-                    excerpt(&text, MAX_EXCERPT_CHARS)
+                    "malformed stream event: its data is not UTF-8: `{}`",
+                    excerpt(line, MAX_EXCERPT_CHARS)
                 ),
             )
         }
