@@ -101,8 +101,8 @@ fn assistant<'a>(msg: &'a AssistantMessage, ids: &mut WireIds<'a>) -> Value {
         text.push_str(&msg.text);
     }
     let mut out = json!({"role": "assistant", "content": if text.is_empty() && !msg.tool_calls.is_empty() { Value::Null } else { Value::String(text) }});
+    let wire_ids = ids.calls(&msg.tool_calls);
     if !msg.tool_calls.is_empty() {
-        let wire_ids = ids.calls(&msg.tool_calls);
         out["tool_calls"] = msg
             .tool_calls
             .iter()
