@@ -106,11 +106,14 @@ pub(crate) fn output_file(s: &str) -> Result<PathBuf, String> {
 /// # Errors
 /// Not a URL, another scheme, or no host.
 pub(crate) fn http_url(s: &str) -> Result<String, String> {
-    let url = reqwest::Url::parse(s)
-        .map_err(|e| format!("{s:?} is not a URL ({e}); expected e.g. http://127.0.0.1:8000/v1"))?;
+    // Shown without userinfo, query or fragment (they may carry credentials).
+    let shown = foya_actors::provider::redact::display_url(s);
+    let url = reqwest::Url::parse(s).map_err(|e| {
+        format!("{shown:?} is not a URL ({e}); expected e.g. http://127.0.0.1:8000/v1")
+    })?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!(
-            "{s:?} is not an http(s) URL; expected e.g. http://127.0.0.1:8000/v1"
+            "{shown:?} is not an http(s) URL; expected e.g. http://127.0.0.1:8000/v1"
         ));
     }
     Ok(s.to_owned())

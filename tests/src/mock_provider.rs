@@ -3,7 +3,8 @@
 //! `/v1/responses` (and the same without `/v1`) with queued [`MockResponse`]s, in order,
 //! and records every request. Like the real APIs it refuses (400, the vendor's error
 //! body, no queued response consumed) a request whose tool names or replayed call names
-//! break `^[a-zA-Z0-9_-]{1,64}$` (`strict.rs`). The builders in [`openai_chat`], [`anthropic`] and
+//! break `^[a-zA-Z0-9_-]{1,64}$`, and an Anthropic request whose tool-call ids break
+//! the API's rules (pattern, uniqueness, pairing; `strict.rs`, `tool_ids.rs`). The builders in [`openai_chat`], [`anthropic`] and
 //! [`responses`] produce SSE bodies shaped byte for byte like the vendors' streams
 //! (modelled on `shared/fixtures/providers`).
 
@@ -246,6 +247,7 @@ async fn handle(
 
 mod bodies;
 mod strict;
+mod tool_ids;
 pub use bodies::{anthropic, openai_chat, responses};
 
 #[cfg(test)]

@@ -2,11 +2,24 @@
 //! with rustls). POST the encoded request; a non-2xx answer is read (capped), classified
 //! and becomes one `Error` event; a 2xx body is decoded as SSE with an idle timeout.
 //!
+//! A 2xx answer must be an event stream: its `Content-Type` is checked first
+//! ([`check_content_type`]). Anything else (an HTML page from a wrong base URL, a
+//! proxy's login page) is `invalid_response` naming the content type and an excerpt of
+//! the body, with the status, which the retry policy never retries: a wrong URL does not
+//! fix itself. Tolerated: no `Content-Type` at all (the body is decoded; nothing says it
+//! is not a stream) and JSON (`application/json`, `…+json`: an error object sent with
+//! 200, which some servers do, is classified as usual by the SSE layer).
+//!
 //! The API key is read once from the profile's environment variable and is never
-//! logged, shown in `Debug` or put into an error.
+//! logged, shown in `Debug` or put into an error: every error this client yields has
+//! the key replaced with `[redacted]` (a server may echo it in an error body or garbled
+//! stream data), and the endpoint is shown without userinfo, query or fragment
+//! (`redact::display_url`).
 
 use super::classify::classify_http_error;
 use super::config::{ConfigError, ProviderProfile};
+use super::redact::{display_url, redact_secret};
+use super::wire::{MAX_EXCERPT_CHARS, excerpt};
 use super::wire::{SseLimits, TransportError, decode_sse};
 use super::{ModelClient, ModelRequest};
 use bytes::Bytes;
@@ -97,8 +110,8 @@ impl HttpModelClient {
         self
     }
 
-    /// The request for `request`, and its URL without the query (for error messages: a
-    /// query may carry a key).
+    /// The request for `request`, and its URL as shown in error messages (no userinfo,
+    /// query or fragment: each may carry a credential).
     fn build(&self, mut request: ModelRequest) -> (reqwest::RequestBuilder, String) {
         if request.model.is_empty() {
             request.model.clone_from(&self.profile.model);
@@ -108,7 +121,7 @@ impl HttpModelClient {
         }
         let encoded = self.profile.kind.encode(&request);
         let url = format!("{}{}", self.profile.base_url, encoded.path);
-        let shown = url.split(['?', '#']).next().unwrap_or_default().to_owned();
+        let shown = display_url(&url);
         let mut rb = self
             .client
             .post(url)
@@ -125,6 +138,63 @@ impl HttpModelClient {
             rb = rb.header(name.as_str(), value.as_str());
         }
         (rb, shown)
+    }
+}
+
+/// Checks the `Content-Type` of a 2xx response before its body is decoded as SSE.
+///
+/// # Errors
+/// The content type (as sent) when it is neither `text/event-stream` nor JSON
+/// (`application/json`, `…+json`), parameters (`; charset=utf-8`) and case ignored. A
+/// response without the header passes.
+pub fn check_content_type(headers: &reqwest::header::HeaderMap) -> Result<(), String> {
+    let Some(value) = headers.get(reqwest::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = String::from_utf8_lossy(value.as_bytes()).into_owned();
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "text/event-stream" || essence == "application/json" || essence.ends_with("+json")
+    {
+        Ok(())
+    } else {
+        Err(text)
+    }
+}
+
+/// The error of a 2xx response with content type `content_type` (not an event stream):
+/// `invalid_response` with the status, never retried.
+fn not_a_stream(status: u16, content_type: &str, url: &str, body: &str) -> ProviderError {
+    let body = excerpt(body, MAX_EXCERPT_CHARS);
+    let what = if body.is_empty() {
+        "an empty body".to_owned()
+    } else {
+        format!("`{body}`")
+    };
+    ProviderError {
+        class: ErrorClass::InvalidResponse,
+        message: format!(
+            "expected an event stream from POST {url}, got HTTP {status} with content type \
+             `{}` and {what}",
+            excerpt(content_type, MAX_EXCERPT_CHARS)
+        ),
+        retry_after_ms: None,
+        status: Some(status),
+    }
+}
+
+/// `event` with `secret` redacted from its error message, if it is an error.
+fn redact_event(event: StreamEvent, secret: Option<&str>) -> StreamEvent {
+    match (event, secret) {
+        (StreamEvent::Error { mut error }, Some(secret)) => {
+            error.message = redact_secret(&error.message, secret);
+            StreamEvent::Error { error }
+        }
+        (event, _) => event,
     }
 }
 
@@ -216,6 +286,8 @@ impl ModelClient for HttpModelClient {
         let kind = self.profile.kind;
         let limits = self.limits;
         let idle = Duration::from_millis(self.profile.idle_timeout_ms.max(1));
+        let secret = self.api_key.as_ref().map(|k| k.0.clone());
+        let redact = secret.clone();
         let response = async move {
             let response = match tokio::time::timeout(idle, builder.send()).await {
                 Err(_) => {
@@ -233,7 +305,10 @@ impl ModelClient for HttpModelClient {
             let status = response.status();
             if !status.is_success() {
                 let headers = response.headers().clone();
-                let body = read_capped(response, idle).await;
+                let mut body = read_capped(response, idle).await;
+                if let Some(secret) = &secret {
+                    body = redact_secret(&body, secret);
+                }
                 let mut error = classify_http_error(status.as_u16(), &headers, &body);
                 if body.trim().is_empty() {
                     // Nothing from the server to explain it: say what was asked for (a
@@ -241,6 +316,13 @@ impl ModelClient for HttpModelClient {
                     error.message = format!("{} from POST {url}", error.message);
                 }
                 return error_stream(error);
+            }
+            if let Err(content_type) = check_content_type(response.headers()) {
+                let mut body = read_capped(response, idle).await;
+                if let Some(secret) = &secret {
+                    body = redact_secret(&body, secret);
+                }
+                return error_stream(not_a_stream(status.as_u16(), &content_type, &url, &body));
             }
             decode_sse(
                 idle_bytes(response.bytes_stream(), idle),
@@ -250,6 +332,7 @@ impl ModelClient for HttpModelClient {
         };
         stream::once(response)
             .flatten()
+            .map(move |event| redact_event(event, redact.as_deref()))
             .take_until(cancel.cancelled_owned())
             .boxed()
     }
@@ -263,5 +346,49 @@ impl ModelClient for HttpModelClient {
     /// (an input with images for a model without vision is refused at submit).
     fn supports_images(&self) -> bool {
         self.profile.vision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+
+    fn check(value: Option<&'static str>) -> Result<(), String> {
+        let mut headers = HeaderMap::new();
+        if let Some(v) = value {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(v));
+        }
+        check_content_type(&headers)
+    }
+
+    #[test]
+    fn only_event_streams_json_and_a_missing_header_are_decoded() {
+        let verdicts: Vec<Result<(), String>> = [
+            Some("text/event-stream"),
+            Some("Text/Event-Stream; charset=utf-8"),
+            None,
+            Some("application/json"),
+            Some("application/problem+json; charset=utf-8"),
+            Some("text/html; charset=utf-8"),
+            Some("text/plain"),
+            Some(""),
+        ]
+        .into_iter()
+        .map(check)
+        .collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                Ok(()),
+                Ok(()),
+                Ok(()),
+                Ok(()),
+                Ok(()),
+                Err("text/html; charset=utf-8".into()),
+                Err("text/plain".into()),
+                Err(String::new()),
+            ]
+        );
     }
 }

@@ -16,6 +16,7 @@ pub mod classify;
 pub mod config;
 pub mod http;
 mod messages;
+pub mod redact;
 pub mod retry;
 pub mod scripted;
 pub mod sim;

@@ -11,7 +11,10 @@
 //! usually succeeds. The alternative, skipping the bad chunk as Codex does, loses text
 //! silently; failing at once (the AI SDK, opencode) makes the user resend by hand. A
 //! server that always answers garbage costs at most `max_attempts` requests, then the
-//! step fails with the error's message (format and excerpt).
+//! step fails with the error's message (format and excerpt). Bytes that are not UTF-8
+//! are the same case. Not retried: an `invalid_response` that carries an HTTP status,
+//! which is about the whole response rather than its transfer (a 200 that is not an
+//! event stream, e.g. an HTML page from a wrong base URL: the same URL answers the same).
 
 use foya_protocol::ProviderError;
 use serde::{Deserialize, Serialize};
@@ -53,7 +56,7 @@ impl RetryPolicy {
         error: &ProviderError,
         jitter: f64,
     ) -> Option<Duration> {
-        if !error.class.is_transient() || next_attempt > self.max_attempts || next_attempt < 2 {
+        if !retryable(error) || next_attempt > self.max_attempts || next_attempt < 2 {
             return None;
         }
         let ms = match error.retry_after_ms {
@@ -69,6 +72,13 @@ impl RetryPolicy {
         };
         Some(Duration::from_millis(ms.min(self.max_delay_ms)))
     }
+}
+
+/// Whether `error` may be retried at all: a transient class, except an
+/// `invalid_response` of a whole response (one with an HTTP status).
+fn retryable(error: &ProviderError) -> bool {
+    error.class.is_transient()
+        && !(error.class == foya_protocol::ErrorClass::InvalidResponse && error.status.is_some())
 }
 
 #[cfg(test)]
@@ -114,6 +124,9 @@ mod tests {
             Some(Duration::from_millis(500))
         );
         assert_eq!(p.delay_for(5, &garbled, 0.0), None);
+        let mut not_a_stream = ProviderError::new(ErrorClass::InvalidResponse, "text/html");
+        not_a_stream.status = Some(200);
+        assert_eq!(p.delay_for(2, &not_a_stream, 0.0), None);
         for class in [
             ErrorClass::QuotaExhausted,
             ErrorClass::ContextOverflow,

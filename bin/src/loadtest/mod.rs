@@ -129,7 +129,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         // Before anything is sent: a profile without --base-url is the real (paid) API.
         eprintln!(
             "foya loadtest: sending requests to {} (--provider {})",
-            profile.base_url, args.provider
+            foya_actors::provider::redact::display_url(&profile.base_url),
+            args.provider
         );
     }
     // One file per call of a turn (of this config; over HTTP the server's must match).
@@ -222,7 +223,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let events_persisted = stats.appended_events - stats_before.appended_events;
 
     let mut report = build_report(&args, &shared, outcomes, events_persisted);
-    report.endpoint = profile.as_ref().map(|p| p.base_url.clone());
+    report.endpoint = profile
+        .as_ref()
+        .map(|p| foya_actors::provider::redact::display_url(&p.base_url));
     report.stopped_early = stop.is_cancelled();
     report.commits = stats.commits - stats_before.commits;
     report.provider_cpu_s = provider_cpu.total().as_secs_f64();

@@ -2,7 +2,10 @@
 //! the offered tools and of the calls replayed in the history) must match
 //! `^[a-zA-Z0-9_-]{1,64}$`, as OpenAI and Anthropic document and enforce; a request that
 //! breaks it gets the vendor's 400 `invalid_request_error`, so a client that replays an
-//! invalid name fails here as it would against the real API.
+//! invalid name fails here as it would against the real API. Anthropic's tool-call id
+//! rules too (`tool_ids.rs`): `tool_use.id` and `tool_result.tool_use_id` match
+//! `^[a-zA-Z0-9_-]+$`, `tool_use` ids are unique in the request, and each `tool_result`
+//! answers a `tool_use` of the previous message.
 
 use super::MockResponse;
 use serde_json::{Value, json};
@@ -92,6 +95,12 @@ fn first_invalid(path: &str, body: &Value) -> Option<String> {
 
 /// The 400 a real provider answers `body` (sent to `path`) with, if it breaks a rule.
 pub(super) fn check(path: &str, body: &Value) -> Option<MockResponse> {
+    if path.ends_with("/messages")
+        && let Some(message) = super::tool_ids::anthropic_violation(body)
+    {
+        let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
+        return Some(MockResponse::json(400, &error));
+    }
     let at = first_invalid(path, body)?;
     let error = if path.ends_with("/messages") {
         json!({"type": "error", "error": {"type": "invalid_request_error",

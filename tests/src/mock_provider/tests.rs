@@ -138,3 +138,47 @@ async fn cut_after_breaks_the_stream_mid_way() {
         Some(ErrorClass::StreamInterrupted)
     );
 }
+
+/// The strict mock refuses Anthropic-invalid tool-call ids with the API's own 400s.
+#[tokio::test]
+async fn anthropic_tool_ids_breaking_the_api_rules_are_refused_like_the_api() {
+    let mock = MockProvider::start().await;
+    let turn = |use_id: &str, result_id: &str| {
+        vec![
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": use_id, "name": "shell", "input": {}}]}),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": result_id, "content": "ok"}]}),
+        ]
+    };
+    let cases = [
+        (
+            turn("call.1 x", "call.1 x"),
+            "messages.0.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
+        (
+            [turn("a", "a"), turn("a", "a")].concat(),
+            "messages.2.content.0: `tool_use` ids must be unique",
+        ),
+        (
+            turn("a", "b"),
+            "messages.1.content.0: unexpected `tool_use_id` found in `tool_result` blocks: b. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+        ),
+    ];
+    let client = reqwest::Client::new();
+    for (messages, message) in cases {
+        let response = client
+            .post(format!("{}/v1/messages", mock.base_url()))
+            .json(&json!({"model": "m", "max_tokens": 8, "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            (status, body),
+            (
+                400,
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+            )
+        );
+    }
+}

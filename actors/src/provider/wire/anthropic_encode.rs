@@ -4,6 +4,7 @@
 
 use super::EncodedRequest;
 use super::common::{interrupted_reasoning, user_images, user_text, wire_tool_name};
+use super::ids::WireIds;
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Message, ReasoningPart};
 use serde_json::{Value, json};
@@ -18,9 +19,12 @@ pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// signature and redacted thinking go back verbatim on assistant turns, as the API
 /// requires; other reasoning is not sent, except an interrupted message's, once as text.
 /// A call whose tool name the API would refuse is sent as `invalid_tool_name`
-/// (`common::wire_tool_name`).
+/// (`common::wire_tool_name`). `tool_use` / `tool_result` ids are sent as
+/// `ids::WireIds` maps them (matching `^[a-zA-Z0-9_-]+$` and unique in the request, as
+/// the API requires).
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
+    let mut ids = WireIds::new(request);
     let mut system = request.system.clone();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, blocks: Vec<Value>| {
@@ -55,9 +59,11 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                 }
                 push("user", blocks);
             }
-            Message::Assistant(msg) => push("assistant", assistant(msg)),
+            Message::Assistant(msg) => push("assistant", assistant(msg, &mut ids)),
             Message::Tool(t) => {
-                let mut block = json!({"type": "tool_result", "tool_use_id": t.tool_call_id.as_str(), "content": t.content});
+                let id = ids.result(t.tool_call_id.as_str());
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": id, "content": t.content});
                 if t.is_error {
                     block["is_error"] = json!(true);
                 }
@@ -95,7 +101,7 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     }
 }
 
-fn assistant(msg: &AssistantMessage) -> Vec<Value> {
+fn assistant<'a>(msg: &'a AssistantMessage, ids: &mut WireIds<'a>) -> Vec<Value> {
     let mut blocks = Vec::new();
     if !msg.interrupted {
         for part in &msg.reasoning_parts {
@@ -119,14 +125,15 @@ fn assistant(msg: &AssistantMessage) -> Vec<Value> {
     if !msg.text.is_empty() {
         blocks.push(json!({"type": "text", "text": msg.text}));
     }
-    for call in &msg.tool_calls {
+    let wire_ids = ids.calls(&msg.tool_calls);
+    for (call, id) in msg.tool_calls.iter().zip(wire_ids) {
         let input = if call.arguments.is_object() {
             call.arguments.clone()
         } else {
             json!({})
         };
         blocks.push(
-            json!({"type": "tool_use", "id": call.id.as_str(), "name": wire_tool_name(&call.name), "input": input}),
+            json!({"type": "tool_use", "id": id, "name": wire_tool_name(&call.name), "input": input}),
         );
     }
     blocks

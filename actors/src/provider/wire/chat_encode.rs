@@ -7,6 +7,7 @@ use super::common::{
     TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
     wire_tool_name,
 };
+use super::ids::WireIds;
 use crate::provider::ModelRequest;
 use foya_protocol::{AssistantMessage, Input, Message};
 use serde_json::{Value, json};
@@ -20,8 +21,10 @@ use serde_json::{Value, json};
 /// the call object unchanged (e.g. Gemini `extra_content.google.thought_signature`).
 /// A call whose tool name the API would refuse (empty, or not `^[a-zA-Z0-9_-]{1,64}$`) is
 /// sent as `invalid_tool_name` (`common::wire_tool_name`); the log keeps the original.
+/// Tool-call ids are sent as `ids::WireIds` maps them (valid and unique in the request).
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
+    let mut ids = WireIds::new(request);
     let mut messages = Vec::new();
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
@@ -30,14 +33,15 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
         match message {
             Message::System { text } => messages.push(json!({"role": "system", "content": text})),
             Message::User(input) => messages.push(user(input, request)),
-            Message::Assistant(msg) => messages.push(assistant(msg)),
+            Message::Assistant(msg) => messages.push(assistant(msg, &mut ids)),
             Message::Tool(t) => {
                 let content = if t.is_error {
                     format!("{TOOL_ERROR_PREFIX}{}", t.content)
                 } else {
                     t.content.clone()
                 };
-                messages.push(json!({"role": "tool", "tool_call_id": t.tool_call_id.as_str(), "content": content}));
+                let id = ids.result(t.tool_call_id.as_str());
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
             }
         }
     }
@@ -85,7 +89,7 @@ fn user(input: &Input, request: &ModelRequest) -> Value {
     json!({"role": "user", "content": parts})
 }
 
-fn assistant(msg: &AssistantMessage) -> Value {
+fn assistant<'a>(msg: &'a AssistantMessage, ids: &mut WireIds<'a>) -> Value {
     let mut text = String::new();
     if let Some(r) = interrupted_reasoning(msg) {
         text.push_str(&r);
@@ -97,12 +101,14 @@ fn assistant(msg: &AssistantMessage) -> Value {
         text.push_str(&msg.text);
     }
     let mut out = json!({"role": "assistant", "content": if text.is_empty() && !msg.tool_calls.is_empty() { Value::Null } else { Value::String(text) }});
+    let wire_ids = ids.calls(&msg.tool_calls);
     if !msg.tool_calls.is_empty() {
         out["tool_calls"] = msg
             .tool_calls
             .iter()
-            .map(|c| {
-                let mut call = json!({"id": c.id.as_str(), "type": "function",
+            .zip(wire_ids)
+            .map(|(c, id)| {
+                let mut call = json!({"id": id, "type": "function",
                     "function": {"name": wire_tool_name(&c.name), "arguments": arguments_text(&c.arguments)}});
                 if let (Some(Value::Object(extra)), Some(obj)) = (&c.extra, call.as_object_mut()) {
                     for (k, v) in extra {

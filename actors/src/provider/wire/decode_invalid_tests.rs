@@ -313,3 +313,31 @@ async fn two_chat_calls_sharing_an_id_at_different_indexes_stay_two_calls() {
     assert_eq!(msg.tool_calls, vec![call("a"), call("b")]);
     assert_eq!(msg.finish_reason, Some(FinishReason::ToolCalls));
 }
+
+#[tokio::test]
+async fn invalid_utf8_in_a_data_line_is_invalid_response_like_malformed_json() {
+    let mut body = chat(json!({"content": "Hel"}), None).into_bytes();
+    body.extend_from_slice(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"l\xff\xfeo\"}}]}\n\n",
+    );
+    body.extend_from_slice(chat(json!({}), Some("stop")).as_bytes());
+    let events: Vec<StreamEvent> = decode_sse(
+        futures::stream::iter([Ok::<_, TransportError>(Bytes::from(body))]),
+        ProviderKind::OpenaiChat.decoder(),
+        SseLimits::default(),
+    )
+    .collect()
+    .await;
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::TextDelta { text: "Hel".into() },
+            StreamEvent::Error {
+                error: foya_protocol::ProviderError::new(
+                    foya_protocol::ErrorClass::InvalidResponse,
+                    "malformed stream event: its data is not UTF-8: `\u{FFFD}\u{FFFD}o\"}}]}`"
+                )
+            }
+        ]
+    );
+}

@@ -17,12 +17,14 @@ mod anthropic_encode;
 mod chat_decode;
 mod chat_encode;
 mod common;
+mod ids;
 mod responses_decode;
 mod responses_encode;
 pub mod sse;
 
 pub use anthropic_decode::AnthropicDecoder;
 pub use chat_decode::ChatDecoder;
+pub(crate) use common::{MAX_EXCERPT_CHARS, excerpt};
 pub use responses_decode::ResponsesDecoder;
 pub use sse::{SseLimits, TransportError, decode_sse};
 
@@ -147,3 +149,7 @@ mod decode_invalid_tests;
 #[cfg(test)]
 #[path = "encode_names_tests.rs"]
 mod encode_names_tests;
+
+#[cfg(test)]
+#[path = "ids_tests.rs"]
+mod ids_tests;

@@ -7,6 +7,7 @@ use super::common::{
     TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
     wire_tool_name,
 };
+use super::ids::WireIds;
 use crate::provider::ModelRequest;
 use foya_protocol::Message;
 use serde_json::{Value, json};
@@ -15,9 +16,10 @@ use serde_json::{Value, json};
 /// `output_text` message item, tool calls `function_call` items, tool results
 /// `function_call_output` items (failed ones prefixed `Error: `), images `input_image`.
 /// A call whose tool name the API would refuse is sent as `invalid_tool_name`
-/// (`common::wire_tool_name`).
+/// (`common::wire_tool_name`). `call_id`s are sent as `ids::WireIds` maps them.
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
+    let mut ids = WireIds::new(request);
     let mut input: Vec<Value> = Vec::new();
     let mut instructions = request.system.clone();
     for message in &request.messages {
@@ -54,8 +56,9 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                     input.push(json!({"type": "message", "role": "assistant",
                         "content": [{"type": "output_text", "text": text}]}));
                 }
-                for call in &msg.tool_calls {
-                    input.push(json!({"type": "function_call", "call_id": call.id.as_str(),
+                let wire_ids = ids.calls(&msg.tool_calls);
+                for (call, id) in msg.tool_calls.iter().zip(wire_ids) {
+                    input.push(json!({"type": "function_call", "call_id": id,
                         "name": wire_tool_name(&call.name), "arguments": arguments_text(&call.arguments)}));
                 }
             }
@@ -65,7 +68,9 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                 } else {
                     t.content.clone()
                 };
-                input.push(json!({"type": "function_call_output", "call_id": t.tool_call_id.as_str(), "output": output}));
+                let id = ids.result(t.tool_call_id.as_str());
+                input
+                    .push(json!({"type": "function_call_output", "call_id": id, "output": output}));
             }
         }
     }

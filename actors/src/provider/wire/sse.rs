@@ -2,16 +2,23 @@
 //!
 //! Adds what the parser alone does not give: a final `"\n\n"` at EOF (so a last event
 //! without its blank line still counts), a per-event size cap, detection of a JSON body
-//! sent instead of an event stream (an error object with status 200), and mapping of
-//! transport failures to `stream_interrupted`. Pure apart from polling the given stream:
-//! tests feed it in-memory chunks.
+//! sent instead of an event stream (an error object with status 200), mapping of
+//! transport failures to `stream_interrupted` and of bytes that are not UTF-8 to
+//! `invalid_response` (like a `data:` payload that is not JSON), and an id for every tool
+//! call the provider streamed without one (`ids::generated_call_id`, given just before
+//! the final `Done`, so an id arriving on a later fragment still wins). Pure apart from
+//! polling the given stream (and the clock and randomness of generated ids): tests feed
+//! it in-memory chunks.
 
 use super::WireDecoder;
+use super::common::{MAX_EXCERPT_CHARS, excerpt};
+use super::ids::generated_call_id;
 use crate::provider::classify;
 use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use futures::stream::{self, BoxStream, Stream, StreamExt};
+use std::collections::BTreeMap;
 
 /// Limits applied while framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,24 +165,66 @@ where
         },
     );
     let events = framed.eventsource();
-    let state = (Box::pin(events), decoder, false);
-    stream::unfold(state, |(mut events, mut decoder, ended)| async move {
-        if ended {
-            return None;
-        }
-        let mut out = Vec::new();
-        while out.is_empty() && !decoder.is_finished() {
-            match events.next().await {
-                Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
-                Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
-                None => decoder.finish(&mut out),
+    let state = (Box::pin(events), decoder, CallIds::default(), false);
+    stream::unfold(
+        state,
+        |(mut events, mut decoder, mut ids, ended)| async move {
+            if ended {
+                return None;
             }
-        }
-        let ended = decoder.is_finished();
-        Some((stream::iter(out), (events, decoder, ended)))
-    })
+            let mut out = Vec::new();
+            while out.is_empty() && !decoder.is_finished() {
+                match events.next().await {
+                    Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
+                    Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
+                    None => decoder.finish(&mut out),
+                }
+            }
+            let out = ids.fill(out);
+            let ended = decoder.is_finished();
+            Some((stream::iter(out), (events, decoder, ids, ended)))
+        },
+    )
     .flatten()
     .boxed()
+}
+
+/// Which tool calls (by dense index) got an id so far.
+#[derive(Debug, Default)]
+struct CallIds {
+    has_id: BTreeMap<u32, bool>,
+}
+
+impl CallIds {
+    /// `out` with an id fragment for every call still without one inserted before a
+    /// `Done` (each id generated, unique within the session: never `call_0` again).
+    fn fill(&mut self, out: Vec<StreamEvent>) -> Vec<StreamEvent> {
+        let mut filled = Vec::with_capacity(out.len());
+        for event in out {
+            match &event {
+                StreamEvent::ToolCallDelta { index, id, .. } => {
+                    *self.has_id.entry(*index).or_default() |= id.is_some();
+                }
+                StreamEvent::Done { .. } => {
+                    for (index, has_id) in &mut self.has_id {
+                        if !*has_id {
+                            *has_id = true;
+                            filled.push(StreamEvent::ToolCallDelta {
+                                index: *index,
+                                id: Some(foya_protocol::ToolCallId::new(generated_call_id())),
+                                name: None,
+                                arguments: String::new(),
+                                extra: None,
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+            filled.push(event);
+        }
+        filled
+    }
 }
 
 fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
@@ -187,10 +236,19 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
             ProviderError::new(ErrorClass::InvalidRequest, f.to_string())
         }
         EventStreamError::Transport(Framing::JsonBody(body)) => classify::classify_json_body(&body),
-        EventStreamError::Utf8(e) => ProviderError::new(
-            ErrorClass::StreamInterrupted,
-            format!("invalid UTF-8 in stream: {e}"),
-        ),
+        EventStreamError::Utf8(e) => {
+            // The bytes from the first invalid sequence on (the parser already took the
+            // valid text before it); their line, invalid bytes shown as U+FFFD.
+            let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+            let line = text.split(['\n', '\r']).next().unwrap_or_default();
+            ProviderError::new(
+                ErrorClass::InvalidResponse,
+                format!(
+                    "malformed stream event: its data is not UTF-8: `{}`",
+                    excerpt(line, MAX_EXCERPT_CHARS)
+                ),
+            )
+        }
         EventStreamError::Parser(e) => ProviderError::new(
             ErrorClass::StreamInterrupted,
             format!("invalid event stream: {e}"),

@@ -1,0 +1,109 @@
+//! Keeping credentials out of what a provider failure shows: the endpoint as displayed
+//! (no userinfo, query or fragment), and the configured API key removed from error
+//! messages and excerpts (a server or proxy may echo the key in an error body or in
+//! garbled stream data, which would otherwise be persisted in `provider_retry` and
+//! `turn_complete`).
+
+/// What replaces a credential.
+pub const REDACTED: &str = "[redacted]";
+
+/// Shortest cut-off key prefix that is redacted before an ellipsis (`sk-p…`): shorter
+/// ones give nothing away and would match ordinary text.
+const MIN_PREFIX_CHARS: usize = 4;
+
+/// `url` as shown in messages and reports: userinfo replaced with `[redacted]`
+/// (`http://user:pw@host/v1` → `http://[redacted]@host/v1`), query and fragment dropped
+/// (either may carry a key). Works on any text, URL or not (no parsing, no
+/// normalisation: the rest is shown as configured).
+#[must_use]
+pub fn display_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}{REDACTED}{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with every occurrence of `secret` replaced by `[redacted]`, and a prefix of
+/// `secret` (at least 4 characters) cut off by an ellipsis (`…`, as excerpts and long
+/// messages end) replaced too. An empty `secret` changes nothing.
+#[must_use]
+pub fn redact_secret(text: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        return text.to_owned();
+    }
+    let text = text.replace(secret, REDACTED);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(pos) = rest.find('…') {
+        let before = &rest[..pos];
+        let cut = secret
+            .char_indices()
+            .map(|(i, _)| i)
+            .chain([secret.len()])
+            .filter(|&n| n >= MIN_PREFIX_CHARS && before.ends_with(&secret[..n]))
+            .max();
+        match cut {
+            Some(n) => {
+                out.push_str(&before[..before.len() - n]);
+                out.push_str(REDACTED);
+            }
+            None => out.push_str(before),
+        }
+        out.push('…');
+        rest = &rest[pos + '…'.len_utf8()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_url_hides_userinfo_query_and_fragment() {
+        let shown: Vec<String> = [
+            "http://user:PW@127.0.0.1:8000/v1/chat/completions?key=K#f",
+            "https://TOKEN@api.example.com/v1",
+            "http://127.0.0.1:8000/v1?api-key=K",
+            "http://host/v1/a@b",
+            "no-scheme:pw@host/x",
+        ]
+        .iter()
+        .map(|u| display_url(u))
+        .collect();
+        assert_eq!(
+            shown,
+            vec![
+                "http://[redacted]@127.0.0.1:8000/v1/chat/completions",
+                "https://[redacted]@api.example.com/v1",
+                "http://127.0.0.1:8000/v1",
+                "http://host/v1/a@b",
+                "[redacted]@host/x",
+            ]
+        );
+    }
+
+    #[test]
+    fn redact_secret_removes_whole_and_cut_off_keys() {
+        let key = "sk-test-SECRET123";
+        assert_eq!(
+            redact_secret(
+                "invalid key sk-test-SECRET123 (sk-test-SECRET123); `{\"k\": \"sk-test-SEC…",
+                key
+            ),
+            "invalid key [redacted] ([redacted]); `{\"k\": \"[redacted]…"
+        );
+        assert_eq!(
+            redact_secret("ends sk-…, sk-t… and nothing", key),
+            "ends sk-…, [redacted]… and nothing"
+        );
+        assert_eq!(redact_secret("a … b", ""), "a … b");
+    }
+}
