@@ -33,8 +33,10 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 120_000;
 /// Default connect timeout: 10 s.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 
-/// A resolved provider profile.
-#[derive(Debug, Clone, PartialEq)]
+/// A resolved provider profile. Its `Debug` shows `base_url` as
+/// [`super::redact::display_url`] does (no userinfo, query or fragment, which may carry
+/// a key); `extra_headers` values are not shown (gateway keys).
+#[derive(Clone, PartialEq)]
 pub struct ProviderProfile {
     /// Profile name (`openai`, a `[profiles.NAME]`, or the kind name when selected directly).
     pub name: String,
@@ -65,6 +67,29 @@ pub struct ProviderProfile {
     /// Whether the model accepts image inputs (TOML `vision`, default `true`). When false,
     /// an input with images is refused at submit (`RuntimeError::ImagesNotSupported`).
     pub vision: bool,
+}
+
+impl std::fmt::Debug for ProviderProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderProfile")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &super::redact::display_url(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("api_key_optional", &self.api_key_optional)
+            .field("context_window", &self.context_window)
+            .field("max_output_tokens", &self.max_output_tokens)
+            .field(
+                "extra_headers",
+                &self.extra_headers.keys().collect::<Vec<_>>(),
+            )
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("retry", &self.retry)
+            .field("vision", &self.vision)
+            .finish()
+    }
 }
 
 impl ProviderProfile {

@@ -282,3 +282,24 @@ fn the_unknown_profile_error_names_the_files_a_profile_can_be_defined_in() {
         )
     );
 }
+
+#[test]
+fn a_profiles_debug_hides_url_credentials_and_header_values() {
+    let mut profile = ProviderProfile::for_kind(ProviderKind::OpenaiChat, "m");
+    profile.base_url = "http://user:PWSECRET@127.0.0.1:1/v1?key=QSECRET".into();
+    profile
+        .extra_headers
+        .insert("x-gateway-key".into(), "HSECRET".into());
+    let debug = format!("{profile:?}");
+    assert!(
+        debug.contains("base_url: \"http://[redacted]@127.0.0.1:1/v1\""),
+        "{debug}"
+    );
+    assert!(
+        debug.contains("extra_headers: [\"x-gateway-key\"]"),
+        "{debug}"
+    );
+    for secret in ["PWSECRET", "QSECRET", "HSECRET"] {
+        assert!(!debug.contains(secret), "{debug}");
+    }
+}
