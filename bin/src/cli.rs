@@ -68,8 +68,8 @@ pub(crate) struct ProviderArgs {
     #[arg(long, default_value = "openai")]
     pub(crate) provider: String,
     /// Base URL of the provider API: up to `/v1` for the OpenAI kinds (e.g.
-    /// http://127.0.0.1:8000/v1), without `/v1` for anthropic (e.g.
-    /// https://api.anthropic.com). Also $OPENAI_BASE_URL for openai-chat.
+    /// `http://127.0.0.1:8000/v1`), without `/v1` for anthropic (e.g.
+    /// `https://api.anthropic.com`). Also $OPENAI_BASE_URL for openai-chat.
     #[arg(long, value_parser = crate::values::http_url)]
     pub(crate) base_url: Option<String>,
     /// Model name.
