@@ -48,7 +48,9 @@
 //!
 //! [`Durability::Immediate`] (default) fsyncs each commit, so an acknowledged append
 //! survives a crash of the process or machine; after a SIGKILL, opening the file runs
-//! redb's repair and every acknowledged event is there. [`Durability::None`] skips the
+//! redb's repair and every acknowledged event is there. A file whose creation was
+//! interrupted (killed in its first milliseconds: no magic number yet) is moved aside to
+//! `foya.redb.torn-<unix ms>` and created anew, instead of refusing every later open. [`Durability::None`] skips the
 //! fsync (load tests). If a commit fails (I/O error, full disk), every append of that
 //! batch gets [`AppendError::Storage`], nothing of the batch is written, the writer's
 //! cached state is untouched, the database is reopened (redb refuses all work after an

@@ -117,25 +117,26 @@ impl fmt::Debug for Store {
 /// Length of redb's magic number at the start of every database file (`redb\x1A\x0A\xA9\x0D\x0A`).
 const REDB_MAGIC_LEN: usize = 9;
 
-/// Empties a database file whose creation was interrupted, so that redb creates it anew.
+/// Moves aside a database file whose creation was interrupted, so that redb creates it
+/// anew.
 ///
 /// redb writes a new file's magic number last (since redb 2, so a torn creation is
 /// detected rather than mistaken for a database): a process killed in the few
 /// milliseconds of creating the file leaves one whose first bytes are zero, which every
 /// later open refuses ("magic number mismatch") — the data dir would stay unusable
-/// until someone deleted the file by hand. Such a file never held a committed
-/// transaction, so nothing is lost by starting over. The file is checked and emptied
-/// under an exclusive `flock` (the lock redb takes), so a file another process is
-/// creating or using is left alone; any other content (a real database, a foreign
-/// file) is left for redb to open or refuse. Best effort: a file that cannot be read
-/// or locked is left as it is.
+/// until someone moved the file by hand. Such a file never held a committed
+/// transaction; still, nothing is deleted: the file is renamed to
+/// `<name>.torn-<unix ms>` beside it (a real database whose first bytes were zeroed by
+/// something else can still be repaired by hand) and a warning names it. The check and
+/// the rename happen under an exclusive `flock` (the lock redb takes) on the file, and
+/// only while the path still names the locked file, so a file another process is
+/// creating or using is left alone; any other content (a database, a foreign file) is
+/// left for redb to open or refuse. Best effort: a file that cannot be read, locked or
+/// renamed is left as it is.
 fn recover_torn_creation(path: &Path) {
     use std::io::Read;
-    let Ok(mut file) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-    else {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(mut file) = std::fs::OpenOptions::new().read(true).open(path) else {
         return;
     };
     if file.try_lock().is_err() {
@@ -148,17 +149,36 @@ fn recover_torn_creation(path: &Path) {
     if read == 0 || head[..read].iter().any(|b| *b != 0) {
         return;
     }
-    match file.set_len(0) {
+    let same_file = match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(locked), Ok(named)) => locked.dev() == named.dev() && locked.ino() == named.ino(),
+        _ => false,
+    };
+    if !same_file {
+        return;
+    }
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".torn-{}", now_unix_ms()));
+    let aside = PathBuf::from(aside);
+    match std::fs::rename(path, &aside) {
         Ok(()) => tracing::warn!(
             path = %path.display(),
-            "the database file's creation was interrupted (no magic number); it is created anew"
+            moved_to = %aside.display(),
+            "the database file has no magic number (its creation was interrupted); it was \
+             moved aside and is created anew"
         ),
         Err(e) => tracing::warn!(
             path = %path.display(),
             error = %e,
-            "cannot empty a database file whose creation was interrupted"
+            "cannot move aside a database file whose creation was interrupted"
         ),
     }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn now_unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
 }
 
 impl Store {

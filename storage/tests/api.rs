@@ -267,7 +267,7 @@ fn torn_creation() -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn a_file_whose_creation_was_interrupted_is_created_anew_and_a_foreign_one_is_refused() {
+async fn a_file_whose_creation_was_interrupted_is_moved_aside_and_created_anew_and_a_foreign_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foya.redb");
     std::fs::write(&path, torn_creation()).unwrap();
@@ -281,6 +281,14 @@ async fn a_file_whose_creation_was_interrupted_is_created_anew_and_a_foreign_one
     assert_eq!(store.read_from(a, Seq(1)).unwrap(), log(a, 1, 2));
     store.close().await;
     drop(store);
+    // Nothing was deleted: the torn file was moved aside, as it was.
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("foya.redb.torn-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read(dir.path().join(&aside[0])).unwrap(), torn_creation());
 
     // Anything else that is not a database is left alone and refused.
     let foreign = dir.path().join("notes.redb");
