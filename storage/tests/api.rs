@@ -267,7 +267,8 @@ fn torn_creation() -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn a_file_whose_creation_was_interrupted_is_moved_aside_and_created_anew_and_a_foreign_one_is_refused() {
+async fn a_file_whose_creation_was_interrupted_is_moved_aside_and_created_anew_and_a_foreign_one_is_refused()
+ {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foya.redb");
     std::fs::write(&path, torn_creation()).unwrap();
@@ -288,7 +289,10 @@ async fn a_file_whose_creation_was_interrupted_is_moved_aside_and_created_anew_a
         .filter(|name| name.starts_with("foya.redb.torn-"))
         .collect();
     assert_eq!(aside.len(), 1, "{aside:?}");
-    assert_eq!(std::fs::read(dir.path().join(&aside[0])).unwrap(), torn_creation());
+    assert_eq!(
+        std::fs::read(dir.path().join(&aside[0])).unwrap(),
+        torn_creation()
+    );
 
     // Anything else that is not a database is left alone and refused.
     let foreign = dir.path().join("notes.redb");

@@ -116,6 +116,12 @@ impl SandboxRunner {
         };
         let mut command = tokio::process::Command::new(&self.helper);
         command.args(invocation_args(&invocation));
+        for name in std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| is_secret_name(name))
+        {
+            command.env_remove(name);
+        }
         command
             .current_dir(cwd)
             .process_group(0)
@@ -125,6 +131,22 @@ impl SandboxRunner {
             .kill_on_drop(true);
         Ok(SandboxCommand { command, tmp_dir })
     }
+}
+
+/// Whether an environment variable is withheld from tool processes: its name contains
+/// `KEY`, `SECRET` or `TOKEN` (any case), as Codex CLI's default shell environment
+/// policy does. The runtime's own API keys (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, a
+/// profile's `api_key_env`) live in its environment; a command run for the model — which
+/// a prompt injection may steer — must not be able to print them into the conversation.
+/// Every policy, [`SandboxPolicy::None`] included, withholds them; a command that needs
+/// such a variable must be given it another way (a file in the workspace, a credential
+/// helper).
+#[must_use]
+pub fn is_secret_name(name: &std::ffi::OsStr) -> bool {
+    let upper = name.to_string_lossy().to_ascii_uppercase();
+    ["KEY", "SECRET", "TOKEN"]
+        .iter()
+        .any(|part| upper.contains(part))
 }
 
 /// Kills a whole process group with `SIGKILL` when dropped (or on [`kill`](Self::kill)),
