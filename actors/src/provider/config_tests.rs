@@ -193,6 +193,17 @@ fn invalid_file_and_missing_kind_are_clear_errors() {
         matches!(&err, ConfigError::Parse { path, .. } if *path == bad),
         "{err}"
     );
+    let misspelt = write(
+        dir.path(),
+        "misspelt.toml",
+        "[profiles.x]\nkind = \"anthropic\"\n[profiles.x.retry]\nmax_attempt = 1\n",
+    );
+    let err = ProviderConfig::load_files(std::slice::from_ref(&misspelt)).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Parse { path, message }
+            if *path == misspelt && message.contains("unknown field `max_attempt`")),
+        "{err}"
+    );
     let nokind = write(dir.path(), "nokind.toml", "[profiles.x]\nmodel = \"m\"\n");
     let config = ProviderConfig::load_files(&[nokind]).unwrap();
     assert_eq!(

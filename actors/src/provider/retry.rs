@@ -21,8 +21,11 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// How a failed model request is retried.
+///
+/// As TOML (`[profiles.NAME.retry]`) every field is optional and an unknown one is an
+/// error (a misspelt `max_attempt` must not silently leave the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Attempts in all, the first included (default 4). 1 disables retries.
     pub max_attempts: u32,
