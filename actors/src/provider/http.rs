@@ -18,7 +18,7 @@
 
 use super::classify::classify_http_error;
 use super::config::{ConfigError, ProviderProfile};
-use super::redact::{display_url, redact_secret};
+use super::redact::{display_url, redact_secrets, secrets_of};
 use super::wire::{MAX_EXCERPT_CHARS, excerpt};
 use super::wire::{SseLimits, TransportError, decode_sse};
 use super::{ModelClient, ModelRequest};
@@ -187,14 +187,14 @@ fn not_a_stream(status: u16, content_type: &str, url: &str, body: &str) -> Provi
     }
 }
 
-/// `event` with `secret` redacted from its error message, if it is an error.
-fn redact_event(event: StreamEvent, secret: Option<&str>) -> StreamEvent {
-    match (event, secret) {
-        (StreamEvent::Error { mut error }, Some(secret)) => {
-            error.message = redact_secret(&error.message, secret);
+/// `event` with `secrets` redacted from its error message, if it is an error.
+fn redact_event(event: StreamEvent, secrets: &[String]) -> StreamEvent {
+    match event {
+        StreamEvent::Error { mut error } => {
+            error.message = redact_secrets(&error.message, secrets);
             StreamEvent::Error { error }
         }
-        (event, _) => event,
+        event => event,
     }
 }
 
@@ -286,8 +286,11 @@ impl ModelClient for HttpModelClient {
         let kind = self.profile.kind;
         let limits = self.limits;
         let idle = Duration::from_millis(self.profile.idle_timeout_ms.max(1));
-        let secret = self.api_key.as_ref().map(|k| k.0.clone());
-        let redact = secret.clone();
+        let secrets = secrets_of(
+            self.api_key.as_ref().map(|k| k.0.as_str()),
+            &self.profile.base_url,
+        );
+        let redact = secrets.clone();
         let response = async move {
             let response = match tokio::time::timeout(idle, builder.send()).await {
                 Err(_) => {
@@ -305,10 +308,7 @@ impl ModelClient for HttpModelClient {
             let status = response.status();
             if !status.is_success() {
                 let headers = response.headers().clone();
-                let mut body = read_capped(response, idle).await;
-                if let Some(secret) = &secret {
-                    body = redact_secret(&body, secret);
-                }
+                let body = redact_secrets(&read_capped(response, idle).await, &secrets);
                 let mut error = classify_http_error(status.as_u16(), &headers, &body);
                 if body.trim().is_empty() {
                     // Nothing from the server to explain it: say what was asked for (a
@@ -318,10 +318,7 @@ impl ModelClient for HttpModelClient {
                 return error_stream(error);
             }
             if let Err(content_type) = check_content_type(response.headers()) {
-                let mut body = read_capped(response, idle).await;
-                if let Some(secret) = &secret {
-                    body = redact_secret(&body, secret);
-                }
+                let body = redact_secrets(&read_capped(response, idle).await, &secrets);
                 return error_stream(not_a_stream(status.as_u16(), &content_type, &url, &body));
             }
             decode_sse(
@@ -332,7 +329,7 @@ impl ModelClient for HttpModelClient {
         };
         stream::once(response)
             .flatten()
-            .map(move |event| redact_event(event, redact.as_deref()))
+            .map(move |event| redact_event(event, &redact))
             .take_until(cancel.cancelled_owned())
             .boxed()
     }

@@ -1,6 +1,6 @@
 //! Keeping credentials out of what a provider failure shows: the endpoint as displayed
-//! (no userinfo, query or fragment), and the configured API key removed from error
-//! messages and excerpts (a server or proxy may echo the key in an error body or in
+//! (no userinfo, query or fragment), and the configured API key (also JSON-escaped) and
+//! the base URL's password ([`secrets_of`]) removed from error messages and excerpts (a server or proxy may echo the key in an error body or in
 //! garbled stream data, which would otherwise be persisted in `provider_retry` and
 //! `turn_complete`).
 
@@ -62,9 +62,64 @@ pub fn redact_secret(text: &str, secret: &str) -> String {
     out
 }
 
+/// Shortest secret that is redacted: a shorter one (a one-letter test key) would match
+/// ordinary text everywhere and give nothing away.
+const MIN_SECRET_CHARS: usize = 3;
+
+/// What a provider's messages must not show: the API key, also as JSON writes it with
+/// escaped slashes (`a/b` → `a\/b`, so a raw body that does not parse still hides it),
+/// and the password of the base URL's userinfo (`http://user:PW@host`), which a server
+/// may echo like a key. Secrets shorter than 3 characters are left out.
+#[must_use]
+pub fn secrets_of(api_key: Option<&str>, base_url: &str) -> Vec<String> {
+    let mut secrets: Vec<String> = Vec::new();
+    if let Some(key) = api_key {
+        secrets.push(key.to_owned());
+        secrets.push(key.replace('/', "\\/"));
+    }
+    let rest = base_url
+        .split_once("://")
+        .map_or(base_url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if let Some((userinfo, _)) = authority.rsplit_once('@') {
+        let password = userinfo.split_once(':').map_or(userinfo, |(_, pw)| pw);
+        secrets.push(password.to_owned());
+    }
+    secrets.retain(|s| s.chars().count() >= MIN_SECRET_CHARS);
+    // Longest first, so a secret containing another is replaced whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
+}
+
+/// [`redact_secret`] for each of `secrets` in turn.
+#[must_use]
+pub fn redact_secrets(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(text.to_owned(), |text, secret| redact_secret(&text, secret))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_its_json_escaped_form_and_the_url_password_are_redacted() {
+        let secrets = secrets_of(
+            Some("sk-a/b/LONG1234"),
+            "http://user9:hunter2@127.0.0.1:1/v1",
+        );
+        assert_eq!(
+            redact_secrets(
+                r#"{"error":{"message":"bad key sk-a\/b\/LONG1234 for hunter2 (sk-a/b/LONG1234)"#,
+                &secrets
+            ),
+            r#"{"error":{"message":"bad key [redacted] for [redacted] ([redacted])"#
+        );
+        // A one-letter key is not redacted (it would garble every message).
+        assert_eq!(secrets_of(Some("e"), "http://h/v1"), Vec::<String>::new());
+    }
 
     #[test]
     fn display_url_hides_userinfo_query_and_fragment() {
