@@ -74,3 +74,55 @@ pub fn scripted(
         .arg(cwd);
     foya
 }
+
+/// Runs `command` (a [`foya`] command, perhaps with more environment) with `args`,
+/// `--data-dir DATA` and `RUST_LOG=warn`; its output.
+///
+/// # Panics
+/// When the binary cannot be run.
+#[must_use]
+pub fn output_in(
+    mut command: std::process::Command,
+    args: &[&str],
+    data: &std::path::Path,
+) -> std::process::Output {
+    command
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run foya: {e}"))
+}
+
+/// The JSON lines a successful command printed.
+///
+/// # Panics
+/// When it failed (naming its stderr) or printed a line that is not JSON.
+#[must_use]
+pub fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// The JSON events of the only session stored in `data` (`sessions list`, then `show`).
+///
+/// # Panics
+/// When either command fails or `data` holds no session.
+#[must_use]
+pub fn only_session_log(data: &std::path::Path) -> Vec<serde_json::Value> {
+    let sessions = json_lines(&output_in(foya(), &["sessions", "list", "--json"], data));
+    let id = sessions[0]["id"].as_str().unwrap_or_default().to_owned();
+    json_lines(&output_in(
+        foya(),
+        &["sessions", "show", &id, "--json"],
+        data,
+    ))
+}

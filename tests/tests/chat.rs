@@ -12,7 +12,7 @@
 use expectrl::process::unix::WaitStatus;
 use expectrl::{ControlCode, Eof, Expect as _, Session};
 use foya_tests::child::{spawn_lines, wait_exit};
-use foya_tests::foya_bin::{foya_bin, scripted};
+use foya_tests::foya_bin::{foya_bin, only_session_log, scripted};
 use serde_json::json;
 use std::time::Duration;
 
@@ -177,32 +177,6 @@ fn an_unknown_command_and_help_name_every_command_chat_accepts() {
         .map(|e| e["status"].clone())
         .collect();
     assert_eq!(completed, [json!("completed")]);
-}
-
-/// The JSON events of the only session stored in `data` (`sessions list`, then `show`).
-fn only_session_log(data: &std::path::Path) -> Vec<serde_json::Value> {
-    let list = foya_tests::foya_bin::foya()
-        .args(["sessions", "list", "--json", "--data-dir"])
-        .arg(data)
-        .output()
-        .unwrap();
-    let summary: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    let show = foya_tests::foya_bin::foya()
-        .args([
-            "sessions",
-            "show",
-            summary["id"].as_str().unwrap(),
-            "--json",
-        ])
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .unwrap();
-    String::from_utf8(show.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,37 +4,9 @@
 //! and the recorded retry names that limit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin;
+use foya_tests::foya_bin::{foya, only_session_log, output_in};
 use foya_tests::mock_provider::{MockProvider, MockResponse};
 use serde_json::{Value, json};
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn foya(args: &[&str], data_dir: &Path, config_home: &Path) -> Output {
-    Command::new(foya_bin())
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("XDG_CONFIG_HOME", config_home)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("spawn foya")
-}
-
-fn json_lines(out: &Output) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_profiles_retry_policy_limits_the_attempts_of_its_requests() {
@@ -62,7 +34,9 @@ async fn a_profiles_retry_policy_limits_the_attempts_of_its_requests() {
         move || {
             let cwd = project.to_str().unwrap();
             let args = ["run", "--provider", "local", "--cwd", cwd, "say hello"];
-            foya(&args, &data, &config_home)
+            let mut command = foya();
+            command.env("XDG_CONFIG_HOME", config_home);
+            output_in(command, &args, &data)
         }
     })
     .await
@@ -71,13 +45,7 @@ async fn a_profiles_retry_policy_limits_the_attempts_of_its_requests() {
     assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
     assert_eq!(mock.requests().len(), 2);
 
-    let sessions = json_lines(&foya(&["sessions", "list", "--json"], &data, &config_home));
-    let id = sessions[0]["id"].as_str().unwrap();
-    let events = json_lines(&foya(
-        &["sessions", "show", id, "--json"],
-        &data,
-        &config_home,
-    ));
+    let events = only_session_log(&data);
     let retries: Vec<Value> = events
         .iter()
         .filter(|e| e["type"] == "provider_retry")

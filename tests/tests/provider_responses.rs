@@ -7,38 +7,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use bytes::Bytes;
-use foya_tests::foya_bin;
+use foya_tests::foya_bin::{foya, only_session_log, output_in};
 use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
 use serde_json::{Value, json};
-use std::path::Path;
-use std::process::{Command, Output};
 
 const KEY: &str = "sk-test-SECRET1234567890";
-
-fn foya(args: &[&str], data_dir: &Path) -> Output {
-    Command::new(foya_bin())
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("OPENAI_API_KEY", KEY)
-        .env_remove("OPENAI_BASE_URL")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("spawn foya")
-}
-
-fn json_lines(out: &Output) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn response(status: u16, content_type: Option<&str>, body: &str) -> MockResponse {
     MockResponse {
@@ -59,16 +32,20 @@ async fn run(base_url: String) -> (String, Vec<Value>) {
         let data = data.path().to_owned();
         move || {
             let args = ["run", "--provider", "openai-chat", "--base-url", &base_url];
-            foya(&[&args[..], &["--model", "m", "say hello"]].concat(), &data)
+            let mut command = foya();
+            command.env("OPENAI_API_KEY", KEY);
+            output_in(
+                command,
+                &[&args[..], &["--model", "m", "say hello"]].concat(),
+                &data,
+            )
         }
     })
     .await
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_ne!(out.status.code(), Some(0), "stderr: {stderr}");
-    let sessions = json_lines(&foya(&["sessions", "list", "--json"], data.path()));
-    let id = sessions[0]["id"].as_str().unwrap();
-    let events = json_lines(&foya(&["sessions", "show", id, "--json"], data.path()));
+    let events = only_session_log(data.path());
     (stderr, events)
 }
 
@@ -152,7 +129,7 @@ async fn loadtest_shows_its_endpoint_without_credentials() {
         let (dir, json) = (dir.path().to_owned(), json.clone());
         let base = format!("http://user:PW-secret@{addr}/v1");
         move || {
-            Command::new(foya_bin())
+            foya()
                 .args(["loadtest", "--sessions", "1", "--turns", "1"])
                 .args([
                     "--provider",

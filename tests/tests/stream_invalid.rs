@@ -5,36 +5,9 @@
 //! complete answer is the turn's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin;
+use foya_tests::foya_bin::{foya, only_session_log, output_in};
 use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
 use serde_json::{Value, json};
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn foya(args: &[&str], data_dir: &Path) -> Output {
-    Command::new(foya_bin())
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("spawn foya")
-}
-
-fn json_lines(out: &Output) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// Runs one turn whose first response is `bad`; returns the session's `provider_retry`
 /// errors and its assistant messages' texts.
@@ -48,7 +21,11 @@ async fn turn_after(bad: String) -> (Vec<Value>, Vec<Value>) {
         let data = data.path().to_owned();
         move || {
             let args = ["run", "--provider", "openai-chat", "--base-url", &base_url];
-            foya(&[&args[..], &["--model", "m", "say hello"]].concat(), &data)
+            output_in(
+                foya(),
+                &[&args[..], &["--model", "m", "say hello"]].concat(),
+                &data,
+            )
         }
     })
     .await
@@ -56,9 +33,7 @@ async fn turn_after(bad: String) -> (Vec<Value>, Vec<Value>) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     assert_eq!(mock.requests().len(), 2);
-    let sessions = json_lines(&foya(&["sessions", "list", "--json"], data.path()));
-    let id = sessions[0]["id"].as_str().unwrap();
-    let events = json_lines(&foya(&["sessions", "show", id, "--json"], data.path()));
+    let events = only_session_log(data.path());
     let retries = events
         .iter()
         .filter(|e| e["type"] == "provider_retry")

@@ -6,36 +6,10 @@
 //! run` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin;
+use foya_tests::foya_bin::{foya, only_session_log, output_in};
 use foya_tests::mock_provider::{MockProvider, MockResponse, anthropic};
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn foya(args: &[&str], data_dir: &Path) -> Output {
-    Command::new(foya_bin())
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("spawn foya")
-}
-
-fn json_lines(out: &Output) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// `(tool_use ids, tool_result ids)` of an Anthropic request body, in order.
 fn wire_ids(body: &Value) -> (Vec<String>, Vec<String>) {
@@ -98,7 +72,13 @@ async fn a_session_whose_calls_had_bad_and_repeated_ids_continues_on_a_strict_pr
     .collect();
     let out = tokio::task::spawn_blocking({
         let data = data.path().to_owned();
-        move || foya(&args.iter().map(String::as_str).collect::<Vec<_>>(), &data)
+        move || {
+            output_in(
+                foya(),
+                &args.iter().map(String::as_str).collect::<Vec<_>>(),
+                &data,
+            )
+        }
     })
     .await
     .unwrap();
@@ -134,9 +114,7 @@ async fn a_session_whose_calls_had_bad_and_repeated_ids_continues_on_a_strict_pr
     }
 
     // The log keeps what the model sent, each call answered by a successful read.
-    let sessions = json_lines(&foya(&["sessions", "list", "--json"], data.path()));
-    let id = sessions[0]["id"].as_str().unwrap();
-    let events = json_lines(&foya(&["sessions", "show", id, "--json"], data.path()));
+    let events = only_session_log(data.path());
     let logged: Vec<(Value, Value)> = events
         .iter()
         .filter(|e| e["type"] == "assistant_message")

@@ -5,37 +5,9 @@
 //! because of that. The real `foya run` binary, each wire format.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin;
+use foya_tests::foya_bin::{foya, only_session_log, output_in};
 use foya_tests::mock_provider::{MockProvider, MockResponse, anthropic, openai_chat, responses};
 use serde_json::{Value, json};
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn foya(args: &[&str], data_dir: &Path) -> Output {
-    Command::new(foya_bin())
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("spawn foya")
-}
-
-fn json_lines(out: &Output) -> Vec<Value> {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// The names of the tool calls in a request body, per wire format, in order.
 fn replayed_names(body: &Value) -> Vec<Value> {
@@ -90,7 +62,13 @@ async fn turn_with_bad_name(kind: &str, bad_name: &str, tool_call: String, answe
     .collect();
     let out = tokio::task::spawn_blocking({
         let data = data.path().to_owned();
-        move || foya(&args.iter().map(String::as_str).collect::<Vec<_>>(), &data)
+        move || {
+            output_in(
+                foya(),
+                &args.iter().map(String::as_str).collect::<Vec<_>>(),
+                &data,
+            )
+        }
     })
     .await
     .unwrap();
@@ -112,9 +90,7 @@ async fn turn_with_bad_name(kind: &str, bad_name: &str, tool_call: String, answe
     );
 
     // The log keeps what the model sent, answered with an error result.
-    let sessions = json_lines(&foya(&["sessions", "list", "--json"], data.path()));
-    let id = sessions[0]["id"].as_str().unwrap();
-    let events = json_lines(&foya(&["sessions", "show", id, "--json"], data.path()));
+    let events = only_session_log(data.path());
     let call = events
         .iter()
         .find(|e| e["type"] == "assistant_message")
