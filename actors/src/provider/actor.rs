@@ -1,14 +1,25 @@
 //! ProviderActor: one per model request, spawned linked by the TurnActor.
 //!
 //! Runs `ModelClient::stream` in a tokio task it owns (aborted on drop, since `post_stop`
-//! does not run on panic or kill) and forwards the [`StreamEvent`]s to the TurnActor as
-//! `TurnMsg::Stream` batches tagged with the request number: each message carries the
-//! event that woke the task plus every event already ready behind it (at most
-//! [`MAX_BATCH`]), so a backlog under load costs one actor message instead of one per
-//! chunk, while an idle stream still forwards each chunk the moment it arrives. A stream that ends with neither
-//! `Done` nor `Error` is reported as a `stream_interrupted` error. The request's
-//! cancellation token (a child of the turn's) stops the task; the actor then stops.
+//! does not run on panic or kill). Each wake-up of the task takes the event that woke it
+//! plus every event already ready behind it (at most [`MAX_BATCH`]), so a backlog under
+//! load costs one actor message instead of one per chunk, while an idle stream still
+//! forwards each chunk the moment it arrives. What it does with a batch depends on the
+//! request:
+//!
+//! - a step's request ([`Relay`]): folds the batch into the step's aggregate and
+//!   publishes its deltas straight to the session (`relay.rs`); the TurnActor hears only
+//!   the terminal event, as [`TurnMsg::StreamEnded`];
+//! - any other request (summarisation): forwards the batch to the TurnActor as
+//!   [`TurnMsg::Stream`].
+//!
+//! Both are tagged with the request number. A stream that ends with neither `Done` nor
+//! `Error` is reported as a `stream_interrupted` error. The request's cancellation token
+//! (a child of the turn's) stops the task; the actor then stops. A panic in the task
+//! (a decoder bug) fails the actor, which the TurnActor's supervision turns into a
+//! `stream_interrupted` failure of the request — the turn never waits on a dead task.
 
+use super::relay::Relay;
 use super::{ModelClient, ModelRequest};
 use crate::task::AbortOnDrop;
 use crate::turn::TurnMsg;
@@ -30,6 +41,8 @@ pub(crate) struct ProviderArgs {
     pub cancel: CancellationToken,
     pub turn: ActorRef<TurnMsg>,
     pub request_number: u64,
+    /// A step's request: fold and publish here, report only the end to the turn.
+    pub relay: Option<Relay>,
 }
 
 /// Messages of the ProviderActor.
@@ -37,6 +50,8 @@ pub(crate) struct ProviderArgs {
 pub(crate) enum ProviderMsg {
     /// The stream task ended; stop.
     Finished,
+    /// The stream task panicked (the message); fail, so the turn's supervision hears it.
+    Panicked(String),
 }
 
 impl ractor::Message for ProviderMsg {}
@@ -57,7 +72,8 @@ fn is_terminal(event: &StreamEvent) -> bool {
     matches!(event, StreamEvent::Done { .. } | StreamEvent::Error { .. })
 }
 
-/// Forwards the stream to the turn until a terminal event, the end, or cancellation.
+/// Forwards the stream to the turn (or relays it) until a terminal event, the end, or
+/// cancellation.
 #[tracing::instrument(name = "provider_call", skip_all, fields(request = args.request_number))]
 async fn pump(args: ProviderArgs) {
     let ProviderArgs {
@@ -66,6 +82,7 @@ async fn pump(args: ProviderArgs) {
         cancel,
         turn,
         request_number,
+        relay,
     } = args;
     let mut stream = client.stream(request, cancel.clone());
     loop {
@@ -85,17 +102,42 @@ async fn pump(args: ProviderArgs) {
             terminal = is_terminal(&event);
             events.push(event);
         }
-        if turn
-            .cast(TurnMsg::Stream {
-                request: request_number,
-                events,
-            })
-            .is_err()
-            || terminal
-        {
+        let sent = match &relay {
+            Some(relay) => {
+                if !relay.apply(&events) {
+                    // The turn closed the relay (cancelled): it wants nothing more.
+                    return;
+                }
+                match events.pop() {
+                    Some(event) if terminal => turn
+                        .cast(TurnMsg::StreamEnded {
+                            request: request_number,
+                            event,
+                        })
+                        .is_ok(),
+                    _ => true,
+                }
+            }
+            None => turn
+                .cast(TurnMsg::Stream {
+                    request: request_number,
+                    events,
+                })
+                .is_ok(),
+        };
+        if !sent || terminal {
             return;
         }
     }
+}
+
+/// The text of a panic payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
 }
 
 impl Actor for ProviderActor {
@@ -109,8 +151,13 @@ impl Actor for ProviderActor {
         args: ProviderArgs,
     ) -> Result<AbortOnDrop, ActorProcessingErr> {
         Ok(AbortOnDrop(tokio::spawn(async move {
-            pump(args).await;
-            let _ = myself.cast(ProviderMsg::Finished);
+            let ended = std::panic::AssertUnwindSafe(pump(args))
+                .catch_unwind()
+                .await;
+            let _ = myself.cast(match ended {
+                Ok(()) => ProviderMsg::Finished,
+                Err(payload) => ProviderMsg::Panicked(panic_text(payload.as_ref())),
+            });
         })))
     }
 
@@ -121,8 +168,11 @@ impl Actor for ProviderActor {
         _state: &mut AbortOnDrop,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ProviderMsg::Finished => myself.stop(None),
+            ProviderMsg::Finished => {
+                myself.stop(None);
+                Ok(())
+            }
+            ProviderMsg::Panicked(why) => Err(format!("the stream task panicked: {why}").into()),
         }
-        Ok(())
     }
 }

@@ -17,6 +17,7 @@ pub mod config;
 pub mod http;
 mod messages;
 pub mod redact;
+pub(crate) mod relay;
 pub mod retry;
 pub mod scripted;
 pub mod sim;

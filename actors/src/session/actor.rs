@@ -425,6 +425,11 @@ impl Actor for SessionActor {
                 }
             }
             SessionMsg::PublishDeltas { run_id, deltas } => {
+                // A stream task outliving its turn (killed, crashed) publishes nothing
+                // after the turn's end.
+                if state.fold.open_turn.as_ref().map(|t| t.run_id) != Some(run_id) {
+                    return Ok(());
+                }
                 for delta in deltas {
                     let live = LiveDelta {
                         session_id: state.fold.id,

@@ -6,16 +6,15 @@ use super::tools::ToolRun;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
 use crate::provider::actor::ProviderMsg;
+use crate::provider::relay::Relay;
 use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
-use foya_protocol::event::Delta;
 use foya_protocol::{
     ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, SessionConfig, SessionId,
     StreamAggregate, StreamEvent, TurnStatus,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
-use std::collections::HashSet;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -71,8 +70,11 @@ pub(crate) struct Turn {
     pub(super) attempt: u32,
     pub(super) request_number: u64,
     pub(super) provider: Option<ActorRef<ProviderMsg>>,
+    /// The aggregate of the last finished (or cancelled) request: taken from its relay
+    /// (a step) or folded here (summarisation).
     pub(super) aggregate: StreamAggregate,
-    pub(super) queued: HashSet<u32>,
+    /// The relay of the step's request in flight.
+    pub(super) relay: Option<Relay>,
     pub(super) phase: Phase,
     /// The turn's environment (cwd, OS, shell, date).
     pub(super) env: Environment,
@@ -132,17 +134,6 @@ impl Turn {
                 Err("the session did not answer an append".into())
             }
         }
-    }
-
-    fn publish(&self, deltas: Vec<Delta>) {
-        if deltas.is_empty() {
-            return;
-        }
-        let run_id = self.args.run_id;
-        let _ = self
-            .args
-            .session
-            .cast(SessionMsg::PublishDeltas { run_id, deltas });
     }
 
     pub(super) async fn finish(
@@ -206,74 +197,29 @@ impl Turn {
         self.start_request(myself).await
     }
 
-    /// The live deltas of one stream event (appended to `out`).
-    fn relay(&mut self, event: &StreamEvent, out: &mut Vec<Delta>) {
-        match event {
-            StreamEvent::TextDelta { text } => out.push(Delta::TextDelta { text: text.clone() }),
-            StreamEvent::ReasoningDelta { text } => {
-                out.push(Delta::ReasoningDelta { text: text.clone() });
-            }
-            StreamEvent::ToolCallDelta {
-                index,
-                id,
-                name,
-                arguments,
-                ..
-            } => {
-                out.push(Delta::ToolCallDelta {
-                    index: *index,
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: arguments.clone(),
-                });
-                if let (Some(id), Some(name)) = (id, name)
-                    && self.queued.insert(*index)
-                {
-                    out.push(Delta::ToolCallQueued {
-                        tool_call_id: id.clone(),
-                        name: name.clone(),
-                    });
-                }
-            }
-            StreamEvent::ReasoningPart { .. }
-            | StreamEvent::Usage { .. }
-            | StreamEvent::Done { .. }
-            | StreamEvent::Error { .. } => {}
+    /// Closes the relay of the request in flight (if any): its aggregate becomes
+    /// [`Turn::aggregate`], and it folds and publishes nothing more.
+    pub(super) fn close_relay(&mut self) {
+        if let Some(relay) = self.relay.take() {
+            self.aggregate = relay.close();
         }
     }
 
-    /// A batch of stream events of request `request`: relayed as one batch of deltas,
-    /// folded into the aggregate, then the terminal event (if any) handled.
-    async fn on_stream(
+    /// The relayed stream of request `request` ended with `event`: the response, or the
+    /// provider's error.
+    async fn on_stream_end(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         request: u64,
-        events: Vec<StreamEvent>,
+        event: StreamEvent,
     ) -> Result<(), ActorProcessingErr> {
-        if matches!(self.phase, Phase::Compacting(_)) {
-            for event in events {
-                self.on_compaction_stream(myself, request, event).await?;
-            }
-            return Ok(());
-        }
         if request != self.request_number || !matches!(self.phase, Phase::Streaming) {
             return Ok(());
         }
-        let mut deltas = Vec::with_capacity(events.len());
-        let mut terminal = None;
-        for event in events {
-            self.relay(&event, &mut deltas);
-            self.aggregate.apply(&event);
-            if matches!(event, StreamEvent::Done { .. } | StreamEvent::Error { .. }) {
-                terminal = Some(event);
-                break;
-            }
-        }
-        self.publish(deltas);
-        match terminal {
-            Some(StreamEvent::Done { .. }) => self.on_response(myself).await,
-            Some(StreamEvent::Error { error }) => self.on_provider_error(myself, error).await,
-            _ => Ok(()),
+        self.close_relay();
+        match event {
+            StreamEvent::Error { error } => self.on_provider_error(myself, error).await,
+            _ => self.on_response(myself).await,
         }
     }
 
@@ -325,7 +271,7 @@ impl Actor for TurnActor {
             request_number: 0,
             provider: None,
             aggregate: StreamAggregate::new(),
-            queued: HashSet::new(),
+            relay: None,
             phase: Phase::Streaming,
             control: super::control::Control::new(args_limits),
             pending: Vec::new(),
@@ -351,7 +297,17 @@ impl Actor for TurnActor {
                     TurnMode::Compact => state.begin_compaction(&myself, Trigger::Manual).await,
                 }
             }
-            TurnMsg::Stream { request, events } => state.on_stream(&myself, request, events).await,
+            TurnMsg::Stream { request, events } => {
+                if matches!(state.phase, Phase::Compacting(_)) {
+                    for event in events {
+                        state.on_compaction_stream(&myself, request, event).await?;
+                    }
+                }
+                Ok(())
+            }
+            TurnMsg::StreamEnded { request, event } => {
+                state.on_stream_end(&myself, request, event).await
+            }
             TurnMsg::RetryElapsed { request } => {
                 if request == state.request_number && matches!(state.phase, Phase::Backoff { .. }) {
                     state.resend(&myself).await?;
@@ -387,6 +343,7 @@ impl Actor for TurnActor {
                     .as_ref()
                     .is_some_and(|p| p.get_id() == cell.get_id());
                 if is_provider && matches!(state.phase, Phase::Streaming) {
+                    state.close_relay();
                     let error = ProviderError::new(
                         ErrorClass::StreamInterrupted,
                         format!("the provider actor crashed: {err}"),

@@ -107,7 +107,7 @@ impl Turn {
             ..ModelRequest::default()
         };
         let client = self.args.deps.aux_client_for(&self.args.config.provider);
-        self.spawn_provider(myself, client, request).await
+        self.spawn_provider(myself, client, request, false).await
     }
 
     /// One stream event of the summarisation request (never relayed to clients).

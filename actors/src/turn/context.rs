@@ -11,6 +11,7 @@ use crate::context::{
 };
 use crate::provider::ModelRequest;
 use crate::provider::actor::{ProviderActor, ProviderArgs};
+use crate::provider::relay::Relay;
 use foya_protocol::{ErrorClass, Event, EventKind, StreamAggregate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -213,25 +214,29 @@ impl Turn {
     ) -> Result<(), ActorProcessingErr> {
         self.phase = Phase::Streaming;
         let client = self.client();
-        self.spawn_provider(myself, client, request).await
+        self.spawn_provider(myself, client, request, true).await
     }
 
-    /// Spawns a linked ProviderActor for `request` under a new request number.
+    /// Spawns a linked ProviderActor for `request` under a new request number; with
+    /// `relay` (a step's request) its deltas are published live through a fresh
+    /// [`Relay`], otherwise its events come back to this actor.
     pub(super) async fn spawn_provider(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         client: std::sync::Arc<dyn crate::provider::ModelClient>,
         request: ModelRequest,
+        relay: bool,
     ) -> Result<(), ActorProcessingErr> {
         self.request_number += 1;
         self.aggregate = StreamAggregate::new();
-        self.queued.clear();
+        self.relay = relay.then(|| Relay::new(self.args.session.clone(), self.args.run_id));
         let args = ProviderArgs {
             client,
             request,
             cancel: self.args.cancel.child_token(),
             turn: myself.clone(),
             request_number: self.request_number,
+            relay: self.relay.clone(),
         };
         let (provider, _) =
             Actor::spawn_linked(None, ProviderActor, args, myself.get_cell()).await?;

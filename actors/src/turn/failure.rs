@@ -87,6 +87,7 @@ impl Turn {
         let mut kinds = Vec::new();
         match std::mem::replace(&mut self.phase, Phase::Done) {
             Phase::Streaming => {
+                self.close_relay();
                 let agg = &self.aggregate;
                 if !agg.text.is_empty() || !agg.reasoning.is_empty() {
                     kinds.push(EventKind::AssistantMessage(AssistantMessage {

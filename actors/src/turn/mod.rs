@@ -66,11 +66,16 @@ pub(crate) enum TurnMsg {
     /// Start the first step (sent to itself once started).
     Begin,
     /// Stream events of model request number `request`, in order (one or more; a
-    /// terminal `Done`/`Error` is always last).
+    /// terminal `Done`/`Error` is always last). Only for requests without a relay
+    /// (summarisation).
     Stream {
         request: u64,
         events: Vec<StreamEvent>,
     },
+    /// The relayed stream of model request number `request` (a step's request) ended
+    /// with `event` (`Done` or `Error`); every event before it is folded into the relay
+    /// (`provider::relay`), whose deltas are published.
+    StreamEnded { request: u64, event: StreamEvent },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },
     /// A ToolActor finished call `index` of the current step. `duration_ms` is set when
