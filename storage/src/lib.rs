@@ -42,7 +42,9 @@
 //! deleted flag (cached, loaded lazily from `sessions`), inserts the valid ones and
 //! commits them all in ONE transaction: many sessions' appends share one fsync. Each
 //! append resolves after that commit: valid ones `Ok`, refused ones with their error
-//! (refusing one append never affects the others of the batch).
+//! (refusing one append never affects the others of the batch). The writer thread reads
+//! its own CPU clock once per transaction; [`Store::writer_cpu`] gives the total (for
+//! load tests, next to [`Store::stats`]).
 //!
 //! # Durability and failures
 //!

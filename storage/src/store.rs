@@ -388,6 +388,20 @@ impl Store {
         }
     }
 
+    /// CPU time the store's writer thread has used since the store was opened (user +
+    /// system, read from the thread's own CPU clock, `CLOCK_THREAD_CPUTIME_ID`):
+    /// validating, inserting and committing appends — redb's btree work, checksums and
+    /// the CPU of its fsync calls — not the encoding, which [`Store::append_all`] does on
+    /// the caller's thread, nor the time spent waiting for work. Cumulative and
+    /// monotonic; nanosecond resolution. Published once per write transaction, before
+    /// its appends resolve (so an append that resolved has its commit counted), and
+    /// when the writer stops; `Duration::ZERO` before the first transaction. Cheap: one
+    /// atomic load.
+    #[must_use]
+    pub fn writer_cpu(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.inner.counters.writer_cpu_ns.load(Ordering::Relaxed))
+    }
+
     /// Stops accepting appends, waits until every queued append is committed (or failed)
     /// and the writer thread stopped. Later appends fail with [`AppendError::Closed`];
     /// reads keep working. Idempotent.

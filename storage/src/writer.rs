@@ -9,6 +9,10 @@
 //! into the cache only after the commit succeeded, so a failed commit leaves the cache
 //! exactly as the database is. A failed batch answers every request with
 //! [`AppendError::Storage`]; the thread goes on with the next batch.
+//!
+//! After each batch's transaction (committed or failed), before answering it, the thread
+//! reads its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`) once and publishes the total in
+//! [`Counters::writer_cpu_ns`] ([`crate::Store::writer_cpu`]), and once more when it stops.
 
 use crate::codec;
 use crate::db::DbSlot;
@@ -89,6 +93,27 @@ pub(crate) struct Counters {
     /// Test seam ([`crate::Store::inject_append_failures`]): this many coming batches
     /// fail as if the disk were full, before touching the database.
     pub(crate) injected_failures: AtomicU64,
+    /// CPU time the writer thread has used since it started, in nanoseconds (its
+    /// thread CPU clock, published after each batch's transaction and when it stops).
+    pub(crate) writer_cpu_ns: AtomicU64,
+}
+
+impl Counters {
+    /// Publishes the calling thread's CPU time so far as the writer's.
+    fn publish_writer_cpu(&self) {
+        self.writer_cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
+    }
+}
+
+/// CPU time of the calling thread so far (user + system, `CLOCK_THREAD_CPUTIME_ID`), in
+/// nanoseconds; 0 if the clock cannot be read.
+fn thread_cpu_ns() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        let secs = u64::try_from(t.tv_sec()).unwrap_or(0);
+        let nanos = u64::try_from(t.tv_nsec()).unwrap_or(0);
+        secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    })
 }
 
 /// Message of a batch failed by [`crate::Store::inject_append_failures`].
@@ -141,6 +166,7 @@ impl Writer {
                 self.cache.clear();
             }
         }
+        self.counters.publish_writer_cpu();
         tracing::debug!("store writer stopped");
     }
 
@@ -163,6 +189,8 @@ impl Writer {
                 io: false,
             }),
         };
+        // Before any answer: whoever sees its append resolved sees its commit counted.
+        self.counters.publish_writer_cpu();
         match result {
             Ok((outcomes, overlay)) => {
                 let events: usize = batch

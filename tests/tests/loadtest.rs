@@ -107,6 +107,9 @@ fn assert_shape(report: &Value) {
             && provider + tools + blocking + driver + meters < cpu,
         "{report:#}"
     );
+    // The store writer's CPU, measured on its thread: part of the runtime's own.
+    let storage = report["storage_cpu_s"].as_f64().unwrap();
+    assert!(storage > 0.0 && storage < cpu, "{report:#}");
     let steps = report["steps"].as_f64().unwrap();
     let own = report["runtime_cpu_us_per_step"].as_f64().unwrap();
     let expected = (cpu - provider - tools - blocking - driver - meters) * 1e6 / steps;
@@ -261,7 +264,7 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
         "--sessions",
         "3",
         "--turns",
-        "1",
+        "2",
         "--provider",
         "openai-chat",
         "--base-url",
@@ -272,13 +275,15 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
     assert_eq!(code, 0, "{report:#}");
     // Where the requests went is in the report (and said on stderr before any was sent).
     assert_eq!(report["endpoint"], format!("http://{addr}/v1"));
-    assert_eq!(report["turns_completed"], 3);
-    assert_eq!(report["steps"], 9);
+    assert_eq!(report["turns_completed"], 6);
+    assert_eq!(report["steps"], 18);
     assert_eq!(report["errors"], serde_json::json!({}));
-    // The bare pass replayed session 0's three requests for each of the 3 turns.
+    // The bare pass replayed, for each session's turn k, the three requests session 0
+    // sent in its turn k (both turns captured).
     let bare = &report["bare_client"];
-    assert_eq!(bare["turns"], 3, "{bare}");
-    assert_eq!(bare["requests_ok"], 9, "{bare}");
+    assert_eq!(bare["turns"], 6, "{bare}");
+    assert_eq!(bare["captured_turns"], 2, "{bare}");
+    assert_eq!(bare["requests_ok"], 18, "{bare}");
     assert_eq!(bare["requests_failed"], 0, "{bare}");
     assert!(bare["bytes"].as_u64().unwrap() > 0);
     assert!(report["cpu_ratio_vs_bare"].as_f64().unwrap() > 0.0);

@@ -82,7 +82,7 @@ async fn setup(
 ) -> (Store, Arc<Shared>) {
     std::fs::write(dir.join("README.md"), "# Workspace\n").unwrap();
     let store = Store::open(&dir.join("foya.redb"), StoreOptions::default()).unwrap();
-    let probe = Probe::new(Arc::new(client), 1);
+    let probe = Probe::new(Arc::new(client), 1, 1);
     let slots = probe.slots();
     let runtime = Runtime::start(RuntimeConfig::new(store.clone(), Arc::new(probe)))
         .await

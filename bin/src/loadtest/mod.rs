@@ -76,8 +76,10 @@ pub(crate) struct LoadtestArgs {
           value_parser = crate::values::positive_u32)]
     pub(crate) max_attempts: u32,
     /// After the run, replay the same sessions × turns with a bare HTTP client that only
-    /// reads the response bytes (HTTP providers only) and report the runtime's CPU per
-    /// turn as a multiple of the bare client's.
+    /// reads the response bytes (HTTP providers only): each session's turn k sends the
+    /// requests the runtime sent in session 0's turn k (the last captured turn past the
+    /// captured ones). Reports the runtime's CPU per turn as a multiple of the bare
+    /// client's.
     #[arg(long)]
     pub(crate) compare_bare: bool,
     /// Capacity of each subscriber's channel (events + deltas; at least 128). The session
@@ -156,7 +158,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     )
     .context("cannot open the store")?;
 
-    let probe = Probe::new(client, args.sessions);
+    let probe = Probe::new(client, args.sessions, args.turns);
     let slots = probe.slots();
     let provider_cpu = probe.cpu();
     let captured = probe.captured();
@@ -187,6 +189,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
 
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
+    let storage_before = store.writer_cpu();
     let cpu_before = report::cpu_time();
     let blocking_before = pool::blocking_cpu();
     let started = Instant::now();
@@ -218,6 +221,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let wall = started.elapsed();
     let cpu = report::cpu_time().saturating_sub(cpu_before);
     let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
+    // Every append the turns waited for has its commit counted (published before it
+    // resolved).
+    let storage = store.writer_cpu().saturating_sub(storage_before);
     progress.finish_and_clear();
     let stats = store.stats();
     let events_persisted = stats.appended_events - stats_before.appended_events;
@@ -232,6 +238,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     report.tool_cpu_s = tool_cpu.total().as_secs_f64();
     report.tool_blocking_cpu_s = blocking.as_secs_f64();
     report.driver_cpu_s = driver_cpu.total().as_secs_f64();
+    report.storage_cpu_s = storage.as_secs_f64();
     let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
     report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;
     report.finish(wall, cpu);
@@ -248,13 +255,13 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         eprintln!("foya loadtest: the bare-client comparison (--compare-bare) was skipped: {why}");
     }
     if let (Some(profile), true) = (&profile, args.compare_bare && !stop.is_cancelled()) {
-        let requests = captured
+        let turns = captured
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let concurrency = args.concurrency.unwrap_or(args.sessions);
         eprintln!("foya loadtest: replaying the requests with a bare client (--compare-bare)");
-        let bare = bare::run(profile, &requests, args.sessions, args.turns, concurrency);
+        let bare = bare::run(profile, &turns, args.sessions, args.turns, concurrency);
         tokio::select! {
             bare = bare => report.set_bare(bare?),
             // Ctrl-C during the bare pass: the runtime's report, without the comparison.
@@ -397,3 +404,7 @@ fn build_report(
     report.model_latency_ms = Percentiles::of(&mut latency);
     report
 }
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod run_tests;

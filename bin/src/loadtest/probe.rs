@@ -9,8 +9,9 @@
 //! subscriber receives, for the relay latency).
 //!
 //! It also measures the CPU time spent inside the wrapped client (its `stream()` call
-//! and every poll of its stream, see [`super::cpu`]) and keeps a copy of session 0's
-//! first-turn requests, which `--compare-bare` replays with a bare HTTP client.
+//! and every poll of its stream, see [`super::cpu`]) and keeps a copy of every request
+//! session 0 sent, turn by turn ([`Captured`]), which `--compare-bare` replays with a
+//! bare HTTP client: its turn k sends what the runtime sent in session 0's turn k.
 
 use super::cpu::{CpuMeter, Metered};
 use foya_actors::provider::{ModelClient, ModelRequest};
@@ -44,6 +45,15 @@ pub(crate) struct Slot {
 /// Per-session slots, indexed by session number.
 pub(crate) type Slots = Arc<Vec<Mutex<Slot>>>;
 
+/// Session 0's requests by turn: entry k holds every request the runtime sent in
+/// session 0's turn k (0-based, from the `turn K:` of the turn's user message), in the
+/// order sent — each step's request, retries included. At most one entry per turn of
+/// the run (a request naming a later turn is not kept), so its memory is bounded by one
+/// session's requests (which share their history prefix, see `provider::Messages`). A
+/// turn that sent nothing (its submit failed) is an empty entry; turns after the last
+/// one that sent a request have no entry.
+pub(crate) type Captured = Arc<Mutex<Vec<Vec<ModelRequest>>>>;
+
 /// Locks a slot, ignoring poisoning (a panicked holder left plain numbers behind).
 pub(crate) fn lock(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
     slot.lock().unwrap_or_else(PoisonError::into_inner)
@@ -56,19 +66,23 @@ pub(crate) struct Probe {
     slots: Slots,
     /// CPU time spent inside the wrapped client.
     cpu: Arc<CpuMeter>,
-    /// Session 0's first-turn requests, in order.
-    captured: Arc<Mutex<Vec<ModelRequest>>>,
+    /// Session 0's requests, by turn.
+    captured: Captured,
+    /// Turns per session: the most turns [`Self::captured`] keeps.
+    turns: usize,
 }
 
 impl Probe {
-    /// Wraps `inner` with `sessions` empty slots.
-    pub(crate) fn new(inner: Arc<dyn ModelClient>, sessions: usize) -> Self {
+    /// Wraps `inner` with `sessions` empty slots; keeps session 0's requests of its first
+    /// `turns` turns.
+    pub(crate) fn new(inner: Arc<dyn ModelClient>, sessions: usize, turns: u32) -> Self {
         let slots = (0..sessions).map(|_| Mutex::default()).collect();
         Self {
             inner,
             slots: Arc::new(slots),
             cpu: Arc::default(),
             captured: Arc::default(),
+            turns: usize::try_from(turns).unwrap_or(usize::MAX),
         }
     }
 
@@ -77,9 +91,21 @@ impl Probe {
         Arc::clone(&self.cpu)
     }
 
-    /// Session 0's first-turn requests (filled as the run goes).
-    pub(crate) fn captured(&self) -> Arc<Mutex<Vec<ModelRequest>>> {
+    /// Session 0's requests by turn (filled as the run goes).
+    pub(crate) fn captured(&self) -> Captured {
         Arc::clone(&self.captured)
+    }
+
+    /// Keeps `request` of session 0 under its turn.
+    fn capture(&self, request: &ModelRequest) {
+        let Some(turn) = turn_index(request).filter(|t| *t < self.turns) else {
+            return;
+        };
+        let mut captured = self.captured.lock().unwrap_or_else(PoisonError::into_inner);
+        if captured.len() <= turn {
+            captured.resize_with(turn + 1, Vec::new);
+        }
+        captured[turn].push(request.clone());
     }
 
     /// The slots (shared with the session drivers).
@@ -96,6 +122,18 @@ fn session_index(request: &ModelRequest) -> Option<usize> {
     })?;
     let rest = text.strip_prefix(TAG)?;
     rest[..rest.find(']')?].parse().ok()
+}
+
+/// The turn (0-based) of a request: the `K` of the driver's `[ls:N] turn K: …` in the
+/// last user message (the input of the turn the request belongs to).
+fn turn_index(request: &ModelRequest) -> Option<usize> {
+    let text = request.messages.iter().rev().find_map(|m| match m {
+        Message::User(input) => Some(input.text.as_str()),
+        _ => None,
+    })?;
+    let rest = text.strip_prefix(TAG)?;
+    let rest = rest[rest.find(']')? + 1..].strip_prefix(" turn ")?;
+    rest[..rest.find(':')?].parse().ok()
 }
 
 /// The probe does not forward the inner client's [`ModelClient::retry_policy`]: a load
@@ -116,19 +154,8 @@ impl ModelClient for Probe {
             }
             slot.requests += 1;
         }
-        let first_turn = || {
-            request
-                .messages
-                .iter()
-                .filter(|m| matches!(m, Message::User(_)))
-                .count()
-                == 1
-        };
-        if index == Some(0) && first_turn() {
-            self.captured
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(request.clone());
+        if index == Some(0) {
+            self.capture(&request);
         }
         let inner = self.cpu.measure(|| self.inner.stream(request, cancel));
         let inner = Metered {
@@ -184,5 +211,66 @@ mod tests {
         assert_eq!(session_index(&request("hello")), None);
         assert_eq!(session_index(&request("[ls:x] turn")), None);
         assert_eq!(session_index(&ModelRequest::default()), None);
+    }
+
+    /// A request of session `session`'s turn `turn` with the history of its earlier
+    /// turns (one user message and one answer each).
+    fn turn_request(session: usize, turn: usize) -> ModelRequest {
+        let mut messages = Vec::new();
+        for t in 0..=turn {
+            messages.push(Message::User(Input::text(format!(
+                "{TAG}{session}] turn {t}: read README.md"
+            ))));
+            if t < turn {
+                messages.push(Message::Assistant(foya_protocol::AssistantMessage {
+                    text: format!("answer {t}"),
+                    ..foya_protocol::AssistantMessage::default()
+                }));
+            }
+        }
+        ModelRequest {
+            messages: messages.into(),
+            ..ModelRequest::default()
+        }
+    }
+
+    #[test]
+    fn the_turn_index_comes_from_the_last_user_message() {
+        assert_eq!(turn_index(&turn_request(0, 0)), Some(0));
+        assert_eq!(turn_index(&turn_request(3, 12)), Some(12));
+        let request = |text: &str| ModelRequest {
+            messages: vec![Message::User(Input::text(text))].into(),
+            ..ModelRequest::default()
+        };
+        assert_eq!(turn_index(&request("[ls:0] turn x: hi")), None);
+        assert_eq!(turn_index(&request("[ls:0] hello")), None);
+        assert_eq!(turn_index(&request("hello")), None);
+        assert_eq!(turn_index(&ModelRequest::default()), None);
+    }
+
+    #[tokio::test]
+    async fn session_zeros_requests_are_kept_by_turn_up_to_the_runs_turns() {
+        let sim = foya_actors::provider::sim::SimClient::new(Default::default());
+        let probe = Probe::new(Arc::new(sim), 2, 2);
+        let sent = [
+            turn_request(0, 0),
+            turn_request(1, 0),
+            turn_request(0, 0),
+            turn_request(0, 1),
+            turn_request(1, 1),
+            // Beyond the run's 2 turns: not kept.
+            turn_request(0, 2),
+        ];
+        for request in sent {
+            drop(probe.stream(request, CancellationToken::new()));
+        }
+        let captured = probe.captured().lock().unwrap().clone();
+        assert_eq!(
+            captured,
+            vec![
+                vec![turn_request(0, 0), turn_request(0, 0)],
+                vec![turn_request(0, 1)],
+            ]
+        );
     }
 }

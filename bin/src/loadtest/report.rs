@@ -120,6 +120,12 @@ pub(crate) struct Report {
     /// `driver_cpu_s` and `meter_overhead_s`, per step, in microseconds (session
     /// creation, subscriptions and event delivery included); `None` when no step ran.
     pub(crate) runtime_cpu_us_per_step: Option<f64>,
+    /// CPU time of the store's writer thread during the run (validating and committing
+    /// the appends: redb's btree work, checksums and, with `--durability immediate`,
+    /// the fsync calls' CPU), in seconds, read from the thread's own CPU clock after
+    /// each commit (`Store::writer_cpu`). Persistence is the runtime's own work: this
+    /// is a part of `runtime_cpu_us_per_step`, reported on its own, not subtracted.
+    pub(crate) storage_cpu_s: f64,
     /// The bare-client pass (`--compare-bare`), when it ran.
     pub(crate) bare_client: Option<super::bare::BareReport>,
     /// `cpu_us_per_turn` divided by the bare client's CPU per turn (`--compare-bare`).
@@ -190,8 +196,9 @@ impl Report {
 
     /// Records the bare-client pass and the CPU ratio against it. No ratio when a turn
     /// failed: the runtime's CPU per completed turn then carries the failed turns' work,
-    /// and the bare client replays session 0's first turn, which may itself have failed,
-    /// so the two sides did not do comparable work.
+    /// and the bare client replays session 0's turns, which may themselves have failed
+    /// (or be fewer than the run's, the last replayed again), so the two sides did not
+    /// do comparable work.
     pub(crate) fn set_bare(&mut self, bare: super::bare::BareReport) {
         self.cpu_ratio_vs_bare = match self.cpu_us_per_turn {
             Some(per_turn) if bare.cpu_us_per_turn > 0.0 && self.turns_failed == 0 => {
@@ -268,6 +275,13 @@ impl Report {
             self.meter_overhead_s,
             per_unit(self.runtime_cpu_us_per_step, "step")
         ));
+        let per = |n: u64| (n > 0).then(|| self.storage_cpu_s * 1e6 / n as f64);
+        line(format!(
+            "           of which the store's writer {:.2} s ({}, {})",
+            self.storage_cpu_s,
+            per_unit(per(self.steps), "step"),
+            per_unit(per(self.turns_completed), "turn")
+        ));
         if let Some(bare) = &self.bare_client {
             line(format!(
                 "bare       {:.2} s for {} turns ({:.1} us/turn, {} requests failed); runtime/bare {}",
@@ -332,6 +346,7 @@ mod tests {
     fn the_bare_ratio_is_given_only_when_every_turn_completed() {
         let bare = || super::super::bare::BareReport {
             turns: 4,
+            captured_turns: 1,
             requests_ok: 12,
             requests_failed: 0,
             bytes: 1,
@@ -374,17 +389,29 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("runtime's own n/a per step"), "{text}");
+        assert!(
+            text.contains("of which the store's writer 0.00 s (n/a per step, n/a per turn)"),
+            "{text}"
+        );
 
         let mut report = Report {
             steps: 4,
             turns_completed: 2,
+            storage_cpu_s: 0.004,
             ..Report::default()
         };
         report.finish(Duration::from_secs(1), Duration::from_millis(20));
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["cpu_us_per_step"], serde_json::json!(5000.0));
         assert_eq!(json["cpu_us_per_turn"], serde_json::json!(10000.0));
+        // The store writer's CPU is shown on its own, not taken out of the runtime's.
         assert_eq!(json["runtime_cpu_us_per_step"], serde_json::json!(5000.0));
+        assert_eq!(json["storage_cpu_s"], serde_json::json!(0.004));
+        assert!(
+            report
+                .to_text()
+                .contains("of which the store's writer 0.00 s (1000.0 us/step, 2000.0 us/turn)")
+        );
         assert!(
             report
                 .to_text()
