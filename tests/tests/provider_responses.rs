@@ -3,7 +3,8 @@
 //! wrong base URL) fails at once with `invalid_response` naming the content type and an
 //! excerpt of the body, never retried; credentials never reach stderr, the persisted
 //! `provider_retry` / `turn_complete` errors or `foya loadtest`'s report — the base
-//! URL's userinfo and the API key a server echoes are shown as `[redacted]`.
+//! URL's userinfo and the API key a server echoes are shown as `[redacted]`; a 404 names
+//! the URL and a base URL that doubles the path's `/v1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use bytes::Bytes;
@@ -27,13 +28,20 @@ fn response(status: u16, content_type: Option<&str>, body: &str) -> MockResponse
 
 /// One `foya run` against `base_url`; its stderr and the session's events.
 async fn run(base_url: String) -> (String, Vec<Value>) {
+    run_as("openai-chat", base_url).await
+}
+
+/// [`run`] with the provider kind `kind`.
+async fn run_as(kind: &'static str, base_url: String) -> (String, Vec<Value>) {
     let data = tempfile::tempdir().unwrap();
     let out = tokio::task::spawn_blocking({
         let data = data.path().to_owned();
         move || {
-            let args = ["run", "--provider", "openai-chat", "--base-url", &base_url];
+            let args = ["run", "--provider", kind, "--base-url", &base_url];
             let mut command = foya();
-            command.env("OPENAI_API_KEY", KEY);
+            command
+                .env("OPENAI_API_KEY", KEY)
+                .env("ANTHROPIC_API_KEY", KEY);
             output_in(
                 command,
                 &[&args[..], &["--model", "m", "say hello"]].concat(),
@@ -169,4 +177,28 @@ async fn loadtest_shows_its_endpoint_without_credentials() {
         (true, true, false),
         "stdout: {stdout}\nstderr: {stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_404_from_a_doubled_v1_says_to_drop_it_from_the_base_url() {
+    let mock = MockProvider::start().await;
+    // The mock serves `/v1/messages`; the base URL below makes it `/v1/v1/messages`.
+    let base = format!("{}/v1", mock.base_url());
+    let (stderr, events) = run_as("anthropic", base.clone()).await;
+    assert!(
+        mock.requests().is_empty(),
+        "the mock's routes were never reached"
+    );
+    let complete = of_type(&events, "turn_complete");
+    assert_eq!(
+        complete[0]["error"],
+        json!({"class": "invalid_request", "message": format!(
+            "HTTP 404 from POST {base}/v1/messages (the base URL `{base}` already ends in \
+             `/v1`, and anthropic appends `/v1/messages` itself: drop `/v1` from the base URL)")})
+    );
+    assert!(
+        of_type(&events, "provider_retry").is_empty(),
+        "a 404 is not retried"
+    );
+    assert!(stderr.contains("drop `/v1` from the base URL"), "{stderr}");
 }

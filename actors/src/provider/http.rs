@@ -110,9 +110,10 @@ impl HttpModelClient {
         self
     }
 
-    /// The request for `request`, and its URL as shown in error messages (no userinfo,
-    /// query or fragment: each may carry a credential).
-    fn build(&self, mut request: ModelRequest) -> (reqwest::RequestBuilder, String) {
+    /// The request for `request`, its URL as shown in error messages (no userinfo,
+    /// query or fragment: each may carry a credential) and the path the protocol appended
+    /// to the base URL.
+    fn build(&self, mut request: ModelRequest) -> (reqwest::RequestBuilder, String, &'static str) {
         if request.model.is_empty() {
             request.model.clone_from(&self.profile.model);
         }
@@ -137,7 +138,25 @@ impl HttpModelClient {
         for (name, value) in &self.profile.extra_headers {
             rb = rb.header(name.as_str(), value.as_str());
         }
-        (rb, shown)
+        (rb, shown, encoded.path)
+    }
+}
+
+/// What a 404 adds after the URL it came from: how the URL was made, and when the base
+/// URL already ends in the path's first segment (`…/v1` + `/v1/messages`), that it
+/// should not. A 404 is most often a base URL with a missing or doubled segment (or a
+/// model the endpoint does not know, which the server's own message then says).
+fn not_found_hint(url: &str, path: &str, kind: super::wire::ProviderKind) -> String {
+    let base = url.strip_suffix(path).unwrap_or(url);
+    let first = path
+        .split('/')
+        .find(|s| !s.is_empty())
+        .map(|s| format!("/{s}"));
+    match first {
+        Some(first) if path.len() > first.len() && base.ends_with(&first) => format!(
+            " (the base URL `{base}` already ends in `{first}`, and {kind} appends `{path}` itself: drop `{first}` from the base URL)"
+        ),
+        _ => format!(" (the URL is the base URL followed by `{path}`, the path {kind} uses)"),
     }
 }
 
@@ -282,7 +301,7 @@ impl ModelClient for HttpModelClient {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
-        let (builder, url) = self.build(request);
+        let (builder, url, path) = self.build(request);
         let kind = self.profile.kind;
         let limits = self.limits;
         let idle = Duration::from_millis(self.profile.idle_timeout_ms.max(1));
@@ -310,7 +329,13 @@ impl ModelClient for HttpModelClient {
                 let headers = response.headers().clone();
                 let body = redact_secrets(&read_capped(response, idle).await, &secrets);
                 let mut error = classify_http_error(status.as_u16(), &headers, &body);
-                if body.trim().is_empty() {
+                if status == reqwest::StatusCode::NOT_FOUND {
+                    error.message = format!(
+                        "{} from POST {url}{}",
+                        error.message,
+                        not_found_hint(&url, path, kind)
+                    );
+                } else if body.trim().is_empty() {
                     // Nothing from the server to explain it: say what was asked for (a
                     // wrong base URL shows as a doubled or missing path segment).
                     error.message = format!("{} from POST {url}", error.message);
@@ -357,6 +382,39 @@ mod tests {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(v));
         }
         check_content_type(&headers)
+    }
+
+    #[test]
+    fn a_404_names_a_doubled_path_segment() {
+        use super::super::wire::ProviderKind;
+        assert_eq!(
+            not_found_hint(
+                "https://api.anthropic.com/v1/v1/messages",
+                "/v1/messages",
+                ProviderKind::Anthropic
+            ),
+            " (the base URL `https://api.anthropic.com/v1` already ends in `/v1`, and \
+             anthropic appends `/v1/messages` itself: drop `/v1` from the base URL)"
+        );
+        assert_eq!(
+            not_found_hint(
+                "https://example.com/chat/completions",
+                "/chat/completions",
+                ProviderKind::OpenaiChat
+            ),
+            " (the URL is the base URL followed by `/chat/completions`, the path \
+             openai-chat uses)"
+        );
+        // A one-segment path has nothing to double.
+        assert_eq!(
+            not_found_hint(
+                "http://h/v1/responses",
+                "/responses",
+                ProviderKind::OpenaiResponses
+            ),
+            " (the URL is the base URL followed by `/responses`, the path openai-responses \
+             uses)"
+        );
     }
 
     #[test]
