@@ -309,16 +309,45 @@ pub fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
     }
 }
 
+/// The parser's message, prefixed with where it is (`line L, column C`, from the error's
+/// byte span) and the line itself, so a wrong type names its key.
+fn parse_message(text: &str, error: &toml::de::Error) -> String {
+    let Some(start) = error.span().map(|span| span.start.min(text.len())) else {
+        return error.message().to_owned();
+    };
+    let before = text.get(..start).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let source = text[line_start..].lines().next().unwrap_or_default().trim();
+    format!(
+        "line {line}, column {column} (`{source}`): {}",
+        error.message()
+    )
+}
+
 impl ProviderConfig {
     /// Parses one file's text (`path` is for messages).
     ///
     /// # Errors
     /// [`ConfigError::Parse`] when the text is not a valid config.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.message().to_owned(),
-        })
+            message: parse_message(text, &e),
+        })?;
+        for (name, profile) in &config.profiles {
+            if profile.retry.is_some_and(|r| r.max_attempts == 0) {
+                return Err(ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: format!(
+                        "[profiles.{name}.retry] max_attempts = 0: it counts every attempt, \
+                         the first included, so it is at least 1 (1 disables retries)"
+                    ),
+                });
+            }
+        }
+        Ok(config)
     }
 
     /// Loads and merges the given files in order (later ones override); missing files are

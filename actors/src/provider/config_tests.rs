@@ -204,6 +204,35 @@ fn invalid_file_and_missing_kind_are_clear_errors() {
             if *path == misspelt && message.contains("unknown field `max_attempt`")),
         "{err}"
     );
+    let wrong_type = write(
+        dir.path(),
+        "type.toml",
+        "[profiles.x]\nkind = \"anthropic\"\n\n[profiles.x.retry]\nmax_attempts = \"3\"\n",
+    );
+    let err = ProviderConfig::load_files(std::slice::from_ref(&wrong_type)).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Parse {
+            path: wrong_type.clone(),
+            message: "line 5, column 16 (`max_attempts = \"3\"`): invalid type: string \"3\", \
+                      expected u32"
+                .into()
+        }
+    );
+    let zero = write(
+        dir.path(),
+        "zero.toml",
+        "[profiles.x]\nkind = \"anthropic\"\n[profiles.x.retry]\nmax_attempts = 0\n",
+    );
+    let err = ProviderConfig::load_files(std::slice::from_ref(&zero)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "invalid config {}: [profiles.x.retry] max_attempts = 0: it counts every attempt, \
+             the first included, so it is at least 1 (1 disables retries)",
+            zero.display()
+        )
+    );
     let nokind = write(dir.path(), "nokind.toml", "[profiles.x]\nmodel = \"m\"\n");
     let config = ProviderConfig::load_files(&[nokind]).unwrap();
     assert_eq!(
