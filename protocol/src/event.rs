@@ -23,7 +23,8 @@ pub struct Event {
     /// The turn it belongs to, if any.
     #[serde(default)]
     pub run_id: Option<RunId>,
-    /// Wall-clock time it was created, ms since the Unix epoch.
+    /// Wall-clock time it was created, ms since the Unix epoch; never earlier than the
+    /// session's previous event (a clock stepped back repeats the last time).
     pub at_ms: UnixMs,
     /// What happened.
     #[serde(flatten)]

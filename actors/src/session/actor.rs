@@ -102,7 +102,8 @@ impl Session {
         if kinds.is_empty() {
             return Ok(());
         }
-        let at_ms = now_ms();
+        // Never before the session's previous event, whatever the wall clock did.
+        let at_ms = now_ms().max(self.fold.last_at_ms);
         let mut seq = self.fold.last_seq;
         let events: Vec<Event> = kinds
             .into_iter()

@@ -33,6 +33,9 @@ pub(crate) struct SessionState {
     pub title: Option<(String, TitleSource)>,
     /// Seq of the last event applied (0 before any).
     pub last_seq: u64,
+    /// Latest `at_ms` among the events applied (0 before any): the session stamps new
+    /// events no earlier, so its event times never go backwards when the clock does.
+    pub last_at_ms: u64,
     /// Inputs queued and not started, in FIFO order.
     pub queue: VecDeque<(InputId, Input)>,
     /// Every input id ever accepted (queued or started): a resubmit is a no-op.
@@ -54,6 +57,7 @@ impl SessionState {
             config,
             title,
             last_seq: 0,
+            last_at_ms: 0,
             queue: VecDeque::new(),
             seen_inputs: HashSet::new(),
             open_turn: None,
@@ -95,6 +99,7 @@ impl SessionState {
 /// Applies one committed event.
 pub(crate) fn apply(state: &mut SessionState, event: &Event) {
     state.last_seq = event.seq.0;
+    state.last_at_ms = state.last_at_ms.max(event.at_ms);
     match &event.kind {
         EventKind::SessionCreated { config } => state.config = config.clone(),
         EventKind::InputQueued { input_id, input } => {
