@@ -153,3 +153,11 @@ mod encode_names_tests;
 #[cfg(test)]
 #[path = "ids_tests.rs"]
 mod ids_tests;
+
+#[cfg(test)]
+#[path = "tolerance_chat_tests.rs"]
+mod tolerance_chat_tests;
+
+#[cfg(test)]
+#[path = "tolerance_tests.rs"]
+mod tolerance_tests;
