@@ -165,28 +165,41 @@ where
         },
     );
     let events = framed.eventsource();
-    let state = (Box::pin(events), decoder, CallIds::default(), false);
-    stream::unfold(
-        state,
-        |(mut events, mut decoder, mut ids, ended)| async move {
-            if ended {
+    let state = Driver {
+        events: Box::pin(events),
+        decoder,
+        ids: CallIds::default(),
+        pending: Vec::new(),
+    };
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.pending.pop() {
+                return Some((event, state));
+            }
+            if state.decoder.is_finished() {
                 return None;
             }
-            let mut out = Vec::new();
-            while out.is_empty() && !decoder.is_finished() {
-                match events.next().await {
-                    Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
-                    Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
-                    None => decoder.finish(&mut out),
-                }
+            let out = &mut state.pending;
+            match state.events.next().await {
+                Some(Ok(ev)) => state.decoder.on_event(&ev.event, &ev.data, out),
+                Some(Err(e)) => state.decoder.fail(framing_error(e), out),
+                None => state.decoder.finish(out),
             }
-            let out = ids.fill(out);
-            let ended = decoder.is_finished();
-            Some((stream::iter(out), (events, decoder, ids, ended)))
-        },
-    )
-    .flatten()
+            state.ids.fill(out);
+            out.reverse();
+        }
+    })
     .boxed()
+}
+
+/// State of [`decode_sse`]'s stream: the parsed events, the decoder, and the decoded
+/// events not yet yielded, in reverse order (popped from the end; the buffer is reused
+/// from one SSE event to the next).
+struct Driver<E> {
+    events: std::pin::Pin<Box<E>>,
+    decoder: Box<dyn WireDecoder>,
+    ids: CallIds,
+    pending: Vec<StreamEvent>,
 }
 
 /// Which tool calls (by dense index) got an id so far.
@@ -196,20 +209,21 @@ struct CallIds {
 }
 
 impl CallIds {
-    /// `out` with an id fragment for every call still without one inserted before a
-    /// `Done` (each id generated, unique within the session: never `call_0` again).
-    fn fill(&mut self, out: Vec<StreamEvent>) -> Vec<StreamEvent> {
-        let mut filled = Vec::with_capacity(out.len());
-        for event in out {
-            match &event {
+    /// Inserts into `out`, before a `Done`, an id fragment for every call still without
+    /// one (each id generated, unique within the session: never `call_0` again).
+    fn fill(&mut self, out: &mut Vec<StreamEvent>) {
+        let mut i = 0;
+        while i < out.len() {
+            match &out[i] {
                 StreamEvent::ToolCallDelta { index, id, .. } => {
                     *self.has_id.entry(*index).or_default() |= id.is_some();
                 }
                 StreamEvent::Done { .. } => {
+                    let mut missing = Vec::new();
                     for (index, has_id) in &mut self.has_id {
                         if !*has_id {
                             *has_id = true;
-                            filled.push(StreamEvent::ToolCallDelta {
+                            missing.push(StreamEvent::ToolCallDelta {
                                 index: *index,
                                 id: Some(foya_protocol::ToolCallId::new(generated_call_id())),
                                 name: None,
@@ -218,12 +232,14 @@ impl CallIds {
                             });
                         }
                     }
+                    let n = missing.len();
+                    out.splice(i..i, missing);
+                    i += n;
                 }
                 _ => {}
             }
-            filled.push(event);
+            i += 1;
         }
-        filled
     }
 }
 
