@@ -106,25 +106,31 @@ impl Scanner {
             }
             return Ok(Bytes::new());
         }
-        for &b in chunk.iter() {
+        let mut rest: &[u8] = &chunk;
+        while !rest.is_empty() {
+            // Bytes up to the next line break (or the end) extend the line.
+            let run = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+            if run > 0 {
+                self.prev_cr = false;
+                self.line_len += run;
+                self.since_blank += run;
+                if self.since_blank > self.max {
+                    return Err(Framing::TooLarge(self.max));
+                }
+            }
+            let Some(&b) = rest.get(run) else {
+                break;
+            };
             if b == b'\n' && self.prev_cr {
                 self.prev_cr = false;
-                continue;
-            }
-            if b == b'\n' || b == b'\r' {
+            } else {
                 if self.line_len == 0 {
                     self.since_blank = 0;
                 }
                 self.line_len = 0;
                 self.prev_cr = b == b'\r';
-            } else {
-                self.prev_cr = false;
-                self.line_len += 1;
-                self.since_blank += 1;
-                if self.since_blank > self.max {
-                    return Err(Framing::TooLarge(self.max));
-                }
             }
+            rest = &rest[run + 1..];
         }
         Ok(chunk)
     }
@@ -269,5 +275,77 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
             ErrorClass::StreamInterrupted,
             format!("invalid event stream: {e}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod scanner_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The byte-at-a-time accounting the run-based scan replaced: the state after each
+    /// chunk, or the chunk index at which an event grew too large.
+    fn reference(chunks: &[Vec<u8>], max: usize) -> Result<Vec<(usize, usize, bool)>, usize> {
+        let (mut line_len, mut since_blank, mut prev_cr) = (0, 0, false);
+        let mut states = Vec::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            for &b in chunk {
+                if b == b'\n' && prev_cr {
+                    prev_cr = false;
+                    continue;
+                }
+                if b == b'\n' || b == b'\r' {
+                    if line_len == 0 {
+                        since_blank = 0;
+                    }
+                    line_len = 0;
+                    prev_cr = b == b'\r';
+                } else {
+                    prev_cr = false;
+                    line_len += 1;
+                    since_blank += 1;
+                    if since_blank > max {
+                        return Err(i);
+                    }
+                }
+            }
+            states.push((line_len, since_blank, prev_cr));
+        }
+        Ok(states)
+    }
+
+    proptest! {
+        #[test]
+        fn run_based_scan_counts_like_the_byte_loop(
+            chunks in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'\r'), Just(b'a')], 0..12),
+                1..8,
+            ),
+            max in 1usize..10,
+        ) {
+            // A leading `d` keeps the body in SSE mode (not sniffed as JSON).
+            let mut chunks = chunks;
+            chunks[0].insert(0, b'd');
+            let mut scanner = Scanner::new(max);
+            let mut got = Ok(Vec::new());
+            for (i, chunk) in chunks.iter().enumerate() {
+                match scanner.scan(Bytes::from(chunk.clone())) {
+                    Ok(passed) => {
+                        prop_assert_eq!(&passed[..], &chunk[..]);
+                        if let Ok(states) = &mut got {
+                            states.push((scanner.line_len, scanner.since_blank, scanner.prev_cr));
+                        }
+                    }
+                    Err(Framing::TooLarge(m)) => {
+                        prop_assert_eq!(m, max);
+                        got = Err(i);
+                        break;
+                    }
+                    Err(other) => prop_assert!(false, "unexpected {other}"),
+                }
+            }
+            prop_assert_eq!(got, reference(&chunks, max));
+        }
     }
 }
