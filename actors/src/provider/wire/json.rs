@@ -259,12 +259,12 @@ impl<T> IntoIterator for Arr<T> {
 
 impl<'de, T: Deserialize<'de>> Lenient<'de> for Arr<T> {
     fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        let mut arr = Self::default();
-        arr.first = seq.next_element()?;
+        let first = seq.next_element()?;
+        let mut rest = Vec::new();
         while let Some(item) = seq.next_element()? {
-            arr.rest.push(item);
+            rest.push(item);
         }
-        Ok(arr)
+        Ok(Self { first, rest })
     }
 }
 
