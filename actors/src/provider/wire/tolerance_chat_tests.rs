@@ -322,3 +322,66 @@ fn json_that_value_rejects_fails_every_format_even_in_ignored_fields() {
         }
     }
 }
+
+/// JSON-like text: valid JSON mostly, with leaves `serde_json::Value` refuses (out-of-range
+/// numbers, lone surrogates, leading zeros) and keys every decoder reads.
+fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just("null".to_owned()),
+        Just("true".to_owned()),
+        Just("-3".to_owned()),
+        Just("7".to_owned()),
+        Just("2.5".to_owned()),
+        Just("1e400".to_owned()),
+        Just("01".to_owned()),
+        Just(r#""text""#.to_owned()),
+        Just(r#""a\nb""#.to_owned()),
+        Just(r#""\ud800""#.to_owned()),
+        Just(r#""function_call""#.to_owned()),
+    ];
+    let key = prop_oneof![
+        "choices",
+        "delta",
+        "message",
+        "content",
+        "reasoning",
+        "tool_calls",
+        "function",
+        "arguments",
+        "index",
+        "id",
+        "error",
+        "usage",
+        "type",
+        "item",
+        "response",
+        "content_block",
+        "input",
+        "x",
+    ];
+    leaf.prop_recursive(5, 48, 4, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4)
+                .prop_map(|v| format!("[{}]", v.join(","))),
+            proptest::collection::vec((key.clone(), inner), 0..4).prop_map(|v| {
+                let fields: Vec<String> = v.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                format!("{{{}}}", fields.join(","))
+            }),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// Every decoder's typed view accepts a payload exactly when `serde_json::Value` does
+    /// (so the same payloads fail the stream, with `Value`'s complaint).
+    #[test]
+    fn typed_views_accept_exactly_what_value_accepts(data in json_text()) {
+        use super::common::parse_payload;
+        let value_ok = serde_json::from_str::<Value>(&data).is_ok();
+        let chat = parse_payload::<super::chat_json::Chunk<'_>>("x", &data).is_ok();
+        let anthropic = parse_payload::<super::anthropic_decode::Event<'_>>("x", &data).is_ok();
+        let responses = parse_payload::<super::responses_decode::Event<'_>>("x", &data).is_ok();
+        proptest::prop_assert_eq!((chat, anthropic, responses), (value_ok, value_ok, value_ok), "{}", data);
+    }
+}
