@@ -9,6 +9,12 @@
 //! `serde_json::Value` (recursion limit, surrogate and number checks), so a payload is
 //! accepted exactly when `serde_json::from_str::<Value>` accepts it; duplicate keys keep
 //! the last value, as in a `Value` map.
+//!
+//! Why not `#[derive(Deserialize)]`: a derived struct skips unknown keys with
+//! `IgnoredAny`, which serde_json skips without the checks `Value` applies (nesting
+//! depth, lone surrogates, number range), and it rejects duplicate keys; either would
+//! change which payloads fail the stream. [`json_object!`] declares the same kind of
+//! struct (fields named with their keys) with a visitor that keeps those rules.
 
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
