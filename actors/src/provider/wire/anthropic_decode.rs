@@ -11,12 +11,69 @@
 //! `common::parse_payload`); `ping`, empty data, `[DONE]` and unknown event types are
 //! ignored.
 
-use super::common::{Payload, Terminal, parse_payload, str_at, u64_at};
+use super::common::{Payload, Terminal, parse_payload, payload_value};
+use super::json::{Obj, Str, U64, json_object};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{FinishReason, ProviderError, ReasoningPart, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
 use std::collections::HashMap;
+
+json_object! {
+    /// A stream event's payload (its `type` falls back to the SSE event name).
+    Event<'a> {
+        kind: Str<'a> = "type",
+        index: U64 = "index",
+        message: Obj<Message> = "message",
+        content_block: Obj<ContentBlock<'a>> = "content_block",
+        delta: Obj<BlockDelta<'a>> = "delta",
+        usage: Obj<AnthropicUsage> = "usage",
+    }
+}
+
+json_object! {
+    /// `message_start`'s `message`.
+    Message {
+        usage: Obj<AnthropicUsage> = "usage",
+    }
+}
+
+json_object! {
+    /// `content_block_start`'s `content_block`.
+    ContentBlock<'a> {
+        kind: Str<'a> = "type",
+        text: Str<'a> = "text",
+        thinking: Str<'a> = "thinking",
+        signature: Str<'a> = "signature",
+        data: Str<'a> = "data",
+        id: Str<'a> = "id",
+        name: Str<'a> = "name",
+        /// A tool's whole input (kept as JSON: sent as its text if no delta follows).
+        input: Option<Value> = "input",
+    }
+}
+
+json_object! {
+    /// `content_block_delta`'s and `message_delta`'s `delta`.
+    BlockDelta<'a> {
+        kind: Str<'a> = "type",
+        text: Str<'a> = "text",
+        thinking: Str<'a> = "thinking",
+        signature: Str<'a> = "signature",
+        partial_json: Str<'a> = "partial_json",
+        stop_reason: Str<'a> = "stop_reason",
+    }
+}
+
+json_object! {
+    /// `usage` (token counts).
+    AnthropicUsage {
+        input_tokens: U64 = "input_tokens",
+        output_tokens: U64 = "output_tokens",
+        cache_read_input_tokens: U64 = "cache_read_input_tokens",
+        cache_creation_input_tokens: U64 = "cache_creation_input_tokens",
+    }
+}
 
 #[derive(Debug)]
 enum Block {
@@ -51,44 +108,41 @@ impl AnthropicDecoder {
         Self::default()
     }
 
-    fn apply_usage(&mut self, u: &Value, out: &mut Vec<StreamEvent>) {
-        if !u.is_object() {
-            return;
-        }
-        let cache_read = u64_at(u, "cache_read_input_tokens");
-        let cache_write = u64_at(u, "cache_creation_input_tokens");
-        if let Some(input) = u64_at(u, "input_tokens") {
+    fn apply_usage(&mut self, u: &AnthropicUsage, out: &mut Vec<StreamEvent>) {
+        let cache_read = u.cache_read_input_tokens.0;
+        let cache_write = u.cache_creation_input_tokens.0;
+        if let Some(input) = u.input_tokens.0 {
             self.usage.input_tokens = input + cache_read.unwrap_or(0) + cache_write.unwrap_or(0);
         }
         if cache_read.is_some() {
             self.usage.cached_input_tokens = cache_read;
         }
-        if let Some(output) = u64_at(u, "output_tokens") {
+        if let Some(output) = u.output_tokens.0 {
             self.usage.output_tokens = output;
         }
         out.push(StreamEvent::Usage { usage: self.usage });
     }
 
-    fn block_start(&mut self, index: u64, block: &Value, out: &mut Vec<StreamEvent>) {
-        let state = match str_at(block, "type") {
+    fn block_start(&mut self, index: u64, block: ContentBlock<'_>, out: &mut Vec<StreamEvent>) {
+        let state = match block.kind.get() {
             Some("text") => {
-                if let Some(text) = str_at(block, "text").filter(|t| !t.is_empty()) {
+                if let Some(text) = block.text.0.filter(|t| !t.is_empty()) {
                     out.push(StreamEvent::TextDelta {
-                        text: text.to_owned(),
+                        text: text.into_owned(),
                     });
                 }
                 Block::Text
             }
             Some("thinking") => {
-                let text = str_at(block, "thinking").unwrap_or_default().to_owned();
+                let text = block.thinking.0.unwrap_or_default().into_owned();
                 if !text.is_empty() {
                     out.push(StreamEvent::ReasoningDelta { text: text.clone() });
                 }
-                let signature = str_at(block, "signature").unwrap_or_default().to_owned();
+                let signature = block.signature.0.unwrap_or_default().into_owned();
                 Block::Thinking { text, signature }
             }
             Some("redacted_thinking") => {
-                let data = str_at(block, "data").unwrap_or_default().to_owned();
+                let data = block.data.0.unwrap_or_default().into_owned();
                 out.push(StreamEvent::ReasoningPart {
                     part: ReasoningPart::Redacted { data },
                 });
@@ -99,15 +153,14 @@ impl AnthropicDecoder {
                 self.n_calls += 1;
                 out.push(StreamEvent::ToolCallDelta {
                     index: dense,
-                    id: str_at(block, "id").map(ToolCallId::new),
-                    name: str_at(block, "name").map(str::to_owned),
+                    id: block.id.0.map(|id| ToolCallId::new(id.into_owned())),
+                    name: block.name.0.map(|n| n.into_owned()),
                     arguments: String::new(),
                     extra: None,
                 });
                 let start_input = block
-                    .get("input")
-                    .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
-                    .cloned();
+                    .input
+                    .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
                 Block::Tool {
                     dense,
                     got_delta: false,
@@ -119,20 +172,20 @@ impl AnthropicDecoder {
         self.blocks.insert(index, state);
     }
 
-    fn block_delta(&mut self, index: u64, delta: &Value, out: &mut Vec<StreamEvent>) {
+    fn block_delta(&mut self, index: u64, delta: BlockDelta<'_>, out: &mut Vec<StreamEvent>) {
         let Some(block) = self.blocks.get_mut(&index) else {
             return;
         };
-        match (block, str_at(delta, "type")) {
+        match (block, delta.kind.get()) {
             (Block::Text, Some("text_delta")) => {
-                if let Some(text) = str_at(delta, "text").filter(|t| !t.is_empty()) {
+                if let Some(text) = delta.text.0.filter(|t| !t.is_empty()) {
                     out.push(StreamEvent::TextDelta {
-                        text: text.to_owned(),
+                        text: text.into_owned(),
                     });
                 }
             }
             (Block::Thinking { text, .. }, Some("thinking_delta")) => {
-                if let Some(piece) = str_at(delta, "thinking").filter(|t| !t.is_empty()) {
+                if let Some(piece) = delta.thinking.get().filter(|t| !t.is_empty()) {
                     text.push_str(piece);
                     out.push(StreamEvent::ReasoningDelta {
                         text: piece.to_owned(),
@@ -140,7 +193,7 @@ impl AnthropicDecoder {
                 }
             }
             (Block::Thinking { signature, .. }, Some("signature_delta")) => {
-                signature.push_str(str_at(delta, "signature").unwrap_or_default());
+                signature.push_str(delta.signature.get().unwrap_or_default());
             }
             (
                 Block::Tool {
@@ -148,14 +201,14 @@ impl AnthropicDecoder {
                 },
                 Some("input_json_delta"),
             ) => {
-                let piece = str_at(delta, "partial_json").unwrap_or_default();
+                let piece = delta.partial_json.0.unwrap_or_default();
                 if !piece.is_empty() {
                     *got_delta = true;
                     out.push(StreamEvent::ToolCallDelta {
                         index: *dense,
                         id: None,
                         name: None,
-                        arguments: piece.to_owned(),
+                        arguments: piece.into_owned(),
                         extra: None,
                     });
                 }
@@ -209,38 +262,37 @@ impl WireDecoder for AnthropicDecoder {
         if self.terminal.is_finished() {
             return;
         }
-        let v = match parse_payload("Anthropic", data) {
+        let v = match parse_payload::<Event<'_>>("Anthropic", data) {
             Ok(Payload::Json(v)) => v,
             Ok(Payload::Empty | Payload::Done) => return,
             Err(error) => return self.terminal.error(error, out),
         };
-        let kind = str_at(&v, "type").unwrap_or(event);
-        let index = u64_at(&v, "index").unwrap_or(0);
-        match kind {
+        let index = v.index.0.unwrap_or(0);
+        match v.kind.get().unwrap_or(event) {
             "message_start" => {
-                if let Some(u) = v.pointer("/message/usage") {
-                    self.apply_usage(u, out);
+                if let Some(u) = v.message.0.and_then(|m| m.usage.0) {
+                    self.apply_usage(&u, out);
                 }
             }
             "content_block_start" => {
-                self.block_start(index, v.get("content_block").unwrap_or(&Value::Null), out);
+                self.block_start(index, v.content_block.0.unwrap_or_default(), out);
             }
             "content_block_delta" => {
-                self.block_delta(index, v.get("delta").unwrap_or(&Value::Null), out)
+                self.block_delta(index, v.delta.0.unwrap_or_default(), out);
             }
             "content_block_stop" => self.block_stop(index, out),
             "message_delta" => {
-                if let Some(reason) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                if let Some(reason) = v.delta.0.as_ref().and_then(|d| d.stop_reason.get()) {
                     self.stop_reason = Some(map_stop_reason(reason));
                 }
-                if let Some(u) = v.get("usage") {
+                if let Some(u) = &v.usage.0 {
                     self.apply_usage(u, out);
                 }
             }
             "message_stop" => self.terminal.done(self.stop_reason, out),
             "error" => self
                 .terminal
-                .error(classify::classify_stream_error(&v), out),
+                .error(classify::classify_stream_error(&payload_value(data)), out),
             _ => {}
         }
     }

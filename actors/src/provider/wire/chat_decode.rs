@@ -15,7 +15,8 @@
 //! own arguments), never merged by id; the turn then renames the later one
 //! (`<id>_dup2`, `turn/duplicates.rs`) so each tool result answers exactly one call.
 
-use super::common::{Payload, Terminal, parse_payload, str_at, u64_at};
+use super::chat_json::{ChatUsage, Chunk, Delta, ToolCall};
+use super::common::{Payload, Terminal, parse_payload, payload_value};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{ErrorClass, FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
@@ -96,16 +97,22 @@ impl ChatDecoder {
         self.slots.len() - 1
     }
 
-    fn tool_call(&mut self, tc: &Value, out: &mut Vec<StreamEvent>) {
-        let id = str_at(tc, "id").filter(|s| !s.is_empty());
-        let func = tc.get("function").unwrap_or(&Value::Null);
-        let name = str_at(func, "name").filter(|s| !s.is_empty());
-        let arguments = match func.get("arguments") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
+    fn tool_call(&mut self, tc: ToolCall<'_>, out: &mut Vec<StreamEvent>) {
+        let ToolCall {
+            index,
+            id,
+            function,
+            extra,
+        } = tc;
+        let id = id.get().filter(|s| !s.is_empty());
+        let (name, arguments) = match &function.0 {
+            Some(f) => (
+                f.name.get().filter(|s| !s.is_empty()),
+                f.arguments.0.as_str(),
+            ),
+            None => (None, ""),
         };
-        let pos = self.slot_for(u64_at(tc, "index"), id, name);
+        let pos = self.slot_for(index.0, id, name);
         let slot = &mut self.slots[pos];
         let id_out = match (slot.id_sent, slot.id.as_deref()) {
             (false, Some(id)) => {
@@ -121,46 +128,37 @@ impl ChatDecoder {
             }
             _ => None,
         };
-        let extra = tc.as_object().and_then(|o| {
-            let rest: serde_json::Map<String, Value> = o
-                .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "index" | "id" | "type" | "function"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            (!rest.is_empty()).then_some(Value::Object(rest))
-        });
         if id_out.is_none() && name_out.is_none() && arguments.is_empty() && extra.is_none() {
             return;
         }
+        let arguments = function.0.map(|f| f.arguments.0).unwrap_or_default();
         self.output_seen = true;
         out.push(StreamEvent::ToolCallDelta {
             index: u32::try_from(pos).unwrap_or(u32::MAX),
             id: id_out,
             name: name_out,
             arguments,
-            extra,
+            extra: extra.map(Value::Object),
         });
     }
 
-    fn reasoning(&mut self, delta: &Value, out: &mut Vec<StreamEvent>) {
-        let a = str_at(delta, "reasoning_content").filter(|s| !s.is_empty());
-        let b = str_at(delta, "reasoning").filter(|s| !s.is_empty());
+    fn reasoning(&mut self, delta: &Delta<'_>, out: &mut Vec<StreamEvent>) {
+        let a = delta.reasoning_content.get().filter(|s| !s.is_empty());
+        let b = delta.reasoning.get().filter(|s| !s.is_empty());
         let pieces = match (a, b) {
-            (Some(a), Some(b)) if a == b => vec![(false, a)],
-            (a, b) => a
-                .map(|a| (false, a))
-                .into_iter()
-                .chain(b.map(|b| (true, b)))
-                .collect(),
+            (Some(a), Some(b)) if a == b => [Some((false, a)), None],
+            (a, b) => [a.map(|a| (false, a)), b.map(|b| (true, b))],
         };
-        for (field, piece) in pieces {
-            if let Some((last_field, last)) = &self.last_reasoning
-                && *last_field != field
-                && last == piece
-            {
-                continue;
+        for (field, piece) in pieces.into_iter().flatten() {
+            match &mut self.last_reasoning {
+                Some((last_field, last)) if *last_field != field && last == piece => continue,
+                Some((last_field, last)) => {
+                    *last_field = field;
+                    last.clear();
+                    last.push_str(piece);
+                }
+                None => self.last_reasoning = Some((field, piece.to_owned())),
             }
-            self.last_reasoning = Some((field, piece.to_owned()));
             self.output_seen = true;
             out.push(StreamEvent::ReasoningDelta {
                 text: piece.to_owned(),
@@ -168,19 +166,20 @@ impl ChatDecoder {
         }
     }
 
-    fn usage(&mut self, u: &Value, out: &mut Vec<StreamEvent>) {
-        if !u.is_object() {
-            return;
-        }
+    fn usage(&mut self, u: &ChatUsage, out: &mut Vec<StreamEvent>) {
         let usage = Usage {
-            input_tokens: u64_at(u, "prompt_tokens").unwrap_or(0),
-            output_tokens: u64_at(u, "completion_tokens").unwrap_or(0),
+            input_tokens: u.prompt_tokens.0.unwrap_or(0),
+            output_tokens: u.completion_tokens.0.unwrap_or(0),
             cached_input_tokens: u
-                .pointer("/prompt_tokens_details/cached_tokens")
-                .and_then(Value::as_u64),
+                .prompt_tokens_details
+                .0
+                .as_ref()
+                .and_then(|d| d.cached_tokens.0),
             reasoning_tokens: u
-                .pointer("/completion_tokens_details/reasoning_tokens")
-                .and_then(Value::as_u64),
+                .completion_tokens_details
+                .0
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens.0),
         };
         if self.last_usage != Some(usage) {
             self.last_usage = Some(usage);
@@ -188,42 +187,46 @@ impl ChatDecoder {
         }
     }
 
-    fn chunk(&mut self, v: &Value, out: &mut Vec<StreamEvent>) {
-        if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
-            let error: ProviderError = classify::classify_stream_error(err);
-            self.terminal.error(error, out);
+    /// One chunk; `data` is its payload, re-read as a `Value` only to classify an error.
+    fn chunk(&mut self, chunk: Chunk<'_>, data: &str, out: &mut Vec<StreamEvent>) {
+        if chunk.error.0.is_some_and(|e| e.0) {
+            let v = payload_value(data);
+            let err = v.get("error").unwrap_or(&Value::Null);
+            self.terminal
+                .error(classify::classify_stream_error(err), out);
             return;
         }
-        if str_at(v, "object") == Some("error") {
-            self.terminal.error(classify::classify_stream_error(v), out);
+        if chunk.object.get() == Some("error") {
+            self.terminal
+                .error(classify::classify_stream_error(&payload_value(data)), out);
             return;
         }
-        if let Some(choices) = v.get("choices").and_then(Value::as_array) {
-            for choice in choices
-                .iter()
-                .filter(|c| u64_at(c, "index").unwrap_or(0) == 0)
-            {
-                if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
-                    self.reasoning(delta, out);
-                    if let Some(text) = str_at(delta, "content").filter(|s| !s.is_empty()) {
-                        self.output_seen = true;
-                        out.push(StreamEvent::TextDelta {
-                            text: text.to_owned(),
-                        });
-                    }
-                    if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                        for tc in calls {
-                            self.tool_call(tc, out);
-                        }
-                    }
+        for choice in chunk.choices.into_iter().filter_map(|c| c.0) {
+            if choice.index.0.unwrap_or(0) != 0 {
+                continue;
+            }
+            let delta = match choice.delta.0 {
+                Some(delta) => delta.0,
+                None => choice.message.0,
+            };
+            if let Some(delta) = delta {
+                self.reasoning(&delta, out);
+                if let Some(text) = delta.content.0.filter(|s| !s.is_empty()) {
+                    self.output_seen = true;
+                    out.push(StreamEvent::TextDelta {
+                        text: text.into_owned(),
+                    });
                 }
-                if let Some(reason) = str_at(choice, "finish_reason") {
-                    self.finish_seen = true;
-                    self.finish_reason = Some(map_finish_reason(reason));
+                for tc in delta.tool_calls {
+                    self.tool_call(tc, out);
                 }
             }
+            if let Some(reason) = choice.finish_reason.get() {
+                self.finish_seen = true;
+                self.finish_reason = Some(map_finish_reason(reason));
+            }
         }
-        if let Some(u) = v.get("usage") {
+        if let Some(u) = &chunk.usage.0 {
             self.usage(u, out);
         }
     }
@@ -265,14 +268,14 @@ impl WireDecoder for ChatDecoder {
         if self.terminal.is_finished() {
             return;
         }
-        match parse_payload(FORMAT, data) {
+        match parse_payload::<Chunk<'_>>(FORMAT, data) {
             Ok(Payload::Empty) => {}
             Ok(Payload::Done) => self.end(out),
-            Ok(Payload::Json(v)) if event == "error" && v.get("error").is_none() => {
+            Ok(Payload::Json(chunk)) if event == "error" && chunk.error.0.is_none() => {
                 self.terminal
-                    .error(classify::classify_stream_error(&v), out);
+                    .error(classify::classify_stream_error(&payload_value(data)), out);
             }
-            Ok(Payload::Json(v)) => self.chunk(&v, out),
+            Ok(Payload::Json(chunk)) => self.chunk(chunk, data, out),
             Err(error) => self.terminal.error(error, out),
         }
     }

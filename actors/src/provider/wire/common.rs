@@ -3,6 +3,7 @@
 //! event's `data:` payload (a malformed one fails the stream), and the tool name sent
 //! back to a provider.
 
+use super::json::{Obj, Object};
 use crate::provider::{ImageData, ModelRequest};
 use foya_protocol::{
     AssistantMessage, ErrorClass, FinishReason, Input, ProviderError, StreamEvent,
@@ -99,39 +100,34 @@ impl Terminal {
     }
 }
 
-/// Reads a non-negative integer field.
-pub(crate) fn u64_at(v: &serde_json::Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(serde_json::Value::as_u64)
-}
-
-/// Reads a string field.
-pub(crate) fn str_at<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(serde_json::Value::as_str)
-}
-
 /// What an SSE event's `data:` payload holds.
 #[derive(Debug)]
-pub(crate) enum Payload {
+pub(crate) enum Payload<T> {
     /// Nothing (an event with only `event:` or an empty `data:`): ignored.
     Empty,
     /// The `[DONE]` sentinel (OpenAI Chat's end; tolerated and ignored elsewhere).
     Done,
-    /// A JSON value.
-    Json(serde_json::Value),
+    /// A JSON value read as `T` (a value that is not an object reads as `T::default()`).
+    Json(T),
 }
 
 /// Longest excerpt of a malformed payload quoted in an error message, in characters.
 pub(crate) const MAX_EXCERPT_CHARS: usize = 80;
 
-/// Parses an event's `data:` payload for the decoder of `format` (`OpenAI Chat`, …).
+/// Parses an event's `data:` payload for the decoder of `format` (`OpenAI Chat`, …) into
+/// the typed view `T` (see `json`), borrowing from `data`.
 ///
 /// # Errors
 /// A payload that is neither empty, `[DONE]` nor JSON is an `invalid_response` error
 /// naming `format`, the parser's complaint and a one-line excerpt of at most
 /// [`MAX_EXCERPT_CHARS`] characters (never the whole payload: it may be large, and
-/// only data is quoted, never headers). Comments (`: ping`) never reach here (the SSE
-/// parser drops them).
-pub(crate) fn parse_payload(format: &str, data: &str) -> Result<Payload, ProviderError> {
+/// only data is quoted, never headers). The complaint is the one `serde_json::Value`
+/// gives, whatever `T` is. Comments (`: ping`) never reach here (the SSE parser drops
+/// them).
+pub(crate) fn parse_payload<'a, T: Object<'a>>(
+    format: &str,
+    data: &'a str,
+) -> Result<Payload<T>, ProviderError> {
     let trimmed = data.trim();
     if trimmed.is_empty() {
         return Ok(Payload::Empty);
@@ -139,17 +135,31 @@ pub(crate) fn parse_payload(format: &str, data: &str) -> Result<Payload, Provide
     if trimmed == "[DONE]" {
         return Ok(Payload::Done);
     }
-    serde_json::from_str(trimmed)
-        .map(Payload::Json)
-        .map_err(|e| {
-            ProviderError::new(
+    match serde_json::from_str::<Obj<T>>(trimmed) {
+        Ok(Obj(object)) => Ok(Payload::Json(object.unwrap_or_default())),
+        Err(typed) => {
+            // The typed view accepts exactly what `Value` accepts; quote `Value`'s
+            // complaint so the message stays the same (the typed one only if `Value`
+            // were to accept it).
+            let e = serde_json::from_str::<serde_json::Value>(trimmed)
+                .err()
+                .unwrap_or(typed);
+            Err(ProviderError::new(
                 ErrorClass::InvalidResponse,
                 format!(
                     "malformed {format} stream event: its data is not JSON ({e}): `{}`",
                     excerpt(trimmed, MAX_EXCERPT_CHARS)
                 ),
-            )
-        })
+            ))
+        }
+    }
+}
+
+/// The whole payload as a `serde_json::Value`, for the rare paths that keep or classify
+/// arbitrary JSON (error events). `Null` if it is not JSON (never the case after
+/// [`parse_payload`] accepted it).
+pub(crate) fn payload_value(data: &str) -> serde_json::Value {
+    serde_json::from_str(data.trim()).unwrap_or_default()
 }
 
 /// `text` on one line (whitespace and control characters each become a space, runs

@@ -16,8 +16,10 @@ mod anthropic_decode;
 mod anthropic_encode;
 mod chat_decode;
 mod chat_encode;
+mod chat_json;
 mod common;
 mod ids;
+mod json;
 mod responses_decode;
 mod responses_encode;
 pub mod sse;
@@ -153,3 +155,11 @@ mod encode_names_tests;
 #[cfg(test)]
 #[path = "ids_tests.rs"]
 mod ids_tests;
+
+#[cfg(test)]
+#[path = "tolerance_chat_tests.rs"]
+mod tolerance_chat_tests;
+
+#[cfg(test)]
+#[path = "tolerance_tests.rs"]
+mod tolerance_tests;

@@ -7,12 +7,77 @@
 //! JSON fails the stream with `invalid_response` (see `common::parse_payload`); empty
 //! data, `[DONE]` and unknown event types are ignored.
 
-use super::common::{Payload, Terminal, parse_payload, str_at, u64_at};
+use super::common::{Payload, Terminal, parse_payload, payload_value};
+use super::json::{Obj, Str, U64, json_object};
 use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
 use std::collections::HashMap;
+
+json_object! {
+    /// A stream event's payload (its `type` falls back to the SSE event name).
+    Event<'a> {
+        kind: Str<'a> = "type",
+        item: Obj<Item<'a>> = "item",
+        output_index: U64 = "output_index",
+        item_id: Str<'a> = "item_id",
+        delta: Str<'a> = "delta",
+        summary_index: U64 = "summary_index",
+        arguments: Str<'a> = "arguments",
+        response: Obj<Response<'a>> = "response",
+    }
+}
+
+json_object! {
+    /// An output item (only function calls are read).
+    Item<'a> {
+        kind: Str<'a> = "type",
+        id: Str<'a> = "id",
+        call_id: Str<'a> = "call_id",
+        name: Str<'a> = "name",
+        arguments: Str<'a> = "arguments",
+    }
+}
+
+json_object! {
+    /// The `response` of a terminal event.
+    Response<'a> {
+        usage: Obj<ResponsesUsage> = "usage",
+        incomplete_details: Obj<IncompleteDetails<'a>> = "incomplete_details",
+    }
+}
+
+json_object! {
+    /// `response.incomplete_details`.
+    IncompleteDetails<'a> {
+        reason: Str<'a> = "reason",
+    }
+}
+
+json_object! {
+    /// `response.usage` (token counts).
+    ResponsesUsage {
+        input_tokens: U64 = "input_tokens",
+        output_tokens: U64 = "output_tokens",
+        input_tokens_details: Obj<InputDetails> = "input_tokens_details",
+        output_tokens_details: Obj<OutputDetails> = "output_tokens_details",
+    }
+}
+
+json_object! {
+    /// `usage.input_tokens_details`.
+    InputDetails {
+        cached_tokens: U64 = "cached_tokens",
+    }
+}
+
+json_object! {
+    /// `usage.output_tokens_details`.
+    OutputDetails {
+        reasoning_tokens: U64 = "reasoning_tokens",
+    }
+}
 
 #[derive(Debug)]
 struct Call {
@@ -39,34 +104,41 @@ impl ResponsesDecoder {
         Self::default()
     }
 
-    fn item_added(&mut self, v: &Value, out: &mut Vec<StreamEvent>) {
-        let item = v.get("item").unwrap_or(&Value::Null);
-        if str_at(item, "type") != Some("function_call") {
+    fn item_added(
+        &mut self,
+        item: &Item<'_>,
+        output_index: Option<u64>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        if item.kind.get() != Some("function_call") {
             return;
         }
-        let item_id = str_at(item, "id")
-            .or_else(|| str_at(item, "call_id"))
-            .unwrap_or_default()
-            .to_owned();
-        if self.calls.contains_key(&item_id) {
+        let item_id = item
+            .id
+            .get()
+            .or_else(|| item.call_id.get())
+            .unwrap_or_default();
+        if self.calls.contains_key(item_id) {
             return;
         }
         let dense = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
-        let arguments = str_at(item, "arguments").unwrap_or_default().to_owned();
+        let arguments = item.arguments.get().unwrap_or_default();
         out.push(StreamEvent::ToolCallDelta {
             index: dense,
-            id: str_at(item, "call_id")
-                .or_else(|| str_at(item, "id"))
+            id: item
+                .call_id
+                .get()
+                .or_else(|| item.id.get())
                 .map(ToolCallId::new),
-            name: str_at(item, "name").map(str::to_owned),
-            arguments: arguments.clone(),
+            name: item.name.get().map(str::to_owned),
+            arguments: arguments.to_owned(),
             extra: None,
         });
-        if let Some(i) = u64_at(v, "output_index") {
-            self.by_output_index.insert(i, item_id.clone());
+        if let Some(i) = output_index {
+            self.by_output_index.insert(i, item_id.to_owned());
         }
         self.calls.insert(
-            item_id,
+            item_id.to_owned(),
             Call {
                 dense,
                 got_arguments: !arguments.is_empty(),
@@ -74,18 +146,26 @@ impl ResponsesDecoder {
         );
     }
 
-    fn call_for(&mut self, v: &Value) -> Option<&mut Call> {
-        let id = str_at(v, "item_id").map(str::to_owned).or_else(|| {
-            u64_at(v, "output_index").and_then(|i| self.by_output_index.get(&i).cloned())
-        })?;
-        self.calls.get_mut(&id)
+    /// The call of a fragment: by `item_id`, else by `output_index`.
+    fn call_for(&mut self, item_id: Option<&str>, output_index: Option<u64>) -> Option<&mut Call> {
+        let id = match item_id {
+            Some(id) => id,
+            None => self.by_output_index.get(&output_index?)?.as_str(),
+        };
+        self.calls.get_mut(id)
     }
 
-    fn arguments_whole(&mut self, v: &Value, arguments: Option<&str>, out: &mut Vec<StreamEvent>) {
+    fn arguments_whole(
+        &mut self,
+        item_id: Option<&str>,
+        output_index: Option<u64>,
+        arguments: Option<&str>,
+        out: &mut Vec<StreamEvent>,
+    ) {
         let Some(arguments) = arguments.filter(|a| !a.is_empty()) else {
             return;
         };
-        if let Some(call) = self.call_for(v)
+        if let Some(call) = self.call_for(item_id, output_index)
             && !call.got_arguments
         {
             call.got_arguments = true;
@@ -99,39 +179,48 @@ impl ResponsesDecoder {
         }
     }
 
-    fn reasoning_delta(&mut self, v: &Value, out: &mut Vec<StreamEvent>) {
-        let Some(delta) = str_at(v, "delta").filter(|d| !d.is_empty()) else {
+    fn reasoning_delta(&mut self, v: &Event<'_>, out: &mut Vec<StreamEvent>) {
+        let Some(delta) = v.delta.get().filter(|d| !d.is_empty()) else {
             return;
         };
-        let key = (
-            str_at(v, "item_id").unwrap_or_default().to_owned(),
-            u64_at(v, "summary_index").unwrap_or(0),
-        );
-        if self.last_summary.as_ref().is_some_and(|last| *last != key) {
-            out.push(StreamEvent::ReasoningDelta {
-                text: "\n\n".to_owned(),
-            });
+        let item_id = v.item_id.get().unwrap_or_default();
+        let index = v.summary_index.0.unwrap_or(0);
+        match &mut self.last_summary {
+            Some((last_id, last_index)) => {
+                if last_id != item_id || *last_index != index {
+                    out.push(StreamEvent::ReasoningDelta {
+                        text: "\n\n".to_owned(),
+                    });
+                    last_id.clear();
+                    last_id.push_str(item_id);
+                    *last_index = index;
+                }
+            }
+            None => self.last_summary = Some((item_id.to_owned(), index)),
         }
-        self.last_summary = Some(key);
         out.push(StreamEvent::ReasoningDelta {
             text: delta.to_owned(),
         });
     }
 
-    fn usage(response: &Value, out: &mut Vec<StreamEvent>) {
-        let Some(u) = response.get("usage").filter(|u| u.is_object()) else {
+    fn usage(response: Option<&Response<'_>>, out: &mut Vec<StreamEvent>) {
+        let Some(u) = response.and_then(|r| r.usage.0.as_ref()) else {
             return;
         };
         out.push(StreamEvent::Usage {
             usage: Usage {
-                input_tokens: u64_at(u, "input_tokens").unwrap_or(0),
-                output_tokens: u64_at(u, "output_tokens").unwrap_or(0),
+                input_tokens: u.input_tokens.0.unwrap_or(0),
+                output_tokens: u.output_tokens.0.unwrap_or(0),
                 cached_input_tokens: u
-                    .pointer("/input_tokens_details/cached_tokens")
-                    .and_then(Value::as_u64),
+                    .input_tokens_details
+                    .0
+                    .as_ref()
+                    .and_then(|d| d.cached_tokens.0),
                 reasoning_tokens: u
-                    .pointer("/output_tokens_details/reasoning_tokens")
-                    .and_then(Value::as_u64),
+                    .output_tokens_details
+                    .0
+                    .as_ref()
+                    .and_then(|d| d.reasoning_tokens.0),
             },
         });
     }
@@ -152,61 +241,71 @@ impl WireDecoder for ResponsesDecoder {
         if self.terminal.is_finished() {
             return;
         }
-        let v = match parse_payload("OpenAI Responses", data) {
+        let v = match parse_payload::<Event<'_>>("OpenAI Responses", data) {
             Ok(Payload::Json(v)) => v,
             Ok(Payload::Empty | Payload::Done) => return,
             Err(error) => return self.terminal.error(error, out),
         };
-        let kind = str_at(&v, "type").unwrap_or(event);
-        let response = v.get("response").unwrap_or(&Value::Null);
-        match kind {
-            "response.output_item.added" => self.item_added(&v, out),
+        match v.kind.get().unwrap_or(event) {
+            "response.output_item.added" => {
+                if let Some(item) = &v.item.0 {
+                    self.item_added(item, v.output_index.0, out);
+                }
+            }
             "response.output_text.delta" | "response.refusal.delta" => {
-                if let Some(d) = str_at(&v, "delta").filter(|d| !d.is_empty()) {
-                    out.push(StreamEvent::TextDelta { text: d.to_owned() });
+                if let Some(d) = v.delta.0.filter(|d| !d.is_empty()) {
+                    out.push(StreamEvent::TextDelta {
+                        text: d.into_owned(),
+                    });
                 }
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 self.reasoning_delta(&v, out);
             }
             "response.function_call_arguments.delta" => {
-                let delta = str_at(&v, "delta").unwrap_or_default().to_owned();
-                if let (Some(call), false) = (self.call_for(&v), delta.is_empty()) {
+                let delta = v.delta.0.unwrap_or_default();
+                if let (Some(call), false) = (
+                    self.call_for(v.item_id.get(), v.output_index.0),
+                    delta.is_empty(),
+                ) {
                     call.got_arguments = true;
                     out.push(StreamEvent::ToolCallDelta {
                         index: call.dense,
                         id: None,
                         name: None,
-                        arguments: delta,
+                        arguments: delta.into_owned(),
                         extra: None,
                     });
                 }
             }
             "response.function_call_arguments.done" => {
-                self.arguments_whole(&v, str_at(&v, "arguments"), out);
+                self.arguments_whole(v.item_id.get(), v.output_index.0, v.arguments.get(), out);
             }
             "response.output_item.done" => {
-                let item = v.get("item").unwrap_or(&Value::Null);
-                if str_at(item, "type") == Some("function_call") {
-                    self.item_added(&v, out);
-                    let probe =
-                        serde_json::json!({"item_id": str_at(item, "id").unwrap_or_default()});
-                    self.arguments_whole(&probe, str_at(item, "arguments"), out);
+                if let Some(item) = &v.item.0
+                    && item.kind.get() == Some("function_call")
+                {
+                    self.item_added(item, v.output_index.0, out);
+                    let item_id = item.id.get().unwrap_or_default();
+                    self.arguments_whole(Some(item_id), None, item.arguments.get(), out);
                 }
             }
             "response.completed" => {
-                Self::usage(response, out);
+                Self::usage(v.response.0.as_ref(), out);
                 self.terminal.done(Some(FinishReason::Stop), out);
             }
             "response.incomplete" => {
+                let response = v.response.0.as_ref();
                 Self::usage(response, out);
                 let reason = response
-                    .pointer("/incomplete_details/reason")
-                    .and_then(Value::as_str);
+                    .and_then(|r| r.incomplete_details.0.as_ref())
+                    .and_then(|d| d.reason.get());
                 self.terminal.done(Some(map_incomplete_reason(reason)), out);
             }
             "response.failed" => {
-                Self::usage(response, out);
+                Self::usage(v.response.0.as_ref(), out);
+                let v = payload_value(data);
+                let response = v.get("response").unwrap_or(&Value::Null);
                 let error = response
                     .get("error")
                     .filter(|e| !e.is_null())
@@ -216,7 +315,7 @@ impl WireDecoder for ResponsesDecoder {
             }
             "error" => self
                 .terminal
-                .error(classify::classify_stream_error(&v), out),
+                .error(classify::classify_stream_error(&payload_value(data)), out),
             _ => {}
         }
     }

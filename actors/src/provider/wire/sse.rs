@@ -106,25 +106,31 @@ impl Scanner {
             }
             return Ok(Bytes::new());
         }
-        for &b in chunk.iter() {
+        let mut rest: &[u8] = &chunk;
+        while !rest.is_empty() {
+            // Bytes up to the next line break (or the end) extend the line.
+            let run = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+            if run > 0 {
+                self.prev_cr = false;
+                self.line_len += run;
+                self.since_blank += run;
+                if self.since_blank > self.max {
+                    return Err(Framing::TooLarge(self.max));
+                }
+            }
+            let Some(&b) = rest.get(run) else {
+                break;
+            };
             if b == b'\n' && self.prev_cr {
                 self.prev_cr = false;
-                continue;
-            }
-            if b == b'\n' || b == b'\r' {
+            } else {
                 if self.line_len == 0 {
                     self.since_blank = 0;
                 }
                 self.line_len = 0;
                 self.prev_cr = b == b'\r';
-            } else {
-                self.prev_cr = false;
-                self.line_len += 1;
-                self.since_blank += 1;
-                if self.since_blank > self.max {
-                    return Err(Framing::TooLarge(self.max));
-                }
             }
+            rest = &rest[run + 1..];
         }
         Ok(chunk)
     }
@@ -165,28 +171,41 @@ where
         },
     );
     let events = framed.eventsource();
-    let state = (Box::pin(events), decoder, CallIds::default(), false);
-    stream::unfold(
-        state,
-        |(mut events, mut decoder, mut ids, ended)| async move {
-            if ended {
+    let state = Driver {
+        events: Box::pin(events),
+        decoder,
+        ids: CallIds::default(),
+        pending: Vec::new(),
+    };
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.pending.pop() {
+                return Some((event, state));
+            }
+            if state.decoder.is_finished() {
                 return None;
             }
-            let mut out = Vec::new();
-            while out.is_empty() && !decoder.is_finished() {
-                match events.next().await {
-                    Some(Ok(ev)) => decoder.on_event(&ev.event, &ev.data, &mut out),
-                    Some(Err(e)) => decoder.fail(framing_error(e), &mut out),
-                    None => decoder.finish(&mut out),
-                }
+            let out = &mut state.pending;
+            match state.events.next().await {
+                Some(Ok(ev)) => state.decoder.on_event(&ev.event, &ev.data, out),
+                Some(Err(e)) => state.decoder.fail(framing_error(e), out),
+                None => state.decoder.finish(out),
             }
-            let out = ids.fill(out);
-            let ended = decoder.is_finished();
-            Some((stream::iter(out), (events, decoder, ids, ended)))
-        },
-    )
-    .flatten()
+            state.ids.fill(out);
+            out.reverse();
+        }
+    })
     .boxed()
+}
+
+/// State of [`decode_sse`]'s stream: the parsed events, the decoder, and the decoded
+/// events not yet yielded, in reverse order (popped from the end; the buffer is reused
+/// from one SSE event to the next).
+struct Driver<E> {
+    events: std::pin::Pin<Box<E>>,
+    decoder: Box<dyn WireDecoder>,
+    ids: CallIds,
+    pending: Vec<StreamEvent>,
 }
 
 /// Which tool calls (by dense index) got an id so far.
@@ -196,20 +215,21 @@ struct CallIds {
 }
 
 impl CallIds {
-    /// `out` with an id fragment for every call still without one inserted before a
-    /// `Done` (each id generated, unique within the session: never `call_0` again).
-    fn fill(&mut self, out: Vec<StreamEvent>) -> Vec<StreamEvent> {
-        let mut filled = Vec::with_capacity(out.len());
-        for event in out {
-            match &event {
+    /// Inserts into `out`, before a `Done`, an id fragment for every call still without
+    /// one (each id generated, unique within the session: never `call_0` again).
+    fn fill(&mut self, out: &mut Vec<StreamEvent>) {
+        let mut i = 0;
+        while i < out.len() {
+            match &out[i] {
                 StreamEvent::ToolCallDelta { index, id, .. } => {
                     *self.has_id.entry(*index).or_default() |= id.is_some();
                 }
                 StreamEvent::Done { .. } => {
+                    let mut missing = Vec::new();
                     for (index, has_id) in &mut self.has_id {
                         if !*has_id {
                             *has_id = true;
-                            filled.push(StreamEvent::ToolCallDelta {
+                            missing.push(StreamEvent::ToolCallDelta {
                                 index: *index,
                                 id: Some(foya_protocol::ToolCallId::new(generated_call_id())),
                                 name: None,
@@ -218,12 +238,14 @@ impl CallIds {
                             });
                         }
                     }
+                    let n = missing.len();
+                    out.splice(i..i, missing);
+                    i += n;
                 }
                 _ => {}
             }
-            filled.push(event);
+            i += 1;
         }
-        filled
     }
 }
 
@@ -253,5 +275,77 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
             ErrorClass::StreamInterrupted,
             format!("invalid event stream: {e}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod scanner_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The byte-at-a-time accounting the run-based scan replaced: the state after each
+    /// chunk, or the chunk index at which an event grew too large.
+    fn reference(chunks: &[Vec<u8>], max: usize) -> Result<Vec<(usize, usize, bool)>, usize> {
+        let (mut line_len, mut since_blank, mut prev_cr) = (0, 0, false);
+        let mut states = Vec::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            for &b in chunk {
+                if b == b'\n' && prev_cr {
+                    prev_cr = false;
+                    continue;
+                }
+                if b == b'\n' || b == b'\r' {
+                    if line_len == 0 {
+                        since_blank = 0;
+                    }
+                    line_len = 0;
+                    prev_cr = b == b'\r';
+                } else {
+                    prev_cr = false;
+                    line_len += 1;
+                    since_blank += 1;
+                    if since_blank > max {
+                        return Err(i);
+                    }
+                }
+            }
+            states.push((line_len, since_blank, prev_cr));
+        }
+        Ok(states)
+    }
+
+    proptest! {
+        #[test]
+        fn run_based_scan_counts_like_the_byte_loop(
+            chunks in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'\r'), Just(b'a')], 0..12),
+                1..8,
+            ),
+            max in 1usize..10,
+        ) {
+            // A leading `d` keeps the body in SSE mode (not sniffed as JSON).
+            let mut chunks = chunks;
+            chunks[0].insert(0, b'd');
+            let mut scanner = Scanner::new(max);
+            let mut got = Ok(Vec::new());
+            for (i, chunk) in chunks.iter().enumerate() {
+                match scanner.scan(Bytes::from(chunk.clone())) {
+                    Ok(passed) => {
+                        prop_assert_eq!(&passed[..], &chunk[..]);
+                        if let Ok(states) = &mut got {
+                            states.push((scanner.line_len, scanner.since_blank, scanner.prev_cr));
+                        }
+                    }
+                    Err(Framing::TooLarge(m)) => {
+                        prop_assert_eq!(m, max);
+                        got = Err(i);
+                        break;
+                    }
+                    Err(other) => prop_assert!(false, "unexpected {other}"),
+                }
+            }
+            prop_assert_eq!(got, reference(&chunks, max));
+        }
     }
 }
