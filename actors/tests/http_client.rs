@@ -396,7 +396,11 @@ async fn an_error_status_without_a_body_names_the_url_asked_for() {
         (error.class, error.message.as_str()),
         (
             ErrorClass::InvalidRequest,
-            format!("HTTP 404 from POST {base}/v1/messages").as_str()
+            format!(
+                "HTTP 404 from POST {base}/v1/messages (the base URL `{base}` already ends in \
+                 `/v1`, and anthropic appends `/v1/messages` itself: drop `/v1` from the base URL)"
+            )
+            .as_str()
         )
     );
 }
