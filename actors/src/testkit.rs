@@ -120,6 +120,32 @@ pub(crate) async fn runtime(script: Script) -> Runtime {
     Runtime::start(config_for(store, script)).await.unwrap()
 }
 
+/// A runtime on an in-memory store whose model is `model` (for failure cases a script
+/// cannot express).
+pub(crate) async fn runtime_with_model(model: Arc<dyn crate::provider::ModelClient>) -> Runtime {
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let mut config = config_for(store, script(serde_json::json!({"responses": []})));
+    config.model = model;
+    Runtime::start(config).await.unwrap()
+}
+
+/// Creates a `Bypass` session on `rt`, submits `text` and returns every persisted event up
+/// to the turn's `turn_complete`.
+pub(crate) async fn one_turn(rt: &Runtime, text: &str) -> Vec<Event> {
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session
+        .submit(foya_protocol::Input::text(text))
+        .await
+        .unwrap();
+    within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap()
+}
+
 pub(crate) fn session_config(mode: ApprovalMode) -> SessionConfig {
     SessionConfig {
         approval_mode: mode,

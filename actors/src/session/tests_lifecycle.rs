@@ -380,19 +380,8 @@ impl crate::provider::ModelClient for BrokenStream {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_breaks_off_is_retried_then_fails_as_stream_interrupted() {
-    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
-    let mut config = crate::testkit::config_for(store, script(json!({"responses":[]})));
-    config.model = std::sync::Arc::new(BrokenStream);
-    let rt = crate::Runtime::start(config).await.unwrap();
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
-    let mut sub = subscribe(&session, false).await;
-    session.submit(Input::text("go")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete))
-        .await
-        .unwrap();
+    let rt = crate::testkit::runtime_with_model(std::sync::Arc::new(BrokenStream)).await;
+    let events = crate::testkit::one_turn(&rt, "go").await;
     assert_eq!(
         types(&events)[3..],
         [

@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::testkit::{
-    events_until, is_turn_complete, runtime, script, session_config, subscribe, within,
+    is_turn_complete, one_turn, runtime, runtime_with_model, script, session_config, subscribe,
+    within,
 };
 use foya_protocol::event::Delta;
 use foya_protocol::{
@@ -129,19 +130,8 @@ impl crate::provider::ModelClient for PanickingStream {
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_task_that_panics_fails_its_request_as_stream_interrupted() {
-    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
-    let mut config = crate::testkit::config_for(store, script(json!({"responses":[]})));
-    config.model = std::sync::Arc::new(PanickingStream);
-    let rt = crate::Runtime::start(config).await.unwrap();
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
-    let mut sub = subscribe(&session, false).await;
-    session.submit(Input::text("go")).await.unwrap();
-    let events = within(events_until(&mut sub, is_turn_complete))
-        .await
-        .unwrap();
+    let rt = runtime_with_model(std::sync::Arc::new(PanickingStream)).await;
+    let events = one_turn(&rt, "go").await;
     let retries = events
         .iter()
         .filter(|e| matches!(&e.kind, EventKind::ProviderRetry { error, .. } if error.class == ErrorClass::StreamInterrupted))

@@ -11,7 +11,7 @@
 //! none starts after the turn ended, so `steps` and `model_requests` agree (a stopped
 //! driver that left at once missed the steps the runtime went on with).
 
-use super::probe::{self, Slots, TAG};
+use super::probe::{self, Slots};
 use foya_actors::runtime::{Runtime, SessionHandle, SubscribeOptions, Subscription};
 use foya_protocol::{
     ApprovalMode, Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate, TurnStatus,
@@ -144,7 +144,7 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
             out.interrupted += u64::from(shared.turns - turn);
             break;
         };
-        let text = format!("{TAG}{index}] turn {turn}: read README.md and summarise it");
+        let text = probe::user_text(index, turn);
         if let Err(e) = session.submit(Input::text(text)).await {
             out.error_with("submit", e);
             out.failed += 1;

@@ -114,25 +114,37 @@ impl Probe {
     }
 }
 
-/// The session index in the first user message's `[ls:N]` tag.
-fn session_index(request: &ModelRequest) -> Option<usize> {
-    let text = request.messages.iter().find_map(|m| match m {
+/// The text of a load-test user message: session `index`'s turn `turn` (0-based), in the
+/// form [`session_index`] and [`turn_index`] read back.
+pub(crate) fn user_text(index: usize, turn: u32) -> String {
+    format!("{TAG}{index}] turn {turn}: read README.md and summarise it")
+}
+
+/// The texts of a request's user messages, oldest first.
+fn user_texts(request: &ModelRequest) -> impl DoubleEndedIterator<Item = &str> {
+    request.messages.iter().filter_map(|m| match m {
         Message::User(input) => Some(input.text.as_str()),
         _ => None,
-    })?;
+    })
+}
+
+/// A tagged text's session index and what follows the tag.
+fn tagged(text: &str) -> Option<(usize, &str)> {
     let rest = text.strip_prefix(TAG)?;
-    rest[..rest.find(']')?].parse().ok()
+    let end = rest.find(']')?;
+    Some((rest[..end].parse().ok()?, &rest[end + 1..]))
+}
+
+/// The session index in the first user message's `[ls:N]` tag.
+fn session_index(request: &ModelRequest) -> Option<usize> {
+    tagged(user_texts(request).next()?).map(|(index, _)| index)
 }
 
 /// The turn (0-based) of a request: the `K` of the driver's `[ls:N] turn K: …` in the
 /// last user message (the input of the turn the request belongs to).
 fn turn_index(request: &ModelRequest) -> Option<usize> {
-    let text = request.messages.iter().rev().find_map(|m| match m {
-        Message::User(input) => Some(input.text.as_str()),
-        _ => None,
-    })?;
-    let rest = text.strip_prefix(TAG)?;
-    let rest = rest[rest.find(']')? + 1..].strip_prefix(" turn ")?;
+    let (_, rest) = tagged(user_texts(request).next_back()?)?;
+    let rest = rest.strip_prefix(" turn ")?;
     rest[..rest.find(':')?].parse().ok()
 }
 
@@ -246,6 +258,9 @@ mod tests {
         assert_eq!(turn_index(&request("[ls:0] hello")), None);
         assert_eq!(turn_index(&request("hello")), None);
         assert_eq!(turn_index(&ModelRequest::default()), None);
+        // What the driver sends reads back.
+        let sent = request(&user_text(7, 5));
+        assert_eq!((session_index(&sent), turn_index(&sent)), (Some(7), Some(5)));
     }
 
     #[tokio::test]
