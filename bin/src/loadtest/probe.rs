@@ -260,7 +260,10 @@ mod tests {
         assert_eq!(turn_index(&ModelRequest::default()), None);
         // What the driver sends reads back.
         let sent = request(&user_text(7, 5));
-        assert_eq!((session_index(&sent), turn_index(&sent)), (Some(7), Some(5)));
+        assert_eq!(
+            (session_index(&sent), turn_index(&sent)),
+            (Some(7), Some(5))
+        );
     }
 
     #[tokio::test]
