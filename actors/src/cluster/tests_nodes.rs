@@ -30,6 +30,15 @@ fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// A loopback port on which nothing listens, kept so while the socket lives: bound but
+/// never listening, so a connect is refused and no other test can take the port.
+fn closed_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
+}
+
 async fn runtime() -> Runtime {
     let store = Store::open_in_memory(StoreOptions::default()).unwrap();
     let responses = json!({"responses": [{"text": "one"}, {"text": "two"}]});
@@ -305,7 +314,8 @@ async fn join_failures() {
     let patience = Duration::from_secs(600);
 
     // Nothing listens: the connect error, naming the address, at once.
-    let closed = format!("127.0.0.1:{}", free_port());
+    let (_reserved, closed_port) = closed_port();
+    let closed = format!("127.0.0.1:{closed_port}");
     let member = ClientNode::connect(client_config(&closed, "cookie"))
         .await
         .unwrap();
