@@ -361,3 +361,39 @@ async fn a_call_with_an_empty_name_is_kept_not_dropped() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_leading_byte_order_mark_is_skipped_whole_or_split() {
+    let body = [
+        chat(json!({"content": "hi"}), None),
+        chat(json!({}), Some("stop")),
+    ]
+    .concat();
+    let mut with_bom = b"\xEF\xBB\xBF".to_vec();
+    with_bom.extend_from_slice(body.as_bytes());
+    // One chunk, then one byte per chunk (the mark split over three).
+    for split in [with_bom.len(), 1] {
+        let bytes = futures::stream::iter(
+            with_bom
+                .chunks(split)
+                .map(|c| Ok::<_, TransportError>(Bytes::copy_from_slice(c)))
+                .collect::<Vec<_>>(),
+        );
+        let mut agg = StreamAggregate::new();
+        for e in decode_sse(
+            bytes,
+            ProviderKind::OpenaiChat.decoder(),
+            SseLimits::default(),
+        )
+        .collect::<Vec<_>>()
+        .await
+        {
+            agg.apply(&e);
+        }
+        assert_eq!(
+            (agg.text.as_str(), agg.finish_reason()),
+            ("hi", Some(FinishReason::Stop)),
+            "chunks of {split}"
+        );
+    }
+}

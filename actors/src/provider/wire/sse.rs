@@ -1,6 +1,7 @@
 //! SSE framing: drives a [`WireDecoder`] over a byte stream with `eventsource-stream`.
 //!
-//! Adds what the parser alone does not give: a final `"\n\n"` at EOF (so a last event
+//! Adds what the parser alone does not give: a leading UTF-8 byte-order mark skipped (as
+//! the SSE spec says; the parser would panic on it), a final `"\n\n"` at EOF (so a last event
 //! without its blank line still counts), a per-event size cap, detection of a JSON body
 //! sent instead of an event stream (an error object with status 200), mapping of
 //! transport failures to `stream_interrupted` and of bytes that are not UTF-8 to
@@ -78,7 +79,13 @@ struct Scanner {
     line_len: usize,
     since_blank: usize,
     prev_cr: bool,
+    /// Bytes of a leading UTF-8 byte-order mark consumed so far (3: past the start).
+    bom: usize,
 }
+
+/// The UTF-8 byte-order mark, which the SSE spec skips at the start of a stream (and
+/// `eventsource-stream` does not: it panics on it).
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 impl Scanner {
     fn new(max: usize) -> Self {
@@ -89,11 +96,29 @@ impl Scanner {
             line_len: 0,
             since_blank: 0,
             prev_cr: false,
+            bom: 0,
         }
+    }
+
+    /// `chunk` without the part of a leading byte-order mark it holds (the mark may
+    /// arrive split over chunks).
+    fn strip_bom(&mut self, mut chunk: Bytes) -> Bytes {
+        while self.bom < BOM.len() {
+            match chunk.first() {
+                None => return chunk,
+                Some(&b) if b == BOM[self.bom] => {
+                    self.bom += 1;
+                    chunk = chunk.slice(1..);
+                }
+                Some(_) => self.bom = BOM.len(),
+            }
+        }
+        chunk
     }
 
     /// Checks a chunk; returns the bytes to hand to the SSE parser (empty in JSON mode).
     fn scan(&mut self, chunk: Bytes) -> Result<Bytes, Framing> {
+        let chunk = self.strip_bom(chunk);
         if self.json.is_none()
             && let Some(&b) = chunk.iter().find(|b| !b.is_ascii_whitespace())
         {
