@@ -404,3 +404,17 @@ async fn an_error_status_without_a_body_names_the_url_asked_for() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_base_url_with_a_query_keeps_the_query_after_the_path() {
+    let (url, recorded) = server(vec![sse(fixture("openai-chat/basic_text.sse"))]).await;
+    let base = format!("{url}/v1?api-version=2024-10-21");
+    let (events, _) = run(&client(ProviderKind::OpenaiChat, &base)).await;
+    assert_eq!(
+        events.last(),
+        Some(&StreamEvent::Done {
+            finish_reason: Some(FinishReason::Stop)
+        })
+    );
+    assert_eq!(recorded.lock().unwrap()[0].0, "/v1/chat/completions");
+}

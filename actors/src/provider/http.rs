@@ -121,7 +121,7 @@ impl HttpModelClient {
             request.max_output_tokens = self.profile.max_output_tokens;
         }
         let encoded = self.profile.kind.encode(&request);
-        let url = format!("{}{}", self.profile.base_url, encoded.path);
+        let url = endpoint(&self.profile.base_url, encoded.path);
         let shown = display_url(&url);
         let mut rb = self
             .client
@@ -140,6 +140,15 @@ impl HttpModelClient {
         }
         (rb, shown, encoded.path)
     }
+}
+
+/// The URL of a request: `path` appended to the base URL's path, before its query or
+/// fragment (`https://h/openai?api-version=1` + `/chat/completions` →
+/// `https://h/openai/chat/completions?api-version=1`, as Azure OpenAI needs).
+#[must_use]
+pub fn endpoint(base_url: &str, path: &str) -> String {
+    let cut = base_url.find(['?', '#']).unwrap_or(base_url.len());
+    format!("{}{path}{}", &base_url[..cut], &base_url[cut..])
 }
 
 /// What a 404 adds after the URL it came from: how the URL was made, and when the base
@@ -382,6 +391,19 @@ mod tests {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(v));
         }
         check_content_type(&headers)
+    }
+
+    #[test]
+    fn the_path_goes_before_the_base_urls_query_and_fragment() {
+        assert_eq!(
+            endpoint("https://h/v1?api-version=2024-10-21", "/chat/completions"),
+            "https://h/v1/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(
+            endpoint("http://h/v1#frag", "/responses"),
+            "http://h/v1/responses#frag"
+        );
+        assert_eq!(endpoint("http://h", "/v1/messages"), "http://h/v1/messages");
     }
 
     #[test]

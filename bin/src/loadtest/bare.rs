@@ -64,7 +64,7 @@ fn prepare(profile: &ProviderProfile, requests: &[ModelRequest]) -> anyhow::Resu
             }
             let encoded = profile.kind.encode(&request);
             Ok(Prepared {
-                url: format!("{}{}", profile.base_url, encoded.path),
+                url: foya_actors::provider::http::endpoint(&profile.base_url, encoded.path),
                 headers: encoded.headers,
                 body: Bytes::from(serde_json::to_vec(&encoded.body)?),
             })
