@@ -6,6 +6,7 @@
 //! `assistant_message`, so the output is exactly what the log says even when a model
 //! request was retried after part of its text had streamed.
 
+use foya_protocol::event::Notice;
 use foya_protocol::{ApprovalDecision, Delta, Event, EventKind, RunId, SessionUpdate, ToolCallId};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -34,6 +35,12 @@ pub(crate) struct Renderer {
     reasoning_open: bool,
     /// Whether text deltas arrived since the current model request started.
     step_text: bool,
+    /// Answer text written live since the current model request started (live mode).
+    shown: String,
+    /// The subscription fell behind (`lagged`) during the current turn: deltas were lost,
+    /// so until the turn ends answer text is printed from each `assistant_message`
+    /// (the part not already shown) instead of from deltas.
+    behind: bool,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -86,6 +93,8 @@ impl Renderer {
             open_line: false,
             reasoning_open: false,
             step_text: false,
+            shown: String::new(),
+            behind: false,
         }
     }
 
@@ -119,8 +128,32 @@ impl Renderer {
         match update {
             SessionUpdate::Delta(d) => self.delta(&d.delta),
             SessionUpdate::Event(e) => self.event(e),
-            SessionUpdate::Notice(_) => Ok(()),
+            SessionUpdate::Notice(Notice::Lagged { .. }) => {
+                self.fell_behind();
+                Ok(())
+            }
+            SessionUpdate::Notice(Notice::Closed { .. }) => Ok(()),
         }
+    }
+
+    /// The subscription fell behind and lost live deltas (the caller resubscribes from
+    /// the last persisted event it received; deltas are not persisted, so they are not
+    /// replayed). The rest of the current turn's answer is printed step by step from
+    /// the persisted `assistant_message`s, which hold every byte: what was already shown
+    /// of the step in progress is not repeated, so stdout still ends up holding the
+    /// whole answer exactly once.
+    pub(crate) fn fell_behind(&mut self) {
+        if self.json || !self.live_text || self.behind {
+            return;
+        }
+        self.behind = true;
+        self.end_reasoning();
+        let line = self.dim("(output fell behind; the rest of this turn is shown step by step)");
+        if self.open_line {
+            // The note goes to stderr; keep the answer's partial line intact on stdout.
+            let _ = writeln!(self.err);
+        }
+        self.note(&line);
     }
 
     fn dim(&self, text: &str) -> String {
@@ -157,8 +190,9 @@ impl Renderer {
             Delta::TextDelta { text } => {
                 self.end_reasoning();
                 self.step_text |= !text.is_empty();
-                if self.live_text {
+                if self.live_text && !self.behind {
                     self.write_text(text)?;
+                    self.shown.push_str(text);
                 }
             }
             Delta::ReasoningDelta { text } => {
@@ -190,7 +224,17 @@ impl Renderer {
                 self.end_reasoning();
                 if !self.live_text {
                     self.write_text(&m.text)?;
+                } else if self.behind {
+                    // Deltas were lost: print what was not shown of this step's answer.
+                    match m.text.strip_prefix(self.shown.as_str()) {
+                        Some(rest) => self.write_text(rest)?,
+                        None => {
+                            self.end_line()?;
+                            self.write_text(&m.text)?;
+                        }
+                    }
                 }
+                self.shown.clear();
                 self.step_text = false;
                 self.prime([event]);
             }
@@ -239,6 +283,7 @@ impl Renderer {
             } => {
                 self.end_reasoning();
                 self.end_line()?;
+                self.shown.clear();
                 if std::mem::take(&mut self.step_text) {
                     // Part of this request's answer already arrived; the retry streams
                     // the whole answer again. On a terminal it shows after this marker;
@@ -264,6 +309,8 @@ impl Renderer {
                 self.end_reasoning();
                 self.end_line()?;
                 self.step_text = false;
+                self.shown.clear();
+                self.behind = false;
                 let ours = event.run_id.is_some_and(|r| self.runs.contains(&r));
                 if !ours {
                     // A turn that ran before this process: closed by recovery on load.

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::Renderer;
-use foya_protocol::event::LiveDelta;
+use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
     AssistantMessage, Delta, ErrorClass, ErrorInfo, Event, EventKind, InputId, ProviderError,
     RunId, Seq, SessionId, SessionUpdate, ToolCall, ToolCallId, ToolMessage, TurnStatus,
@@ -255,4 +255,50 @@ fn approval_decisions_read_as_plain_words() {
         f.err.text(),
         "  approval: allowed once\n  approval: allowed for this session\n  approval: denied (the user denied this call)\n  approval: denied\n"
     );
+}
+
+#[test]
+fn after_falling_behind_the_answer_is_completed_from_the_persisted_message_once() {
+    let mut f = fixture(true);
+    f.text("Hello ");
+    let lagged = SessionUpdate::Notice(Notice::Lagged {
+        session_id: f.session,
+        last_seq: Seq(1),
+    });
+    f.renderer.render(&lagged).unwrap();
+    // Deltas of the resubscription arrive for the middle of the answer: they are
+    // not printed (the part between was lost), the persisted answer completes it.
+    f.text("world");
+    f.answer("Hello brave new world.");
+    // The next step of the same turn is printed from its message, not its deltas.
+    f.text("Second");
+    f.answer("Second step.");
+    f.renderer.end_line().unwrap();
+    assert_eq!(f.out.text(), "Hello brave new world.Second step.\n");
+    assert_eq!(
+        f.err.text(),
+        "\n(output fell behind; the rest of this turn is shown step by step)\n"
+    );
+    // A new turn streams live again.
+    f.event(
+        f.run,
+        EventKind::TurnComplete {
+            status: TurnStatus::Completed,
+            reason: None,
+            error: None,
+        },
+    );
+    f.text("Live");
+    assert_eq!(f.out.text(), "Hello brave new world.Second step.\nLive");
+}
+
+#[test]
+fn after_falling_behind_a_retried_answer_is_printed_whole() {
+    let mut f = fixture(true);
+    f.text("Hello wo");
+    f.renderer.fell_behind();
+    f.retry();
+    f.answer("Goodbye.");
+    f.renderer.end_line().unwrap();
+    assert_eq!(f.out.text(), "Hello wo\nGoodbye.\n");
 }

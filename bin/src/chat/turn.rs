@@ -88,6 +88,10 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
                 if let SessionUpdate::Notice(notice) = &update {
                     match notice {
                         Notice::Lagged { last_seq, .. } => {
+                            // Live deltas were lost: the renderer prints the rest of
+                            // the turn from the persisted answers the resubscription
+                            // replays.
+                            state.renderer.fell_behind();
                             let options = SubscribeOptions { approver: chat.approver };
                             chat.updates = chat.session.subscribe(last_seq.next(), options).await?;
                             continue;
