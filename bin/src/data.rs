@@ -8,7 +8,7 @@
 //! holds the data dir and how to ask it instead.
 
 use anyhow::Context as _;
-use foya_storage::{Durability, Store, StoreOptions};
+use foya_storage::{Durability, OpenError, ReadOnlyStore, Store, StoreOptions};
 use std::path::{Path, PathBuf};
 
 /// File name of the event store inside the data directory.
@@ -176,17 +176,9 @@ fn in_use(dir: &Path) -> anyhow::Error {
     }
 }
 
-/// Opens the store of a data directory only if it has one: `Ok(None)`, creating
-/// nothing, when the directory or its store file does not exist ([`missing_store`]
-/// says which).
-///
-/// # Errors
-/// The store exists but cannot be opened.
-pub(crate) fn open_existing_store(dir: &Path) -> anyhow::Result<Option<Store>> {
-    open_existing_store_with(dir, Durability::Immediate)
-}
-
-/// [`open_existing_store`] with this commit durability.
+/// Opens the store of a data directory only if it has one, with this commit durability:
+/// `Ok(None)`, creating nothing, when the directory or its store file does not exist
+/// ([`missing_store`] says which).
 ///
 /// # Errors
 /// The store exists but cannot be opened.
@@ -198,6 +190,53 @@ pub(crate) fn open_existing_store_with(
         return Ok(None);
     }
     open_store_with(dir, durability).map(Some)
+}
+
+/// Opens the store of a data directory for reading only, if it has one: `Ok(None)`,
+/// creating nothing, when the directory or its store file does not exist
+/// ([`missing_store`] says which). Reading writes nothing to the store file
+/// ([`ReadOnlyStore`]). A file that needs recovery (its last writer was killed) is first
+/// repaired by opening it writable and closing it again, with one dimmed note on
+/// stderr; only that repair writes.
+///
+/// # Errors
+/// The store exists but cannot be opened or repaired; while another process writes it,
+/// the error names that process ([`in_use`]), as for a writable open.
+pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadOnlyStore>> {
+    let path = dir.join(STORE_FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let opened = |result| match result {
+        Ok(store) => {
+            // A writer refused meanwhile can name this process (best effort).
+            record_owner(dir, None);
+            Ok(Some(store))
+        }
+        Err(OpenError::NotFound { .. }) => Ok(None),
+        Err(OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
+    };
+    match ReadOnlyStore::open(&path) {
+        Err(OpenError::NeedsRecovery { .. }) => {}
+        other => return opened(other),
+    }
+    match Store::open(&path, StoreOptions::default()) {
+        // Dropping it closes the file cleanly (and unlocks it).
+        Ok(repaired) => drop(repaired),
+        Err(OpenError::AlreadyOpen { .. }) => return Err(in_use(dir)),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot repair {}", path.display())));
+        }
+    }
+    eprintln!(
+        "{}",
+        crate::render::dim(&format!(
+            "foya: repaired {} (the last process writing it did not close it)",
+            path.display()
+        ))
+    );
+    opened(ReadOnlyStore::open(&path))
 }
 
 /// Opens the store of a data directory for work on the stored session `id`: `Ok(None)`,
@@ -298,13 +337,23 @@ mod tests {
     fn a_missing_data_dir_is_reported_and_not_created() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("absent");
-        assert!(open_existing_store(&dir).unwrap().is_none());
+        assert!(open_existing_read_only(&dir).unwrap().is_none());
+        assert!(
+            open_existing_store_with(&dir, Durability::Immediate)
+                .unwrap()
+                .is_none()
+        );
         assert!(!dir.exists());
         assert_eq!(
             missing_store(&dir),
             format!("data directory {} does not exist", dir.display())
         );
-        assert!(open_existing_store(root.path()).unwrap().is_none());
+        assert!(open_existing_read_only(root.path()).unwrap().is_none());
+        assert!(
+            open_existing_store_with(root.path(), Durability::Immediate)
+                .unwrap()
+                .is_none()
+        );
         assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
         assert_eq!(
             missing_store(root.path()),

@@ -1,4 +1,5 @@
-//! `foya sessions …`: list and show stored sessions (read straight from the store), and
+//! `foya sessions …`: list and show stored sessions (read straight from the store,
+//! opened read-only: they leave its file as it was), and
 //! delete one (through a runtime, so an unfinished turn is closed first). `list
 //! --cluster` asks a running node instead (`cluster_list.rs`).
 
@@ -69,11 +70,12 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Lists the sessions of a data dir; a dir without a store (or no dir at all) lists
-/// nothing, says so on stderr and exits 0, creating nothing.
+/// Lists the sessions of a data dir, writing nothing to its store
+/// ([`crate::data::open_existing_read_only`]); a dir without a store (or no dir at all)
+/// lists nothing, says so on stderr and exits 0, creating nothing.
 fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
     let dir = crate::data::data_dir(dir)?;
-    let Some(store) = crate::data::open_existing_store(&dir)? else {
+    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(EXIT_OK);
     };
@@ -98,9 +100,11 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
+/// Prints the events of one stored session, writing nothing to the store
+/// ([`crate::data::open_existing_read_only`]); exit 1 when there is no such session.
 fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
     let dir = crate::data::data_dir(dir)?;
-    let Some(store) = crate::data::open_existing_store(&dir)? else {
+    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
         eprintln!(
             "foya: no session {id}: {}",
             crate::data::missing_store(&dir)

@@ -7,7 +7,8 @@
 use foya_protocol::{Seq, SessionId};
 use std::path::PathBuf;
 
-/// Why [`crate::Store::open`] or [`crate::Store::open_in_memory`] failed.
+/// Why [`crate::Store::open`], [`crate::Store::open_in_memory`] or
+/// [`crate::ReadOnlyStore::open`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
@@ -19,9 +20,27 @@ pub enum OpenError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// Another process (or another `Store` in this one) has the file open.
+    /// Another process (or another `Store` in this one) has the file open: for
+    /// [`crate::Store::open`], any store, read-only ones included; for
+    /// [`crate::ReadOnlyStore::open`], a writable [`crate::Store`].
     #[error("database {path} is already open by another store or process")]
     AlreadyOpen {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// [`crate::ReadOnlyStore::open`] only: there is no database file (none was created).
+    #[error("database {path} does not exist")]
+    NotFound {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// [`crate::ReadOnlyStore::open`] only: the file was not closed cleanly (its writer
+    /// was killed) or its creation was interrupted, and reading it needs a repair, which
+    /// writes. [`crate::Store::open`] repairs it; nothing was changed.
+    #[error(
+        "database {path} needs recovery (it was not closed cleanly); opening it writable repairs it"
+    )]
+    NeedsRecovery {
         /// The database file.
         path: PathBuf,
     },

@@ -65,6 +65,13 @@
 //! caller's thread: they see exactly the committed events and never wait for the
 //! writer. They are synchronous and brief enough to call from async code.
 //!
+//! A command that only reads opens a [`ReadOnlyStore`] instead: the same reads on a file
+//! opened read-only, which it never writes (a [`Store`] writes on open and close even
+//! when nothing is appended) and on which it creates no table. It shares the file with
+//! other read-only stores but not with a [`Store`] ([`OpenError::AlreadyOpen`]), and
+//! refuses a file that needs redb's repair ([`OpenError::NeedsRecovery`]: opening it
+//! with [`Store::open`] repairs it).
+//!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! use foya_protocol::{Event, EventKind, Seq, SessionConfig, SessionId};
@@ -91,9 +98,11 @@ pub mod codec;
 mod db;
 mod error;
 mod read;
+mod read_only;
 mod schema;
 mod store;
 mod writer;
 
 pub use error::{AppendError, Error, OpenError, ReadError};
+pub use read_only::ReadOnlyStore;
 pub use store::{Durability, Store, StoreOptions, StoreStats};

@@ -1,13 +1,109 @@
-//! Reads: each one a short redb read transaction, callable from any thread.
+//! Reads: each one a short redb read transaction, callable from any thread. The queries
+//! run on a read transaction of either a writable [`Store`] or a [`ReadOnlyStore`]; a
+//! table that does not exist (a file no [`Store`] has initialised) reads as empty, so
+//! the read-only side never needs to create one.
 
 use crate::codec;
 use crate::error::ReadError;
+use crate::read_only::ReadOnlyStore;
 use crate::schema::{EVENTS, SESSIONS, current_summary, session_key};
 use crate::store::Store;
 use foya_protocol::{Event, Seq, SessionId, SessionSummary};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
+
+/// Opens `table` in `txn`; `None` when the file has no such table yet.
+fn open<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    table: TableDefinition<'static, K, V>,
+) -> Result<Option<ReadOnlyTable<K, V>>, ReadError> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(ReadError::storage(e)),
+    }
+}
+
+/// Begins a read transaction on `db`.
+pub(crate) fn begin(db: &impl ReadableDatabase) -> Result<ReadTransaction, ReadError> {
+    db.begin_read().map_err(ReadError::storage)
+}
+
+/// At most `limit` events of `session` with seq `>= from`, in seq order.
+pub(crate) fn events(
+    txn: &ReadTransaction,
+    session: SessionId,
+    from: Seq,
+    limit: usize,
+) -> Result<Vec<Event>, ReadError> {
+    let Some(table) = open(txn, EVENTS)? else {
+        return Ok(Vec::new());
+    };
+    let key = session_key(session);
+    let range = table
+        .range((key, from.0)..=(key, u64::MAX))
+        .map_err(ReadError::storage)?;
+    let mut out = Vec::new();
+    for entry in range.take(limit) {
+        let (k, v) = entry.map_err(ReadError::storage)?;
+        let (_, seq) = k.value();
+        out.push(codec::decode_event(session, Seq(seq), v.value())?);
+    }
+    Ok(out)
+}
+
+/// The seq of the session's latest event.
+pub(crate) fn last_seq(
+    txn: &ReadTransaction,
+    session: SessionId,
+) -> Result<Option<Seq>, ReadError> {
+    let Some(table) = open(txn, EVENTS)? else {
+        return Ok(None);
+    };
+    let key = session_key(session);
+    let mut range = table
+        .range((key, 0)..=(key, u64::MAX))
+        .map_err(ReadError::storage)?;
+    match range.next_back() {
+        Some(entry) => Ok(Some(Seq(entry.map_err(ReadError::storage)?.0.value().1))),
+        None => Ok(None),
+    }
+}
+
+/// The session's summary.
+pub(crate) fn summary(
+    txn: &ReadTransaction,
+    session: SessionId,
+) -> Result<Option<SessionSummary>, ReadError> {
+    let (Some(table), Some(events)) = (open(txn, SESSIONS)?, open(txn, EVENTS)?) else {
+        return Ok(None);
+    };
+    let key = session_key(session);
+    match table.get(key).map_err(ReadError::storage)? {
+        Some(value) => Ok(Some(current_summary(&events, key, value.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Every session's summary, most recently updated first (ties: newer id first).
+pub(crate) fn summaries(txn: &ReadTransaction) -> Result<Vec<SessionSummary>, ReadError> {
+    let (Some(table), Some(events)) = (open(txn, SESSIONS)?, open(txn, EVENTS)?) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(ReadError::storage)? {
+        let (k, v) = entry.map_err(ReadError::storage)?;
+        out.push(current_summary(&events, k.value(), v.value())?);
+    }
+    out.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(b.id.cmp(&a.id)));
+    Ok(out)
+}
 
 impl Store {
+    /// A read transaction on the current database.
+    fn begin_read(&self) -> Result<ReadTransaction, ReadError> {
+        begin(&*self.inner.db.get().map_err(ReadError::Storage)?)
+    }
+
     /// The committed events of `session` with seq `>= from`, in seq order (empty for an
     /// unknown session).
     ///
@@ -28,25 +124,7 @@ impl Store {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<Event>, ReadError> {
-        let key = session_key(session);
-        let txn = self
-            .inner
-            .db
-            .get()
-            .map_err(ReadError::Storage)?
-            .begin_read()
-            .map_err(ReadError::storage)?;
-        let table = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        let range = table
-            .range((key, from.0)..=(key, u64::MAX))
-            .map_err(ReadError::storage)?;
-        let mut out = Vec::new();
-        for entry in range.take(limit) {
-            let (k, v) = entry.map_err(ReadError::storage)?;
-            let (_, seq) = k.value();
-            out.push(codec::decode_event(session, Seq(seq), v.value())?);
-        }
-        Ok(out)
+        events(&self.begin_read()?, session, from, limit)
     }
 
     /// The seq of the session's latest committed event; `None` for an unknown session.
@@ -54,22 +132,7 @@ impl Store {
     /// # Errors
     /// [`ReadError::Storage`].
     pub fn last_seq(&self, session: SessionId) -> Result<Option<Seq>, ReadError> {
-        let key = session_key(session);
-        let txn = self
-            .inner
-            .db
-            .get()
-            .map_err(ReadError::Storage)?
-            .begin_read()
-            .map_err(ReadError::storage)?;
-        let table = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        let mut range = table
-            .range((key, 0)..=(key, u64::MAX))
-            .map_err(ReadError::storage)?;
-        match range.next_back() {
-            Some(entry) => Ok(Some(Seq(entry.map_err(ReadError::storage)?.0.value().1))),
-            None => Ok(None),
-        }
+        last_seq(&self.begin_read()?, session)
     }
 
     /// The session's summary (also for a deleted session, with `deleted: true`).
@@ -79,20 +142,7 @@ impl Store {
     /// or [`ReadError::Decode`] when the stored summary or the header of the session's
     /// latest event cannot be decoded.
     pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
-        let txn = self
-            .inner
-            .db
-            .get()
-            .map_err(ReadError::Storage)?
-            .begin_read()
-            .map_err(ReadError::storage)?;
-        let table = txn.open_table(SESSIONS).map_err(ReadError::storage)?;
-        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        let key = session_key(session);
-        match table.get(key).map_err(ReadError::storage)? {
-            Some(value) => Ok(Some(current_summary(&events, key, value.value())?)),
-            None => Ok(None),
-        }
+        summary(&self.begin_read()?, session)
     }
 
     /// Every session's summary, deleted ones included (`deleted: true`), most recently
@@ -101,21 +151,56 @@ impl Store {
     /// # Errors
     /// As [`Store::session`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
-        let txn = self
-            .inner
-            .db
-            .get()
-            .map_err(ReadError::Storage)?
-            .begin_read()
-            .map_err(ReadError::storage)?;
-        let table = txn.open_table(SESSIONS).map_err(ReadError::storage)?;
-        let events = txn.open_table(EVENTS).map_err(ReadError::storage)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(ReadError::storage)? {
-            let (k, v) = entry.map_err(ReadError::storage)?;
-            out.push(current_summary(&events, k.value(), v.value())?);
-        }
-        out.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(b.id.cmp(&a.id)));
-        Ok(out)
+        summaries(&self.begin_read()?)
+    }
+}
+
+impl ReadOnlyStore {
+    /// As [`Store::read_from`]: the events of `session` with seq `>= from`, in seq order
+    /// (empty for an unknown session).
+    ///
+    /// # Errors
+    /// As [`Store::read_from`].
+    pub fn read_from(&self, session: SessionId, from: Seq) -> Result<Vec<Event>, ReadError> {
+        self.read_range(session, from, usize::MAX)
+    }
+
+    /// As [`Store::read_range`]: at most `limit` events of `session` with seq `>= from`.
+    ///
+    /// # Errors
+    /// As [`Store::read_from`].
+    pub fn read_range(
+        &self,
+        session: SessionId,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<Event>, ReadError> {
+        events(&begin(&self.db)?, session, from, limit)
+    }
+
+    /// As [`Store::last_seq`]: the seq of the session's latest event; `None` for an
+    /// unknown session.
+    ///
+    /// # Errors
+    /// [`ReadError::Storage`].
+    pub fn last_seq(&self, session: SessionId) -> Result<Option<Seq>, ReadError> {
+        last_seq(&begin(&self.db)?, session)
+    }
+
+    /// As [`Store::session`]: the session's summary (also for a deleted session).
+    ///
+    /// # Errors
+    /// As [`Store::session`].
+    pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
+        summary(&begin(&self.db)?, session)
+    }
+
+    /// As [`Store::list_sessions`]: every session's summary, deleted ones included, most
+    /// recently updated first (ties: newer id first).
+    ///
+    /// # Errors
+    /// As [`Store::session`].
+    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
+        summaries(&begin(&self.db)?)
     }
 }

@@ -115,7 +115,7 @@ impl fmt::Debug for Store {
 }
 
 /// Length of redb's magic number at the start of every database file (`redb\x1A\x0A\xA9\x0D\x0A`).
-const REDB_MAGIC_LEN: usize = 9;
+pub(crate) const REDB_MAGIC_LEN: usize = 9;
 
 /// Moves aside a database file whose creation was interrupted, so that redb creates it
 /// anew.
@@ -187,8 +187,8 @@ impl Store {
     /// take a while for a large file).
     ///
     /// # Errors
-    /// [`OpenError::CreateDir`], [`OpenError::AlreadyOpen`] when another store holds the
-    /// file, [`OpenError::Database`] when redb cannot open or repair it,
+    /// [`OpenError::CreateDir`], [`OpenError::AlreadyOpen`] when another store (writable
+    /// or [`crate::ReadOnlyStore`]) holds the file, [`OpenError::Database`] when redb cannot open or repair it,
     /// [`OpenError::Spawn`] when the writer thread cannot start.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store, OpenError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {

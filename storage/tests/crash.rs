@@ -2,13 +2,15 @@
 //! that appends in a loop with `Durability::Immediate` and prints every acknowledged
 //! seq; the parent SIGKILLs it mid-stream (twice, the second child continuing the first
 //! one's file) and checks that every acknowledged event survived, each log is dense,
-//! decodes, and agrees with its session summary.
+//! decodes, and agrees with its session summary. A killed writer's file is refused by
+//! [`ReadOnlyStore::open`] (it needs recovery) without being touched, and reads in full
+//! read-only once a writable open repaired it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use foya_protocol::{Seq, SessionId};
-use foya_storage::{Store, StoreOptions};
+use foya_storage::{OpenError, ReadOnlyStore, Store, StoreOptions};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -163,4 +165,46 @@ fn acknowledged_events_survive_sigkill() {
             (Seq(last), 1000 + last)
         );
     }
+}
+
+#[test]
+fn a_killed_writers_file_needs_recovery_read_only_and_reads_fully_once_repaired() {
+    let deadline = Instant::now() + TIMEOUT;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.redb");
+    let mut acked = HashMap::new();
+    run_and_kill(&path, deadline, &mut acked);
+    let killed = std::fs::read(&path).unwrap();
+
+    // redb refuses to read it without its repair, which would write: nothing changed.
+    match ReadOnlyStore::open(&path) {
+        Err(OpenError::NeedsRecovery { path: named }) => assert_eq!(named, path),
+        other => panic!("expected NeedsRecovery, got {other:?}"),
+    }
+    assert!(std::fs::read(&path).unwrap() == killed, "the file changed");
+
+    // A writable open repairs it; closed, it reads read-only, every acked event there.
+    drop(Store::open(&path, StoreOptions::default()).unwrap());
+    let repaired = std::fs::read(&path).unwrap();
+    let store = ReadOnlyStore::open(&path).unwrap();
+    let summaries = store.list_sessions().unwrap();
+    assert_eq!(summaries.len(), SESSIONS);
+    for summary in summaries {
+        let acked_seq = acked[&summary.id];
+        let events = store.read_from(summary.id, Seq(1)).unwrap();
+        let last = events.len() as u64;
+        assert!(last >= acked_seq, "acked {acked_seq}, found {last}");
+        assert_eq!(events, common::log(summary.id, 1, last));
+        assert_eq!(
+            (summary.last_seq, summary.updated_at_ms),
+            (Seq(last), 1000 + last)
+        );
+        assert_eq!(store.session(summary.id).unwrap(), Some(summary.clone()));
+        assert_eq!(store.last_seq(summary.id).unwrap(), Some(Seq(last)));
+    }
+    drop(store);
+    assert!(
+        std::fs::read(&path).unwrap() == repaired,
+        "reading changed the file"
+    );
 }

@@ -1,0 +1,170 @@
+//! `foya sessions list` and `foya sessions show` only read: on a cleanly closed store
+//! they leave `foya.redb` byte for byte as it was (every output form, and a session that
+//! is not stored). A store whose writer was SIGKILLed mid-turn needs recovery before
+//! redb reads it: the first of them repairs it (one dimmed note on stderr), lists and
+//! shows every event the killed run printed, and from then on they write nothing either.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use foya_storage::{OpenError, ReadOnlyStore};
+use foya_tests::child::{outcome, read_until, spawn_json_lines};
+use foya_tests::foya_bin::{foya, output_in, scripted};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// One global bound for a test's waits on its child.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The store file of data dir `data`.
+fn store_file(data: &Path) -> std::path::PathBuf {
+    data.join("foya.redb")
+}
+
+/// Runs `foya ARGS --data-dir DATA` and asserts the store file still holds `bytes`;
+/// returns exit code, stdout and stderr.
+fn unchanged_after(data: &Path, bytes: &[u8], args: &[&str]) -> (Option<i32>, String, String) {
+    let out = outcome(&output_in(foya(), args, data));
+    let now = std::fs::read(store_file(data)).unwrap();
+    assert!(
+        now == bytes,
+        "`foya {}` changed the store ({} bytes before, {} after); it said {out:?}",
+        args.join(" "),
+        bytes.len(),
+        now.len()
+    );
+    out
+}
+
+fn write_script(dir: &Path, responses: &[Value]) -> std::path::PathBuf {
+    let path = dir.join("script.json");
+    std::fs::write(&path, json!({ "responses": responses }).to_string()).unwrap();
+    path
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn list_and_show_leave_a_cleanly_closed_store_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let script = write_script(tmp.path(), &[json!({"text": "hello there"})]);
+    let out = scripted("run", "bypass", &script, &data, tmp.path())
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let bytes = std::fs::read(store_file(&data)).unwrap();
+
+    let (code, stdout, stderr) = unchanged_after(&data, &bytes, &["sessions", "list", "--json"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let listed = json_lines(&stdout);
+    assert_eq!(listed.len(), 1, "{stdout}");
+    let id = listed[0]["id"].as_str().unwrap().to_owned();
+    let last_seq = listed[0]["last_seq"].as_u64().unwrap();
+
+    let (code, stdout, stderr) = unchanged_after(&data, &bytes, &["sessions", "list"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    assert!(
+        stdout.starts_with(&format!("{id}  {last_seq:>5} events  ")),
+        "{stdout}"
+    );
+
+    let (code, stdout, stderr) =
+        unchanged_after(&data, &bytes, &["sessions", "show", &id, "--json"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let events = json_lines(&stdout);
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=last_seq).collect::<Vec<_>>());
+    assert_eq!(events.last().unwrap()["status"], "completed");
+
+    let (code, stdout, stderr) = unchanged_after(&data, &bytes, &["sessions", "show", &id]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    assert!(
+        stdout.lines().any(|l| l.ends_with("hello there")),
+        "{stdout}"
+    );
+
+    let unknown = "01930000-0000-7000-8000-0000000000ab";
+    let out = unchanged_after(&data, &bytes, &["sessions", "show", unknown]);
+    assert_eq!(
+        out,
+        (
+            Some(1),
+            String::new(),
+            format!("foya: no session {unknown}\n")
+        )
+    );
+}
+
+#[test]
+fn a_store_left_by_a_killed_run_is_repaired_once_then_listed_and_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    // A slow answer: the run is killed while it streams, its first events committed.
+    let script = write_script(
+        tmp.path(),
+        &[
+            json!({"text": "one two three four five six seven eight.", "chunk_chars": 4, "delay_ms": 100}),
+        ],
+    );
+    foya_tests::foya_bin(); // built before the clock starts
+    let deadline = Instant::now() + TIMEOUT;
+    let mut run = spawn_json_lines(
+        scripted("run", "bypass", &script, &data, tmp.path()).args(["--json", "start"]),
+    );
+    let mut printed = read_until(&run.lines, deadline, |l| l["type"] == "text_delta");
+    run.child.kill().unwrap(); // SIGKILL: the store is never closed
+    run.child.wait().unwrap();
+    // What it printed before dying was committed too.
+    printed.extend(run.lines.iter());
+    let persisted: Vec<&Value> = printed.iter().filter(|l| l.get("seq").is_some()).collect();
+    assert!(!persisted.is_empty(), "{printed:#?}");
+    let id = persisted[0]["session_id"].as_str().unwrap().to_owned();
+    // The state under test: redb reads this file only after its repair.
+    let path = store_file(&data);
+    match ReadOnlyStore::open(&path) {
+        Err(OpenError::NeedsRecovery { .. }) => {}
+        other => panic!("expected a store needing recovery, got {other:?}"),
+    }
+
+    let (code, stdout, stderr) =
+        outcome(&output_in(foya(), &["sessions", "list", "--json"], &data));
+    assert_eq!(
+        (code, stderr),
+        (
+            Some(0),
+            format!(
+                "foya: repaired {} (the last process writing it did not close it)\n",
+                path.display()
+            )
+        )
+    );
+    let listed = json_lines(&stdout);
+    assert_eq!(listed.len(), 1, "{stdout}");
+    assert_eq!(listed[0]["id"], id.as_str());
+    let last_seq = listed[0]["last_seq"].as_u64().unwrap();
+    assert!(
+        last_seq >= persisted.len() as u64,
+        "{listed:?} {persisted:#?}"
+    );
+
+    // Repaired and closed cleanly: reading writes nothing any more.
+    let bytes = std::fs::read(&path).unwrap();
+    let (code, stdout, stderr) =
+        unchanged_after(&data, &bytes, &["sessions", "show", &id, "--json"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let log = json_lines(&stdout);
+    let seqs: Vec<u64> = log.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=last_seq).collect::<Vec<_>>());
+    for event in &persisted {
+        let seq = usize::try_from(event["seq"].as_u64().unwrap()).unwrap();
+        assert_eq!(&&log[seq - 1], event, "a printed event changed or was lost");
+    }
+    let out = unchanged_after(&data, &bytes, &["sessions", "list", "--json"]);
+    assert_eq!(json_lines(&out.1), listed);
+    assert_eq!((out.0, out.2.as_str()), (Some(0), ""));
+}
