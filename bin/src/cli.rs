@@ -295,7 +295,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope/report.json");
         let missing = format!("--json={}", missing.display());
-        let cases: [&[&str]; 9] = [
+        let cases: [&[&str]; 11] = [
+            &["loadtest", "--max-attempts", "0"],
+            &["loadtest", "--max-attempts", "101"],
             &["loadtest", "--duration", "inf"],
             &["loadtest", "--duration=-1"],
             &["loadtest", "--duration", "NaN"],

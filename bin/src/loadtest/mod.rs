@@ -21,7 +21,7 @@ use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ProviderProfile;
-use foya_actors::provider::retry::RetryPolicy;
+use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::{Runtime, RuntimeConfig};
 use foya_storage::{Durability, Store, StoreOptions};
@@ -71,9 +71,10 @@ pub(crate) struct LoadtestArgs {
     /// Data directory of the store (default: a temporary directory, removed at the end).
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
-    /// Attempts per model request, the first included (retry policy).
+    /// Attempts per model request, the first included (retry policy; 1 to 100, the
+    /// ceiling of a profile's `max_attempts`).
     #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
-          value_parser = crate::values::positive_u32)]
+          value_parser = max_attempts)]
     pub(crate) max_attempts: u32,
     /// After the run, replay the same sessions × turns with a bare HTTP client that only
     /// reads the response bytes (HTTP providers only): each session's turn k sends the
@@ -92,6 +93,17 @@ pub(crate) struct LoadtestArgs {
     pub(crate) subscriber_buffer: usize,
     #[command(flatten)]
     pub(crate) sim: SimArgs,
+}
+
+/// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
+fn max_attempts(s: &str) -> Result<u32, String> {
+    let n = crate::values::positive_u32(s)?;
+    if n > MAX_ATTEMPTS_LIMIT {
+        return Err(format!(
+            "at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first included)"
+        ));
+    }
+    Ok(n)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
