@@ -21,7 +21,7 @@ mod chat;
 mod errors;
 mod responses;
 
-pub(crate) use errors::invalid_request;
+pub(crate) use errors::{invalid_request, not_found};
 pub use errors::{ErrorResponse, error_response};
 
 /// A provider wire protocol.
