@@ -214,8 +214,7 @@ async fn the_final_step_is_the_same_text_over_every_format_and_in_process() {
     ]});
     let chat_text = check_chat(&post(&format!("{base}/v1/chat/completions"), &chat).await);
     let anthropic_text = check_anthropic(&post(&format!("{base}/v1/messages"), &anthropic).await);
-    let responses_text =
-        check_responses(&post(&format!("{base}/v1/responses"), &responses).await);
+    let responses_text = check_responses(&post(&format!("{base}/v1/responses"), &responses).await);
 
     let assistant = |id: &str| {
         Message::Assistant(AssistantMessage {
@@ -350,9 +349,7 @@ async fn only_the_real_v1_paths_are_served() {
         json!({"error": {"message": no_route(path), "type": "invalid_request_error",
                          "param": null, "code": null}})
     };
-    let anthropic = |path: &str| {
-        json!({"type": "error", "error": {"type": "not_found_error", "message": no_route(path)}})
-    };
+    let anthropic = |path: &str| json!({"type": "error", "error": {"type": "not_found_error", "message": no_route(path)}});
     for (path, expected) in [
         ("/chat/completions", openai("/chat/completions")),
         ("/responses", openai("/responses")),
@@ -423,6 +420,9 @@ async fn a_wrong_base_url_fails_with_a_message_that_says_how_to_fix_it() {
         (ProviderKind::Anthropic, base.clone()),
     ] {
         let event = first_event(kind, base_url).await;
-        assert!(!matches!(event, StreamEvent::Error { .. }), "{kind:?}: {event:?}");
+        assert!(
+            !matches!(event, StreamEvent::Error { .. }),
+            "{kind:?}: {event:?}"
+        );
     }
 }

@@ -45,7 +45,7 @@ pub(crate) struct LoadtestArgs {
     pub(crate) turns: u32,
     /// `sim` (the in-process simulator) or a provider profile / protocol name
     /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
-    #[arg(long, default_value = "sim")]
+    #[arg(long, default_value = crate::setup::SIM)]
     pub(crate) provider: String,
     /// Base URL for `--provider PROFILE`: the address `foya sim-server` printed, plus
     /// `/v1` for `openai-chat` and `openai-responses`; as printed for `anthropic`, whose
@@ -321,13 +321,13 @@ fn panicked() -> Outcome {
 type ClientChoice = (Arc<dyn ModelClient>, String, Option<ProviderProfile>);
 
 fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientChoice> {
-    if args.provider == "sim" {
+    if args.provider == crate::setup::SIM {
         let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
         let client = foya_actors::provider::sim::SimClient::new(sim.clone());
         return Ok((Arc::new(client), model, None));
     }
     anyhow::ensure!(
-        args.provider != "scripted",
+        args.provider != crate::setup::SCRIPTED,
         "--provider scripted is for `foya run`, `chat` and `serve`; a load test uses `sim` \
          (the default, in process) or an HTTP profile (e.g. openai-chat with --base-url)"
     );
@@ -338,8 +338,8 @@ fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientCh
     let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
         Err(_) if args.model.is_none() => config
             .resolve(&args.provider, base_url, Some(&sim.model))
-            .map_err(|e| crate::setup::also_known(e, "sim"))?,
-        resolved => resolved.map_err(|e| crate::setup::also_known(e, "sim"))?,
+            .map_err(|e| crate::setup::also_known(e, crate::setup::SIM))?,
+        resolved => resolved.map_err(|e| crate::setup::also_known(e, crate::setup::SIM))?,
     };
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;
