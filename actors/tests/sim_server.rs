@@ -3,10 +3,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource;
+use foya_actors::provider::config::ProviderProfile;
+use foya_actors::provider::http::HttpModelClient;
 use foya_actors::provider::sim::{ErrorRates, SimClient, SimConfig, serve_sim};
+use foya_actors::provider::wire::ProviderKind;
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_protocol::{
-    AssistantMessage, Input, Message, StreamAggregate, ToolCall, ToolCallId, ToolMessage,
+    AssistantMessage, ErrorClass, Input, Message, ProviderError, StreamAggregate, StreamEvent,
+    ToolCall, ToolCallId, ToolMessage,
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -162,7 +166,7 @@ async fn each_format_streams_a_tool_step_for_a_new_turn() {
     );
     assert!(chat.body.contains(r#""reasoning_content":"#));
     let anthropic = post(
-        &format!("{base}/messages"),
+        &format!("{base}/v1/messages"),
         &json!({"model": "m", "messages": [user]}),
     )
     .await;
@@ -208,9 +212,9 @@ async fn the_final_step_is_the_same_text_over_every_format_and_in_process() {
         {"type": "function_call", "call_id": "b", "name": "read_file", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "b", "output": "x"},
     ]});
-    let chat_text = check_chat(&post(&format!("{base}/chat/completions"), &chat).await);
+    let chat_text = check_chat(&post(&format!("{base}/v1/chat/completions"), &chat).await);
     let anthropic_text = check_anthropic(&post(&format!("{base}/v1/messages"), &anthropic).await);
-    let responses_text = check_responses(&post(&format!("{base}/responses"), &responses).await);
+    let responses_text = check_responses(&post(&format!("{base}/v1/responses"), &responses).await);
 
     let assistant = |id: &str| {
         Message::Assistant(AssistantMessage {
@@ -321,4 +325,104 @@ async fn injected_failures_are_vendor_error_responses_or_cut_streams() {
     assert_eq!(response.status().as_u16(), 400);
     let error = json_of(&response.text().await.unwrap());
     assert_eq!(error["error"]["type"], "invalid_request_error");
+}
+
+/// What the simulator says about a path it does not serve: OpenAI's `Invalid URL (POST
+/// path)`, with the paths it does serve.
+fn no_route(path: &str) -> String {
+    format!(
+        "Invalid URL (POST {path}; the simulator serves only POST /v1/chat/completions for \
+         openai-chat, /v1/messages for anthropic and /v1/responses for openai-responses, as \
+         the real APIs do)"
+    )
+}
+
+/// Only the real paths are served, so a base URL that would fail against the real API
+/// fails against the simulator too: a path without `/v1`, with `/v1` doubled or anything
+/// else is a 404 in the vendor's error shape (Anthropic's for a `…/messages` path, else
+/// OpenAI's), naming the path and the served ones.
+#[tokio::test]
+async fn only_the_real_v1_paths_are_served() {
+    let base = start(config()).await;
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let openai = |path: &str| {
+        json!({"error": {"message": no_route(path), "type": "invalid_request_error",
+                         "param": null, "code": null}})
+    };
+    let anthropic = |path: &str| json!({"type": "error", "error": {"type": "not_found_error", "message": no_route(path)}});
+    for (path, expected) in [
+        ("/chat/completions", openai("/chat/completions")),
+        ("/responses", openai("/responses")),
+        ("/v1/v1/chat/completions", openai("/v1/v1/chat/completions")),
+        ("/", openai("/")),
+        ("/messages", anthropic("/messages")),
+        ("/v1/v1/messages", anthropic("/v1/v1/messages")),
+    ] {
+        let answer = post(&format!("{base}{path}"), &body).await;
+        assert_eq!(
+            (answer.status, answer.content_type.as_str()),
+            (404, "application/json"),
+            "{path}"
+        );
+        assert_eq!(json_of(&answer.body), expected, "{path}");
+    }
+}
+
+/// The first event of one request through the real HTTP client, for `kind` at `base_url`.
+async fn first_event(kind: ProviderKind, base_url: String) -> StreamEvent {
+    let mut profile = ProviderProfile::for_kind(kind, "sim-1");
+    profile.base_url = base_url;
+    profile.api_key_env = None;
+    let request = ModelRequest {
+        messages: vec![Message::User(Input::text("hi"))].into(),
+        ..ModelRequest::default()
+    };
+    let client = HttpModelClient::new(profile).unwrap();
+    let mut stream = client.stream(request, CancellationToken::new());
+    stream.next().await.unwrap()
+}
+
+/// A base URL the real API would refuse fails against the simulator over loopback, and
+/// the client's error says which URL it tried, how it was made and which paths exist.
+#[tokio::test]
+async fn a_wrong_base_url_fails_with_a_message_that_says_how_to_fix_it() {
+    let base = start(config()).await;
+    let not_found = |message: String| StreamEvent::Error {
+        error: ProviderError {
+            class: ErrorClass::InvalidRequest,
+            message,
+            retry_after_ms: None,
+            status: Some(404),
+        },
+    };
+    // openai-chat without `/v1`.
+    assert_eq!(
+        first_event(ProviderKind::OpenaiChat, base.clone()).await,
+        not_found(format!(
+            "{} from POST {base}/chat/completions (the URL is the base URL followed by \
+             `/chat/completions`, the path openai-chat uses)",
+            no_route("/chat/completions")
+        ))
+    );
+    // anthropic with `/v1`, which it appends itself.
+    assert_eq!(
+        first_event(ProviderKind::Anthropic, format!("{base}/v1")).await,
+        not_found(format!(
+            "{} from POST {base}/v1/v1/messages (the base URL `{base}/v1` already ends in \
+             `/v1`, and anthropic appends `/v1/messages` itself: drop `/v1` from the base URL)",
+            no_route("/v1/v1/messages")
+        ))
+    );
+    // The right base URLs stream.
+    for (kind, base_url) in [
+        (ProviderKind::OpenaiChat, format!("{base}/v1")),
+        (ProviderKind::OpenaiResponses, format!("{base}/v1")),
+        (ProviderKind::Anthropic, base.clone()),
+    ] {
+        let event = first_event(kind, base_url).await;
+        assert!(
+            !matches!(event, StreamEvent::Error { .. }),
+            "{kind:?}: {event:?}"
+        );
+    }
 }

@@ -63,8 +63,10 @@ pub(crate) struct DataDirArg {
 /// Which model provider to use.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ProviderArgs {
-    /// A profile name from config.toml (`openai`, `anthropic`, …) or a protocol
-    /// (`openai-chat`, `anthropic`, `openai-responses`, `scripted`).
+    /// A profile name from config.toml (`openai`, `anthropic`, …), a protocol
+    /// (`openai-chat`, `anthropic`, `openai-responses`), `scripted` (responses from
+    /// `--script`) or `sim` (the simulated model, in process: no key, no server; its
+    /// turns read README.md twice, then answer).
     #[arg(long, default_value = "openai")]
     pub(crate) provider: String,
     /// Base URL of the provider API: up to `/v1` for the OpenAI kinds (e.g.
@@ -78,6 +80,9 @@ pub(crate) struct ProviderArgs {
     /// Script of model responses for `--provider scripted` (JSON).
     #[arg(long)]
     pub(crate) script: Option<PathBuf>,
+    /// Seed of the simulated model's random choices, for `--provider sim` (default 0).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
 }
 
 /// `--max-steps N` (at least 1; default 50). A command with another default sets it
@@ -295,7 +300,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope/report.json");
         let missing = format!("--json={}", missing.display());
-        let cases: [&[&str]; 9] = [
+        let cases: [&[&str]; 11] = [
+            &["loadtest", "--max-attempts", "0"],
+            &["loadtest", "--max-attempts", "101"],
             &["loadtest", "--duration", "inf"],
             &["loadtest", "--duration=-1"],
             &["loadtest", "--duration", "NaN"],

@@ -1,22 +1,42 @@
-//! Shared start-up of the commands that run sessions (`run`, `chat`, `serve`): the
-//! model client for `--provider`, and the working directory.
+//! Shared start-up of the commands that run sessions (`run`, `chat`, `serve`, `node`):
+//! the model client for `--provider`, and the working directory.
 
 use crate::cli::ProviderArgs;
 use anyhow::Context as _;
 use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ConfigError;
 use foya_actors::provider::scripted::Script;
+use foya_actors::provider::sim::{SimClient, SimConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Builds the model client for `--provider`; returns it with the model name.
 ///
 /// # Errors
-/// A missing or unreadable script, an unknown profile, an invalid configuration.
+/// A missing or unreadable script, an unknown profile, an invalid configuration (a
+/// missing API key included), `--seed` without `--provider sim`, `--base-url` with it.
 pub(crate) fn model_client(
     args: &ProviderArgs,
     cwd: &Path,
 ) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
+    anyhow::ensure!(
+        args.seed.is_none() || args.provider == SIM,
+        "--seed is for --provider sim (the simulated model's random choices)"
+    );
+    if args.provider == SIM {
+        anyhow::ensure!(
+            args.base_url.is_none(),
+            "--provider sim runs the simulated model in process and takes no --base-url (for \
+             the simulator over HTTP start `foya sim-server` and give its address to \
+             --provider openai-chat, anthropic or openai-responses)"
+        );
+        let config = SimConfig {
+            seed: args.seed.unwrap_or_default(),
+            ..SimConfig::default()
+        };
+        let model = args.model.clone().unwrap_or_else(|| config.model.clone());
+        return Ok((Arc::new(SimClient::new(config)), model));
+    }
     if args.provider == SCRIPTED {
         let script = args
             .script
@@ -36,7 +56,7 @@ pub(crate) fn model_client(
             args.base_url.as_deref(),
             args.model.as_deref(),
         )
-        .map_err(with_scripted)?;
+        .map_err(with_own_providers)?;
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
     Ok((Arc::new(client), model))
@@ -46,13 +66,19 @@ pub(crate) fn model_client(
 /// the provider profiles.
 pub(crate) const SCRIPTED: &str = "scripted";
 
-/// An unknown-profile error that also names [`SCRIPTED`], which this command accepts.
-fn with_scripted(e: ConfigError) -> ConfigError {
-    also_known(e, SCRIPTED)
+/// The provider name of the simulated model in process ([`SimClient`] with the default
+/// [`SimConfig`] and `--seed`), handled here and by `foya loadtest` (its default) rather
+/// than by the provider profiles.
+pub(crate) const SIM: &str = "sim";
+
+/// An unknown-profile error that also names [`SCRIPTED`] and [`SIM`], which these
+/// commands accept.
+fn with_own_providers(e: ConfigError) -> ConfigError {
+    also_known(also_known(e, SCRIPTED), SIM)
 }
 
 /// An unknown-profile error that also names `name`, a provider the command handles
-/// itself (`scripted` for run/chat/serve, `sim` for the load test).
+/// itself (`scripted` and `sim` for run/chat/serve/node, `sim` for the load test).
 pub(crate) fn also_known(e: ConfigError, name: &str) -> ConfigError {
     match e {
         ConfigError::UnknownProfile {
@@ -106,7 +132,7 @@ pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{ConfigError, with_scripted, working_dir};
+    use super::{ConfigError, with_own_providers, working_dir};
 
     #[test]
     fn the_working_directory_must_be_a_directory() {
@@ -129,8 +155,8 @@ mod tests {
     }
 
     #[test]
-    fn the_unknown_profile_error_names_scripted_too() {
-        let e = with_scripted(ConfigError::UnknownProfile {
+    fn the_unknown_profile_error_names_scripted_and_sim_too() {
+        let e = with_own_providers(ConfigError::UnknownProfile {
             name: "nope".into(),
             known: vec!["anthropic".into(), "openai".into(), "openai-chat".into()],
             searched: vec![
@@ -142,7 +168,7 @@ mod tests {
             e.to_string(),
             "unknown provider profile `nope` (define [profiles.nope] in \
              /home/u/.config/foya/config.toml or /p/.foya/config.toml or use one of: \
-             anthropic, openai, openai-chat, scripted)"
+             anthropic, openai, openai-chat, scripted, sim)"
         );
     }
 }

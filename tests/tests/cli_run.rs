@@ -1,5 +1,6 @@
 //! `foya run` end to end: the real binary against an in-process HTTP server speaking each
-//! provider protocol byte for byte, then `foya sessions list|show` on the same data dir.
+//! provider protocol byte for byte (and the in-process `--provider sim`), then `foya
+//! sessions list|show` on the same data dir.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin;
@@ -332,5 +333,104 @@ fn the_readme_demo_runs_a_multi_step_turn_with_real_tools() {
         tool_results[2].contains("TODO: reject negative counts"),
         "shell result: {}",
         tool_results[2]
+    );
+}
+
+/// `--provider sim`: the simulated model in process — no key, no script, no server. Its
+/// default turn (three steps) reads `README.md` in each of the first two and then
+/// answers; the session records the provider and the simulator's model.
+#[test]
+fn run_with_the_in_process_sim_completes_a_tool_calling_turn() {
+    let data = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(cwd.path().join("README.md"), "# Sim test project\n").unwrap();
+    let out = foya(
+        &[
+            "run",
+            "--provider",
+            "sim",
+            "--cwd",
+            cwd.path().to_str().unwrap(),
+            "what is this project?",
+        ],
+        data.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+
+    let events = show(data.path(), &only_session(data.path()));
+    let created = &events[0];
+    assert_eq!(created["type"], "session_created");
+    assert_eq!(
+        (&created["config"]["provider"], &created["config"]["model"]),
+        (&Value::from("sim"), &Value::from("sim-1"))
+    );
+    let milestones: Vec<&str> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .filter(|t| {
+            matches!(
+                *t,
+                "user_message"
+                    | "turn_started"
+                    | "assistant_message"
+                    | "tool_message"
+                    | "turn_complete"
+            )
+        })
+        .collect();
+    assert_eq!(
+        milestones,
+        [
+            "user_message",
+            "turn_started",
+            "assistant_message",
+            "tool_message",
+            "assistant_message",
+            "tool_message",
+            "assistant_message",
+            "turn_complete"
+        ]
+    );
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "assistant_message")
+        .flat_map(|e| e["tool_calls"].as_array().unwrap())
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    for call in calls {
+        assert_eq!(call["name"], "read_file");
+        assert_eq!(call["arguments"]["path"], "README.md");
+    }
+    for result in events.iter().filter(|e| e["type"] == "tool_message") {
+        assert_eq!(result["is_error"], false, "{result}");
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("# Sim test project"),
+            "{result}"
+        );
+    }
+    let answer = events
+        .iter()
+        .rfind(|e| e["type"] == "assistant_message")
+        .unwrap()["text"]
+        .as_str()
+        .unwrap();
+    assert!(!answer.is_empty());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(answer),
+        "stdout: {:?}",
+        out.stdout
+    );
+    let last = events.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["status"], &last["error"]),
+        (
+            &Value::from("turn_complete"),
+            &Value::from("completed"),
+            &Value::Null
+        )
     );
 }

@@ -8,7 +8,9 @@
 //! delete|title`, `run --session` and `chat --session` on a session that is not stored
 //! say so and exit 1, creating nothing either; `run --session` and `chat --session` on a
 //! deleted session say it was deleted (exit 1, whatever the provider) and write nothing.
-//! An empty `FOYA_DATA_DIR` counts as unset.
+//! An empty `FOYA_DATA_DIR` counts as unset. A provider that cannot be used (unknown
+//! profile, missing API key, `--seed` without `--provider sim`) exits 2 from `run`, `chat`
+//! and `serve` before the data dir is created.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin::foya;
@@ -608,5 +610,76 @@ fn an_empty_foya_data_dir_counts_as_unset_and_a_set_one_is_used() {
             (Some(0), 1),
             "{value:?}"
         );
+    }
+}
+
+/// A provider that cannot be used is a usage error (exit 2) of `run`, `chat` and
+/// `serve`, before the data dir is created: an unknown profile (the message lists every
+/// name that resolves, the commands' own `scripted` and `sim` included, and the files a
+/// profile can be defined in), a built-in profile without its API key, `--seed` without
+/// `--provider sim` and `--base-url` with it.
+#[test]
+fn unusable_providers_exit_2_before_the_data_dir_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    let data = tmp.path().join("data");
+    let unknown = format!(
+        "foya: unknown provider profile `nope` (define [profiles.nope] in {} or {} or use \
+         one of: anthropic, openai, openai-chat, openai-responses, scripted, sim)\n",
+        home.join(".config/foya/config.toml").display(),
+        ws.join(".foya/config.toml").display()
+    );
+    let cases: [(&[&str], String); 4] = [
+        (&["--provider", "nope"], unknown),
+        (
+            &["--provider", "openai"],
+            "foya: provider profile `openai` needs an API key: set the environment variable \
+             OPENAI_API_KEY\n"
+                .to_owned(),
+        ),
+        (
+            &["--provider", "openai", "--seed", "3"],
+            "foya: --seed is for --provider sim (the simulated model's random choices)\n"
+                .to_owned(),
+        ),
+        (
+            &["--provider", "sim", "--base-url", "http://127.0.0.1:9/v1"],
+            "foya: --provider sim runs the simulated model in process and takes no --base-url \
+             (for the simulator over HTTP start `foya sim-server` and give its address to \
+             --provider openai-chat, anthropic or openai-responses)\n"
+                .to_owned(),
+        ),
+    ];
+    for (provider, expected) in cases {
+        for command in ["run", "chat", "serve"] {
+            let mut child = foya();
+            child
+                .arg(command)
+                .args(provider)
+                .arg("--data-dir")
+                .arg(&data);
+            match command {
+                "run" => child.arg("--cwd").arg(&ws).arg("hi"),
+                "chat" => child.arg("--cwd").arg(&ws),
+                _ => child.args(["--listen", "127.0.0.1:0"]),
+            };
+            let out = child
+                .current_dir(&ws)
+                .env("HOME", &home)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(
+                foya_tests::child::outcome(&out),
+                (Some(2), String::new(), expected.clone()),
+                "{command} {provider:?}"
+            );
+            assert!(
+                !data.exists(),
+                "{command} {provider:?} created the data dir"
+            );
+        }
     }
 }

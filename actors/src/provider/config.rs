@@ -227,10 +227,37 @@ pub struct ProfileToml {
     pub idle_timeout_ms: Option<u64>,
     /// Connect timeout in milliseconds.
     pub connect_timeout_ms: Option<u64>,
-    /// Retry policy (missing fields take their defaults).
+    /// Retry policy (missing fields take their defaults): a table, `[profiles.NAME.retry]`
+    /// or inline (`retry = { max_attempts = 3 }`); anything else is refused saying so.
+    #[serde(default, deserialize_with = "retry_table")]
     pub retry: Option<RetryPolicy>,
     /// Whether the model accepts images.
     pub vision: Option<bool>,
+}
+
+/// What a profile's `retry` must be, for the error when it is something else (`retry =
+/// 3`): the parser's `invalid type: integer `3`, expected …` ends with it.
+const RETRY_EXPECTED: &str = "a table of retry settings, e.g. `retry = { max_attempts = 3 }` \
+     or a `[profiles.NAME.retry]` section with `max_attempts = 3` (keys: max_attempts, \
+     base_delay_ms, max_delay_ms)";
+
+/// Deserializes `retry` as a [`RetryPolicy`] table; a value of another type is refused
+/// with [`RETRY_EXPECTED`] instead of serde's `expected struct RetryPolicy`. The table's
+/// own errors (a wrong field type, an unknown key) are the policy's, with their spans.
+fn retry_table<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RetryPolicy>, D::Error> {
+    struct Table;
+    impl<'de> serde::de::Visitor<'de> for Table {
+        type Value = RetryPolicy;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(RETRY_EXPECTED)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RetryPolicy, A::Error> {
+            RetryPolicy::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(Table).map(Some)
 }
 
 impl ProfileToml {
@@ -330,20 +357,18 @@ impl ProviderConfig {
     /// Parses one file's text (`path` is for messages).
     ///
     /// # Errors
-    /// [`ConfigError::Parse`] when the text is not a valid config.
+    /// [`ConfigError::Parse`] when the text is not a valid config, or a profile's retry
+    /// policy fails [`RetryPolicy::check`] (`[profiles.NAME.retry] max_attempts = 0: …`).
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let config: Self = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
             message: parse_message(text, &e),
         })?;
         for (name, profile) in &config.profiles {
-            if profile.retry.is_some_and(|r| r.max_attempts == 0) {
+            if let Some(Err(why)) = profile.retry.map(|r| r.check()) {
                 return Err(ConfigError::Parse {
                     path: path.to_owned(),
-                    message: format!(
-                        "[profiles.{name}.retry] max_attempts = 0: it counts every attempt, \
-                         the first included, so it is at least 1 (1 disables retries)"
-                    ),
+                    message: format!("[profiles.{name}.retry] {why}"),
                 });
             }
         }

@@ -343,3 +343,105 @@ fn a_profiles_debug_hides_url_credentials_and_header_values() {
         assert!(!debug.contains(secret), "{debug}");
     }
 }
+
+/// `retry = 3` (a number where a table belongs) says what a retry setting looks like,
+/// with the line, column and source line of the mistake; the inline-table form it
+/// suggests loads.
+#[test]
+fn a_retry_that_is_not_a_table_says_what_is_expected() {
+    let path = Path::new("config.toml");
+    let text = "[profiles.x]\nkind = \"anthropic\"\nretry = 3\n";
+    assert_eq!(
+        ProviderConfig::parse(text, path),
+        Err(ConfigError::Parse {
+            path: path.to_owned(),
+            message: "line 3, column 9 (`retry = 3`): invalid type: integer `3`, expected \
+                      a table of retry settings, e.g. `retry = { max_attempts = 3 }` or a \
+                      `[profiles.NAME.retry]` section with `max_attempts = 3` (keys: \
+                      max_attempts, base_delay_ms, max_delay_ms)"
+                .into()
+        })
+    );
+    let inline = "[profiles.x]\nkind = \"anthropic\"\nretry = { max_attempts = 3 }\n";
+    let config = ProviderConfig::parse(inline, path).unwrap();
+    assert_eq!(
+        config.profiles["x"].retry,
+        Some(RetryPolicy {
+            max_attempts: 3,
+            ..RetryPolicy::default()
+        })
+    );
+}
+
+/// Absurd retry values are refused at load, naming the profile's table and the key; the
+/// limits themselves load.
+#[test]
+fn absurd_retry_policies_are_refused_naming_the_key() {
+    let path = Path::new("config.toml");
+    let load = |retry: &str| {
+        let text = format!("[profiles.x]\nkind = \"anthropic\"\n[profiles.x.retry]\n{retry}\n");
+        ProviderConfig::parse(&text, path).map(|c| c.profiles["x"].retry.unwrap())
+    };
+    let refused = |message: &str| {
+        Err(ConfigError::Parse {
+            path: path.to_owned(),
+            message: format!("[profiles.x.retry] {message}"),
+        })
+    };
+    assert_eq!(
+        load("max_attempts = 4000000000"),
+        refused(
+            "max_attempts = 4000000000: at most 100 (every attempt, the first included); \
+             more only prolong an outage"
+        )
+    );
+    assert_eq!(
+        load("max_attempts = 101"),
+        refused(
+            "max_attempts = 101: at most 100 (every attempt, the first included); more only \
+             prolong an outage"
+        )
+    );
+    assert_eq!(
+        load("base_delay_ms = 0\nmax_delay_ms = 0"),
+        refused(
+            "base_delay_ms = 0: at least 1 (with 0 every retry is sent at once, a busy loop \
+             against a failing server)"
+        )
+    );
+    assert_eq!(
+        load("base_delay_ms = 5000\nmax_delay_ms = 100"),
+        refused(
+            "max_delay_ms = 100 is below base_delay_ms = 5000: it caps every wait, so it is \
+             at least the base delay"
+        )
+    );
+    // The default base delay (1000 ms) counts when only the cap is given.
+    assert_eq!(
+        load("max_delay_ms = 10"),
+        refused(
+            "max_delay_ms = 10 is below base_delay_ms = 1000: it caps every wait, so it is at \
+             least the base delay"
+        )
+    );
+    assert_eq!(
+        load("max_delay_ms = 3600001"),
+        refused("max_delay_ms = 3600001: at most 3600000 (one hour)")
+    );
+    assert_eq!(
+        load("max_attempts = 100\nbase_delay_ms = 1\nmax_delay_ms = 3600000"),
+        Ok(RetryPolicy {
+            max_attempts: 100,
+            base_delay_ms: 1,
+            max_delay_ms: 3_600_000,
+        })
+    );
+    assert_eq!(
+        load("base_delay_ms = 250\nmax_delay_ms = 250"),
+        Ok(RetryPolicy {
+            base_delay_ms: 250,
+            max_delay_ms: 250,
+            ..RetryPolicy::default()
+        })
+    );
+}

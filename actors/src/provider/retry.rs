@@ -20,10 +20,22 @@ use foya_protocol::ProviderError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// The most attempts a configured policy may make, the first included: 100.
+///
+/// Codex CLI caps its request and stream retries at 100 too. A few attempts ride out a
+/// blip; a hundred already cover many minutes of backoff, and more only prolong an
+/// outage while the turn looks stuck (a typo such as `4000000000` would retry forever).
+pub const MAX_ATTEMPTS_LIMIT: u32 = 100;
+
+/// The longest single wait a configured policy may ask for (`max_delay_ms`): one hour
+/// (3 600 000 ms). A turn that would wait longer is better failed and resent by hand.
+pub const MAX_DELAY_LIMIT_MS: u64 = 3_600_000;
+
 /// How a failed model request is retried.
 ///
 /// As TOML (`[profiles.NAME.retry]`) every field is optional and an unknown one is an
-/// error (a misspelt `max_attempt` must not silently leave the default).
+/// error (a misspelt `max_attempt` must not silently leave the default); a loaded policy
+/// must pass [`RetryPolicy::check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryPolicy {
@@ -46,6 +58,54 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Whether this policy is sane enough to load from a config file: `max_attempts` in
+    /// `1..=`[`MAX_ATTEMPTS_LIMIT`], `base_delay_ms` at least 1, and `max_delay_ms`
+    /// between `base_delay_ms` and [`MAX_DELAY_LIMIT_MS`]. Policies built in code are not
+    /// checked (tests use 0 ms delays under paused time).
+    ///
+    /// # Errors
+    /// The first field that is out of range, as `key = value: why` (one line, naming
+    /// the TOML key).
+    pub fn check(&self) -> Result<(), String> {
+        let Self {
+            max_attempts,
+            base_delay_ms,
+            max_delay_ms,
+        } = *self;
+        if max_attempts == 0 {
+            return Err(
+                "max_attempts = 0: it counts every attempt, the first included, so it is at \
+                 least 1 (1 disables retries)"
+                    .to_owned(),
+            );
+        }
+        if max_attempts > MAX_ATTEMPTS_LIMIT {
+            return Err(format!(
+                "max_attempts = {max_attempts}: at most {MAX_ATTEMPTS_LIMIT} (every attempt, \
+                 the first included); more only prolong an outage"
+            ));
+        }
+        if base_delay_ms == 0 {
+            return Err(
+                "base_delay_ms = 0: at least 1 (with 0 every retry is sent at once, a busy \
+                 loop against a failing server)"
+                    .to_owned(),
+            );
+        }
+        if max_delay_ms < base_delay_ms {
+            return Err(format!(
+                "max_delay_ms = {max_delay_ms} is below base_delay_ms = {base_delay_ms}: it \
+                 caps every wait, so it is at least the base delay"
+            ));
+        }
+        if max_delay_ms > MAX_DELAY_LIMIT_MS {
+            return Err(format!(
+                "max_delay_ms = {max_delay_ms}: at most {MAX_DELAY_LIMIT_MS} (one hour)"
+            ));
+        }
+        Ok(())
+    }
+
     /// The wait before attempt `next_attempt` (2 = first retry) after `error`, or `None`
     /// when the request must not be retried (non-transient class, or attempts used up).
     ///

@@ -21,7 +21,7 @@ use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ProviderProfile;
-use foya_actors::provider::retry::RetryPolicy;
+use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::{Runtime, RuntimeConfig};
 use foya_storage::{Durability, Store, StoreOptions};
@@ -45,7 +45,7 @@ pub(crate) struct LoadtestArgs {
     pub(crate) turns: u32,
     /// `sim` (the in-process simulator) or a provider profile / protocol name
     /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
-    #[arg(long, default_value = "sim")]
+    #[arg(long, default_value = crate::setup::SIM)]
     pub(crate) provider: String,
     /// Base URL for `--provider PROFILE`: the address `foya sim-server` printed, plus
     /// `/v1` for `openai-chat` and `openai-responses`; as printed for `anthropic`, whose
@@ -71,9 +71,10 @@ pub(crate) struct LoadtestArgs {
     /// Data directory of the store (default: a temporary directory, removed at the end).
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
-    /// Attempts per model request, the first included (retry policy).
+    /// Attempts per model request, the first included (retry policy; 1 to 100, the
+    /// ceiling of a profile's `max_attempts`).
     #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
-          value_parser = crate::values::positive_u32)]
+          value_parser = max_attempts)]
     pub(crate) max_attempts: u32,
     /// After the run, replay the same sessions × turns with a bare HTTP client that only
     /// reads the response bytes (HTTP providers only): each session's turn k sends the
@@ -92,6 +93,17 @@ pub(crate) struct LoadtestArgs {
     pub(crate) subscriber_buffer: usize,
     #[command(flatten)]
     pub(crate) sim: SimArgs,
+}
+
+/// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
+fn max_attempts(s: &str) -> Result<u32, String> {
+    let n = crate::values::positive_u32(s)?;
+    if n > MAX_ATTEMPTS_LIMIT {
+        return Err(format!(
+            "at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first included)"
+        ));
+    }
+    Ok(n)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -309,13 +321,13 @@ fn panicked() -> Outcome {
 type ClientChoice = (Arc<dyn ModelClient>, String, Option<ProviderProfile>);
 
 fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientChoice> {
-    if args.provider == "sim" {
+    if args.provider == crate::setup::SIM {
         let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
         let client = foya_actors::provider::sim::SimClient::new(sim.clone());
         return Ok((Arc::new(client), model, None));
     }
     anyhow::ensure!(
-        args.provider != "scripted",
+        args.provider != crate::setup::SCRIPTED,
         "--provider scripted is for `foya run`, `chat` and `serve`; a load test uses `sim` \
          (the default, in process) or an HTTP profile (e.g. openai-chat with --base-url)"
     );
@@ -326,8 +338,8 @@ fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientCh
     let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
         Err(_) if args.model.is_none() => config
             .resolve(&args.provider, base_url, Some(&sim.model))
-            .map_err(|e| crate::setup::also_known(e, "sim"))?,
-        resolved => resolved.map_err(|e| crate::setup::also_known(e, "sim"))?,
+            .map_err(|e| crate::setup::also_known(e, crate::setup::SIM))?,
+        resolved => resolved.map_err(|e| crate::setup::also_known(e, crate::setup::SIM))?,
     };
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;

@@ -8,7 +8,7 @@ use super::{HistorySummary, SimConfig};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::stream::{self, Stream};
@@ -21,11 +21,14 @@ use tokio::time::Instant;
 
 /// Serves the simulator on `listener` until the process ends.
 ///
-/// Routes (each also without the `/v1` prefix): `POST /v1/chat/completions` (OpenAI
-/// Chat), `POST /v1/messages` (Anthropic), `POST /v1/responses` (OpenAI Responses). The
-/// request body is read just enough to find the history; the answer is always a
-/// stream (`content-type: text/event-stream`) or a vendor-shaped JSON error. It binds
-/// nothing itself: the caller chooses the address (the CLI defaults to 127.0.0.1).
+/// Routes, the real APIs' paths only: `POST /v1/chat/completions` (OpenAI Chat), `POST
+/// /v1/messages` (Anthropic), `POST /v1/responses` (OpenAI Responses). Any other path is
+/// a 404 in the vendor's error shape naming the path and these (a base URL without `/v1`
+/// for openai-chat, or with it for anthropic, fails here as it would against the real
+/// API). The request body is read just enough to find the history; the answer is
+/// always a stream (`content-type: text/event-stream`) or a vendor-shaped JSON error.
+/// It binds nothing itself: the caller chooses the address (the CLI defaults to
+/// 127.0.0.1).
 ///
 /// # Errors
 /// The listener's I/O errors.
@@ -48,17 +51,35 @@ pub async fn serve_sim_with_shutdown(
         .await
 }
 
-/// The simulator's routes, for embedding in another axum app or server.
+/// The simulator's routes (those of [`serve_sim`], the 404 fallback included), for
+/// embedding in another axum app or server.
 pub fn sim_router(config: SimConfig) -> Router {
     let model = Arc::new(SimModel::new(config));
     Router::new()
         .route("/v1/chat/completions", post(chat))
-        .route("/chat/completions", post(chat))
         .route("/v1/messages", post(messages))
-        .route("/messages", post(messages))
         .route("/v1/responses", post(responses))
-        .route("/responses", post(responses))
+        .fallback(no_route)
         .with_state(model)
+}
+
+/// Any path but the three: 404 as the real APIs answer it (OpenAI's `Invalid URL (POST
+/// /path)`), in Anthropic's shape for a path ending in `/messages`, else OpenAI's.
+async fn no_route(method: Method, uri: Uri) -> Response {
+    let path = uri.path();
+    let format = if path.ends_with("/messages") {
+        WireFormat::Anthropic
+    } else {
+        WireFormat::OpenAiChat
+    };
+    error(wire::not_found(
+        format,
+        &format!(
+            "Invalid URL ({method} {path}; the simulator serves only POST /v1/chat/completions \
+             for openai-chat, /v1/messages for anthropic and /v1/responses for \
+             openai-responses, as the real APIs do)"
+        ),
+    ))
 }
 
 async fn chat(State(model): State<Arc<SimModel>>, body: Bytes) -> Response {

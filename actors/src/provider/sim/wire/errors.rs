@@ -8,7 +8,7 @@ use crate::provider::sim::SimRejection;
 /// A complete non-streaming HTTP error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ErrorResponse {
-    /// HTTP status (429, 529, 503, 400).
+    /// HTTP status (429, 529, 503, 400, 404).
     pub status: u16,
     /// Extra headers (`retry-after-ms`, `retry-after`), lower-case names.
     pub headers: Vec<(&'static str, String)>,
@@ -99,6 +99,22 @@ pub(crate) fn invalid_request(format: WireFormat, message: &str) -> ErrorRespons
     };
     ErrorResponse {
         status: 400,
+        headers: Vec::new(),
+        body,
+    }
+}
+
+/// A 404 for a path the simulator does not serve: OpenAI's `invalid_request_error` (its
+/// answer to an unknown URL) or Anthropic's `not_found_error`.
+#[must_use]
+pub(crate) fn not_found(format: WireFormat, message: &str) -> ErrorResponse {
+    let body = if format == WireFormat::Anthropic {
+        anthropic_body("not_found_error", message)
+    } else {
+        openai_body(message, "invalid_request_error", "null", "null")
+    };
+    ErrorResponse {
+        status: 404,
         headers: Vec::new(),
         body,
     }

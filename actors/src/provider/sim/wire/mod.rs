@@ -21,8 +21,8 @@ mod chat;
 mod errors;
 mod responses;
 
-pub(crate) use errors::invalid_request;
 pub use errors::{ErrorResponse, error_response};
+pub(crate) use errors::{invalid_request, not_found};
 
 /// A provider wire protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
