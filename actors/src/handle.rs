@@ -95,7 +95,7 @@ impl SessionHandle {
             .into_iter()
             .filter(|e| e.seq <= committed)
             .collect();
-        Ok(Subscription::new(self.id, from_seq, backlog, rx))
+        Ok(Subscription::new(self.id, from_seq, committed, backlog, rx))
     }
 
     /// Cancels the active turn (no-op when idle).

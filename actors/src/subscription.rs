@@ -28,6 +28,7 @@ pub struct Subscription {
     session_id: SessionId,
     from_seq: Seq,
     last_seq: Seq,
+    replay_end: Seq,
     backlog: VecDeque<Event>,
     rx: mpsc::Receiver<Box<SessionUpdate>>,
     ended: bool,
@@ -37,6 +38,7 @@ impl Subscription {
     pub(crate) fn new(
         session_id: SessionId,
         from_seq: Seq,
+        replay_end: Seq,
         backlog: Vec<Event>,
         rx: mpsc::Receiver<Box<SessionUpdate>>,
     ) -> Self {
@@ -45,6 +47,7 @@ impl Subscription {
             session_id,
             from_seq,
             last_seq,
+            replay_end,
             backlog: backlog.into(),
             rx,
             ended: false,
@@ -55,6 +58,15 @@ impl Subscription {
     #[must_use]
     pub fn last_seq(&self) -> Seq {
         self.last_seq
+    }
+
+    /// The session's last committed seq when this subscription was registered: events
+    /// up to it are replayed from the store, later ones (and every live delta) arrive as
+    /// the session commits or streams them. So a turn whose `turn_started` has a greater
+    /// seq ran entirely while subscribed: none of its live deltas were missed.
+    #[must_use]
+    pub fn replay_end(&self) -> Seq {
+        self.replay_end
     }
 
     /// The next update; `None` after the subscription ended.

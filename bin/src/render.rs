@@ -7,7 +7,9 @@
 //! request was retried after part of its text had streamed.
 
 use foya_protocol::event::Notice;
-use foya_protocol::{ApprovalDecision, Delta, Event, EventKind, RunId, SessionUpdate, ToolCallId};
+use foya_protocol::{
+    ApprovalDecision, Delta, Event, EventKind, RunId, Seq, SessionUpdate, ToolCallId,
+};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
@@ -37,10 +39,14 @@ pub(crate) struct Renderer {
     step_text: bool,
     /// Answer text written live since the current model request started (live mode).
     shown: String,
-    /// The subscription fell behind (`lagged`) during the current turn: deltas were lost,
-    /// so until the turn ends answer text is printed from each `assistant_message`
-    /// (the part not already shown) instead of from deltas.
+    /// The subscription fell behind (`lagged`): deltas were lost, so answer text is
+    /// printed from each `assistant_message` (the part not already shown) instead of
+    /// from deltas, until a turn starts or ends after `caught_up_after`.
     behind: bool,
+    /// The resubscription's replay end ([`Renderer::resubscribed`]): a turn started
+    /// after it streamed entirely to the new subscription. `None` while behind and not
+    /// yet resubscribed.
+    caught_up_after: Option<Seq>,
 }
 
 impl std::fmt::Debug for Renderer {
@@ -95,6 +101,7 @@ impl Renderer {
             step_text: false,
             shown: String::new(),
             behind: false,
+            caught_up_after: None,
         }
     }
 
@@ -110,6 +117,21 @@ impl Renderer {
                 }
             }
         }
+    }
+
+    /// The caller resubscribed after [`Renderer::fell_behind`]; `replay_end` is the new
+    /// subscription's `replay_end()`. Live printing resumes with the first turn that
+    /// starts after it, or after the turn in progress then ends (its steps' deltas may
+    /// have been lost before the resubscription, a turn replayed whole certainly were).
+    pub(crate) fn resubscribed(&mut self, replay_end: Seq) {
+        if self.behind {
+            self.caught_up_after = Some(replay_end);
+        }
+    }
+
+    /// Whether `event` comes after the resubscription's replay (see `resubscribed`).
+    fn after_replay(&self, event: &Event) -> bool {
+        self.caught_up_after.is_some_and(|end| event.seq > end)
     }
 
     /// Renders one update.
@@ -143,7 +165,11 @@ impl Renderer {
     /// of the step in progress is not repeated, so stdout still ends up holding the
     /// whole answer exactly once.
     pub(crate) fn fell_behind(&mut self) {
-        if self.json || !self.live_text || self.behind {
+        if self.json || !self.live_text {
+            return;
+        }
+        self.caught_up_after = None;
+        if self.behind {
             return;
         }
         self.behind = true;
@@ -216,6 +242,10 @@ impl Renderer {
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
         match &event.kind {
             EventKind::TurnStarted { .. } => {
+                if self.behind && self.after_replay(event) {
+                    self.behind = false;
+                    self.caught_up_after = None;
+                }
                 if let Some(run) = event.run_id {
                     self.runs.insert(run);
                 }
@@ -310,7 +340,12 @@ impl Renderer {
                 self.end_line()?;
                 self.step_text = false;
                 self.shown.clear();
-                self.behind = false;
+                if self.after_replay(event) {
+                    // The turn in progress at the resubscription ended: the next one
+                    // streams whole.
+                    self.behind = false;
+                    self.caught_up_after = None;
+                }
                 let ours = event.run_id.is_some_and(|r| self.runs.contains(&r));
                 if !ours {
                     // A turn that ran before this process: closed by recovery on load.

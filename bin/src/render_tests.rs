@@ -66,9 +66,13 @@ impl Fixture {
     }
 
     fn event(&mut self, run: RunId, kind: EventKind) {
+        self.event_at(Seq(1), run, kind);
+    }
+
+    fn event_at(&mut self, seq: Seq, run: RunId, kind: EventKind) {
         let update = SessionUpdate::Event(Event {
             session_id: self.session,
-            seq: Seq(1),
+            seq,
             run_id: Some(run),
             at_ms: 0,
             kind,
@@ -279,17 +283,75 @@ fn after_falling_behind_the_answer_is_completed_from_the_persisted_message_once(
         f.err.text(),
         "\n(output fell behind; the rest of this turn is shown step by step)\n"
     );
-    // A new turn streams live again.
-    f.event(
-        f.run,
-        EventKind::TurnComplete {
-            status: TurnStatus::Completed,
-            reason: None,
-            error: None,
-        },
-    );
+    // The turn ends after the resubscription's replay: the next turn streams live.
+    f.renderer.resubscribed(Seq(1));
+    f.event_at(Seq(2), f.run, completed());
     f.text("Live");
     assert_eq!(f.out.text(), "Hello brave new world.Second step.\nLive");
+}
+
+fn completed() -> EventKind {
+    EventKind::TurnComplete {
+        status: TurnStatus::Completed,
+        reason: None,
+        error: None,
+    }
+}
+
+#[test]
+fn a_lag_across_a_turn_boundary_prints_the_next_turn_from_its_persisted_message() {
+    let mut f = fixture(true);
+    let (first, second, third) = (f.run, RunId::new(), RunId::new());
+    f.event_at(
+        Seq(2),
+        first,
+        EventKind::TurnStarted {
+            input_id: InputId::new(),
+        },
+    );
+    f.text("One ");
+    f.renderer.fell_behind();
+    // The resubscription replays seq 3..=5: the first turn's end and the second
+    // turn's start, whose first deltas ("Two ") were lost before it registered.
+    f.renderer.resubscribed(Seq(5));
+    f.event_at(
+        Seq(3),
+        first,
+        EventKind::AssistantMessage(AssistantMessage {
+            text: "One done.".into(),
+            ..AssistantMessage::default()
+        }),
+    );
+    f.event_at(Seq(4), first, completed());
+    f.event_at(
+        Seq(5),
+        second,
+        EventKind::TurnStarted {
+            input_id: InputId::new(),
+        },
+    );
+    f.run = second;
+    f.text("halves.");
+    f.event_at(
+        Seq(6),
+        second,
+        EventKind::AssistantMessage(AssistantMessage {
+            text: "Two halves.".into(),
+            ..AssistantMessage::default()
+        }),
+    );
+    f.event_at(Seq(7), second, completed());
+    // A turn started after the replay streams live.
+    f.event_at(
+        Seq(8),
+        third,
+        EventKind::TurnStarted {
+            input_id: InputId::new(),
+        },
+    );
+    f.run = third;
+    f.text("Three");
+    assert_eq!(f.out.text(), "One done.\nTwo halves.\nThree");
 }
 
 #[test]

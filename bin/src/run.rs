@@ -10,8 +10,8 @@ use anyhow::Context as _;
 use foya_actors::runtime::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions};
 use foya_protocol::event::Notice;
 use foya_protocol::{
-    ApprovalDecision, ApprovalMode, Event, EventKind, Input, InputId, RunId, Seq, SessionConfig,
-    SessionId, SessionUpdate, TurnStatus,
+    ApprovalDecision, ApprovalMode, ApprovalRequestId, Event, EventKind, Input, InputId, RunId,
+    Seq, SessionConfig, SessionId, SessionUpdate, TurnStatus,
 };
 use std::io::IsTerminal as _;
 
@@ -223,9 +223,20 @@ async fn drive(
     let mut run_id: Option<RunId> = None;
     // The first stop cancels the turn cleanly; a second signal leaves at once.
     let mut stop: Option<Stop> = None;
+    // Approval requests are asked one at a time, off the loop, so signals and updates
+    // are handled while the prompt waits for a line.
+    let mut approvals = Approvals::default();
     loop {
         let signalled = tokio::select! {
             signal = signals.recv() => Some(signal),
+            Some((request_id, (decision, message))) = approvals.answers.recv() => {
+                approvals.asking = None;
+                if stop.is_none() {
+                    let _ = session.decide_approval(request_id, decision, message).await;
+                    approvals.ask_next();
+                }
+                None
+            }
             update = updates.recv() => {
                 let Some(update) = update else {
                     eprintln!("foya: the session closed before the turn ended");
@@ -252,6 +263,7 @@ async fn drive(
                         .await
                         .context("cannot resubscribe after falling behind")
                         .map_err(Failure::Runtime)?;
+                    renderer.resubscribed(updates.replay_end());
                     continue;
                 }
                 let SessionUpdate::Event(event) = &update else { continue };
@@ -260,10 +272,14 @@ async fn drive(
                         run_id = event.run_id;
                     }
                     EventKind::ApprovalRequested { request_id, tool_name, action, .. }
-                        if approver && event.run_id == run_id =>
+                        if approver && event.run_id == run_id && stop.is_none() =>
                     {
-                        let (decision, message) = ask(tool_name, action).await;
-                        let _ = session.decide_approval(*request_id, decision, message).await;
+                        approvals.queue.push_back((*request_id, tool_name.clone(), action.clone()));
+                        approvals.ask_next();
+                    }
+                    EventKind::ApprovalDecided { request_id, .. } => {
+                        // Decided elsewhere (or by cancellation): no need to ask.
+                        approvals.queue.retain(|(id, _, _)| id != request_id);
                     }
                     EventKind::TurnComplete { status, .. } if run_id.is_some() && event.run_id == run_id => {
                         let _ = renderer.end_line();
@@ -295,15 +311,63 @@ async fn drive(
             return Ok(Forced(signal.exit_code()));
         }
         stop = Some(Stop::Signal(signal));
+        // A prompt left waiting is answered by the cancellation, not by the user.
+        approvals.queue.clear();
         let _ = renderer.end_line();
         eprintln!("\n{}", signal.cancelling());
         let _ = session.cancel().await;
     }
 }
 
+/// The approval requests of `foya run`'s turn, asked one at a time on a task of their
+/// own so the loop keeps handling signals and updates while a prompt waits.
+#[derive(Debug)]
+struct Approvals {
+    /// Requests not asked yet: id, tool name, action.
+    queue: std::collections::VecDeque<(ApprovalRequestId, String, String)>,
+    /// The request whose prompt is on the terminal.
+    asking: Option<ApprovalRequestId>,
+    answers_tx: tokio::sync::mpsc::UnboundedSender<(ApprovalRequestId, Answer)>,
+    /// Answers typed at the prompt.
+    answers: tokio::sync::mpsc::UnboundedReceiver<(ApprovalRequestId, Answer)>,
+}
+
+/// A typed answer: the decision and the message to the model.
+type Answer = (ApprovalDecision, Option<String>);
+
+impl Default for Approvals {
+    fn default() -> Self {
+        let (answers_tx, answers) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            queue: std::collections::VecDeque::new(),
+            asking: None,
+            answers_tx,
+            answers,
+        }
+    }
+}
+
+impl Approvals {
+    /// Puts the next queued request's prompt on the terminal, unless one is there.
+    fn ask_next(&mut self) {
+        if self.asking.is_some() {
+            return;
+        }
+        let Some((request_id, tool, action)) = self.queue.pop_front() else {
+            return;
+        };
+        self.asking = Some(request_id);
+        let answers = self.answers_tx.clone();
+        tokio::spawn(async move {
+            let answer = ask(&tool, &action).await;
+            let _ = answers.send((request_id, answer));
+        });
+    }
+}
+
 /// Asks the person at the terminal: `y` allow once, `a` allow for the session, anything
 /// else denies (with the typed text, if any, as the message to the model).
-async fn ask(tool: &str, action: &str) -> (ApprovalDecision, Option<String>) {
+async fn ask(tool: &str, action: &str) -> Answer {
     eprint!("allow {tool}: {action}? [y]es / [a]lways this session / [n]o (or type a reason): ");
     let line = tokio::task::spawn_blocking(|| {
         let mut line = String::new();

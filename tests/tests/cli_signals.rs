@@ -360,3 +360,69 @@ fn chat_signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hin
 
     assert_cancelled_cleanly(&show(&dirs, &only_session(&dirs)), &mark);
 }
+
+/// Ctrl-C while `foya run` asks at the terminal whether a call may run (stdin is a
+/// pseudo-terminal, `--approval ask`): the turn is cancelled at once — the call is
+/// cancelled, not denied on the user's behalf, no further model request starts — and
+/// the exit is 130, with nothing typed at the prompt.
+#[test]
+fn ctrl_c_at_the_approval_prompt_cancels_the_turn_and_exits_130() {
+    let dirs = dirs();
+    let call = json!({"tool_calls": [{"id": "call_ask", "name": "shell",
+        "arguments": {"command": "echo should-not-run"}}]});
+    let script = script(&dirs, "s.json", &[call, json!({"text": "never"})]);
+    foya_tests::foya_bin(); // built before the clock starts
+    let deadline = Instant::now() + TIMEOUT;
+    // Only the slave end is the child's stdin; the master is kept open (and never
+    // written) so the prompt's read waits.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let mut command = scripted("run", "ask", &script, &dirs.data, &dirs.work);
+    command.args(["--json", "go"]).stdin(Stdio::from(pty.slave));
+    let run = spawn_json_lines(&mut command);
+    let seen = read_until(&run.lines, deadline, |l| l["type"] == "approval_requested");
+    let stderr = signal_and_wait(
+        run.child,
+        &run.stderr,
+        nix::sys::signal::Signal::SIGINT,
+        130,
+        deadline,
+    );
+    drop(pty.master);
+    assert!(
+        stderr.contains("allow shell"),
+        "the prompt was shown: {stderr}"
+    );
+
+    let id = seen[0]["session_id"].as_str().unwrap().to_owned();
+    let log = show(&dirs, &id);
+    let last = log.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["status"]),
+        (&json!("turn_complete"), &json!("cancelled")),
+        "{:?}",
+        types(&log)
+    );
+    let denied_by_user = log.iter().any(|e| {
+        e["type"] == "approval_decided" && e["message"] == json!("the user denied this call")
+    });
+    assert!(!denied_by_user, "{log:?}");
+    let steps = log.iter().filter(|e| e["type"] == "step_started").count();
+    assert_eq!(
+        steps,
+        1,
+        "no model request after the cancel: {:?}",
+        types(&log)
+    );
+    let result = log
+        .iter()
+        .find(|e| e["type"] == "tool_message")
+        .expect("the call has a result");
+    assert_eq!(result["is_error"], json!(true), "{result}");
+    assert!(
+        !result["content"]
+            .as_str()
+            .unwrap()
+            .contains("should-not-run"),
+        "{result}"
+    );
+}

@@ -6,7 +6,7 @@ use crate::testkit::{
     events_until, is_turn_complete, runtime, script, session_config, subscribe, types, within,
 };
 use foya_protocol::{
-    ApprovalMode, ErrorClass, ErrorInfo, Event, EventKind, Input, SessionUpdate, ToolCall,
+    ApprovalMode, ErrorClass, ErrorInfo, Event, EventKind, Input, Seq, SessionUpdate, ToolCall,
     ToolCallId, ToolMessage, TurnStatus,
 };
 use serde_json::json;
@@ -226,6 +226,9 @@ async fn subscriber_from_seq_one_mid_turn_sees_every_event_once_plus_deltas() {
     .await
     .unwrap();
     let mut late = subscribe(&session, false).await;
+    // Mid-stream the log holds session_created, user_message, turn_started,
+    // step_started and context_diagnostics; the subscription replays exactly those.
+    assert_eq!(late.replay_end(), Seq(5));
     let mut deltas = String::new();
     let mut events = Vec::new();
     within(async {

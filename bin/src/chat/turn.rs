@@ -94,6 +94,7 @@ pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<
                             state.renderer.fell_behind();
                             let options = SubscribeOptions { approver: chat.approver };
                             chat.updates = chat.session.subscribe(last_seq.next(), options).await?;
+                            state.renderer.resubscribed(chat.updates.replay_end());
                             continue;
                         }
                         Notice::Closed { reason, .. } => {
