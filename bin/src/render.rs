@@ -8,7 +8,7 @@
 
 use foya_protocol::event::Notice;
 use foya_protocol::{
-    ApprovalDecision, Delta, Event, EventKind, RunId, Seq, SessionUpdate, ToolCallId,
+    ApprovalDecision, Delta, Event, EventKind, FinishReason, RunId, Seq, SessionUpdate, ToolCallId,
 };
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -205,6 +205,13 @@ impl Renderer {
         if text.is_empty() {
             return Ok(());
         }
+        // On a terminal the model's text cannot move the cursor, clear the screen or
+        // retitle the window; into a pipe or a file it is the persisted bytes.
+        let text = if self.live_text {
+            terminal_safe(text)
+        } else {
+            std::borrow::Cow::Borrowed(text)
+        };
         self.out.write_all(text.as_bytes())?;
         self.out.flush()?;
         self.open_line = !text.ends_with('\n');
@@ -223,7 +230,7 @@ impl Renderer {
             }
             Delta::ReasoningDelta { text } => {
                 if !text.is_empty() {
-                    let _ = write!(self.err, "{}", self.dim(text));
+                    let _ = write!(self.err, "{}", self.dim(&terminal_safe(text)));
                     let _ = self.err.flush();
                     self.reasoning_open = !text.ends_with('\n');
                 }
@@ -267,6 +274,11 @@ impl Renderer {
                 self.shown.clear();
                 self.step_text = false;
                 self.prime([event]);
+                if let Some(why) = m.finish_reason.and_then(cut_short) {
+                    self.end_line()?;
+                    let line = self.dim(&format!("({why})"));
+                    self.note(&line);
+                }
             }
             EventKind::ToolStarted { tool_call_id, name } => {
                 self.end_line()?;
@@ -297,7 +309,10 @@ impl Renderer {
             } => {
                 self.end_reasoning();
                 self.end_line()?;
-                let line = format!("? approval needed for {tool_name}: {action} ({reason})");
+                let line = terminal_safe(&format!(
+                    "? approval needed for {tool_name}: {action} ({reason})"
+                ))
+                .into_owned();
                 self.note(&line);
             }
             EventKind::ApprovalDecided {
@@ -328,7 +343,7 @@ impl Renderer {
                     "↻ retrying in {:.1}s (attempt {attempt}/{max_attempts}) because {}: {}",
                     *delay_ms as f64 / 1000.0,
                     error.class,
-                    error.message
+                    terminal_safe(&error.message)
                 ));
             }
             EventKind::TurnComplete {
@@ -353,9 +368,13 @@ impl Renderer {
                     let line = self.dim(&format!("(an earlier turn ended {status:?}: {why})"));
                     self.note(&line);
                 } else if let Some(err) = error {
-                    self.note(&format!("error: {}: {}", err.class, err.message));
+                    self.note(&format!(
+                        "error: {}: {}",
+                        err.class,
+                        terminal_safe(&err.message)
+                    ));
                 } else if let Some(reason) = reason {
-                    self.note(&format!("turn {status:?}: {reason}"));
+                    self.note(&format!("turn {status:?}: {}", terminal_safe(reason)));
                 }
             }
             _ => {}
@@ -375,6 +394,54 @@ impl Renderer {
         }
         Ok(())
     }
+}
+
+/// Why an answer that ended for `reason` is incomplete, for a note on stderr; `None`
+/// for an answer that ended normally.
+fn cut_short(reason: FinishReason) -> Option<&'static str> {
+    match reason {
+        FinishReason::Length => Some(
+            "the answer was cut off: the model reached its output-token limit \
+             (finish reason length; a profile's max_output_tokens sets it)",
+        ),
+        FinishReason::ContentFilter => {
+            Some("the answer was stopped by the provider's content filter or a refusal")
+        }
+        FinishReason::ContextWindow => {
+            Some("the answer was cut off: the model's context window is full")
+        }
+        FinishReason::Stop | FinishReason::ToolCalls | FinishReason::PauseTurn => None,
+        FinishReason::Other => None,
+    }
+}
+
+/// `text` safe to write to a terminal: control characters other than newline and tab
+/// (ESC sequences that move the cursor, clear the screen, set the window title or
+/// hide text; a lone carriage return that overwrites a line; C1 controls) are shown
+/// as visible escapes (`^[`, `^M`, `\u{9b}`) instead of being obeyed. A carriage
+/// return before a newline is dropped. Text without such characters is borrowed.
+pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' if chars.peek() == Some(&'\n') => {}
+            c if unsafe_char(c) => match u8::try_from(u32::from(c)) {
+                Ok(b @ 0..=0x1f) => {
+                    out.push('^');
+                    out.push(char::from(b + 0x40));
+                }
+                Ok(0x7f) => out.push_str("^?"),
+                _ => out.push_str(&c.escape_unicode().to_string()),
+            },
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Whether stderr notes are dimmed: stderr is a terminal and `NO_COLOR` is unset.
@@ -401,6 +468,7 @@ pub(crate) fn dim(text: &str) -> String {
 
 /// First line of `text`, shortened to [`PREVIEW_CHARS`].
 fn preview(text: &str) -> String {
+    let text = terminal_safe(text);
     let first = text.lines().next().unwrap_or("");
     let mut out: String = first.chars().take(PREVIEW_CHARS).collect();
     if first.chars().count() > PREVIEW_CHARS || text.lines().nth(1).is_some() {

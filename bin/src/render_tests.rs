@@ -4,8 +4,9 @@
 use super::Renderer;
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
-    AssistantMessage, Delta, ErrorClass, ErrorInfo, Event, EventKind, InputId, ProviderError,
-    RunId, Seq, SessionId, SessionUpdate, ToolCall, ToolCallId, ToolMessage, TurnStatus,
+    AssistantMessage, Delta, ErrorClass, ErrorInfo, Event, EventKind, FinishReason, InputId,
+    ProviderError, RunId, Seq, SessionId, SessionUpdate, ToolCall, ToolCallId, ToolMessage,
+    TurnStatus,
 };
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -363,4 +364,62 @@ fn after_falling_behind_a_retried_answer_is_printed_whole() {
     f.answer("Goodbye.");
     f.renderer.end_line().unwrap();
     assert_eq!(f.out.text(), "Hello wo\nGoodbye.\n");
+}
+
+#[test]
+fn control_sequences_from_the_model_are_shown_not_obeyed_on_a_terminal() {
+    let mut f = fixture(true);
+    f.text("a\x1b[2Jb\r\nc\rd\u{9b}e\tf\n");
+    f.delta(Delta::ReasoningDelta {
+        text: "\x1b]0;title\x07".into(),
+    });
+    assert_eq!(f.out.text(), "a^[[2Jb\nc^Md\\u{9b}e\tf\n");
+    assert_eq!(f.err.text(), "^[]0;title^G");
+    // Into a pipe the answer is the persisted bytes.
+    let mut f = fixture(false);
+    f.answer("a\x1b[2Jb");
+    assert_eq!(f.out.text(), "a\x1b[2Jb");
+    // An approval request cannot disguise its command.
+    let mut f = fixture(true);
+    f.event(
+        f.run,
+        EventKind::ApprovalRequested {
+            request_id: foya_protocol::ApprovalRequestId::new(),
+            tool_call_id: ToolCallId("c1".into()),
+            tool_name: "shell".into(),
+            action: "rm -rf ~\x1b[2K\rls".into(),
+            reason: "writes".into(),
+        },
+    );
+    assert_eq!(
+        f.err.text(),
+        "? approval needed for shell: rm -rf ~^[[2K^Mls (writes)\n"
+    );
+}
+
+#[test]
+fn an_answer_cut_short_says_why_on_stderr() {
+    for (reason, says) in [
+        (FinishReason::Length, "output-token limit"),
+        (FinishReason::ContentFilter, "content filter"),
+        (FinishReason::ContextWindow, "context window"),
+    ] {
+        let mut f = fixture(false);
+        let message = AssistantMessage {
+            text: "Half an ans".into(),
+            finish_reason: Some(reason),
+            ..AssistantMessage::default()
+        };
+        f.event(f.run, EventKind::AssistantMessage(message));
+        assert_eq!(f.out.text(), "Half an ans\n");
+        assert!(f.err.text().contains(says), "{reason:?}: {}", f.err.text());
+    }
+    let mut f = fixture(false);
+    let message = AssistantMessage {
+        text: "Done.".into(),
+        finish_reason: Some(FinishReason::Stop),
+        ..AssistantMessage::default()
+    };
+    f.event(f.run, EventKind::AssistantMessage(message));
+    assert_eq!(f.err.text(), "");
 }

@@ -368,6 +368,10 @@ impl Approvals {
 /// Asks the person at the terminal: `y` allow once, `a` allow for the session, anything
 /// else denies (with the typed text, if any, as the message to the model).
 async fn ask(tool: &str, action: &str) -> Answer {
+    let (tool, action) = (
+        crate::render::terminal_safe(tool),
+        crate::render::terminal_safe(action),
+    );
     eprint!("allow {tool}: {action}? [y]es / [a]lways this session / [n]o (or type a reason): ");
     let line = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
