@@ -14,7 +14,8 @@ use std::sync::Arc;
 ///
 /// # Errors
 /// A missing or unreadable script, an unknown profile, an invalid configuration (a
-/// missing API key included), `--seed` without `--provider sim`, `--base-url` with it.
+/// missing API key included), `--seed` without `--provider sim`, `--base-url` with it,
+/// `--script` without `--provider scripted`.
 pub(crate) fn model_client(
     args: &ProviderArgs,
     cwd: &Path,
@@ -22,6 +23,12 @@ pub(crate) fn model_client(
     anyhow::ensure!(
         args.seed.is_none() || args.provider == SIM,
         "--seed is for --provider sim (the simulated model's random choices)"
+    );
+    anyhow::ensure!(
+        args.script.is_none() || args.provider == SCRIPTED,
+        "--script is for --provider scripted (its model responses); --provider {} would \
+         ignore it",
+        args.provider
     );
     if args.provider == SIM {
         anyhow::ensure!(

@@ -9,7 +9,7 @@
 //! say so and exit 1, creating nothing either; `run --session` and `chat --session` on a
 //! deleted session say it was deleted (exit 1, whatever the provider) and write nothing.
 //! An empty `FOYA_DATA_DIR` counts as unset. A provider that cannot be used (unknown
-//! profile, missing API key, `--seed` without `--provider sim`) exits 2 from `run`, `chat`
+//! profile, missing API key, `--seed` or `--script` with another provider) exits 2 from `run`, `chat`
 //! and `serve` before the data dir is created.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -617,7 +617,7 @@ fn an_empty_foya_data_dir_counts_as_unset_and_a_set_one_is_used() {
 /// `serve`, before the data dir is created: an unknown profile (the message lists every
 /// name that resolves, the commands' own `scripted` and `sim` included, and the files a
 /// profile can be defined in), a built-in profile without its API key, `--seed` without
-/// `--provider sim` and `--base-url` with it.
+/// `--provider sim`, `--base-url` with it, and `--script` without `--provider scripted`.
 #[test]
 fn unusable_providers_exit_2_before_the_data_dir_is_created() {
     let tmp = tempfile::tempdir().unwrap();
@@ -631,8 +631,13 @@ fn unusable_providers_exit_2_before_the_data_dir_is_created() {
         home.join(".config/foya/config.toml").display(),
         ws.join(".foya/config.toml").display()
     );
-    let cases: [(&[&str], String); 4] = [
+    let cases: [(&[&str], String); 5] = [
         (&["--provider", "nope"], unknown),
+        (
+            &["--provider", "sim", "--script", "s.json"],
+            "foya: --script is for --provider scripted (its model responses); --provider sim would ignore it\n"
+                .to_owned(),
+        ),
         (
             &["--provider", "openai"],
             "foya: provider profile `openai` needs an API key: set the environment variable \
