@@ -27,12 +27,24 @@ const ROUTES: [(&str, &str); 3] = [
     ("openai_responses", "/v1/responses"),
 ];
 
+/// A first-step request offering `read_file` (the simulator answers a request without
+/// tools with text only), in the route's format.
 fn body(route: &str) -> Value {
+    let user = json!([{"role": "user", "content": "bench"}]);
     if route.ends_with("responses") {
-        json!({"model": "sim-1", "stream": true, "input": "bench"})
+        json!({"model": "sim-1", "stream": true, "input": "bench",
+               "tools": [{"type": "function", "name": "read_file", "parameters": {}}]})
+    } else if route.ends_with("messages") {
+        json!({"model": "sim-1", "stream": true, "messages": user,
+               "tools": [{"name": "read_file", "input_schema": {"type": "object"}}]})
     } else {
-        json!({"model": "sim-1", "stream": true, "messages": [{"role": "user", "content": "bench"}]})
+        json!({"model": "sim-1", "stream": true, "messages": user, "tools": chat_tools()})
     }
+}
+
+/// `read_file` offered in Chat Completions form.
+fn chat_tools() -> Value {
+    json!([{"type": "function", "function": {"name": "read_file", "parameters": {}}}])
 }
 
 async fn bytes_only(client: &reqwest::Client, url: &str, body: &Value) -> usize {
@@ -115,7 +127,10 @@ fn turn_bodies() -> Vec<Value> {
     let mut messages = vec![user];
     let mut bodies = Vec::new();
     for step in 0..3 {
-        bodies.push(json!({"model": "sim-1", "stream": true, "messages": messages.clone()}));
+        bodies.push(
+            json!({"model": "sim-1", "stream": true, "messages": messages.clone(),
+                           "tools": chat_tools()}),
+        );
         messages.extend(call(step));
     }
     bodies

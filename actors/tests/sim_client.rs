@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_actors::provider::sim::{ErrorRates, SimClient, SimConfig};
-use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_actors::provider::{ModelClient, ModelRequest, ToolSchema};
 use foya_protocol::{
     ErrorClass, FinishReason, Input, Message, ProviderError, StreamAggregate, StreamEvent,
     ToolMessage,
@@ -13,11 +13,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// A request offering `read_file`, as the runtime's are.
 fn request(messages: Vec<Message>) -> ModelRequest {
+    let read_file = ToolSchema {
+        name: "read_file".into(),
+        description: "Reads a file.".into(),
+        parameters: serde_json::json!({"type": "object"}),
+    };
     ModelRequest {
         model: "sim-1".into(),
         system: "be brief".into(),
         messages: messages.into(),
+        tools: vec![read_file].into(),
         ..ModelRequest::default()
     }
 }
@@ -129,8 +136,22 @@ async fn a_turn_runs_tool_steps_then_ends_with_a_text_step() {
     assert_eq!(all_ids.len(), 4);
     // A new user input starts a new turn at step 1 again.
     history.push(user("again"));
-    let agg = aggregate(&collect(&client, request(history)).await);
+    let agg = aggregate(&collect(&client, request(history.clone())).await);
     assert_eq!(agg.finish_reason(), Some(FinishReason::ToolCalls));
+    // A request that offers no tools (a title request, say) gets text, whatever the step.
+    let without_tools = ModelRequest {
+        tools: Vec::new().into(),
+        ..request(history)
+    };
+    let message = aggregate(&collect(&client, without_tools).await).to_message();
+    assert_eq!(
+        (
+            message.finish_reason,
+            message.tool_calls.len(),
+            message.text.len()
+        ),
+        (Some(FinishReason::Stop), 0, 5 * 4)
+    );
 }
 
 fn rates_config() -> SimConfig {

@@ -150,12 +150,15 @@ fn config() -> SimConfig {
 }
 
 #[tokio::test]
-async fn each_format_streams_a_tool_step_for_a_new_turn() {
+async fn each_format_streams_a_tool_step_for_a_new_turn_that_offers_tools() {
     let base = start(config()).await;
     let user = json!({"role": "user", "content": "hi"});
+    // Each format's way of offering `read_file`: a request without tools gets text.
+    let chat_tools =
+        json!([{"type": "function", "function": {"name": "read_file", "parameters": {}}}]);
     let chat = post(
         &format!("{base}/v1/chat/completions"),
-        &json!({"model": "m", "messages": [user]}),
+        &json!({"model": "m", "messages": [user], "tools": chat_tools}),
     )
     .await;
     check_chat(&chat);
@@ -165,9 +168,21 @@ async fn each_format_streams_a_tool_step_for_a_new_turn() {
         chat.body
     );
     assert!(chat.body.contains(r#""reasoning_content":"#));
+    let untooled = post(
+        &format!("{base}/v1/chat/completions"),
+        &json!({"model": "m", "messages": [user]}),
+    )
+    .await;
+    check_chat(&untooled);
+    assert!(
+        untooled.body.contains(r#""finish_reason":"stop""#),
+        "{}",
+        untooled.body
+    );
+    let anthropic_tools = json!([{"name": "read_file", "input_schema": {"type": "object"}}]);
     let anthropic = post(
         &format!("{base}/v1/messages"),
-        &json!({"model": "m", "messages": [user]}),
+        &json!({"model": "m", "messages": [user], "tools": anthropic_tools}),
     )
     .await;
     check_anthropic(&anthropic);
@@ -175,7 +190,8 @@ async fn each_format_streams_a_tool_step_for_a_new_turn() {
     assert!(anthropic.body.contains(r#""type":"signature_delta""#));
     let responses = post(
         &format!("{base}/v1/responses"),
-        &json!({"model": "m", "input": "hi"}),
+        &json!({"model": "m", "input": "hi",
+            "tools": [{"type": "function", "name": "read_file", "parameters": {}}]}),
     )
     .await;
     check_responses(&responses);

@@ -65,6 +65,7 @@ fn turn_calls(model: &SimModel, steps: u32) -> Vec<Vec<ToolCall>> {
                 last_user_text: "go".into(),
                 input_chars: 100,
                 model: None,
+                tools_offered: true,
             };
             let SimOutcome::Streamed { events, cut: false } = model.plan(&history, 0).outcome
             else {

@@ -22,6 +22,9 @@ pub struct HistorySummary {
     pub input_chars: u64,
     /// Model named by the request, if any.
     pub model: Option<String>,
+    /// Whether the request offers tools. A request without (a title request, say) is
+    /// answered with text only, whatever the step.
+    pub tools_offered: bool,
 }
 
 impl HistorySummary {
@@ -51,7 +54,7 @@ impl HistorySummary {
             }
         }
         let model = (!request.model.is_empty()).then(|| request.model.clone());
-        counter.finish(chars, model)
+        counter.finish(chars, model, !request.tools.is_empty())
     }
 
     /// Summarises a wire request body of `format` (`body_len` bytes long). Shapes it
@@ -65,7 +68,11 @@ impl HistorySummary {
             WireFormat::OpenAiResponses => responses(body, &mut counter),
         }
         let model = body.get("model").and_then(Value::as_str).map(str::to_owned);
-        counter.finish(body_len as u64, model)
+        let tools_offered = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|tools| !tools.is_empty());
+        counter.finish(body_len as u64, model, tools_offered)
     }
 
     /// The request key: equal histories (length and last user text) under one seed
@@ -101,13 +108,19 @@ impl Counter {
     fn tool(&mut self, n: u64) {
         self.messages += n;
     }
-    fn finish(self, input_chars: u64, model: Option<String>) -> HistorySummary {
+    fn finish(
+        self,
+        input_chars: u64,
+        model: Option<String>,
+        tools_offered: bool,
+    ) -> HistorySummary {
         HistorySummary {
             messages: self.messages,
             step: self.assistants_since_user + 1,
             last_user_text: self.last_user_text,
             input_chars,
             model,
+            tools_offered,
         }
     }
 }

@@ -214,7 +214,9 @@ impl SimModel {
         script.words(c.reasoning_tokens, |text| StreamEvent::ReasoningDelta {
             text,
         });
-        let final_step = history.step >= c.steps_per_turn.max(1) || c.tool_calls_per_step == 0;
+        let final_step = history.step >= c.steps_per_turn.max(1)
+            || c.tool_calls_per_step == 0
+            || !history.tools_offered;
         if final_step {
             script.words(c.response_tokens, |text| StreamEvent::TextDelta { text });
         } else {
