@@ -1,6 +1,8 @@
 //! Throughput of each wire decoder (SSE framing + protocol decoder), in bytes of SSE per
 //! second. Bodies are long text streams followed by a tool call, fed in 1 KiB chunks as a
-//! socket would deliver them.
+//! socket would deliver them; plus the framing's worst shapes, whose cost must stay linear
+//! in the body's size: one 4 MiB event in 1 KiB chunks (`large_event`), and the Chat body
+//! in 64 KiB chunks (`openai-chat-64k`: many lines per network read).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use bytes::Bytes;
@@ -69,5 +71,45 @@ fn decoders(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decoders);
+/// One Chat chunk whose text is 4 MiB, delivered in 1 KiB chunks: the SSE framing must
+/// not re-scan the incomplete line on every chunk. And the Chat body in 64 KiB chunks:
+/// thousands of lines per chunk must not each move the rest of the chunk.
+fn framing(c: &mut Criterion) {
+    let text = "x".repeat(4 << 20);
+    let chunk =
+        json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]});
+    let large = Bytes::from(format!("data: {chunk}\n\ndata: [DONE]\n\n"));
+    let chunks: Vec<Bytes> = large.chunks(1024).map(Bytes::copy_from_slice).collect();
+    let mut group = c.benchmark_group("decode_sse");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(large.len() as u64));
+    group.bench_function("large_event", |b| {
+        b.iter(|| {
+            let input =
+                futures::stream::iter(chunks.clone().into_iter().map(Ok::<_, TransportError>));
+            let kind = ProviderKind::OpenaiChat;
+            let n = futures::executor::block_on(
+                decode_sse(input, kind.decoder(), SseLimits::default()).count(),
+            );
+            black_box(n)
+        });
+    });
+    let chat = Bytes::from(body(ProviderKind::OpenaiChat));
+    let chunks: Vec<Bytes> = chat.chunks(64 * 1024).map(Bytes::copy_from_slice).collect();
+    group.throughput(Throughput::Bytes(chat.len() as u64));
+    group.bench_function("openai-chat-64k", |b| {
+        b.iter(|| {
+            let input =
+                futures::stream::iter(chunks.clone().into_iter().map(Ok::<_, TransportError>));
+            let kind = ProviderKind::OpenaiChat;
+            let n = futures::executor::block_on(
+                decode_sse(input, kind.decoder(), SseLimits::default()).count(),
+            );
+            black_box(n)
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, decoders, framing);
 criterion_main!(benches);

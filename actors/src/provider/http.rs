@@ -8,7 +8,10 @@
 //! the body, with the status, which the retry policy never retries: a wrong URL does not
 //! fix itself. Tolerated: no `Content-Type` at all (the body is decoded; nothing says it
 //! is not a stream) and JSON (`application/json`, `…+json`: an error object sent with
-//! 200, which some servers do, is classified as usual by the SSE layer).
+//! 200, which some servers do, is classified as usual by the SSE layer). Whatever the
+//! content type, a body whose first significant byte is `<` (a proxy's error page served
+//! as `text/event-stream`) fails the same way, saying the server answered HTML and to
+//! check the base URL (`markup`).
 //!
 //! The API key is read once from the profile's environment variable and is never
 //! logged, shown in `Debug` or put into an error: every error this client yields has
@@ -27,6 +30,8 @@ use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+mod markup;
 
 /// Largest error body read from a non-2xx response.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -319,6 +324,7 @@ impl ModelClient for HttpModelClient {
             &self.profile.base_url,
         );
         let redact = secrets.clone();
+        let base_url = display_url(&self.profile.base_url);
         let response = async move {
             let response = match tokio::time::timeout(idle, builder.send()).await {
                 Err(_) => {
@@ -355,8 +361,24 @@ impl ModelClient for HttpModelClient {
                 let body = redact_secrets(&read_capped(response, idle).await, &secrets);
                 return error_stream(not_a_stream(status.as_u16(), &content_type, &url, &body));
             }
+            let content_type = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            let mut body = Box::pin(idle_bytes(response.bytes_stream(), idle));
+            let peeked = markup::peek(&mut body).await;
+            if peeked.markup {
+                let page = markup::read_page(peeked.read, &mut body).await;
+                return error_stream(markup::markup_error(
+                    status.as_u16(),
+                    content_type.as_deref(),
+                    &url,
+                    &base_url,
+                    &redact_secrets(&page, &secrets),
+                ));
+            }
             decode_sse(
-                idle_bytes(response.bytes_stream(), idle),
+                stream::iter(peeked.read).chain(body),
                 kind.decoder(),
                 limits,
             )

@@ -1,8 +1,10 @@
 //! OpenAI Chat Completions stream decoder (`chat.completion.chunk` events), robust to the
 //! variations of compatible servers: tool calls without `index`, with gaps, all at index
 //! 0 with distinct ids, id and name repeated on every fragment, arguments as a JSON
-//! object; `reasoning_content` and/or `reasoning`; usage in its own chunk, in the finish
-//! chunk or with `choices: null`; error objects inside a 200 stream; no `[DONE]`.
+//! object, entries that are not objects (skipped); `reasoning_content` and/or
+//! `reasoning`; usage in its own chunk, in the finish chunk or with `choices: null`;
+//! error objects inside a 200 stream (an `error` that holds nothing — `null`, `false`,
+//! `{}` — beside the chunk's fields is no error); no `[DONE]`.
 //!
 //! What it refuses (`invalid_response`, retried like a cut stream): a `data:` payload
 //! that is not JSON (its text would be lost silently; the AI SDK and opencode fail the
@@ -217,7 +219,9 @@ impl ChatDecoder {
                         text: text.into_owned(),
                     });
                 }
-                for tc in delta.tool_calls {
+                // An entry that is not an object carries nothing: skipped, so it takes no
+                // call index.
+                for tc in delta.tool_calls.into_iter().filter_map(|tc| tc.0) {
                     self.tool_call(tc, out);
                 }
             }

@@ -2,16 +2,16 @@
 //! <https://platform.openai.com/docs/api-reference/chat-streaming>, read leniently (see
 //! `json`): only the fields the Chat decoder uses, borrowing strings from the payload.
 
-use super::json::{Args, Arr, Lenient, NotNull, Obj, Object, Present, Skip, Str, U64};
-use super::json::{json_object, lenient, object_from};
-use serde::de::{Deserialize, Deserializer, MapAccess};
+use super::json::{Args, Arr, Filled, Obj, Object, Present, Skip, Str, U64, json_object};
+use serde::de::MapAccess;
 use serde_json::{Map, Value};
 
 json_object! {
     /// A chunk, or an error object sent in its place.
     Chunk<'a> {
-        /// `error` (present even when `null`; true when not `null`).
-        error: Present<NotNull> = "error",
+        /// `error` (present even when `null`; true when it holds something: not `null`,
+        /// `false` or an empty string, array or object).
+        error: Present<Filled> = "error",
         object: Str<'a> = "object",
         choices: Arr<Obj<Choice<'a>>> = "choices",
         usage: Obj<ChatUsage> = "usage",
@@ -29,12 +29,13 @@ json_object! {
 }
 
 json_object! {
-    /// A choice's delta (or message).
+    /// A choice's delta (or message). A `tool_calls` entry that is not an object reads
+    /// as `Obj(None)` (the decoder skips it).
     Delta<'a> {
         content: Str<'a> = "content",
         reasoning_content: Str<'a> = "reasoning_content",
         reasoning: Str<'a> = "reasoning",
-        tool_calls: Arr<ToolCall<'a>> = "tool_calls",
+        tool_calls: Arr<Obj<ToolCall<'a>>> = "tool_calls",
     }
 }
 
@@ -70,9 +71,9 @@ json_object! {
     }
 }
 
-/// A tool-call fragment. An entry that is not an object reads as the default (it still
-/// takes a slot, as before). Keys other than `index`, `id`, `type` and `function` are
-/// kept in `extra` (sent back with the call).
+/// A tool-call fragment (an object: an entry of another type is skipped, see
+/// [`Delta`]). Keys other than `index`, `id`, `type` and `function` are kept in `extra`
+/// (sent back with the call).
 #[derive(Debug, Default)]
 pub(crate) struct ToolCall<'a> {
     pub(crate) index: U64,
@@ -98,17 +99,5 @@ impl<'de: 'a, 'a> Object<'de> for ToolCall<'a> {
             }
         }
         Ok(())
-    }
-}
-
-impl<'de: 'a, 'a> Lenient<'de> for ToolCall<'a> {
-    fn map<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error> {
-        object_from(map)
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for ToolCall<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        lenient(d)
     }
 }

@@ -32,7 +32,8 @@ pub(crate) fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// A fresh id for a call the provider streamed without one: `call_` and the 32 hex
+/// A fresh id for a call the provider streamed without one (or with an empty one; the
+/// SSE framing fills them in for every protocol alike): `call_` and the 32 hex
 /// digits of a UUIDv7 (37 characters, valid on the wire, unique within a session and
 /// across sessions — never the per-response `call_0`, `call_1`… that repeat every step).
 pub(crate) fn generated_call_id() -> String {

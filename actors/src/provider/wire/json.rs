@@ -155,13 +155,15 @@ impl<'de> Deserialize<'de> for U64 {
     }
 }
 
-/// Whether a field holds anything but `null`.
+/// Whether a field holds something: `false` for `null`, `false`, and an empty string,
+/// array or object (each means "nothing here", e.g. `"error": {}` beside valid output),
+/// `true` for anything else.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct NotNull(pub(crate) bool);
+pub(crate) struct Filled(pub(crate) bool);
 
-impl<'de> Lenient<'de> for NotNull {
-    fn boolean(_: bool) -> Self {
-        Self(true)
+impl<'de> Lenient<'de> for Filled {
+    fn boolean(b: bool) -> Self {
+        Self(b)
     }
     fn unsigned(_: u64) -> Self {
         Self(true)
@@ -172,20 +174,26 @@ impl<'de> Lenient<'de> for NotNull {
     fn float(_: f64) -> Self {
         Self(true)
     }
-    fn string(_: Cow<'de, str>) -> Self {
-        Self(true)
+    fn string(s: Cow<'de, str>) -> Self {
+        Self(!s.is_empty())
     }
     fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        while map.next_entry::<Skip, Skip>()?.is_some() {}
-        Ok(Self(true))
+        let mut filled = false;
+        while map.next_entry::<Skip, Skip>()?.is_some() {
+            filled = true;
+        }
+        Ok(Self(filled))
     }
     fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        while seq.next_element::<Skip>()?.is_some() {}
-        Ok(Self(true))
+        let mut filled = false;
+        while seq.next_element::<Skip>()?.is_some() {
+            filled = true;
+        }
+        Ok(Self(filled))
     }
 }
 
-impl<'de> Deserialize<'de> for NotNull {
+impl<'de> Deserialize<'de> for Filled {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         lenient(d)
     }

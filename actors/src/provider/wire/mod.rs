@@ -163,3 +163,7 @@ mod tolerance_chat_tests;
 #[cfg(test)]
 #[path = "tolerance_tests.rs"]
 mod tolerance_tests;
+
+#[cfg(test)]
+#[path = "calls_tests.rs"]
+mod calls_tests;

@@ -1,11 +1,19 @@
 //! OpenAI Responses stream decoder (`response.*` events), per
 //! <https://platform.openai.com/docs/api-reference/responses-streaming>.
 //!
-//! Function-call argument deltas carry the output item's `item_id`; they are mapped to
-//! the call's `call_id` (announced by `response.output_item.added`). `response.failed`
-//! and `error` events are classified like HTTP errors. A `data:` payload that is not
-//! JSON fails the stream with `invalid_response` (see `common::parse_payload`); empty
-//! data, `[DONE]` and unknown event types are ignored.
+//! Function calls are output items (`response.output_item.added` / `.done`, both with the
+//! item's `output_index`); their argument events (`response.function_call_arguments.delta`
+//! / `.done`) carry `output_index` and `item_id` (some compatible servers send `call_id`
+//! instead). A fragment belongs to the call whose keys it agrees with: the output index
+//! first, then the item id (an item without one is known by its `call_id`), then the
+//! `call_id`; empty ids count as missing. So two calls sharing an item id (or with empty
+//! ones) stay two calls, each with its own arguments, and the whole arguments of an item
+//! that has only a `call_id` still reach its call. The id streamed for a call is its
+//! `call_id`, else its item id, else none (the SSE layer then generates one).
+//!
+//! `response.failed` and `error` events are classified like HTTP errors. A `data:`
+//! payload that is not JSON fails the stream with `invalid_response` (see
+//! `common::parse_payload`); empty data, `[DONE]` and unknown event types are ignored.
 
 use super::common::{Payload, Terminal, parse_payload, payload_value};
 use super::json::{Obj, Str, U64, json_object};
@@ -13,7 +21,6 @@ use super::{WireDecoder, interrupted};
 use crate::provider::classify;
 use foya_protocol::{FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
-use std::collections::HashMap;
 
 json_object! {
     /// A stream event's payload (its `type` falls back to the SSE event name).
@@ -22,6 +29,7 @@ json_object! {
         item: Obj<Item<'a>> = "item",
         output_index: U64 = "output_index",
         item_id: Str<'a> = "item_id",
+        call_id: Str<'a> = "call_id",
         delta: Str<'a> = "delta",
         summary_index: U64 = "summary_index",
         arguments: Str<'a> = "arguments",
@@ -79,20 +87,68 @@ json_object! {
     }
 }
 
+/// What identifies a function call, as far as an event tells: its output index, its
+/// output item id and its `call_id` (empty strings are `None`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Keys<'k> {
+    output_index: Option<u64>,
+    item_id: Option<&'k str>,
+    call_id: Option<&'k str>,
+}
+
+impl<'k> Keys<'k> {
+    fn new(output_index: Option<u64>, item_id: Option<&'k str>, call_id: Option<&'k str>) -> Self {
+        Self {
+            output_index,
+            item_id: item_id.filter(|s| !s.is_empty()),
+            call_id: call_id.filter(|s| !s.is_empty()),
+        }
+    }
+
+    /// The keys of an output item at `output_index`.
+    fn of_item(item: &'k Item<'_>, output_index: Option<u64>) -> Self {
+        Self::new(output_index, item.id.get(), item.call_id.get())
+    }
+}
+
 #[derive(Debug)]
 struct Call {
     dense: u32,
+    output_index: Option<u64>,
+    item_id: Option<String>,
+    call_id: Option<String>,
+    id_sent: bool,
+    name_sent: bool,
     got_arguments: bool,
+}
+
+impl Call {
+    /// Whether an event with `keys` is about this call. When both know an output index,
+    /// it decides (it names one output item of the response). Otherwise every id both
+    /// know must agree, and at least one must: an item id is compared with the call's
+    /// item id, or with its `call_id` when its item had no id.
+    fn matches(&self, keys: &Keys<'_>) -> bool {
+        if let (Some(a), Some(b)) = (self.output_index, keys.output_index) {
+            return a == b;
+        }
+        let item_key = self.item_id.as_deref().or(self.call_id.as_deref());
+        let item = compare(item_key, keys.item_id);
+        let call = compare(self.call_id.as_deref(), keys.call_id);
+        item != Some(false) && call != Some(false) && (item == Some(true) || call == Some(true))
+    }
+}
+
+/// `Some(a == b)` when both are known.
+fn compare(a: Option<&str>, b: Option<&str>) -> Option<bool> {
+    Some(a? == b?)
 }
 
 /// Decoder state for one Responses stream.
 #[derive(Debug, Default)]
 pub struct ResponsesDecoder {
     terminal: Terminal,
-    /// Function calls by output item id.
-    calls: HashMap<String, Call>,
-    /// Item id by output index, for deltas that lack `item_id`.
-    by_output_index: HashMap<u64, String>,
+    /// Function calls in the order they appeared (their dense index).
+    calls: Vec<Call>,
     /// Last (item id, summary index) of reasoning text, to separate summary parts.
     last_summary: Option<(String, u64)>,
 }
@@ -104,68 +160,73 @@ impl ResponsesDecoder {
         Self::default()
     }
 
-    fn item_added(
+    /// The latest call an event with `keys` is about.
+    fn call_for(&mut self, keys: &Keys<'_>) -> Option<&mut Call> {
+        self.calls.iter_mut().rev().find(|c| c.matches(keys))
+    }
+
+    /// A function-call item (`added` or `done`): the call it names, or a new one. A new
+    /// call's first fragment carries its id (`call_id`, else item id), name and the
+    /// item's arguments; for a known call, an id or name it did not have yet is sent.
+    /// Returns the call's position.
+    fn item(
         &mut self,
         item: &Item<'_>,
         output_index: Option<u64>,
         out: &mut Vec<StreamEvent>,
-    ) {
-        if item.kind.get() != Some("function_call") {
-            return;
-        }
-        let item_id = item
-            .id
-            .get()
-            .or_else(|| item.call_id.get())
-            .unwrap_or_default();
-        if self.calls.contains_key(item_id) {
-            return;
+    ) -> usize {
+        let keys = Keys::of_item(item, output_index);
+        let id = keys.call_id.or(keys.item_id);
+        let name = item.name.get();
+        if let Some(pos) = self.calls.iter().rposition(|c| c.matches(&keys)) {
+            let call = &mut self.calls[pos];
+            call.output_index = call.output_index.or(output_index);
+            let id = id.filter(|_| !call.id_sent);
+            let name = name.filter(|_| !call.name_sent);
+            if id.is_some() || name.is_some() {
+                call.id_sent |= id.is_some();
+                call.name_sent |= name.is_some();
+                out.push(StreamEvent::ToolCallDelta {
+                    index: call.dense,
+                    id: id.map(ToolCallId::new),
+                    name: name.map(str::to_owned),
+                    arguments: String::new(),
+                    extra: None,
+                });
+            }
+            return pos;
         }
         let dense = u32::try_from(self.calls.len()).unwrap_or(u32::MAX);
         let arguments = item.arguments.get().unwrap_or_default();
         out.push(StreamEvent::ToolCallDelta {
             index: dense,
-            id: item
-                .call_id
-                .get()
-                .or_else(|| item.id.get())
-                .map(ToolCallId::new),
-            name: item.name.get().map(str::to_owned),
+            id: id.map(ToolCallId::new),
+            name: name.map(str::to_owned),
             arguments: arguments.to_owned(),
             extra: None,
         });
-        if let Some(i) = output_index {
-            self.by_output_index.insert(i, item_id.to_owned());
-        }
-        self.calls.insert(
-            item_id.to_owned(),
-            Call {
-                dense,
-                got_arguments: !arguments.is_empty(),
-            },
-        );
+        self.calls.push(Call {
+            dense,
+            output_index,
+            item_id: keys.item_id.map(str::to_owned),
+            call_id: keys.call_id.map(str::to_owned),
+            id_sent: id.is_some(),
+            name_sent: name.is_some(),
+            got_arguments: !arguments.is_empty(),
+        });
+        self.calls.len() - 1
     }
 
-    /// The call of a fragment: by `item_id`, else by `output_index`.
-    fn call_for(&mut self, item_id: Option<&str>, output_index: Option<u64>) -> Option<&mut Call> {
-        let id = match item_id {
-            Some(id) => id,
-            None => self.by_output_index.get(&output_index?)?.as_str(),
-        };
-        self.calls.get_mut(id)
-    }
-
+    /// A call's whole arguments (`.done` events), sent unless deltas already were.
     fn arguments_whole(
-        &mut self,
-        item_id: Option<&str>,
-        output_index: Option<u64>,
+        call: Option<&mut Call>,
         arguments: Option<&str>,
         out: &mut Vec<StreamEvent>,
     ) {
         let Some(arguments) = arguments.filter(|a| !a.is_empty()) else {
             return;
         };
-        if let Some(call) = self.call_for(item_id, output_index)
+        if let Some(call) = call
             && !call.got_arguments
         {
             call.got_arguments = true;
@@ -248,8 +309,10 @@ impl WireDecoder for ResponsesDecoder {
         };
         match v.kind.get().unwrap_or(event) {
             "response.output_item.added" => {
-                if let Some(item) = &v.item.0 {
-                    self.item_added(item, v.output_index.0, out);
+                if let Some(item) = &v.item.0
+                    && item.kind.get() == Some("function_call")
+                {
+                    self.item(item, v.output_index.0, out);
                 }
             }
             "response.output_text.delta" | "response.refusal.delta" => {
@@ -263,31 +326,29 @@ impl WireDecoder for ResponsesDecoder {
                 self.reasoning_delta(&v, out);
             }
             "response.function_call_arguments.delta" => {
-                let delta = v.delta.0.unwrap_or_default();
-                if let (Some(call), false) = (
-                    self.call_for(v.item_id.get(), v.output_index.0),
-                    delta.is_empty(),
-                ) {
+                let keys = Keys::new(v.output_index.0, v.item_id.get(), v.call_id.get());
+                let delta = v.delta.0.as_deref().unwrap_or_default();
+                if let (Some(call), false) = (self.call_for(&keys), delta.is_empty()) {
                     call.got_arguments = true;
                     out.push(StreamEvent::ToolCallDelta {
                         index: call.dense,
                         id: None,
                         name: None,
-                        arguments: delta.into_owned(),
+                        arguments: delta.to_owned(),
                         extra: None,
                     });
                 }
             }
             "response.function_call_arguments.done" => {
-                self.arguments_whole(v.item_id.get(), v.output_index.0, v.arguments.get(), out);
+                let keys = Keys::new(v.output_index.0, v.item_id.get(), v.call_id.get());
+                Self::arguments_whole(self.call_for(&keys), v.arguments.get(), out);
             }
             "response.output_item.done" => {
                 if let Some(item) = &v.item.0
                     && item.kind.get() == Some("function_call")
                 {
-                    self.item_added(item, v.output_index.0, out);
-                    let item_id = item.id.get().unwrap_or_default();
-                    self.arguments_whole(Some(item_id), None, item.arguments.get(), out);
+                    let pos = self.item(item, v.output_index.0, out);
+                    Self::arguments_whole(self.calls.get_mut(pos), item.arguments.get(), out);
                 }
             }
             "response.completed" => {

@@ -1,15 +1,19 @@
 //! SSE framing: drives a [`WireDecoder`] over a byte stream with `eventsource-stream`.
 //!
 //! Adds what the parser alone does not give: a leading UTF-8 byte-order mark skipped (as
-//! the SSE spec says; the parser would panic on it), a final `"\n\n"` at EOF (so a last event
-//! without its blank line still counts), a per-event size cap, detection of a JSON body
-//! sent instead of an event stream (an error object with status 200), mapping of
+//! the SSE spec says; the parser would panic on it), a final `"\n\n"` at EOF (so a last
+//! event without its blank line still counts), a per-event size cap, detection of a JSON
+//! body sent instead of an event stream (an error object with status 200), mapping of
 //! transport failures to `stream_interrupted` and of bytes that are not UTF-8 to
 //! `invalid_response` (like a `data:` payload that is not JSON), and an id for every tool
-//! call the provider streamed without one (`ids::generated_call_id`, given just before
-//! the final `Done`, so an id arriving on a later fragment still wins). Pure apart from
-//! polling the given stream (and the clock and randomness of generated ids): tests feed
-//! it in-memory chunks.
+//! call the provider streamed without one or with an empty one (`ids::generated_call_id`,
+//! given just before the final `Done`, so an id arriving on a later fragment still wins;
+//! the same for every protocol, see `CallIds`). It hands the parser only complete lines,
+//! LF-terminated, a few at a time (see `Scanner` and `framed`): the parser re-reads its
+//! buffer in ways that are quadratic in a long incomplete line or in many lines at once,
+//! so this keeps the work linear in the body's size. Pure apart from polling the given
+//! stream (and the clock and randomness of generated ids): tests feed it in-memory
+//! chunks.
 
 use super::WireDecoder;
 use super::common::{MAX_EXCERPT_CHARS, excerpt};
@@ -69,7 +73,15 @@ impl std::fmt::Display for Framing {
     }
 }
 
-/// Body sniffing and event-size accounting over raw bytes.
+/// Body sniffing, event-size accounting and line framing over raw bytes.
+///
+/// Only complete lines are handed to `eventsource-stream`: its parser re-scans its whole
+/// buffer whenever a chunk arrives and the buffer's last line is incomplete, so one large
+/// event delivered in many small chunks would cost time quadratic in its size (a 16 MiB
+/// event in 1 KiB chunks: half a minute of CPU before the size cap). The bytes after
+/// the last line terminator are held here until their line ends (or the stream does),
+/// and every terminator (CR, LF or CRLF, even split over chunks) is passed on as LF, so
+/// the parser never waits on a trailing CR either. Total work is linear in the body.
 #[derive(Debug)]
 struct Scanner {
     max: usize,
@@ -78,9 +90,13 @@ struct Scanner {
     json_buf: Vec<u8>,
     line_len: usize,
     since_blank: usize,
+    /// Whether the last byte scanned was a CR (a line terminator; an LF right after it,
+    /// even in the next chunk, is the second half of a CRLF).
     prev_cr: bool,
     /// Bytes of a leading UTF-8 byte-order mark consumed so far (3: past the start).
     bom: usize,
+    /// The incomplete line held back: the bytes after the last line terminator passed on.
+    held: Vec<u8>,
 }
 
 /// The UTF-8 byte-order mark, which the SSE spec skips at the start of a stream (and
@@ -97,6 +113,7 @@ impl Scanner {
             since_blank: 0,
             prev_cr: false,
             bom: 0,
+            held: Vec::new(),
         }
     }
 
@@ -116,7 +133,8 @@ impl Scanner {
         chunk
     }
 
-    /// Checks a chunk; returns the bytes to hand to the SSE parser (empty in JSON mode).
+    /// Checks a chunk; returns the bytes to hand to the SSE parser: complete lines only,
+    /// each ending in LF (empty in JSON mode and while a line is incomplete).
     fn scan(&mut self, chunk: Bytes) -> Result<Bytes, Framing> {
         let chunk = self.strip_bom(chunk);
         if self.json.is_none()
@@ -131,6 +149,7 @@ impl Scanner {
             }
             return Ok(Bytes::new());
         }
+        let after_cr = self.prev_cr;
         let mut rest: &[u8] = &chunk;
         while !rest.is_empty() {
             // Bytes up to the next line break (or the end) extend the line.
@@ -157,13 +176,49 @@ impl Scanner {
             }
             rest = &rest[run + 1..];
         }
-        Ok(chunk)
+        Ok(self.lines(chunk, after_cr))
     }
 
-    /// At EOF: the JSON body when the stream was one.
-    fn end(&mut self) -> Option<Framing> {
-        (self.json == Some(true))
-            .then(|| Framing::JsonBody(String::from_utf8_lossy(&self.json_buf).into_owned()))
+    /// The complete lines that `chunk` ends (the held line first), every terminator as LF;
+    /// holds back the bytes after its last terminator. `after_cr`: whether the byte
+    /// before `chunk` was a CR (then a leading LF completes a CRLF and is dropped).
+    fn lines(&mut self, mut chunk: Bytes, after_cr: bool) -> Bytes {
+        if after_cr && chunk.first() == Some(&b'\n') {
+            chunk = chunk.slice(1..);
+        }
+        let Some(last) = memchr::memrchr2(b'\n', b'\r', &chunk) else {
+            self.held.extend_from_slice(&chunk);
+            return Bytes::new();
+        };
+        let tail = chunk.split_off(last + 1);
+        let out = if memchr::memchr(b'\r', &chunk).is_none() && self.held.is_empty() {
+            // The usual case: LF-terminated lines, passed on without a copy.
+            chunk
+        } else {
+            let mut out = std::mem::take(&mut self.held);
+            out.reserve(chunk.len());
+            let mut rest: &[u8] = &chunk;
+            while let Some(i) = memchr::memchr2(b'\n', b'\r', rest) {
+                out.extend_from_slice(&rest[..i]);
+                out.push(b'\n');
+                let crlf = rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n');
+                rest = &rest[i + 1 + usize::from(crlf)..];
+            }
+            Bytes::from(out)
+        };
+        self.held.extend_from_slice(&tail);
+        out
+    }
+
+    /// At EOF: the JSON body when the stream was one, else the held line and a blank line
+    /// (so a last event without its blank line still counts).
+    fn end(&mut self) -> Result<Bytes, Framing> {
+        if self.json == Some(true) {
+            return Err(Framing::JsonBody(
+                String::from_utf8_lossy(&self.json_buf).into_owned(),
+            ));
+        }
+        Ok(self.lines(Bytes::from_static(b"\n\n"), self.prev_cr))
     }
 }
 
@@ -181,21 +236,7 @@ pub fn decode_sse<S>(
 where
     S: Stream<Item = Result<Bytes, TransportError>> + Send + 'static,
 {
-    let framed = bytes.map(Some).chain(stream::once(async { None })).scan(
-        Scanner::new(limits.max_event_bytes),
-        |scanner, item| {
-            let out = match item {
-                Some(Ok(chunk)) => scanner.scan(chunk),
-                Some(Err(e)) => Err(Framing::Transport(e)),
-                None => match scanner.end() {
-                    Some(json) => Err(json),
-                    None => Ok(Bytes::from_static(b"\n\n")),
-                },
-            };
-            futures::future::ready(Some(out))
-        },
-    );
-    let events = framed.eventsource();
+    let events = framed(bytes, limits).eventsource();
     let state = Driver {
         events: Box::pin(events),
         decoder,
@@ -223,6 +264,70 @@ where
     .boxed()
 }
 
+/// Most lines handed to the SSE parser at once. The parser moves the rest of its buffer
+/// down after every line it reads, so a piece of `n` lines costs it up to `n` times the
+/// piece's size: one large network read holding thousands of short lines would be
+/// quadratic again. Pieces of at most this many lines keep that linear (each byte moved
+/// at most this many times) while the usual event (2 or 3 lines) still goes as one.
+const LINES_PER_PIECE: usize = 16;
+
+/// `bytes` as the SSE parser gets them: the complete lines [`Scanner`] passes on, in
+/// pieces of at most [`LINES_PER_PIECE`] lines (slices, not copies); at EOF the held line
+/// and a blank line; or a framing error.
+fn framed<S>(bytes: S, limits: SseLimits) -> impl Stream<Item = Result<Bytes, Framing>>
+where
+    S: Stream<Item = Result<Bytes, TransportError>>,
+{
+    bytes
+        .map(Some)
+        .chain(stream::once(async { None }))
+        .scan(Scanner::new(limits.max_event_bytes), |scanner, item| {
+            let out = match item {
+                Some(Ok(chunk)) => scanner.scan(chunk),
+                Some(Err(e)) => Err(Framing::Transport(e)),
+                None => scanner.end(),
+            };
+            futures::future::ready(Some(out))
+        })
+        .flat_map(|out| stream::iter(Pieces::from(out)))
+}
+
+/// The pieces of one [`Scanner`] output: up to [`LINES_PER_PIECE`] lines each, or its
+/// error.
+struct Pieces {
+    rest: Bytes,
+    error: Option<Framing>,
+}
+
+impl From<Result<Bytes, Framing>> for Pieces {
+    fn from(out: Result<Bytes, Framing>) -> Self {
+        match out {
+            Ok(rest) => Self { rest, error: None },
+            Err(e) => Self {
+                rest: Bytes::new(),
+                error: Some(e),
+            },
+        }
+    }
+}
+
+impl Iterator for Pieces {
+    type Item = Result<Bytes, Framing>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        if self.rest.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr_iter(b'\n', &self.rest)
+            .nth(LINES_PER_PIECE - 1)
+            .map_or(self.rest.len(), |i| i + 1);
+        Some(Ok(self.rest.split_to(end)))
+    }
+}
+
 /// State of [`decode_sse`]'s stream: the parsed events, the decoder, and the decoded
 /// events not yet yielded, in reverse order (popped from the end; the buffer is reused
 /// from one SSE event to the next).
@@ -233,20 +338,27 @@ struct Driver<E> {
     pending: Vec<StreamEvent>,
 }
 
-/// Which tool calls (by dense index) got an id so far.
+/// Which tool calls (by dense index) got an id so far. The one place where the ids of
+/// streamed calls are completed, the same for every protocol: an empty id (`""`) counts
+/// as missing (it is removed from its fragment, so a later fragment's id still wins), and
+/// a call still without an id when the stream ends `Done` gets a generated one.
 #[derive(Debug, Default)]
 struct CallIds {
     has_id: BTreeMap<u32, bool>,
 }
 
 impl CallIds {
-    /// Inserts into `out`, before a `Done`, an id fragment for every call still without
-    /// one (each id generated, unique within the session: never `call_0` again).
+    /// Removes empty ids from the fragments in `out` and inserts, before a `Done`, an id
+    /// fragment for every call still without one (each id generated, unique within the
+    /// session: never `call_0` again, never `""`).
     fn fill(&mut self, out: &mut Vec<StreamEvent>) {
         let mut i = 0;
         while i < out.len() {
-            match &out[i] {
+            match &mut out[i] {
                 StreamEvent::ToolCallDelta { index, id, .. } => {
+                    if id.as_ref().is_some_and(|id| id.as_str().is_empty()) {
+                        *id = None;
+                    }
                     *self.has_id.entry(*index).or_default() |= id.is_some();
                 }
                 StreamEvent::Done { .. } => {
@@ -304,73 +416,5 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
 }
 
 #[cfg(test)]
-mod scanner_tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The byte-at-a-time accounting the run-based scan replaced: the state after each
-    /// chunk, or the chunk index at which an event grew too large.
-    fn reference(chunks: &[Vec<u8>], max: usize) -> Result<Vec<(usize, usize, bool)>, usize> {
-        let (mut line_len, mut since_blank, mut prev_cr) = (0, 0, false);
-        let mut states = Vec::new();
-        for (i, chunk) in chunks.iter().enumerate() {
-            for &b in chunk {
-                if b == b'\n' && prev_cr {
-                    prev_cr = false;
-                    continue;
-                }
-                if b == b'\n' || b == b'\r' {
-                    if line_len == 0 {
-                        since_blank = 0;
-                    }
-                    line_len = 0;
-                    prev_cr = b == b'\r';
-                } else {
-                    prev_cr = false;
-                    line_len += 1;
-                    since_blank += 1;
-                    if since_blank > max {
-                        return Err(i);
-                    }
-                }
-            }
-            states.push((line_len, since_blank, prev_cr));
-        }
-        Ok(states)
-    }
-
-    proptest! {
-        #[test]
-        fn run_based_scan_counts_like_the_byte_loop(
-            chunks in proptest::collection::vec(
-                proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'\r'), Just(b'a')], 0..12),
-                1..8,
-            ),
-            max in 1usize..10,
-        ) {
-            // A leading `d` keeps the body in SSE mode (not sniffed as JSON).
-            let mut chunks = chunks;
-            chunks[0].insert(0, b'd');
-            let mut scanner = Scanner::new(max);
-            let mut got = Ok(Vec::new());
-            for (i, chunk) in chunks.iter().enumerate() {
-                match scanner.scan(Bytes::from(chunk.clone())) {
-                    Ok(passed) => {
-                        prop_assert_eq!(&passed[..], &chunk[..]);
-                        if let Ok(states) = &mut got {
-                            states.push((scanner.line_len, scanner.since_blank, scanner.prev_cr));
-                        }
-                    }
-                    Err(Framing::TooLarge(m)) => {
-                        prop_assert_eq!(m, max);
-                        got = Err(i);
-                        break;
-                    }
-                    Err(other) => prop_assert!(false, "unexpected {other}"),
-                }
-            }
-            prop_assert_eq!(got, reference(&chunks, max));
-        }
-    }
-}
+#[path = "sse_tests.rs"]
+mod tests;

@@ -1,9 +1,10 @@
 //! What the Chat decoder tolerates field by field, pinned before its payloads became typed
 //! structs: wrong types are ignored (never failing the chunk), `delta` wins over
 //! `message` even when null, non-string arguments are re-serialised (keys sorted), extra
-//! call fields are kept, a non-object call entry still takes a slot, duplicate keys keep
-//! the last value, and JSON that `serde_json::Value` rejects (lone surrogates, nesting
-//! beyond 128, out-of-range numbers) fails the stream even inside ignored fields.
+//! call fields are kept, a non-object call entry is skipped (it takes no call index),
+//! duplicate keys keep the last value, and JSON that `serde_json::Value` rejects (lone
+//! surrogates, nesting beyond 128, out-of-range numbers) fails the stream even inside
+//! ignored fields.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::common::{MAX_EXCERPT_CHARS, excerpt};
@@ -194,23 +195,23 @@ fn chat_tool_call_shapes_arguments_and_extra_fields() {
         feed(ProviderKind::OpenaiChat, &events),
         vec![
             call(
-                1,
+                0,
                 Some("a"),
                 Some("shell"),
                 r#"{"a":[1.5,true,null,100.0,-3,"é"],"b":1}"#,
                 None
             ),
-            call(1, None, None, "7", None),
+            call(0, None, None, "7", None),
             call(
-                1,
+                0,
                 None,
                 None,
                 "x\n",
                 Some(json!({"alpha": null, "zeta": {"k": [2, 1]}}))
             ),
-            call(2, Some("b"), None, "", None),
-            call(3, None, None, "true", None),
-            call(3, None, None, r#"[1,{"x":1,"y":2}]"#, None),
+            call(1, Some("b"), None, "", None),
+            call(2, None, None, "true", None),
+            call(2, None, None, r#"[1,{"x":1,"y":2}]"#, None),
         ]
     );
 }

@@ -231,7 +231,7 @@ fn responses_wrong_types_call_lookup_and_event_name_fallback() {
             ),
             (
                 "x",
-                r#"{"type":"response.function_call_arguments.delta","item_id":"nope","output_index":0,"delta":"lost"}"#,
+                r#"{"type":"response.function_call_arguments.delta","item_id":"nope","output_index":0,"delta":"by index"}"#,
             ),
             (
                 "x",
@@ -295,6 +295,8 @@ fn responses_wrong_types_call_lookup_and_event_name_fallback() {
         vec![
             call(0, Some("c1"), Some("shell"), "", None),
             call(0, None, None, "{}", None),
+            // The output index names the item: a contradicting item id does not matter.
+            call(0, None, None, "by index", None),
             call(1, Some("c2"), None, r#"{"x":1}"#, None),
             call(2, Some("fc3"), Some("read"), "{}", None),
             text("no"),
