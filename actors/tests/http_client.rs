@@ -301,3 +301,32 @@ async fn a_base_url_with_a_query_keeps_the_query_after_the_path() {
     );
     assert_eq!(recorded.lock().unwrap()[0].0, "/v1/chat/completions");
 }
+
+#[tokio::test]
+async fn extra_headers_replace_a_header_of_the_same_name_instead_of_doubling_it() {
+    let (url, recorded) = server(vec![sse(fixture("anthropic/thinking_text_tool_use.sse"))]).await;
+    let mut profile = ProviderProfile::for_kind(ProviderKind::Anthropic, "m-1");
+    profile.base_url = url;
+    profile.extra_headers = [
+        ("X-Api-Key", "gateway-key"),
+        ("anthropic-version", "2099-01-01"),
+        ("x-extra", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let client =
+        HttpModelClient::with_env(profile, &|_| Some("sk-test-secret".to_owned())).unwrap();
+    run(&client).await;
+    let (_, headers, _) = recorded.lock().unwrap()[0].clone();
+    let all = |name: &str| -> Vec<&str> {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    };
+    assert_eq!(all("x-api-key"), ["gateway-key"]);
+    assert_eq!(all("anthropic-version"), ["2099-01-01"]);
+    assert_eq!(all("x-extra"), ["1"]);
+}

@@ -133,12 +133,24 @@ impl HttpModelClient {
             .post(url)
             .header("accept", "text/event-stream")
             .json(&encoded.body);
+        // A profile's `extra_headers` replace a header of the same name (a gateway's own
+        // `Authorization`, another `anthropic-version`) instead of sending it twice.
+        let overridden = |name: &str| {
+            self.profile
+                .extra_headers
+                .keys()
+                .any(|extra| extra.eq_ignore_ascii_case(name))
+        };
         for (name, value) in encoded.headers {
-            rb = rb.header(name, value);
+            if !overridden(name) {
+                rb = rb.header(name, value);
+            }
         }
         if let Some(key) = &self.api_key {
             let (name, value) = self.profile.kind.auth_header(&key.0);
-            rb = rb.header(name, value);
+            if !overridden(name) {
+                rb = rb.header(name, value);
+            }
         }
         for (name, value) in &self.profile.extra_headers {
             rb = rb.header(name.as_str(), value.as_str());
