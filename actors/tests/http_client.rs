@@ -237,8 +237,49 @@ fn missing_key_is_a_clear_error_and_debug_redacts_the_key() {
         err.to_string(),
         "provider profile `anthropic` needs an API key: set the environment variable ANTHROPIC_API_KEY"
     );
+    let mut profile = profile;
+    profile
+        .extra_headers
+        .insert("x-gateway-key".into(), "gw-secret".into());
     let ok = HttpModelClient::with_env(profile, &|_| Some("sk-ant-secret".into())).unwrap();
-    assert!(!format!("{ok:?}").contains("sk-ant-secret"));
+    let debug = format!("{ok:?}");
+    assert!(!debug.contains("sk-ant-secret"), "{debug}");
+    assert!(!debug.contains("gw-secret"), "{debug}");
+}
+
+#[test]
+fn a_profile_that_cannot_make_a_request_is_refused_when_the_client_is_built() {
+    let base = ProviderProfile::for_kind(ProviderKind::OpenaiChat, "m-1");
+    let refused = |change: &dyn Fn(&mut ProviderProfile)| {
+        let mut profile = base.clone();
+        change(&mut profile);
+        match HttpModelClient::with_env(profile, &|_| Some("sk-test-secret".into())) {
+            Err(ConfigError::Invalid { message, .. }) => message,
+            other => panic!("{other:?}"),
+        }
+    };
+    let message = refused(&|p| p.base_url = "127.0.0.1:8000/v1".into());
+    assert!(
+        message.contains("base_url 127.0.0.1:8000/v1 is not"),
+        "{message}"
+    );
+    let message = refused(&|p| p.base_url = "ftp://user:pw@host/v1".into());
+    assert!(message.contains("scheme `ftp`"), "{message}");
+    assert!(!message.contains("pw"), "{message}");
+    let message = refused(&|p| p.idle_timeout_ms = 0);
+    assert!(message.starts_with("idle_timeout_ms = 0"), "{message}");
+    let message = refused(&|p| p.connect_timeout_ms = 0);
+    assert!(message.starts_with("connect_timeout_ms = 0"), "{message}");
+    let message = refused(&|p| {
+        p.extra_headers.insert("Bad Header".into(), "x".into());
+    });
+    assert!(message.contains("`Bad Header` is not a valid"), "{message}");
+    let message = refused(&|p| {
+        p.extra_headers
+            .insert("x-key".into(), "secret\nvalue".into());
+    });
+    assert!(message.contains("the value of `x-key`"), "{message}");
+    assert!(!message.contains("secret"), "{message}");
 }
 
 #[tokio::test]
@@ -329,4 +370,44 @@ async fn extra_headers_replace_a_header_of_the_same_name_instead_of_doubling_it(
     assert_eq!(all("x-api-key"), ["gateway-key"]);
     assert_eq!(all("anthropic-version"), ["2099-01-01"]);
     assert_eq!(all("x-extra"), ["1"]);
+    assert_eq!(all("content-type"), ["application/json"]);
+    assert_eq!(all("accept"), ["text/event-stream"]);
+}
+
+#[tokio::test]
+async fn every_header_is_sent_once_and_extra_headers_may_replace_accept_and_content_type() {
+    let (url, recorded) = server(vec![
+        sse(fixture("openai-chat/basic_text.sse")),
+        sse(fixture("openai-chat/basic_text.sse")),
+    ])
+    .await;
+    let base = format!("{url}/v1");
+    run(&client(ProviderKind::OpenaiChat, &base)).await;
+    let mut profile = ProviderProfile::for_kind(ProviderKind::OpenaiChat, "m-1");
+    profile.base_url = base;
+    profile.extra_headers = [
+        ("Accept", "*/*"),
+        ("Content-Type", "application/json; charset=utf-8"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    run(&HttpModelClient::with_env(profile, &|_| Some("sk-test-secret".to_owned())).unwrap()).await;
+    let recorded = recorded.lock().unwrap();
+    for (i, (_, headers, _)) in recorded.iter().enumerate() {
+        for name in headers.keys() {
+            assert_eq!(
+                headers.get_all(name).iter().count(),
+                1,
+                "request {i}: {name} twice"
+            );
+        }
+    }
+    assert_eq!(recorded[0].1["content-type"], "application/json");
+    assert_eq!(
+        recorded[1].1["content-type"],
+        "application/json; charset=utf-8"
+    );
+    assert_eq!(recorded[1].1["accept"], "*/*");
+    assert_eq!(recorded[1].1["authorization"], "Bearer sk-test-secret");
 }

@@ -28,6 +28,7 @@ use super::{ModelClient, ModelRequest};
 use bytes::Bytes;
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use futures::stream::{self, BoxStream, Stream, StreamExt};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +52,10 @@ impl std::fmt::Debug for ApiKey {
 pub struct HttpModelClient {
     profile: ProviderProfile,
     api_key: Option<ApiKey>,
+    /// Sent with every request after the protocol's own headers, replacing any of the
+    /// same name: the authentication header, then the profile's `extra_headers` (all
+    /// marked sensitive, so `Debug` does not show them).
+    fixed_headers: HeaderMap,
     client: reqwest::Client,
     limits: SseLimits,
 }
@@ -87,6 +92,67 @@ impl HttpModelClient {
                 }
             },
         };
+        let invalid = |message: String| ConfigError::Invalid {
+            profile: profile.name.clone(),
+            message,
+        };
+        match reqwest::Url::parse(&profile.base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            Ok(url) => {
+                return Err(invalid(format!(
+                    "base_url {} is not an http or https URL (scheme `{}`)",
+                    display_url(&profile.base_url),
+                    url.scheme()
+                )));
+            }
+            Err(e) => {
+                return Err(invalid(format!(
+                    "base_url {} is not a URL ({e}; it needs a scheme, e.g. \
+                     http://127.0.0.1:8000/v1)",
+                    display_url(&profile.base_url)
+                )));
+            }
+        }
+        for (name, value) in [
+            ("idle_timeout_ms", profile.idle_timeout_ms),
+            ("connect_timeout_ms", profile.connect_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err(invalid(format!(
+                    "{name} = 0 would time out every request: give at least 1 (milliseconds), \
+                     or leave it out for the default"
+                )));
+            }
+        }
+        let mut fixed_headers = HeaderMap::new();
+        if let Some(key) = &key {
+            let (name, value) = profile.kind.auth_header(key);
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                invalid(format!(
+                    "the API key is not a valid HTTP header value (control characters or \
+                     non-ASCII text; check the variable {})",
+                    profile.api_key_env.as_deref().unwrap_or_default()
+                ))
+            })?;
+            value.set_sensitive(true);
+            fixed_headers.insert(HeaderName::from_static(name), value);
+        }
+        for (name, value) in &profile.extra_headers {
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                invalid(format!(
+                    "extra_headers: `{name}` is not a valid HTTP header name"
+                ))
+            })?;
+            // The value may be a gateway's key: never shown.
+            let mut value = HeaderValue::from_str(value).map_err(|_| {
+                invalid(format!(
+                    "extra_headers: the value of `{name}` is not a valid HTTP header value \
+                     (control characters or non-ASCII text)"
+                ))
+            })?;
+            value.set_sensitive(true);
+            fixed_headers.insert(header, value);
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(profile.connect_timeout_ms))
             .build()
@@ -97,6 +163,7 @@ impl HttpModelClient {
         Ok(Self {
             profile,
             api_key: key.map(ApiKey),
+            fixed_headers,
             client,
             limits: SseLimits::default(),
         })
@@ -128,33 +195,25 @@ impl HttpModelClient {
         let encoded = self.profile.kind.encode(&request);
         let url = endpoint(&self.profile.base_url, encoded.path);
         let shown = display_url(&url);
-        let mut rb = self
-            .client
-            .post(url)
-            .header("accept", "text/event-stream")
-            .json(&encoded.body);
-        // A profile's `extra_headers` replace a header of the same name (a gateway's own
-        // `Authorization`, another `anthropic-version`) instead of sending it twice.
-        let overridden = |name: &str| {
-            self.profile
-                .extra_headers
-                .keys()
-                .any(|extra| extra.eq_ignore_ascii_case(name))
-        };
+        // One value per name: the protocol's headers, then the authentication header and
+        // the profile's `extra_headers`, each replacing a header of the same name (a
+        // gateway's own `Authorization`, another `Accept`) instead of being sent beside it.
+        let mut headers = HeaderMap::with_capacity(4 + self.fixed_headers.len());
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in encoded.headers {
-            if !overridden(name) {
-                rb = rb.header(name, value);
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                headers.insert(name, value);
             }
         }
-        if let Some(key) = &self.api_key {
-            let (name, value) = self.profile.kind.auth_header(&key.0);
-            if !overridden(name) {
-                rb = rb.header(name, value);
-            }
+        for (name, value) in &self.fixed_headers {
+            headers.insert(name, value.clone());
         }
-        for (name, value) in &self.profile.extra_headers {
-            rb = rb.header(name.as_str(), value.as_str());
-        }
+        // `json` keeps the content type set above.
+        let rb = self.client.post(url).headers(headers).json(&encoded.body);
         (rb, shown, encoded.path)
     }
 }
