@@ -144,6 +144,16 @@ impl ProviderProfile {
     }
 }
 
+/// Where a missing profile field can come from, after the field's name.
+fn missing_hint(field: &str) -> &'static str {
+    match field {
+        "model" => ": set it in the profile or pass --model",
+        "base_url" => ": set it in the profile or pass --base-url",
+        "kind" => ": set it in the profile (openai-chat, anthropic or openai-responses)",
+        _ => "",
+    }
+}
+
 /// A configuration error (one line, fit to show to a user). Never contains a key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -178,7 +188,7 @@ pub enum ConfigError {
         searched: Vec<PathBuf>,
     },
     /// A profile lacks a required field.
-    #[error("provider profile `{profile}` needs `{field}`")]
+    #[error("provider profile `{profile}` needs `{field}`{}", missing_hint(.field))]
     Missing {
         /// The profile.
         profile: String,

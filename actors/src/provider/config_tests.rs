@@ -137,12 +137,17 @@ fn builtins_kind_names_and_openai_base_url_env() {
         .resolve_with_env("anthropic", None, None, &no_env)
         .unwrap();
     assert!(!own.api_key_optional);
+    let missing = config.resolve_with_env("openai-chat", Some("http://x"), None, &no_env);
     assert_eq!(
-        config.resolve_with_env("openai-chat", Some("http://x"), None, &no_env),
+        missing,
         Err(ConfigError::Missing {
             profile: "openai-chat".into(),
             field: "model"
         })
+    );
+    assert_eq!(
+        missing.unwrap_err().to_string(),
+        "provider profile `openai-chat` needs `model`: set it in the profile or pass --model"
     );
     assert_eq!(
         config.resolve_with_env("nope", None, None, &no_env),
