@@ -146,6 +146,15 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
             foya_actors::provider::redact::display_url(&profile.base_url),
             args.provider
         );
+        let given = args.sim.behaviour_flags();
+        if !given.is_empty() {
+            eprintln!(
+                "foya loadtest: over HTTP the server decides what the model does; {} only \
+                 shape{} the generated workspace here (give the server the same flags)",
+                given.join(", "),
+                if given.len() == 1 { "s" } else { "" }
+            );
+        }
     }
     // One file per call of a turn (of this config; over HTTP the server's must match).
     let workspace = workspace::create(&sim)?;

@@ -78,6 +78,43 @@ fn tool_args(s: &str) -> Result<serde_json::Value, String> {
 const NOT_AN_OBJECT: &str = "must be a JSON object";
 
 impl SimArgs {
+    /// The flags given that set the simulated model's behaviour (not `--sim-config`),
+    /// as typed: with an HTTP provider the server's own settings decide it, so
+    /// `foya loadtest` says these only shape its workspace.
+    pub(crate) fn behaviour_flags(&self) -> Vec<&'static str> {
+        [
+            ("--ttft-ms", self.ttft_ms.is_some()),
+            ("--tokens-per-s", self.tokens_per_s.is_some()),
+            ("--response-tokens", self.response_tokens.is_some()),
+            ("--tool-calls-per-step", self.tool_calls_per_step.is_some()),
+            ("--steps-per-turn", self.steps_per_turn.is_some()),
+            ("--reasoning-tokens", self.reasoning_tokens.is_some()),
+            (
+                "--error-rate-rate-limited",
+                self.error_rate_rate_limited.is_some(),
+            ),
+            (
+                "--error-rate-overloaded",
+                self.error_rate_overloaded.is_some(),
+            ),
+            (
+                "--error-rate-context-overflow",
+                self.error_rate_context_overflow.is_some(),
+            ),
+            (
+                "--error-rate-stream-cut",
+                self.error_rate_stream_cut.is_some(),
+            ),
+            ("--retry-after-ms", self.retry_after_ms.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--tool-name", self.tool_name.is_some()),
+            ("--tool-args", self.tool_args.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
     /// The configuration: the file (if any) with the flags applied on top.
     ///
     /// # Errors
@@ -231,6 +268,21 @@ fn load(path: &std::path::Path) -> anyhow::Result<(SimConfig, bool)> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn behaviour_flags_name_the_flags_given_as_typed() {
+        assert!(SimArgs::default().behaviour_flags().is_empty());
+        let given = SimArgs {
+            steps_per_turn: Some(8),
+            tool_calls_per_step: Some(3),
+            config: Some(PathBuf::from("sim.toml")),
+            ..SimArgs::default()
+        };
+        assert_eq!(
+            given.behaviour_flags(),
+            ["--tool-calls-per-step", "--steps-per-turn"]
+        );
+    }
 
     #[test]
     fn tool_calls_are_explicit_when_a_flag_or_a_file_field_names_them() {
