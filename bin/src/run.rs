@@ -186,6 +186,9 @@ enum Stop {
     Signal(Signalled),
     /// Stdout was closed by its reader (`BrokenPipe`).
     StdoutClosed,
+    /// Stdin ended (or failed) at an approval prompt: the turn is cancelled and the exit
+    /// follows its status.
+    InputClosed,
 }
 
 async fn drive(
@@ -229,11 +232,23 @@ async fn drive(
     loop {
         let signalled = tokio::select! {
             signal = signals.recv() => Some(signal),
-            Some((request_id, (decision, message))) = approvals.answers.recv() => {
+            Some((request_id, answer)) = approvals.answers.recv() => {
                 approvals.asking = None;
-                if stop.is_none() {
-                    let _ = session.decide_approval(request_id, decision, message).await;
-                    approvals.ask_next();
+                match answer {
+                    Some((decision, message)) if stop.is_none() => {
+                        let _ = session.decide_approval(request_id, decision, message).await;
+                        approvals.ask_next();
+                    }
+                    Some(_) => {}
+                    None if stop.is_none() => {
+                        // End of input (^D) or the terminal is gone: nobody can answer,
+                        // which is not a refusal by the user. Cancel the turn.
+                        stop = Some(Stop::InputClosed);
+                        approvals.queue.clear();
+                        eprintln!("\nfoya: no answer (the input ended): cancelling the turn");
+                        let _ = session.cancel().await;
+                    }
+                    None => {}
                 }
                 None
             }
@@ -288,7 +303,7 @@ async fn drive(
                                 return Ok(Ended(signal.exit_code()));
                             }
                             Some(Stop::StdoutClosed) => return Ok(Ended(EXIT_OK)),
-                            Some(Stop::Signal(Signalled::Interrupt)) | None => {}
+                            Some(Stop::Signal(Signalled::Interrupt) | Stop::InputClosed) | None => {}
                         }
                         return Ok(Ended(match status {
                             TurnStatus::Completed => EXIT_OK,
@@ -327,9 +342,9 @@ struct Approvals {
     queue: std::collections::VecDeque<(ApprovalRequestId, String, String)>,
     /// The request whose prompt is on the terminal.
     asking: Option<ApprovalRequestId>,
-    answers_tx: tokio::sync::mpsc::UnboundedSender<(ApprovalRequestId, Answer)>,
-    /// Answers typed at the prompt.
-    answers: tokio::sync::mpsc::UnboundedReceiver<(ApprovalRequestId, Answer)>,
+    answers_tx: tokio::sync::mpsc::UnboundedSender<(ApprovalRequestId, Option<Answer>)>,
+    /// Answers typed at the prompt (`None`: the input ended before a line was typed).
+    answers: tokio::sync::mpsc::UnboundedReceiver<(ApprovalRequestId, Option<Answer>)>,
 }
 
 /// A typed answer: the decision and the message to the model.
@@ -365,24 +380,36 @@ impl Approvals {
     }
 }
 
-/// Asks the person at the terminal: `y` allow once, `a` allow for the session, anything
-/// else denies (with the typed text, if any, as the message to the model).
-async fn ask(tool: &str, action: &str) -> Answer {
-    let (tool, action) = (
+/// Asks the person at the terminal (what a line means: [`decision`]); `None` when the
+/// input ended or failed before a line was typed. Type-ahead is discarded first.
+async fn ask(tool: &str, action: &str) -> Option<Answer> {
+    let prompt = format!(
+        "allow {}: {}? [y]es / [a]lways this session / [n]o (or type a reason): ",
         crate::render::terminal_safe(tool),
-        crate::render::terminal_safe(action),
+        crate::render::terminal_safe(action)
     );
-    eprint!("allow {tool}: {action}? [y]es / [a]lways this session / [n]o (or type a reason): ");
-    let line = tokio::task::spawn_blocking(|| {
+    let line = tokio::task::spawn_blocking(move || {
+        // Keys typed before the prompt was shown (type-ahead while the model streamed)
+        // are not an answer to a question the user has not seen: drop them.
+        let stdin = std::io::stdin();
+        let _ = nix::sys::termios::tcflush(&stdin, nix::sys::termios::FlushArg::TCIFLUSH);
+        eprint!("{prompt}");
         let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
+        match stdin.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
     })
-    .await;
-    let answer = match line {
-        Ok(Ok(line)) => line.trim().to_owned(),
-        _ => String::new(),
-    };
-    match answer.as_str() {
+    .await
+    .ok()
+    .flatten()?;
+    Some(decision(line.trim()))
+}
+
+/// The decision a typed answer means: `y` allow once, `a` allow for the session, empty
+/// or `n` deny, any other text deny with that text as the message to the model.
+pub(crate) fn decision(answer: &str) -> Answer {
+    match answer {
         "y" | "yes" => (ApprovalDecision::AllowOnce, None),
         "a" | "always" => (ApprovalDecision::AllowForSession, None),
         "" | "n" | "no" => (

@@ -16,8 +16,7 @@ use foya_actors::SubscribeOptions;
 use foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE;
 use foya_protocol::event::Notice;
 use foya_protocol::{
-    ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, SessionUpdate,
-    TurnStatus,
+    ApprovalRequestId, EventKind, Input, InputId, RunId, SessionUpdate, TurnStatus,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -133,7 +132,7 @@ impl Follow {
     /// A line typed while turns run: an approval answer, a command, or a queued input.
     async fn typed(&mut self, chat: &mut Chat<'_>, line: String) -> Option<u8> {
         if let Some(request_id) = self.awaiting.take() {
-            let (decision, message) = decision(line.trim());
+            let (decision, message) = crate::run::decision(line.trim());
             if let Err(e) = chat
                 .session
                 .decide_approval(request_id, decision, message)
@@ -205,19 +204,5 @@ impl Follow {
             }
             _ => {}
         }
-    }
-}
-
-/// `y` allow once, `a` allow for the session, anything else denies (typed text other
-/// than `n` is the message to the model).
-fn decision(answer: &str) -> (ApprovalDecision, Option<String>) {
-    match answer {
-        "y" | "yes" => (ApprovalDecision::AllowOnce, None),
-        "a" | "always" => (ApprovalDecision::AllowForSession, None),
-        "" | "n" | "no" => (
-            ApprovalDecision::Deny,
-            Some("the user denied this call".into()),
-        ),
-        reason => (ApprovalDecision::Deny, Some(reason.to_owned())),
     }
 }
