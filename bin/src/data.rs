@@ -11,6 +11,11 @@ use anyhow::Context as _;
 use foya_storage::{Durability, OpenError, ReadOnlyStore, Store, StoreOptions};
 use std::path::{Path, PathBuf};
 
+/// File locked by the `sessions` readers of a data directory while they open its
+/// store: shared to open it read-only, exclusive to repair it (see
+/// `open_existing_read_only`). Empty; never removed.
+const REPAIR_LOCK_FILE: &str = "foya.repair.lock";
+
 /// File name of the event store inside the data directory.
 const STORE_FILE: &str = "foya.redb";
 /// File naming the process that holds the store, inside the data directory.
@@ -217,9 +222,31 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
         Err(OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
         Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
     };
+    // Readers that find the file needing repair take turns at it: one repairs while
+    // the others wait, then find it repaired (without this, a reader opening the file
+    // while another repairs it would be refused as if a writer held it). A directory
+    // that cannot hold the lock file (read-only) goes without.
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(REPAIR_LOCK_FILE))
+        .ok();
+    if let Some(lock) = &lock {
+        let _ = lock.lock_shared();
+    }
     match ReadOnlyStore::open(&path) {
         Err(OpenError::NeedsRecovery { .. }) => {}
         other => return opened(other),
+    }
+    if let Some(lock) = &lock {
+        let _ = lock.unlock();
+        let _ = lock.lock();
+        // Another reader may have repaired it while this one waited.
+        match ReadOnlyStore::open(&path) {
+            Err(OpenError::NeedsRecovery { .. }) => {}
+            other => return opened(other),
+        }
     }
     match Store::open(&path, StoreOptions::default()) {
         // Dropping it closes the file cleanly (and unlocks it).

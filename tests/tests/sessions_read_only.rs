@@ -131,19 +131,38 @@ fn a_store_left_by_a_killed_run_is_repaired_once_then_listed_and_shown() {
         other => panic!("expected a store needing recovery, got {other:?}"),
     }
 
-    let (code, stdout, stderr) =
-        outcome(&output_in(foya(), &["sessions", "list", "--json"], &data));
-    assert_eq!(
-        (code, stderr),
-        (
-            Some(0),
-            format!(
-                "foya: repaired {} (the last process writing it did not close it)\n",
-                path.display()
-            )
-        )
+    // Several readers at once: one repairs it (and says so), the others wait for it and
+    // read; none is refused as if a writer held the file.
+    let readers: Vec<_> = (0..6)
+        .map(|_| {
+            let mut command = foya();
+            command
+                .args(["sessions", "list", "--json", "--data-dir"])
+                .arg(&data)
+                .env_remove("FOYA_DATA_DIR")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            command.spawn().unwrap()
+        })
+        .collect();
+    let outcomes: Vec<_> = readers
+        .into_iter()
+        .map(|child| outcome(&child.wait_with_output().unwrap()))
+        .collect();
+    let note = format!(
+        "foya: repaired {} (the last process writing it did not close it)\n",
+        path.display()
     );
-    let listed = json_lines(&stdout);
+    for (code, _, stderr) in &outcomes {
+        assert!(
+            *code == Some(0) && (stderr.is_empty() || *stderr == note),
+            "{outcomes:#?}"
+        );
+    }
+    let notes = outcomes.iter().filter(|(_, _, e)| *e == note).count();
+    assert_eq!(notes, 1, "{outcomes:#?}");
+    let stdout = &outcomes[0].1;
+    let listed = json_lines(stdout);
     assert_eq!(listed.len(), 1, "{stdout}");
     assert_eq!(listed[0]["id"], id.as_str());
     let last_seq = listed[0]["last_seq"].as_u64().unwrap();
