@@ -202,11 +202,18 @@ impl Renderer {
     }
 
     fn write_text(&mut self, text: &str) -> std::io::Result<()> {
+        // On a terminal the model's text cannot move the cursor, clear the screen or
+        // retitle the window; into a pipe or a file it is the persisted bytes. A carriage
+        // return ending a chunk is dropped there: it is half of a CRLF split across
+        // deltas, or a lone one, which may not move the cursor either.
+        let text = if self.live_text {
+            text.strip_suffix('\r').unwrap_or(text)
+        } else {
+            text
+        };
         if text.is_empty() {
             return Ok(());
         }
-        // On a terminal the model's text cannot move the cursor, clear the screen or
-        // retitle the window; into a pipe or a file it is the persisted bytes.
         let text = if self.live_text {
             terminal_safe(text)
         } else {

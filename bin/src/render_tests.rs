@@ -375,6 +375,12 @@ fn control_sequences_from_the_model_are_shown_not_obeyed_on_a_terminal() {
     });
     assert_eq!(f.out.text(), "a^[[2Jb\nc^Md\\u{9b}e\tf\n");
     assert_eq!(f.err.text(), "^[]0;title^G");
+    // A CRLF split across deltas is a newline, as it is whole.
+    let mut g = fixture(true);
+    g.text("g\r");
+    g.text("\nh\r");
+    g.text("i");
+    assert_eq!(g.out.text(), "g\nhi");
     // Into a pipe the answer is the persisted bytes.
     let mut f = fixture(false);
     f.answer("a\x1b[2Jb");
