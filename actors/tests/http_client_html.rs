@@ -96,3 +96,54 @@ async fn a_stream_starting_with_blank_lines_is_still_decoded() {
     assert_eq!(agg.error, None);
     assert!(!agg.text.is_empty());
 }
+
+/// A run of `client`'s request, failing the test if it has not ended within a generous
+/// bound: far less than the idle timeout (120 s), far more than the markup grace.
+async fn run_bounded(client: &foya_actors::provider::http::HttpModelClient) -> Vec<StreamEvent> {
+    tokio::time::timeout(std::time::Duration::from_secs(20), run(client))
+        .await
+        .expect("the error came before the idle timeout")
+        .0
+}
+
+#[tokio::test]
+async fn a_page_whose_connection_stays_open_fails_without_waiting_for_the_idle_timeout() {
+    // The whole page, then the connection held open (chunked body never finished).
+    let (url, _) = server(vec![Reply {
+        hang: true,
+        ..page(Some("text/event-stream"), false)
+    }])
+    .await;
+    let events = run_bounded(&client(ProviderKind::OpenaiChat, &url)).await;
+    let [StreamEvent::Error { error }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(error.class, ErrorClass::InvalidResponse);
+    assert!(
+        error.message.contains("a page titled `502 Bad Gateway`"),
+        "{}",
+        error.message
+    );
+
+    // Markup without a title or `</html>`: what came within the grace is shown.
+    let (url, _) = server(vec![Reply {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream")],
+        chunks: vec![Bytes::from_static(b"<Error><Code>Denied</Code>")],
+        hang: true,
+        ..Reply::default()
+    }])
+    .await;
+    let events = run_bounded(&client(ProviderKind::OpenaiChat, &url)).await;
+    let [StreamEvent::Error { error }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(error.class, ErrorClass::InvalidResponse);
+    assert!(
+        error
+            .message
+            .contains("and `<Error><Code>Denied</Code>`; check the base URL"),
+        "{}",
+        error.message
+    );
+}

@@ -17,9 +17,9 @@
 
 use crate::session::SessionMsg;
 use foya_protocol::event::Delta;
-use foya_protocol::{RunId, StreamAggregate, StreamEvent};
+use foya_protocol::{RunId, StreamAggregate, StreamEvent, ToolCallId};
 use ractor::ActorRef;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The relay of one model request: shared by its stream task (which folds and
@@ -34,8 +34,9 @@ pub(crate) struct Relay {
 #[derive(Debug, Default)]
 struct RelayState {
     aggregate: StreamAggregate,
-    /// Tool-call indexes already announced with `tool_call_queued`.
-    queued: HashSet<u32>,
+    /// What is known so far of each tool call (by index), to announce it with
+    /// `tool_call_queued` once its id and name are both known.
+    calls: HashMap<u32, CallSeen>,
     closed: bool,
 }
 
@@ -64,7 +65,7 @@ impl Relay {
         }
         let mut deltas = Vec::with_capacity(events.len());
         for event in events {
-            deltas_of(event, &mut state.queued, &mut deltas);
+            deltas_of(event, &mut state.calls, &mut deltas);
             state.aggregate.apply(event);
         }
         if !deltas.is_empty() {
@@ -87,10 +88,47 @@ impl Relay {
     }
 }
 
+/// What the fragments of one tool call told so far: the first id and the first name
+/// given (as the aggregate keeps them), until the call is queued.
+#[derive(Debug, Default)]
+struct CallSeen {
+    id: Option<ToolCallId>,
+    name: Option<String>,
+    /// `tool_call_queued` was published (id and name are then taken out).
+    queued: bool,
+}
+
+impl CallSeen {
+    /// Takes in a fragment's `id` and `name`; returns both the first time they are
+    /// known together, and never again for this call.
+    fn learn(
+        &mut self,
+        id: Option<&ToolCallId>,
+        name: Option<&String>,
+    ) -> Option<(ToolCallId, String)> {
+        if self.queued {
+            return None;
+        }
+        if self.id.is_none() {
+            self.id = id.cloned();
+        }
+        if self.name.is_none() {
+            self.name = name.cloned();
+        }
+        if self.id.is_none() || self.name.is_none() {
+            return None;
+        }
+        self.queued = true;
+        self.id.take().zip(self.name.take())
+    }
+}
+
 /// The live deltas of one stream event, appended to `out`: text, reasoning and
 /// tool-call fragments as they come, and `tool_call_queued` once per call (`index`),
-/// as soon as both its id and its name are known.
-fn deltas_of(event: &StreamEvent, queued: &mut HashSet<u32>, out: &mut Vec<Delta>) {
+/// as soon as both its id and its name are known, from one fragment or several (an id
+/// generated for a call streamed without one, `wire/sse.rs`, arrives on its own
+/// fragment just before `Done`).
+fn deltas_of(event: &StreamEvent, calls: &mut HashMap<u32, CallSeen>, out: &mut Vec<Delta>) {
     match event {
         StreamEvent::TextDelta { text } => out.push(Delta::TextDelta { text: text.clone() }),
         StreamEvent::ReasoningDelta { text } => {
@@ -109,13 +147,12 @@ fn deltas_of(event: &StreamEvent, queued: &mut HashSet<u32>, out: &mut Vec<Delta
                 name: name.clone(),
                 arguments: arguments.clone(),
             });
-            if let (Some(id), Some(name)) = (id, name)
-                && queued.insert(*index)
+            if let Some((tool_call_id, name)) = calls
+                .entry(*index)
+                .or_default()
+                .learn(id.as_ref(), name.as_ref())
             {
-                out.push(Delta::ToolCallQueued {
-                    tool_call_id: id.clone(),
-                    name: name.clone(),
-                });
+                out.push(Delta::ToolCallQueued { tool_call_id, name });
             }
         }
         StreamEvent::ReasoningPart { .. }
@@ -143,7 +180,7 @@ mod tests {
 
     #[test]
     fn a_call_is_queued_once_when_its_id_and_name_are_both_known() {
-        let mut queued = HashSet::new();
+        let mut queued = HashMap::new();
         let mut out = Vec::new();
         for event in [
             call_delta(0, None, Some("read_file"), ""),
@@ -172,5 +209,107 @@ mod tests {
             "three fragments, one queued, one text: {out:?}"
         );
         assert_eq!(out[4], Delta::TextDelta { text: "hi".into() });
+    }
+
+    /// The `tool_call_queued` deltas (id, name) of `events` folded in order.
+    fn queued_of(events: &[StreamEvent]) -> Vec<(String, String)> {
+        let mut calls = HashMap::new();
+        let mut out = Vec::new();
+        for event in events {
+            deltas_of(event, &mut calls, &mut out);
+        }
+        out.iter()
+            .filter_map(|d| match d {
+                Delta::ToolCallQueued { tool_call_id, name } => {
+                    Some((tool_call_id.to_string(), name.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_whose_id_and_name_come_in_different_fragments_is_queued_once() {
+        let queued = queued_of(&[
+            call_delta(0, Some("c1"), None, ""),
+            call_delta(1, None, Some("shell"), ""),
+            call_delta(0, None, Some("read_file"), "{}"),
+            call_delta(0, Some("c9"), Some("other"), ""),
+            call_delta(1, Some("c2"), None, "{}"),
+            call_delta(1, Some("c2"), Some("shell"), ""),
+        ]);
+        assert_eq!(
+            queued,
+            vec![
+                ("c1".to_owned(), "read_file".to_owned()),
+                ("c2".to_owned(), "shell".to_owned())
+            ]
+        );
+    }
+
+    /// The events a Chat stream decodes to, ids completed as for every protocol.
+    fn decoded_chat(chunks: &[serde_json::Value]) -> Vec<StreamEvent> {
+        use crate::provider::wire::ProviderKind;
+        use crate::provider::wire::sse::{SseLimits, decode_sse};
+        use futures::StreamExt;
+        let mut body = String::new();
+        for chunk in chunks {
+            body.push_str(&format!("data: {chunk}\n\n"));
+        }
+        body.push_str("data: [DONE]\n\n");
+        let bytes = futures::stream::iter([Ok(bytes::Bytes::from(body))]);
+        let decoded = decode_sse(
+            bytes,
+            ProviderKind::OpenaiChat.decoder(),
+            SseLimits::default(),
+        );
+        futures::executor::block_on(decoded.collect())
+    }
+
+    fn chat_call(call: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"choices":[{"index":0,"delta":{"tool_calls":[call]}}]})
+    }
+
+    #[test]
+    fn a_chat_call_with_its_id_and_name_in_separate_chunks_is_queued() {
+        let events = decoded_chat(&[
+            chat_call(
+                serde_json::json!({"index":0,"id":"call_a","type":"function",
+                "function":{"arguments":""}}),
+            ),
+            chat_call(serde_json::json!({"index":0,"function":{"name":"read_file"}})),
+            chat_call(serde_json::json!({"index":0,"function":{"arguments":"{}"}})),
+            serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        ]);
+        assert_eq!(
+            queued_of(&events),
+            vec![("call_a".to_owned(), "read_file".to_owned())],
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_call_streamed_without_an_id_is_queued_with_its_generated_id() {
+        let events = decoded_chat(&[
+            chat_call(serde_json::json!({"index":0,"id":"","type":"function",
+                "function":{"name":"shell","arguments":"{}"}})),
+            chat_call(serde_json::json!({"index":1,"type":"function",
+                "function":{"name":"read_file","arguments":"{}"}})),
+            serde_json::json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        ]);
+        let mut aggregate = StreamAggregate::new();
+        for event in &events {
+            aggregate.apply(event);
+        }
+        let persisted: Vec<_> = aggregate
+            .tool_calls()
+            .into_iter()
+            .map(|c| (c.id.to_string(), c.name))
+            .collect();
+        assert!(
+            persisted.iter().all(|(id, _)| id.starts_with("call_")),
+            "{persisted:?}"
+        );
+        assert_eq!(queued_of(&events), persisted, "{events:?}");
     }
 }

@@ -8,12 +8,28 @@
 //! JSON with `{` or `[`; a body whose first significant byte is `<` is markup, and the
 //! request fails at once with `invalid_response` carrying the status (never retried: the
 //! same URL answers the same), saying the server answered HTML and to check the base URL.
+//!
+//! The page shown in that error is what has arrived by then plus what arrives within
+//! [`PAGE_GRACE`] (1 s), ending early at its `</title>` or `</html>`: a server that sends a
+//! short page and then holds the connection open fails the request in at most that, not
+//! after the idle timeout (120 s by default) nor at the body's end.
 
 use super::{MAX_ERROR_BODY_BYTES, TransportError};
 use crate::provider::wire::{MAX_EXCERPT_CHARS, excerpt};
 use bytes::Bytes;
 use foya_protocol::{ErrorClass, ProviderError};
 use futures::{Stream, StreamExt};
+use std::time::Duration;
+
+/// How long [`read_page`] waits, at most, for more of a page once it is known to be
+/// markup. The page is only shown in an error message, so a short fixed bound is enough:
+/// a real error page arrives at once (usually in one piece), and a server that holds the
+/// connection open after it must not delay the error until the idle timeout.
+const PAGE_GRACE: Duration = Duration::from_secs(1);
+
+/// The end tags after which nothing more of a page is read: with its title (shown in the
+/// error) or its end, the page has all it can tell.
+const PAGE_ENDS: [&[u8]; 2] = [b"</title", b"</html"];
 
 /// Leading whitespace looked through before the body counts as not markup.
 const MAX_SNIFF_BYTES: usize = 4096;
@@ -78,8 +94,21 @@ where
     }
 }
 
-/// The page: the bytes `read` and what follows in `body`, at most
-/// [`MAX_ERROR_BODY_BYTES`] (lossy UTF-8; a transport error ends it).
+/// Whether `window` holds one of [`PAGE_ENDS`] (ASCII case-insensitive).
+fn shows_page_end(window: &[u8]) -> bool {
+    PAGE_ENDS.iter().any(|tag| {
+        window
+            .windows(tag.len())
+            .any(|w| w.eq_ignore_ascii_case(tag))
+    })
+}
+
+/// The page: the bytes `read` and what follows in `body` within [`PAGE_GRACE`], at most
+/// [`MAX_ERROR_BODY_BYTES`] (lossy UTF-8). The body's end, a transport error, or the
+/// page's `</title` or `</html` ends it earlier.
+///
+/// # Cancel safety
+/// Dropping the future loses the chunks read so far.
 pub(super) async fn read_page<S>(read: Vec<Result<Bytes, TransportError>>, body: &mut S) -> String
 where
     S: Stream<Item = Result<Bytes, TransportError>> + Unpin,
@@ -92,9 +121,16 @@ where
             Err(_) => ok = false,
         }
     }
-    while ok && page.len() < MAX_ERROR_BODY_BYTES {
-        match body.next().await {
-            Some(Ok(chunk)) => page.extend_from_slice(&chunk),
+    let deadline = tokio::time::Instant::now() + PAGE_GRACE;
+    // Each end tag is looked for in the new bytes and the few before them (a tag split
+    // over two chunks), so the search stays linear in the page.
+    let overlap = PAGE_ENDS.iter().map(|tag| tag.len() - 1).max().unwrap_or(0);
+    let mut from = 0;
+    while ok && page.len() < MAX_ERROR_BODY_BYTES && !shows_page_end(&page[from..]) {
+        from = page.len().saturating_sub(overlap);
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Ok(Some(Ok(chunk))) => page.extend_from_slice(&chunk),
+            // The grace is over, the body ended or failed.
             _ => break,
         }
     }
@@ -149,6 +185,52 @@ fn title<'p>(page: &'p str, lower: &str) -> Option<&'p str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What [`read_page`] makes of `chunks` followed by a connection held open, and how
+    /// long (paused time) it took.
+    async fn page_of_open_body(chunks: &[&'static str]) -> (String, Duration) {
+        let mut body = Box::pin(
+            futures::stream::iter(
+                chunks
+                    .iter()
+                    .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+                    .collect::<Vec<_>>(),
+            )
+            .chain(futures::stream::pending()),
+        );
+        let first = body.next().await.into_iter().collect();
+        let start = tokio::time::Instant::now();
+        // The failure guard: far beyond the grace (a hang would otherwise never end).
+        let page = tokio::time::timeout(Duration::from_secs(60), read_page(first, &mut body))
+            .await
+            .expect("the page is read without waiting for the body's end");
+        (page, start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_page_is_read_up_to_its_title_or_end_then_no_more_is_awaited() {
+        let cases = [
+            (
+                &["<html><TITLE>502</ti", "tLe>", "<body>"][..],
+                "<html><TITLE>502</titLe>",
+            ),
+            (&["<html>", "<body></HT", "ML>"], "<html><body></HTML>"),
+        ];
+        for (chunks, page) in cases {
+            assert_eq!(
+                page_of_open_body(chunks).await,
+                (page.to_owned(), Duration::ZERO)
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn markup_without_title_or_end_is_awaited_for_the_grace_only() {
+        assert_eq!(
+            page_of_open_body(&["<Error>", "<Code>Denied</Code>"]).await,
+            ("<Error><Code>Denied</Code>".to_owned(), PAGE_GRACE)
+        );
+    }
 
     #[test]
     fn markup_is_told_by_the_first_significant_byte() {
