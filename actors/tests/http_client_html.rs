@@ -146,4 +146,16 @@ async fn a_page_whose_connection_stays_open_fails_without_waiting_for_the_idle_t
         "{}",
         error.message
     );
+
+    // Not an event stream by its content type: the error does not wait either.
+    let (url, _) = server(vec![Reply {
+        hang: true,
+        ..page(Some("text/html"), false)
+    }])
+    .await;
+    let events = run_bounded(&client(ProviderKind::OpenaiChat, &url)).await;
+    let [StreamEvent::Error { error }] = events.as_slice() else {
+        panic!("{events:?}")
+    };
+    assert!(error.message.contains("text/html"), "{}", error.message);
 }

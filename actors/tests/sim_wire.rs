@@ -11,7 +11,7 @@ use foya_protocol::{FinishReason, ReasoningPart, StreamEvent, ToolCallId, Usage}
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/providers")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers")
 }
 
 fn fixture(path: &str) -> String {

@@ -1,4 +1,4 @@
-//! Data-driven tests over `shared/fixtures/providers`: every `.sse` stream goes through
+//! Data-driven tests over `actors/tests/fixtures/providers`: every `.sse` stream goes through
 //! the real SSE framing + decoder + `StreamAggregate` (whole, byte by byte, and split at
 //! seeded random points) and must give its `.expected.json` aggregate; every error
 //! fixture must classify as its `expected`. New fixtures are picked up automatically.
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/providers")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers")
 }
 
 fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {

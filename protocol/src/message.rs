@@ -100,7 +100,7 @@ pub struct ToolMessage {
 }
 
 /// Why a model response ended, normalised across providers
-/// (see `shared/fixtures/providers/README.md`).
+/// (see `actors/tests/fixtures/providers/README.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {

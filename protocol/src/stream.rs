@@ -68,7 +68,7 @@ pub enum StreamEvent {
 }
 
 /// Classes of failure. The provider classes come from the classifier in `foya-actors`
-/// (`shared/fixtures/providers/README.md` lists them); the others are runtime failures
+/// (`actors/tests/fixtures/providers/README.md` lists them); the others are runtime failures
 /// reported in `turn_complete.error.class`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

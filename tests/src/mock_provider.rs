@@ -6,7 +6,7 @@
 //! break `^[a-zA-Z0-9_-]{1,64}$`, and an Anthropic request whose tool-call ids break
 //! the API's rules (pattern, uniqueness, pairing; `strict.rs`, `tool_ids.rs`). The builders in [`openai_chat`], [`anthropic`] and
 //! [`responses`] produce SSE bodies shaped byte for byte like the vendors' streams
-//! (modelled on `shared/fixtures/providers`).
+//! (modelled on `actors/tests/fixtures/providers`).
 
 use axum::Router;
 use axum::body::Body;

@@ -6,7 +6,7 @@
 //! 400 at Anthropic (credit balance); context overflow is a 400 with a generic code at
 //! vLLM/DeepSeek, a 500 on old llama.cpp, a `response.failed` at Responses. So the body's
 //! `code`/`type` (top level or under `error`) and message text are read first, and the
-//! status decides only what they leave open. Cases: `shared/fixtures/providers/errors/`.
+//! status decides only what they leave open. Cases: `actors/tests/fixtures/providers/errors/`.
 
 use foya_protocol::{ErrorClass, ProviderError};
 use reqwest::header::HeaderMap;

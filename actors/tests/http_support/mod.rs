@@ -51,7 +51,7 @@ pub fn sse(body: Vec<u8>) -> Reply {
 pub fn fixture(rel: &str) -> Vec<u8> {
     std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/fixtures/providers")
+            .join("tests/fixtures/providers")
             .join(rel),
     )
     .unwrap()

@@ -1,5 +1,5 @@
 //! SSE body builders shaped byte for byte like the vendors' streams (modelled on
-//! `shared/fixtures/providers`): a text answer and a single tool call per protocol.
+//! `actors/tests/fixtures/providers`): a text answer and a single tool call per protocol.
 
 /// Splits text into a few deltas the way token streams do (at word boundaries).
 fn pieces(text: &str) -> Vec<String> {

@@ -1,5 +1,5 @@
 //! HTTP error responses for rejected requests, shaped like the vendors' (see
-//! `shared/fixtures/providers/errors/`): OpenAI `{"error":{message,type,param,code}}`,
+//! `actors/tests/fixtures/providers/errors/`): OpenAI `{"error":{message,type,param,code}}`,
 //! Anthropic `{"type":"error","error":{type,message}}`.
 
 use super::{WireFormat, json_str};

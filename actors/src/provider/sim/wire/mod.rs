@@ -10,7 +10,7 @@
 //! - OpenAI Responses (`event: response.created` … `event: response.completed`), after
 //!   <https://platform.openai.com/docs/api-reference/responses-streaming>.
 //!
-//! The shapes match `shared/fixtures/providers/*/` (the tests reproduce fixtures byte for
+//! The shapes match `actors/tests/fixtures/providers/*/` (the tests reproduce fixtures byte for
 //! byte). `Usage` is held back and written where the format reports it, at `Done`.
 
 use foya_protocol::StreamEvent;
