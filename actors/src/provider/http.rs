@@ -429,7 +429,12 @@ impl ModelClient for HttpModelClient {
                 return error_stream(error);
             }
             if let Err(content_type) = check_content_type(response.headers()) {
-                let body = redact_secrets(&read_capped(response, idle).await, &secrets);
+                // Read as a page is (up to its title or end, else what arrives within the
+                // grace): a server holding the connection open does not delay the error
+                // until the idle timeout.
+                let mut body = Box::pin(idle_bytes(response.bytes_stream(), idle));
+                let body =
+                    redact_secrets(&markup::read_page(Vec::new(), &mut body).await, &secrets);
                 return error_stream(not_a_stream(status.as_u16(), &content_type, &url, &body));
             }
             let content_type = response
