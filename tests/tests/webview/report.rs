@@ -1,0 +1,67 @@
+//! `foya loadtest --html FILE` opened in headless Chromium: every chart is drawn.
+
+use foya_tests::browser::{Browser, screenshot_dir};
+use foya_tests::foya_bin::foya;
+use serde_json::json;
+
+/// The charts the report has, by element id.
+const CHARTS: &[&str] = &[
+    "throughput",
+    "latency-model",
+    "latency-overhead",
+    "latency-relay",
+    "cpu",
+    "rss",
+    "errors",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_html_load_test_report_draws_every_chart() {
+    super::within(180, async {
+        let dir = tempfile::tempdir().unwrap();
+        let html = dir.path().join("report.html");
+        let out = tokio::task::spawn_blocking({
+            let html = html.clone();
+            move || {
+                foya()
+                    .args(["loadtest", "--sessions", "8", "--turns", "4"])
+                    .arg("--html")
+                    .arg(&html)
+                    .env("RUST_LOG", "warn")
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let page = std::fs::read_to_string(&html).unwrap();
+        // Self-contained: nothing fetched from anywhere.
+        for link in ["http://", "https://", "src=", "<link"] {
+            let outside = page.replace("http://www.w3.org/", "");
+            assert!(!outside.contains(link), "the report refers outside itself: {link}");
+        }
+        let b = Browser::start().await;
+        b.client.goto(&format!("file://{}", html.display())).await.unwrap();
+        for id in CHARTS {
+            let drawn = b
+                .js(&format!(
+                    "const s = document.querySelector('#{id} svg'); \
+                     return s ? {{shapes: s.querySelectorAll('rect, line, polyline, path, circle, polygon').length, \
+                                  texts: s.querySelectorAll('text').length, \
+                                  width: s.getBoundingClientRect().width}} : null"
+                ))
+                .await;
+            assert!(drawn != json!(null), "no chart #{id}");
+            assert!(drawn["shapes"].as_u64().unwrap() >= 5, "#{id} is empty: {drawn}");
+            assert!(drawn["texts"].as_u64().unwrap() >= 2, "#{id} has no labels: {drawn}");
+            assert!(drawn["width"].as_f64().unwrap() > 100.0, "#{id} is not shown: {drawn}");
+        }
+        if let Some(dir) = screenshot_dir() {
+            b.client.set_window_size(1200, 2600).await.unwrap();
+            b.screenshot(&dir.join("loadtest-report.png")).await;
+        }
+        b.close().await;
+    })
+    .await;
+}
