@@ -2,10 +2,12 @@
 //! WebDriver (`foya_tests::browser`; Chromium from `.ci/setup-browser`), against the
 //! real binary with the OpenAI Chat provider pointed at the mock provider. One session
 //! goes through: sign-in with the token (a wrong one refused), creating a session from
-//! the list, an answer streaming in, a tool call going from queued to finished, an
-//! approval answered from the page ("allow for this session", the grant shown) and the
-//! tool running, model text with `<script>`, `<img onerror>`, bidi and zero-width
-//! characters rendered as text (no element made, no script run, the characters marked),
+//! the list, an answer streaming in (usage per step shown), a tool call going from
+//! queued to finished (its long output folded), an approval answered from the page
+//! ("allow for this session", the grant shown) and the tool running, another denied (its
+//! command never run), model text with `<script>`, `<img onerror>`, bidi and zero-width
+//! characters rendered as text (no element made, no script run, the characters marked;
+//! every class of hidden character checked against the page's own `text.js`),
 //! an image upload and the `/compact` command (its checkpoint shown), a cancelled turn,
 //! a reload mid-turn (the same transcript, no event twice), a server restart the page
 //! resumes from (no gap, no duplicate), the live session list, the title set and the

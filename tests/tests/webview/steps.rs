@@ -12,6 +12,10 @@ const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x
 const HOSTILE: &str = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\"> \
                        \u{202E}txt.exe\u{202C} zero\u{200B}width \u{1b}[31mred";
 
+/// Every kind of character the page marks, and how it shows them.
+const HIDDEN: &str = "a\u{0}b\u{7}c\r\nd\u{1b}e\u{7f}f\u{85}g\u{9b}h\u{200b}i\u{200d}j\u{200e}k\u{202a}l\u{202e}m\u{2066}n\u{2069}o\u{feff}p\u{61c}q\tr\rs";
+const HIDDEN_MARKED: &str = "a^@b^Gc\nd^[e^?f\\u{85}g\\u{9b}h\\u{200b}i\\u{200d}j\\u{200e}k\\u{202a}l\\u{202e}m\\u{2066}n\\u{2069}o\\u{feff}p\\u{61c}q\tr^Ms";
+
 const STREAMED: &str = "Hello from the mock model, streaming word by word.";
 const RELOADED: &str = "Reloading the page while this answer streams must not show anything twice.";
 
@@ -94,7 +98,10 @@ pub(crate) async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(work.join("notes.txt"), "the notes say hi\n").unwrap();
+    let notes: String = std::iter::once("the notes say hi\n".to_owned())
+        .chain((2..=30).map(|i| format!("line {i}\n")))
+        .collect();
+    std::fs::write(work.join("notes.txt"), notes).unwrap();
     let provider = MockProvider::start().await;
     provider.push(slow(STREAMED, 120));
     // The call's id and name come first, its arguments 300 ms apart: `queued` shows.
@@ -108,6 +115,13 @@ pub(crate) async fn scenario() {
         write,
     )));
     provider.push(MockResponse::sse(openai_chat::text("Written.")));
+    let shell = r#"{"command":"touch denied.txt"}"#;
+    provider.push(MockResponse::sse(openai_chat::tool_call(
+        "call_shell",
+        "shell",
+        shell,
+    )));
+    provider.push(MockResponse::sse(openai_chat::text("Not run, then.")));
     provider.push(MockResponse::sse(openai_chat::text(HOSTILE)));
     provider.push(MockResponse::sse(openai_chat::text("A grey pixel.")));
     provider.push(MockResponse::sse(openai_chat::text(
@@ -158,6 +172,18 @@ pub(crate) async fn scenario() {
             .contains(TOKEN)
     );
 
+    // Hidden and control characters are shown as marks (the page's own module).
+    let marked = b
+        .client
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             import('/web/text.js').then(m => done(m.plain(arguments[0]))).catch(e => done(String(e)));",
+            vec![json!(HIDDEN)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(marked, json!(HIDDEN_MARKED));
+
     // A session created from the list opens its page.
     b.type_into("#new-title", "Web view test").await;
     b.click("#create").await;
@@ -180,6 +206,8 @@ pub(crate) async fn scenario() {
     b.until("streamed text", &format!("(() => {{ const a = document.querySelector('#transcript .assistant.live .answer'); return a && a.textContent.length > 0 && a.textContent !== {STREAMED:?}; }})()")).await;
     assert_eq!(turn_end(&b, 1).await, "completed");
     assert_eq!(answers(&b).await, [STREAMED]);
+    let usage = b.js("return [...document.querySelectorAll('#transcript .note.usage')].map(e => e.textContent)").await;
+    assert_eq!(usage, json!(["usage · input 42 · output 7"]));
 
     // 2. A tool call goes queued → running → finished, arguments and output shown.
     b.js("window.__states = {}; new MutationObserver(rs => { for (const r of rs) { const id = r.target.dataset.toolCallId; if (id) (window.__states[id] ||= []).push(r.oldValue); } }).observe(document.getElementById('transcript'), {subtree: true, attributes: true, attributeOldValue: true, attributeFilter: ['data-state']}); return true").await;
@@ -203,6 +231,10 @@ pub(crate) async fn scenario() {
         card[1].as_str().unwrap().contains("the notes say hi"),
         "{card}"
     );
+
+    // 30 lines of output are folded.
+    let folded = b.js("const d = document.querySelector('[data-tool-call-id=call_read] .tool-result details.fold'); return d ? d.open : null").await;
+    assert_eq!(folded, json!(false), "long output folded (closed)");
 
     // 3. An approval answered from the page ("allow for this session", its grant shown).
     send(&b, "Write out.txt").await;
@@ -233,9 +265,25 @@ pub(crate) async fn scenario() {
         json!("approval: allowed for this session (grant write_file:*)")
     );
 
+    // A denial from the page: the command never runs.
+    send(&b, "Touch a file").await;
+    b.until(
+        "the second approval",
+        "document.querySelector('[data-tool-call-id=call_shell] button.deny')",
+    )
+    .await;
+    let grant = b
+        .js("return document.querySelector('[data-tool-call-id=call_shell] .grant').textContent")
+        .await;
+    assert!(grant.as_str().unwrap().contains("shell:touch"), "{grant}");
+    b.click("[data-tool-call-id=call_shell] button.deny").await;
+    assert_eq!(turn_end(&b, 4).await, "completed");
+    assert_eq!(tool_state(&b, "call_shell").await, "error");
+    assert!(!work.join("denied.txt").exists());
+
     // 4. Markup and hidden characters from the model are text.
     send(&b, "Show me markup").await;
-    assert_eq!(turn_end(&b, 4).await, "completed");
+    assert_eq!(turn_end(&b, 5).await, "completed");
     let seen = b.js("const a = [...document.querySelectorAll('#transcript .assistant .answer')].pop(); return {pwned: typeof window.__pwned, imgs: document.querySelectorAll('#transcript img').length, scripts: document.querySelectorAll('#transcript script').length, elements: a.querySelectorAll(':not(.ctl)').length, text: a.textContent, marks: [...a.querySelectorAll('.ctl')].map(e => e.textContent)}").await;
     assert_eq!(seen["pwned"], "undefined", "{seen}");
     assert_eq!(seen["imgs"], 0, "{seen}");
@@ -263,7 +311,7 @@ pub(crate) async fn scenario() {
         .await
         .unwrap();
     send(&b, "What is in the image?").await;
-    assert_eq!(turn_end(&b, 5).await, "completed");
+    assert_eq!(turn_end(&b, 6).await, "completed");
     let image = b
         .js("return [...document.querySelectorAll('#transcript .user .image')].length")
         .await;
@@ -275,7 +323,7 @@ pub(crate) async fn scenario() {
     );
     b.type_into("#input-command", "/compact").await;
     b.click("#send").await;
-    assert_eq!(turn_end(&b, 6).await, "completed");
+    assert_eq!(turn_end(&b, 7).await, "completed");
     let checkpoint = b
         .js("return document.querySelector('#transcript [data-kind=checkpoint]').textContent")
         .await;
@@ -297,7 +345,7 @@ pub(crate) async fn scenario() {
     )
     .await;
     b.click("#cancel").await;
-    assert_eq!(turn_end(&b, 7).await, "cancelled");
+    assert_eq!(turn_end(&b, 8).await, "cancelled");
 
     // 7. Reload mid-turn: the same transcript, nothing twice.
     send(&b, "Stream while I reload").await;
@@ -312,7 +360,7 @@ pub(crate) async fn scenario() {
         "!document.getElementById('session').hidden",
     )
     .await;
-    assert_eq!(turn_end(&b, 8).await, "completed");
+    assert_eq!(turn_end(&b, 9).await, "completed");
     let last = caught_up(&b, &http, &server.base, &id).await;
     let all = answers(&b).await;
     assert_eq!(all.iter().filter(|a| *a == RELOADED).count(), 1, "{all:?}");
@@ -320,7 +368,7 @@ pub(crate) async fn scenario() {
     let users = b
         .js("return document.querySelectorAll('#transcript .user').length")
         .await;
-    assert_eq!(users, json!(8));
+    assert_eq!(users, json!(9));
     let before = b
         .js("return document.getElementById('transcript').innerText")
         .await;
@@ -351,7 +399,7 @@ pub(crate) async fn scenario() {
     )
     .await;
     send(&b, "Are you back?").await;
-    assert_eq!(turn_end(&b, 9).await, "completed");
+    assert_eq!(turn_end(&b, 10).await, "completed");
     caught_up(&b, &http, &server.base, &id).await;
     assert_eq!(answers(&b).await.last().unwrap(), "Back after the restart.");
 

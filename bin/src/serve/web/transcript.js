@@ -195,6 +195,8 @@ export class Transcript {
     const step = this.live && this.live.run === e.run_id ? this.live : this.step(e.run_id);
     step.box.classList.remove("live");
     setText(step.answer, m.text || "");
+    // A message with only tool calls shows as its calls.
+    step.box.classList.toggle("empty", !m.text && !m.reasoning && !m.interrupted);
     if (m.reasoning) {
       step.reasoningBox.hidden = false;
       setText(step.reasoning, m.reasoning);
@@ -241,6 +243,7 @@ export class Transcript {
     );
     a.appendChild(buttons);
     a.appendChild(el("div", "grant", "“Allow for this session” " + grant + "."));
+    if (typeof card.box.scrollIntoView === "function") card.box.scrollIntoView({ block: "end" });
     this.onState("waiting_for_approval");
   }
 
