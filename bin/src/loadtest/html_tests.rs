@@ -1,5 +1,6 @@
 //! The HTML report: one page, every chart an inline SVG, nothing loaded from elsewhere,
 //! model- or user-given text escaped.
+#![allow(clippy::unwrap_used)]
 
 use super::{Input, page};
 use crate::loadtest::Samples;

@@ -138,7 +138,7 @@ fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
             node: summary.node,
         });
     }
-    out.sort_by(|a, b| b.last_activity_ms.cmp(&a.last_activity_ms));
+    out.sort_by_key(|e| std::cmp::Reverse(e.last_activity_ms));
     Ok(out)
 }
 
