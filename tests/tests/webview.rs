@@ -2,7 +2,7 @@
 //! WebDriver (`foya_tests::browser`; Chromium from `.ci/setup-browser`), against the
 //! real binary with the OpenAI Chat provider pointed at the mock provider. One session
 //! goes through: sign-in with the token (a wrong one refused), creating a session from
-//! the list, an answer streaming in (usage per step shown), a tool call going from
+//! the list, an answer streaming in (its reasoning collapsed, usage per step shown), a tool call going from
 //! queued to finished (its long output folded), an approval answered from the page
 //! ("allow for this session", the grant shown) and the tool running, another denied (its
 //! command never run), model text with `<script>`, `<img onerror>`, bidi and zero-width
@@ -14,6 +14,8 @@
 //! session deleted from the page. The load-test report: `webview/report.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "webview/page.rs"]
+mod page;
 #[path = "webview/report.rs"]
 mod report;
 #[path = "webview/steps.rs"]

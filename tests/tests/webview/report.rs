@@ -58,7 +58,7 @@ async fn the_html_load_test_report_draws_every_chart() {
             assert!(drawn["width"].as_f64().unwrap() > 100.0, "#{id} is not shown: {drawn}");
         }
         if let Some(dir) = screenshot_dir() {
-            b.client.set_window_size(1200, 2600).await.unwrap();
+            b.client.set_window_size(1200, 2900).await.unwrap();
             b.screenshot(&dir.join("loadtest-report.png")).await;
         }
         b.close().await;

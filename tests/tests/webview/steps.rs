@@ -1,7 +1,8 @@
 //! The web view scenario of `webview.rs`, step by step, in one session of one browser.
 
+use super::page::{answers, caught_up, send, shot, tool_state, turn_end};
 use super::{TOKEN, serve, slow};
-use foya_tests::browser::{Browser, screenshot_dir};
+use foya_tests::browser::Browser;
 use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
 use serde_json::{Value, json};
 
@@ -17,81 +18,20 @@ const HIDDEN: &str = "a\u{0}b\u{7}c\r\nd\u{1b}e\u{7f}f\u{85}g\u{9b}h\u{200b}i\u{
 const HIDDEN_MARKED: &str = "a^@b^Gc\nd^[e^?f\\u{85}g\\u{9b}h\\u{200b}i\\u{200d}j\\u{200e}k\\u{202a}l\\u{202e}m\\u{2066}n\\u{2069}o\\u{feff}p\\u{61c}q\tr^Ms";
 
 const STREAMED: &str = "Hello from the mock model, streaming word by word.";
+const REASONING: &str = "Let me think about a greeting.";
+
+/// [`STREAMED`] word by word after a reasoning delta (`reasoning_content`, as DeepSeek
+/// and other Chat-compatible servers stream it).
+fn reasoned() -> MockResponse {
+    let body = openai_chat::text(STREAMED);
+    let chunk = json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1_764_400_000,
+        "model": "mock-1", "choices": [{"index": 0, "delta": {"reasoning_content": REASONING}, "finish_reason": null}]});
+    let cut = body.find("\n\n").unwrap() + 2;
+    let body = format!("{}data: {chunk}\n\n{}", &body[..cut], &body[cut..]);
+    MockResponse::sse(body).chunk_delay_ms(120)
+}
+
 const RELOADED: &str = "Reloading the page while this answer streams must not show anything twice.";
-
-/// Texts of the answers rendered, in order (tool-call-only messages included, empty).
-async fn answers(b: &Browser) -> Vec<String> {
-    let v = b
-        .js("return [...document.querySelectorAll('#transcript .assistant .answer')].map(e => e.textContent)")
-        .await;
-    serde_json::from_value(v).unwrap()
-}
-
-/// Statuses of the turn ends rendered, in order.
-async fn turn_ends(b: &Browser) -> Vec<String> {
-    let v = b
-        .js("return [...document.querySelectorAll('#transcript [data-kind=turn_end]')].map(e => e.dataset.status)")
-        .await;
-    serde_json::from_value(v).unwrap()
-}
-
-/// Waits for the `n`-th turn end; returns its status.
-async fn turn_end(b: &Browser, n: usize) -> String {
-    b.until(
-        &format!("turn end {n}"),
-        &format!("document.querySelectorAll('#transcript [data-kind=turn_end]').length >= {n}"),
-    )
-    .await;
-    let ends = turn_ends(b).await;
-    assert_eq!(ends.len(), n, "{ends:?}");
-    ends[n - 1].clone()
-}
-
-async fn send(b: &Browser, text: &str) {
-    b.type_into("#input-text", text).await;
-    b.click("#send").await;
-}
-
-/// The state a tool card shows.
-async fn tool_state(b: &Browser, id: &str) -> String {
-    let v = b
-        .js(&format!(
-            "return document.querySelector('[data-tool-call-id={id}]').dataset.state"
-        ))
-        .await;
-    v.as_str().unwrap().to_owned()
-}
-
-/// Waits until the page has rendered every persisted event of the session, checks it
-/// rendered each once (as many renders as seqs: no gap, no duplicate).
-async fn caught_up(b: &Browser, http: &reqwest::Client, base: &str, id: &str) -> u64 {
-    let summary: Value = http
-        .get(format!("{base}/sessions/{id}"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let last = summary["last_seq"].as_u64().unwrap();
-    b.until(
-        &format!("seq {last} rendered"),
-        &format!("document.getElementById('transcript').dataset.lastSeq === '{last}'"),
-    )
-    .await;
-    let rendered = b
-        .js("return document.getElementById('transcript').dataset.rendered")
-        .await;
-    assert_eq!(rendered, json!(last.to_string()));
-    last
-}
-
-async fn shot(b: &Browser, name: &str) {
-    if let Some(dir) = screenshot_dir() {
-        b.screenshot(&dir.join(name)).await;
-    }
-}
 
 #[allow(clippy::too_many_lines)]
 pub(crate) async fn scenario() {
@@ -103,7 +43,7 @@ pub(crate) async fn scenario() {
         .collect();
     std::fs::write(work.join("notes.txt"), notes).unwrap();
     let provider = MockProvider::start().await;
-    provider.push(slow(STREAMED, 120));
+    provider.push(reasoned());
     // The call's id and name come first, its arguments 300 ms apart: `queued` shows.
     let read = openai_chat::tool_call("call_read", "read_file", r#"{"path":"notes.txt"}"#);
     provider.push(MockResponse::sse(read).chunk_delay_ms(300));
@@ -206,6 +146,12 @@ pub(crate) async fn scenario() {
     b.until("streamed text", &format!("(() => {{ const a = document.querySelector('#transcript .assistant.live .answer'); return a && a.textContent.length > 0 && a.textContent !== {STREAMED:?}; }})()")).await;
     assert_eq!(turn_end(&b, 1).await, "completed");
     assert_eq!(answers(&b).await, [STREAMED]);
+    let reasoning = b.js("const d = document.querySelector('#transcript details.reasoning'); return [d.hidden, d.open, d.querySelector('pre').textContent]").await;
+    assert_eq!(
+        reasoning,
+        json!([false, false, REASONING]),
+        "reasoning shown collapsed"
+    );
     let usage = b.js("return [...document.querySelectorAll('#transcript .note.usage')].map(e => e.textContent)").await;
     assert_eq!(usage, json!(["usage · input 42 · output 7"]));
 
