@@ -17,6 +17,7 @@ function token() {
 }
 
 class Unauthorized extends Error {}
+class NotFound extends Error {}
 
 /** A call to the API with the token; JSON in and out. Throws with the server's message. */
 async function api(method, path, body, extra = {}) {
@@ -31,6 +32,7 @@ async function api(method, path, body, extra = {}) {
   }
   const resp = await fetch(path, { method, headers, body: payload, signal: extra.signal, cache: "no-store" });
   if (resp.status === 401) throw new Unauthorized("the token was refused");
+  if (resp.status === 404 || resp.status === 409) throw new NotFound(path + ": no such session (or deleted)");
   if (!resp.ok) {
     let msg = resp.status + " " + resp.statusText;
     try {
@@ -208,6 +210,10 @@ class SessionPage {
       } catch (e) {
         if (this.stopped) return;
         if (e instanceof Unauthorized) return showLogin("The token was refused.");
+        if (e instanceof NotFound) {
+          setText($("conn"), "no such session");
+          return showError("This session does not exist (or was deleted).");
+        }
         setText($("conn"), "disconnected: " + (e.message || e));
       }
       if (this.stopped) return;
@@ -319,6 +325,10 @@ function init() {
   $("login-form").addEventListener("submit", login);
   $("new-session").addEventListener("submit", createSession);
   $("input-form").addEventListener("submit", submit);
+  // Ctrl+Enter (or Cmd+Enter) in the message sends it.
+  $("input-text").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) $("input-form").requestSubmit();
+  });
   $("cancel").addEventListener("click", () => action(() => api("POST", `/sessions/${page.id}/cancel`)));
   $("title-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
