@@ -28,7 +28,7 @@ fn reasoned() -> MockResponse {
         "model": "mock-1", "choices": [{"index": 0, "delta": {"reasoning_content": REASONING}, "finish_reason": null}]});
     let cut = body.find("\n\n").unwrap() + 2;
     let body = format!("{}data: {chunk}\n\n{}", &body[..cut], &body[cut..]);
-    MockResponse::sse(body).chunk_delay_ms(120)
+    MockResponse::sse(body).chunk_delay_ms(200)
 }
 
 const RELOADED: &str = "Reloading the page while this answer streams must not show anything twice.";
@@ -68,11 +68,11 @@ pub(crate) async fn scenario() {
         "Summary: a greeting, notes read, a file written.",
     )));
     provider.push(slow("This answer is long and slow so that it is cancelled before it ends, word after word after word after word.", 300));
-    provider.push(slow(RELOADED, 200));
+    provider.push(slow(RELOADED, 300));
     provider.push(MockResponse::sse(openai_chat::text(
         "Back after the restart.",
     )));
-    provider.push(slow("Busy while the list watches.", 250));
+    provider.push(slow("Busy while the list watches.", 700));
     provider.push(MockResponse::sse(openai_chat::text("The queued one.")));
     let mut server = serve(&provider, dir.path(), "127.0.0.1:0").await;
     let http = reqwest::Client::new();
@@ -375,6 +375,7 @@ pub(crate) async fn scenario() {
         assert_eq!(resp.status(), 202);
     }
     b.until("running with one queued", &format!("document.querySelector(\"{row}\")?.dataset.state === 'running' && document.querySelector(\"{row} .queue\").textContent === '1'")).await;
+    shot(&b, "web-view-list.png").await;
     b.until("idle again", &format!("document.querySelector(\"{row}\")?.dataset.state === 'idle' && document.querySelector(\"{row} .queue\").textContent === '0'")).await;
 
     // 10. Delete from the page.

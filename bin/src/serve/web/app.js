@@ -146,6 +146,8 @@ async function createSession(ev) {
 function stopPage() {
   if (page) page.stop();
   page = null;
+  setText($("conn"), "");
+  $("conn").dataset.state = "";
 }
 
 function openSession(id) {
