@@ -1,4 +1,5 @@
-//! `foya loadtest --html FILE` opened in headless Chromium: every chart is drawn.
+//! `foya loadtest --html FILE` opened in headless Chromium: every chart is drawn; a path
+//! in a missing directory is refused before the run.
 
 use foya_tests::browser::{Browser, screenshot_dir};
 use foya_tests::foya_bin::foya;
@@ -64,4 +65,21 @@ async fn the_html_load_test_report_draws_every_chart() {
         b.close().await;
     })
     .await;
+}
+
+/// `--html` into a directory that does not exist is refused before the run (exit 2).
+#[test]
+fn an_html_report_path_in_a_missing_directory_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing").join("report.html");
+    let out = foya()
+        .args(["loadtest", "--sessions", "1", "--turns", "1", "--html"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--html"), "{stderr}");
+    assert!(out.stdout.is_empty(), "the run did not start");
+    assert!(!path.exists());
 }
