@@ -395,6 +395,7 @@ fn control_sequences_from_the_model_are_shown_not_obeyed_on_a_terminal() {
             tool_name: "shell".into(),
             action: "rm -rf ~\x1b[2K\rls".into(),
             reason: "writes".into(),
+            grant: None,
         },
     );
     assert_eq!(

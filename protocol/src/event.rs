@@ -163,6 +163,11 @@ pub enum EventKind {
         action: String,
         /// Why approval is needed.
         reason: String,
+        /// The grant key an `allow_for_session` decision would add (what "allow for this
+        /// session" covers: `shell:ls`, `write_file:*`, …); absent in logs written before
+        /// it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grant: Option<String>,
     },
     /// An approval request was answered.
     ApprovalDecided {

@@ -1,5 +1,7 @@
 //! Shared harness for the end-to-end tests: the mock provider (real wire formats over
-//! real HTTP), the path of the real `foya` binary and its child processes' piped stdio.
+//! real HTTP), the path of the real `foya` binary and its child processes' piped stdio,
+//! and real headless Chromium driven over WebDriver (`browser`).
+pub mod browser;
 pub mod child;
 pub mod foya_bin;
 pub mod mock_provider;

@@ -301,7 +301,15 @@ async fn scenario() {
     let mut seen = sse.until(&s.doc, of_type("approval_requested")).await;
     let request = seen.last().unwrap().clone();
     assert_eq!(request["tool_name"], "write_file");
+    assert_eq!(
+        request["grant"], "write_file:*",
+        "what allow_for_session covers"
+    );
     assert!(!work.join("out.txt").exists());
+    // The overview (the web view's list) shows the session waiting for the decision.
+    let overview = s.get("/overview", "Overview").await;
+    assert_eq!(overview["sessions"][0]["id"], json!(id));
+    assert_eq!(overview["sessions"][0]["state"], "waiting_for_approval");
 
     // Answer over HTTP; read on until the tool's result, then drop the connection.
     let request_id = request["request_id"].as_str().unwrap();
@@ -508,7 +516,7 @@ async fn every_documented_operation_is_routed(s: &Server) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 11);
+    assert_eq!(checked, 17);
     let resp = s.req(reqwest::Method::GET, "/nope").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let body: Value = resp.json().await.unwrap();

@@ -36,6 +36,7 @@ impl Session {
             tool_name,
             action,
             reason,
+            grant: Some(grant_key.clone()),
         }];
         let approver = self.has_approver();
         if !approver {

@@ -12,6 +12,7 @@
 //! driver that left at once missed the steps the runtime went on with).
 
 use super::probe::{self, Slots};
+use super::timeline::Timeline;
 use foya_actors::runtime::{Runtime, SessionHandle, SubscribeOptions, Subscription};
 use foya_protocol::{
     ApprovalMode, Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate, TurnStatus,
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     /// CPU the drivers spend handling received updates (the load generator's own work,
     /// not the runtime's).
     pub(crate) driver_cpu: Arc<super::cpu::CpuMeter>,
+    /// When the run started: the drivers' [`Timeline`]s count from it.
+    pub(crate) started: Instant,
 }
 
 /// What one session driver counted.
@@ -65,11 +68,14 @@ pub(crate) struct Outcome {
     /// The first message seen for each error class.
     pub(crate) error_examples: BTreeMap<String, String>,
     pub(crate) retries: BTreeMap<String, u64>,
+    /// When turns completed, steps started and errors happened (the HTML report).
+    pub(crate) timeline: Timeline,
 }
 
 impl Outcome {
     fn error(&mut self, class: &str) {
         *self.errors.entry(class.to_owned()).or_default() += 1;
+        self.timeline.error(class);
     }
 
     /// [`Self::error`], keeping `message` as the class's example if it has none yet.
@@ -102,6 +108,7 @@ fn one_line(text: &str, max: usize) -> String {
 pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
     let mut out = Outcome {
         index,
+        timeline: Timeline::since(shared.started),
         ..Outcome::default()
     };
     let mut config = SessionConfig::new(shared.cwd.clone());
@@ -256,6 +263,7 @@ fn handle(
         SessionUpdate::Event(event) => match event.kind {
             EventKind::StepStarted { step } => {
                 out.steps += 1;
+                out.timeline.step_started();
                 if step > 1 {
                     out.tool_ms.push(std::mem::take(step_tool_ms));
                 }
@@ -287,7 +295,10 @@ fn handle(
             }
             EventKind::TurnComplete { status, error, .. } => {
                 match (status, error) {
-                    (TurnStatus::Completed, _) => out.completed += 1,
+                    (TurnStatus::Completed, _) => {
+                        out.completed += 1;
+                        out.timeline.turn_completed();
+                    }
                     (TurnStatus::Cancelled, _) => {
                         out.failed += 1;
                         out.error("cancelled");

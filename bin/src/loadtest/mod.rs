@@ -2,15 +2,18 @@
 //! simulated provider (or a real HTTP provider profile, e.g. `foya sim-server`) with real
 //! tools on a generated workspace, shows a live progress bar, and reports throughput,
 //! latency and overhead percentiles, failures by class, peak RSS and CPU time (text on
-//! stdout, JSON with `--json FILE`). Ctrl-C stops it with a partial report.
+//! stdout, JSON with `--json FILE`, charts in one self-contained page with `--html
+//! FILE`). Ctrl-C stops it with a partial report.
 
 mod bare;
 mod cpu;
 mod driver;
+mod html;
 pub(crate) mod pool;
 mod probe;
 mod report;
 mod sim_args;
+mod timeline;
 mod workspace;
 
 pub(crate) use sim_args::SimArgs;
@@ -65,6 +68,11 @@ pub(crate) struct LoadtestArgs {
     /// writable; checked before the run).
     #[arg(long, value_parser = crate::values::output_file)]
     pub(crate) json: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page with charts to this file
+    /// (throughput, latency histograms, CPU split, memory and errors over time; its
+    /// directory must exist and be writable; checked before the run).
+    #[arg(long, value_parser = crate::values::output_file)]
+    pub(crate) html: Option<PathBuf>,
     /// Store durability: `none` (no fsync, default) or `immediate` (fsync every commit).
     #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
     pub(crate) durability: DurabilityArg,
@@ -206,7 +214,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         stop: stop.clone(),
         progress: progress.clone(),
         driver_cpu: Arc::clone(&driver_cpu),
+        started: Instant::now(),
     });
+    let sampling = CancellationToken::new();
+    let memory = timeline::sample_memory(shared.started, sampling.clone());
 
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
@@ -240,6 +251,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         }
     }
     let wall = started.elapsed();
+    sampling.cancel();
+    let memory = memory.await.unwrap_or_default();
     let cpu = report::cpu_time().saturating_sub(cpu_before);
     let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
     // Every append the turns waited for has its commit counted (published before it
@@ -249,7 +262,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let stats = store.stats();
     let events_persisted = stats.appended_events - stats_before.appended_events;
 
-    let mut report = build_report(&args, &shared, outcomes, events_persisted);
+    let (mut report, samples, timeline) = build_report(&args, &shared, outcomes, events_persisted);
     report.endpoint = profile
         .as_ref()
         .map(|p| foya_actors::provider::redact::display_url(&p.base_url));
@@ -299,6 +312,15 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         let json = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, json + "\n")
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let page = html::page(&html::Input {
+            report: &report,
+            samples: &samples,
+            timeline: &timeline,
+            memory: &memory,
+        });
+        std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(if let Some(signal) = interrupted_by_user {
         signal.exit_code()
@@ -370,12 +392,23 @@ fn progress_bar(total: u64) -> ProgressBar {
     bar
 }
 
+/// The raw latency samples behind the report's percentiles (the HTML histograms).
+#[derive(Debug, Default)]
+pub(crate) struct Samples {
+    /// Model request latencies, in milliseconds.
+    pub(crate) model_ms: Vec<f64>,
+    /// Runtime overheads, in microseconds.
+    pub(crate) overhead_us: Vec<f64>,
+    /// Relay latencies, in milliseconds.
+    pub(crate) relay_ms: Vec<f64>,
+}
+
 fn build_report(
     args: &LoadtestArgs,
     shared: &Shared,
     outcomes: Vec<Outcome>,
     events_persisted: u64,
-) -> Report {
+) -> (Report, Samples, timeline::Timeline) {
     let mut report = Report {
         provider: args.provider.clone(),
         durability: format!("{:?}", args.durability).to_lowercase(),
@@ -387,7 +420,9 @@ fn build_report(
     let mut relay = Vec::new();
     let mut overhead = Vec::new();
     let mut latency = Vec::new();
+    let mut timeline = timeline::Timeline::since(shared.started);
     for out in outcomes {
+        timeline.merge(out.timeline);
         report.turns_completed += out.completed;
         report.turns_failed += out.failed;
         report.turns_interrupted += out.interrupted;
@@ -423,7 +458,12 @@ fn build_report(
     report.relay_latency_ms = Percentiles::of(&mut relay);
     report.overhead_us = Percentiles::of(&mut overhead);
     report.model_latency_ms = Percentiles::of(&mut latency);
-    report
+    let samples = Samples {
+        model_ms: latency,
+        overhead_us: overhead,
+        relay_ms: relay,
+    };
+    (report, samples, timeline)
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 mod error;
 mod events;
 pub(crate) mod openapi;
+mod overview;
 mod routes;
+mod web;
 
 use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, ServeArgs};
 use anyhow::Context as _;
@@ -55,6 +57,8 @@ pub(crate) struct AppState {
     pub(crate) defaults: Arc<Defaults>,
     /// Cancelled at shutdown: ends open event streams.
     pub(crate) shutdown: CancellationToken,
+    /// Each session's state fold for `GET /overview` (read on from its last seq).
+    pub(crate) overview: Arc<overview::Folds>,
 }
 
 /// The router over `state` (every route of [`routes::route_table`], bearer auth).
@@ -77,9 +81,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Requires `Authorization: Bearer <token>` when a token is configured.
+/// Requires `Authorization: Bearer <token>` when a token is configured, except for the
+/// web view's page and static files ([`web::PUBLIC_PATHS`]: no session data in them).
 async fn auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(token) = &state.token {
+    let public = request.method() == axum::http::Method::GET
+        && web::PUBLIC_PATHS.contains(&request.uri().path());
+    if let (Some(token), false) = (&state.token, public) {
         let given = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -193,6 +200,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
             max_steps: args.steps.max_steps,
         }),
         shutdown: shutdown.clone(),
+        overview: Arc::default(),
     };
     let app = router(state);
     let mut signals = crate::signals::Signals::install().ok();

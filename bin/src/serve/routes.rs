@@ -1,6 +1,7 @@
 //! The HTTP routes of `foya serve`: one table ([`route_table`]) that both builds the
 //! router and is checked against `openapi.json`, and the JSON handlers. The SSE event
-//! stream lives in `events.rs`.
+//! stream lives in `events.rs`, the session overview in `overview.rs`, the web view's
+//! files in `web/`.
 
 use super::AppState;
 use super::error::ApiError;
@@ -74,6 +75,32 @@ pub(crate) fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>
             on(MethodFilter::POST, upload_attachment),
         ),
         (Method::GET, "/openapi.json", on(MethodFilter::GET, openapi)),
+        (
+            Method::GET,
+            "/overview",
+            on(MethodFilter::GET, super::overview::overview),
+        ),
+        (Method::GET, "/", on(MethodFilter::GET, super::web::index)),
+        (
+            Method::GET,
+            "/web/app.js",
+            on(MethodFilter::GET, super::web::app_js),
+        ),
+        (
+            Method::GET,
+            "/web/transcript.js",
+            on(MethodFilter::GET, super::web::transcript_js),
+        ),
+        (
+            Method::GET,
+            "/web/text.js",
+            on(MethodFilter::GET, super::web::text_js),
+        ),
+        (
+            Method::GET,
+            "/web/app.css",
+            on(MethodFilter::GET, super::web::app_css),
+        ),
     ]
 }
 

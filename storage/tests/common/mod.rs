@@ -188,6 +188,7 @@ pub fn all_kinds() -> Vec<EventKind> {
             tool_name: "shell".into(),
             action: "rm -rf build".into(),
             reason: "exec".into(),
+            grant: None,
         },
         EventKind::ApprovalDecided {
             request_id,

@@ -1,0 +1,368 @@
+//! `foya loadtest --html FILE`: the report as one self-contained HTML page (no script,
+//! nothing loaded from elsewhere) with charts drawn by `plotters` as inline SVG:
+//! turns/s and steps/s over time, histograms of the model request latency, runtime
+//! overhead and relay latency with p50/p95/p99 marked, the CPU split, memory over time
+//! and errors by class over time. The text report follows the charts.
+
+use super::Samples;
+use super::report::{Percentiles, Report};
+use super::timeline::{self, RssSample, Timeline};
+use plotters::prelude::*;
+
+/// What the page shows.
+#[derive(Debug)]
+pub(crate) struct Input<'a> {
+    pub(crate) report: &'a Report,
+    pub(crate) samples: &'a Samples,
+    pub(crate) timeline: &'a Timeline,
+    pub(crate) memory: &'a [RssSample],
+}
+
+const SIZE: (u32, u32) = (900, 320);
+const FONT: &str = "sans-serif";
+const BINS: usize = 40;
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// `text` with `&`, `<`, `>` and `"` escaped, for HTML text and attributes.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The whole page.
+pub(crate) fn page(input: &Input<'_>) -> String {
+    let r = input.report;
+    let wall = r.wall_s.max(0.001);
+    let width = timeline::interval_s(wall);
+    let t = input.timeline;
+    let sections = [
+        (
+            "throughput",
+            "Throughput over time",
+            throughput(t, width, wall),
+        ),
+        (
+            "latency-model",
+            "Model request latency",
+            histogram(&input.samples.model_ms, r.model_latency_ms, "ms"),
+        ),
+        (
+            "latency-overhead",
+            "Runtime overhead between a response and the next request",
+            histogram(&input.samples.overhead_us, r.overhead_us, "µs"),
+        ),
+        (
+            "latency-relay",
+            "Relay latency (model client to subscriber)",
+            histogram(&input.samples.relay_ms, r.relay_latency_ms, "ms"),
+        ),
+        ("cpu", "CPU time by part", cpu(r)),
+        ("rss", "Memory over time", memory(input.memory, wall)),
+        (
+            "errors",
+            "Errors by class over time",
+            errors(&t.errors_s, width, wall),
+        ),
+    ];
+    let mut out = String::from(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>foya load test</title>\n<style>\n\
+         body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 960px; color: #1d2330; }\n\
+         section { margin: 1.5em 0; } h2 { font-size: 16px; margin: 0 0 .4em; }\n\
+         svg { display: block; max-width: 100%; height: auto; border: 1px solid #dde2ea; }\n\
+         pre { background: #f4f6f9; padding: .8em; overflow-x: auto; }\n\
+         </style>\n</head>\n<body>\n",
+    );
+    out.push_str(&format!(
+        "<h1>foya load test: {} sessions × {} turns, provider {}</h1>\n",
+        r.sessions,
+        r.turns_per_session,
+        escape(&r.provider)
+    ));
+    for (id, title, svg) in sections {
+        out.push_str(&format!(
+            "<section id=\"{id}\">\n<h2>{}</h2>\n{svg}\n</section>\n",
+            escape(title)
+        ));
+    }
+    out.push_str(&format!(
+        "<section id=\"text\">\n<h2>Report</h2>\n<pre>{}</pre>\n</section>\n</body>\n</html>\n",
+        escape(&r.to_text())
+    ));
+    out
+}
+
+/// Draws with `draw` into an SVG string; a drawing error becomes a note in the page.
+fn svg(
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<(), String>,
+) -> String {
+    let mut text = String::new();
+    let result = {
+        let root = SVGBackend::with_string(&mut text, SIZE).into_drawing_area();
+        root.fill(&WHITE)
+            .map_err(|e| e.to_string())
+            .and_then(|()| draw(&root))
+            .and_then(|()| root.present().map_err(|e| e.to_string()))
+    };
+    match result {
+        Ok(()) => text,
+        Err(e) => format!("<p>chart not drawn: {}</p>", escape(&e)),
+    }
+}
+
+/// Largest `y` of the series (at least `floor`), with 10 % headroom.
+fn top(values: impl Iterator<Item = f64>, floor: f64) -> f64 {
+    values.fold(floor, f64::max) * 1.1
+}
+
+fn throughput(t: &Timeline, width: f64, wall: f64) -> String {
+    let turns = timeline::rates(&t.turns_s, width, wall);
+    let steps = timeline::rates(&t.steps_s, width, wall);
+    svg(|root| {
+        let y = top(turns.iter().chain(&steps).map(|p| p.1), 1.0);
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..wall, 0.0..y)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc(format!("seconds (per {width:.2} s)"))
+            .y_desc("per second")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (name, series, color) in [("turns/s", &turns, BLUE), ("steps/s", &steps, GREEN)] {
+            chart
+                .draw_series(LineSeries::new(
+                    series.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        legend(&mut chart)
+    })
+}
+
+fn legend<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+) -> Result<(), String>
+where
+    X: plotters::coord::ranged1d::Ranged,
+    Y: plotters::coord::ranged1d::Ranged,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// A histogram of `values` over [0, p99 × 1.25] (larger values in the last bin), with
+/// the percentiles as vertical lines.
+fn histogram(values: &[f64], p: Percentiles, unit: &str) -> String {
+    let hi = p.p99.map_or(1.0, |p99| (p99 * 1.25).max(f64::MIN_POSITIVE));
+    let bin = hi / BINS as f64;
+    let mut counts = [0u64; BINS];
+    for v in values {
+        let i = ((v / bin).floor().max(0.0) as usize).min(BINS - 1);
+        counts[i] += 1;
+    }
+    svg(|root| {
+        let y = top(counts.iter().map(|c| *c as f64), 1.0);
+        let caption = if values.is_empty() {
+            "no samples".to_owned()
+        } else {
+            format!("{} samples", values.len())
+        };
+        let mut chart = ChartBuilder::on(root)
+            .caption(caption, (FONT, 14))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..hi, 0.0..y)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc(unit)
+            .y_desc("samples")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(counts.iter().enumerate().map(|(i, c)| {
+                let x0 = i as f64 * bin;
+                Rectangle::new([(x0, 0.0), (x0 + bin, *c as f64)], BLUE.mix(0.55).filled())
+            }))
+            .map_err(|e| e.to_string())?;
+        for (name, value, color) in [
+            ("p50", p.p50, GREEN),
+            ("p95", p.p95, RGBColor(230, 140, 0)),
+            ("p99", p.p99, RED),
+        ] {
+            let Some(v) = value else { continue };
+            chart
+                .draw_series(LineSeries::new([(v, 0.0), (v, y)], color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(format!("{name} {v:.3} {unit}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        legend(&mut chart)
+    })
+}
+
+/// The run's CPU by part, in seconds: the runtime's own (the store's writer apart), the
+/// provider client, tools (blocking pool included), the store's writer, the load driver.
+fn cpu(r: &Report) -> String {
+    let own = (r.cpu_s
+        - r.provider_cpu_s
+        - r.tool_cpu_s
+        - r.tool_blocking_cpu_s
+        - r.driver_cpu_s
+        - r.meter_overhead_s)
+        .max(0.0);
+    let parts = [
+        ("runtime", (own - r.storage_cpu_s).max(0.0)),
+        ("provider", r.provider_cpu_s),
+        ("tools", r.tool_cpu_s + r.tool_blocking_cpu_s),
+        ("store", r.storage_cpu_s),
+        ("driver", r.driver_cpu_s),
+    ];
+    svg(|root| {
+        let x = top(parts.iter().map(|p| p.1), 0.001);
+        let mut chart = ChartBuilder::on(root)
+            .caption(format!("{:.3} s CPU in all", r.cpu_s), (FONT, 14))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(20)
+            .build_cartesian_2d(0.0..x, 0.0..parts.len() as f64)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_desc("CPU seconds")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(parts.iter().enumerate().map(|(i, (_, s))| {
+                let y0 = (parts.len() - 1 - i) as f64 + 0.15;
+                Rectangle::new(
+                    [(0.0, y0), (*s, y0 + 0.7)],
+                    Palette99::pick(i).mix(0.7).filled(),
+                )
+            }))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(parts.iter().enumerate().map(|(i, (name, s))| {
+                let y = (parts.len() - 1 - i) as f64 + 0.65;
+                Text::new(format!("{name} {s:.3} s"), (x * 0.01, y), (FONT, 14))
+            }))
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    })
+}
+
+/// Most points drawn per memory curve: a long run's samples are thinned to every n-th.
+const MAX_POINTS: usize = 600;
+
+fn memory(samples: &[RssSample], wall: f64) -> String {
+    let every = samples.len().div_ceil(MAX_POINTS).max(1);
+    let kept: Vec<&RssSample> = samples
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % every == 0 || *i + 1 == samples.len())
+        .map(|(_, s)| s)
+        .collect();
+    let rss: Vec<(f64, f64)> = kept
+        .iter()
+        .map(|s| (s.at_s, s.rss_bytes as f64 / MIB))
+        .collect();
+    let peak: Vec<(f64, f64)> = kept
+        .iter()
+        .map(|s| (s.at_s, s.peak_bytes as f64 / MIB))
+        .collect();
+    let end = samples.last().map_or(wall, |s| s.at_s.max(wall));
+    svg(|root| {
+        let y = top(peak.iter().map(|p| p.1), 1.0);
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..end, 0.0..y)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("MiB")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (name, series, color) in [("peak RSS", &peak, RED), ("RSS", &rss, BLUE)] {
+            chart
+                .draw_series(LineSeries::new(
+                    series.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        legend(&mut chart)
+    })
+}
+
+fn errors(errors: &[(f64, String)], width: f64, wall: f64) -> String {
+    let by_class = timeline::totals_by_class(errors, width, wall);
+    svg(|root| {
+        let y = top(by_class.values().flatten().map(|p| p.1), 1.0);
+        let caption = if by_class.is_empty() {
+            "no errors".to_owned()
+        } else {
+            format!("{} errors", errors.len())
+        };
+        let mut chart = ChartBuilder::on(root)
+            .caption(caption, (FONT, 14))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..wall, 0.0..y)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("errors so far")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        if by_class.is_empty() {
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, 0.0), (wall, 0.0)],
+                    GREEN.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label("none")
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+        }
+        for (i, (class, series)) in by_class.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    series.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(class.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        legend(&mut chart)
+    })
+}
+
+#[cfg(test)]
+#[path = "html_tests.rs"]
+mod tests;

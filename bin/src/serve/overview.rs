@@ -1,0 +1,147 @@
+//! `GET /overview`: every session with what it is doing now — `idle`, `running`,
+//! `waiting_for_approval`, `compacting` or `deleted` —, its queue length and its last
+//! activity, for the web view's live session list. The state is a pure fold of the
+//! session's persisted events ([`Activity::apply`]); the server keeps each session's
+//! fold and reads only the events committed since the last call.
+
+use super::AppState;
+use super::error::ApiError;
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use foya_protocol::{ApprovalRequestId, Event, EventKind, InputId, Seq, SessionId};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+/// What a session's log says it is doing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Activity {
+    /// Seq of the last event folded in (0 before any).
+    last_seq: u64,
+    /// `at_ms` of the last event folded in.
+    last_at_ms: u64,
+    /// Inputs queued and not yet started or dropped.
+    queued: HashSet<InputId>,
+    /// Whether a turn has `turn_started` and no `turn_complete`.
+    running: bool,
+    /// Whether a `compaction_started` has no checkpoint or turn end after it.
+    compacting: bool,
+    /// Approval requests not yet decided.
+    pending: HashSet<ApprovalRequestId>,
+    deleted: bool,
+}
+
+impl Activity {
+    /// Folds one event in.
+    pub(crate) fn apply(&mut self, event: &Event) {
+        self.last_seq = event.seq.0;
+        self.last_at_ms = event.at_ms;
+        match &event.kind {
+            EventKind::InputQueued { input_id, .. } => {
+                self.queued.insert(*input_id);
+            }
+            EventKind::InputDropped { input_id, .. } | EventKind::UserMessage { input_id, .. } => {
+                self.queued.remove(input_id);
+            }
+            EventKind::TurnStarted { .. } => self.running = true,
+            EventKind::TurnComplete { .. } => {
+                self.running = false;
+                self.compacting = false;
+                self.pending.clear();
+            }
+            EventKind::CompactionStarted { .. } => self.compacting = true,
+            EventKind::CompactionCheckpoint { .. } => self.compacting = false,
+            EventKind::ApprovalRequested { request_id, .. } => {
+                self.pending.insert(*request_id);
+            }
+            EventKind::ApprovalDecided { request_id, .. } => {
+                self.pending.remove(request_id);
+            }
+            EventKind::SessionDeleted {} => self.deleted = true,
+            _ => {}
+        }
+    }
+
+    /// `deleted`, `waiting_for_approval`, `compacting`, `running` or `idle`, in that
+    /// order of precedence.
+    pub(crate) fn state(&self) -> &'static str {
+        if self.deleted {
+            "deleted"
+        } else if !self.pending.is_empty() {
+            "waiting_for_approval"
+        } else if self.compacting {
+            "compacting"
+        } else if self.running {
+            "running"
+        } else {
+            "idle"
+        }
+    }
+}
+
+/// The folds kept between calls, by session.
+pub(crate) type Folds = std::sync::Mutex<HashMap<SessionId, Activity>>;
+
+/// One session of `GET /overview`.
+#[derive(Debug, Serialize)]
+struct Entry {
+    id: SessionId,
+    title: Option<String>,
+    model: String,
+    cwd: std::path::PathBuf,
+    state: &'static str,
+    queue_length: usize,
+    created_at_ms: u64,
+    last_activity_ms: u64,
+    last_seq: u64,
+    /// The node the session lives on (cluster listings); absent for this server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
+}
+
+pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let app = state.clone();
+    let entries = tokio::task::spawn_blocking(move || entries(&app))
+        .await
+        .map_err(ApiError::internal)??;
+    Ok(Json(serde_json::json!({ "sessions": entries })).into_response())
+}
+
+fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
+    let summaries = state.runtime.list_sessions()?;
+    let mut folds = state
+        .overview
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut out = Vec::with_capacity(summaries.len());
+    for summary in summaries {
+        let fold = folds.entry(summary.id).or_default();
+        if fold.last_seq < summary.last_seq.0 {
+            let events = state
+                .store
+                .read_from(summary.id, Seq(fold.last_seq + 1))
+                .map_err(ApiError::internal)?;
+            for event in &events {
+                fold.apply(event);
+            }
+        }
+        out.push(Entry {
+            id: summary.id,
+            title: summary.title,
+            model: summary.model,
+            cwd: summary.cwd,
+            state: fold.state(),
+            queue_length: fold.queued.len(),
+            created_at_ms: summary.created_at_ms,
+            last_activity_ms: fold.last_at_ms.max(summary.updated_at_ms),
+            last_seq: fold.last_seq,
+            node: summary.node,
+        });
+    }
+    out.sort_by_key(|e| std::cmp::Reverse(e.last_activity_ms));
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "overview_tests.rs"]
+mod tests;

@@ -1,0 +1,150 @@
+//! Browser tests of the web view of `foya serve`, in real headless Chromium over
+//! WebDriver (`foya_tests::browser`; Chromium from `.ci/setup-browser`), against the
+//! real binary with the OpenAI Chat provider pointed at the mock provider. One session
+//! goes through: sign-in with the token (a wrong one refused), creating a session from
+//! the list, an answer streaming in (its reasoning collapsed, usage per step shown), a tool call going from
+//! queued to finished (its long output folded), an approval answered from the page
+//! ("allow for this session", the grant shown) and the tool running, another denied (its
+//! command never run), model text with `<script>`, `<img onerror>`, bidi and zero-width
+//! characters rendered as text (no element made, no script run, the characters marked;
+//! every class of hidden character checked against the page's own `text.js`),
+//! an image upload and the `/compact` command (its checkpoint shown), a cancelled turn,
+//! a reload mid-turn (the same transcript, no event twice), a server restart the page
+//! resumes from (no gap, no duplicate), the live session list, the title set and the
+//! session deleted from the page. The load-test report: `webview/report.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "webview/page.rs"]
+mod page;
+#[path = "webview/report.rs"]
+mod report;
+#[path = "webview/steps.rs"]
+mod steps;
+
+use foya_tests::foya_bin::foya_bin;
+use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt as _;
+
+pub(crate) const TOKEN: &str = "web-view-token";
+
+/// A running `foya serve`.
+pub(crate) struct Serve {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) base: String,
+}
+
+/// Starts `foya serve` in `dir` (data in `dir/data`, cwd `dir/work`) on `listen`.
+pub(crate) async fn serve(provider: &MockProvider, dir: &Path, listen: &str) -> Serve {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let base_url = format!("{}/v1", provider.base_url());
+    let mut child = tokio::process::Command::new(foya_bin())
+        .arg("serve")
+        .args(["--provider", "openai-chat", "--model", "mock-1"])
+        .args(["--base-url", &base_url, "--approval", "ask"])
+        .args(["--listen", listen])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--token-file")
+        .arg(&token_file)
+        .current_dir(dir.join("work"))
+        .env("OPENAI_API_KEY", "sk-test")
+        .env_remove("FOYA_DATA_DIR")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let base = lines.next_line().await.unwrap().unwrap();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    Serve { child, base }
+}
+
+impl Serve {
+    /// SIGTERM, then the exit status (0: a graceful shutdown).
+    pub(crate) async fn stop(mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = self.child.wait().await.unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+}
+
+/// Runs a scenario under one global timeout, the binary built before its clock starts.
+pub(crate) async fn within(secs: u64, scenario: impl std::future::Future<Output = ()>) {
+    foya_tests::browser::require_installed();
+    tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(secs), scenario)
+        .await
+        .expect("the scenario finished in time");
+}
+
+/// A slow text answer: one word every `ms` milliseconds.
+pub(crate) fn slow(text: &str, ms: u64) -> MockResponse {
+    MockResponse::sse(openai_chat::text(text)).chunk_delay_ms(ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_drives_a_session_in_headless_chromium() {
+    within(240, steps::scenario()).await;
+}
+
+/// The page's security headers, and the token never needed for the page itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_is_served_with_a_strict_policy_and_the_api_still_needs_the_token() {
+    within(60, async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let provider = MockProvider::start().await;
+        let server = serve(&provider, dir.path(), "127.0.0.1:0").await;
+        let http = reqwest::Client::new();
+        for (path, kind) in [
+            ("/", "text/html"),
+            ("/web/app.js", "text/javascript"),
+            ("/web/transcript.js", "text/javascript"),
+            ("/web/text.js", "text/javascript"),
+            ("/web/app.css", "text/css"),
+        ] {
+            let resp = http
+                .get(format!("{}{path}", server.base))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200, "{path}");
+            let h = resp.headers();
+            assert!(
+                h["content-type"].to_str().unwrap().starts_with(kind),
+                "{path}"
+            );
+            let csp = h["content-security-policy"].to_str().unwrap();
+            assert!(csp.contains("script-src 'self'"), "{csp}");
+            assert!(csp.contains("default-src 'none'"), "{csp}");
+            assert!(
+                !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+                "{csp}"
+            );
+            assert_eq!(h["x-content-type-options"], "nosniff");
+        }
+        // The data still needs the token.
+        let resp = http
+            .get(format!("{}/overview", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401);
+        let resp = http
+            .get(format!("{}/overview", server.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body, serde_json::json!({"sessions": []}));
+        server.stop().await;
+    })
+    .await;
+}
