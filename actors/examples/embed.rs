@@ -19,12 +19,22 @@ async fn main() -> anyhow::Result<()> {
     let store = Store::open_in_memory(StoreOptions::default())?;
     let model = Arc::new(SimClient::new(SimConfig::default()));
     let runtime = Runtime::start(RuntimeConfig::new(store, model)).await?;
-    let session = runtime.create_session(SessionConfig::new(std::env::current_dir()?)).await?;
-    let mut updates = session.subscribe(Seq::FIRST, SubscribeOptions::default()).await?;
-    session.submit(Input::text("What is in this project?")).await?;
+    let session = runtime
+        .create_session(SessionConfig::new(std::env::current_dir()?))
+        .await?;
+    let mut updates = session
+        .subscribe(Seq::FIRST, SubscribeOptions::default())
+        .await?;
+    session
+        .submit(Input::text("What is in this project?"))
+        .await?;
     while let Some(update) = updates.recv().await {
         match update {
-            SessionUpdate::Delta(d) => if let Delta::TextDelta { text } = d.delta { print!("{text}") },
+            SessionUpdate::Delta(d) => {
+                if let Delta::TextDelta { text } = d.delta {
+                    print!("{text}")
+                }
+            }
             SessionUpdate::Event(e) if matches!(e.kind, EventKind::TurnComplete { .. }) => break,
             _ => {}
         }

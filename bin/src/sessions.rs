@@ -273,7 +273,13 @@ mod tests {
     fn one_event_is_singular_and_the_columns_line_up() {
         let one = summary(1);
         let many = summary(12);
-        assert_eq!(summary_line(&one), format!("{}      1 event   /w  demo", one.id));
-        assert_eq!(summary_line(&many), format!("{}     12 events  /w  demo", many.id));
+        assert_eq!(
+            summary_line(&one),
+            format!("{}      1 event   /w  demo", one.id)
+        );
+        assert_eq!(
+            summary_line(&many),
+            format!("{}     12 events  /w  demo", many.id)
+        );
     }
 }

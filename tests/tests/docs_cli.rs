@@ -144,11 +144,27 @@ fn every_command_subcommand_and_flag_of_the_help_is_in_docs_cli_md() {
     let tree = command_tree();
     // The walk must have found the command tree, not an empty help.
     let paths: Vec<String> = tree.iter().map(|(p, _)| p.join(" ")).collect();
-    for expected in ["run", "chat", "serve", "sessions list", "sessions show", "node"] {
-        assert!(paths.iter().any(|p| p == expected), "{expected} in {paths:?}");
+    for expected in [
+        "run",
+        "chat",
+        "serve",
+        "sessions list",
+        "sessions show",
+        "node",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == expected),
+            "{expected} in {paths:?}"
+        );
     }
     let run_flags = long_flags(&tree.iter().find(|(p, _)| p == &["run"]).unwrap().1);
-    for expected in ["--provider", "--data-dir", "--approval", "--json", "--session"] {
+    for expected in [
+        "--provider",
+        "--data-dir",
+        "--approval",
+        "--json",
+        "--session",
+    ] {
         assert!(run_flags.contains(expected), "{expected} in {run_flags:?}");
     }
     let missing = missing_from_cli_doc(&tree, &doc("cli.md"));

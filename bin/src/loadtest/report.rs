@@ -519,11 +519,18 @@ mod tests {
             ..Default::default()
         });
         let text = report.to_text();
-        assert!(text.starts_with("load test: 1 session x 1 turn, "), "{text}");
+        assert!(
+            text.starts_with("load test: 1 session x 1 turn, "),
+            "{text}"
+        );
         assert!(text.contains(" for 1 turn (") && text.contains(", 1 request failed)"));
         report.sessions = 3;
         report.turns_per_session = 2;
-        assert!(report.to_text().starts_with("load test: 3 sessions x 2 turns, "));
+        assert!(
+            report
+                .to_text()
+                .starts_with("load test: 3 sessions x 2 turns, ")
+        );
     }
 
     #[test]
