@@ -16,6 +16,7 @@ mod setup;
 mod signals;
 mod sim_server;
 mod values;
+mod words;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -169,10 +169,13 @@ fn check_script_left(args: &RunArgs, id: SessionId, earlier: &[Event]) -> anyhow
     let script = crate::setup::load_script(path)?;
     if !earlier.is_empty() && !compacted && used >= script.responses.len() {
         anyhow::bail!(
-            "session {id} already used all {} responses of the script {} (a scripted model \
+            "session {id} already used {} of the script {} (a scripted model \
              answers with response N+1 after N assistant messages); continue it with a \
              script that has more responses",
-            script.responses.len(),
+            match script.responses.len() {
+                1 => "the only response".to_owned(),
+                n => format!("all {n} responses"),
+            },
             path.display()
         );
     }

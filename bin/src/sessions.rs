@@ -84,20 +84,26 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
         if json {
             writeln!(out, "{}", serde_json::to_string(&s)?)?;
         } else {
-            let title = s.title.as_deref().unwrap_or("(untitled)");
-            let deleted = if s.deleted { " [deleted]" } else { "" };
-            writeln!(
-                out,
-                "{}  {:>5} events  {}  {}{deleted}",
-                s.id,
-                s.last_seq.0,
-                s.cwd.display(),
-                title
-            )?;
+            writeln!(out, "{}", summary_line(&s))?;
         }
     }
     out.flush()?;
     Ok(EXIT_OK)
+}
+
+/// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
+/// the count right-aligned and the noun padded so that the columns line up), working
+/// directory, title, and `[deleted]` for a deleted session.
+fn summary_line(s: &foya_protocol::SessionSummary) -> String {
+    let title = s.title.as_deref().unwrap_or("(untitled)");
+    let deleted = if s.deleted { " [deleted]" } else { "" };
+    let noun = if s.last_seq.0 == 1 { "event" } else { "events" };
+    format!(
+        "{}  {:>5} {noun:<6}  {}  {title}{deleted}",
+        s.id,
+        s.last_seq.0,
+        s.cwd.display(),
+    )
 }
 
 /// Prints the events of one stored session, writing nothing to the store
@@ -242,4 +248,38 @@ async fn set_title(
     store.close().await;
     let _ = writeln!(std::io::stdout(), "title of session {id}: {title}");
     Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary_line;
+    use foya_protocol::{Seq, SessionId, SessionSummary};
+
+    fn summary(last_seq: u64) -> SessionSummary {
+        SessionSummary {
+            id: SessionId::new(),
+            title: Some("demo".into()),
+            cwd: "/w".into(),
+            model: "sim-1".into(),
+            created_at_ms: Default::default(),
+            updated_at_ms: Default::default(),
+            last_seq: Seq(last_seq),
+            deleted: false,
+            node: None,
+        }
+    }
+
+    #[test]
+    fn one_event_is_singular_and_the_columns_line_up() {
+        let one = summary(1);
+        let many = summary(12);
+        assert_eq!(
+            summary_line(&one),
+            format!("{}      1 event   /w  demo", one.id)
+        );
+        assert_eq!(
+            summary_line(&many),
+            format!("{}     12 events  /w  demo", many.id)
+        );
+    }
 }

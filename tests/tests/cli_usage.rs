@@ -236,7 +236,7 @@ fn a_scripted_session_with_its_script_used_up_is_refused_clearly() {
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         format!(
-            "foya: session {id} already used all 1 responses of the script {script} (a \
+            "foya: session {id} already used the only response of the script {script} (a \
              scripted model answers with response N+1 after N assistant messages); continue \
              it with a script that has more responses\n"
         )

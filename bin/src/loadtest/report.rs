@@ -228,9 +228,9 @@ impl Report {
             out.push('\n');
         };
         line(format!(
-            "load test: {} sessions x {} turns, provider {}{}, durability {}{}",
-            self.sessions,
-            self.turns_per_session,
+            "load test: {} x {}, provider {}{}, durability {}{}",
+            crate::words::count(self.sessions as u64, "session"),
+            crate::words::count(self.turns_per_session.into(), "turn"),
             self.provider,
             self.endpoint
                 .as_ref()
@@ -284,11 +284,11 @@ impl Report {
         ));
         if let Some(bare) = &self.bare_client {
             line(format!(
-                "bare       {:.2} s for {} turns ({:.1} us/turn, {} requests failed); runtime/bare {}",
+                "bare       {:.2} s for {} ({:.1} us/turn, {} failed); runtime/bare {}",
                 bare.cpu_s,
-                bare.turns,
+                crate::words::count(bare.turns, "turn"),
                 bare.cpu_us_per_turn,
-                bare.requests_failed,
+                crate::words::count(bare.requests_failed, "request"),
                 self.cpu_ratio_vs_bare.map_or_else(
                     || "not comparable (turns failed)".to_owned(),
                     |r| format!("{r:.2}x")
@@ -502,6 +502,35 @@ mod tests {
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["overhead_us"]["p95"], 1500.0);
         assert_eq!(json["relay_latency_ms"]["p99"], 20.5);
+    }
+
+    #[test]
+    fn counts_of_one_are_singular_in_the_text_report() {
+        let mut report = Report {
+            provider: "sim".into(),
+            durability: "none".into(),
+            sessions: 1,
+            turns_per_session: 1,
+            ..Report::default()
+        };
+        report.set_bare(super::super::bare::BareReport {
+            turns: 1,
+            requests_failed: 1,
+            ..Default::default()
+        });
+        let text = report.to_text();
+        assert!(
+            text.starts_with("load test: 1 session x 1 turn, "),
+            "{text}"
+        );
+        assert!(text.contains(" for 1 turn (") && text.contains(", 1 request failed)"));
+        report.sessions = 3;
+        report.turns_per_session = 2;
+        assert!(
+            report
+                .to_text()
+                .starts_with("load test: 3 sessions x 2 turns, ")
+        );
     }
 
     #[test]
