@@ -94,15 +94,27 @@
 //! ```
 #![warn(missing_docs)]
 
+mod check;
 pub mod codec;
 mod db;
 mod error;
+mod guard;
+mod journal;
+mod losses;
+mod raw;
 mod read;
 mod read_only;
+mod recover;
+mod salvage;
 mod schema;
 mod store;
+mod survey;
 mod writer;
 
 pub use error::{AppendError, Error, OpenError, ReadError};
+pub use check::{CheckReport, check};
+pub use losses::{Loss, recorded_losses};
+pub use salvage::{SalvageReport, SalvagedSession, salvage};
 pub use read_only::ReadOnlyStore;
 pub use store::{Durability, Store, StoreOptions, StoreStats};
+pub use survey::{Survey, Unreadable};

@@ -66,6 +66,7 @@ fn memory_writer() -> Writer {
         commit_linger: std::time::Duration::ZERO,
         counters: Arc::default(),
         cache: HashMap::new(),
+        journal: None,
     }
 }
 
