@@ -42,6 +42,23 @@ pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         .context("no data directory: pass --data-dir or set FOYA_DATA_DIR")
 }
 
+/// The store file of a data directory.
+pub(crate) fn store_path(dir: &Path) -> PathBuf {
+    dir.join(STORE_FILE)
+}
+
+/// Says on stderr, one line each, what acknowledged events the store found missing
+/// when it opened.
+fn report_losses(path: &Path, losses: &[foya_storage::Loss]) {
+    for loss in losses {
+        eprintln!(
+            "foya: warning: {loss} — the store {} was rolled back or damaged; recorded in              {}.losses (`foya store check` lists it)",
+            path.display(),
+            path.display()
+        );
+    }
+}
+
 /// Opens (or creates) the store of a data directory.
 pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
     open_store_with(dir, Durability::Immediate)
@@ -59,6 +76,7 @@ pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Res
     match Store::open(&path, options) {
         Ok(store) => {
             record_owner(dir, None);
+            report_losses(&path, store.losses());
             Ok(store)
         }
         Err(foya_storage::OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
@@ -127,7 +145,7 @@ pub(crate) fn release_owner() {
 /// The error for a data dir whose store another process holds: names the dir, the
 /// holder (when its owner file names a live process) and how to get the information
 /// from it instead.
-fn in_use(dir: &Path) -> anyhow::Error {
+pub(crate) fn in_use(dir: &Path) -> anyhow::Error {
     let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
         .ok()
         .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
@@ -237,6 +255,7 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
     }
     match ReadOnlyStore::open(&path) {
         Err(OpenError::NeedsRecovery { .. }) => {}
+        Err(e) if e.is_damage() => return opened(open_damaged(&path, &e)),
         other => return opened(other),
     }
     if let Some(lock) = &lock {
@@ -250,8 +269,12 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
     }
     match Store::open(&path, StoreOptions::default()) {
         // Dropping it closes the file cleanly (and unlocks it).
-        Ok(repaired) => drop(repaired),
+        Ok(repaired) => {
+            report_losses(&path, repaired.losses());
+            drop(repaired);
+        }
         Err(OpenError::AlreadyOpen { .. }) => return Err(in_use(dir)),
+        Err(e) if e.is_damage() => return opened(open_damaged(&path, &e)),
         Err(e) => {
             return Err(anyhow::Error::new(e).context(format!("cannot repair {}", path.display())));
         }
@@ -264,6 +287,35 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
         ))
     );
     opened(ReadOnlyStore::open(&path))
+}
+
+/// Opens a damaged store for reading what it still holds (a private copy, see
+/// [`ReadOnlyStore::open_damaged`]), after one line on stderr saying so.
+fn open_damaged(path: &Path, found: &OpenError) -> Result<ReadOnlyStore, OpenError> {
+    if matches!(found, OpenError::NewerFormat { .. }) {
+        return Err(clone_refusal(found, path));
+    }
+    let store = ReadOnlyStore::open_damaged(path)?;
+    crate::cli::DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "foya: {found}; showing what can still be read (from a copy; the file is left as it          is); {}",
+        crate::cli::DAMAGE_HINT
+    );
+    Ok(store)
+}
+
+/// The same refusal again (`OpenError` is not `Clone`).
+fn clone_refusal(e: &OpenError, path: &Path) -> OpenError {
+    match e {
+        OpenError::NewerFormat { message, .. } => OpenError::NewerFormat {
+            path: path.to_owned(),
+            message: message.clone(),
+        },
+        other => OpenError::Corrupt {
+            path: path.to_owned(),
+            message: other.to_string(),
+        },
+    }
 }
 
 /// Opens the store of a data directory for work on the stored session `id`: `Ok(None)`,

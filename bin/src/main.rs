@@ -15,6 +15,7 @@ mod sessions;
 mod setup;
 mod signals;
 mod sim_server;
+mod store_cmd;
 mod values;
 
 use clap::Parser;
@@ -55,7 +56,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(cli::dispatch(cli));
+    let mut code = runtime.block_on(cli::dispatch(cli));
+    if code == cli::EXIT_FAILED && cli::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+    {
+        code = cli::EXIT_DAMAGED;
+    }
     data::release_owner();
     // Do not wait for lingering blocking tasks (a stdin reader) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));

@@ -123,35 +123,45 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    /// Opens the journal at `path` for appending, starting from `seqs`.
+    /// The journal at `path`, starting from `seqs`; the file is opened (created if
+    /// needed) for appending at the first acknowledgement.
     pub(crate) fn open(path: PathBuf, seqs: HashMap<u128, u64>) -> Self {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path);
-        let written = file
-            .as_ref()
-            .ok()
-            .and_then(|f| f.metadata().ok())
-            .map_or(0, |m| m.len());
-        if let Err(e) = &file {
-            tracing::warn!(path = %path.display(), error = %e, "cannot open the acknowledgement journal");
-        }
         Self {
             path,
-            file: file.ok(),
+            file: None,
             seqs,
-            written,
+            written: 0,
             buffer: Vec::new(),
             failed: false,
         }
     }
 
+    /// The open file, opened at the first call (`None` after a failure, logged once).
+    fn file(&mut self) -> Option<&mut std::fs::File> {
+        if self.file.is_none() && !self.failed {
+            let opened = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path);
+            match opened {
+                Ok(file) => {
+                    self.written = file.metadata().map_or(0, |m| m.len());
+                    self.file = Some(file);
+                }
+                Err(e) => {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot open the acknowledgement journal");
+                    self.failed = true;
+                }
+            }
+        }
+        self.file.as_mut()
+    }
+
     /// Records that each `(session key, seq)` was committed, in one write.
     pub(crate) fn acknowledge(&mut self, acked: impl Iterator<Item = (u128, u64)>) {
-        let Some(file) = &mut self.file else {
+        if self.file().is_none() {
             return;
-        };
+        }
         self.buffer.clear();
         for (key, seq) in acked {
             record(key, seq, &mut self.buffer);
@@ -160,6 +170,9 @@ impl Journal {
         if self.buffer.is_empty() {
             return;
         }
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
         match file.write_all(&self.buffer) {
             Ok(()) => self.written += self.buffer.len() as u64,
             Err(e) => {

@@ -94,6 +94,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod backup;
 mod check;
 pub mod codec;
 mod db;
@@ -112,6 +113,7 @@ mod survey;
 mod writer;
 
 pub use error::{AppendError, Error, OpenError, ReadError};
+pub use backup::BackupReport;
 pub use check::{CheckReport, check};
 pub use losses::{Loss, recorded_losses};
 pub use salvage::{SalvageReport, SalvagedSession, salvage};

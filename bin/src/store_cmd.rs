@@ -1,0 +1,166 @@
+//! `foya store …`: `check` (verify the event store without changing it), `salvage` (copy
+//! every readable session into a fresh store) and `backup` (a consistent copy). The work
+//! is `foya-storage`'s ([`foya_storage::check`], [`foya_storage::salvage`],
+//! [`foya_storage::ReadOnlyStore::backup`]); this renders it.
+
+use crate::cli::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, StoreCommand};
+use anyhow::Context as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+pub(crate) async fn store(command: StoreCommand) -> u8 {
+    let result = match command {
+        StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
+        StoreCommand::Salvage { data, to } => salvage(data.data_dir.as_deref(), &to).await,
+        StoreCommand::Backup { data, to } => backup(data.data_dir.as_deref(), &to).await,
+    };
+    result.unwrap_or_else(|e| {
+        crate::cli::report(&e);
+        EXIT_FAILED
+    })
+}
+
+/// The store file of the data dir, or `None` after saying there is none.
+fn existing_store(dir: Option<&Path>) -> anyhow::Result<Option<(PathBuf, PathBuf)>> {
+    let dir = crate::data::data_dir(dir)?;
+    let path = crate::data::store_path(&dir);
+    if !path.is_file() {
+        eprintln!("foya: {}", crate::data::missing_store(&dir));
+        return Ok(None);
+    }
+    Ok(Some((dir, path)))
+}
+
+/// Turns a store refusal into the CLI's error (naming the process holding the dir).
+fn refused(dir: &Path, path: &Path, e: foya_storage::Error) -> anyhow::Error {
+    match e {
+        foya_storage::Error::Open(foya_storage::OpenError::AlreadyOpen { .. }) => {
+            crate::data::in_use(dir)
+        }
+        other => anyhow::Error::new(other).context(format!("cannot read {}", path.display())),
+    }
+}
+
+async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
+    let Some((dir, path)) = existing_store(dir)? else {
+        return Ok(EXIT_FAILED);
+    };
+    let target = path.clone();
+    let report = tokio::task::spawn_blocking(move || foya_storage::check(&target))
+        .await
+        .context("the check stopped")?
+        .map_err(|e| refused(&dir, &path, e.into()))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "store {}", path.display())?;
+    writeln!(
+        out,
+        "{} sessions, {} events read",
+        report.sessions, report.events
+    )?;
+    for problem in &report.problems {
+        writeln!(out, "problem: {problem}")?;
+    }
+    for loss in &report.earlier_losses {
+        writeln!(out, "reported earlier: {loss}")?;
+    }
+    out.flush()?;
+    if report.is_clean() {
+        eprintln!("foya: the store {} is sound", path.display());
+        Ok(EXIT_OK)
+    } else {
+        eprintln!(
+            "foya: the store {} has {} problem(s) (listed above); run `foya store salvage \
+             --data-dir {} --to NEW_DIR` to copy every readable session into a fresh store",
+            path.display(),
+            report.problems.len(),
+            dir.display()
+        );
+        Ok(EXIT_DAMAGED)
+    }
+}
+
+async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
+    let Some((dir, path)) = existing_store(dir)? else {
+        return Ok(EXIT_FAILED);
+    };
+    let target = crate::data::store_path(to);
+    if target.exists() {
+        anyhow::bail!(
+            "{} already holds a store: salvage into a new data directory",
+            to.display()
+        );
+    }
+    std::fs::create_dir_all(to)
+        .with_context(|| format!("cannot create data directory {}", to.display()))?;
+    let report = foya_storage::salvage(&path, &target)
+        .await
+        .map_err(|e| refused(&dir, &path, e))?;
+    let mut out = std::io::stdout().lock();
+    for note in &report.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    let mut whole = 0;
+    for s in &report.sessions {
+        let acknowledged = s
+            .acknowledged
+            .map(|a| format!(" (acknowledged up to seq {a})"))
+            .unwrap_or_default();
+        match &s.stopped {
+            None => {
+                whole += 1;
+                writeln!(out, "{}  copied {} events", s.id, s.copied)?;
+            }
+            Some(why) if s.copied == 0 => {
+                writeln!(out, "{}  not copied: {why}{acknowledged}", s.id)?;
+            }
+            Some(why) => writeln!(
+                out,
+                "{}  copied {} events, stops there: {why}{acknowledged}",
+                s.id, s.copied
+            )?,
+        }
+    }
+    out.flush()?;
+    let total = report.sessions.len();
+    if whole == total {
+        eprintln!(
+            "foya: salvaged all {total} sessions into {}",
+            target.display()
+        );
+        Ok(EXIT_OK)
+    } else {
+        eprintln!(
+            "foya: salvaged {whole} of {total} sessions whole into {}; {} stop early or could \
+             not be copied (listed above)",
+            target.display(),
+            total - whole
+        );
+        Ok(EXIT_DAMAGED)
+    }
+}
+
+async fn backup(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
+        eprintln!("foya: {}", crate::data::missing_store(&dir));
+        return Ok(EXIT_FAILED);
+    };
+    if store.is_copy() {
+        anyhow::bail!(
+            "the store {} is damaged: a backup copies only a sound store; use `foya store \
+             salvage --data-dir {} --to NEW_DIR`",
+            store.path().display(),
+            dir.display()
+        );
+    }
+    let report = store
+        .backup(to)
+        .with_context(|| format!("cannot back up to {}", to.display()))?;
+    eprintln!(
+        "foya: backed up {} sessions ({} events) to {}",
+        report.sessions,
+        report.events,
+        to.display()
+    );
+    Ok(EXIT_OK)
+}
