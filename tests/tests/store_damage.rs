@@ -78,7 +78,9 @@ fn fixture() -> &'static Fixture {
                 {"text": "done"}
             ]),
         );
-        let script_text = write("text.json", json!([{"text": "again"}]));
+        // A scripted model answers response N+1 after N assistant messages: enough for a
+        // new turn on any fixture session.
+        let script_text = write("text.json", Value::Array(vec![json!({"text": "again"}); 6]));
         let killed_turn = write(
             "killed.json",
             json!([{"tool_calls": [{"id": "k1", "name": "shell",
