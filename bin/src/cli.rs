@@ -58,37 +58,7 @@ pub(crate) enum Command {
     /// Check, salvage and back up the event store.
     Store {
         #[command(subcommand)]
-        command: StoreCommand,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum StoreCommand {
-    /// Verify the store without changing it: redb's integrity check and the logs (seqs
-    /// dense from 1, every event decodes, summaries match, nothing acknowledged is
-    /// missing). Exit 0 when sound, 4 with a list of problems.
-    Check {
-        #[command(flatten)]
-        data: DataDirArg,
-    },
-    /// Copy every readable session, event by event, into a fresh store at --to (a new
-    /// file), never writing to the old one. Exit 0 when every session was copied whole,
-    /// 4 when some stop early or could not be copied (each is named).
-    Salvage {
-        #[command(flatten)]
-        data: DataDirArg,
-        /// The new store file (must not exist), e.g. NEW_DIR/foya.redb.
-        #[arg(long)]
-        to: PathBuf,
-    },
-    /// Write a consistent copy of the store (one read transaction) to --to, a new file
-    /// that opens as a store.
-    Backup {
-        #[command(flatten)]
-        data: DataDirArg,
-        /// The backup file (must not exist).
-        #[arg(long)]
-        to: PathBuf,
+        command: crate::store_cmd::StoreCommand,
     },
 }
 
@@ -301,45 +271,11 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
 
 /// Prints `foya: <error chain>` on stderr.
 pub(crate) fn report(e: &anyhow::Error) {
-    if is_damage(e) {
-        DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
-        let chain = error_chain(e);
-        if chain.contains("newer format version") {
-            eprintln!(
-                "foya: {chain}; use the foya version that wrote it (this one cannot read it; \
-                 `foya store salvage --to NEW_DIR` copies the events it can decode)"
-            );
-        } else {
-            eprintln!("foya: {chain}; {DAMAGE_HINT}");
-        }
+    if crate::damage::is_damage(e) {
+        crate::damage::report(&error_chain(e));
     } else {
         eprintln!("foya: {}", error_chain(e));
     }
-}
-
-/// What to do about a damaged store, appended to the line reporting it.
-pub(crate) const DAMAGE_HINT: &str = "the event store is damaged: run `foya store check` to \
-     see what is wrong and `foya store salvage --to NEW_FILE` to copy every readable session \
-     into a fresh store (both with the same --data-dir)";
-
-/// Set when [`report`] reported a damaged store: the process exits with
-/// [`EXIT_DAMAGED`] instead of [`EXIT_FAILED`].
-pub(crate) static DAMAGE_REPORTED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// Whether `e` says the event store is damaged or of a newer format.
-pub(crate) fn is_damage(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<foya_storage::OpenError>()
-            .is_some_and(foya_storage::OpenError::is_damage)
-            || c.downcast_ref::<foya_storage::ReadError>()
-                .is_some_and(foya_storage::ReadError::is_damage)
-            || c.downcast_ref::<foya_storage::Error>().is_some_and(|e| match e {
-                foya_storage::Error::Open(o) => o.is_damage(),
-                foya_storage::Error::Read(r) => r.is_damage(),
-                _ => false,
-            })
-    })
 }
 
 #[cfg(test)]

@@ -47,18 +47,6 @@ pub(crate) fn store_path(dir: &Path) -> PathBuf {
     dir.join(STORE_FILE)
 }
 
-/// Says on stderr, one line each, what acknowledged events the store found missing
-/// when it opened.
-fn report_losses(path: &Path, losses: &[foya_storage::Loss]) {
-    for loss in losses {
-        eprintln!(
-            "foya: warning: {loss} — the store {} was rolled back or damaged; recorded in              {}.losses (`foya store check` lists it)",
-            path.display(),
-            path.display()
-        );
-    }
-}
-
 /// Opens (or creates) the store of a data directory.
 pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
     open_store_with(dir, Durability::Immediate)
@@ -76,7 +64,7 @@ pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Res
     match Store::open(&path, options) {
         Ok(store) => {
             record_owner(dir, None);
-            report_losses(&path, store.losses());
+            crate::damage::report_losses(&path, store.losses());
             Ok(store)
         }
         Err(foya_storage::OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
@@ -255,7 +243,7 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
     }
     match ReadOnlyStore::open(&path) {
         Err(OpenError::NeedsRecovery { .. }) => {}
-        Err(e) if e.is_damage() => return opened(open_damaged(&path, &e)),
+        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
         other => return opened(other),
     }
     if let Some(lock) = &lock {
@@ -270,11 +258,11 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
     match Store::open(&path, StoreOptions::default()) {
         // Dropping it closes the file cleanly (and unlocks it).
         Ok(repaired) => {
-            report_losses(&path, repaired.losses());
+            crate::damage::report_losses(&path, repaired.losses());
             drop(repaired);
         }
         Err(OpenError::AlreadyOpen { .. }) => return Err(in_use(dir)),
-        Err(e) if e.is_damage() => return opened(open_damaged(&path, &e)),
+        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
         Err(e) => {
             return Err(anyhow::Error::new(e).context(format!("cannot repair {}", path.display())));
         }
@@ -287,35 +275,6 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
         ))
     );
     opened(ReadOnlyStore::open(&path))
-}
-
-/// Opens a damaged store for reading what it still holds (a private copy, see
-/// [`ReadOnlyStore::open_damaged`]), after one line on stderr saying so.
-fn open_damaged(path: &Path, found: &OpenError) -> Result<ReadOnlyStore, OpenError> {
-    if matches!(found, OpenError::NewerFormat { .. }) {
-        return Err(clone_refusal(found, path));
-    }
-    let store = ReadOnlyStore::open_damaged(path)?;
-    crate::cli::DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
-    eprintln!(
-        "foya: {found}; showing what can still be read (from a copy; the file is left as it          is); {}",
-        crate::cli::DAMAGE_HINT
-    );
-    Ok(store)
-}
-
-/// The same refusal again (`OpenError` is not `Clone`).
-fn clone_refusal(e: &OpenError, path: &Path) -> OpenError {
-    match e {
-        OpenError::NewerFormat { message, .. } => OpenError::NewerFormat {
-            path: path.to_owned(),
-            message: message.clone(),
-        },
-        other => OpenError::Corrupt {
-            path: path.to_owned(),
-            message: other.to_string(),
-        },
-    }
 }
 
 /// Opens the store of a data directory for work on the stored session `id`: `Ok(None)`,

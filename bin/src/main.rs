@@ -4,6 +4,7 @@
 mod chat;
 mod cli;
 mod cluster_list;
+mod damage;
 mod data;
 mod listen;
 mod loadtest;
@@ -57,7 +58,7 @@ fn main() -> ExitCode {
         }
     };
     let mut code = runtime.block_on(cli::dispatch(cli));
-    if code == cli::EXIT_FAILED && cli::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+    if code == cli::EXIT_FAILED && damage::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
     {
         code = cli::EXIT_DAMAGED;
     }

@@ -106,11 +106,15 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
     }
     if !survey.unreadable.is_empty() {
         if !store.is_copy() {
-            eprintln!("foya: {}", crate::cli::DAMAGE_HINT);
+            eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
         }
         return Ok(EXIT_DAMAGED);
     }
-    Ok(if store.is_copy() { EXIT_DAMAGED } else { EXIT_OK })
+    Ok(if store.is_copy() {
+        EXIT_DAMAGED
+    } else {
+        EXIT_OK
+    })
 }
 
 /// Prints the events of one stored session, writing nothing to the store
@@ -177,7 +181,11 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
         )?;
     }
     out.flush()?;
-    Ok(if store.is_copy() { EXIT_DAMAGED } else { EXIT_OK })
+    Ok(if store.is_copy() {
+        EXIT_DAMAGED
+    } else {
+        EXIT_OK
+    })
 }
 
 /// Deletes a session through a runtime on the data dir: loading the session closes an

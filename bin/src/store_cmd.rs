@@ -3,10 +3,41 @@
 //! is `foya-storage`'s ([`foya_storage::check`], [`foya_storage::salvage`],
 //! [`foya_storage::ReadOnlyStore::backup`]); this renders it.
 
-use crate::cli::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, StoreCommand};
+use crate::cli::{DataDirArg, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK};
 use anyhow::Context as _;
+use clap::Subcommand;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum StoreCommand {
+    /// Verify the store without changing it: redb's integrity check and the logs (seqs
+    /// dense from 1, every event decodes, summaries match, nothing acknowledged is
+    /// missing). Exit 0 when sound, 4 with a list of problems.
+    Check {
+        #[command(flatten)]
+        data: DataDirArg,
+    },
+    /// Copy every readable session, event by event, into a fresh store in the data
+    /// directory --to, never writing to the old one. Exit 0 when every session was
+    /// copied whole, 4 when some stop early or could not be copied (each is named).
+    Salvage {
+        #[command(flatten)]
+        data: DataDirArg,
+        /// The new data directory (created if missing; must not hold a store).
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Write a consistent copy of the store (one read transaction) to --to, a new file
+    /// that opens as a store.
+    Backup {
+        #[command(flatten)]
+        data: DataDirArg,
+        /// The backup file (must not exist).
+        #[arg(long)]
+        to: PathBuf,
+    },
+}
 
 pub(crate) async fn store(command: StoreCommand) -> u8 {
     let result = match command {

@@ -59,7 +59,9 @@ fn copy_to(
     let copied = crate::guard::contain("copying the store", || -> Result<_, Error> {
         let txn = begin()?;
         let target = Database::create(to).map_err(|e| target_error(e.to_string()))?;
-        let write = target.begin_write().map_err(|e| target_error(e.to_string()))?;
+        let write = target
+            .begin_write()
+            .map_err(|e| target_error(e.to_string()))?;
         let mut report = BackupReport::default();
         {
             let mut events = write

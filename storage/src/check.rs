@@ -125,9 +125,9 @@ fn check_session(store: &ReadOnlyStore, summary: &SessionSummary, report: &mut C
         let chunk = match store.read_range(id, from, CHUNK) {
             Ok(chunk) => chunk,
             Err(e) => {
-                report
-                    .problems
-                    .push(format!("session {id}: events from seq {from} cannot be read: {e}"));
+                report.problems.push(format!(
+                    "session {id}: events from seq {from} cannot be read: {e}"
+                ));
                 return;
             }
         };
@@ -145,9 +145,9 @@ fn check_session(store: &ReadOnlyStore, summary: &SessionSummary, report: &mut C
                 return;
             }
             if event.seq == Seq::FIRST && !matches!(event.kind, EventKind::SessionCreated { .. }) {
-                report
-                    .problems
-                    .push(format!("session {id}: its first event is not session_created"));
+                report.problems.push(format!(
+                    "session {id}: its first event is not session_created"
+                ));
             }
             if let Some(at) = deleted_at {
                 report.problems.push(format!(

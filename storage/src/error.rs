@@ -197,9 +197,8 @@ impl OpenError {
     pub(crate) fn from_redb(path: &std::path::Path, e: redb::DatabaseError) -> Self {
         let path = path.to_owned();
         match e {
-            redb::DatabaseError::DatabaseAlreadyOpen | redb::DatabaseError::LockProtocolMismatch => {
-                Self::AlreadyOpen { path }
-            }
+            redb::DatabaseError::DatabaseAlreadyOpen
+            | redb::DatabaseError::LockProtocolMismatch => Self::AlreadyOpen { path },
             redb::DatabaseError::RepairAborted => Self::NeedsRecovery { path },
             redb::DatabaseError::Storage(redb::StorageError::Corrupted(message)) => {
                 if message.contains("Expected file format version") {

@@ -58,6 +58,18 @@ impl std::fmt::Display for Loss {
     }
 }
 
+impl crate::Store {
+    /// Acknowledged events the database no longer held when this store opened (its
+    /// acknowledgement journal said more was committed than it holds: redb's repair
+    /// rolled back past acknowledged commits, or the file was damaged or replaced). Each
+    /// is also recorded in `<file>.losses` ([`crate::recorded_losses`]). Empty for the
+    /// in-memory backend.
+    #[must_use]
+    pub fn losses(&self) -> &[crate::Loss] {
+        &self.inner.losses
+    }
+}
+
 /// The losses log's path for a database file.
 pub(crate) fn log_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -128,10 +140,10 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
     if !losses.is_empty() {
         record(path, &losses);
     }
-    if current != acks.seqs || acks.damaged_records > 0 || acks.records > current.len() as u64 {
-        if let Err(e) = journal::rewrite(&journal_path, &current) {
-            tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
-        }
+    let stale =
+        current != acks.seqs || acks.damaged_records > 0 || acks.records > current.len() as u64;
+    if stale && let Err(e) = journal::rewrite(&journal_path, &current) {
+        tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
     }
     (journal::Journal::open(journal_path, current), losses)
 }

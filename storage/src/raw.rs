@@ -53,7 +53,9 @@ fn leaf_events(page: &[u8]) -> Vec<Event> {
     if page.first() != Some(&LEAF) {
         return out;
     }
-    let Some(count) = page.get(2..4).map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
+    let Some(count) = page
+        .get(2..4)
+        .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
     else {
         return out;
     };

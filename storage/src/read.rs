@@ -17,7 +17,6 @@ use crate::survey::Survey;
 use foya_protocol::{Event, Seq, SessionId, SessionSummary};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 
-
 /// Opens `table` in `txn`; `None` when the file has no such table yet.
 pub(crate) fn open<K: redb::Key + 'static, V: redb::Value + 'static>(
     txn: &ReadTransaction,

@@ -89,7 +89,11 @@ impl ReadOnlyStore {
     ///   wrote it was killed), or its creation was interrupted (empty, or no magic number
     ///   yet). Reading it needs redb's repair, which writes: [`crate::Store::open`] runs
     ///   it (then, once that store is closed, this open succeeds).
-    /// - [`OpenError::Database`]: the file cannot be read, or is not a redb database.
+    /// - [`OpenError::Corrupt`]: the file is damaged, cut short or not a redb database
+    ///   (a panic of redb on it is contained and reported so);
+    ///   [`ReadOnlyStore::open_damaged`] reads what it still holds.
+    /// - [`OpenError::NewerFormat`]: a newer redb format.
+    /// - [`OpenError::Database`]: the file cannot be read.
     pub fn open(path: &Path) -> Result<ReadOnlyStore, OpenError> {
         let database_error = |message: String| OpenError::Database {
             path: path.to_owned(),

@@ -56,7 +56,10 @@ pub(crate) fn copy_locked(path: &Path) -> Result<Copy, OpenError> {
     let mut target = std::fs::File::create(&copy).map_err(io)?;
     std::io::copy(&mut source, &mut target).map_err(io)?;
     drop(source);
-    Ok(Copy { _dir: dir, path: copy })
+    Ok(Copy {
+        _dir: dir,
+        path: copy,
+    })
 }
 
 /// Opens the copy at `copy`: read-only first (the latest commit, as it is), then
@@ -100,7 +103,11 @@ pub(crate) fn open_copy(copy: &Path, source: &Path) -> Result<(Source, Vec<Strin
             Err(e) => return Err(e),
         };
         let len = std::fs::metadata(copy).map(|m| m.len()).unwrap_or(0);
-        let target = if padded { None } else { padded_len(&refusal, len) };
+        let target = if padded {
+            None
+        } else {
+            padded_len(&refusal, len)
+        };
         let Some(target) = target else {
             return Err(OpenError::Corrupt {
                 path: source.to_owned(),
@@ -152,8 +159,8 @@ fn padded_len(message: &str, len: u64) -> Option<u64> {
     if named.is_some() {
         return named;
     }
-    let truncated = message.contains("valid region layout")
-        || message.contains("shorter than its own layout");
+    let truncated =
+        message.contains("valid region layout") || message.contains("shorter than its own layout");
     let next_page = len.div_ceil(PAGE) * PAGE;
     (truncated && next_page > len).then_some(next_page)
 }
@@ -171,14 +178,23 @@ mod tests {
     fn the_padded_length_comes_from_the_layout_or_the_next_page() {
         use super::padded_len;
         assert_eq!(
-            padded_len("File truncated below stored layout: file_len=100, layout_len=8192", 100),
+            padded_len(
+                "File truncated below stored layout: file_len=100, layout_len=8192",
+                100
+            ),
             Some(8192)
         );
         assert_eq!(
-            padded_len("File length does not correspond to a valid region layout: file_len=4095", 4095),
+            padded_len(
+                "File length does not correspond to a valid region layout: file_len=4095",
+                4095
+            ),
             Some(4096)
         );
         assert_eq!(padded_len("checksum mismatch", 4095), None);
-        assert_eq!(padded_len("does not correspond to a valid region layout", 8192), None);
+        assert_eq!(
+            padded_len("does not correspond to a valid region layout", 8192),
+            None
+        );
     }
 }

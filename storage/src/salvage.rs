@@ -135,11 +135,15 @@ pub async fn salvage(from: &Path, to: &Path) -> Result<SalvageReport, Error> {
             }
             _ => 0,
         };
-        let known = [indexed_last, acknowledged, events.keys().next_back().copied()]
-            .into_iter()
-            .flatten()
-            .max()
-            .unwrap_or(Seq(0));
+        let known = [
+            indexed_last,
+            acknowledged,
+            events.keys().next_back().copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(Seq(0));
         let stopped = if copied == 0 {
             Some(match &tree_error {
                 Some(e) => format!("its first event cannot be read: {e}"),
@@ -179,9 +183,7 @@ fn read_tree(
     loop {
         match tree.read_range(id, from, limit) {
             Ok(chunk) => {
-                let Some(last) = chunk.last().map(|e| e.seq) else {
-                    return None;
-                };
+                let last = chunk.last().map(|e| e.seq)?;
                 events.extend(chunk.into_iter().map(|e| (e.seq, e)));
                 from = last.next();
             }

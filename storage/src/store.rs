@@ -98,7 +98,7 @@ pub(crate) struct Inner {
     counters: Arc<Counters>,
     durability: Durability,
     /// Acknowledged events found missing when the store opened.
-    losses: Vec<crate::Loss>,
+    pub(crate) losses: Vec<crate::Loss>,
 }
 
 // `Store` is shared across tasks and threads.
@@ -213,7 +213,14 @@ impl Store {
         for loss in &losses {
             tracing::warn!(%loss, "acknowledged events are missing from the store");
         }
-        Self::start(db, Some(reopen), path.to_owned(), options, Some(journal), losses)
+        Self::start(
+            db,
+            Some(reopen),
+            path.to_owned(),
+            options,
+            Some(journal),
+            losses,
+        )
     }
 
     /// Opens a fresh database held in memory (redb's in-memory backend), for tests.
@@ -367,16 +374,6 @@ impl Store {
         answer.await.map_err(|_| {
             AppendError::Storage("the store writer failed before answering this append".into())
         })?
-    }
-
-    /// Acknowledged events the database no longer held when this store opened (its
-    /// acknowledgement journal said more was committed than it holds: redb's repair
-    /// rolled back past acknowledged commits, or the file was damaged or replaced). Each
-    /// is also recorded in `<file>.losses` ([`crate::recorded_losses`]). Empty for the
-    /// in-memory backend.
-    #[must_use]
-    pub fn losses(&self) -> &[crate::Loss] {
-        &self.inner.losses
     }
 
     /// The commit durability this store was opened with.

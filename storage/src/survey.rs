@@ -159,10 +159,14 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
                 };
                 current_summary(&events, *key, row)
             }),
-            None => Err(ReadError::Corrupt(match rebuilt_summary(db, &mut poisoned, id) {
-                Ok(_) => "its summary row is missing (its events remain)".to_owned(),
-                Err(e) => format!("its summary row is missing and its first event cannot be read: {e}"),
-            })),
+            None => Err(ReadError::Corrupt(
+                match rebuilt_summary(db, &mut poisoned, id) {
+                    Ok(_) => "its summary row is missing (its events remain)".to_owned(),
+                    Err(e) => format!(
+                        "its summary row is missing and its first event cannot be read: {e}"
+                    ),
+                },
+            )),
         };
         match summary {
             Ok(summary) => sessions.push(summary),

@@ -458,7 +458,15 @@ async fn values_from_a_future_format_are_refused_clearly() {
             .unwrap();
     }
     txn.commit().unwrap();
-    let store = Store::start(db, None, PathBuf::from("future"), StoreOptions::default(), None, Vec::new()).unwrap();
+    let store = Store::start(
+        db,
+        None,
+        PathBuf::from("future"),
+        StoreOptions::default(),
+        None,
+        Vec::new(),
+    )
+    .unwrap();
 
     let refused = crate::ReadError::UnsupportedFormat {
         version: codec::FORMAT_VERSION + 1,

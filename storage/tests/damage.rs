@@ -70,7 +70,10 @@ fn exercise_with(path: &Path, ids: &[SessionId], strict: bool) -> (bool, Vec<u64
     let report = foya_storage::check(path).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let salvaged = rt
-        .block_on(foya_storage::salvage(path, &scratch.path().join("new.redb")))
+        .block_on(foya_storage::salvage(
+            path,
+            &scratch.path().join("new.redb"),
+        ))
         .unwrap();
     for session in salvaged.sessions.iter().filter(|_| strict) {
         assert!(

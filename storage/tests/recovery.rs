@@ -40,7 +40,12 @@ async fn a_rolled_back_file_names_the_acknowledged_events_it_lost() {
     expected.sort();
     assert_eq!(losses, expected);
     assert_eq!(
-        store.losses().iter().find(|l| l.session == a).unwrap().to_string(),
+        store
+            .losses()
+            .iter()
+            .find(|l| l.session == a)
+            .unwrap()
+            .to_string(),
         format!(
             "session {a} lost 5 acknowledged events: it was acknowledged up to seq 10 and now \
              ends at seq 5"
@@ -144,7 +149,10 @@ async fn a_backup_taken_while_appending_is_one_commit_and_opens_as_a_store() {
                 log.len() as u64
             })
             .collect();
-        assert!(lasts.windows(2).all(|w| w[0] == w[1] || w[0] == w[1] + 1), "{lasts:?}");
+        assert!(
+            lasts.windows(2).all(|w| w[0] == w[1] || w[0] == w[1] + 1),
+            "{lasts:?}"
+        );
         assert_eq!(report.events, events);
         assert!(foya_storage::check(to).unwrap().is_clean());
     }

@@ -39,7 +39,14 @@ struct Fixture {
 fn run(fx_data: &Path, work: &Path, script: &Path, session: Option<&str>) -> Output {
     let mut command = foya();
     command
-        .args(["run", "--provider", "scripted", "--approval", "bypass", "--json"])
+        .args([
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            "bypass",
+            "--json",
+        ])
         .arg("--script")
         .arg(script)
         .arg("--data-dir")
@@ -160,7 +167,12 @@ fn fixture() -> &'static Fixture {
 
 /// `foya ARGS --data-dir DATA`: code, stdout, stderr; fails the test on a panic.
 fn foya_in(data: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = foya().args(args).arg("--data-dir").arg(data).output().unwrap();
+    let out = foya()
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
     let code = out.status.code().unwrap_or(-1);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -217,7 +229,10 @@ fn case(label: &str, damage: impl FnOnce(&mut Vec<u8>)) -> (i32, BTreeMap<String
     let new = tmp.path().join("new");
     let new_arg = new.to_str().unwrap();
     let (salvage, stdout, _) = foya_in(&data, &["store", "salvage", "--to", new_arg]);
-    assert!(salvage == 0 || salvage == 4, "{label}: salvage exited {salvage}");
+    assert!(
+        salvage == 0 || salvage == 4,
+        "{label}: salvage exited {salvage}"
+    );
     let salvaged = salvage_lines(&stdout);
     // The old file was not written.
     assert_eq!(std::fs::read(&file).unwrap(), bytes, "{label}");
@@ -228,7 +243,10 @@ fn case(label: &str, damage: impl FnOnce(&mut Vec<u8>)) -> (i32, BTreeMap<String
         // Never more than was acknowledged (a killed turn's unacknowledged tail aside),
         // and a session short of its acknowledged events is flagged.
         if (*copied as usize) < acked.len() {
-            assert!(!whole, "{label}: {id} lost acknowledged events unreported: {stdout}");
+            assert!(
+                !whole,
+                "{label}: {id} lost acknowledged events unreported: {stdout}"
+            );
             assert_eq!(salvage, 4, "{label}");
         }
         if *copied == 0 {
@@ -236,7 +254,10 @@ fn case(label: &str, damage: impl FnOnce(&mut Vec<u8>)) -> (i32, BTreeMap<String
         }
         let (code, log, _) = foya_in(&new, &["sessions", "show", id, "--json"]);
         assert_eq!(code, 0, "{label}");
-        let log: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let log: Vec<Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(log.len() as u64, *copied, "{label}");
         for (got, want) in log.iter().zip(acked) {
             assert_eq!(got, want, "{label}: a salvaged event differs");
@@ -289,7 +310,9 @@ fn all_whole(salvaged: &BTreeMap<String, (u64, bool)>) -> bool {
 
 #[test]
 fn truncation_and_overwritten_tails_are_reported_and_salvaged() {
-    let len = std::fs::metadata(fixture().data.join("foya.redb")).unwrap().len() as usize;
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
     let (check, salvaged) = case("truncate 1 byte", |b| b.truncate(len - 1));
     assert_eq!(check, 4);
     assert!(all_whole(&salvaged), "{salvaged:?}");
@@ -313,7 +336,9 @@ fn truncation_and_overwritten_tails_are_reported_and_salvaged() {
 
 #[test]
 fn bit_flips_in_every_early_page_and_random_pages_never_panic() {
-    let len = std::fs::metadata(fixture().data.join("foya.redb")).unwrap().len() as usize;
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
     let mut offsets: Vec<usize> = (0..16).map(|page| page * 4096 + 64).collect();
     offsets.extend([12288, 16384]);
     let mut x = 42u64;
@@ -336,7 +361,9 @@ fn bit_flips_in_every_early_page_and_random_pages_never_panic() {
 
 #[test]
 fn zeroed_regions_foreign_files_and_newer_formats_are_reported() {
-    let len = std::fs::metadata(fixture().data.join("foya.redb")).unwrap().len() as usize;
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
     let (check, _) = case("zeroed 8-16 KiB", |b| b[8192..16384].fill(0));
     assert_eq!(check, 4);
     let (check, _) = case("zeroed middle", |b| b[len / 2..len / 2 + 8192].fill(0));
