@@ -116,6 +116,17 @@ fn write_owner(dir: &Path, url: Option<&str>, listen: Option<&str>) {
     }
 }
 
+/// The base URL of the `foya serve` holding `dir`'s store, when its owner file names a
+/// live server.
+pub(crate) fn serving_url(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(dir.join(OWNER_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
+        .filter(|o| o.command == "serve" && o.pid != std::process::id())
+        .filter(|o| Path::new(&format!("/proc/{}", o.pid)).exists())
+        .and_then(|o| o.url)
+}
+
 /// Removes the owner file this process wrote, if it still names this process.
 pub(crate) fn release_owner() {
     let Some(path) = OWNED.lock().ok().and_then(|mut o| o.take()) else {

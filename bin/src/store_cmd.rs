@@ -29,13 +29,18 @@ pub(crate) enum StoreCommand {
         to: PathBuf,
     },
     /// Write a consistent copy of the store (one read transaction) to --to, a new file
-    /// that opens as a store.
+    /// that opens as a store. While a `foya serve` holds the data dir, the server takes
+    /// the copy (`POST /store/backup`) as it goes on serving.
     Backup {
         #[command(flatten)]
         data: DataDirArg,
         /// The backup file (must not exist).
         #[arg(long)]
         to: PathBuf,
+        /// File holding the bearer token of the `foya serve` holding the data dir (when
+        /// it was started with --token-file).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
 }
 
@@ -43,7 +48,11 @@ pub(crate) async fn store(command: StoreCommand) -> u8 {
     let result = match command {
         StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
         StoreCommand::Salvage { data, to } => salvage(data.data_dir.as_deref(), &to).await,
-        StoreCommand::Backup { data, to } => backup(data.data_dir.as_deref(), &to).await,
+        StoreCommand::Backup {
+            data,
+            to,
+            token_file,
+        } => backup(data.data_dir.as_deref(), &to, token_file.as_deref()).await,
     };
     result.unwrap_or_else(|e| {
         crate::cli::report(&e);
@@ -170,8 +179,14 @@ async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
     }
 }
 
-async fn backup(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
+async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> anyhow::Result<u8> {
     let dir = crate::data::data_dir(dir)?;
+    if std::fs::metadata(to).is_ok_and(|m| m.len() > 0) {
+        anyhow::bail!("{} already exists; give a new file", to.display());
+    }
+    if let Some(url) = crate::data::serving_url(&dir) {
+        return backup_through(&url, to, token_file).await;
+    }
     let Some(store) = crate::data::open_existing_read_only(&dir)? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(EXIT_FAILED);
@@ -191,6 +206,53 @@ async fn backup(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
         "foya: backed up {} sessions ({} events) to {}",
         report.sessions,
         report.events,
+        to.display()
+    );
+    Ok(EXIT_OK)
+}
+
+/// Asks the `foya serve` at `url` for a backup (`POST /store/backup`) and moves the file
+/// it wrote to `to`.
+async fn backup_through(url: &str, to: &Path, token_file: Option<&Path>) -> anyhow::Result<u8> {
+    let mut request = reqwest::Client::new().post(format!("{url}/store/backup"));
+    if let Some(file) = token_file {
+        let token = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read token file {}", file.display()))?;
+        request = request.bearer_auth(token.trim());
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("cannot reach the server holding the data dir at {url}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .with_context(|| format!("the server at {url} answered {status} without JSON"))?;
+    if !status.is_success() {
+        let message = body["error"]["message"].as_str().unwrap_or("no message");
+        let hint = if status == reqwest::StatusCode::UNAUTHORIZED {
+            " (give its token with --token-file)"
+        } else {
+            ""
+        };
+        anyhow::bail!("the server at {url} refused the backup: {status}: {message}{hint}");
+    }
+    let written = PathBuf::from(body["path"].as_str().unwrap_or_default());
+    if std::fs::rename(&written, to).is_err() {
+        std::fs::copy(&written, to).with_context(|| {
+            format!(
+                "cannot copy the backup {} to {}",
+                written.display(),
+                to.display()
+            )
+        })?;
+        let _ = std::fs::remove_file(&written);
+    }
+    eprintln!(
+        "foya: backed up {} sessions ({} events) to {}, taken by the server at {url}",
+        body["sessions"],
+        body["events"],
         to.display()
     );
     Ok(EXIT_OK)
