@@ -509,7 +509,7 @@ async fn every_documented_operation_is_routed(s: &Server) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 11);
+    assert_eq!(checked, 12);
     let resp = s.req(reqwest::Method::GET, "/nope").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let body: Value = resp.json().await.unwrap();

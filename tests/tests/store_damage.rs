@@ -234,6 +234,7 @@ fn case(label: &str, damage: impl FnOnce(&mut Vec<u8>)) -> (i32, BTreeMap<String
         "{label}: salvage exited {salvage}"
     );
     let salvaged = salvage_lines(&stdout);
+    eprintln!("case {label}: check exit {check}, salvage exit {salvage}, copied {salvaged:?}");
     // The old file was not written.
     assert_eq!(std::fs::read(&file).unwrap(), bytes, "{label}");
     for (id, acked) in &fx.acknowledged {
