@@ -14,6 +14,12 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 /// sessions of the others were printed, the missing nodes named (stderr, and an
 /// `{"unreachable": [...]}` line with `--json`).
 pub(crate) const EXIT_PARTIAL: u8 = 3;
+/// Exit status when the event store is damaged (or of a newer format): the command
+/// printed one line saying so and what to do next (`foya store check`, `foya store
+/// salvage`); `foya store check` exits with it when it finds a problem, `foya sessions
+/// list` after listing what was readable, `foya store salvage` when some session could
+/// not be copied whole.
+pub(crate) const EXIT_DAMAGED: u8 = 4;
 /// Exit status of a cancelled turn (128 + SIGINT).
 pub(crate) const EXIT_CANCELLED: u8 = 130;
 /// Exit status of `foya run` after SIGTERM cancelled its turn cleanly (128 + SIGTERM, as
@@ -49,6 +55,11 @@ pub(crate) enum Command {
     SimServer(crate::sim_server::SimServerArgs),
     /// Drive many sessions through turns and report throughput, latency and resources.
     Loadtest(crate::loadtest::LoadtestArgs),
+    /// Check, salvage and back up the event store.
+    Store {
+        #[command(subcommand)]
+        command: crate::store_cmd::StoreCommand,
+    },
 }
 
 /// Where sessions are stored.
@@ -236,6 +247,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Node(args) => crate::node::node(args).await,
         Command::SimServer(args) => crate::sim_server::sim_server(args).await,
         Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
+        Command::Store { command } => crate::store_cmd::store(command).await,
     }
 }
 
@@ -259,7 +271,11 @@ pub(crate) fn error_chain(e: &anyhow::Error) -> String {
 
 /// Prints `foya: <error chain>` on stderr.
 pub(crate) fn report(e: &anyhow::Error) {
-    eprintln!("foya: {}", error_chain(e));
+    if crate::damage::is_damage(e) {
+        crate::damage::report(&error_chain(e));
+    } else {
+        eprintln!("foya: {}", error_chain(e));
+    }
 }
 
 #[cfg(test)]

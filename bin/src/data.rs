@@ -42,6 +42,11 @@ pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         .context("no data directory: pass --data-dir or set FOYA_DATA_DIR")
 }
 
+/// The store file of a data directory.
+pub(crate) fn store_path(dir: &Path) -> PathBuf {
+    dir.join(STORE_FILE)
+}
+
 /// Opens (or creates) the store of a data directory.
 pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
     open_store_with(dir, Durability::Immediate)
@@ -59,6 +64,7 @@ pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Res
     match Store::open(&path, options) {
         Ok(store) => {
             record_owner(dir, None);
+            crate::damage::report_losses(&path, store.losses());
             Ok(store)
         }
         Err(foya_storage::OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
@@ -110,6 +116,17 @@ fn write_owner(dir: &Path, url: Option<&str>, listen: Option<&str>) {
     }
 }
 
+/// The base URL of the `foya serve` holding `dir`'s store, when its owner file names a
+/// live server.
+pub(crate) fn serving_url(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(dir.join(OWNER_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
+        .filter(|o| o.command == "serve" && o.pid != std::process::id())
+        .filter(|o| Path::new(&format!("/proc/{}", o.pid)).exists())
+        .and_then(|o| o.url)
+}
+
 /// Removes the owner file this process wrote, if it still names this process.
 pub(crate) fn release_owner() {
     let Some(path) = OWNED.lock().ok().and_then(|mut o| o.take()) else {
@@ -127,7 +144,7 @@ pub(crate) fn release_owner() {
 /// The error for a data dir whose store another process holds: names the dir, the
 /// holder (when its owner file names a live process) and how to get the information
 /// from it instead.
-fn in_use(dir: &Path) -> anyhow::Error {
+pub(crate) fn in_use(dir: &Path) -> anyhow::Error {
     let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
         .ok()
         .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
@@ -237,6 +254,7 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
     }
     match ReadOnlyStore::open(&path) {
         Err(OpenError::NeedsRecovery { .. }) => {}
+        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
         other => return opened(other),
     }
     if let Some(lock) = &lock {
@@ -250,8 +268,12 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
     }
     match Store::open(&path, StoreOptions::default()) {
         // Dropping it closes the file cleanly (and unlocks it).
-        Ok(repaired) => drop(repaired),
+        Ok(repaired) => {
+            crate::damage::report_losses(&path, repaired.losses());
+            drop(repaired);
+        }
         Err(OpenError::AlreadyOpen { .. }) => return Err(in_use(dir)),
+        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
         Err(e) => {
             return Err(anyhow::Error::new(e).context(format!("cannot repair {}", path.display())));
         }

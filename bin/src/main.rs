@@ -4,6 +4,7 @@
 mod chat;
 mod cli;
 mod cluster_list;
+mod damage;
 mod data;
 mod listen;
 mod loadtest;
@@ -15,6 +16,7 @@ mod sessions;
 mod setup;
 mod signals;
 mod sim_server;
+mod store_cmd;
 mod values;
 mod words;
 
@@ -56,7 +58,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(cli::dispatch(cli));
+    let mut code = runtime.block_on(cli::dispatch(cli));
+    if code == cli::EXIT_FAILED && damage::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+    {
+        code = cli::EXIT_DAMAGED;
+    }
     data::release_owner();
     // Do not wait for lingering blocking tasks (a stdin reader) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));

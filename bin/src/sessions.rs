@@ -3,7 +3,7 @@
 //! delete one (through a runtime, so an unfinished turn is closed first). `list
 //! --cluster` asks a running node instead (`cluster_list.rs`).
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
+use crate::cli::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
 use foya_protocol::{EventKind, Seq, SessionId};
 use foya_storage::Durability;
 use std::io::Write as _;
@@ -79,8 +79,9 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(EXIT_OK);
     };
+    let survey = store.survey()?;
     let mut out = std::io::stdout().lock();
-    for s in store.list_sessions()? {
+    for s in survey.sessions {
         if json {
             writeln!(out, "{}", serde_json::to_string(&s)?)?;
         } else {
@@ -88,7 +89,23 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
         }
     }
     out.flush()?;
-    Ok(EXIT_OK)
+    for unreadable in &survey.unreadable {
+        match unreadable.session {
+            Some(id) => eprintln!("foya: session {id} cannot be read: {}", unreadable.reason),
+            None => eprintln!("foya: {}", unreadable.reason),
+        }
+    }
+    if !survey.unreadable.is_empty() {
+        if !store.is_copy() {
+            eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
+        }
+        return Ok(EXIT_DAMAGED);
+    }
+    Ok(if store.is_copy() {
+        EXIT_DAMAGED
+    } else {
+        EXIT_OK
+    })
 }
 
 /// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
@@ -170,7 +187,11 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
         )?;
     }
     out.flush()?;
-    Ok(EXIT_OK)
+    Ok(if store.is_copy() {
+        EXIT_DAMAGED
+    } else {
+        EXIT_OK
+    })
 }
 
 /// Deletes a session through a runtime on the data dir: loading the session closes an

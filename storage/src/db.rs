@@ -1,9 +1,11 @@
 //! The shared database handle. After an I/O error redb refuses every later operation
 //! (`PreviousIo`) until the database is closed and opened again, so the writer can swap
 //! in a freshly opened (and, if needed, repaired) database; readers always take the
-//! current one.
+//! current one. A database on which redb panicked (contained, [`crate::guard`]) is
+//! marked poisoned and reopened the same way before the writer's next transaction.
 
 use redb::Database;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,9 @@ pub(crate) struct DbSlot {
     current: RwLock<Option<Arc<Database>>>,
     /// `None` for the in-memory backend, which cannot be reopened.
     reopen: Option<Reopen>,
+    /// redb panicked on this database (a damaged page): its state may be half-updated,
+    /// so the writer reopens it before using it again.
+    poisoned: AtomicBool,
 }
 
 impl DbSlot {
@@ -25,7 +30,19 @@ impl DbSlot {
         Self {
             current: RwLock::new(Some(Arc::new(db))),
             reopen,
+            poisoned: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the current database as one redb panicked on: the writer reopens it before
+    /// its next transaction.
+    pub(crate) fn mark_poisoned(&self) {
+        self.poisoned.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the current database must be reopened before the next write.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
     }
 
     /// The current database.
@@ -71,7 +88,7 @@ impl DbSlot {
             loop {
                 match Arc::try_unwrap(old) {
                     Ok(db) => {
-                        drop(db);
+                        crate::guard::drop_contained(db);
                         break;
                     }
                     Err(shared) if started.elapsed() < RELEASE_TIMEOUT => {
@@ -86,9 +103,25 @@ impl DbSlot {
                 }
             }
         }
-        let db = reopen()?;
+        let db = crate::guard::contain("reopening the database", reopen)??;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(db));
-        tracing::info!("store database reopened after an I/O error");
+        self.poisoned.store(false, Ordering::SeqCst);
+        tracing::info!("store database reopened after an I/O error or a contained panic");
         Ok(())
+    }
+}
+
+impl Drop for DbSlot {
+    fn drop(&mut self) {
+        // Closing a database writes its allocator state, which may panic on a damaged
+        // page.
+        if let Some(db) = self
+            .current
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            crate::guard::drop_contained(db);
+        }
     }
 }

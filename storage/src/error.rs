@@ -44,6 +44,27 @@ pub enum OpenError {
         /// The database file.
         path: PathBuf,
     },
+    /// The file is damaged: redb found it corrupt (a checksum, a length or a structure
+    /// that cannot be right), it is truncated, or reading it made redb panic (contained).
+    /// `message` says what was found (with the offset or table where known).
+    /// `foya store check` describes the damage, `foya store salvage` copies what is
+    /// readable into a fresh store.
+    #[error("database {path} is damaged: {message}")]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong, as found.
+        message: String,
+    },
+    /// The file was written by a newer version of the database format than this build
+    /// reads.
+    #[error("database {path} was written by a newer format version: {message}")]
+    NewerFormat {
+        /// The database file.
+        path: PathBuf,
+        /// redb's message.
+        message: String,
+    },
     /// redb could not open, repair or initialise the file.
     #[error("cannot open database {path}: {message}")]
     Database {
@@ -114,6 +135,10 @@ pub enum ReadError {
     /// redb or the disk failed.
     #[error("storage failure: {0}")]
     Storage(String),
+    /// The stored data is damaged: redb found a page corrupt or panicked on it
+    /// (contained). Other sessions may still read.
+    #[error("damaged data: {0}")]
+    Corrupt(String),
 }
 
 /// Any store error; every narrow error converts into it.
@@ -138,8 +163,70 @@ impl From<ReadError> for AppendError {
 }
 
 impl ReadError {
-    /// Wraps a redb or I/O failure (kept private so redb stays out of the public API).
-    pub(crate) fn storage(e: impl std::fmt::Display) -> Self {
-        Self::Storage(e.to_string())
+    /// Wraps a redb failure (kept private so redb stays out of the public API): one redb
+    /// call's corruption is [`ReadError::Corrupt`], any other [`ReadError::Storage`].
+    pub(crate) fn storage(e: impl Into<redb::Error>) -> Self {
+        match e.into() {
+            redb::Error::Corrupted(message) => Self::Corrupt(message),
+            other => Self::Storage(other.to_string()),
+        }
+    }
+
+    /// Whether this error means the stored data is damaged or unreadable by this build
+    /// (as opposed to a failing disk or a closed store): [`ReadError::Corrupt`],
+    /// [`ReadError::Decode`], [`ReadError::UnsupportedFormat`].
+    #[must_use]
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            Self::Corrupt(_) | Self::Decode(_) | Self::UnsupportedFormat { .. }
+        )
+    }
+}
+
+impl OpenError {
+    /// Whether the file is damaged or of a format this build cannot read
+    /// ([`OpenError::Corrupt`], [`OpenError::NewerFormat`]).
+    #[must_use]
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Self::Corrupt { .. } | Self::NewerFormat { .. })
+    }
+
+    /// Classifies redb's refusal to open `path` (kept private so redb stays out of the
+    /// public API).
+    pub(crate) fn from_redb(path: &std::path::Path, e: redb::DatabaseError) -> Self {
+        let path = path.to_owned();
+        match e {
+            redb::DatabaseError::DatabaseAlreadyOpen
+            | redb::DatabaseError::LockProtocolMismatch => Self::AlreadyOpen { path },
+            redb::DatabaseError::RepairAborted => Self::NeedsRecovery { path },
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(message)) => {
+                if message.contains("Expected file format version") {
+                    Self::NewerFormat { path, message }
+                } else {
+                    Self::Corrupt { path, message }
+                }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Io(io))
+                if io.to_string().contains("magic number") =>
+            {
+                Self::Corrupt {
+                    path,
+                    message: "not a redb database (its magic number does not match)".to_owned(),
+                }
+            }
+            redb::DatabaseError::Storage(redb::StorageError::Io(io))
+                if io.kind() == std::io::ErrorKind::UnexpectedEof =>
+            {
+                Self::Corrupt {
+                    path,
+                    message: format!("the file is shorter than its own layout says ({io})"),
+                }
+            }
+            other => Self::Database {
+                path,
+                message: other.to_string(),
+            },
+        }
     }
 }

@@ -58,6 +58,21 @@
 //! cached state is untouched, the database is reopened (redb refuses all work after an
 //! I/O error until then), and the next batch is tried normally.
 //!
+//! # Damage
+//!
+//! redb trusts its file's bytes and may panic on a damaged page; every redb call here
+//! runs inside a panic boundary (`guard.rs`) that turns such a panic into
+//! [`OpenError::Corrupt`] / [`ReadError::Corrupt`] and replaces the handle that panicked.
+//! Damage stays local: [`Store::survey`] / [`ReadOnlyStore::survey`] list every session
+//! that reads and name the ones that do not; [`ReadOnlyStore::open_damaged`] reads a file
+//! redb refuses through a recovered private copy. [`check`] verifies a file (redb's
+//! integrity check and the log's invariants), [`salvage`] copies every readable session
+//! into a fresh store (from the btree and, where it is broken, straight from the leaf
+//! pages: `raw.rs`), [`Store::backup`] writes a consistent copy. After each commit the
+//! writer appends the sessions' acknowledged seqs to a journal beside the file
+//! (`journal.rs`); an open compares it with the database and reports every session that
+//! lost acknowledged events ([`Store::losses`], `losses.rs`).
+//!
 //! # Reads
 //!
 //! Reads ([`Store::read_from`], [`Store::read_range`], [`Store::last_seq`],
@@ -94,15 +109,29 @@
 //! ```
 #![warn(missing_docs)]
 
+mod backup;
+mod check;
 pub mod codec;
 mod db;
 mod error;
+mod guard;
+mod journal;
+mod losses;
+mod raw;
 mod read;
 mod read_only;
+mod recover;
+mod salvage;
 mod schema;
 mod store;
+mod survey;
 mod writer;
 
+pub use backup::BackupReport;
+pub use check::{CheckReport, check};
 pub use error::{AppendError, Error, OpenError, ReadError};
+pub use losses::{Loss, recorded_losses};
 pub use read_only::ReadOnlyStore;
+pub use salvage::{SalvageReport, SalvagedSession, salvage};
 pub use store::{Durability, Store, StoreOptions, StoreStats};
+pub use survey::{Survey, Unreadable};

@@ -2,17 +2,23 @@
 //! run on a read transaction of either a writable [`Store`] or a [`ReadOnlyStore`]; a
 //! table that does not exist (a file no [`Store`] has initialised) reads as empty, so
 //! the read-only side never needs to create one.
+//!
+//! Every read runs inside the panic boundary ([`crate::guard::contain`]): a damaged page
+//! that makes redb panic fails that read with [`ReadError::Corrupt`], and the handle that
+//! panicked is replaced (a [`ReadOnlyStore`] reopens the file at once; a [`Store`]'s
+//! writer reopens it before its next transaction).
 
 use crate::codec;
 use crate::error::ReadError;
 use crate::read_only::ReadOnlyStore;
 use crate::schema::{EVENTS, SESSIONS, current_summary, session_key};
 use crate::store::Store;
+use crate::survey::Survey;
 use foya_protocol::{Event, Seq, SessionId, SessionSummary};
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 
 /// Opens `table` in `txn`; `None` when the file has no such table yet.
-fn open<K: redb::Key + 'static, V: redb::Value + 'static>(
+pub(crate) fn open<K: redb::Key + 'static, V: redb::Value + 'static>(
     txn: &ReadTransaction,
     table: TableDefinition<'static, K, V>,
 ) -> Result<Option<ReadOnlyTable<K, V>>, ReadError> {
@@ -24,7 +30,7 @@ fn open<K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 /// Begins a read transaction on `db`.
-pub(crate) fn begin(db: &impl ReadableDatabase) -> Result<ReadTransaction, ReadError> {
+pub(crate) fn begin(db: &(impl ReadableDatabase + ?Sized)) -> Result<ReadTransaction, ReadError> {
     db.begin_read().map_err(ReadError::storage)
 }
 
@@ -99,9 +105,35 @@ pub(crate) fn summaries(txn: &ReadTransaction) -> Result<Vec<SessionSummary>, Re
 }
 
 impl Store {
-    /// A read transaction on the current database.
-    fn begin_read(&self) -> Result<ReadTransaction, ReadError> {
-        begin(&*self.inner.db.get().map_err(ReadError::Storage)?)
+    /// Runs `query` on a read transaction of the current database, inside the panic
+    /// boundary; a contained panic marks the database for reopening.
+    fn read<T>(
+        &self,
+        what: &str,
+        query: impl FnOnce(&ReadTransaction) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        let db = self.inner.db.get().map_err(ReadError::Storage)?;
+        match crate::guard::contain(what, || query(&begin(&*db)?)) {
+            Ok(result) => result,
+            Err(message) => {
+                self.inner.db.mark_poisoned();
+                Err(ReadError::Corrupt(message))
+            }
+        }
+    }
+
+    /// Every session of the store that can be read, and the ones that cannot (see
+    /// [`Survey`]): one damaged session or page does not hide the others.
+    ///
+    /// # Errors
+    /// [`ReadError::Storage`] when no read transaction can be started at all.
+    pub fn survey(&self) -> Result<Survey, ReadError> {
+        let db = self.inner.db.get().map_err(ReadError::Storage)?;
+        let survey = crate::survey::survey(&*db);
+        if survey.poisoned {
+            self.inner.db.mark_poisoned();
+        }
+        survey.result
     }
 
     /// The committed events of `session` with seq `>= from`, in seq order (empty for an
@@ -124,7 +156,7 @@ impl Store {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<Event>, ReadError> {
-        events(&self.begin_read()?, session, from, limit)
+        self.read("reading events", |txn| events(txn, session, from, limit))
     }
 
     /// The seq of the session's latest committed event; `None` for an unknown session.
@@ -132,7 +164,7 @@ impl Store {
     /// # Errors
     /// [`ReadError::Storage`].
     pub fn last_seq(&self, session: SessionId) -> Result<Option<Seq>, ReadError> {
-        last_seq(&self.begin_read()?, session)
+        self.read("reading the last seq", |txn| last_seq(txn, session))
     }
 
     /// The session's summary (also for a deleted session, with `deleted: true`).
@@ -142,7 +174,7 @@ impl Store {
     /// or [`ReadError::Decode`] when the stored summary or the header of the session's
     /// latest event cannot be decoded.
     pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
-        summary(&self.begin_read()?, session)
+        self.read("reading a session summary", |txn| summary(txn, session))
     }
 
     /// Every session's summary, deleted ones included (`deleted: true`), most recently
@@ -151,7 +183,7 @@ impl Store {
     /// # Errors
     /// As [`Store::session`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
-        summaries(&self.begin_read()?)
+        self.read("listing sessions", summaries)
     }
 }
 
@@ -175,7 +207,7 @@ impl ReadOnlyStore {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<Event>, ReadError> {
-        events(&begin(&self.db)?, session, from, limit)
+        self.read("reading events", |txn| events(txn, session, from, limit))
     }
 
     /// As [`Store::last_seq`]: the seq of the session's latest event; `None` for an
@@ -184,7 +216,7 @@ impl ReadOnlyStore {
     /// # Errors
     /// [`ReadError::Storage`].
     pub fn last_seq(&self, session: SessionId) -> Result<Option<Seq>, ReadError> {
-        last_seq(&begin(&self.db)?, session)
+        self.read("reading the last seq", |txn| last_seq(txn, session))
     }
 
     /// As [`Store::session`]: the session's summary (also for a deleted session).
@@ -192,7 +224,7 @@ impl ReadOnlyStore {
     /// # Errors
     /// As [`Store::session`].
     pub fn session(&self, session: SessionId) -> Result<Option<SessionSummary>, ReadError> {
-        summary(&begin(&self.db)?, session)
+        self.read("reading a session summary", |txn| summary(txn, session))
     }
 
     /// As [`Store::list_sessions`]: every session's summary, deleted ones included, most
@@ -201,6 +233,6 @@ impl ReadOnlyStore {
     /// # Errors
     /// As [`Store::session`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
-        summaries(&begin(&self.db)?)
+        self.read("listing sessions", summaries)
     }
 }

@@ -5,14 +5,39 @@
 //! table creation and its close saves redb's allocator state. This type opens the file
 //! with redb's `ReadOnlyDatabase` instead, on a descriptor opened for reading only, so
 //! not a byte of the file changes.
+//!
+//! A damaged file (one redb refuses, or cannot repair without writing) can still be read
+//! through [`ReadOnlyStore::open_damaged`]: a private copy of it is recovered
+//! ([`crate::recover`]) and read, and [`ReadOnlyStore::damage`] says what was found.
+//! Every redb call runs inside the panic boundary ([`crate::guard`]); after a contained
+//! panic the handle is dropped and the file (or copy) opened again.
 
-use crate::error::OpenError;
+use crate::error::{OpenError, ReadError};
+use crate::guard::{contain, drop_contained};
 use crate::store::REDB_MAGIC_LEN;
-use redb::ReadOnlyDatabase;
 use redb::backends::FileBackend;
+use redb::{Database, ReadOnlyDatabase, ReadTransaction};
 use std::fmt;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// What a [`ReadOnlyStore`] reads.
+pub(crate) enum Source {
+    /// The file itself, opened read-only.
+    File(ReadOnlyDatabase),
+    /// A recovered private copy of a damaged file.
+    Copy(Database),
+}
+
+impl Source {
+    pub(crate) fn begin_read(&self) -> Result<ReadTransaction, ReadError> {
+        match self {
+            Source::File(db) => crate::read::begin(db),
+            Source::Copy(db) => crate::read::begin(db),
+        }
+    }
+}
 
 /// The event log of a database file, opened for reading only.
 ///
@@ -29,8 +54,13 @@ use std::path::{Path, PathBuf};
 /// Reads are as [`crate::Store`]'s (same results, same errors), each a short redb read
 /// transaction on the caller's thread. Dropping it releases the lock.
 pub struct ReadOnlyStore {
-    pub(crate) db: ReadOnlyDatabase,
+    /// `None` after a contained panic whose reopen failed.
+    db: RwLock<Option<Arc<Source>>>,
     location: PathBuf,
+    /// The private copy read instead of a damaged file (removed on drop).
+    copy: Option<crate::recover::Copy>,
+    /// What was found wrong with the file when it was opened (`open_damaged`).
+    damage: Vec<String>,
 }
 
 // Shared across tasks and threads like `Store`.
@@ -59,7 +89,11 @@ impl ReadOnlyStore {
     ///   wrote it was killed), or its creation was interrupted (empty, or no magic number
     ///   yet). Reading it needs redb's repair, which writes: [`crate::Store::open`] runs
     ///   it (then, once that store is closed, this open succeeds).
-    /// - [`OpenError::Database`]: the file cannot be read, or is not a redb database.
+    /// - [`OpenError::Corrupt`]: the file is damaged, cut short or not a redb database
+    ///   (a panic of redb on it is contained and reported so);
+    ///   [`ReadOnlyStore::open_damaged`] reads what it still holds.
+    /// - [`OpenError::NewerFormat`]: a newer redb format.
+    /// - [`OpenError::Database`]: the file cannot be read.
     pub fn open(path: &Path) -> Result<ReadOnlyStore, OpenError> {
         let database_error = |message: String| OpenError::Database {
             path: path.to_owned(),
@@ -71,35 +105,177 @@ impl ReadOnlyStore {
             },
             _ => database_error(e.to_string()),
         })?;
-        let backend = FileBackend::new(file).map_err(|e| database_error(e.to_string()))?;
-        match redb::Builder::new().open_read_only_with_backend(backend) {
-            Ok(db) => Ok(ReadOnlyStore {
-                db,
-                location: path.to_owned(),
-            }),
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(OpenError::AlreadyOpen {
-                path: path.to_owned(),
-            }),
-            Err(redb::DatabaseError::RepairAborted) => Err(OpenError::NeedsRecovery {
-                path: path.to_owned(),
-            }),
-            // redb refused the file and holds nothing of it any more: an interrupted
-            // creation (which `Store::open` recovers from) is told apart from a foreign
-            // or broken file by its first bytes.
-            Err(other) if creation_interrupted(path) => {
-                tracing::debug!(path = %path.display(), error = %other, "database creation was interrupted");
-                Err(OpenError::NeedsRecovery {
-                    path: path.to_owned(),
-                })
-            }
-            Err(other) => Err(database_error(other.to_string())),
+        let db = open_file(path, file)?;
+        Ok(ReadOnlyStore {
+            db: RwLock::new(Some(Arc::new(Source::File(db)))),
+            location: path.to_owned(),
+            copy: None,
+            damage: Vec::new(),
+        })
+    }
+
+    /// Opens a damaged file for reading what can still be read, never writing to it:
+    /// the file is copied (under a shared lock) into a private temporary directory, and
+    /// the copy is repaired by redb if it can be (rolled back to its last intact commit)
+    /// and, if truncated, padded to its layout's length. [`ReadOnlyStore::damage`] says
+    /// what was done. The copy is removed when the store is dropped.
+    ///
+    /// # Errors
+    /// [`OpenError::NotFound`], [`OpenError::AlreadyOpen`] (a writer holds the file),
+    /// [`OpenError::Corrupt`] or [`OpenError::NewerFormat`] when even the copy cannot be
+    /// opened, [`OpenError::Database`] for an I/O failure.
+    pub fn open_damaged(path: &Path) -> Result<ReadOnlyStore, OpenError> {
+        let copy = crate::recover::copy_locked(path)?;
+        let (db, damage) = crate::recover::open_copy(&copy.path, path)?;
+        Ok(ReadOnlyStore {
+            db: RwLock::new(Some(Arc::new(db))),
+            location: path.to_owned(),
+            copy: Some(copy),
+            damage,
+        })
+    }
+
+    /// What was found wrong with the file when it was opened by
+    /// [`ReadOnlyStore::open_damaged`] (empty otherwise, or when the copy opened as it
+    /// was).
+    #[must_use]
+    pub fn damage(&self) -> &[String] {
+        &self.damage
+    }
+
+    /// Whether this store reads a recovered copy ([`ReadOnlyStore::open_damaged`]).
+    #[must_use]
+    pub fn is_copy(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// The database read now (`None`: unavailable after a failed reopen).
+    pub(crate) fn source(&self) -> Result<Arc<Source>, ReadError> {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                ReadError::Corrupt(
+                    "the database could not be opened again after it was found damaged".into(),
+                )
+            })
+    }
+
+    /// Replaces the database after redb panicked on it: the old handle is dropped (its
+    /// state may be half-updated) and the file, or the copy, opened again.
+    pub(crate) fn replace_after_panic(&self) {
+        let old = self
+            .db
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(old) = old {
+            drop_contained(old);
         }
+        let reopened = match &self.copy {
+            None => std::fs::File::open(&self.location)
+                .map_err(|e| e.to_string())
+                .and_then(|file| open_file(&self.location, file).map_err(|e| e.to_string()))
+                .map(Source::File),
+            Some(copy) => crate::recover::open_copy(&copy.path, &self.location)
+                .map(|(source, _)| source)
+                .map_err(|e| e.to_string()),
+        };
+        match reopened {
+            Ok(source) => {
+                *self.db.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(source));
+            }
+            Err(message) => tracing::warn!(%message, "cannot reopen a damaged database"),
+        }
+    }
+
+    /// Runs `query` on a read transaction, inside the panic boundary.
+    pub(crate) fn read<T>(
+        &self,
+        what: &str,
+        query: impl FnOnce(&ReadTransaction) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        let source = self.source()?;
+        let outcome = contain(what, || query(&source.begin_read()?));
+        drop(source);
+        match outcome {
+            Ok(result) => result,
+            Err(message) => {
+                self.replace_after_panic();
+                Err(ReadError::Corrupt(message))
+            }
+        }
+    }
+
+    /// Every session that can be read, and the ones that cannot (see
+    /// [`crate::Survey`]): one damaged session or page does not hide the others.
+    ///
+    /// # Errors
+    /// [`ReadError::Corrupt`] or [`ReadError::Storage`] when no read transaction can be
+    /// started at all.
+    pub fn survey(&self) -> Result<crate::Survey, ReadError> {
+        let source = self.source()?;
+        let surveyed = match &*source {
+            Source::File(db) => crate::survey::survey(db),
+            Source::Copy(db) => crate::survey::survey(db),
+        };
+        drop(source);
+        if surveyed.poisoned {
+            self.replace_after_panic();
+        }
+        surveyed.result
     }
 
     /// The database file this store reads.
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.location
+    }
+}
+
+impl Drop for ReadOnlyStore {
+    fn drop(&mut self) {
+        // Closing a recovered copy writes to it, which may panic on a damaged page.
+        if let Some(source) = self
+            .db
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            drop_contained(source);
+        }
+    }
+}
+
+/// Opens `file` (at `path`) with redb's read-only database, inside the panic boundary.
+pub(crate) fn open_file(path: &Path, file: std::fs::File) -> Result<ReadOnlyDatabase, OpenError> {
+    let backend = FileBackend::new(file).map_err(|e| OpenError::Database {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
+    let opened = contain("opening the database", || {
+        redb::Builder::new().open_read_only_with_backend(backend)
+    })
+    .map_err(|message| OpenError::Corrupt {
+        path: path.to_owned(),
+        message,
+    })?;
+    match opened {
+        Ok(db) => Ok(db),
+        // redb refused the file and holds nothing of it any more: an interrupted
+        // creation (which `Store::open` recovers from) is told apart from a foreign or
+        // broken file by its first bytes.
+        Err(other)
+            if !matches!(other, redb::DatabaseError::DatabaseAlreadyOpen)
+                && creation_interrupted(path) =>
+        {
+            tracing::debug!(path = %path.display(), error = %other, "database creation was interrupted");
+            Err(OpenError::NeedsRecovery {
+                path: path.to_owned(),
+            })
+        }
+        Err(other) => Err(OpenError::from_redb(path, other)),
     }
 }
 

@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     stopped: watch::Receiver<bool>,
     counters: Arc<Counters>,
     durability: Durability,
+    /// Acknowledged events found missing when the store opened.
+    pub(crate) losses: Vec<crate::Loss>,
 }
 
 // `Store` is shared across tasks and threads.
@@ -198,19 +200,27 @@ impl Store {
             })?;
         }
         recover_torn_creation(path);
-        let db = Database::builder().create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => OpenError::AlreadyOpen {
+        let db = crate::guard::contain("opening the database", || Database::builder().create(path))
+            .map_err(|message| OpenError::Corrupt {
                 path: path.to_owned(),
-            },
-            other => OpenError::Database {
-                path: path.to_owned(),
-                message: other.to_string(),
-            },
-        })?;
+                message,
+            })?
+            .map_err(|e| OpenError::from_redb(path, e))?;
         let file = path.to_owned();
         let reopen: Reopen =
             Box::new(move || Database::builder().create(&file).map_err(|e| e.to_string()));
-        Self::start(db, Some(reopen), path.to_owned(), options)
+        let (journal, losses) = crate::losses::verify(&db, path);
+        for loss in &losses {
+            tracing::warn!(%loss, "acknowledged events are missing from the store");
+        }
+        Self::start(
+            db,
+            Some(reopen),
+            path.to_owned(),
+            options,
+            Some(journal),
+            losses,
+        )
     }
 
     /// Opens a fresh database held in memory (redb's in-memory backend), for tests.
@@ -225,7 +235,7 @@ impl Store {
                 path: location.clone(),
                 message: e.to_string(),
             })?;
-        Self::start(db, None, location, options)
+        Self::start(db, None, location, options, None, Vec::new())
     }
 
     /// Starts a store on an opened database; `reopen` opens it again after an I/O error.
@@ -234,16 +244,30 @@ impl Store {
         reopen: Option<Reopen>,
         location: PathBuf,
         options: StoreOptions,
+        journal: Option<crate::journal::Journal>,
+        losses: Vec<crate::Loss>,
     ) -> Result<Store, OpenError> {
         let db_error = |e: &dyn fmt::Display| OpenError::Database {
             path: location.clone(),
             message: e.to_string(),
         };
         // Create both tables up front so readers never meet a missing table.
-        let txn = db.begin_write().map_err(|e| db_error(&e))?;
-        txn.open_table(EVENTS).map_err(|e| db_error(&e))?;
-        txn.open_table(SESSIONS).map_err(|e| db_error(&e))?;
-        txn.commit().map_err(|e| db_error(&e))?;
+        let created = crate::guard::contain("creating the tables", || {
+            let txn = db.begin_write().map_err(|e| db_error(&e))?;
+            txn.open_table(EVENTS).map_err(|e| db_error(&e))?;
+            txn.open_table(SESSIONS).map_err(|e| db_error(&e))?;
+            txn.commit().map_err(|e| db_error(&e))
+        });
+        match created {
+            Ok(result) => result?,
+            Err(message) => {
+                crate::guard::drop_contained(db);
+                return Err(OpenError::Corrupt {
+                    path: location,
+                    message,
+                });
+            }
+        }
 
         let db = Arc::new(DbSlot::new(db, reopen));
         let counters = Arc::new(Counters::default());
@@ -256,6 +280,7 @@ impl Store {
             commit_linger: options.commit_linger,
             counters: Arc::clone(&counters),
             cache: HashMap::new(),
+            journal,
         };
         let thread = std::thread::Builder::new()
             .name("foya-store-writer".into())
@@ -273,6 +298,7 @@ impl Store {
                 stopped,
                 counters,
                 durability: options.durability,
+                losses,
             }),
         })
     }

@@ -22,7 +22,6 @@ use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};
 use redb::{Database, ReadableTable, Table};
 use std::collections::HashMap;
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
@@ -129,6 +128,8 @@ pub(crate) struct Writer {
     pub(crate) counters: Arc<Counters>,
     /// Summaries of sessions seen, as committed.
     pub(crate) cache: HashMap<u128, SessionSummary>,
+    /// The acknowledgement journal (`None` for the in-memory backend).
+    pub(crate) journal: Option<crate::journal::Journal>,
 }
 
 /// Moves what is queued into `batch`, up to `max_batch` requests, without waiting.
@@ -160,10 +161,12 @@ impl Writer {
             // A panic inside redb must not kill the writer: the batch's reply senders are
             // dropped by the unwind (their callers see a storage failure) and the cache,
             // which may be half-updated, is rebuilt lazily from the database.
-            let outcome = catch_unwind(AssertUnwindSafe(|| self.write_batch(batch)));
-            if outcome.is_err() {
-                tracing::error!("store writer recovered from a panic; the batch failed");
+            // The database is reopened before the next transaction (it may be damaged).
+            let outcome = crate::guard::contain("writing a batch", || self.write_batch(batch));
+            if let Err(message) = outcome {
+                tracing::error!(%message, "store writer recovered from a panic; the batch failed");
                 self.cache.clear();
+                self.db.mark_poisoned();
             }
         }
         self.counters.publish_writer_cpu();
@@ -201,6 +204,13 @@ impl Writer {
                     .sum();
                 if !overlay.is_empty() {
                     self.counters.commits.fetch_add(1, Ordering::Relaxed);
+                    // After the commit, before any append resolves: what is journaled
+                    // was committed, and every resolved append is journaled.
+                    if let Some(journal) = &mut self.journal {
+                        journal.acknowledge(
+                            overlay.iter().map(|(key, c)| (*key, c.summary.last_seq.0)),
+                        );
+                    }
                 }
                 self.counters
                     .appended_events
@@ -232,7 +242,7 @@ impl Writer {
 
     /// The database, reopened first if an earlier reopen failed.
     fn available_db(&self) -> Result<Arc<Database>, String> {
-        if !self.db.is_available() {
+        if !self.db.is_available() || self.db.is_poisoned() {
             self.db.reopen()?;
         }
         self.db.get()

@@ -29,7 +29,7 @@ fn slow_store(disk: &SlowDisk) -> Store {
         durability: Durability::Immediate,
         ..StoreOptions::default()
     };
-    Store::start(db, None, PathBuf::from("slow"), options).unwrap()
+    Store::start(db, None, PathBuf::from("slow"), options, None, Vec::new()).unwrap()
 }
 
 /// Yields until `done` holds (under the global timeout).

@@ -66,6 +66,7 @@ fn memory_writer() -> Writer {
         commit_linger: std::time::Duration::ZERO,
         counters: Arc::default(),
         cache: HashMap::new(),
+        journal: None,
     }
 }
 
@@ -309,6 +310,8 @@ async fn a_full_disk_fails_only_its_batch_and_the_writer_recovers() {
         Some(reopen),
         PathBuf::from("flaky"),
         StoreOptions::default(),
+        None,
+        Vec::new(),
     )
     .unwrap();
     let a = SessionId::new();
@@ -401,7 +404,7 @@ async fn a_slow_disk_makes_appends_wait_for_queue_space() {
         queue_capacity: 1,
         ..StoreOptions::default()
     };
-    let store = Store::start(db, None, PathBuf::from("slow"), options).unwrap();
+    let store = Store::start(db, None, PathBuf::from("slow"), options, None, Vec::new()).unwrap();
     let (a, b, c) = (SessionId::new(), SessionId::new(), SessionId::new());
 
     let (waiting_tx, waiting) = std::sync::mpsc::channel();
@@ -455,7 +458,15 @@ async fn values_from_a_future_format_are_refused_clearly() {
             .unwrap();
     }
     txn.commit().unwrap();
-    let store = Store::start(db, None, PathBuf::from("future"), StoreOptions::default()).unwrap();
+    let store = Store::start(
+        db,
+        None,
+        PathBuf::from("future"),
+        StoreOptions::default(),
+        None,
+        Vec::new(),
+    )
+    .unwrap();
 
     let refused = crate::ReadError::UnsupportedFormat {
         version: codec::FORMAT_VERSION + 1,

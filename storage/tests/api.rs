@@ -299,7 +299,7 @@ async fn a_file_whose_creation_was_interrupted_is_moved_aside_and_created_anew_a
     std::fs::write(&foreign, b"my notes, not a database").unwrap();
     let refused = Store::open(&foreign, StoreOptions::default());
     assert!(
-        matches!(&refused, Err(OpenError::Database { path, .. }) if *path == foreign),
+        matches!(&refused, Err(OpenError::Corrupt { path, message }) if *path == foreign && message.contains("not a redb database")),
         "{refused:?}"
     );
     assert_eq!(

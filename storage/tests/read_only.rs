@@ -163,13 +163,22 @@ fn an_interrupted_creation_needs_recovery_and_is_left_as_it_was() {
 }
 
 #[test]
-fn a_foreign_file_is_a_database_error_and_is_left_as_it_was() {
+fn a_foreign_file_is_refused_as_damaged_and_is_left_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notes.redb");
     std::fs::write(&path, b"these are not the events you are looking for").unwrap();
     match ReadOnlyStore::open(&path) {
-        Err(OpenError::Database { path: named, .. }) => assert_eq!(named, path),
-        other => panic!("expected Database, got {other:?}"),
+        Err(OpenError::Corrupt {
+            path: named,
+            message,
+        }) => {
+            assert_eq!(named, path);
+            assert_eq!(
+                message,
+                "not a redb database (its magic number does not match)"
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
     }
     assert_unchanged(
         &path,

@@ -16,7 +16,8 @@
 //! `--listen` on a taken port fails (exit 1, the address named as in use) before the data
 //! dir or its store is created. Empty bodies and blank titles: `bodies.rs`. Shutdown
 //! with connections still open: `shutdown.rs`. A scripted session past the end of its
-//! script: `script_end.rs`.
+//! script: `script_end.rs`. A backup of the store while the server serves:
+//! `store_backup.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -516,7 +517,7 @@ async fn every_documented_operation_is_routed(s: &Server) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 17);
+    assert_eq!(checked, 18);
     let resp = s.req(reqwest::Method::GET, "/nope").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let body: Value = resp.json().await.unwrap();
@@ -828,3 +829,5 @@ mod bodies;
 mod script_end;
 #[path = "serve/shutdown.rs"]
 mod shutdown;
+#[path = "serve/store_backup.rs"]
+mod store_backup;

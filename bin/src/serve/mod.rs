@@ -52,6 +52,8 @@ pub(crate) struct Defaults {
 pub(crate) struct AppState {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) store: foya_storage::Store,
+    /// Where `POST /store/backup` writes its backups (`<data dir>/backups`).
+    pub(crate) backups: std::path::PathBuf,
     pub(crate) attachments: Arc<AttachmentStore>,
     pub(crate) token: Option<Arc<str>>,
     pub(crate) defaults: Arc<Defaults>,
@@ -190,6 +192,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let state = AppState {
         runtime: Arc::clone(&runtime),
         store,
+        backups: dir.join("backups"),
         attachments,
         token,
         defaults: Arc::new(Defaults {

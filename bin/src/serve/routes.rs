@@ -51,6 +51,11 @@ pub(crate) fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>
         ),
         (
             Method::POST,
+            "/store/backup",
+            on(MethodFilter::POST, backup_store),
+        ),
+        (
+            Method::POST,
             "/sessions/{id}/cancel",
             on(MethodFilter::POST, cancel),
         ),
@@ -188,6 +193,31 @@ async fn create_session(
         session.set_title(title).await?;
     }
     Ok((StatusCode::CREATED, Json(json!({"id": session.id()}))).into_response())
+}
+
+/// `POST /store/backup`: a consistent copy of the store (one read transaction, while the
+/// runtime goes on) written to `<data dir>/backups/foya-<unix ms>.redb`; 201 with its
+/// path and counts.
+async fn backup_store(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let store = state.store.clone();
+    let dir = state.backups.clone();
+    let written = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let path = dir.join(format!("foya-{now}.redb"));
+        store
+            .backup(&path)
+            .map(|report| (path, report))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(ApiError::internal)?;
+    let (path, report) = written;
+    let body = json!({"path": path, "sessions": report.sessions, "events": report.events});
+    Ok((axum::http::StatusCode::CREATED, Json(body)).into_response())
 }
 
 async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {

@@ -1,0 +1,172 @@
+//! Comparing the acknowledgement journal ([`crate::journal`]) with the database when a
+//! store opens: a session whose latest committed seq is below the seq the journal says
+//! was acknowledged lost events (redb's repair rolled back past acknowledged commits, or
+//! the file was damaged or replaced). Each such loss is returned to the opener
+//! ([`crate::Store::losses`]) and appended to `<database file>.losses` (one JSON object
+//! per line), so `foya store check` still names it after the journal was brought back
+//! in line with the database.
+
+use crate::guard::contain;
+use crate::journal;
+use foya_protocol::{Seq, SessionId};
+use redb::Database;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Acknowledged events a store no longer holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Loss {
+    /// The session.
+    pub session: SessionId,
+    /// The latest seq acknowledged to an appender.
+    pub acknowledged: Seq,
+    /// The latest seq the database holds (`None`: the session is gone).
+    pub found: Option<Seq>,
+    /// When the loss was found (Unix ms).
+    pub found_at_ms: u64,
+}
+
+impl Loss {
+    /// How many acknowledged events are missing.
+    #[must_use]
+    pub fn missing(&self) -> u64 {
+        self.acknowledged
+            .0
+            .saturating_sub(self.found.map_or(0, |s| s.0))
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.found {
+            Some(found) => write!(
+                f,
+                "session {} lost {} acknowledged events: it was acknowledged up to seq {} and \
+                 now ends at seq {found}",
+                self.session,
+                self.missing(),
+                self.acknowledged
+            ),
+            None => write!(
+                f,
+                "session {} is gone: it was acknowledged up to seq {}",
+                self.session, self.acknowledged
+            ),
+        }
+    }
+}
+
+impl crate::Store {
+    /// Acknowledged events the database no longer held when this store opened (its
+    /// acknowledgement journal said more was committed than it holds: redb's repair
+    /// rolled back past acknowledged commits, or the file was damaged or replaced). Each
+    /// is also recorded in `<file>.losses` ([`crate::recorded_losses`]). Empty for the
+    /// in-memory backend.
+    #[must_use]
+    pub fn losses(&self) -> &[crate::Loss] {
+        &self.inner.losses
+    }
+}
+
+/// The losses log's path for a database file.
+pub(crate) fn log_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".losses");
+    PathBuf::from(name)
+}
+
+/// Every loss recorded beside the database file at `db` (a missing or unreadable log
+/// holds none; a line that does not parse is skipped).
+#[must_use]
+pub fn recorded_losses(db: &Path) -> Vec<Loss> {
+    std::fs::read_to_string(log_path(db))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+/// Compares the journal of the database file at `path` with `db`: returns the journal,
+/// ready for appending (compacted to what the database holds), and the losses found
+/// (also appended to the losses log).
+pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>) {
+    let journal_path = journal::path_for(path);
+    let acks = match journal::load(&journal_path) {
+        Ok(acks) => acks,
+        Err(e) => {
+            tracing::warn!(path = %journal_path.display(), error = %e, "cannot read the acknowledgement journal");
+            journal::Acks::default()
+        }
+    };
+    if acks.damaged_records > 0 {
+        tracing::warn!(
+            path = %journal_path.display(),
+            records = acks.damaged_records,
+            "acknowledgement journal records did not check and were skipped"
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut losses = Vec::new();
+    let mut current = HashMap::with_capacity(acks.seqs.len());
+    for (key, acknowledged) in &acks.seqs {
+        let session = SessionId::from_bytes(key.to_be_bytes());
+        let found = contain("reading the last seq", || {
+            crate::read::begin(db).and_then(|txn| crate::read::last_seq(&txn, session))
+        });
+        let found = match found {
+            Ok(Ok(found)) => found,
+            // Unreadable now: keep the claim, so a later open or check can still tell.
+            _ => {
+                current.insert(*key, *acknowledged);
+                continue;
+            }
+        };
+        if found.map_or(0, |s| s.0) < *acknowledged {
+            losses.push(Loss {
+                session,
+                acknowledged: Seq(*acknowledged),
+                found,
+                found_at_ms: now,
+            });
+        }
+        if let Some(found) = found {
+            current.insert(*key, found.0);
+        }
+    }
+    if !losses.is_empty() {
+        record(path, &losses);
+    }
+    let stale =
+        current != acks.seqs || acks.damaged_records > 0 || acks.records > current.len() as u64;
+    if stale && let Err(e) = journal::rewrite(&journal_path, &current) {
+        tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
+    }
+    (journal::Journal::open(journal_path, current), losses)
+}
+
+/// Appends `losses` to the losses log of the database file at `path` (best effort).
+fn record(path: &Path, losses: &[Loss]) {
+    let log = log_path(path);
+    let mut text = String::new();
+    for loss in losses {
+        if let Ok(line) = serde_json::to_string(loss) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        });
+    if let Err(e) = written {
+        tracing::warn!(path = %log.display(), error = %e, "cannot record lost events");
+    }
+}

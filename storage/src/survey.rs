@@ -1,0 +1,201 @@
+//! Surveying a possibly damaged database: every session that can be read, and every one
+//! that cannot, named. Each step is its own short read transaction inside the panic
+//! boundary, so a damaged page fails only the sessions (or the part of a table) it holds.
+//!
+//! Sessions are found two ways, so losing one index does not hide a session: the rows of
+//! the `sessions` table, and the distinct session keys of the `events` table (found by
+//! seeking to the first event after each known session, so a damaged leaf hides only
+//! the sessions it holds).
+
+use crate::codec;
+use crate::error::ReadError;
+use crate::guard::contain;
+use crate::read::{begin, open};
+use crate::schema::{EVENTS, SESSIONS, current_summary};
+use crate::writer::{EventMeta, next_summary};
+use foya_protocol::{Seq, SessionId, SessionSummary};
+use redb::ReadableDatabase;
+use std::collections::BTreeMap;
+
+/// What [`crate::Store::survey`] and [`crate::ReadOnlyStore::survey`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Survey {
+    /// Summaries of the sessions that read, most recently updated first (ties: newer id
+    /// first), as [`crate::Store::list_sessions`] orders them.
+    pub sessions: Vec<SessionSummary>,
+    /// What could not be read: a session (named) or a part of a table.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// Something a survey could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unreadable {
+    /// The session, when known (`None`: a part of a table, whose sessions are unknown).
+    pub session: Option<SessionId>,
+    /// Why, in one line.
+    pub reason: String,
+}
+
+/// A survey's result, and whether redb panicked during it (its handle should be replaced).
+pub(crate) struct Surveyed {
+    pub(crate) result: Result<Survey, ReadError>,
+    pub(crate) poisoned: bool,
+}
+
+/// Runs one step of the survey: a fresh read transaction, inside the panic boundary.
+fn step<T>(
+    db: &(impl ReadableDatabase + ?Sized),
+    poisoned: &mut bool,
+    what: &str,
+    f: impl FnOnce(&redb::ReadTransaction) -> Result<T, ReadError>,
+) -> Result<T, ReadError> {
+    match contain(what, || f(&begin(db)?)) {
+        Ok(result) => result,
+        Err(message) => {
+            *poisoned = true;
+            Err(ReadError::Corrupt(message))
+        }
+    }
+}
+
+/// Most rows read per step of the `sessions` table scan.
+const SESSIONS_CHUNK: usize = 256;
+
+/// Surveys `db` (see the module doc).
+pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
+    let mut poisoned = false;
+    let mut unreadable = Vec::new();
+    // First: can a transaction be started at all?
+    if let Err(e) = step(db, &mut poisoned, "starting a read", |_| Ok(())) {
+        return Surveyed {
+            result: Err(e),
+            poisoned,
+        };
+    }
+    // The `sessions` rows, in chunks; a damaged part is skipped from the next readable key.
+    let mut rows: BTreeMap<u128, Vec<u8>> = BTreeMap::new();
+    let mut from = 0u128;
+    loop {
+        let chunk = step(db, &mut poisoned, "reading the sessions table", |txn| {
+            let Some(table) = open(txn, SESSIONS)? else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for entry in table.range(from..).map_err(ReadError::storage)? {
+                let (k, v) = entry.map_err(ReadError::storage)?;
+                out.push((k.value(), v.value().to_vec()));
+                if out.len() == SESSIONS_CHUNK {
+                    break;
+                }
+            }
+            Ok(out)
+        });
+        match chunk {
+            Ok(chunk) if chunk.is_empty() => break,
+            Ok(chunk) => {
+                let last = chunk.last().map_or(from, |(k, _)| *k);
+                rows.extend(chunk);
+                match last.checked_add(1) {
+                    Some(next) => from = next,
+                    None => break,
+                }
+            }
+            Err(e) => {
+                unreadable.push(Unreadable {
+                    session: None,
+                    reason: format!(
+                        "part of the sessions table (from session key {from:032x}) cannot be read: {e}"
+                    ),
+                });
+                break;
+            }
+        }
+    }
+    // Session keys of the `events` table, seeking past each one found.
+    let mut keys: BTreeMap<u128, ()> = rows.keys().map(|k| (*k, ())).collect();
+    let mut seek_from: Vec<u128> = vec![0];
+    seek_from.extend(rows.keys().filter_map(|k| k.checked_add(1)));
+    let mut seeks = 0usize;
+    while let Some(start) = seek_from.pop() {
+        seeks += 1;
+        if seeks > 1_000_000 {
+            break;
+        }
+        let found = step(db, &mut poisoned, "reading the events table", |txn| {
+            let Some(table) = open(txn, EVENTS)? else {
+                return Ok(None);
+            };
+            let mut range = table.range((start, 0)..).map_err(ReadError::storage)?;
+            match range.next() {
+                Some(entry) => Ok(Some(entry.map_err(ReadError::storage)?.0.value().0)),
+                None => Ok(None),
+            }
+        });
+        match found {
+            Ok(Some(key)) => {
+                let new = keys.insert(key, ()).is_none();
+                if new && let Some(next) = key.checked_add(1) {
+                    seek_from.push(next);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => unreadable.push(Unreadable {
+                session: None,
+                reason: format!(
+                    "part of the events table (from session key {start:032x}) cannot be read: {e}"
+                ),
+            }),
+        }
+    }
+    let mut sessions = Vec::new();
+    for key in keys.keys() {
+        let id = SessionId::from_bytes(key.to_be_bytes());
+        let summary = match rows.get(key) {
+            Some(row) => step(db, &mut poisoned, "reading a session summary", |txn| {
+                let Some(events) = open(txn, EVENTS)? else {
+                    return codec::decode(row);
+                };
+                current_summary(&events, *key, row)
+            }),
+            None => Err(ReadError::Corrupt(
+                match rebuilt_summary(db, &mut poisoned, id) {
+                    Ok(_) => "its summary row is missing (its events remain)".to_owned(),
+                    Err(e) => format!(
+                        "its summary row is missing and its first event cannot be read: {e}"
+                    ),
+                },
+            )),
+        };
+        match summary {
+            Ok(summary) => sessions.push(summary),
+            Err(e) => unreadable.push(Unreadable {
+                session: Some(id),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    sessions.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(b.id.cmp(&a.id)));
+    Surveyed {
+        result: Ok(Survey {
+            sessions,
+            unreadable,
+        }),
+        poisoned,
+    }
+}
+
+/// A session's summary computed from its first event (for a session whose summary row
+/// is lost).
+fn rebuilt_summary(
+    db: &(impl ReadableDatabase + ?Sized),
+    poisoned: &mut bool,
+    id: SessionId,
+) -> Result<SessionSummary, ReadError> {
+    let first = step(db, poisoned, "reading a first event", |txn| {
+        crate::read::events(txn, id, Seq::FIRST, 1)
+    })?;
+    let metas: Vec<EventMeta> = first.iter().map(EventMeta::of).collect();
+    next_summary(None, &metas).map_err(|e| ReadError::Corrupt(e.to_string()))
+}

@@ -1,0 +1,384 @@
+//! Fault injection on the event store, through the real `foya` binary and real files. A
+//! fixture data dir is built once: four sessions whose turns completed (each with a tool
+//! call) and one whose turn was SIGKILLed mid-tool (so its file also needs redb's
+//! repair). Every line `foya run --json` printed with a seq was acknowledged. Each case
+//! copies the fixture, damages `foya.redb` and runs `store check`, `store salvage`,
+//! `sessions list`, `sessions show` and `run --session` on it. Checked for every case:
+//! no command panics (exit 101 never appears, no panic message) and a failing one says
+//! why on a `foya: ` line; `store check` exits 4 for every damage that touches data;
+//! salvage names every acknowledged session, copies only events identical to the
+//! acknowledged ones, and flags every session it could not copy whole (no acknowledged
+//! event disappears unreported); salvaged sessions take a new turn (the killed one's
+//! interrupted turn is closed the usual way first).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use foya_tests::foya_bin::foya;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// One bound for the fixture's killed run.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The fixture, built once per test binary.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    work: PathBuf,
+    script_text: PathBuf,
+    /// Persisted events each session's run printed (acknowledged), by session id.
+    acknowledged: BTreeMap<String, Vec<Value>>,
+    /// The session whose turn was killed mid-tool.
+    killed: String,
+}
+
+fn run(fx_data: &Path, work: &Path, script: &Path, session: Option<&str>) -> Output {
+    let mut command = foya();
+    command
+        .args([
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            "bypass",
+            "--json",
+        ])
+        .arg("--script")
+        .arg(script)
+        .arg("--data-dir")
+        .arg(fx_data)
+        .arg("--cwd")
+        .arg(work);
+    if let Some(id) = session {
+        command.args(["--session", id]);
+    }
+    command.arg("go").output().unwrap()
+}
+
+fn persisted(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("seq").is_some())
+        .collect()
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+        std::fs::create_dir_all(&work).unwrap();
+        let write = |name: &str, responses: Value| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, json!({ "responses": responses }).to_string()).unwrap();
+            path
+        };
+        let tool_turn = write(
+            "tool.json",
+            json!([
+                {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "echo hello"}}]},
+                {"text": "done"}
+            ]),
+        );
+        // A scripted model answers response N+1 after N assistant messages: enough for a
+        // new turn on any fixture session.
+        let script_text = write("text.json", Value::Array(vec![json!({"text": "again"}); 6]));
+        let killed_turn = write(
+            "killed.json",
+            json!([{"tool_calls": [{"id": "k1", "name": "shell",
+                "arguments": {"command": "echo $$ >> runs.log; exec sleep 30"}}]}]),
+        );
+        let mut acknowledged = BTreeMap::new();
+        for _ in 0..4 {
+            let out = run(&data, &work, &tool_turn, None);
+            assert!(out.status.success(), "{out:?}");
+            let events = persisted(&out.stdout);
+            let id = events[0]["session_id"].as_str().unwrap().to_owned();
+            acknowledged.insert(id, events);
+        }
+        // The fifth turn is SIGKILLed while its tool runs.
+        let mut command = foya();
+        command
+            .args(["run", "--provider", "scripted", "--approval", "bypass", "--json"])
+            .arg("--script")
+            .arg(&killed_turn)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--cwd")
+            .arg(&work)
+            .arg("go");
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<Value>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(value) = serde_json::from_str(&line)
+                    && tx.send(value).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + TIMEOUT;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx.recv_timeout(left).expect("the killed run's tool_started");
+            let started = line["type"] == "tool_started";
+            lines.push(line);
+            if started {
+                break;
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        while let Ok(line) = rx.recv_timeout(TIMEOUT) {
+            lines.push(line);
+        }
+        for pid in std::fs::read_to_string(work.join("runs.log"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+        }
+        let events: Vec<Value> = lines.into_iter().filter(|v| v.get("seq").is_some()).collect();
+        let killed = events[0]["session_id"].as_str().unwrap().to_owned();
+        acknowledged.insert(killed.clone(), events);
+        Fixture {
+            _tmp: tmp,
+            data,
+            work,
+            script_text,
+            acknowledged,
+            killed,
+        }
+    })
+}
+
+/// `foya ARGS --data-dir DATA`: code, stdout, stderr; fails the test on a panic.
+fn foya_in(data: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = foya()
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_ne!(code, 101, "{args:?} panicked: {stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "{args:?}: {stderr}"
+    );
+    if code != 0 {
+        assert!(
+            stderr.lines().any(|l| l.starts_with("foya: ")),
+            "{args:?} exited {code} without a foya: line: {stderr}"
+        );
+    }
+    (code, stdout, stderr)
+}
+
+/// What salvage printed for one session: events copied, and whether whole.
+fn salvage_lines(stdout: &str) -> BTreeMap<String, (u64, bool)> {
+    let mut out = BTreeMap::new();
+    for line in stdout.lines().filter(|l| !l.starts_with("note: ")) {
+        let (id, rest) = line.split_once("  ").unwrap();
+        let copied = rest
+            .strip_prefix("copied ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let whole = rest.starts_with("copied ") && rest.ends_with(" events");
+        out.insert(id.to_owned(), (copied, whole));
+    }
+    out
+}
+
+/// Copies the fixture, damages its store file with `damage`, runs every command.
+/// Returns `store check`'s exit code and the salvage per session.
+fn case(label: &str, damage: impl FnOnce(&mut Vec<u8>)) -> (i32, BTreeMap<String, (u64, bool)>) {
+    let fx = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for entry in std::fs::read_dir(&fx.data).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), data.join(entry.file_name())).unwrap();
+        }
+    }
+    let file = data.join("foya.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    damage(&mut bytes);
+    std::fs::write(&file, &bytes).unwrap();
+
+    let (check, _, _) = foya_in(&data, &["store", "check"]);
+    assert!(check == 0 || check == 4, "{label}: check exited {check}");
+    let new = tmp.path().join("new");
+    let new_arg = new.to_str().unwrap();
+    let (salvage, stdout, _) = foya_in(&data, &["store", "salvage", "--to", new_arg]);
+    assert!(
+        salvage == 0 || salvage == 4,
+        "{label}: salvage exited {salvage}"
+    );
+    let salvaged = salvage_lines(&stdout);
+    eprintln!("case {label}: check exit {check}, salvage exit {salvage}, copied {salvaged:?}");
+    // The old file was not written.
+    assert_eq!(std::fs::read(&file).unwrap(), bytes, "{label}");
+    for (id, acked) in &fx.acknowledged {
+        let Some((copied, whole)) = salvaged.get(id) else {
+            panic!("{label}: salvage does not name {id}: {stdout}");
+        };
+        // Never more than was acknowledged (a killed turn's unacknowledged tail aside),
+        // and a session short of its acknowledged events is flagged.
+        if (*copied as usize) < acked.len() {
+            assert!(
+                !whole,
+                "{label}: {id} lost acknowledged events unreported: {stdout}"
+            );
+            assert_eq!(salvage, 4, "{label}");
+        }
+        if *copied == 0 {
+            continue;
+        }
+        let (code, log, _) = foya_in(&new, &["sessions", "show", id, "--json"]);
+        assert_eq!(code, 0, "{label}");
+        let log: Vec<Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(log.len() as u64, *copied, "{label}");
+        for (got, want) in log.iter().zip(acked) {
+            assert_eq!(got, want, "{label}: a salvaged event differs");
+        }
+    }
+    // Salvaged sessions take a new turn: the killed one (its interrupted turn is closed
+    // first) and one whose turn completed.
+    let complete = fx.acknowledged.keys().find(|id| **id != fx.killed).unwrap();
+    for id in [&fx.killed, complete] {
+        if salvaged.get(id).is_some_and(|(copied, _)| *copied > 0) {
+            let out = run(&new, &fx.work, &fx.script_text, Some(id));
+            assert!(out.status.success(), "{label}: new turn on {id}: {out:?}");
+            let events = persisted(&out.stdout);
+            let last = events.last().unwrap();
+            assert_eq!(last["type"], "turn_complete", "{label}");
+            assert_eq!(last["status"], "completed", "{label}");
+        }
+    }
+    // Reading and running on the damaged dir: values, never a panic.
+    let (list, _, _) = foya_in(&data, &["sessions", "list"]);
+    assert!(list == 0 || list == 4, "{label}: list exited {list}");
+    for id in fx.acknowledged.keys() {
+        foya_in(&data, &["sessions", "show", id]);
+    }
+    foya_in(
+        &data,
+        &[
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            "bypass",
+            "--script",
+            fx.script_text.to_str().unwrap(),
+            "--session",
+            &fx.killed,
+            "go",
+        ],
+    );
+    (check, salvaged)
+}
+
+/// Whether every acknowledged session was copied whole.
+fn all_whole(salvaged: &BTreeMap<String, (u64, bool)>) -> bool {
+    fixture()
+        .acknowledged
+        .keys()
+        .all(|id| salvaged.get(id).is_some_and(|(_, whole)| *whole))
+}
+
+#[test]
+fn truncation_and_overwritten_tails_are_reported_and_salvaged() {
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
+    let (check, salvaged) = case("truncate 1 byte", |b| b.truncate(len - 1));
+    assert_eq!(check, 4);
+    assert!(all_whole(&salvaged), "{salvaged:?}");
+    let (check, salvaged) = case("truncate 4 KiB", |b| b.truncate(len - 4096));
+    assert_eq!(check, 4);
+    assert!(all_whole(&salvaged), "{salvaged:?}");
+    let (check, _) = case("truncate to half", |b| b.truncate(len / 2));
+    assert_eq!(check, 4);
+    let (check, salvaged) = case("random last 4 KiB", |b| {
+        let mut x = 0x9e37_79b9_u32;
+        for byte in &mut b[len - 4096..] {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *byte = x as u8;
+        }
+    });
+    assert_eq!(check, 4);
+    assert!(all_whole(&salvaged), "{salvaged:?}");
+}
+
+#[test]
+fn bit_flips_in_every_early_page_and_random_pages_never_panic() {
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
+    let mut offsets: Vec<usize> = (0..16).map(|page| page * 4096 + 64).collect();
+    offsets.extend([12288, 16384]);
+    let mut x = 42u64;
+    for _ in 0..6 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        offsets.push(((x >> 33) as usize % (len / 4096)) * 4096 + (x as usize % 4096));
+    }
+    for offset in offsets.into_iter().filter(|o| *o < len) {
+        let (check, salvaged) = case(&format!("bit flip at {offset}"), |b| b[offset] ^= 0x10);
+        // Damage that hits data is reported; a flip in a free page changes nothing read.
+        assert!(check == 4 || all_whole(&salvaged), "flip at {offset}");
+    }
+    for offset in [4096, 8192] {
+        let (check, salvaged) = case(&format!("16 inverted bytes at {offset}"), |b| {
+            b[offset..offset + 16].iter_mut().for_each(|x| *x = !*x);
+        });
+        assert!(check == 4 || all_whole(&salvaged), "invert at {offset}");
+    }
+}
+
+#[test]
+fn zeroed_regions_foreign_files_and_newer_formats_are_reported() {
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
+    let (check, _) = case("zeroed 8-16 KiB", |b| b[8192..16384].fill(0));
+    assert_eq!(check, 4);
+    let (check, _) = case("zeroed middle", |b| b[len / 2..len / 2 + 8192].fill(0));
+    assert!(check == 4 || check == 0);
+    let (check, salvaged) = case("empty file", Vec::clear);
+    assert_eq!(check, 4);
+    assert!(salvaged.values().all(|(copied, _)| *copied == 0));
+    let (check, _) = case("not a redb file", |b| {
+        *b = b"these are my notes, not a database\n".repeat(300);
+    });
+    assert_eq!(check, 4);
+    let (check, _) = case("newer format version", |b| {
+        b[64] = 9;
+        b[64 + 128] = 9;
+    });
+    assert_eq!(check, 4);
+}
