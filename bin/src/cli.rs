@@ -49,6 +49,9 @@ pub(crate) enum Command {
     SimServer(crate::sim_server::SimServerArgs),
     /// Drive many sessions through turns and report throughput, latency and resources.
     Loadtest(crate::loadtest::LoadtestArgs),
+    /// Trust a project, so its own .foya/config.toml (provider profiles, hooks) applies;
+    /// or list the trusted projects, or revoke a trust.
+    Trust(crate::trust::TrustArgs),
 }
 
 /// Where sessions are stored.
@@ -236,6 +239,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Node(args) => crate::node::node(args).await,
         Command::SimServer(args) => crate::sim_server::sim_server(args).await,
         Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
+        Command::Trust(args) => crate::trust::trust(&args),
     }
 }
 

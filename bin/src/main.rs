@@ -15,6 +15,7 @@ mod sessions;
 mod setup;
 mod signals;
 mod sim_server;
+mod trust;
 mod values;
 
 use clap::Parser;

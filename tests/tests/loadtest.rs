@@ -841,6 +841,7 @@ fn run_resumes_after_falling_behind_and_prints_the_whole_answer() {
         format!("[hooks]\nstop = [\"echo ended > '{}'\"]\n", ended.display()),
     )
     .unwrap();
+    foya_tests::foya_bin::trust_project(&ws);
     // Opening a FIFO for reading waits for its writer: the hook.
     let (tx, turn_ended) = std::sync::mpsc::channel();
     let fifo = ended.clone();
