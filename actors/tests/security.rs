@@ -233,7 +233,10 @@ fn fifo_reads_are_refused_and_200_cancels_leave_no_thread_behind() {
 async fn fifo_reads() {
     let tmp = tempfile::tempdir().unwrap();
     let fifo = tmp.path().join("pipe");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(made.success());
     let ctx = confined(tmp.path());
     let out = call(&ReadFile::new(), &ctx, json!({"path": "pipe"})).await;

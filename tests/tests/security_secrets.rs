@@ -25,8 +25,14 @@ fn echoing_stream() -> MockResponse {
     let (head, tail) = KEY.split_at(9);
     let text = [
         chunk(json!({"role": "assistant", "content": ""}), json!(null)),
-        chunk(json!({"content": format!("your key is {head}")}), json!(null)),
-        chunk(json!({"content": format!("{tail}, and again {KEY}.")}), json!(null)),
+        chunk(
+            json!({"content": format!("your key is {head}")}),
+            json!(null),
+        ),
+        chunk(
+            json!({"content": format!("{tail}, and again {KEY}.")}),
+            json!(null),
+        ),
         chunk(json!({}), json!("stop")),
         "data: [DONE]\n\n".to_owned(),
     ]
@@ -44,7 +50,10 @@ fn echoing_error() -> MockResponse {
 
 fn assert_no_key(what: &str, text: &str) {
     assert!(!text.contains(KEY), "{what} shows the key:\n{text}");
-    assert!(!text.contains(&KEY[..12]), "{what} shows part of the key:\n{text}");
+    assert!(
+        !text.contains(&KEY[..12]),
+        "{what} shows part of the key:\n{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -75,14 +84,29 @@ async fn run_output_logs_and_the_store_never_show_the_key() {
             };
             let failed = run(true);
             let echoed = run(false);
-            let list = foya().args(["sessions", "list", "--json", "--data-dir"]).arg(&data).output().unwrap();
+            let list = foya()
+                .args(["sessions", "list", "--json", "--data-dir"])
+                .arg(&data)
+                .output()
+                .unwrap();
             let ids: Vec<String> = String::from_utf8_lossy(&list.stdout)
                 .lines()
-                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_str().unwrap().to_owned())
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
                 .collect();
             let shows: Vec<std::process::Output> = ids
                 .iter()
-                .map(|id| foya().args(["sessions", "show", id, "--json", "--data-dir"]).arg(&data).output().unwrap())
+                .map(|id| {
+                    foya()
+                        .args(["sessions", "show", id, "--json", "--data-dir"])
+                        .arg(&data)
+                        .output()
+                        .unwrap()
+                })
                 .collect();
             (failed, echoed, list, shows)
         }
@@ -93,14 +117,31 @@ async fn run_output_logs_and_the_store_never_show_the_key() {
     // The key did reach the provider (that is where it belongs)...
     let requests = mock.requests();
     assert_eq!(requests.len(), 2);
-    assert!(requests.iter().all(|r| r.headers["authorization"] == format!("Bearer {KEY}")));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.headers["authorization"] == format!("Bearer {KEY}"))
+    );
     // ...and nowhere else.
     assert_ne!(failed.status.code(), Some(0));
     let echoed_out = String::from_utf8_lossy(&echoed.stdout);
-    assert!(echoed_out.contains("your key is [redacted], and again [redacted]."), "{echoed_out}");
-    for (what, out) in [("failed run", &failed), ("echoed run", &echoed), ("sessions list", &list)] {
-        assert_no_key(&format!("{what} stdout"), &String::from_utf8_lossy(&out.stdout));
-        assert_no_key(&format!("{what} stderr"), &String::from_utf8_lossy(&out.stderr));
+    assert!(
+        echoed_out.contains("your key is [redacted], and again [redacted]."),
+        "{echoed_out}"
+    );
+    for (what, out) in [
+        ("failed run", &failed),
+        ("echoed run", &echoed),
+        ("sessions list", &list),
+    ] {
+        assert_no_key(
+            &format!("{what} stdout"),
+            &String::from_utf8_lossy(&out.stdout),
+        );
+        assert_no_key(
+            &format!("{what} stderr"),
+            &String::from_utf8_lossy(&out.stderr),
+        );
     }
     assert_eq!(shows.len(), 2);
     for show in &shows {
@@ -110,7 +151,10 @@ async fn run_output_logs_and_the_store_never_show_the_key() {
     }
     // The raw store file too.
     let store = std::fs::read(data.join("foya.redb")).unwrap();
-    assert!(!store.windows(KEY.len()).any(|w| w == KEY.as_bytes()), "the store file holds the key");
+    assert!(
+        !store.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+        "the store file holds the key"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -136,7 +180,12 @@ async fn the_sse_stream_of_serve_never_shows_the_key() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let base = tokio::io::BufReader::new(stdout).lines().next_line().await.unwrap().unwrap();
+    let base = tokio::io::BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .unwrap()
+        .unwrap();
     let http = reqwest::Client::new();
     let created: serde_json::Value = http
         .post(format!("{base}/sessions"))

@@ -31,19 +31,18 @@ fn foya_in(setup: &Setup, legit: &str, args: &[&str]) -> Output {
 }
 
 async fn run(setup: &Setup, legit: &str) -> Output {
-    let args: Vec<String> = [
-        "run", "--provider", "openai", "--approval", "auto", "--cwd",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .chain([
-        setup.project.display().to_string(),
-        "--data-dir".into(),
-        setup.data.display().to_string(),
-        "hello".into(),
-    ])
-    .collect();
-    let (setup_home, project, legit) = (setup.home.clone(), setup.project.clone(), legit.to_owned());
+    let args: Vec<String> = ["run", "--provider", "openai", "--approval", "auto", "--cwd"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([
+            setup.project.display().to_string(),
+            "--data-dir".into(),
+            setup.data.display().to_string(),
+            "hello".into(),
+        ])
+        .collect();
+    let (setup_home, project, legit) =
+        (setup.home.clone(), setup.project.clone(), legit.to_owned());
     tokio::task::spawn_blocking(move || {
         foya()
             .env("HOME", setup_home)
@@ -61,7 +60,11 @@ async fn run(setup: &Setup, legit: &str) -> Output {
 fn keyed(mock: &MockProvider) -> usize {
     mock.requests()
         .iter()
-        .filter(|r| r.headers.get("authorization").is_some_and(|a| a.contains(KEY)))
+        .filter(|r| {
+            r.headers
+                .get("authorization")
+                .is_some_and(|a| a.contains(KEY))
+        })
         .count()
 }
 
@@ -74,9 +77,13 @@ async fn an_untrusted_project_config_is_ignored_and_a_trusted_one_cannot_redirec
     let legit = MockProvider::start().await;
     let evil = MockProvider::start().await;
     for _ in 0..3 {
-        legit.push(MockResponse::sse(openai_chat::text("hi from the user's provider")));
+        legit.push(MockResponse::sse(openai_chat::text(
+            "hi from the user's provider",
+        )));
     }
-    evil.push(MockResponse::sse(openai_chat::text("hi from the project's host")));
+    evil.push(MockResponse::sse(openai_chat::text(
+        "hi from the project's host",
+    )));
     let tmp = tempfile::tempdir().unwrap();
     let setup = Setup {
         home: tmp.path().join("home"),
@@ -113,10 +120,17 @@ async fn an_untrusted_project_config_is_ignored_and_a_trusted_one_cannot_redirec
     assert!(!hook_ran());
 
     // Trusted: the project's profile change would send the key elsewhere: refused.
-    let out = foya_in(&setup, &legit_url, &["trust", setup.project.to_str().unwrap()]);
+    let out = foya_in(
+        &setup,
+        &legit_url,
+        &["trust", setup.project.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = foya_in(&setup, &legit_url, &["trust", "--list"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{}\n", project.display()));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\n", project.display())
+    );
     let out = run(&setup, &legit_url).await;
     assert_ne!(out.status.code(), Some(0));
     let host = evil.base_url().trim_start_matches("http://").to_owned();
@@ -139,7 +153,11 @@ async fn an_untrusted_project_config_is_ignored_and_a_trusted_one_cannot_redirec
 
     // Revoked: ignored again.
     std::fs::remove_file(setup.project.join("hook-ran")).unwrap();
-    let out = foya_in(&setup, &legit_url, &["trust", "--revoke", setup.project.to_str().unwrap()]);
+    let out = foya_in(
+        &setup,
+        &legit_url,
+        &["trust", "--revoke", setup.project.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = run(&setup, &legit_url).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
