@@ -27,7 +27,10 @@ const WATCHED: &[&str] = &[
     "../outside.txt",
 ];
 
-fn snapshot(work: &Path) -> Vec<(String, Option<String>)> {
+/// Each watched file and its content (`None`: absent).
+type Snapshot = Vec<(String, Option<String>)>;
+
+fn snapshot(work: &Path) -> Snapshot {
     WATCHED
         .iter()
         .map(|f| ((*f).to_owned(), std::fs::read_to_string(work.join(f)).ok()))
@@ -142,13 +145,7 @@ fn attacks() -> Vec<(&'static str, Value, bool)> {
 }
 
 /// Runs every attack in one step of `foya run --approval MODE`; the session's events.
-fn attack(
-    mode: &str,
-) -> (
-    Vec<(String, Option<String>)>,
-    Vec<(String, Option<String>)>,
-    Vec<Value>,
-) {
+fn attack(mode: &str) -> (Snapshot, Snapshot, Vec<Value>) {
     let tmp = tempfile::tempdir().unwrap();
     let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
     for dir in [".git/hooks", ".foya/hooks"] {
