@@ -139,11 +139,9 @@ async fn a_session_grant_covers_the_argv_prefix_and_never_code_running_options()
         "{}",
         asked[0].1
     );
+    // `git x` (an alias) may also write `.git`: asked as a protected path.
     for (_, reason) in &asked[1..3] {
-        assert!(
-            reason.contains("is not offered (`git -c` runs other code or programs)"),
-            "{reason}"
-        );
+        assert!(reason.contains("is not offered"), "{reason}");
     }
     let grants: Vec<&Value> = seen
         .iter()
