@@ -170,9 +170,17 @@ fn request_for(
                     sandbox: SandboxPolicy::WorkspaceAndProtected { network },
                 };
             }
+            // An exec tool without a `command` argument (its arguments are structured,
+            // the tool decides what runs) is granted as a whole.
+            let has_command = arg("command").is_some();
             let grant = grant_for(&command);
-            let covers = grant.describe();
+            let covers = if has_command {
+                grant.describe()
+            } else {
+                format!("\"allow for this session\" allows `{name}` with any arguments")
+            };
             let key = |prefix: &str| match &grant {
+                _ if !has_command => prefix.to_owned(),
                 CommandGrant::None(_) => String::new(),
                 other => format!("{prefix}{}", other.key().unwrap_or_default()),
             };
