@@ -2,7 +2,7 @@
 //!
 //! Owns: the check that a profile a project's config changed (`base_url`,
 //! `extra_headers`, `api_key_env`, `kind`) and that sends a key from the user's
-//! environment or from the user's own config (an `extra_headers` gateway key) only
+//! environment (its key variable is set) or from the user's own config (an `extra_headers` gateway key) only
 //! talks to a host the user chose: the host the profile has without the project file
 //! (built-in, `~/.config/foya/config.toml`, `OPENAI_BASE_URL`, `--base-url`), or one in
 //! the user's own `allowed_hosts`. A project profile that sends no key is free to point
@@ -36,7 +36,13 @@ pub(super) fn check(
         .get(name)
         .and_then(|t| t.extra_headers.as_ref())
         .is_some_and(|h| !h.is_empty());
-    let sends_key = profile.api_key_env.is_some() || user_headers;
+    // A key variable that is not set sends nothing (a local server's optional key).
+    let env_key = profile
+        .api_key_env
+        .as_deref()
+        .and_then(env)
+        .is_some_and(|v| !v.is_empty());
+    let sends_key = env_key || user_headers;
     if !sends_key && changed.extra_headers.is_none() {
         return Ok(());
     }
