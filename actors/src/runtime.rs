@@ -195,6 +195,8 @@ pub(crate) struct RuntimeDeps {
     pub queued_on_restart: QueuedOnRestart,
     /// The `agent` tool when sub-agents are on (a turn tells it when it ends).
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
+    /// [`RuntimeConfig::stop_hook_commands`]: the scripts they name are protected paths.
+    pub hook_commands: Vec<String>,
     /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
     pub idle_logs: crate::session::log::IdleLogs,
     /// [`RuntimeConfig::default_provider`] and [`RuntimeConfig::default_model`].
@@ -335,6 +337,7 @@ impl Runtime {
             attachments: config.attachments,
             queued_on_restart: config.queued_on_restart,
             sub_agents: agent.clone(),
+            hook_commands: config.stop_hook_commands.clone(),
             idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
             default_provider: config.default_provider,
             default_model: config.default_model,

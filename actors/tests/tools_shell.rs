@@ -76,8 +76,11 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     let (_dir, cwd) = temp_cwd();
     let (_other, other) = temp_cwd();
     let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    // A new entry directly in the working directory is refused (its top level holds the
+    // protected names, see `sandbox/rules.rs`); inside a subdirectory it is not.
+    std::fs::create_dir(cwd.join("sub")).unwrap();
     let command = format!(
-        "echo in > inside.txt && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo q > /dev/null; \
+        "echo in > sub/inside.txt && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo q > /dev/null; \
          echo x > {}/outside.txt",
         other.display()
     );
@@ -90,22 +93,30 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
         ))
     );
     assert_eq!(
-        std::fs::read_to_string(cwd.join("inside.txt")).unwrap(),
+        std::fs::read_to_string(cwd.join("sub/inside.txt")).unwrap(),
         "in\n"
     );
     assert!(!other.join("outside.txt").exists());
+    let out = call(
+        &Shell::new(runner()),
+        &ctx,
+        json!({"command": "echo top > top.txt"}),
+    )
+    .await;
+    assert!(out.is_error, "{}", out.content);
+    assert!(!cwd.join("top.txt").exists());
 
     // Read-only: no write even in the working directory.
     let ro = tools_support::ctx(&cwd, ApprovalMode::Auto, SandboxPolicy::ReadOnly);
     let out = call(
         &Shell::new(runner()),
         &ro,
-        json!({"command": "cat inside.txt; echo y > inside.txt"}),
+        json!({"command": "cat sub/inside.txt; echo y > sub/inside.txt"}),
     )
     .await;
     assert_eq!(
         out,
-        ToolOutput::error("in\nbash: line 1: inside.txt: Permission denied\n[exit code: 1]")
+        ToolOutput::error("in\nbash: line 1: sub/inside.txt: Permission denied\n[exit code: 1]")
     );
 }
 

@@ -44,6 +44,8 @@ async fn a_repeated_call_id_is_renamed_and_not_run_and_the_history_stays_valid()
     let script = json!({"responses": [{"tool_calls": calls}, {"text": "done"}]});
     let (rt, requests) = start(memory_store(), script, builtin()).await;
     let (_dir, cwd) = workdir();
+    // The sandbox keeps the top level closed to new entries: the log exists already.
+    std::fs::write(cwd.join("runs.log"), "").unwrap();
     let session = rt
         .create_session(session_config(&cwd, ApprovalMode::Auto))
         .await

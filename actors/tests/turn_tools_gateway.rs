@@ -89,7 +89,7 @@ async fn a_denied_approval_is_an_error_result_the_model_sees() {
             "shell",
             "echo hi",
             "`shell` wants to run a command (sandboxed: writes only in the working directory, \
-             no network)"
+             no network); \"allow for this session\" allows exactly `echo hi` again"
         )
     );
     let denied = tool_message("c1", "not now", true);
@@ -110,9 +110,9 @@ async fn allow_for_session_is_not_asked_again_even_after_a_restart() {
     let shell = |id: &str, command: &str| json!({"id": id, "name": "shell", "arguments": {"command": command}});
     let script = json!({"responses": [
         {"tool_calls": [shell("c1", "echo one")]},
-        {"tool_calls": [shell("c2", "echo two")]},
+        {"tool_calls": [shell("c2", "echo  one")]},
         {"text": "done"},
-        {"tool_calls": [shell("c3", "echo three")]},
+        {"tool_calls": [shell("c3", "'echo' one")]},
         {"text": "done again"}
     ]});
     let (rt, _) = start(open(), script.clone(), builtin()).await;
@@ -159,13 +159,18 @@ async fn allow_for_session_is_not_asked_again_even_after_a_restart() {
         .collect();
     assert_eq!(
         grants,
-        vec![(ApprovalDecision::AllowForSession, Some("shell:echo".into()))]
+        // The grant is the exact command, normalised: `echo  one` and `'echo' one` are
+        // the same words.
+        vec![(
+            ApprovalDecision::AllowForSession,
+            Some("shell:=echo one".into())
+        )]
     );
     assert_eq!(
         tool_messages(&events),
         vec![
             tool_message("c1", "one\n[exit code: 0]", false),
-            tool_message("c2", "two\n[exit code: 0]", false),
+            tool_message("c2", "one\n[exit code: 0]", false),
         ]
     );
     let last = events.last().unwrap().seq;
@@ -201,7 +206,7 @@ async fn allow_for_session_is_not_asked_again_even_after_a_restart() {
     );
     assert_eq!(
         tool_messages(&events),
-        vec![tool_message("c3", "three\n[exit code: 0]", false)]
+        vec![tool_message("c3", "one\n[exit code: 0]", false)]
     );
     assert_eq!(events.last().unwrap().kind, completed());
     rt.shutdown().await;
@@ -215,10 +220,13 @@ async fn auto_mode_shell_writes_inside_but_not_outside_and_cannot_connect() {
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
     let outside = other.join("outside.txt");
+    std::fs::create_dir(cwd.join("sub")).unwrap();
     let shell = |id: &str, command: String| json!({"id": id, "name": "shell", "arguments": {"command": command}});
     let script = json!({"responses": [
         {"tool_calls": [
-            shell("c1", "echo in > inside.txt && cat inside.txt".into()),
+            // The top level of the workspace is closed to new entries (it holds the
+            // protected names): a subdirectory is not.
+            shell("c1", "echo in > sub/inside.txt && cat sub/inside.txt".into()),
             shell("c2", format!("echo out > {}", outside.display())),
             shell("c3", format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")),
         ]},
@@ -256,7 +264,7 @@ async fn auto_mode_shell_writes_inside_but_not_outside_and_cannot_connect() {
         ]
     );
     assert_eq!(
-        std::fs::read_to_string(cwd.join("inside.txt")).unwrap(),
+        std::fs::read_to_string(cwd.join("sub/inside.txt")).unwrap(),
         "in\n"
     );
     assert!(!outside.exists());

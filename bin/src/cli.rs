@@ -60,6 +60,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: crate::store_cmd::StoreCommand,
     },
+    /// Trust a project, so its own .foya/config.toml (provider profiles, hooks) applies;
+    /// or list the trusted projects, or revoke a trust.
+    Trust(crate::trust::TrustArgs),
 }
 
 /// Where sessions are stored.
@@ -248,6 +251,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::SimServer(args) => crate::sim_server::sim_server(args).await,
         Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
         Command::Store { command } => crate::store_cmd::store(command).await,
+        Command::Trust(args) => crate::trust::trust(&args),
     }
 }
 

@@ -348,11 +348,20 @@ pub(crate) fn missing_store(dir: &Path) -> String {
 /// Stop hook commands of the project: its config file
 /// ([`foya_actors::provider::config::project_file`]), table `[hooks]`, key
 /// `stop` (an array of shell commands, run with `bash -c` in the session's cwd). Empty
-/// when the file, the table or the key is absent.
+/// when the file, the table or the key is absent, and when the user has not trusted the
+/// project ([`foya_actors::trust::is_trusted`]; `setup::model_client` said so).
 ///
 /// # Errors
 /// The file cannot be read or parsed, or `stop` is not an array of strings.
 pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
+    if !foya_actors::trust::is_trusted(cwd) {
+        return Ok(Vec::new());
+    }
+    stop_hooks_of(cwd)
+}
+
+/// [`stop_hooks`] without the trust check.
+fn stop_hooks_of(cwd: &Path) -> anyhow::Result<Vec<String>> {
     let path = foya_actors::provider::config::project_file(cwd);
     let Some(text) = foya_actors::provider::config::read_optional(&path)? else {
         return Ok(Vec::new());
@@ -413,29 +422,29 @@ mod tests {
     #[test]
     fn reads_stop_hooks_from_the_project_config() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(stop_hooks(dir.path()).unwrap(), Vec::<String>::new());
+        assert_eq!(stop_hooks_of(dir.path()).unwrap(), Vec::<String>::new());
         std::fs::create_dir(dir.path().join(".foya")).unwrap();
         let file = dir.path().join(".foya/config.toml");
         std::fs::write(&file, "[profiles.x]\nkind = \"anthropic\"\n").unwrap();
-        assert_eq!(stop_hooks(dir.path()).unwrap(), Vec::<String>::new());
+        assert_eq!(stop_hooks_of(dir.path()).unwrap(), Vec::<String>::new());
         std::fs::write(&file, "[hooks]\nstop = [\"./check.sh\", \"make lint\"]\n").unwrap();
         assert_eq!(
-            stop_hooks(dir.path()).unwrap(),
+            stop_hooks_of(dir.path()).unwrap(),
             vec!["./check.sh".to_owned(), "make lint".to_owned()]
         );
         // From a subdirectory of the project: the same file.
         let sub = dir.path().join("src/module");
         std::fs::create_dir_all(&sub).unwrap();
         assert_eq!(
-            stop_hooks(&sub).unwrap(),
+            stop_hooks_of(&sub).unwrap(),
             vec!["./check.sh".to_owned(), "make lint".to_owned()]
         );
         std::fs::write(&file, "[hooks]\nstop = \"x\"\n").unwrap();
-        assert!(stop_hooks(dir.path()).is_err());
+        assert!(stop_hooks_of(dir.path()).is_err());
         // A directory or a FIFO in its place is refused at once (a FIFO's read would block).
         std::fs::remove_file(&file).unwrap();
         std::fs::create_dir(&file).unwrap();
-        let err = stop_hooks(dir.path()).unwrap_err().to_string();
+        let err = stop_hooks_of(dir.path()).unwrap_err().to_string();
         assert_eq!(
             err,
             format!("cannot read {}: not a regular file", file.display())
@@ -446,7 +455,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        let err = stop_hooks(dir.path()).unwrap_err().to_string();
+        let err = stop_hooks_of(dir.path()).unwrap_err().to_string();
         assert_eq!(
             err,
             format!("cannot read {}: not a regular file", file.display())

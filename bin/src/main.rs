@@ -17,6 +17,7 @@ mod setup;
 mod signals;
 mod sim_server;
 mod store_cmd;
+mod trust;
 mod values;
 mod words;
 

@@ -422,33 +422,16 @@ fn cut_short(reason: FinishReason) -> Option<&'static str> {
     }
 }
 
-/// `text` safe to write to a terminal: control characters other than newline and tab
-/// (ESC sequences that move the cursor, clear the screen, set the window title or
-/// hide text; a lone carriage return that overwrites a line; C1 controls) are shown
-/// as visible escapes (`^[`, `^M`, `\u{9b}`) instead of being obeyed. A carriage
-/// return before a newline is dropped. Text without such characters is borrowed.
+/// `text` safe to write to a terminal: what a person reads is what runs. Control
+/// characters other than newline and tab (ESC sequences that move the cursor, clear the
+/// screen, set the window title or hide text; a lone carriage return that overwrites a
+/// line) are shown as `^[`, `^M`, …; C1 controls, bidirectional controls (U+202E, which
+/// reverses what follows), zero-width and other invisible characters as `<U+XXXX>`
+/// ([`foya_protocol::visible::visible`], shared with the SSE payloads of `serve`). A
+/// carriage return before a newline is dropped. Text without such characters is
+/// borrowed.
 pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.contains(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\r' if chars.peek() == Some(&'\n') => {}
-            c if unsafe_char(c) => match u8::try_from(u32::from(c)) {
-                Ok(b @ 0..=0x1f) => {
-                    out.push('^');
-                    out.push(char::from(b + 0x40));
-                }
-                Ok(0x7f) => out.push_str("^?"),
-                _ => out.push_str(&c.escape_unicode().to_string()),
-            },
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    foya_protocol::visible::visible(text)
 }
 
 /// Whether stderr notes are dimmed: stderr is a terminal and `NO_COLOR` is unset.

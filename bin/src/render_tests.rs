@@ -373,7 +373,7 @@ fn control_sequences_from_the_model_are_shown_not_obeyed_on_a_terminal() {
     f.delta(Delta::ReasoningDelta {
         text: "\x1b]0;title\x07".into(),
     });
-    assert_eq!(f.out.text(), "a^[[2Jb\nc^Md\\u{9b}e\tf\n");
+    assert_eq!(f.out.text(), "a^[[2Jb\nc^Md<U+009B>e\tf\n");
     assert_eq!(f.err.text(), "^[]0;title^G");
     // A CRLF split across deltas is a newline, as it is whole.
     let mut g = fixture(true);

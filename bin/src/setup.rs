@@ -20,6 +20,8 @@ pub(crate) fn model_client(
     args: &ProviderArgs,
     cwd: &Path,
 ) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
+    // The project's own config applies only once the user trusted the project.
+    crate::trust::announce(cwd);
     anyhow::ensure!(
         args.seed.is_none() || args.provider == SIM,
         "--seed is for --provider sim (the simulated model's random choices)"

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod input;
 pub mod message;
 pub mod stream;
+pub mod visible;
 
 pub use command::{ApprovalDecision, ApprovalMode, SessionConfig, SessionSummary};
 pub use event::{Delta, ErrorInfo, Event, EventKind, SessionUpdate, TitleSource, TurnStatus};

@@ -39,12 +39,49 @@ pub fn foya_bin() -> PathBuf {
     .clone()
 }
 
+/// The `HOME` of every [`foya`] command of this test process: a directory of its own,
+/// so the user's real config and trust list (`~/.config/foya`) neither affect a test nor
+/// are changed by one ([`trust_project`] writes here).
+///
+/// # Panics
+/// When the directory cannot be created.
+pub fn test_home() -> PathBuf {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let home = std::env::temp_dir().join(format!("foya-test-home-{}", std::process::id()));
+        #[expect(clippy::expect_used, reason = "test harness")]
+        std::fs::create_dir_all(&home).expect("create the test home");
+        home
+    })
+    .clone()
+}
+
+/// Trusts `project` with `foya trust` in [`test_home`], so its `.foya/config.toml`
+/// (profiles, hooks) applies to the [`foya`] commands of this test process.
+///
+/// # Panics
+/// When `foya trust` fails.
+pub fn trust_project(project: &std::path::Path) {
+    #[expect(clippy::expect_used, reason = "test harness")]
+    let out = foya()
+        .arg("trust")
+        .arg(project)
+        .output()
+        .expect("run foya trust");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A `foya` command with a clean environment for tests: no provider keys, no data dir
-/// from the environment, colours off.
+/// from the environment, colours off, `HOME` the [`test_home`].
 #[must_use]
 pub fn foya() -> std::process::Command {
     let mut command = std::process::Command::new(foya_bin());
     command
+        .env("HOME", test_home())
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_BASE_URL")

@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 /// Runs `foya` with `args` (no API keys in the environment) and returns its output.
 fn foya(args: &[&str], data_dir: &Path) -> Output {
     Command::new(foya_bin())
+        .env("HOME", foya_tests::foya_bin::test_home())
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
@@ -194,6 +195,7 @@ async fn profile_turn(kind: &str, path: &str, tool_call: String, answer: String)
         ),
     )
     .unwrap();
+    foya_tests::foya_bin::trust_project(cwd.path());
     tool_calling_turn(
         &["--provider", "local"],
         cwd.path(),

@@ -557,6 +557,7 @@ fn a_broken_project_config_is_reported_before_the_data_dir_is_created() {
     std::fs::create_dir_all(ws.join(".foya")).unwrap();
     let config = ws.join(".foya/config.toml");
     std::fs::write(&config, "[hooks\n").unwrap();
+    foya_tests::foya_bin::trust_project(&ws);
     let script = tmp.path().join("script.json");
     std::fs::write(&script, r#"{"responses": [{"text": "hi"}]}"#).unwrap();
     let data = tmp.path().join("data");

@@ -12,7 +12,10 @@ use std::process::Command;
 /// keeps cargo's test variables out of the build, so this build and the other tests'
 /// reuse each other's artifacts instead of rebuilding dependencies).
 fn foya() -> Command {
-    Command::new(foya_tests::foya_bin())
+    let mut command = Command::new(foya_tests::foya_bin());
+    // The test home, where `trust_project` records trust.
+    command.env("HOME", foya_tests::foya_bin::test_home());
+    command
 }
 
 /// Runs `foya loadtest ARGS --json FILE`; returns the exit status and the report.
@@ -841,6 +844,7 @@ fn run_resumes_after_falling_behind_and_prints_the_whole_answer() {
         format!("[hooks]\nstop = [\"echo ended > '{}'\"]\n", ended.display()),
     )
     .unwrap();
+    foya_tests::foya_bin::trust_project(&ws);
     // Opening a FIFO for reading waits for its writer: the hook.
     let (tx, turn_ended) = std::sync::mpsc::channel();
     let fifo = ended.clone();

@@ -4,7 +4,7 @@
 //! and the recorded retry names that limit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin::{foya, only_session_log, output_in};
+use foya_tests::foya_bin::{foya, only_session_log, output_in, trust_project};
 use foya_tests::mock_provider::{MockProvider, MockResponse};
 use serde_json::{Value, json};
 
@@ -27,6 +27,7 @@ async fn a_profiles_retry_policy_limits_the_attempts_of_its_requests() {
         ),
     )
     .unwrap();
+    trust_project(&project);
     let data = dir.path().join("data");
     let config_home = dir.path().join("config");
     let out = tokio::task::spawn_blocking({

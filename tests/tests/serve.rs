@@ -127,6 +127,7 @@ async fn start_with(provider_args: &[&str], dir: &std::path::Path) -> Server {
         .arg(&token_file)
         .current_dir(dir)
         .env("OPENAI_API_KEY", "sk-test")
+        .env("HOME", foya_tests::foya_bin::test_home())
         .env_remove("FOYA_DATA_DIR")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -580,6 +581,7 @@ async fn refusals() {
         ),
     )
     .unwrap();
+    foya_tests::foya_bin::trust_project(dir.path());
     let server = start_with(&["--provider", "blind"], dir.path()).await;
     let s = &server;
     let error = async |builder: reqwest::RequestBuilder, status: StatusCode| {

@@ -203,6 +203,24 @@ pub enum ConfigError {
         /// The variable to set.
         env: String,
     },
+    /// A trusted project's config points a profile that sends the user's key at a host
+    /// the user did not allow.
+    #[error(
+        "{file} points provider profile `{profile}` at {host}, which would receive your API \
+         key{}; refused. If that host is yours, allow it in your own config \
+         (~/.config/foya/config.toml): allowed_hosts = [\"{host}\"]",
+        .key_env.as_ref().map(|k| format!(" (from {k})")).unwrap_or_default()
+    )]
+    UnallowedHost {
+        /// The profile.
+        profile: String,
+        /// The host the project points it at.
+        host: String,
+        /// The project's config file.
+        file: PathBuf,
+        /// Where the key comes from, when from an environment variable.
+        key_env: Option<String>,
+    },
     /// The HTTP client could not be built or a header is invalid.
     #[error("provider profile `{profile}`: {message}")]
     Invalid {
@@ -305,6 +323,18 @@ pub struct ProviderConfig {
     /// (named by an unknown-profile error); empty for a parsed text.
     #[serde(skip)]
     pub searched: Vec<PathBuf>,
+    /// Hosts a trusted project's config may point a keyed profile at (`allowed_hosts =
+    /// ["gateway.internal"]`), read from the user's own config only: a project file's
+    /// list is ignored. See `project_guard`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// The project file applied over the user's config, with its profiles as written
+    /// (set by [`Self::load`] for a trusted project only).
+    #[serde(skip)]
+    pub project: Option<(PathBuf, BTreeMap<String, ProfileToml>)>,
+    /// The profiles of the user's own files, before the project's were merged in.
+    #[serde(skip)]
+    pub user_profiles: BTreeMap<String, ProfileToml>,
 }
 
 /// ` in A or B` (which config files a profile can be defined in), or nothing.
@@ -399,26 +429,50 @@ impl ProviderConfig {
             let Some(text) = read_optional(path)? else {
                 continue;
             };
-            for (name, profile) in Self::parse(&text, path)?.profiles {
+            let parsed = Self::parse(&text, path)?;
+            config.allowed_hosts.extend(parsed.allowed_hosts);
+            for (name, profile) in parsed.profiles {
                 config.profiles.entry(name).or_default().merge(profile);
             }
         }
+        config.user_profiles = config.profiles.clone();
         Ok(config)
     }
 
-    /// Loads `~/.config/foya/config.toml` then the project's `.foya/config.toml` (at
+    /// Loads `~/.config/foya/config.toml` then, when the user trusted the project
+    /// ([`crate::trust::is_trusted`]), the project's `.foya/config.toml` (at
     /// [`crate::context::project_root`] of `cwd`: its nearest ancestor with `.git` or
-    /// `.foya`).
+    /// `.foya`). An untrusted project's file is not read (the CLI says so once).
     ///
     /// # Errors
     /// As [`Self::load_files`].
     pub fn load(cwd: &Path) -> Result<Self, ConfigError> {
-        let mut paths = Vec::new();
-        if let Some(home) = dirs::home_dir() {
-            paths.push(home.join(".config/foya/config.toml"));
+        let global = crate::trust::user_config_dir().map(|dir| dir.join("config.toml"));
+        Self::load_with(global.as_deref(), cwd, crate::trust::is_trusted(cwd))
+    }
+
+    /// [`Self::load`] with the user's file `global` and whether the project of `cwd` is
+    /// `trusted` given.
+    ///
+    /// # Errors
+    /// As [`Self::load_files`].
+    pub fn load_with(
+        global: Option<&Path>,
+        cwd: &Path,
+        trusted: bool,
+    ) -> Result<Self, ConfigError> {
+        let project = project_file(cwd);
+        let global: Vec<PathBuf> = global.map(Path::to_path_buf).into_iter().collect();
+        let mut config = Self::load_files(&global)?;
+        config.searched.push(project.clone());
+        if trusted && let Some(text) = read_optional(&project)? {
+            let parsed = Self::parse(&text, &project)?;
+            for (name, profile) in parsed.profiles.clone() {
+                config.profiles.entry(name).or_default().merge(profile);
+            }
+            config.project = Some((project, parsed.profiles));
         }
-        paths.push(project_file(cwd));
-        Self::load_files(&paths)
+        Ok(config)
     }
 
     /// Resolves a profile name or protocol kind name with optional overrides, reading
@@ -529,6 +583,7 @@ impl ProviderConfig {
                 field: "model",
             });
         }
+        super::project_guard::check(self, name_or_kind, &profile, base_url_override, env)?;
         Ok(profile)
     }
 }

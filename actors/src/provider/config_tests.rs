@@ -262,7 +262,7 @@ fn the_project_file_is_found_from_a_subdirectory_of_the_project() {
     std::fs::create_dir_all(&deep).unwrap();
     // `..` is resolved lexically, like the context's project root.
     for cwd in [deep.clone(), deep.join("../deep"), root.clone()] {
-        let profile = ProviderConfig::load(&cwd)
+        let profile = ProviderConfig::load_with(None, &cwd, true)
             .unwrap()
             .resolve_with_env("from-subdir-test", None, None, &no_env)
             .unwrap();
@@ -280,13 +280,17 @@ fn the_project_file_is_found_from_a_subdirectory_of_the_project() {
     // A nested repository is a project of its own: the outer file is not its config.
     let nested = root.join("vendor/lib");
     std::fs::create_dir_all(nested.join(".git")).unwrap();
+    // An untrusted project's file is not applied.
     assert!(matches!(
-        ProviderConfig::load(&nested).unwrap().resolve_with_env(
-            "from-subdir-test",
-            None,
-            None,
-            &no_env
-        ),
+        ProviderConfig::load_with(None, &root, false)
+            .unwrap()
+            .resolve_with_env("from-subdir-test", None, None, &no_env),
+        Err(ConfigError::UnknownProfile { .. })
+    ));
+    assert!(matches!(
+        ProviderConfig::load_with(None, &nested, true)
+            .unwrap()
+            .resolve_with_env("from-subdir-test", None, None, &no_env),
         Err(ConfigError::UnknownProfile { .. })
     ));
 }

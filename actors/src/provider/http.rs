@@ -291,17 +291,6 @@ fn not_a_stream(status: u16, content_type: &str, url: &str, body: &str) -> Provi
     }
 }
 
-/// `event` with `secrets` redacted from its error message, if it is an error.
-fn redact_event(event: StreamEvent, secrets: &[String]) -> StreamEvent {
-    match event {
-        StreamEvent::Error { mut error } => {
-            error.message = redact_secrets(&error.message, secrets);
-            StreamEvent::Error { error }
-        }
-        event => event,
-    }
-}
-
 fn error_stream(error: ProviderError) -> BoxStream<'static, StreamEvent> {
     stream::iter([StreamEvent::Error { error }]).boxed()
 }
@@ -390,11 +379,21 @@ impl ModelClient for HttpModelClient {
         let kind = self.profile.kind;
         let limits = self.limits;
         let idle = Duration::from_millis(self.profile.idle_timeout_ms.max(1));
-        let secrets = secrets_of(
+        let mut secrets = secrets_of(
             self.api_key.as_ref().map(|k| k.0.as_str()),
             &self.profile.base_url,
         );
-        let redact = secrets.clone();
+        // Header values may be gateway keys: redacted like the API key.
+        secrets.extend(
+            self.profile
+                .extra_headers
+                .values()
+                .filter(|v| v.chars().count() >= 8)
+                .cloned(),
+        );
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        let redactor = super::redact::StreamRedactor::new(secrets.clone());
         let base_url = display_url(&self.profile.base_url);
         let response = async move {
             let response = match tokio::time::timeout(idle, builder.send()).await {
@@ -461,7 +460,10 @@ impl ModelClient for HttpModelClient {
         };
         stream::once(response)
             .flatten()
-            .map(move |event| redact_event(event, &redact))
+            .scan(redactor, |redactor, event| {
+                futures::future::ready(Some(stream::iter(redactor.push(event))))
+            })
+            .flatten()
             .take_until(cancel.cancelled_owned())
             .boxed()
     }

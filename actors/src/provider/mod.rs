@@ -16,6 +16,7 @@ pub mod classify;
 pub mod config;
 pub mod http;
 mod messages;
+mod project_guard;
 pub mod redact;
 pub(crate) mod relay;
 pub mod retry;

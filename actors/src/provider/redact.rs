@@ -4,6 +4,8 @@
 //! garbled stream data, which would otherwise be persisted in `provider_retry` and
 //! `turn_complete`).
 
+use foya_protocol::StreamEvent;
+
 /// What replaces a credential.
 pub const REDACTED: &str = "[redacted]";
 
@@ -100,9 +102,148 @@ pub fn redact_secrets(text: &str, secrets: &[String]) -> String {
         .fold(text.to_owned(), |text, secret| redact_secret(&text, secret))
 }
 
+/// Redacts secrets from a provider's stream, whose text fragments may split a secret
+/// (a server echoing the key in the model's text, one token at a time): text and
+/// reasoning are held back while they end with what may be the start of a secret, and
+/// released, redacted, once they cannot be (at the latest before the next event of
+/// another kind). Tool-call argument fragments and error messages are redacted one by
+/// one.
+#[derive(Debug, Default)]
+pub struct StreamRedactor {
+    secrets: Vec<String>,
+    text: String,
+    reasoning: String,
+}
+
+impl StreamRedactor {
+    /// A redactor of `secrets` ([`secrets_of`]).
+    #[must_use]
+    pub fn new(secrets: Vec<String>) -> Self {
+        Self {
+            secrets,
+            ..Self::default()
+        }
+    }
+
+    /// The events to pass on for `event`.
+    pub fn push(&mut self, event: StreamEvent) -> Vec<StreamEvent> {
+        match event {
+            StreamEvent::TextDelta { text } => {
+                self.text.push_str(&text);
+                let text = self.release(false, false);
+                if text.is_empty() {
+                    vec![]
+                } else {
+                    vec![StreamEvent::TextDelta { text }]
+                }
+            }
+            StreamEvent::ReasoningDelta { text } => {
+                self.reasoning.push_str(&text);
+                let text = self.release(true, false);
+                if text.is_empty() {
+                    vec![]
+                } else {
+                    vec![StreamEvent::ReasoningDelta { text }]
+                }
+            }
+            other => {
+                let mut out = Vec::new();
+                let reasoning = self.release(true, true);
+                if !reasoning.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { text: reasoning });
+                }
+                let text = self.release(false, true);
+                if !text.is_empty() {
+                    out.push(StreamEvent::TextDelta { text });
+                }
+                out.push(match other {
+                    StreamEvent::Error { mut error } => {
+                        error.message = redact_secrets(&error.message, &self.secrets);
+                        StreamEvent::Error { error }
+                    }
+                    StreamEvent::ToolCallDelta {
+                        index,
+                        id,
+                        name,
+                        arguments,
+                        extra,
+                    } => StreamEvent::ToolCallDelta {
+                        index,
+                        id,
+                        name,
+                        arguments: redact_secrets(&arguments, &self.secrets),
+                        extra,
+                    },
+                    other => other,
+                });
+                out
+            }
+        }
+    }
+
+    /// The redacted text that can be released from the text (or reasoning) buffer; with
+    /// `all`, everything (the buffer is emptied).
+    fn release(&mut self, reasoning: bool, all: bool) -> String {
+        let buffer = if reasoning {
+            &mut self.reasoning
+        } else {
+            &mut self.text
+        };
+        if buffer.is_empty() || self.secrets.is_empty() {
+            return std::mem::take(buffer);
+        }
+        let redacted = redact_secrets(buffer, &self.secrets);
+        let hold = if all {
+            0
+        } else {
+            self.secrets
+                .iter()
+                .filter_map(|s| {
+                    (1..s.len())
+                        .rev()
+                        .filter(|n| s.is_char_boundary(*n))
+                        .find(|n| redacted.ends_with(&s[..*n]))
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let cut = redacted.len() - hold;
+        *buffer = redacted[cut..].to_owned();
+        redacted[..cut].to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_split_across_text_fragments_is_redacted() {
+        let mut r = StreamRedactor::new(secrets_of(Some("sk-CANARY-123"), "http://h/v1"));
+        let mut out = Vec::new();
+        for text in ["your key is s", "k-CAN", "ARY-1", "23, yes", "s"] {
+            out.extend(r.push(StreamEvent::TextDelta { text: text.into() }));
+        }
+        out.extend(r.push(StreamEvent::ToolCallDelta {
+            index: 0,
+            id: None,
+            name: None,
+            arguments: "{\"k\":\"sk-CANARY-123\"}".into(),
+            extra: None,
+        }));
+        let text: String = out
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "your key is [redacted], yess");
+        assert!(matches!(
+            out.last(),
+            Some(StreamEvent::ToolCallDelta { arguments, .. }) if arguments == "{\"k\":\"[redacted]\"}"
+        ));
+    }
 
     #[test]
     fn the_key_its_json_escaped_form_and_the_url_password_are_redacted() {

@@ -22,7 +22,8 @@ impl Session {
         else {
             return Ok(());
         };
-        if self.fold.grants.contains(&grant_key) {
+        // An empty key offers no grant (protected paths, commands that run other code).
+        if !grant_key.is_empty() && self.fold.grants.contains(&grant_key) {
             let _ = reply.send(ApprovalAnswer {
                 allowed: true,
                 message: None,
@@ -80,8 +81,10 @@ impl Session {
         let Some(pending) = self.approvals.remove(&request_id) else {
             return Err(RuntimeError::UnknownApproval(request_id));
         };
-        let grant =
-            (decision == ApprovalDecision::AllowForSession).then(|| pending.grant_key.clone());
+        // "Allow for this session" of an action that offers no grant allows it once.
+        let grant = (decision == ApprovalDecision::AllowForSession
+            && !pending.grant_key.is_empty())
+        .then(|| pending.grant_key.clone());
         self.persist(
             Some(pending.run_id),
             vec![EventKind::ApprovalDecided {

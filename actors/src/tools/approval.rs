@@ -10,16 +10,27 @@
 //! | none | Allow(ReadOnly) | Allow(ReadOnly) | Allow(ReadOnly) | Allow(ReadOnly) | Allow(None) |
 //! | write inside cwd | Deny | Ask(WW) | Allow(WW) | Allow(WW) | Allow(None) |
 //! | write outside cwd | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
+//! | write to a protected path | Deny | Ask(WW+P)¹ | Ask(WW+P)¹ | Ask(WW+P)¹ | Allow(None) |
 //! | exec | Deny | Ask(WW) | Ask(WW) | Allow(WW) | Allow(None) |
+//! | exec naming a protected path, or git writing `.git` | Deny | Ask(WW+P)¹ | Ask(WW+P)¹ | Ask(WW+P)¹ | Allow(None) |
 //! | exec with `network: true` | Deny | Ask(WW+net) | Ask(WW+net) | Ask(WW+net) | Allow(None) |
 //! | network | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
 //!
-//! WW = `WorkspaceWrite { network: false }`, WW+net = `WorkspaceWrite { network: true }`.
-//! Exec tools declare that they need the network with a boolean `network` argument. A call whose grant key is in the session's
-//! grants gets `Allow` with the sandbox it would have had if asked. File tools treat
-//! `SandboxPolicy::None` as "may leave the working directory", so the ToolActor must put
-//! the verdict's sandbox into `ToolContext::sandbox` for every call.
+//! WW = `WorkspaceWrite { network: false }` (the protected paths inside the working
+//! directory stay read-only, see `protected.rs`), WW+net = `WorkspaceWrite { network:
+//! true }`, WW+P = `WorkspaceAndProtected` (a person approved this exact action; outside
+//! the working directory: `None`). ¹ Asked every time: no "allow for this session" grant
+//! is offered, and the verdict is the same whichever tool attempts the write.
+//! Exec tools declare that they need the network with a boolean `network` argument. A
+//! call whose grant key is in the session's grants gets `Allow` with the sandbox it
+//! would have had if asked. An exec grant covers the command's normalised argv prefix
+//! (`shell:git status`) or exactly the command (`shell:=ls -la`), and commands that run
+//! other code get none (`grants.rs`); the reason shown to the person says which. File
+//! tools treat `SandboxPolicy::None` as "may leave the working directory", so the
+//! ToolActor must put the verdict's sandbox into `ToolContext::sandbox` for every call.
 
+use super::grants::{CommandGrant, grant_for};
+use super::protected::Protected;
 use super::{SandboxPolicy, SideEffect, ToolSpec, paths::normalize};
 use foya_protocol::ApprovalMode;
 use std::collections::BTreeSet;
@@ -39,10 +50,11 @@ pub enum Verdict {
         action: String,
         /// Why approval is needed, for the person.
         reason: String,
-        /// Key an "allow for this session" decision grants: `shell:<first word>` (or
-        /// `shell:<whole command>` when it has shell operators), `shell:network:<same>`,
+        /// Key an "allow for this session" decision grants: `shell:<argv prefix>`
+        /// (`shell:git status`) or `shell:=<exact argv>`, `shell:network:<same>`,
         /// `write_file:*` (inside the working directory), `write_file:<abs dir>` (outside),
-        /// `<tool>:<host>` (network tools).
+        /// `<tool>:<host>` (network tools); empty when no grant is offered (protected
+        /// paths, commands that run other code): the action is asked every time.
         grant_key: String,
         /// Sandbox to run under when allowed.
         sandbox_if_allowed: SandboxPolicy,
@@ -56,17 +68,16 @@ pub enum Verdict {
 
 const SANDBOXED: SandboxPolicy = SandboxPolicy::WorkspaceWrite { network: false };
 
-/// Characters that make a shell command compound (its first word says little about it).
-const SHELL_META: &[char] = &[';', '&', '|', '`', '$', '>', '<', '\n', '(', ')', '{', '}'];
-
 /// Decides one call. `args` are the validated arguments; `cwd` the session's working
-/// directory (absolute); `grants` the session's "allow for this session" keys.
+/// directory (absolute); `protected` its protected paths; `grants` the session's "allow
+/// for this session" keys.
 #[must_use]
 pub fn evaluate(
     mode: ApprovalMode,
     spec: &ToolSpec,
     args: &serde_json::Value,
     cwd: &Path,
+    protected: &Protected,
     grants: &BTreeSet<String>,
 ) -> Verdict {
     if mode == ApprovalMode::Bypass {
@@ -89,15 +100,17 @@ pub fn evaluate(
             ),
         };
     }
-    let request = request_for(spec, args, cwd);
-    let needs_asking = !matches!(
-        (request.class, mode),
-        (
-            Class::WriteInside,
-            ApprovalMode::AutoEdit | ApprovalMode::Auto
-        ) | (Class::Exec, ApprovalMode::Auto)
-    );
-    if !needs_asking || grants.contains(&request.grant_key) {
+    let request = request_for(spec, args, cwd, protected);
+    let needs_asking = request.class == Class::Protected
+        || !matches!(
+            (request.class, mode),
+            (
+                Class::WriteInside,
+                ApprovalMode::AutoEdit | ApprovalMode::Auto
+            ) | (Class::Exec, ApprovalMode::Auto)
+        );
+    let granted = !request.grant_key.is_empty() && grants.contains(&request.grant_key);
+    if !needs_asking || granted {
         return Verdict::Allow {
             sandbox: request.sandbox,
         };
@@ -116,6 +129,8 @@ enum Class {
     WriteOutside,
     Exec,
     Network,
+    /// Changes a protected path: asked in every mode but bypass, never granted.
+    Protected,
 }
 
 #[derive(Debug)]
@@ -127,36 +142,67 @@ struct Request {
     sandbox: SandboxPolicy,
 }
 
-fn request_for(spec: &ToolSpec, args: &serde_json::Value, cwd: &Path) -> Request {
+fn request_for(
+    spec: &ToolSpec,
+    args: &serde_json::Value,
+    cwd: &Path,
+    protected: &Protected,
+) -> Request {
     let name = &spec.name;
     let arg = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
     match spec.side_effect {
         SideEffect::Exec => {
             let command = arg("command").unwrap_or_default().to_owned();
-            let words = if command.contains(SHELL_META) {
-                command.trim()
-            } else {
-                command.split_whitespace().next().unwrap_or_default()
-            };
             let network = args.get("network").and_then(serde_json::Value::as_bool) == Some(true);
+            if let Some(what) = protected
+                .named_in(&command)
+                .or_else(|| super::protected::git_write_in(&command))
+            {
+                return Request {
+                    class: Class::Protected,
+                    reason: format!(
+                        "`{name}` wants to run a command that may change the protected path \
+                         {what} (the runtime's config, hooks, instructions or git metadata); \
+                         \"allow for this session\" is not offered: it is asked every time"
+                    ),
+                    action: command,
+                    grant_key: String::new(),
+                    sandbox: SandboxPolicy::WorkspaceAndProtected { network },
+                };
+            }
+            // An exec tool without a `command` argument (its arguments are structured,
+            // the tool decides what runs) is granted as a whole.
+            let has_command = arg("command").is_some();
+            let grant = grant_for(&command);
+            let covers = if has_command {
+                grant.describe()
+            } else {
+                format!("\"allow for this session\" allows `{name}` with any arguments")
+            };
+            let key = |prefix: &str| match &grant {
+                _ if !has_command => prefix.to_owned(),
+                CommandGrant::None(_) => String::new(),
+                other => format!("{prefix}{}", other.key().unwrap_or_default()),
+            };
             if network {
                 return Request {
                     class: Class::Network,
                     reason: format!(
                         "`{name}` wants to run a command with network access (sandboxed: writes \
-                         only in the working directory)"
+                         only in the working directory); {covers}"
                     ),
                     action: command.clone(),
-                    grant_key: format!("{name}:network:{words}"),
+                    grant_key: key(&format!("{name}:network:")),
                     sandbox: SandboxPolicy::WorkspaceWrite { network: true },
                 };
             }
             Request {
                 class: Class::Exec,
                 reason: format!(
-                    "`{name}` wants to run a command (sandboxed: writes only in the working directory, no network)"
+                    "`{name}` wants to run a command (sandboxed: writes only in the working \
+                     directory, no network); {covers}"
                 ),
-                grant_key: format!("{name}:{words}"),
+                grant_key: key(&format!("{name}:")),
                 action: command,
                 sandbox: SANDBOXED,
             }
@@ -176,7 +222,24 @@ fn request_for(spec: &ToolSpec, args: &serde_json::Value, cwd: &Path) -> Request
             let cwd = normalize(Path::new("/"), cwd);
             let target = normalize(&cwd, Path::new(arg("path").unwrap_or(".")));
             let action = target.display().to_string();
-            if target.starts_with(&cwd) {
+            let inside = target.starts_with(&cwd);
+            if protected.is_protected(&target) {
+                Request {
+                    class: Class::Protected,
+                    reason: format!(
+                        "`{name}` wants to write a protected path (the runtime's config, \
+                         hooks, instructions or git metadata); \"allow for this session\" is \
+                         not offered: it is asked every time"
+                    ),
+                    action,
+                    grant_key: String::new(),
+                    sandbox: if inside {
+                        SandboxPolicy::WorkspaceAndProtected { network: false }
+                    } else {
+                        SandboxPolicy::None
+                    },
+                }
+            } else if inside {
                 Request {
                     class: Class::WriteInside,
                     reason: format!("`{name}` wants to write a file in the working directory"),

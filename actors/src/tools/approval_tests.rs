@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Verdict, evaluate};
+use crate::tools::protected::Protected;
 use crate::tools::{SandboxPolicy, SideEffect, ToolSpec};
 use foya_protocol::ApprovalMode::{self, Ask, Auto, AutoEdit, Bypass, ReadOnly};
 use serde_json::json;
@@ -20,6 +21,17 @@ fn spec(name: &str, side_effect: SideEffect) -> ToolSpec {
         cancellable: true,
         default_timeout_ms: 1_000,
     }
+}
+
+/// [`evaluate`] with the protected paths of `cwd` (no hook scripts).
+fn eval(
+    mode: ApprovalMode,
+    spec: &ToolSpec,
+    args: &serde_json::Value,
+    cwd: &Path,
+    grants: &BTreeSet<String>,
+) -> Verdict {
+    evaluate(mode, spec, args, cwd, &Protected::new(cwd, &[]), grants)
 }
 
 fn allow(sandbox: SandboxPolicy) -> Verdict {
@@ -44,8 +56,8 @@ fn deny(name: &str, effect: &str) -> Verdict {
     }
 }
 
-const EXEC_REASON: &str =
-    "`shell` wants to run a command (sandboxed: writes only in the working directory, no network)";
+const EXEC_REASON: &str = "`shell` wants to run a command (sandboxed: writes only in the working directory, no network); \
+     \"allow for this session\" allows `git status` with any further arguments";
 const INSIDE_REASON: &str = "`write_file` wants to write a file in the working directory";
 const OUTSIDE_REASON: &str = "`write_file` wants to write outside the working directory /work/p";
 const NET_REASON: &str = "`fetch` wants to access the network";
@@ -68,7 +80,7 @@ fn decision_table() {
         "write_file:/work/other",
         SandboxPolicy::None,
     );
-    let ask_exec = ask("git status", EXEC_REASON, "shell:git", WW);
+    let ask_exec = ask("git status", EXEC_REASON, "shell:git status", WW);
     let ask_net = ask(
         "https://example.com:443/x",
         NET_REASON,
@@ -103,7 +115,7 @@ fn decision_table() {
     ];
     let no_grants = BTreeSet::new();
     for (mode, spec, args, expected) in cases {
-        let verdict = evaluate(mode, spec, args, Path::new("/work/p"), &no_grants);
+        let verdict = eval(mode, spec, args, Path::new("/work/p"), &no_grants);
         assert_eq!(verdict, expected, "{mode:?} {} {args}", spec.name);
     }
 }
@@ -112,9 +124,14 @@ fn decision_table() {
 fn grants_allow_with_the_sandbox_they_would_have_had() {
     let write = spec("write_file", SideEffect::Write);
     let shell = spec("shell", SideEffect::Exec);
-    let grants: BTreeSet<String> = ["shell:git", "write_file:*", "write_file:/work/other"]
-        .map(String::from)
-        .into();
+    let grants: BTreeSet<String> = [
+        "shell:git log",
+        "shell:git diff",
+        "write_file:*",
+        "write_file:/work/other",
+    ]
+    .map(String::from)
+    .into();
     let cwd = Path::new("/work/p");
     let cases: Vec<(&ToolSpec, serde_json::Value, Verdict)> = vec![
         (&shell, json!({"command": "git log -1"}), allow(WW)),
@@ -122,16 +139,35 @@ fn grants_allow_with_the_sandbox_they_would_have_had() {
         (
             &shell,
             json!({"command": "rm -rf x"}),
-            ask("rm -rf x", EXEC_REASON, "shell:rm", WW),
+            ask(
+                "rm -rf x",
+                &exec_reason("allows exactly `rm -rf x` again"),
+                "shell:=rm -rf x",
+                WW,
+            ),
         ),
-        // A compound command is keyed by its whole text, so `shell:git` does not cover it.
+        // A grant of `git log` is not one of `git -c …` (runs other code: no grant).
         (
             &shell,
-            json!({"command": "git status && rm -rf /"}),
+            json!({"command": "git -c core.pager=evil -p log"}),
             ask(
-                "git status && rm -rf /",
-                EXEC_REASON,
-                "shell:git status && rm -rf /",
+                "git -c core.pager=evil -p log",
+                &exec_reason_none("`git -c` runs other code or programs"),
+                "",
+                WW,
+            ),
+        ),
+        // A compound command gets no grant, so `shell:git log` does not cover it.
+        (
+            &shell,
+            json!({"command": "git log && curl x"}),
+            ask(
+                "git log && curl x",
+                &exec_reason_none(
+                    "the command uses shell operators, substitutions or globs, so its words \
+                     do not say what runs",
+                ),
+                "",
                 WW,
             ),
         ),
@@ -153,8 +189,19 @@ fn grants_allow_with_the_sandbox_they_would_have_had() {
         ),
     ];
     for (spec, args, expected) in cases {
-        assert_eq!(evaluate(Ask, spec, &args, cwd, &grants), expected, "{args}");
+        assert_eq!(eval(Ask, spec, &args, cwd, &grants), expected, "{args}");
     }
+}
+
+fn exec_reason(covers: &str) -> String {
+    format!(
+        "`shell` wants to run a command (sandboxed: writes only in the working directory, no \
+         network); \"allow for this session\" {covers}"
+    )
+}
+
+fn exec_reason_none(why: &str) -> String {
+    exec_reason(&format!("is not offered ({why}); it is asked every time"))
 }
 
 #[test]
@@ -164,27 +211,29 @@ fn exec_that_needs_the_network_asks_even_in_auto() {
     let net = SandboxPolicy::WorkspaceWrite { network: true };
     let expected = ask(
         "cargo fetch",
-        "`shell` wants to run a command with network access (sandboxed: writes only in the working directory)",
-        "shell:network:cargo",
+        "`shell` wants to run a command with network access (sandboxed: writes only in the \
+         working directory); \"allow for this session\" allows `cargo fetch` with any further \
+         arguments",
+        "shell:network:cargo fetch",
         net,
     );
     for mode in [Ask, AutoEdit, Auto] {
         assert_eq!(
-            evaluate(mode, &shell, &args, Path::new("/w"), &BTreeSet::new()),
+            eval(mode, &shell, &args, Path::new("/w"), &BTreeSet::new()),
             expected
         );
     }
-    let grants: BTreeSet<String> = ["shell:network:cargo".to_owned()].into();
+    let grants: BTreeSet<String> = ["shell:network:cargo fetch".to_owned()].into();
     assert_eq!(
-        evaluate(Auto, &shell, &args, Path::new("/w"), &grants),
+        eval(Auto, &shell, &args, Path::new("/w"), &grants),
         allow(net)
     );
     assert_eq!(
-        evaluate(Bypass, &shell, &args, Path::new("/w"), &grants),
+        eval(Bypass, &shell, &args, Path::new("/w"), &grants),
         allow(SandboxPolicy::None)
     );
     assert_eq!(
-        evaluate(ReadOnly, &shell, &args, Path::new("/w"), &grants),
+        eval(ReadOnly, &shell, &args, Path::new("/w"), &grants),
         deny("shell", "exec")
     );
 }
@@ -192,7 +241,7 @@ fn exec_that_needs_the_network_asks_even_in_auto() {
 #[test]
 fn dot_dot_inside_the_working_directory_stays_inside() {
     let write = spec("edit_file", SideEffect::Write);
-    let verdict = evaluate(
+    let verdict = eval(
         AutoEdit,
         &write,
         &json!({"path": "a/../b/./c.txt"}),
@@ -200,7 +249,7 @@ fn dot_dot_inside_the_working_directory_stays_inside() {
         &BTreeSet::new(),
     );
     assert_eq!(verdict, allow(WW));
-    let verdict = evaluate(
+    let verdict = eval(
         AutoEdit,
         &write,
         &json!({"path": "a/../../w2/c.txt"}),
@@ -216,4 +265,85 @@ fn dot_dot_inside_the_working_directory_stays_inside() {
             SandboxPolicy::None
         )
     );
+}
+
+#[test]
+fn protected_paths_are_asked_in_every_mode_but_bypass_whichever_tool_writes_them() {
+    let write = spec("write_file", SideEffect::Write);
+    let edit = spec("edit_file", SideEffect::Write);
+    let shell = spec("shell", SideEffect::Exec);
+    let cwd = Path::new("/w");
+    let protected = Protected::new(cwd, &["./hooks/stop.sh".to_owned()]);
+    let all: BTreeSet<String> = [
+        "write_file:*",
+        "edit_file:*",
+        "shell:=echo",
+        "shell:git commit",
+    ]
+    .map(String::from)
+    .into();
+    let attempts: Vec<(&ToolSpec, serde_json::Value)> = vec![
+        (&write, json!({"path": ".foya/config.toml", "content": "x"})),
+        (
+            &edit,
+            json!({"path": "AGENTS.md", "old_string": "a", "new_string": "b"}),
+        ),
+        (&write, json!({"path": "sub/FOYA.md", "content": "x"})),
+        (
+            &write,
+            json!({"path": ".git/hooks/pre-commit", "content": "x"}),
+        ),
+        (&write, json!({"path": "hooks/stop.sh", "content": "x"})),
+        (&shell, json!({"command": "echo x > .foya/config.toml"})),
+        (&shell, json!({"command": "sh -c 'echo x >> AGENTS.md'"})),
+        (
+            &shell,
+            json!({"command": "bash -c 'echo x | tee .git/config'"}),
+        ),
+        (&shell, json!({"command": "env sh -c 'printf x > FOYA.md'"})),
+        (
+            &shell,
+            json!({"command": "python3 -c \"open('.foya/config.toml','w')\""}),
+        ),
+        (&shell, json!({"command": "cp /tmp/x hooks/stop.sh"})),
+        (&shell, json!({"command": "git commit -m x"})),
+    ];
+    for (spec, args) in &attempts {
+        for mode in [Ask, AutoEdit, Auto] {
+            let verdict = evaluate(mode, spec, args, cwd, &protected, &all);
+            let Verdict::Ask {
+                grant_key,
+                sandbox_if_allowed,
+                reason,
+                ..
+            } = verdict
+            else {
+                panic!("{mode:?} {args}: {verdict:?}");
+            };
+            assert_eq!(grant_key, "", "{args}");
+            assert!(reason.contains("protected path"), "{reason}");
+            assert!(
+                matches!(
+                    sandbox_if_allowed,
+                    SandboxPolicy::WorkspaceAndProtected { .. }
+                ),
+                "{args}"
+            );
+        }
+        assert_eq!(
+            evaluate(ReadOnly, spec, args, cwd, &protected, &all),
+            deny(
+                &spec.name,
+                if spec.name == "shell" {
+                    "exec"
+                } else {
+                    "write"
+                }
+            )
+        );
+        assert_eq!(
+            evaluate(Bypass, spec, args, cwd, &protected, &all),
+            allow(SandboxPolicy::None)
+        );
+    }
 }

@@ -8,8 +8,12 @@
 pub mod approval;
 /// The built-in tools.
 pub mod builtin;
+/// Exact grants of exec tools ("allow for this session" covers an argv prefix).
+pub mod grants;
 /// Path resolution and working-directory confinement of the file tools.
 pub mod paths;
+/// Protected paths: the runtime's control files.
+pub mod protected;
 /// `ToolRegistry`: exposed schemas and argument validation (`prepare`).
 pub mod registry;
 /// Sandbox Runner (Landlock helper, process groups).
@@ -79,6 +83,9 @@ pub struct ToolContext {
     /// every call): exec tools run under it; file tools stay inside `cwd` unless it is
     /// `SandboxPolicy::None` or the mode is `bypass`.
     pub sandbox: SandboxPolicy,
+    /// The working directory's protected paths: file tools refuse to write them (also
+    /// through a symlink) unless the sandbox allows it, and a sandboxed command cannot.
+    pub protected: protected::Protected,
 }
 
 /// How an exec tool's child process is confined (Linux Landlock, applied before exec).
@@ -89,9 +96,16 @@ pub enum SandboxPolicy {
     None,
     /// Read everywhere, write nowhere; no network.
     ReadOnly,
-    /// Read everywhere, write only the working directory and a private temp dir;
-    /// network only when `network` is true.
+    /// Read everywhere, write only the working directory (but not its protected paths:
+    /// `.foya`, `.git`, instruction files, hook scripts) and a private temp dir; network
+    /// only when `network` is true.
     WorkspaceWrite {
+        /// Whether TCP connect/bind is allowed.
+        network: bool,
+    },
+    /// As `WorkspaceWrite`, with the protected paths inside the working directory
+    /// writable too: a person approved this exact action.
+    WorkspaceAndProtected {
         /// Whether TCP connect/bind is allowed.
         network: bool,
     },

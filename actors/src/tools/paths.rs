@@ -79,6 +79,68 @@ pub fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// Whether file tools of this call may write the protected paths: in approval mode
+/// `bypass`, or when a person approved this write (`WorkspaceAndProtected`, or `None`
+/// outside the working directory).
+#[must_use]
+pub fn may_write_protected(ctx: &ToolContext) -> bool {
+    unconfined(ctx) || matches!(ctx.sandbox, SandboxPolicy::WorkspaceAndProtected { .. })
+}
+
+/// Checks that a file tool may write `path` (resolved by [`resolve`]): not a protected
+/// path — as written or once symlinks are followed — unless the call may write those
+/// ([`may_write_protected`]); and, when the call is confined to the working directory,
+/// not a file with other hard links (a link to a file elsewhere, which a write through
+/// it would change). `raw` is the argument as given, for messages.
+///
+/// # Errors
+/// A message for the model saying why the write is refused.
+pub fn check_write(ctx: &ToolContext, path: &Path, raw: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    if !may_write_protected(ctx) {
+        let real = real_path(path);
+        if ctx.protected.is_protected(path) || ctx.protected.is_protected(&real) {
+            return Err(format!(
+                "{raw:?} is a protected path (the runtime's config, hooks, instructions or \
+                 git metadata{}); writing it needs a person's approval of this exact write",
+                if real == path {
+                    String::new()
+                } else {
+                    format!(", reached through a symlink to {}", real.display())
+                }
+            ));
+        }
+    }
+    if !unconfined(ctx)
+        && let Ok(meta) = std::fs::symlink_metadata(path)
+        && meta.is_file()
+        && meta.nlink() > 1
+    {
+        return Err(format!(
+            "{raw:?} has {} hard links: writing it would also change the same file under \
+             its other names, which may be outside the working directory; refused",
+            meta.nlink()
+        ));
+    }
+    Ok(())
+}
+
+/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended).
+fn real_path(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+            break;
+        };
+        rest.push(name.to_owned());
+        existing = parent;
+    }
+    let mut real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_path_buf());
+    real.extend(rest.iter().rev());
+    real
+}
+
 /// `path` relative to `cwd` for display, or `path` itself when it is outside.
 #[must_use]
 pub fn display_relative(cwd: &Path, path: &Path) -> String {

@@ -5,6 +5,7 @@ use super::ToolMsg;
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
+use crate::tools::protected::Protected;
 use crate::tools::{
     PreparedCall, ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
@@ -36,6 +37,8 @@ pub(crate) struct ToolArgs {
     /// The registry that validates and runs the call.
     pub tools: Arc<ToolRegistry>,
     pub config: SessionConfig,
+    /// The working directory's protected paths (with the hook scripts of the runtime).
+    pub protected: Protected,
     pub cancel: CancellationToken,
     /// The call's live output so far (what `tool_output` deltas carried, capped like a
     /// tool's output), shared with the turn: a cancel kills this actor and the turn
@@ -60,6 +63,7 @@ pub(crate) struct Started {
 pub(crate) fn pre_start(
     tools: &ToolRegistry,
     config: &SessionConfig,
+    protected: &Protected,
     call: &ToolCall,
 ) -> Option<Started> {
     let prepared = tools.prepare(&call.name, &call.arguments).ok()?;
@@ -68,6 +72,7 @@ pub(crate) fn pre_start(
         prepared.tool.spec(),
         &prepared.args,
         &config.cwd,
+        protected,
         &BTreeSet::new(),
     ) {
         Verdict::Allow { sandbox } => Some(Started { prepared, sandbox }),
@@ -198,7 +203,15 @@ impl ToolArgs {
         args: &serde_json::Value,
     ) -> Result<SandboxPolicy, ToolOutput> {
         let mode = self.config.approval_mode;
-        match evaluate(mode, spec, args, &self.config.cwd, &BTreeSet::new()) {
+        let verdict = evaluate(
+            mode,
+            spec,
+            args,
+            &self.config.cwd,
+            &self.protected,
+            &BTreeSet::new(),
+        );
+        match verdict {
             Verdict::Allow { sandbox } => Ok(sandbox),
             Verdict::Deny { reason } => Err(ToolOutput::error(reason)),
             Verdict::Ask {
@@ -255,6 +268,7 @@ impl ToolArgs {
             step: self.step,
             tool_call_id: self.call.id.clone(),
             sandbox,
+            protected: self.protected.clone(),
         };
         let progress = Progress {
             session: self.session.clone(),

@@ -5,6 +5,7 @@
 use super::TurnMsg;
 use super::actor::Turn;
 use crate::tools::ToolRegistry;
+use crate::tools::protected::Protected;
 use crate::tools::schedule::{MAX_PARALLEL, plan_batches};
 use crate::tools_actor::actor::{PartialOutput, Started, pre_start};
 use crate::tools_actor::{ToolActor, ToolArgs, ToolMsg};
@@ -191,11 +192,12 @@ impl Turn {
             .map(|index| (index, run.calls[index].clone()))
             .collect();
         let cancelled = self.args.cancel.is_cancelled();
+        let protected = Protected::new(&self.args.config.cwd, &self.args.deps.hook_commands);
         let mut started: Vec<Option<Started>> = ready
             .iter()
             .map(|(_, call)| {
                 (!cancelled)
-                    .then(|| pre_start(&self.args.deps.tools, &self.args.config, call))
+                    .then(|| pre_start(&self.args.deps.tools, &self.args.config, &protected, call))
                     .flatten()
             })
             .collect();
@@ -231,6 +233,7 @@ impl Turn {
                 tools: std::sync::Arc::clone(&self.args.deps.tools),
                 call,
                 config: self.args.config.clone(),
+                protected: protected.clone(),
                 cancel: self.args.cancel.child_token(),
                 partial,
                 started,

@@ -23,6 +23,7 @@ pub fn ctx(cwd: &Path, approval_mode: ApprovalMode, sandbox: SandboxPolicy) -> T
         step: 1,
         tool_call_id: ToolCallId::new("call_1"),
         sandbox,
+        protected: foya_actors::tools::protected::Protected::new(cwd, &[]),
     }
 }
 

@@ -75,9 +75,17 @@ pub(crate) async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-/// One update as an SSE event (JSON data; `id` only for persisted events).
+/// One update as an SSE event (JSON data; `id` only for persisted events). Every string
+/// in it is passed through [`foya_protocol::visible::visible_json`]: a web page shows
+/// a bidi override or a zero-width character in a command as `<U+202E>`, never obeys it.
 fn to_sse(update: &SessionUpdate) -> SseEvent {
-    let data = serde_json::to_string(update).unwrap_or_else(|_| "null".into());
+    let data = match serde_json::to_value(update) {
+        Ok(mut value) => {
+            foya_protocol::visible::visible_json(&mut value);
+            value.to_string()
+        }
+        Err(_) => "null".into(),
+    };
     match update {
         SessionUpdate::Event(e) => SseEvent::default()
             .event("event")

@@ -55,11 +55,11 @@ impl Tool for EditFile {
         &self,
         ctx: &ToolContext,
         args: serde_json::Value,
-        _cancel: CancellationToken,
+        cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(move || edit(&ctx, &args)).await
+        blocking(&cancel, move || edit(&ctx, &args)).await
     }
 }
 
@@ -81,6 +81,9 @@ fn edit(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
         Ok(path) => path,
         Err(message) => return ToolOutput::error(message),
     };
+    if let Err(message) = paths::check_write(ctx, &path, raw) {
+        return ToolOutput::error(message);
+    }
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) => return ToolOutput::error(format!("cannot read {raw:?}: {e}")),

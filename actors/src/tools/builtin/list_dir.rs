@@ -54,11 +54,11 @@ impl Tool for ListDir {
         &self,
         ctx: &ToolContext,
         args: serde_json::Value,
-        _cancel: CancellationToken,
+        cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(move || list(&ctx, &args)).await
+        blocking(&cancel, move || list(&ctx, &args)).await
     }
 }
 

@@ -30,6 +30,7 @@ pub use write_file::WriteFile;
 use super::sandbox::SandboxRunner;
 use super::{SideEffect, Tool, ToolOutput, ToolSpec};
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Default timeout of the file tools, in milliseconds.
 const FILE_TOOL_TIMEOUT_MS: u64 = 30_000;
@@ -75,11 +76,83 @@ fn u64_arg(args: &serde_json::Value, key: &str) -> Option<u64> {
     args.get(key).and_then(serde_json::Value::as_u64)
 }
 
-/// Runs blocking file-system work on the blocking pool.
-async fn blocking(work: impl FnOnce() -> ToolOutput + Send + 'static) -> ToolOutput {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed internally: {e}")))
+/// Most file-tool calls doing blocking work at once, across every session: a call that
+/// somehow blocks (a file system that stops answering) holds one of these, never more
+/// than this share of tokio's blocking pool.
+const MAX_BLOCKING_CALLS: usize = 32;
+
+/// Runs blocking file-system work on the blocking pool, at most [`MAX_BLOCKING_CALLS`]
+/// at once. A cancel returns at once, whether the work was waiting for its turn or
+/// running; the file tools never block on their own (special files are refused before
+/// they are opened, [`read_regular`]), so a running piece of work ends soon after.
+async fn blocking(
+    cancel: &CancellationToken,
+    work: impl FnOnce() -> ToolOutput + Send + 'static,
+) -> ToolOutput {
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_BLOCKING_CALLS);
+    let cancelled = || ToolOutput::error("cancelled");
+    let permit = tokio::select! {
+        () = cancel.cancelled() => return cancelled(),
+        permit = SLOTS.acquire() => match permit {
+            Ok(permit) => permit,
+            Err(_) => return ToolOutput::error("the file tools are shut down"),
+        },
+    };
+    let task = tokio::task::spawn_blocking(move || {
+        let output = work();
+        drop(permit);
+        output
+    });
+    tokio::select! {
+        () = cancel.cancelled() => cancelled(),
+        joined = task => joined
+            .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed internally: {e}"))),
+    }
+}
+
+/// Reads a regular file of at most `max_bytes`, refusing anything else before it can
+/// block: it is opened with `O_NONBLOCK` (a FIFO's open does not wait for a writer) and
+/// checked with `fstat` on the opened descriptor (no race with a rename), so FIFOs,
+/// sockets and devices are refused without being read.
+///
+/// # Errors
+/// The I/O error, or `InvalidInput` naming the kind of special file, or `FileTooLarge`
+/// with the size.
+fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let mut file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
+    let special = if kind.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else if kind.is_dir() {
+        return Err(std::io::ErrorKind::IsADirectory.into());
+    } else {
+        None
+    };
+    if let Some(special) = special {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {special}, not a regular file; refused without reading it"),
+        ));
+    }
+    if meta.len() > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{}", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.by_ref().take(max_bytes).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Whether the first 8 KiB of `bytes` look binary (contain a NUL byte), like ripgrep.

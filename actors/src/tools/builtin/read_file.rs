@@ -62,11 +62,11 @@ impl Tool for ReadFile {
         &self,
         ctx: &ToolContext,
         args: serde_json::Value,
-        _cancel: CancellationToken,
+        cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(move || read(&ctx, &args)).await
+        blocking(&cancel, move || read(&ctx, &args)).await
     }
 }
 
@@ -76,22 +76,17 @@ fn read(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
         Ok(path) => path,
         Err(message) => return ToolOutput::error(message),
     };
-    let meta = match std::fs::metadata(&path) {
-        Ok(meta) => meta,
-        Err(e) => return ToolOutput::error(format!("cannot read {raw:?}: {e}")),
-    };
-    if meta.is_dir() {
-        return ToolOutput::error(format!("{raw:?} is a directory; use list_dir to list it"));
-    }
-    if meta.len() > READ_MAX_FILE_BYTES {
-        return ToolOutput::error(format!(
-            "{raw:?} is {} bytes, more than the {READ_MAX_FILE_BYTES}-byte limit of read_file; \
-             use grep, or shell with head/sed, to read part of it",
-            meta.len()
-        ));
-    }
-    let bytes = match std::fs::read(&path) {
+    let bytes = match super::read_regular(&path, READ_MAX_FILE_BYTES) {
         Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => {
+            return ToolOutput::error(format!("{raw:?} is a directory; use list_dir to list it"));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return ToolOutput::error(format!(
+                "{raw:?} is {e} bytes, more than the {READ_MAX_FILE_BYTES}-byte limit of \
+                 read_file; use grep, or shell with head/sed, to read part of it"
+            ));
+        }
         Err(e) => return ToolOutput::error(format!("cannot read {raw:?}: {e}")),
     };
     if looks_binary(&bytes) {

@@ -2,7 +2,7 @@
 //! paths matched by `.gitignore` / `.ignore` / `.git/info/exclude` are skipped, even
 //! outside a git repository), with capped results.
 
-use super::{blocking, file_spec, looks_binary, str_arg};
+use super::{blocking, file_spec, looks_binary, read_regular, str_arg};
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
 use globset::{GlobBuilder, GlobMatcher};
@@ -124,7 +124,8 @@ impl Tool for Glob {
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(move || glob(&ctx, &args, &cancel)).await
+        let token = cancel.clone();
+        blocking(&token, move || glob(&ctx, &args, &cancel)).await
     }
 }
 
@@ -217,7 +218,8 @@ impl Tool for Grep {
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(move || grep(&ctx, &args, &cancel)).await
+        let token = cancel.clone();
+        blocking(&token, move || grep(&ctx, &args, &cancel)).await
     }
 }
 
@@ -247,10 +249,9 @@ fn grep(ctx: &ToolContext, args: &serde_json::Value, cancel: &CancellationToken)
         if filter.as_ref().is_some_and(|f| !f.matches(relative)) {
             continue;
         }
-        if std::fs::metadata(&path).map_or(true, |m| m.len() > GREP_MAX_FILE_BYTES) {
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(&path) else {
+        // Too large, special (a FIFO swapped in after the walk listed a file) or
+        // unreadable: skipped without blocking.
+        let Ok(bytes) = read_regular(&path, GREP_MAX_FILE_BYTES) else {
             continue;
         };
         if looks_binary(&bytes) {

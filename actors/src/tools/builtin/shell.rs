@@ -91,7 +91,11 @@ impl Tool for Shell {
             .unwrap_or(self.spec.default_timeout_ms)
             .clamp(1, SHELL_MAX_TIMEOUT_MS);
         let bash_args = ["-c".into(), command.into()];
-        let prepared = match self.runner.spawn(ctx.sandbox, &ctx.cwd, "bash", &bash_args) {
+        let protect = ctx.protected.in_workspace();
+        let spawned = self
+            .runner
+            .spawn(ctx.sandbox, &ctx.cwd, &protect, "bash", &bash_args);
+        let prepared = match spawned {
             Ok(prepared) => prepared,
             Err(e) => return ToolOutput::error(format!("cannot prepare the sandbox: {e}")),
         };

@@ -51,11 +51,11 @@ impl Tool for WriteFile {
         &self,
         ctx: &ToolContext,
         args: serde_json::Value,
-        _cancel: CancellationToken,
+        cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
         let ctx = ctx.clone();
-        blocking(move || write(&ctx, &args)).await
+        blocking(&cancel, move || write(&ctx, &args)).await
     }
 }
 
@@ -66,6 +66,9 @@ fn write(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
         Ok(path) => path,
         Err(message) => return ToolOutput::error(message),
     };
+    if let Err(message) = paths::check_write(ctx, &path, raw) {
+        return ToolOutput::error(message);
+    }
     if path.is_dir() {
         return ToolOutput::error(format!("{raw:?} is a directory; give a file path"));
     }

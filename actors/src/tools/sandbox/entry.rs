@@ -59,6 +59,9 @@ pub struct SandboxInvocation {
     /// the runtime dies, since the runtime that would have removed it is gone. Never set
     /// for a shared directory (the inherited `TMPDIR` under `SandboxPolicy::None`).
     pub tmp_private: bool,
+    /// Paths inside `cwd` that stay read-only (`--protect`, repeated): the protected
+    /// paths of `WorkspaceWrite` (see `rules`).
+    pub protect: Vec<PathBuf>,
     /// Program to exec.
     pub program: OsString,
     /// Its arguments.
@@ -109,6 +112,9 @@ pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
     if invocation.tmp_private {
         out.push("--tmp-private".into());
     }
+    for path in &invocation.protect {
+        out.extend(["--protect".into(), path.clone().into()]);
+    }
     if let Some(parent) = invocation.parent {
         out.extend(["--parent".into(), parent.to_string().into()]);
     }
@@ -127,6 +133,7 @@ pub fn parse_invocation(
     let mut args = args.into_iter();
     let (mut policy, mut cwd, mut tmp, mut parent) = (None, None, None, None);
     let mut tmp_private = false;
+    let mut protect = Vec::new();
     loop {
         let Some(flag) = args.next() else {
             return Err("missing `-- <program>`".to_owned());
@@ -152,6 +159,7 @@ pub fn parse_invocation(
             }
             "--cwd" => cwd = Some(PathBuf::from(value)),
             "--tmp" => tmp = Some(PathBuf::from(value)),
+            "--protect" => protect.push(PathBuf::from(value)),
             "--parent" => {
                 let text = value.to_string_lossy();
                 parent = Some(
@@ -168,6 +176,7 @@ pub fn parse_invocation(
         cwd: cwd.ok_or("missing --cwd")?,
         tmp: tmp.ok_or("missing --tmp")?,
         tmp_private,
+        protect,
         program,
         args: args.collect(),
         parent,
@@ -186,11 +195,27 @@ pub fn parse_invocation(
 /// # Errors
 /// A message when Landlock is unavailable or lacks a feature the policy needs
 /// (`CompatLevel::HardRequirement`): file-system rules need ABI ≥ 3, network rules ABI ≥ 4.
-pub fn apply_policy(policy: SandboxPolicy, cwd: &Path, tmp: &Path) -> Result<(), String> {
-    let (writable_dirs, network): (Vec<&Path>, bool) = match policy {
+pub fn apply_policy(
+    policy: SandboxPolicy,
+    cwd: &Path,
+    tmp: &Path,
+    protect: &[PathBuf],
+) -> Result<(), String> {
+    let (writable, network): (Vec<super::rules::WriteRule>, bool) = match policy {
         SandboxPolicy::None => return Ok(()),
         SandboxPolicy::ReadOnly => (Vec::new(), false),
-        SandboxPolicy::WorkspaceWrite { network } => (vec![cwd, tmp], network),
+        SandboxPolicy::WorkspaceWrite { network } => {
+            let mut rules = super::rules::write_rules(cwd, protect);
+            rules.push(super::rules::WriteRule::all_beneath(tmp));
+            (rules, network)
+        }
+        SandboxPolicy::WorkspaceAndProtected { network } => (
+            vec![
+                super::rules::WriteRule::all_beneath(cwd),
+                super::rules::WriteRule::all_beneath(tmp),
+            ],
+            network,
+        ),
     };
     let landlock_err = |e: landlock::RulesetError| {
         format!(
@@ -218,9 +243,20 @@ pub fn apply_policy(policy: SandboxPolicy, cwd: &Path, tmp: &Path) -> Result<(),
             AccessFs::from_read(FS_ABI),
         ))
         .map_err(landlock_err)?;
-    for dir in writable_dirs {
+    for rule in &writable {
+        let access = if rule.file_only {
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate
+        } else {
+            AccessFs::from_all(FS_ABI)
+        };
+        // A file or directory removed since the rules were listed needs no rule.
+        let fd = match PathFd::new(&rule.path) {
+            Ok(fd) => fd,
+            Err(_) if rule.file_only || rule.path != cwd => continue,
+            Err(_) => open(&rule.path)?,
+        };
         created = created
-            .add_rule(PathBeneath::new(open(dir)?, AccessFs::from_all(FS_ABI)))
+            .add_rule(PathBeneath::new(fd, access))
             .map_err(landlock_err)?;
     }
     let device_access = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
@@ -262,6 +298,7 @@ mod tests {
             cwd: PathBuf::from("/w"),
             tmp: PathBuf::from("/t"),
             tmp_private: true,
+            protect: vec![PathBuf::from("/w/.git")],
             program: "bash".into(),
             args: os(&["-c", "echo --policy x"]),
             parent: Some(42),
@@ -278,6 +315,8 @@ mod tests {
                 "--tmp",
                 "/t",
                 "--tmp-private",
+                "--protect",
+                "/w/.git",
                 "--parent",
                 "42",
                 "--",

@@ -9,6 +9,7 @@
 //! guard is dropped or the runtime died.
 
 pub mod entry;
+pub mod rules;
 pub mod supervise;
 pub mod tree;
 
@@ -88,19 +89,25 @@ impl SandboxRunner {
     /// spawn from a thread that lives as long as the call (a tokio worker or the caller's
     /// thread, not a `spawn_blocking` thread that may retire while the command runs).
     ///
+    /// `protect`: paths inside `cwd` that stay read-only under
+    /// [`SandboxPolicy::WorkspaceWrite`] (see [`rules`]); ignored by the other policies.
+    ///
     /// # Errors
     /// The private temp dir could not be created.
     pub fn spawn(
         &self,
         policy: SandboxPolicy,
         cwd: &Path,
+        protect: &[PathBuf],
         program: impl Into<OsString>,
         args: &[OsString],
     ) -> std::io::Result<SandboxCommand> {
         let program = program.into();
         let (tmp, tmp_dir) = match policy {
             SandboxPolicy::None => (std::env::temp_dir(), None),
-            SandboxPolicy::ReadOnly | SandboxPolicy::WorkspaceWrite { .. } => {
+            SandboxPolicy::ReadOnly
+            | SandboxPolicy::WorkspaceWrite { .. }
+            | SandboxPolicy::WorkspaceAndProtected { .. } => {
                 let tmp_dir = tempfile::Builder::new().prefix(TMP_PREFIX).tempdir()?;
                 (tmp_dir.path().to_path_buf(), Some(tmp_dir))
             }
@@ -110,6 +117,10 @@ impl SandboxRunner {
             cwd: cwd.to_path_buf(),
             tmp,
             tmp_private: tmp_dir.is_some(),
+            protect: match policy {
+                SandboxPolicy::WorkspaceWrite { .. } => protect.to_vec(),
+                _ => Vec::new(),
+            },
             program,
             args: args.to_vec(),
             parent: Some(std::process::id()),

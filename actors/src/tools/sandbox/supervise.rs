@@ -136,8 +136,13 @@ fn start_confined(invocation: &SandboxInvocation) -> Result<tokio::process::Chil
             .spawn(|| {
                 // The child is registered with this runtime's process driver.
                 let _runtime = runtime.enter();
-                apply_policy(invocation.policy, &invocation.cwd, &invocation.tmp)
-                    .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
+                apply_policy(
+                    invocation.policy,
+                    &invocation.cwd,
+                    &invocation.tmp,
+                    &invocation.protect,
+                )
+                .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 let mut command = tokio::process::Command::new(&invocation.program);
                 command.args(&invocation.args).current_dir(&invocation.cwd);
                 if invocation.policy != SandboxPolicy::None {
@@ -224,6 +229,7 @@ mod tests {
             cwd: "/".into(),
             tmp: tmp.to_path_buf(),
             tmp_private,
+            protect: Vec::new(),
             program: "true".into(),
             args: Vec::new(),
             parent: None,

@@ -1,0 +1,329 @@
+//! Protected paths: the runtime's own control files, which untrusted text (a model's
+//! output, a tool's output, a cloned repository's files) must not change unasked.
+//!
+//! Owns: which paths are protected and whether a shell command names one. Protected are
+//! `.foya/` (config, hooks, commands, skills, rules), `.git/` (hooks, config), the
+//! instruction files the context compiler loads (`AGENTS.md`, `FOYA.md`, in any
+//! directory) and every hook script a config names. The Approval Gateway asks before any
+//! write to them in every mode but `bypass` (`approval.rs`), whichever tool attempts it;
+//! the sandbox keeps the ones inside the working directory read-only for sandboxed
+//! commands (`sandbox/rules.rs`), so no spelling of a command gets around the check.
+//! Must not: decide verdicts (the gateway does) or write anything.
+
+use super::paths::normalize;
+use std::path::{Component, Path, PathBuf};
+
+/// Directory names whose whole subtree is protected.
+pub const PROTECTED_DIRS: &[&str] = &[".foya", ".git"];
+
+/// File names protected in every directory (the instruction files the context compiler
+/// loads, `context/project.rs`).
+pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "FOYA.md"];
+
+/// The protected paths of one working directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Protected {
+    /// The working directory (absolute, normalised).
+    pub cwd: PathBuf,
+    /// Hook scripts a config names (absolute, normalised).
+    pub hook_scripts: Vec<PathBuf>,
+}
+
+impl Protected {
+    /// The protected paths for `cwd`, with the scripts named by `hook_commands` (shell
+    /// commands, run in `cwd`: a first word that is a path, `./check.sh` or
+    /// `scripts/lint`, or a path argument of an interpreter, `bash hooks/stop.sh`).
+    #[must_use]
+    pub fn new(cwd: &Path, hook_commands: &[String]) -> Self {
+        let cwd = normalize(Path::new("/"), cwd);
+        let hook_scripts = hook_commands
+            .iter()
+            .flat_map(|command| shlex::split(command).unwrap_or_default())
+            .filter(|word| word.contains('/') && !word.starts_with('-'))
+            .map(|word| normalize(&cwd, Path::new(&word)))
+            .collect();
+        Self { cwd, hook_scripts }
+    }
+
+    /// Whether writing `path` (absolute, or relative to the working directory) changes a
+    /// protected path. Lexical: callers that follow symlinks check the resolved path too.
+    #[must_use]
+    pub fn is_protected(&self, path: &Path) -> bool {
+        let path = normalize(&self.cwd, path);
+        let in_protected_dir = path.components().any(|c| match c {
+            Component::Normal(name) => PROTECTED_DIRS.iter().any(|d| name == *d),
+            _ => false,
+        });
+        let instruction = path.file_name().is_some_and(|name| {
+            INSTRUCTION_FILES
+                .iter()
+                .any(|f| name.to_string_lossy().eq_ignore_ascii_case(f))
+        });
+        in_protected_dir || instruction || self.hook_scripts.iter().any(|h| path.starts_with(h))
+    }
+
+    /// The first protected path a shell command names, as written in it (`.foya`,
+    /// `.git/config`, `AGENTS.md`, a hook script), or `None`. Words are split the way
+    /// the shell would (quotes removed, `a''b` is `ab`) and also at `=`, `:`, `>`, `<`,
+    /// `;`, `|`, `&`, `(`, `)` and backticks, so `>AGENTS.md`, `--file=.git/config` and
+    /// `$(cat .foya/x)` count. A command that reaches one without naming it (a variable,
+    /// an encoded string) is stopped by the sandbox instead.
+    #[must_use]
+    pub fn named_in(&self, command: &str) -> Option<String> {
+        let words = shlex::split(command).unwrap_or_else(|| {
+            command
+                .split_whitespace()
+                .map(|w| w.replace(['\'', '"', '\\'], ""))
+                .collect()
+        });
+        let separators: &[char] = &[
+            '=', ':', '>', '<', ';', '|', '&', '(', ')', '`', ',', '\'', '"', ' ', '\t', '\n',
+        ];
+        words
+            .iter()
+            .flat_map(|w| w.split(separators))
+            .filter(|w| !w.is_empty())
+            .find(|w| self.is_protected(Path::new(w)) || self.names_hook(w))
+            .map(str::to_owned)
+    }
+
+    /// Whether `word` names a hook script by its file name alone (`check.sh` run as
+    /// `bash check.sh` from its directory).
+    fn names_hook(&self, word: &str) -> bool {
+        self.hook_scripts
+            .iter()
+            .any(|h| h.file_name().is_some_and(|n| n == word))
+    }
+
+    /// The protected paths inside the working directory that exist or may be created:
+    /// `.foya`, `.git` and the instruction files directly in it, and the hook scripts
+    /// inside it, plus what each of them points to when it is a symlink into the
+    /// working directory. The sandbox keeps these read-only (and their parent
+    /// directories closed to new entries).
+    #[must_use]
+    pub fn in_workspace(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = PROTECTED_DIRS
+            .iter()
+            .chain(INSTRUCTION_FILES)
+            .map(|name| self.cwd.join(name))
+            .chain(
+                self.hook_scripts
+                    .iter()
+                    .filter(|h| h.starts_with(&self.cwd) && **h != self.cwd)
+                    .cloned(),
+            )
+            .collect();
+        let real_cwd = std::fs::canonicalize(&self.cwd).unwrap_or_else(|_| self.cwd.clone());
+        let targets: Vec<PathBuf> = out
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .filter_map(|real| {
+                real.strip_prefix(&real_cwd)
+                    .ok()
+                    .map(|rel| self.cwd.join(rel))
+            })
+            .filter(|p| *p != self.cwd)
+            .collect();
+        out.extend(targets);
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// git subcommands that only read the repository (`branch`, `tag`, `remote`, `stash`
+/// only when they list: no argument that is not an option).
+const GIT_READS: &[&str] = &[
+    "status",
+    "log",
+    "diff",
+    "show",
+    "blame",
+    "grep",
+    "rev-parse",
+    "ls-files",
+    "ls-tree",
+    "cat-file",
+    "describe",
+    "shortlog",
+    "rev-list",
+    "show-ref",
+    "name-rev",
+    "version",
+    "help",
+    "whatchanged",
+    "cherry",
+    "count-objects",
+    "range-diff",
+    "merge-base",
+    "diff-tree",
+    "diff-files",
+    "diff-index",
+    "for-each-ref",
+    "check-ignore",
+    "var",
+];
+
+/// `git` subcommands that list when given no argument besides options.
+const GIT_LISTS: &[&str] = &["branch", "tag", "remote", "stash", "worktree", "config"];
+
+/// Where a shell command runs git in a way that writes `.git` (`git commit`, `git
+/// config x y`, `git branch new`): `.git (git SUB)`, else `None`. Every simple command of
+/// the line is looked at (split at `;`, `&`, `|`, newlines and parentheses); git's global
+/// options are skipped to find the subcommand.
+#[must_use]
+pub fn git_write_in(command: &str) -> Option<String> {
+    command
+        .split([';', '&', '|', '\n', '(', ')', '`'])
+        .filter_map(|part| shlex::split(part.trim().trim_start_matches('$')))
+        .find_map(|words| {
+            let at = words.iter().position(|w| {
+                !w.contains('=')
+                    && !matches!(
+                        w.as_str(),
+                        "env" | "sudo" | "command" | "exec" | "nohup" | "time" | "nice"
+                    )
+            })?;
+            words[at].rsplit('/').next().filter(|n| *n == "git")?;
+            let mut rest = words[at + 1..].iter();
+            let mut sub = None;
+            while let Some(word) = rest.next() {
+                if matches!(
+                    word.as_str(),
+                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace"
+                ) {
+                    rest.next();
+                } else if !word.starts_with('-') {
+                    sub = Some(word.clone());
+                    break;
+                }
+            }
+            let sub = sub?;
+            let args: Vec<&String> = rest.collect();
+            let lists = GIT_LISTS.contains(&sub.as_str())
+                && (args.iter().all(|a| a.starts_with('-'))
+                    || (sub == "config"
+                        && args
+                            .iter()
+                            .any(|a| *a == "--get" || *a == "--list" || *a == "-l")));
+            (!GIT_READS.contains(&sub.as_str()) && !lists).then(|| format!(".git (git {sub})"))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Protected;
+    use std::path::Path;
+
+    fn protected() -> Protected {
+        Protected::new(
+            Path::new("/w"),
+            &[
+                "./check.sh --all".to_owned(),
+                "bash hooks/stop.sh".to_owned(),
+            ],
+        )
+    }
+
+    #[test]
+    fn control_files_are_protected_wherever_they_are_written_from() {
+        let p = protected();
+        for path in [
+            ".foya/config.toml",
+            "/w/.foya",
+            "sub/../.git/hooks/pre-commit",
+            ".git/config",
+            "AGENTS.md",
+            "docs/FOYA.md",
+            "agents.md",
+            "check.sh",
+            "/w/hooks/stop.sh",
+            "../w/.foya/commands/x.md",
+        ] {
+            assert!(p.is_protected(Path::new(path)), "{path}");
+        }
+        for path in [
+            "src/main.rs",
+            ".gitignore",
+            ".github/workflows/ci.yml",
+            "AGENTS.md.bak",
+            "foya/config.toml",
+            "hooks/other.sh",
+        ] {
+            assert!(!p.is_protected(Path::new(path)), "{path}");
+        }
+    }
+
+    #[test]
+    fn commands_naming_a_protected_path_are_found_in_any_spelling() {
+        let p = protected();
+        let cases = [
+            ("echo x > .foya/config.toml", Some(".foya/config.toml")),
+            ("echo x >>AGENTS.md", Some("AGENTS.md")),
+            ("sh -c 'echo x | tee -a .git/config'", Some(".git/config")),
+            ("bash -c \"printf x > FOYA.md\"", Some("FOYA.md")),
+            (
+                "env sh -c 'cat > .f''oya/config.toml'",
+                Some(".foya/config.toml"),
+            ),
+            (
+                "python3 -c \"open('.git/hooks/pre-commit','w')\"",
+                Some(".git/hooks/pre-commit"),
+            ),
+            ("cp evil.sh check.sh", Some("check.sh")),
+            ("git --git-dir=.git status", Some(".git")),
+            ("cat .gitignore && ls src", None),
+            ("cargo test", None),
+        ];
+        for (command, expected) in cases {
+            assert_eq!(p.named_in(command).as_deref(), expected, "{command}");
+        }
+    }
+
+    #[test]
+    fn git_commands_that_write_the_repository_are_found() {
+        let cases = [
+            ("git status", None),
+            ("git -C sub log -p", None),
+            ("git branch -a", None),
+            ("git config --get user.name", None),
+            ("git commit -m x", Some(".git (git commit)")),
+            ("cargo fmt && git add -A", Some(".git (git add)")),
+            (
+                "git -c core.pager=x config core.pager evil",
+                Some(".git (git config)"),
+            ),
+            ("git branch new", Some(".git (git branch)")),
+            ("/usr/bin/git checkout -b x", Some(".git (git checkout)")),
+            ("echo git commit", None),
+        ];
+        for (command, expected) in cases {
+            assert_eq!(
+                super::git_write_in(command).as_deref(),
+                expected,
+                "{command}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sandbox_list_names_the_control_files_of_the_working_directory() {
+        let p = protected();
+        let listed: Vec<String> = p
+            .in_workspace()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                "/w/.foya",
+                "/w/.git",
+                "/w/AGENTS.md",
+                "/w/FOYA.md",
+                "/w/check.sh",
+                "/w/hooks/stop.sh"
+            ]
+        );
+    }
+}
