@@ -11,6 +11,8 @@ mod agent_tests;
 #[path = "turn_control_support/hook_tests.rs"]
 mod hook_tests;
 mod turn_control_support;
+#[path = "turn_control_support/withdrawn_tests.rs"]
+mod withdrawn_tests;
 
 use foya_actors::RuntimeError;
 use foya_protocol::event::Notice;

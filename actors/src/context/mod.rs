@@ -24,7 +24,7 @@ mod snapshot_tests;
 
 pub use commands::expand_command;
 pub use compaction::{
-    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, OMITTED_NOTE, checkpoint_kept,
+    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, OMITTED_NOTE, can_shrink, checkpoint_kept,
     compaction_request,
 };
 pub use compile::{compile, compile_folded};

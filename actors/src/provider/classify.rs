@@ -217,12 +217,14 @@ pub fn classify_http_error_at(
     body: &str,
     now: SystemTime,
 ) -> ProviderError {
-    let f = serde_json::from_str::<Value>(body)
-        .map(|v| facts(&v))
-        .unwrap_or_else(|_| Facts {
+    let json = serde_json::from_str::<Value>(body).ok();
+    let f = json.as_ref().map_or_else(
+        || Facts {
             message: body.trim().to_owned(),
             ..Facts::default()
-        });
+        },
+        facts,
+    );
     let class = class_of(Some(status), &f);
     let message = if f.message.is_empty() {
         format!("HTTP {status}")
@@ -230,7 +232,7 @@ pub fn classify_http_error_at(
         truncate(f.message.clone())
     };
     let retry_after_ms = if class.is_transient() {
-        retry_after_ms(headers, &f.message, now)
+        retry_after_hint(headers, json.as_ref(), &f.message, now)
     } else {
         None
     };
@@ -256,7 +258,10 @@ pub fn classify_stream_error(error: &Value) -> ProviderError {
     };
     let retry_after_ms = class
         .is_transient()
-        .then(|| retry_after_from_text(&f.message))
+        .then(|| {
+            retry_after_from_body(error, SystemTime::now())
+                .or_else(|| retry_after_from_text(&f.message))
+        })
         .flatten();
     ProviderError {
         class,
@@ -289,7 +294,10 @@ pub fn classify_json_body(body: &str) -> ProviderError {
 }
 
 mod retry_after;
-pub use retry_after::{parse_go_duration, parse_rfc3339, retry_after_from_text, retry_after_ms};
+pub use retry_after::{
+    parse_go_duration, parse_rfc3339, retry_after_from_body, retry_after_from_text,
+    retry_after_headers, retry_after_hint, retry_after_ms,
+};
 
 #[cfg(test)]
 #[path = "classify_tests.rs"]

@@ -40,6 +40,8 @@ mod tests_durability;
 #[cfg(test)]
 mod tests_lifecycle;
 #[cfg(test)]
+mod tests_not_started;
+#[cfg(test)]
 mod tests_relay;
 #[cfg(test)]
 mod tests_subscribe_prop;
