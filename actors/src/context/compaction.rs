@@ -257,3 +257,32 @@ fn truncated(unit: &[Message], room: u64) -> Option<Vec<Message>> {
     }
     None
 }
+
+/// `messages` with every image of a user message replaced by a line naming it (its
+/// attachment id and type), so a request re-sent after the provider refused one as too
+/// large carries no image bytes; the model still learns an image was there.
+#[must_use]
+pub fn without_images(messages: Vec<Message>) -> Vec<Message> {
+    messages
+        .into_iter()
+        .map(|m| match m {
+            Message::User(mut input) if !input.images.is_empty() => {
+                for image in std::mem::take(&mut input.images) {
+                    let kind = image.media_type.as_deref().unwrap_or("image");
+                    if !input.text.is_empty() {
+                        input.text.push('\n');
+                    }
+                    input
+                        .text
+                        .push_str(&format!("[{IMAGE_LEFT_OUT} {} ({kind})]", image.id));
+                }
+                Message::User(input)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Words of the line that takes an image's place in a compaction checkpoint made after
+/// an overflow (see [`without_images`]).
+pub const IMAGE_LEFT_OUT: &str = "image left out to fit the context: attachment";

@@ -41,6 +41,16 @@ pub(crate) struct Compaction {
     attempt: u32,
 }
 
+/// The messages of the summarisation request; after an overflow without image bytes.
+fn summarised(c: &Compaction) -> Vec<foya_protocol::Message> {
+    let messages = context::compaction_request(&c.events, c.budget);
+    if c.trigger == Trigger::Overflow {
+        context::without_images(messages)
+    } else {
+        messages
+    }
+}
+
 impl Turn {
     /// Starts a compaction of the committed log.
     #[tracing::instrument(
@@ -105,7 +115,7 @@ impl Turn {
         let request = ModelRequest {
             model: self.args.config.model.clone(),
             system: COMPACTION_SYSTEM_PROMPT.into(),
-            messages: context::compaction_request(&c.events, c.budget).into(),
+            messages: summarised(c).into(),
             ..ModelRequest::default()
         };
         let client = self.args.deps.aux_client_for(&self.args.config.provider);
@@ -264,7 +274,12 @@ impl Turn {
                 .await;
         }
         let keep_budget = (self.limits().context_window / 10).min(c.history_tokens / 4);
-        let kept = context::checkpoint_kept(&c.events, keep_budget);
+        let mut kept = context::checkpoint_kept(&c.events, keep_budget);
+        if c.trigger == Trigger::Overflow {
+            // The provider refused the request as too large (an overflow or a 413):
+            // image bytes are the likeliest cause and are not re-sent; a line names each.
+            kept = context::without_images(kept);
+        }
         let covers_up_to = c.events.last().map_or(Seq(0), |e| e.seq);
         let mut checkpoint = EventKind::CompactionCheckpoint {
             summary,

@@ -85,6 +85,12 @@ impl Turn {
         limits
     }
 
+    /// Whether the runtime may compact on its own: on for the runtime
+    /// (`ContextOptions::auto_compact`) and for the session (`SessionConfig::auto_compact`).
+    pub(super) fn auto_compact(&self) -> bool {
+        self.args.deps.context.auto_compact && self.args.config.auto_compact
+    }
+
     /// The session's model client.
     pub(super) fn client(&self) -> std::sync::Arc<dyn crate::provider::ModelClient> {
         self.args.deps.client_for(&self.args.config.provider)
@@ -166,7 +172,7 @@ impl Turn {
         // Over the threshold with a history too small to shrink (the fixed part dominates
         // a small window): send; the provider judges whether it fits.
         let compact = compiled.budget.over_threshold
-            && self.args.deps.context.auto_compact
+            && self.auto_compact()
             && !self.compacted_in_step
             && context::can_shrink(raw_total, history_tokens, super::compaction::MIN_SAVING_PCT);
         let decision = if compact { "compact" } else { "send" };
