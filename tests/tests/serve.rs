@@ -16,7 +16,7 @@
 //! `--listen` on a taken port fails (exit 1, the address named as in use) before the data
 //! dir or its store is created. Empty bodies and blank titles: `bodies.rs`. Shutdown
 //! with connections still open: `shutdown.rs`. A scripted session past the end of its
-//! script: `script_end.rs`.
+//! script: `script_end.rs`. A 413 with automatic compaction on and off: `pressure.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -816,6 +816,8 @@ async fn shutdown_scenario() {
 
 #[path = "serve/bodies.rs"]
 mod bodies;
+#[path = "serve/pressure.rs"]
+mod pressure;
 #[path = "serve/script_end.rs"]
 mod script_end;
 #[path = "serve/shutdown.rs"]
