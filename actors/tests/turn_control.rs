@@ -10,6 +10,8 @@
 mod agent_tests;
 #[path = "turn_control_support/hook_tests.rs"]
 mod hook_tests;
+#[path = "turn_control_support/model_tests.rs"]
+mod model_tests;
 mod turn_control_support;
 #[path = "turn_control_support/withdrawn_tests.rs"]
 mod withdrawn_tests;

@@ -146,6 +146,13 @@ async fn open_session(
         .await
         .context("cannot open the session")
         .map_err(Failure::Runtime)?;
+    // Provider and model come from the command line every time: a resumed session that
+    // was created with another model records `config_changed` and uses this one.
+    session
+        .set_model(args.provider.provider.clone(), model)
+        .await
+        .context("cannot switch the session's model")
+        .map_err(Failure::Runtime)?;
     let from = earlier.last().map_or(Seq::FIRST, |e| e.seq.next());
     Ok((session, from, earlier))
 }

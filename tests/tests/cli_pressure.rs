@@ -2,7 +2,8 @@
 //! speaking OpenAI Chat): a 413 "Request Entity Too Large" compacts once and the turn
 //! completes (exit 0); with `--no-auto-compact` (or `[context] auto_compact = false` in
 //! the project's config) the same 413 fails the turn as `context_overflow` with a clear
-//! reason (exit 1) after one request.
+//! reason (exit 1) after one request. `foya run --session ID --model NEW` sends NEW, not
+//! the model the session was created with, and records `config_changed`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::foya_bin;
@@ -24,14 +25,22 @@ fn too_large() -> MockResponse {
 
 /// `foya run --json` in `cwd` against `mock` with `extra` flags and a long prompt.
 async fn run(mock: &MockProvider, cwd: &Path, data: &Path, extra: &[&str]) -> Output {
+    run_with(mock, cwd, data, extra, &vec!["lorem"; 2_000].join(" ")).await
+}
+
+async fn run_with(
+    mock: &MockProvider,
+    cwd: &Path,
+    data: &Path,
+    extra: &[&str],
+    prompt: &str,
+) -> Output {
     let mut args: Vec<String> = [
         "run",
         "--provider",
         "openai-chat",
         "--base-url",
         &format!("{}/v1", mock.base_url()),
-        "--model",
-        "m",
         "--approval",
         "bypass",
         "--json",
@@ -42,7 +51,10 @@ async fn run(mock: &MockProvider, cwd: &Path, data: &Path, extra: &[&str]) -> Ou
     .collect();
     args.push(cwd.display().to_string());
     args.extend(extra.iter().map(|s| (*s).to_owned()));
-    args.push(vec!["lorem"; 2_000].join(" "));
+    if !extra.contains(&"--model") {
+        args.extend(["--model".to_owned(), "m".to_owned()]);
+    }
+    args.push(prompt.to_owned());
     let data = data.to_owned();
     tokio::task::spawn_blocking(move || {
         Command::new(foya_bin())
@@ -131,4 +143,58 @@ async fn with_auto_compaction_off_a_413_fails_the_turn_as_an_overflow() {
         );
         assert_eq!(mock.requests().len(), 1, "{how}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_session_uses_the_model_of_the_command_line() {
+    let mock = MockProvider::start().await;
+    for text in ["one", "two", "three"] {
+        mock.push(MockResponse::sse(openai_chat::text(text)));
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let first = run_with(
+        &mock,
+        cwd.path(),
+        data.path(),
+        &["--model", "old-model"],
+        "hi",
+    )
+    .await;
+    assert_eq!(first.status.code(), Some(0));
+    let session = events(&first)[0]["session_id"].as_str().unwrap().to_owned();
+    let resume = ["--session", session.as_str(), "--model", "new-model"];
+    let second = run_with(&mock, cwd.path(), data.path(), &resume, "again").await;
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let changed: Vec<Value> = events(&second)
+        .into_iter()
+        .filter(|e| e["type"] == "config_changed")
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(
+        (&changed[0]["provider"], &changed[0]["model"]),
+        (&"openai-chat".into(), &"new-model".into())
+    );
+    // The same model again: nothing to record.
+    let third = run_with(&mock, cwd.path(), data.path(), &resume, "and again").await;
+    assert_eq!(third.status.code(), Some(0));
+    assert!(!events(&third).iter().any(|e| e["type"] == "config_changed"));
+    let models: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["model"].clone())
+        .collect();
+    assert_eq!(
+        models,
+        vec![
+            Value::from("old-model"),
+            Value::from("new-model"),
+            Value::from("new-model")
+        ]
+    );
 }

@@ -158,6 +158,10 @@ pub(crate) fn apply(state: &mut SessionState, event: &Event) {
         EventKind::TurnComplete { .. } => state.open_turn = None,
         EventKind::TitleSet { title, source } => state.title = Some((title.clone(), *source)),
         EventKind::SessionDeleted {} => state.deleted = true,
+        EventKind::ConfigChanged { provider, model } => {
+            state.config.provider.clone_from(provider);
+            state.config.model.clone_from(model);
+        }
         _ => {}
     }
 }

@@ -148,6 +148,12 @@ async fn open(
                 .session(id)
                 .await
                 .context("cannot open the session")?;
+            // The model of the command line, as `foya run --session` (`config_changed`
+            // when it differs from the session's).
+            session
+                .set_model(args.provider.provider.clone(), model)
+                .await
+                .context("cannot switch the session's model")?;
             eprintln!("{}", crate::render::dim(&format!("resumed session {id}")));
             let cwd = store.session(id)?.map_or(cwd, |s| s.cwd);
             (session, cwd)
