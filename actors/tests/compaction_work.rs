@@ -15,7 +15,7 @@ use turn_support::{
 #[tokio::test]
 async fn an_overflow_mid_turn_keeps_the_latest_tool_results_verbatim() {
     let (_dir, cwd) = workdir();
-    let line = vec!["lorem"; 10].join(" ");
+    let line = ["lorem"; 10].join(" ");
     let text = format!("{}THE END\n", format!("{line}\n").repeat(300));
     std::fs::write(cwd.join("notes.txt"), text).unwrap();
     let script = json!({"responses": [
