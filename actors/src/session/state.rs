@@ -255,9 +255,10 @@ mod tests {
         assert_eq!(state.grants, HashSet::from(["t".to_owned()]));
         assert_eq!(
             state.unanswered_results("gone"),
+            // No `tool_started` for c1: it never ran.
             vec![ToolMessage {
                 tool_call_id: ToolCallId::new("c1"),
-                content: "gone".into(),
+                content: NOT_STARTED.into(),
                 is_error: true
             }]
         );
