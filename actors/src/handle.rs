@@ -150,6 +150,21 @@ impl SessionHandle {
         .await
     }
 
+    /// Uses `provider` and `model` from the next turn on: when they differ from the
+    /// session's, `config_changed{provider, model}` is persisted (a resumed session follows
+    /// the command line, not the model it was created with); otherwise nothing is written.
+    ///
+    /// # Errors
+    /// Session and storage errors.
+    pub async fn set_model(&self, provider: String, model: String) -> Result<(), RuntimeError> {
+        self.with_session(|reply| SessionMsg::SetModel {
+            provider: provider.clone(),
+            model: model.clone(),
+            reply,
+        })
+        .await
+    }
+
     /// Deletes the session: cancels the active turn and waits for it, drops queued
     /// inputs, appends `session_deleted`, closes subscribers (`Notice::Closed`), stops
     /// the actor.

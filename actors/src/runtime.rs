@@ -104,7 +104,7 @@ pub struct RuntimeConfig {
     pub stop_hook_commands: Vec<String>,
     /// Timeout of each command stop hook.
     pub stop_hook_timeout: std::time::Duration,
-    /// Cap of consecutive stop-hook continuations without a tool step (default 8).
+    /// Cap of stop-hook continuations per turn, tool steps in between included (default 8).
     pub max_hook_continuations: u32,
     /// When set, the built-in `agent` tool (sub-agents) is registered with these limits.
     pub sub_agents: Option<crate::tools::builtin::agent::SubAgentLimits>,

@@ -306,3 +306,42 @@ async fn compact_command_compacts_now_and_ends_its_turn() {
     );
     rt.shutdown().await;
 }
+
+#[tokio::test]
+async fn over_the_threshold_with_nothing_to_shrink_the_request_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    // A small window (a local model): the system prompt alone is over its threshold.
+    let client = Arc::new(RecordingClient {
+        requests: Mutex::default(),
+        window: 4_000,
+        answer,
+    });
+    let mut opts = options(dir.path());
+    // Every request is over the threshold; the short history cannot shrink it.
+    opts.compact_threshold_pct = 1;
+    opts.aux_model = Some(Arc::new(script(json!({"responses":[]}))));
+    let rt = runtime(client.clone(), opts).await;
+    let events = one_turn(&rt, dir.path(), Input::text("hi")).await;
+    assert_eq!(
+        types(&events)[3..],
+        [
+            "step_started",
+            "context_diagnostics",
+            "assistant_message",
+            "turn_complete"
+        ]
+    );
+    let (_, estimate, decision) = diagnostics(&events[4]);
+    assert!(estimate > 40, "over the 1 % threshold: {estimate}");
+    assert_eq!(decision, "send");
+    assert_eq!(
+        events.last().unwrap().kind,
+        EventKind::TurnComplete {
+            status: TurnStatus::Completed,
+            reason: None,
+            error: None
+        }
+    );
+    assert_eq!(client.requests.lock().unwrap().len(), 1);
+    rt.shutdown().await;
+}

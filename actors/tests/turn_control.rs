@@ -10,7 +10,11 @@
 mod agent_tests;
 #[path = "turn_control_support/hook_tests.rs"]
 mod hook_tests;
+#[path = "turn_control_support/model_tests.rs"]
+mod model_tests;
 mod turn_control_support;
+#[path = "turn_control_support/withdrawn_tests.rs"]
+mod withdrawn_tests;
 
 use foya_actors::RuntimeError;
 use foya_protocol::event::Notice;

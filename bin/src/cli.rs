@@ -110,6 +110,17 @@ pub(crate) struct MaxStepsArg {
     pub(crate) max_steps: u32,
 }
 
+/// `--no-auto-compact`: the runtime never compacts on its own (also `[context]
+/// auto_compact = false` in the project's `.foya/config.toml`).
+#[derive(Debug, Clone, Copy, Args)]
+pub(crate) struct CompactionArg {
+    /// Never compact automatically (before a step over the threshold, or after a
+    /// provider overflow, which then fails the turn); `/compact` still works. Also
+    /// `[context] auto_compact = false` in the project's .foya/config.toml.
+    #[arg(long)]
+    pub(crate) no_auto_compact: bool,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
@@ -125,6 +136,8 @@ pub(crate) struct RunArgs {
     pub(crate) approval: ApprovalMode,
     #[command(flatten)]
     pub(crate) steps: MaxStepsArg,
+    #[command(flatten)]
+    pub(crate) compaction: CompactionArg,
     /// Continue an existing session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,
@@ -205,6 +218,8 @@ pub(crate) struct ServeArgs {
     /// Ask the model for a title on each session's first input (an extra request).
     #[arg(long)]
     pub(crate) generate_titles: bool,
+    #[command(flatten)]
+    pub(crate) compaction: CompactionArg,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +238,8 @@ pub(crate) struct ChatArgs {
     // `--max-steps`: of a new session.
     #[command(flatten)]
     pub(crate) steps: MaxStepsArg,
+    #[command(flatten)]
+    pub(crate) compaction: CompactionArg,
     /// Resume this session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,

@@ -69,6 +69,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     // Read before the store is opened: a broken project config creates nothing.
     let stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
+    let auto_compact = crate::data::auto_compact(&cwd, args.compaction).map_err(Failure::Usage)?;
     let store = match session_store {
         Some(store) => store,
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
@@ -76,6 +77,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
 
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.stop_hook_commands = stop_hook_commands;
+    config.context.auto_compact = auto_compact;
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
@@ -143,6 +145,13 @@ async fn open_session(
         .session(id)
         .await
         .context("cannot open the session")
+        .map_err(Failure::Runtime)?;
+    // Provider and model come from the command line every time: a resumed session that
+    // was created with another model records `config_changed` and uses this one.
+    session
+        .set_model(args.provider.provider.clone(), model)
+        .await
+        .context("cannot switch the session's model")
         .map_err(Failure::Runtime)?;
     let from = earlier.last().map_or(Seq::FIRST, |e| e.seq.next());
     Ok((session, from, earlier))

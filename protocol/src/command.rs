@@ -102,6 +102,20 @@ pub struct SessionConfig {
     /// Set for sub-agent sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentRef>,
+    /// Whether the runtime may compact this session on its own (before a step over the
+    /// threshold, once per turn on a provider overflow). `false`: never; an overflow
+    /// fails the turn. `/compact` works either way. Default `true` (absent when true).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub auto_compact: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 impl SessionConfig {
@@ -116,6 +130,7 @@ impl SessionConfig {
             title: None,
             max_steps: None,
             parent: None,
+            auto_compact: true,
         }
     }
 }

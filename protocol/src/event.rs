@@ -248,11 +248,19 @@ pub enum EventKind {
     HookContinued {
         /// The instruction given to the model.
         reason: String,
-        /// How many consecutive continuations so far.
+        /// How many continuations of this turn so far.
         count: u32,
     },
     /// The session was deleted. Nothing is written after this.
     SessionDeleted {},
+    /// The provider and model of the session changed (a resume that named another
+    /// model): every later request names this model. Applies from the next turn.
+    ConfigChanged {
+        /// Provider profile or protocol name.
+        provider: String,
+        /// Model name sent to the provider.
+        model: String,
+    },
 }
 
 impl EventKind {
@@ -283,6 +291,7 @@ impl EventKind {
             Self::ContextDiagnostics { .. } => "context_diagnostics",
             Self::HookContinued { .. } => "hook_continued",
             Self::SessionDeleted {} => "session_deleted",
+            Self::ConfigChanged { .. } => "config_changed",
         }
     }
 }

@@ -17,7 +17,7 @@
 //! dir or its store is created. Empty bodies and blank titles: `bodies.rs`. Shutdown
 //! with connections still open: `shutdown.rs`. A scripted session past the end of its
 //! script: `script_end.rs`. A backup of the store while the server serves:
-//! `store_backup.rs`.
+//! `store_backup.rs`. A 413 with automatic compaction on and off: `pressure.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use eventsource_stream::Eventsource as _;
@@ -827,6 +827,8 @@ async fn shutdown_scenario() {
 
 #[path = "serve/bodies.rs"]
 mod bodies;
+#[path = "serve/pressure.rs"]
+mod pressure;
 #[path = "serve/script_end.rs"]
 mod script_end;
 #[path = "serve/shutdown.rs"]

@@ -57,6 +57,15 @@ pub fn compaction_request(history_events: &[Event], budget_tokens: u64) -> Vec<M
     out
 }
 
+/// Whether summarising the history can make a request meaningfully smaller: the history
+/// (the part a checkpoint replaces) must hold at least `min_saving_pct` % of the
+/// request's estimated `total_tokens`. When the fixed part (system prompt, tools)
+/// dominates, no summary saves enough, and a compaction would only spend a request.
+#[must_use]
+pub fn can_shrink(total_tokens: u64, history_tokens: u64, min_saving_pct: u64) -> bool {
+    history_tokens.saturating_mul(100) >= total_tokens.saturating_mul(min_saving_pct)
+}
+
 /// Indices of `messages` grouped into droppable units: an assistant message with the
 /// tool results after it, or any other single message.
 fn units(messages: &[Message]) -> Vec<Vec<usize>> {
@@ -70,59 +79,210 @@ fn units(messages: &[Message]) -> Vec<Vec<usize>> {
     units
 }
 
-/// What a compaction checkpoint keeps verbatim after its summary, chosen from the
-/// effective history newest first within `keep_budget_tokens` (estimated):
-/// - the most recent user messages, contiguous from the newest (the first that does not
-///   fit stops the run);
-/// - for each path touched by [`FILE_TOOLS`], the latest call's result (successful
-///   ones only), kept as an assistant message holding just that call followed by its
-///   result — so there is never a dangling tool call nor an orphan result.
+/// Least budget, in estimated tokens, worth spending on the tail of a tool result too
+/// large to keep whole.
+pub const MIN_TRUNCATED_TOKENS: u64 = 64;
+
+/// Marker opening a tool result kept by a checkpoint with its beginning cut.
+pub const TRUNCATED_NOTE: &str = "[earlier output omitted by compaction]\n";
+
+/// What a compaction checkpoint keeps verbatim after its summary (the work in progress),
+/// chosen from the effective history within `keep_budget_tokens` (estimated), in this
+/// order of priority:
+/// 1. the user messages of the current turn (from the latest user input on, stop-hook
+///    continuations included), newest first;
+/// 2. the most recent tool exchanges — an assistant message's tool calls with all their
+///    results — newest first, contiguous: the first that does not fit is kept with the
+///    tail of each result (the end of a test run or a log is where the verdict is, after
+///    [`TRUNCATED_NOTE`]) when at least [`MIN_TRUNCATED_TOKENS`] remain, and ends this
+///    run;
+/// 3. the files touched: for each path of a [`FILE_TOOLS`] call not already kept, the
+///    latest successful result, as an assistant message holding just that call followed
+///    by its result;
+/// 4. earlier user messages, contiguous from the newest.
 ///
-/// Kept messages are returned in their original order. Reasoning and answer text of the
-/// kept assistant calls are not kept.
+/// Kept messages are returned in their original order, well-formed (no dangling call, no
+/// orphan result). Answer text and reasoning of the kept assistant messages are not kept.
 #[must_use]
 pub fn checkpoint_kept(history_events: &[Event], keep_budget_tokens: u64) -> Vec<Message> {
     let messages = history(history_events);
-    let mut picked: Vec<(usize, Vec<Message>)> = Vec::new();
-    let mut used = 0u64;
-    let mut users_open = true;
-    let mut seen_paths = BTreeSet::new();
-    for (i, m) in messages.iter().enumerate().rev() {
-        let candidate = match m {
-            Message::User(_) if users_open => vec![m.clone()],
-            Message::Tool(result) if !result.is_error => {
-                let Some(call) = messages[..i].iter().rev().find_map(|m| match m {
-                    Message::Assistant(a) => {
-                        a.tool_calls.iter().find(|c| c.id == result.tool_call_id)
-                    }
-                    _ => None,
-                }) else {
-                    continue;
-                };
-                let Some(path) = call.arguments.get("path").and_then(|p| p.as_str()) else {
-                    continue;
-                };
-                if !FILE_TOOLS.contains(&call.name.as_str()) || !seen_paths.insert(path.to_owned())
-                {
-                    continue;
-                }
-                let assistant = AssistantMessage {
-                    tool_calls: vec![call.clone()],
-                    finish_reason: Some(foya_protocol::FinishReason::ToolCalls),
-                    ..AssistantMessage::default()
-                };
-                vec![Message::Assistant(assistant), m.clone()]
-            }
-            _ => continue,
-        };
-        let cost: u64 = candidate.iter().map(message_tokens).sum();
-        if used + cost <= keep_budget_tokens {
-            used += cost;
-            picked.push((i, candidate));
-        } else if matches!(m, Message::User(_)) {
-            users_open = false;
+    let mut keep = Keeper {
+        picked: Vec::new(),
+        used: 0,
+        budget: keep_budget_tokens,
+    };
+    let turn_start = current_turn_start(history_events, &messages);
+    // 1. The current turn's user messages.
+    for (i, m) in messages.iter().enumerate().skip(turn_start).rev() {
+        if matches!(m, Message::User(_)) {
+            keep.add(i, vec![m.clone()]);
         }
     }
-    picked.sort_by_key(|(i, _)| *i);
-    picked.into_iter().flat_map(|(_, m)| m).collect()
+    // 2. The most recent tool exchanges.
+    let mut kept_calls: BTreeSet<String> = BTreeSet::new();
+    for (i, m) in messages.iter().enumerate().rev() {
+        let Message::Assistant(a) = m else { continue };
+        if a.tool_calls.is_empty() {
+            continue;
+        }
+        let mut unit = vec![calls_only(a.tool_calls.clone())];
+        unit.extend(
+            messages[i + 1..]
+                .iter()
+                .take_while(|m| matches!(m, Message::Tool(_)))
+                .cloned(),
+        );
+        if !keep.add(i, unit.clone()) {
+            let room = keep.budget.saturating_sub(keep.used);
+            if room >= MIN_TRUNCATED_TOKENS
+                && let Some(short) = truncated(&unit, room)
+                && keep.add(i, short)
+            {
+                kept_calls.extend(a.tool_calls.iter().map(|c| c.id.as_str().to_owned()));
+            }
+            break;
+        }
+        kept_calls.extend(a.tool_calls.iter().map(|c| c.id.as_str().to_owned()));
+    }
+    // 3. The latest successful result per file path.
+    let mut seen_paths = BTreeSet::new();
+    for (i, m) in messages.iter().enumerate().rev() {
+        let Message::Tool(result) = m else { continue };
+        let Some(call) = messages[..i].iter().rev().find_map(|m| match m {
+            Message::Assistant(a) => a.tool_calls.iter().find(|c| c.id == result.tool_call_id),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let Some(path) = call.arguments.get("path").and_then(|p| p.as_str()) else {
+            continue;
+        };
+        if !FILE_TOOLS.contains(&call.name.as_str()) {
+            continue;
+        }
+        if kept_calls.contains(call.id.as_str()) {
+            seen_paths.insert(path.to_owned());
+            continue;
+        }
+        if result.is_error || !seen_paths.insert(path.to_owned()) {
+            continue;
+        }
+        keep.add(i, vec![calls_only(vec![call.clone()]), m.clone()]);
+    }
+    // 4. Earlier user messages, contiguous from the newest.
+    for (i, m) in messages.iter().enumerate().take(turn_start).rev() {
+        if matches!(m, Message::User(_)) && !keep.add(i, vec![m.clone()]) {
+            break;
+        }
+    }
+    keep.picked.sort_by_key(|(i, _)| *i);
+    keep.picked.into_iter().flat_map(|(_, m)| m).collect()
 }
+
+/// An assistant message holding just these tool calls.
+fn calls_only(tool_calls: Vec<foya_protocol::ToolCall>) -> Message {
+    Message::Assistant(AssistantMessage {
+        tool_calls,
+        finish_reason: Some(foya_protocol::FinishReason::ToolCalls),
+        ..AssistantMessage::default()
+    })
+}
+
+/// Messages picked for a checkpoint, keyed by their first index, within a budget.
+struct Keeper {
+    picked: Vec<(usize, Vec<Message>)>,
+    used: u64,
+    budget: u64,
+}
+
+impl Keeper {
+    /// Keeps `unit` (at history index `at`) when it fits; whether it did.
+    fn add(&mut self, at: usize, unit: Vec<Message>) -> bool {
+        let cost: u64 = unit.iter().map(message_tokens).sum();
+        if self.used + cost > self.budget {
+            return false;
+        }
+        self.used += cost;
+        self.picked.push((at, unit));
+        true
+    }
+}
+
+/// Index in `messages` where the current turn starts: its latest user input (the last
+/// `user_message` of the log), or the end when there is none.
+fn current_turn_start(events: &[Event], messages: &[Message]) -> usize {
+    let Some(input) = events.iter().rev().find_map(|e| match &e.kind {
+        foya_protocol::EventKind::UserMessage { input, .. } => Some(input),
+        _ => None,
+    }) else {
+        return messages.len();
+    };
+    messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User(u) if u == input))
+        .unwrap_or(messages.len())
+}
+
+/// `unit` (an assistant message and its tool results) with each result cut to its tail so
+/// that the whole fits `room` estimated tokens; `None` when even short tails do not.
+fn truncated(unit: &[Message], room: u64) -> Option<Vec<Message>> {
+    let longest = unit
+        .iter()
+        .map(|m| match m {
+            Message::Tool(t) => t.content.chars().count(),
+            _ => 0,
+        })
+        .max()?;
+    let mut keep_chars = longest;
+    while keep_chars > 16 {
+        keep_chars /= 2;
+        let short: Vec<Message> = unit
+            .iter()
+            .map(|m| match m {
+                Message::Tool(t) => {
+                    let count = t.content.chars().count();
+                    let mut t = t.clone();
+                    if count > keep_chars {
+                        let tail: String = t.content.chars().skip(count - keep_chars).collect();
+                        t.content = format!("{TRUNCATED_NOTE}{tail}");
+                    }
+                    Message::Tool(t)
+                }
+                other => other.clone(),
+            })
+            .collect();
+        if short.iter().map(message_tokens).sum::<u64>() <= room {
+            return Some(short);
+        }
+    }
+    None
+}
+
+/// `messages` with every image of a user message replaced by a line naming it (its
+/// attachment id and type), so a request re-sent after the provider refused one as too
+/// large carries no image bytes; the model still learns an image was there.
+#[must_use]
+pub fn without_images(messages: Vec<Message>) -> Vec<Message> {
+    messages
+        .into_iter()
+        .map(|m| match m {
+            Message::User(mut input) if !input.images.is_empty() => {
+                for image in std::mem::take(&mut input.images) {
+                    let kind = image.media_type.as_deref().unwrap_or("image");
+                    if !input.text.is_empty() {
+                        input.text.push('\n');
+                    }
+                    input
+                        .text
+                        .push_str(&format!("[{IMAGE_LEFT_OUT} {} ({kind})]", image.id));
+                }
+                Message::User(input)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Words of the line that takes an image's place in a compaction checkpoint made after
+/// an overflow (see [`without_images`]).
+pub const IMAGE_LEFT_OUT: &str = "image left out to fit the context: attachment";

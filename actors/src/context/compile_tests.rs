@@ -170,40 +170,70 @@ fn history_of(messages: &[Message]) -> Vec<Message> {
 }
 
 #[test]
-fn checkpoint_kept_keeps_recent_users_and_latest_file_results_without_dangling_calls() {
+fn checkpoint_kept_keeps_the_turn_and_the_latest_tool_exchanges_verbatim() {
     let mut log = big_log();
-    // A later failed read of f5 and a later successful edit of f4, plus a shell call.
+    // The current turn: a failed read of f5, an edit of f4 and a shell call.
+    let calls = [
+        ("e1", "read_file", json!({"path": "f5.rs"})),
+        ("e2", "edit_file", json!({"path": "f4.rs"})),
+        ("e3", "shell", json!({"command": "cargo test"})),
+    ];
     log.user("last request")
-        .assistant(
-            "",
-            &[
-                ("e1", "read_file", json!({"path": "f5.rs"})),
-                ("e2", "edit_file", json!({"path": "f4.rs"})),
-                ("e3", "shell", json!({"command": "ls"})),
-            ],
-        )
+        .assistant("", &calls)
         .push(EventKind::ToolMessage(result("e1", "no such file", true)))
         .tool("e2", "edited f4.rs")
-        .tool("e3", "listing");
-    let pair = |id: &str, name: &str, path: &str, content: &str| {
-        vec![
-            Message::Assistant(assistant("", &[(id, name, json!({"path": path}))])),
-            Message::Tool(result(id, content, false)),
-        ]
-    };
-    let request5 = vec![user(&format!("request 5 {}", "x".repeat(400)))];
-    let read5 = pair("c5", "read_file", "f5.rs", &"y".repeat(400));
+        .tool("e3", "test result: ok. 3 passed");
     let last = vec![user("last request")];
-    let edit4 = pair("e2", "edit_file", "f4.rs", "edited f4.rs");
-    let expected: Vec<Message> = [request5, read5, last, edit4].concat();
-    let budget: u64 = expected.iter().map(compile::message_tokens).sum();
-    // Exactly enough for: the two newest user messages, the latest successful result per
-    // file path (f4's edit; f5's read, since the newer f5 read failed); not request 4 or
-    // the older reads, and never the shell result.
+    let exchange = vec![
+        Message::Assistant(assistant("", &calls)),
+        Message::Tool(result("e1", "no such file", true)),
+        Message::Tool(result("e2", "edited f4.rs", false)),
+        Message::Tool(result("e3", "test result: ok. 3 passed", false)),
+    ];
+    let read5 = vec![
+        Message::Assistant(assistant(
+            "",
+            &[("c5", "read_file", json!({"path": "f5.rs"}))],
+        )),
+        Message::Tool(result("c5", &"y".repeat(400), false)),
+    ];
+    let cost = |m: &[Message]| m.iter().map(compile::message_tokens).sum::<u64>();
+    // Room for the turn, the two newest exchanges, and 100 tokens of the next one.
+    let budget = cost(&last) + cost(&exchange) + cost(&read5) + 100;
     let kept = checkpoint_kept(&log.events, budget);
-    assert_eq!(kept, expected);
     assert_eq!(history_of(&kept), kept);
+    assert!(cost(&kept) <= budget);
+    // The exchange of c4 is kept with the tail of its result; older ones are left to the
+    // summary, and so are earlier requests.
+    let Message::Assistant(a4) = &kept[0] else {
+        panic!("{kept:?}")
+    };
+    assert_eq!(a4.tool_calls[0].id.as_str(), "c4");
+    let Message::Tool(r4) = &kept[1] else {
+        panic!("{kept:?}")
+    };
+    assert!(r4.content.starts_with(TRUNCATED_NOTE) && r4.content.ends_with("yyyy"));
+    assert!(r4.content.len() < 400);
+    assert_eq!(kept[2..], [read5, last, exchange].concat()[..]);
     assert_eq!(checkpoint_kept(&log.events, 0), Vec::<Message>::new());
+}
+
+#[test]
+fn checkpoint_kept_spends_no_budget_on_a_tail_too_short_to_help() {
+    let log = big_log();
+    let read5 = vec![
+        Message::Assistant(assistant(
+            "",
+            &[("c5", "read_file", json!({"path": "f5.rs"}))],
+        )),
+        Message::Tool(result("c5", &"y".repeat(400), false)),
+    ];
+    let request5 = vec![user(&format!("request 5 {}", "x".repeat(400)))];
+    let cost = |m: &[Message]| m.iter().map(compile::message_tokens).sum::<u64>();
+    // The current turn (request 5), the newest exchange (c5), too little left for c4.
+    let budget = cost(&request5) + cost(&read5) + MIN_TRUNCATED_TOKENS - 1;
+    let kept = checkpoint_kept(&log.events, budget);
+    assert_eq!(kept, [request5, read5].concat());
 }
 
 proptest::proptest! {

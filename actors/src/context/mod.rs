@@ -24,8 +24,8 @@ mod snapshot_tests;
 
 pub use commands::expand_command;
 pub use compaction::{
-    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, OMITTED_NOTE, checkpoint_kept,
-    compaction_request,
+    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, IMAGE_LEFT_OUT, MIN_TRUNCATED_TOKENS,
+    OMITTED_NOTE, TRUNCATED_NOTE, can_shrink, checkpoint_kept, compaction_request, without_images,
 };
 pub use compile::{compile, compile_folded};
 pub use estimate::{Calibration, estimate_tokens};

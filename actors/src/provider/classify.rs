@@ -70,36 +70,73 @@ fn any(hay: &str, needles: &[&str]) -> bool {
     needles.iter().any(|n| hay.contains(n))
 }
 
+/// Codes and types that name a context overflow (OpenAI, Azure, Groq, OpenRouter,
+/// llama.cpp, LiteLLM's exception names).
+const OVERFLOW_IDS: &[&str] = &[
+    "context_length_exceeded",
+    "exceed_context",
+    "context_window_exceeded",
+    "contextwindowexceedederror",
+    "string_above_max_length",
+];
+
+/// Message wordings of a context overflow, lowercase. One or more per provider:
+/// OpenAI/Azure/DeepSeek/vLLM/OpenRouter/Together "maximum context length", Anthropic and
+/// Fireworks "prompt is too long", Gemini/Vertex "input token count … exceeds the maximum
+/// number of tokens", Bedrock "input is too long", Mistral "too large for model with …
+/// maximum context length", Cohere "too many tokens", xAI "maximum prompt length", vLLM
+/// V1 "maximum model length", Together/TGI "`inputs` tokens + `max_new_tokens`",
+/// llama.cpp "exceeds the available context size", Ollama "prompt too long", LM Studio
+/// "context length of only".
+const OVERFLOW_WORDS: &[&str] = &[
+    "context length",
+    "context window",
+    "context size",
+    "context limit",
+    "maximum context",
+    "prompt is too long",
+    "exceed context",
+    "exceeds the context",
+    "prompt too long",
+    "input is too long",
+    "too many input tokens",
+    "reduce the length of the",
+    "input token count",
+    "exceeds the maximum number of tokens",
+    "too many tokens",
+    "maximum prompt length",
+    "maximum model length",
+    "inputs` tokens + `max_new_tokens`",
+    "prompt token count",
+    "contextwindowexceedederror",
+];
+
+/// Words that mark a rate limit or quota message: such a message is never read as an
+/// overflow by its wording (Groq's and OpenAI's TPM limits speak of "tokens" and
+/// "reduce"; a quota message may name the context).
+const PACING_WORDS: &[&str] = &[
+    "rate limit",
+    "rate_limit",
+    "per minute",
+    "per day",
+    "(tpm)",
+    "(rpm)",
+    "quota",
+    "try again in",
+];
+
 /// The class from status (when there is one) and body facts.
 fn class_of(status: Option<u16>, f: &Facts) -> ErrorClass {
     let ids = format!("{} {}", f.code, f.kind).to_ascii_lowercase();
     let msg = f.message.to_ascii_lowercase();
     let all = format!("{ids} {msg}");
-    if any(
-        &ids,
-        &[
-            "context_length_exceeded",
-            "exceed_context",
-            "context_window_exceeded",
-            "string_above_max_length",
-        ],
-    ) || any(
-        &msg,
-        &[
-            "context length",
-            "context window",
-            "context size",
-            "context limit",
-            "maximum context",
-            "prompt is too long",
-            "exceed context",
-            "exceeds the context",
-            "prompt too long",
-            "input is too long",
-            "too many input tokens",
-            "reduce the length of the",
-        ],
-    ) {
+    // 413: the request is too large for the provider or a proxy in front of it (HTML or
+    // JSON, Anthropic's `request_too_large`, Groq's request bigger than its per-minute
+    // token limit): waiting does not help, a smaller request does — an overflow.
+    if status == Some(413)
+        || any(&ids, OVERFLOW_IDS)
+        || (any(&msg, OVERFLOW_WORDS) && !any(&msg, PACING_WORDS))
+    {
         return ErrorClass::ContextOverflow;
     }
     let names_output_cap = any(
@@ -126,6 +163,11 @@ fn class_of(status: Option<u16>, f: &Facts) -> ErrorClass {
         )
     {
         return ErrorClass::OutputLimit;
+    }
+    // A rate limit by its code wins over quota words in its text (Groq's 429 links its
+    // billing page).
+    if status == Some(429) && any(&ids, &["rate_limit"]) {
+        return ErrorClass::RateLimited;
     }
     if status == Some(402)
         || any(
@@ -217,12 +259,14 @@ pub fn classify_http_error_at(
     body: &str,
     now: SystemTime,
 ) -> ProviderError {
-    let f = serde_json::from_str::<Value>(body)
-        .map(|v| facts(&v))
-        .unwrap_or_else(|_| Facts {
+    let json = serde_json::from_str::<Value>(body).ok();
+    let f = json.as_ref().map_or_else(
+        || Facts {
             message: body.trim().to_owned(),
             ..Facts::default()
-        });
+        },
+        facts,
+    );
     let class = class_of(Some(status), &f);
     let message = if f.message.is_empty() {
         format!("HTTP {status}")
@@ -230,7 +274,7 @@ pub fn classify_http_error_at(
         truncate(f.message.clone())
     };
     let retry_after_ms = if class.is_transient() {
-        retry_after_ms(headers, &f.message, now)
+        retry_after_hint(headers, json.as_ref(), &f.message, now)
     } else {
         None
     };
@@ -256,7 +300,10 @@ pub fn classify_stream_error(error: &Value) -> ProviderError {
     };
     let retry_after_ms = class
         .is_transient()
-        .then(|| retry_after_from_text(&f.message))
+        .then(|| {
+            retry_after_from_body(error, SystemTime::now())
+                .or_else(|| retry_after_from_text(&f.message))
+        })
         .flatten();
     ProviderError {
         class,
@@ -289,7 +336,10 @@ pub fn classify_json_body(body: &str) -> ProviderError {
 }
 
 mod retry_after;
-pub use retry_after::{parse_go_duration, parse_rfc3339, retry_after_from_text, retry_after_ms};
+pub use retry_after::{
+    parse_go_duration, parse_rfc3339, retry_after_from_body, retry_after_from_text,
+    retry_after_headers, retry_after_hint, retry_after_ms,
+};
 
 #[cfg(test)]
 #[path = "classify_tests.rs"]

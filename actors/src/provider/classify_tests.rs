@@ -143,3 +143,71 @@ fn stream_errors_classify_without_status() {
         ErrorClass::InvalidRequest
     );
 }
+
+#[test]
+fn gateway_forms_of_the_retry_hint() {
+    let now = parse_rfc3339("2026-11-29T21:00:00Z").unwrap();
+    let at = |h: &[(&str, &str)], body: &str| {
+        let json = serde_json::from_str::<Value>(body).ok();
+        retry_after_hint(&headers(h), json.as_ref(), "", now)
+    };
+    // LiteLLM: the upstream's headers arrive prefixed with `llm_provider-`.
+    assert_eq!(at(&[("llm_provider-retry-after", "7")], ""), Some(7_000));
+    assert_eq!(at(&[("llm_provider-retry-after-ms", "450")], ""), Some(450));
+    assert_eq!(
+        at(&[("llm_provider-x-ratelimit-reset-tokens", "1m30s")], ""),
+        Some(90_000)
+    );
+    // The vendor's own name wins over the prefixed copy.
+    assert_eq!(
+        at(
+            &[("retry-after", "2"), ("llm_provider-retry-after", "9")],
+            ""
+        ),
+        Some(2_000)
+    );
+    // OpenRouter: Unix milliseconds in X-RateLimit-Reset, in the header or the body.
+    let reset_ms = "1795986005000"; // 2026-11-29T21:00:05Z
+    assert_eq!(at(&[("x-ratelimit-reset", reset_ms)], ""), Some(5_000));
+    let body = format!(
+        r#"{{"error":{{"code":429,"message":"Rate limit exceeded: free-models-per-min.","metadata":{{"headers":{{"X-RateLimit-Limit":"20","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"{reset_ms}"}}}}}}}}"#
+    );
+    assert_eq!(at(&[], &body), Some(5_000));
+    // Cloudflare: the IETF RateLimit header (the exhausted item's t) and `retry_after`.
+    assert_eq!(
+        at(
+            &[("ratelimit", r#""default";r=50;t=30, "burst";r=0;t=4"#)],
+            ""
+        ),
+        Some(4_000)
+    );
+    assert_eq!(at(&[("ratelimit-reset", "12")], ""), Some(12_000));
+    assert_eq!(
+        at(&[], r#"{"retry_after":30,"error_code":1015}"#),
+        Some(30_000)
+    );
+    // Azure: Unix seconds are not mistaken for a 56-year wait.
+    assert_eq!(
+        at(&[("x-ratelimit-reset-requests", "1795986003")], ""),
+        Some(3_000)
+    );
+    // Google: RetryInfo in the error details.
+    assert_eq!(
+        at(
+            &[],
+            r#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","message":"Quota exceeded","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"21s"}]}}"#
+        ),
+        Some(21_000)
+    );
+    // Through the classifier: a 429 from LiteLLM carries the upstream's wait.
+    let err = classify_http_error_at(
+        429,
+        &headers(&[("llm_provider-retry-after", "3")]),
+        r#"{"error":{"message":"litellm.RateLimitError: AzureException RateLimitError - Requests have exceeded the token rate limit","type":"throttling_error","param":null,"code":"429"}}"#,
+        now,
+    );
+    assert_eq!(
+        (err.class, err.retry_after_ms),
+        (ErrorClass::RateLimited, Some(3_000))
+    );
+}

@@ -381,6 +381,20 @@ impl Actor for SessionActor {
                 };
                 let _ = reply.send(state.persist(None, vec![kind]).await.map(|_| ()));
             }
+            SessionMsg::SetModel {
+                provider,
+                model,
+                reply,
+            } => {
+                let config = &state.fold.config;
+                let result = if config.provider == provider && config.model == model {
+                    Ok(())
+                } else {
+                    let kind = EventKind::ConfigChanged { provider, model };
+                    state.persist(None, vec![kind]).await.map(|_| ())
+                };
+                let _ = reply.send(result);
+            }
             SessionMsg::Delete { reply } => {
                 state.deleting = Some(reply);
                 if let Some(turn) = &state.turn {

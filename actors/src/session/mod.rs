@@ -40,6 +40,8 @@ mod tests_durability;
 #[cfg(test)]
 mod tests_lifecycle;
 #[cfg(test)]
+mod tests_not_started;
+#[cfg(test)]
 mod tests_relay;
 #[cfg(test)]
 mod tests_subscribe_prop;
@@ -103,6 +105,13 @@ pub(crate) enum SessionMsg {
     },
     /// Set the title by hand.
     SetTitle { title: String, reply: Reply<()> },
+    /// Use this provider and model from the next turn on (`config_changed` when they
+    /// differ from the session's).
+    SetModel {
+        provider: String,
+        model: String,
+        reply: Reply<()>,
+    },
     /// Delete the session (cancels the turn first).
     Delete { reply: Reply<()> },
     /// From a child: persist these events of `run_id`, in order.

@@ -9,6 +9,11 @@ use foya_protocol::{
 };
 use std::collections::{HashSet, VecDeque};
 
+/// Result text of a call of an interrupted turn that never started (no `tool_started`):
+/// nothing ran, so there is no outcome to doubt.
+pub(crate) const NOT_STARTED: &str =
+    "not run: the turn stopped before this call started; nothing was executed";
+
 /// The turn in progress, as far as the log knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OpenTurn {
@@ -20,6 +25,8 @@ pub(crate) struct OpenTurn {
     pub last_calls: Vec<ToolCall>,
     /// Calls among `last_calls` that have a `tool_message`.
     pub answered: HashSet<ToolCallId>,
+    /// Calls among `last_calls` that have a `tool_started` (they began to run).
+    pub started: HashSet<ToolCallId>,
 }
 
 /// Everything the log says about a session.
@@ -79,7 +86,9 @@ impl SessionState {
         Some(state)
     }
 
-    /// Results that close the open turn's unanswered calls with `content` (is_error).
+    /// Results that close the open turn's unanswered calls (is_error): `content` for a
+    /// call that started (its outcome is unknown), [`NOT_STARTED`] for one without
+    /// `tool_started` (it never ran).
     pub(crate) fn unanswered_results(&self, content: &str) -> Vec<ToolMessage> {
         let Some(turn) = &self.open_turn else {
             return Vec::new();
@@ -89,7 +98,11 @@ impl SessionState {
             .filter(|c| !turn.answered.contains(&c.id))
             .map(|c| ToolMessage {
                 tool_call_id: c.id.clone(),
-                content: content.to_owned(),
+                content: if turn.started.contains(&c.id) {
+                    content.to_owned()
+                } else {
+                    NOT_STARTED.to_owned()
+                },
                 is_error: true,
             })
             .collect()
@@ -117,12 +130,19 @@ pub(crate) fn apply(state: &mut SessionState, event: &Event) {
                 input_id: *input_id,
                 last_calls: Vec::new(),
                 answered: HashSet::new(),
+                started: HashSet::new(),
             });
         }
         EventKind::AssistantMessage(message) => {
             if let Some(turn) = &mut state.open_turn {
                 turn.last_calls.clone_from(&message.tool_calls);
                 turn.answered.clear();
+                turn.started.clear();
+            }
+        }
+        EventKind::ToolStarted { tool_call_id, .. } => {
+            if let Some(turn) = &mut state.open_turn {
+                turn.started.insert(tool_call_id.clone());
             }
         }
         EventKind::ToolMessage(message) => {
@@ -138,6 +158,10 @@ pub(crate) fn apply(state: &mut SessionState, event: &Event) {
         EventKind::TurnComplete { .. } => state.open_turn = None,
         EventKind::TitleSet { title, source } => state.title = Some((title.clone(), *source)),
         EventKind::SessionDeleted {} => state.deleted = true,
+        EventKind::ConfigChanged { provider, model } => {
+            state.config.provider.clone_from(provider);
+            state.config.model.clone_from(model);
+        }
         _ => {}
     }
 }
@@ -231,9 +255,10 @@ mod tests {
         assert_eq!(state.grants, HashSet::from(["t".to_owned()]));
         assert_eq!(
             state.unanswered_results("gone"),
+            // No `tool_started` for c1: it never ran.
             vec![ToolMessage {
                 tool_call_id: ToolCallId::new("c1"),
-                content: "gone".into(),
+                content: NOT_STARTED.into(),
                 is_error: true
             }]
         );

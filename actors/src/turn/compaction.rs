@@ -26,6 +26,9 @@ use ractor::{ActorProcessingErr, ActorRef};
 pub(crate) const MAX_COMPACTION_ATTEMPTS: u32 = 3;
 /// Least saving, in percent of the estimated input, for a checkpoint to be kept.
 pub(crate) const MIN_SAVING_PCT: u64 = 10;
+/// `turn_complete` reason of a `/compact` that had nothing to do (completed, no
+/// checkpoint); a detail follows after `: ` when there was history.
+pub(crate) const NOTHING_TO_COMPACT: &str = "nothing to compact";
 
 /// A compaction in progress.
 #[derive(Debug)]
@@ -36,6 +39,16 @@ pub(crate) struct Compaction {
     events: Vec<Event>,
     budget: u64,
     attempt: u32,
+}
+
+/// The messages of the summarisation request; after an overflow without image bytes.
+fn summarised(c: &Compaction) -> Vec<foya_protocol::Message> {
+    let messages = context::compaction_request(&c.events, c.budget);
+    if c.trigger == Trigger::Overflow {
+        context::without_images(messages)
+    } else {
+        messages
+    }
 }
 
 impl Turn {
@@ -56,22 +69,21 @@ impl Turn {
             Err(e) => return self.fail_context(myself, &e).await,
         };
         let events = self.args.log.read().clone();
-        if context::history(&events).is_empty() {
-            return match trigger {
-                Trigger::Manual => {
-                    let reason = Some("nothing to compact".to_owned());
-                    self.finish(myself, Vec::new(), TurnStatus::Completed, reason, None)
-                        .await
-                }
-                Trigger::Threshold | Trigger::Overflow => {
-                    let message = "the context is too large and there is no history to compact";
-                    self.compaction_failed(myself, "compaction_failed", message.into())
-                        .await
-                }
+        let history_tokens = compiled.sections.get("history").copied().unwrap_or(0);
+        let raw_total: u64 = compiled.sections.values().sum();
+        let empty = context::history(&events).is_empty();
+        if empty || !context::can_shrink(raw_total, history_tokens, MIN_SAVING_PCT) {
+            let note = if empty {
+                NOTHING_TO_COMPACT.to_owned()
+            } else {
+                format!(
+                    "{NOTHING_TO_COMPACT}: the history ({history_tokens} of {raw_total} estimated \
+                     tokens) is too short for a summary to shrink the context"
+                )
             };
+            return self.cannot_compact(myself, trigger, note).await;
         }
         let tokens_before = compiled.budget.estimated_input_tokens;
-        let history_tokens = compiled.sections.get("history").copied().unwrap_or(0);
         self.persist(vec![EventKind::CompactionStarted {
             trigger: trigger.as_str().into(),
             tokens_before,
@@ -103,7 +115,7 @@ impl Turn {
         let request = ModelRequest {
             model: self.args.config.model.clone(),
             system: COMPACTION_SYSTEM_PROMPT.into(),
-            messages: context::compaction_request(&c.events, c.budget).into(),
+            messages: summarised(c).into(),
             ..ModelRequest::default()
         };
         let client = self.args.deps.aux_client_for(&self.args.config.provider);
@@ -146,21 +158,89 @@ impl Turn {
             c.budget /= 2;
             return self.send_compaction(myself).await;
         }
+        let trigger = match std::mem::replace(&mut self.phase, Phase::Streaming) {
+            Phase::Compacting(c) => c.trigger,
+            other => {
+                self.phase = other;
+                return Ok(());
+            }
+        };
         let message = format!("the compaction request failed: {}", error.message);
-        self.compaction_failed(myself, "compaction_failed", message)
+        let class = match error.class {
+            ErrorClass::ContextOverflow => ErrorClass::ContextOverflow,
+            other if trigger == Trigger::Manual => other,
+            _ => ErrorClass::ContextOverflow,
+        };
+        self.compaction_failed(myself, trigger, "compaction_failed", class, message)
             .await
     }
 
+    /// Compaction is impossible or pointless (no history, or too little of it to save
+    /// anything): `/compact` is a no-op that says so, a threshold compaction gives way to
+    /// sending the request (the provider judges whether it fits), an overflow fails.
+    async fn cannot_compact(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        trigger: Trigger,
+        note: String,
+    ) -> Result<(), ActorProcessingErr> {
+        match trigger {
+            Trigger::Manual => {
+                self.finish(myself, Vec::new(), TurnStatus::Completed, Some(note), None)
+                    .await
+            }
+            Trigger::Threshold => self.send_uncompacted(myself, &note).await,
+            Trigger::Overflow => {
+                let message = format!("the context is too large and cannot be compacted ({note})");
+                self.compaction_failed(
+                    myself,
+                    trigger,
+                    "compaction_ineffective",
+                    ErrorClass::ContextOverflow,
+                    message,
+                )
+                .await
+            }
+        }
+    }
+
+    /// A threshold compaction did not happen: the request is sent as it is (the
+    /// estimate crossed only the threshold, not the provider's limit, which the
+    /// provider judges; an overflow it reports compacts once more or fails).
+    async fn send_uncompacted(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        why: &str,
+    ) -> Result<(), ActorProcessingErr> {
+        tracing::info!(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, why, "threshold compaction skipped; sending the request uncompacted");
+        self.compacted_in_step = true;
+        self.phase = Phase::Streaming;
+        // Boxed: `start_request` may begin this compaction, which may come back here.
+        Box::pin(self.start_request(myself)).await
+    }
+
+    /// The compaction failed: a threshold compaction sends the request uncompacted, a
+    /// `/compact` that would save too little is a no-op, anything else ends the turn
+    /// `failed` with `reason` and `class`.
     async fn compaction_failed(
         &mut self,
         myself: &ActorRef<TurnMsg>,
+        trigger: Trigger,
         reason: &str,
+        class: ErrorClass,
         message: String,
     ) -> Result<(), ActorProcessingErr> {
-        let error = ErrorInfo {
-            class: ErrorClass::ContextOverflow,
-            message,
-        };
+        match trigger {
+            Trigger::Threshold => return self.send_uncompacted(myself, &message).await,
+            Trigger::Manual if reason == "compaction_ineffective" => {
+                let note = format!("{NOTHING_TO_COMPACT}: {message}");
+                return self
+                    .finish(myself, Vec::new(), TurnStatus::Completed, Some(note), None)
+                    .await;
+            }
+            Trigger::Manual | Trigger::Overflow => {}
+        }
+        let error = ErrorInfo { class, message };
         self.finish(
             myself,
             Vec::new(),
@@ -184,11 +264,22 @@ impl Turn {
         if summary.is_empty() {
             let message = "the model returned an empty summary".to_owned();
             return self
-                .compaction_failed(myself, "compaction_failed", message)
+                .compaction_failed(
+                    myself,
+                    c.trigger,
+                    "compaction_failed",
+                    ErrorClass::ContextOverflow,
+                    message,
+                )
                 .await;
         }
         let keep_budget = (self.limits().context_window / 10).min(c.history_tokens / 4);
-        let kept = context::checkpoint_kept(&c.events, keep_budget);
+        let mut kept = context::checkpoint_kept(&c.events, keep_budget);
+        if c.trigger == Trigger::Overflow {
+            // The provider refused the request as too large (an overflow or a 413):
+            // image bytes are the likeliest cause and are not re-sent; a line names each.
+            kept = context::without_images(kept);
+        }
         let covers_up_to = c.events.last().map_or(Seq(0), |e| e.seq);
         let mut checkpoint = EventKind::CompactionCheckpoint {
             summary,
@@ -215,7 +306,13 @@ impl Turn {
                 c.tokens_before
             );
             return self
-                .compaction_failed(myself, "compaction_ineffective", message)
+                .compaction_failed(
+                    myself,
+                    c.trigger,
+                    "compaction_ineffective",
+                    ErrorClass::ContextOverflow,
+                    message,
+                )
                 .await;
         }
         if let EventKind::CompactionCheckpoint {

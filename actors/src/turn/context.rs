@@ -85,6 +85,12 @@ impl Turn {
         limits
     }
 
+    /// Whether the runtime may compact on its own: on for the runtime
+    /// (`ContextOptions::auto_compact`) and for the session (`SessionConfig::auto_compact`).
+    pub(super) fn auto_compact(&self) -> bool {
+        self.args.deps.context.auto_compact && self.args.config.auto_compact
+    }
+
     /// The session's model client.
     pub(super) fn client(&self) -> std::sync::Arc<dyn crate::provider::ModelClient> {
         self.args.deps.client_for(&self.args.config.provider)
@@ -150,8 +156,8 @@ impl Turn {
     }
 
     /// Compiles the step's context from the committed log; compacts first when the
-    /// estimate is over the threshold (once per step, when automatic compaction is on),
-    /// else persists `context_diagnostics{decision: send}` and sends the request.
+    /// estimate is over the threshold and the history is large enough to shrink (once
+    /// per step, when automatic compaction is on), else persists `context_diagnostics{decision: send}` and sends the request.
     pub(super) async fn start_request(
         &mut self,
         myself: &ActorRef<TurnMsg>,
@@ -161,9 +167,14 @@ impl Turn {
             Ok(c) => c,
             Err(e) => return self.fail_context(myself, &e).await,
         };
+        let history_tokens = compiled.sections.get("history").copied().unwrap_or(0);
+        let raw_total: u64 = compiled.sections.values().sum();
+        // Over the threshold with a history too small to shrink (the fixed part dominates
+        // a small window): send; the provider judges whether it fits.
         let compact = compiled.budget.over_threshold
-            && self.args.deps.context.auto_compact
-            && !self.compacted_in_step;
+            && self.auto_compact()
+            && !self.compacted_in_step
+            && context::can_shrink(raw_total, history_tokens, super::compaction::MIN_SAVING_PCT);
         let decision = if compact { "compact" } else { "send" };
         self.persist(vec![EventKind::ContextDiagnostics {
             step: self.step,

@@ -13,8 +13,10 @@
 //!   a blocked call, its calls get `is_error` "not run" results first (the log stays
 //!   well-formed).
 //! - stop hooks: `Block` writes `hook_continued{reason, count}` and starts another step
-//!   (the history fold turns it into a user message); at `max_hook_continuations`
-//!   consecutive blocks without a tool step in between the turn ends `completed`, reason
+//!   (the history fold turns it into a user message); `count` counts the turn's
+//!   continuations, tool steps in between included, and `stop_hook_active` is true on
+//!   every stop after the first continuation (the turn is continuing because of a hook);
+//!   a block beyond `max_hook_continuations` per turn ends it `completed`, reason
 //!   `stop_hook_limit`; `End` ends it `completed` with the hook's `stopReason` (or
 //!   `stopped by hook`).
 
@@ -43,7 +45,7 @@ pub(crate) struct ControlConfig {
     pub protection: Limits,
     /// Stop hooks, in-process and command ones, run in this order.
     pub stop_hooks: Vec<Arc<dyn StopHook>>,
-    /// Cap of consecutive stop-hook continuations without a tool step.
+    /// Cap of stop-hook continuations per turn.
     pub max_hook_continuations: u32,
 }
 
@@ -55,7 +57,7 @@ pub(crate) struct Control {
     calls: Vec<ToolCall>,
     /// The current step is the final no-tools one.
     pub(super) final_step: bool,
-    /// Consecutive stop-hook continuations without a tool step.
+    /// Stop-hook continuations of this turn (tool steps in between do not reset it).
     hook_blocks: u32,
     /// Keeps the `agent` tool's counters of this turn (from the first tool step until
     /// the turn ends; see [`Turn::end_sub_agent_scope`]).
@@ -89,7 +91,6 @@ impl Turn {
     ) -> Result<bool, ActorProcessingErr> {
         if !self.control.calls.is_empty() {
             let calls = std::mem::take(&mut self.control.calls);
-            self.control.hook_blocks = 0;
             let ids: Vec<_> = calls.iter().map(|c| &c.id).collect();
             // This run's results, read back from the end of the log to its turn_started.
             let run = Some(self.args.run_id);
@@ -128,8 +129,18 @@ impl Turn {
         Ok(false)
     }
 
-    /// The final step's request offers no tools and says why.
+    /// The final step's request offers no tools and says why; a tool withdrawn by run
+    /// protection (repeated identical failures) is not offered.
     pub(super) fn adjust_request(&self, request: &mut ModelRequest) {
+        let withdrawn = self.control.guard.withdrawn();
+        if !withdrawn.is_empty() {
+            request.tools = request
+                .tools
+                .iter()
+                .filter(|t| !withdrawn.contains(&t.name.as_str()))
+                .cloned()
+                .collect();
+        }
         if self.control.final_step {
             request.tools = std::sync::Arc::default();
             request

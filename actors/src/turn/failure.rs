@@ -60,7 +60,7 @@ impl Turn {
         myself: &ActorRef<TurnMsg>,
         error: ProviderError,
     ) -> Result<(), ActorProcessingErr> {
-        if !self.args.deps.context.auto_compact {
+        if !self.auto_compact() {
             let message = format!(
                 "{} (automatic compaction is off; send /compact or start a new session)",
                 error.message

@@ -11,8 +11,10 @@
 //!   explaining the repetition. If the model sends a blocked key again, the turn ends
 //!   `failed/loop_detected`.
 //! - **repeated failures**: when one tool failed `failure_threshold` times in a row with
-//!   the same error text, further calls of that tool in the turn are not run (an
-//!   `is_error` result explains why).
+//!   the same error text, it is withdrawn: later requests of the turn no longer offer it
+//!   ([`Guard::withdrawn`]), a call of it is not run (an `is_error` result explains why),
+//!   and a call of it in a later step, after that refusal, ends the turn
+//!   `failed/loop_detected` (a loop of refusals is a loop).
 //! - **step cycles**: each finished step has a signature (its sorted calls with results).
 //!   When the last `2 × p` signatures are a period-`p` cycle repeated twice (`p` in
 //!   `2..=max_cycle`, e.g. A-B-A-B), the turn ends `failed/loop_detected` with the cycle
@@ -65,6 +67,8 @@ pub(crate) struct Guard {
     blocked: HashMap<String, u32>,
     /// Per tool: (last error text, consecutive count).
     failures: HashMap<String, (String, u32)>,
+    /// Withdrawn tools whose call was already refused once (in an earlier step).
+    refused: std::collections::HashSet<String>,
     /// Signatures of finished steps, in order.
     steps: Vec<String>,
     /// Short labels of finished steps (for the reason).
@@ -126,6 +130,15 @@ impl Guard {
         // one step (e.g. reads before and after a write) counts once and shares the verdict
         // of its first occurrence. Repetition is counted across the steps of the turn.
         let mut this_step: HashMap<String, CallVerdict> = HashMap::new();
+        if let Some(call) = calls.iter().find(|c| self.refused.contains(&c.name)) {
+            return Err(LoopDetected(format!(
+                "the model kept calling `{}`, which was withdrawn after failing {} times in a \
+                 row with the same error and is no longer offered",
+                call.name,
+                self.limits.failure_threshold.max(1)
+            )));
+        }
+        let mut refused_now = Vec::new();
         for call in calls {
             let key = call_key(call);
             if let Some(verdict) = this_step.get(&key) {
@@ -152,6 +165,7 @@ impl Guard {
             } else if let Some((error, n)) = self.failures.get(&call.name)
                 && *n >= self.limits.failure_threshold.max(1)
             {
+                refused_now.push(call.name.clone());
                 CallVerdict::Block(format!(
                     "not run: `{}` failed {n} times in a row with the same error ({}); it is \
                      no longer offered in this turn. Try another approach.",
@@ -164,7 +178,20 @@ impl Guard {
             this_step.insert(key, verdict.clone());
             out.push(verdict);
         }
+        self.refused.extend(refused_now);
         Ok(out)
+    }
+
+    /// Tools withdrawn for the rest of the turn (failed `failure_threshold` times in a row
+    /// with the same error): requests must not offer them.
+    #[must_use]
+    pub(crate) fn withdrawn(&self) -> Vec<&str> {
+        let threshold = self.limits.failure_threshold.max(1);
+        self.failures
+            .iter()
+            .filter(|(_, (_, n))| *n >= threshold)
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// Records a finished step (its calls and their results, any order); `Err` when the

@@ -134,6 +134,10 @@ fn a_tool_failing_the_same_way_repeatedly_is_no_longer_run() {
                 .into()
         )
     );
+    assert_eq!(guard.withdrawn(), vec!["shell"]);
+    // A call of the withdrawn tool after its refusal is a loop, whatever the arguments.
+    let again = vec![call("f", "shell", json!({"command": 10}))];
+    assert!(guard.check_calls(&again).is_err());
 }
 
 #[test]

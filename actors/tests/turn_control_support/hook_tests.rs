@@ -63,6 +63,63 @@ async fn a_stop_hook_that_always_blocks_ends_at_the_cap() {
     rt.shutdown().await;
 }
 
+/// An in-process hook that always blocks and records `stop_hook_active` of each call.
+#[derive(Debug, Default)]
+struct RecordingBlock {
+    active: std::sync::Mutex<Vec<bool>>,
+}
+
+#[async_trait::async_trait]
+impl StopHook for RecordingBlock {
+    async fn on_stop(&self, input: &StopHookInput) -> StopDecision {
+        self.active.lock().unwrap().push(input.stop_hook_active);
+        StopDecision::Block {
+            reason: "not yet".into(),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_stop_hook_cap_holds_with_tool_steps_between_blocks() {
+    let tools = tools();
+    // The model answers, then (after each continuation) calls a tool and answers again.
+    let mut responses = vec![json!({"text": "done 0"})];
+    for i in 1..20 {
+        responses.push(json!({"tool_calls": [{"id": format!("p{i}"), "name": "probe", "arguments": {"i": i}}]}));
+        responses.push(json!({"text": format!("done {i}")}));
+    }
+    let client = Capture::new(json!({ "responses": responses }));
+    let requests = Arc::clone(&client.requests);
+    let hook = Arc::new(RecordingBlock::default());
+    let mut cfg = config(store(), client, &tools);
+    cfg.stop_hooks.push(hook.clone());
+    cfg.max_hook_continuations = 3;
+    let (rt, session) = start(cfg, ApprovalMode::Bypass).await;
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("go")).await.unwrap();
+    let events = until(&mut sub, is_complete).await;
+    let counts: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::HookContinued { count, .. } => Some(count),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counts, vec![1, 2, 3]);
+    assert_eq!(
+        events.last().unwrap().kind,
+        EventKind::TurnComplete {
+            status: TurnStatus::Completed,
+            reason: Some("stop_hook_limit".into()),
+            error: None,
+        }
+    );
+    // Claude Code's contract: active whenever the turn already continues because of a hook.
+    assert_eq!(*hook.active.lock().unwrap(), vec![false, true, true, true]);
+    assert_eq!(requests.lock().unwrap().len(), 7);
+    rt.shutdown().await;
+}
+
 fn hook_script(dir: &std::path::Path, body: &str) -> String {
     let path = dir.join("hook.sh");
     std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();

@@ -65,6 +65,8 @@ pub enum Kind {
     Sleep,
     /// Returns `ok <args>`.
     Probe,
+    /// Fails with `boom` (the same error every time).
+    Fail,
 }
 
 #[derive(Debug)]
@@ -109,6 +111,7 @@ impl Tool for TestTool {
     ) -> ToolOutput {
         match self.kind {
             Kind::Probe => ToolOutput::ok(format!("ok {args}")),
+            Kind::Fail => ToolOutput::error("boom"),
             Kind::Sleep => {
                 let mut child = tokio::process::Command::new("sleep")
                     .arg("30")
@@ -145,7 +148,8 @@ pub fn tool(name: &str, kind: Kind, side_effect: SideEffect) -> Arc<TestTool> {
 }
 
 /// The test tools: `sleeper` (parallel-safe `sleep 30`), `probe`, `peek` (read-only
-/// answers) and `runner` (an exec tool needing approval in `ask`).
+/// answers), `runner` (an exec tool needing approval in `ask`) and `breaker` (always
+/// fails with the same error).
 pub struct Tools {
     pub registry: Arc<ToolRegistry>,
     pub sleeper: Arc<TestTool>,
@@ -158,6 +162,7 @@ pub fn tools() -> Tools {
     registry.register(tool("probe", Kind::Probe, SideEffect::None));
     registry.register(tool("peek", Kind::Probe, SideEffect::None));
     registry.register(tool("runner", Kind::Probe, SideEffect::Exec));
+    registry.register(tool("breaker", Kind::Fail, SideEffect::None));
     Tools {
         registry: Arc::new(registry),
         sleeper,

@@ -63,6 +63,10 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(m) => m,
         Err(e) => return usage(&e),
     };
+    let auto_compact = match crate::data::auto_compact(&cwd, args.compaction) {
+        Ok(on) => on,
+        Err(e) => return usage(&e),
+    };
     let store = match resumed {
         Some(store) => store,
         None => match crate::data::open_store(&dir) {
@@ -72,6 +76,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     };
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.context.generate_titles = true;
+    config.context.auto_compact = auto_compact;
     // Where the runtime finds user commands: chat lists them with an unknown command.
     let user_dir = config.context.resolved_user_dir();
     config.attachments = Some(std::sync::Arc::new(
@@ -143,6 +148,12 @@ async fn open(
                 .session(id)
                 .await
                 .context("cannot open the session")?;
+            // The model of the command line, as `foya run --session` (`config_changed`
+            // when it differs from the session's).
+            session
+                .set_model(args.provider.provider.clone(), model)
+                .await
+                .context("cannot switch the session's model")?;
             eprintln!("{}", crate::render::dim(&format!("resumed session {id}")));
             let cwd = store.session(id)?.map_or(cwd, |s| s.cwd);
             (session, cwd)

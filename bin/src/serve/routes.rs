@@ -129,6 +129,8 @@ struct CreateSession {
     model: Option<String>,
     title: Option<String>,
     max_steps: Option<u32>,
+    /// `false`: this session is never compacted automatically (persisted with it).
+    auto_compact: Option<bool>,
 }
 
 /// A JSON body in which every field is optional: zero bytes (whatever the content type)
@@ -188,6 +190,7 @@ async fn create_session(
     config.provider.clone_from(&state.defaults.provider);
     config.model = body.model.unwrap_or_else(|| state.defaults.model.clone());
     config.max_steps = body.max_steps.or(Some(state.defaults.max_steps));
+    config.auto_compact = body.auto_compact.unwrap_or(true);
     let session = state.runtime.create_session(config).await?;
     if let Some(title) = body.title {
         session.set_title(title).await?;

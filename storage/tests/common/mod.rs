@@ -241,6 +241,10 @@ pub fn all_kinds() -> Vec<EventKind> {
             count: 2,
         },
         EventKind::SessionDeleted {},
+        EventKind::ConfigChanged {
+            provider: "openai-chat".into(),
+            model: "m-2".into(),
+        },
     ]
 }
 
@@ -271,8 +275,9 @@ pub fn variant_index(kind: &EventKind) -> usize {
         EventKind::ContextDiagnostics { .. } => 20,
         EventKind::HookContinued { .. } => 21,
         EventKind::SessionDeleted {} => 22,
+        EventKind::ConfigChanged { .. } => 23,
     }
 }
 
 /// Number of `EventKind` variants (`variant_index` + 1 of the last).
-pub const VARIANTS: usize = 23;
+pub const VARIANTS: usize = 24;

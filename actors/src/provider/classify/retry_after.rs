@@ -1,8 +1,12 @@
-//! Retry-after parsing for the classifier: headers (`retry-after-ms`, `retry-after`,
-//! `anthropic-ratelimit-*-reset`, `x-ratelimit-reset-*`) and message text.
+//! Retry-after parsing for the classifier: the vendors' headers (`retry-after-ms`,
+//! `retry-after`, `anthropic-ratelimit-*-reset`, `x-ratelimit-reset-*`), the gateways'
+//! forms (LiteLLM's `llm_provider-` prefixed copies, OpenRouter's hints inside the error
+//! body, Cloudflare's IETF `RateLimit` header and `retry_after` field), Google's
+//! `RetryInfo`, and message text.
 
 use regex::Regex;
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
@@ -13,16 +17,50 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// The wait the provider asked for, in milliseconds: `retry-after-ms`, `retry-after`
-/// (seconds or HTTP date), `anthropic-ratelimit-*-reset` (RFC 3339),
-/// `x-ratelimit-reset-*` (`1s`, `6m0s`, `20ms`), then the message text ("try again in
-/// 1.5s", "Please retry after 20 seconds").
+/// The wait the provider asked for, in milliseconds: the headers (see
+/// [`retry_after_headers`]), then the message text ("try again in 1.5s", "Please retry
+/// after 20 seconds").
 #[must_use]
 pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Option<u64> {
-    if let Some(ms) = header(headers, "retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+    retry_after_headers(headers, now).or_else(|| retry_after_from_text(message))
+}
+
+/// [`retry_after_ms`] with the error body's hints between the headers and the text (see
+/// [`retry_after_from_body`]).
+#[must_use]
+pub fn retry_after_hint(
+    headers: &HeaderMap,
+    body: Option<&Value>,
+    message: &str,
+    now: SystemTime,
+) -> Option<u64> {
+    retry_after_headers(headers, now)
+        .or_else(|| body.and_then(|b| retry_after_from_body(b, now)))
+        .or_else(|| retry_after_from_text(message))
+}
+
+/// Prefix LiteLLM's proxy puts before every header of the upstream provider's response
+/// (`llm_provider-retry-after`, `llm_provider-x-ratelimit-reset-tokens`, …); older
+/// proxies send the upstream's `retry-after` only in this form.
+const LITELLM_PREFIX: &str = "llm_provider-";
+
+/// The wait asked for in response headers, in milliseconds, first found of:
+/// `retry-after-ms` (OpenAI, Azure), `retry-after` (seconds or HTTP date; every vendor,
+/// OpenRouter, Cloudflare), each also with LiteLLM's `llm_provider-` prefix; then the
+/// longest reset among `anthropic-ratelimit-*-reset` (RFC 3339), `x-ratelimit-reset*`
+/// (`1s`, `6m0s`, `20ms`, plain seconds, or a Unix time in seconds or milliseconds as
+/// OpenRouter sends it; prefixed or not), `ratelimit-reset` (IETF draft, seconds) and
+/// `ratelimit` (IETF draft structured form as Cloudflare sends it, `"default";r=0;t=30`:
+/// the `t` of an exhausted item, else the longest `t`).
+#[must_use]
+pub fn retry_after_headers(headers: &HeaderMap, now: SystemTime) -> Option<u64> {
+    let find = |name: &str| {
+        header(headers, name).or_else(|| header(headers, &format!("{LITELLM_PREFIX}{name}")))
+    };
+    if let Some(ms) = find("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Some(ms.max(0.0) as u64);
     }
-    if let Some(v) = header(headers, "retry-after") {
+    if let Some(v) = find("retry-after") {
         if let Ok(secs) = v.parse::<f64>() {
             return Some((secs.max(0.0) * 1000.0) as u64);
         }
@@ -32,23 +70,117 @@ pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Op
     }
     let mut resets: Vec<u64> = Vec::new();
     for (name, value) in headers {
-        let (name, Ok(value)) = (name.as_str(), value.to_str()) else {
+        let Ok(value) = value.to_str() else {
             continue;
         };
+        let name = name.as_str();
+        let name = name.strip_prefix(LITELLM_PREFIX).unwrap_or(name);
+        let value = value.trim();
         if name.starts_with("anthropic-ratelimit-") && name.ends_with("-reset") {
-            if let Some(at) = parse_rfc3339(value.trim()) {
+            if let Some(at) = parse_rfc3339(value) {
                 resets.push(until(at, now));
             }
-        } else if name.starts_with("x-ratelimit-reset")
-            && let Some(ms) = parse_go_duration(value.trim())
+        } else if name.starts_with("x-ratelimit-reset") {
+            if let Some(ms) = reset_value(value, now) {
+                resets.push(ms);
+            }
+        } else if name == "ratelimit-reset" {
+            if let Ok(secs) = value.parse::<f64>() {
+                resets.push((secs.max(0.0) * 1000.0) as u64);
+            }
+        } else if name == "ratelimit"
+            && let Some(ms) = structured_reset(value)
         {
             resets.push(ms);
         }
     }
-    if let Some(max) = resets.into_iter().max() {
-        return Some(max);
+    resets.into_iter().max()
+}
+
+/// A reset header's value: a Unix time in milliseconds (≥ 10^12) or seconds (≥ 10^9),
+/// plain seconds, or a Go-style duration.
+fn reset_value(value: &str, now: SystemTime) -> Option<u64> {
+    if let Ok(n) = value.parse::<f64>() {
+        let at = if n >= 1e12 {
+            SystemTime::UNIX_EPOCH + Duration::from_millis(n as u64)
+        } else if n >= 1e9 {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(n as u64)
+        } else {
+            return Some((n.max(0.0) * 1000.0) as u64);
+        };
+        return Some(until(at, now));
     }
-    retry_after_from_text(message)
+    parse_go_duration(value)
+}
+
+/// The wait of an IETF `RateLimit` header (`"default";r=0;t=30, "burst";r=5;t=2`): the
+/// longest `t` among exhausted items (`r=0`), else the longest `t`, in milliseconds.
+fn structured_reset(value: &str) -> Option<u64> {
+    let mut exhausted: Option<u64> = None;
+    let mut any: Option<u64> = None;
+    for item in value.split(',') {
+        let mut remaining = None;
+        let mut reset = None;
+        for param in item.split(';').skip(1) {
+            match param.trim().split_once('=') {
+                Some(("r", v)) => remaining = v.trim().parse::<u64>().ok(),
+                Some(("t", v)) => reset = v.trim().parse::<u64>().ok(),
+                _ => {}
+            }
+        }
+        let Some(t) = reset.map(|t| t.saturating_mul(1000)) else {
+            continue;
+        };
+        any = any.max(Some(t));
+        if remaining == Some(0) {
+            exhausted = exhausted.max(Some(t));
+        }
+    }
+    exhausted.or(any)
+}
+
+/// The wait stated in an error body, in milliseconds: OpenRouter's
+/// `error.metadata.headers` (the upstream's or its own `Retry-After` /
+/// `X-RateLimit-Reset`, read like response headers), a `retry_after` number in seconds
+/// (top level or under `error`, as Cloudflare's error JSON has it), or Google's
+/// `RetryInfo` (`error.details[].retryDelay`, `"20s"`).
+#[must_use]
+pub fn retry_after_from_body(body: &Value, now: SystemTime) -> Option<u64> {
+    let body = match body {
+        Value::Array(items) => items.first()?,
+        other => other,
+    };
+    let error = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
+    if let Some(Value::Object(embedded)) = error.get("metadata").and_then(|m| m.get("headers")) {
+        let mut map = HeaderMap::new();
+        for (k, v) in embedded {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => continue,
+            };
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()),
+                HeaderValue::from_str(&text),
+            ) {
+                map.insert(name, value);
+            }
+        }
+        if let Some(ms) = retry_after_headers(&map, now) {
+            return Some(ms);
+        }
+    }
+    for holder in [error, body] {
+        if let Some(secs) = holder.get("retry_after").and_then(Value::as_f64) {
+            return Some((secs.max(0.0) * 1000.0) as u64);
+        }
+    }
+    error
+        .get("details")
+        .and_then(Value::as_array)?
+        .iter()
+        .find_map(|d| d.get("retryDelay").and_then(Value::as_str))
+        .and_then(parse_go_duration)
 }
 
 fn until(at: SystemTime, now: SystemTime) -> u64 {

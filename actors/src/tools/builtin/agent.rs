@@ -222,6 +222,7 @@ impl AgentTool {
             model: parent.model,
             title: None,
             max_steps: None,
+            auto_compact: parent.auto_compact,
             parent: Some(ParentRef {
                 session_id: ctx.session_id,
                 run_id: ctx.run_id,
