@@ -49,6 +49,11 @@ pub(crate) enum Command {
     SimServer(crate::sim_server::SimServerArgs),
     /// Drive many sessions through turns and report throughput, latency and resources.
     Loadtest(crate::loadtest::LoadtestArgs),
+    /// Inspect the configured MCP tool servers.
+    Mcp {
+        #[command(subcommand)]
+        command: crate::mcp::McpCommand,
+    },
 }
 
 /// Where sessions are stored.
@@ -121,6 +126,8 @@ pub(crate) struct RunArgs {
     /// default) or `none` (no fsync: faster, a machine crash may lose recent events).
     #[arg(long, default_value = "immediate", value_parser = parse_durability)]
     pub(crate) durability: foya_storage::Durability,
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
     /// The prompt.
     #[arg(required = true, num_args = 1..)]
     pub(crate) prompt: Vec<String>,
@@ -191,6 +198,10 @@ pub(crate) struct ServeArgs {
     /// Ask the model for a title on each session's first input (an extra request).
     #[arg(long)]
     pub(crate) generate_titles: bool,
+    /// MCP servers: `--mcp`/`--no-mcp` choose those of sessions created without
+    /// `mcp_servers`.
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
 }
 
 #[derive(Debug, Args)]
@@ -212,6 +223,8 @@ pub(crate) struct ChatArgs {
     /// Resume this session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
 }
 
 fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
@@ -236,6 +249,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Node(args) => crate::node::node(args).await,
         Command::SimServer(args) => crate::sim_server::sim_server(args).await,
         Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
+        Command::Mcp { command } => crate::mcp::mcp(command).await,
     }
 }
 

@@ -7,6 +7,7 @@ mod cluster_list;
 mod data;
 mod listen;
 mod loadtest;
+mod mcp;
 mod node;
 mod render;
 mod run;

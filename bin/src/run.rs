@@ -69,6 +69,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     // Read before the store is opened: a broken project config creates nothing.
     let stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
+    let mcp = crate::mcp::load(&cwd, &args.mcp).map_err(Failure::Usage)?;
     let store = match session_store {
         Some(store) => store,
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
@@ -76,6 +77,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
 
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.stop_hook_commands = stop_hook_commands;
+    config.mcp = mcp;
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
@@ -123,6 +125,7 @@ async fn open_session(
         config.provider.clone_from(&args.provider.provider);
         config.model = model;
         config.max_steps = Some(args.steps.max_steps);
+        config.mcp_servers = args.mcp.selection();
         let session = runtime
             .create_session(config)
             .await

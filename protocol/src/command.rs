@@ -102,6 +102,10 @@ pub struct SessionConfig {
     /// Set for sub-agent sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentRef>,
+    /// The MCP servers (configured names) whose tools this session sees; `None`: every
+    /// server the runtime's configuration does not set `enabled = false`; empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<String>>,
 }
 
 impl SessionConfig {
@@ -116,6 +120,7 @@ impl SessionConfig {
             title: None,
             max_steps: None,
             parent: None,
+            mcp_servers: None,
         }
     }
 }

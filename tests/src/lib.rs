@@ -2,6 +2,7 @@
 //! real HTTP), the path of the real `foya` binary and its child processes' piped stdio.
 pub mod child;
 pub mod foya_bin;
+pub mod mcp;
 pub mod mock_provider;
 pub mod procs;
 

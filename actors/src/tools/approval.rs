@@ -13,6 +13,7 @@
 //! | exec | Deny | Ask(WW) | Ask(WW) | Allow(WW) | Allow(None) |
 //! | exec with `network: true` | Deny | Ask(WW+net) | Ask(WW+net) | Ask(WW+net) | Allow(None) |
 //! | network | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
+//! | external (MCP) | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
 //!
 //! WW = `WorkspaceWrite { network: false }`, WW+net = `WorkspaceWrite { network: true }`.
 //! Exec tools declare that they need the network with a boolean `network` argument. A call whose grant key is in the session's
@@ -131,6 +132,22 @@ fn request_for(spec: &ToolSpec, args: &serde_json::Value, cwd: &Path) -> Request
     let name = &spec.name;
     let arg = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
     match spec.side_effect {
+        SideEffect::External => {
+            let shown = args.to_string();
+            let action = match shown.char_indices().nth(500) {
+                Some((at, _)) => format!("{name} {}…", &shown[..at]),
+                None => format!("{name} {shown}"),
+            };
+            Request {
+                class: Class::Network,
+                reason: format!(
+                    "`{name}` is a tool of an MCP server: its effects are not known to Foya"
+                ),
+                grant_key: name.clone(),
+                action,
+                sandbox: SandboxPolicy::None,
+            }
+        }
         SideEffect::Exec => {
             let command = arg("command").unwrap_or_default().to_owned();
             let words = if command.contains(SHELL_META) {
@@ -207,6 +224,7 @@ fn side_effect_name(side_effect: SideEffect) -> &'static str {
         SideEffect::Write => "write",
         SideEffect::Exec => "exec",
         SideEffect::Network => "network",
+        SideEffect::External => "external",
     }
 }
 

@@ -217,3 +217,44 @@ fn dot_dot_inside_the_working_directory_stays_inside() {
         )
     );
 }
+
+#[test]
+fn mcp_tools_ask_in_every_mode_but_bypass_and_grant_per_server_and_tool() {
+    let tool = spec("mcp__fs__write", SideEffect::External);
+    let args = json!({"path": "a.txt"});
+    let cwd = Path::new("/w");
+    let none = BTreeSet::new();
+    let asked = ask(
+        "mcp__fs__write {\"path\":\"a.txt\"}",
+        "`mcp__fs__write` is a tool of an MCP server: its effects are not known to Foya",
+        "mcp__fs__write",
+        SandboxPolicy::None,
+    );
+    for mode in [Ask, AutoEdit, Auto] {
+        assert_eq!(evaluate(mode, &tool, &args, cwd, &none), asked, "{mode:?}");
+    }
+    assert_eq!(
+        evaluate(ReadOnly, &tool, &args, cwd, &none),
+        deny("mcp__fs__write", "external")
+    );
+    assert_eq!(
+        evaluate(Bypass, &tool, &args, cwd, &none),
+        allow(SandboxPolicy::None)
+    );
+    let granted: BTreeSet<String> = ["mcp__fs__write".to_owned()].into();
+    assert_eq!(
+        evaluate(Auto, &tool, &args, cwd, &granted),
+        allow(SandboxPolicy::None)
+    );
+    let other = spec("mcp__fs__delete", SideEffect::External);
+    assert_eq!(
+        evaluate(Auto, &other, &args, cwd, &granted),
+        ask(
+            "mcp__fs__delete {\"path\":\"a.txt\"}",
+            "`mcp__fs__delete` is a tool of an MCP server: its effects are not known to Foya",
+            "mcp__fs__delete",
+            SandboxPolicy::None,
+        ),
+        "a grant covers one server's one tool"
+    );
+}

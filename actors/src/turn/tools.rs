@@ -195,7 +195,7 @@ impl Turn {
             .iter()
             .map(|(_, call)| {
                 (!cancelled)
-                    .then(|| pre_start(&self.args.deps.tools, &self.args.config, call))
+                    .then(|| pre_start(&self.registry, &self.args.config, call))
                     .flatten()
             })
             .collect();
@@ -228,7 +228,7 @@ impl Turn {
                 run_id: self.args.run_id,
                 step: self.step,
                 index,
-                tools: std::sync::Arc::clone(&self.args.deps.tools),
+                tools: std::sync::Arc::clone(&self.registry),
                 call,
                 config: self.args.config.clone(),
                 cancel: self.args.cancel.child_token(),

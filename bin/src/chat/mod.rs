@@ -63,6 +63,10 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(m) => m,
         Err(e) => return usage(&e),
     };
+    let mcp = match crate::mcp::load(&cwd, &args.mcp) {
+        Ok(mcp) => mcp,
+        Err(e) => return usage(&e),
+    };
     let store = match resumed {
         Some(store) => store,
         None => match crate::data::open_store(&dir) {
@@ -72,6 +76,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     };
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.context.generate_titles = true;
+    config.mcp = mcp;
     // Where the runtime finds user commands: chat lists them with an unknown command.
     let user_dir = config.context.resolved_user_dir();
     config.attachments = Some(std::sync::Arc::new(
@@ -153,6 +158,7 @@ async fn open(
             config.provider.clone_from(&args.provider.provider);
             config.model = model;
             config.max_steps = Some(args.steps.max_steps);
+            config.mcp_servers = args.mcp.selection();
             let session = runtime
                 .create_session(config)
                 .await

@@ -222,6 +222,8 @@ impl AgentTool {
             model: parent.model,
             title: None,
             max_steps: None,
+            // A sub-agent uses the parent's MCP servers.
+            mcp_servers: parent.mcp_servers,
             parent: Some(ParentRef {
                 session_id: ctx.session_id,
                 run_id: ctx.run_id,
