@@ -235,13 +235,13 @@ fn mcp_list_shows_each_servers_state_and_tools() {
         .collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0]["name"], "broken");
+    let state = lines[0]["state"].as_str().unwrap();
     assert!(
-        lines[0]["state"]
-            .as_str()
-            .unwrap()
-            .starts_with("failed: MCP server `broken` could not be started"),
-        "{}",
-        lines[0]
+        state.starts_with(
+            "failed: MCP server `broken` (/nonexistent/mcp-server) failed to initialize: "
+        ) && state.contains("its stderr: foya-sandbox: ")
+            && state.contains("No such file or directory"),
+        "{state}"
     );
     assert_eq!(lines[1]["name"], "everything");
     assert_eq!(lines[1]["state"], "running");

@@ -3,7 +3,8 @@
 //! Owns: how each content block reads (text as is; an image or audio block as a line
 //! naming its type and size; an embedded resource as its URI then its text, or a line
 //! naming a binary blob; a resource link as its URI and name), `structuredContent`
-//! (its JSON, after the blocks, unless a text block already carries the same JSON),
+//! (its JSON, after the blocks, only when no block is text: a server that sends text
+//! meant it for the model, and the spec asks it to put the same JSON there),
 //! `isError` → `is_error`, and the cap: like the shell tool's output, the first
 //! [`OUTPUT_HEAD_BYTES`] and last [`OUTPUT_TAIL_BYTES`] bytes are kept with
 //! `[... N bytes of output cut ...]` between them. Control characters are kept (the log
@@ -24,17 +25,11 @@ pub fn render(result: &Value) -> ToolOutput {
     for block in blocks {
         parts.push(block_text(block));
     }
-    if let Some(structured) = result.get("structuredContent") {
-        let json = structured.to_string();
-        let repeated = blocks.iter().any(|b| {
-            b.get("text")
-                .and_then(Value::as_str)
-                .and_then(|t| serde_json::from_str::<Value>(t).ok())
-                .is_some_and(|v| &v == structured)
-        });
-        if !repeated {
-            parts.push(format!("structured content: {json}"));
-        }
+    let has_text = blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("text"));
+    if let Some(structured) = result.get("structuredContent")
+        && !has_text
+    {
+        parts.push(format!("structured content: {structured}"));
     }
     let text = if parts.is_empty() {
         "(the tool returned no content)".to_owned()
@@ -104,7 +99,6 @@ mod tests {
     fn every_content_kind_reads_as_text_and_is_error_carries_over() {
         let result = json!({
             "content": [
-                {"type": "text", "text": "hello\u{1b}[31m"},
                 {"type": "image", "mimeType": "image/png", "data": "AAAA"},
                 {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "inside"}},
                 {"type": "resource", "resource": {"uri": "file:///b", "mimeType": "application/zip", "blob": "AAAAAAAA"}},
@@ -116,7 +110,7 @@ mod tests {
         assert_eq!(
             render(&result),
             ToolOutput {
-                content: "hello\u{1b}[31m\n[image: image/png, 3 bytes]\n[resource file:///a.txt]\ninside\n\
+                content: "[image: image/png, 3 bytes]\n[resource file:///a.txt]\ninside\n\
                           [resource file:///b: application/zip, 6 bytes of binary data]\n\
                           [resource link file:///c (c)]\nstructured content: {\"n\":1}"
                     .into(),
@@ -126,9 +120,9 @@ mod tests {
     }
 
     #[test]
-    fn structured_content_repeated_in_text_is_not_repeated_and_output_is_capped() {
-        let result = json!({"content": [{"type": "text", "text": "{\"n\": 1}"}], "structuredContent": {"n": 1}});
-        assert_eq!(render(&result), ToolOutput::ok("{\"n\": 1}"));
+    fn structured_content_is_left_out_next_to_text_and_output_is_capped() {
+        let result = json!({"content": [{"type": "text", "text": "a\u{1b}[31m"}], "structuredContent": {"result": "a"}});
+        assert_eq!(render(&result), ToolOutput::ok("a\u{1b}[31m"), "control characters kept");
         assert_eq!(render(&json!({})), ToolOutput::ok("(the tool returned no content)"));
         let huge = "x".repeat(100_000);
         let out = render(&json!({"content": [{"type": "text", "text": huge}]}));

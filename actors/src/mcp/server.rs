@@ -382,20 +382,32 @@ impl Server {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(format!("MCP server `{}`: no stdio pipes", self.name));
         };
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(log_stderr(Arc::from(self.name.as_str()), stderr));
-        }
-        let service = self
-            .handler
-            .clone()
-            .serve((stdout, stdin))
-            .await
-            .map_err(|e| {
-                format!(
-                    "MCP server `{}` ({command}) failed to initialize: {e} (its stderr is in the log)",
+        let tail = StderrTail::default();
+        let stderr_done = child
+            .stderr
+            .take()
+            .map(|stderr| tokio::spawn(log_stderr(Arc::from(self.name.as_str()), stderr, Arc::clone(&tail))));
+        let service = match self.handler.clone().serve((stdout, stdin)).await {
+            Ok(service) => service,
+            Err(e) => {
+                // What the server (or the helper, when the program cannot run) said last.
+                if let Some(done) = stderr_done {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
+                }
+                let said = tail
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                let said = if said.is_empty() { String::new() } else { format!("; its stderr: {said}") };
+                return Err(format!(
+                    "MCP server `{}` ({command}) failed to initialize: {e}{said}",
                     self.name
-                )
-            })?;
+                ));
+            }
+        };
         Ok(Connection {
             service,
             generation: 0,
@@ -524,9 +536,15 @@ impl Drop for AbandonGuard {
     }
 }
 
+/// The last lines a stdio server wrote to stderr (at most [`STDERR_TAIL_LINES`]).
+type StderrTail = Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+
+/// How many stderr lines a failed start quotes.
+const STDERR_TAIL_LINES: usize = 5;
+
 /// Copies a stdio server's stderr to the tracing log, one event per line (lines capped
-/// at 2 000 characters).
-async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr) {
+/// at 2 000 characters), keeping the last lines in `tail`.
+async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr, tail: StderrTail) {
     let mut lines = tokio::io::BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
@@ -535,7 +553,13 @@ async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr) {
             Ok(0) | Err(_) => return,
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line);
-                tracing::info!(mcp.server = %server, stderr = %clip(text.trim_end(), 2_000), "mcp server stderr");
+                let text = clip(text.trim_end(), 2_000);
+                tracing::info!(mcp.server = %server, stderr = %text, "mcp server stderr");
+                let mut tail = tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(text);
             }
         }
     }
