@@ -90,7 +90,12 @@ fn names(config: &McpConfig) -> String {
     if config.servers.is_empty() {
         return "none".into();
     }
-    config.servers.keys().cloned().collect::<Vec<_>>().join(", ")
+    config
+        .servers
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {

@@ -29,8 +29,9 @@ fn installed(path: PathBuf, what: &str) -> PathBuf {
 #[must_use]
 pub fn everything_js() -> PathBuf {
     installed(
-        repo_root()
-            .join(".mcp-deps/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+        repo_root().join(
+            ".mcp-deps/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ),
         "@modelcontextprotocol/server-everything",
     )
 }

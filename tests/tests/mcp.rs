@@ -45,7 +45,10 @@ impl Setup {
             &self.path("data"),
             &self.path("work"),
         );
-        command.env("HOME", self.path("home")).arg("--json").args(args);
+        command
+            .env("HOME", self.path("home"))
+            .arg("--json")
+            .args(args);
         command
     }
 }
@@ -107,7 +110,10 @@ fn everything_over_stdio_runs_read_only_tools_and_asks_for_the_others() {
         .iter()
         .map(|l| l["name"].as_str().unwrap().to_owned())
         .collect();
-    assert!(started.contains(&"mcp__everything__echo".to_owned()), "{started:?}");
+    assert!(
+        started.contains(&"mcp__everything__echo".to_owned()),
+        "{started:?}"
+    );
     let finished = of_type(&lines, "tool_finished");
     let timing = finished.iter().find(|l| l["tool_call_id"] == "c1").unwrap();
     assert!(timing["duration_ms"].is_u64(), "{timing}");
@@ -116,7 +122,10 @@ fn everything_over_stdio_runs_read_only_tools_and_asks_for_the_others() {
     let asked = of_type(&lines, "approval_requested");
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["tool_name"], "mcp__everything__get-sum");
-    assert_eq!(asked[0]["action"], "mcp__everything__get-sum {\"a\":2,\"b\":3}");
+    assert_eq!(
+        asked[0]["action"],
+        "mcp__everything__get-sum {\"a\":2,\"b\":3}"
+    );
     let sum = message_of(&lines, "c2");
     assert_eq!(sum["is_error"], true);
     assert!(
@@ -128,7 +137,10 @@ fn everything_over_stdio_runs_read_only_tools_and_asks_for_the_others() {
     let invalid = message_of(&lines, "c3");
     assert_eq!(invalid["is_error"], true);
     assert!(
-        invalid["content"].as_str().unwrap().starts_with("invalid arguments for `mcp__everything__echo`"),
+        invalid["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid arguments for `mcp__everything__echo`"),
         "{invalid}"
     );
 }
@@ -182,7 +194,10 @@ fn everything_over_streamable_http_with_a_bearer_token_and_progress_updates() {
             .env("EVERYTHING_TOKEN", "not-a-real-token"),
     );
     assert_eq!(code, Some(0), "{lines:#?}");
-    assert_eq!(message_of(&lines, "c1")["content"], "The sum of 2 and 3 is 5.");
+    assert_eq!(
+        message_of(&lines, "c1")["content"],
+        "The sum of 2 and 3 is 5."
+    );
     assert_eq!(
         message_of(&lines, "c2")["content"],
         "Long running operation completed. Duration: 0.4 seconds, Steps: 2."
@@ -265,12 +280,14 @@ fn the_mcp_flags_choose_the_sessions_servers() {
             {"text": "done"}
         ]),
     );
-    let out = setup.run("bypass", &["--mcp", "nope", "go"]).output().unwrap();
+    let out = setup
+        .run("bypass", &["--mcp", "nope", "go"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains(
-            "--mcp nope: no MCP server `nope` is configured (configured: everything)"
-        ),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--mcp nope: no MCP server `nope` is configured (configured: everything)"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -52,7 +52,9 @@ impl Setup {
             &self.path("data"),
             &self.path("work"),
         );
-        command.env("HOME", self.path("home")).args(["--json", "go"]);
+        command
+            .env("HOME", self.path("home"))
+            .args(["--json", "go"]);
         command
     }
 
@@ -121,7 +123,11 @@ fn a_crash_mid_call_is_a_tool_error_and_the_server_restarts_on_its_next_use() {
         "{crash}"
     );
     assert_eq!(result_of(&lines, "c2"), ("ok: again".to_owned(), false));
-    let starts = setup.record().iter().filter(|l| l.starts_with("started")).count();
+    let starts = setup
+        .record()
+        .iter()
+        .filter(|l| l.starts_with("started"))
+        .count();
     assert_eq!(starts, 2, "restarted once: {:?}", setup.record());
 }
 
@@ -193,7 +199,10 @@ fn error_huge_and_image_results_read_as_capped_text() {
     let cut = 200_010 - 2 * 16 * 1024;
     assert!(huge.contains(&format!("\n[... {cut} bytes of output cut ...]\n")));
     let (image, is_error) = result_of(&lines, "c3");
-    assert_eq!((image.as_str(), is_error), ("[image: image/png, 70 bytes]", false));
+    assert_eq!(
+        (image.as_str(), is_error),
+        ("[image: image/png, 70 bytes]", false)
+    );
 }
 
 #[test]
@@ -215,7 +224,10 @@ fn cancelling_mid_call_sends_notifications_cancelled_and_ends_the_turn_within_a_
     let end = read_until(&piped.lines, deadline, |l| l["type"] == "turn_complete");
     let took = sent.elapsed();
     assert_eq!(end.last().unwrap()["status"], "cancelled");
-    assert!(took < Duration::from_secs(1), "the turn ended after {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the turn ended after {took:?}"
+    );
     assert_eq!(wait_exit(piped.child, deadline).code(), Some(130));
     setup.await_record("cancelled hang", deadline);
 }
@@ -243,5 +255,51 @@ fn a_sigkilled_foya_leaves_no_server_process() {
     assert!(
         foya_tests::procs::wait_exited(&[server], deadline),
         "the MCP server {server} outlived a SIGKILLed foya"
+    );
+}
+
+#[test]
+fn a_server_that_fails_to_restart_fails_the_call_with_why_and_the_turn_goes_on() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__crash", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__ok", json!({"text": "again"}))]},
+            {"text": "done"}
+        ]),
+    );
+    // The server starts once; every later start fails with a line on stderr.
+    let wrapper = setup.path("once.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e {marker} ]; then echo 'refusing to start again' >&2; exit 1; fi\n\
+             touch {marker}\nexec {python} {server}\n",
+            marker = setup.path("started-once").display(),
+            python = python().display(),
+            server = failing_server().display(),
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).unwrap();
+    let config = format!(
+        "[mcp_servers.failing]\ncommand = {}\nenv = {{ MCP_RECORD = {} }}\n",
+        toml_path(&wrapper),
+        toml_path(&setup.path("record.txt")),
+    );
+    write_user_config(&setup.path("home"), &config);
+
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "the turn goes on: {lines:#?}");
+    assert!(result_of(&lines, "c1").1);
+    let (again, is_error) = result_of(&lines, "c2");
+    assert!(is_error);
+    assert!(
+        again.starts_with("MCP server `failing` is unavailable (restarted in ")
+            && again.contains("failed to initialize")
+            && again.contains("its stderr: refusing to start again"),
+        "{again}"
     );
 }

@@ -243,9 +243,8 @@ impl McpConfig {
         project_root: &Path,
         trust_project: bool,
     ) -> Result<Self, String> {
-        let read = |path: &Path| {
-            crate::provider::config::read_optional(path).map_err(|e| e.to_string())
-        };
+        let read =
+            |path: &Path| crate::provider::config::read_optional(path).map_err(|e| e.to_string());
         let mut config = Self::default();
         if let Some(path) = user_file
             && let Some(text) = read(path)?

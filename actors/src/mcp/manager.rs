@@ -3,8 +3,8 @@
 //!
 //! Owns: which servers a session uses (its `SessionConfig::mcp_servers`, else every
 //! server not configured `enabled = false`), the names of their tools (unique across
-//! servers), and skipping a server that cannot be listed this step (its error is
-//! logged and returned). Must not: hold a server's lock across another server's work.
+//! servers), and what a step offers of a server that cannot be listed now (the tools it
+//! listed last, if any; its error is returned for the log). Must not: hold a server's lock across another server's work.
 
 use super::config::McpConfig;
 use super::names;
@@ -91,29 +91,35 @@ impl McpManager {
     pub async fn tools(&self, selected: Option<&[String]>, reserved: &[String]) -> McpTools {
         let servers = self.selected(selected);
         let listings =
-            futures::future::join_all(servers.iter().map(|s| async move { s.tools().await }))
-                .await;
+            futures::future::join_all(servers.iter().map(|s| async move { s.tools().await })).await;
         let mut out = McpTools::default();
         let mut taken: BTreeSet<String> = reserved.iter().cloned().collect();
         for (server, listing) in servers.into_iter().zip(listings) {
-            match listing {
-                Ok(listed) => {
-                    out.key.push(Arc::as_ptr(&listed) as usize);
-                    for tool in listed.iter().filter(|t| server.config.offers(&t.name)) {
-                        let name = names::unique(
-                            names::qualified(&server.name, &tool.name),
-                            &server.name,
-                            &tool.name,
-                            &mut taken,
-                        );
-                        out.tools
-                            .push(Arc::new(McpTool::new(Arc::clone(server), tool, name)));
+            // A server that fails now keeps the tools it listed last: their calls fail
+            // with why (or find it restarted).
+            let listed = match listing {
+                Ok(listed) => listed,
+                Err(error) => {
+                    out.errors.push(error);
+                    match server.last_listed() {
+                        Some(listed) => listed,
+                        None => {
+                            out.key.push(0);
+                            continue;
+                        }
                     }
                 }
-                Err(error) => {
-                    out.key.push(0);
-                    out.errors.push(error);
-                }
+            };
+            out.key.push(Arc::as_ptr(&listed) as usize);
+            for tool in listed.iter().filter(|t| server.config.offers(&t.name)) {
+                let name = names::unique(
+                    names::qualified(&server.name, &tool.name),
+                    &server.name,
+                    &tool.name,
+                    &mut taken,
+                );
+                out.tools
+                    .push(Arc::new(McpTool::new(Arc::clone(server), tool, name)));
             }
         }
         out
@@ -124,7 +130,9 @@ impl McpManager {
     pub async fn report(&self) -> Vec<ServerReport> {
         let mut reports = Vec::new();
         for server in self.servers.values() {
-            let listed = self.tools(Some(std::slice::from_ref(&server.name)), &[]).await;
+            let listed = self
+                .tools(Some(std::slice::from_ref(&server.name)), &[])
+                .await;
             let tools = listed
                 .tools
                 .iter()

@@ -74,7 +74,11 @@ mod tests {
         assert_eq!(long.len(), MAX_TOOL_NAME);
         assert!(valid(&long));
         assert!(long.starts_with("mcp__server__xxx"));
-        assert_ne!(long, qualified("server", &"x".repeat(101)), "hash of the whole name");
+        assert_ne!(
+            long,
+            qualified("server", &"x".repeat(101)),
+            "hash of the whole name"
+        );
 
         let mut taken = BTreeSet::new();
         let a = unique(qualified("s", "a.b"), "s", "a.b", &mut taken);

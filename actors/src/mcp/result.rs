@@ -25,7 +25,9 @@ pub fn render(result: &Value) -> ToolOutput {
     for block in blocks {
         parts.push(block_text(block));
     }
-    let has_text = blocks.iter().any(|b| b.get("type").and_then(Value::as_str) == Some("text"));
+    let has_text = blocks
+        .iter()
+        .any(|b| b.get("type").and_then(Value::as_str) == Some("text"));
     if let Some(structured) = result.get("structuredContent")
         && !has_text
     {
@@ -122,12 +124,22 @@ mod tests {
     #[test]
     fn structured_content_is_left_out_next_to_text_and_output_is_capped() {
         let result = json!({"content": [{"type": "text", "text": "a\u{1b}[31m"}], "structuredContent": {"result": "a"}});
-        assert_eq!(render(&result), ToolOutput::ok("a\u{1b}[31m"), "control characters kept");
-        assert_eq!(render(&json!({})), ToolOutput::ok("(the tool returned no content)"));
+        assert_eq!(
+            render(&result),
+            ToolOutput::ok("a\u{1b}[31m"),
+            "control characters kept"
+        );
+        assert_eq!(
+            render(&json!({})),
+            ToolOutput::ok("(the tool returned no content)")
+        );
         let huge = "x".repeat(100_000);
         let out = render(&json!({"content": [{"type": "text", "text": huge}]}));
         let cut = 100_000 - OUTPUT_HEAD_BYTES - OUTPUT_TAIL_BYTES;
-        assert!(out.content.contains(&format!("[... {cut} bytes of output cut ...]")));
+        assert!(
+            out.content
+                .contains(&format!("[... {cut} bytes of output cut ...]"))
+        );
         assert!(out.content.len() < OUTPUT_HEAD_BYTES + OUTPUT_TAIL_BYTES + 100);
     }
 }

@@ -78,13 +78,18 @@ pub(crate) struct Server {
     /// `notifications/cancelled` being sent for dropped calls: shutdown waits for them
     /// before it closes the connection.
     cancels: Cancels,
+    /// The last successful listing, kept through failures: while the server is down
+    /// its tools stay known, so a call of one fails with why (or restarts it).
+    last_listed: std::sync::Mutex<Option<Arc<Vec<rmcp::model::Tool>>>>,
 }
 
 type Cancels = Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>;
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Server")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -116,6 +121,7 @@ impl Server {
             tools_changed,
             state: std::sync::Mutex::new(ServerState::NotStarted),
             cancels: Cancels::default(),
+            last_listed: std::sync::Mutex::default(),
         }
     }
 
@@ -148,11 +154,16 @@ impl Server {
         {
             return Ok(Arc::clone(tools));
         }
-        let listed = tokio::time::timeout(self.config.startup_timeout(), peer.list_all_tools()).await;
+        let listed =
+            tokio::time::timeout(self.config.startup_timeout(), peer.list_all_tools()).await;
         match listed {
             Ok(Ok(tools)) => {
                 let tools = Arc::new(tools);
                 slot.tools = Some(Arc::clone(&tools));
+                *self
+                    .last_listed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::clone(&tools));
                 Ok(tools)
             }
             Ok(Err(e)) => {
@@ -170,6 +181,14 @@ impl Server {
                 Err(message)
             }
         }
+    }
+
+    /// The last successful listing, if any (see [`Server::tools`]).
+    pub(crate) fn last_listed(&self) -> Option<Arc<Vec<rmcp::model::Tool>>> {
+        self.last_listed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Calls tool `tool` (the server's name for it) with `arguments`; progress lines go
@@ -274,7 +293,10 @@ impl Server {
     /// after the last failure has passed.
     async fn connect(&self, slot: &mut Slot) -> Result<Peer<RoleClient>, String> {
         if slot.stopped {
-            return Err(format!("MCP server `{}` is stopped (the runtime is shutting down)", self.name));
+            return Err(format!(
+                "MCP server `{}` is stopped (the runtime is shutting down)",
+                self.name
+            ));
         }
         if let Some(connection) = &slot.connection {
             if !connection.service.is_closed() {
@@ -352,7 +374,10 @@ impl Server {
         match (&self.config.command, &self.config.url) {
             (Some(command), _) => self.start_stdio(command).await,
             (None, Some(url)) => self.start_http(url).await,
-            (None, None) => Err(format!("MCP server `{}` has neither command nor url", self.name)),
+            (None, None) => Err(format!(
+                "MCP server `{}` has neither command nor url",
+                self.name
+            )),
         }
     }
 
@@ -376,17 +401,23 @@ impl Server {
             .envs(&self.config.env)
             .stdin(std::process::Stdio::piped());
         let mut child = prepared.command.spawn().map_err(|e| {
-            format!("MCP server `{}` could not be started ({command}): {e}", self.name)
+            format!(
+                "MCP server `{}` could not be started ({command}): {e}",
+                self.name
+            )
         })?;
         let group = ProcessGroupGuard::new(child.id());
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(format!("MCP server `{}`: no stdio pipes", self.name));
         };
         let tail = StderrTail::default();
-        let stderr_done = child
-            .stderr
-            .take()
-            .map(|stderr| tokio::spawn(log_stderr(Arc::from(self.name.as_str()), stderr, Arc::clone(&tail))));
+        let stderr_done = child.stderr.take().map(|stderr| {
+            tokio::spawn(log_stderr(
+                Arc::from(self.name.as_str()),
+                stderr,
+                Arc::clone(&tail),
+            ))
+        });
         let service = match self.handler.clone().serve((stdout, stdin)).await {
             Ok(service) => service,
             Err(e) => {
@@ -401,7 +432,11 @@ impl Server {
                     .map(String::as_str)
                     .collect::<Vec<_>>()
                     .join(" | ");
-                let said = if said.is_empty() { String::new() } else { format!("; its stderr: {said}") };
+                let said = if said.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its stderr: {said}")
+                };
                 return Err(format!(
                     "MCP server `{}` ({command}) failed to initialize: {e}{said}",
                     self.name
@@ -430,10 +465,17 @@ impl Server {
             config = config.auth_header(token);
         }
         let mut headers = std::collections::HashMap::new();
-        let pairs = self.config.http_headers.iter().map(|(k, v)| Ok((k.clone(), v.clone())));
+        let pairs = self
+            .config
+            .http_headers
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.clone())));
         let from_env = self.config.env_http_headers.iter().map(|(k, var)| {
             std::env::var(var).map(|v| (k.clone(), v)).map_err(|_| {
-                format!("MCP server `{}`: the environment variable {var} (header {k}) is not set", self.name)
+                format!(
+                    "MCP server `{}`: the environment variable {var} (header {k}) is not set",
+                    self.name
+                )
             })
         });
         for pair in pairs.chain(from_env) {
@@ -447,7 +489,10 @@ impl Server {
         config = config.custom_headers(headers);
         let transport = StreamableHttpClientTransport::from_config(config);
         let service = self.handler.clone().serve(transport).await.map_err(|e| {
-            format!("MCP server `{}` ({url}) failed to initialize: {e}", self.name)
+            format!(
+                "MCP server `{}` ({url}) failed to initialize: {e}",
+                self.name
+            )
         })?;
         Ok(Connection {
             service,
@@ -555,7 +600,9 @@ async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr, tail:
                 let text = String::from_utf8_lossy(&line);
                 let text = clip(text.trim_end(), 2_000);
                 tracing::info!(mcp.server = %server, stderr = %text, "mcp server stderr");
-                let mut tail = tail.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut tail = tail
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if tail.len() == STDERR_TAIL_LINES {
                     tail.pop_front();
                 }

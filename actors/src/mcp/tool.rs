@@ -29,9 +29,8 @@ impl McpTool {
         let tool = listed.name.to_string();
         let config = &server.config;
         let hints = listed.annotations.as_ref();
-        let server_says_writes = hints.is_some_and(|a| {
-            a.read_only_hint == Some(false) || a.destructive_hint == Some(true)
-        });
+        let server_says_writes = hints
+            .is_some_and(|a| a.read_only_hint == Some(false) || a.destructive_hint == Some(true));
         let read_only = config.read_only_tools.iter().any(|t| *t == tool) && !server_says_writes;
         let mut parameters = serde_json::Value::Object((*listed.input_schema).clone());
         if let Some(schema) = parameters.as_object_mut() {
@@ -49,7 +48,10 @@ impl McpTool {
             .unwrap_or_default();
         let spec = ToolSpec {
             name,
-            description: format!("{description} (tool `{tool}` of MCP server `{}`)", server.name),
+            description: format!(
+                "{description} (tool `{tool}` of MCP server `{}`)",
+                server.name
+            ),
             parameters,
             parallel_safe: config.parallel_safe_tools.iter().any(|t| *t == tool),
             side_effect: if read_only {

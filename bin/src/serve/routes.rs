@@ -159,15 +159,15 @@ async fn create_session(
     config.model = body.model.unwrap_or_else(|| state.defaults.model.clone());
     config.max_steps = body.max_steps.or(Some(state.defaults.max_steps));
     if let Some(names) = &body.mcp_servers {
-        let known = state
-            .runtime
-            .mcp()
-            .map(|m| m.names())
-            .unwrap_or_default();
+        let known = state.runtime.mcp().map(|m| m.names()).unwrap_or_default();
         if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
             return Err(ApiError::bad_request(format!(
                 "mcp_servers: no MCP server `{unknown}` is configured (configured: {})",
-                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
             )));
         }
     }
