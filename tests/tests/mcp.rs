@@ -303,3 +303,35 @@ fn the_mcp_flags_choose_the_sessions_servers() {
     assert_eq!(code, Some(0));
     assert_eq!(message_of(&lines, "c1")["content"], "Echo: x");
 }
+
+#[test]
+fn the_load_test_drives_an_mcp_tool_shared_by_its_sessions_and_reports_its_cost_per_call() {
+    let setup = Setup::new(&stdio_config("read_only_tools = [\"echo\"]\n"), &json!([]));
+    let report = setup.path("report.json");
+    let out = foya()
+        .env("HOME", setup.path("home"))
+        .current_dir(setup.path("work"))
+        .args(["loadtest", "--sessions", "4", "--turns", "2"])
+        .args(["--tool-name", "mcp__everything__echo"])
+        .args(["--tool-args", r#"{"message": "step {step} call {call}"}"#])
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    // 4 sessions × 2 turns × 2 tool steps × 1 call, every one run by the one server.
+    assert_eq!(report["tool_calls_run"], 16, "{report:#}");
+    assert_eq!(report["turns_completed"], 8);
+    assert!(
+        report["tool_ms_per_call"].as_f64().unwrap() >= 0.0,
+        "{report:#}"
+    );
+    assert!(stdout.contains("tool calls 16 (16 ran, "), "{stdout}");
+}

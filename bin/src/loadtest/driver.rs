@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     /// CPU the drivers spend handling received updates (the load generator's own work,
     /// not the runtime's).
     pub(crate) driver_cpu: Arc<super::cpu::CpuMeter>,
+    /// The sessions' MCP servers (`--mcp`/`--no-mcp`).
+    pub(crate) mcp_servers: Option<Vec<String>>,
 }
 
 /// What one session driver counted.
@@ -109,6 +111,7 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
     config.provider = "loadtest".into();
     config.model.clone_from(&shared.model);
     config.title = Some(format!("loadtest {index}"));
+    config.mcp_servers.clone_from(&shared.mcp_servers);
     let created = tokio::select! {
         () = shared.stop.cancelled() => {
             out.interrupted = u64::from(shared.turns);

@@ -97,6 +97,7 @@ async fn setup(
         stop,
         progress: ProgressBar::hidden(),
         driver_cpu: Arc::default(),
+        mcp_servers: None,
     });
     (store, shared)
 }
