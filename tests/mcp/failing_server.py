@@ -3,7 +3,9 @@ Foya's MCP client must survive: a crash mid-call, a hang past the timeout, an er
 result, a huge result, an image result, a tool list that changes, progress.
 
 Every call and every cancellation is appended to $MCP_RECORD (one line each), so a test
-can see what reached the server: `call NAME`, `cancelled NAME`, `started PID`.
+can see what reached the server: `started PID`, `call NAME`, `cancelled NAME` (the
+call's task was cancelled), `notified cancelled REASON` (a `notifications/cancelled`
+arrived from the client).
 """
 
 import asyncio
@@ -11,7 +13,9 @@ import base64
 import os
 import sys
 
+import anyio
 from mcp.server.fastmcp import Context, FastMCP, Image
+from mcp.server.stdio import stdio_server
 
 RECORD = os.environ.get("MCP_RECORD", os.devnull)
 mcp = FastMCP("failing")
@@ -56,6 +60,15 @@ async def hang(ctx: Context) -> str:
 
 
 @mcp.tool()
+def write(path: str) -> str:
+    """Writes a file (to see the server's sandbox)."""
+    record("call write")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("written")
+    return f"wrote {path}"
+
+
+@mcp.tool()
 def fail() -> str:
     """Answers with an error result."""
     record("call fail")
@@ -91,6 +104,27 @@ async def add_tool(ctx: Context) -> str:
     return "added the tool `added`"
 
 
+async def main() -> None:
+    """FastMCP's stdio loop, with the client's messages seen on their way in."""
+    async with stdio_server() as (read_stream, write_stream):
+        send, receive = anyio.create_memory_object_stream(100)
+
+        async def forward() -> None:
+            async with send:
+                async for message in read_stream:
+                    root = getattr(getattr(message, "message", None), "root", None)
+                    if getattr(root, "method", None) == "notifications/cancelled":
+                        params = getattr(root, "params", None) or {}
+                        record(f"notified cancelled {params.get('reason')}")
+                    await send.send(message)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(forward)
+            server = mcp._mcp_server
+            await server.run(receive, write_stream, server.create_initialization_options())
+            tasks.cancel_scope.cancel()
+
+
 if __name__ == "__main__":
     record(f"started {os.getpid()}")
-    mcp.run("stdio")
+    anyio.run(main)

@@ -156,7 +156,8 @@ fn a_hang_past_the_timeout_is_cancelled_at_the_server_and_the_turn_goes_on() {
         .find(|l| l["type"] == "tool_update")
         .expect("the server's progress");
     assert_eq!(update["message"], "waiting (1/10)");
-    setup.await_record("cancelled hang", Instant::now() + TIMEOUT);
+    let record = setup.await_record("notified cancelled timeout", Instant::now() + TIMEOUT);
+    assert!(record.contains(&"cancelled hang".to_owned()), "{record:?}");
 }
 
 #[test]
@@ -229,7 +230,8 @@ fn cancelling_mid_call_sends_notifications_cancelled_and_ends_the_turn_within_a_
         "the turn ended after {took:?}"
     );
     assert_eq!(wait_exit(piped.child, deadline).code(), Some(130));
-    setup.await_record("cancelled hang", deadline);
+    let record = setup.await_record("notified cancelled the turn was cancelled", deadline);
+    assert!(record.contains(&"cancelled hang".to_owned()), "{record:?}");
 }
 
 #[test]
@@ -301,5 +303,47 @@ fn a_server_that_fails_to_restart_fails_the_call_with_why_and_the_turn_goes_on()
             && again.contains("failed to initialize")
             && again.contains("its stderr: refusing to start again"),
         "{again}"
+    );
+}
+
+#[test]
+fn a_stdio_server_configured_with_a_sandbox_writes_only_its_working_directory() {
+    let setup = Setup::new("", &json!([]));
+    let (work, outside) = (setup.path("work"), setup.path("outside.txt"));
+    let responses = json!({"responses": [
+        {"tool_calls": [
+            call("c1", "mcp__failing__write", json!({"path": work.join("inside.txt")})),
+            call("c2", "mcp__failing__write", json!({"path": outside})),
+        ]},
+        {"text": "done"}
+    ]});
+    std::fs::write(setup.path("script.json"), responses.to_string()).unwrap();
+    let config = format!(
+        "[mcp_servers.failing]\ncommand = {}\nargs = [{}]\ncwd = {}\nsandbox = \"workspace-write\"\n\
+         env = {{ MCP_RECORD = {} }}\n",
+        toml_path(&python()),
+        toml_path(&failing_server()),
+        toml_path(&work),
+        toml_path(&work.join("record.txt")),
+    );
+    write_user_config(&setup.path("home"), &config);
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    assert_eq!(
+        result_of(&lines, "c1"),
+        (
+            format!("wrote {}", work.join("inside.txt").display()),
+            false
+        )
+    );
+    let (refused, is_error) = result_of(&lines, "c2");
+    assert!(
+        is_error && refused.contains("Permission denied"),
+        "{refused}"
+    );
+    assert!(!outside.exists());
+    assert_eq!(
+        std::fs::read_to_string(work.join("inside.txt")).unwrap(),
+        "written"
     );
 }

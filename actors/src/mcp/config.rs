@@ -14,6 +14,36 @@ pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
 /// Default `tool_timeout_ms`: 60 s (Codex CLI's default).
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 60_000;
 
+/// How a stdio server is confined (`sandbox = "…"`), through the same helper and
+/// Landlock rules as the `shell` tool's commands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerSandbox {
+    /// Unconfined (its own process group all the same).
+    #[default]
+    None,
+    /// Reads everywhere, writes nowhere, no network.
+    ReadOnly,
+    /// Reads everywhere, writes only its `cwd` and a private temp dir, no network.
+    WorkspaceWrite,
+    /// As `workspace-write`, with network access.
+    WorkspaceWriteNetwork,
+}
+
+impl ServerSandbox {
+    /// The sandbox policy it stands for.
+    #[must_use]
+    pub fn policy(self) -> crate::tools::SandboxPolicy {
+        use crate::tools::SandboxPolicy;
+        match self {
+            Self::None => SandboxPolicy::None,
+            Self::ReadOnly => SandboxPolicy::ReadOnly,
+            Self::WorkspaceWrite => SandboxPolicy::WorkspaceWrite { network: false },
+            Self::WorkspaceWriteNetwork => SandboxPolicy::WorkspaceWrite { network: true },
+        }
+    }
+}
+
 /// One `[mcp_servers.NAME]` table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,6 +65,9 @@ pub struct McpServerConfig {
     /// stdio: working directory (default: Foya's).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// stdio, Foya: the Landlock sandbox the server runs in (default `none`).
+    #[serde(default)]
+    pub sandbox: ServerSandbox,
     /// Streamable HTTP: the endpoint URL.
     #[serde(default)]
     pub url: Option<String>,

@@ -12,6 +12,7 @@ args = ["-y", "server"]
 env = { A = "1" }
 startup_timeout_ms = 500
 tool_timeout_ms = 700
+sandbox = "workspace-write"
 enabled_tools = ["read", "write"]
 disabled_tools = ["write"]
 read_only_tools = ["read"]
@@ -26,12 +27,17 @@ bearer_token_env_var = "WEB_TOKEN"
     assert_eq!(fs.env["A"], "1");
     assert_eq!(fs.startup_timeout(), std::time::Duration::from_millis(500));
     assert_eq!(fs.tool_timeout_ms(), 700);
+    assert_eq!(
+        fs.sandbox.policy(),
+        crate::tools::SandboxPolicy::WorkspaceWrite { network: false }
+    );
     assert!(fs.offers("read"));
     assert!(!fs.offers("write"), "disabled wins");
     assert!(!fs.offers("other"), "not in enabled_tools");
     let web = &config.servers["web"];
     assert_eq!(web.bearer_token_env_var.as_deref(), Some("WEB_TOKEN"));
     assert_eq!(web.tool_timeout_ms(), DEFAULT_TOOL_TIMEOUT_MS);
+    assert_eq!(web.sandbox, ServerSandbox::None);
 
     let both = "[mcp_servers.b]\ncommand = \"x\"\nurl = \"http://h\"\n";
     assert_eq!(

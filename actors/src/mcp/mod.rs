@@ -17,7 +17,7 @@ pub mod result;
 mod server;
 pub mod tool;
 
-pub use config::{McpConfig, McpServerConfig};
+pub use config::{McpConfig, McpServerConfig, ServerSandbox};
 pub use manager::{McpManager, McpTools, ServerReport};
 pub use server::ServerState;
 pub use tool::McpTool;

@@ -11,7 +11,6 @@
 
 use super::config::McpServerConfig;
 use super::handler::{Handler, clip};
-use crate::tools::SandboxPolicy;
 use crate::tools::sandbox::{ProcessGroupGuard, SandboxRunner};
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, RunningService};
@@ -389,7 +388,7 @@ impl Server {
         let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
         let mut prepared = self
             .runner
-            .spawn(SandboxPolicy::None, &cwd, command, &args)
+            .spawn(self.config.sandbox.policy(), &cwd, command, &args)
             .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
         for name in &self.config.env_vars {
             if let Some(value) = std::env::var_os(name) {

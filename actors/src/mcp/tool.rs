@@ -31,7 +31,7 @@ impl McpTool {
         let hints = listed.annotations.as_ref();
         let server_says_writes = hints
             .is_some_and(|a| a.read_only_hint == Some(false) || a.destructive_hint == Some(true));
-        let read_only = config.read_only_tools.iter().any(|t| *t == tool) && !server_says_writes;
+        let read_only = config.read_only_tools.contains(&tool) && !server_says_writes;
         let mut parameters = serde_json::Value::Object((*listed.input_schema).clone());
         if let Some(schema) = parameters.as_object_mut() {
             schema
@@ -53,7 +53,7 @@ impl McpTool {
                 server.name
             ),
             parameters,
-            parallel_safe: config.parallel_safe_tools.iter().any(|t| *t == tool),
+            parallel_safe: config.parallel_safe_tools.contains(&tool),
             side_effect: if read_only {
                 SideEffect::None
             } else {
