@@ -10,18 +10,22 @@
 //! Must not: panic or block a caller past the configured timeouts.
 
 use super::config::McpServerConfig;
-use super::handler::{Handler, clip};
+use super::handler::Handler;
 use crate::tools::sandbox::{ProcessGroupGuard, SandboxRunner};
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
-use rmcp::service::{PeerRequestOptions, RunningService};
-use rmcp::{Peer, RoleClient, ServiceExt};
+use rmcp::service::RunningService;
+use rmcp::{Peer, RoleClient};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+
+#[path = "server_call.rs"]
+mod call;
+#[path = "server_start.rs"]
+mod start;
+
+pub(crate) use call::CallOutcome;
 
 /// Longest wait between restarts of a failing server.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -90,16 +94,6 @@ impl std::fmt::Debug for Server {
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
-}
-
-/// How a call ended.
-pub(crate) enum CallOutcome {
-    /// The server's result (`CallToolResult` as JSON).
-    Result(serde_json::Value),
-    /// Failed before or without a result (the message says why).
-    Failed(String),
-    /// The call's cancellation token fired (`notifications/cancelled` was sent).
-    Cancelled,
 }
 
 impl Server {
@@ -190,104 +184,6 @@ impl Server {
             .clone()
     }
 
-    /// Calls tool `tool` (the server's name for it) with `arguments`; progress lines go
-    /// to `on_progress`. A timeout or a fired `cancel` sends `notifications/cancelled`
-    /// (and so does dropping the future while the request is in flight).
-    pub(crate) async fn call(
-        &self,
-        tool: &str,
-        arguments: serde_json::Map<String, serde_json::Value>,
-        cancel: &CancellationToken,
-        on_progress: &(dyn Fn(String) + Send + Sync),
-    ) -> CallOutcome {
-        let (peer, generation) = {
-            let mut slot = self.slot.lock().await;
-            match self.connect(&mut slot).await {
-                Ok(peer) => (peer, slot.generation),
-                Err(message) => return CallOutcome::Failed(message),
-            }
-        };
-        let mut progress = self.handler.progress.subscribe();
-        let mut params = CallToolRequestParams::new(tool.to_owned());
-        params.arguments = Some(arguments);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let handle = match peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await
-        {
-            Ok(handle) => handle,
-            Err(e) => {
-                let message = format!("MCP server `{}`: cannot send the call: {e}", self.name);
-                self.connection_lost(generation, message.clone()).await;
-                return CallOutcome::Failed(message);
-            }
-        };
-        let token = handle.progress_token.clone();
-        let mut abandoned = AbandonGuard {
-            peer: Some(peer.clone()),
-            id: handle.id.clone(),
-            reason: "the turn was cancelled",
-            sent: Arc::clone(&self.cancels),
-        };
-        let response = handle.await_response();
-        tokio::pin!(response);
-        let timeout_ms = self.config.tool_timeout_ms();
-        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                // The server answered (or the connection ended).
-                result = &mut response => {
-                    abandoned.peer = None;
-                    return match result {
-                        Ok(ServerResult::CallToolResult(result)) => {
-                            serde_json::to_value(&result)
-                                .map_or_else(|e| CallOutcome::Failed(e.to_string()), CallOutcome::Result)
-                        }
-                        Ok(_) => CallOutcome::Failed(format!(
-                            "MCP server `{}` answered the call with something that is not a tool result",
-                            self.name
-                        )),
-                        Err(rmcp::ServiceError::McpError(error)) => CallOutcome::Failed(format!(
-                            "MCP server `{}` refused the call: {} (code {})",
-                            self.name, error.message, error.code.0
-                        )),
-                        Err(e) => {
-                            let message = format!(
-                                "MCP server `{}` stopped answering during the call ({e}); it is \
-                                 restarted on its next use",
-                                self.name
-                            );
-                            self.connection_lost(generation, message.clone()).await;
-                            CallOutcome::Failed(message)
-                        }
-                    };
-                }
-                // A progress notification of this call: a `tool_update`.
-                Ok((of, text)) = progress.recv() => {
-                    if of == token {
-                        on_progress(clip(&text, 500));
-                    }
-                }
-                // The turn was cancelled: the guard tells the server.
-                () = cancel.cancelled() => {
-                    abandoned.reason = "the turn was cancelled";
-                    return CallOutcome::Cancelled;
-                }
-                // Hung past `tool_timeout_ms`: the guard tells the server.
-                () = &mut deadline => {
-                    abandoned.reason = "timeout";
-                    abandoned.send().await;
-                    return CallOutcome::Failed(format!(
-                        "MCP server `{}` did not answer within {timeout_ms} ms (tool_timeout_ms); \
-                         the call was cancelled",
-                        self.name
-                    ));
-                }
-            }
-        }
-    }
-
     /// The peer of a live connection, starting one if there is none and the backoff
     /// after the last failure has passed.
     async fn connect(&self, slot: &mut Slot) -> Result<Peer<RoleClient>, String> {
@@ -368,139 +264,6 @@ impl Server {
         }
     }
 
-    /// Starts the server and runs `initialize` (version negotiation included).
-    async fn start(&self) -> Result<Connection, String> {
-        match (&self.config.command, &self.config.url) {
-            (Some(command), _) => self.start_stdio(command).await,
-            (None, Some(url)) => self.start_http(url).await,
-            (None, None) => Err(format!(
-                "MCP server `{}` has neither command nor url",
-                self.name
-            )),
-        }
-    }
-
-    async fn start_stdio(&self, command: &str) -> Result<Connection, String> {
-        let cwd = match &self.config.cwd {
-            Some(cwd) => cwd.clone(),
-            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
-        };
-        let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
-        let mut prepared = self
-            .runner
-            .spawn(self.config.sandbox.policy(), &cwd, command, &args)
-            .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
-        for name in &self.config.env_vars {
-            if let Some(value) = std::env::var_os(name) {
-                prepared.command.env(name, value);
-            }
-        }
-        prepared
-            .command
-            .envs(&self.config.env)
-            .stdin(std::process::Stdio::piped());
-        let mut child = prepared.command.spawn().map_err(|e| {
-            format!(
-                "MCP server `{}` could not be started ({command}): {e}",
-                self.name
-            )
-        })?;
-        let group = ProcessGroupGuard::new(child.id());
-        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-            return Err(format!("MCP server `{}`: no stdio pipes", self.name));
-        };
-        let tail = StderrTail::default();
-        let stderr_done = child.stderr.take().map(|stderr| {
-            tokio::spawn(log_stderr(
-                Arc::from(self.name.as_str()),
-                stderr,
-                Arc::clone(&tail),
-            ))
-        });
-        let service = match self.handler.clone().serve((stdout, stdin)).await {
-            Ok(service) => service,
-            Err(e) => {
-                // What the server (or the helper, when the program cannot run) said last.
-                if let Some(done) = stderr_done {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
-                }
-                let said = tail
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .iter()
-                    .map(String::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" | ");
-                let said = if said.is_empty() {
-                    String::new()
-                } else {
-                    format!("; its stderr: {said}")
-                };
-                return Err(format!(
-                    "MCP server `{}` ({command}) failed to initialize: {e}{said}",
-                    self.name
-                ));
-            }
-        };
-        Ok(Connection {
-            service,
-            generation: 0,
-            child: Some(child),
-            group: Some(group),
-        })
-    }
-
-    async fn start_http(&self, url: &str) -> Result<Connection, String> {
-        use rmcp::transport::StreamableHttpClientTransport;
-        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-        if let Some(var) = &self.config.bearer_token_env_var {
-            let token = std::env::var(var).map_err(|_| {
-                format!(
-                    "MCP server `{}`: the environment variable {var} (bearer_token_env_var) is not set",
-                    self.name
-                )
-            })?;
-            config = config.auth_header(token);
-        }
-        let mut headers = std::collections::HashMap::new();
-        let pairs = self
-            .config
-            .http_headers
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.clone())));
-        let from_env = self.config.env_http_headers.iter().map(|(k, var)| {
-            std::env::var(var).map(|v| (k.clone(), v)).map_err(|_| {
-                format!(
-                    "MCP server `{}`: the environment variable {var} (header {k}) is not set",
-                    self.name
-                )
-            })
-        });
-        for pair in pairs.chain(from_env) {
-            let (name, value) = pair?;
-            let name = reqwest::header::HeaderName::try_from(name.as_str())
-                .map_err(|e| format!("MCP server `{}`: header {name}: {e}", self.name))?;
-            let value = reqwest::header::HeaderValue::try_from(value.as_str())
-                .map_err(|e| format!("MCP server `{}`: header {name}: {e}", self.name))?;
-            headers.insert(name, value);
-        }
-        config = config.custom_headers(headers);
-        let transport = StreamableHttpClientTransport::from_config(config);
-        let service = self.handler.clone().serve(transport).await.map_err(|e| {
-            format!(
-                "MCP server `{}` ({url}) failed to initialize: {e}",
-                self.name
-            )
-        })?;
-        Ok(Connection {
-            service,
-            generation: 0,
-            child: None,
-            group: None,
-        })
-    }
-
     /// Closes the connection (a stdio server sees its stdin end and gets 2 s to exit,
     /// then its process group is killed). Later calls fail.
     pub(crate) async fn shutdown(&self) {
@@ -528,85 +291,5 @@ impl Server {
             drop(group);
         }
         self.set_state(ServerState::Stopped);
-    }
-}
-
-/// Sends `notifications/cancelled` for a request abandoned before its answer: on a
-/// timeout at once, and when the call's future is dropped (a cancelled turn kills its
-/// ToolActors) from a task the server's shutdown waits for.
-struct AbandonGuard {
-    peer: Option<Peer<RoleClient>>,
-    id: rmcp::model::RequestId,
-    reason: &'static str,
-    sent: Cancels,
-}
-
-impl AbandonGuard {
-    fn notification(&self) -> rmcp::model::CancelledNotification {
-        rmcp::model::CancelledNotification::new(rmcp::model::CancelledNotificationParam::new(
-            Some(self.id.clone()),
-            Some(self.reason.to_owned()),
-        ))
-    }
-
-    /// Sends it now (bounded by 1 s).
-    async fn send(&mut self) {
-        if let Some(peer) = self.peer.take() {
-            let notification = self.notification();
-            let sent = peer.send_notification(notification.into());
-            let _ = tokio::time::timeout(Duration::from_secs(1), sent).await;
-        }
-    }
-}
-
-impl Drop for AbandonGuard {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else {
-            return;
-        };
-        let notification = self.notification();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let task = runtime.spawn(async move {
-                let sent = peer.send_notification(notification.into());
-                let _ = tokio::time::timeout(Duration::from_secs(1), sent).await;
-            });
-            let mut pending = self
-                .sent
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            pending.retain(|t| !t.is_finished());
-            pending.push(task);
-        }
-    }
-}
-
-/// The last lines a stdio server wrote to stderr (at most [`STDERR_TAIL_LINES`]).
-type StderrTail = Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
-
-/// How many stderr lines a failed start quotes.
-const STDERR_TAIL_LINES: usize = 5;
-
-/// Copies a stdio server's stderr to the tracing log, one event per line (lines capped
-/// at 2 000 characters), keeping the last lines in `tail`.
-async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr, tail: StderrTail) {
-    let mut lines = tokio::io::BufReader::new(stderr);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match lines.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line);
-                let text = clip(text.trim_end(), 2_000);
-                tracing::info!(mcp.server = %server, stderr = %text, "mcp server stderr");
-                let mut tail = tail
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if tail.len() == STDERR_TAIL_LINES {
-                    tail.pop_front();
-                }
-                tail.push_back(text);
-            }
-        }
     }
 }
