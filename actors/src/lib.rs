@@ -10,6 +10,7 @@ pub mod attachments;
 pub mod cluster;
 pub mod context;
 pub mod hooks;
+pub mod mcp;
 pub mod provider;
 pub mod tools;
 /// Project trust: whether a project's own config applies.

@@ -130,6 +130,10 @@ pub struct RuntimeConfig {
     /// The model name [`Self::model`] uses: what a session without a model records when
     /// its provider is empty or [`Self::default_provider`]. Default empty.
     pub default_model: String,
+    /// MCP tool servers shared by every session (none by default); each step of a turn
+    /// offers the tools of the servers its session uses
+    /// ([`foya_protocol::SessionConfig::mcp_servers`]). Stopped by [`Runtime::close`].
+    pub mcp: Option<Arc<crate::mcp::McpManager>>,
 }
 
 /// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
@@ -176,6 +180,7 @@ impl RuntimeConfig {
             idle_log_events: DEFAULT_IDLE_LOG_EVENTS,
             default_provider: String::new(),
             default_model: String::new(),
+            mcp: None,
         }
     }
 }
@@ -202,6 +207,8 @@ pub(crate) struct RuntimeDeps {
     /// [`RuntimeConfig::default_provider`] and [`RuntimeConfig::default_model`].
     pub default_provider: String,
     pub default_model: String,
+    /// [`RuntimeConfig::mcp`].
+    pub mcp: Option<Arc<crate::mcp::McpManager>>,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -341,6 +348,7 @@ impl Runtime {
             idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
             default_provider: config.default_provider,
             default_model: config.default_model,
+            mcp: config.mcp,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
@@ -523,7 +531,16 @@ impl Runtime {
         {
             tracing::warn!("actors still held the store when the shutdown wait ended");
         }
+        if let Some(mcp) = &self.inner.deps.mcp {
+            mcp.shutdown().await;
+        }
         self.inner.deps.store.close().await;
+    }
+
+    /// The runtime's MCP servers, if any are configured.
+    #[must_use]
+    pub fn mcp(&self) -> Option<&Arc<crate::mcp::McpManager>> {
+        self.inner.deps.mcp.as_ref()
     }
 
     /// The `agent` tool, when sub-agents are on.

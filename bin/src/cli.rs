@@ -63,6 +63,11 @@ pub(crate) enum Command {
     /// Trust a project, so its own .foya/config.toml (provider profiles, hooks) applies;
     /// or list the trusted projects, or revoke a trust.
     Trust(crate::trust::TrustArgs),
+    /// Inspect the configured MCP tool servers.
+    Mcp {
+        #[command(subcommand)]
+        command: crate::mcp::McpCommand,
+    },
 }
 
 /// Where sessions are stored.
@@ -148,6 +153,8 @@ pub(crate) struct RunArgs {
     /// default) or `none` (no fsync: faster, a machine crash may lose recent events).
     #[arg(long, default_value = "immediate", value_parser = parse_durability)]
     pub(crate) durability: foya_storage::Durability,
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
     /// The prompt.
     #[arg(required = true, num_args = 1..)]
     pub(crate) prompt: Vec<String>,
@@ -220,6 +227,10 @@ pub(crate) struct ServeArgs {
     pub(crate) generate_titles: bool,
     #[command(flatten)]
     pub(crate) compaction: CompactionArg,
+    /// MCP servers: `--mcp`/`--no-mcp` choose those of sessions created without
+    /// `mcp_servers`.
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
 }
 
 #[derive(Debug, Args)]
@@ -243,6 +254,8 @@ pub(crate) struct ChatArgs {
     /// Resume this session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
 }
 
 fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
@@ -269,6 +282,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
         Command::Store { command } => crate::store_cmd::store(command).await,
         Command::Trust(args) => crate::trust::trust(&args),
+        Command::Mcp { command } => crate::mcp::mcp(command).await,
     }
 }
 

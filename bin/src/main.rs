@@ -8,6 +8,7 @@ mod damage;
 mod data;
 mod listen;
 mod loadtest;
+mod mcp;
 mod node;
 mod render;
 mod run;

@@ -70,6 +70,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     // Read before the store is opened: a broken project config creates nothing.
     let stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
     let auto_compact = crate::data::auto_compact(&cwd, args.compaction).map_err(Failure::Usage)?;
+    let mcp = crate::mcp::load(&cwd, &args.mcp).map_err(Failure::Usage)?;
     let store = match session_store {
         Some(store) => store,
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
@@ -78,6 +79,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.stop_hook_commands = stop_hook_commands;
     config.context.auto_compact = auto_compact;
+    config.mcp = mcp;
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
@@ -125,6 +127,7 @@ async fn open_session(
         config.provider.clone_from(&args.provider.provider);
         config.model = model;
         config.max_steps = Some(args.steps.max_steps);
+        config.mcp_servers = args.mcp.selection();
         let session = runtime
             .create_session(config)
             .await

@@ -107,6 +107,10 @@ pub struct SessionConfig {
     /// fails the turn. `/compact` works either way. Default `true` (absent when true).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub auto_compact: bool,
+    /// The MCP servers (configured names) whose tools this session sees; `None`: every
+    /// server the runtime's configuration does not set `enabled = false`; empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<String>>,
 }
 
 fn yes() -> bool {
@@ -131,6 +135,7 @@ impl SessionConfig {
             max_steps: None,
             parent: None,
             auto_compact: true,
+            mcp_servers: None,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! | exec naming a protected path, or git writing `.git` | Deny | Ask(WW+P)¹ | Ask(WW+P)¹ | Ask(WW+P)¹ | Allow(None) |
 //! | exec with `network: true` | Deny | Ask(WW+net) | Ask(WW+net) | Ask(WW+net) | Allow(None) |
 //! | network | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
+//! | external (MCP) | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
 //!
 //! WW = `WorkspaceWrite { network: false }` (the protected paths inside the working
 //! directory stay read-only, see `protected.rs`), WW+net = `WorkspaceWrite { network:
@@ -151,6 +152,22 @@ fn request_for(
     let name = &spec.name;
     let arg = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
     match spec.side_effect {
+        SideEffect::External => {
+            let shown = args.to_string();
+            let action = match shown.char_indices().nth(500) {
+                Some((at, _)) => format!("{name} {}…", &shown[..at]),
+                None => format!("{name} {shown}"),
+            };
+            Request {
+                class: Class::Network,
+                reason: format!(
+                    "`{name}` is a tool of an MCP server: its effects are not known to Foya"
+                ),
+                grant_key: name.clone(),
+                action,
+                sandbox: SandboxPolicy::None,
+            }
+        }
         SideEffect::Exec => {
             let command = arg("command").unwrap_or_default().to_owned();
             let network = args.get("network").and_then(serde_json::Value::as_bool) == Some(true);
@@ -270,6 +287,7 @@ fn side_effect_name(side_effect: SideEffect) -> &'static str {
         SideEffect::Write => "write",
         SideEffect::Exec => "exec",
         SideEffect::Network => "network",
+        SideEffect::External => "external",
     }
 }
 

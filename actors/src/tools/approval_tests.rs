@@ -347,3 +347,44 @@ fn protected_paths_are_asked_in_every_mode_but_bypass_whichever_tool_writes_them
         );
     }
 }
+
+#[test]
+fn mcp_tools_ask_in_every_mode_but_bypass_and_grant_per_server_and_tool() {
+    let tool = spec("mcp__fs__write", SideEffect::External);
+    let args = json!({"path": "a.txt"});
+    let cwd = Path::new("/w");
+    let none = BTreeSet::new();
+    let asked = ask(
+        "mcp__fs__write {\"path\":\"a.txt\"}",
+        "`mcp__fs__write` is a tool of an MCP server: its effects are not known to Foya",
+        "mcp__fs__write",
+        SandboxPolicy::None,
+    );
+    for mode in [Ask, AutoEdit, Auto] {
+        assert_eq!(eval(mode, &tool, &args, cwd, &none), asked, "{mode:?}");
+    }
+    assert_eq!(
+        eval(ReadOnly, &tool, &args, cwd, &none),
+        deny("mcp__fs__write", "external")
+    );
+    assert_eq!(
+        eval(Bypass, &tool, &args, cwd, &none),
+        allow(SandboxPolicy::None)
+    );
+    let granted: BTreeSet<String> = ["mcp__fs__write".to_owned()].into();
+    assert_eq!(
+        eval(Auto, &tool, &args, cwd, &granted),
+        allow(SandboxPolicy::None)
+    );
+    let other = spec("mcp__fs__delete", SideEffect::External);
+    assert_eq!(
+        eval(Auto, &other, &args, cwd, &granted),
+        ask(
+            "mcp__fs__delete {\"path\":\"a.txt\"}",
+            "`mcp__fs__delete` is a tool of an MCP server: its effects are not known to Foya",
+            "mcp__fs__delete",
+            SandboxPolicy::None,
+        ),
+        "a grant covers one server's one tool"
+    );
+}

@@ -41,6 +41,10 @@ pub enum SideEffect {
     Exec,
     /// Talks to the network.
     Network,
+    /// Served by an MCP server: its effects are unknown to Foya (the server is another
+    /// party), so every call asks unless the mode is `bypass`; the grant key is the
+    /// tool's name (`mcp__<server>__<tool>`).
+    External,
 }
 
 /// What a tool declares about itself.

@@ -89,9 +89,14 @@ pub(crate) struct Turn {
     /// How many events of the session log the step's request was compiled from; a retry
     /// rebuilds the same request from that prefix (`None`: no request in this step yet).
     pub(super) request_history_len: Option<usize>,
-    /// The tool schemas this turn offers (built once: the approval mode is fixed for
-    /// the turn).
+    /// The tool schemas this step offers (the approval mode is fixed for the turn; MCP
+    /// servers may change their tools between steps, see `turn/mcp.rs`).
     pub(super) tools: crate::context::ToolSet,
+    /// The tools this step validates and runs: the runtime's, plus the MCP tools of
+    /// the session's servers.
+    pub(super) registry: std::sync::Arc<crate::tools::ToolRegistry>,
+    /// Which MCP listings `registry` was built from (see `McpTools::key`).
+    pub(super) mcp_key: Option<Vec<usize>>,
     pub(super) control: super::control::Control,
     /// Events not written yet (the step's `step_started`): [`Turn::persist`] puts them
     /// before the events it writes next, one append instead of two. The compiler does
@@ -186,6 +191,7 @@ impl Turn {
         if self.before_step(myself).await? {
             return Ok(());
         }
+        self.refresh_mcp_tools().await;
         self.step += 1;
         self.attempt = 1;
         self.compacted_in_step = false;
@@ -265,6 +271,8 @@ impl Actor for TurnActor {
             compacted_in_step: false,
             request_history_len: None,
             tools: args.deps.tools.tool_set(args.config.approval_mode),
+            registry: std::sync::Arc::clone(&args.deps.tools),
+            mcp_key: None,
             args,
             step: 0,
             attempt: 1,

@@ -202,7 +202,7 @@ impl Turn {
         // writes what is pending before any call runs): one append fewer per step.
         self.pending.extend(kinds);
         self.control.calls.clone_from(&calls);
-        let mut run = ToolRun::new(calls.clone(), &self.args.deps.tools);
+        let mut run = ToolRun::new(calls.clone(), &self.registry);
         let mut first_blocked = None;
         for (index, verdict) in verdicts.into_iter().enumerate() {
             let verdict = super::duplicates::verdict_for(&repeated, index, verdict);

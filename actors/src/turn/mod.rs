@@ -42,6 +42,7 @@ mod context;
 mod control;
 mod duplicates;
 mod failure;
+mod mcp;
 pub(crate) mod protection;
 mod tools;
 

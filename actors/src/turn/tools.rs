@@ -197,7 +197,7 @@ impl Turn {
             .iter()
             .map(|(_, call)| {
                 (!cancelled)
-                    .then(|| pre_start(&self.args.deps.tools, &self.args.config, &protected, call))
+                    .then(|| pre_start(&self.registry, &self.args.config, &protected, call))
                     .flatten()
             })
             .collect();
@@ -230,7 +230,7 @@ impl Turn {
                 run_id: self.args.run_id,
                 step: self.step,
                 index,
-                tools: std::sync::Arc::clone(&self.args.deps.tools),
+                tools: std::sync::Arc::clone(&self.registry),
                 call,
                 config: self.args.config.clone(),
                 protected: protected.clone(),

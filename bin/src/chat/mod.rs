@@ -67,6 +67,10 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(on) => on,
         Err(e) => return usage(&e),
     };
+    let mcp = match crate::mcp::load(&cwd, &args.mcp) {
+        Ok(mcp) => mcp,
+        Err(e) => return usage(&e),
+    };
     let store = match resumed {
         Some(store) => store,
         None => match crate::data::open_store(&dir) {
@@ -77,6 +81,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.context.generate_titles = true;
     config.context.auto_compact = auto_compact;
+    config.mcp = mcp;
     // Where the runtime finds user commands: chat lists them with an unknown command.
     let user_dir = config.context.resolved_user_dir();
     config.attachments = Some(std::sync::Arc::new(
@@ -164,6 +169,7 @@ async fn open(
             config.provider.clone_from(&args.provider.provider);
             config.model = model;
             config.max_steps = Some(args.steps.max_steps);
+            config.mcp_servers = args.mcp.selection();
             let session = runtime
                 .create_session(config)
                 .await

@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) driver_cpu: Arc<super::cpu::CpuMeter>,
     /// When the run started: the drivers' [`Timeline`]s count from it.
     pub(crate) started: Instant,
+    /// The sessions' MCP servers (`--mcp`/`--no-mcp`).
+    pub(crate) mcp_servers: Option<Vec<String>>,
 }
 
 /// What one session driver counted.
@@ -116,6 +118,7 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
     config.provider = "loadtest".into();
     config.model.clone_from(&shared.model);
     config.title = Some(format!("loadtest {index}"));
+    config.mcp_servers.clone_from(&shared.mcp_servers);
     let created = tokio::select! {
         () = shared.stop.cancelled() => {
             out.interrupted = u64::from(shared.turns);

@@ -98,6 +98,7 @@ async fn setup(
         progress: ProgressBar::hidden(),
         driver_cpu: Arc::default(),
         started: std::time::Instant::now(),
+        mcp_servers: None,
     });
     (store, shared)
 }

@@ -101,6 +101,11 @@ pub(crate) struct LoadtestArgs {
     pub(crate) subscriber_buffer: usize,
     #[command(flatten)]
     pub(crate) sim: SimArgs,
+    /// MCP servers of the sessions (`[mcp_servers]` of the user's config.toml). The
+    /// sessions run in `read-only` mode: only tools listed in a server's
+    /// `read_only_tools` are offered; call one with `--tool-name mcp__SERVER__TOOL`.
+    #[command(flatten)]
+    pub(crate) mcp: crate::mcp::McpArgs,
 }
 
 /// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
@@ -195,6 +200,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let driver_cpu = Arc::new(cpu::CpuMeter::default());
     let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
     config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
+    let here = std::env::current_dir().context("no current directory")?;
+    config.mcp = crate::mcp::load(&here, &args.mcp)?;
     config.retry.max_attempts = args.max_attempts;
     config.subscriber_buffer = args.subscriber_buffer;
     let runtime = Runtime::start(config)
@@ -215,6 +222,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         progress: progress.clone(),
         driver_cpu: Arc::clone(&driver_cpu),
         started: Instant::now(),
+        mcp_servers: args.mcp.selection(),
     });
     let sampling = CancellationToken::new();
     let memory = timeline::sample_memory(shared.started, sampling.clone());
@@ -421,6 +429,7 @@ fn build_report(
     let mut overhead = Vec::new();
     let mut latency = Vec::new();
     let mut timeline = timeline::Timeline::since(shared.started);
+    let mut tool_ms_total = 0u64;
     for out in outcomes {
         timeline.merge(out.timeline);
         report.turns_completed += out.completed;
@@ -442,6 +451,7 @@ fn build_report(
         relay.extend(out.relay_ms);
         // The n-th gap of a session follows its n-th tool-calling step: subtract that
         // step's tool time to leave what the runtime added.
+        tool_ms_total += out.tool_ms.iter().sum::<u64>();
         if let Some(slot) = shared.slots.get(out.index) {
             let slot = probe::lock(slot);
             for (gap, tool_ms) in slot.gaps.iter().zip(&out.tool_ms) {
@@ -455,6 +465,8 @@ fn build_report(
         report.model_requests += slot.requests;
         latency.extend(slot.latencies.iter().map(|d| d.as_secs_f64() * 1e3));
     }
+    report.tool_ms_per_call =
+        (report.tool_calls_run > 0).then(|| tool_ms_total as f64 / report.tool_calls_run as f64);
     report.relay_latency_ms = Percentiles::of(&mut relay);
     report.overhead_us = Percentiles::of(&mut overhead);
     report.model_latency_ms = Percentiles::of(&mut latency);

@@ -81,6 +81,10 @@ pub(crate) struct Report {
     pub(crate) tool_calls: u64,
     /// Tool calls that ran (`tool_finished` events).
     pub(crate) tool_calls_run: u64,
+    /// Mean wall time of a tool call that ran (`tool_finished.duration_ms`), in
+    /// milliseconds: the cost of a call as the model waits for it (an MCP tool's
+    /// round trip to its server included).
+    pub(crate) tool_ms_per_call: Option<f64>,
     /// Model requests sent (retries included).
     pub(crate) model_requests: u64,
     /// Events committed to the store during the run.
@@ -247,10 +251,14 @@ impl Report {
             self.turns_completed, self.turns_failed, self.turns_interrupted
         ));
         line(format!(
-            "work       steps {}  tool calls {} ({} ran)  model requests {}  events persisted {} in {} commits  deltas {}",
+            "work       steps {}  tool calls {} ({} ran, {})  model requests {}  events persisted {} in {} commits  deltas {}",
             self.steps,
             self.tool_calls,
             self.tool_calls_run,
+            self.tool_ms_per_call.map_or_else(
+                || "no wall time".to_owned(),
+                |ms| format!("{ms:.2} ms each")
+            ),
             self.model_requests,
             self.events_persisted,
             self.commits,

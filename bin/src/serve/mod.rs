@@ -45,6 +45,8 @@ pub(crate) struct Defaults {
     pub(crate) provider: String,
     pub(crate) model: String,
     pub(crate) max_steps: u32,
+    /// `mcp_servers` of a session created without them (`--mcp`/`--no-mcp`).
+    pub(crate) mcp_servers: Option<Vec<String>>,
 }
 
 /// What every handler shares.
@@ -169,6 +171,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let store = crate::data::open_store(&dir).map_err(failed)?;
     let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
     let mut config = RuntimeConfig::new(store.clone(), model);
+    config.mcp = crate::mcp::load(&cwd, &args.mcp).map_err(usage)?;
     config.attachments = Some(Arc::clone(&attachments));
     config.context.generate_titles = args.generate_titles;
     config.context.auto_compact = auto_compact;
@@ -203,6 +206,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
             provider: args.provider.provider.clone(),
             model: model_name,
             max_steps: args.steps.max_steps,
+            mcp_servers: args.mcp.selection(),
         }),
         shutdown: shutdown.clone(),
         overview: Arc::default(),

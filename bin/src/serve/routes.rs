@@ -131,6 +131,8 @@ struct CreateSession {
     max_steps: Option<u32>,
     /// `false`: this session is never compacted automatically (persisted with it).
     auto_compact: Option<bool>,
+    /// The MCP servers the session uses (configured names); default: the server's.
+    mcp_servers: Option<Vec<String>>,
 }
 
 /// A JSON body in which every field is optional: zero bytes (whatever the content type)
@@ -191,6 +193,22 @@ async fn create_session(
     config.model = body.model.unwrap_or_else(|| state.defaults.model.clone());
     config.max_steps = body.max_steps.or(Some(state.defaults.max_steps));
     config.auto_compact = body.auto_compact.unwrap_or(true);
+    if let Some(names) = &body.mcp_servers {
+        let known = state.runtime.mcp().map(|m| m.names()).unwrap_or_default();
+        if let Some(unknown) = names.iter().find(|n| !known.contains(n)) {
+            return Err(ApiError::bad_request(format!(
+                "mcp_servers: no MCP server `{unknown}` is configured (configured: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+    }
+    config.mcp_servers = body
+        .mcp_servers
+        .or_else(|| state.defaults.mcp_servers.clone());
     let session = state.runtime.create_session(config).await?;
     if let Some(title) = body.title {
         session.set_title(title).await?;

@@ -223,6 +223,8 @@ impl AgentTool {
             title: None,
             max_steps: None,
             auto_compact: parent.auto_compact,
+            // A sub-agent uses the parent's MCP servers.
+            mcp_servers: parent.mcp_servers,
             parent: Some(ParentRef {
                 session_id: ctx.session_id,
                 run_id: ctx.run_id,

@@ -1,0 +1,172 @@
+//! The runtime's MCP servers: one [`Server`] per configured server, shared by every
+//! session; the tools a session sees; the report of `foya mcp list`; shutdown.
+//!
+//! Owns: which servers a session uses (its `SessionConfig::mcp_servers`, else every
+//! server not configured `enabled = false`), the names of their tools (unique across
+//! servers), and what a step offers of a server that cannot be listed now (the tools it
+//! listed last, if any; its error is returned for the log). Must not: hold a server's lock across another server's work.
+
+use super::config::McpConfig;
+use super::names;
+use super::server::{Server, ServerState};
+use super::tool::McpTool;
+use crate::tools::Tool;
+use crate::tools::sandbox::SandboxRunner;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The MCP servers of a runtime.
+#[derive(Debug, Default)]
+pub struct McpManager {
+    servers: BTreeMap<String, Arc<Server>>,
+}
+
+/// The tools of the servers a session uses, for one step.
+#[derive(Debug, Clone, Default)]
+pub struct McpTools {
+    /// The tools, server by server in name order, each server's in its listing order.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Why a server's tools are missing (it could not be started or listed).
+    pub errors: Vec<String>,
+    /// Identifies the listings these tools come from: equal keys, equal tools.
+    pub key: Vec<usize>,
+}
+
+/// One server in `foya mcp list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerReport {
+    /// Its name.
+    pub name: String,
+    /// `stdio: <command> <args>` or `http: <url>`.
+    pub transport: String,
+    /// Its state after the listing.
+    pub state: ServerState,
+    /// Its tools as the model sees them (`mcp__…` name, the server's name).
+    pub tools: Vec<(String, String)>,
+}
+
+impl McpManager {
+    /// The servers of `config`; stdio servers start through `runner`'s helper (their
+    /// own process group, killed when Foya dies). Nothing starts yet.
+    #[must_use]
+    pub fn new(config: McpConfig, runner: &SandboxRunner) -> Self {
+        let servers = config
+            .servers
+            .into_iter()
+            .map(|(name, server)| {
+                let value = Arc::new(Server::new(name.clone(), server, runner.clone()));
+                (name, value)
+            })
+            .collect();
+        Self { servers }
+    }
+
+    /// The configured server names.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.servers.keys().cloned().collect()
+    }
+
+    /// Whether no server is configured.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The servers a session uses: `selected` when given (unknown names are skipped),
+    /// else every server whose `enabled` is not false.
+    fn selected<'a>(&'a self, selected: Option<&'a [String]>) -> Vec<&'a Arc<Server>> {
+        match selected {
+            Some(names) => names.iter().filter_map(|n| self.servers.get(n)).collect(),
+            None => self
+                .servers
+                .values()
+                .filter(|s| s.config.enabled != Some(false))
+                .collect(),
+        }
+    }
+
+    /// The tools of the servers a session uses (`selected`, see above), starting them
+    /// as needed and listing again those that sent `tools/list_changed`.
+    pub async fn tools(&self, selected: Option<&[String]>, reserved: &[String]) -> McpTools {
+        let servers = self.selected(selected);
+        let listings =
+            futures::future::join_all(servers.iter().map(|s| async move { s.tools().await })).await;
+        let mut out = McpTools::default();
+        let mut taken: BTreeSet<String> = reserved.iter().cloned().collect();
+        for (server, listing) in servers.into_iter().zip(listings) {
+            // A server that fails now keeps the tools it listed last: their calls fail
+            // with why (or find it restarted).
+            let listed = match listing {
+                Ok(listed) => listed,
+                Err(error) => {
+                    out.errors.push(error);
+                    match server.last_listed() {
+                        Some(listed) => listed,
+                        None => {
+                            out.key.push(0);
+                            continue;
+                        }
+                    }
+                }
+            };
+            out.key.push(Arc::as_ptr(&listed) as usize);
+            for tool in listed.iter().filter(|t| server.config.offers(&t.name)) {
+                let name = names::unique(
+                    names::qualified(&server.name, &tool.name),
+                    &server.name,
+                    &tool.name,
+                    &mut taken,
+                );
+                out.tools
+                    .push(Arc::new(McpTool::new(Arc::clone(server), tool, name)));
+            }
+        }
+        out
+    }
+
+    /// Starts every configured server (all of them, enabled or not) and reports its
+    /// state and tools.
+    pub async fn report(&self) -> Vec<ServerReport> {
+        let mut reports = Vec::new();
+        for server in self.servers.values() {
+            let listed = self
+                .tools(Some(std::slice::from_ref(&server.name)), &[])
+                .await;
+            let tools = listed
+                .tools
+                .iter()
+                .map(|t| {
+                    let own = t.spec().description.clone();
+                    (t.spec().name.clone(), own)
+                })
+                .collect();
+            let config = &server.config;
+            let transport = match (&config.command, &config.url) {
+                (Some(command), _) => {
+                    let mut line = format!("stdio: {command}");
+                    for arg in &config.args {
+                        line.push(' ');
+                        line.push_str(arg);
+                    }
+                    line
+                }
+                (None, Some(url)) => format!("http: {url}"),
+                (None, None) => String::new(),
+            };
+            reports.push(ServerReport {
+                name: server.name.clone(),
+                transport,
+                state: server.state(),
+                tools,
+            });
+        }
+        reports
+    }
+
+    /// Stops every server (stdio servers: stdin closed, 2 s to exit, then their process
+    /// group is killed).
+    pub async fn shutdown(&self) {
+        futures::future::join_all(self.servers.values().map(|s| s.shutdown())).await;
+    }
+}

@@ -1,0 +1,23 @@
+//! MCP tool servers: tools served by Model Context Protocol servers (stdio child
+//! processes and streamable HTTP endpoints, through the `rmcp` client) offered to the
+//! model as first-class tools.
+//!
+//! Owns: the configuration (`config`), the runtime's shared servers (`manager`: one
+//! connection per configured server, started lazily, restarted with backoff, stopped on
+//! shutdown), their tools (`tool`, named by `names`) and how a result reads (`result`).
+//! Must not: bypass the Approval Gateway (MCP tools are `SideEffect::External` unless
+//! the user's config marks them read-only) or let a failing server fail a turn (every
+//! failure is that call's `is_error` result).
+
+pub mod config;
+mod handler;
+pub mod manager;
+pub mod names;
+pub mod result;
+mod server;
+pub mod tool;
+
+pub use config::{McpConfig, McpServerConfig, ServerSandbox};
+pub use manager::{McpManager, McpTools, ServerReport};
+pub use server::ServerState;
+pub use tool::McpTool;

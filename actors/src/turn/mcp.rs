@@ -1,0 +1,44 @@
+//! The turn's view of MCP tools: before each step, the tools of the session's MCP
+//! servers (started on first use, listed again after `tools/list_changed`) join the
+//! runtime's tools, so a step always offers and validates the current list.
+//!
+//! Owns: rebuilding [`Turn::registry`] and [`Turn::tools`] when the listings changed.
+//! Must not: outlive a cancel (the listing is abandoned when the turn's token fires;
+//! the pending `Cancel` then ends the turn).
+
+use super::actor::Turn;
+use std::sync::Arc;
+
+impl Turn {
+    /// Refreshes the step's tools from the session's MCP servers; a server that cannot
+    /// be started or listed is left out of this step (logged).
+    pub(super) async fn refresh_mcp_tools(&mut self) {
+        let Some(mcp) = self.args.deps.mcp.clone() else {
+            return;
+        };
+        if mcp.is_empty() {
+            return;
+        }
+        let reserved = self.args.deps.tools.names();
+        let selected = self.args.config.mcp_servers.clone();
+        let listed = tokio::select! {
+            listed = mcp.tools(selected.as_deref(), &reserved) => listed,
+            // The session cancels the token before it sends `Cancel`: keep this step's
+            // tools and let the cancel end the turn.
+            () = self.args.cancel.cancelled() => return,
+        };
+        for error in &listed.errors {
+            tracing::warn!(session.id = %self.args.session_id, %error, "MCP server left out of this step");
+        }
+        if self.mcp_key.as_ref() == Some(&listed.key) {
+            return;
+        }
+        let mut registry = (*self.args.deps.tools).clone();
+        for tool in listed.tools {
+            registry.register(tool);
+        }
+        self.registry = Arc::new(registry);
+        self.tools = self.registry.tool_set(self.args.config.approval_mode);
+        self.mcp_key = Some(listed.key);
+    }
+}

@@ -1,0 +1,349 @@
+//! MCP servers that fail, through the real `foya` binary: a Python server built on the
+//! official `mcp` package (`tests/mcp/failing_server.py`, run from the venv
+//! `.ci/setup-mcp` makes) crashes mid-call, hangs past its timeout, changes its tool
+//! list, answers an error, a huge result and an image. Each failure is that call's
+//! `is_error` result with a clear message; the turn goes on; a crashed server is
+//! restarted on its next use; cancelling a turn mid-call sends `notifications/cancelled`
+//! and ends the turn within a second; a SIGKILLed `foya` leaves no server behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use foya_tests::child::{read_until, spawn_json_lines, wait_exit};
+use foya_tests::foya_bin::scripted;
+use foya_tests::mcp::{failing_server, python, toml_path, write_user_config};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Global wait for one run.
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+struct Setup {
+    tmp: tempfile::TempDir,
+}
+
+impl Setup {
+    /// The failing server as `failing`, with `extra` config lines, and the script.
+    fn new(extra: &str, responses: &Value) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        for dir in ["home", "data", "work"] {
+            std::fs::create_dir_all(tmp.path().join(dir)).unwrap();
+        }
+        let config = format!(
+            "[mcp_servers.failing]\ncommand = {}\nargs = [{}]\nenv = {{ MCP_RECORD = {} }}\n{extra}",
+            toml_path(&python()),
+            toml_path(&failing_server()),
+            toml_path(&tmp.path().join("record.txt")),
+        );
+        write_user_config(&tmp.path().join("home"), &config);
+        let script = json!({ "responses": responses });
+        std::fs::write(tmp.path().join("script.json"), script.to_string()).unwrap();
+        Self { tmp }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    fn run(&self) -> std::process::Command {
+        let mut command = scripted(
+            "run",
+            "bypass",
+            &self.path("script.json"),
+            &self.path("data"),
+            &self.path("work"),
+        );
+        command
+            .env("HOME", self.path("home"))
+            .args(["--json", "go"]);
+        command
+    }
+
+    /// The server's record (one line per start, call and cancellation).
+    fn record(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path("record.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits (under `deadline`) until the record has a line `line`.
+    fn await_record(&self, line: &str, deadline: Instant) -> Vec<String> {
+        loop {
+            let record = self.record();
+            if record.iter().any(|l| l == line) {
+                return record;
+            }
+            assert!(Instant::now() < deadline, "no `{line}` in {record:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"id": id, "name": name, "arguments": arguments})
+}
+
+fn run_to_end(command: &mut std::process::Command) -> (Vec<Value>, Option<i32>) {
+    foya_tests::foya_bin();
+    let piped = spawn_json_lines(command);
+    let deadline = Instant::now() + TIMEOUT;
+    let lines = read_until(&piped.lines, deadline, |l| l["type"] == "turn_complete");
+    let code = wait_exit(piped.child, deadline).code();
+    (lines, code)
+}
+
+fn result_of(lines: &[Value], id: &str) -> (String, bool) {
+    let message = lines
+        .iter()
+        .find(|l| l["type"] == "tool_message" && l["tool_call_id"] == id)
+        .unwrap_or_else(|| panic!("no tool_message for {id}: {lines:#?}"));
+    (
+        message["content"].as_str().unwrap().to_owned(),
+        message["is_error"].as_bool().unwrap(),
+    )
+}
+
+#[test]
+fn a_crash_mid_call_is_a_tool_error_and_the_server_restarts_on_its_next_use() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__crash", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__ok", json!({"text": "again"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "the turn goes on: {lines:#?}");
+    let (crash, is_error) = result_of(&lines, "c1");
+    assert!(is_error);
+    assert!(
+        crash.starts_with("MCP server `failing` stopped answering during the call"),
+        "{crash}"
+    );
+    assert_eq!(result_of(&lines, "c2"), ("ok: again".to_owned(), false));
+    let starts = setup
+        .record()
+        .iter()
+        .filter(|l| l.starts_with("started"))
+        .count();
+    assert_eq!(starts, 2, "restarted once: {:?}", setup.record());
+}
+
+#[test]
+fn a_hang_past_the_timeout_is_cancelled_at_the_server_and_the_turn_goes_on() {
+    let setup = Setup::new(
+        "tool_timeout_ms = 1500\n",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__hang", json!({}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    assert_eq!(
+        result_of(&lines, "c1"),
+        (
+            "MCP server `failing` did not answer within 1500 ms (tool_timeout_ms); the call was \
+             cancelled"
+                .to_owned(),
+            true
+        )
+    );
+    let update = lines
+        .iter()
+        .find(|l| l["type"] == "tool_update")
+        .expect("the server's progress");
+    assert_eq!(update["message"], "waiting (1/10)");
+    let record = setup.await_record("notified cancelled timeout", Instant::now() + TIMEOUT);
+    assert!(record.contains(&"cancelled hang".to_owned()), "{record:?}");
+}
+
+#[test]
+fn after_tools_list_changed_the_next_step_offers_the_new_tool() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__add_tool", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__added", json!({"text": "new"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    assert_eq!(result_of(&lines, "c2"), ("added: new".to_owned(), false));
+}
+
+#[test]
+fn error_huge_and_image_results_read_as_capped_text() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [
+                call("c1", "mcp__failing__fail", json!({})),
+                call("c2", "mcp__failing__huge", json!({})),
+                call("c3", "mcp__failing__image", json!({})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let (fail, is_error) = result_of(&lines, "c1");
+    assert!(is_error);
+    assert!(fail.contains("the tool failed on purpose"), "{fail}");
+    let (huge, is_error) = result_of(&lines, "c2");
+    assert!(!is_error);
+    assert!(huge.starts_with("start-xxx"), "{}", &huge[..40]);
+    assert!(huge.ends_with("xxx-end"));
+    let cut = 200_010 - 2 * 16 * 1024;
+    assert!(huge.contains(&format!("\n[... {cut} bytes of output cut ...]\n")));
+    let (image, is_error) = result_of(&lines, "c3");
+    assert_eq!(
+        (image.as_str(), is_error),
+        ("[image: image/png, 70 bytes]", false)
+    );
+}
+
+#[test]
+fn cancelling_mid_call_sends_notifications_cancelled_and_ends_the_turn_within_a_second() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__hang", json!({}))]},
+            {"text": "never"}
+        ]),
+    );
+    foya_tests::foya_bin();
+    let piped = spawn_json_lines(&mut setup.run());
+    let deadline = Instant::now() + TIMEOUT;
+    read_until(&piped.lines, deadline, |l| l["type"] == "tool_update");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(piped.child.id()).unwrap());
+    let sent = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let end = read_until(&piped.lines, deadline, |l| l["type"] == "turn_complete");
+    let took = sent.elapsed();
+    assert_eq!(end.last().unwrap()["status"], "cancelled");
+    assert!(
+        took < Duration::from_secs(1),
+        "the turn ended after {took:?}"
+    );
+    assert_eq!(wait_exit(piped.child, deadline).code(), Some(130));
+    let record = setup.await_record("notified cancelled the turn was cancelled", deadline);
+    assert!(record.contains(&"cancelled hang".to_owned()), "{record:?}");
+}
+
+#[test]
+fn a_sigkilled_foya_leaves_no_server_process() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__hang", json!({}))]},
+            {"text": "never"}
+        ]),
+    );
+    foya_tests::foya_bin();
+    let mut piped = spawn_json_lines(&mut setup.run());
+    let deadline = Instant::now() + TIMEOUT;
+    read_until(&piped.lines, deadline, |l| l["type"] == "tool_update");
+    let server: i32 = setup
+        .record()
+        .iter()
+        .find_map(|l| l.strip_prefix("started ").map(|p| p.parse().unwrap()))
+        .unwrap();
+    piped.child.kill().unwrap();
+    let _ = piped.child.wait();
+    assert!(
+        foya_tests::procs::wait_exited(&[server], deadline),
+        "the MCP server {server} outlived a SIGKILLed foya"
+    );
+}
+
+#[test]
+fn a_server_that_fails_to_restart_fails_the_call_with_why_and_the_turn_goes_on() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__crash", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__ok", json!({"text": "again"}))]},
+            {"text": "done"}
+        ]),
+    );
+    // The server starts once; every later start fails with a line on stderr.
+    let wrapper = setup.path("once.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e {marker} ]; then echo 'refusing to start again' >&2; exit 1; fi\n\
+             touch {marker}\nexec {python} {server}\n",
+            marker = setup.path("started-once").display(),
+            python = python().display(),
+            server = failing_server().display(),
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).unwrap();
+    let config = format!(
+        "[mcp_servers.failing]\ncommand = {}\nenv = {{ MCP_RECORD = {} }}\n",
+        toml_path(&wrapper),
+        toml_path(&setup.path("record.txt")),
+    );
+    write_user_config(&setup.path("home"), &config);
+
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "the turn goes on: {lines:#?}");
+    assert!(result_of(&lines, "c1").1);
+    let (again, is_error) = result_of(&lines, "c2");
+    assert!(is_error);
+    assert!(
+        again.starts_with("MCP server `failing` is unavailable (restarted in ")
+            && again.contains("failed to initialize")
+            && again.contains("its stderr: refusing to start again"),
+        "{again}"
+    );
+}
+
+#[test]
+fn a_stdio_server_configured_with_a_sandbox_writes_only_its_working_directory() {
+    let setup = Setup::new("", &json!([]));
+    let (work, outside) = (setup.path("work"), setup.path("outside.txt"));
+    let responses = json!({"responses": [
+        {"tool_calls": [
+            call("c1", "mcp__failing__write", json!({"path": work.join("inside.txt")})),
+            call("c2", "mcp__failing__write", json!({"path": outside})),
+        ]},
+        {"text": "done"}
+    ]});
+    std::fs::write(setup.path("script.json"), responses.to_string()).unwrap();
+    let config = format!(
+        "[mcp_servers.failing]\ncommand = {}\nargs = [{}]\ncwd = {}\nsandbox = \"workspace-write\"\n\
+         env = {{ MCP_RECORD = {} }}\n",
+        toml_path(&python()),
+        toml_path(&failing_server()),
+        toml_path(&work),
+        toml_path(&work.join("record.txt")),
+    );
+    write_user_config(&setup.path("home"), &config);
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    assert_eq!(
+        result_of(&lines, "c1"),
+        (
+            format!("wrote {}", work.join("inside.txt").display()),
+            false
+        )
+    );
+    let (refused, is_error) = result_of(&lines, "c2");
+    assert!(
+        is_error && refused.contains("Permission denied"),
+        "{refused}"
+    );
+    assert!(!outside.exists());
+    assert_eq!(
+        std::fs::read_to_string(work.join("inside.txt")).unwrap(),
+        "written"
+    );
+}
