@@ -97,6 +97,9 @@ async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
         "{} sessions, {} events read",
         report.sessions, report.events
     )?;
+    for note in &report.notes {
+        writeln!(out, "note: {note}")?;
+    }
     for problem in &report.problems {
         writeln!(out, "problem: {problem}")?;
     }

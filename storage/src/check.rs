@@ -24,6 +24,9 @@ pub struct CheckReport {
     pub events: u64,
     /// Every problem found, one line each (empty: the file is sound).
     pub problems: Vec<String>,
+    /// What is worth knowing but is no damage: the file was not closed cleanly (its
+    /// writer was killed) and needs redb's repair, which the next writable open runs.
+    pub notes: Vec<String>,
     /// Losses found and reported earlier (by an open), from `<file>.losses`: they stay
     /// listed here, but are not problems of the file as it is now.
     pub earlier_losses: Vec<crate::Loss>,
@@ -49,6 +52,9 @@ pub fn check(path: &Path) -> Result<CheckReport, OpenError> {
         ..CheckReport::default()
     };
     redb_check(path, &mut report)?;
+    if let Some(problem) = layout_problem(path) {
+        report.problems.push(problem);
+    }
     let store = match ReadOnlyStore::open_damaged(path) {
         Ok(store) => store,
         Err(e @ (OpenError::AlreadyOpen { .. } | OpenError::NotFound { .. })) => return Err(e),
@@ -58,7 +64,13 @@ pub fn check(path: &Path) -> Result<CheckReport, OpenError> {
             return Ok(report);
         }
     };
-    report.problems.extend(store.damage().iter().cloned());
+    for found in store.damage() {
+        // A repair alone is no damage (a killed writer leaves a file needing one); what
+        // it kept is checked below, against the journal too.
+        if found != crate::recover::REPAIRED {
+            report.problems.push(found.clone());
+        }
+    }
     match store.survey() {
         Ok(survey) => {
             for unreadable in &survey.unreadable {
@@ -77,6 +89,45 @@ pub fn check(path: &Path) -> Result<CheckReport, OpenError> {
     Ok(report)
 }
 
+/// The file's length against the layout its header records (redb's header, at fixed
+/// offsets: page size, region header pages, region data pages, full regions, trailing
+/// region data pages, little-endian `u32`s from byte 12). A writer that crashed repairs
+/// from the file's length, so a cut that ends on a region boundary would pass redb;
+/// this check does not let it.
+fn layout_problem(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut header = [0u8; 32];
+    file.read_exact(&mut header).ok()?;
+    if header[..crate::store::REDB_MAGIC_LEN] != *b"redb\x1A\x0A\xA9\x0D\x0A" {
+        return None;
+    }
+    let field = |at: usize| {
+        u64::from(u32::from_le_bytes([
+            header[at],
+            header[at + 1],
+            header[at + 2],
+            header[at + 3],
+        ]))
+    };
+    let (page, region_header, region_data, full, trailing) =
+        (field(12), field(16), field(20), field(24), field(28));
+    let trailing_len = if trailing > 0 {
+        (region_header + trailing) * page
+    } else {
+        0
+    };
+    let layout = page + full * (region_header + region_data) * page + trailing_len;
+    let len = file.metadata().ok()?.len();
+    (len < layout).then(|| {
+        format!(
+            "the file is {} bytes shorter than the layout its header records ({layout} \
+             bytes): it was cut short",
+            layout - len
+        )
+    })
+}
+
 /// redb's integrity check, on a private copy.
 fn redb_check(path: &Path, report: &mut CheckReport) -> Result<(), OpenError> {
     let copy = crate::recover::copy_locked(path)?;
@@ -87,9 +138,11 @@ fn redb_check(path: &Path, report: &mut CheckReport) -> Result<(), OpenError> {
     match crate::recover::open_writable(&copy.path, path) {
         Ok((mut db, repaired)) => {
             if repaired {
-                report.problems.push(
-                    "it needs redb's repair (it was not closed cleanly, or its latest commit is \
-                     damaged); opening it writable rolls it back to its last intact commit"
+                // A killed writer leaves this; what the repair keeps is checked below (a
+                // rollback past acknowledged events shows against the journal).
+                report.notes.push(
+                    "it was not closed cleanly and needs redb's repair (the next writable \
+                     open runs it); checked as repaired"
                         .to_owned(),
                 );
             }

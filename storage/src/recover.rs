@@ -18,6 +18,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// redb's page size (the unit its layout is counted in).
 const PAGE: u64 = 4096;
 
+/// The note of a copy redb had to repair (not damage in itself: a killed writer leaves
+/// a file needing it).
+pub(crate) const REPAIRED: &str = "redb repaired it (it was not closed cleanly, or its latest \
+     commit was damaged): what it holds is as of its last intact commit";
+
 /// A private copy of a database file; removed when dropped.
 pub(crate) struct Copy {
     /// Keeps the directory (and the copy) alive.
@@ -88,11 +93,7 @@ pub(crate) fn open_copy(copy: &Path, source: &Path) -> Result<(Source, Vec<Strin
         let refusal = match writable {
             Ok((db, repaired)) => {
                 if repaired {
-                    notes.push(
-                        "redb repaired it (it was not closed cleanly, or its latest commit was \
-                         damaged): what it holds is as of its last intact commit"
-                            .to_owned(),
-                    );
+                    notes.push(REPAIRED.to_owned());
                 }
                 return Ok((Source::Copy(db), notes));
             }

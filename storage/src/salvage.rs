@@ -93,7 +93,8 @@ pub async fn salvage(from: &Path, to: &Path) -> Result<SalvageReport, Error> {
             None
         }
     };
-    let mut ids: BTreeSet<SessionId> = raw.keys().copied().collect();
+    // Sessions the index or the journal names; the pages may add more.
+    let mut ids: BTreeSet<SessionId> = BTreeSet::new();
     if let Some(tree) = &tree {
         match tree.survey() {
             Ok(survey) => {
@@ -112,9 +113,23 @@ pub async fn salvage(from: &Path, to: &Path) -> Result<SalvageReport, Error> {
             .keys()
             .map(|k| SessionId::from_bytes(k.to_be_bytes())),
     );
+    let known = ids.clone();
+    ids.extend(raw.keys().copied());
     let target = Store::open(to, StoreOptions::default())?;
     for id in ids {
         let mut events = raw.get(&id).cloned().unwrap_or_default();
+        // Found only in the pages, without a first event, and unknown to the index and
+        // the journal: most likely a damaged key, not a session; said, not copied.
+        if !known.contains(&id) && !events.contains_key(&Seq::FIRST) {
+            let (first, last) = (events.keys().next(), events.keys().next_back());
+            if let (Some(first), Some(last)) = (first, last) {
+                report.notes.push(format!(
+                    "the pages hold events of an unknown session {id} (seqs {first} to \
+                     {last}) without its first event, most likely a damaged key; not copied"
+                ));
+            }
+            continue;
+        }
         let mut tree_error = None;
         let mut indexed_last = None;
         if let Some(tree) = &tree {
