@@ -69,6 +69,17 @@ def write(path: str) -> str:
 
 
 @mcp.tool()
+def garbage() -> str:
+    """Writes lines that are not JSON-RPC to stdout and floods stderr, then answers."""
+    record("call garbage")
+    os.write(1, b'this is not JSON-RPC\n{"jsonrpc": "2.0", "method": 5}\n')
+    os.write(2, b"flood " * 200_000 + b"\n")
+    for _ in range(2_000):
+        os.write(2, b"x" * 1_000 + b"\n")
+    return "survived"
+
+
+@mcp.tool()
 def fail() -> str:
     """Answers with an error result."""
     record("call fail")

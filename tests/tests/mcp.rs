@@ -335,3 +335,49 @@ fn the_load_test_drives_an_mcp_tool_shared_by_its_sessions_and_reports_its_cost_
     );
     assert!(stdout.contains("tool calls 16 (16 ran, "), "{stdout}");
 }
+
+#[test]
+fn the_bearer_token_and_headers_are_sent_and_the_token_is_never_shown() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    // A loopback endpoint that records the first request's headers and refuses it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut headers = Vec::new();
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+            headers.push(line.trim_end().to_lowercase());
+            line.clear();
+        }
+        let mut stream = stream;
+        let _ = stream
+            .write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        tx.send(headers).unwrap();
+    });
+    let config = format!(
+        "[mcp_servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
+         bearer_token_env_var = \"REMOTE_TOKEN\"\nhttp_headers = {{ X-Team = \"blue\" }}\n"
+    );
+    let setup = Setup::new(&config, &json!([]));
+    let out = foya()
+        .env("HOME", setup.path("home"))
+        .env("REMOTE_TOKEN", "tok-SECRET-123")
+        .env("RUST_LOG", "info")
+        .args(["mcp", "list", "--json", "--cwd"])
+        .arg(setup.path("work"))
+        .output()
+        .unwrap();
+    let headers = rx.recv_timeout(TIMEOUT).unwrap();
+    assert!(
+        headers.contains(&"authorization: bearer tok-secret-123".to_owned()),
+        "{headers:?}"
+    );
+    assert!(headers.contains(&"x-team: blue".to_owned()), "{headers:?}");
+    assert_eq!(out.status.code(), Some(1), "refused: the server failed");
+    for text in [&out.stdout, &out.stderr] {
+        assert!(!String::from_utf8_lossy(text).contains("tok-SECRET-123"));
+    }
+}

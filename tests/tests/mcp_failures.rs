@@ -4,7 +4,9 @@
 //! list, answers an error, a huge result and an image. Each failure is that call's
 //! `is_error` result with a clear message; the turn goes on; a crashed server is
 //! restarted on its next use; cancelling a turn mid-call sends `notifications/cancelled`
-//! and ends the turn within a second; a SIGKILLed `foya` leaves no server behind.
+//! and ends the turn within a second; a SIGKILLed `foya` leaves no server behind; a
+//! server that cannot restart fails the call with its stderr; garbage on stdout and a
+//! stderr flood are survived; a `sandbox` confines a stdio server's writes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::child::{read_until, spawn_json_lines, wait_exit};
@@ -346,4 +348,20 @@ fn a_stdio_server_configured_with_a_sandbox_writes_only_its_working_directory() 
         std::fs::read_to_string(work.join("inside.txt")).unwrap(),
         "written"
     );
+}
+
+#[test]
+fn garbage_on_stdout_and_a_stderr_flood_do_not_break_the_call_or_the_turn() {
+    let setup = Setup::new(
+        "",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__garbage", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__ok", json!({"text": "after"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    assert_eq!(result_of(&lines, "c1"), ("survived".to_owned(), false));
+    assert_eq!(result_of(&lines, "c2"), ("ok: after".to_owned(), false));
 }

@@ -1,4 +1,4 @@
-//! The runtime's MCP servers: one [`Server`] per configured server, shared by every
+//! The runtime's MCP servers: one `Server` per configured server, shared by every
 //! session; the tools a session sees; the report of `foya mcp list`; shutdown.
 //!
 //! Owns: which servers a session uses (its `SessionConfig::mcp_servers`, else every
