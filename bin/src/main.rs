@@ -4,6 +4,7 @@
 mod chat;
 mod cli;
 mod cluster_list;
+mod context_config;
 mod data;
 mod listen;
 mod loadtest;
