@@ -115,17 +115,6 @@ pub(crate) struct MaxStepsArg {
     pub(crate) max_steps: u32,
 }
 
-/// `--no-auto-compact`: the runtime never compacts on its own (also `[context]
-/// auto_compact = false` in the project's `.foya/config.toml`).
-#[derive(Debug, Clone, Copy, Args)]
-pub(crate) struct CompactionArg {
-    /// Never compact automatically (before a step over the threshold, or after a
-    /// provider overflow, which then fails the turn); `/compact` still works. Also
-    /// `[context] auto_compact = false` in the project's .foya/config.toml.
-    #[arg(long)]
-    pub(crate) no_auto_compact: bool,
-}
-
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
@@ -142,7 +131,7 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) steps: MaxStepsArg,
     #[command(flatten)]
-    pub(crate) compaction: CompactionArg,
+    pub(crate) compaction: crate::context_config::CompactionArg,
     /// Continue an existing session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,
@@ -226,7 +215,7 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) generate_titles: bool,
     #[command(flatten)]
-    pub(crate) compaction: CompactionArg,
+    pub(crate) compaction: crate::context_config::CompactionArg,
     /// MCP servers: `--mcp`/`--no-mcp` choose those of sessions created without
     /// `mcp_servers`.
     #[command(flatten)]
@@ -250,7 +239,7 @@ pub(crate) struct ChatArgs {
     #[command(flatten)]
     pub(crate) steps: MaxStepsArg,
     #[command(flatten)]
-    pub(crate) compaction: CompactionArg,
+    pub(crate) compaction: crate::context_config::CompactionArg,
     /// Resume this session instead of creating one.
     #[arg(long)]
     pub(crate) session: Option<String>,

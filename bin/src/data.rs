@@ -386,32 +386,6 @@ fn stop_hooks_of(cwd: &Path) -> anyhow::Result<Vec<String>> {
         })
 }
 
-/// Whether the runtime compacts on its own: not with `--no-auto-compact`, nor with
-/// `auto_compact = false` in table `[context]` of the project's config file
-/// ([`foya_actors::provider::config::project_file`]); otherwise yes.
-///
-/// # Errors
-/// The file cannot be read or parsed, or `auto_compact` is not a boolean.
-pub(crate) fn auto_compact(cwd: &Path, flag: crate::cli::CompactionArg) -> anyhow::Result<bool> {
-    if flag.no_auto_compact {
-        return Ok(false);
-    }
-    let path = foya_actors::provider::config::project_file(cwd);
-    let Some(text) = foya_actors::provider::config::read_optional(&path)? else {
-        return Ok(true);
-    };
-    let value: toml::Table =
-        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
-    match value.get("context").and_then(|c| c.get("auto_compact")) {
-        None => Ok(true),
-        Some(toml::Value::Boolean(on)) => Ok(*on),
-        Some(_) => anyhow::bail!(
-            "{}: [context] auto_compact must be true or false",
-            path.display()
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -442,32 +416,6 @@ mod tests {
         assert_eq!(
             missing_store(root.path()),
             format!("no sessions are stored in {}", root.path().display())
-        );
-    }
-
-    #[test]
-    fn reads_auto_compact_from_the_flag_and_the_project_config() {
-        let dir = tempfile::tempdir().unwrap();
-        let on = crate::cli::CompactionArg {
-            no_auto_compact: false,
-        };
-        let off = crate::cli::CompactionArg {
-            no_auto_compact: true,
-        };
-        assert!(auto_compact(dir.path(), on).unwrap());
-        assert!(!auto_compact(dir.path(), off).unwrap());
-        std::fs::create_dir(dir.path().join(".foya")).unwrap();
-        let file = dir.path().join(".foya/config.toml");
-        std::fs::write(&file, "[context]\nauto_compact = false\n").unwrap();
-        assert!(!auto_compact(dir.path(), on).unwrap());
-        std::fs::write(&file, "[context]\nauto_compact = true\n").unwrap();
-        assert!(auto_compact(dir.path(), on).unwrap());
-        assert!(!auto_compact(dir.path(), off).unwrap());
-        std::fs::write(&file, "[context]\nauto_compact = \"no\"\n").unwrap();
-        let err = auto_compact(dir.path(), on).unwrap_err().to_string();
-        assert!(
-            err.ends_with("[context] auto_compact must be true or false"),
-            "{err}"
         );
     }
 

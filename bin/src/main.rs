@@ -5,6 +5,7 @@ mod chat;
 mod cli;
 mod cluster_list;
 mod damage;
+mod context_config;
 mod data;
 mod listen;
 mod loadtest;

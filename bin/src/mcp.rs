@@ -4,7 +4,8 @@
 //!
 //! User servers are `[mcp_servers.NAME]` of `~/.config/foya/config.toml`; a project's
 //! (`[mcp_servers]` of `.foya/config.toml`, `.mcp.json` at the project root) are read
-//! only with `--trust-project-mcp` (until project trust exists).
+//! only when the user trusted the project (`foya trust`), or for one run with
+//! `--trust-project-mcp`.
 
 use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use clap::{Args, Subcommand};
@@ -73,7 +74,7 @@ pub(crate) fn load(cwd: &Path, args: &McpArgs) -> anyhow::Result<Option<Arc<McpM
             if args.trust_project_mcp {
                 ""
             } else {
-                "; a project's servers need --trust-project-mcp"
+                "; a project's servers need `foya trust` or --trust-project-mcp"
             }
         );
     }
@@ -99,6 +100,7 @@ fn names(config: &McpConfig) -> String {
 }
 
 fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {
+    let trust_project = trust_project || foya_actors::trust::is_trusted(cwd);
     let user = dirs::home_dir().map(|home| home.join(".config/foya/config.toml"));
     let root = foya_actors::context::project_root(cwd);
     let project = foya_actors::provider::config::project_file(cwd);

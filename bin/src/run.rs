@@ -69,7 +69,8 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     // Read before the store is opened: a broken project config creates nothing.
     let stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
-    let auto_compact = crate::data::auto_compact(&cwd, args.compaction).map_err(Failure::Usage)?;
+    let auto_compact =
+        crate::context_config::auto_compact(&cwd, args.compaction).map_err(Failure::Usage)?;
     let mcp = crate::mcp::load(&cwd, &args.mcp).map_err(Failure::Usage)?;
     let store = match session_store {
         Some(store) => store,

@@ -265,3 +265,31 @@ proptest::proptest! {
         proptest::prop_assert_eq!(request.last(), Some(&user(COMPACTION_INSTRUCTION)));
     }
 }
+
+#[test]
+fn without_images_names_each_image_in_its_place() {
+    let input = Input {
+        text: "look".into(),
+        images: vec![
+            AttachmentRef {
+                id: "a1".into(),
+                media_type: Some("image/png".into()),
+            },
+            AttachmentRef {
+                id: "a2".into(),
+                media_type: None,
+            },
+        ],
+        ..Input::default()
+    };
+    let out = without_images(vec![Message::User(input), user("plain")]);
+    assert_eq!(
+        out,
+        vec![
+            user(&format!(
+                "look\n[{IMAGE_LEFT_OUT} a1 (image/png)]\n[{IMAGE_LEFT_OUT} a2 (image)]"
+            )),
+            user("plain"),
+        ]
+    );
+}

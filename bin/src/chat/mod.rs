@@ -63,7 +63,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(m) => m,
         Err(e) => return usage(&e),
     };
-    let auto_compact = match crate::data::auto_compact(&cwd, args.compaction) {
+    let auto_compact = match crate::context_config::auto_compact(&cwd, args.compaction) {
         Ok(on) => on,
         Err(e) => return usage(&e),
     };

@@ -145,7 +145,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let failed = |e: anyhow::Error| (EXIT_FAILED, e);
     let cwd = crate::setup::working_dir(None).map_err(usage)?;
     let (model, model_name) = crate::setup::model_client(&args.provider, &cwd).map_err(usage)?;
-    let auto_compact = crate::data::auto_compact(&cwd, args.compaction).map_err(usage)?;
+    let auto_compact = crate::context_config::auto_compact(&cwd, args.compaction).map_err(usage)?;
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
