@@ -12,7 +12,6 @@ pub mod context;
 pub mod hooks;
 pub mod provider;
 pub mod tools;
-/// Project trust: whether a project's own config applies.
 pub mod trust;
 
 mod handle;
