@@ -13,7 +13,6 @@ pub mod hooks;
 pub mod mcp;
 pub mod provider;
 pub mod tools;
-/// Project trust: whether a project's own config applies.
 pub mod trust;
 
 mod handle;
