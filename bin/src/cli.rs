@@ -60,8 +60,8 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: crate::store_cmd::StoreCommand,
     },
-    /// Trust a project, so its own .foya/config.toml (provider profiles, hooks) applies;
-    /// or list the trusted projects, or revoke a trust.
+    /// Trust a project, so its own .foya/config.toml and .mcp.json apply (provider
+    /// profiles, hooks, MCP servers); or list the trusted projects, or revoke a trust.
     Trust(crate::trust::TrustArgs),
     /// Inspect the configured MCP tool servers.
     Mcp {

@@ -17,14 +17,23 @@ pub(crate) struct CompactionArg {
 }
 
 /// Whether the runtime compacts on its own: not with `--no-auto-compact`, nor with
-/// `auto_compact = false` in table `[context]` of the project's config file
+/// `auto_compact = false` in table `[context]` of a trusted project's config file
 /// ([`foya_actors::provider::config::project_file`]); otherwise yes.
 ///
 /// # Errors
 /// The file cannot be read or parsed, or `auto_compact` is not a boolean.
 pub(crate) fn auto_compact(cwd: &Path, flag: CompactionArg) -> anyhow::Result<bool> {
+    auto_compact_in(cwd, flag, foya_actors::trust::is_trusted(cwd))
+}
+
+/// [`auto_compact`], reading the project's file only when the project is `trusted` (an
+/// untrusted project's config is ignored, as every other part of it is).
+fn auto_compact_in(cwd: &Path, flag: CompactionArg, trusted: bool) -> anyhow::Result<bool> {
     if flag.no_auto_compact {
         return Ok(false);
+    }
+    if !trusted {
+        return Ok(true);
     }
     let path = foya_actors::provider::config::project_file(cwd);
     let Some(text) = foya_actors::provider::config::read_optional(&path)? else {
@@ -56,17 +65,21 @@ mod tests {
         let off = CompactionArg {
             no_auto_compact: true,
         };
-        assert!(auto_compact(dir.path(), on).unwrap());
-        assert!(!auto_compact(dir.path(), off).unwrap());
+        assert!(auto_compact_in(dir.path(), on, true).unwrap());
+        assert!(!auto_compact_in(dir.path(), off, true).unwrap());
         std::fs::create_dir(dir.path().join(".foya")).unwrap();
         let file = dir.path().join(".foya/config.toml");
         std::fs::write(&file, "[context]\nauto_compact = false\n").unwrap();
-        assert!(!auto_compact(dir.path(), on).unwrap());
+        assert!(!auto_compact_in(dir.path(), on, true).unwrap());
+        // An untrusted project's file is not read.
+        assert!(auto_compact_in(dir.path(), on, false).unwrap());
         std::fs::write(&file, "[context]\nauto_compact = true\n").unwrap();
-        assert!(auto_compact(dir.path(), on).unwrap());
-        assert!(!auto_compact(dir.path(), off).unwrap());
+        assert!(auto_compact_in(dir.path(), on, true).unwrap());
+        assert!(!auto_compact_in(dir.path(), off, true).unwrap());
         std::fs::write(&file, "[context]\nauto_compact = \"no\"\n").unwrap();
-        let err = auto_compact(dir.path(), on).unwrap_err().to_string();
+        let err = auto_compact_in(dir.path(), on, true)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.ends_with("[context] auto_compact must be true or false"),
             "{err}"

@@ -4,8 +4,8 @@
 mod chat;
 mod cli;
 mod cluster_list;
-mod damage;
 mod context_config;
+mod damage;
 mod data;
 mod listen;
 mod loadtest;

@@ -188,7 +188,7 @@ async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> any
         anyhow::bail!("{} already exists; give a new file", to.display());
     }
     if let Some(url) = crate::data::serving_url(&dir) {
-        return backup_through(&url, to, token_file).await;
+        return backup_through(&url, &dir, to, token_file).await;
     }
     let Some(store) = crate::data::open_existing_read_only(&dir)? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
@@ -214,9 +214,15 @@ async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> any
     Ok(EXIT_OK)
 }
 
-/// Asks the `foya serve` at `url` for a backup (`POST /store/backup`) and moves the file
-/// it wrote to `to`.
-async fn backup_through(url: &str, to: &Path, token_file: Option<&Path>) -> anyhow::Result<u8> {
+/// Asks the `foya serve` at `url` (holding data dir `dir`) for a backup (`POST
+/// /store/backup`) and moves the file it wrote to `to`: only a file under `dir/backups/`,
+/// whatever path the answer names.
+async fn backup_through(
+    url: &str,
+    dir: &Path,
+    to: &Path,
+    token_file: Option<&Path>,
+) -> anyhow::Result<u8> {
     let mut request = reqwest::Client::new().post(format!("{url}/store/backup"));
     if let Some(file) = token_file {
         let token = std::fs::read_to_string(file)
@@ -242,6 +248,22 @@ async fn backup_through(url: &str, to: &Path, token_file: Option<&Path>) -> anyh
         anyhow::bail!("the server at {url} refused the backup: {status}: {message}{hint}");
     }
     let written = PathBuf::from(body["path"].as_str().unwrap_or_default());
+    let backups = std::fs::canonicalize(dir.join("backups")).with_context(|| {
+        format!(
+            "the server at {url} wrote no backups folder in {}",
+            dir.display()
+        )
+    })?;
+    let inside = std::fs::canonicalize(&written)
+        .ok()
+        .and_then(|w| w.parent().map(|p| p == backups))
+        .unwrap_or(false);
+    anyhow::ensure!(
+        inside,
+        "the server at {url} named a backup outside {}: {}",
+        backups.display(),
+        written.display()
+    );
     if std::fs::rename(&written, to).is_err() {
         std::fs::copy(&written, to).with_context(|| {
             format!(

@@ -69,17 +69,24 @@ fn fail(e: &foya_actors::trust::TrustError, code: u8) -> u8 {
     code
 }
 
-/// Before a command uses the project of `cwd`: when it has a `.foya/config.toml` that
-/// the user has not trusted, asks on a terminal (stdin and stderr both terminals)
+/// Before a command uses the project of `cwd`: when it has a `.foya/config.toml` (or a
+/// `.mcp.json` at its root) that the user has not trusted, asks on a terminal (stdin and stderr both terminals)
 /// whether to trust it, and otherwise says in one line that it is ignored and how to
 /// trust it. Nothing when there is no project config or it is trusted.
 pub(crate) fn announce(cwd: &Path) {
-    let file = foya_actors::provider::config::project_file(cwd);
-    if !file.exists() || foya_actors::trust::is_trusted(cwd) {
-        return;
-    }
+    let config = foya_actors::provider::config::project_file(cwd);
     let root = foya_actors::trust::project_key(cwd)
         .unwrap_or_else(|_| foya_actors::context::project_root(cwd));
+    // The project's config, else its `.mcp.json` (servers it would start).
+    let Some(file) = [config, root.join(".mcp.json")]
+        .into_iter()
+        .find(|f| f.exists())
+    else {
+        return;
+    };
+    if foya_actors::trust::is_trusted(cwd) {
+        return;
+    }
     if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && ask(&file) {
         match foya_actors::trust::trust(cwd) {
             Ok(root) => eprintln!("foya: trusting {}", root.display()),
@@ -93,7 +100,7 @@ pub(crate) fn announce(cwd: &Path) {
 /// The one line saying an untrusted project's config is ignored.
 pub(crate) fn untrusted_line(file: &Path, root: &Path) -> String {
     format!(
-        "foya: ignoring {} (provider profiles, hooks): this project is not trusted; run \
+        "foya: ignoring {} (provider profiles, hooks, MCP servers): this project is not trusted; run \
          `foya trust {}` to apply it",
         file.display(),
         root.display()
@@ -104,8 +111,8 @@ pub(crate) fn untrusted_line(file: &Path, root: &Path) -> String {
 fn ask(file: &Path) -> bool {
     use std::io::BufRead as _;
     eprint!(
-        "foya: {} may set provider profiles and hooks (commands run at the end of every \
-         turn). Trust this project and apply it? [y/N] ",
+        "foya: {} may set provider profiles, hooks (commands run at the end of every \
+         turn) and MCP servers (programs it starts). Trust this project and apply it? [y/N] ",
         file.display()
     );
     let mut line = String::new();
@@ -124,7 +131,7 @@ mod tests {
     fn the_ignored_line_says_how_to_trust() {
         assert_eq!(
             untrusted_line(Path::new("/p/.foya/config.toml"), Path::new("/p")),
-            "foya: ignoring /p/.foya/config.toml (provider profiles, hooks): this project is \
+            "foya: ignoring /p/.foya/config.toml (provider profiles, hooks, MCP servers): this project is \
              not trusted; run `foya trust /p` to apply it"
         );
     }

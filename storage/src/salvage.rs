@@ -107,7 +107,17 @@ pub async fn salvage(from: &Path, to: &Path) -> Result<SalvageReport, Error> {
             Err(e) => report.notes.push(format!("its index cannot be read: {e}")),
         }
     }
-    let acks = crate::journal::load(&crate::journal::path_for(from)).unwrap_or_default();
+    let acks = match crate::journal::load(&crate::journal::path_for(from)) {
+        Ok(acks) => acks,
+        Err(e) => {
+            // Without it, what was acknowledged cannot be compared: say so.
+            report.notes.push(format!(
+                "the acknowledgement journal cannot be read ({e}): losses of acknowledged \
+                 events are not known"
+            ));
+            Default::default()
+        }
+    };
     ids.extend(
         acks.seqs
             .keys()

@@ -63,6 +63,8 @@ async fn run_with(
             .arg(&data)
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
+            // The test home, where `trust_project` records a trusted project.
+            .env("HOME", foya_tests::foya_bin::test_home())
             .env("RUST_LOG", "warn")
             .output()
             .expect("spawn foya")
@@ -121,6 +123,7 @@ async fn with_auto_compaction_off_a_413_fails_the_turn_as_an_overflow() {
                 "[context]\nauto_compact = false\n",
             )
             .unwrap();
+            foya_tests::foya_bin::trust_project(cwd.path());
             &[]
         };
         let out = run(&mock, cwd.path(), data.path(), extra).await;

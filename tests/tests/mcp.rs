@@ -207,7 +207,16 @@ fn everything_over_streamable_http_with_a_bearer_token_and_progress_updates() {
         .filter(|l| l["tool_call_id"] == "c2")
         .map(|l| l["message"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(updates, ["progress 1/2", "progress 2/2"]);
+    // Progress the server sends before its result is shown while the call runs; one
+    // that arrives after the result (the transport delivers them apart) is not.
+    assert!(
+        (1..=2).contains(&updates.len())
+            && ["progress 1/2", "progress 2/2"]
+                .iter()
+                .zip(&updates)
+                .all(|(want, got)| want == got),
+        "{updates:?}"
+    );
 
     // Without the token's variable the server is not contacted: the model is told nothing
     // about its tools, and the turn goes on.

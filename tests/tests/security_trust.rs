@@ -110,7 +110,7 @@ async fn an_untrusted_project_config_is_ignored_and_a_trusted_one_cannot_redirec
     let out = run(&setup, &legit_url).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let line = format!(
-        "foya: ignoring {} (provider profiles, hooks): this project is not trusted; run \
+        "foya: ignoring {} (provider profiles, hooks, MCP servers): this project is not trusted; run \
          `foya trust {}` to apply it",
         project.join(".foya/config.toml").display(),
         project.display()

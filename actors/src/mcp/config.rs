@@ -253,12 +253,19 @@ impl McpConfig {
     }
 
     /// Adds a project's servers that this (the user's) configuration does not define:
-    /// the user's definition of a name wins, and a project's own `read_only_tools` and
-    /// `parallel_safe_tools` are dropped (only the user's config may loosen).
+    /// the user's definition of a name wins; a project's own `read_only_tools` and
+    /// `parallel_safe_tools` are dropped (only the user's config may loosen); and a
+    /// project's server takes nothing from the user's environment (`env_vars`,
+    /// `bearer_token_env_var` and `env_http_headers` are dropped), so a project file
+    /// cannot send the user's keys to a server or host of its choosing. A server that
+    /// needs a token is defined in the user's own config.
     pub fn add_project(&mut self, project: Self) {
         for (name, mut server) in project.servers {
             server.read_only_tools.clear();
             server.parallel_safe_tools.clear();
+            server.env_vars.clear();
+            server.bearer_token_env_var = None;
+            server.env_http_headers.clear();
             self.servers.entry(name).or_insert(server);
         }
     }

@@ -151,7 +151,7 @@ impl McpManager {
                     }
                     line
                 }
-                (None, Some(url)) => format!("http: {url}"),
+                (None, Some(url)) => format!("http: {}", crate::provider::redact::display_url(url)),
                 (None, None) => String::new(),
             };
             reports.push(ServerReport {

@@ -28,12 +28,14 @@ impl Server {
             None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
         };
         let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
-        // A sandboxed server keeps the workspace's protected paths read-only, as a
-        // sandboxed shell command does.
-        let protect = crate::tools::protected::Protected::new(&cwd, &[]).in_workspace();
+        // The user configured this server and its sandbox: its working directory is
+        // writable as a whole (keeping protected paths read-only would also close the
+        // directory's top level to new entries, which servers write at start). A model's
+        // call naming a protected path is asked at the gateway every time instead
+        // (`tools/approval.rs`).
         let mut prepared = self
             .runner
-            .spawn(self.config.sandbox.policy(), &cwd, &protect, command, &args)
+            .spawn(self.config.sandbox.policy(), &cwd, &[], command, &args)
             .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
         for name in &self.config.env_vars {
             if let Some(value) = std::env::var_os(name) {

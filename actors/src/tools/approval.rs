@@ -153,11 +153,23 @@ fn request_for(
     let arg = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
     match spec.side_effect {
         SideEffect::External => {
-            let shown = args.to_string();
-            let action = match shown.char_indices().nth(500) {
-                Some((at, _)) => format!("{name} {}…", &shown[..at]),
-                None => format!("{name} {shown}"),
-            };
+            let action = format!("{name} {}", shown_arguments(args));
+            // What a server does with its arguments is not known: a value naming a
+            // protected path is asked every time, as any tool's write to one is.
+            if let Some(what) = string_values(args).find_map(|v| protected.named_in(v)) {
+                return Request {
+                    class: Class::Protected,
+                    reason: format!(
+                        "`{name}` is a tool of an MCP server and its arguments name the \
+                         protected path {what} (the runtime's config, hooks, instructions or \
+                         git metadata); \"allow for this session\" is not offered: it is \
+                         asked every time"
+                    ),
+                    grant_key: String::new(),
+                    action,
+                    sandbox: SandboxPolicy::None,
+                };
+            }
             Request {
                 class: Class::Network,
                 reason: format!(
@@ -299,6 +311,45 @@ fn url_host(url: &str) -> Option<&str> {
     let host = host.split(':').next()?;
     (!host.is_empty()).then_some(host)
 }
+
+/// Every string of `value` (object values and array items, at any depth).
+fn string_values(value: &serde_json::Value) -> Box<dyn Iterator<Item = &str> + '_> {
+    match value {
+        serde_json::Value::String(s) => Box::new(std::iter::once(s.as_str())),
+        serde_json::Value::Array(items) => Box::new(items.iter().flat_map(string_values)),
+        serde_json::Value::Object(map) => Box::new(map.values().flat_map(string_values)),
+        _ => Box::new(std::iter::empty()),
+    }
+}
+
+/// The arguments as a person reads them in an approval question: every key shown, each
+/// string value cut to its first [`SHOWN_VALUE_CHARS`] characters with the count of the
+/// rest, so a long value cannot push another key out of sight.
+fn shown_arguments(args: &serde_json::Value) -> String {
+    fn cut(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::String(s) => match s.char_indices().nth(SHOWN_VALUE_CHARS) {
+                Some((at, _)) => serde_json::Value::String(format!(
+                    "{}… ({} more characters)",
+                    &s[..at],
+                    s[at..].chars().count()
+                )),
+                None => value.clone(),
+            },
+            serde_json::Value::Array(items) => items.iter().map(cut).collect(),
+            serde_json::Value::Object(map) => map
+                .iter()
+                .map(|(k, v)| (k.clone(), cut(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+            other => other.clone(),
+        }
+    }
+    cut(args).to_string()
+}
+
+/// How much of each string argument of an MCP tool an approval question shows.
+const SHOWN_VALUE_CHARS: usize = 200;
 
 #[cfg(test)]
 #[path = "approval_tests.rs"]

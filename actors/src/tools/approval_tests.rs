@@ -388,3 +388,43 @@ fn mcp_tools_ask_in_every_mode_but_bypass_and_grant_per_server_and_tool() {
         "a grant covers one server's one tool"
     );
 }
+
+#[test]
+fn an_mcp_tool_naming_a_protected_path_is_asked_every_time_and_shows_every_key() {
+    let tool = spec("mcp__fs__write_file", SideEffect::External);
+    let cwd = Path::new("/w");
+    let granted: BTreeSet<String> = ["mcp__fs__write_file".to_owned()].into();
+    // A grant of the tool does not cover a call naming a protected path.
+    for path in [
+        ".foya/config.toml",
+        "AGENTS.md",
+        "/w/.mcp.json",
+        "sub/.git/config",
+    ] {
+        let args = json!({"path": path, "content": "x"});
+        for mode in [Ask, AutoEdit, Auto] {
+            let Verdict::Ask {
+                grant_key, reason, ..
+            } = eval(mode, &tool, &args, cwd, &granted)
+            else {
+                panic!("{mode:?} {path}: not asked");
+            };
+            assert_eq!(grant_key, "", "{path}");
+            assert!(reason.contains("protected path"), "{reason}");
+        }
+    }
+    // An ordinary path stays granted.
+    let args = json!({"path": "src/a.rs", "content": "x"});
+    assert_eq!(
+        eval(Auto, &tool, &args, cwd, &granted),
+        allow(SandboxPolicy::None)
+    );
+    // A long value cannot push another key out of the question.
+    let args = json!({"content": "y".repeat(5_000), "path": "notes.txt"});
+    let Verdict::Ask { action, .. } = eval(Auto, &tool, &args, cwd, &BTreeSet::new()) else {
+        panic!("not asked");
+    };
+    assert!(action.contains("\"path\":\"notes.txt\""), "{action}");
+    assert!(action.contains("(4800 more characters)"), "{action}");
+    assert!(action.len() < 400, "{}", action.len());
+}

@@ -4,7 +4,8 @@
 //! Owns: which paths are protected and whether a shell command names one. Protected are
 //! `.foya/` (config, hooks, commands, skills, rules), `.git/` (hooks, config), the
 //! instruction files the context compiler loads (`AGENTS.md`, `FOYA.md`, in any
-//! directory) and every hook script a config names. The Approval Gateway asks before any
+//! directory), the project's MCP servers (`.mcp.json`) and every hook script a config
+//! names. The Approval Gateway asks before any
 //! write to them in every mode but `bypass` (`approval.rs`), whichever tool attempts it;
 //! the sandbox keeps the ones inside the working directory read-only for sandboxed
 //! commands (`sandbox/rules.rs`), so no spelling of a command gets around the check.
@@ -16,9 +17,10 @@ use std::path::{Component, Path, PathBuf};
 /// Directory names whose whole subtree is protected.
 pub const PROTECTED_DIRS: &[&str] = &[".foya", ".git"];
 
-/// File names protected in every directory (the instruction files the context compiler
-/// loads, `context/project.rs`).
-pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "FOYA.md"];
+/// File names protected in every directory: the instruction files the context compiler
+/// loads (`context/project.rs`) and Claude Code's `.mcp.json`, whose servers a trusted
+/// project starts (`mcp/config.rs`).
+pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "FOYA.md", ".mcp.json"];
 
 /// The protected paths of one working directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 // `assistant_message` then replaces the streamed text, so a reload (no deltas replayed)
 // and a live view end with the same transcript.
 
-import { appendText, el, setText, when } from "./text.js";
+import { appendText, el, plain, setText, when } from "./text.js";
 
 /** Output longer than this (characters or lines) is folded. */
 const FOLD_CHARS = 600;
@@ -221,12 +221,15 @@ export class Transcript {
     a.replaceChildren();
     a.appendChild(el("div", "approval-what", `${e.tool_name}: ${e.action}`));
     a.appendChild(el("div", "approval-why", e.reason));
+    // `grant` "": no session grant is offered (a protected path, a command that can run
+    // other code); absent (an older log): what it covers is not known.
+    const noGrant = e.grant === "";
     const grant = e.grant ? `covers every later call matching ${e.grant}` : "covers this kind of call";
     const buttons = el("div", "approval-buttons");
     const btn = (label, decision, title) => {
       const b = el("button", "decide " + decision, label);
       b.dataset.decision = decision;
-      if (title) b.title = title;
+      if (title) b.title = plain(title);
       b.addEventListener("click", () => {
         for (const x of buttons.querySelectorAll("button")) x.disabled = true;
         this.decide(e.request_id, decision).catch((err) => {
@@ -236,13 +239,19 @@ export class Transcript {
       });
       return b;
     };
-    buttons.append(
-      btn("Allow once", "allow_once"),
-      btn("Allow for this session", "allow_for_session", grant),
-      btn("Deny", "deny"),
-    );
-    a.appendChild(buttons);
-    a.appendChild(el("div", "grant", "“Allow for this session” " + grant + "."));
+    if (noGrant) {
+      buttons.append(btn("Allow once", "allow_once"), btn("Deny", "deny"));
+      a.appendChild(buttons);
+      a.appendChild(el("div", "grant", "No “allow for this session” is offered for this call: allow it once or deny it."));
+    } else {
+      buttons.append(
+        btn("Allow once", "allow_once"),
+        btn("Allow for this session", "allow_for_session", grant),
+        btn("Deny", "deny"),
+      );
+      a.appendChild(buttons);
+      a.appendChild(el("div", "grant", "“Allow for this session” " + grant + "."));
+    }
     if (typeof card.box.scrollIntoView === "function") card.box.scrollIntoView({ block: "end" });
     this.onState("waiting_for_approval");
   }
