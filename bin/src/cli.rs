@@ -54,7 +54,7 @@ pub(crate) enum Command {
     /// Serve the simulated model over HTTP (OpenAI Chat, Anthropic, OpenAI Responses).
     SimServer(crate::sim_server::SimServerArgs),
     /// Drive many sessions through turns and report throughput, latency and resources.
-    Loadtest(crate::loadtest::LoadtestArgs),
+    Loadtest(Box<crate::loadtest::LoadtestArgs>),
     /// Check, salvage and back up the event store.
     Store {
         #[command(subcommand)]
@@ -268,7 +268,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Chat(args) => crate::chat::chat(args).await,
         Command::Node(args) => crate::node::node(args).await,
         Command::SimServer(args) => crate::sim_server::sim_server(args).await,
-        Command::Loadtest(args) => crate::loadtest::loadtest(args).await,
+        Command::Loadtest(args) => crate::loadtest::loadtest(*args).await,
         Command::Store { command } => crate::store_cmd::store(command).await,
         Command::Trust(args) => crate::trust::trust(&args),
         Command::Mcp { command } => crate::mcp::mcp(command).await,

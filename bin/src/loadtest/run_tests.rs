@@ -24,7 +24,7 @@ async fn the_json_report_gives_the_store_writers_cpu() {
     let Command::Loadtest(args) = Cli::try_parse_from(argv).unwrap().command else {
         panic!("not loadtest");
     };
-    let code = super::loadtest_inner(args).await.unwrap();
+    let code = super::loadtest_inner(*args).await.unwrap();
     assert_eq!(code, EXIT_OK);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
