@@ -96,6 +96,18 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
             Ok(chunk) if chunk.is_empty() => break,
             Ok(chunk) => {
                 let last = chunk.last().map_or(from, |(k, _)| *k);
+                // A damaged tree may answer keys out of order: reading on from a key that
+                // does not move forward would never end.
+                if chunk.iter().any(|(k, _)| *k < from) {
+                    unreadable.push(Unreadable {
+                        session: None,
+                        reason: format!(
+                            "part of the sessions table (from session key {from:032x}) \
+                             answers keys out of order"
+                        ),
+                    });
+                    break;
+                }
                 rows.extend(chunk);
                 match last.checked_add(1) {
                     Some(next) => from = next,
@@ -134,6 +146,14 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
             }
         });
         match found {
+            // Out of order (a damaged tree): no further seek from there.
+            Ok(Some(key)) if key < start => unreadable.push(Unreadable {
+                session: None,
+                reason: format!(
+                    "part of the events table (from session key {start:032x}) answers keys \
+                     out of order"
+                ),
+            }),
             Ok(Some(key)) => {
                 let new = keys.insert(key, ()).is_none();
                 if new && let Some(next) = key.checked_add(1) {

@@ -106,13 +106,16 @@ pub fn redact_secrets(text: &str, secrets: &[String]) -> String {
 /// (a server echoing the key in the model's text, one token at a time): text and
 /// reasoning are held back while they end with what may be the start of a secret, and
 /// released, redacted, once they cannot be (at the latest before the next event of
-/// another kind). Tool-call argument fragments and error messages are redacted one by
-/// one.
+/// another kind). Tool-call argument fragments are held back the same way, per call
+/// index (released before any event that is not a tool-call fragment); error messages
+/// are redacted whole.
 #[derive(Debug, Default)]
 pub struct StreamRedactor {
     secrets: Vec<String>,
     text: String,
     reasoning: String,
+    /// Held-back argument text of each tool call, by index.
+    arguments: std::collections::BTreeMap<u32, String>,
 }
 
 impl StreamRedactor {
@@ -127,58 +130,83 @@ impl StreamRedactor {
 
     /// The events to pass on for `event`.
     pub fn push(&mut self, event: StreamEvent) -> Vec<StreamEvent> {
+        if let StreamEvent::ToolCallDelta {
+            index,
+            id,
+            name,
+            arguments,
+            extra,
+        } = event
+        {
+            // Text and reasoning held back are released first, in stream order.
+            let mut out = self.release_text();
+            let held = self.arguments.entry(index).or_default();
+            held.push_str(&arguments);
+            let arguments = release(held, &self.secrets, false);
+            out.push(StreamEvent::ToolCallDelta {
+                index,
+                id,
+                name,
+                arguments,
+                extra,
+            });
+            return out;
+        }
+        // Any other event first releases what tool-call fragments held back.
+        let mut out: Vec<StreamEvent> = std::mem::take(&mut self.arguments)
+            .into_iter()
+            .filter(|(_, held)| !held.is_empty())
+            .map(|(index, mut held)| StreamEvent::ToolCallDelta {
+                index,
+                id: None,
+                name: None,
+                arguments: release(&mut held, &self.secrets, true),
+                extra: None,
+            })
+            .collect();
         match event {
             StreamEvent::TextDelta { text } => {
                 self.text.push_str(&text);
                 let text = self.release(false, false);
-                if text.is_empty() {
-                    vec![]
-                } else {
-                    vec![StreamEvent::TextDelta { text }]
+                if !text.is_empty() {
+                    out.push(StreamEvent::TextDelta { text });
                 }
+                out
             }
             StreamEvent::ReasoningDelta { text } => {
                 self.reasoning.push_str(&text);
                 let text = self.release(true, false);
-                if text.is_empty() {
-                    vec![]
-                } else {
-                    vec![StreamEvent::ReasoningDelta { text }]
+                if !text.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { text });
                 }
+                out
             }
             other => {
-                let mut out = Vec::new();
-                let reasoning = self.release(true, true);
-                if !reasoning.is_empty() {
-                    out.push(StreamEvent::ReasoningDelta { text: reasoning });
-                }
-                let text = self.release(false, true);
-                if !text.is_empty() {
-                    out.push(StreamEvent::TextDelta { text });
-                }
+                out.extend(self.release_text());
                 out.push(match other {
                     StreamEvent::Error { mut error } => {
                         error.message = redact_secrets(&error.message, &self.secrets);
                         StreamEvent::Error { error }
                     }
-                    StreamEvent::ToolCallDelta {
-                        index,
-                        id,
-                        name,
-                        arguments,
-                        extra,
-                    } => StreamEvent::ToolCallDelta {
-                        index,
-                        id,
-                        name,
-                        arguments: redact_secrets(&arguments, &self.secrets),
-                        extra,
-                    },
                     other => other,
                 });
                 out
             }
         }
+    }
+
+    /// Everything text and reasoning held back, redacted, as events.
+    fn release_text(&mut self) -> Vec<StreamEvent> {
+        let mut out = Vec::new();
+        let reasoning = self.release(true, true);
+        if !reasoning.is_empty() {
+            out.push(StreamEvent::ReasoningDelta { text: reasoning });
+        }
+        let text = self.release(false, true);
+        if !text.is_empty() {
+            out.push(StreamEvent::TextDelta { text });
+        }
+        out
     }
 
     /// The redacted text that can be released from the text (or reasoning) buffer; with
@@ -189,28 +217,34 @@ impl StreamRedactor {
         } else {
             &mut self.text
         };
-        if buffer.is_empty() || self.secrets.is_empty() {
-            return std::mem::take(buffer);
-        }
-        let redacted = redact_secrets(buffer, &self.secrets);
-        let hold = if all {
-            0
-        } else {
-            self.secrets
-                .iter()
-                .filter_map(|s| {
-                    (1..s.len())
-                        .rev()
-                        .filter(|n| s.is_char_boundary(*n))
-                        .find(|n| redacted.ends_with(&s[..*n]))
-                })
-                .max()
-                .unwrap_or(0)
-        };
-        let cut = redacted.len() - hold;
-        *buffer = redacted[cut..].to_owned();
-        redacted[..cut].to_owned()
+        release(buffer, &self.secrets, all)
     }
+}
+
+/// The redacted text that can be released from `buffer`: all of it but a tail that may
+/// be the start of one of `secrets` (with `all`, everything; the buffer is emptied).
+fn release(buffer: &mut String, secrets: &[String], all: bool) -> String {
+    if buffer.is_empty() || secrets.is_empty() {
+        return std::mem::take(buffer);
+    }
+    let redacted = redact_secrets(buffer, secrets);
+    let hold = if all {
+        0
+    } else {
+        secrets
+            .iter()
+            .filter_map(|s| {
+                (1..s.len())
+                    .rev()
+                    .filter(|n| s.is_char_boundary(*n))
+                    .find(|n| redacted.ends_with(&s[..*n]))
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let cut = redacted.len() - hold;
+    *buffer = redacted[cut..].to_owned();
+    redacted[..cut].to_owned()
 }
 
 #[cfg(test)]
@@ -243,6 +277,42 @@ mod tests {
             out.last(),
             Some(StreamEvent::ToolCallDelta { arguments, .. }) if arguments == "{\"k\":\"[redacted]\"}"
         ));
+    }
+
+    #[test]
+    fn a_key_split_across_tool_call_fragments_is_redacted() {
+        let mut r = StreamRedactor::new(secrets_of(Some("sk-CANARY-123"), "http://h/v1"));
+        let mut out = Vec::new();
+        for (index, arguments) in [
+            (0, "{\"k\":\"sk-CA"),
+            (1, "{\"x\":1}"),
+            (0, "NARY-"),
+            (0, "123\"}"),
+        ] {
+            out.extend(r.push(StreamEvent::ToolCallDelta {
+                index,
+                id: None,
+                name: None,
+                arguments: arguments.into(),
+                extra: None,
+            }));
+        }
+        out.extend(r.push(StreamEvent::Done {
+            finish_reason: None,
+        }));
+        let of = |i: u32| -> String {
+            out.iter()
+                .filter_map(|e| match e {
+                    StreamEvent::ToolCallDelta {
+                        index, arguments, ..
+                    } if *index == i => Some(arguments.as_str()),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(of(0), "{\"k\":\"[redacted]\"}");
+        assert_eq!(of(1), "{\"x\":1}");
+        assert!(matches!(out.last(), Some(StreamEvent::Done { .. })));
     }
 
     #[test]

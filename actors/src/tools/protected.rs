@@ -321,6 +321,7 @@ mod tests {
             [
                 "/w/.foya",
                 "/w/.git",
+                "/w/.mcp.json",
                 "/w/AGENTS.md",
                 "/w/FOYA.md",
                 "/w/check.sh",
