@@ -175,7 +175,13 @@ mod any_bytes {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        // A fixed seed: the same 48 inputs on every run, so CI is repeatable (change the
+        // seed to explore others).
+        #![proptest_config(ProptestConfig {
+            cases: 48,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x00f0_7a5e_ed00),
+            ..ProptestConfig::default()
+        })]
 
         #[test]
         fn arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..20_000)) {
