@@ -120,24 +120,51 @@ fn top(values: impl Iterator<Item = f64>, floor: f64) -> f64 {
 fn throughput(t: &Timeline, width: f64, wall: f64) -> String {
     let turns = timeline::rates(&t.turns_s, width, wall);
     let steps = timeline::rates(&t.steps_s, width, wall);
+    line_chart(
+        None,
+        wall,
+        (&format!("seconds (per {width:.2} s)"), "per second"),
+        &[
+            ("turns/s", &turns, BLUE.to_rgba()),
+            ("steps/s", &steps, GREEN.to_rgba()),
+        ],
+    )
+}
+
+/// One named curve of a [`line_chart`]: its label, points and colour.
+type Curve<'a> = (&'a str, &'a [(f64, f64)], RGBAColor);
+
+/// A line chart of `curves` over x from 0 to `x_end`, with the axes' descriptions
+/// `(x, y)`, the y axis up to a little over the highest point (at least 1), an optional
+/// caption and a legend.
+fn line_chart(
+    caption: Option<String>,
+    x_end: f64,
+    desc: (&str, &str),
+    curves: &[Curve<'_>],
+) -> String {
     svg(|root| {
-        let y = top(turns.iter().chain(&steps).map(|p| p.1), 1.0);
-        let mut chart = ChartBuilder::on(root)
+        let y = top(curves.iter().flat_map(|c| c.1.iter().map(|p| p.1)), 1.0);
+        let mut builder = ChartBuilder::on(root);
+        if let Some(caption) = caption {
+            builder.caption(caption, (FONT, 14));
+        }
+        let mut chart = builder
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(56)
-            .build_cartesian_2d(0.0..wall, 0.0..y)
+            .build_cartesian_2d(0.0..x_end, 0.0..y)
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc(format!("seconds (per {width:.2} s)"))
-            .y_desc("per second")
+            .x_desc(desc.0)
+            .y_desc(desc.1)
             .draw()
             .map_err(|e| e.to_string())?;
-        for (name, series, color) in [("turns/s", &turns, BLUE), ("steps/s", &steps, GREEN)] {
+        for &(name, points, color) in curves {
             chart
                 .draw_series(LineSeries::new(
-                    series.iter().copied(),
+                    points.iter().copied(),
                     color.stroke_width(2),
                 ))
                 .map_err(|e| e.to_string())?
@@ -288,79 +315,39 @@ fn memory(samples: &[RssSample], wall: f64) -> String {
         .map(|s| (s.at_s, s.peak_bytes as f64 / MIB))
         .collect();
     let end = samples.last().map_or(wall, |s| s.at_s.max(wall));
-    svg(|root| {
-        let y = top(peak.iter().map(|p| p.1), 1.0);
-        let mut chart = ChartBuilder::on(root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..end, 0.0..y)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("MiB")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        for (name, series, color) in [("peak RSS", &peak, RED), ("RSS", &rss, BLUE)] {
-            chart
-                .draw_series(LineSeries::new(
-                    series.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(|e| e.to_string())?
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        legend(&mut chart)
-    })
+    line_chart(
+        None,
+        end,
+        ("seconds", "MiB"),
+        &[
+            ("peak RSS", &peak, RED.to_rgba()),
+            ("RSS", &rss, BLUE.to_rgba()),
+        ],
+    )
 }
 
 fn errors(errors: &[(f64, String)], width: f64, wall: f64) -> String {
     let by_class = timeline::totals_by_class(errors, width, wall);
-    svg(|root| {
-        let y = top(by_class.values().flatten().map(|p| p.1), 1.0);
-        let caption = if by_class.is_empty() {
-            "no errors".to_owned()
-        } else {
-            format!("{} errors", errors.len())
-        };
-        let mut chart = ChartBuilder::on(root)
-            .caption(caption, (FONT, 14))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..wall, 0.0..y)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds")
-            .y_desc("errors so far")
-            .draw()
-            .map_err(|e| e.to_string())?;
-        if by_class.is_empty() {
-            chart
-                .draw_series(LineSeries::new(
-                    [(0.0, 0.0), (wall, 0.0)],
-                    GREEN.stroke_width(2),
-                ))
-                .map_err(|e| e.to_string())?
-                .label("none")
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
-        }
-        for (i, (class, series)) in by_class.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(
-                    series.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(|e| e.to_string())?
-                .label(class.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        legend(&mut chart)
-    })
+    let (caption, none) = if by_class.is_empty() {
+        ("no errors".to_owned(), vec![(0.0, 0.0), (wall, 0.0)])
+    } else {
+        (format!("{} errors", errors.len()), Vec::new())
+    };
+    let mut curves: Vec<Curve<'_>> = by_class
+        .iter()
+        .enumerate()
+        .map(|(i, (class, series))| {
+            (
+                class.as_str(),
+                series.as_slice(),
+                Palette99::pick(i).to_rgba(),
+            )
+        })
+        .collect();
+    if by_class.is_empty() {
+        curves.push(("none", &none, GREEN.to_rgba()));
+    }
+    line_chart(Some(caption), wall, ("seconds", "errors so far"), &curves)
 }
 
 #[cfg(test)]
