@@ -101,7 +101,7 @@ fn names(config: &McpConfig) -> String {
 
 fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {
     let trust_project = trust_project || foya_actors::trust::is_trusted(cwd);
-    let user = dirs::home_dir().map(|home| home.join(".config/foya/config.toml"));
+    let user = foya_actors::provider::config::user_file();
     let root = foya_actors::context::project_root(cwd);
     let project = foya_actors::provider::config::project_file(cwd);
     McpConfig::load(user.as_deref(), &project, &root, trust_project).map_err(anyhow::Error::msg)

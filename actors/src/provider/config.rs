@@ -346,6 +346,12 @@ fn in_files(searched: &[PathBuf]) -> String {
     }
 }
 
+/// The user's own config file: `~/.config/foya/config.toml` (`None` without a home).
+#[must_use]
+pub fn user_file() -> Option<PathBuf> {
+    crate::trust::user_config_dir().map(|dir| dir.join("config.toml"))
+}
+
 /// The project's config file for working directory `cwd`: `.foya/config.toml` at its
 /// [`crate::context::project_root`] (nearest ancestor with `.git` or `.foya`). It also
 /// holds the CLI's `[hooks]`.
@@ -447,8 +453,7 @@ impl ProviderConfig {
     /// # Errors
     /// As [`Self::load_files`].
     pub fn load(cwd: &Path) -> Result<Self, ConfigError> {
-        let global = crate::trust::user_config_dir().map(|dir| dir.join("config.toml"));
-        Self::load_with(global.as_deref(), cwd, crate::trust::is_trusted(cwd))
+        Self::load_with(user_file().as_deref(), cwd, crate::trust::is_trusted(cwd))
     }
 
     /// [`Self::load`] with the user's file `global` and whether the project of `cwd` is
