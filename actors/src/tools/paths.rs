@@ -52,15 +52,7 @@ pub fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
     }
     let real_cwd = std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone());
     // The deepest ancestor that exists (symlinks not followed), resolved for real.
-    let mut existing = path.as_path();
-    let mut rest = Vec::new();
-    while std::fs::symlink_metadata(existing).is_err() {
-        let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
-            break;
-        };
-        rest.push(name.to_owned());
-        existing = parent;
-    }
+    let (existing, rest) = deepest_existing(&path);
     let Ok(mut real) = std::fs::canonicalize(existing) else {
         return Err(format!(
             "path {raw:?} leads through a dangling symlink ({}); refusing to follow it",
@@ -125,8 +117,9 @@ pub fn check_write(ctx: &ToolContext, path: &Path, raw: &str) -> Result<(), Stri
     Ok(())
 }
 
-/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended).
-fn real_path(path: &Path) -> PathBuf {
+/// The deepest ancestor of `path` that exists (symlinks not followed), and the names
+/// below it that do not, innermost first.
+fn deepest_existing(path: &Path) -> (&Path, Vec<std::ffi::OsString>) {
     let mut existing = path;
     let mut rest = Vec::new();
     while std::fs::symlink_metadata(existing).is_err() {
@@ -136,6 +129,12 @@ fn real_path(path: &Path) -> PathBuf {
         rest.push(name.to_owned());
         existing = parent;
     }
+    (existing, rest)
+}
+
+/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended).
+fn real_path(path: &Path) -> PathBuf {
+    let (existing, rest) = deepest_existing(path);
     let mut real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_path_buf());
     real.extend(rest.iter().rev());
     real
