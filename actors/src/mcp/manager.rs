@@ -29,7 +29,25 @@ pub struct McpTools {
     /// Why a server's tools are missing (it could not be started or listed).
     pub errors: Vec<String>,
     /// Identifies the listings these tools come from: equal keys, equal tools.
-    pub key: Vec<usize>,
+    pub key: ListingKey,
+}
+
+/// Which listing of each server a set of tools was built from. It holds the listings
+/// it names, so while a key is kept no newer listing can take a compared listing's
+/// address (comparing bare addresses of dropped listings could mistake a new list for
+/// the old one and keep offering stale tools).
+#[derive(Debug, Clone, Default)]
+pub struct ListingKey(Vec<Option<Arc<Vec<rmcp::model::Tool>>>>);
+
+impl PartialEq for ListingKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self.0.iter().zip(&other.0).all(|pair| match pair {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            })
+    }
 }
 
 /// One server in `foya mcp list`.
@@ -104,13 +122,13 @@ impl McpManager {
                     match server.last_listed() {
                         Some(listed) => listed,
                         None => {
-                            out.key.push(0);
+                            out.key.0.push(None);
                             continue;
                         }
                     }
                 }
             };
-            out.key.push(Arc::as_ptr(&listed) as usize);
+            out.key.0.push(Some(Arc::clone(&listed)));
             for tool in listed.iter().filter(|t| server.config.offers(&t.name)) {
                 let name = names::unique(
                     names::qualified(&server.name, &tool.name),
@@ -168,5 +186,37 @@ impl McpManager {
     /// group is killed).
     pub async fn shutdown(&self) {
         futures::future::join_all(self.servers.values().map(|s| s.shutdown())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListingKey;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_listing_key_names_listings_not_their_contents() {
+        let first = Arc::new(Vec::new());
+        let kept = ListingKey(vec![Some(Arc::clone(&first)), None]);
+        assert_eq!(kept, ListingKey(vec![Some(Arc::clone(&first)), None]));
+        // A new listing with the same tools is another listing: the step rebuilds.
+        let second = Arc::new(Vec::new());
+        assert_ne!(kept, ListingKey(vec![Some(second), None]));
+        // A server that could not be listed differs from one that was.
+        assert_ne!(kept, ListingKey(vec![Some(first), Some(Arc::new(Vec::new()))]));
+        assert_ne!(kept, ListingKey(vec![None, None]));
+    }
+
+    #[test]
+    fn a_kept_key_keeps_its_listing_alive() {
+        let listing = Arc::new(Vec::new());
+        let kept = ListingKey(vec![Some(Arc::clone(&listing))]);
+        drop(listing);
+        // The server dropped its copy; the key still holds it, so no newer listing can
+        // be allocated at its address and compare equal.
+        let Some(Some(held)) = kept.0.first() else {
+            panic!("the key holds its listing");
+        };
+        assert_eq!(Arc::strong_count(held), 1);
     }
 }

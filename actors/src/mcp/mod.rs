@@ -18,6 +18,6 @@ mod server;
 pub mod tool;
 
 pub use config::{McpConfig, McpServerConfig, ServerSandbox};
-pub use manager::{McpManager, McpTools, ServerReport};
+pub use manager::{ListingKey, McpManager, McpTools, ServerReport};
 pub use server::ServerState;
 pub use tool::McpTool;

@@ -96,7 +96,7 @@ pub(crate) struct Turn {
     /// the session's servers.
     pub(super) registry: std::sync::Arc<crate::tools::ToolRegistry>,
     /// Which MCP listings `registry` was built from (see `McpTools::key`).
-    pub(super) mcp_key: Option<Vec<usize>>,
+    pub(super) mcp_key: Option<crate::mcp::ListingKey>,
     pub(super) control: super::control::Control,
     /// Events not written yet (the step's `step_started`): [`Turn::persist`] puts them
     /// before the events it writes next, one append instead of two. The compiler does
