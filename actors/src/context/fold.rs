@@ -3,7 +3,9 @@
 //! step folds only the events appended since the last step instead of the whole log.
 
 use super::compile::message_tokens;
-use super::history::{Raw, add_touched_paths, fold_raw, kept_anywhere, raw_message};
+use super::history::{
+    Raw, add_touched_paths, fold_raw, kept_anywhere, raw_message, retract_prompt,
+};
 use crate::provider::Messages;
 use foya_protocol::{Event, Message};
 use std::collections::BTreeSet;
@@ -60,6 +62,7 @@ impl HistoryFold {
                     messages.into_iter().for_each(|m| self.push(m));
                 }
                 Raw::Message(m) => self.push(m),
+                Raw::RetractPrompt => retract_prompt(&mut self.tail),
                 Raw::None => {}
             }
         }

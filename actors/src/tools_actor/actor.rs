@@ -2,6 +2,7 @@
 //! Gateway to its result (the TurnActor commits `tool_finished` with the result).
 
 use super::ToolMsg;
+use crate::hooks::{HookEvent, HookInput, Hooks, hook_tool_input};
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
@@ -11,10 +12,13 @@ use crate::tools::{
 };
 use crate::turn::TurnMsg;
 use foya_protocol::event::Delta;
-use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolMessage};
+use foya_protocol::{
+    EventKind, HookDecision, RunId, SessionConfig, SessionId, ToolCall, ToolMessage,
+};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,6 +52,13 @@ pub(crate) struct ToolArgs {
     /// and committed its `tool_started` in the append that started the batch: the actor
     /// runs it at once (no second validation, gate or append).
     pub started: Option<Started>,
+    /// The runtime's hooks (`PreToolUse` before the gate decides, `PostToolUse` after
+    /// the call ran).
+    pub hooks: Arc<Hooks>,
+    /// The session's log exported for this step's hooks (empty: not exported).
+    pub transcript_path: PathBuf,
+    /// Context the `PreToolUse` hooks gave, added to the call's result.
+    pub hook_notes: Vec<String>,
 }
 
 /// A call the turn validated, allowed and marked started; see [`ToolArgs::started`].
@@ -64,8 +75,13 @@ pub(crate) fn pre_start(
     tools: &ToolRegistry,
     config: &SessionConfig,
     protected: &Protected,
+    hooks: &Hooks,
     call: &ToolCall,
 ) -> Option<Started> {
+    if hooks.any(HookEvent::PreToolUse, Some(&call.name)) {
+        // Its hooks decide first, in the ToolActor.
+        return None;
+    }
     let prepared = tools.prepare(&call.name, &call.arguments).ok()?;
     match evaluate(
         config.approval_mode,
@@ -198,10 +214,10 @@ impl ToolArgs {
     /// grants restored from the log) and answers at once without an event, which is what
     /// `evaluate` with the grants would decide (`Allow` under `sandbox_if_allowed`).
     async fn gate(
-        &self,
+        &mut self,
         spec: &ToolSpec,
         args: &serde_json::Value,
-    ) -> Result<SandboxPolicy, ToolOutput> {
+    ) -> Result<Result<SandboxPolicy, ToolOutput>, ActorProcessingErr> {
         let mode = self.config.approval_mode;
         let verdict = evaluate(
             mode,
@@ -211,6 +227,98 @@ impl ToolArgs {
             &self.protected,
             &BTreeSet::new(),
         );
+        let verdict = self.pre_tool_use(args, verdict).await?;
+        Ok(self.decide(verdict).await)
+    }
+
+    /// The `PreToolUse` hooks of the call (when any selects it): their events are
+    /// persisted and their decision can only tighten `verdict`
+    /// ([`crate::hooks::decision::tighten`]).
+    async fn pre_tool_use(
+        &mut self,
+        args: &serde_json::Value,
+        verdict: Verdict,
+    ) -> Result<Verdict, ActorProcessingErr> {
+        if !self.hooks.any(HookEvent::PreToolUse, Some(&self.call.name)) {
+            return Ok(verdict);
+        }
+        let mut input = self.hook_input(HookEvent::PreToolUse);
+        input.tool_input = Some(hook_tool_input(&self.call.name, args, &self.config.cwd));
+        let run = self.hooks.run(&input).await;
+        self.append(run.events).await?;
+        if run.merged.decision() == HookDecision::Stop {
+            self.stop_turn(run.merged.reason.clone());
+        }
+        self.hook_notes.extend(run.merged.context.iter().cloned());
+        let action = || format!("{} {}", self.call.name, args);
+        Ok(crate::hooks::decision::tighten(
+            verdict,
+            &run.merged,
+            action,
+        ))
+    }
+
+    /// The `PostToolUse` hooks of a call that ran: a block's reason and any context are
+    /// added to the result for the model; `continue: false` ends the turn after the step.
+    async fn post_tool_use(&mut self, output: &mut ToolOutput) -> Result<(), ActorProcessingErr> {
+        if self
+            .hooks
+            .any(HookEvent::PostToolUse, Some(&self.call.name))
+        {
+            let mut input = self.hook_input(HookEvent::PostToolUse);
+            let args = &self.call.arguments;
+            input.tool_input = Some(hook_tool_input(&self.call.name, args, &self.config.cwd));
+            input.tool_response = Some(serde_json::json!({
+                "content": output.content,
+                "is_error": output.is_error,
+            }));
+            let run = self.hooks.run(&input).await;
+            self.append(run.events).await?;
+            match run.merged.decision() {
+                HookDecision::Block => {
+                    let reason = run.merged.reason.clone().unwrap_or_default();
+                    self.hook_notes
+                        .push(format!("PostToolUse hook feedback: {reason}"));
+                }
+                HookDecision::Stop => self.stop_turn(run.merged.reason.clone()),
+                _ => {}
+            }
+            self.hook_notes.extend(run.merged.context);
+        }
+        self.add_notes(output);
+        Ok(())
+    }
+
+    /// Adds what the hooks said for the model to the call's result.
+    fn add_notes(&mut self, output: &mut ToolOutput) {
+        for note in self.hook_notes.drain(..) {
+            output.content = format!("{}\n\n[hook] {note}", output.content);
+        }
+    }
+
+    /// A hook's `continue: false`: the turn ends once this step's results are in.
+    fn stop_turn(&self, reason: Option<String>) {
+        let _ = self.turn.cast(TurnMsg::HookStopped { reason });
+    }
+
+    /// The hook input of `event` for this call.
+    fn hook_input(&self, event: HookEvent) -> HookInput {
+        let mut input = HookInput::new(
+            event,
+            self.session_id,
+            self.config.cwd.clone(),
+            self.config.approval_mode,
+        );
+        input.turn_id = Some(self.run_id);
+        input.transcript_path.clone_from(&self.transcript_path);
+        input.tool_name = Some(self.call.name.clone());
+        input.tool_use_id = Some(self.call.id.clone());
+        input
+    }
+
+    /// Runs `verdict`: the sandbox, or the `is_error` result (denied by the policy, a
+    /// hook or a person).
+    async fn decide(&self, verdict: Verdict) -> Result<SandboxPolicy, ToolOutput> {
         match verdict {
             Verdict::Allow { sandbox } => Ok(sandbox),
             Verdict::Deny { reason } => Err(ToolOutput::error(reason)),
@@ -245,9 +353,12 @@ impl ToolArgs {
                     Ok(prepared) => prepared,
                     Err(output) => return Ok((output, None)),
                 };
-                let sandbox = match self.gate(prepared.tool.spec(), &prepared.args).await {
+                let sandbox = match self.gate(prepared.tool.spec(), &prepared.args).await? {
                     Ok(sandbox) => sandbox,
-                    Err(output) => return Ok((output, None)),
+                    Err(mut output) => {
+                        self.add_notes(&mut output);
+                        return Ok((output, None));
+                    }
                 };
                 self.append(vec![EventKind::ToolStarted {
                     tool_call_id: self.call.id.clone(),
@@ -279,11 +390,14 @@ impl ToolArgs {
         let started = Instant::now();
         let limit_ms = backstop_ms(spec, &args);
         let call = tool.call(&ctx, args, self.cancel.clone(), &progress);
-        let output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
+        let mut output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
             Ok(output) => output,
             Err(_) => ToolOutput::error(format!("timed out after {limit_ms} ms")),
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if !self.cancel.is_cancelled() {
+            self.post_tool_use(&mut output).await?;
+        }
         Ok((output, Some(duration_ms)))
     }
 }
