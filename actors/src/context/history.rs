@@ -119,13 +119,19 @@ fn hook_message(event: &str, decision: HookDecision, context: Option<&str>) -> R
 }
 
 /// Removes the last user message of `raw` that is not a hook's context (the prompt a
-/// `UserPromptSubmit` hook blocked).
+/// `UserPromptSubmit` hook blocked), looking back no further than the last assistant
+/// message that survives folding (so [`HistoryFold`](super::HistoryFold), which keeps
+/// only the messages after it unsettled, folds the same).
 pub(super) fn retract_prompt(raw: &mut Vec<Message>) {
-    let prompt = raw.iter().rposition(
-        |m| matches!(m, Message::User(input) if !input.text.starts_with(HOOK_CONTEXT_PREFIX)),
-    );
-    if let Some(index) = prompt {
-        raw.remove(index);
+    for index in (0..raw.len()).rev() {
+        match &raw[index] {
+            Message::Assistant(a) if kept_anywhere(a) => return,
+            Message::User(input) if !input.text.starts_with(HOOK_CONTEXT_PREFIX) => {
+                raw.remove(index);
+                return;
+            }
+            _ => {}
+        }
     }
 }
 
