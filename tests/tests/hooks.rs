@@ -1,9 +1,10 @@
 //! Lifecycle hooks through the real `foya run` (scripted provider) with real bash and
-//! Python hook scripts in a trusted project's `.foya/config.toml`: every point fires
+//! Python hook scripts in a trusted project's `.foya/config.toml` (and the user's own
+//! config; an untrusted project's hooks do not run): every point fires
 //! with Claude Code's input fields, every run is a `hook_ran` event, hooks only tighten
 //! (a deny beats `bypass`; an `allow` or `ask` cannot run a refused call; nothing widens
 //! the mode; a protected path is still asked), and failing hooks (timeout, crash,
-//! invalid JSON, flood) are logged and change nothing.
+//! invalid JSON, flood) are logged and change nothing; `continue: false` ends the turn.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::hook_project::{HookProject, assert_ok, decisions, hook_runs, result_of};
@@ -322,4 +323,84 @@ fn failing_hooks_are_logged_and_change_nothing() {
         (&last["type"], &last["status"]),
         (&json!("turn_complete"), &json!("completed"))
     );
+}
+
+#[test]
+fn the_users_hooks_apply_and_an_untrusted_projects_do_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let (home, work, data) = (root.join("home"), root.join("work"), root.join("data"));
+    std::fs::create_dir_all(work.join(".foya")).unwrap();
+    let marker = root.join("project-hook-ran");
+    // The project (not trusted in this HOME) would record that its hook ran.
+    std::fs::write(
+        work.join(".foya/config.toml"),
+        format!(
+            "[[hooks.PreToolUse]]\n{}",
+            group(None, &format!("touch {}", marker.display()))
+        ),
+    )
+    .unwrap();
+    let deny = r#"{"hookSpecificOutput":{"permissionDecision":"deny","permissionDecisionReason":"the user says no"}}"#;
+    foya_tests::mcp::write_user_config(
+        &home,
+        &format!(
+            "[[hooks.PreToolUse]]\n{}",
+            group(Some("Bash"), &format!("echo {deny:?}"))
+        ),
+    );
+    let script = root.join("s.json");
+    let calls = json!({"responses": [
+        {"tool_calls": [{"id": "c", "name": "shell", "arguments": {"command": "echo hi"}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, calls.to_string()).unwrap();
+    let out = foya_tests::foya_bin::scripted("run", "bypass", &script, &data, &work)
+        .env("HOME", &home)
+        .arg("go")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("this project is not trusted"), "{stderr}");
+    let events = foya_tests::foya_bin::only_session_log(&data);
+    assert_eq!(
+        result_of(&events, "c")["content"],
+        "denied by a PreToolUse hook: the user says no"
+    );
+    assert_eq!(decisions(&events), [pair("PreToolUse", "deny")]);
+    assert!(!marker.exists());
+}
+
+#[test]
+fn continue_false_from_a_tool_hook_ends_the_turn_after_the_step() {
+    let stop = r#"echo "{\"continue\": false, \"stopReason\": \"formatter broke\"}""#;
+    let config = format!("[[hooks.PostToolUse]]\n{}", group(Some("shell"), stop));
+    let project = HookProject::new(&config, &[]);
+    let script = project.script(
+        "s.json",
+        &json!([
+            {"tool_calls": [{"id": "c", "name": "shell", "arguments": {"command": "echo hi"}}]},
+            {"text": "never asked"}
+        ]),
+    );
+    assert_ok(&project.run("auto", &script, &["go"]));
+    let events = project.events();
+    // The call's result is committed; the model is not asked again.
+    assert_eq!(result_of(&events, "c")["content"], "hi\n[exit code: 0]");
+    let answers = events
+        .iter()
+        .filter(|e| e["type"] == "assistant_message")
+        .count();
+    assert_eq!(answers, 1);
+    let last = events.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["status"], &last["reason"]),
+        (
+            &json!("turn_complete"),
+            &json!("completed"),
+            &json!("formatter broke")
+        )
+    );
+    assert_eq!(decisions(&events), [pair("PostToolUse", "stop")]);
 }
