@@ -97,13 +97,17 @@ impl HookProject {
     /// project; its output.
     #[must_use]
     pub fn run(&self, approval: &str, script: &Path, args: &[&str]) -> Output {
-        let mut command = scripted("run", approval, script, &self.data, &self.work);
+        let mut command = self.command(approval, script);
         #[expect(clippy::expect_used, reason = "test harness")]
+        command.args(args).output().expect("run foya")
+    }
+
+    /// The command [`Self::run`] runs, without its arguments (to add environment).
+    #[must_use]
+    pub fn command(&self, approval: &str, script: &Path) -> std::process::Command {
+        let mut command = scripted("run", approval, script, &self.data, &self.work);
+        command.env("RUST_LOG", "warn");
         command
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run foya")
     }
 
     /// `foya run PROVIDER… --approval APPROVAL --data-dir D --cwd W ARGS…` in the

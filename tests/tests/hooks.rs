@@ -39,6 +39,7 @@ fn every_hook_point_fires_with_claude_codes_input() {
         ("PreToolUse", Some("Bash"), py),
         ("PostToolUse", Some("shell"), py),
         ("Stop", None, py),
+        ("Stop", None, "env > ../hook-env.txt"),
         ("SessionEnd", None, sh),
     ]
     .iter()
@@ -52,7 +53,20 @@ fn every_hook_point_fires_with_claude_codes_input() {
             {"text": "done"}
         ]),
     );
-    assert_ok(&project.run("auto", &script, &["say hi"]));
+    let out = project
+        .command("auto", &script)
+        .env("FOYA_TEST_VISIBLE", "shown")
+        .env("FOYA_TEST_API_KEY", "sk-WITHHELD")
+        .arg("say hi")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    // Like tools, hooks do not see variables named like keys, secrets or tokens.
+    let env = std::fs::read_to_string(project.work.join("../hook-env.txt")).unwrap();
+    assert!(
+        env.contains("FOYA_TEST_VISIBLE=shown") && !env.contains("WITHHELD"),
+        "{env}"
+    );
     let events = project.events();
     let session = events[0]["session_id"].clone();
     let logged = project.logged();
@@ -121,11 +135,12 @@ fn every_hook_point_fires_with_claude_codes_input() {
             .contains(&json!("tool_message"))
     );
     assert_eq!(logged[5]["reason"], "other");
-    // Every run is an event of the log.
-    let points: Vec<(String, String)> = names
+    // Every run is an event of the log (the `env` Stop hook too).
+    let mut points: Vec<(String, String)> = names
         .iter()
         .map(|n| ((*n).to_owned(), "none".to_owned()))
         .collect();
+    points.insert(5, pair("Stop", "none"));
     assert_eq!(decisions(&events), points);
     let pre = hook_runs(&events)[2];
     assert_eq!(

@@ -1,7 +1,8 @@
 //! Running one command hook: `bash -c COMMAND` in the session's working directory, in its
 //! own process group (killed when the run ends, times out or is cancelled), the
-//! [`HookInput`] as JSON on stdin; then its exit code and output read as Claude Code
-//! does ([`interpret`]).
+//! [`HookInput`] as JSON on stdin, without the environment variables a tool's processes
+//! do not get either (names with `KEY`, `SECRET`, `TOKEN`); then its exit code and output
+//! read as Claude Code does ([`interpret`]).
 //!
 //! Output contract (Claude Code's):
 //! - exit 0: stdout may be JSON — `continue: false` (+ `stopReason`) stops the turn;
@@ -20,6 +21,7 @@
 //! sandbox or a tool list: a hook cannot widen permissions.
 
 use super::{CommandHook, HookEvent, HookInput, HookResponse};
+use crate::tools::sandbox::is_secret_name;
 use foya_protocol::HookDecision;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -86,6 +88,14 @@ pub async fn run(hook: &CommandHook, input: &HookInput) -> HookResponse {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // Like a tool's processes, a hook does not see the runtime's keys (`*KEY*`,
+    // `*SECRET*`, `*TOKEN*`): a project's hook cannot send a user's key anywhere.
+    for name in std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| is_secret_name(name))
+    {
+        command.env_remove(name);
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return HookResponse::failed(format!("cannot start the hook: {e}")),
