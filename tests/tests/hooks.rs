@@ -148,6 +148,23 @@ fn every_hook_point_fires_with_claude_codes_input() {
         (&json!("Bash"), &json!("c1"))
     );
     assert!(pre["duration_ms"].is_u64());
+    // A second process resumes the session: SessionStart's source is `resume`.
+    let id = session.as_str().unwrap();
+    let more = project.script(
+        "more.json",
+        &json!([{"tool_calls": []}, {"text": "done"}, {"text": "again"}]),
+    );
+    assert_ok(&project.run("auto", &more, &["--session", id, "once more"]));
+    let logged = project.logged();
+    let starts: Vec<(&Value, &Value)> = logged
+        .iter()
+        .filter(|l| l["hook_event_name"] == "SessionStart")
+        .map(|l| (&l["source"], &l["session_id"]))
+        .collect();
+    assert_eq!(
+        starts,
+        [(&json!("startup"), &session), (&json!("resume"), &session)]
+    );
 }
 
 #[test]
