@@ -1,4 +1,4 @@
-//! Command hooks for `run` and `chat`: the `[hooks]` table of the user's
+//! Command hooks for `run`, `chat` and `serve`: the `[hooks]` table of the user's
 //! `~/.config/foya/config.toml`, then of the project's `.foya/config.toml` when the user
 //! trusts the project (`foya trust`; otherwise `setup::model_client` said it is ignored).
 //! The runtime exports each session's log for the hooks under `<data dir>/transcripts`.

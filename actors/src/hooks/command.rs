@@ -1,6 +1,7 @@
 //! Running one command hook: `bash -c COMMAND` in the session's working directory, in its
 //! own process group (killed when the run ends, times out or is cancelled), the
-//! [`HookInput`] as JSON on stdin, without the environment variables a tool's processes
+//! [`HookInput`] as JSON on stdin, `FOYA_PROJECT_DIR` and Claude Code's
+//! `CLAUDE_PROJECT_DIR` set to the project root, without the environment variables a tool's processes
 //! do not get either (names with `KEY`, `SECRET`, `TOKEN`); then its exit code and output
 //! read as Claude Code does ([`interpret`]).
 //!
@@ -79,10 +80,13 @@ pub async fn run(hook: &CommandHook, input: &HookInput) -> HookResponse {
         Err(e) => return HookResponse::failed(format!("cannot encode the hook input: {e}")),
     };
     let mut command = tokio::process::Command::new("bash");
+    let project = crate::context::project_root(&input.cwd);
     command
         .arg("-c")
         .arg(&hook.command)
         .current_dir(&input.cwd)
+        .env("FOYA_PROJECT_DIR", &project)
+        .env("CLAUDE_PROJECT_DIR", &project)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
