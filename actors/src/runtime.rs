@@ -97,12 +97,22 @@ pub struct RuntimeConfig {
     pub context: crate::options::ContextOptions,
     /// Run-protection thresholds (duplicate calls, repeated failures, step cycles).
     pub protection: crate::turn::protection::Limits,
-    /// In-process stop hooks, run (in order, before the command hooks) when the model
-    /// stops without tool calls.
+    /// In-process lifecycle hooks (every point; see `docs/hooks.md`), run in order before
+    /// the command hooks of the same point.
+    pub hooks: Vec<Arc<dyn crate::hooks::Hook>>,
+    /// Command hooks by point (a `config.toml`'s `[hooks]`, parsed by
+    /// [`HookCommands::parse`](crate::hooks::HookCommands::parse)).
+    pub command_hooks: crate::hooks::HookCommands,
+    /// Where each session's log is exported as JSONL for hooks (`transcript_path`);
+    /// `None`: not exported, and `transcript_path` is empty.
+    pub transcript_dir: Option<std::path::PathBuf>,
+    /// In-process stop hooks (the older API), run as `Stop` / `SubagentStop` hooks after
+    /// [`Self::hooks`].
     pub stop_hooks: Vec<Arc<dyn crate::hooks::StopHook>>,
-    /// Command stop hooks (`bash -c` in the session's cwd; Claude Code's `Stop` contract).
+    /// Command stop hooks (the older API): `Stop` command hooks run after
+    /// [`Self::command_hooks`]' own.
     pub stop_hook_commands: Vec<String>,
-    /// Timeout of each command stop hook.
+    /// Timeout of each of [`Self::stop_hook_commands`].
     pub stop_hook_timeout: std::time::Duration,
     /// Cap of stop-hook continuations per turn, tool steps in between included (default 8).
     pub max_hook_continuations: u32,
@@ -170,9 +180,12 @@ impl RuntimeConfig {
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
             context: ContextOptions::default(),
             protection: crate::turn::protection::Limits::default(),
+            hooks: Vec::new(),
+            command_hooks: crate::hooks::HookCommands::default(),
+            transcript_dir: None,
             stop_hooks: Vec::new(),
             stop_hook_commands: Vec::new(),
-            stop_hook_timeout: crate::hooks::command::DEFAULT_TIMEOUT,
+            stop_hook_timeout: crate::hooks::config::DEFAULT_TIMEOUT,
             max_hook_continuations: 8,
             sub_agents: None,
             attachments: None,
@@ -200,7 +213,9 @@ pub(crate) struct RuntimeDeps {
     pub queued_on_restart: QueuedOnRestart,
     /// The `agent` tool when sub-agents are on (a turn tells it when it ends).
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
-    /// [`RuntimeConfig::stop_hook_commands`]: the scripts they name are protected paths.
+    /// Every hook of the runtime.
+    pub hooks: Arc<crate::hooks::Hooks>,
+    /// Every command hook's command: the scripts they name are protected paths.
     pub hook_commands: Vec<String>,
     /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
     pub idle_logs: crate::session::log::IdleLogs,
@@ -330,6 +345,7 @@ impl Runtime {
     /// [`RuntimeError::Actor`] when the actor system cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let control = crate::turn::ControlConfig::from_config(&config);
+        let hooks = Arc::new(hooks_of(&config));
         let (tools, agent) =
             crate::tools::builtin::agent::register(config.tools, config.sub_agents);
         let deps = Arc::new(RuntimeDeps {
@@ -344,7 +360,8 @@ impl Runtime {
             attachments: config.attachments,
             queued_on_restart: config.queued_on_restart,
             sub_agents: agent.clone(),
-            hook_commands: config.stop_hook_commands.clone(),
+            hook_commands: hooks.commands(),
+            hooks,
             idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
             default_provider: config.default_provider,
             default_model: config.default_model,
@@ -548,4 +565,19 @@ impl Runtime {
     pub(crate) fn sub_agent_tool(&self) -> Option<Arc<crate::tools::builtin::agent::AgentTool>> {
         self.inner.deps.sub_agents.clone()
     }
+}
+
+/// The runtime's hooks: in-process ones (then the older stop hooks), command ones (then
+/// the older stop commands).
+fn hooks_of(config: &RuntimeConfig) -> crate::hooks::Hooks {
+    let mut in_process = config.hooks.clone();
+    in_process.extend(config.stop_hooks.iter().map(|h| {
+        Arc::new(crate::hooks::stop::StopAdapter(Arc::clone(h))) as Arc<dyn crate::hooks::Hook>
+    }));
+    let mut commands = config.command_hooks.clone();
+    commands.extend(crate::hooks::HookCommands::stop_commands(
+        &config.stop_hook_commands,
+        config.stop_hook_timeout,
+    ));
+    crate::hooks::Hooks::new(in_process, commands, config.transcript_dir.clone())
 }

@@ -1,5 +1,4 @@
-//! Locating and opening the data directory's event store, and reading the project's
-//! stop hooks (`<project root>/.foya/config.toml`, `[hooks] stop = ["..."]`).
+//! Locating and opening the data directory's event store.
 //!
 //! The store is locked by the process that opened it (redb). Whoever opens it records
 //! itself in `<data dir>/foya.owner` (JSON `{"pid", "command", "url", "listen"}`: `url`
@@ -345,47 +344,6 @@ pub(crate) fn missing_store(dir: &Path) -> String {
     }
 }
 
-/// Stop hook commands of the project: its config file
-/// ([`foya_actors::provider::config::project_file`]), table `[hooks]`, key
-/// `stop` (an array of shell commands, run with `bash -c` in the session's cwd). Empty
-/// when the file, the table or the key is absent, and when the user has not trusted the
-/// project ([`foya_actors::trust::is_trusted`]; `setup::model_client` said so).
-///
-/// # Errors
-/// The file cannot be read or parsed, or `stop` is not an array of strings.
-pub(crate) fn stop_hooks(cwd: &Path) -> anyhow::Result<Vec<String>> {
-    if !foya_actors::trust::is_trusted(cwd) {
-        return Ok(Vec::new());
-    }
-    stop_hooks_of(cwd)
-}
-
-/// [`stop_hooks`] without the trust check.
-fn stop_hooks_of(cwd: &Path) -> anyhow::Result<Vec<String>> {
-    let path = foya_actors::provider::config::project_file(cwd);
-    let Some(text) = foya_actors::provider::config::read_optional(&path)? else {
-        return Ok(Vec::new());
-    };
-    let value: toml::Table =
-        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
-    let Some(stop) = value.get("hooks").and_then(|h| h.get("stop")) else {
-        return Ok(Vec::new());
-    };
-    stop.as_array()
-        .and_then(|items| {
-            items
-                .iter()
-                .map(|i| i.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-        })
-        .with_context(|| {
-            format!(
-                "{}: [hooks] stop must be an array of strings",
-                path.display()
-            )
-        })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -416,49 +374,6 @@ mod tests {
         assert_eq!(
             missing_store(root.path()),
             format!("no sessions are stored in {}", root.path().display())
-        );
-    }
-
-    #[test]
-    fn reads_stop_hooks_from_the_project_config() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(stop_hooks_of(dir.path()).unwrap(), Vec::<String>::new());
-        std::fs::create_dir(dir.path().join(".foya")).unwrap();
-        let file = dir.path().join(".foya/config.toml");
-        std::fs::write(&file, "[profiles.x]\nkind = \"anthropic\"\n").unwrap();
-        assert_eq!(stop_hooks_of(dir.path()).unwrap(), Vec::<String>::new());
-        std::fs::write(&file, "[hooks]\nstop = [\"./check.sh\", \"make lint\"]\n").unwrap();
-        assert_eq!(
-            stop_hooks_of(dir.path()).unwrap(),
-            vec!["./check.sh".to_owned(), "make lint".to_owned()]
-        );
-        // From a subdirectory of the project: the same file.
-        let sub = dir.path().join("src/module");
-        std::fs::create_dir_all(&sub).unwrap();
-        assert_eq!(
-            stop_hooks_of(&sub).unwrap(),
-            vec!["./check.sh".to_owned(), "make lint".to_owned()]
-        );
-        std::fs::write(&file, "[hooks]\nstop = \"x\"\n").unwrap();
-        assert!(stop_hooks_of(dir.path()).is_err());
-        // A directory or a FIFO in its place is refused at once (a FIFO's read would block).
-        std::fs::remove_file(&file).unwrap();
-        std::fs::create_dir(&file).unwrap();
-        let err = stop_hooks_of(dir.path()).unwrap_err().to_string();
-        assert_eq!(
-            err,
-            format!("cannot read {}: not a regular file", file.display())
-        );
-        std::fs::remove_dir(&file).unwrap();
-        let made = std::process::Command::new("mkfifo")
-            .arg(&file)
-            .status()
-            .unwrap();
-        assert!(made.success());
-        let err = stop_hooks_of(dir.path()).unwrap_err().to_string();
-        assert_eq!(
-            err,
-            format!("cannot read {}: not a regular file", file.display())
         );
     }
 }

@@ -7,6 +7,7 @@ mod cluster_list;
 mod context_config;
 mod damage;
 mod data;
+mod hooks;
 mod listen;
 mod loadtest;
 mod mcp;

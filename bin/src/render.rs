@@ -327,6 +327,21 @@ impl Renderer {
             } => {
                 self.note(&approval_line(decision, message.as_deref()));
             }
+            EventKind::HookRan {
+                hook_event,
+                decision,
+                reason,
+                ..
+            } if *decision != foya_protocol::HookDecision::None => {
+                self.end_reasoning();
+                self.end_line()?;
+                let why = reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                let line = format!("⚑ {hook_event} hook: {}{why}", decision.as_str());
+                self.note(&terminal_safe(&line));
+            }
             EventKind::ProviderRetry {
                 attempt,
                 max_attempts,

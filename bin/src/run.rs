@@ -68,7 +68,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let (model, model_name) =
         crate::setup::model_client(&args.provider, &cwd).map_err(Failure::Usage)?;
     // Read before the store is opened: a broken project config creates nothing.
-    let stop_hook_commands = crate::data::stop_hooks(&cwd).map_err(Failure::Usage)?;
+    let hooks = crate::hooks::load(&cwd).map_err(Failure::Usage)?;
     let auto_compact =
         crate::context_config::auto_compact(&cwd, args.compaction).map_err(Failure::Usage)?;
     let mcp = crate::mcp::load(&cwd, &args.mcp).map_err(Failure::Usage)?;
@@ -78,7 +78,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     };
 
     let mut config = RuntimeConfig::new(store.clone(), model);
-    config.stop_hook_commands = stop_hook_commands;
+    crate::hooks::apply(&mut config, hooks, &dir);
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;
     let runtime = Runtime::start(config)

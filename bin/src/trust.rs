@@ -111,8 +111,8 @@ pub(crate) fn untrusted_line(file: &Path, root: &Path) -> String {
 fn ask(file: &Path) -> bool {
     use std::io::BufRead as _;
     eprint!(
-        "foya: {} may set provider profiles, hooks (commands run at the end of every \
-         turn) and MCP servers (programs it starts). Trust this project and apply it? [y/N] ",
+        "foya: {} may set provider profiles, hooks (commands run around tool calls and \
+         turns) and MCP servers (programs it starts). Trust this project and apply it? [y/N] ",
         file.display()
     );
     let mut line = String::new();

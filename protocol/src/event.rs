@@ -261,6 +261,72 @@ pub enum EventKind {
         /// Model name sent to the provider.
         model: String,
     },
+    /// A lifecycle hook ran (one event per hook run, in-process or command), so an audit
+    /// shows why a call was refused or a prompt blocked.
+    HookRan {
+        /// The hook point, in Claude Code's words: `SessionStart`, `UserPromptSubmit`,
+        /// `PreToolUse`, `PostToolUse`, `PreCompact`, `Stop`, `SubagentStop`, `SessionEnd`.
+        hook_event: String,
+        /// The matcher of the hook's group (`Bash|shell`); absent when it has none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        matcher: Option<String>,
+        /// What ran: the command, or `in-process:NAME`.
+        hook: String,
+        /// The tool call it was about (`PreToolUse`, `PostToolUse`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<ToolCallId>,
+        /// How long it ran, in milliseconds.
+        duration_ms: u64,
+        /// What it decided.
+        decision: HookDecision,
+        /// Why (the hook's reason, its stderr on exit 2, or what went wrong).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Text the hook added for the model (`additionalContext`, or the stdout of a
+        /// `SessionStart` / `UserPromptSubmit` hook): a user message for those two, part of
+        /// the tool result for the tool events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        additional_context: Option<String>,
+    },
+}
+
+/// What one hook run decided (see `docs/hooks.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookDecision {
+    /// No decision: the hook only ran (and perhaps added context).
+    None,
+    /// `PreToolUse` `permissionDecision: allow` (honoured only when the policy allows
+    /// the call without asking anyway).
+    Allow,
+    /// `PreToolUse` `permissionDecision: ask`: a person decides.
+    Ask,
+    /// `PreToolUse` deny (exit 2, `permissionDecision: deny`, `decision: block`).
+    Deny,
+    /// A block: the prompt is refused (`UserPromptSubmit`), the model gets the reason
+    /// (`PostToolUse`), or the turn continues (`Stop`, `SubagentStop`).
+    Block,
+    /// `continue: false`: the turn ends (with `stopReason`).
+    Stop,
+    /// The hook failed (timeout, crash, non-zero exit other than 2, invalid JSON):
+    /// treated as no decision.
+    Failed,
+}
+
+impl HookDecision {
+    /// The snake_case name (`allow`, `deny`, …).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Allow => "allow",
+            Self::Ask => "ask",
+            Self::Deny => "deny",
+            Self::Block => "block",
+            Self::Stop => "stop",
+            Self::Failed => "failed",
+        }
+    }
 }
 
 impl EventKind {
@@ -292,6 +358,7 @@ impl EventKind {
             Self::HookContinued { .. } => "hook_continued",
             Self::SessionDeleted {} => "session_deleted",
             Self::ConfigChanged { .. } => "config_changed",
+            Self::HookRan { .. } => "hook_ran",
         }
     }
 }

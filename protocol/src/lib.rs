@@ -15,7 +15,9 @@ pub mod stream;
 pub mod visible;
 
 pub use command::{ApprovalDecision, ApprovalMode, SessionConfig, SessionSummary};
-pub use event::{Delta, ErrorInfo, Event, EventKind, SessionUpdate, TitleSource, TurnStatus};
+pub use event::{
+    Delta, ErrorInfo, Event, EventKind, HookDecision, SessionUpdate, TitleSource, TurnStatus,
+};
 pub use ids::{ApprovalRequestId, InputId, RunId, Seq, SessionId, ToolCallId};
 pub use input::{AttachmentRef, CommandInvocation, Input, PageElement};
 pub use message::{

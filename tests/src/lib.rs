@@ -4,6 +4,7 @@
 pub mod browser;
 pub mod child;
 pub mod foya_bin;
+pub mod hook_project;
 pub mod mcp;
 pub mod mock_provider;
 pub mod procs;

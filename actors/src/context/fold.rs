@@ -3,7 +3,9 @@
 //! step folds only the events appended since the last step instead of the whole log.
 
 use super::compile::message_tokens;
-use super::history::{Raw, add_touched_paths, fold_raw, kept_anywhere, raw_message};
+use super::history::{
+    Raw, add_touched_paths, fold_raw, kept_anywhere, raw_message, retract_prompt,
+};
 use crate::provider::Messages;
 use foya_protocol::{Event, Message};
 use std::collections::BTreeSet;
@@ -60,6 +62,7 @@ impl HistoryFold {
                     messages.into_iter().for_each(|m| self.push(m));
                 }
                 Raw::Message(m) => self.push(m),
+                Raw::RetractPrompt => retract_prompt(&mut self.tail),
                 Raw::None => {}
             }
         }
@@ -109,8 +112,8 @@ mod tests {
     use super::*;
     use crate::context::{history, touched_paths};
     use foya_protocol::{
-        AssistantMessage, EventKind, Input, InputId, Seq, SessionId, ToolCall, ToolCallId,
-        ToolMessage,
+        AssistantMessage, EventKind, HookDecision, Input, InputId, Seq, SessionId, ToolCall,
+        ToolCallId, ToolMessage,
     };
     use proptest::prelude::*;
 
@@ -158,6 +161,21 @@ mod tests {
             6 => assistant.prop_map(EventKind::AssistantMessage),
             6 => tool.prop_map(EventKind::ToolMessage),
             1 => "[a-z]{1,4}".prop_map(|reason| EventKind::HookContinued { reason, count: 1 }),
+            1 => (
+                prop_oneof![Just("UserPromptSubmit"), Just("SessionStart"), Just("PreToolUse")],
+                prop_oneof![Just(HookDecision::Block), Just(HookDecision::None)],
+                prop::option::of("[a-z]{1,4}"),
+            )
+                .prop_map(|(point, decision, context)| EventKind::HookRan {
+                    hook_event: point.into(),
+                    matcher: None,
+                    hook: "h".into(),
+                    tool_call_id: None,
+                    duration_ms: 0,
+                    decision,
+                    reason: None,
+                    additional_context: context,
+                }),
             1 => ("[a-z]{1,4}", prop::collection::vec(message, 0..4)).prop_map(
                 |(summary, kept)| EventKind::CompactionCheckpoint {
                     summary,

@@ -3,7 +3,8 @@
 
 use super::FILE_TOOLS;
 use foya_protocol::{
-    AssistantMessage, Event, EventKind, Input, Message, PageElement, ToolCallId, ToolMessage,
+    AssistantMessage, Event, EventKind, HookDecision, Input, Message, PageElement, ToolCallId,
+    ToolMessage,
 };
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -11,6 +12,10 @@ use std::path::PathBuf;
 /// Text that opens the user message carrying a compaction checkpoint's summary.
 pub const CHECKPOINT_PREFIX: &str =
     "[Compaction checkpoint] The earlier conversation was summarised to save context:";
+
+/// Text that opens the user message carrying a hook's additional context
+/// (`[hook context: SessionStart]`).
+pub const HOOK_CONTEXT_PREFIX: &str = "[hook context:";
 
 /// Content of the synthetic result for a tool call that has none in the log.
 pub const MISSING_RESULT: &str = "no result was recorded for this call";
@@ -30,6 +35,8 @@ pub const MISSING_RESULT: &str = "no result was recorded for this call";
 ///    set). A later assistant message makes it go. `reasoning_parts` are kept (the
 ///    protocol needs them back). An assistant message left empty is skipped.
 /// 4. `tool_message` → [`Message::Tool`].
+/// 5. `hook_ran`: a `UserPromptSubmit` block removes the prompt; context of a
+///    `SessionStart` or `UserPromptSubmit` hook is a user message ([`HOOK_CONTEXT_PREFIX`]).
 ///
 /// Then it is made well-formed: each assistant tool call is followed, in call order and
 /// directly, by exactly one result from the tool messages before the next user or
@@ -46,6 +53,7 @@ pub fn history(events: &[Event]) -> Vec<Message> {
         match raw_message(&event.kind) {
             Raw::Checkpoint(messages) => raw = messages,
             Raw::Message(m) => raw.push(m),
+            Raw::RetractPrompt => retract_prompt(&mut raw),
             Raw::None => {}
         }
     }
@@ -59,6 +67,8 @@ pub(super) enum Raw {
     Checkpoint(Vec<Message>),
     /// One more message.
     Message(Message),
+    /// A hook blocked the prompt: take it back out ([`retract_prompt`]).
+    RetractPrompt,
     /// Nothing.
     None,
 }
@@ -81,7 +91,47 @@ pub(super) fn raw_message(kind: &EventKind) -> Raw {
         }
         EventKind::AssistantMessage(m) => Raw::Message(Message::Assistant(m.clone())),
         EventKind::ToolMessage(m) => Raw::Message(Message::Tool(m.clone())),
+        EventKind::HookRan {
+            hook_event,
+            decision,
+            additional_context,
+            ..
+        } => hook_message(hook_event, *decision, additional_context.as_deref()),
         _ => Raw::None,
+    }
+}
+
+/// What a `hook_ran` adds: a `UserPromptSubmit` block takes the prompt back out of the
+/// context (it stays in the log); context from a `SessionStart` or `UserPromptSubmit`
+/// hook is a user message opening with [`HOOK_CONTEXT_PREFIX`]. (Tool hooks' context is
+/// in the call's result; other points add nothing.)
+fn hook_message(event: &str, decision: HookDecision, context: Option<&str>) -> Raw {
+    let prompt_hook = event == "UserPromptSubmit";
+    if prompt_hook && matches!(decision, HookDecision::Block | HookDecision::Stop) {
+        return Raw::RetractPrompt;
+    }
+    match context {
+        Some(text) if prompt_hook || event == "SessionStart" => Raw::Message(Message::User(
+            Input::text(format!("{HOOK_CONTEXT_PREFIX} {event}]\n{text}")),
+        )),
+        _ => Raw::None,
+    }
+}
+
+/// Removes the last user message of `raw` that is not a hook's context (the prompt a
+/// `UserPromptSubmit` hook blocked), looking back no further than the last assistant
+/// message that survives folding (so [`HistoryFold`](super::HistoryFold), which keeps
+/// only the messages after it unsettled, folds the same).
+pub(super) fn retract_prompt(raw: &mut Vec<Message>) {
+    for index in (0..raw.len()).rev() {
+        match &raw[index] {
+            Message::Assistant(a) if kept_anywhere(a) => return,
+            Message::User(input) if !input.text.starts_with(HOOK_CONTEXT_PREFIX) => {
+                raw.remove(index);
+                return;
+            }
+            _ => {}
+        }
     }
 }
 

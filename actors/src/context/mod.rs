@@ -31,7 +31,8 @@ pub use compile::{compile, compile_folded};
 pub use estimate::{Calibration, estimate_tokens};
 pub use fold::HistoryFold;
 pub use history::{
-    CHECKPOINT_PREFIX, MISSING_RESULT, history, interrupted_context_text, touched_paths,
+    CHECKPOINT_PREFIX, HOOK_CONTEXT_PREFIX, MISSING_RESULT, history, interrupted_context_text,
+    touched_paths,
 };
 pub use kernel::{KERNEL_INSTRUCTIONS, KERNEL_INSTRUCTIONS_VERSION};
 pub use project::{CommandTemplate, ProjectContext, Rule, SkillMeta, project_root};

@@ -287,3 +287,49 @@ proptest::proptest! {
         proptest::prop_assert_eq!(&history(&again.events)[1..], &folded[..]);
     }
 }
+
+fn hook_ran(
+    point: &str,
+    decision: foya_protocol::HookDecision,
+    context: Option<&str>,
+) -> EventKind {
+    EventKind::HookRan {
+        hook_event: point.into(),
+        matcher: None,
+        hook: "h".into(),
+        tool_call_id: None,
+        duration_ms: 1,
+        decision,
+        reason: Some("why".into()),
+        additional_context: context.map(Into::into),
+    }
+}
+
+#[test]
+fn hook_context_is_a_user_message_and_a_blocked_prompt_leaves_the_context() {
+    use foya_protocol::HookDecision::{Block, None as NoDecision};
+    let mut log = Log::default();
+    log.user("first")
+        .push(hook_ran("SessionStart", NoDecision, Some("branch main")))
+        .push(hook_ran("UserPromptSubmit", NoDecision, Some("sprint 3")))
+        .push(hook_ran(
+            "PreToolUse",
+            NoDecision,
+            Some("in the tool result instead"),
+        ))
+        .assistant("ok", &[])
+        .user("my password")
+        .push(hook_ran("UserPromptSubmit", Block, None))
+        .user("hello");
+    let expected = vec![
+        user("first"),
+        user("[hook context: SessionStart]\nbranch main"),
+        user("[hook context: UserPromptSubmit]\nsprint 3"),
+        Message::Assistant(assistant("ok", &[])),
+        user("hello"),
+    ];
+    assert_eq!(history(&log.events), expected);
+    let mut fold = HistoryFold::new();
+    fold.update(&log.events);
+    assert_eq!(fold.messages().0.to_vec(), expected);
+}

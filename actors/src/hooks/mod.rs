@@ -1,41 +1,187 @@
-//! Stop hooks: code that runs when the model stops without tool calls and may ask the
-//! turn to continue. In-process hooks implement [`StopHook`]; command hooks
-//! ([`command::CommandStopHook`]) speak the contract of Claude Code's `Stop` hook so
-//! existing hook scripts work (JSON on stdin; exit 2 or `{"decision":"block"}` continues
-//! the turn; `{"continue": false}` ends it).
+//! Lifecycle hooks: code that runs at eight points of a session and may only tighten
+//! what happens — Claude Code's hook contract, so existing hook scripts work.
 //!
-//! A hook can only choose between "stop", "continue with this instruction" and "end":
-//! it cannot change the approval mode, the sandbox policy or the tool set (any such field
-//! in a hook's output is ignored). Hooks do not run on cancel or on provider failure.
+//! Points ([`HookEvent`]): `SessionStart` (first turn of a session in this runtime),
+//! `UserPromptSubmit`, `PreToolUse`, `PostToolUse`, `PreCompact`, `Stop`, `SubagentStop`,
+//! `SessionEnd`. Two kinds, run in this order: in-process hooks of an embedder (the
+//! [`Hook`] trait, and the older [`StopHook`]) and command hooks (`config.rs`, run by
+//! `command.rs`: `bash -c` in the session's cwd, JSON on stdin, a timeout each).
+//!
+//! Hooks only tighten (`decision.rs`): a `PreToolUse` hook may deny a call or demand a
+//! person's approval; its `allow` never skips a question the policy asks nor a refusal
+//! it makes (protected paths included); no hook output changes the approval mode, the
+//! sandbox or the grants. Every run is a `hook_ran` event (`runner.rs`). A hook that
+//! fails (timeout, crash, invalid JSON, output flood) is logged as `failed` and counts
+//! as no decision. Details and the differences from Claude Code: `docs/hooks.md`.
 
 pub mod command;
+pub mod config;
+pub mod decision;
+pub mod runner;
+pub(crate) mod stop;
+
+pub use config::{CommandHook, HookCommands, MatcherGroup, hook_tool_input};
+pub use decision::Merged;
+pub use runner::Hooks;
+pub use stop::{StopDecision, StopHook, StopHookInput};
 
 use async_trait::async_trait;
-use foya_protocol::{ApprovalMode, RunId, SessionId};
+use foya_protocol::{ApprovalMode, HookDecision, RunId, SessionId, ToolCallId};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-/// What a stop hook receives (the JSON written to a command hook's stdin).
-///
-/// Field names follow Claude Code's `Stop` hook input; `turn_id` is Foya's run id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StopHookInput {
+/// A hook point, named as in Claude Code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookEvent {
+    /// The first turn of a session in this runtime begins (`source`: `startup` for a new
+    /// session, `resume` for a stored one).
+    SessionStart,
+    /// A turn begins with the user's input (`prompt`).
+    UserPromptSubmit,
+    /// A validated tool call is about to be decided and run.
+    PreToolUse,
+    /// A tool call ran (`tool_response`).
+    PostToolUse,
+    /// A compaction is about to summarise the history (`trigger`: `manual` or `auto`).
+    PreCompact,
+    /// The model stopped without tool calls (a top-level session).
+    Stop,
+    /// The model of a sub-agent session stopped without tool calls.
+    SubagentStop,
+    /// The runtime shuts a session down (`reason`).
+    SessionEnd,
+}
+
+impl HookEvent {
+    /// Every hook point.
+    pub const ALL: [Self; 8] = [
+        Self::SessionStart,
+        Self::UserPromptSubmit,
+        Self::PreToolUse,
+        Self::PostToolUse,
+        Self::PreCompact,
+        Self::Stop,
+        Self::SubagentStop,
+        Self::SessionEnd,
+    ];
+
+    /// Claude Code's name (`PreToolUse`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SessionStart => "SessionStart",
+            Self::UserPromptSubmit => "UserPromptSubmit",
+            Self::PreToolUse => "PreToolUse",
+            Self::PostToolUse => "PostToolUse",
+            Self::PreCompact => "PreCompact",
+            Self::Stop => "Stop",
+            Self::SubagentStop => "SubagentStop",
+            Self::SessionEnd => "SessionEnd",
+        }
+    }
+
+    /// The point named `name` (exactly as Claude Code spells it).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == name)
+    }
+}
+
+/// What a hook receives: the JSON written to a command hook's stdin. Field names are
+/// Claude Code's; a field that does not apply to the point is absent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookInput {
     /// The session.
     pub session_id: SessionId,
-    /// The run id of the turn.
-    pub turn_id: RunId,
-    /// The session's working directory.
+    /// A JSONL export of the session's log (one persisted event per line), written
+    /// before the hook runs; empty when the runtime has no transcript directory.
+    pub transcript_path: PathBuf,
+    /// The session's working directory (where command hooks run).
     pub cwd: PathBuf,
-    /// The session's approval mode, in Claude Code's vocabulary (`plan` for read-only,
-    /// `default` for ask, `acceptEdits` for auto-edit, `auto`, `bypassPermissions`).
-    pub permission_mode: String,
-    /// Always `"Stop"`.
-    pub hook_event_name: String,
-    /// Whether this stop follows a continuation a hook forced.
-    pub stop_hook_active: bool,
-    /// The text of the model's last answer.
-    pub last_assistant_message: String,
+    /// The hook point (`PreToolUse`).
+    pub hook_event_name: &'static str,
+    /// The session's approval mode in Claude Code's words ([`permission_mode`]).
+    pub permission_mode: &'static str,
+    /// The run id of the turn, when the point is inside one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<RunId>,
+    /// Tool events: Foya's tool name (`shell`; see `docs/hooks.md` for Claude's names).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// Tool events: the call's validated arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_input: Option<serde_json::Value>,
+    /// `PostToolUse`: `{"content": …, "is_error": …}` of the result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_response: Option<serde_json::Value>,
+    /// Tool events: the call's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_use_id: Option<ToolCallId>,
+    /// `UserPromptSubmit`: the input's text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// `Stop`, `SubagentStop`: whether the turn already continues because of a hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_hook_active: Option<bool>,
+    /// `Stop`, `SubagentStop`: the text of the model's last answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_assistant_message: Option<String>,
+    /// `SessionStart`: `startup` or `resume`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
+    /// `PreCompact`: `manual` (`/compact`) or `auto`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<&'static str>,
+    /// `PreCompact`: the instructions of a manual compaction (always empty in Foya).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom_instructions: Option<String>,
+    /// `SessionEnd`: why (`other`: the runtime shuts down).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+}
+
+impl HookInput {
+    /// The input of `event` with the common fields; the caller fills the point's own.
+    #[must_use]
+    pub fn new(event: HookEvent, session_id: SessionId, cwd: PathBuf, mode: ApprovalMode) -> Self {
+        Self {
+            session_id,
+            transcript_path: PathBuf::new(),
+            cwd,
+            hook_event_name: event.name(),
+            permission_mode: permission_mode(mode),
+            turn_id: None,
+            tool_name: None,
+            tool_input: None,
+            tool_response: None,
+            tool_use_id: None,
+            prompt: None,
+            stop_hook_active: None,
+            last_assistant_message: None,
+            source: None,
+            trigger: None,
+            custom_instructions: None,
+            reason: None,
+        }
+    }
+
+    /// The point of this input.
+    #[must_use]
+    pub fn event(&self) -> Option<HookEvent> {
+        HookEvent::from_name(self.hook_event_name)
+    }
+
+    /// What a matcher is tested against: the tool name for tool events, `source` for
+    /// `SessionStart`, `trigger` for `PreCompact`; `None` (every group runs) otherwise.
+    #[must_use]
+    pub fn subject(&self) -> Option<&str> {
+        match self.event()? {
+            HookEvent::PreToolUse | HookEvent::PostToolUse => self.tool_name.as_deref(),
+            HookEvent::SessionStart => self.source,
+            HookEvent::PreCompact => self.trigger,
+            _ => None,
+        }
+    }
 }
 
 /// Claude Code's name of an approval mode.
@@ -50,74 +196,58 @@ pub fn permission_mode(mode: ApprovalMode) -> &'static str {
     }
 }
 
-/// A hook's answer.
+/// One hook run's answer (a command hook's output, interpreted; or an in-process hook's
+/// value). Only these fields exist: nothing a hook says can widen a permission.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopDecision {
-    /// Let the turn end.
-    Proceed,
-    /// Continue the turn; `reason` becomes the next (user-role) instruction.
-    Block {
-        /// The instruction for the model.
-        reason: String,
-    },
-    /// End the turn now (`{"continue": false}`), with an optional reason.
-    End {
-        /// `stopReason` of the hook's output.
-        stop_reason: Option<String>,
-    },
-    /// The hook failed (crash, timeout, bad output); reported, and the stop proceeds.
-    Failed {
-        /// What went wrong (no hook output is logged).
-        message: String,
-    },
+pub struct HookResponse {
+    /// What it decided ([`HookDecision::Failed`] when it failed).
+    pub decision: HookDecision,
+    /// Why: the reason of a decision, `stopReason` for [`HookDecision::Stop`], or what
+    /// went wrong for [`HookDecision::Failed`].
+    pub reason: Option<String>,
+    /// Text for the model (`additionalContext`; plain stdout of `SessionStart` and
+    /// `UserPromptSubmit` hooks).
+    pub additional_context: Option<String>,
 }
 
-/// An in-process stop hook (registered in `RuntimeConfig::stop_hooks`).
+impl HookResponse {
+    /// No decision, no context.
+    #[must_use]
+    pub fn none() -> Self {
+        Self::decided(HookDecision::None, None)
+    }
+
+    /// `decision` with `reason`, no context.
+    #[must_use]
+    pub fn decided(decision: HookDecision, reason: Option<String>) -> Self {
+        Self {
+            decision,
+            reason,
+            additional_context: None,
+        }
+    }
+
+    /// The hook failed: `message` says how (never the hook's output).
+    #[must_use]
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::decided(HookDecision::Failed, Some(message.into()))
+    }
+}
+
+/// An in-process hook of an embedder (`RuntimeConfig::hooks`): runs before the command
+/// hooks of the same point, with the same input and the same rules.
 #[async_trait]
-pub trait StopHook: Send + Sync + std::fmt::Debug {
-    /// Decides what happens when the model stops.
+pub trait Hook: Send + Sync + std::fmt::Debug {
+    /// Its name in `hook_ran` events (logged as `in-process:NAME`).
+    fn name(&self) -> &str;
+
+    /// Whether it runs at `event`; `subject` is what a matcher would see
+    /// ([`HookInput::subject`]: the tool name for tool events).
+    fn applies(&self, event: HookEvent, subject: Option<&str>) -> bool;
+
+    /// Its answer.
     ///
     /// # Cancel safety
     /// The future is dropped when the turn is cancelled; it must not leave work behind.
-    async fn on_stop(&self, input: &StopHookInput) -> StopDecision;
-}
-
-/// The combined outcome of every hook: any `End` wins, else the `Block` reasons joined
-/// (one per line), else `Proceed`; failures are returned for reporting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StopOutcome {
-    /// The decision.
-    pub decision: StopDecision,
-    /// Messages of hooks that failed.
-    pub failures: Vec<String>,
-}
-
-/// Runs `hooks` in order and combines their decisions.
-///
-/// # Cancel safety
-/// Dropping the future drops the running hook (a command hook's process group is killed).
-pub async fn run_stop_hooks(hooks: &[Arc<dyn StopHook>], input: &StopHookInput) -> StopOutcome {
-    let mut blocks = Vec::new();
-    let mut failures = Vec::new();
-    let mut end = None;
-    for hook in hooks {
-        match hook.on_stop(input).await {
-            StopDecision::Proceed => {}
-            StopDecision::Block { reason } => blocks.push(reason),
-            StopDecision::End { stop_reason } => {
-                end.get_or_insert(stop_reason);
-            }
-            StopDecision::Failed { message } => failures.push(message),
-        }
-    }
-    let decision = if let Some(stop_reason) = end {
-        StopDecision::End { stop_reason }
-    } else if blocks.is_empty() {
-        StopDecision::Proceed
-    } else {
-        StopDecision::Block {
-            reason: blocks.join("\n"),
-        }
-    };
-    StopOutcome { decision, failures }
+    async fn run(&self, input: &HookInput) -> HookResponse;
 }

@@ -83,6 +83,9 @@ pub(crate) struct Session {
     /// ([`IdleLogs`](super::log::IdleLogs)), holding `idle_reservation` meanwhile.
     pub(super) log: Option<SharedLog>,
     pub(super) idle_reservation: Option<super::log::IdleReservation>,
+    /// Whether a turn of this session started in this runtime (its `SessionStart` hooks
+    /// ran; `SessionEnd` hooks run at shutdown).
+    pub(super) hooks_started: bool,
 }
 
 fn now_ms() -> u64 {
@@ -268,6 +271,7 @@ impl Actor for SessionActor {
             title_requested: false,
             storage_failure: None,
             shutdown: None,
+            hooks_started: false,
         })
     }
 
@@ -351,6 +355,7 @@ impl Actor for SessionActor {
                     });
                     waiting.push(reply);
                 } else {
+                    state.session_end_hooks().await;
                     let _ = reply.send(());
                 }
             }

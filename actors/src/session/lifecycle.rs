@@ -5,6 +5,7 @@
 use super::SessionMsg;
 use super::actor::{ActiveTurn, Session};
 use super::commands::{self, Plan};
+use crate::hooks::{HookEvent, HookInput};
 use crate::runtime::{QueuedOnRestart, RuntimeError};
 use crate::turn::{TurnActor, TurnArgs, TurnMode};
 use foya_protocol::event::Notice;
@@ -83,6 +84,7 @@ impl Session {
             cancel: cancel.clone(),
             project,
             mode,
+            first_in_runtime: !std::mem::replace(&mut self.hooks_started, true),
         };
         let (actor, _) = Actor::spawn_linked(None, TurnActor, args, myself.get_cell()).await?;
         self.turn = Some(ActiveTurn { actor, cancel });
@@ -180,8 +182,9 @@ impl Session {
         if self.deleting.is_some() {
             return self.finish_delete(myself).await;
         }
-        if let Some(waiting) = self.shutdown.as_mut() {
-            for reply in waiting.drain(..) {
+        if self.shutdown.is_some() {
+            self.session_end_hooks().await;
+            for reply in self.shutdown.iter_mut().flat_map(|w| w.drain(..)) {
                 let _ = reply.send(());
             }
             return Ok(());
@@ -262,5 +265,35 @@ fn completed(status: TurnStatus, reason: Option<String>, error: Option<ErrorInfo
         status,
         reason,
         error,
+    }
+}
+
+impl Session {
+    /// The runtime shuts the session down: its `SessionEnd` hooks run (once, and only
+    /// when a turn of this top-level session ran in this runtime) and their `hook_ran`
+    /// events are persisted. Bounded by the hooks' timeouts; a failure is logged.
+    pub(super) async fn session_end_hooks(&mut self) {
+        let hooks = Arc::clone(&self.deps.hooks);
+        if !std::mem::take(&mut self.hooks_started)
+            || self.fold.config.parent.is_some()
+            || !hooks.any(HookEvent::SessionEnd, None)
+        {
+            return;
+        }
+        let config = &self.fold.config;
+        let mut input = HookInput::new(
+            HookEvent::SessionEnd,
+            self.fold.id,
+            config.cwd.clone(),
+            config.approval_mode,
+        );
+        input.reason = Some("other");
+        if let Ok(log) = self.shared_log() {
+            input.transcript_path = hooks.export_transcript(self.fold.id, &log.read());
+        }
+        let run = hooks.run(&input).await;
+        if let Err(e) = self.persist(None, run.events).await {
+            tracing::warn!(session.id = %self.fold.id, error = %e, "cannot record the SessionEnd hooks");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! Gateway to its result (the TurnActor commits `tool_finished` with the result).
 
 use super::ToolMsg;
+use crate::hooks::{HookEvent, Hooks};
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
@@ -15,6 +16,7 @@ use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolMe
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,6 +50,13 @@ pub(crate) struct ToolArgs {
     /// and committed its `tool_started` in the append that started the batch: the actor
     /// runs it at once (no second validation, gate or append).
     pub started: Option<Started>,
+    /// The runtime's hooks (`PreToolUse` before the gate decides, `PostToolUse` after
+    /// the call ran).
+    pub hooks: Arc<Hooks>,
+    /// The session's log exported for this step's hooks (empty: not exported).
+    pub transcript_path: PathBuf,
+    /// Context the `PreToolUse` hooks gave, added to the call's result.
+    pub hook_notes: Vec<String>,
 }
 
 /// A call the turn validated, allowed and marked started; see [`ToolArgs::started`].
@@ -64,8 +73,13 @@ pub(crate) fn pre_start(
     tools: &ToolRegistry,
     config: &SessionConfig,
     protected: &Protected,
+    hooks: &Hooks,
     call: &ToolCall,
 ) -> Option<Started> {
+    if hooks.any(HookEvent::PreToolUse, Some(&call.name)) {
+        // Its hooks decide first, in the ToolActor.
+        return None;
+    }
     let prepared = tools.prepare(&call.name, &call.arguments).ok()?;
     match evaluate(
         config.approval_mode,
@@ -143,7 +157,7 @@ impl ProgressSink for Progress {
 }
 
 impl ToolArgs {
-    async fn append(&self, kinds: Vec<EventKind>) -> Result<(), ActorProcessingErr> {
+    pub(super) async fn append(&self, kinds: Vec<EventKind>) -> Result<(), ActorProcessingErr> {
         let run_id = self.run_id;
         match self
             .session
@@ -198,10 +212,10 @@ impl ToolArgs {
     /// grants restored from the log) and answers at once without an event, which is what
     /// `evaluate` with the grants would decide (`Allow` under `sandbox_if_allowed`).
     async fn gate(
-        &self,
+        &mut self,
         spec: &ToolSpec,
         args: &serde_json::Value,
-    ) -> Result<SandboxPolicy, ToolOutput> {
+    ) -> Result<Result<SandboxPolicy, ToolOutput>, ActorProcessingErr> {
         let mode = self.config.approval_mode;
         let verdict = evaluate(
             mode,
@@ -211,6 +225,13 @@ impl ToolArgs {
             &self.protected,
             &BTreeSet::new(),
         );
+        let verdict = self.pre_tool_use(args, verdict).await?;
+        Ok(self.decide(verdict).await)
+    }
+
+    /// Runs `verdict`: the sandbox, or the `is_error` result (denied by the policy, a
+    /// hook or a person).
+    async fn decide(&self, verdict: Verdict) -> Result<SandboxPolicy, ToolOutput> {
         match verdict {
             Verdict::Allow { sandbox } => Ok(sandbox),
             Verdict::Deny { reason } => Err(ToolOutput::error(reason)),
@@ -245,9 +266,12 @@ impl ToolArgs {
                     Ok(prepared) => prepared,
                     Err(output) => return Ok((output, None)),
                 };
-                let sandbox = match self.gate(prepared.tool.spec(), &prepared.args).await {
+                let sandbox = match self.gate(prepared.tool.spec(), &prepared.args).await? {
                     Ok(sandbox) => sandbox,
-                    Err(output) => return Ok((output, None)),
+                    Err(mut output) => {
+                        self.add_notes(&mut output);
+                        return Ok((output, None));
+                    }
                 };
                 self.append(vec![EventKind::ToolStarted {
                     tool_call_id: self.call.id.clone(),
@@ -279,11 +303,14 @@ impl ToolArgs {
         let started = Instant::now();
         let limit_ms = backstop_ms(spec, &args);
         let call = tool.call(&ctx, args, self.cancel.clone(), &progress);
-        let output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
+        let mut output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
             Ok(output) => output,
             Err(_) => ToolOutput::error(format!("timed out after {limit_ms} ms")),
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if !self.cancel.is_cancelled() {
+            self.post_tool_use(&mut output).await?;
+        }
         Ok((output, Some(duration_ms)))
     }
 }

@@ -4,13 +4,14 @@
 //! Runs one call: `ToolRegistry::prepare` (unknown tool, invalid JSON, arguments that are
 //! not an object or violate the tool's schema → `is_error` result with the registry's
 //! message, nothing run), the Approval Gateway (`tools::approval::evaluate`: `Allow`
-//! runs under its sandbox, `Deny` is an `is_error` result with the reason, `Ask` persists
+//! runs under its sandbox, `Deny` is an `is_error` result with the reason — after the
+//! `PreToolUse` hooks, which may only tighten it (`hooks.rs`) —, `Ask` persists
 //! `approval_requested` through the session and waits for `decide_approval` — the session
 //! answers at once from its live "allow for this session" grants, and denies at once
 //! with no approver attached — then runs under `sandbox_if_allowed`), `tool_started`, the
 //! tool itself with the verdict's sandbox in `ToolContext::sandbox`, a cancellation token
 //! and a backstop timeout, progress as `tool_update` events and live `tool_output`
-//! deltas, then `tool_finished`. The result goes back to the TurnActor
+//! deltas, the `PostToolUse` hooks, then `tool_finished`. The result goes back to the TurnActor
 //! (`TurnMsg::ToolDone`), which commits `tool_message`s in call order.
 //!
 //! The call runs inside the actor's handler: nothing else is ever sent to a ToolActor
@@ -22,6 +23,7 @@
 //! `ToolArgs::partial` — so a cancel always ends in the same events.
 
 pub(crate) mod actor;
+mod hooks;
 
 pub(crate) use actor::{ToolActor, ToolArgs};
 

@@ -37,6 +37,8 @@ pub(crate) struct TurnArgs {
     pub project: Arc<ProjectContext>,
     /// Step loop or manual compaction.
     pub mode: TurnMode,
+    /// The session's first turn in this runtime (its `SessionStart` hooks run).
+    pub first_in_runtime: bool,
 }
 
 /// Where the turn is.
@@ -301,7 +303,7 @@ impl Actor for TurnActor {
                     return state.on_cancel(&myself, "user".into()).await;
                 }
                 match state.args.mode {
-                    TurnMode::Model => state.start_step(&myself).await,
+                    TurnMode::Model => state.begin(&myself).await,
                     TurnMode::Compact => state.begin_compaction(&myself, Trigger::Manual).await,
                 }
             }
@@ -328,7 +330,11 @@ impl Actor for TurnActor {
                 duration_ms,
             } => state.tool_done(&myself, index, result, duration_ms).await,
             TurnMsg::Cancel { reason } => state.on_cancel(&myself, reason).await,
-            TurnMsg::HookDone { outcome } => state.hook_done(&myself, outcome).await,
+            TurnMsg::HookDone { run } => state.hook_done(&myself, run).await,
+            TurnMsg::HookStopped { reason } => {
+                state.hook_stopped(reason);
+                Ok(())
+            }
             #[cfg(test)]
             TurnMsg::Panic => panic!("test-induced TurnActor panic"),
         }

@@ -68,6 +68,9 @@ impl Turn {
             Ok(c) => c,
             Err(e) => return self.fail_context(myself, &e).await,
         };
+        if !self.pre_compact(trigger).await? {
+            return Ok(());
+        }
         let events = self.args.log.read().clone();
         let history_tokens = compiled.sections.get("history").copied().unwrap_or(0);
         let raw_total: u64 = compiled.sections.values().sum();

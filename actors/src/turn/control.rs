@@ -12,7 +12,9 @@
 //!   the repeated call or the step cycle in the error message. When the model insists on
 //!   a blocked call, its calls get `is_error` "not run" results first (the log stays
 //!   well-formed).
-//! - stop hooks: `Block` writes `hook_continued{reason, count}` and starts another step
+//! - a tool hook's `continue: false` ends the turn `completed` before the next step,
+//!   with the hook's `stopReason` (or `stopped by hook`).
+//! - stop hooks (`hooks.rs`): `Block` writes `hook_continued{reason, count}` and starts another step
 //!   (the history fold turns it into a user message); `count` counts the turn's
 //!   continuations, tool steps in between included, and `stop_hook_active` is true on
 //!   every stop after the first continuation (the turn is continuing because of a hook);
@@ -24,15 +26,12 @@ use super::TurnMsg;
 use super::actor::{Phase, Turn};
 use super::protection::{CallVerdict, Guard, Limits, LoopDetected};
 use super::tools::ToolRun;
-use crate::hooks::{self, StopDecision, StopHook, StopHookInput, StopOutcome};
 use crate::provider::ModelRequest;
-use crate::task::AbortOnDrop;
 use foya_protocol::{
     AssistantMessage, ErrorClass, ErrorInfo, EventKind, Input, Message, ToolCall, ToolMessage,
     TurnStatus,
 };
 use ractor::{ActorProcessingErr, ActorRef};
-use std::sync::Arc;
 
 /// The instruction appended to the final request when the step limit is reached.
 pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
@@ -43,8 +42,6 @@ pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was 
 pub(crate) struct ControlConfig {
     /// Run-protection thresholds.
     pub protection: Limits,
-    /// Stop hooks, in-process and command ones, run in this order.
-    pub stop_hooks: Vec<Arc<dyn StopHook>>,
     /// Cap of stop-hook continuations per turn.
     pub max_hook_continuations: u32,
 }
@@ -58,7 +55,10 @@ pub(crate) struct Control {
     /// The current step is the final no-tools one.
     pub(super) final_step: bool,
     /// Stop-hook continuations of this turn (tool steps in between do not reset it).
-    hook_blocks: u32,
+    pub(super) hook_blocks: u32,
+    /// Set by a tool hook's `continue: false`: the turn ends before the next step, with
+    /// this reason.
+    hook_stop: Option<String>,
     /// Keeps the `agent` tool's counters of this turn (from the first tool step until
     /// the turn ends; see [`Turn::end_sub_agent_scope`]).
     sub_agents: Option<crate::tools::builtin::agent::TurnScope>,
@@ -89,6 +89,17 @@ impl Turn {
         &mut self,
         myself: &ActorRef<TurnMsg>,
     ) -> Result<bool, ActorProcessingErr> {
+        if let Some(reason) = self.control.hook_stop.take() {
+            self.finish(
+                myself,
+                Vec::new(),
+                TurnStatus::Completed,
+                Some(reason),
+                None,
+            )
+            .await?;
+            return Ok(true);
+        }
         if !self.control.calls.is_empty() {
             let calls = std::mem::take(&mut self.control.calls);
             let ids: Vec<_> = calls.iter().map(|c| &c.id).collect();
@@ -261,100 +272,30 @@ impl Turn {
                 .finish(myself, kinds, TurnStatus::Failed, reason, Some(error))
                 .await;
         }
-        let hooks = self.args.deps.control.stop_hooks.clone();
-        if hooks.is_empty() {
+        let event = self.stop_event();
+        if !self.args.deps.hooks.any(event, None) {
             return self
                 .finish(myself, kinds, TurnStatus::Completed, None, None)
                 .await;
         }
         self.persist(kinds).await?;
-        let input = StopHookInput {
-            session_id: self.args.session_id,
-            turn_id: self.args.run_id,
-            cwd: self.args.config.cwd.clone(),
-            permission_mode: hooks::permission_mode(self.args.config.approval_mode).into(),
-            hook_event_name: "Stop".into(),
-            stop_hook_active: self.control.hook_blocks > 0,
-            last_assistant_message: last_text,
-        };
-        let me = myself.clone();
-        let task = tokio::spawn(async move {
-            let outcome = hooks::run_stop_hooks(&hooks, &input).await;
-            let _ = me.cast(TurnMsg::HookDone { outcome });
-        });
-        self.phase = Phase::Hooks {
-            _task: AbortOnDrop(task),
-        };
+        self.spawn_stop_hooks(myself, event, last_text);
         Ok(())
     }
 
-    /// The stop hooks answered.
-    pub(super) async fn hook_done(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-        outcome: StopOutcome,
-    ) -> Result<(), ActorProcessingErr> {
-        if !matches!(self.phase, Phase::Hooks { .. }) {
-            return Ok(());
-        }
-        for failure in &outcome.failures {
-            tracing::warn!(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, error = %failure, "stop hook failed; the turn stops");
-        }
-        match outcome.decision {
-            StopDecision::Proceed | StopDecision::Failed { .. } => {
-                self.finish(myself, Vec::new(), TurnStatus::Completed, None, None)
-                    .await
-            }
-            StopDecision::End { stop_reason } => {
-                let reason = stop_reason.unwrap_or_else(|| "stopped by hook".into());
-                self.finish(
-                    myself,
-                    Vec::new(),
-                    TurnStatus::Completed,
-                    Some(reason),
-                    None,
-                )
-                .await
-            }
-            StopDecision::Block { reason } => {
-                let max = self.args.deps.control.max_hook_continuations;
-                if self.control.hook_blocks >= max {
-                    tracing::warn!(session.id = %self.args.session_id, max, "stop hook continuation limit reached");
-                    return self
-                        .finish(
-                            myself,
-                            Vec::new(),
-                            TurnStatus::Completed,
-                            Some("stop_hook_limit".into()),
-                            None,
-                        )
-                        .await;
-                }
-                self.control.hook_blocks += 1;
-                let count = self.control.hook_blocks;
-                self.persist(vec![EventKind::HookContinued { reason, count }])
-                    .await?;
-                self.phase = Phase::Streaming;
-                self.start_step(myself).await
-            }
-        }
+    /// A tool hook answered `continue: false` (the first reason is kept).
+    pub(super) fn hook_stopped(&mut self, reason: Option<String>) {
+        self.control
+            .hook_stop
+            .get_or_insert_with(|| reason.unwrap_or_else(|| "stopped by hook".into()));
     }
 }
 
 impl ControlConfig {
-    /// The turn-control part of a runtime configuration (command hooks after the
-    /// in-process ones).
+    /// The turn-control part of a runtime configuration.
     pub(crate) fn from_config(config: &crate::runtime::RuntimeConfig) -> Self {
-        let mut stop_hooks = config.stop_hooks.clone();
-        for command in &config.stop_hook_commands {
-            stop_hooks.push(Arc::new(crate::hooks::command::CommandStopHook {
-                command: command.clone(),
-                timeout: config.stop_hook_timeout,
-            }));
-        }
         Self {
             protection: config.protection,
-            stop_hooks,
             max_hook_continuations: config.max_hook_continuations,
         }
     }

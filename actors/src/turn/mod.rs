@@ -42,6 +42,7 @@ mod context;
 mod control;
 mod duplicates;
 mod failure;
+mod hooks;
 mod mcp;
 pub(crate) mod protection;
 mod tools;
@@ -90,7 +91,10 @@ pub(crate) enum TurnMsg {
     /// Cancel the turn.
     Cancel { reason: String },
     /// The stop hooks of the current stop answered.
-    HookDone { outcome: crate::hooks::StopOutcome },
+    HookDone { run: crate::hooks::runner::HookRun },
+    /// A tool hook answered `continue: false`: the turn ends once the step's results
+    /// are in.
+    HookStopped { reason: Option<String> },
     /// Test hook: panic in the handler.
     #[cfg(test)]
     Panic,

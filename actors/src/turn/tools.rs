@@ -193,14 +193,16 @@ impl Turn {
             .collect();
         let cancelled = self.args.cancel.is_cancelled();
         let protected = Protected::new(&self.args.config.cwd, &self.args.deps.hook_commands);
+        let hooks = std::sync::Arc::clone(&self.args.deps.hooks);
         let mut started: Vec<Option<Started>> = ready
             .iter()
             .map(|(_, call)| {
                 (!cancelled)
-                    .then(|| pre_start(&self.registry, &self.args.config, &protected, call))
+                    .then(|| pre_start(&self.registry, &self.args.config, &protected, &hooks, call))
                     .flatten()
             })
             .collect();
+        let transcript_path = self.tool_transcript(ready.iter().map(|(_, call)| call));
         let kinds = ready
             .iter()
             .zip(&started)
@@ -237,6 +239,9 @@ impl Turn {
                 cancel: self.args.cancel.child_token(),
                 partial,
                 started,
+                hooks: std::sync::Arc::clone(&hooks),
+                transcript_path: transcript_path.clone(),
+                hook_notes: Vec::new(),
             };
             let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
             run.running.insert(actor.get_id(), (index, Some(actor)));

@@ -6,9 +6,9 @@ use super::*;
 /// Routes requests of child sessions (whose first message is the sub-task) to their own
 /// script.
 #[derive(Debug)]
-struct Router {
-    parent: Capture,
-    child: Capture,
+pub(super) struct Router {
+    pub(super) parent: Capture,
+    pub(super) child: Capture,
 }
 
 impl foya_actors::provider::ModelClient for Router {

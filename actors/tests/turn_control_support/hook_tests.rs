@@ -164,15 +164,17 @@ exit 0"#,
             "step_started",
             "context_diagnostics",
             "assistant_message",
+            "hook_ran",
             "hook_continued",
             "step_started",
             "context_diagnostics",
             "assistant_message",
+            "hook_ran",
             "turn_complete"
         ]
     );
     assert_eq!(
-        events[6].kind,
+        events[7].kind,
         EventKind::HookContinued {
             reason: "run the tests too".into(),
             count: 1
@@ -194,6 +196,7 @@ exit 0"#,
                 "cwd": cwd,
                 "permission_mode": "acceptEdits",
                 "hook_event_name": "Stop",
+                "transcript_path": "",
                 "stop_hook_active": false,
                 "last_assistant_message": "first",
             }),
@@ -203,6 +206,7 @@ exit 0"#,
                 "cwd": cwd,
                 "permission_mode": "acceptEdits",
                 "hook_event_name": "Stop",
+                "transcript_path": "",
                 "stop_hook_active": true,
                 "last_assistant_message": "tests pass",
             }),
@@ -265,5 +269,127 @@ exit 0"#,
             .all(|t| t.name != "runner" && t.name != "shell")
     );
     assert_eq!(status(events.last().unwrap()), Some(TurnStatus::Completed));
+    rt.shutdown().await;
+}
+
+/// An in-process hook of every point: records what it sees, denies `probe` calls.
+#[derive(Debug, Default)]
+struct Recorder {
+    seen: std::sync::Mutex<Vec<(String, Option<String>, foya_protocol::SessionId)>>,
+}
+
+#[async_trait::async_trait]
+impl foya_actors::hooks::Hook for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+
+    fn applies(&self, _event: foya_actors::hooks::HookEvent, _subject: Option<&str>) -> bool {
+        true
+    }
+
+    async fn run(&self, input: &foya_actors::hooks::HookInput) -> foya_actors::hooks::HookResponse {
+        let subject = input.subject().map(str::to_owned);
+        self.seen.lock().unwrap().push((
+            input.hook_event_name.to_owned(),
+            subject,
+            input.session_id,
+        ));
+        if input.tool_name.as_deref() == Some("probe") {
+            return foya_actors::hooks::HookResponse::decided(
+                foya_protocol::HookDecision::Deny,
+                Some("no probing".into()),
+            );
+        }
+        foya_actors::hooks::HookResponse::none()
+    }
+}
+
+#[tokio::test]
+async fn in_process_hooks_run_first_and_a_sub_agent_stop_is_subagent_stop() {
+    let tools = tools();
+    let parent = Capture::new(json!({"responses":[
+        {"tool_calls": [
+            {"id": "ag", "name": "agent", "arguments": {"task": "child task"}},
+            {"id": "pr", "name": "probe", "arguments": {"i": 1}}
+        ]},
+        {"text": "parent done"}
+    ]}));
+    let child = Capture::new(json!({"responses":[{"text": "child done"}]}));
+    let mut cfg = config(store(), Capture::new(json!({"responses": []})), &tools);
+    cfg.model = Arc::new(super::agent_tests::Router { parent, child });
+    cfg.sub_agents = Some(foya_actors::tools::builtin::agent::SubAgentLimits::default());
+    let recorder = Arc::new(Recorder::default());
+    cfg.hooks.push(recorder.clone());
+    // A command hook of the same point runs after the in-process one.
+    let mut commands = foya_actors::hooks::HookCommands::default();
+    let echo = foya_actors::hooks::CommandHook {
+        command: "cat > /dev/null".into(),
+        timeout: std::time::Duration::from_secs(30),
+    };
+    commands.push(
+        foya_actors::hooks::HookEvent::PreToolUse,
+        foya_actors::hooks::MatcherGroup::new(Some("probe".into()), vec![echo]).unwrap(),
+    );
+    cfg.command_hooks = commands;
+    let (rt, session) = start(cfg, ApprovalMode::Bypass).await;
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("delegate")).await.unwrap();
+    let events = until(&mut sub, is_complete).await;
+    let probe = results(&events)
+        .into_iter()
+        .find(|r| r.tool_call_id.as_str() == "pr")
+        .unwrap();
+    assert_eq!(
+        (probe.content.as_str(), probe.is_error),
+        ("denied by a PreToolUse hook: no probing", true)
+    );
+    let probe_runs: Vec<(String, foya_protocol::HookDecision)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::HookRan {
+                hook,
+                decision,
+                tool_call_id: Some(id),
+                ..
+            } if id.as_str() == "pr" => Some((hook.clone(), *decision)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        probe_runs,
+        [
+            (
+                "in-process:recorder".to_owned(),
+                foya_protocol::HookDecision::Deny
+            ),
+            (
+                "cat > /dev/null".to_owned(),
+                foya_protocol::HookDecision::None
+            ),
+        ]
+    );
+    let parent_id = session.id();
+    let seen = recorder.seen.lock().unwrap().clone();
+    let of = |id_is_parent: bool| -> Vec<(String, Option<String>)> {
+        seen.iter()
+            .filter(|(_, _, id)| (*id == parent_id) == id_is_parent)
+            .map(|(e, s, _)| (e.clone(), s.clone()))
+            .collect()
+    };
+    let pair = |e: &str, s: Option<&str>| (e.to_owned(), s.map(str::to_owned));
+    assert_eq!(
+        of(true),
+        [
+            pair("SessionStart", Some("startup")),
+            pair("UserPromptSubmit", None),
+            pair("PreToolUse", Some("agent")),
+            pair("PreToolUse", Some("probe")),
+            pair("PostToolUse", Some("agent")),
+            pair("Stop", None),
+        ]
+    );
+    // The child session: its stop is a SubagentStop; no SessionStart or prompt hooks.
+    assert_eq!(of(false), [pair("SubagentStop", None)]);
     rt.shutdown().await;
 }

@@ -71,6 +71,10 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
         Ok(mcp) => mcp,
         Err(e) => return usage(&e),
     };
+    let hooks = match crate::hooks::load(&cwd) {
+        Ok(hooks) => hooks,
+        Err(e) => return usage(&e),
+    };
     let store = match resumed {
         Some(store) => store,
         None => match crate::data::open_store(&dir) {
@@ -82,6 +86,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     config.context.generate_titles = true;
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;
+    crate::hooks::apply(&mut config, hooks, &dir);
     // Where the runtime finds user commands: chat lists them with an unknown command.
     let user_dir = config.context.resolved_user_dir();
     config.attachments = Some(std::sync::Arc::new(

@@ -172,6 +172,8 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.mcp = crate::mcp::load(&cwd, &args.mcp).map_err(usage)?;
+    let hooks = crate::hooks::load(&cwd).map_err(usage)?;
+    crate::hooks::apply(&mut config, hooks, &dir);
     config.attachments = Some(Arc::clone(&attachments));
     config.context.generate_titles = args.generate_titles;
     config.context.auto_compact = auto_compact;

@@ -245,6 +245,16 @@ pub fn all_kinds() -> Vec<EventKind> {
             provider: "openai-chat".into(),
             model: "m-2".into(),
         },
+        EventKind::HookRan {
+            hook_event: "PreToolUse".into(),
+            matcher: Some("Bash|shell".into()),
+            hook: "./validate.sh".into(),
+            tool_call_id: Some(ToolCallId::new("call_1")),
+            duration_ms: 12,
+            decision: foya_protocol::HookDecision::Deny,
+            reason: Some("rm -rf refused".into()),
+            additional_context: None,
+        },
     ]
 }
 
@@ -276,8 +286,9 @@ pub fn variant_index(kind: &EventKind) -> usize {
         EventKind::HookContinued { .. } => 21,
         EventKind::SessionDeleted {} => 22,
         EventKind::ConfigChanged { .. } => 23,
+        EventKind::HookRan { .. } => 24,
     }
 }
 
 /// Number of `EventKind` variants (`variant_index` + 1 of the last).
-pub const VARIANTS: usize = 24;
+pub const VARIANTS: usize = 25;

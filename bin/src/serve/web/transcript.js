@@ -332,6 +332,12 @@ export class Transcript {
     this.note("meta", `stop hook continued the turn (${e.count}): ${e.reason}`);
   }
 
+  on_hook_ran(e) {
+    if (e.decision === "none") return;
+    const why = e.reason ? `: ${e.reason}` : "";
+    this.note("meta", `${e.hook_event} hook ${e.decision}${why}`);
+  }
+
   on_turn_cancelled(e) {
     this.note("cancelled", `cancelling: ${e.reason}`);
   }
