@@ -39,6 +39,7 @@ fn log(turns: u64) -> Vec<Event> {
             tool_call_id: id,
             content: "a line of the README file\n".repeat(40),
             is_error: false,
+            images: Vec::new(),
         }));
         kinds.push(EventKind::AssistantMessage(AssistantMessage {
             text: "The README describes a generated project. ".repeat(6),

@@ -1,6 +1,7 @@
 //! The attachment store: uploaded image bytes kept in a directory, one file per
 //! attachment named by its UUIDv7 id, with a `<id>.type` sidecar holding the media type.
-//! The turn resolves the attachment references of a request's user messages into
+//! Tool results' images (an MCP tool's `image` content) are kept here too. The turn
+//! resolves the attachment references of a request's user messages and tool results into
 //! [`ModelRequest::images`] (base64 + media type) with [`with_images`].
 
 use crate::provider::{ImageData, ModelRequest};
@@ -187,8 +188,9 @@ impl AttachmentStore {
 }
 
 /// `request` with `images` filled for every attachment referenced by its user messages
-/// that the store holds (unknown or unreadable ones are left out; the wire adapters then
-/// tell the model the image is unavailable). Without a store the request is unchanged.
+/// and tool results that the store holds (unknown or unreadable ones are left out; the
+/// wire adapters then tell the model the image is unavailable). Without a store the
+/// request is unchanged.
 #[must_use]
 pub fn with_images(store: Option<&AttachmentStore>, mut request: ModelRequest) -> ModelRequest {
     let Some(store) = store else {
@@ -197,11 +199,12 @@ pub fn with_images(store: Option<&AttachmentStore>, mut request: ModelRequest) -
     let ids: Vec<String> = request
         .messages
         .iter()
-        .filter_map(|m| match m {
-            Message::User(input) => Some(input.images.iter().map(|r| r.id.clone())),
-            _ => None,
+        .flat_map(|m| match m {
+            Message::User(input) => input.images.as_slice(),
+            Message::Tool(result) => result.images.as_slice(),
+            _ => &[],
         })
-        .flatten()
+        .map(|r| r.id.clone())
         .collect();
     for id in ids {
         if request.images.contains_key(&id) {

@@ -127,6 +127,7 @@ async fn a_turn_runs_tool_steps_then_ends_with_a_text_step() {
                     tool_call_id: c.id.clone(),
                     content: "# readme".into(),
                     is_error: false,
+                    images: Vec::new(),
                 })
             })
             .collect();

@@ -248,6 +248,7 @@ async fn the_final_step_is_the_same_text_over_every_format_and_in_process() {
             tool_call_id: ToolCallId::new(id),
             content: "x".into(),
             is_error: false,
+            images: Vec::new(),
         })
     };
     let messages = vec![

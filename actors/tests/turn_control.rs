@@ -122,6 +122,7 @@ async fn cancel_during_a_parallel_batch_of_sleeps_kills_them_and_the_queue_goes_
             tool_call_id: foya_protocol::ToolCallId::new(format!("s{i}")),
             content: "cancelled".into(),
             is_error: true,
+            images: Vec::new(),
         })
         .collect();
     assert_eq!(results(&events), cancelled);
@@ -157,6 +158,7 @@ async fn cancel_while_waiting_for_an_approval() {
             tool_call_id: foya_protocol::ToolCallId::new("r1"),
             content: "cancelled".into(),
             is_error: true,
+            images: Vec::new(),
         }]
     );
     assert_eq!(cancelled_end(&events), expected_cancel("user"));

@@ -46,6 +46,14 @@ pub(crate) fn store_path(dir: &Path) -> PathBuf {
     dir.join(STORE_FILE)
 }
 
+/// The attachment store of a data directory (`<data dir>/attachments`): images users
+/// upload and images tools return.
+pub(crate) fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
+    std::sync::Arc::new(foya_actors::attachments::AttachmentStore::new(
+        dir.join("attachments"),
+    ))
+}
+
 /// Opens (or creates) the store of a data directory.
 pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
     open_store_with(dir, Durability::Immediate)

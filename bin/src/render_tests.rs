@@ -193,6 +193,7 @@ fn a_turn_closed_by_recovery_names_its_tool_and_is_not_reported_as_an_error() {
             tool_call_id: ToolCallId::new("call_1"),
             content: "outcome unknown".into(),
             is_error: true,
+            images: Vec::new(),
         }),
     );
     f.event(

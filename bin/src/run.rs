@@ -81,6 +81,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     crate::hooks::apply(&mut config, hooks, &dir);
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;
+    config.attachments = Some(crate::data::attachments(&dir));
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")

@@ -515,4 +515,26 @@ mod tests {
         );
         assert_eq!(done.type_name(), "turn_complete");
     }
+
+    #[test]
+    fn a_tool_message_without_images_reads_and_writes_as_before() {
+        let old = json!({"type": "tool_message", "tool_call_id": "c1", "content": "ok", "is_error": false});
+        let read: Option<EventKind> = serde_json::from_value(old.clone()).ok();
+        let plain = EventKind::ToolMessage(ToolMessage::text(ToolCallId::new("c1"), "ok", false));
+        assert_eq!(read.as_ref(), Some(&plain));
+        assert_eq!(serde_json::to_value(&plain).ok(), Some(old));
+
+        let mut with_image = ToolMessage::text(ToolCallId::new("c1"), "[image]", false);
+        with_image.images = vec![crate::AttachmentRef {
+            id: "a1".into(),
+            media_type: Some("image/png".into()),
+        }];
+        assert_eq!(
+            serde_json::to_value(EventKind::ToolMessage(with_image)).ok(),
+            Some(
+                json!({"type": "tool_message", "tool_call_id": "c1", "content": "[image]",
+                "is_error": false, "images": [{"id": "a1", "media_type": "image/png"}]})
+            )
+        );
+    }
 }

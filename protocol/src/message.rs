@@ -2,7 +2,7 @@
 //! adapters materialise into each protocol's request body.
 
 use crate::ids::ToolCallId;
-use crate::input::Input;
+use crate::input::{AttachmentRef, Input};
 use serde::{Deserialize, Serialize};
 
 /// One message of a model conversation, independent of any provider's wire format.
@@ -97,6 +97,25 @@ pub struct ToolMessage {
     /// True when the call failed; the model sees the error and may try another way.
     #[serde(default)]
     pub is_error: bool,
+    /// Images the tool returned (an MCP tool's `image` content), kept in the attachment
+    /// store like a user's uploads and referenced here by attachment id. The content
+    /// names each one as text too, so a model without vision still learns it was there;
+    /// a model with vision is sent the image itself. Absent in logs written before
+    /// tool results carried images (read as none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<AttachmentRef>,
+}
+
+impl ToolMessage {
+    /// A result with text `content` and no images.
+    pub fn text(tool_call_id: ToolCallId, content: impl Into<String>, is_error: bool) -> Self {
+        Self {
+            tool_call_id,
+            content: content.into(),
+            is_error,
+            images: Vec::new(),
+        }
+    }
 }
 
 /// Why a model response ended, normalised across providers

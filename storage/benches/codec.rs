@@ -42,6 +42,7 @@ fn events() -> Vec<(&'static str, Event)> {
                 tool_call_id: ToolCallId::new("call_0123456789"),
                 content: "line of a file that was read by the tool\n".repeat(100),
                 is_error: false,
+                images: Vec::new(),
             })),
         ),
     ]

@@ -70,3 +70,37 @@ pub fn write_user_config(home: &Path, toml: &str) {
 pub fn toml_path(path: &Path) -> String {
     format!("{:?}", path.display().to_string())
 }
+
+/// `foya run --json` of `prompt` in `work` against the mock provider at `base_url`
+/// speaking `kind` (model `m`, approval `bypass`), with `HOME` = `home` (where
+/// [`write_user_config`] put the MCP servers) and the data dir `data`.
+#[must_use]
+pub fn run_against(
+    kind: &str,
+    base_url: &str,
+    home: &Path,
+    data: &Path,
+    work: &Path,
+    prompt: &str,
+) -> std::process::Command {
+    let mut command = crate::foya_bin::foya();
+    command
+        .env("HOME", home)
+        .args(["run", "--json", "--provider", kind, "--base-url", base_url])
+        .args(["--model", "m", "--approval", "bypass", "--data-dir"])
+        .arg(data)
+        .arg("--cwd")
+        .arg(work)
+        .arg(prompt);
+    command
+}
+
+/// The bytes of the attachment `id` in the data dir `data`.
+///
+/// # Panics
+/// When it is not there.
+#[must_use]
+pub fn attachment(data: &Path, id: &str) -> Vec<u8> {
+    let path = data.join("attachments").join(id);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

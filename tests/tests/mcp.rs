@@ -3,12 +3,15 @@
 //! and over streamable HTTP: a scripted model calls `mcp__everything__*` tools; the log
 //! shows `tool_started`/`tool_finished`/`tool_message` with the server's results, the
 //! Approval Gateway asks for tools the user did not mark read-only, progress arrives as
-//! `tool_update`; `foya mcp list` and the `--mcp`/`--no-mcp` flags.
+//! `tool_update`; an image result reaches a model with vision (the mock provider, over
+//! real HTTP) as an image block of its `tool_result`; `foya mcp list` and the
+//! `--mcp`/`--no-mcp` flags.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::child::{read_until, spawn_json_lines, spawn_stderr_lines, wait_exit};
 use foya_tests::foya_bin::{foya, scripted};
-use foya_tests::mcp::{everything_js, toml_path, write_user_config};
+use foya_tests::mcp::{attachment, everything_js, run_against, toml_path, write_user_config};
+use foya_tests::mock_provider::{MockProvider, MockResponse, anthropic};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -389,4 +392,62 @@ fn the_bearer_token_and_headers_are_sent_and_the_token_is_never_shown() {
     for text in [&out.stdout, &out.stderr] {
         assert!(!String::from_utf8_lossy(text).contains("tok-SECRET-123"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_result_reaches_the_model_as_an_image_block_of_its_tool_result() {
+    use base64::Engine as _;
+    let mock = MockProvider::start().await;
+    let tool = "mcp__everything__get-tiny-image";
+    mock.push(MockResponse::sse(anthropic::tool_call(
+        "toolu_1", tool, "{}",
+    )));
+    mock.push(MockResponse::sse(anthropic::text("It is the MCP logo.")));
+    let setup = Setup::new(&stdio_config(""), &json!([]));
+    let mut command = run_against(
+        "anthropic",
+        &mock.base_url(),
+        &setup.path("home"),
+        &setup.path("data"),
+        &setup.path("work"),
+        "show me the image",
+    );
+    let (lines, code) = tokio::task::spawn_blocking(move || run_to_end(&mut command))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{lines:#?}");
+
+    // The log keeps the text (naming the image) and a reference to the attachment.
+    let result = message_of(&lines, "toolu_1");
+    let content = result["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("Here's the image you requested:\n[image: image/png, ")
+            && content.ends_with(" bytes]\nThe image above is the MCP logo."),
+        "{content}"
+    );
+    let images = result["images"].as_array().unwrap();
+    assert_eq!(images.len(), 1, "{result}");
+    assert_eq!(images[0]["media_type"], "image/png");
+    let stored = attachment(&setup.path("data"), images[0]["id"].as_str().unwrap());
+    assert_eq!(
+        foya_actors::attachments::sniff_image(&stored),
+        Some("image/png")
+    );
+
+    // The next request carried the image itself inside the tool_result.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let sent = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|block| block["type"] == "tool_result")
+        .unwrap();
+    assert_eq!(
+        sent,
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "text", "text": content},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                "data": base64::engine::general_purpose::STANDARD.encode(&stored)}}]})
+    );
 }

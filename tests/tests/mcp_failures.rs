@@ -1,7 +1,8 @@
 //! MCP servers that fail, through the real `foya` binary: a Python server built on the
 //! official `mcp` package (`tests/mcp/failing_server.py`, run from the venv
 //! `.ci/setup-mcp` makes) crashes mid-call, hangs past its timeout, changes its tool
-//! list, answers an error, a huge result and an image. Each failure is that call's
+//! list, answers an error, a huge result and an image (sent to a model with vision as an
+//! image, named only to one without). Each failure is that call's
 //! `is_error` result with a clear message; the turn goes on; a crashed server is
 //! restarted on its next use; cancelling a turn mid-call sends `notifications/cancelled`
 //! and ends the turn within a second; a SIGKILLed `foya` leaves no server behind; a
@@ -11,7 +12,10 @@
 
 use foya_tests::child::{read_until, spawn_json_lines, wait_exit};
 use foya_tests::foya_bin::scripted;
-use foya_tests::mcp::{failing_server, python, toml_path, write_user_config};
+use foya_tests::mcp::{
+    attachment, failing_server, python, run_against, toml_path, write_user_config,
+};
+use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -206,6 +210,80 @@ fn error_huge_and_image_results_read_as_capped_text() {
         (image.as_str(), is_error),
         ("[image: image/png, 70 bytes]", false)
     );
+    // The image itself is kept as an attachment the result references (the scripted
+    // model takes no images: it reads the line above).
+    let message = lines
+        .iter()
+        .find(|l| l["type"] == "tool_message" && l["tool_call_id"] == "c3")
+        .unwrap();
+    let id = message["images"][0]["id"].as_str().unwrap();
+    assert_eq!(attachment(&setup.path("data"), id), pixel());
+}
+
+/// The PNG the server's `image` tool answers with.
+fn pixel() -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(PIXEL_BASE64)
+        .unwrap()
+}
+
+/// `PIXEL` of `failing_server.py`, in base64.
+const PIXEL_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_result_reaches_a_model_with_vision_and_only_its_name_one_without() {
+    let mock = MockProvider::start().await;
+    for _ in 0..2 {
+        let call = openai_chat::tool_call("call_1", "mcp__failing__image", "{}");
+        mock.push(MockResponse::sse(call));
+        mock.push(MockResponse::sse(openai_chat::text("A pixel.")));
+    }
+    let base = format!("{}/v1", mock.base_url());
+    let blind = format!(
+        "[profiles.blind]\nkind = \"openai-chat\"\nbase_url = \"{base}\"\nmodel = \"m\"\nvision = false\n"
+    );
+    let setup = Setup::new(&blind, &json!([]));
+    let run = |kind: &str| {
+        let mut command = run_against(
+            kind,
+            &base,
+            &setup.path("home"),
+            &setup.path("data"),
+            &setup.path("work"),
+            "show me",
+        );
+        async move {
+            tokio::task::spawn_blocking(move || run_to_end(&mut command))
+                .await
+                .unwrap()
+        }
+    };
+    let tool_message = json!({"role": "tool", "tool_call_id": "call_1",
+        "content": "[image: image/png, 70 bytes]"});
+
+    // A model with vision: the tool message, then a user message with the image.
+    let (lines, code) = run("openai-chat").await;
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let sent = mock.requests()[1].body["messages"].clone();
+    let messages = sent.as_array().unwrap();
+    let at = messages.iter().position(|m| m["role"] == "tool").unwrap();
+    assert_eq!(messages[at], tool_message);
+    assert_eq!(
+        messages[at + 1],
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "[images of tool call call_1]"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PIXEL_BASE64}")}}]})
+    );
+
+    // A model without vision (`vision = false`): only the line naming the image.
+    let (lines, code) = run("blind").await;
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 4);
+    let sent = &requests[3].body["messages"];
+    assert!(sent.as_array().unwrap().contains(&tool_message), "{sent:#}");
+    assert!(!sent.to_string().contains("image_url"), "{sent:#}");
 }
 
 #[test]

@@ -119,6 +119,7 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
                           glob, grep, write_file, edit_file, shell"
                     .into(),
                 is_error: true,
+                images: Vec::new(),
             })
         );
         assert_eq!(
@@ -236,6 +237,7 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
             content: "outcome unknown: the runtime stopped while this ran; it was not re-run"
                 .into(),
             is_error: true,
+            images: Vec::new(),
         })
     );
     assert_eq!(

@@ -258,29 +258,37 @@ fn truncated(unit: &[Message], room: u64) -> Option<Vec<Message>> {
     None
 }
 
-/// `messages` with every image of a user message replaced by a line naming it (its
-/// attachment id and type), so a request re-sent after the provider refused one as too
-/// large carries no image bytes; the model still learns an image was there.
+/// `messages` with every image of a user message or a tool result replaced by a line
+/// naming it (its attachment id and type), so a request re-sent after the provider
+/// refused one as too large carries no image bytes; the model still learns an image was
+/// there.
 #[must_use]
 pub fn without_images(messages: Vec<Message>) -> Vec<Message> {
     messages
         .into_iter()
         .map(|m| match m {
             Message::User(mut input) if !input.images.is_empty() => {
-                for image in std::mem::take(&mut input.images) {
-                    let kind = image.media_type.as_deref().unwrap_or("image");
-                    if !input.text.is_empty() {
-                        input.text.push('\n');
-                    }
-                    input
-                        .text
-                        .push_str(&format!("[{IMAGE_LEFT_OUT} {} ({kind})]", image.id));
-                }
+                name_left_out(&mut input.text, std::mem::take(&mut input.images));
                 Message::User(input)
+            }
+            Message::Tool(mut result) if !result.images.is_empty() => {
+                name_left_out(&mut result.content, std::mem::take(&mut result.images));
+                Message::Tool(result)
             }
             other => other,
         })
         .collect()
+}
+
+/// Appends to `text` a line naming each of `images` as left out.
+fn name_left_out(text: &mut String, images: Vec<foya_protocol::AttachmentRef>) {
+    for image in images {
+        let kind = image.media_type.as_deref().unwrap_or("image");
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("[{IMAGE_LEFT_OUT} {} ({kind})]", image.id));
+    }
 }
 
 /// Words of the line that takes an image's place in a compaction checkpoint made after

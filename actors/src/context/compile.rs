@@ -6,7 +6,7 @@ use super::{
     estimate_tokens, history,
 };
 use crate::provider::Messages;
-use foya_protocol::{ApprovalMode, Message, ReasoningPart};
+use foya_protocol::{ApprovalMode, Message, ReasoningPart, ToolMessage};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,9 +32,12 @@ const TOOL_OVERHEAD_TOKENS: u64 = 8;
 /// (`## <path>`), `# Skills` (`- <name>: <description> (<path>)`). Paths under the
 /// project root are shown relative to it.
 ///
+/// When `limits.supports_images` is false, tool results are sent without their images
+/// (their text names each one).
+///
 /// # Errors
-/// [`ContextError::ImagesNotSupported`] when the effective history references images
-/// and `limits.supports_images` is false (nothing is dropped silently).
+/// [`ContextError::ImagesNotSupported`] when the effective history's user inputs
+/// reference images and `limits.supports_images` is false (nothing is dropped silently).
 pub fn compile(input: &CompileInput) -> Result<CompiledContext, ContextError> {
     let messages = history(input.history);
     let tokens = messages.iter().map(message_tokens).sum();
@@ -63,11 +66,14 @@ pub fn compile_folded(
 
 fn assemble(
     input: &CompileInput,
-    messages: Messages,
-    history_tokens: u64,
+    mut messages: Messages,
+    mut history_tokens: u64,
 ) -> Result<CompiledContext, ContextError> {
     let project = input.project;
     if !input.limits.supports_images {
+        let removed;
+        (messages, removed) = without_tool_images(messages);
+        history_tokens = history_tokens.saturating_sub(IMAGE_TOKENS * removed);
         let mut ids: Vec<String> = Vec::new();
         for m in &messages {
             if let Message::User(u) = m {
@@ -184,6 +190,36 @@ fn assemble(
     })
 }
 
+/// `messages` without the images of tool results, and how many there were: a model
+/// without vision reads the line that names each image in the result's text instead.
+/// The messages are copied only when there is an image to take out.
+fn without_tool_images(messages: Messages) -> (Messages, u64) {
+    let count: usize = messages
+        .iter()
+        .map(|m| match m {
+            Message::Tool(t) => t.images.len(),
+            _ => 0,
+        })
+        .sum();
+    if count == 0 {
+        return (messages, 0);
+    }
+    let stripped = messages
+        .iter()
+        .map(|m| match m {
+            Message::Tool(t) => Message::Tool(ToolMessage {
+                images: Vec::new(),
+                ..t.clone()
+            }),
+            other => other.clone(),
+        })
+        .collect();
+    (
+        Messages::new(std::sync::Arc::new(stripped), Vec::new()),
+        count as u64,
+    )
+}
+
 fn rules_in_force(input: &CompileInput, show: &dyn Fn(&Path) -> String) -> Vec<String> {
     let project = input.project;
     project
@@ -254,7 +290,8 @@ pub(super) fn tool_tokens(t: &crate::provider::ToolSchema) -> u64 {
 }
 
 /// Estimated tokens of one message: overhead + text, kept reasoning, tool calls
-/// (name and JSON arguments), tool results and [`IMAGE_TOKENS`] per image.
+/// (name and JSON arguments), tool results and [`IMAGE_TOKENS`] per image (of a user
+/// input or a tool result).
 pub(super) fn message_tokens(message: &Message) -> u64 {
     MESSAGE_OVERHEAD_TOKENS
         + match message {
@@ -282,6 +319,6 @@ pub(super) fn message_tokens(message: &Message) -> u64 {
                         })
                         .sum::<u64>()
             }
-            Message::Tool(t) => estimate_tokens(&t.content),
+            Message::Tool(t) => estimate_tokens(&t.content) + IMAGE_TOKENS * t.images.len() as u64,
         }
 }

@@ -293,3 +293,73 @@ fn without_images_names_each_image_in_its_place() {
         ]
     );
 }
+
+/// A tool result `c1` carrying the image `t1`.
+fn result_with_image() -> foya_protocol::ToolMessage {
+    let mut with_image = result("c1", "[image: image/png, 3 bytes]", false);
+    with_image.images = vec![AttachmentRef {
+        id: "t1".into(),
+        media_type: Some("image/png".into()),
+    }];
+    with_image
+}
+
+#[test]
+fn without_images_names_a_tool_results_images_too() {
+    let out = without_images(vec![Message::Tool(result_with_image())]);
+    assert_eq!(
+        out,
+        vec![Message::Tool(result(
+            "c1",
+            &format!("[image: image/png, 3 bytes]\n[{IMAGE_LEFT_OUT} t1 (image/png)]"),
+            false
+        ))]
+    );
+}
+
+#[test]
+fn tool_result_images_go_to_a_model_with_vision_only() {
+    let mut log = Log::default();
+    log.user("show me")
+        .assistant("", &[("c1", "mcp__s__shot", json!({}))])
+        .push(EventKind::ToolMessage(result_with_image()));
+    let config = SessionConfig::new("/p");
+    let project = ProjectContext::default();
+    let env = Environment {
+        cwd: "/p".into(),
+        os: "linux".into(),
+        shell: "bash".into(),
+        date: "2026-01-01".into(),
+    };
+    let touched = BTreeSet::new();
+    let mut input = CompileInput {
+        config: &config,
+        project: &project,
+        env: &env,
+        history: &log.events,
+        touched_paths: &touched,
+        tools: &crate::context::ToolSet::default(),
+        limits: ModelLimits::new(100_000),
+        calibration: Calibration::default(),
+    };
+    // Without vision: no error (unlike a user's image), the result's text only.
+    let blind = compile(&input).unwrap();
+    assert_eq!(
+        blind.messages.last(),
+        Some(&Message::Tool(result(
+            "c1",
+            "[image: image/png, 3 bytes]",
+            false
+        )))
+    );
+    input.limits.supports_images = true;
+    let seeing = compile(&input).unwrap();
+    assert_eq!(
+        seeing.messages.last(),
+        Some(&Message::Tool(result_with_image()))
+    );
+    assert_eq!(
+        seeing.sections["history"] - blind.sections["history"],
+        compile::IMAGE_TOKENS
+    );
+}

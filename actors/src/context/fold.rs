@@ -147,6 +147,7 @@ mod tests {
             tool_call_id,
             content,
             is_error: false,
+            images: Vec::new(),
         });
         let message = prop_oneof![
             "[a-z ]{0,4}".prop_map(|t| Message::User(Input::text(t))),

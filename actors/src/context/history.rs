@@ -235,6 +235,7 @@ fn missing(id: &ToolCallId) -> ToolMessage {
         tool_call_id: id.clone(),
         content: MISSING_RESULT.to_owned(),
         is_error: true,
+        images: Vec::new(),
     }
 }
 

@@ -72,6 +72,7 @@ pub(super) fn result(id: &str, content: &str, is_error: bool) -> ToolMessage {
         tool_call_id: ToolCallId::new(id),
         content: content.into(),
         is_error,
+        images: Vec::new(),
     }
 }
 

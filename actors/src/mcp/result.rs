@@ -1,7 +1,10 @@
 //! An MCP `CallToolResult` as the text result the model reads. Pure.
 //!
 //! Owns: how each content block reads (text as is; an image or audio block as a line
-//! naming its type and size; an embedded resource as its URI then its text, or a line
+//! naming its type and size, and an image also as a [`ToolImage`] for the model — at
+//! most [`MAX_IMAGES`] per result, each at most [`MAX_IMAGE_BYTES`] and of a type in
+//! [`IMAGE_MEDIA_TYPES`], else the line says why it is not shown; an embedded resource
+//! as its URI then its text, or a line
 //! naming a binary blob; a resource link as its URI and name), `structuredContent`
 //! (its JSON, after the blocks, only when no block is text: a server that sends text
 //! meant it for the model, and the spec asks it to put the same JSON there),
@@ -10,20 +13,29 @@
 //! `[... N bytes of output cut ...]` between them. Control characters are kept (the log
 //! holds what the server sent; terminals neutralise them when they show it).
 
-use crate::tools::ToolOutput;
+use crate::attachments::IMAGE_MEDIA_TYPES;
 use crate::tools::builtin::{CappedOutput, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES};
+use crate::tools::{ToolImage, ToolOutput};
+use base64::Engine as _;
 use serde_json::Value;
+
+/// Most images of one result passed to the model; later ones are only named.
+pub const MAX_IMAGES: usize = 8;
+/// Largest image passed to the model, in bytes (Anthropic's per-image limit is 5 MB);
+/// a larger one is only named.
+pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// The model's view of `result` (a `CallToolResult` in its JSON form).
 #[must_use]
 pub fn render(result: &Value) -> ToolOutput {
     let mut parts: Vec<String> = Vec::new();
+    let mut images: Vec<ToolImage> = Vec::new();
     let blocks = result
         .get("content")
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice);
     for block in blocks {
-        parts.push(block_text(block));
+        parts.push(block_text(block, &mut images));
     }
     let has_text = blocks
         .iter()
@@ -44,7 +56,27 @@ pub fn render(result: &Value) -> ToolOutput {
     ToolOutput {
         content: capped.render(),
         is_error,
+        images,
     }
+}
+
+/// The image of an `image` block, or why it is not passed to the model (`kept` images
+/// of this result already are).
+fn image_of(block: &Value, kept: usize) -> Result<ToolImage, String> {
+    let media_type = str_of(block, "mimeType").trim().to_ascii_lowercase();
+    if !IMAGE_MEDIA_TYPES.contains(&media_type.as_str()) {
+        return Err(format!("models take {}", IMAGE_MEDIA_TYPES.join(", ")));
+    }
+    if kept >= MAX_IMAGES {
+        return Err(format!("more than {MAX_IMAGES} images in one result"));
+    }
+    if decoded_len(str_of(block, "data")) > MAX_IMAGE_BYTES {
+        return Err(format!("larger than {MAX_IMAGE_BYTES} bytes"));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(str_of(block, "data").trim())
+        .map_err(|e| format!("its data is not base64 ({e})"))?;
+    Ok(ToolImage { media_type, bytes })
 }
 
 fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
@@ -58,14 +90,25 @@ fn decoded_len(data: &str) -> usize {
     (data.len() / 4 * 3).saturating_sub(padding)
 }
 
-fn block_text(block: &Value) -> String {
+/// The line of one content block; an image block's image is added to `images` when it
+/// is passed to the model.
+fn block_text(block: &Value, images: &mut Vec<ToolImage>) -> String {
     match str_of(block, "type") {
         "text" => str_of(block, "text").to_owned(),
-        "image" => format!(
-            "[image: {}, {} bytes]",
-            str_of(block, "mimeType"),
-            decoded_len(str_of(block, "data"))
-        ),
+        "image" => {
+            let named = format!(
+                "image: {}, {} bytes",
+                str_of(block, "mimeType"),
+                decoded_len(str_of(block, "data"))
+            );
+            match image_of(block, images.len()) {
+                Ok(image) => {
+                    images.push(image);
+                    format!("[{named}]")
+                }
+                Err(why) => format!("[{named}; not shown to the model: {why}]"),
+            }
+        }
         "audio" => format!(
             "[audio: {}, {} bytes]",
             str_of(block, "mimeType"),
@@ -117,6 +160,50 @@ mod tests {
                           [resource link file:///c (c)]\nstructured content: {\"n\":1}"
                     .into(),
                 is_error: true,
+                images: vec![ToolImage {
+                    media_type: "image/png".into(),
+                    bytes: vec![0, 0, 0],
+                }],
+            }
+        );
+    }
+
+    #[test]
+    fn images_the_model_cannot_take_are_only_named() {
+        let image =
+            |mime: &str, data: &str| json!({"type": "image", "mimeType": mime, "data": data});
+        let mut content = vec![
+            image("image/bmp", "AAAA"),
+            image("IMAGE/PNG", "not base64!"),
+            image("image/jpeg", &"A".repeat((MAX_IMAGE_BYTES + 3) / 3 * 4)),
+        ];
+        content.extend((0..=MAX_IMAGES).map(|_| image("image/gif", "R0lG")));
+        let out = render(&json!({ "content": content }));
+        let lines: Vec<&str> = out.content.lines().collect();
+        assert_eq!(
+            lines[..3],
+            [
+                "[image: image/bmp, 3 bytes; not shown to the model: models take image/png, image/jpeg, image/gif, image/webp]",
+                "[image: IMAGE/PNG, 6 bytes; not shown to the model: its data is not base64 (Invalid symbol 32, offset 3.)]",
+                &*format!(
+                    "[image: image/jpeg, {} bytes; not shown to the model: larger than {MAX_IMAGE_BYTES} bytes]",
+                    (MAX_IMAGE_BYTES + 3) / 3 * 3
+                ),
+            ]
+        );
+        assert_eq!(lines[3], "[image: image/gif, 3 bytes]");
+        assert_eq!(
+            lines.last().copied(),
+            Some(&*format!(
+                "[image: image/gif, 3 bytes; not shown to the model: more than {MAX_IMAGES} images in one result]"
+            ))
+        );
+        assert_eq!(out.images.len(), MAX_IMAGES);
+        assert_eq!(
+            out.images[0],
+            ToolImage {
+                media_type: "image/gif".into(),
+                bytes: b"GIF".to_vec()
             }
         );
     }

@@ -104,6 +104,7 @@ impl SessionState {
                     NOT_STARTED.to_owned()
                 },
                 is_error: true,
+                images: Vec::new(),
             })
             .collect()
     }
@@ -259,7 +260,8 @@ mod tests {
             vec![ToolMessage {
                 tool_call_id: ToolCallId::new("c1"),
                 content: NOT_STARTED.into(),
-                is_error: true
+                is_error: true,
+                images: Vec::new(),
             }]
         );
         let done = Event {

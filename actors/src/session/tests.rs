@@ -16,6 +16,7 @@ fn tool_message(id: &str, content: &str, is_error: bool) -> EventKind {
         tool_call_id: ToolCallId::new(id),
         content: content.into(),
         is_error,
+        images: Vec::new(),
     })
 }
 

@@ -125,6 +125,7 @@ async fn a_store_failure_fails_only_the_affected_turn_with_class_storage() {
             tool_call_id: ToolCallId::new("c1"),
             content: STORAGE_RESULT.into(),
             is_error: true,
+            images: Vec::new(),
         })
     );
     assert_eq!(
@@ -292,6 +293,7 @@ async fn queued_inputs_are_dropped_or_run_on_restart_as_configured() {
                     tool_call_id: ToolCallId::new("c1"),
                     content: super::actor::OUTCOME_UNKNOWN.into(),
                     is_error: true,
+                    images: Vec::new(),
                 }),
                 EventKind::TurnComplete {
                     status: TurnStatus::Failed,

@@ -349,6 +349,7 @@ async fn a_tool_that_outlives_its_timeout_gets_an_error_result() {
             tool_call_id: foya_protocol::ToolCallId::new("c1"),
             content: "timed out after 3602000 ms".into(),
             is_error: true,
+            images: Vec::new(),
         })
     );
     assert_eq!(

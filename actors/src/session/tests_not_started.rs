@@ -91,11 +91,13 @@ async fn a_call_that_never_started_is_recorded_as_not_run() {
                 tool_call_id: ToolCallId::new("ran"),
                 content: OUTCOME_UNKNOWN.into(),
                 is_error: true,
+                images: Vec::new(),
             }),
             EventKind::ToolMessage(ToolMessage {
                 tool_call_id: ToolCallId::new("waited"),
                 content: NOT_STARTED.into(),
                 is_error: true,
+                images: Vec::new(),
             }),
         ]
     );

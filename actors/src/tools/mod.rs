@@ -130,22 +130,38 @@ pub struct ToolOutput {
     pub content: String,
     /// Whether it failed.
     pub is_error: bool,
+    /// Images for the model (an MCP tool's `image` content), in the order the tool gave
+    /// them; `content` names each one too. The ToolActor keeps them in the runtime's
+    /// attachment store and the result references them by id.
+    pub images: Vec<ToolImage>,
+}
+
+/// One image a tool returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolImage {
+    /// MIME type as the tool declared it, e.g. `image/png`.
+    pub media_type: String,
+    /// The image bytes.
+    pub bytes: Vec<u8>,
 }
 
 impl ToolOutput {
     /// A successful result.
     pub fn ok(content: impl Into<String>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: false,
-        }
+        Self::text(content, false)
     }
 
     /// A failed result the model can act on.
     pub fn error(content: impl Into<String>) -> Self {
+        Self::text(content, true)
+    }
+
+    /// A text result without images.
+    pub fn text(content: impl Into<String>, is_error: bool) -> Self {
         Self {
             content: content.into(),
-            is_error: true,
+            is_error,
+            images: Vec::new(),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use super::ToolMsg;
 use crate::hooks::{HookEvent, Hooks};
+use crate::attachments::AttachmentStore;
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
@@ -12,7 +13,9 @@ use crate::tools::{
 };
 use crate::turn::TurnMsg;
 use foya_protocol::event::Delta;
-use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolMessage};
+use foya_protocol::{
+    AttachmentRef, EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolCallId, ToolMessage,
+};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeSet;
@@ -57,6 +60,9 @@ pub(crate) struct ToolArgs {
     pub transcript_path: PathBuf,
     /// Context the `PreToolUse` hooks gave, added to the call's result.
     pub hook_notes: Vec<String>,
+    /// Where the images a tool returns are kept (none: they are only named in the
+    /// result's text).
+    pub attachments: Option<Arc<AttachmentStore>>,
 }
 
 /// A call the turn validated, allowed and marked started; see [`ToolArgs::started`].
@@ -346,11 +352,8 @@ impl Actor for ToolActor {
                     return Ok(());
                 }
                 let (output, duration_ms) = outcome?;
-                let result = ToolMessage {
-                    tool_call_id: args.call.id.clone(),
-                    content: output.content,
-                    is_error: output.is_error,
-                };
+                let result =
+                    result_message(args.call.id.clone(), output, args.attachments.clone()).await;
                 let _ = args.turn.cast(TurnMsg::ToolDone {
                     index: args.index,
                     result,
@@ -361,6 +364,47 @@ impl Actor for ToolActor {
         }
         Ok(())
     }
+}
+
+/// The result of call `id`: `output`'s text, with its images kept in `store` and
+/// referenced by attachment id. An image the store refuses (not an image of its declared
+/// type, unreadable header) or cannot write gets a line saying so; without a store the
+/// images stay named in the text only.
+async fn result_message(
+    id: ToolCallId,
+    output: ToolOutput,
+    store: Option<Arc<AttachmentStore>>,
+) -> ToolMessage {
+    let mut message = ToolMessage::text(id, output.content, output.is_error);
+    let Some(store) = store.filter(|_| !output.images.is_empty()) else {
+        return message;
+    };
+    let kept = tokio::task::spawn_blocking(move || {
+        output
+            .images
+            .iter()
+            .map(|image| {
+                store
+                    .put(&image.bytes, &image.media_type)
+                    .map(|id| AttachmentRef {
+                        id,
+                        media_type: Some(image.media_type.clone()),
+                    })
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for (n, kept) in kept.into_iter().enumerate() {
+        match kept {
+            Ok(reference) => message.images.push(reference),
+            Err(e) => message.content.push_str(&format!(
+                "\n[image {} of the result not shown to the model: {e}]",
+                n + 1
+            )),
+        }
+    }
+    message
 }
 
 #[cfg(test)]

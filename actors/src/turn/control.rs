@@ -78,6 +78,7 @@ fn not_run(call: &ToolCall, text: &str) -> ToolMessage {
         tool_call_id: call.id.clone(),
         content: text.to_owned(),
         is_error: true,
+        images: Vec::new(),
     }
 }
 

@@ -107,6 +107,7 @@ impl ToolRun {
             tool_call_id: self.calls[index].id.clone(),
             content: CRASHED.into(),
             is_error: true,
+            images: Vec::new(),
         }
     }
 
@@ -131,6 +132,7 @@ impl ToolRun {
                     tool_call_id: self.calls[i].id.clone(),
                     content: cancelled_content(self.partials[i].as_ref()),
                     is_error: true,
+                    images: Vec::new(),
                 })
             })
             .collect()
@@ -242,6 +244,7 @@ impl Turn {
                 hooks: std::sync::Arc::clone(&hooks),
                 transcript_path: transcript_path.clone(),
                 hook_notes: Vec::new(),
+                attachments: self.args.deps.attachments.clone(),
             };
             let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
             run.running.insert(actor.get_id(), (index, Some(actor)));
@@ -301,6 +304,7 @@ mod tests {
             tool_call_id: foya_protocol::ToolCallId::new(id),
             content: id.into(),
             is_error: false,
+            images: Vec::new(),
         }
     }
 

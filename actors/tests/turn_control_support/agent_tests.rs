@@ -62,6 +62,7 @@ async fn a_child_over_its_token_budget_is_stopped_and_the_parent_continues() {
                       was stopped. Its last answer: working"
                 .into(),
             is_error: true,
+            images: Vec::new(),
         }
     );
     let EventKind::AssistantMessage(last) = &events[events.len() - 2].kind else {

@@ -157,6 +157,7 @@ pub fn tool_message(id: &str, content: &str, is_error: bool) -> ToolMessage {
         tool_call_id: ToolCallId::new(id),
         content: content.into(),
         is_error,
+        images: Vec::new(),
     }
 }
 

@@ -89,9 +89,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
     crate::hooks::apply(&mut config, hooks, &dir);
     // Where the runtime finds user commands: chat lists them with an unknown command.
     let user_dir = config.context.resolved_user_dir();
-    config.attachments = Some(std::sync::Arc::new(
-        foya_actors::attachments::AttachmentStore::new(dir.join("attachments")),
-    ));
+    config.attachments = Some(crate::data::attachments(&dir));
     let runtime = match Runtime::start(config).await {
         Ok(r) => r,
         Err(e) => return failed(&anyhow::anyhow!("cannot start the runtime: {e}")),
@@ -294,7 +292,12 @@ impl Chat<'_> {
                 Action::Exit(code) => return code,
                 Action::Submit(input) => input,
             };
-            match turn::follow(self, input).await {
+            // The rest of a paste the line editor read with this line queues behind it.
+            let ahead = match editor.as_mut() {
+                Some(editor) if self.piped.is_none() => editor.typed_ahead().await,
+                _ => Vec::new(),
+            };
+            match turn::follow(self, input, ahead).await {
                 Ok(None) => {}
                 Ok(Some(code)) => return code,
                 Err(e) => return failed(&e),

@@ -20,17 +20,28 @@ use foya_protocol::{
 };
 use std::collections::{HashMap, HashSet};
 
-/// Submits `input` and follows it (and whatever is queued behind it) to the end.
-/// `Ok(Some(code))` asks the caller to exit with `code`.
+/// Submits `input`, then the lines typed after it that were already read (`ahead`: the
+/// rest of a paste, each handled as a line typed while the turn runs, so inputs queue in
+/// the order they were typed), and follows them (and whatever is queued behind them) to
+/// the end. `Ok(Some(code))` asks the caller to exit with `code`.
 ///
 /// # Errors
 /// The session refused the input or its subscription closed.
-pub(super) async fn follow(chat: &mut Chat<'_>, input: Input) -> anyhow::Result<Option<u8>> {
+pub(super) async fn follow(
+    chat: &mut Chat<'_>,
+    input: Input,
+    ahead: Vec<String>,
+) -> anyhow::Result<Option<u8>> {
     let first = chat.session.submit_with_id(InputId::new(), input).await?;
     let mut state = Follow {
         pending: HashSet::from([first]),
         ..Follow::default()
     };
+    for line in ahead {
+        if let Some(code) = state.typed(chat, line).await {
+            return Ok(Some(code));
+        }
+    }
     // Piped stdin keeps its one reader (given back below); a terminal gets a reader
     // for the time of the turn.
     let piped = chat.piped.take();

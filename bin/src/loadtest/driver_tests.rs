@@ -182,6 +182,7 @@ async fn a_tool_result_the_drivers_own_cancel_ends_is_not_a_tool_error() {
                 tool_call_id: ToolCallId::new("c1"),
                 content: content.into(),
                 is_error: true,
+                images: Vec::new(),
             }),
         })
     };

@@ -169,7 +169,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         .map_err(failed)?;
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store = crate::data::open_store(&dir).map_err(failed)?;
-    let attachments = Arc::new(AttachmentStore::new(dir.join("attachments")));
+    let attachments = crate::data::attachments(&dir);
     let mut config = RuntimeConfig::new(store.clone(), model);
     config.mcp = crate::mcp::load(&cwd, &args.mcp).map_err(usage)?;
     let hooks = crate::hooks::load(&cwd).map_err(usage)?;

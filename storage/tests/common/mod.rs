@@ -122,6 +122,7 @@ pub fn all_kinds() -> Vec<EventKind> {
         tool_call_id: call.clone(),
         content: "total 0".into(),
         is_error: true,
+        images: Vec::new(),
     };
     let mut config = config(Some("t"));
     config.approval_mode = ApprovalMode::AutoEdit;

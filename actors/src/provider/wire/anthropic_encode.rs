@@ -3,10 +3,10 @@
 //! unset). See <https://docs.anthropic.com/en/api/messages>.
 
 use super::EncodedRequest;
-use super::common::{interrupted_reasoning, user_images, user_text, wire_tool_name};
+use super::common::{images, interrupted_reasoning, user_text, wire_tool_name};
 use super::ids::WireIds;
 use crate::provider::ModelRequest;
-use foya_protocol::{AssistantMessage, Message, ReasoningPart};
+use foya_protocol::{AssistantMessage, AttachmentRef, Message, ReasoningPart};
 use serde_json::{Value, json};
 
 /// `max_tokens` sent when the request sets none.
@@ -15,7 +15,8 @@ pub(crate) const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// Encodes `request` as a streaming Messages body.
 ///
 /// Consecutive messages of one role are merged (the API wants alternation; tool results
-/// travel as `tool_result` blocks of a user message). Thinking blocks with their
+/// travel as `tool_result` blocks of a user message, a result with images as a
+/// `tool_result` whose content is its text block then its `image` blocks). Thinking blocks with their
 /// signature and redacted thinking go back verbatim on assistant turns, as the API
 /// requires; other reasoning is not sent, except an interrupted message's, once as text.
 /// A call whose tool name the API would refuse is sent as `invalid_tool_name`
@@ -50,20 +51,21 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                 if !text.is_empty() {
                     blocks.push(json!({"type": "text", "text": text}));
                 }
-                for image in user_images(input, request) {
-                    blocks.push(match image {
-                        Ok(img) => json!({"type": "image", "source": {
-                            "type": "base64", "media_type": img.media_type, "data": img.base64}}),
-                        Err(missing) => json!({"type": "text", "text": missing}),
-                    });
-                }
+                blocks.extend(image_blocks(&input.images, request));
                 push("user", blocks);
             }
             Message::Assistant(msg) => push("assistant", assistant(msg, &mut ids)),
             Message::Tool(t) => {
                 let id = ids.result(t.tool_call_id.as_str());
+                let content = if t.images.is_empty() {
+                    json!(t.content)
+                } else {
+                    let mut blocks = vec![json!({"type": "text", "text": t.content})];
+                    blocks.extend(image_blocks(&t.images, request));
+                    Value::Array(blocks)
+                };
                 let mut block =
-                    json!({"type": "tool_result", "tool_use_id": id, "content": t.content});
+                    json!({"type": "tool_result", "tool_use_id": id, "content": content});
                 if t.is_error {
                     block["is_error"] = json!(true);
                 }
@@ -99,6 +101,18 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
         ],
         body,
     }
+}
+
+/// `image` blocks of `refs` (a text block for one that is unavailable).
+fn image_blocks(refs: &[AttachmentRef], request: &ModelRequest) -> Vec<Value> {
+    images(refs, request)
+        .into_iter()
+        .map(|image| match image {
+            Ok(img) => json!({"type": "image", "source": {
+                "type": "base64", "media_type": img.media_type, "data": img.base64}}),
+            Err(missing) => json!({"type": "text", "text": missing}),
+        })
+        .collect()
 }
 
 fn assistant<'a>(msg: &'a AssistantMessage, ids: &mut WireIds<'a>) -> Vec<Value> {

@@ -244,3 +244,25 @@ async fn a_chat_error_field_holding_nothing_is_no_error() {
     assert_eq!(error.message, "upstream overloaded");
     assert_eq!(failed.text, "");
 }
+
+#[tokio::test]
+async fn responses_calls_sharing_an_item_id_without_output_indexes_stay_apart_by_call_id() {
+    // A compatible server's shape: no `output_index`, one item id for both calls, the
+    // arguments only in `output_item.done`.
+    let item = |call_id: &str, name: &str, arguments: &str| json!({"type": "function_call", "id": "fc_same", "call_id": call_id, "name": name, "arguments": arguments});
+    let events = [
+        json!({"type": "response.output_item.added", "item": item("call_1", "read_file", "")}),
+        json!({"type": "response.output_item.done", "item": item("call_1", "read_file", r#"{"path":"a"}"#)}),
+        json!({"type": "response.output_item.added", "item": item("call_2", "list_dir", "")}),
+        json!({"type": "response.output_item.done", "item": item("call_2", "list_dir", r#"{"path":"src"}"#)}),
+        completed(),
+    ];
+    let agg = agg(ProviderKind::OpenaiResponses, &responses(&events)).await;
+    assert_eq!(
+        calls(&agg),
+        vec![
+            ("call_1".into(), "read_file".into(), json!({"path": "a"})),
+            ("call_2".into(), "list_dir".into(), json!({"path": "src"})),
+        ]
+    );
+}

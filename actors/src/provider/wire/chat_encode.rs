@@ -4,12 +4,12 @@
 
 use super::EncodedRequest;
 use super::common::{
-    TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+    TOOL_ERROR_PREFIX, arguments_text, data_url, images, interrupted_reasoning, user_text,
     wire_tool_name,
 };
 use super::ids::WireIds;
 use crate::provider::ModelRequest;
-use foya_protocol::{AssistantMessage, Input, Message};
+use foya_protocol::{AssistantMessage, AttachmentRef, Input, Message};
 use serde_json::{Value, json};
 
 /// Encodes `request` as a streaming Chat Completions body.
@@ -22,6 +22,11 @@ use serde_json::{Value, json};
 /// A call whose tool name the API would refuse (empty, or not `^[a-zA-Z0-9_-]{1,64}$`) is
 /// sent as `invalid_tool_name` (`common::wire_tool_name`); the log keeps the original.
 /// Tool-call ids are sent as `ids::WireIds` maps them (valid and unique in the request).
+///
+/// A `tool` message carries text only, so the images of tool results travel in one
+/// `user` message right after the run of `tool` messages they belong to (the API wants
+/// every result of a step right after its calls): for each result with images, a text
+/// part `[images of tool call ID]` (the call id as sent) and then its `image_url` parts.
 #[must_use]
 pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     let mut ids = WireIds::new(request);
@@ -29,7 +34,12 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
+    // Image parts of the tool results since the last non-tool message.
+    let mut tool_images: Vec<Value> = Vec::new();
     for message in &request.messages {
+        if !matches!(message, Message::Tool(_)) {
+            flush_tool_images(&mut tool_images, &mut messages);
+        }
         match message {
             Message::System { text } => messages.push(json!({"role": "system", "content": text})),
             Message::User(input) => messages.push(user(input, request)),
@@ -41,10 +51,16 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                     t.content.clone()
                 };
                 let id = ids.result(t.tool_call_id.as_str());
+                if !t.images.is_empty() {
+                    let label = format!("[images of tool call {id}]");
+                    tool_images.push(json!({"type": "text", "text": label}));
+                    tool_images.extend(image_parts(&t.images, request));
+                }
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
             }
         }
     }
+    flush_tool_images(&mut tool_images, &mut messages);
     let mut body = json!({
         "model": request.model,
         "messages": messages,
@@ -71,6 +87,13 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
     }
 }
 
+/// Sends the collected image parts of tool results as one `user` message.
+fn flush_tool_images(parts: &mut Vec<Value>, messages: &mut Vec<Value>) {
+    if !parts.is_empty() {
+        messages.push(json!({"role": "user", "content": std::mem::take(parts)}));
+    }
+}
+
 fn user(input: &Input, request: &ModelRequest) -> Value {
     let text = user_text(input);
     if input.images.is_empty() {
@@ -80,13 +103,19 @@ fn user(input: &Input, request: &ModelRequest) -> Value {
     if !text.is_empty() {
         parts.push(json!({"type": "text", "text": text}));
     }
-    for image in user_images(input, request) {
-        parts.push(match image {
+    parts.extend(image_parts(&input.images, request));
+    json!({"role": "user", "content": parts})
+}
+
+/// `image_url` content parts of `refs` (a text part for one that is unavailable).
+fn image_parts(refs: &[AttachmentRef], request: &ModelRequest) -> Vec<Value> {
+    images(refs, request)
+        .into_iter()
+        .map(|image| match image {
             Ok(img) => json!({"type": "image_url", "image_url": {"url": data_url(img)}}),
             Err(missing) => json!({"type": "text", "text": missing}),
-        });
-    }
-    json!({"role": "user", "content": parts})
+        })
+        .collect()
 }
 
 fn assistant<'a>(msg: &'a AssistantMessage, ids: &mut WireIds<'a>) -> Value {

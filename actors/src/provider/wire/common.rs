@@ -6,7 +6,7 @@
 use super::json::{Obj, Object};
 use crate::provider::{ImageData, ModelRequest};
 use foya_protocol::{
-    AssistantMessage, ErrorClass, FinishReason, Input, ProviderError, StreamEvent,
+    AssistantMessage, AttachmentRef, ErrorClass, FinishReason, Input, ProviderError, StreamEvent,
 };
 
 /// Marker put before reasoning of an interrupted assistant message, sent once as text.
@@ -37,15 +37,13 @@ pub(crate) fn user_text(input: &Input) -> String {
     parts.join("\n\n")
 }
 
-/// The images of a user input, resolved from the request (missing ones are reported as
-/// text so the model knows something was there).
-pub(crate) fn user_images<'a>(
-    input: &Input,
+/// The images `refs` (of a user input or a tool result), resolved from the request
+/// (missing ones are reported as text so the model knows something was there).
+pub(crate) fn images<'a>(
+    refs: &[AttachmentRef],
     request: &'a ModelRequest,
 ) -> Vec<Result<&'a ImageData, String>> {
-    input
-        .images
-        .iter()
+    refs.iter()
         .map(|r| {
             request
                 .images

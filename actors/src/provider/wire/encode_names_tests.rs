@@ -46,6 +46,7 @@ fn request() -> ModelRequest {
             tool_call_id: call.id.clone(),
             content: "unknown tool".into(),
             is_error: true,
+            images: Vec::new(),
         }));
     }
     ModelRequest {

@@ -50,6 +50,7 @@ fn request() -> ModelRequest {
                 tool_call_id: ToolCallId::new("c1"),
                 content: "denied".into(),
                 is_error: true,
+                images: Vec::new(),
             }),
         ]
         .into(),

@@ -53,6 +53,7 @@ fn request() -> ModelRequest {
                 content: format!("out {}", &call.id.as_str()[..1]),
                 tool_call_id: call.id,
                 is_error: false,
+                images: Vec::new(),
             }));
         }
     }

@@ -167,3 +167,7 @@ mod tolerance_tests;
 #[cfg(test)]
 #[path = "calls_tests.rs"]
 mod calls_tests;
+
+#[cfg(test)]
+#[path = "encode_images_tests.rs"]
+mod encode_images_tests;

@@ -4,17 +4,19 @@
 
 use super::EncodedRequest;
 use super::common::{
-    TOOL_ERROR_PREFIX, arguments_text, data_url, interrupted_reasoning, user_images, user_text,
+    TOOL_ERROR_PREFIX, arguments_text, data_url, images, interrupted_reasoning, user_text,
     wire_tool_name,
 };
 use super::ids::WireIds;
 use crate::provider::ModelRequest;
-use foya_protocol::Message;
+use foya_protocol::{AttachmentRef, Message};
 use serde_json::{Value, json};
 
 /// Encodes `request` as a streaming Responses body. Assistant text becomes an
 /// `output_text` message item, tool calls `function_call` items, tool results
-/// `function_call_output` items (failed ones prefixed `Error: `), images `input_image`.
+/// `function_call_output` items (failed ones prefixed `Error: `; a result with images
+/// has an `output` array: its `input_text` then its `input_image` items), images
+/// `input_image`.
 /// A call whose tool name the API would refuse is sent as `invalid_tool_name`
 /// (`common::wire_tool_name`). `call_id`s are sent as `ids::WireIds` maps them.
 #[must_use]
@@ -36,12 +38,7 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                 if !text.is_empty() {
                     content.push(json!({"type": "input_text", "text": text}));
                 }
-                for image in user_images(user, request) {
-                    content.push(match image {
-                        Ok(img) => json!({"type": "input_image", "image_url": data_url(img)}),
-                        Err(missing) => json!({"type": "input_text", "text": missing}),
-                    });
-                }
+                content.extend(image_items(&user.images, request));
                 input.push(json!({"type": "message", "role": "user", "content": content}));
             }
             Message::Assistant(msg) => {
@@ -69,6 +66,13 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
                     t.content.clone()
                 };
                 let id = ids.result(t.tool_call_id.as_str());
+                let output = if t.images.is_empty() {
+                    json!(output)
+                } else {
+                    let mut items = vec![json!({"type": "input_text", "text": output})];
+                    items.extend(image_items(&t.images, request));
+                    Value::Array(items)
+                };
                 input
                     .push(json!({"type": "function_call_output", "call_id": id, "output": output}));
             }
@@ -93,4 +97,15 @@ pub(crate) fn encode(request: &ModelRequest) -> EncodedRequest {
         headers: vec![("content-type", "application/json".into())],
         body,
     }
+}
+
+/// `input_image` content items of `refs` (an `input_text` for one that is unavailable).
+fn image_items(refs: &[AttachmentRef], request: &ModelRequest) -> Vec<Value> {
+    images(refs, request)
+        .into_iter()
+        .map(|image| match image {
+            Ok(img) => json!({"type": "input_image", "image_url": data_url(img)}),
+            Err(missing) => json!({"type": "input_text", "text": missing}),
+        })
+        .collect()
 }

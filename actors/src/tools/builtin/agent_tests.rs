@@ -57,6 +57,7 @@ async fn turn_counters_are_forgotten_when_each_parent_turn_ends() {
                 tool_call_id: ToolCallId::new(format!("ag{i}")),
                 content: "answer 0".into(),
                 is_error: false,
+                images: Vec::new(),
             }]
         );
         // Both the parent's and the child's turn ended: no counters are left.

@@ -196,10 +196,7 @@ fn render(outcome: &Outcome, output: &CappedOutput, timeout_ms: u64) -> ToolOutp
             true
         }
     };
-    ToolOutput {
-        content: text,
-        is_error,
-    }
+    ToolOutput::text(text, is_error)
 }
 
 /// Makes `command` write stdout and stderr into one new pipe; returns its read end.
