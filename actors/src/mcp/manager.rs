@@ -203,7 +203,10 @@ mod tests {
         let second = Arc::new(Vec::new());
         assert_ne!(kept, ListingKey(vec![Some(second), None]));
         // A server that could not be listed differs from one that was.
-        assert_ne!(kept, ListingKey(vec![Some(first), Some(Arc::new(Vec::new()))]));
+        assert_ne!(
+            kept,
+            ListingKey(vec![Some(first), Some(Arc::new(Vec::new()))])
+        );
         assert_ne!(kept, ListingKey(vec![None, None]));
     }
 

@@ -2,8 +2,8 @@
 //! Gateway to its result (the TurnActor commits `tool_finished` with the result).
 
 use super::ToolMsg;
-use crate::hooks::{HookEvent, Hooks};
 use crate::attachments::AttachmentStore;
+use crate::hooks::{HookEvent, Hooks};
 use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
