@@ -14,6 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// File name of the trust list inside the user's config directory.
@@ -37,7 +38,7 @@ pub enum TrustError {
     /// The trust list cannot be read or written.
     #[error("cannot {action} {path}: {message}")]
     File {
-        /// `read` or `write`.
+        /// `read`, `write` or `lock`.
         action: &'static str,
         /// The trust list file.
         path: PathBuf,
@@ -147,12 +148,8 @@ pub fn is_trusted(cwd: &Path) -> bool {
 /// # Errors
 /// As [`project_key`], [`TrustList::load`] and [`TrustList::save`].
 pub fn trust(dir: &Path) -> Result<PathBuf, TrustError> {
-    let file = trust_file()?;
     let key = project_key(dir)?;
-    let mut list = TrustList::load(&file)?;
-    if list.projects.insert(key.clone()) {
-        list.save(&file)?;
-    }
+    update(&trust_file()?, |list| list.projects.insert(key.clone()))?;
     Ok(key)
 }
 
@@ -162,15 +159,63 @@ pub fn trust(dir: &Path) -> Result<PathBuf, TrustError> {
 /// # Errors
 /// As [`TrustList::load`] and [`TrustList::save`].
 pub fn revoke(dir: &Path) -> Result<(PathBuf, bool), TrustError> {
-    let file = trust_file()?;
     let key =
         project_key(dir).unwrap_or_else(|_| crate::tools::paths::normalize(Path::new("/"), dir));
-    let mut list = TrustList::load(&file)?;
-    let removed = list.projects.remove(&key);
-    if removed {
-        list.save(&file)?;
-    }
+    let removed = update(&trust_file()?, |list| list.projects.remove(&key))?;
     Ok((key, removed))
+}
+
+/// Reads the trust list at `path`, applies `change` and writes the list back when
+/// `change` says it changed it; returns what `change` returned. The read and the write
+/// happen under an exclusive lock on `path`'s lock file ([`lock_file`]): two `foya
+/// trust` at once (two terminals, a script, parallel tests) both land — without it each
+/// reads the same list and the second rename drops the first one's project.
+///
+/// # Errors
+/// As [`TrustList::load`] and [`TrustList::save`]; [`TrustError::File`] when the lock
+/// file cannot be opened or locked.
+pub fn update(
+    path: &Path,
+    change: impl FnOnce(&mut TrustList) -> bool,
+) -> Result<bool, TrustError> {
+    let _lock = lock(path)?;
+    let mut list = TrustList::load(path)?;
+    let changed = change(&mut list);
+    if changed {
+        list.save(path)?;
+    }
+    Ok(changed)
+}
+
+/// The lock file of the trust list at `path`: `trusted-projects.toml.lock` next to it
+/// (the list itself is replaced by a rename on every save, so it cannot hold the lock).
+#[must_use]
+pub fn lock_file(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Opens (creating it and its directory, owner-only) and exclusively locks the lock
+/// file of the trust list at `path`; the lock is released when the file is dropped.
+fn lock(path: &Path) -> Result<std::fs::File, TrustError> {
+    let lock_path = lock_file(path);
+    let failed = |e: std::io::Error| TrustError::File {
+        action: "lock",
+        path: lock_path.clone(),
+        message: e.to_string(),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(failed)?;
+    file.lock().map_err(failed)?;
+    Ok(file)
 }
 
 /// The trusted projects, sorted.
@@ -209,5 +254,23 @@ mod tests {
         assert!(!list.trusts(tmp.path()));
         std::fs::write(&file, "projects = 3").unwrap();
         assert!(TrustList::load(&file).is_err());
+    }
+
+    #[test]
+    fn concurrent_updates_of_the_trust_list_all_land() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("cfg/trusted-projects.toml");
+        let projects: Vec<_> = (0..16).map(|n| tmp.path().join(format!("p{n}"))).collect();
+        std::thread::scope(|scope| {
+            for project in &projects {
+                let file = &file;
+                scope.spawn(move || {
+                    super::update(file, |list| list.projects.insert(project.clone())).unwrap()
+                });
+            }
+        });
+        let list = TrustList::load(&file).unwrap();
+        assert_eq!(list.projects, projects.iter().cloned().collect());
+        assert!(super::lock_file(&file).ends_with("trusted-projects.toml.lock"));
     }
 }

@@ -252,20 +252,49 @@ fi
         {"text": "done"}
     ]);
     let script = project.script("s.json", &calls);
-    assert_ok(&project.run("auto", &script, &["go"]));
+    let out = project.run("auto", &script, &["go"]);
+    assert_ok(&out);
     let events = project.events();
-    assert!(!project.work.join("ask_me").exists());
-    assert!(!project.work.join(".foya/rules/x.md").exists());
-    assert_eq!(result_of(&events, "asked")["is_error"], true);
-    assert_eq!(result_of(&events, "protected")["is_error"], true);
+    // What a failure needs to explain itself: whether the hook ran and what it decided
+    // for each call (none: the project's config was not applied, see stderr), and the
+    // results.
+    let explain = format!(
+        "stderr: {}\nhook runs: {:#?}\nresults: {:#?}",
+        String::from_utf8_lossy(&out.stderr),
+        hook_runs(&events),
+        ["asked", "protected"].map(|id| result_of(&events, id))
+    );
+    let decided: Vec<_> = hook_runs(&events)
+        .iter()
+        .map(|e| (e["tool_call_id"].clone(), e["decision"].clone()))
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            (json!("asked"), json!("ask")),
+            (json!("protected"), json!("allow"))
+        ],
+        "{explain}"
+    );
+    assert!(!project.work.join("ask_me").exists(), "{explain}");
+    assert!(!project.work.join(".foya/rules/x.md").exists(), "{explain}");
+    assert_eq!(result_of(&events, "asked")["is_error"], true, "{explain}");
+    assert_eq!(
+        result_of(&events, "protected")["is_error"],
+        true,
+        "{explain}"
+    );
     let asked: Vec<_> = events
         .iter()
         .filter(|e| e["type"] == "approval_requested")
         .map(|e| (e["tool_call_id"].clone(), e["grant"].clone()))
         .collect();
     // Asked, and no "allow for this session" grant is offered for a hook's question.
-    assert_eq!(asked.len(), 2, "{asked:?}");
-    assert!(asked[0].1.is_null() || asked[0].1 == "", "{asked:?}");
+    assert_eq!(asked.len(), 2, "{asked:?}\n{explain}");
+    assert!(
+        asked[0].1.is_null() || asked[0].1 == "",
+        "{asked:?}\n{explain}"
+    );
 
     // Read-only: the hook's allow (and its bypass fields) cannot run a refused call, and
     // the mode it sees next is still read-only.
