@@ -41,19 +41,24 @@ pub fn foya_bin() -> PathBuf {
 
 /// The `HOME` of every [`foya`] command of this test process: a directory of its own,
 /// so the user's real config and trust list (`~/.config/foya`) neither affect a test nor
-/// are changed by one ([`trust_project`] writes here).
+/// are changed by one ([`trust_project`] writes here). It is new for every process (a
+/// name made of the process id alone would hand an earlier process's trust list to a
+/// later one with the same id); like the other temporary folders of a test process it
+/// is left in the temp dir (a static is never dropped).
 ///
 /// # Panics
 /// When the directory cannot be created.
 pub fn test_home() -> PathBuf {
-    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    static HOME: OnceLock<tempfile::TempDir> = OnceLock::new();
     HOME.get_or_init(|| {
-        let home = std::env::temp_dir().join(format!("foya-test-home-{}", std::process::id()));
         #[expect(clippy::expect_used, reason = "test harness")]
-        std::fs::create_dir_all(&home).expect("create the test home");
-        home
+        tempfile::Builder::new()
+            .prefix("foya-test-home-")
+            .tempdir()
+            .expect("create the test home")
     })
-    .clone()
+    .path()
+    .to_path_buf()
 }
 
 /// Trusts `project` with `foya trust` in [`test_home`], so its `.foya/config.toml`
