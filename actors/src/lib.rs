@@ -6,6 +6,7 @@
 //!
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
+mod agent;
 pub mod attachments;
 pub mod cluster;
 pub mod context;
@@ -17,6 +18,7 @@ pub mod trust;
 
 mod handle;
 mod options;
+mod outcome;
 pub mod runtime;
 mod session;
 mod subscription;
@@ -27,7 +29,9 @@ mod testkit;
 mod tools_actor;
 mod turn;
 
+pub use agent::{Agent, AgentBuilder};
 pub use options::ContextOptions;
+pub use outcome::{ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
     DEFAULT_IDLE_LOG_EVENTS, QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
     SubscribeOptions, Subscription,

@@ -24,8 +24,10 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
-/// Errors of the façade.
+/// Errors of the façade. Non-exhaustive: match the variants you handle and keep a
+/// catch-all arm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// No session with this id exists.
     #[error("session {0} not found")]
@@ -62,6 +64,18 @@ pub enum RuntimeError {
     /// A title set by hand is empty or only whitespace.
     #[error("the title is empty (or only whitespace)")]
     EmptyTitle,
+    /// The input followed by [`SessionHandle::run`] was dropped before its turn started
+    /// (`input_dropped`: queue cleared, session deleted, dropped on restart).
+    #[error("input {input_id} was dropped before it ran: {reason}")]
+    InputDropped {
+        /// The input.
+        input_id: foya_protocol::InputId,
+        /// Why (`queue cleared`, …).
+        reason: String,
+    },
+    /// [`crate::TurnStream::outcome`] was called after the stream had already ended.
+    #[error("the turn's stream already ended (its outcome was taken)")]
+    TurnStreamEnded,
 }
 
 /// What recovery does with inputs that were queued (persisted `input_queued`, never
@@ -134,6 +148,11 @@ pub struct RuntimeConfig {
     /// offers the tools of the servers its session uses
     /// ([`foya_protocol::SessionConfig::mcp_servers`]). Stopped by [`Runtime::close`].
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
+    /// The agent's instructions for a session created without its own
+    /// ([`SessionConfig::instructions`]): recorded in that session's `session_created`,
+    /// so the session keeps them after a restart. `None` (default): Foya's built-in
+    /// coding-agent prompt alone.
+    pub instructions: Option<foya_protocol::Instructions>,
 }
 
 /// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
@@ -181,6 +200,7 @@ impl RuntimeConfig {
             default_provider: String::new(),
             default_model: String::new(),
             mcp: None,
+            instructions: None,
         }
     }
 }
@@ -209,6 +229,8 @@ pub(crate) struct RuntimeDeps {
     pub default_model: String,
     /// [`RuntimeConfig::mcp`].
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
+    /// [`RuntimeConfig::instructions`].
+    pub instructions: Option<foya_protocol::Instructions>,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -313,8 +335,14 @@ pub(crate) async fn create_session_in(
     if config.model.is_empty() && config.provider == deps.default_provider {
         config.model.clone_from(&deps.default_model);
     }
+    if config.instructions.is_none() {
+        config.instructions.clone_from(&deps.instructions);
+    }
     let (id, _actor): (SessionId, ActorRef<SessionMsg>) = ask(&inner.supervisor, |reply| {
-        SupervisorMsg::CreateSession { config, reply }
+        SupervisorMsg::CreateSession {
+            config: Box::new(config),
+            reply,
+        }
     })
     .await?;
     Ok(SessionHandle {
@@ -349,6 +377,7 @@ impl Runtime {
             default_provider: config.default_provider,
             default_model: config.default_model,
             mcp: config.mcp,
+            instructions: config.instructions,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
@@ -378,8 +407,9 @@ impl Runtime {
     }
 
     /// Creates a session (`session_created` is committed when this returns). A config
-    /// without a provider records [`RuntimeConfig::default_provider`], and without a
-    /// model (its provider empty or the default one) [`RuntimeConfig::default_model`].
+    /// without a provider records [`RuntimeConfig::default_provider`], without a
+    /// model (its provider empty or the default one) [`RuntimeConfig::default_model`],
+    /// and without instructions [`RuntimeConfig::instructions`].
     ///
     /// # Errors
     /// [`RuntimeError::Storage`] when the store refuses the write.

@@ -108,6 +108,7 @@ pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeC
         subscriber_buffer: 1024,
         context: crate::ContextOptions {
             user_dir: Some(std::env::temp_dir().join("foya-tests-no-user-dir")),
+            project_files: true,
             generate_titles: false,
             ..crate::ContextOptions::default()
         },

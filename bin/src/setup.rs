@@ -7,6 +7,7 @@ use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ConfigError;
 use foya_actors::provider::scripted::Script;
 use foya_actors::provider::sim::{SimClient, SimConfig};
+use foya_actors::{ContextOptions, RuntimeConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -138,6 +139,19 @@ pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(canonical)
 }
 
+/// The runtime configuration of the CLI's commands: [`RuntimeConfig::new`] plus what
+/// an embedder must ask for and a coding agent needs: the project's files and the
+/// user's `~/.config/foya` ([`ContextOptions::with_files`]).
+pub(crate) fn runtime_config(
+    store: foya_storage::Store,
+    model: Arc<dyn ModelClient>,
+) -> RuntimeConfig {
+    RuntimeConfig {
+        context: ContextOptions::with_files(),
+        ..RuntimeConfig::new(store, model)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -181,3 +195,4 @@ mod tests {
         );
     }
 }
+

@@ -225,6 +225,8 @@ impl AgentTool {
             auto_compact: parent.auto_compact,
             // A sub-agent uses the parent's MCP servers.
             mcp_servers: parent.mcp_servers,
+            // A sub-agent is the same agent: the parent's instructions.
+            instructions: parent.instructions,
             parent: Some(ParentRef {
                 session_id: ctx.session_id,
                 run_id: ctx.run_id,
