@@ -6,7 +6,7 @@
 use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::runtime::{Runtime, RuntimeConfig, RuntimeError, SessionHandle};
-use crate::tools::{Tool, ToolRegistry};
+use crate::tools::{InvalidToolSchema, Tool, ToolRegistry, ToolState};
 use crate::turn::protection::Limits;
 use foya_protocol::{ApprovalMode, Instructions, SessionConfig};
 use std::path::PathBuf;
@@ -50,6 +50,7 @@ pub struct AgentBuilder {
     max_steps: Option<u32>,
     limits: Limits,
     context: ContextOptions,
+    state: ToolState,
 }
 
 /// A started agent: a [`Runtime`] plus the session settings of its builder.
@@ -72,6 +73,7 @@ impl Agent {
             max_steps: None,
             limits: Limits::default(),
             context: ContextOptions::default(),
+            state: ToolState::new(),
         }
     }
 
@@ -129,10 +131,13 @@ impl AgentBuilder {
     }
 
     /// Adds a tool (one of the same name is replaced).
-    #[must_use]
-    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
-        self.tools.register(tool);
-        self
+    ///
+    /// # Errors
+    /// [`InvalidToolSchema`] when its parameter schema is invalid
+    /// ([`ToolRegistry::register`]).
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Result<Self, InvalidToolSchema> {
+        self.tools.register(tool)?;
+        Ok(self)
     }
 
     /// Uses `tools` as the tool set (replacing the ones added so far), e.g.
@@ -164,6 +169,14 @@ impl AgentBuilder {
         self
     }
 
+    /// A value the agent's tools reach with [`crate::tools::ToolContext::state`] (one per
+    /// type; a second of the same type replaces the first).
+    #[must_use]
+    pub fn state<T: std::any::Any + Send + Sync>(mut self, value: T) -> Self {
+        self.state = self.state.with(value);
+        self
+    }
+
     /// Context settings; [`ContextOptions::with_files`] reads the project's files and
     /// the user's `~/.config/foya` as the CLI does.
     #[must_use]
@@ -183,6 +196,7 @@ impl AgentBuilder {
             context: self.context.clone(),
             instructions: self.instructions.clone(),
             default_model: self.model_name.clone(),
+            tool_state: self.state.clone(),
             ..RuntimeConfig::new(store, Arc::clone(&self.model))
         }
     }

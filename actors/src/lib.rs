@@ -37,3 +37,10 @@ pub use runtime::{
     SubscribeOptions, Subscription,
 };
 pub use turn::protection::Limits as ProtectionLimits;
+
+// Crates whose types appear in this crate's public signatures, so that an embedder
+// implementing `ModelClient` or `Tool` needs no dependency of its own on them.
+pub use async_trait::async_trait;
+pub use futures;
+pub use schemars;
+pub use tokio_util::sync::CancellationToken;

@@ -153,6 +153,9 @@ pub struct RuntimeConfig {
     /// so the session keeps them after a restart. `None` (default): Foya's built-in
     /// coding-agent prompt alone.
     pub instructions: Option<foya_protocol::Instructions>,
+    /// The embedder's values its tools reach through [`crate::tools::ToolContext::state`]
+    /// (empty by default).
+    pub tool_state: crate::tools::ToolState,
 }
 
 /// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
@@ -201,6 +204,7 @@ impl RuntimeConfig {
             default_model: String::new(),
             mcp: None,
             instructions: None,
+            tool_state: crate::tools::ToolState::new(),
         }
     }
 }
@@ -231,6 +235,8 @@ pub(crate) struct RuntimeDeps {
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
     /// [`RuntimeConfig::instructions`].
     pub instructions: Option<foya_protocol::Instructions>,
+    /// [`RuntimeConfig::tool_state`].
+    pub tool_state: crate::tools::ToolState,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -338,13 +344,12 @@ pub(crate) async fn create_session_in(
     if config.instructions.is_none() {
         config.instructions.clone_from(&deps.instructions);
     }
-    let (id, _actor): (SessionId, ActorRef<SessionMsg>) = ask(&inner.supervisor, |reply| {
-        SupervisorMsg::CreateSession {
+    let (id, _actor): (SessionId, ActorRef<SessionMsg>) =
+        ask(&inner.supervisor, |reply| SupervisorMsg::CreateSession {
             config: Box::new(config),
             reply,
-        }
-    })
-    .await?;
+        })
+        .await?;
     Ok(SessionHandle {
         id,
         inner: Arc::clone(inner),
@@ -378,6 +383,7 @@ impl Runtime {
             default_model: config.default_model,
             mcp: config.mcp,
             instructions: config.instructions,
+            tool_state: config.tool_state,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);

@@ -85,14 +85,22 @@ impl Tool for TestTool {
 /// cancel), `boom` (panics), `exec` (echo with an exec side effect).
 pub(crate) fn tools() -> Arc<ToolRegistry> {
     let mut registry = ToolRegistry::builtin();
-    registry.register(TestTool::shared("echo", Behaviour::Echo, SideEffect::None));
-    registry.register(TestTool::shared(
-        "wait",
-        Behaviour::WaitForCancel,
-        SideEffect::None,
-    ));
-    registry.register(TestTool::shared("boom", Behaviour::Panic, SideEffect::None));
-    registry.register(TestTool::shared("exec", Behaviour::Echo, SideEffect::Exec));
+    registry
+        .register(TestTool::shared("echo", Behaviour::Echo, SideEffect::None))
+        .unwrap();
+    registry
+        .register(TestTool::shared(
+            "wait",
+            Behaviour::WaitForCancel,
+            SideEffect::None,
+        ))
+        .unwrap();
+    registry
+        .register(TestTool::shared("boom", Behaviour::Panic, SideEffect::None))
+        .unwrap();
+    registry
+        .register(TestTool::shared("exec", Behaviour::Echo, SideEffect::Exec))
+        .unwrap();
     Arc::new(registry)
 }
 

@@ -8,7 +8,8 @@ mod common;
 use common::{RecordingClient, events_until, is_turn_complete, script, within};
 use foya_actors::context::KERNEL_INSTRUCTIONS;
 use foya_actors::tools::{
-    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec, ToolState,
+    TypedTool,
 };
 use foya_actors::{Agent, ContextOptions, RuntimeConfig, RuntimeError, TurnEvent};
 use foya_protocol::{
@@ -193,7 +194,7 @@ fn gate_script() -> Arc<foya_actors::provider::scripted::ScriptedClient> {
 
 async fn gate_agent(release: &Arc<Semaphore>, subscriber_buffer: usize) -> Agent {
     let mut tools = ToolRegistry::new();
-    tools.register(gate(release));
+    tools.register(gate(release)).unwrap();
     let builder = Agent::builder(gate_script()).tools(tools);
     let config = RuntimeConfig {
         subscriber_buffer,
@@ -361,4 +362,158 @@ async fn run_of_an_input_dropped_from_the_queue_says_so() {
         })
     );
     agent.shutdown().await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Charge {
+    /// The customer.
+    customer: String,
+    /// Amount in cents.
+    cents: u32,
+}
+
+/// The embedder's own state: a ledger its tool writes to.
+#[derive(Debug, Default)]
+struct Ledger(Mutex<Vec<(String, u32)>>);
+
+fn charge_tool() -> Arc<dyn Tool> {
+    Arc::new(TypedTool::new(
+        "charge",
+        "Charges a customer",
+        SideEffect::Write,
+        |args: Charge, ctx: ToolContext| async move {
+            if args.cents == 0 {
+                return Err(format!("nothing to charge {}", args.customer));
+            }
+            let ledger = ctx.state::<Ledger>().ok_or("no ledger")?;
+            ledger
+                .0
+                .lock()
+                .unwrap()
+                .push((args.customer.clone(), args.cents));
+            Ok(format!("charged {} {} cents", args.customer, args.cents))
+        },
+    ))
+}
+
+#[tokio::test]
+async fn a_typed_tool_gets_its_arguments_deserialised_and_the_runtime_s_state() {
+    let model = Arc::new(script(json!({"responses": [
+        {"tool_calls": [
+            {"id": "ok", "name": "charge", "arguments": {"customer": "ada", "cents": 250}},
+            {"id": "zero", "name": "charge", "arguments": {"customer": "bob", "cents": 0}},
+            {"id": "bad", "name": "charge", "arguments": {"customer": "eve", "cents": -5}}
+        ]},
+        {"text": "done"}
+    ]})));
+    let agent = Agent::builder(model)
+        .instructions("You charge customers.")
+        .approval_mode(foya_protocol::ApprovalMode::Bypass)
+        .state(Ledger::default())
+        .tool(charge_tool())
+        .unwrap()
+        .start(store())
+        .await
+        .unwrap();
+    let session = agent.session(std::env::temp_dir()).await.unwrap();
+    let outcome = within(session.run(Input::text("charge them")))
+        .await
+        .unwrap();
+    let results: Vec<(&str, bool, String)> = outcome
+        .tool_calls
+        .iter()
+        .map(|r| {
+            let result = r.result.clone().unwrap();
+            (r.call.id.as_str(), result.is_error, result.content)
+        })
+        .collect();
+    assert_eq!(results[0], ("ok", false, "charged ada 250 cents".into()));
+    assert_eq!(results[1], ("zero", true, "nothing to charge bob".into()));
+    // Refused by the schema generated from `Charge` (`cents` is a u32).
+    assert_eq!((results[2].0, results[2].1), ("bad", true));
+    assert!(results[2].2.contains("cents"), "{}", results[2].2);
+    agent.shutdown().await;
+}
+
+#[test]
+fn a_typed_tool_s_schema_is_generated_from_its_argument_type() {
+    let tool = charge_tool();
+    let parameters = &tool.spec().parameters;
+    assert_eq!(parameters["type"], "object");
+    assert_eq!(parameters["required"], json!(["customer", "cents"]));
+    assert_eq!(
+        parameters["properties"]["customer"]["description"],
+        "The customer."
+    );
+    assert!(parameters.get("$schema").is_none());
+}
+
+#[tokio::test]
+async fn arguments_that_do_not_deserialise_become_an_error_result() {
+    let tool = charge_tool();
+    let ctx = ToolContext {
+        shared: ToolState::new().with(Ledger::default()),
+        ..tools_ctx()
+    };
+    let output = tool
+        .call(
+            &ctx,
+            json!({"customer": 7}),
+            CancellationToken::new(),
+            &NoProgress,
+        )
+        .await;
+    assert!(output.is_error);
+    assert!(
+        output.content.starts_with("invalid arguments for `charge`"),
+        "{}",
+        output.content
+    );
+}
+
+#[test]
+fn register_refuses_an_invalid_schema() {
+    let mut spec = gate(&Arc::new(Semaphore::new(0))).spec().clone();
+    for (parameters, why) in [
+        (
+            json!({"type": "object", "properties": {"n": {"type": "integr"}}}),
+            "integr",
+        ),
+        (json!({"type": "string"}), "\"type\": \"object\""),
+    ] {
+        spec.parameters = parameters;
+        let tool = Arc::new(Gate {
+            spec: spec.clone(),
+            release: Arc::new(Semaphore::new(0)),
+        });
+        let mut registry = ToolRegistry::new();
+        let error = registry.register(tool).unwrap_err();
+        assert_eq!(error.name, "gate");
+        assert!(error.reason.contains(why), "{error}");
+        assert!(registry.names().is_empty());
+    }
+}
+
+#[derive(Debug)]
+struct NoProgress;
+
+impl ProgressSink for NoProgress {
+    fn update(&self, _message: String) {}
+    fn output(&self, _chunk: String) {}
+}
+
+fn tools_ctx() -> ToolContext {
+    let cwd = std::env::temp_dir();
+    ToolContext {
+        protected: foya_actors::tools::protected::Protected::new(&cwd, &[]),
+        cwd,
+        project_id: None,
+        approval_mode: foya_protocol::ApprovalMode::Bypass,
+        session_id: foya_protocol::SessionId::new(),
+        run_id: foya_protocol::RunId::new(),
+        step: 1,
+        tool_call_id: foya_protocol::ToolCallId::new("c"),
+        sandbox: foya_actors::tools::SandboxPolicy::None,
+        shared: ToolState::new(),
+    }
 }

@@ -16,7 +16,7 @@ use crate::cli::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
 use anyhow::Context as _;
 use clap::Args;
 use foya_actors::cluster::{ClusterNode, NodeConfig};
-use foya_actors::runtime::{Runtime};
+use foya_actors::runtime::Runtime;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -20,8 +20,11 @@ pub mod registry;
 pub mod sandbox;
 /// Batching of one step's tool calls (pure).
 pub mod schedule;
+/// Typed tools (argument struct + async fn) and the embedder's shared state.
+pub mod typed;
 
-pub use registry::{PreparedCall, ToolRegistry};
+pub use registry::{InvalidToolSchema, PreparedCall, ToolRegistry};
+pub use typed::{DEFAULT_TYPED_TIMEOUT_MS, ToolState, TypedTool};
 
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
@@ -90,6 +93,8 @@ pub struct ToolContext {
     /// The working directory's protected paths: file tools refuse to write them (also
     /// through a symlink) unless the sandbox allows it, and a sandboxed command cannot.
     pub protected: protected::Protected,
+    /// The runtime's [`ToolState`] (read with [`ToolContext::state`]).
+    pub shared: ToolState,
 }
 
 /// How an exec tool's child process is confined (Linux Landlock, applied before exec).

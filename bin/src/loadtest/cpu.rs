@@ -205,10 +205,14 @@ pub(crate) fn metered_builtins(meter: &Arc<CpuMeter>) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     for name in builtin.names() {
         if let Some(tool) = builtin.get(&name) {
-            registry.register(Arc::new(MeteredTool {
+            // The same schemas the built-in registry took: never refused.
+            let metered = Arc::new(MeteredTool {
                 inner: tool,
                 meter: Arc::clone(meter),
-            }));
+            });
+            if let Err(e) = registry.register(metered) {
+                tracing::error!(error = %e, "a metered built-in tool was refused");
+            }
         }
     }
     registry

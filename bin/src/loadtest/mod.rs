@@ -26,7 +26,7 @@ use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
-use foya_actors::runtime::{Runtime};
+use foya_actors::runtime::Runtime;
 use foya_storage::{Durability, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use probe::Probe;

@@ -90,7 +90,10 @@ pub(crate) fn register(
     };
     let agent = Arc::new(AgentTool::new(limits));
     let mut registry = Arc::unwrap_or_clone(tools);
-    registry.register(Arc::clone(&agent) as Arc<dyn Tool>);
+    // Its schema is fixed (a unit test runs it through the registry): never refused.
+    if let Err(e) = registry.register(Arc::clone(&agent) as Arc<dyn Tool>) {
+        tracing::error!(error = %e, "the agent tool was refused");
+    }
     (Arc::new(registry), Some(agent))
 }
 
