@@ -2,7 +2,7 @@
 //! (loading it from the log when needed) and asks it; an actor that stopped in between is
 //! resolved once more, so a handle survives session restarts.
 
-use crate::outcome::{TurnOutcome, TurnStream};
+use crate::outcome::{ApprovalRequest, TurnOutcome, TurnStream};
 use crate::runtime::{RuntimeError, SessionHandle, ask};
 use crate::session::{Reply, SessionMsg};
 use crate::subscription::{SubscribeOptions, Subscription};
@@ -208,6 +208,16 @@ impl SessionHandle {
     /// Session and storage errors.
     pub async fn clear_queue(&self) -> Result<(), RuntimeError> {
         self.with_session(|reply| SessionMsg::ClearQueue { reply })
+            .await
+    }
+
+    /// The approval requests of this session waiting for a decision, oldest first
+    /// (see [`crate::WithoutApprover`]).
+    ///
+    /// # Errors
+    /// Session errors.
+    pub async fn pending_approvals(&self) -> Result<Vec<ApprovalRequest>, RuntimeError> {
+        self.with_session(|reply| SessionMsg::GetPendingApprovals { reply })
             .await
     }
 

@@ -31,10 +31,10 @@ mod turn;
 
 pub use agent::{Agent, AgentBuilder};
 pub use options::ContextOptions;
-pub use outcome::{ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
+pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
     DEFAULT_IDLE_LOG_EVENTS, QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
-    SubscribeOptions, Subscription,
+    SubscribeOptions, Subscription, WithoutApprover,
 };
 pub use turn::protection::Limits as ProtectionLimits;
 

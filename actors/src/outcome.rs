@@ -51,6 +51,23 @@ pub struct ToolCallRecord {
     pub result: Option<ToolMessage>,
 }
 
+/// A tool call waiting for a decision ([`SessionHandle::pending_approvals`],
+/// answered with [`SessionHandle::decide_approval`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalRequest {
+    /// Answer it with this id.
+    pub request_id: ApprovalRequestId,
+    /// The call.
+    pub tool_call_id: ToolCallId,
+    /// Tool name.
+    pub tool_name: String,
+    /// The exact command or path.
+    pub action: String,
+    /// Why approval is needed.
+    pub reason: String,
+}
+
 /// What a [`TurnStream`] yields: the parts of one turn an application usually shows.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

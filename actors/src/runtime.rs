@@ -89,6 +89,21 @@ pub enum QueuedOnRestart {
     Drop,
 }
 
+/// What happens to a call that needs a person's approval while no approver
+/// ([`SubscribeOptions::approver`]) is attached to its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WithoutApprover {
+    /// The request waits, like one an approver sees: `approval_requested` is committed,
+    /// [`SessionHandle::pending_approvals`] lists it and [`SessionHandle::decide_approval`]
+    /// answers it (an approver attaching later can too); the turn waits meanwhile
+    /// (cancel ends it). Default.
+    #[default]
+    Wait,
+    /// The call is denied at once (`approval_requested` then `approval_decided{deny}`
+    /// with a message saying no approver is attached), as `foya run` does.
+    Deny,
+}
+
 /// What a runtime is built from.
 #[derive(Debug)]
 pub struct RuntimeConfig {
@@ -153,6 +168,8 @@ pub struct RuntimeConfig {
     /// so the session keeps them after a restart. `None` (default): Foya's built-in
     /// coding-agent prompt alone.
     pub instructions: Option<foya_protocol::Instructions>,
+    /// What a call that needs approval does while no approver is attached.
+    pub without_approver: WithoutApprover,
     /// The embedder's values its tools reach through [`crate::tools::ToolContext::state`]
     /// (empty by default).
     pub tool_state: crate::tools::ToolState,
@@ -177,17 +194,18 @@ pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
 pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::provider::actor::MAX_BATCH;
 
 impl RuntimeConfig {
-    /// A configuration serving every session with `model`, the real built-in tools
-    /// ([`ToolRegistry::builtin`]: `shell` sandboxed through the helper named by
-    /// `FOYA_SANDBOX_HELPER`, else the current executable), the default retry policy and
-    /// a subscriber buffer of [`DEFAULT_SUBSCRIBER_BUFFER`].
+    /// A configuration serving every session with `model`, the built-in tools without
+    /// side effects only ([`ToolRegistry::read_only_builtin`]; ask for the others with
+    /// [`ToolRegistry::builtin`] or [`ToolRegistry::builtin_with_sandbox`]), no project
+    /// or user files read ([`ContextOptions::default`]), the default retry policy and a
+    /// subscriber buffer of [`DEFAULT_SUBSCRIBER_BUFFER`].
     #[must_use]
     pub fn new(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> Self {
         Self {
             store,
             model,
             models: HashMap::new(),
-            tools: Arc::new(ToolRegistry::builtin()),
+            tools: Arc::new(ToolRegistry::read_only_builtin()),
             retry: RetryPolicy::default(),
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
             context: ContextOptions::default(),
@@ -205,6 +223,7 @@ impl RuntimeConfig {
             mcp: None,
             instructions: None,
             tool_state: crate::tools::ToolState::new(),
+            without_approver: WithoutApprover::default(),
         }
     }
 }
@@ -237,6 +256,8 @@ pub(crate) struct RuntimeDeps {
     pub instructions: Option<foya_protocol::Instructions>,
     /// [`RuntimeConfig::tool_state`].
     pub tool_state: crate::tools::ToolState,
+    /// [`RuntimeConfig::without_approver`].
+    pub without_approver: WithoutApprover,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -384,6 +405,7 @@ impl Runtime {
             mcp: config.mcp,
             instructions: config.instructions,
             tool_state: config.tool_state,
+            without_approver: config.without_approver,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);

@@ -120,6 +120,8 @@ pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeC
             generate_titles: false,
             ..crate::ContextOptions::default()
         },
+        // The session tests pin the deny of a call nobody can approve.
+        without_approver: crate::WithoutApprover::Deny,
         ..RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)))
     }
 }

@@ -517,3 +517,87 @@ fn tools_ctx() -> ToolContext {
         shared: ToolState::new(),
     }
 }
+
+#[test]
+fn runtime_config_new_registers_no_side_effecting_built_in() {
+    let config = RuntimeConfig::new(store(), recording());
+    assert_eq!(
+        config.tools.names(),
+        ["read_file", "list_dir", "glob", "grep"]
+    );
+    for name in config.tools.names() {
+        let tool = config.tools.get(&name).unwrap();
+        assert_eq!(tool.spec().side_effect, SideEffect::None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_sandboxed_command_without_a_helper_says_how_to_set_one() {
+    use foya_actors::tools::builtin::Shell;
+    use foya_actors::tools::sandbox::{NO_HELPER, SandboxRunner};
+    let shell = Shell::new(SandboxRunner::unset());
+    let ctx = ToolContext {
+        sandbox: foya_actors::tools::SandboxPolicy::WorkspaceWrite { network: false },
+        ..tools_ctx()
+    };
+    let output = shell
+        .call(
+            &ctx,
+            json!({"command": "echo hi"}),
+            CancellationToken::new(),
+            &NoProgress,
+        )
+        .await;
+    assert!(output.is_error);
+    assert!(output.content.contains(NO_HELPER), "{}", output.content);
+}
+
+#[tokio::test]
+async fn an_approval_nobody_is_attached_for_waits_and_is_listed() {
+    let model = Arc::new(script(json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "charge", "arguments": {"customer": "ada", "cents": 9}}]},
+        {"text": "charged"}
+    ]})));
+    let agent = Agent::builder(model)
+        .approval_mode(foya_protocol::ApprovalMode::Ask)
+        .state(Ledger::default())
+        .tool(charge_tool())
+        .unwrap()
+        .start(store())
+        .await
+        .unwrap();
+    let session = agent.session(std::env::temp_dir()).await.unwrap();
+    let mut turn = session
+        .run_streamed(Input::text("charge ada"))
+        .await
+        .unwrap();
+    let request_id = within(async {
+        loop {
+            if let TurnEvent::ApprovalRequested { request_id, .. } =
+                turn.next().await.unwrap().unwrap()
+            {
+                return request_id;
+            }
+        }
+    })
+    .await;
+    let pending = session.pending_approvals().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].request_id, pending[0].tool_name.as_str()),
+        (request_id, "charge")
+    );
+    session
+        .decide_approval(request_id, foya_protocol::ApprovalDecision::AllowOnce, None)
+        .await
+        .unwrap();
+    let outcome = within(turn.outcome()).await.unwrap();
+    assert_eq!(outcome.text, "charged");
+    let result = outcome.tool_calls[0].result.clone().unwrap();
+    assert_eq!(
+        (result.is_error, result.content.as_str()),
+        (false, "charged ada 9 cents")
+    );
+    assert!(session.pending_approvals().await.unwrap().is_empty());
+    agent.shutdown().await;
+}

@@ -57,18 +57,32 @@ impl ToolRegistry {
     }
 
     /// The built-ins (`read_file`, `list_dir`, `glob`, `grep`, `write_file`, `edit_file`,
-    /// `shell`), with `shell` sandboxed through [`SandboxRunner::from_env`].
+    /// `shell`), with `shell` sandboxed through [`SandboxRunner::from_env`] (without
+    /// `FOYA_SANDBOX_HELPER`, `shell` answers every call with an error saying how to set
+    /// a helper).
     #[must_use]
     pub fn builtin() -> Self {
         Self::builtin_with_sandbox(SandboxRunner::from_env())
+    }
+
+    /// The built-ins without side effects ([`builtin::read_only`]: `read_file`,
+    /// `list_dir`, `glob`, `grep`): what [`crate::RuntimeConfig::new`] registers.
+    #[must_use]
+    pub fn read_only_builtin() -> Self {
+        Self::taking(builtin::read_only())
     }
 
     /// The built-ins with `shell` sandboxed through `runner` (tests pass the
     /// `foya-sandbox` helper binary).
     #[must_use]
     pub fn builtin_with_sandbox(runner: SandboxRunner) -> Self {
+        Self::taking(builtin::all(runner))
+    }
+
+    /// A registry of built-in tools.
+    fn taking(tools: Vec<Arc<dyn Tool>>) -> Self {
         let mut registry = Self::new();
-        for tool in builtin::all(runner) {
+        for tool in tools {
             // Their schemas are fixed (a unit test registers each): this never refuses.
             if let Err(e) = registry.register(tool) {
                 tracing::error!(error = %e, "a built-in tool was refused");

@@ -20,6 +20,7 @@
 //! for a tool (`read_file`'s file read) is measured by [`super::pool`].
 
 use async_trait::async_trait;
+use foya_actors::tools::sandbox::SandboxRunner;
 use foya_actors::tools::{ProgressSink, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
 use futures::Stream;
 use nix::time::{ClockId, clock_gettime};
@@ -201,7 +202,7 @@ impl Tool for MeteredTool {
 
 /// The built-in tools, each measured by `meter`.
 pub(crate) fn metered_builtins(meter: &Arc<CpuMeter>) -> ToolRegistry {
-    let builtin = ToolRegistry::builtin();
+    let builtin = ToolRegistry::builtin_with_sandbox(SandboxRunner::this_binary());
     let mut registry = ToolRegistry::new();
     for name in builtin.names() {
         if let Some(tool) = builtin.get(&name) {
