@@ -183,7 +183,7 @@ impl SessionHandle {
             .await?;
         let backlog = self
             .inner
-            .deps
+            .deps()?
             .store
             .read_from(self.id, from_seq.max(Seq::FIRST))
             .map_err(|e| RuntimeError::Storage(e.to_string()))?

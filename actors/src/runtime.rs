@@ -26,7 +26,11 @@ use tokio::task::JoinHandle;
 
 /// Errors of the façade. Non-exhaustive: match the variants you handle and keep a
 /// catch-all arm.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Serialisable, so that a cluster node's refusal reaches the caller on another node as
+/// the same variant ([`crate::cluster::ClusterError::Runtime`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum RuntimeError {
     /// No session with this id exists.
@@ -296,7 +300,10 @@ pub(crate) struct Inner {
     pub(crate) supervisor: ActorRef<SupervisorMsg>,
     join: std::sync::Mutex<Option<JoinHandle<()>>>,
     pub(crate) registry: Registry,
-    pub(crate) deps: Arc<RuntimeDeps>,
+    /// The façade's copy of the deps; taken (`None`) by [`Runtime::close`], so that a
+    /// handle outliving its runtime holds no store (the file's lock is released) and
+    /// answers [`RuntimeError::ShuttingDown`].
+    deps: std::sync::RwLock<Option<Arc<RuntimeDeps>>>,
     /// Ends (`None`) once the actors' copy of the deps is dropped everywhere.
     actors_gone: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<std::convert::Infallible>>>,
 }
@@ -332,10 +339,20 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
 }
 
 impl Inner {
+    /// The deps, or [`RuntimeError::ShuttingDown`] once the runtime was closed.
+    pub(crate) fn deps(&self) -> Result<Arc<RuntimeDeps>, RuntimeError> {
+        self.deps
+            .read()
+            .ok()
+            .and_then(|deps| deps.clone())
+            .ok_or(RuntimeError::ShuttingDown)
+    }
+
     pub(crate) async fn session_actor(
         &self,
         id: SessionId,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        self.deps()?;
         if let Some(actor) = self.registry.get(&id)
             && crate::session::is_alive(actor.get_status())
         {
@@ -355,7 +372,7 @@ pub(crate) async fn create_session_in(
     inner: &Arc<Inner>,
     mut config: SessionConfig,
 ) -> Result<SessionHandle, RuntimeError> {
-    let deps = &inner.deps;
+    let deps = inner.deps()?;
     if config.provider.is_empty() {
         config.provider.clone_from(&deps.default_provider);
     }
@@ -424,7 +441,7 @@ impl Runtime {
             supervisor,
             join: std::sync::Mutex::new(Some(join)),
             registry,
-            deps,
+            deps: std::sync::RwLock::new(Some(deps)),
             actors_gone: std::sync::Mutex::new(Some(actors_gone)),
         };
         let inner = Arc::new(inner);
@@ -466,7 +483,7 @@ impl Runtime {
     /// [`RuntimeError::Storage`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, RuntimeError> {
         self.inner
-            .deps
+            .deps()?
             .store
             .list_sessions()
             .map_err(|e| RuntimeError::Storage(e.to_string()))
@@ -485,7 +502,7 @@ impl Runtime {
             }
             let events = self
                 .inner
-                .deps
+                .deps()?
                 .store
                 .read_from(summary.id, Seq::FIRST)
                 .map_err(|e| RuntimeError::Storage(e.to_string()))?;
@@ -549,8 +566,9 @@ impl Runtime {
     /// Returns once every session, turn and tool actor (and the tasks they started) has
     /// dropped its store handle — waiting at most 10 s for stragglers — and the store's
     /// writer has committed what was queued; so the redb file can be opened again at once,
-    /// on any tokio runtime. `SessionHandle`s of this runtime still alive keep the store
-    /// open until they are dropped.
+    /// on any tokio runtime, even while `SessionHandle`s of this runtime are still alive:
+    /// they hold no store any more, and every call on them fails with
+    /// [`RuntimeError::ShuttingDown`].
     ///
     /// # Cancel safety
     /// Not cancel safe: dropping the future may leave actors running and the store open.
@@ -569,6 +587,8 @@ impl Runtime {
     /// # Cancel safety
     /// Not cancel safe: dropping the future may leave actors running and the store open.
     pub async fn close(&self) {
+        // From here on every handle of this runtime answers `ShuttingDown`.
+        let deps = self.inner.deps.write().ok().and_then(|mut d| d.take());
         self.inner.supervisor.stop(Some("shutdown".into()));
         let join = self.inner.join.lock().ok().and_then(|mut j| j.take());
         if let Some(join) = join {
@@ -589,21 +609,24 @@ impl Runtime {
         {
             tracing::warn!("actors still held the store when the shutdown wait ended");
         }
-        if let Some(mcp) = &self.inner.deps.mcp {
+        let Some(deps) = deps else {
+            return;
+        };
+        if let Some(mcp) = &deps.mcp {
             mcp.shutdown().await;
         }
-        self.inner.deps.store.close().await;
+        deps.store.close().await;
     }
 
-    /// The runtime's MCP servers, if any are configured.
+    /// The runtime's MCP servers, if any are configured (none once closed).
     #[must_use]
-    pub fn mcp(&self) -> Option<&Arc<crate::mcp::McpManager>> {
-        self.inner.deps.mcp.as_ref()
+    pub fn mcp(&self) -> Option<Arc<crate::mcp::McpManager>> {
+        self.inner.deps().ok()?.mcp.clone()
     }
 
     /// The `agent` tool, when sub-agents are on.
     #[cfg(test)]
     pub(crate) fn sub_agent_tool(&self) -> Option<Arc<crate::tools::builtin::agent::AgentTool>> {
-        self.inner.deps.sub_agents.clone()
+        self.inner.deps().ok()?.sub_agents.clone()
     }
 }

@@ -601,3 +601,28 @@ async fn an_approval_nobody_is_attached_for_waits_and_is_listed() {
     assert!(session.pending_approvals().await.unwrap().is_empty());
     agent.shutdown().await;
 }
+
+#[tokio::test]
+async fn after_shutdown_a_cloned_handle_says_shutting_down_and_holds_no_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foya.redb");
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    let runtime = foya_actors::Runtime::start(RuntimeConfig::new(store, recording()))
+        .await
+        .unwrap();
+    let session = runtime
+        .create_session(SessionConfig::new(std::env::temp_dir()))
+        .await
+        .unwrap();
+    let kept = session.clone();
+    runtime.shutdown().await;
+    assert_eq!(
+        kept.submit(Input::text("hello?")).await,
+        Err(RuntimeError::ShuttingDown)
+    );
+    assert_eq!(kept.cancel().await, Err(RuntimeError::ShuttingDown));
+    // The redb file's lock was released although the handle is alive.
+    let reopened = Store::open(&path, StoreOptions::default()).unwrap();
+    assert_eq!(reopened.list_sessions().unwrap().len(), 1);
+    drop(kept);
+}

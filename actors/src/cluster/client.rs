@@ -117,8 +117,8 @@ impl ClusterClient {
             .call(|reply| GatewayMsg::Request(request, reply), Some(timeout))
             .await
         {
-            Ok(CallResult::Success(GatewayReply::Failed { message })) => {
-                Err(ClusterError::Remote(message))
+            Ok(CallResult::Success(GatewayReply::Failed { message, error })) => {
+                Err(error.map_or(ClusterError::Remote(message), ClusterError::Runtime))
             }
             Ok(CallResult::Success(reply)) => Ok(reply),
             Ok(CallResult::Timeout) => Err(ClusterError::NoAnswer("timeout".into())),

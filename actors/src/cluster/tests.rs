@@ -97,6 +97,11 @@ fn every_gateway_reply_round_trips() {
         },
         GatewayReply::Failed {
             message: "session x not found".into(),
+            error: None,
+        },
+        GatewayReply::Failed {
+            message: "session deleted".into(),
+            error: Some(crate::RuntimeError::SessionDeleted(SessionId::new())),
         },
         GatewayReply::ClusterSessions {
             sessions: vec![summary("a")],
@@ -180,7 +185,7 @@ fn undecodable_bytes_become_explicit_values() {
     );
     assert!(matches!(
         GatewayReply::from_bytes(vec![9, 1, 2]),
-        GatewayReply::Failed { message } if message.starts_with("undecodable reply")
+        GatewayReply::Failed { message, .. } if message.starts_with("undecodable reply")
     ));
     assert!(matches!(
         Push::from_bytes(vec![1, 0xc1]),

@@ -203,7 +203,8 @@ impl AgentTool {
 
     async fn child_config(inner: &Inner, ctx: &ToolContext) -> Result<SessionConfig, String> {
         let parent = inner
-            .deps
+            .deps()
+            .map_err(|e| e.to_string())?
             .store
             .read_from(ctx.session_id, Seq::FIRST)
             .map_err(|e| format!("cannot read the parent session: {e}"))?
