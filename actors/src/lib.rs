@@ -7,6 +7,8 @@
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
 mod agent;
+#[doc = include_str!("../../docs/embedding.md")]
+pub mod guide {}
 pub mod attachments;
 pub mod cluster;
 pub mod context;

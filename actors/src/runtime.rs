@@ -308,7 +308,28 @@ pub(crate) struct Inner {
     actors_gone: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<std::convert::Infallible>>>,
 }
 
-/// A running Foya runtime (one Supervisor and its sessions).
+/// A running Foya runtime (one Supervisor and its sessions). The guide
+/// ([`crate::guide`], `docs/embedding.md`) walks through every step.
+///
+/// ```
+/// # async fn demo() -> anyhow::Result<()> {
+/// use foya_actors::provider::scripted::ScriptedClient;
+/// use foya_actors::{Runtime, RuntimeConfig};
+/// use foya_protocol::{Input, SessionConfig};
+/// use std::sync::Arc;
+///
+/// let model = Arc::new(ScriptedClient::from_script(serde_json::from_str(
+///     r#"{"responses": [{"text": "Hi."}]}"#,
+/// )?));
+/// let store = foya_storage::Store::open_in_memory(Default::default())?;
+/// let runtime = Runtime::start(RuntimeConfig::new(store, model)).await?;
+/// let session = runtime.create_session(SessionConfig::new("/tmp")).await?;
+/// assert_eq!(session.run(Input::text("Hello")).await?.text, "Hi.");
+/// runtime.shutdown().await;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new()?.block_on(demo())?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Runtime {
     inner: Arc<Inner>,

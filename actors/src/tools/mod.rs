@@ -156,7 +156,40 @@ impl ToolOutput {
 }
 
 /// A tool. Implementations are stateless or internally synchronised; one value serves
-/// every session.
+/// every session. [`TypedTool`] builds one from an argument struct and an async fn;
+/// implement the trait for full control (progress, live output, a hand-written schema):
+///
+/// ```
+/// use foya_actors::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
+/// use foya_actors::{async_trait, CancellationToken};
+///
+/// #[derive(Debug)]
+/// struct Echo(ToolSpec);
+///
+/// #[async_trait]
+/// impl Tool for Echo {
+///     fn spec(&self) -> &ToolSpec {
+///         &self.0
+///     }
+///     async fn call(&self, _ctx: &ToolContext, args: serde_json::Value, _cancel: CancellationToken, progress: &dyn ProgressSink) -> ToolOutput {
+///         progress.update("echoing".into());
+///         ToolOutput::ok(args["text"].as_str().unwrap_or_default())
+///     }
+/// }
+///
+/// let echo = Echo(ToolSpec {
+///     name: "echo".into(),
+///     description: "Repeats its text".into(),
+///     parameters: serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+///     parallel_safe: true,
+///     side_effect: SideEffect::None,
+///     cancellable: true,
+///     default_timeout_ms: 1_000,
+/// });
+/// let mut tools = foya_actors::tools::ToolRegistry::new();
+/// tools.register(std::sync::Arc::new(echo))?;
+/// # Ok::<(), foya_actors::tools::InvalidToolSchema>(())
+/// ```
 #[async_trait]
 pub trait Tool: Send + Sync + std::fmt::Debug {
     /// Its declaration.
