@@ -52,9 +52,14 @@ impl ClusterNode {
     /// resolves (the other keeps the name; see `membership.rs`).
     ///
     /// # Errors
-    /// [`ClusterError::Actor`] when an actor cannot start (e.g. the listen address is in
-    /// use).
+    /// [`ClusterError::PortZero`] when `config.listen` has port 0 (peers could not dial
+    /// the address this node advertises; bind a `TcpListener` to port 0 first to find a
+    /// free one); [`ClusterError::Actor`] when an actor cannot start (e.g. the listen
+    /// address is in use).
     pub async fn start(runtime: Runtime, config: NodeConfig) -> Result<ClusterNode, ClusterError> {
+        if config.listen.port() == 0 {
+            return Err(ClusterError::PortZero(config.listen.to_string()));
+        }
         let runtime = Arc::new(runtime);
         let instance = new_instance();
         let server = spawn_server(&config, &instance).await?;

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::ClusterError;
 use super::wire::{GatewayReply, GatewayRequest, Push, WireUpdate};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
@@ -10,6 +11,8 @@ use foya_protocol::{
     RunId, Seq, SessionConfig, SessionId, SessionSummary, SessionUpdate, ToolCallId, TurnStatus,
 };
 use ractor::BytesConvertable;
+use std::sync::Arc;
+use std::time::Duration;
 
 fn round_trip<T: BytesConvertable + Clone + PartialEq + std::fmt::Debug>(value: T) {
     let bytes = value.clone().into_bytes();
@@ -191,4 +194,30 @@ fn undecodable_bytes_become_explicit_values() {
         Push::from_bytes(vec![1, 0xc1]),
         Push::Undecodable(_)
     ));
+}
+
+#[tokio::test]
+async fn a_node_refuses_to_listen_on_port_0() {
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let model = Arc::new(crate::provider::scripted::ScriptedClient::from_script(
+        crate::provider::scripted::Script::default(),
+    ));
+    let runtime = crate::Runtime::start(crate::RuntimeConfig::new(store, model))
+        .await
+        .unwrap();
+    let config = super::NodeConfig::new("127.0.0.1:0".parse().unwrap(), "c", vec![], "zero");
+    let refused = super::ClusterNode::start(runtime, config).await;
+    assert_eq!(
+        refused.err(),
+        Some(ClusterError::PortZero("127.0.0.1:0".into()))
+    );
+}
+
+#[tokio::test]
+async fn waiting_for_a_node_that_never_comes_ends_at_the_timeout() {
+    let (_tx, gateways) = tokio::sync::watch::channel(super::Gateways::default());
+    let client = super::ClusterClient::new("me".into(), gateways, Duration::from_secs(1));
+    tokio::time::pause();
+    let waited = client.wait_for_node("ghost", Duration::from_secs(30)).await;
+    assert_eq!(waited, Err(ClusterError::NodeUnreachable("ghost".into())));
 }
