@@ -4,7 +4,7 @@
 //! cargo run -p foya-actors --example embed_node -- [LISTEN] [COOKIE] [PEER HOST:PORT...]
 //! ```
 //!
-//! Starts a node named `embedded` (default listen: a free port of 127.0.0.1, cookie `demo`) with an
+//! Starts a node named `embedded` (default listen 127.0.0.1:0, a free port, cookie `demo`) with an
 //! in-memory store and a scripted model, optionally dialling `foya node` peers, then
 //! creates a session on the first peer (or on itself), submits one input and prints the
 //! session's persisted events until the turn completes.
@@ -19,11 +19,10 @@ use std::sync::Arc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let listen = match args.next() {
-        Some(listen) => listen.parse()?,
-        // A node cannot advertise port 0: take a free port now.
-        None => std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?,
-    };
+    let listen = args
+        .next()
+        .unwrap_or_else(|| "127.0.0.1:0".into())
+        .parse()?;
     let cookie = args.next().unwrap_or_else(|| "demo".into());
     let peers: Vec<String> = args.collect();
 

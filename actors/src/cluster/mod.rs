@@ -120,10 +120,6 @@ pub enum ClusterError {
     /// or reply), or a runtime error from a node too old to send it whole.
     #[error("remote: {0}")]
     Remote(String),
-    /// A node cannot listen on port 0: the address it advertises must be one its peers
-    /// can dial.
-    #[error("cannot listen on {0}: port 0 cannot be dialled by peers; choose a port")]
-    PortZero(String),
     /// The request did not get an answer (timeout, connection lost).
     #[error("no answer: {0}")]
     NoAnswer(String),

@@ -197,7 +197,7 @@ fn undecodable_bytes_become_explicit_values() {
 }
 
 #[tokio::test]
-async fn a_node_refuses_to_listen_on_port_0() {
+async fn a_node_given_port_0_listens_on_and_advertises_a_real_port() {
     let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
     let model = Arc::new(crate::provider::scripted::ScriptedClient::from_script(
         crate::provider::scripted::Script::default(),
@@ -206,11 +206,12 @@ async fn a_node_refuses_to_listen_on_port_0() {
         .await
         .unwrap();
     let config = super::NodeConfig::new("127.0.0.1:0".parse().unwrap(), "c", vec![], "zero");
-    let refused = super::ClusterNode::start(runtime, config).await;
-    assert_eq!(
-        refused.err(),
-        Some(ClusterError::PortZero("127.0.0.1:0".into()))
-    );
+    let node = super::ClusterNode::start(runtime, config).await.unwrap();
+    let listen = node.listen_addr();
+    assert_ne!(listen.port(), 0);
+    // Something listens there: a peer can dial it.
+    assert!(tokio::net::TcpStream::connect(listen).await.is_ok());
+    node.shutdown().await;
 }
 
 #[tokio::test]
