@@ -7,7 +7,9 @@
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
 mod agent;
-#[doc = include_str!("../../docs/embedding.md")]
+// The repository's docs/embedding.md (one level above this crate), so that its code
+// blocks run as doctests.
+#[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/embedding.md"))]
 pub mod guide {}
 pub mod attachments;
 pub mod cluster;
