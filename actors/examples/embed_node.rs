@@ -4,7 +4,7 @@
 //! cargo run -p foya-actors --example embed_node -- [LISTEN] [COOKIE] [PEER HOST:PORT...]
 //! ```
 //!
-//! Starts a node named `embedded` (default listen 127.0.0.1:0, cookie `demo`) with an
+//! Starts a node named `embedded` (default listen 127.0.0.1:0, a free port, cookie `demo`) with an
 //! in-memory store and a scripted model, optionally dialling `foya node` peers, then
 //! creates a session on the first peer (or on itself), submits one input and prints the
 //! session's persisted events until the turn completes.
@@ -45,7 +45,9 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let client = node.client();
-    client.wait_for_node("embedded").await;
+    client
+        .wait_for_node("embedded", std::time::Duration::from_secs(10))
+        .await?;
 
     // Place the session on the first peer that joined, else here.
     let target = if peers.is_empty() {

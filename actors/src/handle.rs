@@ -2,6 +2,7 @@
 //! (loading it from the log when needed) and asks it; an actor that stopped in between is
 //! resolved once more, so a handle survives session restarts.
 
+use crate::outcome::{ApprovalRequest, TurnOutcome, TurnStream};
 use crate::runtime::{RuntimeError, SessionHandle, ask};
 use crate::session::{Reply, SessionMsg};
 use crate::subscription::{SubscribeOptions, Subscription};
@@ -72,6 +73,100 @@ impl SessionHandle {
         .await
     }
 
+    /// Runs `input` to the end of its turn and returns how it ended: the final text,
+    /// status, usage, tool calls and the seqs of the turn's events. An input that
+    /// arrives while a turn runs waits in the queue first.
+    ///
+    /// ```
+    /// # async fn demo(session: foya_actors::SessionHandle) -> Result<(), foya_actors::RuntimeError> {
+    /// use foya_protocol::{Input, TurnStatus};
+    /// let outcome = session.run(Input::text("Summarise README.md")).await?;
+    /// if outcome.status == TurnStatus::Completed {
+    ///     println!("{} ({} output tokens)", outcome.text, outcome.usage.output_tokens);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`RuntimeError::EmptyInput`] and the other errors of [`Self::submit`]; then those
+    /// of [`TurnStream::next`] (input dropped, session deleted, shutting down).
+    ///
+    /// # Cancel safety
+    /// Dropping the future loses nothing: once submitted, the turn runs on (dropping
+    /// does not cancel it; [`Self::cancel`] does) and all its events are in the log. To
+    /// get the outcome after a drop, use [`Self::run_with_id`] with an id you chose:
+    /// calling it again with the same id runs the input once and follows the same turn.
+    pub async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError> {
+        self.run_streamed(input).await?.outcome().await
+    }
+
+    /// [`Self::run`] under a client-chosen input id, so that a second call with the same
+    /// id (after the first future was dropped, or from another task) follows the same
+    /// turn instead of running the input again. It replays the session's log from its
+    /// start to find that turn.
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: call it again with the same id.
+    pub async fn run_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<TurnOutcome, RuntimeError> {
+        let subscription = self
+            .subscribe(Seq::FIRST, SubscribeOptions::default())
+            .await?;
+        self.submit_with_id(input_id, input).await?;
+        TurnStream::new(self.clone(), subscription, input_id)
+            .outcome()
+            .await
+    }
+
+    /// Submits `input` and returns its turn's events as they happen: text fragments,
+    /// tool calls and results, approval requests, then [`TurnEvent::Done`](crate::TurnEvent::Done) with the
+    /// outcome.
+    ///
+    /// ```
+    /// # async fn demo(session: foya_actors::SessionHandle) -> Result<(), foya_actors::RuntimeError> {
+    /// use foya_actors::TurnEvent;
+    /// use foya_protocol::Input;
+    /// let mut turn = session.run_streamed(Input::text("List the files")).await?;
+    /// while let Some(event) = turn.next().await {
+    ///     match event? {
+    ///         TurnEvent::Text(fragment) => print!("{fragment}"),
+    ///         TurnEvent::ToolCall(call) => println!("\n[{}]", call.name),
+    ///         TurnEvent::Done(outcome) => println!("\n{:?}", outcome.status),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Self::submit`].
+    ///
+    /// # Cancel safety
+    /// As [`Self::run`]; the stream's own [`TurnStream::next`] is cancel safe.
+    pub async fn run_streamed(&self, input: Input) -> Result<TurnStream, RuntimeError> {
+        let subscription = self.subscribe_live().await?;
+        let input_id = self.submit(input).await?;
+        Ok(TurnStream::new(self.clone(), subscription, input_id))
+    }
+
+    /// A subscription to what the session commits and streams from now on (no replay).
+    async fn subscribe_live(&self) -> Result<Subscription, RuntimeError> {
+        let (rx, committed) = self
+            .with_session(|reply| SessionMsg::Subscribe {
+                approver: false,
+                reply,
+            })
+            .await?;
+        let next = Seq(committed.0 + 1);
+        Ok(Subscription::new(self.id, next, committed, Vec::new(), rx))
+    }
+
     /// Subscribes from `from_seq` (1 = everything): committed events are replayed from
     /// the store, then live ones follow with no gap and no duplicate, with deltas.
     ///
@@ -88,7 +183,7 @@ impl SessionHandle {
             .await?;
         let backlog = self
             .inner
-            .deps
+            .deps()?
             .store
             .read_from(self.id, from_seq.max(Seq::FIRST))
             .map_err(|e| RuntimeError::Storage(e.to_string()))?
@@ -113,6 +208,16 @@ impl SessionHandle {
     /// Session and storage errors.
     pub async fn clear_queue(&self) -> Result<(), RuntimeError> {
         self.with_session(|reply| SessionMsg::ClearQueue { reply })
+            .await
+    }
+
+    /// The approval requests of this session waiting for a decision, oldest first
+    /// (see [`crate::WithoutApprover`]).
+    ///
+    /// # Errors
+    /// Session errors.
+    pub async fn pending_approvals(&self) -> Result<Vec<ApprovalRequest>, RuntimeError> {
+        self.with_session(|reply| SessionMsg::GetPendingApprovals { reply })
             .await
     }
 

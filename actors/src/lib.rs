@@ -6,6 +6,11 @@
 //!
 //! Invariants: only this crate names `ractor`; it never prints to a terminal.
 
+mod agent;
+// The repository's docs/embedding.md (one level above this crate), so that its code
+// blocks run as doctests.
+#[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/embedding.md"))]
+pub mod guide {}
 pub mod attachments;
 pub mod cluster;
 pub mod context;
@@ -17,6 +22,7 @@ pub mod trust;
 
 mod handle;
 mod options;
+mod outcome;
 pub mod runtime;
 mod session;
 mod subscription;
@@ -27,9 +33,18 @@ mod testkit;
 mod tools_actor;
 mod turn;
 
+pub use agent::{Agent, AgentBuilder};
 pub use options::ContextOptions;
+pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
     DEFAULT_IDLE_LOG_EVENTS, QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
-    SubscribeOptions, Subscription,
+    SubscribeOptions, Subscription, WithoutApprover,
 };
 pub use turn::protection::Limits as ProtectionLimits;
+
+// Crates whose types appear in this crate's public signatures, so that an embedder
+// implementing `ModelClient` or `Tool` needs no dependency of its own on them.
+pub use async_trait::async_trait;
+pub use futures;
+pub use schemars;
+pub use tokio_util::sync::CancellationToken;

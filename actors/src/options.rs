@@ -9,9 +9,15 @@ use std::sync::Arc;
 /// Context, compaction and title settings shared by every session of a runtime.
 #[derive(Debug, Clone)]
 pub struct ContextOptions {
-    /// User-level context directory (memory, skills, commands). `None`: the platform
-    /// config directory + `foya` (`~/.config/foya` on Linux), when it exists.
+    /// User-level context directory (memory, skills, commands). `None` (the default): no
+    /// user-level files; [`Self::with_files`] sets the platform config directory + `foya`
+    /// (`~/.config/foya` on Linux), as the CLI does.
     pub user_dir: Option<PathBuf>,
+    /// Whether sessions read their project's files: instruction files (`AGENTS.md`,
+    /// `FOYA.md` from the project root down to the working directory), `.foya/rules`,
+    /// `.foya/memory.md`, skills and commands. Default `false`, so an embedder's agent
+    /// says only what its code says; the CLI turns it on ([`Self::with_files`]).
+    pub project_files: bool,
     /// Whether the runtime compacts on its own: early when the estimate crosses the
     /// threshold, and once per turn when the provider reports `context_overflow`.
     /// `/compact` works either way. Default `true`.
@@ -36,6 +42,7 @@ impl Default for ContextOptions {
     fn default() -> Self {
         Self {
             user_dir: None,
+            project_files: false,
             auto_compact: true,
             compact_threshold_pct: crate::context::ModelLimits::DEFAULT_COMPACT_THRESHOLD_PCT,
             generate_titles: false,
@@ -46,11 +53,21 @@ impl Default for ContextOptions {
 }
 
 impl ContextOptions {
-    /// The user-level directory to load: `user_dir`, else `<config dir>/foya`.
+    /// The defaults plus the files a coding agent reads (what the CLI uses): the
+    /// project's files ([`Self::project_files`]) and the user's config directory
+    /// (`~/.config/foya` on Linux) as [`Self::user_dir`].
+    #[must_use]
+    pub fn with_files() -> Self {
+        Self {
+            user_dir: dirs::config_dir().map(|d| d.join("foya")),
+            project_files: true,
+            ..Self::default()
+        }
+    }
+
+    /// The user-level directory to load, if any ([`Self::user_dir`]).
     #[must_use]
     pub fn resolved_user_dir(&self) -> Option<PathBuf> {
-        self.user_dir
-            .clone()
-            .or_else(|| dirs::config_dir().map(|d| d.join("foya")))
+        self.user_dir.clone()
     }
 }

@@ -24,8 +24,14 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
-/// Errors of the façade.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Errors of the façade. Non-exhaustive: match the variants you handle and keep a
+/// catch-all arm.
+///
+/// Serialisable, so that a cluster node's refusal reaches the caller on another node as
+/// the same variant ([`crate::cluster::ClusterError::Runtime`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// No session with this id exists.
     #[error("session {0} not found")]
@@ -62,6 +68,18 @@ pub enum RuntimeError {
     /// A title set by hand is empty or only whitespace.
     #[error("the title is empty (or only whitespace)")]
     EmptyTitle,
+    /// The input followed by [`SessionHandle::run`] was dropped before its turn started
+    /// (`input_dropped`: queue cleared, session deleted, dropped on restart).
+    #[error("input {input_id} was dropped before it ran: {reason}")]
+    InputDropped {
+        /// The input.
+        input_id: foya_protocol::InputId,
+        /// Why (`queue cleared`, …).
+        reason: String,
+    },
+    /// [`crate::TurnStream::outcome`] was called after the stream had already ended.
+    #[error("the turn's stream already ended (its outcome was taken)")]
+    TurnStreamEnded,
 }
 
 /// What recovery does with inputs that were queued (persisted `input_queued`, never
@@ -73,6 +91,21 @@ pub enum QueuedOnRestart {
     Run,
     /// Each gets `input_dropped{reason: "dropped on restart"}`, in order.
     Drop,
+}
+
+/// What happens to a call that needs a person's approval while no approver
+/// ([`SubscribeOptions::approver`]) is attached to its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WithoutApprover {
+    /// The request waits, like one an approver sees: `approval_requested` is committed,
+    /// [`SessionHandle::pending_approvals`] lists it and [`SessionHandle::decide_approval`]
+    /// answers it (an approver attaching later can too); the turn waits meanwhile
+    /// (cancel ends it). Default.
+    #[default]
+    Wait,
+    /// The call is denied at once (`approval_requested` then `approval_decided{deny}`
+    /// with a message saying no approver is attached), as `foya run` does.
+    Deny,
 }
 
 /// What a runtime is built from.
@@ -144,6 +177,16 @@ pub struct RuntimeConfig {
     /// offers the tools of the servers its session uses
     /// ([`foya_protocol::SessionConfig::mcp_servers`]). Stopped by [`Runtime::close`].
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
+    /// The agent's instructions for a session created without its own
+    /// ([`SessionConfig::instructions`]): recorded in that session's `session_created`,
+    /// so the session keeps them after a restart. `None` (default): Foya's built-in
+    /// coding-agent prompt alone.
+    pub instructions: Option<foya_protocol::Instructions>,
+    /// What a call that needs approval does while no approver is attached.
+    pub without_approver: WithoutApprover,
+    /// The embedder's values its tools reach through [`crate::tools::ToolContext::state`]
+    /// (empty by default).
+    pub tool_state: crate::tools::ToolState,
 }
 
 /// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
@@ -165,17 +208,18 @@ pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
 pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::provider::actor::MAX_BATCH;
 
 impl RuntimeConfig {
-    /// A configuration serving every session with `model`, the real built-in tools
-    /// ([`ToolRegistry::builtin`]: `shell` sandboxed through the helper named by
-    /// `FOYA_SANDBOX_HELPER`, else the current executable), the default retry policy and
-    /// a subscriber buffer of [`DEFAULT_SUBSCRIBER_BUFFER`].
+    /// A configuration serving every session with `model`, the built-in tools without
+    /// side effects only ([`ToolRegistry::read_only_builtin`]; ask for the others with
+    /// [`ToolRegistry::builtin`] or [`ToolRegistry::builtin_with_sandbox`]), no project
+    /// or user files read ([`ContextOptions::default`]), the default retry policy and a
+    /// subscriber buffer of [`DEFAULT_SUBSCRIBER_BUFFER`].
     #[must_use]
     pub fn new(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> Self {
         Self {
             store,
             model,
             models: HashMap::new(),
-            tools: Arc::new(ToolRegistry::builtin()),
+            tools: Arc::new(ToolRegistry::read_only_builtin()),
             retry: RetryPolicy::default(),
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
             context: ContextOptions::default(),
@@ -194,6 +238,9 @@ impl RuntimeConfig {
             default_provider: String::new(),
             default_model: String::new(),
             mcp: None,
+            instructions: None,
+            tool_state: crate::tools::ToolState::new(),
+            without_approver: WithoutApprover::default(),
         }
     }
 }
@@ -224,6 +271,12 @@ pub(crate) struct RuntimeDeps {
     pub default_model: String,
     /// [`RuntimeConfig::mcp`].
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
+    /// [`RuntimeConfig::instructions`].
+    pub instructions: Option<foya_protocol::Instructions>,
+    /// [`RuntimeConfig::tool_state`].
+    pub tool_state: crate::tools::ToolState,
+    /// [`RuntimeConfig::without_approver`].
+    pub without_approver: WithoutApprover,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -262,12 +315,36 @@ pub(crate) struct Inner {
     pub(crate) supervisor: ActorRef<SupervisorMsg>,
     join: std::sync::Mutex<Option<JoinHandle<()>>>,
     pub(crate) registry: Registry,
-    pub(crate) deps: Arc<RuntimeDeps>,
+    /// The façade's copy of the deps; taken (`None`) by [`Runtime::close`], so that a
+    /// handle outliving its runtime holds no store (the file's lock is released) and
+    /// answers [`RuntimeError::ShuttingDown`].
+    deps: std::sync::RwLock<Option<Arc<RuntimeDeps>>>,
     /// Ends (`None`) once the actors' copy of the deps is dropped everywhere.
     actors_gone: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<std::convert::Infallible>>>,
 }
 
-/// A running Foya runtime (one Supervisor and its sessions).
+/// A running Foya runtime (one Supervisor and its sessions). The guide
+/// ([`crate::guide`], `docs/embedding.md`) walks through every step.
+///
+/// ```
+/// # async fn demo() -> anyhow::Result<()> {
+/// use foya_actors::provider::scripted::ScriptedClient;
+/// use foya_actors::{Runtime, RuntimeConfig};
+/// use foya_protocol::{Input, SessionConfig};
+/// use std::sync::Arc;
+///
+/// let model = Arc::new(ScriptedClient::from_script(serde_json::from_str(
+///     r#"{"responses": [{"text": "Hi."}]}"#,
+/// )?));
+/// let store = foya_storage::Store::open_in_memory(Default::default())?;
+/// let runtime = Runtime::start(RuntimeConfig::new(store, model)).await?;
+/// let session = runtime.create_session(SessionConfig::new("/tmp")).await?;
+/// assert_eq!(session.run(Input::text("Hello")).await?.text, "Hi.");
+/// runtime.shutdown().await;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new()?.block_on(demo())?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Runtime {
     inner: Arc<Inner>,
@@ -298,10 +375,20 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
 }
 
 impl Inner {
+    /// The deps, or [`RuntimeError::ShuttingDown`] once the runtime was closed.
+    pub(crate) fn deps(&self) -> Result<Arc<RuntimeDeps>, RuntimeError> {
+        self.deps
+            .read()
+            .ok()
+            .and_then(|deps| deps.clone())
+            .ok_or(RuntimeError::ShuttingDown)
+    }
+
     pub(crate) async fn session_actor(
         &self,
         id: SessionId,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
+        self.deps()?;
         if let Some(actor) = self.registry.get(&id)
             && crate::session::is_alive(actor.get_status())
         {
@@ -321,17 +408,22 @@ pub(crate) async fn create_session_in(
     inner: &Arc<Inner>,
     mut config: SessionConfig,
 ) -> Result<SessionHandle, RuntimeError> {
-    let deps = &inner.deps;
+    let deps = inner.deps()?;
     if config.provider.is_empty() {
         config.provider.clone_from(&deps.default_provider);
     }
     if config.model.is_empty() && config.provider == deps.default_provider {
         config.model.clone_from(&deps.default_model);
     }
-    let (id, _actor): (SessionId, ActorRef<SessionMsg>) = ask(&inner.supervisor, |reply| {
-        SupervisorMsg::CreateSession { config, reply }
-    })
-    .await?;
+    if config.instructions.is_none() {
+        config.instructions.clone_from(&deps.instructions);
+    }
+    let (id, _actor): (SessionId, ActorRef<SessionMsg>) =
+        ask(&inner.supervisor, |reply| SupervisorMsg::CreateSession {
+            config: Box::new(config),
+            reply,
+        })
+        .await?;
     Ok(SessionHandle {
         id,
         inner: Arc::clone(inner),
@@ -366,6 +458,9 @@ impl Runtime {
             default_provider: config.default_provider,
             default_model: config.default_model,
             mcp: config.mcp,
+            instructions: config.instructions,
+            tool_state: config.tool_state,
+            without_approver: config.without_approver,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
@@ -384,7 +479,7 @@ impl Runtime {
             supervisor,
             join: std::sync::Mutex::new(Some(join)),
             registry,
-            deps,
+            deps: std::sync::RwLock::new(Some(deps)),
             actors_gone: std::sync::Mutex::new(Some(actors_gone)),
         };
         let inner = Arc::new(inner);
@@ -395,8 +490,9 @@ impl Runtime {
     }
 
     /// Creates a session (`session_created` is committed when this returns). A config
-    /// without a provider records [`RuntimeConfig::default_provider`], and without a
-    /// model (its provider empty or the default one) [`RuntimeConfig::default_model`].
+    /// without a provider records [`RuntimeConfig::default_provider`], without a
+    /// model (its provider empty or the default one) [`RuntimeConfig::default_model`],
+    /// and without instructions [`RuntimeConfig::instructions`].
     ///
     /// # Errors
     /// [`RuntimeError::Storage`] when the store refuses the write.
@@ -425,7 +521,7 @@ impl Runtime {
     /// [`RuntimeError::Storage`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, RuntimeError> {
         self.inner
-            .deps
+            .deps()?
             .store
             .list_sessions()
             .map_err(|e| RuntimeError::Storage(e.to_string()))
@@ -444,7 +540,7 @@ impl Runtime {
             }
             let events = self
                 .inner
-                .deps
+                .deps()?
                 .store
                 .read_from(summary.id, Seq::FIRST)
                 .map_err(|e| RuntimeError::Storage(e.to_string()))?;
@@ -508,8 +604,9 @@ impl Runtime {
     /// Returns once every session, turn and tool actor (and the tasks they started) has
     /// dropped its store handle — waiting at most 10 s for stragglers — and the store's
     /// writer has committed what was queued; so the redb file can be opened again at once,
-    /// on any tokio runtime. `SessionHandle`s of this runtime still alive keep the store
-    /// open until they are dropped.
+    /// on any tokio runtime, even while `SessionHandle`s of this runtime are still alive:
+    /// they hold no store any more, and every call on them fails with
+    /// [`RuntimeError::ShuttingDown`].
     ///
     /// # Cancel safety
     /// Not cancel safe: dropping the future may leave actors running and the store open.
@@ -528,6 +625,8 @@ impl Runtime {
     /// # Cancel safety
     /// Not cancel safe: dropping the future may leave actors running and the store open.
     pub async fn close(&self) {
+        // From here on every handle of this runtime answers `ShuttingDown`.
+        let deps = self.inner.deps.write().ok().and_then(|mut d| d.take());
         self.inner.supervisor.stop(Some("shutdown".into()));
         let join = self.inner.join.lock().ok().and_then(|mut j| j.take());
         if let Some(join) = join {
@@ -548,22 +647,25 @@ impl Runtime {
         {
             tracing::warn!("actors still held the store when the shutdown wait ended");
         }
-        if let Some(mcp) = &self.inner.deps.mcp {
+        let Some(deps) = deps else {
+            return;
+        };
+        if let Some(mcp) = &deps.mcp {
             mcp.shutdown().await;
         }
-        self.inner.deps.store.close().await;
+        deps.store.close().await;
     }
 
-    /// The runtime's MCP servers, if any are configured.
+    /// The runtime's MCP servers, if any are configured (none once closed).
     #[must_use]
-    pub fn mcp(&self) -> Option<&Arc<crate::mcp::McpManager>> {
-        self.inner.deps.mcp.as_ref()
+    pub fn mcp(&self) -> Option<Arc<crate::mcp::McpManager>> {
+        self.inner.deps().ok()?.mcp.clone()
     }
 
     /// The `agent` tool, when sub-agents are on.
     #[cfg(test)]
     pub(crate) fn sub_agent_tool(&self) -> Option<Arc<crate::tools::builtin::agent::AgentTool>> {
-        self.inner.deps.sub_agents.clone()
+        self.inner.deps().ok()?.sub_agents.clone()
     }
 }
 

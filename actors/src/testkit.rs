@@ -85,14 +85,22 @@ impl Tool for TestTool {
 /// cancel), `boom` (panics), `exec` (echo with an exec side effect).
 pub(crate) fn tools() -> Arc<ToolRegistry> {
     let mut registry = ToolRegistry::builtin();
-    registry.register(TestTool::shared("echo", Behaviour::Echo, SideEffect::None));
-    registry.register(TestTool::shared(
-        "wait",
-        Behaviour::WaitForCancel,
-        SideEffect::None,
-    ));
-    registry.register(TestTool::shared("boom", Behaviour::Panic, SideEffect::None));
-    registry.register(TestTool::shared("exec", Behaviour::Echo, SideEffect::Exec));
+    registry
+        .register(TestTool::shared("echo", Behaviour::Echo, SideEffect::None))
+        .unwrap();
+    registry
+        .register(TestTool::shared(
+            "wait",
+            Behaviour::WaitForCancel,
+            SideEffect::None,
+        ))
+        .unwrap();
+    registry
+        .register(TestTool::shared("boom", Behaviour::Panic, SideEffect::None))
+        .unwrap();
+    registry
+        .register(TestTool::shared("exec", Behaviour::Echo, SideEffect::Exec))
+        .unwrap();
     Arc::new(registry)
 }
 
@@ -108,9 +116,12 @@ pub(crate) fn config_for(store: foya_storage::Store, script: Script) -> RuntimeC
         subscriber_buffer: 1024,
         context: crate::ContextOptions {
             user_dir: Some(std::env::temp_dir().join("foya-tests-no-user-dir")),
+            project_files: true,
             generate_titles: false,
             ..crate::ContextOptions::default()
         },
+        // The session tests pin the deny of a call nobody can approve.
+        without_approver: crate::WithoutApprover::Deny,
         ..RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)))
     }
 }

@@ -213,7 +213,8 @@ async fn after_a_413_a_tool_results_image_bytes_are_left_out_and_named() {
         side_effect: foya_actors::tools::SideEffect::None,
         cancellable: true,
         default_timeout_ms: 60_000,
-    })));
+    })))
+    .unwrap();
     cfg.tools = Arc::new(tools);
     cfg.attachments = Some(Arc::clone(&attachments));
     let rt = foya_actors::Runtime::start(cfg).await.unwrap();

@@ -43,7 +43,7 @@ fn position(events: &[Event], id: &str, started: bool) -> usize {
 async fn eight_parallel_calls_run_at_most_five_at_once_and_commit_in_call_order() {
     let (probe, mut starts) = Probe::new();
     let mut tools = builtin();
-    tools.register(probe.clone());
+    tools.register(probe.clone()).unwrap();
     let calls: Vec<_> = (0..8)
         .map(|i| json!({"id": format!("c{i}"), "name": "probe", "arguments": {"i": i}}))
         .collect();
@@ -155,7 +155,7 @@ async fn a_write_between_reads_runs_alone_and_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_tool_is_an_error_result_and_the_turn_completes() {
     let mut tools = builtin();
-    tools.register(Boom::new());
+    tools.register(Boom::new()).unwrap();
     let script = json!({"responses": [
         {"tool_calls": [{"id": "c1", "name": "boom", "arguments": {}}]},
         {"text": "recovered"}

@@ -83,7 +83,7 @@ pub(crate) fn load(cwd: &Path, args: &McpArgs) -> anyhow::Result<Option<Arc<McpM
     }
     Ok(Some(Arc::new(McpManager::new(
         config,
-        &SandboxRunner::from_env(),
+        &SandboxRunner::this_binary(),
     ))))
 }
 
@@ -123,7 +123,7 @@ pub(crate) async fn mcp(command: McpCommand) -> u8 {
         Ok(config) => config,
         Err(e) => return usage(&e),
     };
-    let manager = McpManager::new(config, &SandboxRunner::from_env());
+    let manager = McpManager::new(config, &SandboxRunner::this_binary());
     let reports = manager.report().await;
     manager.shutdown().await;
     let mut code = EXIT_OK;

@@ -16,7 +16,7 @@ use crate::cli::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
 use anyhow::Context as _;
 use clap::Args;
 use foya_actors::cluster::{ClusterNode, NodeConfig};
-use foya_actors::runtime::{Runtime, RuntimeConfig};
+use foya_actors::runtime::Runtime;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -96,7 +96,7 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     drop(crate::listen::bind(&args.listen.to_string(), crate::listen::Port::Fixed).await?);
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
     let store = crate::data::open_store(&dir)?;
-    let mut config = RuntimeConfig::new(store, model);
+    let mut config = crate::setup::runtime_config(store, model);
     // Sessions created through the cluster without a provider or model (the embedding
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
     config.default_provider.clone_from(&args.provider.provider);

@@ -7,7 +7,7 @@ use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
 use crate::render::Renderer;
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
-use foya_actors::runtime::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions};
+use foya_actors::runtime::{Runtime, SessionHandle, SubscribeOptions};
 use foya_protocol::event::Notice;
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, ApprovalRequestId, Event, EventKind, Input, InputId, RunId,
@@ -77,7 +77,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
     };
 
-    let mut config = RuntimeConfig::new(store.clone(), model);
+    let mut config = crate::setup::runtime_config(store.clone(), model);
     crate::hooks::apply(&mut config, hooks, &dir);
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;

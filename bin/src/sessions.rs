@@ -199,7 +199,7 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
 /// and writes `session_deleted`. No model is needed: the runtime gets an empty script.
 async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<u8> {
     use foya_actors::provider::scripted::ScriptedClient;
-    use foya_actors::runtime::{Runtime, RuntimeConfig, RuntimeError};
+    use foya_actors::runtime::{Runtime, RuntimeError};
     let dir = crate::data::data_dir(dir)?;
     let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
         return Ok(EXIT_FAILED);
@@ -216,7 +216,7 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
         Some(_) => {}
     }
     let model = std::sync::Arc::new(ScriptedClient::from_script(Default::default()));
-    let runtime = Runtime::start(RuntimeConfig::new(store, model)).await?;
+    let runtime = Runtime::start(crate::setup::runtime_config(store, model)).await?;
     let result = match runtime.session(id).await {
         Ok(session) => session.delete().await,
         Err(e) => Err(e),

@@ -7,6 +7,9 @@ use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ConfigError;
 use foya_actors::provider::scripted::Script;
 use foya_actors::provider::sim::{SimClient, SimConfig};
+use foya_actors::tools::ToolRegistry;
+use foya_actors::tools::sandbox::SandboxRunner;
+use foya_actors::{ContextOptions, RuntimeConfig, WithoutApprover};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -136,6 +139,25 @@ pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         cwd.display()
     );
     Ok(canonical)
+}
+
+/// The runtime configuration of the CLI's commands: [`RuntimeConfig::new`] plus what
+/// an embedder must ask for and a coding agent needs: every built-in tool (`shell`
+/// sandboxed by this binary's `__sandbox-exec`), the project's files and the user's
+/// `~/.config/foya` ([`ContextOptions::with_files`]).
+pub(crate) fn runtime_config(
+    store: foya_storage::Store,
+    model: Arc<dyn ModelClient>,
+) -> RuntimeConfig {
+    RuntimeConfig {
+        tools: Arc::new(ToolRegistry::builtin_with_sandbox(
+            SandboxRunner::this_binary(),
+        )),
+        context: ContextOptions::with_files(),
+        // Whoever approves is attached (chat, a web view) or nobody will be (`run`).
+        without_approver: WithoutApprover::Deny,
+        ..RuntimeConfig::new(store, model)
+    }
 }
 
 #[cfg(test)]

@@ -111,6 +111,52 @@ pub struct SessionConfig {
     /// server the runtime's configuration does not set `enabled = false`; empty: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<String>>,
+    /// The agent's instructions for this session: they replace Foya's built-in coding-agent
+    /// prompt or follow it ([`Instructions`]). `None`: the runtime's default (itself
+    /// `None` unless the embedder set one), i.e. the built-in prompt alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<Instructions>,
+}
+
+/// An agent's own instructions, set from code (not read from a file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instructions {
+    /// The text, sent as the system prompt's first section (or second, after the
+    /// built-in prompt, with [`InstructionsMode::Append`]).
+    pub text: String,
+    /// Whether the text replaces the built-in prompt or follows it.
+    #[serde(default)]
+    pub mode: InstructionsMode,
+}
+
+/// How [`Instructions`] combine with Foya's built-in coding-agent prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstructionsMode {
+    /// The text replaces the built-in prompt (the environment and approval-mode
+    /// sections still follow it).
+    #[default]
+    Replace,
+    /// The text follows the built-in prompt.
+    Append,
+}
+
+impl Instructions {
+    /// Instructions that replace the built-in prompt.
+    pub fn replace(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            mode: InstructionsMode::Replace,
+        }
+    }
+
+    /// Instructions that follow the built-in prompt.
+    pub fn append(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            mode: InstructionsMode::Append,
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -136,6 +182,7 @@ impl SessionConfig {
             parent: None,
             auto_compact: true,
             mcp_servers: None,
+            instructions: None,
         }
     }
 }

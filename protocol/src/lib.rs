@@ -14,7 +14,9 @@ pub mod message;
 pub mod stream;
 pub mod visible;
 
-pub use command::{ApprovalDecision, ApprovalMode, SessionConfig, SessionSummary};
+pub use command::{
+    ApprovalDecision, ApprovalMode, Instructions, InstructionsMode, SessionConfig, SessionSummary,
+};
 pub use event::{
     Delta, ErrorInfo, Event, EventKind, HookDecision, SessionUpdate, TitleSource, TurnStatus,
 };

@@ -124,8 +124,14 @@ async fn scenario(bin: PathBuf) {
 
     let a = node_a(port).await;
     let client: ClusterClient = a.client();
-    client.wait_for_node("b").await;
-    client.wait_for_node("a").await;
+    client
+        .wait_for_node("b", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
+    client
+        .wait_for_node("a", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
     assert_eq!(client.nodes(), vec!["a".to_owned(), "b".to_owned()]);
 
     // Create on B, subscribe from A, submit, see the completed turn.

@@ -252,8 +252,14 @@ async fn scenario(bin: PathBuf) {
     cli_join_failures(&bin, dir.path(), b_port).await;
     let a = node_a(a_port, b_port).await;
     let client = a.client();
-    client.wait_for_node("b").await;
-    client.wait_for_node("a").await;
+    client
+        .wait_for_node("b", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
+    client
+        .wait_for_node("a", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
     second_b_is_refused(&bin, dir.path(), a_port, b_port).await;
 
     // A session on B that asks before writes and commands, with A as its approver: the

@@ -77,13 +77,20 @@ impl ClusterClient {
         self.gateways.borrow().0.keys().cloned().collect()
     }
 
-    /// Waits until `node`'s gateway is live.
+    /// Waits until `node`'s gateway is live, at most `timeout`.
+    ///
+    /// # Errors
+    /// [`ClusterError::NodeUnreachable`] when it is not live within `timeout` (or this
+    /// client stopped).
     ///
     /// # Cancel safety
     /// Cancel-safe.
-    pub async fn wait_for_node(&self, node: &str) {
+    pub async fn wait_for_node(&self, node: &str, timeout: Duration) -> Result<(), ClusterError> {
         let mut rx = self.gateways.clone();
-        let _ = rx.wait_for(|g| g.0.contains_key(node)).await;
+        match tokio::time::timeout(timeout, rx.wait_for(|g| g.0.contains_key(node))).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ClusterError::NodeUnreachable(node.to_owned())),
+        }
     }
 
     pub(crate) fn gateway(&self, node: &str) -> Result<ActorRef<GatewayMsg>, ClusterError> {
@@ -117,8 +124,8 @@ impl ClusterClient {
             .call(|reply| GatewayMsg::Request(request, reply), Some(timeout))
             .await
         {
-            Ok(CallResult::Success(GatewayReply::Failed { message })) => {
-                Err(ClusterError::Remote(message))
+            Ok(CallResult::Success(GatewayReply::Failed { message, error })) => {
+                Err(error.map_or(ClusterError::Remote(message), ClusterError::Runtime))
             }
             Ok(CallResult::Success(reply)) => Ok(reply),
             Ok(CallResult::Timeout) => Err(ClusterError::NoAnswer("timeout".into())),

@@ -173,6 +173,7 @@ impl Actor for GatewayActor {
 fn failed(e: &RuntimeError) -> GatewayReply {
     GatewayReply::Failed {
         message: e.to_string(),
+        error: Some(e.clone()),
     }
 }
 
@@ -225,9 +226,11 @@ async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> Gatewa
         | GatewayRequest::Subscribe { .. }
         | GatewayRequest::ListClusterSessions => Ok(GatewayReply::Failed {
             message: "handled by the gateway actor".into(),
+            error: None,
         }),
         GatewayRequest::Undecodable(message) => Ok(GatewayReply::Failed {
             message: format!("undecodable request: {message}"),
+            error: None,
         }),
     };
     result.unwrap_or_else(|e| failed(&e))

@@ -102,8 +102,9 @@ impl std::fmt::Debug for NodeConfig {
     }
 }
 
-/// Errors of the cluster API.
+/// Errors of the cluster API. Non-exhaustive: keep a catch-all arm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClusterError {
     /// No live gateway of this node is known (not connected, or it missed heartbeats).
     #[error("node {0} is not reachable")]
@@ -111,7 +112,12 @@ pub enum ClusterError {
     /// No node of the cluster has this session.
     #[error("session {0} is not on any reachable node")]
     SessionNotFound(foya_protocol::SessionId),
-    /// The gateway answered with an error (a `RuntimeError` rendered).
+    /// The remote runtime refused, with the error a local call gets
+    /// ([`crate::RuntimeError::SessionDeleted`], `ShuttingDown`, …).
+    #[error("remote: {0}")]
+    Runtime(crate::runtime::RuntimeError),
+    /// The gateway answered with an error of the cluster layer (an undecodable request
+    /// or reply), or a runtime error from a node too old to send it whole.
     #[error("remote: {0}")]
     Remote(String),
     /// The request did not get an answer (timeout, connection lost).

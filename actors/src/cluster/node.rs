@@ -51,10 +51,17 @@ impl ClusterNode {
     /// earlier under its name, it leaves the cluster and [`ClusterNode::refused`]
     /// resolves (the other keeps the name; see `membership.rs`).
     ///
+    /// Port 0 in `config.listen` is resolved to a free port first, so the address the
+    /// node advertises (and [`Self::listen_addr`]) is one its peers can dial.
+    ///
     /// # Errors
     /// [`ClusterError::Actor`] when an actor cannot start (e.g. the listen address is in
-    /// use).
-    pub async fn start(runtime: Runtime, config: NodeConfig) -> Result<ClusterNode, ClusterError> {
+    /// use) or no free port was found for port 0.
+    pub async fn start(
+        runtime: Runtime,
+        mut config: NodeConfig,
+    ) -> Result<ClusterNode, ClusterError> {
+        config.listen = resolve_port(config.listen)?;
         let runtime = Arc::new(runtime);
         let instance = new_instance();
         let server = spawn_server(&config, &instance).await?;
@@ -219,6 +226,16 @@ pub(crate) fn new_instance() -> String {
 /// instance (`None` for a name of another form).
 pub(crate) fn peer_node(server_name: &str) -> Option<(&str, &str)> {
     server_name.rsplit_once('@')?.0.rsplit_once('#')
+}
+
+/// `listen`, with port 0 replaced by a port the OS has free now.
+fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ClusterError> {
+    if listen.port() != 0 {
+        return Ok(listen);
+    }
+    std::net::TcpListener::bind(listen)
+        .and_then(|probe| probe.local_addr())
+        .map_err(|e| ClusterError::Actor(format!("cannot find a free port on {listen}: {e}")))
 }
 
 /// Spawns a node server listening on `config.listen` (isolated connection mode: only

@@ -172,7 +172,11 @@ impl Driver {
             };
             match self.client.request_to(&gateway, request).await {
                 Ok(_) => {}
-                Err(ClusterError::Remote(reason)) => {
+                Err(e @ (ClusterError::Remote(_) | ClusterError::Runtime(_))) => {
+                    let reason = match e {
+                        ClusterError::Remote(reason) => reason,
+                        other => other.to_string(),
+                    };
                     let notice = Notice::Closed {
                         session_id: self.session_id,
                         reason,

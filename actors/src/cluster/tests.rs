@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::ClusterError;
 use super::wire::{GatewayReply, GatewayRequest, Push, WireUpdate};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
@@ -10,6 +11,8 @@ use foya_protocol::{
     RunId, Seq, SessionConfig, SessionId, SessionSummary, SessionUpdate, ToolCallId, TurnStatus,
 };
 use ractor::BytesConvertable;
+use std::sync::Arc;
+use std::time::Duration;
 
 fn round_trip<T: BytesConvertable + Clone + PartialEq + std::fmt::Debug>(value: T) {
     let bytes = value.clone().into_bytes();
@@ -97,6 +100,11 @@ fn every_gateway_reply_round_trips() {
         },
         GatewayReply::Failed {
             message: "session x not found".into(),
+            error: None,
+        },
+        GatewayReply::Failed {
+            message: "session deleted".into(),
+            error: Some(crate::RuntimeError::SessionDeleted(SessionId::new())),
         },
         GatewayReply::ClusterSessions {
             sessions: vec![summary("a")],
@@ -180,10 +188,37 @@ fn undecodable_bytes_become_explicit_values() {
     );
     assert!(matches!(
         GatewayReply::from_bytes(vec![9, 1, 2]),
-        GatewayReply::Failed { message } if message.starts_with("undecodable reply")
+        GatewayReply::Failed { message, .. } if message.starts_with("undecodable reply")
     ));
     assert!(matches!(
         Push::from_bytes(vec![1, 0xc1]),
         Push::Undecodable(_)
     ));
+}
+
+#[tokio::test]
+async fn a_node_given_port_0_listens_on_and_advertises_a_real_port() {
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let model = Arc::new(crate::provider::scripted::ScriptedClient::from_script(
+        crate::provider::scripted::Script::default(),
+    ));
+    let runtime = crate::Runtime::start(crate::RuntimeConfig::new(store, model))
+        .await
+        .unwrap();
+    let config = super::NodeConfig::new("127.0.0.1:0".parse().unwrap(), "c", vec![], "zero");
+    let node = super::ClusterNode::start(runtime, config).await.unwrap();
+    let listen = node.listen_addr();
+    assert_ne!(listen.port(), 0);
+    // Something listens there: a peer can dial it.
+    assert!(tokio::net::TcpStream::connect(listen).await.is_ok());
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn waiting_for_a_node_that_never_comes_ends_at_the_timeout() {
+    let (_tx, gateways) = tokio::sync::watch::channel(super::Gateways::default());
+    let client = super::ClusterClient::new("me".into(), gateways, Duration::from_secs(1));
+    tokio::time::pause();
+    let waited = client.wait_for_node("ghost", Duration::from_secs(30)).await;
+    assert_eq!(waited, Err(ClusterError::NodeUnreachable("ghost".into())));
 }

@@ -92,12 +92,24 @@ async fn scenario() {
     // Each view is published whole per heartbeat: once a node sees itself, it sees
     // every gateway it will count in that tick.
     let client = a.client();
-    client.wait_for_node("b").await;
-    client.wait_for_node("a").await;
+    client
+        .wait_for_node("b", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
+    client
+        .wait_for_node("a", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
     assert_eq!(client.nodes(), ["a", "b"]);
-    b.client().wait_for_node("a").await;
+    b.client()
+        .wait_for_node("a", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
     assert_eq!(b.client().nodes(), ["a", "b"]);
-    c.client().wait_for_node("c").await;
+    c.client()
+        .wait_for_node("c", std::time::Duration::from_secs(20))
+        .await
+        .unwrap();
     assert_eq!(c.client().nodes(), ["c"]);
 
     // A drives a session on B.

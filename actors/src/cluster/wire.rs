@@ -136,6 +136,10 @@ pub enum GatewayReply {
     Failed {
         /// What went wrong (a `RuntimeError` rendered).
         message: String,
+        /// The runtime's error itself, when a runtime refused (absent from nodes that
+        /// predate it, and for failures of the cluster layer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<crate::runtime::RuntimeError>,
     },
     /// Answer to [`GatewayRequest::ListClusterSessions`]: what the nodes that answered
     /// hold, and the nodes that did not answer.
@@ -269,6 +273,7 @@ impl BytesConvertable for GatewayReply {
     fn from_bytes(bytes: Vec<u8>) -> Self {
         decode(&bytes).unwrap_or_else(|e| GatewayReply::Failed {
             message: format!("undecodable reply: {e}"),
+            error: None,
         })
     }
 }

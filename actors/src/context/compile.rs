@@ -6,7 +6,9 @@ use super::{
     estimate_tokens, history,
 };
 use crate::provider::Messages;
-use foya_protocol::{ApprovalMode, Message, ReasoningPart, ToolMessage};
+use foya_protocol::{
+    ApprovalMode, Instructions, InstructionsMode, Message, ReasoningPart, ToolMessage,
+};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,7 +28,8 @@ const TOOL_OVERHEAD_TOKENS: u64 = 8;
 /// Compiles the context of one step.
 ///
 /// System prompt layout (sections separated by a blank line; empty ones omitted):
-/// [`KERNEL_INSTRUCTIONS`], `# Environment`, `# Approval mode`, `# Project instructions`
+/// [`KERNEL_INSTRUCTIONS`] (or the session's own instructions instead of or after it:
+/// [`foya_protocol::SessionConfig::instructions`]), `# Environment`, `# Approval mode`, `# Project instructions`
 /// (`## <path>` then the text, outer first), `# Rules` (rules in force: `always` ones and
 /// those whose `paths` match a touched path; `## <name> (<path>)`), `# Memory`
 /// (`## <path>`), `# Skills` (`- <name>: <description> (<path>)`). Paths under the
@@ -97,8 +100,7 @@ fn assemble(
             .display()
             .to_string()
     };
-    let mut parts: Vec<(&str, Cow<'static, str>)> =
-        vec![("kernel", Cow::Borrowed(KERNEL_INSTRUCTIONS))];
+    let mut parts = agent_instructions(input.config.instructions.as_ref());
     let env = input.env;
     let mut environment = format!(
         "# Environment\n- Working directory: {}\n- Project root: {}\n- OS: {}\n- Shell: {}\n- Date: {}",
@@ -218,6 +220,23 @@ fn without_tool_images(messages: Messages) -> (Messages, u64) {
         Messages::new(std::sync::Arc::new(stripped), Vec::new()),
         count as u64,
     )
+}
+
+/// The system prompt's first parts: the built-in [`KERNEL_INSTRUCTIONS`], the session's
+/// own instructions in its place ([`InstructionsMode::Replace`]), or both in this order
+/// ([`InstructionsMode::Append`]).
+fn agent_instructions(own: Option<&Instructions>) -> Vec<(&'static str, Cow<'_, str>)> {
+    let kernel = ("kernel", Cow::Borrowed(KERNEL_INSTRUCTIONS));
+    match own {
+        None => vec![kernel],
+        Some(own) => {
+            let text = ("instructions", Cow::Borrowed(own.text.trim()));
+            match own.mode {
+                InstructionsMode::Replace => vec![text],
+                InstructionsMode::Append => vec![kernel, text],
+            }
+        }
+    }
 }
 
 fn rules_in_force(input: &CompileInput, show: &dyn Fn(&Path) -> String) -> Vec<String> {

@@ -135,33 +135,34 @@ impl ProjectContext {
     /// files and bad front matter are skipped with a line in [`Self::diagnostics`].
     #[must_use]
     pub fn load(cwd: &Path, user_dir: Option<&Path>) -> ProjectContext {
+        Self::load_from(cwd, user_dir, true)
+    }
+
+    /// [`Self::load`] without the project's own files: only the root is found (nothing
+    /// under it is read) and the user-level directory, if any, is loaded.
+    #[must_use]
+    pub fn load_user_only(cwd: &Path, user_dir: Option<&Path>) -> ProjectContext {
+        Self::load_from(cwd, user_dir, false)
+    }
+
+    fn load_from(cwd: &Path, user_dir: Option<&Path>, project_files: bool) -> ProjectContext {
         let cwd = normalize(cwd);
         let root = root_of(&cwd);
         let mut ctx = ProjectContext {
             root: root.clone(),
             ..ProjectContext::default()
         };
-        let mut dirs: Vec<&Path> = cwd
-            .ancestors()
-            .take_while(|d| d.starts_with(&root))
-            .collect();
-        dirs.reverse();
-        for dir in dirs {
-            for name in ["AGENTS.md", "FOYA.md"] {
-                if let Some(text) = ctx.read_optional(&dir.join(name))
-                    && !text.trim().is_empty()
-                {
-                    ctx.instructions
-                        .push((dir.join(name), text.trim().to_owned()));
-                }
+        let foya = project_files.then(|| root.join(".foya"));
+        if project_files {
+            ctx.load_instructions(&cwd);
+        }
+        if let Some(foya) = &foya {
+            for path in ctx.list(&foya.join("rules"), "md") {
+                ctx.load_rule(&path);
             }
         }
-        let foya = root.join(".foya");
-        for path in ctx.list(&foya.join("rules"), "md") {
-            ctx.load_rule(&path);
-        }
         for path in [
-            Some(foya.join("memory.md")),
+            foya.as_ref().map(|f| f.join("memory.md")),
             user_dir.map(|u| u.join("memory.md")),
         ]
         .into_iter()
@@ -174,7 +175,7 @@ impl ProjectContext {
             }
         }
         let mut seen = BTreeSet::new();
-        for base in [Some(foya.clone()), user_dir.map(Path::to_path_buf)]
+        for base in [foya.clone(), user_dir.map(Path::to_path_buf)]
             .into_iter()
             .flatten()
         {
@@ -182,7 +183,7 @@ impl ProjectContext {
             skills.retain(|s| seen.insert(s.name.clone()));
             ctx.skills.extend(skills);
         }
-        for base in [user_dir.map(Path::to_path_buf), Some(foya)]
+        for base in [user_dir.map(Path::to_path_buf), foya]
             .into_iter()
             .flatten()
         {
@@ -191,6 +192,25 @@ impl ProjectContext {
             }
         }
         ctx
+    }
+
+    /// The instruction files from the root down to `cwd`, outer first.
+    fn load_instructions(&mut self, cwd: &Path) {
+        let mut dirs: Vec<&Path> = cwd
+            .ancestors()
+            .take_while(|d| d.starts_with(&self.root))
+            .collect();
+        dirs.reverse();
+        for dir in dirs {
+            for name in ["AGENTS.md", "FOYA.md"] {
+                if let Some(text) = self.read_optional(&dir.join(name))
+                    && !text.trim().is_empty()
+                {
+                    self.instructions
+                        .push((dir.join(name), text.trim().to_owned()));
+                }
+            }
+        }
     }
 
     fn read_optional(&mut self, path: &Path) -> Option<String> {

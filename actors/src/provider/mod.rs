@@ -67,8 +67,53 @@ pub struct ModelRequest {
 
 /// A backend that streams a model response for a request.
 ///
-/// The stream ends after a `Done` or an `Error` event (an implementation that ends
-/// without either has been cut off; the caller treats that as `stream_interrupted`).
+/// # The stream contract
+/// - Text comes as [`StreamEvent::TextDelta`] fragments, in order.
+/// - Each tool call comes as one or more [`StreamEvent::ToolCallDelta`]s with a dense
+///   `index` (0 for the response's first call, 1 for the next, …); the call's first
+///   fragment carries its `id` and `name`, and the `arguments` fragments of one index,
+///   concatenated, are the call's JSON arguments. Fragments of different calls may
+///   interleave.
+/// - [`StreamEvent::Usage`] (optional) is cumulative: a later one replaces an earlier.
+/// - The stream ends with exactly one [`StreamEvent::Done`] (with the finish reason:
+///   `tool_calls` when it made calls) or [`StreamEvent::Error`]. A stream that ends
+///   without either has been cut off and is treated as `stream_interrupted` (retried).
+///
+/// ```
+/// use foya_actors::futures::stream::{self, BoxStream};
+/// use foya_actors::provider::{ModelClient, ModelRequest};
+/// use foya_actors::CancellationToken;
+/// use foya_protocol::{FinishReason, StreamEvent, ToolCallId};
+///
+/// /// Asks for the `clock` tool once, then answers with the tool's result.
+/// #[derive(Debug)]
+/// struct ClockModel;
+///
+/// impl ModelClient for ClockModel {
+///     fn stream(&self, request: ModelRequest, _cancel: CancellationToken) -> BoxStream<'static, StreamEvent> {
+///         let events = match request.messages.last() {
+///             Some(foya_protocol::Message::Tool(result)) => vec![
+///                 StreamEvent::TextDelta { text: format!("It is {}.", result.content) },
+///                 StreamEvent::Done { finish_reason: Some(FinishReason::Stop) },
+///             ],
+///             _ => vec![
+///                 StreamEvent::ToolCallDelta {
+///                     index: 0,
+///                     id: Some(ToolCallId::new("call_1")),
+///                     name: Some("clock".into()),
+///                     arguments: "{\"zone\":".into(),
+///                     extra: None,
+///                 },
+///                 StreamEvent::ToolCallDelta {
+///                     index: 0, id: None, name: None, arguments: "\"UTC\"}".into(), extra: None,
+///                 },
+///                 StreamEvent::Done { finish_reason: Some(FinishReason::ToolCalls) },
+///             ],
+///         };
+///         Box::pin(stream::iter(events))
+///     }
+/// }
+/// ```
 ///
 /// # Cancel safety
 /// Dropping the stream aborts the request (HTTP connection closed). `cancel` lets an

@@ -8,7 +8,7 @@ use crate::turn::TurnMsg;
 use foya_protocol::event::LiveDelta;
 use foya_protocol::{
     ApprovalRequestId, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId, RunId, Seq,
-    SessionUpdate, ToolCallId,
+    SessionUpdate,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -54,7 +54,7 @@ pub(super) struct ActiveTurn {
 #[derive(Debug)]
 pub(super) struct PendingApproval {
     pub(super) run_id: RunId,
-    pub(super) tool_call_id: ToolCallId,
+    pub(super) request: crate::outcome::ApprovalRequest,
     pub(super) grant_key: String,
     pub(super) reply: RpcReplyPort<ApprovalAnswer>,
 }
@@ -370,6 +370,9 @@ impl Actor for SessionActor {
                     })
                     .collect();
                 let _ = reply.send(state.persist(None, kinds).await.map(|_| ()));
+            }
+            SessionMsg::GetPendingApprovals { reply } => {
+                let _ = reply.send(Ok(state.pending_approvals()));
             }
             SessionMsg::DecideApproval {
                 request_id,

@@ -5,7 +5,8 @@
 use super::ApprovalAnswer;
 use super::SessionMsg;
 use super::actor::{NO_APPROVER, PendingApproval, Session};
-use crate::runtime::RuntimeError;
+use crate::outcome::ApprovalRequest;
+use crate::runtime::{RuntimeError, WithoutApprover};
 use foya_protocol::{ApprovalDecision, ApprovalRequestId, EventKind};
 
 impl Session {
@@ -31,15 +32,22 @@ impl Session {
             return Ok(());
         }
         let request_id = ApprovalRequestId::new();
-        let mut kinds = vec![EventKind::ApprovalRequested {
+        let request = ApprovalRequest {
             request_id,
             tool_call_id: tool_call_id.clone(),
             tool_name,
             action,
             reason,
+        };
+        let mut kinds = vec![EventKind::ApprovalRequested {
+            request_id,
+            tool_call_id: tool_call_id.clone(),
+            tool_name: request.tool_name.clone(),
+            action: request.action.clone(),
+            reason: request.reason.clone(),
             grant: Some(grant_key.clone()),
         }];
-        let approver = self.has_approver();
+        let approver = self.has_approver() || self.deps.without_approver == WithoutApprover::Wait;
         if !approver {
             kinds.push(EventKind::ApprovalDecided {
                 request_id,
@@ -58,7 +66,7 @@ impl Session {
                 request_id,
                 PendingApproval {
                     run_id,
-                    tool_call_id,
+                    request,
                     grant_key,
                     reply,
                 },
@@ -70,6 +78,14 @@ impl Session {
             });
         }
         Ok(())
+    }
+
+    /// The requests waiting for a decision, oldest first.
+    pub(super) fn pending_approvals(&self) -> Vec<ApprovalRequest> {
+        let mut pending: Vec<ApprovalRequest> =
+            self.approvals.values().map(|p| p.request.clone()).collect();
+        pending.sort_by_key(|r| r.request_id);
+        pending
     }
 
     pub(super) async fn decide(
@@ -89,7 +105,7 @@ impl Session {
             Some(pending.run_id),
             vec![EventKind::ApprovalDecided {
                 request_id,
-                tool_call_id: pending.tool_call_id,
+                tool_call_id: pending.request.tool_call_id,
                 decision,
                 message: message.clone(),
                 grant,

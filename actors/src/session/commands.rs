@@ -58,13 +58,16 @@ pub(super) fn plan(project: &ProjectContext, mut input: Input) -> (Input, Plan) 
 }
 
 impl Session {
-    /// Loads the project context for a turn (user dir from the runtime options).
+    /// Loads the project context for a turn: the files the runtime options allow
+    /// (project files, user dir), else only the project root.
     pub(super) fn load_project(&self) -> Arc<ProjectContext> {
-        let user_dir = self.deps.context.resolved_user_dir();
-        Arc::new(ProjectContext::load(
-            &self.fold.config.cwd,
-            user_dir.as_deref(),
-        ))
+        let options = &self.deps.context;
+        let cwd = &self.fold.config.cwd;
+        Arc::new(if options.project_files {
+            ProjectContext::load(cwd, options.user_dir.as_deref())
+        } else {
+            ProjectContext::load_user_only(cwd, options.user_dir.as_deref())
+        })
     }
 
     /// Spawns a TitleActor for `text` (skipped when `text` is empty).

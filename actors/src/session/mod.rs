@@ -96,6 +96,10 @@ pub(crate) enum SessionMsg {
     Cancel { reply: Reply<()> },
     /// Drop all queued inputs.
     ClearQueue { reply: Reply<()> },
+    /// The approval requests waiting for a decision.
+    GetPendingApprovals {
+        reply: Reply<Vec<crate::outcome::ApprovalRequest>>,
+    },
     /// Answer an approval request.
     DecideApproval {
         request_id: ApprovalRequestId,

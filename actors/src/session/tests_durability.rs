@@ -80,7 +80,7 @@ async fn a_store_failure_fails_only_the_affected_turn_with_class_storage() {
     );
     let gate = Arc::new(Notify::new());
     let mut tools = ToolRegistry::builtin();
-    tools.register(gate_tool(&gate));
+    tools.register(gate_tool(&gate)).unwrap();
     config.tools = Arc::new(tools);
     let gated = script(json!({"responses":[
         {"tool_calls":[{"id":"c1","name":"gate","arguments":{}}]},

@@ -143,7 +143,7 @@ impl Actor for SupervisorActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::CreateSession { config, reply } => {
-                let _ = reply.send(state.create(&myself, config).await);
+                let _ = reply.send(state.create(&myself, *config).await);
             }
             SupervisorMsg::GetSession { id, reply } => {
                 let _ = reply.send(state.load(&myself, id).await);

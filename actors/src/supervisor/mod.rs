@@ -25,7 +25,7 @@ use ractor::ActorRef;
 pub(crate) enum SupervisorMsg {
     /// Write `session_created` and start its SessionActor; answers with the new id.
     CreateSession {
-        config: SessionConfig,
+        config: Box<SessionConfig>,
         reply: Reply<(SessionId, ActorRef<SessionMsg>)>,
     },
     /// The live SessionActor of `id`, loading it from the log if needed.

@@ -20,8 +20,11 @@ pub mod registry;
 pub mod sandbox;
 /// Batching of one step's tool calls (pure).
 pub mod schedule;
+/// Typed tools (argument struct + async fn) and the embedder's shared state.
+pub mod typed;
 
-pub use registry::{PreparedCall, ToolRegistry};
+pub use registry::{InvalidToolSchema, PreparedCall, ToolRegistry};
+pub use typed::{DEFAULT_TYPED_TIMEOUT_MS, ToolState, TypedTool};
 
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
@@ -90,6 +93,8 @@ pub struct ToolContext {
     /// The working directory's protected paths: file tools refuse to write them (also
     /// through a symlink) unless the sandbox allows it, and a sandboxed command cannot.
     pub protected: protected::Protected,
+    /// The runtime's [`ToolState`] (read with [`ToolContext::state`]).
+    pub shared: ToolState,
 }
 
 /// How an exec tool's child process is confined (Linux Landlock, applied before exec).
@@ -167,7 +172,40 @@ impl ToolOutput {
 }
 
 /// A tool. Implementations are stateless or internally synchronised; one value serves
-/// every session.
+/// every session. [`TypedTool`] builds one from an argument struct and an async fn;
+/// implement the trait for full control (progress, live output, a hand-written schema):
+///
+/// ```
+/// use foya_actors::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
+/// use foya_actors::{async_trait, CancellationToken};
+///
+/// #[derive(Debug)]
+/// struct Echo(ToolSpec);
+///
+/// #[async_trait]
+/// impl Tool for Echo {
+///     fn spec(&self) -> &ToolSpec {
+///         &self.0
+///     }
+///     async fn call(&self, _ctx: &ToolContext, args: serde_json::Value, _cancel: CancellationToken, progress: &dyn ProgressSink) -> ToolOutput {
+///         progress.update("echoing".into());
+///         ToolOutput::ok(args["text"].as_str().unwrap_or_default())
+///     }
+/// }
+///
+/// let echo = Echo(ToolSpec {
+///     name: "echo".into(),
+///     description: "Repeats its text".into(),
+///     parameters: serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+///     parallel_safe: true,
+///     side_effect: SideEffect::None,
+///     cancellable: true,
+///     default_timeout_ms: 1_000,
+/// });
+/// let mut tools = foya_actors::tools::ToolRegistry::new();
+/// tools.register(std::sync::Arc::new(echo))?;
+/// # Ok::<(), foya_actors::tools::InvalidToolSchema>(())
+/// ```
 #[async_trait]
 pub trait Tool: Send + Sync + std::fmt::Debug {
     /// Its declaration.

@@ -25,8 +25,19 @@ pub struct ToolRegistry {
 #[derive(Debug, Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
-    /// Compiled once at registration; `Err` holds why the tool's own schema is invalid.
-    validator: Result<Arc<jsonschema::Validator>, String>,
+    /// Compiled once at registration.
+    validator: Arc<jsonschema::Validator>,
+}
+
+/// [`ToolRegistry::register`] refused a tool: its parameter schema is not a JSON Schema
+/// of an object (the arguments of a function call are always an object).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool {name:?} has an invalid parameter schema: {reason}")]
+pub struct InvalidToolSchema {
+    /// The tool's name.
+    pub name: String,
+    /// What is wrong.
+    pub reason: String,
 }
 
 /// A call that passed [`ToolRegistry::prepare`]: the tool and its arguments object.
@@ -46,32 +57,61 @@ impl ToolRegistry {
     }
 
     /// The built-ins (`read_file`, `list_dir`, `glob`, `grep`, `write_file`, `edit_file`,
-    /// `shell`), with `shell` sandboxed through [`SandboxRunner::from_env`].
+    /// `shell`), with `shell` sandboxed through [`SandboxRunner::from_env`] (without
+    /// `FOYA_SANDBOX_HELPER`, `shell` answers every call with an error saying how to set
+    /// a helper).
     #[must_use]
     pub fn builtin() -> Self {
         Self::builtin_with_sandbox(SandboxRunner::from_env())
+    }
+
+    /// The built-ins without side effects ([`builtin::read_only`]: `read_file`,
+    /// `list_dir`, `glob`, `grep`): what [`crate::RuntimeConfig::new`] registers.
+    #[must_use]
+    pub fn read_only_builtin() -> Self {
+        Self::taking(builtin::read_only())
     }
 
     /// The built-ins with `shell` sandboxed through `runner` (tests pass the
     /// `foya-sandbox` helper binary).
     #[must_use]
     pub fn builtin_with_sandbox(runner: SandboxRunner) -> Self {
+        Self::taking(builtin::all(runner))
+    }
+
+    /// A registry of built-in tools.
+    fn taking(tools: Vec<Arc<dyn Tool>>) -> Self {
         let mut registry = Self::new();
-        for tool in builtin::all(runner) {
-            registry.register(tool);
+        for tool in tools {
+            // Their schemas are fixed (a unit test registers each): this never refuses.
+            if let Err(e) = registry.register(tool) {
+                tracing::error!(error = %e, "a built-in tool was refused");
+            }
         }
         registry
     }
 
     /// Adds `tool`, or replaces the registered tool of the same name in place. Its
     /// parameter schema is compiled now.
-    pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let validator = jsonschema::validator_for(&tool.spec().parameters)
-            .map(Arc::new)
-            .map_err(|e| e.to_string());
-        if let Err(error) = &validator {
-            tracing::warn!(tool.name = %tool.spec().name, %error, "tool has an invalid parameter schema");
+    ///
+    /// # Errors
+    /// [`InvalidToolSchema`] (nothing is registered) when the schema does not compile
+    /// or does not say `"type": "object"`.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), InvalidToolSchema> {
+        let spec = tool.spec();
+        let invalid = |reason: String| InvalidToolSchema {
+            name: spec.name.clone(),
+            reason,
+        };
+        if spec.parameters.get("type") != Some(&serde_json::Value::from("object")) {
+            return Err(invalid(format!(
+                "it must have \"type\": \"object\", got {}",
+                clip(&spec.parameters.to_string(), 200)
+            )));
         }
+        let validator = jsonschema::validator_for(&spec.parameters)
+            .map(Arc::new)
+            .map_err(|e| invalid(e.to_string()))?;
         let entry = Entry { tool, validator };
         self.sets = Default::default();
         match self
@@ -82,6 +122,7 @@ impl ToolRegistry {
             Some(existing) => *existing = entry,
             None => self.entries.push(entry),
         }
+        Ok(())
     }
 
     /// The tool called `name`.
@@ -166,12 +207,7 @@ impl ToolRegistry {
                 )));
             }
         };
-        let validator = entry.validator.as_ref().map_err(|error| {
-            ToolOutput::error(format!(
-                "tool `{name}` cannot be called: its parameter schema is invalid ({error})"
-            ))
-        })?;
-        let mut errors = validator.iter_errors(&args).peekable();
+        let mut errors = entry.validator.iter_errors(&args).peekable();
         if errors.peek().is_none() {
             drop(errors);
             return Ok(PreparedCall {
@@ -231,6 +267,7 @@ fn clip(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::tools::builtin::{ReadFile, Shell, WriteFile};
 
@@ -241,7 +278,7 @@ mod tests {
     #[test]
     fn the_cached_tool_sets_follow_the_mode_and_every_registration() {
         let mut registry = ToolRegistry::new();
-        registry.register(Arc::new(ReadFile::new()));
+        registry.register(Arc::new(ReadFile::new())).unwrap();
         let auto = registry.tool_set(ApprovalMode::Auto);
         assert_eq!(names(&auto), ["read_file"]);
         assert_eq!(auto, ToolSet::new(registry.schemas(ApprovalMode::Auto)));
@@ -251,8 +288,10 @@ mod tests {
             registry.tool_set(ApprovalMode::Ask).schemas()
         ));
 
-        registry.register(Arc::new(WriteFile::new()));
-        registry.register(Arc::new(Shell::new(SandboxRunner::new("/nonexistent"))));
+        registry.register(Arc::new(WriteFile::new())).unwrap();
+        registry
+            .register(Arc::new(Shell::new(SandboxRunner::new("/nonexistent"))))
+            .unwrap();
         assert_eq!(
             names(&registry.tool_set(ApprovalMode::Auto)),
             ["read_file", "write_file", "shell"]
@@ -266,5 +305,17 @@ mod tests {
             registry.tool_set(ApprovalMode::Bypass),
             ToolSet::new(registry.schemas(ApprovalMode::Bypass))
         );
+    }
+
+    #[test]
+    fn every_built_in_tool_is_taken() {
+        let builtin = ToolRegistry::builtin_with_sandbox(SandboxRunner::new("/nonexistent"));
+        assert_eq!(
+            builtin.names().len(),
+            builtin::all(SandboxRunner::new("/x")).len()
+        );
+        let limits = Some(builtin::agent::SubAgentLimits::default());
+        let (with_agent, _) = builtin::agent::register(Arc::new(ToolRegistry::new()), limits);
+        assert_eq!(with_agent.names(), ["agent"]);
     }
 }

@@ -44,6 +44,8 @@ pub(crate) struct ToolArgs {
     pub config: SessionConfig,
     /// The working directory's protected paths (with the hook scripts of the runtime).
     pub protected: Protected,
+    /// The runtime's tool state, handed to the call.
+    pub shared: crate::tools::ToolState,
     pub cancel: CancellationToken,
     /// The call's live output so far (what `tool_output` deltas carried, capped like a
     /// tool's output), shared with the turn: a cancel kills this actor and the turn
@@ -299,6 +301,7 @@ impl ToolArgs {
             tool_call_id: self.call.id.clone(),
             sandbox,
             protected: self.protected.clone(),
+            shared: self.shared.clone(),
         };
         let progress = Progress {
             session: self.session.clone(),

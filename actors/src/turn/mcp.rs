@@ -35,7 +35,9 @@ impl Turn {
         }
         let mut registry = (*self.args.deps.tools).clone();
         for tool in listed.tools {
-            registry.register(tool);
+            if let Err(error) = registry.register(tool) {
+                tracing::warn!(session.id = %self.args.session_id, %error, "MCP tool left out of this step");
+            }
         }
         self.registry = Arc::new(registry);
         self.tools = self.registry.tool_set(self.args.config.approval_mode);

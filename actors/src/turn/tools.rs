@@ -238,6 +238,7 @@ impl Turn {
                 call,
                 config: self.args.config.clone(),
                 protected: protected.clone(),
+                shared: self.args.deps.tool_state.clone(),
                 cancel: self.args.cancel.child_token(),
                 partial,
                 started,

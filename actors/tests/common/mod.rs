@@ -28,6 +28,7 @@ pub(crate) fn script(value: serde_json::Value) -> ScriptedClient {
 pub(crate) fn options(user_dir: &Path) -> ContextOptions {
     ContextOptions {
         user_dir: Some(user_dir.to_path_buf()),
+        project_files: true,
         generate_titles: false,
         ..ContextOptions::default()
     }

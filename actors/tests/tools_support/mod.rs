@@ -24,6 +24,7 @@ pub fn ctx(cwd: &Path, approval_mode: ApprovalMode, sandbox: SandboxPolicy) -> T
         tool_call_id: ToolCallId::new("call_1"),
         sandbox,
         protected: foya_actors::tools::protected::Protected::new(cwd, &[]),
+        shared: foya_actors::tools::ToolState::new(),
     }
 }
 

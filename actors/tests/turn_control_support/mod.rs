@@ -158,11 +158,19 @@ pub struct Tools {
 pub fn tools() -> Tools {
     let sleeper = tool("sleeper", Kind::Sleep, SideEffect::None);
     let mut registry = ToolRegistry::builtin();
-    registry.register(sleeper.clone());
-    registry.register(tool("probe", Kind::Probe, SideEffect::None));
-    registry.register(tool("peek", Kind::Probe, SideEffect::None));
-    registry.register(tool("runner", Kind::Probe, SideEffect::Exec));
-    registry.register(tool("breaker", Kind::Fail, SideEffect::None));
+    registry.register(sleeper.clone()).unwrap();
+    registry
+        .register(tool("probe", Kind::Probe, SideEffect::None))
+        .unwrap();
+    registry
+        .register(tool("peek", Kind::Probe, SideEffect::None))
+        .unwrap();
+    registry
+        .register(tool("runner", Kind::Probe, SideEffect::Exec))
+        .unwrap();
+    registry
+        .register(tool("breaker", Kind::Fail, SideEffect::None))
+        .unwrap();
     Tools {
         registry: Arc::new(registry),
         sleeper,

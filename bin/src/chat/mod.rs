@@ -21,7 +21,7 @@ use crate::cli::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use commands::ChatCommand;
-use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
+use foya_actors::runtime::{Runtime, SubscribeOptions};
 use foya_actors::{SessionHandle, Subscription};
 use foya_protocol::{ApprovalMode, Input, Seq, SessionConfig, SessionId};
 use input::{Editor, Prompted};
@@ -82,7 +82,7 @@ pub(crate) async fn chat(args: ChatArgs) -> u8 {
             Err(e) => return failed(&e),
         },
     };
-    let mut config = RuntimeConfig::new(store.clone(), model);
+    let mut config = crate::setup::runtime_config(store.clone(), model);
     config.context.generate_titles = true;
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;

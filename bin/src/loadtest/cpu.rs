@@ -20,6 +20,7 @@
 //! for a tool (`read_file`'s file read) is measured by [`super::pool`].
 
 use async_trait::async_trait;
+use foya_actors::tools::sandbox::SandboxRunner;
 use foya_actors::tools::{ProgressSink, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec};
 use futures::Stream;
 use nix::time::{ClockId, clock_gettime};
@@ -201,14 +202,18 @@ impl Tool for MeteredTool {
 
 /// The built-in tools, each measured by `meter`.
 pub(crate) fn metered_builtins(meter: &Arc<CpuMeter>) -> ToolRegistry {
-    let builtin = ToolRegistry::builtin();
+    let builtin = ToolRegistry::builtin_with_sandbox(SandboxRunner::this_binary());
     let mut registry = ToolRegistry::new();
     for name in builtin.names() {
         if let Some(tool) = builtin.get(&name) {
-            registry.register(Arc::new(MeteredTool {
+            // The same schemas the built-in registry took: never refused.
+            let metered = Arc::new(MeteredTool {
                 inner: tool,
                 meter: Arc::clone(meter),
-            }));
+            });
+            if let Err(e) = registry.register(metered) {
+                tracing::error!(error = %e, "a metered built-in tool was refused");
+            }
         }
     }
     registry

@@ -26,7 +26,7 @@ use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
-use foya_actors::runtime::{Runtime, RuntimeConfig};
+use foya_actors::runtime::Runtime;
 use foya_storage::{Durability, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use probe::Probe;
@@ -198,7 +198,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let captured = probe.captured();
     let tool_cpu = Arc::new(cpu::CpuMeter::default());
     let driver_cpu = Arc::new(cpu::CpuMeter::default());
-    let mut config = RuntimeConfig::new(store.clone(), Arc::new(probe));
+    let mut config = crate::setup::runtime_config(store.clone(), Arc::new(probe));
     config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
     let here = std::env::current_dir().context("no current directory")?;
     config.mcp = crate::mcp::load(&here, &args.mcp)?;

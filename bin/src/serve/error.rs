@@ -60,7 +60,8 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::ShuttingDown => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message)
             }
-            RuntimeError::Storage(_) | RuntimeError::Actor(_) => Self::internal(message),
+            // Storage and actor failures, and what only the embedding API returns.
+            _ => Self::internal(message),
         }
     }
 }

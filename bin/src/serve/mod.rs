@@ -26,7 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use error::ApiError;
 use foya_actors::attachments::AttachmentStore;
-use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime, RuntimeConfig};
+use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime};
 use foya_protocol::ApprovalMode;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -170,7 +170,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store = crate::data::open_store(&dir).map_err(failed)?;
     let attachments = crate::data::attachments(&dir);
-    let mut config = RuntimeConfig::new(store.clone(), model);
+    let mut config = crate::setup::runtime_config(store.clone(), model);
     config.mcp = crate::mcp::load(&cwd, &args.mcp).map_err(usage)?;
     let hooks = crate::hooks::load(&cwd).map_err(usage)?;
     crate::hooks::apply(&mut config, hooks, &dir);

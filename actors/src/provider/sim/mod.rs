@@ -20,6 +20,7 @@ mod client;
 mod history;
 mod plan;
 mod rng;
+#[cfg(feature = "sim-server")]
 mod server;
 pub mod wire;
 
@@ -27,6 +28,7 @@ pub use args::{CALL_PLACEHOLDER, STEP_PLACEHOLDER};
 pub use client::SimClient;
 pub use history::HistorySummary;
 pub use plan::{SimModel, SimOutcome, SimRejection, SimResponse, TimedEvent};
+#[cfg(feature = "sim-server")]
 pub use server::{serve_sim, serve_sim_with_shutdown, sim_router};
 
 /// How the simulated model behaves. Every field has a default, so `{}` is a valid config.

@@ -90,7 +90,10 @@ pub(crate) fn register(
     };
     let agent = Arc::new(AgentTool::new(limits));
     let mut registry = Arc::unwrap_or_clone(tools);
-    registry.register(Arc::clone(&agent) as Arc<dyn Tool>);
+    // Its schema is fixed (a unit test runs it through the registry): never refused.
+    if let Err(e) = registry.register(Arc::clone(&agent) as Arc<dyn Tool>) {
+        tracing::error!(error = %e, "the agent tool was refused");
+    }
     (Arc::new(registry), Some(agent))
 }
 
@@ -200,7 +203,8 @@ impl AgentTool {
 
     async fn child_config(inner: &Inner, ctx: &ToolContext) -> Result<SessionConfig, String> {
         let parent = inner
-            .deps
+            .deps()
+            .map_err(|e| e.to_string())?
             .store
             .read_from(ctx.session_id, Seq::FIRST)
             .map_err(|e| format!("cannot read the parent session: {e}"))?
@@ -225,6 +229,8 @@ impl AgentTool {
             auto_compact: parent.auto_compact,
             // A sub-agent uses the parent's MCP servers.
             mcp_servers: parent.mcp_servers,
+            // A sub-agent is the same agent: the parent's instructions.
+            instructions: parent.instructions,
             parent: Some(ParentRef {
                 session_id: ctx.session_id,
                 run_id: ctx.run_id,

@@ -38,14 +38,23 @@ const FILE_TOOL_TIMEOUT_MS: u64 = 30_000;
 /// Every built-in, in the order they are exposed; `shell` runs through `runner`.
 #[must_use]
 pub fn all(runner: SandboxRunner) -> Vec<Arc<dyn Tool>> {
+    let mut tools = read_only();
+    tools.extend([
+        Arc::new(WriteFile::new()) as Arc<dyn Tool>,
+        Arc::new(EditFile::new()),
+        Arc::new(Shell::new(runner)),
+    ]);
+    tools
+}
+
+/// The built-ins without side effects: `read_file`, `list_dir`, `glob`, `grep`.
+#[must_use]
+pub fn read_only() -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ReadFile::new()),
         Arc::new(ListDir::new()),
         Arc::new(Glob::new()),
         Arc::new(Grep::new()),
-        Arc::new(WriteFile::new()),
-        Arc::new(EditFile::new()),
-        Arc::new(Shell::new(runner)),
     ]
 }
 

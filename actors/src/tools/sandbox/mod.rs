@@ -37,9 +37,17 @@ pub const SANDBOX_HELPER_ENV: &str = "FOYA_SANDBOX_HELPER";
 /// Starts confined processes through a helper binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxRunner {
-    /// The helper binary, re-executed as `helper __sandbox-exec ...`.
-    pub helper: PathBuf,
+    /// The helper binary, run as `helper __sandbox-exec ...`; `None`: no helper was set
+    /// and every command fails with [`NO_HELPER`].
+    helper: Option<PathBuf>,
 }
+
+/// Why a command cannot start when no sandbox helper was set.
+pub const NO_HELPER: &str = "no sandbox helper is set, so commands cannot run: set \
+     FOYA_SANDBOX_HELPER to a binary whose main calls \
+     foya_actors::tools::sandbox::sandbox_entry_if_requested() first (the foya and \
+     foya-sandbox binaries do), or build the tools with \
+     ToolRegistry::builtin_with_sandbox(SandboxRunner::new(path))";
 
 /// A command ready to spawn, plus the private temp dir that must live as long as the
 /// process (it is deleted when this value is dropped; if this process dies first — even
@@ -59,20 +67,41 @@ impl SandboxRunner {
     #[must_use]
     pub fn new(helper: impl Into<PathBuf>) -> Self {
         Self {
-            helper: helper.into(),
+            helper: Some(helper.into()),
         }
     }
 
-    /// The helper from `FOYA_SANDBOX_HELPER`, else the current executable (the `foya`
-    /// binary calls [`sandbox_entry_if_requested`]), else `foya` on `PATH`.
+    /// A runner without a helper: every command fails with [`NO_HELPER`].
+    #[must_use]
+    pub fn unset() -> Self {
+        Self { helper: None }
+    }
+
+    /// The helper from `FOYA_SANDBOX_HELPER`, else none: commands then fail with
+    /// [`NO_HELPER`] (an embedder's own binary is never re-executed unasked).
     #[must_use]
     pub fn from_env() -> Self {
         let helper = std::env::var_os(SANDBOX_HELPER_ENV)
             .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
+            .map(PathBuf::from);
+        Self { helper }
+    }
+
+    /// The helper from `FOYA_SANDBOX_HELPER`, else the current executable: for a binary
+    /// whose `main` calls [`sandbox_entry_if_requested`] first (the `foya` CLI).
+    #[must_use]
+    pub fn this_binary() -> Self {
+        let helper = Self::from_env()
+            .helper
             .or_else(|| std::env::current_exe().ok())
             .unwrap_or_else(|| PathBuf::from("foya"));
-        Self { helper }
+        Self::new(helper)
+    }
+
+    /// The helper binary, if one is set.
+    #[must_use]
+    pub fn helper(&self) -> Option<&Path> {
+        self.helper.as_deref()
     }
 
     /// Prepares `program args` to run in `cwd` under `policy`.
@@ -93,7 +122,7 @@ impl SandboxRunner {
     /// [`SandboxPolicy::WorkspaceWrite`] (see [`rules`]); ignored by the other policies.
     ///
     /// # Errors
-    /// The private temp dir could not be created.
+    /// No helper is set ([`NO_HELPER`]); the private temp dir could not be created.
     pub fn spawn(
         &self,
         policy: SandboxPolicy,
@@ -102,6 +131,10 @@ impl SandboxRunner {
         program: impl Into<OsString>,
         args: &[OsString],
     ) -> std::io::Result<SandboxCommand> {
+        let helper = self
+            .helper
+            .as_ref()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, NO_HELPER))?;
         let program = program.into();
         let (tmp, tmp_dir) = match policy {
             SandboxPolicy::None => (std::env::temp_dir(), None),
@@ -125,7 +158,7 @@ impl SandboxRunner {
             args: args.to_vec(),
             parent: Some(std::process::id()),
         };
-        let mut command = tokio::process::Command::new(&self.helper);
+        let mut command = tokio::process::Command::new(helper);
         command.args(invocation_args(&invocation));
         for name in std::env::vars_os()
             .map(|(name, _)| name)

@@ -89,6 +89,7 @@ pub fn error_response(format: WireFormat, rejection: &SimRejection) -> ErrorResp
     }
 }
 
+#[cfg(feature = "sim-server")]
 /// A 400 for a request body the simulator cannot read.
 #[must_use]
 pub(crate) fn invalid_request(format: WireFormat, message: &str) -> ErrorResponse {
@@ -104,6 +105,7 @@ pub(crate) fn invalid_request(format: WireFormat, message: &str) -> ErrorRespons
     }
 }
 
+#[cfg(feature = "sim-server")]
 /// A 404 for a path the simulator does not serve: OpenAI's `invalid_request_error` (its
 /// answer to an unknown URL) or Anthropic's `not_found_error`.
 #[must_use]

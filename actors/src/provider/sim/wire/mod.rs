@@ -22,6 +22,7 @@ mod errors;
 mod responses;
 
 pub use errors::{ErrorResponse, error_response};
+#[cfg(feature = "sim-server")]
 pub(crate) use errors::{invalid_request, not_found};
 
 /// A provider wire protocol.
