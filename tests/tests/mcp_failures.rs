@@ -286,6 +286,31 @@ async fn an_image_result_reaches_a_model_with_vision_and_only_its_name_one_witho
     assert!(!sent.to_string().contains("image_url"), "{sent:#}");
 }
 
+/// An answer over rmcp's 16 MiB line limit fails its call at once, saying so, instead of
+/// waiting out the tool timeout (10 minutes here, past this test's global timeout); the
+/// server stays usable.
+#[test]
+fn an_oversized_answer_fails_its_call_at_once_with_the_cause() {
+    let setup = Setup::new(
+        "tool_timeout_ms = 600000\n",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__oversized", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__ok", json!({"text": "still"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let (text, is_error) = result_of(&lines, "c1");
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("the MCP server's answer was ")
+            && text.contains(" bytes, over the 16776192-byte limit of one message"),
+        "{text}"
+    );
+    assert!(!result_of(&lines, "c2").1);
+}
+
 /// A profile's image budget (`max_images = 1`): after a second image result, the
 /// request carries only the newest image; the older one is named as left out.
 #[tokio::test(flavor = "multi_thread")]
