@@ -84,6 +84,7 @@ fn context_bench(c: &mut Criterion) {
             tools: &tools,
             limits: ModelLimits::new(1_000_000),
             calibration: Calibration { ratio: 1.0 },
+            attachments: None,
         };
         group.bench_function(BenchmarkId::new("turns", turns), |b| {
             b.iter(|| black_box(context::compile(black_box(&input)).unwrap()));

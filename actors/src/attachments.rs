@@ -165,6 +165,16 @@ impl AttachmentStore {
         Ok(id)
     }
 
+    /// Size in bytes of attachment `id`, when the store holds it (`None` for an unknown
+    /// or invalid id).
+    #[must_use]
+    pub fn size(&self, id: &str) -> Option<u64> {
+        let uuid = uuid::Uuid::parse_str(id).ok()?;
+        std::fs::metadata(self.dir.join(uuid.to_string()))
+            .ok()
+            .map(|m| m.len())
+    }
+
     /// The attachment `id`, or `None` when there is none.
     ///
     /// # Errors

@@ -1,6 +1,6 @@
 """An MCP server (stdio, the official Python `mcp` package) whose tools fail in the ways
 Foya's MCP client must survive: a crash mid-call, a hang past the timeout, an error
-result, a huge result, an image result, a tool list that changes, progress.
+result, a huge result, an image result, an oversized (17 MB) answer, a tool list that changes, progress.
 
 Every call and every cancellation is appended to $MCP_RECORD (one line each), so a test
 can see what reached the server: `started PID`, `call NAME`, `cancelled NAME` (the
@@ -98,6 +98,13 @@ def image() -> Image:
     """Answers with a PNG image."""
     record("call image")
     return Image(data=PIXEL, format="png")
+
+
+@mcp.tool()
+def oversized() -> Image:
+    """Answers with a 13 MB image: one message of about 17 MB, over rmcp's 16 MiB line."""
+    record("call oversized")
+    return Image(data=PIXEL + b"\0" * 13_000_000, format="png")
 
 
 def added(text: str) -> str:

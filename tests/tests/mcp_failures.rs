@@ -286,6 +286,87 @@ async fn an_image_result_reaches_a_model_with_vision_and_only_its_name_one_witho
     assert!(!sent.to_string().contains("image_url"), "{sent:#}");
 }
 
+/// An answer over rmcp's 16 MiB line limit fails its call at once, saying so, instead of
+/// waiting out the tool timeout (10 minutes here, past this test's global timeout); the
+/// server stays usable.
+#[test]
+fn an_oversized_answer_fails_its_call_at_once_with_the_cause() {
+    let setup = Setup::new(
+        "tool_timeout_ms = 600000\n",
+        &json!([
+            {"tool_calls": [call("c1", "mcp__failing__oversized", json!({}))]},
+            {"tool_calls": [call("c2", "mcp__failing__ok", json!({"text": "still"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (lines, code) = run_to_end(&mut setup.run());
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let (text, is_error) = result_of(&lines, "c1");
+    assert!(is_error, "{text}");
+    assert!(
+        text.contains("the MCP server's answer was ")
+            && text.contains(" bytes, over the 16776192-byte limit of one message"),
+        "{text}"
+    );
+    assert!(!result_of(&lines, "c2").1);
+}
+
+/// A profile's image budget (`max_images = 1`): after a second image result, the
+/// request carries only the newest image; the older one is named as left out.
+#[tokio::test(flavor = "multi_thread")]
+async fn older_images_are_left_out_of_the_request_past_the_profiles_image_budget() {
+    let mock = MockProvider::start().await;
+    for id in ["call_1", "call_2"] {
+        let call = openai_chat::tool_call(id, "mcp__failing__image", "{}");
+        mock.push(MockResponse::sse(call));
+    }
+    mock.push(MockResponse::sse(openai_chat::text("Two pixels.")));
+    let base = format!("{}/v1", mock.base_url());
+    let capped = format!(
+        "[profiles.capped]\nkind = \"openai-chat\"\nbase_url = \"{base}\"\nmodel = \"m\"\nmax_images = 1\n"
+    );
+    let setup = Setup::new(&capped, &json!([]));
+    let mut command = run_against(
+        "capped",
+        &base,
+        &setup.path("home"),
+        &setup.path("data"),
+        &setup.path("work"),
+        "show me twice",
+    );
+    let (lines, code) = tokio::task::spawn_blocking(move || run_to_end(&mut command))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{lines:#?}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3);
+    let image_urls = |i: usize| {
+        requests[i]
+            .body
+            .to_string()
+            .matches("data:image/png;base64,")
+            .count()
+    };
+    assert_eq!((image_urls(1), image_urls(2)), (1, 1));
+    let sent = requests[2].body["messages"].as_array().unwrap().clone();
+    let first = sent.iter().find(|m| m["tool_call_id"] == "call_1").unwrap();
+    let text = first["content"].as_str().unwrap();
+    assert!(
+        text.starts_with(
+            "[image: image/png, 70 bytes]\n[image left out to fit the context: attachment "
+        ),
+        "{text}"
+    );
+    let second = sent
+        .iter()
+        .position(|m| m["tool_call_id"] == "call_2")
+        .unwrap();
+    assert_eq!(
+        sent[second + 1]["content"][0],
+        json!({"type": "text", "text": "[images of tool call call_2]"})
+    );
+}
+
 #[test]
 fn cancelling_mid_call_sends_notifications_cancelled_and_ends_the_turn_within_a_second() {
     let setup = Setup::new(

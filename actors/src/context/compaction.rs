@@ -281,7 +281,7 @@ pub fn without_images(messages: Vec<Message>) -> Vec<Message> {
 }
 
 /// Appends to `text` a line naming each of `images` as left out.
-fn name_left_out(text: &mut String, images: Vec<foya_protocol::AttachmentRef>) {
+pub(super) fn name_left_out(text: &mut String, images: Vec<foya_protocol::AttachmentRef>) {
     for image in images {
         let kind = image.media_type.as_deref().unwrap_or("image");
         if !text.is_empty() {

@@ -1,9 +1,10 @@
 //! Owns [`compile`]: the pure assembly of system prompt, messages, tools and budget.
 
+use super::compaction::name_left_out;
 use super::project::ProjectContext;
 use super::{
-    Budget, CompileInput, CompiledContext, ContextError, HistoryFold, KERNEL_INSTRUCTIONS,
-    estimate_tokens, history,
+    Budget, CompileInput, CompiledContext, ContextError, HistoryFold, ImageBudget,
+    KERNEL_INSTRUCTIONS, estimate_tokens, history,
 };
 use crate::provider::Messages;
 use foya_protocol::{
@@ -93,6 +94,15 @@ fn assemble(
             });
         }
     }
+    let size = |id: &str| {
+        input
+            .attachments
+            .and_then(|s| s.size(id))
+            .map_or(0, base64_len)
+    };
+    let (before, after);
+    (messages, before, after) = within_image_budget(messages, input.limits.images, &size);
+    history_tokens = history_tokens.saturating_sub(before).saturating_add(after);
 
     let show = |p: &Path| {
         p.strip_prefix(&project.root)
@@ -237,6 +247,94 @@ fn agent_instructions(own: Option<&Instructions>) -> Vec<(&'static str, Cow<'_, 
             }
         }
     }
+}
+
+/// Length of the base64 text of `bytes` bytes (as the request carries them).
+fn base64_len(bytes: u64) -> u64 {
+    bytes.div_ceil(3).saturating_mul(4)
+}
+
+/// `messages` within `budget`: walking from the newest image to the oldest, images are
+/// kept while both the count and the bytes (`size` of each attachment id) fit; the first
+/// one that does not and every older one are replaced by the line that names an image
+/// left out (as a compaction after an overflow does). Also the token estimates of the
+/// changed messages before and after. The messages are copied only when one changes.
+fn within_image_budget(
+    messages: Messages,
+    budget: ImageBudget,
+    size: &dyn Fn(&str) -> u64,
+) -> (Messages, u64, u64) {
+    let Some((cut_message, cut_image)) = image_cut(&messages, budget, size) else {
+        return (messages, 0, 0);
+    };
+    let (mut before, mut after) = (0, 0);
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let leave_out = match i.cmp(&cut_message) {
+            std::cmp::Ordering::Less => usize::MAX,
+            std::cmp::Ordering::Equal => cut_image + 1,
+            std::cmp::Ordering::Greater => 0,
+        };
+        let changed = match m {
+            Message::User(u) if leave_out > 0 && !u.images.is_empty() => {
+                let mut u = u.clone();
+                let n = leave_out.min(u.images.len());
+                name_left_out(&mut u.text, u.images.drain(..n).collect());
+                Some(Message::User(u))
+            }
+            Message::Tool(t) if leave_out > 0 && !t.images.is_empty() => {
+                let mut t = t.clone();
+                let n = leave_out.min(t.images.len());
+                name_left_out(&mut t.content, t.images.drain(..n).collect());
+                Some(Message::Tool(t))
+            }
+            _ => None,
+        };
+        match changed {
+            Some(new) => {
+                before += message_tokens(m);
+                after += message_tokens(&new);
+                out.push(new);
+            }
+            None => out.push(m.clone()),
+        }
+    }
+    (
+        Messages::new(std::sync::Arc::new(out), Vec::new()),
+        before,
+        after,
+    )
+}
+
+/// The newest image that does not fit `budget` (message index, image index within the
+/// message), counting from the newest; `None` when every image fits.
+fn image_cut(
+    messages: &Messages,
+    budget: ImageBudget,
+    size: &dyn Fn(&str) -> u64,
+) -> Option<(usize, usize)> {
+    let (mut count, mut bytes) = (0usize, 0u64);
+    for (i, m) in messages
+        .iter()
+        .enumerate()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        let images = match m {
+            Message::User(u) => &u.images,
+            Message::Tool(t) => &t.images,
+            _ => continue,
+        };
+        for (j, image) in images.iter().enumerate().rev() {
+            count += 1;
+            bytes = bytes.saturating_add(size(&image.id));
+            if count > budget.max_images || bytes > budget.max_bytes {
+                return Some((i, j));
+            }
+        }
+    }
+    None
 }
 
 fn rules_in_force(input: &CompileInput, show: &dyn Fn(&Path) -> String) -> Vec<String> {

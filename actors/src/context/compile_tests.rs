@@ -39,6 +39,7 @@ fn images_without_vision_are_an_error() {
         tools: &crate::context::ToolSet::default(),
         limits: ModelLimits::new(100_000),
         calibration: Calibration::default(),
+        attachments: None,
     };
     let err = compile(&input).unwrap_err();
     assert_eq!(
@@ -77,6 +78,7 @@ fn budget_applies_calibration_and_threshold() {
         reserved_output: 500,
         compact_threshold_pct: 85,
         supports_images: false,
+        images: ImageBudget::default(),
     };
     let input = CompileInput {
         config: &config,
@@ -87,6 +89,7 @@ fn budget_applies_calibration_and_threshold() {
         tools: &crate::context::ToolSet::default(),
         limits,
         calibration: Calibration::default(),
+        attachments: None,
     };
     let plain = compile(&input).unwrap();
     let raw: u64 = plain.sections.values().sum();
@@ -341,6 +344,7 @@ fn tool_result_images_go_to_a_model_with_vision_only() {
         tools: &crate::context::ToolSet::default(),
         limits: ModelLimits::new(100_000),
         calibration: Calibration::default(),
+        attachments: None,
     };
     // Without vision: no error (unlike a user's image), the result's text only.
     let blind = compile(&input).unwrap();
@@ -362,4 +366,121 @@ fn tool_result_images_go_to_a_model_with_vision_only() {
         seeing.sections["history"] - blind.sections["history"],
         compile::IMAGE_TOKENS
     );
+}
+
+/// A log of `n` tool results, one image each (`i0`, `i1`, … oldest first).
+fn log_of_images(n: usize) -> Log {
+    let mut log = Log::default();
+    log.user("shots");
+    for i in 0..n {
+        let id = format!("c{i}");
+        log.assistant("", &[(id.as_str(), "mcp__s__shot", json!({}))]);
+        let mut r = result(&id, "[image: image/png, 3 bytes]", false);
+        r.images = vec![AttachmentRef {
+            id: format!("i{i}"),
+            media_type: Some("image/png".into()),
+        }];
+        log.push(EventKind::ToolMessage(r));
+    }
+    log
+}
+
+fn compile_images(
+    log: &Log,
+    images: ImageBudget,
+    store: Option<&crate::attachments::AttachmentStore>,
+) -> CompiledContext {
+    let config = SessionConfig::new("/p");
+    let project = ProjectContext::default();
+    let env = Environment {
+        cwd: "/p".into(),
+        os: "linux".into(),
+        shell: "bash".into(),
+        date: "d".into(),
+    };
+    let touched = BTreeSet::new();
+    let mut limits = ModelLimits::new(100_000);
+    limits.supports_images = true;
+    limits.images = images;
+    compile(&CompileInput {
+        config: &config,
+        project: &project,
+        env: &env,
+        history: &log.events,
+        touched_paths: &touched,
+        tools: &crate::context::ToolSet::default(),
+        limits,
+        calibration: Calibration::default(),
+        attachments: store,
+    })
+    .unwrap()
+}
+
+fn image_ids(c: &CompiledContext) -> Vec<String> {
+    c.messages
+        .iter()
+        .flat_map(|m| match m {
+            Message::Tool(t) => t.images.clone(),
+            Message::User(u) => u.images.clone(),
+            _ => Vec::new(),
+        })
+        .map(|r| r.id)
+        .collect()
+}
+
+#[test]
+fn the_image_budget_keeps_the_newest_images_by_count() {
+    let log = log_of_images(4);
+    let all = compile_images(&log, ImageBudget::default(), None);
+    assert_eq!(image_ids(&all), ["i0", "i1", "i2", "i3"]);
+    let two = ImageBudget {
+        max_images: 2,
+        max_bytes: u64::MAX,
+    };
+    let kept = compile_images(&log, two, None);
+    assert_eq!(image_ids(&kept), ["i2", "i3"]);
+    // The oldest result names its image as left out, with the compaction's line.
+    let Some(Message::Tool(first)) = kept.messages.get(2) else {
+        panic!("no tool result: {:?}", kept.messages);
+    };
+    assert_eq!(
+        first.content,
+        format!("[image: image/png, 3 bytes]\n[{IMAGE_LEFT_OUT} i0 (image/png)]")
+    );
+    // The estimate counts the images sent and the lines naming the others.
+    let sum = |c: &CompiledContext| c.messages.iter().map(compile::message_tokens).sum::<u64>();
+    assert_eq!(kept.sections["history"], sum(&kept));
+    assert_eq!(all.sections["history"], sum(&all));
+    assert!(kept.sections["history"] + compile::IMAGE_TOKENS < all.sections["history"]);
+}
+
+#[test]
+fn the_image_budget_counts_base64_bytes_of_stored_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::attachments::AttachmentStore::new(dir.path());
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x04\0\0\0\xb5\x1c\x0c\x02\0\0\0\x0bIDATx\xdacd`\0\0\0\x06\0\x020\x81\xd0/\0\0\0\0IEND\xaeB`\x82";
+    let ids: Vec<String> = (0..3)
+        .map(|_| store.put(png, "image/png").unwrap())
+        .collect();
+    let mut log = log_of_images(3);
+    for (event, id) in log
+        .events
+        .iter_mut()
+        .filter_map(|e| match &mut e.kind {
+            EventKind::ToolMessage(t) => Some(t),
+            _ => None,
+        })
+        .zip(&ids)
+    {
+        event.images[0].id.clone_from(id);
+    }
+    // 68 bytes are 92 in base64: two fit in 200 bytes, three do not.
+    let budget = ImageBudget {
+        max_images: 100,
+        max_bytes: 200,
+    };
+    let kept = compile_images(&log, budget, Some(&store));
+    assert_eq!(image_ids(&kept), ids[1..]);
+    let no_sizes = compile_images(&log, budget, None);
+    assert_eq!(image_ids(&no_sizes), ids, "unknown sizes count as 0 bytes");
 }

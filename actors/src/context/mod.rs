@@ -75,6 +75,37 @@ pub struct ModelLimits {
     pub compact_threshold_pct: u8,
     /// Whether the model accepts image inputs.
     pub supports_images: bool,
+    /// How many images, and how many bytes of them, one request may carry.
+    pub images: ImageBudget,
+}
+
+/// How many images one request may carry, and how many bytes of them (base64, as sent):
+/// a provider profile's `max_images` and `max_image_bytes`. The compiler keeps the most
+/// recent images that fit and leaves the older ones out (a line names each one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageBudget {
+    /// Most images per request (user inputs and tool results together).
+    pub max_images: usize,
+    /// Most bytes of base64 image data per request.
+    pub max_bytes: u64,
+}
+
+impl ImageBudget {
+    /// Default image count: under Anthropic's 100 (and its 20, above which each image
+    /// must be smaller) and OpenAI's 500.
+    pub const DEFAULT_MAX_IMAGES: usize = 20;
+    /// Default base64 bytes: under Anthropic's 32 MB and OpenAI's 50 MB request bodies,
+    /// with room for the text.
+    pub const DEFAULT_MAX_BYTES: u64 = 20_000_000;
+}
+
+impl Default for ImageBudget {
+    fn default() -> Self {
+        Self {
+            max_images: Self::DEFAULT_MAX_IMAGES,
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+        }
+    }
 }
 
 impl ModelLimits {
@@ -90,6 +121,7 @@ impl ModelLimits {
             reserved_output: (context_window / 8).min(32_000),
             compact_threshold_pct: Self::DEFAULT_COMPACT_THRESHOLD_PCT,
             supports_images: false,
+            images: ImageBudget::default(),
         }
     }
 }
@@ -116,6 +148,9 @@ pub struct CompileInput<'a> {
     pub limits: ModelLimits,
     /// Calibration from the previous step's reported usage.
     pub calibration: Calibration,
+    /// Where the images' sizes are read (for [`ModelLimits::images`]); `None`: every
+    /// image counts as 0 bytes (only the count limit applies).
+    pub attachments: Option<&'a crate::attachments::AttachmentStore>,
 }
 
 /// The tool schemas of a turn and their token estimate, computed once: every step's

@@ -110,8 +110,10 @@ fn render(tmp: &Path, project: &ProjectContext, log: &Log) -> String {
             reserved_output: 1_000,
             compact_threshold_pct: 85,
             supports_images: false,
+            images: crate::context::ImageBudget::default(),
         },
         calibration: Calibration { ratio: 1.1 },
+        attachments: None,
     };
     let compiled = compile(&input).unwrap();
     let mut out = String::new();

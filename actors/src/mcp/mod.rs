@@ -11,6 +11,7 @@
 
 pub mod config;
 mod handler;
+mod line_guard;
 pub mod manager;
 pub mod names;
 pub mod result;

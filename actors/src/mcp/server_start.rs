@@ -64,7 +64,12 @@ impl Server {
                 Arc::clone(&tail),
             ))
         });
-        let service = match self.handler.clone().serve((stdout, stdin)).await {
+        let service = match self
+            .handler
+            .clone()
+            .serve((crate::mcp::line_guard::LineGuard::new(stdout), stdin))
+            .await
+        {
             Ok(service) => service,
             Err(e) => {
                 // What the server (or the helper, when the program cannot run) said last.

@@ -21,6 +21,7 @@
 
 use super::retry::RetryPolicy;
 use super::wire::ProviderKind;
+use crate::context::ImageBudget;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -67,6 +68,9 @@ pub struct ProviderProfile {
     /// Whether the model accepts image inputs (TOML `vision`, default `true`). When false,
     /// an input with images is refused at submit (`RuntimeError::ImagesNotSupported`).
     pub vision: bool,
+    /// How many images, and bytes of them, one request may carry (TOML `max_images`,
+    /// `max_image_bytes`; defaults [`ImageBudget::default`]).
+    pub images: ImageBudget,
 }
 
 impl std::fmt::Debug for ProviderProfile {
@@ -88,6 +92,7 @@ impl std::fmt::Debug for ProviderProfile {
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("retry", &self.retry)
             .field("vision", &self.vision)
+            .field("images", &self.images)
             .finish()
     }
 }
@@ -124,6 +129,7 @@ impl ProviderProfile {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             retry: None,
             vision: true,
+            images: ImageBudget::default(),
         }
     }
 
@@ -261,6 +267,10 @@ pub struct ProfileToml {
     pub retry: Option<RetryPolicy>,
     /// Whether the model accepts images.
     pub vision: Option<bool>,
+    /// Most images per request.
+    pub max_images: Option<usize>,
+    /// Most bytes of base64 image data per request.
+    pub max_image_bytes: Option<u64>,
 }
 
 /// What a profile's `retry` must be, for the error when it is something else (`retry =
@@ -303,7 +313,9 @@ impl ProfileToml {
             idle_timeout_ms,
             connect_timeout_ms,
             retry,
-            vision
+            vision,
+            max_images,
+            max_image_bytes
         );
         if let Some(h) = other.extra_headers {
             self.extra_headers
@@ -623,6 +635,12 @@ fn apply(p: &mut ProviderProfile, t: ProfileToml) {
     }
     if let Some(v) = t.retry {
         p.retry = Some(v);
+    }
+    if let Some(n) = t.max_images {
+        p.images.max_images = n;
+    }
+    if let Some(n) = t.max_image_bytes {
+        p.images.max_bytes = n;
     }
     if let Some(v) = t.vision {
         p.vision = v;

@@ -28,6 +28,7 @@ model = "qwen3"
 context_window = 32768
 extra_headers = { "x-a" = "1" }
 vision = false
+max_images = 8
 [profiles.local.retry]
 max_attempts = 2
 "#,
@@ -40,6 +41,7 @@ max_attempts = 2
 model = "qwen3-coder"
 idle_timeout_ms = 5000
 extra_headers = { "x-b" = "2" }
+max_image_bytes = 1000000
 "#,
     );
     let config =
@@ -69,6 +71,10 @@ extra_headers = { "x-b" = "2" }
                 ..RetryPolicy::default()
             }),
             vision: false,
+            images: crate::context::ImageBudget {
+                max_images: 8,
+                max_bytes: 1_000_000,
+            },
         }
     );
 }

@@ -478,6 +478,10 @@ impl ModelClient for HttpModelClient {
     fn supports_images(&self) -> bool {
         self.profile.vision
     }
+
+    fn image_budget(&self) -> crate::context::ImageBudget {
+        self.profile.images
+    }
 }
 
 #[cfg(test)]

@@ -137,6 +137,12 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// How many images, and bytes of them, one request may carry (a provider profile's
+    /// `max_images` and `max_image_bytes`); default [`crate::context::ImageBudget::default`].
+    fn image_budget(&self) -> crate::context::ImageBudget {
+        crate::context::ImageBudget::default()
+    }
+
     /// The retry policy of this client's requests (a provider profile's
     /// `[profiles.NAME.retry]`); `None` (the default): the runtime's
     /// [`RuntimeConfig::retry`](crate::runtime::RuntimeConfig::retry). A wrapper around

@@ -82,6 +82,7 @@ impl Turn {
         let mut limits = ModelLimits::new(client.context_window());
         limits.compact_threshold_pct = self.args.deps.context.compact_threshold_pct.clamp(1, 100);
         limits.supports_images = client.supports_images();
+        limits.images = client.image_budget();
         limits
     }
 
@@ -111,6 +112,7 @@ impl Turn {
             tools: &self.tools,
             limits: self.limits(),
             calibration: self.calibration,
+            attachments: self.args.deps.attachments.as_deref(),
         }
     }
 

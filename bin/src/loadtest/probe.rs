@@ -205,6 +205,14 @@ impl ModelClient for Probe {
     fn context_window(&self) -> u64 {
         self.inner.context_window()
     }
+
+    fn supports_images(&self) -> bool {
+        self.inner.supports_images()
+    }
+
+    fn image_budget(&self) -> foya_actors::context::ImageBudget {
+        self.inner.image_budget()
+    }
 }
 
 #[cfg(test)]
