@@ -175,6 +175,9 @@ impl Writer {
                 self.db.mark_poisoned();
             }
         }
+        if let (Some(journal), Ok(db)) = (&self.journal, self.available_db()) {
+            crate::losses::mark_clean(&db, journal.path());
+        }
         self.counters.publish_writer_cpu();
         tracing::debug!("store writer stopped");
     }
