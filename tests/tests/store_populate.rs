@@ -11,7 +11,15 @@ fn populate_adds_idle_sessions_with_their_completed_turns_and_nothing_to_recover
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let output = foya_tests::foya_bin::foya()
-        .args(["store", "populate", "--sessions", "20", "--turns", "2", "--data-dir"])
+        .args([
+            "store",
+            "populate",
+            "--sessions",
+            "20",
+            "--turns",
+            "2",
+            "--data-dir",
+        ])
         .arg(&data)
         .output()
         .unwrap();
@@ -23,6 +31,9 @@ fn populate_adds_idle_sessions_with_their_completed_turns_and_nothing_to_recover
     assert_eq!(sessions.len(), 20);
     // session_created, then per turn: user_message, turn_started, step_started,
     // assistant_message, turn_complete.
-    assert!(sessions.iter().all(|s| s.last_seq == Seq(11)), "{sessions:?}");
+    assert!(
+        sessions.iter().all(|s| s.last_seq == Seq(11)),
+        "{sessions:?}"
+    );
     assert_eq!(store.pending_sessions().unwrap(), Vec::new());
 }
