@@ -16,7 +16,7 @@ pub use crate::subscription::{SubscribeOptions, Subscription};
 use crate::supervisor::actor::Registry;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 use crate::tools::ToolRegistry;
-use foya_protocol::{ApprovalRequestId, Seq, SessionConfig, SessionId, SessionSummary};
+use foya_protocol::{ApprovalRequestId, SessionConfig, SessionId, SessionSummary};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef};
 use std::collections::HashMap;
@@ -187,7 +187,15 @@ pub struct RuntimeConfig {
     /// The embedder's values its tools reach through [`crate::tools::ToolContext::state`]
     /// (empty by default).
     pub tool_state: crate::tools::ToolState,
+    /// How long a session stays loaded while idle and unwatched (no turn, nothing
+    /// queued, no approval waiting, no subscriber) before it hibernates: its actor stops
+    /// and its log and state leave memory, until the next call on it loads it from the
+    /// log again. Default [`DEFAULT_HIBERNATE_AFTER`]; `None`: never.
+    pub hibernate_after: Option<std::time::Duration>,
 }
+
+/// Default [`RuntimeConfig::hibernate_after`]: one minute.
+pub const DEFAULT_HIBERNATE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Default [`RuntimeConfig::idle_log_events`]: about 16 MiB of event headers (an event
 /// is 248 bytes before its text), so that a steady stream of turns in a few hundred
@@ -241,6 +249,7 @@ impl RuntimeConfig {
             instructions: None,
             tool_state: crate::tools::ToolState::new(),
             without_approver: WithoutApprover::default(),
+            hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
         }
     }
 }
@@ -277,6 +286,8 @@ pub(crate) struct RuntimeDeps {
     pub tool_state: crate::tools::ToolState,
     /// [`RuntimeConfig::without_approver`].
     pub without_approver: WithoutApprover,
+    /// [`RuntimeConfig::hibernate_after`].
+    pub hibernate_after: Option<std::time::Duration>,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
@@ -461,6 +472,7 @@ impl Runtime {
             instructions: config.instructions,
             tool_state: config.tool_state,
             without_approver: config.without_approver,
+            hibernate_after: config.hibernate_after,
             _actors_alive: None,
         });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
@@ -528,28 +540,30 @@ impl Runtime {
     }
 
     /// Loads every session that has an unfinished turn or queued inputs (recovery runs on
-    /// load); returns how many were loaded.
+    /// load); returns how many were loaded. It asks the store's recovery index which
+    /// sessions those may be ([`foya_storage::Store::pending_sessions`]) and reads only
+    /// their logs (once each, as the session loads): a store of a million idle sessions
+    /// costs nothing here, and they stay unloaded until something asks for them.
     ///
     /// # Errors
     /// [`RuntimeError::Storage`].
     pub async fn recover_all(&self) -> Result<usize, RuntimeError> {
+        let pending = self
+            .inner
+            .deps()?
+            .store
+            .pending_sessions()
+            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         let mut loaded = 0;
-        for summary in self.list_sessions()? {
-            if summary.deleted || self.inner.registry.contains_key(&summary.id) {
+        for id in pending {
+            if self.inner.registry.contains_key(&id) {
                 continue;
             }
-            let events = self
-                .inner
-                .deps()?
-                .store
-                .read_from(summary.id, Seq::FIRST)
-                .map_err(|e| RuntimeError::Storage(e.to_string()))?;
-            let Some(state) = crate::session::state::SessionState::from_log(&events) else {
-                continue;
-            };
-            if state.open_turn.is_some() || !state.queue.is_empty() {
-                self.inner.session_actor(summary.id).await?;
-                loaded += 1;
+            // Loading reads the log once and recovers the session in its start.
+            match self.inner.session_actor(id).await {
+                Ok(_) => loaded += 1,
+                Err(RuntimeError::SessionDeleted(_) | RuntimeError::SessionNotFound(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(loaded)
@@ -660,6 +674,25 @@ impl Runtime {
     #[must_use]
     pub fn mcp(&self) -> Option<Arc<crate::mcp::McpManager>> {
         self.inner.deps().ok()?.mcp.clone()
+    }
+
+    /// Whether session `id` is loaded (its actor running), for tests.
+    #[cfg(test)]
+    pub(crate) fn is_loaded(&self, id: SessionId) -> bool {
+        self.inner
+            .registry
+            .get(&id)
+            .is_some_and(|a| crate::session::is_alive(a.get_status()))
+    }
+
+    /// How many sessions are loaded (their actors running), for tests.
+    #[cfg(test)]
+    pub(crate) fn loaded_sessions(&self) -> usize {
+        self.inner
+            .registry
+            .iter()
+            .filter(|a| crate::session::is_alive(a.value().get_status()))
+            .count()
     }
 
     /// The `agent` tool, when sub-agents are on.

@@ -247,7 +247,7 @@ pub(crate) struct ChatArgs {
     pub(crate) mcp: crate::mcp::McpArgs,
 }
 
-fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
+pub(crate) fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
     s.parse()
 }
 

@@ -20,6 +20,7 @@ mod setup;
 mod signals;
 mod sim_server;
 mod store_cmd;
+mod store_populate;
 mod trust;
 mod values;
 mod words;

@@ -42,6 +42,9 @@ pub(crate) enum StoreCommand {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// Benchmarks only: add N idle sessions (each with T completed turns) to the store.
+    #[command(hide = true)]
+    Populate(crate::store_populate::PopulateArgs),
 }
 
 pub(crate) async fn store(command: StoreCommand) -> u8 {
@@ -53,6 +56,9 @@ pub(crate) async fn store(command: StoreCommand) -> u8 {
             to,
             token_file,
         } => backup(data.data_dir.as_deref(), &to, token_file.as_deref()).await,
+        StoreCommand::Populate(args) => crate::store_populate::populate(args)
+            .await
+            .map(|()| EXIT_OK),
     };
     result.unwrap_or_else(|e| {
         crate::cli::report(&e);

@@ -44,7 +44,7 @@ impl ReadOnlyStore {
     }
 }
 
-/// Copies both tables as read by one transaction into a new file at `to`.
+/// Copies the tables as read by one transaction into a new file at `to`.
 fn copy_to(
     to: &Path,
     begin: impl FnOnce() -> Result<ReadTransaction, ReadError>,
@@ -86,6 +86,19 @@ fn copy_to(
                         .insert(k.value(), v.value())
                         .map_err(|e| target_error(e.to_string()))?;
                     report.sessions += 1;
+                }
+            }
+            // The recovery index, when the source has one (else the backup's first
+            // `Store::open` builds it from the logs).
+            if let Some(source) = crate::read::open(&txn, crate::pending::PENDING)? {
+                let mut pending = write
+                    .open_table(crate::pending::PENDING)
+                    .map_err(|e| target_error(e.to_string()))?;
+                for entry in source.iter().map_err(ReadError::storage)? {
+                    let (k, _) = entry.map_err(ReadError::storage)?;
+                    pending
+                        .insert(k.value(), ())
+                        .map_err(|e| target_error(e.to_string()))?;
                 }
             }
         }

@@ -137,6 +137,11 @@ impl Journal {
     }
 
     /// The open file, opened at the first call (`None` after a failure, logged once).
+    /// The journal file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     fn file(&mut self) -> Option<&mut std::fs::File> {
         if self.file.is_none() && !self.failed {
             let opened = std::fs::OpenOptions::new()

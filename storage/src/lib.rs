@@ -11,6 +11,7 @@
 //! |------------|------------------------------------|-----------------------------------------|
 //! | `events`   | `(session: u128, seq: u64)`        | codec(`StoredEvent {run_id, at_ms, kind}`) |
 //! | `sessions` | `session: u128`                    | codec([`foya_protocol::SessionSummary`]) |
+//! | `pending`  | `(session: u128, kind: u8, item: u128)` | `()`: a queued input or an open turn (the recovery index) |
 //!
 //! The session key is the id's 16 bytes read as a big-endian `u128`, so one session's
 //! events are contiguous and ordered by seq: [`Store::read_from`] is one range scan.
@@ -22,6 +23,12 @@
 //! the session's latest `events` row whenever a summary is read, so an ordinary append
 //! touches only the `events` table (one insert per event; rewriting the summary row on
 //! every append cost the writer about a third more btree work per step).
+//!
+//! The recovery index `pending` holds a row per queued input and per open turn, kept in
+//! the same transaction as `input_queued`, `input_dropped`, `turn_started`,
+//! `turn_complete` and `session_deleted`: [`Store::pending_sessions`] names the sessions
+//! start-up must recover without reading a million logs. A file from before it gets
+//! it built from its logs on its first [`Store::open`].
 //!
 //! # Codec
 //!
@@ -117,6 +124,7 @@ mod error;
 mod guard;
 mod journal;
 mod losses;
+mod pending;
 mod raw;
 mod read;
 mod read_only;

@@ -9,7 +9,7 @@
 use crate::guard::contain;
 use crate::journal;
 use foya_protocol::{Seq, SessionId};
-use redb::Database;
+use redb::{Database, TableDefinition};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -100,6 +100,19 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
             journal::Acks::default()
         }
     };
+    // Closed cleanly with exactly this journal: every acknowledged seq is in the
+    // database (its last commit wrote the mark after the journal's last record), so
+    // there is nothing to compare — a million sessions' lookups are skipped. An older
+    // copy of the file, a killed writer or a journal written since fail the match.
+    let clean = take_clean_mark(db) == Some(journal_len(&journal_path));
+    if clean && acks.damaged_records == 0 {
+        if acks.records > acks.seqs.len() as u64
+            && let Err(e) = journal::rewrite(&journal_path, &acks.seqs)
+        {
+            tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
+        }
+        return (journal::Journal::open(journal_path, acks.seqs), Vec::new());
+    }
     if acks.damaged_records > 0 {
         tracing::warn!(
             path = %journal_path.display(),
@@ -112,11 +125,17 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let mut losses = Vec::new();
     let mut current = HashMap::with_capacity(acks.seqs.len());
+    // One read transaction for every session (a journal of a million sessions took
+    // seconds with one transaction each); a session at a time only when that fails.
+    let all = last_seqs(db, &acks.seqs);
     for (key, acknowledged) in &acks.seqs {
         let session = SessionId::from_bytes(key.to_be_bytes());
-        let found = contain("reading the last seq", || {
-            crate::read::begin(db).and_then(|txn| crate::read::last_seq(&txn, session))
-        });
+        let found = match all.as_ref().and_then(|all| all.get(key)) {
+            Some(found) => Ok(Ok(*found)),
+            None => contain("reading the last seq", || {
+                crate::read::begin(db).and_then(|txn| crate::read::last_seq(&txn, session))
+            }),
+        };
         let found = match found {
             Ok(Ok(found)) => found,
             // Unreadable now: keep the claim, so a later open or check can still tell.
@@ -146,6 +165,71 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
         tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
     }
     (journal::Journal::open(journal_path, current), losses)
+}
+
+/// The mark a clean close leaves in the database: the journal's length then.
+pub(crate) const CLEAN: TableDefinition<'static, &str, u64> = TableDefinition::new("clean_close");
+const JOURNAL_LEN: &str = "journal_len";
+
+/// The journal file's length (0 when it does not exist).
+pub(crate) fn journal_len(journal: &Path) -> u64 {
+    std::fs::metadata(journal).map_or(0, |m| m.len())
+}
+
+/// Reads and removes the clean-close mark (removed at once, so a writer killed later
+/// leaves none); `None` when there was none or it cannot be read.
+fn take_clean_mark(db: &Database) -> Option<u64> {
+    let taken = contain(
+        "reading the clean-close mark",
+        || -> Result<Option<u64>, redb::Error> {
+            let txn = db.begin_write()?;
+            let mark = {
+                let mut table = txn.open_table(CLEAN)?;
+                table.remove(JOURNAL_LEN)?.map(|v| v.value())
+            };
+            txn.commit()?;
+            Ok(mark)
+        },
+    );
+    taken.ok().and_then(Result::ok).flatten()
+}
+
+/// Leaves the clean-close mark: the journal's length now. Called by the writer after its
+/// last commit, when the journal holds every acknowledgement.
+pub(crate) fn mark_clean(db: &Database, journal: &Path) {
+    let len = journal_len(journal);
+    let marked = contain(
+        "writing the clean-close mark",
+        || -> Result<(), redb::Error> {
+            let txn = db.begin_write()?;
+            txn.open_table(CLEAN)?.insert(JOURNAL_LEN, len)?;
+            txn.commit()?;
+            Ok(())
+        },
+    );
+    if !matches!(marked, Ok(Ok(()))) {
+        tracing::warn!("cannot leave the clean-close mark; the next open compares the journal");
+    }
+}
+
+/// The latest seq of every session in `acks`, read in one transaction in key order;
+/// `None` when that read failed (an error or a contained panic on a damaged page).
+fn last_seqs(db: &Database, acks: &HashMap<u128, u64>) -> Option<HashMap<u128, Option<Seq>>> {
+    let mut keys: Vec<u128> = acks.keys().copied().collect();
+    keys.sort_unstable();
+    let read = contain("reading the last seqs", || {
+        let txn = crate::read::begin(db)?;
+        let mut out = HashMap::with_capacity(keys.len());
+        for key in keys {
+            let session = SessionId::from_bytes(key.to_be_bytes());
+            out.insert(key, crate::read::last_seq(&txn, session)?);
+        }
+        Ok::<_, crate::ReadError>(out)
+    });
+    match read {
+        Ok(Ok(all)) => Some(all),
+        _ => None,
+    }
 }
 
 /// Appends `losses` to the losses log of the database file at `path` (best effort).

@@ -156,7 +156,22 @@ impl Store {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<Event>, ReadError> {
+        self.inner
+            .counters
+            .logs_read
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.read("reading events", |txn| events(txn, session, from, limit))
+    }
+
+    /// How many times a session's log was read ([`Store::read_range`] and
+    /// [`Store::read_from`] calls) since the store was opened: what tests use to check
+    /// that start-up reads no log of a session with nothing to recover.
+    #[must_use]
+    pub fn logs_read(&self) -> u64 {
+        self.inner
+            .counters
+            .logs_read
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The seq of the session's latest committed event; `None` for an unknown session.
@@ -184,6 +199,22 @@ impl Store {
     /// As [`Store::session`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
         self.read("listing sessions", summaries)
+    }
+
+    /// The sessions that may have work left — inputs queued and not started, or a turn
+    /// started and not complete — from the recovery index, without reading any log or
+    /// summary: what start-up recovers. Deleted sessions are never in it. A superset is
+    /// safe: the caller checks each session's log.
+    ///
+    /// # Errors
+    /// [`ReadError::Storage`].
+    pub fn pending_sessions(&self) -> Result<Vec<SessionId>, ReadError> {
+        self.read("reading the recovery index", |txn| {
+            match open(txn, crate::pending::PENDING)? {
+                Some(table) => crate::pending::sessions(&table).map_err(ReadError::storage),
+                None => Ok(Vec::new()),
+            }
+        })
     }
 }
 

@@ -160,15 +160,30 @@ pub async fn salvage(from: &Path, to: &Path) -> Result<SalvageReport, Error> {
             }
             _ => 0,
         };
-        let known = [
-            indexed_last,
-            acknowledged,
-            events.keys().next_back().copied(),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .unwrap_or(Seq(0));
+        let mut paged_last = events.keys().next_back().copied();
+        // With a sound index and a journal, an event that only the pages hold, past a gap
+        // and past everything indexed or acknowledged, was never promised to anyone: most
+        // likely a damaged key in a stale page. Said, not counted as missing.
+        let promised = indexed_last.max(acknowledged);
+        if let (Some(last), Some(promised)) = (paged_last, promised)
+            && tree.is_some()
+            && tree_error.is_none()
+            && acknowledged.is_some()
+            && last > promised
+            && !events.contains_key(&Seq(copied + 1))
+        {
+            report.notes.push(format!(
+                "the pages hold seq {last} of session {id} past a gap after seq {copied}, \
+                 beyond what was indexed or acknowledged (seq {promised}): most likely a \
+                 damaged key; not counted as missing"
+            ));
+            paged_last = None;
+        }
+        let known = [indexed_last, acknowledged, paged_last]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(Seq(0));
         let stopped = if copied == 0 {
             Some(match &tree_error {
                 Some(e) => format!("its first event cannot be read: {e}"),

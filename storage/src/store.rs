@@ -95,7 +95,7 @@ pub(crate) struct Inner {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Becomes `true` when the writer thread has stopped.
     stopped: watch::Receiver<bool>,
-    counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
     durability: Durability,
     /// Acknowledged events found missing when the store opened.
     pub(crate) losses: Vec<crate::Loss>,
@@ -251,11 +251,13 @@ impl Store {
             path: location.clone(),
             message: e.to_string(),
         };
-        // Create both tables up front so readers never meet a missing table.
+        // Create the tables up front so readers never meet a missing table; a file from
+        // before the recovery index gets it built from its logs, once.
         let created = crate::guard::contain("creating the tables", || {
             let txn = db.begin_write().map_err(|e| db_error(&e))?;
             txn.open_table(EVENTS).map_err(|e| db_error(&e))?;
             txn.open_table(SESSIONS).map_err(|e| db_error(&e))?;
+            crate::pending::ensure(&txn).map_err(|e| db_error(&e))?;
             txn.commit().map_err(|e| db_error(&e))
         });
         match created {

@@ -17,6 +17,7 @@
 use crate::codec;
 use crate::db::DbSlot;
 use crate::error::{AppendError, ReadError};
+use crate::pending::{PENDING, PendingChange};
 use crate::schema::{EVENTS, SESSIONS, current_summary, session_key};
 use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};
 use redb::{Database, ReadableTable, Table};
@@ -45,6 +46,8 @@ pub(crate) struct EventMeta {
     pub(crate) seq: Seq,
     pub(crate) at_ms: u64,
     pub(crate) change: SummaryChange,
+    /// What it changes in the recovery index (`pending.rs`).
+    pub(crate) pending: PendingChange,
 }
 
 /// How one event changes a session's summary.
@@ -80,6 +83,7 @@ impl EventMeta {
             seq: event.seq,
             at_ms: event.at_ms,
             change,
+            pending: PendingChange::of(&event.kind),
         }
     }
 }
@@ -95,6 +99,8 @@ pub(crate) struct Counters {
     /// CPU time the writer thread has used since it started, in nanoseconds (its
     /// thread CPU clock, published after each batch's transaction and when it stops).
     pub(crate) writer_cpu_ns: AtomicU64,
+    /// Logs read ([`crate::Store::read_range`] calls, `read_from` included).
+    pub(crate) logs_read: AtomicU64,
 }
 
 impl Counters {
@@ -168,6 +174,9 @@ impl Writer {
                 self.cache.clear();
                 self.db.mark_poisoned();
             }
+        }
+        if let (Some(journal), Ok(db)) = (&self.journal, self.available_db()) {
+            crate::losses::mark_clean(&db, journal.path());
         }
         self.counters.publish_writer_cpu();
         tracing::debug!("store writer stopped");
@@ -263,6 +272,7 @@ impl Writer {
         {
             let mut events = txn.open_table(EVENTS).map_err(BatchFailure::redb)?;
             let mut sessions = txn.open_table(SESSIONS).map_err(BatchFailure::redb)?;
+            let mut pending = txn.open_table(PENDING).map_err(BatchFailure::redb)?;
             for request in batch {
                 let Some(first) = request.events.first() else {
                     outcomes.push(Ok(()));
@@ -281,6 +291,8 @@ impl Writer {
                         for (event, value) in request.events.iter().zip(&request.encoded) {
                             events
                                 .insert((key, event.seq.0), value.as_slice())
+                                .map_err(BatchFailure::redb)?;
+                            crate::pending::apply(&mut pending, key, event.pending)
                                 .map_err(BatchFailure::redb)?;
                         }
                         let stored_changed = stored_changed

@@ -45,6 +45,13 @@ pub(super) struct Subscriber {
     approver: bool,
 }
 
+impl Subscriber {
+    /// Whether the subscriber went away (its `Subscription` was dropped).
+    pub(super) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct ActiveTurn {
     pub(super) actor: ActorRef<TurnMsg>,
@@ -86,6 +93,11 @@ pub(crate) struct Session {
     /// Whether a turn of this session started in this runtime (its `SessionStart` hooks
     /// ran; `SessionEnd` hooks run at shutdown).
     pub(super) hooks_started: bool,
+    /// When the session last handled a message other than the hibernation check
+    /// (`hibernate.rs`).
+    pub(super) last_activity: tokio::time::Instant,
+    /// Whether a hibernation check is on its way.
+    pub(super) hibernation_armed: bool,
 }
 
 fn now_ms() -> u64 {
@@ -272,6 +284,8 @@ impl Actor for SessionActor {
             storage_failure: None,
             shutdown: None,
             hooks_started: false,
+            last_activity: tokio::time::Instant::now(),
+            hibernation_armed: false,
         })
     }
 
@@ -292,7 +306,9 @@ impl Actor for SessionActor {
             )
             .await?;
         state.drop_queue_on_restart().await?;
-        state.start_next(&myself).await
+        state.start_next(&myself).await?;
+        state.arm_hibernation(&myself);
+        Ok(())
     }
 
     async fn handle(
@@ -304,184 +320,13 @@ impl Actor for SessionActor {
         if state.fold.deleted {
             return Ok(());
         }
-        match msg {
-            SessionMsg::SubmitInput {
-                input_id,
-                input,
-                reply,
-            } => {
-                let result = if input.is_empty() {
-                    Err(RuntimeError::EmptyInput)
-                } else if let Err(e) = state.check_images(&input) {
-                    Err(e)
-                } else if state.deleting.is_some() {
-                    Err(RuntimeError::SessionDeleted(state.fold.id))
-                } else if state.shutdown.is_some() {
-                    Err(RuntimeError::ShuttingDown)
-                } else {
-                    match state.submit(&myself, input_id, input).await {
-                        Ok(id) => Ok(id),
-                        // Nothing was written: the caller learns it, the session stays.
-                        Err(e) if is_storage(&e) => Err(RuntimeError::Storage(e.to_string())),
-                        Err(e) => {
-                            let _ = reply.send(Err(RuntimeError::Storage(e.to_string())));
-                            return Err(e);
-                        }
-                    }
-                };
-                let _ = reply.send(result);
-            }
-            SessionMsg::Subscribe { approver, reply } => {
-                let (tx, rx) = mpsc::channel(state.deps.subscriber_buffer.max(1));
-                state.subscribers.push(Subscriber { tx, approver });
-                let subscribed: Subscribed = (rx, Seq(state.fold.last_seq));
-                let _ = reply.send(Ok(subscribed));
-            }
-            SessionMsg::Cancel { reply } => {
-                if let Some(turn) = &state.turn {
-                    turn.cancel.cancel();
-                    let _ = turn.actor.cast(TurnMsg::Cancel {
-                        reason: "user".into(),
-                    });
-                }
-                let _ = reply.send(Ok(()));
-            }
-            SessionMsg::Shutdown { reply } => {
-                let waiting = state.shutdown.get_or_insert_with(Vec::new);
-                if let Some(turn) = &state.turn {
-                    turn.cancel.cancel();
-                    let _ = turn.actor.cast(TurnMsg::Cancel {
-                        reason: SHUTDOWN_REASON.into(),
-                    });
-                    waiting.push(reply);
-                } else {
-                    state.session_end_hooks().await;
-                    let _ = reply.send(());
-                }
-            }
-            SessionMsg::ClearQueue { reply } => {
-                let kinds = state
-                    .fold
-                    .queue
-                    .iter()
-                    .map(|(input_id, _)| EventKind::InputDropped {
-                        input_id: *input_id,
-                        reason: "queue cleared".into(),
-                    })
-                    .collect();
-                let _ = reply.send(state.persist(None, kinds).await.map(|_| ()));
-            }
-            SessionMsg::GetPendingApprovals { reply } => {
-                let _ = reply.send(Ok(state.pending_approvals()));
-            }
-            SessionMsg::DecideApproval {
-                request_id,
-                decision,
-                message,
-                reply,
-            } => {
-                let _ = reply.send(state.decide(request_id, decision, message).await);
-            }
-            SessionMsg::SetTitle { title, reply } => {
-                let kind = EventKind::TitleSet {
-                    title,
-                    source: foya_protocol::TitleSource::User,
-                };
-                let _ = reply.send(state.persist(None, vec![kind]).await.map(|_| ()));
-            }
-            SessionMsg::SetModel {
-                provider,
-                model,
-                reply,
-            } => {
-                let config = &state.fold.config;
-                let result = if config.provider == provider && config.model == model {
-                    Ok(())
-                } else {
-                    let kind = EventKind::ConfigChanged { provider, model };
-                    state.persist(None, vec![kind]).await.map(|_| ())
-                };
-                let _ = reply.send(result);
-            }
-            SessionMsg::Delete { reply } => {
-                state.deleting = Some(reply);
-                if let Some(turn) = &state.turn {
-                    turn.cancel.cancel();
-                    let _ = turn.actor.cast(TurnMsg::Cancel {
-                        reason: "session deleted".into(),
-                    });
-                } else {
-                    state.finish_delete(&myself).await?;
-                }
-            }
-            SessionMsg::Append {
-                run_id,
-                mut kinds,
-                reply,
-            } => {
-                let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
-                // Once a cancel is requested, tool activity is no longer recorded: the
-                // turn writes the calls' "cancelled" results and its end. An append that
-                // holds other events too (the turn's step events with the `tool_started`
-                // of the calls it starts at once) keeps those and drops the activity.
-                let cancelling = state.turn.as_ref().is_some_and(|t| t.cancel.is_cancelled());
-                if cancelling && !kinds.iter().all(is_tool_activity) {
-                    kinds.retain(|k| !is_tool_activity(k));
-                }
-                let result = if cancelling && kinds.iter().any(is_tool_activity) {
-                    Err("the turn is being cancelled".to_owned())
-                } else if let Some(failure) = &state.storage_failure {
-                    Err(format!("the turn failed on a storage error: {failure}"))
-                } else if open == Some(run_id) {
-                    match state.persist(Some(run_id), kinds).await {
-                        Ok(()) => Ok(()),
-                        Err(e) => {
-                            state.storage_failed(&e);
-                            Err(e.to_string())
-                        }
-                    }
-                } else {
-                    Err(format!("run {run_id} is not the session's open turn"))
-                };
-                if let Some(reply) = reply {
-                    let _ = reply.send(result);
-                }
-            }
-            SessionMsg::PublishDeltas { run_id, deltas } => {
-                // A stream task outliving its turn (killed, crashed) publishes nothing
-                // after the turn's end.
-                if state.fold.open_turn.as_ref().map(|t| t.run_id) != Some(run_id) {
-                    return Ok(());
-                }
-                for delta in deltas {
-                    let live = LiveDelta {
-                        session_id: state.fold.id,
-                        run_id,
-                        delta,
-                    };
-                    state.broadcast(SessionUpdate::Delta(live));
-                }
-            }
-            msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
-            SessionMsg::TitleGenerated {
-                title,
-                expected,
-                reply,
-            } => {
-                let applied = state.title_generated(title, expected).await?;
-                if let Some(reply) = reply {
-                    let _ = reply.send(applied);
-                }
-            }
-            #[cfg(test)]
-            SessionMsg::Crash => panic!("test-induced SessionActor panic"),
-            #[cfg(test)]
-            SessionMsg::CrashTurn => {
-                if let Some(turn) = &state.turn {
-                    let _ = turn.actor.cast(TurnMsg::Panic);
-                }
-            }
+        if matches!(msg, SessionMsg::Hibernate) {
+            state.check_hibernation(&myself);
+            return Ok(());
         }
+        state.touched();
+        handle_msg(state, myself.clone(), msg).await?;
+        state.arm_hibernation(&myself);
         Ok(())
     }
 
@@ -507,7 +352,198 @@ impl Actor for SessionActor {
             .is_some_and(|t| t.actor.get_id() == cell.get_id());
         if is_turn && !state.fold.deleted {
             state.turn_exited(&myself, failure).await?;
+            state.touched();
+            state.arm_hibernation(&myself);
         }
         Ok(())
     }
+}
+
+/// Handles one message of the session (all but the hibernation check).
+async fn handle_msg(
+    state: &mut Session,
+    myself: ActorRef<SessionMsg>,
+    msg: SessionMsg,
+) -> Result<(), ActorProcessingErr> {
+    match msg {
+        SessionMsg::SubmitInput {
+            input_id,
+            input,
+            reply,
+        } => {
+            let result = if input.is_empty() {
+                Err(RuntimeError::EmptyInput)
+            } else if let Err(e) = state.check_images(&input) {
+                Err(e)
+            } else if state.deleting.is_some() {
+                Err(RuntimeError::SessionDeleted(state.fold.id))
+            } else if state.shutdown.is_some() {
+                Err(RuntimeError::ShuttingDown)
+            } else {
+                match state.submit(&myself, input_id, input).await {
+                    Ok(id) => Ok(id),
+                    // Nothing was written: the caller learns it, the session stays.
+                    Err(e) if is_storage(&e) => Err(RuntimeError::Storage(e.to_string())),
+                    Err(e) => {
+                        let _ = reply.send(Err(RuntimeError::Storage(e.to_string())));
+                        return Err(e);
+                    }
+                }
+            };
+            let _ = reply.send(result);
+        }
+        SessionMsg::Subscribe { approver, reply } => {
+            let (tx, rx) = mpsc::channel(state.deps.subscriber_buffer.max(1));
+            state.subscribers.push(Subscriber { tx, approver });
+            let subscribed: Subscribed = (rx, Seq(state.fold.last_seq));
+            let _ = reply.send(Ok(subscribed));
+        }
+        SessionMsg::Cancel { reply } => {
+            if let Some(turn) = &state.turn {
+                turn.cancel.cancel();
+                let _ = turn.actor.cast(TurnMsg::Cancel {
+                    reason: "user".into(),
+                });
+            }
+            let _ = reply.send(Ok(()));
+        }
+        SessionMsg::Shutdown { reply } => {
+            let waiting = state.shutdown.get_or_insert_with(Vec::new);
+            if let Some(turn) = &state.turn {
+                turn.cancel.cancel();
+                let _ = turn.actor.cast(TurnMsg::Cancel {
+                    reason: SHUTDOWN_REASON.into(),
+                });
+                waiting.push(reply);
+            } else {
+                state.session_end_hooks().await;
+                let _ = reply.send(());
+            }
+        }
+        SessionMsg::ClearQueue { reply } => {
+            let kinds = state
+                .fold
+                .queue
+                .iter()
+                .map(|(input_id, _)| EventKind::InputDropped {
+                    input_id: *input_id,
+                    reason: "queue cleared".into(),
+                })
+                .collect();
+            let _ = reply.send(state.persist(None, kinds).await.map(|_| ()));
+        }
+        SessionMsg::GetPendingApprovals { reply } => {
+            let _ = reply.send(Ok(state.pending_approvals()));
+        }
+        SessionMsg::DecideApproval {
+            request_id,
+            decision,
+            message,
+            reply,
+        } => {
+            let _ = reply.send(state.decide(request_id, decision, message).await);
+        }
+        SessionMsg::SetTitle { title, reply } => {
+            let kind = EventKind::TitleSet {
+                title,
+                source: foya_protocol::TitleSource::User,
+            };
+            let _ = reply.send(state.persist(None, vec![kind]).await.map(|_| ()));
+        }
+        SessionMsg::SetModel {
+            provider,
+            model,
+            reply,
+        } => {
+            let config = &state.fold.config;
+            let result = if config.provider == provider && config.model == model {
+                Ok(())
+            } else {
+                let kind = EventKind::ConfigChanged { provider, model };
+                state.persist(None, vec![kind]).await.map(|_| ())
+            };
+            let _ = reply.send(result);
+        }
+        SessionMsg::Delete { reply } => {
+            state.deleting = Some(reply);
+            if let Some(turn) = &state.turn {
+                turn.cancel.cancel();
+                let _ = turn.actor.cast(TurnMsg::Cancel {
+                    reason: "session deleted".into(),
+                });
+            } else {
+                state.finish_delete(&myself).await?;
+            }
+        }
+        SessionMsg::Append {
+            run_id,
+            mut kinds,
+            reply,
+        } => {
+            let open = state.fold.open_turn.as_ref().map(|t| t.run_id);
+            // Once a cancel is requested, tool activity is no longer recorded: the
+            // turn writes the calls' "cancelled" results and its end. An append that
+            // holds other events too (the turn's step events with the `tool_started`
+            // of the calls it starts at once) keeps those and drops the activity.
+            let cancelling = state.turn.as_ref().is_some_and(|t| t.cancel.is_cancelled());
+            if cancelling && !kinds.iter().all(is_tool_activity) {
+                kinds.retain(|k| !is_tool_activity(k));
+            }
+            let result = if cancelling && kinds.iter().any(is_tool_activity) {
+                Err("the turn is being cancelled".to_owned())
+            } else if let Some(failure) = &state.storage_failure {
+                Err(format!("the turn failed on a storage error: {failure}"))
+            } else if open == Some(run_id) {
+                match state.persist(Some(run_id), kinds).await {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        state.storage_failed(&e);
+                        Err(e.to_string())
+                    }
+                }
+            } else {
+                Err(format!("run {run_id} is not the session's open turn"))
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(result);
+            }
+        }
+        SessionMsg::PublishDeltas { run_id, deltas } => {
+            // A stream task outliving its turn (killed, crashed) publishes nothing
+            // after the turn's end.
+            if state.fold.open_turn.as_ref().map(|t| t.run_id) != Some(run_id) {
+                return Ok(());
+            }
+            for delta in deltas {
+                let live = LiveDelta {
+                    session_id: state.fold.id,
+                    run_id,
+                    delta,
+                };
+                state.broadcast(SessionUpdate::Delta(live));
+            }
+        }
+        msg @ SessionMsg::RequestApproval { .. } => state.request_approval(msg).await?,
+        SessionMsg::TitleGenerated {
+            title,
+            expected,
+            reply,
+        } => {
+            let applied = state.title_generated(title, expected).await?;
+            if let Some(reply) = reply {
+                let _ = reply.send(applied);
+            }
+        }
+        // Handled before (`SessionActor::handle`): it is not activity.
+        SessionMsg::Hibernate => {}
+        #[cfg(test)]
+        SessionMsg::Crash => panic!("test-induced SessionActor panic"),
+        #[cfg(test)]
+        SessionMsg::CrashTurn => {
+            if let Some(turn) = &state.turn {
+                let _ = turn.actor.cast(TurnMsg::Panic);
+            }
+        }
+    }
+    Ok(())
 }

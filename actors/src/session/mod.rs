@@ -21,6 +21,9 @@
 //! - supervision: a TurnActor that exits without `turn_complete` (panic, error) gets
 //!   `turn_complete{failed, class internal}`, and the queue goes on.
 //!
+//! Hibernation: idle and unwatched for `RuntimeConfig::hibernate_after`, the actor stops
+//! and holds nothing; the next call loads it from the log (`hibernate.rs`).
+//!
 //! Phases: idle, `turn` (a TurnActor runs) and `compacting` (the TurnActor waits for a
 //! summarisation request — `/compact`, the threshold or overflow recovery); inputs queue
 //! in both busy phases. Commands and title generation: see `commands.rs`, `title.rs`.
@@ -28,6 +31,7 @@
 pub(crate) mod actor;
 mod approvals;
 mod commands;
+mod hibernate;
 mod lifecycle;
 pub(crate) mod log;
 pub(crate) mod state;
@@ -37,6 +41,8 @@ mod tests;
 mod tests_approval;
 #[cfg(test)]
 mod tests_durability;
+#[cfg(test)]
+mod tests_hibernate;
 #[cfg(test)]
 mod tests_lifecycle;
 #[cfg(test)]
@@ -144,6 +150,9 @@ pub(crate) enum SessionMsg {
         /// Answered with whether the title was applied.
         reply: Option<RpcReplyPort<bool>>,
     },
+    /// The hibernation check (`hibernate.rs`): stop if idle and unwatched for the
+    /// runtime's `hibernate_after`.
+    Hibernate,
     /// Runtime shutdown: take no more inputs, start nothing from the queue, cancel the
     /// active turn (reason `runtime shutdown`); answered once no turn runs (at once when
     /// idle).

@@ -45,6 +45,8 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     /// The sessions' MCP servers (`--mcp`/`--no-mcp`).
     pub(crate) mcp_servers: Option<Vec<String>>,
+    /// The sessions' approval mode (`--approval`, default `read-only`).
+    pub(crate) approval: ApprovalMode,
 }
 
 /// What one session driver counted.
@@ -60,6 +62,11 @@ pub(crate) struct Outcome {
     pub(crate) tool_calls: u64,
     /// Tool calls that ran (`tool_finished`).
     pub(crate) tool_calls_run: u64,
+    /// Turns that asked for tool calls of which none ran (all refused: read-only mode,
+    /// denied approvals, bad arguments, run protection).
+    pub(crate) turns_tools_refused: u64,
+    /// Tool calls asked for and run in the turn in flight.
+    pub(crate) turn_calls: (u64, u64),
     pub(crate) deltas: u64,
     /// Tool time (sum of `tool_finished.duration_ms`) of each step that called tools, in
     /// order; pairs with the probe's gaps.
@@ -114,7 +121,7 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
         ..Outcome::default()
     };
     let mut config = SessionConfig::new(shared.cwd.clone());
-    config.approval_mode = ApprovalMode::ReadOnly;
+    config.approval_mode = shared.approval;
     config.provider = "loadtest".into();
     config.model.clone_from(&shared.model);
     config.title = Some(format!("loadtest {index}"));
@@ -272,10 +279,13 @@ fn handle(
                 }
             }
             EventKind::AssistantMessage(message) => {
-                out.tool_calls += u64::try_from(message.tool_calls.len()).unwrap_or(u64::MAX);
+                let calls = u64::try_from(message.tool_calls.len()).unwrap_or(u64::MAX);
+                out.tool_calls += calls;
+                out.turn_calls.0 += calls;
             }
             EventKind::ToolFinished { duration_ms, .. } => {
                 out.tool_calls_run += 1;
+                out.turn_calls.1 += 1;
                 *step_tool_ms += duration_ms;
             }
             // A tool call that failed or was not run (e.g. blocked by run protection):
@@ -297,6 +307,10 @@ fn handle(
                 return Some(TurnEnd::Stopped);
             }
             EventKind::TurnComplete { status, error, .. } => {
+                let (asked, ran) = std::mem::take(&mut out.turn_calls);
+                if asked > 0 && ran == 0 {
+                    out.turns_tools_refused += 1;
+                }
                 match (status, error) {
                     (TurnStatus::Completed, _) => {
                         out.completed += 1;

@@ -99,6 +99,7 @@ async fn setup(
         driver_cpu: Arc::default(),
         started: std::time::Instant::now(),
         mcp_servers: None,
+        approval: foya_protocol::ApprovalMode::ReadOnly,
     });
     (store, shared)
 }

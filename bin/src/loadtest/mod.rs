@@ -12,6 +12,7 @@ mod html;
 pub(crate) mod pool;
 mod probe;
 mod report;
+mod scenario;
 mod sim_args;
 mod timeline;
 mod workspace;
@@ -27,6 +28,7 @@ use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::Runtime;
+use foya_protocol::ApprovalMode;
 use foya_storage::{Durability, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use probe::Probe;
@@ -74,8 +76,17 @@ pub(crate) struct LoadtestArgs {
     #[arg(long, value_parser = crate::values::output_file)]
     pub(crate) html: Option<PathBuf>,
     /// Store durability: `none` (no fsync, default) or `immediate` (fsync every commit).
-    #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
-    pub(crate) durability: DurabilityArg,
+    #[arg(long, value_enum)]
+    pub(crate) durability: Option<DurabilityArg>,
+    /// The sessions' approval mode: `read-only` (default; exec and write tools are
+    /// refused), `ask` or `auto-edit` (a call that needs approval is denied: the load
+    /// test attaches no approver), `auto` (exec runs in the sandbox) or `bypass`.
+    #[arg(long, value_parser = crate::cli::parse_approval)]
+    pub(crate) approval: Option<ApprovalMode>,
+    /// A scenario file (`.toml`, or `.json`): `approval`, `durability` and `[sim]` (the
+    /// simulator's fields, as in `--sim-config`); a flag given beside it wins.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub(crate) scenario: Option<PathBuf>,
     /// Data directory of the store (default: a temporary directory, removed at the end).
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
@@ -101,9 +112,9 @@ pub(crate) struct LoadtestArgs {
     pub(crate) subscriber_buffer: usize,
     #[command(flatten)]
     pub(crate) sim: SimArgs,
-    /// MCP servers of the sessions (`[mcp_servers]` of the user's config.toml). The
-    /// sessions run in `read-only` mode: only tools listed in a server's
-    /// `read_only_tools` are offered; call one with `--tool-name mcp__SERVER__TOOL`.
+    /// MCP servers of the sessions (`[mcp_servers]` of the user's config.toml). In the
+    /// default `read-only` mode only tools listed in a server's `read_only_tools` run;
+    /// call one with `--tool-name mcp__SERVER__TOOL`.
     #[command(flatten)]
     pub(crate) mcp: crate::mcp::McpArgs,
 }
@@ -119,7 +130,8 @@ fn max_attempts(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub(crate) enum DurabilityArg {
     None,
     Immediate,
@@ -143,7 +155,22 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     // default kill that would leave the temporary directories behind).
     let mut signals = crate::signals::Signals::install()?;
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
-    let (mut sim, calls_chosen) = args.sim.to_config_and_choice()?;
+    let scenario = match &args.scenario {
+        Some(path) => scenario::load(path)?,
+        None => scenario::Scenario::default(),
+    };
+    let (mut sim, calls_chosen) = match scenario.sim {
+        Some(base) => args.sim.over(Some(base))?,
+        None => args.sim.to_config_and_choice()?,
+    };
+    let approval = args
+        .approval
+        .or(scenario.approval)
+        .unwrap_or(ApprovalMode::ReadOnly);
+    let durability_arg = args
+        .durability
+        .or(scenario.durability)
+        .unwrap_or(DurabilityArg::None);
     if !calls_chosen {
         workspace::use_distinct_calls(&mut sim);
     }
@@ -179,7 +206,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         .data_dir
         .clone()
         .unwrap_or_else(|| temp_data.path().to_owned());
-    let durability = match args.durability {
+    let durability = match durability_arg {
         DurabilityArg::None => Durability::None,
         DurabilityArg::Immediate => Durability::Immediate,
     };
@@ -223,6 +250,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         driver_cpu: Arc::clone(&driver_cpu),
         started: Instant::now(),
         mcp_servers: args.mcp.selection(),
+        approval,
     });
     let sampling = CancellationToken::new();
     let memory = timeline::sample_memory(shared.started, sampling.clone());
@@ -231,6 +259,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let stats_before = store.stats();
     let storage_before = store.writer_cpu();
     let cpu_before = report::cpu_time();
+    let children_before = report::children_cpu_time();
     let blocking_before = pool::blocking_cpu();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -262,6 +291,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     sampling.cancel();
     let memory = memory.await.unwrap_or_default();
     let cpu = report::cpu_time().saturating_sub(cpu_before);
+    let children = report::children_cpu_time().saturating_sub(children_before);
     let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
     // Every append the turns waited for has its commit counted (published before it
     // resolved).
@@ -270,7 +300,8 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let stats = store.stats();
     let events_persisted = stats.appended_events - stats_before.appended_events;
 
-    let (mut report, samples, timeline) = build_report(&args, &shared, outcomes, events_persisted);
+    let (mut report, samples, timeline) =
+        build_report(&args, durability_arg, &shared, outcomes, events_persisted);
     report.endpoint = profile
         .as_ref()
         .map(|p| foya_actors::provider::redact::display_url(&p.base_url));
@@ -283,6 +314,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     report.storage_cpu_s = storage.as_secs_f64();
     let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
     report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;
+    report.children_cpu_s = children.as_secs_f64();
     report.finish(wall, cpu);
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.runtime.shutdown().await;
@@ -315,6 +347,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         }
     }
 
+    if let Some(notice) = refused_notice(&report) {
+        eprintln!("{notice}");
+    }
     print!("{}", report.to_text());
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&report)?;
@@ -337,6 +372,32 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     } else {
         EXIT_OK
     })
+}
+
+/// The stderr line for turns whose tool calls were all refused (none ran), with the
+/// first refusal's message and what to change; `None` when there were none.
+fn refused_notice(report: &Report) -> Option<String> {
+    let n = report.turns_tools_refused;
+    if n == 0 {
+        return None;
+    }
+    let why = report
+        .error_examples
+        .get("tool_error")
+        .map_or(String::new(), |m| format!(" (first: {m})"));
+    let hint = match report.approval.as_str() {
+        "read-only" | "ask" | "auto-edit" => format!(
+            "; --approval {} refuses exec and write tools: use --approval auto or bypass",
+            report.approval
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "foya loadtest: {} of {} ran none of the tool calls the model asked for, every one \
+         refused{why}{hint}",
+        crate::words::count(n, "turn"),
+        report.turns_completed + report.turns_failed
+    ))
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -413,13 +474,15 @@ pub(crate) struct Samples {
 
 fn build_report(
     args: &LoadtestArgs,
+    durability: DurabilityArg,
     shared: &Shared,
     outcomes: Vec<Outcome>,
     events_persisted: u64,
 ) -> (Report, Samples, timeline::Timeline) {
     let mut report = Report {
         provider: args.provider.clone(),
-        durability: format!("{:?}", args.durability).to_lowercase(),
+        durability: format!("{durability:?}").to_lowercase(),
+        approval: shared.approval.as_str().to_owned(),
         sessions: args.sessions,
         turns_per_session: args.turns,
         events_persisted,
@@ -438,6 +501,7 @@ fn build_report(
         report.steps += out.steps;
         report.tool_calls += out.tool_calls;
         report.tool_calls_run += out.tool_calls_run;
+        report.turns_tools_refused += out.turns_tools_refused;
         report.deltas_received += out.deltas;
         for (class, n) in out.errors {
             *report.errors.entry(class).or_default() += n;

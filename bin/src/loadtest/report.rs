@@ -64,6 +64,8 @@ pub(crate) struct Report {
     pub(crate) provider: String,
     /// Store durability (`none` or `immediate`).
     pub(crate) durability: String,
+    /// The sessions' approval mode (`read-only`, `ask`, `auto-edit`, `auto`, `bypass`).
+    pub(crate) approval: String,
     /// Sessions driven.
     pub(crate) sessions: usize,
     /// Turns asked of each session.
@@ -81,6 +83,9 @@ pub(crate) struct Report {
     pub(crate) tool_calls: u64,
     /// Tool calls that ran (`tool_finished` events).
     pub(crate) tool_calls_run: u64,
+    /// Turns that asked for tool calls and ran none of them (every call refused:
+    /// `read-only` mode, a denied approval, bad arguments, run protection).
+    pub(crate) turns_tools_refused: u64,
     /// Mean wall time of a tool call that ran (`tool_finished.duration_ms`), in
     /// milliseconds: the cost of a call as the model waits for it (an MCP tool's
     /// round trip to its server included).
@@ -103,6 +108,13 @@ pub(crate) struct Report {
     pub(crate) cpu_us_per_step: Option<f64>,
     /// `cpu_s` per completed turn, in microseconds; `None` when no turn completed.
     pub(crate) cpu_us_per_turn: Option<f64>,
+    /// CPU time of the child processes that ended during the run (user + system,
+    /// `getrusage(RUSAGE_CHILDREN)`: the sandbox helpers and the commands they ran), in
+    /// seconds.
+    pub(crate) children_cpu_s: f64,
+    /// `cpu_s` plus `children_cpu_s` per completed turn, in microseconds: a turn's whole
+    /// CPU with its tools' processes; `None` when no turn completed.
+    pub(crate) cpu_us_per_turn_with_children: Option<f64>,
     /// CPU time spent inside the model client (its `stream()` calls and stream polls;
     /// the in-process simulator, or the HTTP client's decoding), in seconds.
     pub(crate) provider_cpu_s: f64,
@@ -177,6 +189,10 @@ impl Report {
         let per = |n: u64, total: f64| (n > 0).then(|| total / n as f64);
         self.cpu_us_per_step = per(self.steps, self.cpu_s * 1e6);
         self.cpu_us_per_turn = per(self.turns_completed, self.cpu_s * 1e6);
+        self.cpu_us_per_turn_with_children = per(
+            self.turns_completed,
+            (self.cpu_s + self.children_cpu_s) * 1e6,
+        );
         let own = (self.cpu_s
             - self.provider_cpu_s
             - self.tool_cpu_s
@@ -232,7 +248,7 @@ impl Report {
             out.push('\n');
         };
         line(format!(
-            "load test: {} x {}, provider {}{}, durability {}{}",
+            "load test: {} x {}, provider {}{}, durability {}, approval {}{}",
             crate::words::count(self.sessions as u64, "session"),
             crate::words::count(self.turns_per_session.into(), "turn"),
             self.provider,
@@ -240,6 +256,7 @@ impl Report {
                 .as_ref()
                 .map_or(String::new(), |url| format!(" at {url}")),
             self.durability,
+            self.approval,
             if self.stopped_early {
                 " (stopped early: partial report)"
             } else {
@@ -273,6 +290,11 @@ impl Report {
             self.cpu_s,
             per_unit(self.cpu_us_per_step, "step"),
             per_unit(self.cpu_us_per_turn, "turn")
+        ));
+        line(format!(
+            "           child processes {:.2} s; with them {}",
+            self.children_cpu_s,
+            per_unit(self.cpu_us_per_turn_with_children, "turn")
         ));
         line(format!(
             "           provider {:.2} s, tools {:.2} s (+{:.2} s on the blocking pool), load driver {:.2} s, meters {:.2} s; runtime's own {}",
@@ -333,8 +355,18 @@ pub(crate) fn peak_rss_bytes() -> Option<u64> {
 
 /// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
 pub(crate) fn cpu_time() -> Duration {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_SELF)
+}
+
+/// User + system CPU time of this process's ended and waited-for children so far
+/// (`getrusage(RUSAGE_CHILDREN)`: each includes its own waited-for children).
+pub(crate) fn children_cpu_time() -> Duration {
+    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+}
+
+fn rusage_cpu(who: nix::sys::resource::UsageWho) -> Duration {
+    use nix::sys::resource::getrusage;
+    let Ok(usage) = getrusage(who) else {
         return Duration::ZERO;
     };
     let tv = |t: nix::sys::time::TimeVal| {

@@ -132,10 +132,24 @@ impl SimArgs {
     /// # Errors
     /// As [`Self::to_config`].
     pub(crate) fn to_config_and_choice(&self) -> anyhow::Result<(SimConfig, bool)> {
-        let (mut config, file_chooses) = match &self.config {
-            Some(path) => load(path)?,
-            None => (SimConfig::default(), false),
+        let base = match &self.config {
+            Some(path) => Some(load(path)?),
+            None => None,
         };
+        self.over(base)
+    }
+
+    /// The flags applied over `base` (a configuration read from a file, and whether that
+    /// file named the tool calls), else over the default; the choice as
+    /// [`Self::to_config_and_choice`] gives it.
+    ///
+    /// # Errors
+    /// A value its flag refuses.
+    pub(crate) fn over(
+        &self,
+        base: Option<(SimConfig, bool)>,
+    ) -> anyhow::Result<(SimConfig, bool)> {
+        let (mut config, file_chooses) = base.unwrap_or_default();
         let chosen = file_chooses || self.tool_name.is_some() || self.tool_args.is_some();
         set(&mut config.ttft_ms, self.ttft_ms);
         set(&mut config.tokens_per_s, self.tokens_per_s);
@@ -230,36 +244,44 @@ fn set<T>(field: &mut T, value: Option<T>) {
 /// Reads a `--sim-config` file: the configuration, and whether it names the tool calls
 /// (a `tool_name` or `tool_args` field).
 fn load(path: &std::path::Path) -> anyhow::Result<(SimConfig, bool)> {
+    let table = read_table(path, "simulator config")?;
+    from_table(table, &format!("the simulator config {}", path.display()))
+}
+
+/// Reads a `.toml` or `.json` file (by its extension; TOML unless `.json`) as one JSON
+/// value, so both formats share one typed path. `what` names the file in errors.
+pub(crate) fn read_table(path: &std::path::Path, what: &str) -> anyhow::Result<serde_json::Value> {
     let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read simulator config {}", path.display()))?;
+        .with_context(|| format!("cannot read {what} {}", path.display()))?;
     let is_json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    // Typed, and (the same text) as a table whose keys tell what the file sets.
-    let (config, keys): (anyhow::Result<SimConfig>, Vec<String>) = if is_json {
-        let keys = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        (
-            serde_json::from_str(&text).map_err(anyhow::Error::from),
-            keys,
-        )
+    let value = if is_json {
+        serde_json::from_str(&text).map_err(anyhow::Error::from)
     } else {
-        let keys = toml::from_str::<toml::Table>(&text)
-            .map(|t| t.keys().cloned().collect())
-            .unwrap_or_default();
-        (toml::from_str(&text).map_err(anyhow::Error::from), keys)
+        toml::from_str::<toml::Table>(&text)
+            .map_err(anyhow::Error::from)
+            .and_then(|t| serde_json::to_value(t).map_err(anyhow::Error::from))
     };
-    let chooses = keys.iter().any(|k| k == "tool_name" || k == "tool_args");
+    value.with_context(|| format!("invalid {what} {}", path.display()))
+}
+
+/// A simulator configuration from its fields (`table`, an object), and whether they name
+/// the tool calls; `origin` says where they came from in errors (`the simulator config
+/// sim.toml`, `[sim] of the scenario s.toml`).
+pub(crate) fn from_table(
+    table: serde_json::Value,
+    origin: &str,
+) -> anyhow::Result<(SimConfig, bool)> {
+    let chooses = table
+        .as_object()
+        .is_some_and(|t| t.contains_key("tool_name") || t.contains_key("tool_args"));
     let config: SimConfig =
-        config.with_context(|| format!("invalid simulator config {}", path.display()))?;
+        serde_json::from_value(table).with_context(|| format!("invalid {origin}"))?;
     if let Some(Refused { field, value, why }) = refused(&config) {
         // Named as the file names it: `error_rates.stream_cut`, not the flag's name.
         let field = field.replacen("error_rate_", "error_rates.", 1);
-        anyhow::bail!(
-            "invalid value '{value}' for '{field}' in the simulator config {}: {why}",
-            path.display()
-        );
+        anyhow::bail!("invalid value '{value}' for '{field}' in {origin}: {why}");
     }
     Ok((config, chooses))
 }

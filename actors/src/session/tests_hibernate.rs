@@ -1,0 +1,173 @@
+//! Hibernation and lazy start-up: an idle, unwatched session stops holding anything and
+//! wakes on its next call with its log, state and queue as they were; start-up reads the
+//! log of no session that has nothing to recover.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::runtime::Runtime;
+use crate::testkit::{
+    config_for, events_until, is_turn_complete, script, session_config, subscribe, types, within,
+};
+use foya_protocol::{
+    ApprovalMode, Event, EventKind, Input, InputId, RunId, Seq, SessionConfig, SessionId,
+};
+use foya_storage::{Store, StoreOptions};
+use serde_json::json;
+use std::time::Duration;
+
+const AFTER: Duration = Duration::from_secs(60);
+
+/// Waits (paused time: each sleep jumps the clock) until `id` is loaded or not.
+async fn until_loaded(rt: &Runtime, id: SessionId, loaded: bool) {
+    within(async {
+        while rt.is_loaded(id) != loaded {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_queue() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let replies = json!({"responses": [{"text": "one"}, {"text": "two"}, {"text": "three"}]});
+    let mut config = config_for(store.clone(), script(replies));
+    config.hibernate_after = Some(AFTER);
+    let rt = Runtime::start(config).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let id = session.id();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("first")).await.unwrap();
+    within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    session.set_title("kept".into()).await.unwrap();
+
+    // Watched: it stays loaded however long it idles.
+    tokio::time::sleep(AFTER * 5).await;
+    assert!(rt.is_loaded(id));
+    // Unwatched: it hibernates, and nothing reads its log meanwhile.
+    drop(sub);
+    until_loaded(&rt, id, false).await;
+    let reads = store.logs_read();
+    tokio::time::sleep(AFTER * 5).await;
+    assert_eq!(store.logs_read(), reads);
+
+    // Two inputs at once: the first wakes it (one log read) and runs, the second queues
+    // behind it; its seqs go on from the log, and the state (title) is the log's.
+    let a = session.submit(Input::text("second")).await.unwrap();
+    let b = session.submit(Input::text("third")).await.unwrap();
+    assert!(rt.is_loaded(id));
+    assert_eq!(store.logs_read(), reads + 1);
+    let mut sub = subscribe(&session, false).await;
+    let mut completed = 0;
+    let log = within(events_until(&mut sub, |e| {
+        completed += usize::from(is_turn_complete(e));
+        completed == 3
+    }))
+    .await
+    .unwrap();
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq.0).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let started: Vec<InputId> = log
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TurnStarted { input_id } => Some(input_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started[1..], [a, b]);
+    assert!(types(&log).contains(&"input_queued"), "{:?}", types(&log));
+    let summary = rt.list_sessions().unwrap();
+    assert_eq!(summary[0].title.as_deref(), Some("kept"));
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscription_wakes_a_hibernated_session_with_its_whole_log() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let mut config = config_for(
+        store.clone(),
+        script(json!({"responses": [{"text": "one"}]})),
+    );
+    config.hibernate_after = Some(AFTER);
+    let rt = Runtime::start(config).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    session.submit(Input::text("first")).await.unwrap();
+    let before = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    drop(sub);
+    until_loaded(&rt, session.id(), false).await;
+    let mut sub = subscribe(&session, false).await;
+    assert!(rt.is_loaded(session.id()));
+    let after = within(events_until(&mut sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert_eq!(after, before);
+    rt.shutdown().await;
+}
+
+/// A session's first events, as written by hand.
+fn raw(id: SessionId, kinds: Vec<EventKind>) -> Vec<Event> {
+    let run = Some(RunId::new());
+    kinds
+        .into_iter()
+        .zip(1..)
+        .map(|(kind, seq)| Event {
+            session_id: id,
+            seq: Seq(seq),
+            run_id: (seq > 1).then_some(run).flatten(),
+            at_ms: 1,
+            kind,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_reads_only_the_logs_of_sessions_with_something_to_recover() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let created = || EventKind::SessionCreated {
+        config: SessionConfig::new("/tmp"),
+    };
+    for _ in 0..50 {
+        store
+            .append(raw(SessionId::new(), vec![created()]))
+            .await
+            .unwrap();
+    }
+    let interrupted = SessionId::new();
+    let input = InputId::new();
+    let events = raw(
+        interrupted,
+        vec![
+            created(),
+            EventKind::UserMessage {
+                input_id: input,
+                input: Input::text("go"),
+            },
+            EventKind::TurnStarted { input_id: input },
+        ],
+    );
+    store.append(events).await.unwrap();
+    let rt = Runtime::start(config_for(store.clone(), script(json!({"responses": []}))))
+        .await
+        .unwrap();
+    let reads = store.logs_read();
+    assert_eq!(rt.recover_all().await.unwrap(), 1);
+    assert_eq!(
+        store.logs_read() - reads,
+        1,
+        "one log read: the interrupted session's"
+    );
+    assert!(rt.is_loaded(interrupted));
+    assert_eq!(rt.loaded_sessions(), 1);
+    rt.shutdown().await;
+}
