@@ -436,3 +436,68 @@ fn continue_false_from_a_tool_hook_ends_the_turn_after_the_step() {
     );
     assert_eq!(decisions(&events), [pair("PostToolUse", "stop")]);
 }
+
+#[test]
+fn the_files_a_hook_command_names_are_asked_before_any_write() {
+    let config = r#"[[hooks.Stop]]
+hooks = [{ type = "command", command = "python3 check.py" }, { type = "command", command = "\"$CLAUDE_PROJECT_DIR\"/hooks/ctx.sh" }]
+"#;
+    let project = HookProject::new(config, &[]);
+    std::fs::create_dir(project.work.join("hooks")).unwrap();
+    let check = project.work.join("check.py");
+    let ctx = project.work.join("hooks/ctx.sh");
+    std::fs::write(&check, "print('{}')\n").unwrap();
+    std::fs::write(&ctx, "#!/bin/bash\necho '{}'\n").unwrap();
+    let mut mode = std::fs::metadata(&ctx).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o755);
+    std::fs::set_permissions(&ctx, mode).unwrap();
+    let runs = [
+        (
+            "auto",
+            json!([
+                {"tool_calls": [
+                    {"id": "py", "name": "shell", "arguments": {"command": "echo 'open(\"pwned\",\"w\")' >> check.py"}},
+                    {"id": "sh", "name": "shell", "arguments": {"command": "echo 'touch pwned' >> hooks/ctx.sh"}}
+                ]},
+                {"text": "done"}
+            ]),
+        ),
+        (
+            "auto-edit",
+            json!([
+                {"tool_calls": [
+                    {"id": "py", "name": "write_file", "arguments": {"path": "check.py", "content": "open('pwned','w')\n"}},
+                    {"id": "sh", "name": "write_file", "arguments": {"path": "hooks/ctx.sh", "content": "touch pwned\n"}}
+                ]},
+                {"text": "done"}
+            ]),
+        ),
+    ];
+    for (approval, calls) in runs {
+        let _ = std::fs::remove_dir_all(&project.data);
+        let script = project.script("s.json", &calls);
+        assert_ok(&project.run(approval, &script, &["go"]));
+        let events = project.events();
+        let asked: Vec<_> = events
+            .iter()
+            .filter(|e| e["type"] == "approval_requested")
+            .map(|e| e["tool_call_id"].clone())
+            .collect();
+        assert_eq!(asked, [json!("py"), json!("sh")], "{approval}: {events:#?}");
+        for id in ["py", "sh"] {
+            assert_eq!(result_of(&events, id)["is_error"], true, "{approval} {id}");
+        }
+        assert_eq!(std::fs::read_to_string(&check).unwrap(), "print('{}')\n");
+        assert_eq!(
+            std::fs::read_to_string(&ctx).unwrap(),
+            "#!/bin/bash\necho '{}'\n"
+        );
+        assert!(!project.work.join("pwned").exists(), "{approval}");
+        // The Stop hooks ran, unchanged.
+        assert_eq!(
+            decisions(&events),
+            [pair("Stop", "none"), pair("Stop", "none")],
+            "{approval}"
+        );
+    }
+}
