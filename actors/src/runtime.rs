@@ -215,8 +215,6 @@ pub(crate) struct RuntimeDeps {
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
     /// Every hook of the runtime.
     pub hooks: Arc<crate::hooks::Hooks>,
-    /// Every command hook's command: the scripts they name are protected paths.
-    pub hook_commands: Vec<String>,
     /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
     pub idle_logs: crate::session::log::IdleLogs,
     /// [`RuntimeConfig::default_provider`] and [`RuntimeConfig::default_model`].
@@ -360,7 +358,6 @@ impl Runtime {
             attachments: config.attachments,
             queued_on_restart: config.queued_on_restart,
             sub_agents: agent.clone(),
-            hook_commands: hooks.commands(),
             hooks,
             idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
             default_provider: config.default_provider,

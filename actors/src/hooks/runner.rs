@@ -51,13 +51,14 @@ impl Hooks {
     #[must_use]
     pub fn any(&self, event: HookEvent, subject: Option<&str>) -> bool {
         self.in_process.iter().any(|h| h.applies(event, subject))
-            || self.commands.matching(event, subject).next().is_some()
+            || self.commands.any(event, subject)
     }
 
-    /// Every configured command (their scripts are protected paths).
+    /// Every command that applies to a session in `cwd` (their scripts are protected
+    /// paths).
     #[must_use]
-    pub fn commands(&self) -> Vec<String> {
-        self.commands.commands()
+    pub fn commands(&self, cwd: &Path) -> Vec<String> {
+        self.commands.commands(project_of(cwd).as_deref())
     }
 
     /// Writes `events` (the session's log) as JSONL for the hooks to read and returns
@@ -97,7 +98,8 @@ impl Hooks {
             events.push(ran(input, None, name, started, &response));
             responses.push(response);
         }
-        for group in self.commands.matching(event, subject) {
+        let project = project_of(&input.cwd);
+        for group in self.commands.matching(event, subject, project.as_deref()) {
             for hook in &group.hooks {
                 let started = Instant::now();
                 let response = command::run(hook, input).await;
@@ -117,6 +119,12 @@ impl Hooks {
             events,
         }
     }
+}
+
+/// The project a session in `cwd` belongs to, as trust names it (its canonical root):
+/// a trusted project's hooks apply only to sessions whose root it is.
+fn project_of(cwd: &Path) -> Option<PathBuf> {
+    crate::trust::project_key(cwd).ok()
 }
 
 /// The `hook_ran` event of one run (a failure is logged too, without the hook's output).
