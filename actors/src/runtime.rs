@@ -106,6 +106,10 @@ pub struct RuntimeConfig {
     /// Where each session's log is exported as JSONL for hooks (`transcript_path`);
     /// `None`: not exported, and `transcript_path` is empty.
     pub transcript_dir: Option<std::path::PathBuf>,
+    /// The sandbox helper command hooks run under (policy `none`: its parent-death
+    /// signal and subreaper tree-kill, as for the shell tool); `None`: plain `bash` in its
+    /// own process group.
+    pub hook_supervisor: Option<crate::tools::sandbox::SandboxRunner>,
     /// In-process stop hooks (the older API), run as `Stop` / `SubagentStop` hooks after
     /// [`Self::hooks`].
     pub stop_hooks: Vec<Arc<dyn crate::hooks::StopHook>>,
@@ -183,6 +187,7 @@ impl RuntimeConfig {
             hooks: Vec::new(),
             command_hooks: crate::hooks::HookCommands::default(),
             transcript_dir: None,
+            hook_supervisor: None,
             stop_hooks: Vec::new(),
             stop_hook_commands: Vec::new(),
             stop_hook_timeout: crate::hooks::config::DEFAULT_TIMEOUT,
@@ -577,4 +582,5 @@ fn hooks_of(config: &RuntimeConfig) -> crate::hooks::Hooks {
         config.stop_hook_timeout,
     ));
     crate::hooks::Hooks::new(in_process, commands, config.transcript_dir.clone())
+        .supervised_by(config.hook_supervisor.clone())
 }

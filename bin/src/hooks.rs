@@ -29,9 +29,12 @@ pub(crate) fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
     Ok(hooks)
 }
 
-/// Puts `hooks` into `config`, with the transcript directory under `data_dir`.
+/// Puts `hooks` into `config`, run under the sandbox helper (as the shell tool's
+/// commands: they die with `foya` and leave nothing running), with the transcript
+/// directory under `data_dir`.
 pub(crate) fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &Path) {
     config.command_hooks = hooks;
+    config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::from_env());
     config.transcript_dir = Some(transcript_dir(data_dir));
 }
 

@@ -501,3 +501,41 @@ hooks = [{ type = "command", command = "python3 check.py" }, { type = "command",
         );
     }
 }
+
+#[test]
+fn a_hook_leaves_no_process_behind_and_a_background_child_does_not_stall_it() {
+    let config = r#"[[hooks.PreToolUse]]
+hooks = [{ type = "command", command = "setsid bash -c \"exec -a hook-orphan-312 sleep 312\" & exit 0" }]
+[[hooks.Stop]]
+hooks = [{ type = "command", command = "(exec -a hook-pipe-311 sleep 311) & echo \"{}\"; exit 0", timeout = 30 }]
+"#;
+    let project = HookProject::new(config, &[]);
+    let script = project.script(
+        "s.json",
+        &json!([
+            {"tool_calls": [{"id": "c", "name": "shell", "arguments": {"command": "echo hi"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let started = Instant::now();
+    assert_ok(&project.run("auto", &script, &["go"]));
+    let took = started.elapsed();
+    let left: Vec<_> = ["hook-orphan-312", "hook-pipe-311"]
+        .iter()
+        .flat_map(|m| foya_tests::procs::marked(m))
+        .collect();
+    for (pid, _) in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(left.is_empty(), "left running: {left:?}");
+    // The Stop hook's output was used as soon as its shell exited, not after 30 s.
+    let events = project.events();
+    assert_eq!(
+        decisions(&events),
+        [pair("PreToolUse", "none"), pair("Stop", "none")]
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}

@@ -4,6 +4,7 @@
 
 use super::decision::{Merged, merge};
 use super::{Hook, HookCommands, HookEvent, HookInput, HookResponse, command};
+use crate::tools::sandbox::SandboxRunner;
 use foya_protocol::{Event, EventKind, HookDecision, SessionId};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -21,6 +22,8 @@ pub struct Hooks {
     /// Where session transcripts are exported for hooks (`None`: not exported, and
     /// `transcript_path` is empty).
     transcript_dir: Option<PathBuf>,
+    /// The sandbox helper command hooks run under (`command::run`); `None`: plain bash.
+    supervisor: Option<SandboxRunner>,
 }
 
 /// What the hooks of one point did.
@@ -44,7 +47,15 @@ impl Hooks {
             in_process,
             commands,
             transcript_dir,
+            supervisor: None,
         }
+    }
+
+    /// These hooks, with command hooks run under `supervisor` (see `command::run`).
+    #[must_use]
+    pub fn supervised_by(mut self, supervisor: Option<SandboxRunner>) -> Self {
+        self.supervisor = supervisor;
+        self
     }
 
     /// Whether any hook runs at `event` for `subject`.
@@ -102,7 +113,7 @@ impl Hooks {
         for group in self.commands.matching(event, subject, project.as_deref()) {
             for hook in &group.hooks {
                 let started = Instant::now();
-                let response = command::run(hook, input).await;
+                let response = command::run(hook, input, self.supervisor.as_ref()).await;
                 let matcher = group.matcher.clone();
                 events.push(ran(
                     input,
