@@ -539,3 +539,47 @@ hooks = [{ type = "command", command = "(exec -a hook-pipe-311 sleep 311) & echo
     );
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
+
+#[test]
+fn a_killed_foya_takes_its_running_hook_with_it() {
+    let config = r#"[[hooks.PreToolUse]]
+hooks = [{ type = "command", command = "exec -a hook-sleep-315 sleep 315" }]
+"#;
+    let project = HookProject::new(config, &[]);
+    let script = project.script(
+        "s.json",
+        &json!([
+            {"tool_calls": [{"id": "c", "name": "shell", "arguments": {"command": "echo hi"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let mut child = project
+        .command("auto", &script)
+        .arg("go")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The hook is running once its process shows up in /proc (an OS condition, polled
+    // under one deadline).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let found = foya_tests::procs::marked("hook-sleep-315");
+        if !found.is_empty() || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!running.is_empty(), "the hook never started");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let pids: Vec<i32> = running.iter().map(|(pid, _)| *pid).collect();
+    let exited = foya_tests::procs::wait_exited(&pids, Instant::now() + Duration::from_secs(30));
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(exited, "the hook outlived foya: {running:?}");
+}
