@@ -139,6 +139,10 @@ pub struct RuntimeConfig {
     /// Where each session's log is exported as JSONL for hooks (`transcript_path`);
     /// `None`: not exported, and `transcript_path` is empty.
     pub transcript_dir: Option<std::path::PathBuf>,
+    /// The sandbox helper command hooks run under (policy `none`: its parent-death
+    /// signal and subreaper tree-kill, as for the shell tool); `None`: plain `bash` in its
+    /// own process group.
+    pub hook_supervisor: Option<crate::tools::sandbox::SandboxRunner>,
     /// In-process stop hooks (the older API), run as `Stop` / `SubagentStop` hooks after
     /// [`Self::hooks`].
     pub stop_hooks: Vec<Arc<dyn crate::hooks::StopHook>>,
@@ -235,6 +239,7 @@ impl RuntimeConfig {
             hooks: Vec::new(),
             command_hooks: crate::hooks::HookCommands::default(),
             transcript_dir: None,
+            hook_supervisor: None,
             stop_hooks: Vec::new(),
             stop_hook_commands: Vec::new(),
             stop_hook_timeout: crate::hooks::config::DEFAULT_TIMEOUT,
@@ -271,8 +276,6 @@ pub(crate) struct RuntimeDeps {
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
     /// Every hook of the runtime.
     pub hooks: Arc<crate::hooks::Hooks>,
-    /// Every command hook's command: the scripts they name are protected paths.
-    pub hook_commands: Vec<String>,
     /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
     pub idle_logs: crate::session::log::IdleLogs,
     /// [`RuntimeConfig::default_provider`] and [`RuntimeConfig::default_model`].
@@ -463,7 +466,6 @@ impl Runtime {
             attachments: config.attachments,
             queued_on_restart: config.queued_on_restart,
             sub_agents: agent.clone(),
-            hook_commands: hooks.commands(),
             hooks,
             idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
             default_provider: config.default_provider,
@@ -715,4 +717,5 @@ fn hooks_of(config: &RuntimeConfig) -> crate::hooks::Hooks {
         config.stop_hook_timeout,
     ));
     crate::hooks::Hooks::new(in_process, commands, config.transcript_dir.clone())
+        .supervised_by(config.hook_supervisor.clone())
 }

@@ -9,7 +9,9 @@ use foya_actors::provider::config::{project_file, read_optional, user_file};
 use foya_actors::runtime::RuntimeConfig;
 use std::path::{Path, PathBuf};
 
-/// The command hooks for a session in `cwd`: the user's, then the trusted project's.
+/// The command hooks for a session in `cwd`: the user's, then the trusted project's
+/// (marked with the project's root: they apply only to sessions of that project, also
+/// in `foya serve`, whose sessions may be anywhere).
 ///
 /// # Errors
 /// A file cannot be read or parsed, or its `[hooks]` is not valid (the message names
@@ -19,15 +21,20 @@ pub(crate) fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
     if let Some(user) = user_file() {
         hooks.extend(of_file(&user)?);
     }
-    if foya_actors::trust::is_trusted(cwd) {
-        hooks.extend(of_file(&project_file(cwd))?);
+    if foya_actors::trust::is_trusted(cwd)
+        && let Ok(root) = foya_actors::trust::project_key(cwd)
+    {
+        hooks.extend(of_file(&project_file(cwd))?.of_project(&root));
     }
     Ok(hooks)
 }
 
-/// Puts `hooks` into `config`, with the transcript directory under `data_dir`.
+/// Puts `hooks` into `config`, run under the sandbox helper (as the shell tool's
+/// commands: they die with `foya` and leave nothing running), with the transcript
+/// directory under `data_dir`.
 pub(crate) fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &Path) {
     config.command_hooks = hooks;
+    config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::from_env());
     config.transcript_dir = Some(transcript_dir(data_dir));
 }
 
@@ -63,7 +70,7 @@ mod tests {
         assert!(of_file(&file).unwrap().is_empty());
         std::fs::write(&file, "[hooks]\nstop = [\"./check.sh\", \"make lint\"]\n").unwrap();
         assert_eq!(
-            of_file(&file).unwrap().commands(),
+            of_file(&file).unwrap().commands(None),
             ["./check.sh", "make lint"]
         );
         std::fs::write(&file, "[hooks]\nstop = \"x\"\n").unwrap();

@@ -465,3 +465,150 @@ fn continue_false_from_a_tool_hook_ends_the_turn_after_the_step() {
     );
     assert_eq!(decisions(&events), [pair("PostToolUse", "stop")]);
 }
+
+#[test]
+fn the_files_a_hook_command_names_are_asked_before_any_write() {
+    let config = r#"[[hooks.Stop]]
+hooks = [{ type = "command", command = "python3 check.py" }, { type = "command", command = "\"$CLAUDE_PROJECT_DIR\"/hooks/ctx.sh" }]
+"#;
+    let project = HookProject::new(config, &[]);
+    std::fs::create_dir(project.work.join("hooks")).unwrap();
+    let check = project.work.join("check.py");
+    let ctx = project.work.join("hooks/ctx.sh");
+    std::fs::write(&check, "print('{}')\n").unwrap();
+    std::fs::write(&ctx, "#!/bin/bash\necho '{}'\n").unwrap();
+    let mut mode = std::fs::metadata(&ctx).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o755);
+    std::fs::set_permissions(&ctx, mode).unwrap();
+    let runs = [
+        (
+            "auto",
+            json!([
+                {"tool_calls": [
+                    {"id": "py", "name": "shell", "arguments": {"command": "echo 'open(\"pwned\",\"w\")' >> check.py"}},
+                    {"id": "sh", "name": "shell", "arguments": {"command": "echo 'touch pwned' >> hooks/ctx.sh"}}
+                ]},
+                {"text": "done"}
+            ]),
+        ),
+        (
+            "auto-edit",
+            json!([
+                {"tool_calls": [
+                    {"id": "py", "name": "write_file", "arguments": {"path": "check.py", "content": "open('pwned','w')\n"}},
+                    {"id": "sh", "name": "write_file", "arguments": {"path": "hooks/ctx.sh", "content": "touch pwned\n"}}
+                ]},
+                {"text": "done"}
+            ]),
+        ),
+    ];
+    for (approval, calls) in runs {
+        let _ = std::fs::remove_dir_all(&project.data);
+        let script = project.script("s.json", &calls);
+        assert_ok(&project.run(approval, &script, &["go"]));
+        let events = project.events();
+        let asked: Vec<_> = events
+            .iter()
+            .filter(|e| e["type"] == "approval_requested")
+            .map(|e| e["tool_call_id"].clone())
+            .collect();
+        assert_eq!(asked, [json!("py"), json!("sh")], "{approval}: {events:#?}");
+        for id in ["py", "sh"] {
+            assert_eq!(result_of(&events, id)["is_error"], true, "{approval} {id}");
+        }
+        assert_eq!(std::fs::read_to_string(&check).unwrap(), "print('{}')\n");
+        assert_eq!(
+            std::fs::read_to_string(&ctx).unwrap(),
+            "#!/bin/bash\necho '{}'\n"
+        );
+        assert!(!project.work.join("pwned").exists(), "{approval}");
+        // The Stop hooks ran, unchanged.
+        assert_eq!(
+            decisions(&events),
+            [pair("Stop", "none"), pair("Stop", "none")],
+            "{approval}"
+        );
+    }
+}
+
+#[test]
+fn a_hook_leaves_no_process_behind_and_a_background_child_does_not_stall_it() {
+    let config = r#"[[hooks.PreToolUse]]
+hooks = [{ type = "command", command = "setsid bash -c \"exec -a hook-orphan-312 sleep 312\" & exit 0" }]
+[[hooks.Stop]]
+hooks = [{ type = "command", command = "(exec -a hook-pipe-311 sleep 311) & echo \"{}\"; exit 0", timeout = 30 }]
+"#;
+    let project = HookProject::new(config, &[]);
+    let script = project.script(
+        "s.json",
+        &json!([
+            {"tool_calls": [{"id": "c", "name": "shell", "arguments": {"command": "echo hi"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let started = Instant::now();
+    assert_ok(&project.run("auto", &script, &["go"]));
+    let took = started.elapsed();
+    let left: Vec<_> = ["hook-orphan-312", "hook-pipe-311"]
+        .iter()
+        .flat_map(|m| foya_tests::procs::marked(m))
+        .collect();
+    for (pid, _) in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(left.is_empty(), "left running: {left:?}");
+    // The Stop hook's output was used as soon as its shell exited, not after 30 s.
+    let events = project.events();
+    assert_eq!(
+        decisions(&events),
+        [pair("PreToolUse", "none"), pair("Stop", "none")]
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn a_killed_foya_takes_its_running_hook_with_it() {
+    let config = r#"[[hooks.PreToolUse]]
+hooks = [{ type = "command", command = "exec -a hook-sleep-315 sleep 315" }]
+"#;
+    let project = HookProject::new(config, &[]);
+    let script = project.script(
+        "s.json",
+        &json!([
+            {"tool_calls": [{"id": "c", "name": "shell", "arguments": {"command": "echo hi"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let mut child = project
+        .command("auto", &script)
+        .arg("go")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The hook is running once its process shows up in /proc (an OS condition, polled
+    // under one deadline).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let found = foya_tests::procs::marked("hook-sleep-315");
+        if !found.is_empty() || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!running.is_empty(), "the hook never started");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let pids: Vec<i32> = running.iter().map(|(pid, _)| *pid).collect();
+    let exited = foya_tests::procs::wait_exited(&pids, Instant::now() + Duration::from_secs(30));
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(exited, "the hook outlived foya: {running:?}");
+}

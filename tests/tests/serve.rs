@@ -827,6 +827,8 @@ async fn shutdown_scenario() {
 
 #[path = "serve/bodies.rs"]
 mod bodies;
+#[path = "serve/hooks.rs"]
+mod hooks;
 #[path = "serve/pressure.rs"]
 mod pressure;
 #[path = "serve/script_end.rs"]

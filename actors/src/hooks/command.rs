@@ -22,10 +22,9 @@
 //! sandbox or a tool list: a hook cannot widen permissions.
 
 use super::{CommandHook, HookEvent, HookInput, HookResponse};
-use crate::tools::sandbox::is_secret_name;
+use crate::tools::SandboxPolicy;
+use crate::tools::sandbox::{ProcessGroupGuard, SandboxRunner, is_secret_name};
 use foya_protocol::HookDecision;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use std::process::Stdio;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -56,22 +55,19 @@ struct Specific {
     additional_context: Option<String>,
 }
 
-/// Kills the process group on drop (timeout, cancel, done).
-struct GroupGuard(Option<i32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-    }
-}
-
-/// Runs `hook` with `input` and interprets what it did.
+/// Runs `hook` with `input` and interprets what it did. With a `supervisor` (the
+/// sandbox helper, as `foya` gives it), the hook runs under it with policy `none`, so
+/// the shell tool's rules hold: its processes die with the runtime (parent-death
+/// signal), and when the hook's shell ends, every process it left (a `setsid` one too:
+/// the helper is a subreaper) is killed. Without one, only its process group is killed.
 ///
 /// # Cancel safety
-/// Dropping the future kills the hook's process group.
-pub async fn run(hook: &CommandHook, input: &HookInput) -> HookResponse {
+/// Dropping the future kills the hook's processes.
+pub async fn run(
+    hook: &CommandHook,
+    input: &HookInput,
+    supervisor: Option<&SandboxRunner>,
+) -> HookResponse {
     let Some(event) = input.event() else {
         return HookResponse::failed("unknown hook point");
     };
@@ -79,32 +75,22 @@ pub async fn run(hook: &CommandHook, input: &HookInput) -> HookResponse {
         Ok(json) => json,
         Err(e) => return HookResponse::failed(format!("cannot encode the hook input: {e}")),
     };
-    let mut command = tokio::process::Command::new("bash");
+    let mut command = match hook_command(hook, &input.cwd, supervisor) {
+        Ok(command) => command,
+        Err(e) => return HookResponse::failed(format!("cannot prepare the hook: {e}")),
+    };
     let project = crate::context::project_root(&input.cwd);
     command
-        .arg("-c")
-        .arg(&hook.command)
-        .current_dir(&input.cwd)
         .env("FOYA_PROJECT_DIR", &project)
         .env("CLAUDE_PROJECT_DIR", &project)
-        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // Like a tool's processes, a hook does not see the runtime's keys (`*KEY*`,
-    // `*SECRET*`, `*TOKEN*`): a project's hook cannot send a user's key anywhere.
-    for name in std::env::vars_os()
-        .map(|(name, _)| name)
-        .filter(|name| is_secret_name(name))
-    {
-        command.env_remove(name);
-    }
+        .stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => return HookResponse::failed(format!("cannot start the hook: {e}")),
     };
-    let _guard = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
+    let mut guard = ProcessGroupGuard::new(child.id());
     let (Some(mut pipe), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -119,7 +105,11 @@ pub async fn run(hook: &CommandHook, input: &HookInput) -> HookResponse {
         let ((), out, err) = tokio::join!(write, read_capped(stdout), read_capped(stderr));
         (child.wait().await, out, err)
     };
-    match tokio::time::timeout(hook.timeout, finished).await {
+    let result = tokio::time::timeout(hook.timeout, finished).await;
+    if matches!(result, Ok((Ok(_), _, _))) {
+        guard.leader_reaped();
+    }
+    match result {
         Err(_) => HookResponse::failed(format!(
             "timed out after {} s; its process group was killed",
             hook.timeout.as_secs()
@@ -135,6 +125,37 @@ pub async fn run(hook: &CommandHook, input: &HookInput) -> HookResponse {
             &String::from_utf8_lossy(&err),
         ),
     }
+}
+
+/// `bash -c COMMAND` in `cwd`, in its own process group, without the secret-named
+/// variables: under `supervisor` (policy `none`) when there is one.
+fn hook_command(
+    hook: &CommandHook,
+    cwd: &std::path::Path,
+    supervisor: Option<&SandboxRunner>,
+) -> std::io::Result<tokio::process::Command> {
+    if let Some(runner) = supervisor {
+        let args = ["-c".into(), hook.command.clone().into()];
+        return Ok(runner
+            .spawn(SandboxPolicy::None, cwd, &[], "bash", &args)?
+            .command);
+    }
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .arg("-c")
+        .arg(&hook.command)
+        .current_dir(cwd)
+        .process_group(0)
+        .kill_on_drop(true);
+    // Like a tool's processes, a hook does not see the runtime's keys (`*KEY*`,
+    // `*SECRET*`, `*TOKEN*`): a project's hook cannot send a user's key anywhere.
+    for name in std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| is_secret_name(name))
+    {
+        command.env_remove(name);
+    }
+    Ok(command)
 }
 
 /// Reads `pipe` to its end; `None` once it gave more than [`OUTPUT_CAP`] bytes (then it

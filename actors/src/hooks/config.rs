@@ -16,6 +16,7 @@
 use regex::Regex;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::HookEvent;
@@ -85,6 +86,10 @@ pub struct MatcherGroup {
     regex: Option<Regex>,
     /// The hooks, run in order.
     pub hooks: Vec<CommandHook>,
+    /// Where it was configured: `None` for the user's own file (it applies to every
+    /// session), else the trusted project's root ([`crate::trust::project_key`]): it
+    /// applies only to sessions of that project.
+    pub origin: Option<PathBuf>,
 }
 
 impl MatcherGroup {
@@ -105,7 +110,14 @@ impl MatcherGroup {
             matcher,
             regex,
             hooks,
+            origin: None,
         })
+    }
+
+    /// Whether it applies to a session whose project root is `project`.
+    #[must_use]
+    pub fn applies_in(&self, project: Option<&Path>) -> bool {
+        self.origin.is_none() || self.origin.as_deref() == project
     }
 
     /// Whether it selects `subject` (a tool name, a `source`, a `trigger`; `None` for
@@ -121,7 +133,7 @@ impl MatcherGroup {
 
 impl PartialEq for MatcherGroup {
     fn eq(&self, other: &Self) -> bool {
-        self.matcher == other.matcher && self.hooks == other.hooks
+        self.matcher == other.matcher && self.hooks == other.hooks && self.origin == other.origin
     }
 }
 
@@ -205,6 +217,7 @@ impl HookCommands {
                 matcher: None,
                 regex: None,
                 hooks,
+                origin: None,
             }],
         );
         out
@@ -229,25 +242,47 @@ impl HookCommands {
         }
     }
 
-    /// The groups of `event` selecting `subject`, in order.
-    pub fn matching(
-        &self,
+    /// These hooks as the ones of the trusted project whose root is `root`: they apply
+    /// only to sessions of that project.
+    #[must_use]
+    pub fn of_project(mut self, root: &Path) -> Self {
+        for group in self.groups.values_mut().flatten() {
+            group.origin = Some(root.to_owned());
+        }
+        self
+    }
+
+    /// The groups of `event` selecting `subject` that apply to a session whose project
+    /// root is `project` (the user's everywhere, a project's in that project), in order.
+    pub fn matching<'a>(
+        &'a self,
         event: HookEvent,
-        subject: Option<&str>,
-    ) -> impl Iterator<Item = &MatcherGroup> {
+        subject: Option<&'a str>,
+        project: Option<&'a Path>,
+    ) -> impl Iterator<Item = &'a MatcherGroup> {
         self.groups
             .get(&event)
             .into_iter()
             .flatten()
-            .filter(move |g| g.matches(subject))
+            .filter(move |g| g.matches(subject) && g.applies_in(project))
     }
 
-    /// Every command of every point (their scripts are protected paths).
+    /// Whether any group of `event` selects `subject`, in any project.
     #[must_use]
-    pub fn commands(&self) -> Vec<String> {
+    pub fn any(&self, event: HookEvent, subject: Option<&str>) -> bool {
+        self.groups
+            .get(&event)
+            .is_some_and(|groups| groups.iter().any(|g| g.matches(subject)))
+    }
+
+    /// Every command of every point that applies in `project` (their scripts are
+    /// protected paths).
+    #[must_use]
+    pub fn commands(&self, project: Option<&Path>) -> Vec<String> {
         self.groups
             .values()
             .flatten()
+            .filter(|g| g.applies_in(project))
             .flat_map(|g| g.hooks.iter().map(|h| h.command.clone()))
             .collect()
     }
@@ -327,7 +362,7 @@ hooks = [{ type = "command", command = "fmt" }]
         .unwrap();
         let commands = |event, subject| {
             hooks
-                .matching(event, subject)
+                .matching(event, subject, None)
                 .flat_map(|g| {
                     g.hooks
                         .iter()
@@ -354,7 +389,15 @@ hooks = [{ type = "command", command = "fmt" }]
         );
         assert_eq!(commands(HookEvent::PostToolUse, Some("shell")), []);
         assert_eq!(commands(HookEvent::Stop, None), [("make lint", 60)]);
-        assert_eq!(hooks.commands(), ["./v.sh", "fmt", "make lint"]);
+        assert_eq!(hooks.commands(None), ["./v.sh", "fmt", "make lint"]);
+        let project = hooks.clone().of_project(Path::new("/p"));
+        assert_eq!(project.commands(None), Vec::<String>::new());
+        assert_eq!(
+            project.commands(Some(Path::new("/q"))),
+            Vec::<String>::new()
+        );
+        assert_eq!(project.commands(Some(Path::new("/p"))).len(), 3);
+        assert!(project.any(HookEvent::Stop, None));
     }
 
     #[test]

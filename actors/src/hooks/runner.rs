@@ -4,6 +4,7 @@
 
 use super::decision::{Merged, merge};
 use super::{Hook, HookCommands, HookEvent, HookInput, HookResponse, command};
+use crate::tools::sandbox::SandboxRunner;
 use foya_protocol::{Event, EventKind, HookDecision, SessionId};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -21,6 +22,8 @@ pub struct Hooks {
     /// Where session transcripts are exported for hooks (`None`: not exported, and
     /// `transcript_path` is empty).
     transcript_dir: Option<PathBuf>,
+    /// The sandbox helper command hooks run under (`command::run`); `None`: plain bash.
+    supervisor: Option<SandboxRunner>,
 }
 
 /// What the hooks of one point did.
@@ -44,20 +47,29 @@ impl Hooks {
             in_process,
             commands,
             transcript_dir,
+            supervisor: None,
         }
+    }
+
+    /// These hooks, with command hooks run under `supervisor` (see `command::run`).
+    #[must_use]
+    pub fn supervised_by(mut self, supervisor: Option<SandboxRunner>) -> Self {
+        self.supervisor = supervisor;
+        self
     }
 
     /// Whether any hook runs at `event` for `subject`.
     #[must_use]
     pub fn any(&self, event: HookEvent, subject: Option<&str>) -> bool {
         self.in_process.iter().any(|h| h.applies(event, subject))
-            || self.commands.matching(event, subject).next().is_some()
+            || self.commands.any(event, subject)
     }
 
-    /// Every configured command (their scripts are protected paths).
+    /// Every command that applies to a session in `cwd` (their scripts are protected
+    /// paths).
     #[must_use]
-    pub fn commands(&self) -> Vec<String> {
-        self.commands.commands()
+    pub fn commands(&self, cwd: &Path) -> Vec<String> {
+        self.commands.commands(project_of(cwd).as_deref())
     }
 
     /// Writes `events` (the session's log) as JSONL for the hooks to read and returns
@@ -97,10 +109,11 @@ impl Hooks {
             events.push(ran(input, None, name, started, &response));
             responses.push(response);
         }
-        for group in self.commands.matching(event, subject) {
+        let project = project_of(&input.cwd);
+        for group in self.commands.matching(event, subject, project.as_deref()) {
             for hook in &group.hooks {
                 let started = Instant::now();
-                let response = command::run(hook, input).await;
+                let response = command::run(hook, input, self.supervisor.as_ref()).await;
                 let matcher = group.matcher.clone();
                 events.push(ran(
                     input,
@@ -117,6 +130,12 @@ impl Hooks {
             events,
         }
     }
+}
+
+/// The project a session in `cwd` belongs to, as trust names it (its canonical root):
+/// a trusted project's hooks apply only to sessions whose root it is.
+fn project_of(cwd: &Path) -> Option<PathBuf> {
+    crate::trust::project_key(cwd).ok()
 }
 
 /// The `hook_ran` event of one run (a failure is logged too, without the hook's output).

@@ -32,18 +32,17 @@ pub struct Protected {
 }
 
 impl Protected {
-    /// The protected paths for `cwd`, with the scripts named by `hook_commands` (shell
-    /// commands, run in `cwd`: a first word that is a path, `./check.sh` or
-    /// `scripts/lint`, or a path argument of an interpreter, `bash hooks/stop.sh`).
+    /// The protected paths for `cwd`, with the files named by `hook_commands` (shell
+    /// commands, run in `cwd`, [`hook_files`]).
     #[must_use]
     pub fn new(cwd: &Path, hook_commands: &[String]) -> Self {
         let cwd = normalize(Path::new("/"), cwd);
-        let hook_scripts = hook_commands
+        let mut hook_scripts: Vec<PathBuf> = hook_commands
             .iter()
-            .flat_map(|command| shlex::split(command).unwrap_or_default())
-            .filter(|word| word.contains('/') && !word.starts_with('-'))
-            .map(|word| normalize(&cwd, Path::new(&word)))
+            .flat_map(|command| hook_files(command, &cwd))
             .collect();
+        hook_scripts.sort();
+        hook_scripts.dedup();
         Self { cwd, hook_scripts }
     }
 
@@ -131,6 +130,54 @@ impl Protected {
         out.dedup();
         out
     }
+}
+
+/// The variables a hook command may use for the project root (`command.rs` sets them).
+const PROJECT_DIR_VARS: &[&str] = &["CLAUDE_PROJECT_DIR", "FOYA_PROJECT_DIR"];
+
+/// The files a hook command run in `cwd` names, which a model must not change unasked:
+/// every word (split as the shell would, and at `=`, `;`, `|`, `&`, `(`, `)` and
+/// backticks), with `$CLAUDE_PROJECT_DIR`, `${CLAUDE_PROJECT_DIR}` and the same
+/// `FOYA_PROJECT_DIR` expanded to the project root and `~/` to the home directory, taken
+/// relative to `cwd` and to the project root. A word with a `/` counts whether or not
+/// the file exists (`./check.sh`, `"$CLAUDE_PROJECT_DIR"/hooks/x.sh`); a bare word only
+/// when it is an existing file (`check.py` in `python3 check.py`, not `python3`).
+/// Directories, and the working directory's and the root's ancestors, are left out.
+#[must_use]
+pub fn hook_files(command: &str, cwd: &Path) -> Vec<PathBuf> {
+    let root = crate::context::project_root(cwd);
+    let expanded = expand_project_dir(command, &root);
+    let words = shlex::split(&expanded)
+        .unwrap_or_else(|| expanded.split_whitespace().map(str::to_owned).collect());
+    let separators: &[char] = &['=', ';', '|', '&', '(', ')', '`'];
+    let home = dirs::home_dir();
+    words
+        .iter()
+        .flat_map(|w| w.split(separators).map(str::to_owned).collect::<Vec<_>>())
+        .filter(|w| !w.is_empty() && !w.starts_with('-'))
+        .flat_map(|word| {
+            let word = match (word.strip_prefix("~/"), &home) {
+                (Some(rest), Some(home)) => home.join(rest),
+                _ => PathBuf::from(word),
+            };
+            let path_like = word.to_string_lossy().contains('/');
+            [normalize(cwd, &word), normalize(&root, &word)]
+                .into_iter()
+                .filter(move |p| if path_like { !p.is_dir() } else { p.is_file() })
+        })
+        .filter(|p| !cwd.starts_with(p) && !root.starts_with(p))
+        .collect()
+}
+
+/// `command` with [`PROJECT_DIR_VARS`] (`$NAME` and `${NAME}`) replaced by `root`.
+fn expand_project_dir(command: &str, root: &Path) -> String {
+    let root = root.to_string_lossy();
+    PROJECT_DIR_VARS
+        .iter()
+        .fold(command.to_owned(), |text, var| {
+            text.replace(&format!("${{{var}}}"), &root)
+                .replace(&format!("${var}"), &root)
+        })
 }
 
 /// git subcommands that only read the repository (`branch`, `tag`, `remote`, `stash`
@@ -306,6 +353,44 @@ mod tests {
                 "{command}"
             );
         }
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn hook_files_are_found_behind_the_project_dir_variables_and_as_bare_words() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(root.join(".foya")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/check.py"), "").unwrap();
+        let commands = [
+            "python3 check.py".to_owned(),
+            "\"$CLAUDE_PROJECT_DIR\"/hooks/ctx.sh".to_owned(),
+            "cd \"${FOYA_PROJECT_DIR}\" && bash lint/run.sh --fix".to_owned(),
+        ];
+        let p = Protected::new(&root.join("sub"), &commands);
+        let files: Vec<String> = p
+            .hook_scripts
+            .iter()
+            .map(|f| f.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "hooks/ctx.sh",
+                "lint/run.sh",
+                "sub/check.py",
+                "sub/lint/run.sh"
+            ]
+        );
+        assert_eq!(
+            p.named_in("echo x >> check.py").as_deref(),
+            Some("check.py")
+        );
+        assert_eq!(p.named_in("python3 check.py"), Some("check.py".to_owned()));
+        assert!(p.is_protected(&root.join("hooks/ctx.sh")));
+        assert!(!p.is_protected(&root.join("sub/main.rs")));
+        assert!(!p.is_protected(Path::new("python3")));
     }
 
     #[test]

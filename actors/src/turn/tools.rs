@@ -194,7 +194,8 @@ impl Turn {
             .map(|index| (index, run.calls[index].clone()))
             .collect();
         let cancelled = self.args.cancel.is_cancelled();
-        let protected = Protected::new(&self.args.config.cwd, &self.args.deps.hook_commands);
+        let cwd = &self.args.config.cwd;
+        let protected = Protected::new(cwd, &self.args.deps.hooks.commands(cwd));
         let hooks = std::sync::Arc::clone(&self.args.deps.hooks);
         let mut started: Vec<Option<Started>> = ready
             .iter()

@@ -30,6 +30,7 @@ pub(super) async fn start_scripted(
         .arg("--token-file")
         .arg(&token_file)
         .current_dir(dir)
+        .env("HOME", foya_tests::foya_bin::test_home())
         .env_remove("FOYA_DATA_DIR")
         .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())
