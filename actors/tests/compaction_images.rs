@@ -205,16 +205,17 @@ async fn after_a_413_a_tool_results_image_bytes_are_left_out_and_named() {
     let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
     let mut cfg = config(store, model.clone(), options(dir.path()));
     let mut tools = foya_actors::tools::ToolRegistry::new();
-    tools.register(Arc::new(Screenshot(foya_actors::tools::ToolSpec {
-        name: "screenshot".into(),
-        description: "takes a screenshot".into(),
-        parameters: serde_json::json!({"type": "object"}),
-        parallel_safe: false,
-        side_effect: foya_actors::tools::SideEffect::None,
-        cancellable: true,
-        default_timeout_ms: 60_000,
-    })))
-    .unwrap();
+    tools
+        .register(Arc::new(Screenshot(foya_actors::tools::ToolSpec {
+            name: "screenshot".into(),
+            description: "takes a screenshot".into(),
+            parameters: serde_json::json!({"type": "object"}),
+            parallel_safe: false,
+            side_effect: foya_actors::tools::SideEffect::None,
+            cancellable: true,
+            default_timeout_ms: 60_000,
+        })))
+        .unwrap();
     cfg.tools = Arc::new(tools);
     cfg.attachments = Some(Arc::clone(&attachments));
     let rt = foya_actors::Runtime::start(cfg).await.unwrap();
