@@ -34,7 +34,7 @@ pub(crate) fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
 /// directory under `data_dir`.
 pub(crate) fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &Path) {
     config.command_hooks = hooks;
-    config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::from_env());
+    config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::this_binary());
     config.transcript_dir = Some(transcript_dir(data_dir));
 }
 
