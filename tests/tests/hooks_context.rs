@@ -34,6 +34,12 @@ print(json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                   "additionalContext": "Current sprint: hooks"}}))
 "#;
 
+/// A `UserPromptSubmit` hook whose plain stdout (context) quotes the prompt.
+const QUOTE_PROMPT: &str = r#"#!/usr/bin/env python3
+import json, sys
+print("quoted: " + json.load(sys.stdin)["prompt"])
+"#;
+
 /// Claude Code's formatter example (hooks guide), with `sed` standing in for
 /// `prettier` and `.txt` for `.ts`; then a linter whose complaints go to the model.
 const CONFIG: &str = r#"
@@ -126,8 +132,14 @@ async fn context_and_feedback_of_hooks_reach_the_next_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_blocked_prompt_is_logged_with_its_block_and_never_sent() {
     let mock = MockProvider::start().await;
-    let config = "[[hooks.UserPromptSubmit]]\nhooks = [{ type = \"command\", command = \"python3 .foya/hooks/prompt.py\" }]\n";
-    let project = HookProject::new(config, &[("prompt.py", PROMPT_CONTEXT)]);
+    // A second hook adds context quoting the prompt: when the first blocks the prompt,
+    // that context must not reach the model either.
+    let config = "[[hooks.UserPromptSubmit]]\nhooks = [{ type = \"command\", command = \"python3 .foya/hooks/prompt.py\" }]\n\
+                  [[hooks.UserPromptSubmit]]\nhooks = [{ type = \"command\", command = \"python3 .foya/hooks/quote.py\" }]\n";
+    let project = HookProject::new(
+        config,
+        &[("prompt.py", PROMPT_CONTEXT), ("quote.py", QUOTE_PROMPT)],
+    );
     mock.push(MockResponse::sse(openai_chat::text("Hello.")));
     let provider = chat(&mock);
     let (first, second, project) = tokio::task::spawn_blocking(move || {
@@ -157,6 +169,13 @@ async fn a_blocked_prompt_is_logged_with_its_block_and_never_sent() {
         .collect();
     assert_eq!(prompts, [&json!("my password is hunter2"), &json!("hello")]);
     let blocked = events.iter().find(|e| e["type"] == "hook_ran").unwrap();
+    let quoted = events
+        .iter()
+        .filter(|e| e["type"] == "hook_ran" && e["hook"] == "python3 .foya/hooks/quote.py")
+        .map(|e| e["additional_context"].clone())
+        .collect::<Vec<_>>();
+    // The blocked turn's context is not kept; the second turn's is.
+    assert_eq!(quoted, [Value::Null, json!("quoted: hello")]);
     assert_eq!(
         (&blocked["decision"], &blocked["reason"]),
         (
@@ -177,8 +196,11 @@ async fn a_blocked_prompt_is_logged_with_its_block_and_never_sent() {
     let users = contents(&requests[0].body, "user");
     assert!(users.iter().all(|u| !u.contains("hunter2")), "{users:?}");
     assert_eq!(
-        users.last().unwrap(),
-        "[hook context: UserPromptSubmit]\nCurrent sprint: hooks"
+        users[users.len() - 2..],
+        [
+            "[hook context: UserPromptSubmit]\nCurrent sprint: hooks",
+            "[hook context: UserPromptSubmit]\nquoted: hello"
+        ]
     );
 }
 

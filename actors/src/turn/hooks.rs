@@ -80,11 +80,14 @@ impl Turn {
     ) -> Result<Option<HookRun>, ActorProcessingErr> {
         let hooks = Arc::clone(&self.args.deps.hooks);
         let cancel = self.args.cancel.clone();
-        let run = tokio::select! {
+        let mut run = tokio::select! {
             // Cancelled: the `Cancel` message that follows ends the turn.
             () = cancel.cancelled() => return Ok(None),
             run = hooks.run(input) => run,
         };
+        if input.event() == Some(HookEvent::UserPromptSubmit) {
+            forget_context_of_blocked_prompt(&mut run);
+        }
         self.persist(run.events.clone()).await?;
         Ok(Some(run))
     }
@@ -258,6 +261,27 @@ impl Turn {
                 self.finish(myself, Vec::new(), TurnStatus::Completed, None, None)
                     .await
             }
+        }
+    }
+}
+
+/// A prompt that `UserPromptSubmit` hooks block or stop takes the context the other
+/// hooks gave for it out of the log too: that context may quote the blocked prompt, and
+/// the history would otherwise hand it to the model in a later turn.
+fn forget_context_of_blocked_prompt(run: &mut HookRun) {
+    if !matches!(
+        run.merged.decision(),
+        HookDecision::Block | HookDecision::Stop
+    ) {
+        return;
+    }
+    run.merged.context.clear();
+    for event in &mut run.events {
+        if let EventKind::HookRan {
+            additional_context, ..
+        } = event
+        {
+            *additional_context = None;
         }
     }
 }
