@@ -39,7 +39,7 @@ pub(crate) fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &
 }
 
 /// `<data dir>/transcripts`.
-fn transcript_dir(data_dir: &Path) -> PathBuf {
+pub(crate) fn transcript_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("transcripts")
 }
 

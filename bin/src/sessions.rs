@@ -216,7 +216,10 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
         Some(_) => {}
     }
     let model = std::sync::Arc::new(ScriptedClient::from_script(Default::default()));
-    let runtime = Runtime::start(crate::setup::runtime_config(store, model)).await?;
+    let mut config = crate::setup::runtime_config(store, model);
+    // The transcript the session's hooks read goes with it.
+    config.transcript_dir = Some(crate::hooks::transcript_dir(&dir));
+    let runtime = Runtime::start(config).await?;
     let result = match runtime.session(id).await {
         Ok(session) => session.delete().await,
         Err(e) => Err(e),

@@ -165,6 +165,16 @@ fn every_hook_point_fires_with_claude_codes_input() {
         starts,
         [(&json!("startup"), &session), (&json!("resume"), &session)]
     );
+    // Deleting the session removes the transcript its hooks read.
+    let transcript = project.data.join("transcripts").join(format!("{id}.jsonl"));
+    assert!(transcript.is_file(), "{}", transcript.display());
+    let deleted = foya_tests::foya_bin::foya()
+        .args(["sessions", "delete", id, "--data-dir"])
+        .arg(&project.data)
+        .output()
+        .unwrap();
+    assert_ok(&deleted);
+    assert!(!transcript.exists(), "{}", transcript.display());
 }
 
 #[test]

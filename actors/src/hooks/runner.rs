@@ -90,6 +90,21 @@ impl Hooks {
         }
     }
 
+    /// Removes the transcript [`Self::export_transcript`] wrote for `session_id` (a
+    /// deleted session's log leaves no copy behind); a missing file is not an error.
+    pub fn forget_transcript(&self, session_id: SessionId) {
+        let Some(dir) = &self.transcript_dir else {
+            return;
+        };
+        match std::fs::remove_file(dir.join(format!("{session_id}.jsonl"))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(session.id = %session_id, error = %e, "cannot remove the transcript exported for hooks");
+            }
+        }
+    }
+
     /// Runs the hooks of `input`'s point that select its subject.
     ///
     /// # Cancel safety

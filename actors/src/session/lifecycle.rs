@@ -245,6 +245,9 @@ impl Session {
             .collect();
         kinds.push(EventKind::SessionDeleted {});
         let result = self.persist(None, kinds).await.map(|_| ());
+        if result.is_ok() {
+            self.deps.hooks.forget_transcript(self.fold.id);
+        }
         let notice = SessionUpdate::Notice(Notice::Closed {
             session_id: self.fold.id,
             reason: "session deleted".into(),
