@@ -1,4 +1,4 @@
-//! The README's embedding example: a runtime in your own program, with the simulated
+//! The lower-level embedding: a `Runtime` in your own program, with the simulated
 //! model (no key, no server) and an in-memory store. Run it from the repository root
 //! (the simulated model reads `README.md` in the session's working directory):
 //!
