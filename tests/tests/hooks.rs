@@ -582,9 +582,17 @@ hooks = [{ type = "command", command = "(exec -a hook-pipe-311 sleep 311) & echo
 #[test]
 fn a_killed_foya_takes_its_running_hook_with_it() {
     let config = r#"[[hooks.PreToolUse]]
-hooks = [{ type = "command", command = "exec -a hook-sleep-315 sleep 315" }]
+hooks = [{ type = "command", command = "exec -a hook-sleep-315 bash -c 'echo started > ../hook-started; sleep 315'" }]
 "#;
     let project = HookProject::new(config, &[]);
+    // The hook says it runs through a FIFO (an event to wait on, no polling): its
+    // process, marked `hook-sleep-315`, writes once it exists.
+    let started = project.work.join("../hook-started");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&started)
+        .status()
+        .unwrap();
+    assert!(made.success());
     let script = project.script(
         "s.json",
         &json!([
@@ -599,17 +607,17 @@ hooks = [{ type = "command", command = "exec -a hook-sleep-315 sleep 315" }]
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The hook is running once its process shows up in /proc (an OS condition, polled
-    // under one deadline).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let running = loop {
-        let found = foya_tests::procs::marked("hook-sleep-315");
-        if !found.is_empty() || Instant::now() > deadline {
-            break found;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(!running.is_empty(), "the hook never started");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(&started));
+    });
+    let said = rx.recv_timeout(Duration::from_secs(60));
+    assert!(
+        matches!(&said, Ok(Ok(text)) if text.trim() == "started"),
+        "{said:?}"
+    );
+    let running = foya_tests::procs::marked("hook-sleep-315");
+    assert!(!running.is_empty(), "the hook's process is not running");
     child.kill().unwrap();
     child.wait().unwrap();
     let pids: Vec<i32> = running.iter().map(|(pid, _)| *pid).collect();
