@@ -91,14 +91,7 @@ impl Turn {
         myself: &ActorRef<TurnMsg>,
     ) -> Result<bool, ActorProcessingErr> {
         if let Some(reason) = self.control.hook_stop.take() {
-            self.finish(
-                myself,
-                Vec::new(),
-                TurnStatus::Completed,
-                Some(reason),
-                None,
-            )
-            .await?;
+            self.end_by_hook(myself, Some(reason)).await?;
             return Ok(true);
         }
         if !self.control.calls.is_empty() {

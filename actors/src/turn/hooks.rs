@@ -158,7 +158,7 @@ impl Turn {
     }
 
     /// Ends the turn `completed` because of a hook.
-    async fn end_by_hook(
+    pub(super) async fn end_by_hook(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         reason: Option<String>,
