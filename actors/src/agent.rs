@@ -5,7 +5,8 @@
 
 use crate::options::ContextOptions;
 use crate::provider::ModelClient;
-use crate::runtime::{Runtime, RuntimeConfig, RuntimeError, SessionHandle};
+use crate::kernel::RuntimeError;
+use crate::runtime::{Runtime, RuntimeConfig, SessionHandle};
 use crate::tools::{InvalidToolSchema, Tool, ToolRegistry, ToolState};
 use crate::turn::protection::Limits;
 use foya_protocol::{ApprovalMode, Instructions, SessionConfig};

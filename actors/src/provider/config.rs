@@ -21,7 +21,7 @@
 
 use super::retry::RetryPolicy;
 use super::wire::ProviderKind;
-use crate::context::ImageBudget;
+use super::ImageBudget;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

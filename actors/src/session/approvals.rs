@@ -6,7 +6,7 @@ use super::ApprovalAnswer;
 use super::SessionMsg;
 use super::actor::{NO_APPROVER, PendingApproval, Session};
 use crate::outcome::ApprovalRequest;
-use crate::runtime::{RuntimeError, WithoutApprover};
+use crate::kernel::{RuntimeError, WithoutApprover};
 use foya_protocol::{ApprovalDecision, ApprovalRequestId, EventKind};
 
 impl Session {
