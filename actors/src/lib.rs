@@ -35,9 +35,9 @@ mod tools_actor;
 mod turn;
 
 pub use agent::{Agent, AgentBuilder};
+pub use kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
-pub use kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
 pub use runtime::{
     DEFAULT_IDLE_LOG_EVENTS, Runtime, RuntimeConfig, SessionHandle, SubscribeOptions, Subscription,
 };

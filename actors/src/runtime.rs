@@ -489,6 +489,12 @@ impl Runtime {
         self.inner.deps().ok()?.mcp.clone()
     }
 
+    /// The actor serving session `id` now, if any, for tests.
+    #[cfg(test)]
+    pub(crate) fn session_actor_now(&self, id: SessionId) -> Option<ActorRef<SessionMsg>> {
+        self.inner.registry.get(&id).map(|a| a.clone())
+    }
+
     /// Whether session `id` is loaded (its actor running), for tests.
     #[cfg(test)]
     pub(crate) fn is_loaded(&self, id: SessionId) -> bool {

@@ -40,11 +40,11 @@ pub use title::{
     MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, normalize_title, title_request,
 };
 
+pub use crate::provider::ImageBudget;
 use crate::provider::ToolSchema;
 use foya_protocol::{Event, SessionConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-pub use crate::provider::ImageBudget;
 
 /// Names of the built-in commands (`/compact`, `/title`); project files cannot shadow them.
 pub const BUILTIN_COMMANDS: [&str; 2] = ["compact", "title"];

@@ -62,7 +62,6 @@ use foya_protocol::{
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
 
-
 /// The answer to a ToolActor's approval request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApprovalAnswer {

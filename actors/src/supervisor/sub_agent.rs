@@ -205,7 +205,8 @@ impl SubAgent {
     /// Removes the child from the registry (unless another actor serves it by now).
     fn unregister(&self) {
         let child = self.child.get_id();
-        self.registry.remove_if(&self.id, |_, a| a.get_id() == child);
+        self.registry
+            .remove_if(&self.id, |_, a| a.get_id() == child);
     }
 }
 
@@ -249,7 +250,8 @@ impl Actor for SubAgentActor {
         state: &mut SubAgent,
     ) -> Result<(), ActorProcessingErr> {
         match event {
-            SupervisionEvent::ActorTerminated(cell, _, _) | SupervisionEvent::ActorFailed(cell, _)
+            SupervisionEvent::ActorTerminated(cell, _, _)
+            | SupervisionEvent::ActorFailed(cell, _)
                 if cell.get_id() == state.child.get_id() =>
             {
                 state.unregister();

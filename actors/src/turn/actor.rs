@@ -5,9 +5,9 @@ use super::context::Trigger;
 use super::tools::ToolRun;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
+use crate::kernel::RuntimeDeps;
 use crate::provider::actor::ProviderMsg;
 use crate::provider::relay::Relay;
-use crate::kernel::RuntimeDeps;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDropHandle;
 use foya_protocol::{

@@ -37,7 +37,6 @@ use ractor::{ActorProcessingErr, ActorRef};
 pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
      more tools can be called. Summarise what was done, what remains, and stop.";
 
-
 /// Turn-control state of one turn.
 #[derive(Debug, Default)]
 pub(crate) struct Control {
