@@ -7,6 +7,10 @@
 //! the session spawns a TurnActor per input, which spawns a ProviderActor per model
 //! request and ToolActors per tool call; every event is committed by the session and
 //! then broadcast to [`Subscription`]s.
+//!
+//! The façade sits on top: it builds the actors' shared deps (`kernel::RuntimeDeps`) from
+//! a [`RuntimeConfig`] and re-exports the kernel's public types ([`RuntimeError`],
+//! [`QueuedOnRestart`], [`WithoutApprover`]); nothing below imports it.
 
 use crate::kernel::{ControlConfig, RuntimeDeps, actor_err, ask};
 pub use crate::kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};

@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How long a stopping SubAgentActor waits for its child's cancelled turn to end.
-pub(crate) const END_GRACE: Duration = Duration::from_secs(5);
+const END_GRACE: Duration = Duration::from_secs(5);
 
 /// Starts child sessions for the `agent` tool. Holds the actors' deps weakly (the deps
 /// hold the tool registry, which holds this): once the runtime is closed, nothing starts.
@@ -198,7 +198,8 @@ pub(crate) struct SubAgent {
     id: SessionId,
     child: ActorRef<SessionMsg>,
     registry: Registry,
-    store: foya_storage::Store,
+    /// The actors' deps (held so that `Runtime::close` waits for this actor too).
+    deps: Arc<RuntimeDeps>,
 }
 
 impl SubAgent {
@@ -221,7 +222,7 @@ impl Actor for SubAgentActor {
         args: SubAgentArgs,
     ) -> Result<SubAgent, ActorProcessingErr> {
         let id = args.session.state.id;
-        let store = args.session.deps.store.clone();
+        let deps = Arc::clone(&args.session.deps);
         let (child, _) =
             Actor::spawn_linked(None, SessionActor, args.session, myself.get_cell()).await?;
         args.registry.insert(id, child.clone());
@@ -230,7 +231,7 @@ impl Actor for SubAgentActor {
             id,
             child,
             registry: args.registry,
-            store,
+            deps,
         })
     }
 
@@ -291,7 +292,7 @@ async fn end_turn(state: &SubAgent) {
     let Ok((mut live, committed)) = subscribed else {
         return;
     };
-    let Ok(log) = state.store.read_from(state.id, Seq::FIRST) else {
+    let Ok(log) = state.deps.store.read_from(state.id, Seq::FIRST) else {
         return;
     };
     if !turn_open(log.iter().filter(|e| e.seq <= committed)) {

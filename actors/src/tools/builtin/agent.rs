@@ -2,7 +2,7 @@
 //! the child's final answer as the tool result.
 //!
 //! Registered by `Runtime::start` when `RuntimeConfig::sub_agents` is set, with a
-//! [`SubAgentSpawner`]: the narrow seam through which it starts a child session and
+//! `SubAgentSpawner`: the narrow seam through which it starts a child session and
 //! follows it (the tool names no actor and no façade type). A child:
 //! - records `SessionConfig::parent` (the parent's session, run and tool call ids);
 //! - inherits the parent's cwd, provider, model and approval mode — never more (a
@@ -13,7 +13,7 @@
 //!   parent turn, and a token budget (input + output tokens of its `usage` events;
 //!   exceeding it cancels the child and returns an `is_error` result).
 //!
-//! The child's lifetime is the call's: the [`ChildSession`] the spawner returns stops the
+//! The child's lifetime is the call's: the `ChildSession` the spawner returns stops the
 //! child when it is dropped — when the call returns, is cancelled, or its ToolActor is
 //! killed with the parent turn — through supervision (the child's SessionActor sits under
 //! a per-call supervisor that cancels its running turn, waits for `turn_complete`, then
