@@ -3,9 +3,10 @@
 //! whose sessions all follow it. Everything here is sugar over [`RuntimeConfig`] and
 //! [`SessionConfig`]; both stay available for what the builder does not cover.
 
+use crate::kernel::RuntimeError;
 use crate::options::ContextOptions;
 use crate::provider::ModelClient;
-use crate::runtime::{Runtime, RuntimeConfig, RuntimeError, SessionHandle};
+use crate::runtime::{Runtime, RuntimeConfig, SessionHandle};
 use crate::tools::{InvalidToolSchema, Tool, ToolRegistry, ToolState};
 use crate::turn::protection::Limits;
 use foya_protocol::{ApprovalMode, Instructions, SessionConfig};

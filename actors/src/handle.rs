@@ -2,9 +2,10 @@
 //! (loading it from the log when needed) and asks it; an actor that stopped in between is
 //! resolved once more, so a handle survives session restarts.
 
-use crate::outcome::{ApprovalRequest, TurnOutcome, TurnStream};
-use crate::runtime::{RuntimeError, SessionHandle, ask};
-use crate::session::{Reply, SessionMsg};
+use crate::kernel::{ApprovalRequest, Reply, RuntimeError, ask};
+use crate::outcome::{TurnOutcome, TurnStream};
+use crate::runtime::SessionHandle;
+use crate::session::SessionMsg;
 use crate::subscription::{SubscribeOptions, Subscription};
 use foya_protocol::{ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId};
 
@@ -178,19 +179,10 @@ impl SessionHandle {
         options: SubscribeOptions,
     ) -> Result<Subscription, RuntimeError> {
         let approver = options.approver;
-        let (rx, committed) = self
+        let subscribed = self
             .with_session(|reply| SessionMsg::Subscribe { approver, reply })
             .await?;
-        let backlog = self
-            .inner
-            .deps()?
-            .store
-            .read_from(self.id, from_seq.max(Seq::FIRST))
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?
-            .into_iter()
-            .filter(|e| e.seq <= committed)
-            .collect();
-        Ok(Subscription::new(self.id, from_seq, committed, backlog, rx))
+        Subscription::replaying(self.id, from_seq, subscribed, &self.inner.deps()?.store)
     }
 
     /// Cancels the active turn (no-op when idle).

@@ -21,6 +21,7 @@ pub mod tools;
 pub mod trust;
 
 mod handle;
+mod kernel;
 mod options;
 mod outcome;
 pub mod runtime;
@@ -34,11 +35,11 @@ mod tools_actor;
 mod turn;
 
 pub use agent::{Agent, AgentBuilder};
+pub use kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
-    DEFAULT_IDLE_LOG_EVENTS, QueuedOnRestart, Runtime, RuntimeConfig, RuntimeError, SessionHandle,
-    SubscribeOptions, Subscription, WithoutApprover,
+    DEFAULT_IDLE_LOG_EVENTS, Runtime, RuntimeConfig, SessionHandle, SubscribeOptions, Subscription,
 };
 pub use turn::protection::Limits as ProtectionLimits;
 

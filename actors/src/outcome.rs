@@ -6,7 +6,9 @@
 //! The stream reads a [`Subscription`]; when the session cuts it off (`Lagged`) it
 //! resubscribes from the last seq it saw, so nothing is missed however slowly it is read.
 
-use crate::runtime::{RuntimeError, SessionHandle};
+pub use crate::kernel::ApprovalRequest;
+use crate::kernel::RuntimeError;
+use crate::runtime::SessionHandle;
 use crate::subscription::{SubscribeOptions, Subscription};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
@@ -49,23 +51,6 @@ pub struct ToolCallRecord {
     pub call: ToolCall,
     /// Its result (`None` only when the turn ended before one was written).
     pub result: Option<ToolMessage>,
-}
-
-/// A tool call waiting for a decision ([`SessionHandle::pending_approvals`],
-/// answered with [`SessionHandle::decide_approval`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApprovalRequest {
-    /// Answer it with this id.
-    pub request_id: ApprovalRequestId,
-    /// The call.
-    pub tool_call_id: ToolCallId,
-    /// Tool name.
-    pub tool_name: String,
-    /// The exact command or path.
-    pub action: String,
-    /// Why approval is needed.
-    pub reason: String,
 }
 
 /// What a [`TurnStream`] yields: the parts of one turn an application usually shows.

@@ -7,106 +7,28 @@
 //! the session spawns a TurnActor per input, which spawns a ProviderActor per model
 //! request and ToolActors per tool call; every event is committed by the session and
 //! then broadcast to [`Subscription`]s.
+//!
+//! The façade sits on top: it builds the actors' shared deps (`kernel::RuntimeDeps`) from
+//! a [`RuntimeConfig`] and re-exports the kernel's public types ([`RuntimeError`],
+//! [`QueuedOnRestart`], [`WithoutApprover`]); nothing below imports it.
 
+use crate::kernel::{ControlConfig, RuntimeDeps, actor_err, ask};
+pub use crate::kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
 use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
-use crate::session::{Reply, SessionMsg};
+use crate::session::SessionMsg;
 pub use crate::subscription::{SubscribeOptions, Subscription};
 use crate::supervisor::actor::Registry;
+use crate::supervisor::sub_agent::Spawner;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
-use crate::tools::ToolRegistry;
-use foya_protocol::{ApprovalRequestId, SessionConfig, SessionId, SessionSummary};
-use ractor::rpc::CallResult;
+use crate::tools::builtin::agent::{AgentTool, SubAgentLimits};
+use crate::tools::{Tool, ToolRegistry};
+use foya_protocol::{SessionConfig, SessionId, SessionSummary};
 use ractor::{Actor, ActorRef};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
-
-/// Errors of the façade. Non-exhaustive: match the variants you handle and keep a
-/// catch-all arm.
-///
-/// Serialisable, so that a cluster node's refusal reaches the caller on another node as
-/// the same variant ([`crate::cluster::ClusterError::Runtime`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RuntimeError {
-    /// No session with this id exists.
-    #[error("session {0} not found")]
-    SessionNotFound(SessionId),
-    /// The session was deleted.
-    #[error("session {0} was deleted")]
-    SessionDeleted(SessionId),
-    /// The input carries nothing.
-    #[error("the input is empty")]
-    EmptyInput,
-    /// No pending approval request has this id.
-    #[error("no pending approval request {0}")]
-    UnknownApproval(ApprovalRequestId),
-    /// The event store failed.
-    #[error("storage: {0}")]
-    Storage(String),
-    /// The actor system failed (an actor stopped or did not answer).
-    #[error("runtime: {0}")]
-    Actor(String),
-    /// The input carries images but the session's model does not accept them (its
-    /// provider profile sets `vision = false`, or the client has no image support).
-    /// Nothing was written; the session is unchanged.
-    #[error(
-        "model {model:?} does not accept images (its provider profile has no vision); send the input without images"
-    )]
-    ImagesNotSupported {
-        /// The session's model name.
-        model: String,
-    },
-    /// The runtime is shutting down ([`Runtime::drain`]): it takes no new inputs or
-    /// sessions.
-    #[error("the runtime is shutting down")]
-    ShuttingDown,
-    /// A title set by hand is empty or only whitespace.
-    #[error("the title is empty (or only whitespace)")]
-    EmptyTitle,
-    /// The input followed by [`SessionHandle::run`] was dropped before its turn started
-    /// (`input_dropped`: queue cleared, session deleted, dropped on restart).
-    #[error("input {input_id} was dropped before it ran: {reason}")]
-    InputDropped {
-        /// The input.
-        input_id: foya_protocol::InputId,
-        /// Why (`queue cleared`, …).
-        reason: String,
-    },
-    /// [`crate::TurnStream::outcome`] was called after the stream had already ended.
-    #[error("the turn's stream already ended (its outcome was taken)")]
-    TurnStreamEnded,
-}
-
-/// What recovery does with inputs that were queued (persisted `input_queued`, never
-/// started) when a session is loaded after the runtime stopped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum QueuedOnRestart {
-    /// They stay queued, in order, and run one after another (default).
-    #[default]
-    Run,
-    /// Each gets `input_dropped{reason: "dropped on restart"}`, in order.
-    Drop,
-}
-
-/// What happens to a call that needs a person's approval while no approver
-/// ([`SubscribeOptions::approver`]) is attached to its session.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum WithoutApprover {
-    /// The request waits, like one an approver sees: `approval_requested` is committed,
-    /// [`SessionHandle::pending_approvals`] lists it and [`SessionHandle::decide_approval`]
-    /// answers it (an approver attaching later can too); the turn waits meanwhile
-    /// (cancel ends it). Default.
-    #[default]
-    Wait,
-    /// The call is denied at once (`approval_requested` then `approval_decided{deny}`
-    /// with a message saying no approver is attached), as `foya run` does.
-    Deny,
-}
 
 /// What a runtime is built from.
 #[derive(Debug)]
@@ -154,7 +76,7 @@ pub struct RuntimeConfig {
     /// Cap of stop-hook continuations per turn, tool steps in between included (default 8).
     pub max_hook_continuations: u32,
     /// When set, the built-in `agent` tool (sub-agents) is registered with these limits.
-    pub sub_agents: Option<crate::tools::builtin::agent::SubAgentLimits>,
+    pub sub_agents: Option<SubAgentLimits>,
     /// Where image attachments referenced by user inputs are read from (none: image
     /// references are sent to the model as "unavailable").
     pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
@@ -259,70 +181,11 @@ impl RuntimeConfig {
     }
 }
 
-/// What every actor shares.
-#[derive(Debug, Clone)]
-pub(crate) struct RuntimeDeps {
-    pub store: foya_storage::Store,
-    pub model: Arc<dyn ModelClient>,
-    pub models: HashMap<String, Arc<dyn ModelClient>>,
-    pub tools: Arc<ToolRegistry>,
-    pub retry: RetryPolicy,
-    pub subscriber_buffer: usize,
-    pub context: crate::options::ContextOptions,
-    pub control: crate::turn::ControlConfig,
-    pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
-    pub queued_on_restart: QueuedOnRestart,
-    /// The `agent` tool when sub-agents are on (a turn tells it when it ends).
-    pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
-    /// Every hook of the runtime.
-    pub hooks: Arc<crate::hooks::Hooks>,
-    /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
-    pub idle_logs: crate::session::log::IdleLogs,
-    /// [`RuntimeConfig::default_provider`] and [`RuntimeConfig::default_model`].
-    pub default_provider: String,
-    pub default_model: String,
-    /// [`RuntimeConfig::mcp`].
-    pub mcp: Option<Arc<crate::mcp::McpManager>>,
-    /// [`RuntimeConfig::instructions`].
-    pub instructions: Option<foya_protocol::Instructions>,
-    /// [`RuntimeConfig::tool_state`].
-    pub tool_state: crate::tools::ToolState,
-    /// [`RuntimeConfig::without_approver`].
-    pub without_approver: WithoutApprover,
-    /// [`RuntimeConfig::hibernate_after`].
-    pub hibernate_after: Option<std::time::Duration>,
-    /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
-    /// waits until every actor and task holding that copy dropped it. Never sent on.
-    pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
-}
-
 /// Longest wait of `Runtime::shutdown` for the actors to drop their store handles.
 const SHUTDOWN_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long [`Runtime::shutdown`] waits for cancelled turns to write their end.
 pub const DEFAULT_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-impl RuntimeDeps {
-    /// The client for a session's provider name.
-    pub(crate) fn client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
-        Arc::clone(self.models.get(provider).unwrap_or(&self.model))
-    }
-
-    /// The client for auxiliary requests (title, compaction summary) of a session.
-    pub(crate) fn aux_client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
-        self.context
-            .aux_model
-            .clone()
-            .unwrap_or_else(|| self.client_for(provider))
-    }
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -371,23 +234,6 @@ pub struct SessionHandle {
     pub(crate) inner: Arc<Inner>,
 }
 
-fn actor_err(e: impl std::fmt::Display) -> RuntimeError {
-    RuntimeError::Actor(e.to_string())
-}
-
-/// Sends a request built by `build` and waits for its reply.
-pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
-    actor: &ActorRef<M>,
-    build: impl FnOnce(Reply<T>) -> M,
-) -> Result<T, RuntimeError> {
-    match actor.call(build, None).await.map_err(actor_err)? {
-        CallResult::Success(result) => result,
-        CallResult::Timeout | CallResult::SenderError => Err(RuntimeError::Actor(
-            "the actor stopped before answering".into(),
-        )),
-    }
-}
-
 impl Inner {
     /// The deps, or [`RuntimeError::ShuttingDown`] once the runtime was closed.
     pub(crate) fn deps(&self) -> Result<Arc<RuntimeDeps>, RuntimeError> {
@@ -416,22 +262,13 @@ impl Inner {
     }
 }
 
-/// Creates a session through `inner`'s supervisor (used by the façade and by the
-/// `agent` tool for child sessions).
+/// Creates a session through `inner`'s supervisor, with the runtime's defaults where
+/// `config` has none.
 pub(crate) async fn create_session_in(
     inner: &Arc<Inner>,
-    mut config: SessionConfig,
+    config: SessionConfig,
 ) -> Result<SessionHandle, RuntimeError> {
-    let deps = inner.deps()?;
-    if config.provider.is_empty() {
-        config.provider.clone_from(&deps.default_provider);
-    }
-    if config.model.is_empty() && config.provider == deps.default_provider {
-        config.model.clone_from(&deps.default_model);
-    }
-    if config.instructions.is_none() {
-        config.instructions.clone_from(&deps.instructions);
-    }
+    let config = inner.deps()?.complete_config(config);
     let (id, _actor): (SessionId, ActorRef<SessionMsg>) =
         ask(&inner.supervisor, |reply| SupervisorMsg::CreateSession {
             config: Box::new(config),
@@ -450,40 +287,20 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::Actor`] when the actor system cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let control = crate::turn::ControlConfig::from_config(&config);
-        let hooks = Arc::new(hooks_of(&config));
-        let (tools, agent) =
-            crate::tools::builtin::agent::register(config.tools, config.sub_agents);
-        let deps = Arc::new(RuntimeDeps {
-            store: config.store,
-            model: config.model,
-            models: config.models,
-            tools,
-            retry: config.retry,
-            subscriber_buffer: config.subscriber_buffer.max(1),
-            context: config.context,
-            control,
-            attachments: config.attachments,
-            queued_on_restart: config.queued_on_restart,
-            sub_agents: agent.clone(),
-            hooks,
-            idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
-            default_provider: config.default_provider,
-            default_model: config.default_model,
-            mcp: config.mcp,
-            instructions: config.instructions,
-            tool_state: config.tool_state,
-            without_approver: config.without_approver,
-            hibernate_after: config.hibernate_after,
-            _actors_alive: None,
-        });
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
         let registry: Registry = Arc::default();
+        // The actors' copy of the deps: it holds the `agent` tool, whose spawner holds
+        // these deps weakly.
+        let actor_deps = Arc::new_cyclic(|deps| {
+            let spawner = Arc::new(Spawner::new(deps.clone(), Arc::clone(&registry)));
+            deps_of(config, spawner, alive)
+        });
+        let deps = Arc::new(RuntimeDeps {
+            _actors_alive: None,
+            ..(*actor_deps).clone()
+        });
         let args = SupervisorArgs {
-            deps: Arc::new(RuntimeDeps {
-                _actors_alive: Some(alive),
-                ..(*deps).clone()
-            }),
+            deps: actor_deps,
             registry: Arc::clone(&registry),
         };
         let (supervisor, join) = Actor::spawn(None, SupervisorActor, args)
@@ -496,11 +313,9 @@ impl Runtime {
             deps: std::sync::RwLock::new(Some(deps)),
             actors_gone: std::sync::Mutex::new(Some(actors_gone)),
         };
-        let inner = Arc::new(inner);
-        if let Some(agent) = agent {
-            agent.bind(Arc::downgrade(&inner));
-        }
-        Ok(Runtime { inner })
+        Ok(Runtime {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Creates a session (`session_created` is committed when this returns). A config
@@ -678,6 +493,12 @@ impl Runtime {
         self.inner.deps().ok()?.mcp.clone()
     }
 
+    /// The actor serving session `id` now, if any, for tests.
+    #[cfg(test)]
+    pub(crate) fn session_actor_now(&self, id: SessionId) -> Option<ActorRef<SessionMsg>> {
+        self.inner.registry.get(&id).map(|a| a.clone())
+    }
+
     /// Whether session `id` is loaded (its actor running), for tests.
     #[cfg(test)]
     pub(crate) fn is_loaded(&self, id: SessionId) -> bool {
@@ -702,6 +523,63 @@ impl Runtime {
     pub(crate) fn sub_agent_tool(&self) -> Option<Arc<crate::tools::builtin::agent::AgentTool>> {
         self.inner.deps().ok()?.sub_agents.clone()
     }
+}
+
+/// The actors' deps built from `config`, the `agent` tool (when sub-agents are on)
+/// starting children through `spawner`.
+fn deps_of(
+    config: RuntimeConfig,
+    spawner: Arc<Spawner>,
+    alive: tokio::sync::mpsc::Sender<std::convert::Infallible>,
+) -> RuntimeDeps {
+    let control = ControlConfig {
+        protection: config.protection,
+        max_hook_continuations: config.max_hook_continuations,
+    };
+    let hooks = Arc::new(hooks_of(&config));
+    let (tools, agent) = with_agent_tool(config.tools, config.sub_agents, spawner);
+    RuntimeDeps {
+        store: config.store,
+        model: config.model,
+        models: config.models,
+        tools,
+        retry: config.retry,
+        subscriber_buffer: config.subscriber_buffer.max(1),
+        context: config.context,
+        control,
+        attachments: config.attachments,
+        queued_on_restart: config.queued_on_restart,
+        sub_agents: agent,
+        hooks,
+        idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
+        default_provider: config.default_provider,
+        default_model: config.default_model,
+        mcp: config.mcp,
+        instructions: config.instructions,
+        tool_state: config.tool_state,
+        without_approver: config.without_approver,
+        hibernate_after: config.hibernate_after,
+        _actors_alive: Some(alive),
+    }
+}
+
+/// `tools` with the `agent` tool, starting children through `spawner`, when `limits` is
+/// set; and that tool.
+fn with_agent_tool(
+    tools: Arc<ToolRegistry>,
+    limits: Option<SubAgentLimits>,
+    spawner: Arc<Spawner>,
+) -> (Arc<ToolRegistry>, Option<Arc<AgentTool>>) {
+    let Some(limits) = limits else {
+        return (tools, None);
+    };
+    let agent = Arc::new(AgentTool::new(limits, spawner));
+    let mut registry = Arc::unwrap_or_clone(tools);
+    // Its schema is fixed (a unit test runs it through the registry): never refused.
+    if let Err(e) = registry.register(Arc::clone(&agent) as Arc<dyn Tool>) {
+        tracing::error!(error = %e, "the agent tool was refused");
+    }
+    (Arc::new(registry), Some(agent))
 }
 
 /// The runtime's hooks: in-process ones (then the older stop hooks), command ones (then

@@ -54,6 +54,24 @@ impl Subscription {
         }
     }
 
+    /// A subscription from `from_seq`: the session's live channel and the seq committed
+    /// when it was registered (`SessionMsg::Subscribe`'s answer), with the committed
+    /// events from `from_seq` up to that seq read from `store` as the backlog.
+    pub(crate) fn replaying(
+        session_id: SessionId,
+        from_seq: Seq,
+        (rx, committed): (mpsc::Receiver<Box<SessionUpdate>>, Seq),
+        store: &foya_storage::Store,
+    ) -> Result<Self, crate::kernel::RuntimeError> {
+        let backlog = store
+            .read_from(session_id, from_seq.max(Seq::FIRST))
+            .map_err(|e| crate::kernel::RuntimeError::Storage(e.to_string()))?
+            .into_iter()
+            .filter(|e| e.seq <= committed)
+            .collect();
+        Ok(Self::new(session_id, from_seq, committed, backlog, rx))
+    }
+
     /// Seq of the last event delivered (`from_seq - 1` before any).
     #[must_use]
     pub fn last_seq(&self) -> Seq {

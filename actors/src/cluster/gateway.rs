@@ -15,7 +15,8 @@
 use super::ClusterError;
 use super::client::ClusterClient;
 use super::wire::{GATEWAY_GROUP, GatewayMsg, GatewayReply, GatewayRequest, Push, WireUpdate};
-use crate::runtime::{Runtime, RuntimeError, SubscribeOptions};
+use crate::kernel::RuntimeError;
+use crate::runtime::{Runtime, SubscribeOptions};
 use foya_protocol::event::Notice;
 use foya_protocol::{Seq, SessionId, SessionUpdate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};

@@ -115,7 +115,7 @@ pub enum ClusterError {
     /// The remote runtime refused, with the error a local call gets
     /// ([`crate::RuntimeError::SessionDeleted`], `ShuttingDown`, …).
     #[error("remote: {0}")]
-    Runtime(crate::runtime::RuntimeError),
+    Runtime(crate::kernel::RuntimeError),
     /// The gateway answered with an error of the cluster layer (an undecodable request
     /// or reply), or a runtime error from a node too old to send it whole.
     #[error("remote: {0}")]

@@ -139,7 +139,7 @@ pub enum GatewayReply {
         /// The runtime's error itself, when a runtime refused (absent from nodes that
         /// predate it, and for failures of the cluster layer).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<crate::runtime::RuntimeError>,
+        error: Option<crate::kernel::RuntimeError>,
     },
     /// Answer to [`GatewayRequest::ListClusterSessions`]: what the nodes that answered
     /// hold, and the nodes that did not answer.

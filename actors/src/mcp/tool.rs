@@ -102,7 +102,7 @@ impl Tool for McpTool {
         {
             CallOutcome::Result(result) => super::result::render(&result),
             CallOutcome::Failed(message) => ToolOutput::error(message),
-            CallOutcome::Cancelled => ToolOutput::error(crate::turn::CANCELLED),
+            CallOutcome::Cancelled => ToolOutput::error(crate::tools::CANCELLED),
         }
     }
 }

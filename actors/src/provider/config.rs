@@ -19,9 +19,9 @@
 //! max_attempts = 2
 //! ```
 
+use super::ImageBudget;
 use super::retry::RetryPolicy;
 use super::wire::ProviderKind;
-use crate::context::ImageBudget;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

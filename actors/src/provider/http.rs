@@ -479,7 +479,7 @@ impl ModelClient for HttpModelClient {
         self.profile.vision
     }
 
-    fn image_budget(&self) -> crate::context::ImageBudget {
+    fn image_budget(&self) -> super::ImageBudget {
         self.profile.images
     }
 }

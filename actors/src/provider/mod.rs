@@ -26,6 +26,35 @@ pub mod wire;
 
 pub use messages::Messages;
 
+/// How many images one request may carry, and how many bytes of them (base64, as sent):
+/// a provider profile's `max_images` and `max_image_bytes`. The compiler keeps the most
+/// recent images that fit and leaves the older ones out (a line names each one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageBudget {
+    /// Most images per request (user inputs and tool results together).
+    pub max_images: usize,
+    /// Most bytes of base64 image data per request.
+    pub max_bytes: u64,
+}
+
+impl ImageBudget {
+    /// Default image count: under Anthropic's 100 (and its 20, above which each image
+    /// must be smaller) and OpenAI's 500.
+    pub const DEFAULT_MAX_IMAGES: usize = 20;
+    /// Default base64 bytes: under Anthropic's 32 MB and OpenAI's 50 MB request bodies,
+    /// with room for the text.
+    pub const DEFAULT_MAX_BYTES: u64 = 20_000_000;
+}
+
+impl Default for ImageBudget {
+    fn default() -> Self {
+        Self {
+            max_images: Self::DEFAULT_MAX_IMAGES,
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
 /// A tool as exposed to the model: name, description and JSON Schema of its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSchema {
@@ -138,9 +167,9 @@ pub trait ModelClient: Send + Sync + std::fmt::Debug {
     }
 
     /// How many images, and bytes of them, one request may carry (a provider profile's
-    /// `max_images` and `max_image_bytes`); default [`crate::context::ImageBudget::default`].
-    fn image_budget(&self) -> crate::context::ImageBudget {
-        crate::context::ImageBudget::default()
+    /// `max_images` and `max_image_bytes`); default [`ImageBudget::default`].
+    fn image_budget(&self) -> ImageBudget {
+        ImageBudget::default()
     }
 
     /// The retry policy of this client's requests (a provider profile's

@@ -3,7 +3,7 @@
 use super::log::SharedLog;
 use super::state::{SessionState, apply};
 use super::{ApprovalAnswer, SessionMsg, Subscribed};
-use crate::runtime::{RuntimeDeps, RuntimeError};
+use crate::kernel::{RuntimeDeps, RuntimeError};
 use crate::turn::TurnMsg;
 use foya_protocol::event::LiveDelta;
 use foya_protocol::{

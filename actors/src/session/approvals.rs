@@ -5,8 +5,8 @@
 use super::ApprovalAnswer;
 use super::SessionMsg;
 use super::actor::{NO_APPROVER, PendingApproval, Session};
+use crate::kernel::{RuntimeError, WithoutApprover};
 use crate::outcome::ApprovalRequest;
-use crate::runtime::{RuntimeError, WithoutApprover};
 use foya_protocol::{ApprovalDecision, ApprovalRequestId, EventKind};
 
 impl Session {

@@ -6,7 +6,7 @@ use super::SessionMsg;
 use super::actor::{ActiveTurn, Session};
 use super::commands::{self, Plan};
 use crate::hooks::{HookEvent, HookInput};
-use crate::runtime::{QueuedOnRestart, RuntimeError};
+use crate::kernel::{QueuedOnRestart, RuntimeError};
 use crate::turn::{TurnActor, TurnArgs, TurnMode};
 use foya_protocol::event::Notice;
 use foya_protocol::{

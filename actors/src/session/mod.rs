@@ -53,7 +53,7 @@ mod tests_relay;
 mod tests_subscribe_prop;
 mod title;
 
-use crate::runtime::RuntimeError;
+pub(crate) use crate::kernel::Reply;
 use foya_protocol::event::Delta;
 use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, Seq, SessionUpdate,
@@ -61,9 +61,6 @@ use foya_protocol::{
 };
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
-
-/// A reply carrying a runtime result.
-pub(crate) type Reply<T> = RpcReplyPort<Result<T, RuntimeError>>;
 
 /// The answer to a ToolActor's approval request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -354,7 +354,7 @@ async fn event_times_never_go_backwards_when_the_clock_does() {
     let store = Store::open_in_memory(StoreOptions::default()).unwrap();
     let id = SessionId::new();
     // Written an hour "later" than now: the clock has since been stepped back.
-    let ahead = crate::runtime::now_ms() + 3_600_000;
+    let ahead = crate::kernel::now_ms() + 3_600_000;
     let created = Event {
         at_ms: ahead,
         ..raw(

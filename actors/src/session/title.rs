@@ -10,7 +10,7 @@
 use super::SessionMsg;
 use crate::context::{TITLE_SYSTEM_PROMPT, clean_title, title_request};
 use crate::provider::{ModelClient, ModelRequest};
-use crate::task::AbortOnDrop;
+use crate::task::AbortOnDropHandle;
 use foya_protocol::{StreamEvent, TitleSource};
 use futures::StreamExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -94,15 +94,15 @@ async fn generate(args: TitleArgs) {
 
 impl Actor for TitleActor {
     type Msg = TitleMsg;
-    type State = AbortOnDrop;
+    type State = AbortOnDropHandle<()>;
     type Arguments = TitleArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<TitleMsg>,
         args: TitleArgs,
-    ) -> Result<AbortOnDrop, ActorProcessingErr> {
-        Ok(AbortOnDrop(tokio::spawn(async move {
+    ) -> Result<AbortOnDropHandle<()>, ActorProcessingErr> {
+        Ok(AbortOnDropHandle::new(tokio::spawn(async move {
             generate(args).await;
             let _ = myself.cast(TitleMsg::Finished);
         })))
@@ -112,7 +112,7 @@ impl Actor for TitleActor {
         &self,
         myself: ActorRef<TitleMsg>,
         msg: TitleMsg,
-        _state: &mut AbortOnDrop,
+        _state: &mut AbortOnDropHandle<()>,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             TitleMsg::Finished => myself.stop(None),

@@ -1,7 +1,7 @@
 //! The Supervisor's handlers.
 
 use super::SupervisorMsg;
-use crate::runtime::{RuntimeDeps, RuntimeError, now_ms};
+use crate::kernel::{RuntimeDeps, RuntimeError, now_ms};
 use crate::session::SessionMsg;
 use crate::session::actor::{SessionActor, SessionArgs};
 use crate::session::state::SessionState;
@@ -70,24 +70,9 @@ impl Supervisor {
         if self.closing {
             return Err(RuntimeError::ShuttingDown);
         }
-        let id = SessionId::new();
-        let event = Event {
-            session_id: id,
-            seq: Seq::FIRST,
-            run_id: None,
-            at_ms: now_ms(),
-            kind: EventKind::SessionCreated {
-                config: config.clone(),
-            },
-        };
-        self.deps
-            .store
-            .append_all(std::slice::from_ref(&event))
-            .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
-        let mut state = SessionState::new(id, config);
-        crate::session::state::apply(&mut state, &event);
-        Ok((id, self.spawn(myself, state, vec![event]).await?))
+        let (state, log) = new_session(&self.deps, config).await?;
+        let id = state.id;
+        Ok((id, self.spawn(myself, state, log).await?))
     }
 
     async fn load(
@@ -114,6 +99,34 @@ impl Supervisor {
         }
         self.spawn(myself, state, events).await
     }
+}
+
+/// Commits `session_created` of a new session with `config`; returns the session's state
+/// and log, ready for a SessionActor.
+///
+/// # Errors
+/// [`RuntimeError::Storage`] when the store refuses the write.
+pub(super) async fn new_session(
+    deps: &RuntimeDeps,
+    config: SessionConfig,
+) -> Result<(SessionState, Vec<Event>), RuntimeError> {
+    let id = SessionId::new();
+    let event = Event {
+        session_id: id,
+        seq: Seq::FIRST,
+        run_id: None,
+        at_ms: now_ms(),
+        kind: EventKind::SessionCreated {
+            config: config.clone(),
+        },
+    };
+    deps.store
+        .append_all(std::slice::from_ref(&event))
+        .await
+        .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+    let mut state = SessionState::new(id, config);
+    crate::session::state::apply(&mut state, &event);
+    Ok((state, vec![event]))
 }
 
 impl Actor for SupervisorActor {

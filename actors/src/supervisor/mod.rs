@@ -11,12 +11,18 @@
 //! stops because a child did. A session is restarted at most three times per runtime
 //! (then it stays stopped until something asks for it again), so a failing start cannot
 //! spin.
+//!
+//! Sub-agents (`sub_agent.rs`): a child session the `agent` tool starts sits under a
+//! SubAgentActor beside the parent turn, under the parent session, and stops when the
+//! `agent` call that started it ends.
 
 pub(crate) mod actor;
+pub(crate) mod sub_agent;
 
 pub(crate) use actor::{SupervisorActor, SupervisorArgs};
 
-use crate::session::{Reply, SessionMsg};
+use crate::kernel::Reply;
+use crate::session::SessionMsg;
 use foya_protocol::{SessionConfig, SessionId};
 use ractor::ActorRef;
 

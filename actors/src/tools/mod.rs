@@ -26,6 +26,9 @@ pub mod typed;
 pub use registry::{InvalidToolSchema, PreparedCall, ToolRegistry};
 pub use typed::{DEFAULT_TYPED_TIMEOUT_MS, ToolState, TypedTool};
 
+/// Result text of a call stopped by a cancel.
+pub(crate) const CANCELLED: &str = "cancelled";
+
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
 use serde::{Deserialize, Serialize};

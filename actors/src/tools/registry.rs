@@ -314,8 +314,12 @@ mod tests {
             builtin.names().len(),
             builtin::all(SandboxRunner::new("/x")).len()
         );
-        let limits = Some(builtin::agent::SubAgentLimits::default());
-        let (with_agent, _) = builtin::agent::register(Arc::new(ToolRegistry::new()), limits);
+        let agent = builtin::agent::AgentTool::new(
+            builtin::agent::SubAgentLimits::default(),
+            Arc::new(builtin::agent::NoRuntime),
+        );
+        let mut with_agent = ToolRegistry::new();
+        with_agent.register(Arc::new(agent)).unwrap();
         assert_eq!(with_agent.names(), ["agent"]);
     }
 }

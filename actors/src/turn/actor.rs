@@ -5,11 +5,11 @@ use super::context::Trigger;
 use super::tools::ToolRun;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
+use crate::kernel::RuntimeDeps;
 use crate::provider::actor::ProviderMsg;
 use crate::provider::relay::Relay;
-use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
-use crate::task::AbortOnDrop;
+use crate::task::AbortOnDropHandle;
 use foya_protocol::{
     ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, SessionConfig, SessionId,
     StreamAggregate, StreamEvent, TurnStatus,
@@ -49,7 +49,7 @@ pub(super) enum Phase {
     /// Waiting out a backoff before retrying the request.
     Backoff {
         /// The timer task; dropping it (cancel, actor gone) stops the wait.
-        _timer: AbortOnDrop,
+        _timer: AbortOnDropHandle<()>,
     },
     /// Running the step's tool calls.
     Tools(ToolRun),
@@ -58,7 +58,7 @@ pub(super) enum Phase {
     /// Waiting for the stop hooks.
     Hooks {
         /// The hook task; dropping it (cancel, actor gone) kills running hooks.
-        _task: AbortOnDrop,
+        _task: AbortOnDropHandle<()>,
     },
     /// `turn_complete` is written.
     Done,

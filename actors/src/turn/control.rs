@@ -37,15 +37,6 @@ use ractor::{ActorProcessingErr, ActorRef};
 pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
      more tools can be called. Summarise what was done, what remains, and stop.";
 
-/// Turn-control settings shared by every turn (from `RuntimeConfig`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ControlConfig {
-    /// Run-protection thresholds.
-    pub protection: Limits,
-    /// Cap of stop-hook continuations per turn.
-    pub max_hook_continuations: u32,
-}
-
 /// Turn-control state of one turn.
 #[derive(Debug, Default)]
 pub(crate) struct Control {
@@ -282,15 +273,5 @@ impl Turn {
         self.control
             .hook_stop
             .get_or_insert_with(|| reason.unwrap_or_else(|| "stopped by hook".into()));
-    }
-}
-
-impl ControlConfig {
-    /// The turn-control part of a runtime configuration.
-    pub(crate) fn from_config(config: &crate::runtime::RuntimeConfig) -> Self {
-        Self {
-            protection: config.protection,
-            max_hook_continuations: config.max_hook_continuations,
-        }
     }
 }

@@ -4,7 +4,7 @@
 use super::TurnMsg;
 use super::actor::{Phase, Turn};
 use super::context::Trigger;
-use crate::task::AbortOnDrop;
+use crate::task::AbortOnDropHandle;
 use foya_protocol::{AssistantMessage, ErrorClass, EventKind, ProviderError, TurnStatus};
 use ractor::{ActorProcessingErr, ActorRef};
 use std::time::Duration;
@@ -48,7 +48,7 @@ impl Turn {
             let _ = me.cast(TurnMsg::RetryElapsed { request });
         });
         self.phase = Phase::Backoff {
-            _timer: AbortOnDrop(task),
+            _timer: AbortOnDropHandle::new(task),
         };
         Ok(())
     }

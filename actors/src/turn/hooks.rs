@@ -20,7 +20,7 @@ use super::actor::{Phase, Turn};
 use super::context::Trigger;
 use crate::hooks::runner::HookRun;
 use crate::hooks::{HookEvent, HookInput};
-use crate::task::AbortOnDrop;
+use crate::task::AbortOnDropHandle;
 use foya_protocol::{EventKind, HookDecision, ToolCall, TurnStatus};
 use ractor::{ActorProcessingErr, ActorRef};
 use std::path::PathBuf;
@@ -224,7 +224,7 @@ impl Turn {
             let _ = me.cast(TurnMsg::HookDone { run });
         });
         self.phase = Phase::Hooks {
-            _task: AbortOnDrop(task),
+            _task: AbortOnDropHandle::new(task),
         };
     }
 

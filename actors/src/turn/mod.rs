@@ -48,7 +48,6 @@ pub(crate) mod protection;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
-pub(crate) use control::ControlConfig;
 pub(crate) use tools::CANCELLED;
 
 use foya_protocol::{StreamEvent, ToolMessage};

@@ -13,8 +13,7 @@ use foya_protocol::{EventKind, ToolCall, ToolMessage};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 use std::collections::HashMap;
 
-/// Result text of a call stopped by a cancel.
-pub(crate) const CANCELLED: &str = "cancelled";
+pub(crate) use crate::tools::CANCELLED;
 /// Last line of the result of a call stopped by a cancel after it had printed output
 /// (the output so far comes first).
 pub(crate) const CANCELLED_PARTIAL: &str =

@@ -1,8 +1,9 @@
 //! The built-in `agent` tool (sub-agents): runs a child session on a sub-task and returns
 //! the child's final answer as the tool result.
 //!
-//! Registered by `Runtime::start` when `RuntimeConfig::sub_agents` is set; it holds a weak
-//! handle to the runtime (bound after start) to create child sessions. A child:
+//! Registered by `Runtime::start` when `RuntimeConfig::sub_agents` is set, with a
+//! `SubAgentSpawner`: the narrow seam through which it starts a child session and
+//! follows it (the tool names no actor and no façade type). A child:
 //! - records `SessionConfig::parent` (the parent's session, run and tool call ids);
 //! - inherits the parent's cwd, provider, model and approval mode — never more (a
 //!   `read-only` parent has read-only children; the sandbox follows from the mode; an
@@ -12,22 +13,22 @@
 //!   parent turn, and a token budget (input + output tokens of its `usage` events;
 //!   exceeding it cancels the child and returns an `is_error` result).
 //!
-//! Cancelling the parent (the call's cancel token, or the call's future being dropped
-//! when its ToolActor is killed) cancels the child.
+//! The child's lifetime is the call's: the `ChildSession` the spawner returns stops the
+//! child when it is dropped — when the call returns, is cancelled, or its ToolActor is
+//! killed with the parent turn — through supervision (the child's SessionActor sits under
+//! a per-call supervisor that cancels its running turn, waits for `turn_complete`, then
+//! stops it; see `supervisor/sub_agent.rs`). No task outlives the call.
 //!
 //! The per-turn counters live as long as the parent turn: the turn holds a `TurnScope`
 //! from its first tool step and drops it when it ends (or is killed), which removes the
 //! turn's entry.
 
-use crate::runtime::{Inner, SessionHandle, SubscribeOptions, create_session_in};
-use crate::tools::{
-    ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
-};
+use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
 use async_trait::async_trait;
 use foya_protocol::command::ParentRef;
-use foya_protocol::{EventKind, Input, RunId, Seq, SessionConfig, SessionUpdate, TurnStatus};
+use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, SessionUpdate, TurnStatus};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -63,6 +64,47 @@ impl Default for SubAgentLimits {
     }
 }
 
+/// What the `agent` tool needs from the runtime: the parent's configuration and a way to
+/// start a child session. Implemented by the supervisor layer
+/// (`supervisor::sub_agent::Spawner`).
+#[async_trait]
+pub(crate) trait SubAgentSpawner: Send + Sync + std::fmt::Debug {
+    /// The configuration session `parent` was created with.
+    ///
+    /// # Errors
+    /// The store's failure, or a session without `session_created`, in words.
+    fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String>;
+
+    /// Creates a child session with `config` (`session_created` committed) and starts it
+    /// under the supervision of its parent (`config.parent`'s session).
+    ///
+    /// # Errors
+    /// Why the child could not start, in words (the runtime is stopping, the parent is
+    /// not running, the store refused the write).
+    async fn start(&self, config: SessionConfig) -> Result<Box<dyn ChildSession>, String>;
+}
+
+/// A running child session, owned by the `agent` call that started it. Dropping it stops
+/// the child: a turn still running is cancelled and its end committed first.
+#[async_trait]
+pub(crate) trait ChildSession: Send + Sync {
+    /// The child's session id (it can be loaded, observed and subscribed to by id).
+    fn id(&self) -> SessionId;
+
+    /// Submits `task` as the child's input; its updates from its first event on are
+    /// then read with [`Self::next`].
+    ///
+    /// # Errors
+    /// The session's refusal, in words.
+    async fn submit(&mut self, task: &str) -> Result<(), String>;
+
+    /// The child's next update; `None` once the child is gone.
+    async fn next(&mut self) -> Option<SessionUpdate>;
+
+    /// Cancels the child's running turn (its end follows through [`Self::next`]).
+    async fn cancel(&self);
+}
+
 /// Per parent turn: children started and the concurrency gate.
 #[derive(Debug)]
 struct TurnSlots {
@@ -75,26 +117,8 @@ struct TurnSlots {
 pub struct AgentTool {
     spec: ToolSpec,
     limits: SubAgentLimits,
-    runtime: OnceLock<Weak<Inner>>,
+    spawner: Arc<dyn SubAgentSpawner>,
     turns: Mutex<HashMap<RunId, TurnSlots>>,
-}
-
-/// Adds the `agent` tool to `tools` when `limits` is set; returns the registry and the
-/// tool (to bind once the runtime exists).
-pub(crate) fn register(
-    tools: Arc<ToolRegistry>,
-    limits: Option<SubAgentLimits>,
-) -> (Arc<ToolRegistry>, Option<Arc<AgentTool>>) {
-    let Some(limits) = limits else {
-        return (tools, None);
-    };
-    let agent = Arc::new(AgentTool::new(limits));
-    let mut registry = Arc::unwrap_or_clone(tools);
-    // Its schema is fixed (a unit test runs it through the registry): never refused.
-    if let Err(e) = registry.register(Arc::clone(&agent) as Arc<dyn Tool>) {
-        tracing::error!(error = %e, "the agent tool was refused");
-    }
-    (Arc::new(registry), Some(agent))
 }
 
 /// Held by a turn while it runs; dropping it forgets the turn's sub-agent counters.
@@ -110,23 +134,9 @@ impl Drop for TurnScope {
     }
 }
 
-/// Cancels the child session when dropped (the parent's call ended or was dropped).
-struct ChildGuard(Option<SessionHandle>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.take()
-            && let Ok(handle) = tokio::runtime::Handle::try_current()
-        {
-            handle.spawn(async move {
-                let _ = child.cancel().await;
-            });
-        }
-    }
-}
-
 impl AgentTool {
-    fn new(limits: SubAgentLimits) -> Self {
+    /// The tool, with `limits`, starting children through `spawner`.
+    pub(crate) fn new(limits: SubAgentLimits, spawner: Arc<dyn SubAgentSpawner>) -> Self {
         Self {
             spec: ToolSpec {
                 name: AGENT_TOOL.into(),
@@ -147,14 +157,9 @@ impl AgentTool {
                 default_timeout_ms: u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX),
             },
             limits,
-            runtime: OnceLock::new(),
+            spawner,
             turns: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Binds the runtime (once, at `Runtime::start`).
-    pub(crate) fn bind(&self, inner: Weak<Inner>) {
-        let _ = self.runtime.set(inner);
     }
 
     /// The scope of turn `run_id`'s counters: dropping it (when the turn ends) forgets
@@ -201,19 +206,8 @@ impl AgentTool {
         Ok(Arc::clone(&slots.gate))
     }
 
-    async fn child_config(inner: &Inner, ctx: &ToolContext) -> Result<SessionConfig, String> {
-        let parent = inner
-            .deps()
-            .map_err(|e| e.to_string())?
-            .store
-            .read_from(ctx.session_id, Seq::FIRST)
-            .map_err(|e| format!("cannot read the parent session: {e}"))?
-            .into_iter()
-            .find_map(|e| match e.kind {
-                EventKind::SessionCreated { config } => Some(config),
-                _ => None,
-            })
-            .ok_or("the parent session has no configuration")?;
+    fn child_config(&self, ctx: &ToolContext) -> Result<SessionConfig, String> {
+        let parent = self.spawner.parent_config(ctx.session_id)?;
         if parent.parent.is_some() {
             return Err("not run: a sub-agent cannot start sub-agents".into());
         }
@@ -225,7 +219,7 @@ impl AgentTool {
             provider: parent.provider,
             model: parent.model,
             title: None,
-            max_steps: None,
+            max_steps: Some(self.limits.max_steps),
             auto_compact: parent.auto_compact,
             // A sub-agent uses the parent's MCP servers.
             mcp_servers: parent.mcp_servers,
@@ -260,18 +254,14 @@ impl Tool for AgentTool {
         if task.trim().is_empty() {
             return ToolOutput::error("`task` must be a non-empty string");
         }
-        let Some(inner) = self.runtime.get().and_then(Weak::upgrade) else {
-            return ToolOutput::error("sub-agents are not available (the runtime is stopping)");
-        };
         let gate = match self.slot(ctx.run_id) {
             Ok(gate) => gate,
             Err(e) => return ToolOutput::error(e),
         };
-        let mut config = match Self::child_config(&inner, ctx).await {
+        let config = match self.child_config(ctx) {
             Ok(config) => config,
             Err(e) => return ToolOutput::error(e),
         };
-        config.max_steps = Some(self.limits.max_steps);
         let _permit = tokio::select! {
             () = cancel.cancelled() => return ToolOutput::error("cancelled"),
             permit = gate.acquire_owned() => match permit {
@@ -279,19 +269,16 @@ impl Tool for AgentTool {
                 Err(_) => return ToolOutput::error("sub-agent gate closed"),
             },
         };
-        let child = match create_session_in(&inner, config).await {
+        let mut child = match self.spawner.start(config).await {
             Ok(child) => child,
             Err(e) => return ToolOutput::error(format!("cannot create the sub-agent: {e}")),
         };
-        drop(inner);
         progress.update(format!("sub-agent session {}", child.id()));
-        let mut guard = ChildGuard(Some(child.clone()));
-        let outcome = self.drive(&child, task, &cancel).await;
-        if !matches!(outcome, Outcome::Cancelled) {
-            // The child's turn has ended; nothing to cancel.
-            guard.0 = None;
-        }
-        outcome.into_output(self.limits.token_budget)
+        // Dropping `child` (here, or with this future when the ToolActor is killed)
+        // stops the child through its supervisor, which first ends a running turn.
+        self.drive(child.as_mut(), task, &cancel)
+            .await
+            .into_output(self.limits.token_budget)
     }
 }
 
@@ -322,17 +309,12 @@ impl AgentTool {
     /// Submits the task to the child and follows it to its `turn_complete`.
     async fn drive(
         &self,
-        child: &SessionHandle,
+        child: &mut dyn ChildSession,
         task: &str,
         cancel: &CancellationToken,
     ) -> Outcome {
-        let options = SubscribeOptions { approver: false };
-        let mut sub = match child.subscribe(Seq::FIRST, options).await {
-            Ok(sub) => sub,
-            Err(e) => return Outcome::Failed(e.to_string()),
-        };
-        if let Err(e) = child.submit(Input::text(task)).await {
-            return Outcome::Failed(e.to_string());
+        if let Err(e) = child.submit(task).await {
+            return Outcome::Failed(e);
         }
         let mut used = 0u64;
         let mut last = String::new();
@@ -340,7 +322,7 @@ impl AgentTool {
         loop {
             let update = tokio::select! {
                 () = cancel.cancelled(), if !over => return Outcome::Cancelled,
-                update = sub.recv() => update,
+                update = child.next() => update,
             };
             let Some(update) = update else {
                 return Outcome::Failed("the sub-agent session closed".into());
@@ -353,7 +335,7 @@ impl AgentTool {
                     used = used.saturating_add(usage.input_tokens + usage.output_tokens);
                     if used > self.limits.token_budget && !over {
                         over = true;
-                        let _ = child.cancel().await;
+                        child.cancel().await;
                     }
                 }
                 EventKind::AssistantMessage(message) if !message.text.is_empty() => {
@@ -385,6 +367,23 @@ impl AgentTool {
                 _ => {}
             }
         }
+    }
+}
+
+/// A spawner without a runtime: every child is refused (for tests of the tool alone).
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct NoRuntime;
+
+#[cfg(test)]
+#[async_trait]
+impl SubAgentSpawner for NoRuntime {
+    fn parent_config(&self, _parent: SessionId) -> Result<SessionConfig, String> {
+        Err("no runtime".into())
+    }
+
+    async fn start(&self, _config: SessionConfig) -> Result<Box<dyn ChildSession>, String> {
+        Err("no runtime".into())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `agent` tool forgets a parent turn's counters when that turn ends, so its map
 //! does not grow with the number of turns (it held one entry per turn forever before);
-//! a turn over its limit of children is told the limit in words ("1 sub-agent").
+//! a turn over its limit of children is told the limit in words ("1 sub-agent"); a
+//! cancelled parent turn ends its child's turn through the child's supervisor.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::SubAgentLimits;
@@ -8,7 +9,9 @@ use crate::runtime::Runtime;
 use crate::testkit::{
     config_for, events_until, is_turn_complete, script, session_config, subscribe, within,
 };
-use foya_protocol::{ApprovalMode, EventKind, Input, ToolCallId, ToolMessage};
+use foya_protocol::{
+    ApprovalMode, EventKind, Input, SessionId, ToolCallId, ToolMessage, TurnStatus,
+};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,4 +98,83 @@ async fn the_per_turn_limit_is_named_in_singular_and_plural() {
         assert_eq!(agent.slot(run_id).err().as_deref(), Some(expected));
         rt.shutdown().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_parent_turn_ends_the_child_turn_and_stops_the_child() {
+    // The scripted model answers by the number of assistant messages so far: the parent
+    // gets response 0 (call the agent); the child gets response 0 (an agent call, refused
+    // for children), then response 1 (a call that waits until it is cancelled).
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "ag", "name": "agent", "arguments": {"task": "wait"}}]},
+        {"tool_calls": [{"id": "w", "name": "wait", "arguments": {}}]},
+    ]});
+    let store = foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
+    let mut config = config_for(store, script(responses));
+    config.sub_agents = Some(SubAgentLimits::default());
+    let rt = Runtime::start(config).await.unwrap();
+    let parent = rt
+        .create_session(session_config(ApprovalMode::ReadOnly))
+        .await
+        .unwrap();
+    let mut parent_sub = subscribe(&parent, false).await;
+    parent.submit(Input::text("delegate")).await.unwrap();
+    // The call names its child once the child runs; the child is reachable by id.
+    let update = within(events_until(&mut parent_sub, |e| {
+        matches!(e.kind, EventKind::ToolUpdate { .. })
+    }))
+    .await
+    .unwrap();
+    let Some(EventKind::ToolUpdate { message, .. }) = update.last().map(|e| e.kind.clone()) else {
+        panic!("no tool_update");
+    };
+    let child_id: SessionId = message
+        .strip_prefix("sub-agent session ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let child_actor = rt.session_actor_now(child_id).unwrap();
+    let mut child_sub = subscribe(&rt.session(child_id).await.unwrap(), false).await;
+    within(events_until(
+        &mut child_sub,
+        |e| matches!(&e.kind, EventKind::ToolStarted { name, .. } if name == "wait"),
+    ))
+    .await
+    .unwrap();
+
+    parent.cancel().await.unwrap();
+
+    let parent_end = within(events_until(&mut parent_sub, is_turn_complete))
+        .await
+        .unwrap();
+    assert!(matches!(
+        parent_end.last().map(|e| &e.kind),
+        Some(EventKind::TurnComplete {
+            status: TurnStatus::Cancelled,
+            ..
+        })
+    ));
+    let child_end = within(events_until(&mut child_sub, is_turn_complete))
+        .await
+        .unwrap();
+    let kinds: Vec<_> = child_end.iter().rev().take(2).map(|e| &e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            &EventKind::TurnComplete {
+                status: TurnStatus::Cancelled,
+                reason: None,
+                error: None,
+            },
+            &EventKind::TurnCancelled {
+                reason: "user".into()
+            },
+        ]
+    );
+    // The child's SessionActor stops with the call that started it (its SubAgentActor
+    // stops it once its turn ended): nothing of it is left running.
+    within(child_actor.wait(None)).await.unwrap().unwrap();
+    assert!(!rt.is_loaded(child_id));
+    drop((parent_sub, child_sub, parent));
+    rt.shutdown().await;
 }

@@ -1,0 +1,114 @@
+//! What every actor shares ([`RuntimeDeps`]) and the runtime settings the actors read.
+
+use crate::options::ContextOptions;
+use crate::provider::ModelClient;
+use crate::provider::retry::RetryPolicy;
+use crate::tools::ToolRegistry;
+use crate::turn::protection::Limits;
+use foya_protocol::SessionConfig;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What recovery does with inputs that were queued (persisted `input_queued`, never
+/// started) when a session is loaded after the runtime stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum QueuedOnRestart {
+    /// They stay queued, in order, and run one after another (default).
+    #[default]
+    Run,
+    /// Each gets `input_dropped{reason: "dropped on restart"}`, in order.
+    Drop,
+}
+
+/// What happens to a call that needs a person's approval while no approver
+/// ([`crate::SubscribeOptions::approver`]) is attached to its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WithoutApprover {
+    /// The request waits, like one an approver sees: `approval_requested` is committed,
+    /// [`crate::SessionHandle::pending_approvals`] lists it and [`crate::SessionHandle::decide_approval`]
+    /// answers it (an approver attaching later can too); the turn waits meanwhile
+    /// (cancel ends it). Default.
+    #[default]
+    Wait,
+    /// The call is denied at once (`approval_requested` then `approval_decided{deny}`
+    /// with a message saying no approver is attached), as `foya run` does.
+    Deny,
+}
+
+/// Turn-control settings shared by every turn (from `RuntimeConfig`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ControlConfig {
+    /// Run-protection thresholds.
+    pub protection: Limits,
+    /// Cap of stop-hook continuations per turn.
+    pub max_hook_continuations: u32,
+}
+
+/// What every actor shares.
+#[derive(Debug, Clone)]
+pub(crate) struct RuntimeDeps {
+    pub store: foya_storage::Store,
+    pub model: Arc<dyn ModelClient>,
+    pub models: HashMap<String, Arc<dyn ModelClient>>,
+    pub tools: Arc<ToolRegistry>,
+    pub retry: RetryPolicy,
+    pub subscriber_buffer: usize,
+    pub context: ContextOptions,
+    pub control: ControlConfig,
+    pub attachments: Option<Arc<crate::attachments::AttachmentStore>>,
+    pub queued_on_restart: QueuedOnRestart,
+    /// The `agent` tool when sub-agents are on (a turn tells it when it ends).
+    pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
+    /// Every hook of the runtime.
+    pub hooks: Arc<crate::hooks::Hooks>,
+    /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
+    pub idle_logs: crate::session::log::IdleLogs,
+    /// [`crate::RuntimeConfig::default_provider`] and [`crate::RuntimeConfig::default_model`].
+    pub default_provider: String,
+    pub default_model: String,
+    /// [`crate::RuntimeConfig::mcp`].
+    pub mcp: Option<Arc<crate::mcp::McpManager>>,
+    /// [`crate::RuntimeConfig::instructions`].
+    pub instructions: Option<foya_protocol::Instructions>,
+    /// [`crate::RuntimeConfig::tool_state`].
+    pub tool_state: crate::tools::ToolState,
+    /// [`crate::RuntimeConfig::without_approver`].
+    pub without_approver: WithoutApprover,
+    /// [`crate::RuntimeConfig::hibernate_after`].
+    pub hibernate_after: Option<std::time::Duration>,
+    /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
+    /// waits until every actor and task holding that copy dropped it. Never sent on.
+    pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
+}
+
+impl RuntimeDeps {
+    /// The client for a session's provider name.
+    pub(crate) fn client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
+        Arc::clone(self.models.get(provider).unwrap_or(&self.model))
+    }
+
+    /// The client for auxiliary requests (title, compaction summary) of a session.
+    pub(crate) fn aux_client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
+        self.context
+            .aux_model
+            .clone()
+            .unwrap_or_else(|| self.client_for(provider))
+    }
+
+    /// `config` with the runtime's defaults where it has none: a session created without
+    /// a provider records [`Self::default_provider`], without a model (its provider empty
+    /// or the default one) [`Self::default_model`], without instructions
+    /// [`Self::instructions`].
+    pub(crate) fn complete_config(&self, mut config: SessionConfig) -> SessionConfig {
+        if config.provider.is_empty() {
+            config.provider.clone_from(&self.default_provider);
+        }
+        if config.model.is_empty() && config.provider == self.default_provider {
+            config.model.clone_from(&self.default_model);
+        }
+        if config.instructions.is_none() {
+            config.instructions.clone_from(&self.instructions);
+        }
+        config
+    }
+}

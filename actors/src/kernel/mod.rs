@@ -1,0 +1,18 @@
+//! The kernel: the bottom layer every actor and the façade build on — the error type and
+//! its request/reply helpers (`error.rs`), what every actor shares (`deps.rs`), the clock
+//! (`clock.rs`) and the values actors hand the façade (`approval.rs`).
+//!
+//! Must not: name an actor (supervisor, session, turn, ToolActor) or the façade
+//! (`runtime`, `handle`, `outcome`); `.ci/module-cycles` fails on an import cycle.
+
+mod approval;
+mod clock;
+mod deps;
+mod error;
+
+pub use approval::ApprovalRequest;
+pub(crate) use clock::now_ms;
+pub(crate) use deps::{ControlConfig, RuntimeDeps};
+pub use deps::{QueuedOnRestart, WithoutApprover};
+pub use error::RuntimeError;
+pub(crate) use error::{Reply, actor_err, ask};
