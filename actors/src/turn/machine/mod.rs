@@ -370,12 +370,6 @@ impl TurnMachine {
         }
     }
 
-    /// Where the turn is.
-    #[cfg(test)]
-    pub(crate) fn phase(&self) -> &Phase {
-        &self.phase
-    }
-
     /// Whether the turn ended.
     pub(crate) fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done)
