@@ -12,15 +12,15 @@
 //! end) and tells the machine ([`TurnInput::CancelRequested`]).
 
 use super::machine::{HookPoints, StreamOutcome, TurnConfig, TurnEffect, TurnInput, TurnMachine};
+use super::provider::actor::ProviderMsg;
+use super::provider::relay::Relay;
+use super::tool::ToolMsg;
+use super::tool::actor::PartialOutput;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
-use crate::provider::actor::ProviderMsg;
-use crate::provider::relay::Relay;
 use crate::runtime::RuntimeDeps;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDrop;
-use crate::tools_actor::ToolMsg;
-use crate::tools_actor::actor::PartialOutput;
 use foya_protocol::{
     ErrorClass, Event, EventKind, ProviderError, RunId, SessionConfig, SessionId, StreamAggregate,
     StreamEvent,
@@ -260,16 +260,10 @@ impl Turn {
         })
     }
 
-    /// The relayed stream of request `request` ended with `event`.
-    fn stream_ended(&mut self, request: u64, event: StreamEvent) -> TurnInput {
-        if self
-            .io
-            .provider
-            .as_ref()
-            .is_some_and(|(_, n)| *n == request)
-        {
-            self.io.provider = None;
-        }
+    /// The relayed stream of request `request` ended with `event`; `None` when the
+    /// driver no longer holds that request (its stream was stopped).
+    fn stream_ended(&mut self, request: u64, event: StreamEvent) -> Option<TurnInput> {
+        self.io.provider.take_if(|(_, number)| *number == request)?;
         let aggregate = self.io.relay.take().map(|r| r.close()).unwrap_or_default();
         let outcome = match event {
             StreamEvent::Error { error } => StreamOutcome::Failed(error),
@@ -296,7 +290,7 @@ impl Turn {
                 }
             }
         };
-        TurnInput::StreamEnded { request, outcome }
+        Some(TurnInput::StreamEnded { request, outcome })
     }
 
     /// Events of the summarisation request `request`; its end once it ended.
@@ -431,7 +425,7 @@ impl Actor for TurnActor {
         let input = match msg {
             TurnMsg::Begin => Some(TurnInput::Begin),
             TurnMsg::Stream { request, events } => state.summary_events(request, events),
-            TurnMsg::StreamEnded { request, event } => Some(state.stream_ended(request, event)),
+            TurnMsg::StreamEnded { request, event } => state.stream_ended(request, event),
             TurnMsg::RetryElapsed { request } => {
                 state.io.timer = None;
                 Some(TurnInput::RetryElapsed { request })

@@ -7,13 +7,13 @@
 use super::TurnMsg;
 use super::actor::Turn;
 use super::machine::{Measured, Prepared, RequestShape, Trigger, TurnInput};
+use super::provider::actor::{ProviderActor, ProviderArgs};
+use super::provider::relay::Relay;
 use crate::context::{
     self, COMPACTION_SYSTEM_PROMPT, CompileInput, CompiledContext, ContextError, Environment,
     ModelLimits, estimate_tokens,
 };
 use crate::provider::ModelRequest;
-use crate::provider::actor::{ProviderActor, ProviderArgs};
-use crate::provider::relay::Relay;
 use foya_protocol::{Event, EventKind, Seq, StreamAggregate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -19,6 +19,8 @@ mod hooks;
 pub(crate) mod machine;
 mod mcp;
 pub(crate) mod protection;
+pub(crate) mod provider;
+mod tool;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
@@ -68,7 +70,7 @@ pub(crate) enum TurnMsg {
     },
     /// The relayed stream of model request number `request` (a step's request) ended
     /// with `event` (`Done` or `Error`); every event before it is folded into the relay
-    /// (`provider::relay`), whose deltas are published.
+    /// (`turn::provider::relay`), whose deltas are published.
     StreamEnded { request: u64, event: StreamEvent },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },

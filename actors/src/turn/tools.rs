@@ -6,9 +6,9 @@
 
 use super::TurnMsg;
 use super::actor::Turn;
+use super::tool::actor::{PartialOutput, Started, pre_start};
+use super::tool::{ToolActor, ToolArgs};
 use crate::tools::protected::Protected;
-use crate::tools_actor::actor::{PartialOutput, Started, pre_start};
-use crate::tools_actor::{ToolActor, ToolArgs};
 use foya_protocol::{EventKind, ToolCall};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 

@@ -20,7 +20,7 @@
 //! `stream_interrupted` failure of the request — the turn never waits on a dead task.
 
 use super::relay::Relay;
-use super::{ModelClient, ModelRequest};
+use crate::provider::{ModelClient, ModelRequest};
 use crate::task::AbortOnDrop;
 use crate::turn::TurnMsg;
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
