@@ -20,10 +20,6 @@ impl Turn {
         step: u32,
         calls: Vec<(usize, ToolCall)>,
     ) -> Result<(), ActorProcessingErr> {
-        if self.args.cancel.is_cancelled() {
-            // The `Cancel` that follows writes their "cancelled" results.
-            return Ok(());
-        }
         if self.io.sub_agents.is_none() {
             let run_id = self.args.run_id;
             self.io.sub_agents = self
@@ -64,6 +60,11 @@ impl Turn {
                 });
         self.append(kinds);
         self.flush().await?;
+        if self.args.cancel.is_cancelled() {
+            // Nothing starts once the token fired (the session dropped those
+            // `tool_started`): the `Cancel` that follows writes "cancelled" results.
+            return Ok(());
+        }
         for ((index, call), started) in calls.into_iter().zip(started) {
             let partial = PartialOutput::default();
             if self.io.partials.len() <= index {
