@@ -499,12 +499,16 @@ impl TurnMachine {
         }
     }
 
+    /// Runs the hooks of `point`; the phase waits for them (`PreCompact` waits inside
+    /// the compaction's phase).
     fn run_hooks(&mut self, point: HookPoint) {
-        self.phase = match &point {
-            HookPoint::SessionStart | HookPoint::PromptSubmit => Phase::BeginHooks(point.clone()),
-            HookPoint::Stop { .. } => Phase::StopHooks,
-            HookPoint::PreCompact(_) => return self.emit(TurnEffect::RunHooks(point)),
-        };
+        match &point {
+            HookPoint::SessionStart | HookPoint::PromptSubmit => {
+                self.phase = Phase::BeginHooks(point.clone());
+            }
+            HookPoint::Stop { .. } => self.phase = Phase::StopHooks,
+            HookPoint::PreCompact(_) => {}
+        }
         self.emit(TurnEffect::RunHooks(point));
     }
 
