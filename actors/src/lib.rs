@@ -31,7 +31,6 @@ mod supervisor;
 mod task;
 #[cfg(test)]
 mod testkit;
-mod tools_actor;
 mod turn;
 
 pub use agent::{Agent, AgentBuilder};

@@ -139,7 +139,7 @@ pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
 /// channel a fast stream overflows it and the subscriber is cut off with
 /// `Notice::Lagged` however quickly it reads. The events of one commit are sent the same
 /// way (a step's tool results may be committed together: one event per call, plus one).
-pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::provider::actor::MAX_BATCH;
+pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::turn::provider::actor::MAX_BATCH;
 
 impl RuntimeConfig {
     /// A configuration serving every session with `model`, the built-in tools without

@@ -184,6 +184,18 @@ impl HookInput {
     }
 }
 
+impl HookEvent {
+    /// The stop point of a session with `config`: `SubagentStop` in a sub-agent's
+    /// session, `Stop` otherwise.
+    pub fn stop_of(config: &foya_protocol::SessionConfig) -> Self {
+        if config.parent.is_some() {
+            Self::SubagentStop
+        } else {
+            Self::Stop
+        }
+    }
+}
+
 /// Claude Code's name of an approval mode.
 #[must_use]
 pub fn permission_mode(mode: ApprovalMode) -> &'static str {

@@ -11,14 +11,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) mod actor;
 pub mod classify;
 pub mod config;
 pub mod http;
 mod messages;
 mod project_guard;
 pub mod redact;
-pub(crate) mod relay;
 pub mod retry;
 pub mod scripted;
 pub mod sim;

@@ -1,20 +1,32 @@
-//! The TurnActor's handlers: step loop, provider relay, retries, cancellation.
+//! The TurnActor: a thin driver of the turn machine (`machine/`). It owns the I/O —
+//! session appends, ProviderActors and their relays, ToolActors, the backoff timer, hook
+//! tasks, context compilation (which reads the session's log) — carries out the
+//! machine's effects and feeds their results back as inputs. It decides nothing.
+//!
+//! Appends are merged: back-to-back [`TurnEffect::Append`]s, and the `tool_started` of
+//! the calls a [`TurnEffect::StartTools`] starts at once, go into one commit, written
+//! before the next effect that needs it (anything but an append) or at the end of the
+//! message. The mailbox never waits on a stream, a tool, a backoff or a hook (children
+//! or tasks that report by message), so `Cancel` is handled at once. Once the turn's
+//! token fired, the driver starts nothing new (the `Cancel` that follows writes the
+//! end) and tells the machine ([`TurnInput::CancelRequested`]).
 
-use super::compaction::Compaction;
-use super::context::Trigger;
-use super::tools::ToolRun;
+use super::machine::{HookPoints, StreamOutcome, TurnConfig, TurnEffect, TurnInput, TurnMachine};
+use super::provider::actor::ProviderMsg;
+use super::provider::relay::Relay;
+use super::tool::ToolMsg;
+use super::tool::actor::PartialOutput;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
 use crate::kernel::RuntimeDeps;
-use crate::provider::actor::ProviderMsg;
-use crate::provider::relay::Relay;
 use crate::session::SessionMsg;
 use crate::task::AbortOnDropHandle;
 use foya_protocol::{
-    ErrorClass, ErrorInfo, EventKind, FinishReason, ProviderError, RunId, SessionConfig, SessionId,
-    StreamAggregate, StreamEvent, TurnStatus,
+    ErrorClass, Event, EventKind, ProviderError, RunId, SessionConfig, SessionId, StreamAggregate,
+    StreamEvent,
 };
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -41,86 +53,69 @@ pub(crate) struct TurnArgs {
     pub first_in_runtime: bool,
 }
 
-/// Where the turn is.
-#[derive(Debug)]
-pub(super) enum Phase {
-    /// Waiting for the model's stream.
-    Streaming,
-    /// Waiting out a backoff before retrying the request.
-    Backoff {
-        /// The timer task; dropping it (cancel, actor gone) stops the wait.
-        _timer: AbortOnDropHandle<()>,
-    },
-    /// Running the step's tool calls.
-    Tools(ToolRun),
-    /// Waiting for a summarisation request (session phase `compacting`).
-    Compacting(Compaction),
-    /// Waiting for the stop hooks.
-    Hooks {
-        /// The hook task; dropping it (cancel, actor gone) kills running hooks.
-        _task: AbortOnDropHandle<()>,
-    },
-    /// `turn_complete` is written.
-    Done,
-}
-
-/// The TurnActor's state.
+/// The TurnActor's state: the machine and the I/O it drives.
 #[derive(Debug)]
 pub(crate) struct Turn {
     pub(super) args: TurnArgs,
-    pub(super) step: u32,
-    pub(super) attempt: u32,
-    pub(super) request_number: u64,
-    pub(super) provider: Option<ActorRef<ProviderMsg>>,
-    /// The aggregate of the last finished (or cancelled) request: taken from its relay
-    /// (a step) or folded here (summarisation).
-    pub(super) aggregate: StreamAggregate,
-    /// The relay of the step's request in flight.
-    pub(super) relay: Option<Relay>,
-    pub(super) phase: Phase,
+    machine: TurnMachine,
+    pub(super) io: Io,
+}
+
+/// What the driver holds for the machine's effects.
+#[derive(Debug)]
+pub(crate) struct Io {
     /// The turn's environment (cwd, OS, shell, date).
     pub(super) env: Environment,
     /// Calibration from the last reported usage.
     pub(super) calibration: Calibration,
     /// Uncalibrated estimate of the last request sent.
     pub(super) last_estimate: u64,
-    /// Whether this turn already compacted for a `context_overflow`.
-    pub(super) overflow_used: bool,
-    /// Whether this step already compacted (threshold compaction runs once per step).
-    pub(super) compacted_in_step: bool,
-    /// How many events of the session log the step's request was compiled from; a retry
-    /// rebuilds the same request from that prefix (`None`: no request in this step yet).
-    pub(super) request_history_len: Option<usize>,
     /// The tool schemas this step offers (the approval mode is fixed for the turn; MCP
     /// servers may change their tools between steps, see `turn/mcp.rs`).
     pub(super) tools: crate::context::ToolSet,
-    /// The tools this step validates and runs: the runtime's, plus the MCP tools of
-    /// the session's servers.
-    pub(super) registry: std::sync::Arc<crate::tools::ToolRegistry>,
+    /// The tools this step validates and runs: the runtime's plus the MCP tools.
+    pub(super) registry: Arc<crate::tools::ToolRegistry>,
     /// Which MCP listings `registry` was built from (see `McpTools::key`).
     pub(super) mcp_key: Option<crate::mcp::ListingKey>,
-    pub(super) control: super::control::Control,
-    /// Events not written yet (the step's `step_started`): [`Turn::persist`] puts them
-    /// before the events it writes next, one append instead of two. The compiler does
-    /// not read them.
-    pub(super) pending: Vec<EventKind>,
+    /// Appends not committed yet: written in the next commit.
+    pending: Vec<EventKind>,
+    /// The ProviderActor of the request in flight, with the request's number.
+    pub(super) provider: Option<(ActorRef<ProviderMsg>, u64)>,
+    /// The relay of the step's request in flight.
+    pub(super) relay: Option<Relay>,
+    /// The summarisation request's stream so far.
+    pub(super) summary: StreamAggregate,
+    /// The context compiled last (sent by the next `StartStream` without rebuild).
+    pub(super) compiled: Option<crate::context::CompiledContext>,
+    /// The log a compaction summarises (as it was when prepared).
+    pub(super) compaction_log: Vec<Event>,
+    /// Running ToolActors: call index and actor.
+    pub(super) running: HashMap<ActorId, (usize, ActorRef<ToolMsg>)>,
+    /// Live output of the step's started calls, by call index (kept for a cancel).
+    pub(super) partials: Vec<Option<PartialOutput>>,
+    /// The step `partials` belong to.
+    pub(super) partials_step: u32,
+    /// The backoff timer task.
+    timer: Option<AbortOnDropHandle<()>>,
+    /// The running hooks' task.
+    pub(super) hooks: Option<AbortOnDropHandle<()>>,
+    /// Keeps the `agent` tool's counters of this turn (from the first tool step until
+    /// the turn ends).
+    pub(super) sub_agents: Option<crate::tools::builtin::agent::TurnScope>,
 }
 
 impl Turn {
-    /// Persists events of this turn through the session (waits for the commit). The
-    /// [`Turn::pending`] events go first, in the same append.
-    pub(super) async fn persist(
-        &mut self,
-        mut kinds: Vec<EventKind>,
-    ) -> Result<(), ActorProcessingErr> {
-        if !self.pending.is_empty() {
-            let mut all = std::mem::take(&mut self.pending);
-            all.append(&mut kinds);
-            kinds = all;
-        }
-        if kinds.is_empty() {
+    /// Adds events to the next commit.
+    pub(super) fn append(&mut self, kinds: impl IntoIterator<Item = EventKind>) {
+        self.io.pending.extend(kinds);
+    }
+
+    /// Commits the pending appends through the session (waits for the commit).
+    pub(super) async fn flush(&mut self) -> Result<(), ActorProcessingErr> {
+        if self.io.pending.is_empty() {
             return Ok(());
         }
+        let kinds = std::mem::take(&mut self.io.pending);
         let run_id = self.args.run_id;
         let result = self
             .args
@@ -143,112 +138,237 @@ impl Turn {
         }
     }
 
-    pub(super) async fn finish(
+    /// Feeds `input` to the machine and carries out its effects, feeding the results
+    /// of synchronous effects back, until nothing is left; then commits what is pending.
+    async fn feed(
         &mut self,
         myself: &ActorRef<TurnMsg>,
-        mut kinds: Vec<EventKind>,
-        status: TurnStatus,
-        reason: Option<String>,
-        error: Option<ErrorInfo>,
+        input: TurnInput,
     ) -> Result<(), ActorProcessingErr> {
-        self.phase = Phase::Done;
-        self.end_sub_agent_scope();
-        kinds.push(EventKind::TurnComplete {
-            status,
+        let mut next = Some(input);
+        while let Some(input) = next.take() {
+            for effect in self.machine.on(input) {
+                if let Some(result) = self.execute(myself, effect).await? {
+                    next = Some(result);
+                }
+            }
+        }
+        self.flush().await
+    }
+
+    /// Carries out one effect; the input it answers with at once, if any.
+    async fn execute(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        effect: TurnEffect,
+    ) -> Result<Option<TurnInput>, ActorProcessingErr> {
+        if let TurnEffect::Append(kinds) = effect {
+            self.io.pending.extend(kinds);
+            return Ok(None);
+        }
+        if let TurnEffect::StartTools { step, calls } = effect {
+            return self.start_tools(myself, step, calls).await.map(|()| None);
+        }
+        if matches!(effect, TurnEffect::Finish) {
+            // Forget the turn's sub-agent counters before its end is visible (dropping
+            // the turn would too, but later).
+            self.io.sub_agents = None;
+        }
+        self.flush().await?;
+        let starts = matches!(
+            effect,
+            TurnEffect::RunHooks(_)
+                | TurnEffect::StartStream { .. }
+                | TurnEffect::StartTimer { .. }
+                | TurnEffect::StartSummary { .. }
+        );
+        if starts && self.args.cancel.is_cancelled() {
+            // The `Cancel` that follows ends the turn.
+            return Ok(None);
+        }
+        Ok(match effect {
+            TurnEffect::Append(_) | TurnEffect::StartTools { .. } => None,
+            TurnEffect::RunHooks(point) => {
+                self.spawn_hooks(myself, point);
+                None
+            }
+            TurnEffect::CompileContext { refresh_tools } => {
+                if refresh_tools {
+                    self.refresh_mcp_tools().await;
+                }
+                Some(self.compile_step())
+            }
+            TurnEffect::StartStream {
+                request,
+                rebuild_from,
+                shape,
+            } => {
+                self.start_stream(myself, request, rebuild_from, &shape)
+                    .await?
+            }
+            TurnEffect::StartTimer { request, delay_ms } => {
+                let me = myself.clone();
+                let task = tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                    let _ = me.cast(TurnMsg::RetryElapsed { request });
+                });
+                self.io.timer = Some(AbortOnDropHandle::new(task));
+                None
+            }
+            TurnEffect::PrepareCompaction(trigger) => Some(self.prepare_compaction(trigger)),
+            TurnEffect::StartSummary {
+                request,
+                budget,
+                trigger,
+            } => {
+                self.start_summary(myself, request, budget, trigger).await?;
+                None
+            }
+            TurnEffect::BuildCheckpoint {
+                summary,
+                history_tokens,
+                tokens_before,
+                trigger,
+            } => Some(self.build_checkpoint(summary, history_tokens, tokens_before, trigger)),
+            TurnEffect::StopStream => {
+                if let Some((provider, _)) = self.io.provider.take() {
+                    provider.kill();
+                }
+                if let Some(relay) = self.io.relay.take() {
+                    relay.close();
+                }
+                None
+            }
+            TurnEffect::StopTools => {
+                for (_, (_, actor)) in self.io.running.drain() {
+                    actor.kill();
+                }
+                None
+            }
+            TurnEffect::StopTimer => {
+                self.io.timer = None;
+                None
+            }
+            TurnEffect::StopHooks => {
+                self.io.hooks = None;
+                None
+            }
+            TurnEffect::Finish => {
+                myself.stop(None);
+                None
+            }
+        })
+    }
+
+    /// The relayed stream of request `request` ended with `event`; `None` when the
+    /// driver no longer holds that request (its stream was stopped).
+    fn stream_ended(&mut self, request: u64, event: StreamEvent) -> Option<TurnInput> {
+        self.io.provider.take_if(|(_, number)| *number == request)?;
+        let aggregate = self.io.relay.take().map(|r| r.close()).unwrap_or_default();
+        let outcome = match event {
+            StreamEvent::Error { error } => StreamOutcome::Failed(error),
+            _ => {
+                let message = aggregate.to_message();
+                if let Some(usage) = aggregate.usage {
+                    self.io.calibration =
+                        Calibration::from_usage(self.io.last_estimate, usage.input_tokens);
+                }
+                let parallel_safe = message
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        self.io
+                            .registry
+                            .get(&c.name)
+                            .is_none_or(|t| t.spec().parallel_safe)
+                    })
+                    .collect();
+                StreamOutcome::Done {
+                    message,
+                    usage: aggregate.usage,
+                    parallel_safe,
+                }
+            }
+        };
+        Some(TurnInput::StreamEnded { request, outcome })
+    }
+
+    /// Events of the summarisation request `request`; its end once it ended.
+    fn summary_events(&mut self, request: u64, events: Vec<StreamEvent>) -> Option<TurnInput> {
+        if self.io.provider.as_ref().is_none_or(|(_, n)| *n != request) {
+            return None;
+        }
+        let mut ended = None;
+        for event in events {
+            self.io.summary.apply(&event);
+            match event {
+                StreamEvent::Error { error } => ended = Some(StreamOutcome::Failed(error)),
+                StreamEvent::Done { .. } => {
+                    ended = Some(StreamOutcome::Done {
+                        message: self.io.summary.to_message(),
+                        usage: None,
+                        parallel_safe: Vec::new(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        let outcome = ended?;
+        self.io.provider = None;
+        Some(TurnInput::StreamEnded { request, outcome })
+    }
+
+    /// What a `Cancel` needs: the stream so far and each started call's output.
+    fn cancel_input(&mut self, reason: String) -> TurnInput {
+        self.args.cancel.cancel();
+        let streamed = self.io.relay.take().map(|r| r.close()).unwrap_or_default();
+        let tool_output = self
+            .io
+            .partials
+            .iter()
+            .map(|p| {
+                p.as_ref().map(|p| {
+                    p.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .render()
+                })
+            })
+            .collect();
+        TurnInput::Cancel {
             reason,
-            error,
-        });
-        self.persist(kinds).await?;
-        myself.stop(None);
-        Ok(())
-    }
-
-    pub(super) async fn fail(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-        class: ErrorClass,
-        message: String,
-    ) -> Result<(), ActorProcessingErr> {
-        let error = ErrorInfo { class, message };
-        self.finish(
-            myself,
-            Vec::new(),
-            TurnStatus::Failed,
-            Some(class.as_str().into()),
-            Some(error),
-        )
-        .await
-    }
-
-    /// Starts the next step, or ends the turn at `max_steps`.
-    #[tracing::instrument(
-        name = "step",
-        skip_all,
-        fields(session.id = %self.args.session_id, turn.run_id = %self.args.run_id, step = self.step + 1)
-    )]
-    pub(super) async fn start_step(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-    ) -> Result<(), ActorProcessingErr> {
-        if self.before_step(myself).await? {
-            return Ok(());
-        }
-        self.refresh_mcp_tools().await;
-        self.step += 1;
-        self.attempt = 1;
-        self.compacted_in_step = false;
-        self.request_history_len = None;
-        // `step_started` is written with the step's next event (its
-        // `context_diagnostics`, or `compaction_started`), one append instead of two.
-        self.pending
-            .push(EventKind::StepStarted { step: self.step });
-        self.start_request(myself).await
-    }
-
-    /// Closes the relay of the request in flight (if any): its aggregate becomes
-    /// [`Turn::aggregate`], and it folds and publishes nothing more.
-    pub(super) fn close_relay(&mut self) {
-        if let Some(relay) = self.relay.take() {
-            self.aggregate = relay.close();
+            streamed,
+            tool_output,
         }
     }
 
-    /// The relayed stream of request `request` ended with `event`: the response, or the
-    /// provider's error.
-    async fn on_stream_end(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-        request: u64,
-        event: StreamEvent,
-    ) -> Result<(), ActorProcessingErr> {
-        if request != self.request_number || !matches!(self.phase, Phase::Streaming) {
-            return Ok(());
+    /// The machine's setup for this turn.
+    fn machine_config(args: &TurnArgs) -> TurnConfig {
+        let hooks = &args.deps.hooks;
+        let top_level = args.config.parent.is_none();
+        let client = args.deps.client_for(&args.config.provider);
+        let session_start = top_level
+            && args.first_in_runtime
+            && hooks.any(
+                crate::hooks::HookEvent::SessionStart,
+                Some(session_source(&args.log)),
+            );
+        TurnConfig {
+            mode: args.mode,
+            max_steps: args.config.max_steps,
+            auto_compact: args.deps.context.auto_compact && args.config.auto_compact,
+            protection: args.deps.control.protection,
+            max_hook_continuations: args.deps.control.max_hook_continuations,
+            retry: client.retry_policy().unwrap_or(args.deps.retry),
+            hooks: HookPoints {
+                session_start,
+                prompt_submit: top_level
+                    && hooks.any(crate::hooks::HookEvent::UserPromptSubmit, None),
+                stop: hooks.any(crate::hooks::HookEvent::stop_of(&args.config), None),
+                pre_compact_manual: hooks.any(crate::hooks::HookEvent::PreCompact, Some("manual")),
+                pre_compact_auto: hooks.any(crate::hooks::HookEvent::PreCompact, Some("auto")),
+            },
+            jitter_seed: rand::random(),
         }
-        self.close_relay();
-        match event {
-            StreamEvent::Error { error } => self.on_provider_error(myself, error).await,
-            _ => self.on_response(myself).await,
-        }
-    }
-
-    /// Commits the assistant message (before any tool starts), then tools or the end.
-    async fn on_response(&mut self, myself: &ActorRef<TurnMsg>) -> Result<(), ActorProcessingErr> {
-        self.provider = None;
-        let mut message = self.aggregate.to_message();
-        self.adjust_message(&mut message);
-        let last_text = message.text.clone();
-        let calls = message.tool_calls.clone();
-        let wants_tools =
-            message.finish_reason == Some(FinishReason::ToolCalls) && !calls.is_empty();
-        let mut kinds = vec![EventKind::AssistantMessage(message)];
-        if let Some(usage) = self.aggregate.usage {
-            self.calibrate(usage.input_tokens);
-            kinds.push(EventKind::Usage(usage));
-        }
-        if !wants_tools {
-            return self.on_stop(myself, kinds, last_text).await;
-        }
-        self.run_calls(myself, kinds, calls).await
     }
 }
 
@@ -263,28 +383,30 @@ impl Actor for TurnActor {
         args: TurnArgs,
     ) -> Result<Turn, ActorProcessingErr> {
         myself.cast(TurnMsg::Begin)?;
-        let env = super::context::environment(&args.config.cwd);
-        let args_limits = args.deps.control.protection;
-        Ok(Turn {
-            env,
+        let io = Io {
+            env: super::env::environment(&args.config.cwd),
             calibration: Calibration::default(),
             last_estimate: 0,
-            overflow_used: false,
-            compacted_in_step: false,
-            request_history_len: None,
             tools: args.deps.tools.tool_set(args.config.approval_mode),
-            registry: std::sync::Arc::clone(&args.deps.tools),
+            registry: Arc::clone(&args.deps.tools),
             mcp_key: None,
-            args,
-            step: 0,
-            attempt: 1,
-            request_number: 0,
-            provider: None,
-            aggregate: StreamAggregate::new(),
-            relay: None,
-            phase: Phase::Streaming,
-            control: super::control::Control::new(args_limits),
             pending: Vec::new(),
+            provider: None,
+            relay: None,
+            summary: StreamAggregate::new(),
+            compiled: None,
+            compaction_log: Vec::new(),
+            running: HashMap::new(),
+            partials: Vec::new(),
+            partials_step: 0,
+            timer: None,
+            hooks: None,
+            sub_agents: None,
+        };
+        Ok(Turn {
+            machine: TurnMachine::new(Turn::machine_config(&args)),
+            args,
+            io,
         })
     }
 
@@ -294,95 +416,92 @@ impl Actor for TurnActor {
         msg: TurnMsg,
         state: &mut Turn,
     ) -> Result<(), ActorProcessingErr> {
-        if matches!(state.phase, Phase::Done) {
+        if state.machine.is_done() {
             return Ok(());
         }
-        match msg {
-            TurnMsg::Begin => {
-                if state.args.cancel.is_cancelled() {
-                    return state.on_cancel(&myself, "user".into()).await;
-                }
-                match state.args.mode {
-                    TurnMode::Model => state.begin(&myself).await,
-                    TurnMode::Compact => state.begin_compaction(&myself, Trigger::Manual).await,
-                }
-            }
-            TurnMsg::Stream { request, events } => {
-                if matches!(state.phase, Phase::Compacting(_)) {
-                    for event in events {
-                        state.on_compaction_stream(&myself, request, event).await?;
-                    }
-                }
-                Ok(())
-            }
-            TurnMsg::StreamEnded { request, event } => {
-                state.on_stream_end(&myself, request, event).await
-            }
+        if state.args.cancel.is_cancelled() && !matches!(msg, TurnMsg::Cancel { .. }) {
+            state.feed(&myself, TurnInput::CancelRequested).await?;
+        }
+        let input = match msg {
+            TurnMsg::Begin => Some(TurnInput::Begin),
+            TurnMsg::Stream { request, events } => state.summary_events(request, events),
+            TurnMsg::StreamEnded { request, event } => state.stream_ended(request, event),
             TurnMsg::RetryElapsed { request } => {
-                if request == state.request_number && matches!(state.phase, Phase::Backoff { .. }) {
-                    state.resend(&myself).await?;
-                }
-                Ok(())
+                state.io.timer = None;
+                Some(TurnInput::RetryElapsed { request })
             }
             TurnMsg::ToolDone {
                 index,
                 result,
                 duration_ms,
-            } => state.tool_done(&myself, index, result, duration_ms).await,
-            TurnMsg::Cancel { reason } => state.on_cancel(&myself, reason).await,
-            TurnMsg::HookDone { run } => state.hook_done(&myself, run).await,
-            TurnMsg::HookStopped { reason } => {
-                state.hook_stopped(reason);
-                Ok(())
+            } => {
+                state.io.running.retain(|_, (i, _)| *i != index);
+                Some(TurnInput::ToolFinished {
+                    index,
+                    result,
+                    duration_ms,
+                })
             }
+            TurnMsg::Cancel { reason } => Some(state.cancel_input(reason)),
+            TurnMsg::HookDone { run } => {
+                state.io.hooks = None;
+                Some(TurnInput::HooksAnswered(run))
+            }
+            TurnMsg::HookStopped { reason } => Some(TurnInput::ToolHookStopped { reason }),
             #[cfg(test)]
             TurnMsg::Panic => panic!("test-induced TurnActor panic"),
+        };
+        match input {
+            Some(input) => state.feed(&myself, input).await,
+            None => Ok(()),
         }
     }
 
-    /// Policy: a ProviderActor crash is a `stream_interrupted` failure of the request
-    /// (retried like one); a ToolActor crash is an `is_error` "tool crashed" result;
-    /// normal exits are expected (results arrive by message). The turn never stops
-    /// because a child did.
+    /// A ProviderActor crash is a `stream_interrupted` failure of its request (retried
+    /// like one); a ToolActor crash is its call's "tool crashed" result; normal exits
+    /// are expected (results arrive by message). The turn never stops because a child
+    /// did.
     async fn handle_supervisor_evt(
         &self,
         myself: ActorRef<TurnMsg>,
         event: SupervisionEvent,
         state: &mut Turn,
     ) -> Result<(), ActorProcessingErr> {
-        match event {
-            SupervisionEvent::ActorFailed(cell, err) => {
-                let is_provider = state
-                    .provider
-                    .as_ref()
-                    .is_some_and(|p| p.get_id() == cell.get_id());
-                if is_provider && matches!(state.phase, Phase::Streaming) {
-                    state.close_relay();
-                    let error = ProviderError::new(
-                        ErrorClass::StreamInterrupted,
-                        format!("the provider actor crashed: {err}"),
-                    );
-                    return state.on_provider_error(&myself, error).await;
-                }
-                if is_provider && matches!(state.phase, Phase::Compacting(_)) {
-                    let error = ProviderError::new(
-                        ErrorClass::StreamInterrupted,
-                        format!("the provider actor crashed: {err}"),
-                    );
-                    return state.on_compaction_error(&myself, error).await;
-                }
-                if let Phase::Tools(run) = &mut state.phase
-                    && let Some(index) = run.index_of(cell.get_id())
-                {
-                    let result = run.crashed(index);
-                    return state.tool_done(&myself, index, result, None).await;
-                }
-                Ok(())
+        let SupervisionEvent::ActorFailed(cell, err) = event else {
+            return Ok(());
+        };
+        let id = cell.get_id();
+        let input = if let Some((_, request)) = state
+            .io
+            .provider
+            .take_if(|(provider, _)| provider.get_id() == id)
+        {
+            if let Some(relay) = state.io.relay.take() {
+                relay.close();
             }
-            SupervisionEvent::ActorTerminated(..)
-            | SupervisionEvent::ActorStarted(_)
-            | SupervisionEvent::ProcessGroupChanged(_)
-            | SupervisionEvent::PidLifecycleEvent(_) => Ok(()),
-        }
+            let error = ProviderError::new(
+                ErrorClass::StreamInterrupted,
+                format!("the provider actor crashed: {err}"),
+            );
+            TurnInput::StreamEnded {
+                request,
+                outcome: StreamOutcome::Failed(error),
+            }
+        } else if let Some((index, _)) = state.io.running.remove(&id) {
+            TurnInput::ToolCrashed { index }
+        } else {
+            return Ok(());
+        };
+        state.feed(&myself, input).await
     }
+}
+
+/// `startup` for the session's first turn, `resume` otherwise.
+pub(super) fn session_source(log: &crate::session::log::SharedLog) -> &'static str {
+    let turns = log
+        .read()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TurnStarted { .. }))
+        .count();
+    if turns <= 1 { "startup" } else { "resume" }
 }

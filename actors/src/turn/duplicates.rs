@@ -10,7 +10,7 @@
 //! side effect twice when a provider or proxy echoed a call; the model can call again.
 
 use super::protection::CallVerdict;
-use foya_protocol::{EventKind, ToolCall, ToolCallId};
+use foya_protocol::{ToolCall, ToolCallId};
 use std::collections::HashSet;
 
 /// Longest id a renamed call gets (OpenAI Chat rejects tool-call ids over 40 characters).
@@ -51,25 +51,6 @@ fn fresh_id(id: &str, n: u32) -> String {
     let keep = MAX_ID_CHARS.saturating_sub(suffix.chars().count());
     let base: String = id.chars().take(keep).collect();
     format!("{base}{suffix}")
-}
-
-/// Renames repeated ids in `calls` and, identically, in the `assistant_message` among
-/// `kinds` that carries them (not yet persisted). Returns the renamed calls.
-pub(crate) fn rename_in_response(kinds: &mut [EventKind], calls: &mut [ToolCall]) -> Vec<Renamed> {
-    let renamed = rename_repeated_ids(calls);
-    if renamed.is_empty() {
-        return renamed;
-    }
-    for kind in kinds.iter_mut() {
-        if let EventKind::AssistantMessage(message) = kind
-            && message.tool_calls.len() == calls.len()
-        {
-            for (persisted, call) in message.tool_calls.iter_mut().zip(calls.iter()) {
-                persisted.id.clone_from(&call.id);
-            }
-        }
-    }
-    renamed
 }
 
 /// The verdict for call `index`: a renamed repeat is blocked ("not run"), others keep

@@ -2,7 +2,7 @@
 //! servers (started on first use, listed again after `tools/list_changed`) join the
 //! runtime's tools, so a step always offers and validates the current list.
 //!
-//! Owns: rebuilding [`Turn::registry`] and [`Turn::tools`] when the listings changed.
+//! Owns: rebuilding the step's registry and tool set when the listings changed.
 //! Must not: outlive a cancel (the listing is abandoned when the turn's token fires;
 //! the pending `Cancel` then ends the turn).
 
@@ -30,7 +30,7 @@ impl Turn {
         for error in &listed.errors {
             tracing::warn!(session.id = %self.args.session_id, %error, "MCP server left out of this step");
         }
-        if self.mcp_key.as_ref() == Some(&listed.key) {
+        if self.io.mcp_key.as_ref() == Some(&listed.key) {
             return;
         }
         let mut registry = (*self.args.deps.tools).clone();
@@ -39,8 +39,8 @@ impl Turn {
                 tracing::warn!(session.id = %self.args.session_id, %error, "MCP tool left out of this step");
             }
         }
-        self.registry = Arc::new(registry);
-        self.tools = self.registry.tool_set(self.args.config.approval_mode);
-        self.mcp_key = Some(listed.key);
+        self.io.registry = Arc::new(registry);
+        self.io.tools = self.io.registry.tool_set(self.args.config.approval_mode);
+        self.io.mcp_key = Some(listed.key);
     }
 }

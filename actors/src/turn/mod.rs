@@ -1,54 +1,31 @@
-//! TurnActor: one per turn, spawned linked by its SessionActor; runs the step loop.
+//! The turn: one per turn, spawned linked by its SessionActor; runs the step loop.
 //!
-//! A step: `step_started` (written together with the step's next event); compile the
-//! context from the committed log
-//! (`context::compile`, see `context.rs`; `context_diagnostics`; compaction first when
-//! over the threshold, see `compaction.rs`); spawn a ProviderActor; relay its deltas
-//! live (text, reasoning, tool-call fragments, `tool_call_queued` as soon as a call's id
-//! and name are known); on `Done` persist `assistant_message` (+ `usage`) — committed
-//! before any tool runs; if the model asked for tools, run them through ToolActors and
-//! persist their results in call order, then loop; otherwise the stop hooks run
-//! (`control.rs`) and the turn ends `turn_complete{completed}` (or continues).
+//! Its rules live in a pure state machine, [`machine::TurnMachine`] (`machine/`: the
+//! step loop, tool batching and call order, run protection, retries, overflow recovery,
+//! compaction, stop hooks, cancellation — read it top to bottom there). The
+//! [`TurnActor`] (`actor.rs`) is its driver: it carries out the machine's effects —
+//! session appends (merged into one commit where they are back to back), context
+//! compilation (`context.rs`), ProviderActors and their live relay, ToolActors
+//! (`tools.rs`), hook tasks (`hooks.rs`), MCP tool listings (`mcp.rs`), the backoff timer
+//! — and feeds their results back as inputs.
 //!
-//! Run protection (`protection.rs`, a pure state machine, driven from `control.rs`):
-//! duplicate calls are answered "not run" at the threshold, repeated identical failures
-//! of a tool stop it being run, a step cycle (A-B-A-B) or insisting on a blocked call ends
-//! the turn `failed/loop_detected`.
-//!
-//! Failures: transient provider classes retry with `RetryPolicy::delay_for` (a
-//! `provider_retry` event first; the wait is a task that reports by message, so it is
-//! cancellable; a retry re-sends the request only, never re-runs a tool); other classes
-//! end the turn `failed` with the class. At `max_steps` one final request without tools
-//! lets the model summarise, then the turn ends `failed/max_steps`.
-//! `context_overflow` compacts once per turn (trigger `overflow`, when automatic
-//! compaction is on) and re-runs the step; a second one fails the turn.
-//!
-//! Cancellation: the session owns the turn's `CancellationToken`; provider and tools get
-//! child tokens. The mailbox never waits on a stream, a tool, a backoff or an approval
-//! (those are children or tasks that report by message), so `Cancel` is handled at once:
-//! stop the stream and tools, persist the partial assistant message (`interrupted`) if
-//! anything arrived, a "cancelled" result for every call of the step without one, then
-//! `turn_cancelled` and `turn_complete{cancelled}`.
-//!
-//! Tool scheduling: `tools::schedule::plan_batches` — consecutive `parallel_safe` calls
-//! form a batch that runs concurrently (at most `tools::schedule::MAX_PARALLEL` ToolActors
-//! alive); a call that is not parallel-safe is a batch of its own; batches run in order,
-//! each after the previous one finished. A ToolActor that panics becomes an `is_error`
-//! "tool crashed" result.
+//! Run protection (`protection.rs`) and repeated call ids (`duplicates.rs`) are pure
+//! helpers the machine drives.
 
 pub(crate) mod actor;
-mod compaction;
 mod context;
-mod control;
 mod duplicates;
-mod failure;
+mod env;
 mod hooks;
+pub(crate) mod machine;
 mod mcp;
 pub(crate) mod protection;
+pub(crate) mod provider;
+mod tool;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
-pub(crate) use tools::CANCELLED;
+pub(crate) use machine::run::CANCELLED;
 
 use foya_protocol::{StreamEvent, ToolMessage};
 
@@ -75,7 +52,7 @@ pub(crate) enum TurnMsg {
     },
     /// The relayed stream of model request number `request` (a step's request) ended
     /// with `event` (`Done` or `Error`); every event before it is folded into the relay
-    /// (`provider::relay`), whose deltas are published.
+    /// (`turn::provider::relay`), whose deltas are published.
     StreamEnded { request: u64, event: StreamEvent },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },
@@ -89,7 +66,7 @@ pub(crate) enum TurnMsg {
     },
     /// Cancel the turn.
     Cancel { reason: String },
-    /// The stop hooks of the current stop answered.
+    /// The hooks of the current hook point answered.
     HookDone { run: crate::hooks::runner::HookRun },
     /// A tool hook answered `continue: false`: the turn ends once the step's results
     /// are in.

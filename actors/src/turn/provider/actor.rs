@@ -20,8 +20,8 @@
 //! `stream_interrupted` failure of the request — the turn never waits on a dead task.
 
 use super::relay::Relay;
-use super::{ModelClient, ModelRequest};
-use crate::task::AbortOnDrop;
+use crate::provider::{ModelClient, ModelRequest};
+use crate::task::AbortOnDropHandle;
 use crate::turn::TurnMsg;
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use futures::{FutureExt, StreamExt};
@@ -142,15 +142,15 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 impl Actor for ProviderActor {
     type Msg = ProviderMsg;
-    type State = AbortOnDrop;
+    type State = AbortOnDropHandle<()>;
     type Arguments = ProviderArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<ProviderMsg>,
         args: ProviderArgs,
-    ) -> Result<AbortOnDrop, ActorProcessingErr> {
-        Ok(AbortOnDrop(tokio::spawn(async move {
+    ) -> Result<AbortOnDropHandle<()>, ActorProcessingErr> {
+        Ok(AbortOnDropHandle::new(tokio::spawn(async move {
             let ended = std::panic::AssertUnwindSafe(pump(args))
                 .catch_unwind()
                 .await;
@@ -165,7 +165,7 @@ impl Actor for ProviderActor {
         &self,
         myself: ActorRef<ProviderMsg>,
         msg: ProviderMsg,
-        _state: &mut AbortOnDrop,
+        _state: &mut AbortOnDropHandle<()>,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ProviderMsg::Finished => {

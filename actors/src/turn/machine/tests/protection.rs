@@ -1,0 +1,211 @@
+//! Run protection driven by the machine. Replaces, as rules, `turn_control`'s
+//! `a_repeated_call_is_blocked_at_the_threshold_then_the_turn_fails` and
+//! `an_a_b_a_b_cycle_ends_the_turn`, and `turn_control_support/withdrawn_tests.rs`
+//! (the guard's own table tests stay in `protection_tests.rs`).
+
+use super::*;
+use expect_test::expect;
+
+/// One tool step of `calls` whose results are `results` (index, id, content, error).
+fn step(
+    s: &mut Scenario,
+    request: u64,
+    calls: Vec<ToolCall>,
+    results: &[(usize, &str, &str, bool)],
+) {
+    s.on(tools(request, calls));
+    for (index, id, content, error) in results {
+        if *error {
+            s.on(ran_error(*index, id, content));
+        } else {
+            s.on(ran(*index, id, content));
+        }
+    }
+    s.on(compiled());
+}
+
+#[test]
+fn a_repeated_call_is_blocked_at_the_threshold_then_the_turn_fails() {
+    let mut s = Scenario::started(config());
+    step(
+        &mut s,
+        1,
+        vec![call("c1", "read", 1)],
+        &[(0, "c1", "same", false)],
+    );
+    step(
+        &mut s,
+        2,
+        vec![call("c2", "read", 1)],
+        &[(0, "c2", "same", false)],
+    );
+    step(&mut s, 3, vec![call("c3", "read", 1)], &[]);
+    s.on(tools(4, vec![call("c4", "read", 1)]));
+    s.check(expect![[r#"
+        > Begin
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(1), context_diagnostics(send)]
+        < StartStream#1
+        > StreamEnded#1(done, calls [c1:read])
+        < Append[assistant_message([c1:read])]
+        < StartTools(step 1: 0:c1)
+        > ToolFinished(0, c1 "same", ran)
+        < Append[tool_finished(c1), tool_message(c1 "same")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(2), context_diagnostics(send)]
+        < StartStream#2
+        > StreamEnded#2(done, calls [c2:read])
+        < Append[assistant_message([c2:read])]
+        < StartTools(step 2: 0:c2)
+        > ToolFinished(0, c2 "same", ran)
+        < Append[tool_finished(c2), tool_message(c2 "same")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(3), context_diagnostics(send)]
+        < StartStream#3
+        > StreamEnded#3(done, calls [c3:read])
+        < Append[assistant_message([c3:read]), tool_message(c3 error "not run: this exact call (`read` with the same arguments) was already made 2 times in this turn; repeating it will not give a different result. Change the arguments, try another approach, or finish.")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(4), context_diagnostics(send)]
+        < StartStream#4
+        > StreamEnded#4(done, calls [c4:read])
+        < Append[assistant_message([c4:read]), tool_message(c4 error "not run: the model kept repeating the blocked call `read` with the same arguments"), turn_complete(failed, "loop_detected", loop_detected: the model kept repeating the blocked call `read` with the same arguments)]
+        < Finish
+    "#]]);
+}
+
+#[test]
+fn an_a_b_a_b_cycle_ends_the_turn() {
+    let mut s = Scenario::started(config());
+    step(
+        &mut s,
+        1,
+        vec![call("a1", "a", 1)],
+        &[(0, "a1", "x", false)],
+    );
+    step(
+        &mut s,
+        2,
+        vec![call("b1", "b", 1)],
+        &[(0, "b1", "y", false)],
+    );
+    step(
+        &mut s,
+        3,
+        vec![call("a2", "a", 1)],
+        &[(0, "a2", "x", false)],
+    );
+    s.on(tools(4, vec![call("b2", "b", 1)]))
+        .on(ran(0, "b2", "y"));
+    s.check(expect![[r#"
+        > Begin
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(1), context_diagnostics(send)]
+        < StartStream#1
+        > StreamEnded#1(done, calls [a1:a])
+        < Append[assistant_message([a1:a])]
+        < StartTools(step 1: 0:a1)
+        > ToolFinished(0, a1 "x", ran)
+        < Append[tool_finished(a1), tool_message(a1 "x")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(2), context_diagnostics(send)]
+        < StartStream#2
+        > StreamEnded#2(done, calls [b1:b])
+        < Append[assistant_message([b1:b])]
+        < StartTools(step 2: 0:b1)
+        > ToolFinished(0, b1 "y", ran)
+        < Append[tool_finished(b1), tool_message(b1 "y")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(3), context_diagnostics(send)]
+        < StartStream#3
+        > StreamEnded#3(done, calls [a2:a])
+        < Append[assistant_message([a2:a])]
+        < StartTools(step 3: 0:a2)
+        > ToolFinished(0, a2 "x", ran)
+        < Append[tool_finished(a2), tool_message(a2 "x")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(4), context_diagnostics(send)]
+        < StartStream#4
+        > StreamEnded#4(done, calls [b2:b])
+        < Append[assistant_message([b2:b])]
+        < StartTools(step 4: 0:b2)
+        > ToolFinished(0, b2 "y", ran)
+        < Append[tool_finished(b2), tool_message(b2 "y"), turn_complete(failed, "loop_detected", loop_detected: the last 4 steps repeat a cycle of 2 steps with the same calls and results, making no progress: [a -> b] twice)]
+        < Finish
+    "#]]);
+}
+
+#[test]
+fn a_tool_failing_the_same_way_is_withdrawn_then_insisting_on_it_ends_the_turn() {
+    let mut s = Scenario::started(config());
+    step(
+        &mut s,
+        1,
+        vec![call("f1", "flaky", 1)],
+        &[(0, "f1", "disk full", true)],
+    );
+    step(
+        &mut s,
+        2,
+        vec![call("f2", "flaky", 2)],
+        &[(0, "f2", "disk full", true)],
+    );
+    step(
+        &mut s,
+        3,
+        vec![call("f3", "flaky", 3)],
+        &[(0, "f3", "disk full", true)],
+    );
+    step(&mut s, 4, vec![call("f4", "flaky", 4)], &[]);
+    s.on(tools(5, vec![call("f5", "flaky", 5)]));
+    s.check(expect![[r#"
+        > Begin
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(1), context_diagnostics(send)]
+        < StartStream#1
+        > StreamEnded#1(done, calls [f1:flaky])
+        < Append[assistant_message([f1:flaky])]
+        < StartTools(step 1: 0:f1)
+        > ToolFinished(0, f1 error "disk full", ran)
+        < Append[tool_finished(f1), tool_message(f1 error "disk full")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(2), context_diagnostics(send)]
+        < StartStream#2
+        > StreamEnded#2(done, calls [f2:flaky])
+        < Append[assistant_message([f2:flaky])]
+        < StartTools(step 2: 0:f2)
+        > ToolFinished(0, f2 error "disk full", ran)
+        < Append[tool_finished(f2), tool_message(f2 error "disk full")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(3), context_diagnostics(send)]
+        < StartStream#3
+        > StreamEnded#3(done, calls [f3:flaky])
+        < Append[assistant_message([f3:flaky])]
+        < StartTools(step 3: 0:f3)
+        > ToolFinished(0, f3 error "disk full", ran)
+        < Append[tool_finished(f3), tool_message(f3 error "disk full")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(4), context_diagnostics(send)]
+        < StartStream#4(withdrawn ["flaky"])
+        > StreamEnded#4(done, calls [f4:flaky])
+        < Append[assistant_message([f4:flaky]), tool_message(f4 error "not run: `flaky` failed 3 times in a row with the same error (disk full); it is no longer offered in this turn. Try another approach.")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(5), context_diagnostics(send)]
+        < StartStream#5(withdrawn ["flaky"])
+        > StreamEnded#5(done, calls [f5:flaky])
+        < Append[assistant_message([f5:flaky]), tool_message(f5 error "not run: the model kept calling `flaky`, which was withdrawn after failing 3 times in a row with the same error and is no longer offered"), turn_complete(failed, "loop_detected", loop_detected: the model kept calling `flaky`, which was withdrawn after failing 3 times in a row with the same error and is no longer offered)]
+        < Finish
+    "#]]);
+}
