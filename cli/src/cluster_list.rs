@@ -12,7 +12,7 @@
 //! missing nodes are named (a `foya: warning:` line on stderr; with `--json` a last
 //! line `{"unreachable": [...]}`) and the exit status is [`EXIT_PARTIAL`].
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE};
+use crate::args::{EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE};
 use foya_actors::cluster::{ClientNode, ClusterListing, NodeConfig};
 use std::path::Path;
 use std::time::Duration;

@@ -1,19 +1,18 @@
 //! The automatic-compaction switch of `run`, `chat` and `serve`: the `--no-auto-compact`
 //! flag and the `[context] auto_compact` key of the project's `.foya/config.toml`.
 
-use anyhow::Context as _;
 use clap::Args;
 use std::path::Path;
 
 /// `--no-auto-compact`: the runtime never compacts on its own (also `[context]
 /// auto_compact = false` in the project's `.foya/config.toml`).
 #[derive(Debug, Clone, Copy, Args)]
-pub(crate) struct CompactionArg {
+pub struct CompactionArg {
     /// Never compact automatically (before a step over the threshold, or after a
     /// provider overflow, which then fails the turn); `/compact` still works. Also
     /// `[context] auto_compact = false` in the project's .foya/config.toml.
     #[arg(long)]
-    pub(crate) no_auto_compact: bool,
+    pub no_auto_compact: bool,
 }
 
 /// Whether the runtime compacts on its own: not with `--no-auto-compact`, nor with
@@ -21,34 +20,20 @@ pub(crate) struct CompactionArg {
 /// ([`foya_actors::provider::config::project_file`]); otherwise yes.
 ///
 /// # Errors
-/// The file cannot be read or parsed, or `auto_compact` is not a boolean.
-pub(crate) fn auto_compact(cwd: &Path, flag: CompactionArg) -> anyhow::Result<bool> {
+/// The file cannot be read or parsed (`auto_compact` not a boolean among them).
+pub fn auto_compact(cwd: &Path, flag: CompactionArg) -> anyhow::Result<bool> {
     auto_compact_in(cwd, flag, foya_actors::trust::is_trusted(cwd))
 }
 
 /// [`auto_compact`], reading the project's file only when the project is `trusted` (an
-/// untrusted project's config is ignored, as every other part of it is).
+/// untrusted project's file is ignored, as every other part of it is), through the typed
+/// config ([`foya_actors::provider::config::project_auto_compact`]).
 fn auto_compact_in(cwd: &Path, flag: CompactionArg, trusted: bool) -> anyhow::Result<bool> {
     if flag.no_auto_compact {
         return Ok(false);
     }
-    if !trusted {
-        return Ok(true);
-    }
-    let path = foya_actors::provider::config::project_file(cwd);
-    let Some(text) = foya_actors::provider::config::read_optional(&path)? else {
-        return Ok(true);
-    };
-    let value: toml::Table =
-        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
-    match value.get("context").and_then(|c| c.get("auto_compact")) {
-        None => Ok(true),
-        Some(toml::Value::Boolean(on)) => Ok(*on),
-        Some(_) => anyhow::bail!(
-            "{}: [context] auto_compact must be true or false",
-            path.display()
-        ),
-    }
+    let on = foya_actors::provider::config::project_auto_compact(cwd, trusted)?;
+    Ok(on.unwrap_or(true))
 }
 
 #[cfg(test)]
@@ -81,7 +66,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.ends_with("[context] auto_compact must be true or false"),
+            err.contains("auto_compact") && err.contains("expected a boolean"),
             "{err}"
         );
     }

@@ -1,14 +1,14 @@
 //! A damaged event store, as every command reports it: one line naming the file and what
 //! was found, then what to do (`foya store check`, `foya store salvage`), and exit
-//! status [`crate::cli::EXIT_DAMAGED`]; lost acknowledged events found by an open, one
+//! status [`crate::args::EXIT_DAMAGED`]; lost acknowledged events found by an open, one
 //! warning line per session; reading a damaged file through a private copy.
 
 use foya_storage::{OpenError, ReadOnlyStore};
 use std::path::Path;
 
 /// Prints the line for a damaged store (`chain`: the error and its causes) and marks the
-/// process to exit with [`crate::cli::EXIT_DAMAGED`].
-pub(crate) fn report(chain: &str) {
+/// process to exit with [`crate::args::EXIT_DAMAGED`].
+pub fn report(chain: &str) {
     DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
     if chain.contains("newer format version") {
         eprintln!(
@@ -21,17 +21,17 @@ pub(crate) fn report(chain: &str) {
 }
 
 /// What to do about a damaged store, appended to the line reporting it.
-pub(crate) const DAMAGE_HINT: &str = "the event store is damaged: run `foya store check` to \
+pub const DAMAGE_HINT: &str = "the event store is damaged: run `foya store check` to \
      see what is wrong and `foya store salvage --to NEW_DIR` to copy every readable session \
      into a fresh store (both with the same --data-dir)";
 
 /// Set when a damaged store was reported: the process exits with
-/// [`crate::cli::EXIT_DAMAGED`] instead of [`crate::cli::EXIT_FAILED`].
-pub(crate) static DAMAGE_REPORTED: std::sync::atomic::AtomicBool =
+/// [`crate::args::EXIT_DAMAGED`] instead of [`crate::args::EXIT_FAILED`].
+pub static DAMAGE_REPORTED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
 /// Whether `e` says the event store is damaged or of a newer format.
-pub(crate) fn is_damage(e: &anyhow::Error) -> bool {
+pub fn is_damage(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<foya_storage::OpenError>()
             .is_some_and(foya_storage::OpenError::is_damage)
@@ -48,7 +48,7 @@ pub(crate) fn is_damage(e: &anyhow::Error) -> bool {
 
 /// Says on stderr, one line each, what acknowledged events the store found missing
 /// when it opened.
-pub(crate) fn report_losses(path: &Path, losses: &[foya_storage::Loss]) {
+pub fn report_losses(path: &Path, losses: &[foya_storage::Loss]) {
     for loss in losses {
         eprintln!(
             "foya: warning: {loss} — the store {} was rolled back or damaged; recorded in \
@@ -61,7 +61,7 @@ pub(crate) fn report_losses(path: &Path, losses: &[foya_storage::Loss]) {
 
 /// Opens a damaged store for reading what it still holds (a private copy, see
 /// [`ReadOnlyStore::open_damaged`]), after one line on stderr saying so.
-pub(crate) fn open_damaged(path: &Path, found: &OpenError) -> Result<ReadOnlyStore, OpenError> {
+pub fn open_damaged(path: &Path, found: &OpenError) -> Result<ReadOnlyStore, OpenError> {
     if matches!(found, OpenError::NewerFormat { .. }) {
         return Err(clone_refusal(found, path));
     }

@@ -1,27 +1,14 @@
-//! Locating and opening the data directory's event store.
+//! Locating and opening the data directory's event store, and what the CLI says when
+//! another process holds it.
 //!
-//! The store is locked by the process that opened it (redb). Whoever opens it records
-//! itself in `<data dir>/foya.owner` (JSON `{"pid", "command", "url", "listen"}`: `url`
-//! a server's base URL, `listen` a node's cluster address; removed at exit by
-//! [`release_owner`]), so a second process refused by the lock can say which process
-//! holds the data dir and how to ask it instead.
+//! The lock protocol itself (the store file, the owner file naming its holder, the
+//! readers' repair lock) is [`foya_storage::data_dir`].
 
 use anyhow::Context as _;
+use foya_storage::data_dir::{Owner, RepairLock, holder};
+pub use foya_storage::data_dir::{release_owner, serving_url, store_path};
 use foya_storage::{Durability, OpenError, ReadOnlyStore, Store, StoreOptions};
 use std::path::{Path, PathBuf};
-
-/// File locked by the `sessions` readers of a data directory while they open its
-/// store: shared to open it read-only, exclusive to repair it (see
-/// `open_existing_read_only`). Empty; never removed.
-const REPAIR_LOCK_FILE: &str = "foya.repair.lock";
-
-/// File name of the event store inside the data directory.
-const STORE_FILE: &str = "foya.redb";
-/// File naming the process that holds the store, inside the data directory.
-const OWNER_FILE: &str = "foya.owner";
-
-/// The owner file this process wrote (removed at exit).
-static OWNED: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
 /// Variable naming the data directory when `--data-dir` is not given.
 const DATA_DIR_ENV: &str = "FOYA_DATA_DIR";
@@ -29,7 +16,7 @@ const DATA_DIR_ENV: &str = "FOYA_DATA_DIR";
 /// `--data-dir`, else `$FOYA_DATA_DIR` when set and not empty (an empty value counts as
 /// unset, as for most path variables: `FOYA_DATA_DIR= foya …` is not an error), else the
 /// platform data dir.
-pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(dir) = arg {
         return Ok(dir.to_path_buf());
     }
@@ -41,29 +28,24 @@ pub(crate) fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         .context("no data directory: pass --data-dir or set FOYA_DATA_DIR")
 }
 
-/// The store file of a data directory.
-pub(crate) fn store_path(dir: &Path) -> PathBuf {
-    dir.join(STORE_FILE)
-}
-
 /// The attachment store of a data directory (`<data dir>/attachments`): images users
 /// upload and images tools return.
-pub(crate) fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
+pub fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
     std::sync::Arc::new(foya_actors::attachments::AttachmentStore::new(
         dir.join("attachments"),
     ))
 }
 
 /// Opens (or creates) the store of a data directory.
-pub(crate) fn open_store(dir: &Path) -> anyhow::Result<Store> {
+pub fn open_store(dir: &Path) -> anyhow::Result<Store> {
     open_store_with(dir, Durability::Immediate)
 }
 
 /// Opens (or creates) the store of a data directory with this commit durability.
-pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Result<Store> {
+pub fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Result<Store> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-    let path = dir.join(STORE_FILE);
+    let path = store_path(dir);
     let options = StoreOptions {
         durability,
         ..StoreOptions::default()
@@ -79,84 +61,28 @@ pub(crate) fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Res
     }
 }
 
-/// Who holds a data dir (what [`record_owner`] wrote).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Owner {
-    pid: u32,
-    /// The subcommand (`serve`, `node`, `run`, …).
-    command: String,
-    /// Base URL of a `foya serve`.
-    #[serde(default)]
-    url: Option<String>,
-    /// Cluster address (`host:port`) a `foya node` listens on.
-    #[serde(default)]
-    listen: Option<String>,
-}
-
 /// Records this process as the holder of `dir`'s store (best effort; `url`: the base
 /// URL of a `foya serve`).
-pub(crate) fn record_owner(dir: &Path, url: Option<&str>) {
-    write_owner(dir, url, None);
+pub fn record_owner(dir: &Path, url: Option<&str>) {
+    foya_storage::data_dir::record_owner(dir, &Owner::this_process(&command(), url, None));
 }
 
 /// Records this process as the holder of `dir`'s store, a `foya node` listening on
 /// `listen` (`host:port`, best effort).
-pub(crate) fn record_node_owner(dir: &Path, listen: &str) {
-    write_owner(dir, None, Some(listen));
+pub fn record_node_owner(dir: &Path, listen: &str) {
+    foya_storage::data_dir::record_owner(dir, &Owner::this_process(&command(), None, Some(listen)));
 }
 
-fn write_owner(dir: &Path, url: Option<&str>, listen: Option<&str>) {
-    let owner = Owner {
-        pid: std::process::id(),
-        command: std::env::args().nth(1).unwrap_or_default(),
-        url: url.map(str::to_owned),
-        listen: listen.map(str::to_owned),
-    };
-    let path = dir.join(OWNER_FILE);
-    let Ok(text) = serde_json::to_string(&owner) else {
-        return;
-    };
-    if std::fs::write(&path, text).is_ok()
-        && let Ok(mut owned) = OWNED.lock()
-    {
-        *owned = Some(path);
-    }
-}
-
-/// The base URL of the `foya serve` holding `dir`'s store, when its owner file names a
-/// live server.
-pub(crate) fn serving_url(dir: &Path) -> Option<String> {
-    std::fs::read_to_string(dir.join(OWNER_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
-        .filter(|o| o.command == "serve" && o.pid != std::process::id())
-        .filter(|o| Path::new(&format!("/proc/{}", o.pid)).exists())
-        .and_then(|o| o.url)
-}
-
-/// Removes the owner file this process wrote, if it still names this process.
-pub(crate) fn release_owner() {
-    let Some(path) = OWNED.lock().ok().and_then(|mut o| o.take()) else {
-        return;
-    };
-    let ours = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
-        .is_some_and(|o| o.pid == std::process::id());
-    if ours {
-        let _ = std::fs::remove_file(&path);
-    }
+/// The subcommand this process runs (`serve`, `run`, …).
+fn command() -> String {
+    std::env::args().nth(1).unwrap_or_default()
 }
 
 /// The error for a data dir whose store another process holds: names the dir, the
 /// holder (when its owner file names a live process) and how to get the information
 /// from it instead.
-pub(crate) fn in_use(dir: &Path) -> anyhow::Error {
-    let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Owner>(&t).ok())
-        .filter(|o| o.pid != std::process::id())
-        .filter(|o| Path::new(&format!("/proc/{}", o.pid)).exists());
+pub fn in_use(dir: &Path) -> anyhow::Error {
+    let owner = holder(dir);
     let holder = match &owner {
         Some(o) => match (&o.url, &o.listen) {
             (Some(url), _) => format!("foya {} (pid {}, {url})", o.command, o.pid),
@@ -211,11 +137,11 @@ pub(crate) fn in_use(dir: &Path) -> anyhow::Error {
 ///
 /// # Errors
 /// The store exists but cannot be opened.
-pub(crate) fn open_existing_store_with(
+pub fn open_existing_store_with(
     dir: &Path,
     durability: Durability,
 ) -> anyhow::Result<Option<Store>> {
-    if !dir.join(STORE_FILE).is_file() {
+    if !store_path(dir).is_file() {
         return Ok(None);
     }
     open_store_with(dir, durability).map(Some)
@@ -231,8 +157,8 @@ pub(crate) fn open_existing_store_with(
 /// # Errors
 /// The store exists but cannot be opened or repaired; while another process writes it,
 /// the error names that process ([`in_use`]), as for a writable open.
-pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadOnlyStore>> {
-    let path = dir.join(STORE_FILE);
+pub fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadOnlyStore>> {
+    let path = store_path(dir);
     if !path.is_file() {
         return Ok(None);
     }
@@ -246,27 +172,14 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
         Err(OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
         Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
     };
-    // Readers that find the file needing repair take turns at it: one repairs while
-    // the others wait, then find it repaired (without this, a reader opening the file
-    // while another repairs it would be refused as if a writer held it). A directory
-    // that cannot hold the lock file (read-only) goes without.
-    let lock = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(REPAIR_LOCK_FILE))
-        .ok();
-    if let Some(lock) = &lock {
-        let _ = lock.lock_shared();
-    }
+    // Readers that find the file needing repair take turns at it ([`RepairLock`]).
+    let lock = RepairLock::shared(dir);
     match ReadOnlyStore::open(&path) {
         Err(OpenError::NeedsRecovery { .. }) => {}
         Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
         other => return opened(other),
     }
-    if let Some(lock) = &lock {
-        let _ = lock.unlock();
-        let _ = lock.lock();
+    if lock.make_exclusive() {
         // Another reader may have repaired it while this one waited.
         match ReadOnlyStore::open(&path) {
             Err(OpenError::NeedsRecovery { .. }) => {}
@@ -302,7 +215,7 @@ pub(crate) fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadO
 ///
 /// # Errors
 /// The store exists but cannot be opened or read.
-pub(crate) fn open_for_session(
+pub fn open_for_session(
     dir: &Path,
     id: foya_protocol::SessionId,
     durability: Durability,
@@ -324,7 +237,7 @@ pub(crate) fn open_for_session(
 ///
 /// # Errors
 /// The store exists but cannot be opened or read.
-pub(crate) fn open_for_input(
+pub fn open_for_input(
     dir: &Path,
     id: foya_protocol::SessionId,
     durability: Durability,
@@ -344,7 +257,7 @@ pub(crate) fn open_for_input(
 
 /// Why a data directory has no store: `data directory D does not exist` or `no sessions
 /// are stored in D`.
-pub(crate) fn missing_store(dir: &Path) -> String {
+pub fn missing_store(dir: &Path) -> String {
     if dir.is_dir() {
         format!("no sessions are stored in {}", dir.display())
     } else {

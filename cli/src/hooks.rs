@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// # Errors
 /// A file cannot be read or parsed, or its `[hooks]` is not valid (the message names
 /// the file and the key).
-pub(crate) fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
+pub fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
     let mut hooks = HookCommands::default();
     if let Some(user) = user_file() {
         hooks.extend(of_file(&user)?);
@@ -32,14 +32,14 @@ pub(crate) fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
 /// Puts `hooks` into `config`, run under the sandbox helper (as the shell tool's
 /// commands: they die with `foya` and leave nothing running), with the transcript
 /// directory under `data_dir`.
-pub(crate) fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &Path) {
+pub fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &Path) {
     config.command_hooks = hooks;
     config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::this_binary());
     config.transcript_dir = Some(transcript_dir(data_dir));
 }
 
 /// `<data dir>/transcripts`.
-pub(crate) fn transcript_dir(data_dir: &Path) -> PathBuf {
+pub fn transcript_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("transcripts")
 }
 

@@ -7,7 +7,7 @@ use std::io::ErrorKind;
 
 /// Which ports the command accepts, for the hint of an "already in use" error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Port {
+pub enum Port {
     /// Any port, 0 included (`serve`, `sim-server`): the hint suggests port 0.
     AnyOrZero,
     /// A fixed port only (`node`: peers dial it; port 0 is refused).
@@ -21,7 +21,7 @@ pub(crate) enum Port {
 /// (`cannot listen on ADDR: the address is already in use (another process listens on
 /// it; choose another --listen[, or port 0 for a free one])`); any other failure is
 /// `cannot listen on ADDR` with its cause.
-pub(crate) async fn bind(listen: &str, port: Port) -> anyhow::Result<tokio::net::TcpListener> {
+pub async fn bind(listen: &str, port: Port) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| bind_error(listen, e, port))

@@ -7,7 +7,7 @@
 //! only when the user trusted the project (`foya trust`), or for one run with
 //! `--trust-project-mcp`.
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use clap::{Args, Subcommand};
 use foya_actors::mcp::{McpConfig, McpManager, ServerState};
 use foya_actors::tools::sandbox::SandboxRunner;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 /// Which MCP servers a session uses.
 #[derive(Debug, Clone, Default, Args)]
-pub(crate) struct McpArgs {
+pub struct McpArgs {
     /// Use this MCP server (a configured name; repeat for several). Without it every
     /// configured server not set `enabled = false` is used.
     #[arg(long = "mcp", value_name = "NAME")]
@@ -32,7 +32,7 @@ pub(crate) struct McpArgs {
 
 impl McpArgs {
     /// The session's `mcp_servers`: `None` (the default set), the named ones, or none.
-    pub(crate) fn selection(&self) -> Option<Vec<String>> {
+    pub fn selection(&self) -> Option<Vec<String>> {
         if self.no_mcp {
             Some(Vec::new())
         } else if self.mcp.is_empty() {
@@ -45,7 +45,7 @@ impl McpArgs {
 
 /// `foya mcp …`.
 #[derive(Debug, Subcommand)]
-pub(crate) enum McpCommand {
+pub enum McpCommand {
     /// Start every configured MCP server, list its state and tools, stop them.
     List {
         /// Working directory (finds the project; default: the current directory).
@@ -64,7 +64,7 @@ pub(crate) enum McpCommand {
 ///
 /// # Errors
 /// An unreadable or invalid config file; `--mcp NAME` naming no configured server.
-pub(crate) fn load(cwd: &Path, args: &McpArgs) -> anyhow::Result<Option<Arc<McpManager>>> {
+pub fn load(cwd: &Path, args: &McpArgs) -> anyhow::Result<Option<Arc<McpManager>>> {
     let config = read(cwd, args.trust_project_mcp)?;
     for name in &args.mcp {
         anyhow::ensure!(
@@ -109,7 +109,7 @@ fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {
 
 /// Runs `foya mcp …`; the exit status: 0 when every server is running, 1 when one
 /// failed, 2 for a usage or configuration error.
-pub(crate) async fn mcp(command: McpCommand) -> u8 {
+pub async fn mcp(command: McpCommand) -> u8 {
     let McpCommand::List {
         cwd,
         trust_project_mcp,
@@ -164,6 +164,6 @@ pub(crate) async fn mcp(command: McpCommand) -> u8 {
 }
 
 fn usage(e: &anyhow::Error) -> u8 {
-    eprintln!("foya: {}", crate::cli::error_chain(e));
+    eprintln!("foya: {}", crate::args::error_chain(e));
     EXIT_USAGE
 }

@@ -12,7 +12,7 @@
 //! Node names are unique in a cluster: a node that finds a node started earlier under
 //! its name leaves the cluster, prints why and exits with status 1.
 
-use crate::cli::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
+use crate::args::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
 use anyhow::Context as _;
 use clap::Args;
 use foya_actors::cluster::{ClusterNode, NodeConfig};
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 /// Reaching a running cluster from a command (`foya sessions list --cluster`).
 #[derive(Debug, Clone, Args)]
-pub(crate) struct ClusterArgs {
+pub struct ClusterArgs {
     /// A `foya node` to ask (HOST:PORT, its --listen address) instead of the local data
     /// dir; it answers for every node it is connected to.
     #[arg(long, value_name = "HOST:PORT", requires = "cookie_file")]
@@ -34,7 +34,7 @@ pub(crate) struct ClusterArgs {
 }
 
 #[derive(Debug, Args)]
-pub(crate) struct NodeArgs {
+pub struct NodeArgs {
     /// Address to listen on for other nodes, e.g. 127.0.0.1:4370 (a fixed port: peers
     /// dial it).
     #[arg(long, value_parser = crate::values::fixed_port_addr)]
@@ -73,14 +73,14 @@ pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
 }
 
 /// Runs the node; returns the exit status.
-pub(crate) async fn node(args: NodeArgs) -> u8 {
+pub async fn node(args: NodeArgs) -> u8 {
     let Some(cookie) = read_cookie(&args.cookie_file) else {
         return EXIT_USAGE;
     };
     match serve(args, cookie).await {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            crate::cli::report(&e);
+            crate::args::report(&e);
             EXIT_FAILED
         }
     }
@@ -124,7 +124,7 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         let _ = out.flush();
     }
     let refused = tokio::select! {
-        () = crate::serve::wait_for_signal() => None,
+        () = crate::signals::wait_for_signal() => None,
         e = node.refused() => Some(e),
     };
     if refused.is_none() {

@@ -3,7 +3,7 @@
 //! persisted) and exits 130, 143 or 129; a second signal exits at once. When the reader of
 //! stdout goes away (`BrokenPipe`), the turn is cancelled the same way and the exit is 0.
 
-use crate::cli::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
+use crate::args::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
 use crate::render::Renderer;
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
@@ -15,15 +15,15 @@ use foya_protocol::{
 };
 use std::io::IsTerminal as _;
 
-pub(crate) async fn run(args: RunArgs) -> u8 {
+pub async fn run(args: RunArgs) -> u8 {
     match run_inner(args).await {
         Ok(code) => code,
         Err(Failure::Usage(e)) => {
-            crate::cli::report(&e);
+            crate::args::report(&e);
             EXIT_USAGE
         }
         Err(Failure::Runtime(e)) => {
-            crate::cli::report(&e);
+            crate::args::report(&e);
             EXIT_FAILED
         }
     }

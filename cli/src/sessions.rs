@@ -3,12 +3,12 @@
 //! delete one (through a runtime, so an unfinished turn is closed first). `list
 //! --cluster` asks a running node instead (`cluster_list.rs`).
 
-use crate::cli::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
+use crate::args::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
 use foya_protocol::{EventKind, Seq, SessionId};
 use foya_storage::Durability;
 use std::io::Write as _;
 
-pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
+pub async fn sessions(command: SessionsCommand) -> u8 {
     let result = match command {
         SessionsCommand::List {
             json,
@@ -56,7 +56,7 @@ pub(crate) async fn sessions(command: SessionsCommand) -> u8 {
         // The reader of stdout went away (`foya sessions show ID | head -1`): done.
         Err(e) if is_broken_pipe(&e) => EXIT_OK,
         Err(e) => {
-            crate::cli::report(&e);
+            crate::args::report(&e);
             EXIT_FAILED
         }
     }

@@ -1,7 +1,7 @@
 //! Shared start-up of the commands that run sessions (`run`, `chat`, `serve`, `node`):
 //! the model client for `--provider`, and the working directory.
 
-use crate::cli::ProviderArgs;
+use crate::args::ProviderArgs;
 use anyhow::Context as _;
 use foya_actors::provider::ModelClient;
 use foya_actors::provider::config::ConfigError;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// A missing or unreadable script, an unknown profile, an invalid configuration (a
 /// missing API key included), `--seed` without `--provider sim`, `--base-url` with it,
 /// `--script` without `--provider scripted`.
-pub(crate) fn model_client(
+pub fn model_client(
     args: &ProviderArgs,
     cwd: &Path,
 ) -> anyhow::Result<(Arc<dyn ModelClient>, String)> {
@@ -76,12 +76,12 @@ pub(crate) fn model_client(
 
 /// The provider name of the scripted model (`--script FILE`), handled here rather than by
 /// the provider profiles.
-pub(crate) const SCRIPTED: &str = "scripted";
+pub const SCRIPTED: &str = "scripted";
 
 /// The provider name of the simulated model in process ([`SimClient`] with the default
 /// [`SimConfig`] and `--seed`), handled here and by `foya loadtest` (its default) rather
 /// than by the provider profiles.
-pub(crate) const SIM: &str = "sim";
+pub const SIM: &str = "sim";
 
 /// An unknown-profile error that also names [`SCRIPTED`] and [`SIM`], which these
 /// commands accept.
@@ -91,7 +91,7 @@ fn with_own_providers(e: ConfigError) -> ConfigError {
 
 /// An unknown-profile error that also names `name`, a provider the command handles
 /// itself (`scripted` and `sim` for run/chat/serve/node, `sim` for the load test).
-pub(crate) fn also_known(e: ConfigError, name: &str) -> ConfigError {
+pub fn also_known(e: ConfigError, name: &str) -> ConfigError {
     match e {
         ConfigError::UnknownProfile {
             name: asked,
@@ -116,7 +116,7 @@ pub(crate) fn also_known(e: ConfigError, name: &str) -> ConfigError {
 ///
 /// # Errors
 /// The file cannot be read or is not a script (JSON `{"responses": [...]}`).
-pub(crate) fn load_script(path: &Path) -> anyhow::Result<Script> {
+pub fn load_script(path: &Path) -> anyhow::Result<Script> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read script {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("cannot parse script {}", path.display()))
@@ -126,7 +126,7 @@ pub(crate) fn load_script(path: &Path) -> anyhow::Result<Script> {
 ///
 /// # Errors
 /// No current directory, the directory does not exist, or it is not a directory.
-pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
     let cwd = match arg {
         Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir().context("no current directory")?,
@@ -145,10 +145,7 @@ pub(crate) fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// an embedder must ask for and a coding agent needs: every built-in tool (`shell`
 /// sandboxed by this binary's `__sandbox-exec`), the project's files and the user's
 /// `~/.config/foya` ([`ContextOptions::with_files`]).
-pub(crate) fn runtime_config(
-    store: foya_storage::Store,
-    model: Arc<dyn ModelClient>,
-) -> RuntimeConfig {
+pub fn runtime_config(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> RuntimeConfig {
     RuntimeConfig {
         tools: Arc::new(ToolRegistry::builtin_with_sandbox(
             SandboxRunner::this_binary(),

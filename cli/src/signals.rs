@@ -3,13 +3,13 @@
 //! afterwards is 128 + the signal number (130, 143, 129), as a shell reports a process
 //! that signal ended. A second signal quits at once (same status).
 
-use crate::cli::{EXIT_CANCELLED, EXIT_HANGUP, EXIT_TERMINATED};
+use crate::args::{EXIT_CANCELLED, EXIT_HANGUP, EXIT_TERMINATED};
 use anyhow::Context as _;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// Which signal arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Signalled {
+pub enum Signalled {
     /// Ctrl-C (SIGINT).
     Interrupt,
     /// SIGTERM.
@@ -20,7 +20,7 @@ pub(crate) enum Signalled {
 
 impl Signalled {
     /// Exit status once the turn this signal cancelled has ended: 130, 143 or 129.
-    pub(crate) fn exit_code(self) -> u8 {
+    pub fn exit_code(self) -> u8 {
         match self {
             Signalled::Interrupt => EXIT_CANCELLED,
             Signalled::Terminate => EXIT_TERMINATED,
@@ -29,7 +29,7 @@ impl Signalled {
     }
 
     /// How the user names it: `Ctrl-C`, `SIGTERM`, `SIGHUP`.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Signalled::Interrupt => "Ctrl-C",
             Signalled::Terminate => "SIGTERM",
@@ -38,7 +38,7 @@ impl Signalled {
     }
 
     /// The line shown when the first signal starts the cancel.
-    pub(crate) fn cancelling(self) -> String {
+    pub fn cancelling(self) -> String {
         format!("cancelling… ({} again to quit now)", self.name())
     }
 }
@@ -47,7 +47,7 @@ impl Signalled {
 /// longer end the process; they are delivered by [`Signals::recv`] (tokio keeps one
 /// pending delivery of each until it is received).
 #[derive(Debug)]
-pub(crate) struct Signals {
+pub struct Signals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
@@ -58,7 +58,7 @@ impl Signals {
     ///
     /// # Errors
     /// A handler cannot be installed.
-    pub(crate) fn install() -> anyhow::Result<Self> {
+    pub fn install() -> anyhow::Result<Self> {
         Ok(Self {
             interrupt: signal(SignalKind::interrupt())
                 .context("cannot install the SIGINT handler")?,
@@ -72,11 +72,24 @@ impl Signals {
     ///
     /// # Cancel safety
     /// Cancel safe: a signal that arrives while no one waits is kept for the next call.
-    pub(crate) async fn recv(&mut self) -> Signalled {
+    pub async fn recv(&mut self) -> Signalled {
         tokio::select! {
             _ = self.interrupt.recv() => Signalled::Interrupt,
             _ = self.terminate.recv() => Signalled::Terminate,
             _ = self.hangup.recv() => Signalled::Hangup,
+        }
+    }
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP (through [`Signals`]; Ctrl-C alone when the
+/// handlers cannot be installed).
+pub async fn wait_for_signal() {
+    match Signals::install() {
+        Ok(mut signals) => {
+            signals.recv().await;
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }

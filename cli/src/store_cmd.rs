@@ -3,14 +3,14 @@
 //! is `foya-storage`'s ([`foya_storage::check`], [`foya_storage::salvage`],
 //! [`foya_storage::ReadOnlyStore::backup`]); this renders it.
 
-use crate::cli::{DataDirArg, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK};
+use crate::args::{DataDirArg, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK};
 use anyhow::Context as _;
 use clap::Subcommand;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Subcommand)]
-pub(crate) enum StoreCommand {
+pub enum StoreCommand {
     /// Verify the store without changing it: redb's integrity check and the logs (seqs
     /// dense from 1, every event decodes, summaries match, nothing acknowledged is
     /// missing). Exit 0 when sound, 4 with a list of problems.
@@ -47,7 +47,7 @@ pub(crate) enum StoreCommand {
     Populate(crate::store_populate::PopulateArgs),
 }
 
-pub(crate) async fn store(command: StoreCommand) -> u8 {
+pub async fn store(command: StoreCommand) -> u8 {
     let result = match command {
         StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
         StoreCommand::Salvage { data, to } => salvage(data.data_dir.as_deref(), &to).await,
@@ -61,7 +61,7 @@ pub(crate) async fn store(command: StoreCommand) -> u8 {
             .map(|()| EXIT_OK),
     };
     result.unwrap_or_else(|e| {
-        crate::cli::report(&e);
+        crate::args::report(&e);
         EXIT_FAILED
     })
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const WRITERS: usize = 256;
 
 #[derive(Debug, Args)]
-pub(crate) struct PopulateArgs {
+pub struct PopulateArgs {
     /// Sessions to add.
     #[arg(long, value_parser = crate::values::positive_count)]
     pub(crate) sessions: usize,
@@ -26,7 +26,7 @@ pub(crate) struct PopulateArgs {
     #[arg(long, default_value_t = 1)]
     pub(crate) turns: u32,
     #[command(flatten)]
-    pub(crate) data: crate::cli::DataDirArg,
+    pub(crate) data: crate::args::DataDirArg,
 }
 
 /// Adds the sessions; prints how many and how long it took.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// `foya trust` arguments.
 #[derive(Debug, Clone, Args)]
-pub(crate) struct TrustArgs {
+pub struct TrustArgs {
     /// The project directory (default: the current directory); its project root (the
     /// nearest ancestor with `.git` or `.foya`) is what is trusted.
     pub(crate) dir: Option<PathBuf>,
@@ -22,7 +22,7 @@ pub(crate) struct TrustArgs {
 
 /// Runs `foya trust`; the exit code (0 done, 1 the trust list cannot be read or
 /// written, 2 the directory does not exist).
-pub(crate) fn trust(args: &TrustArgs) -> u8 {
+pub fn trust(args: &TrustArgs) -> u8 {
     if args.list {
         return match foya_actors::trust::list() {
             Ok(projects) => {

@@ -8,7 +8,7 @@ use std::time::Duration;
 ///
 /// # Errors
 /// Not an unsigned integer, or 0.
-pub(crate) fn positive_count(s: &str) -> Result<usize, String> {
+pub fn positive_count(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(n) => at_least_one(n as u64).map(|()| n),
         Err(e) => Err(format!("{s:?} is not a whole number ({e})")),
@@ -20,7 +20,7 @@ pub(crate) fn positive_count(s: &str) -> Result<usize, String> {
 ///
 /// # Errors
 /// `n` is 0.
-pub(crate) fn at_least_one(n: u64) -> Result<(), String> {
+pub fn at_least_one(n: u64) -> Result<(), String> {
     if n == 0 {
         return Err("must be at least 1".to_owned());
     }
@@ -31,7 +31,7 @@ pub(crate) fn at_least_one(n: u64) -> Result<(), String> {
 ///
 /// # Errors
 /// Not an unsigned integer, 0, or over `u32::MAX`.
-pub(crate) fn positive_u32(s: &str) -> Result<u32, String> {
+pub fn positive_u32(s: &str) -> Result<u32, String> {
     let n = positive_count(s)?;
     u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
 }
@@ -42,7 +42,7 @@ pub(crate) fn positive_u32(s: &str) -> Result<u32, String> {
 ///
 /// # Errors
 /// Not an unsigned integer, or below the minimum.
-pub(crate) fn subscriber_buffer(s: &str) -> Result<usize, String> {
+pub fn subscriber_buffer(s: &str) -> Result<usize, String> {
     let min = foya_actors::runtime::MIN_SUBSCRIBER_BUFFER;
     let n = s
         .trim()
@@ -62,7 +62,7 @@ pub(crate) fn subscriber_buffer(s: &str) -> Result<usize, String> {
 ///
 /// # Errors
 /// Not a number, NaN, infinite, zero, negative, or too large for a `Duration`.
-pub(crate) fn positive_seconds(s: &str) -> Result<Duration, String> {
+pub fn positive_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
         .trim()
         .parse()
@@ -81,7 +81,7 @@ pub(crate) fn positive_seconds(s: &str) -> Result<Duration, String> {
 ///
 /// # Errors
 /// The parent is missing, not a directory, or not writable; the path is a directory.
-pub(crate) fn output_file(s: &str) -> Result<PathBuf, String> {
+pub fn output_file(s: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
     if s.is_empty() || path.is_dir() {
         return Err(format!("{s:?} is not a file path"));
@@ -105,7 +105,7 @@ pub(crate) fn output_file(s: &str) -> Result<PathBuf, String> {
 ///
 /// # Errors
 /// Not a URL, another scheme, or no host.
-pub(crate) fn http_url(s: &str) -> Result<String, String> {
+pub fn http_url(s: &str) -> Result<String, String> {
     // Shown without userinfo, query or fragment (they may carry credentials).
     let shown = foya_actors::provider::redact::display_url(s);
     let url = reqwest::Url::parse(s).map_err(|e| {
@@ -124,7 +124,7 @@ pub(crate) fn http_url(s: &str) -> Result<String, String> {
 ///
 /// # Errors
 /// Not `HOST:PORT`, or port 0.
-pub(crate) fn fixed_port_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+pub fn fixed_port_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let addr: std::net::SocketAddr = s
         .parse()
         .map_err(|e| format!("{s:?} is not an address ({e}); expected e.g. 127.0.0.1:4370"))?;

@@ -1,7 +1,7 @@
 //! Counted nouns in the CLI's output: `1 event`, `2 events`, never `1 events`.
 
 /// `n` followed by `singular`, or by its plural (`singular` + `s`) unless `n` is 1.
-pub(crate) fn count(n: u64, singular: &str) -> String {
+pub fn count(n: u64, singular: &str) -> String {
     if n == 1 {
         format!("{n} {singular}")
     } else {

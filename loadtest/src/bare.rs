@@ -177,9 +177,9 @@ mod tests {
     use axum::extract::{Request, State};
     use axum::middleware::{Next, from_fn_with_state};
     use axum::response::Response;
-    use foya_actors::provider::sim::{SimConfig, serve_sim, sim_router};
     use foya_actors::provider::wire::ProviderKind;
     use foya_protocol::{AssistantMessage, Input, Message};
+    use foya_sim::{SimConfig, serve_sim, sim_router};
     use std::sync::Mutex;
 
     /// An OpenAI Chat profile for the simulator at `addr`.

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Shared, drive};
-use crate::loadtest::probe::{self, Probe};
+use crate::probe::{self, Probe};
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_protocol::{EventKind, FinishReason, Seq, SessionUpdate, StreamEvent, ToolCallId};

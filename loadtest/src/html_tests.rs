@@ -3,9 +3,9 @@
 #![allow(clippy::unwrap_used)]
 
 use super::{Input, page};
-use crate::loadtest::Samples;
-use crate::loadtest::report::{Percentiles, Report};
-use crate::loadtest::timeline::{RssSample, Timeline};
+use crate::Samples;
+use crate::report::{Percentiles, Report};
+use crate::timeline::{RssSample, Timeline};
 
 #[test]
 fn every_chart_is_an_inline_svg_and_text_is_escaped() {

@@ -4,22 +4,26 @@
 //! latency and overhead percentiles, failures by class, peak RSS and CPU time (text on
 //! stdout, JSON with `--json FILE`, charts in one self-contained page with `--html
 //! FILE`). Ctrl-C stops it with a partial report.
+//!
+//! `foya-loadtest` is this command as a library crate, with `foya sim-server`
+//! ([`sim_server`]) and the CPU accounting of the tokio runtime's threads ([`pool`],
+//! whose hooks the binary installs).
 
 mod bare;
 mod cpu;
 mod driver;
 mod html;
-pub(crate) mod pool;
+pub mod pool;
 mod probe;
 mod report;
 mod scenario;
 mod sim_args;
+pub mod sim_server;
 mod timeline;
 mod workspace;
 
-pub(crate) use sim_args::SimArgs;
+pub use sim_args::SimArgs;
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
@@ -28,6 +32,7 @@ use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::Runtime;
+use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use foya_protocol::ApprovalMode;
 use foya_storage::{Durability, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -41,39 +46,39 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
-pub(crate) struct LoadtestArgs {
+pub struct LoadtestArgs {
     /// Number of sessions (at least 1).
-    #[arg(long, default_value_t = 100, value_parser = crate::values::positive_count)]
+    #[arg(long, default_value_t = 100, value_parser = foya_cli::values::positive_count)]
     pub(crate) sessions: usize,
     /// Turns per session (run one after another within a session; at least 1).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) turns: u32,
     /// `sim` (the in-process simulator) or a provider profile / protocol name
     /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
-    #[arg(long, default_value = crate::setup::SIM)]
+    #[arg(long, default_value = foya_cli::setup::SIM)]
     pub(crate) provider: String,
     /// Base URL for `--provider PROFILE`: the address `foya sim-server` printed, plus
     /// `/v1` for `openai-chat` and `openai-responses`; as printed for `anthropic`, whose
     /// paths (`/v1/messages`) already start with `/v1`.
-    #[arg(long, value_parser = crate::values::http_url)]
+    #[arg(long, value_parser = foya_cli::values::http_url)]
     pub(crate) base_url: Option<String>,
     /// Model name (default: the profile's, `sim-1` for the simulator).
     #[arg(long)]
     pub(crate) model: Option<String>,
     /// Most turns running at once (at least 1; default: all sessions).
-    #[arg(long, value_parser = crate::values::positive_count)]
+    #[arg(long, value_parser = foya_cli::values::positive_count)]
     pub(crate) concurrency: Option<usize>,
     /// Stop after this many seconds (finite, greater than 0), with a partial report.
-    #[arg(long, value_parser = crate::values::positive_seconds)]
+    #[arg(long, value_parser = foya_cli::values::positive_seconds)]
     pub(crate) duration: Option<Duration>,
     /// Also write the report as JSON to this file (its directory must exist and be
     /// writable; checked before the run).
-    #[arg(long, value_parser = crate::values::output_file)]
+    #[arg(long, value_parser = foya_cli::values::output_file)]
     pub(crate) json: Option<PathBuf>,
     /// Also write the report as one self-contained HTML page with charts to this file
     /// (throughput, latency histograms, CPU split, memory and errors over time; its
     /// directory must exist and be writable; checked before the run).
-    #[arg(long, value_parser = crate::values::output_file)]
+    #[arg(long, value_parser = foya_cli::values::output_file)]
     pub(crate) html: Option<PathBuf>,
     /// Store durability: `none` (no fsync, default) or `immediate` (fsync every commit).
     #[arg(long, value_enum)]
@@ -81,7 +86,7 @@ pub(crate) struct LoadtestArgs {
     /// The sessions' approval mode: `read-only` (default; exec and write tools are
     /// refused), `ask` or `auto-edit` (a call that needs approval is denied: the load
     /// test attaches no approver), `auto` (exec runs in the sandbox) or `bypass`.
-    #[arg(long, value_parser = crate::cli::parse_approval)]
+    #[arg(long, value_parser = foya_cli::args::parse_approval)]
     pub(crate) approval: Option<ApprovalMode>,
     /// A scenario file (`.toml`, or `.json`): `approval`, `durability` and `[sim]` (the
     /// simulator's fields, as in `--sim-config`); a flag given beside it wins.
@@ -108,7 +113,7 @@ pub(crate) struct LoadtestArgs {
     /// `lagged`. Many tool calls per step need more (a step's results may arrive
     /// together, one event per call).
     #[arg(long, default_value_t = foya_actors::runtime::DEFAULT_SUBSCRIBER_BUFFER,
-          value_parser = crate::values::subscriber_buffer)]
+          value_parser = foya_cli::values::subscriber_buffer)]
     pub(crate) subscriber_buffer: usize,
     #[command(flatten)]
     pub(crate) sim: SimArgs,
@@ -116,12 +121,12 @@ pub(crate) struct LoadtestArgs {
     /// default `read-only` mode only tools listed in a server's `read_only_tools` run;
     /// call one with `--tool-name mcp__SERVER__TOOL`.
     #[command(flatten)]
-    pub(crate) mcp: crate::mcp::McpArgs,
+    pub(crate) mcp: foya_cli::mcp::McpArgs,
 }
 
 /// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
 fn max_attempts(s: &str) -> Result<u32, String> {
-    let n = crate::values::positive_u32(s)?;
+    let n = foya_cli::values::positive_u32(s)?;
     if n > MAX_ATTEMPTS_LIMIT {
         return Err(format!(
             "at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first included)"
@@ -139,11 +144,11 @@ pub(crate) enum DurabilityArg {
 
 /// Runs the load test; returns the exit status (0 when every turn completed without
 /// error, 1 otherwise, 130 when stopped by Ctrl-C, 2 on bad arguments).
-pub(crate) async fn loadtest(args: LoadtestArgs) -> u8 {
+pub async fn loadtest(args: LoadtestArgs) -> u8 {
     match loadtest_inner(args).await {
         Ok(code) => code,
         Err(e) => {
-            crate::cli::report(&e);
+            foya_cli::args::report(&e);
             EXIT_USAGE
         }
     }
@@ -153,7 +158,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     // Installed first, before any setup: SIGINT, SIGTERM or SIGHUP from the first moment
     // stops the run with a partial report (never lost between two waits, never the
     // default kill that would leave the temporary directories behind).
-    let mut signals = crate::signals::Signals::install()?;
+    let mut signals = foya_cli::signals::Signals::install()?;
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
     let scenario = match &args.scenario {
         Some(path) => scenario::load(path)?,
@@ -225,10 +230,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let captured = probe.captured();
     let tool_cpu = Arc::new(cpu::CpuMeter::default());
     let driver_cpu = Arc::new(cpu::CpuMeter::default());
-    let mut config = crate::setup::runtime_config(store.clone(), Arc::new(probe));
+    let mut config = foya_cli::setup::runtime_config(store.clone(), Arc::new(probe));
     config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
     let here = std::env::current_dir().context("no current directory")?;
-    config.mcp = crate::mcp::load(&here, &args.mcp)?;
+    config.mcp = foya_cli::mcp::load(&here, &args.mcp)?;
     config.retry.max_attempts = args.max_attempts;
     config.subscriber_buffer = args.subscriber_buffer;
     let runtime = Runtime::start(config)
@@ -268,7 +273,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     }
     let mut outcomes = Vec::with_capacity(args.sessions);
     // The signal that stopped the run, if one did.
-    let mut interrupted_by_user: Option<crate::signals::Signalled> = None;
+    let mut interrupted_by_user: Option<foya_cli::signals::Signalled> = None;
     let deadline = args
         .duration
         .and_then(|d| tokio::time::Instant::now().checked_add(d));
@@ -395,7 +400,7 @@ fn refused_notice(report: &Report) -> Option<String> {
     Some(format!(
         "foya loadtest: {} of {} ran none of the tool calls the model asked for, every one \
          refused{why}{hint}",
-        crate::words::count(n, "turn"),
+        foya_cli::words::count(n, "turn"),
         report.turns_completed + report.turns_failed
     ))
 }
@@ -421,13 +426,13 @@ fn panicked() -> Outcome {
 type ClientChoice = (Arc<dyn ModelClient>, String, Option<ProviderProfile>);
 
 fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientChoice> {
-    if args.provider == crate::setup::SIM {
+    if args.provider == foya_cli::setup::SIM {
         let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
         let client = foya_actors::provider::sim::SimClient::new(sim.clone());
         return Ok((Arc::new(client), model, None));
     }
     anyhow::ensure!(
-        args.provider != crate::setup::SCRIPTED,
+        args.provider != foya_cli::setup::SCRIPTED,
         "--provider scripted is for `foya run`, `chat` and `serve`; a load test uses `sim` \
          (the default, in process) or an HTTP profile (e.g. openai-chat with --base-url)"
     );
@@ -438,8 +443,8 @@ fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientCh
     let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
         Err(_) if args.model.is_none() => config
             .resolve(&args.provider, base_url, Some(&sim.model))
-            .map_err(|e| crate::setup::also_known(e, crate::setup::SIM))?,
-        resolved => resolved.map_err(|e| crate::setup::also_known(e, crate::setup::SIM))?,
+            .map_err(|e| foya_cli::setup::also_known(e, foya_cli::setup::SIM))?,
+        resolved => resolved.map_err(|e| foya_cli::setup::also_known(e, foya_cli::setup::SIM))?,
     };
     let model = profile.model.clone();
     let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;

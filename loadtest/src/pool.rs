@@ -49,7 +49,7 @@ fn this_tid() -> i32 {
 }
 
 /// tokio's `on_thread_start` hook.
-pub(crate) fn thread_started() {
+pub fn thread_started() {
     threads().push(Thread {
         tid: this_tid(),
         worker: false,
@@ -57,7 +57,7 @@ pub(crate) fn thread_started() {
 }
 
 /// tokio's `on_thread_park` hook (worker threads only).
-pub(crate) fn worker_parked() {
+pub fn worker_parked() {
     if WORKER.with(Cell::get) {
         return;
     }
@@ -69,7 +69,7 @@ pub(crate) fn worker_parked() {
 }
 
 /// tokio's `on_thread_stop` hook.
-pub(crate) fn thread_stopped() {
+pub fn thread_stopped() {
     let spent = super::cpu::thread_cpu_ns();
     let tid = this_tid();
     let mut threads = threads();

@@ -249,8 +249,8 @@ impl Report {
         };
         line(format!(
             "load test: {} x {}, provider {}{}, durability {}, approval {}{}",
-            crate::words::count(self.sessions as u64, "session"),
-            crate::words::count(self.turns_per_session.into(), "turn"),
+            foya_cli::words::count(self.sessions as u64, "session"),
+            foya_cli::words::count(self.turns_per_session.into(), "turn"),
             self.provider,
             self.endpoint
                 .as_ref()
@@ -316,9 +316,9 @@ impl Report {
             line(format!(
                 "bare       {:.2} s for {} ({:.1} us/turn, {} failed); runtime/bare {}",
                 bare.cpu_s,
-                crate::words::count(bare.turns, "turn"),
+                foya_cli::words::count(bare.turns, "turn"),
                 bare.cpu_us_per_turn,
-                crate::words::count(bare.requests_failed, "request"),
+                foya_cli::words::count(bare.requests_failed, "request"),
                 self.cpu_ratio_vs_bare.map_or_else(
                     || "not comparable (turns failed)".to_owned(),
                     |r| format!("{r:.2}x")

@@ -3,8 +3,40 @@
 //! and reported on its own (`storage_cpu_s`) without being taken out of the runtime's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::cli::{Cli, Command, EXIT_OK};
 use clap::Parser as _;
+use foya_cli::args::EXIT_OK;
+
+/// `foya loadtest`'s arguments alone.
+#[derive(clap::Parser)]
+struct Loadtest {
+    #[command(flatten)]
+    args: super::LoadtestArgs,
+}
+
+#[test]
+fn good_values_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = format!("--json={}", dir.path().join("report.json").display());
+    let argv = [
+        "foya",
+        "--duration",
+        "0.5",
+        "--turns",
+        "2",
+        "--sessions",
+        "3",
+        "--concurrency",
+        "1",
+        &ok,
+        "--base-url",
+        "http://127.0.0.1:8000/v1",
+    ];
+    let args = Loadtest::try_parse_from(argv).unwrap().args;
+    assert_eq!(
+        (args.duration, args.turns, args.sessions, args.concurrency),
+        (Some(std::time::Duration::from_millis(500)), 2, 3, Some(1))
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_report_gives_the_store_writers_cpu() {
@@ -13,7 +45,6 @@ async fn the_json_report_gives_the_store_writers_cpu() {
     let json_arg = json.to_str().unwrap().to_owned();
     let argv = [
         "foya",
-        "loadtest",
         "--sessions",
         "4",
         "--turns",
@@ -21,10 +52,8 @@ async fn the_json_report_gives_the_store_writers_cpu() {
         "--json",
         &json_arg,
     ];
-    let Command::Loadtest(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not loadtest");
-    };
-    let code = super::loadtest_inner(*args).await.unwrap();
+    let args = Loadtest::try_parse_from(argv).unwrap().args;
+    let code = super::loadtest_inner(args).await.unwrap();
     assert_eq!(code, EXIT_OK);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 /// Flags that shape the simulated model ([`SimConfig`]); unset flags keep the value from
 /// `--sim-config` (or the default).
 #[derive(Debug, Clone, Default, Args)]
-pub(crate) struct SimArgs {
+pub struct SimArgs {
     /// Simulator configuration file (`.toml` or `.json`, the fields of `SimConfig`).
     #[arg(long = "sim-config", alias = "config", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
@@ -29,7 +29,7 @@ pub(crate) struct SimArgs {
     #[arg(long)]
     pub(crate) tool_calls_per_step: Option<u32>,
     /// Steps per turn, the final text step included (at least 1).
-    #[arg(long, value_parser = crate::values::positive_u32)]
+    #[arg(long, value_parser = foya_cli::values::positive_u32)]
     pub(crate) steps_per_turn: Option<u32>,
     /// Reasoning tokens streamed at the start of every step.
     #[arg(long)]
@@ -194,7 +194,7 @@ struct Refused {
 fn refused(config: &SimConfig) -> Option<Refused> {
     let at_least_one = [("steps_per_turn", config.steps_per_turn)];
     for (field, n) in at_least_one {
-        if let Err(why) = crate::values::at_least_one(u64::from(n)) {
+        if let Err(why) = foya_cli::values::at_least_one(u64::from(n)) {
             let value = n.to_string();
             return Some(Refused { field, value, why });
         }

@@ -1,14 +1,14 @@
 //! `foya sim-server`: serves the simulated model over HTTP in the three wire formats
 //! (OpenAI Chat Completions, Anthropic Messages, OpenAI Responses) until Ctrl-C.
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
-use crate::loadtest::SimArgs;
+use crate::SimArgs;
 use clap::Args;
+use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use std::io::Write as _;
 use std::net::SocketAddr;
 
 #[derive(Debug, Args)]
-pub(crate) struct SimServerArgs {
+pub struct SimServerArgs {
     /// Address to listen on (loopback by default; port 0 picks a free port). The bound
     /// address is printed as a URL (`http://127.0.0.1:PORT`) on the first line of stdout.
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -18,19 +18,21 @@ pub(crate) struct SimServerArgs {
 }
 
 /// Runs the server until Ctrl-C; returns the exit status.
-pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
+pub async fn sim_server(args: SimServerArgs) -> u8 {
     let config = match args.sim.to_config() {
         Ok(config) => config,
         Err(e) => {
-            crate::cli::report(&e);
+            foya_cli::args::report(&e);
             return EXIT_USAGE;
         }
     };
     let listener =
-        match crate::listen::bind(&args.listen.to_string(), crate::listen::Port::AnyOrZero).await {
+        match foya_cli::listen::bind(&args.listen.to_string(), foya_cli::listen::Port::AnyOrZero)
+            .await
+        {
             Ok(listener) => listener,
             Err(e) => {
-                crate::cli::report(&e);
+                foya_cli::args::report(&e);
                 return EXIT_FAILED;
             }
         };
@@ -52,7 +54,7 @@ pub(crate) async fn sim_server(args: SimServerArgs) -> u8 {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match foya_actors::provider::sim::serve_sim_with_shutdown(listener, config, shutdown).await {
+    match foya_sim::serve_sim_with_shutdown(listener, config, shutdown).await {
         Ok(()) => EXIT_OK,
         Err(e) => {
             eprintln!("foya: sim-server: {e}");

@@ -9,16 +9,20 @@
 //! then open event streams end, connections get [`CONNECTION_GRACE`] to close (then they
 //! are dropped, with a warning), the runtime stops and the store is flushed and closed —
 //! whatever connections are still open — and the exit status is 0.
+//!
+//! `foya-serve` is this command as a library crate (the web view in `web/`); the binary
+//! only dispatches to [`serve`].
 
+mod args;
 mod error;
 mod events;
-pub(crate) mod openapi;
+mod openapi;
 mod overview;
 mod routes;
 mod web;
 
-use crate::cli::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, ServeArgs};
 use anyhow::Context as _;
+pub use args::ServeArgs;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -27,6 +31,7 @@ use axum::response::{IntoResponse, Response};
 use error::ApiError;
 use foya_actors::attachments::AttachmentStore;
 use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime};
+use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use foya_protocol::ApprovalMode;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -108,11 +113,11 @@ async fn auth(State(state): State<AppState>, request: Request, next: Next) -> Re
     next.run(request).await
 }
 
-pub(crate) async fn serve(args: ServeArgs) -> u8 {
+pub async fn serve(args: ServeArgs) -> u8 {
     match serve_inner(args).await {
         Ok(code) => code,
         Err((code, e)) => {
-            crate::cli::report(&e);
+            foya_cli::args::report(&e);
             code
         }
     }
@@ -143,9 +148,10 @@ fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
 async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let usage = |e: anyhow::Error| (EXIT_USAGE, e);
     let failed = |e: anyhow::Error| (EXIT_FAILED, e);
-    let cwd = crate::setup::working_dir(None).map_err(usage)?;
-    let (model, model_name) = crate::setup::model_client(&args.provider, &cwd).map_err(usage)?;
-    let auto_compact = crate::context_config::auto_compact(&cwd, args.compaction).map_err(usage)?;
+    let cwd = foya_cli::setup::working_dir(None).map_err(usage)?;
+    let (model, model_name) = foya_cli::setup::model_client(&args.provider, &cwd).map_err(usage)?;
+    let auto_compact =
+        foya_cli::context_config::auto_compact(&cwd, args.compaction).map_err(usage)?;
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -164,16 +170,16 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     };
     check_exposure(&args.listen, token.is_some()).map_err(usage)?;
     // The listener first: a taken address fails before the data dir or store is touched.
-    let listener = crate::listen::bind(&args.listen, crate::listen::Port::AnyOrZero)
+    let listener = foya_cli::listen::bind(&args.listen, foya_cli::listen::Port::AnyOrZero)
         .await
         .map_err(failed)?;
-    let dir = crate::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
-    let store = crate::data::open_store(&dir).map_err(failed)?;
-    let attachments = crate::data::attachments(&dir);
-    let mut config = crate::setup::runtime_config(store.clone(), model);
-    config.mcp = crate::mcp::load(&cwd, &args.mcp).map_err(usage)?;
-    let hooks = crate::hooks::load(&cwd).map_err(usage)?;
-    crate::hooks::apply(&mut config, hooks, &dir);
+    let dir = foya_cli::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
+    let store = foya_cli::data::open_store(&dir).map_err(failed)?;
+    let attachments = foya_cli::data::attachments(&dir);
+    let mut config = foya_cli::setup::runtime_config(store.clone(), model);
+    config.mcp = foya_cli::mcp::load(&cwd, &args.mcp).map_err(usage)?;
+    let hooks = foya_cli::hooks::load(&cwd).map_err(usage)?;
+    foya_cli::hooks::apply(&mut config, hooks, &dir);
     config.attachments = Some(Arc::clone(&attachments));
     config.context.generate_titles = args.generate_titles;
     config.context.auto_compact = auto_compact;
@@ -188,7 +194,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         .local_addr()
         .context("no local address")
         .map_err(failed)?;
-    crate::data::record_owner(&dir, Some(&format!("http://{addr}")));
+    foya_cli::data::record_owner(&dir, Some(&format!("http://{addr}")));
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "http://{addr}");
@@ -214,7 +220,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         overview: Arc::default(),
     };
     let app = router(state);
-    let mut signals = crate::signals::Signals::install().ok();
+    let mut signals = foya_cli::signals::Signals::install().ok();
     // The server runs on its own task, so it stops accepting the moment it is told to,
     // while this task drains the runtime.
     let stop_accepting = CancellationToken::new();
@@ -287,25 +293,12 @@ const CONNECTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 ///
 /// # Cancel safety
 /// Cancel safe: a signal that arrives while no one waits is kept for the next call.
-async fn next_signal(signals: &mut Option<crate::signals::Signals>) {
+async fn next_signal(signals: &mut Option<foya_cli::signals::Signals>) {
     match signals {
         Some(signals) => {
             signals.recv().await;
         }
         None => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-/// Ctrl-C, SIGTERM or SIGHUP (through [`crate::signals::Signals`]; Ctrl-C alone when the
-/// handlers cannot be installed).
-pub(crate) async fn wait_for_signal() {
-    match crate::signals::Signals::install() {
-        Ok(mut signals) => {
-            signals.recv().await;
-        }
-        Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
     }

@@ -1,8 +1,8 @@
 //! Tests of the tool-call argument template and of the distinct calls it gives a plan.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::super::{HistorySummary, SimConfig, SimModel, SimOutcome};
 use super::ToolArgs;
+use crate::{HistorySummary, SimConfig, SimModel, SimOutcome};
 use foya_protocol::{StreamAggregate, ToolCall};
 use serde_json::json;
 use std::collections::BTreeSet;

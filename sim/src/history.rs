@@ -1,9 +1,8 @@
 //! What the simulator reads from a request: how far the turn has got and a key that
-//! identifies the request, from a neutral [`ModelRequest`] or from a wire request body.
+//! identifies the request, from a neutral request's messages or from a wire request body.
 
 use super::rng::Fnv;
 use super::wire::WireFormat;
-use crate::provider::ModelRequest;
 use foya_protocol::Message;
 use serde_json::Value;
 
@@ -28,12 +27,18 @@ pub struct HistorySummary {
 }
 
 impl HistorySummary {
-    /// Summarises a neutral request.
+    /// Summarises a neutral request: its system prompt, messages, model (empty: none)
+    /// and whether it offers tools.
     #[must_use]
-    pub fn from_request(request: &ModelRequest) -> Self {
+    pub fn from_messages<'a>(
+        system: &str,
+        messages: impl IntoIterator<Item = &'a Message>,
+        model: &str,
+        tools_offered: bool,
+    ) -> Self {
         let mut counter = Counter::default();
-        let mut chars = request.system.len() as u64;
-        for message in &request.messages {
+        let mut chars = system.len() as u64;
+        for message in messages {
             match message {
                 Message::System { text } => chars += text.len() as u64,
                 Message::User(input) => {
@@ -53,8 +58,8 @@ impl HistorySummary {
                 }
             }
         }
-        let model = (!request.model.is_empty()).then(|| request.model.clone());
-        counter.finish(chars, model, !request.tools.is_empty())
+        let model = (!model.is_empty()).then(|| model.to_owned());
+        counter.finish(chars, model, tools_offered)
     }
 
     /// Summarises a wire request body of `format` (`body_len` bytes long). Shapes it

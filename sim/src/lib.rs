@@ -1,34 +1,35 @@
-//! The simulated model provider: load generation and tests without a paid API.
+//! `foya-sim`: the simulated model provider, for load generation and tests without a
+//! paid API.
 //!
 //! Owns: [`SimConfig`] (latency, token rate, response shape, injected errors, seed), the
-//! pure response planner ([`SimModel`], [`SimResponse`]), the in-process
-//! [`SimClient`] (a [`ModelClient`](crate::provider::ModelClient)), the SSE producers
-//! that speak the real wire formats ([`wire`]) and the HTTP server that serves them
-//! ([`serve_sim`]). Must not: read the clock outside tokio time, keep per-session state.
+//! pure response planner ([`SimModel`], [`SimResponse`]), the SSE producers that speak
+//! the real wire formats ([`wire`]) and, behind the `server` feature, the axum server
+//! that serves them (`serve_sim`). The in-process `SimClient` (a `ModelClient`) is
+//! `foya_actors::provider::sim`, an adapter over [`SimModel`]. Must not: depend on the
+//! runtime (`foya-actors`); read the clock outside tokio time; keep per-session state.
 //!
 //! Behaviour is a pure function of the configuration and the request history: the step
 //! number is the number of assistant messages after the last user message, plus one;
 //! steps before `steps_per_turn` ask for `tool_calls_per_step` tool calls, the last
 //! step answers with text only. A call's arguments are [`SimConfig::tool_args`] with the
-//! step number and the call's index filled in (see there), so calls can differ. The only state is a per-request attempt counter so that
-//! a retried request draws its injected error afresh (see [`SimModel`]).
+//! step number and the call's index filled in (see there), so calls can differ. The
+//! only state is a per-request attempt counter so that a retried request draws its
+//! injected error afresh (see [`SimModel`]).
 
 use serde::{Deserialize, Serialize};
 
 mod args;
-mod client;
 mod history;
 mod plan;
 mod rng;
-#[cfg(feature = "sim-server")]
+#[cfg(feature = "server")]
 mod server;
 pub mod wire;
 
 pub use args::{CALL_PLACEHOLDER, STEP_PLACEHOLDER};
-pub use client::SimClient;
 pub use history::HistorySummary;
 pub use plan::{SimModel, SimOutcome, SimRejection, SimResponse, TimedEvent};
-#[cfg(feature = "sim-server")]
+#[cfg(feature = "server")]
 pub use server::{serve_sim, serve_sim_with_shutdown, sim_router};
 
 /// How the simulated model behaves. Every field has a default, so `{}` is a valid config.

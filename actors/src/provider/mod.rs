@@ -21,6 +21,7 @@ pub mod redact;
 pub(crate) mod relay;
 pub mod retry;
 pub mod scripted;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod wire;
 

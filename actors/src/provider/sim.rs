@@ -1,8 +1,16 @@
-//! [`SimClient`]: the simulated model as an in-process [`ModelClient`], paced with tokio
-//! time (so it runs instantly under paused time in tests).
+//! The simulated model in process (feature `sim`): [`SimClient`], the simulator of
+//! `foya-sim` as a [`ModelClient`], paced with tokio time (so it runs instantly under
+//! paused time in tests).
+//!
+//! The simulator itself (configuration, planner, wire encoders) is the `foya-sim` crate,
+//! re-exported here so an embedder needs one path; its HTTP server is `foya-sim`'s
+//! `server` feature, so this crate pulls no HTTP server.
 
-use super::plan::{SimModel, SimOutcome, TimedEvent};
-use super::{HistorySummary, SimConfig};
+pub use foya_sim::{
+    CALL_PLACEHOLDER, ErrorRates, HistorySummary, STEP_PLACEHOLDER, SimConfig, SimModel,
+    SimOutcome, SimRejection, SimResponse, TimedEvent, wire,
+};
+
 use crate::provider::{ModelClient, ModelRequest};
 use foya_protocol::StreamEvent;
 use futures::StreamExt;
@@ -48,7 +56,7 @@ impl ModelClient for SimClient {
         request: ModelRequest,
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
-        let response = self.model.respond(&HistorySummary::from_request(&request));
+        let response = self.model.respond(&history_of(&request));
         match response.outcome {
             SimOutcome::Rejected(rejection) => stream::iter([StreamEvent::Error {
                 error: rejection.to_error(),
@@ -61,6 +69,17 @@ impl ModelClient for SimClient {
     fn context_window(&self) -> u64 {
         self.model.config().context_window_tokens
     }
+}
+
+/// What the simulator reads from a neutral request ([`HistorySummary::from_messages`]).
+#[must_use]
+pub fn history_of(request: &ModelRequest) -> HistorySummary {
+    HistorySummary::from_messages(
+        &request.system,
+        request.messages.iter(),
+        &request.model,
+        !request.tools.is_empty(),
+    )
 }
 
 /// Replays `events` at their offsets from the first poll; ends early on `cancel`.

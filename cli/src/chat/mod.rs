@@ -17,7 +17,7 @@ mod commands;
 mod input;
 mod turn;
 
-use crate::cli::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::args::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use commands::ChatCommand;
@@ -28,7 +28,7 @@ use input::{Editor, Prompted};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-pub(crate) async fn chat(args: ChatArgs) -> u8 {
+pub async fn chat(args: ChatArgs) -> u8 {
     // Installed first, so a SIGTERM or SIGHUP from now on stops the chat gracefully
     // instead of killing the process.
     let signals = match Signals::install() {
@@ -131,12 +131,12 @@ fn approver(args: &ChatArgs) -> bool {
 }
 
 fn usage(e: &anyhow::Error) -> u8 {
-    crate::cli::report(e);
+    crate::args::report(e);
     EXIT_USAGE
 }
 
 fn failed(e: &anyhow::Error) -> u8 {
-    crate::cli::report(e);
+    crate::args::report(e);
     EXIT_FAILED
 }
 

@@ -9,7 +9,7 @@
 use super::commands::{self, ChatCommand};
 use super::input::TurnReader;
 use super::{Action, Chat};
-use crate::cli::{EXIT_CANCELLED, EXIT_OK};
+use crate::args::{EXIT_CANCELLED, EXIT_OK};
 use crate::render::Renderer;
 use crate::signals::Signalled;
 use foya_actors::SubscribeOptions;

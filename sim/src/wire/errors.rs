@@ -3,7 +3,7 @@
 //! Anthropic `{"type":"error","error":{type,message}}`.
 
 use super::{WireFormat, json_str};
-use crate::provider::sim::SimRejection;
+use crate::SimRejection;
 
 /// A complete non-streaming HTTP error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub fn error_response(format: WireFormat, rejection: &SimRejection) -> ErrorResp
     }
 }
 
-#[cfg(feature = "sim-server")]
+#[cfg(feature = "server")]
 /// A 400 for a request body the simulator cannot read.
 #[must_use]
 pub(crate) fn invalid_request(format: WireFormat, message: &str) -> ErrorResponse {
@@ -105,7 +105,7 @@ pub(crate) fn invalid_request(format: WireFormat, message: &str) -> ErrorRespons
     }
 }
 
-#[cfg(feature = "sim-server")]
+#[cfg(feature = "server")]
 /// A 404 for a path the simulator does not serve: OpenAI's `invalid_request_error` (its
 /// answer to an unknown URL) or Anthropic's `not_found_error`.
 #[must_use]

@@ -22,7 +22,7 @@ mod errors;
 mod responses;
 
 pub use errors::{ErrorResponse, error_response};
-#[cfg(feature = "sim-server")]
+#[cfg(feature = "server")]
 pub(crate) use errors::{invalid_request, not_found};
 
 /// A provider wire protocol.
