@@ -212,7 +212,8 @@ pub(crate) fn metered_builtins(meter: &Arc<CpuMeter>) -> ToolRegistry {
                 meter: Arc::clone(meter),
             });
             if let Err(e) = registry.register(metered) {
-                tracing::error!(error = %e, "a metered built-in tool was refused");
+                // The target it had as a module of the binary (users filter on it with `RUST_LOG`).
+                tracing::error!(target: "foya::loadtest::cpu", error = %e, "a metered built-in tool was refused");
             }
         }
     }

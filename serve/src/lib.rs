@@ -21,8 +21,9 @@ mod overview;
 mod routes;
 mod web;
 
-use anyhow::Context as _;
 pub use args::ServeArgs;
+
+use anyhow::Context as _;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -37,6 +38,10 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+
+/// The target of this command's log lines: `foya::serve`, as when it was a module of the
+/// binary (users filter on it with `RUST_LOG`).
+const LOG_TARGET: &str = "foya::serve";
 
 /// Largest request body (an attachment upload or a JSON body), in bytes; a larger one is
 /// answered 413 `payload_too_large`.
@@ -188,7 +193,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         .context("cannot start the runtime")
         .map_err(failed)?;
     if let Err(e) = runtime.recover_all().await {
-        tracing::warn!(error = %e, "recovery of unfinished sessions failed");
+        tracing::warn!(target: LOG_TARGET, error = %e, "recovery of unfinished sessions failed");
     }
     let addr = listener
         .local_addr()
@@ -255,7 +260,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
                         () = next_signal(&mut signals) => {}
                     }
                 } => {
-                    tracing::warn!("connections still open after shutdown were closed");
+                    tracing::warn!(target: LOG_TARGET, "connections still open after shutdown were closed");
                     server.abort();
                     EXIT_OK
                 }
