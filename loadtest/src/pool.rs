@@ -1,6 +1,6 @@
 //! CPU accounting of tokio's blocking pool: the file tools (`read_file`, `list_dir`,
 //! `glob`, `grep`, …) run their file-system work there (`spawn_blocking`), on threads the
-//! tool meter ([`super::cpu::CpuMeter`] around each call's polls) never sees. That work
+//! tool meter (`cpu.rs`'s `CpuMeter` around each call's polls) never sees. That work
 //! is the tools' own, so the load test measures it here and subtracts it from the
 //! runtime's own CPU like the rest of the tools' work.
 //!

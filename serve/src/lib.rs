@@ -6,7 +6,7 @@
 //! are taken (503 `shutting_down` on a connection already open), every running turn is
 //! cancelled (its tools' processes killed, `turn_complete{cancelled}` committed and sent
 //! to open event streams; waiting at most [`foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE`]),
-//! then open event streams end, connections get [`CONNECTION_GRACE`] to close (then they
+//! then open event streams end, connections get `CONNECTION_GRACE` to close (then they
 //! are dropped, with a warning), the runtime stops and the store is flushed and closed —
 //! whatever connections are still open — and the exit status is 0.
 //!
