@@ -1,5 +1,7 @@
-//! The `foya` command line: parses arguments, loads configuration, installs tracing,
-//! starts the runtime and renders what it does. No runtime logic lives here.
+//! The `foya` command line: parses arguments, installs tracing, starts the tokio runtime
+//! and dispatches to the command, implemented in a library crate: `foya-cli` (run, chat,
+//! sessions, store, trust, mcp, node; configuration and rendering), `foya-serve` (serve),
+//! `foya-loadtest` (loadtest, sim-server). No runtime logic lives here.
 
 mod cli;
 
