@@ -3,15 +3,14 @@
 //! sequence (Responses), and the vendors' error responses.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_actors::provider::sim::SimRejection;
-use foya_actors::provider::sim::wire::{
-    ErrorResponse, WireFormat, WireMeta, encode_body, error_response,
-};
 use foya_protocol::{FinishReason, ReasoningPart, StreamEvent, ToolCallId, Usage};
+use foya_sim::SimRejection;
+use foya_sim::wire::{ErrorResponse, WireFormat, WireMeta, encode_body, error_response};
 use std::path::{Path, PathBuf};
 
+/// The provider fixtures, shared with the runtime's decoder tests (`foya-actors`).
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../actors/tests/fixtures/providers")
 }
 
 fn fixture(path: &str) -> String {
