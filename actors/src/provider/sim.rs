@@ -4,12 +4,16 @@
 //!
 //! The simulator itself (configuration, planner, wire encoders) is the `foya-sim` crate,
 //! re-exported here so an embedder needs one path; its HTTP server is `foya-sim`'s
-//! `server` feature, so this crate pulls no HTTP server.
+//! `server` feature (re-exported here with this crate's `sim-server`, not default), so
+//! by default this crate pulls no HTTP server.
 
 pub use foya_sim::{
     CALL_PLACEHOLDER, ErrorRates, HistorySummary, STEP_PLACEHOLDER, SimConfig, SimModel,
     SimOutcome, SimRejection, SimResponse, TimedEvent, wire,
 };
+/// The simulator's HTTP server (feature `sim-server`, not default): `foya_sim`'s.
+#[cfg(feature = "sim-server")]
+pub use foya_sim::{serve_sim, serve_sim_with_shutdown, sim_router};
 
 use crate::provider::{ModelClient, ModelRequest};
 use foya_protocol::StreamEvent;
