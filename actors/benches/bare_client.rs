@@ -16,7 +16,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use eventsource_stream::Eventsource;
-use foya_actors::provider::sim::{SimConfig, serve_sim};
+use foya_sim::{SimConfig, serve_sim};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::hint::black_box;

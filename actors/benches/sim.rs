@@ -4,7 +4,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use foya_actors::provider::sim::wire::{WireFormat, WireMeta, encode_body};
-use foya_actors::provider::sim::{HistorySummary, SimClient, SimConfig, SimModel, SimOutcome};
+use foya_actors::provider::sim::{SimClient, SimConfig, SimModel, SimOutcome, history_of};
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_protocol::{Input, Message, StreamEvent};
 use futures::StreamExt;
@@ -66,7 +66,7 @@ fn wire_encode(c: &mut Criterion) {
         ..SimConfig::default()
     };
     let model = SimModel::new(config);
-    let history = HistorySummary::from_request(&request(0));
+    let history = history_of(&request(0));
     let response = model.plan(&history, 0);
     let SimOutcome::Streamed { events, .. } = &response.outcome else {
         unreachable!("no errors configured")

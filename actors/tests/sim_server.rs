@@ -5,13 +5,14 @@
 use eventsource_stream::Eventsource;
 use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::http::HttpModelClient;
-use foya_actors::provider::sim::{ErrorRates, SimClient, SimConfig, serve_sim};
+use foya_actors::provider::sim::{ErrorRates, SimClient, SimConfig};
 use foya_actors::provider::wire::ProviderKind;
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_protocol::{
     AssistantMessage, ErrorClass, Input, Message, ProviderError, StreamAggregate, StreamEvent,
     ToolCall, ToolCallId, ToolMessage,
 };
+use foya_sim::serve_sim;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -1,29 +1,9 @@
-//! The `foya` command line: parses arguments, loads configuration, installs tracing,
-//! starts the runtime and renders what it does. No runtime logic lives here.
+//! The `foya` command line: parses arguments, installs tracing, starts the tokio runtime
+//! and dispatches to the command, implemented in a library crate: `foya-cli` (run, chat,
+//! sessions, store, trust, mcp, node; configuration and rendering), `foya-serve` (serve),
+//! `foya-loadtest` (loadtest, sim-server). No runtime logic lives here.
 
-mod chat;
 mod cli;
-mod cluster_list;
-mod context_config;
-mod damage;
-mod data;
-mod hooks;
-mod listen;
-mod loadtest;
-mod mcp;
-mod node;
-mod render;
-mod run;
-mod serve;
-mod sessions;
-mod setup;
-mod signals;
-mod sim_server;
-mod store_cmd;
-mod store_populate;
-mod trust;
-mod values;
-mod words;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -52,9 +32,9 @@ fn main() -> ExitCode {
         .enable_all()
         // The load test's CPU accounting tells the blocking pool's threads (where the
         // file tools work) from the workers; cheap enough to keep for every command.
-        .on_thread_start(loadtest::pool::thread_started)
-        .on_thread_stop(loadtest::pool::thread_stopped)
-        .on_thread_park(loadtest::pool::worker_parked)
+        .on_thread_start(foya_loadtest::pool::thread_started)
+        .on_thread_stop(foya_loadtest::pool::thread_stopped)
+        .on_thread_park(foya_loadtest::pool::worker_parked)
         .build()
     {
         Ok(rt) => rt,
@@ -64,11 +44,12 @@ fn main() -> ExitCode {
         }
     };
     let mut code = runtime.block_on(cli::dispatch(cli));
-    if code == cli::EXIT_FAILED && damage::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
+    if code == foya_cli::args::EXIT_FAILED
+        && foya_cli::damage::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
     {
-        code = cli::EXIT_DAMAGED;
+        code = foya_cli::args::EXIT_DAMAGED;
     }
-    data::release_owner();
+    foya_storage::data_dir::release_owner();
     // Do not wait for lingering blocking tasks (a stdin reader) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     ExitCode::from(code)

@@ -1,8 +1,8 @@
-//! Session configuration, approval vocabulary and the commands clients send.
+//! Session configuration, the approval vocabulary and session summaries. (The commands
+//! clients send are the HTTP service's routes and the cluster's `GatewayRequest`.)
 
 use crate::UnixMs;
-use crate::ids::{ApprovalRequestId, InputId, RunId, Seq, SessionId, ToolCallId};
-use crate::input::Input;
+use crate::ids::{RunId, Seq, SessionId, ToolCallId};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -212,58 +212,4 @@ pub struct SessionSummary {
     /// Where the session lives, for cluster listings (`None` = this node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
-}
-
-/// A client command, as carried by the HTTP service and between cluster nodes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Command {
-    /// Create a session.
-    CreateSession {
-        /// Its configuration.
-        config: SessionConfig,
-    },
-    /// Submit an input; applied once per `input_id`.
-    SubmitInput {
-        /// Target session.
-        session_id: SessionId,
-        /// Client-chosen id (idempotency key).
-        input_id: InputId,
-        /// The input.
-        input: Input,
-    },
-    /// Cancel the active turn.
-    Cancel {
-        /// Target session.
-        session_id: SessionId,
-    },
-    /// Drop all queued inputs (each recorded as dropped).
-    ClearQueue {
-        /// Target session.
-        session_id: SessionId,
-    },
-    /// Delete the session.
-    Delete {
-        /// Target session.
-        session_id: SessionId,
-    },
-    /// Answer an approval request.
-    DecideApproval {
-        /// Target session.
-        session_id: SessionId,
-        /// The request being answered.
-        request_id: ApprovalRequestId,
-        /// The decision.
-        decision: ApprovalDecision,
-        /// Optional message to the model (for `deny`).
-        #[serde(default)]
-        message: Option<String>,
-    },
-    /// Set the title by hand.
-    SetTitle {
-        /// Target session.
-        session_id: SessionId,
-        /// New title.
-        title: String,
-    },
 }

@@ -119,6 +119,7 @@
 mod backup;
 mod check;
 pub mod codec;
+pub mod data_dir;
 mod db;
 mod error;
 mod guard;

@@ -209,7 +209,7 @@ fn the_check_fails_when_a_flag_or_a_command_is_left_out() {
 fn openapi_names() -> (Vec<String>, BTreeSet<String>) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
-        .join("bin/src/serve/openapi.json");
+        .join("serve/src/openapi.json");
     let spec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut routes = Vec::new();

@@ -488,7 +488,7 @@ async fn scenario() {
 
 /// Every path and method of the document reaches a handler (not the router's
 /// `no_route` fallback, not 405); the reverse direction is the unit test beside the
-/// route table in `bin/src/serve/openapi.rs`.
+/// route table in `serve/src/openapi.rs`.
 async fn every_documented_operation_is_routed(s: &Server) {
     let unknown = "01930000-0000-7000-8000-0000000000aa";
     let mut checked = 0;

@@ -347,6 +347,35 @@ pub struct ProviderConfig {
     /// The profiles of the user's own files, before the project's were merged in.
     #[serde(skip)]
     pub user_profiles: BTreeMap<String, ProfileToml>,
+    /// `[context]`: how the runtime treats the context window. The CLI reads it from a
+    /// trusted project's file only ([`project_auto_compact`]).
+    #[serde(default)]
+    pub context: ContextToml,
+}
+
+/// Table `[context]` of a config file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ContextToml {
+    /// `auto_compact = false`: the runtime never compacts on its own (`--no-auto-compact`).
+    #[serde(default)]
+    pub auto_compact: Option<bool>,
+}
+
+/// `[context] auto_compact` of the project's config file for `cwd` ([`project_file`]),
+/// when the project is `trusted` and its file sets it; `None` otherwise (an untrusted
+/// project's file is not read).
+///
+/// # Errors
+/// As [`read_optional`] and [`ProviderConfig::parse`].
+pub fn project_auto_compact(cwd: &Path, trusted: bool) -> Result<Option<bool>, ConfigError> {
+    if !trusted {
+        return Ok(None);
+    }
+    let path = project_file(cwd);
+    let Some(text) = read_optional(&path)? else {
+        return Ok(None);
+    };
+    Ok(ProviderConfig::parse(&text, &path)?.context.auto_compact)
 }
 
 /// ` in A or B` (which config files a profile can be defined in), or nothing.

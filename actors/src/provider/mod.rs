@@ -19,6 +19,7 @@ mod project_guard;
 pub mod redact;
 pub mod retry;
 pub mod scripted;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod wire;
 

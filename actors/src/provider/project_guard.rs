@@ -53,6 +53,7 @@ pub(super) fn check(
         allowed_hosts: config.allowed_hosts.clone(),
         searched: Vec::new(),
         project: None,
+        context: config.context.clone(),
     };
     let user_host = user_side
         .resolve_with_env(name, base_url_override, None, env)

@@ -1,0 +1,300 @@
+//! Locating and opening the data directory's event store, and what the CLI says when
+//! another process holds it.
+//!
+//! The lock protocol itself (the store file, the owner file naming its holder, the
+//! readers' repair lock) is [`foya_storage::data_dir`].
+
+use anyhow::Context as _;
+use foya_storage::data_dir::{Owner, RepairLock, holder};
+pub use foya_storage::data_dir::{release_owner, serving_url, store_path};
+use foya_storage::{Durability, OpenError, ReadOnlyStore, Store, StoreOptions};
+use std::path::{Path, PathBuf};
+
+/// Variable naming the data directory when `--data-dir` is not given.
+const DATA_DIR_ENV: &str = "FOYA_DATA_DIR";
+
+/// `--data-dir`, else `$FOYA_DATA_DIR` when set and not empty (an empty value counts as
+/// unset, as for most path variables: `FOYA_DATA_DIR= foya …` is not an error), else the
+/// platform data dir.
+pub fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = arg {
+        return Ok(dir.to_path_buf());
+    }
+    if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    dirs::data_dir()
+        .map(|d| d.join("foya"))
+        .context("no data directory: pass --data-dir or set FOYA_DATA_DIR")
+}
+
+/// The attachment store of a data directory (`<data dir>/attachments`): images users
+/// upload and images tools return.
+pub fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
+    std::sync::Arc::new(foya_actors::attachments::AttachmentStore::new(
+        dir.join("attachments"),
+    ))
+}
+
+/// Opens (or creates) the store of a data directory.
+pub fn open_store(dir: &Path) -> anyhow::Result<Store> {
+    open_store_with(dir, Durability::Immediate)
+}
+
+/// Opens (or creates) the store of a data directory with this commit durability.
+pub fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Result<Store> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    let path = store_path(dir);
+    let options = StoreOptions {
+        durability,
+        ..StoreOptions::default()
+    };
+    match Store::open(&path, options) {
+        Ok(store) => {
+            record_owner(dir, None);
+            crate::damage::report_losses(&path, store.losses());
+            Ok(store)
+        }
+        Err(foya_storage::OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
+    }
+}
+
+/// Records this process as the holder of `dir`'s store (best effort; `url`: the base
+/// URL of a `foya serve`).
+pub fn record_owner(dir: &Path, url: Option<&str>) {
+    foya_storage::data_dir::record_owner(dir, &Owner::this_process(&command(), url, None));
+}
+
+/// Records this process as the holder of `dir`'s store, a `foya node` listening on
+/// `listen` (`host:port`, best effort).
+pub fn record_node_owner(dir: &Path, listen: &str) {
+    foya_storage::data_dir::record_owner(dir, &Owner::this_process(&command(), None, Some(listen)));
+}
+
+/// The subcommand this process runs (`serve`, `run`, …).
+fn command() -> String {
+    std::env::args().nth(1).unwrap_or_default()
+}
+
+/// The error for a data dir whose store another process holds: names the dir, the
+/// holder (when its owner file names a live process) and how to get the information
+/// from it instead.
+pub fn in_use(dir: &Path) -> anyhow::Error {
+    let owner = holder(dir);
+    let holder = match &owner {
+        Some(o) => match (&o.url, &o.listen) {
+            (Some(url), _) => format!("foya {} (pid {}, {url})", o.command, o.pid),
+            (None, Some(listen)) => {
+                format!("foya {} (pid {}, listening on {listen})", o.command, o.pid)
+            }
+            (None, None) => format!("foya {} (pid {})", o.command, o.pid),
+        },
+        None => "another foya process".to_owned(),
+    };
+    let listen = owner.as_ref().and_then(|o| o.listen.as_deref());
+    // Who can be asked for the sessions meanwhile: a server or a node; a one-shot command
+    // (`run`, `chat`, `loadtest`) cannot, it ends on its own.
+    let ask = match owner
+        .as_ref()
+        .map(|o| (o.command.as_str(), o.url.as_deref()))
+    {
+        Some(("serve", Some(url))) => Some(format!(
+            "ask the server instead: GET {url}/sessions (e.g. curl {url}/sessions, with \
+             -H 'Authorization: Bearer TOKEN' if it was started with --token-file)"
+        )),
+        Some(("node", _)) => Some(format!(
+            "ask the node instead: foya sessions list --cluster {} --cookie-file FILE",
+            listen.unwrap_or("HOST:PORT")
+        )),
+        Some(_) => None,
+        None => Some(
+            "ask a running `foya serve` over HTTP (GET /sessions) or a `foya node` with \
+             foya sessions list --cluster HOST:PORT --cookie-file FILE"
+                .to_owned(),
+        ),
+    };
+    match ask {
+        Some(ask) => anyhow::anyhow!(
+            "the data dir {} is in use by {holder}: its store is locked while that process runs. \
+             Stop it or use another --data-dir (one process uses a data dir at a time); to \
+             see its sessions meanwhile, {ask}",
+            dir.display()
+        ),
+        None => anyhow::anyhow!(
+            "the data dir {} is in use by {holder}: its store is locked while that process runs. \
+             Wait for it to end, stop it, or use another --data-dir (one process uses a data \
+             dir at a time)",
+            dir.display()
+        ),
+    }
+}
+
+/// Opens the store of a data directory only if it has one, with this commit durability:
+/// `Ok(None)`, creating nothing, when the directory or its store file does not exist
+/// ([`missing_store`] says which).
+///
+/// # Errors
+/// The store exists but cannot be opened.
+pub fn open_existing_store_with(
+    dir: &Path,
+    durability: Durability,
+) -> anyhow::Result<Option<Store>> {
+    if !store_path(dir).is_file() {
+        return Ok(None);
+    }
+    open_store_with(dir, durability).map(Some)
+}
+
+/// Opens the store of a data directory for reading only, if it has one: `Ok(None)`,
+/// creating nothing, when the directory or its store file does not exist
+/// ([`missing_store`] says which). Reading writes nothing to the store file
+/// ([`ReadOnlyStore`]). A file that needs recovery (its last writer was killed) is first
+/// repaired by opening it writable and closing it again, with one dimmed note on
+/// stderr; only that repair writes.
+///
+/// # Errors
+/// The store exists but cannot be opened or repaired; while another process writes it,
+/// the error names that process ([`in_use`]), as for a writable open.
+pub fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadOnlyStore>> {
+    let path = store_path(dir);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let opened = |result| match result {
+        Ok(store) => {
+            // A writer refused meanwhile can name this process (best effort).
+            record_owner(dir, None);
+            Ok(Some(store))
+        }
+        Err(OpenError::NotFound { .. }) => Ok(None),
+        Err(OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
+    };
+    // Readers that find the file needing repair take turns at it ([`RepairLock`]).
+    let lock = RepairLock::shared(dir);
+    match ReadOnlyStore::open(&path) {
+        Err(OpenError::NeedsRecovery { .. }) => {}
+        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
+        other => return opened(other),
+    }
+    if lock.make_exclusive() {
+        // Another reader may have repaired it while this one waited.
+        match ReadOnlyStore::open(&path) {
+            Err(OpenError::NeedsRecovery { .. }) => {}
+            other => return opened(other),
+        }
+    }
+    match Store::open(&path, StoreOptions::default()) {
+        // Dropping it closes the file cleanly (and unlocks it).
+        Ok(repaired) => {
+            crate::damage::report_losses(&path, repaired.losses());
+            drop(repaired);
+        }
+        Err(OpenError::AlreadyOpen { .. }) => return Err(in_use(dir)),
+        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot repair {}", path.display())));
+        }
+    }
+    eprintln!(
+        "{}",
+        crate::render::dim(&format!(
+            "foya: repaired {} (the last process writing it did not close it)",
+            path.display()
+        ))
+    );
+    opened(ReadOnlyStore::open(&path))
+}
+
+/// Opens the store of a data directory for work on the stored session `id`: `Ok(None)`,
+/// creating nothing, after saying on stderr why there is no such session (`foya: no
+/// session ID: data directory D does not exist`, `…: no sessions are stored in D`, or
+/// just `foya: no session ID` when the store holds others).
+///
+/// # Errors
+/// The store exists but cannot be opened or read.
+pub fn open_for_session(
+    dir: &Path,
+    id: foya_protocol::SessionId,
+    durability: Durability,
+) -> anyhow::Result<Option<Store>> {
+    let Some(store) = open_existing_store_with(dir, durability)? else {
+        eprintln!("foya: no session {id}: {}", missing_store(dir));
+        return Ok(None);
+    };
+    if store.session(id)?.is_none() {
+        eprintln!("foya: no session {id}");
+        return Ok(None);
+    }
+    Ok(Some(store))
+}
+
+/// [`open_for_session`] for a session that is to take a new input (`foya run --session`,
+/// `foya chat --session`): also `Ok(None)` for a deleted session, after saying on stderr
+/// that it was deleted and takes no more inputs.
+///
+/// # Errors
+/// The store exists but cannot be opened or read.
+pub fn open_for_input(
+    dir: &Path,
+    id: foya_protocol::SessionId,
+    durability: Durability,
+) -> anyhow::Result<Option<Store>> {
+    let Some(store) = open_for_session(dir, id, durability)? else {
+        return Ok(None);
+    };
+    if store.session(id)?.is_some_and(|s| s.deleted) {
+        eprintln!(
+            "foya: session {id} was deleted: it takes no more inputs (its events stay \
+             readable with `foya sessions show {id}`)"
+        );
+        return Ok(None);
+    }
+    Ok(Some(store))
+}
+
+/// Why a data directory has no store: `data directory D does not exist` or `no sessions
+/// are stored in D`.
+pub fn missing_store(dir: &Path) -> String {
+    if dir.is_dir() {
+        format!("no sessions are stored in {}", dir.display())
+    } else {
+        format!("data directory {} does not exist", dir.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_missing_data_dir_is_reported_and_not_created() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("absent");
+        assert!(open_existing_read_only(&dir).unwrap().is_none());
+        assert!(
+            open_existing_store_with(&dir, Durability::Immediate)
+                .unwrap()
+                .is_none()
+        );
+        assert!(!dir.exists());
+        assert_eq!(
+            missing_store(&dir),
+            format!("data directory {} does not exist", dir.display())
+        );
+        assert!(open_existing_read_only(root.path()).unwrap().is_none());
+        assert!(
+            open_existing_store_with(root.path(), Durability::Immediate)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+        assert_eq!(
+            missing_store(root.path()),
+            format!("no sessions are stored in {}", root.path().display())
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! MCP servers on the command line: the `--mcp NAME` / `--no-mcp` /
+//! `--trust-project-mcp` flags of `run`, `chat` and `serve`, loading the servers for the
+//! runtime, and `foya mcp list`.
+//!
+//! User servers are `[mcp_servers.NAME]` of `~/.config/foya/config.toml`; a project's
+//! (`[mcp_servers]` of `.foya/config.toml`, `.mcp.json` at the project root) are read
+//! only when the user trusted the project (`foya trust`), or for one run with
+//! `--trust-project-mcp`.
+
+use crate::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use clap::{Args, Subcommand};
+use foya_actors::mcp::{McpConfig, McpManager, ServerState};
+use foya_actors::tools::sandbox::SandboxRunner;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Which MCP servers a session uses.
+#[derive(Debug, Clone, Default, Args)]
+pub struct McpArgs {
+    /// Use this MCP server (a configured name; repeat for several). Without it every
+    /// configured server not set `enabled = false` is used.
+    #[arg(long = "mcp", value_name = "NAME")]
+    pub(crate) mcp: Vec<String>,
+    /// Use no MCP server.
+    #[arg(long, conflicts_with = "mcp")]
+    pub(crate) no_mcp: bool,
+    /// Also read the project's MCP servers (`.mcp.json` and `[mcp_servers]` of
+    /// `.foya/config.toml`): they run programs the project chose.
+    #[arg(long)]
+    pub(crate) trust_project_mcp: bool,
+}
+
+impl McpArgs {
+    /// The session's `mcp_servers`: `None` (the default set), the named ones, or none.
+    pub fn selection(&self) -> Option<Vec<String>> {
+        if self.no_mcp {
+            Some(Vec::new())
+        } else if self.mcp.is_empty() {
+            None
+        } else {
+            Some(self.mcp.clone())
+        }
+    }
+}
+
+/// `foya mcp …`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start every configured MCP server, list its state and tools, stop them.
+    List {
+        /// Working directory (finds the project; default: the current directory).
+        #[arg(long)]
+        cwd: Option<PathBuf>,
+        /// Also read the project's MCP servers.
+        #[arg(long)]
+        trust_project_mcp: bool,
+        /// One JSON object per server.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The configured servers for a session in `cwd`, or `None` when there are none.
+///
+/// # Errors
+/// An unreadable or invalid config file; `--mcp NAME` naming no configured server.
+pub fn load(cwd: &Path, args: &McpArgs) -> anyhow::Result<Option<Arc<McpManager>>> {
+    let config = read(cwd, args.trust_project_mcp)?;
+    for name in &args.mcp {
+        anyhow::ensure!(
+            config.servers.contains_key(name),
+            "--mcp {name}: no MCP server `{name}` is configured (configured: {}){}",
+            names(&config),
+            if args.trust_project_mcp {
+                ""
+            } else {
+                "; a project's servers need `foya trust` or --trust-project-mcp"
+            }
+        );
+    }
+    if config.servers.is_empty() || args.no_mcp {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(McpManager::new(
+        config,
+        &SandboxRunner::this_binary(),
+    ))))
+}
+
+fn names(config: &McpConfig) -> String {
+    if config.servers.is_empty() {
+        return "none".into();
+    }
+    config
+        .servers
+        .keys()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {
+    let trust_project = trust_project || foya_actors::trust::is_trusted(cwd);
+    let user = foya_actors::provider::config::user_file();
+    let root = foya_actors::context::project_root(cwd);
+    let project = foya_actors::provider::config::project_file(cwd);
+    McpConfig::load(user.as_deref(), &project, &root, trust_project).map_err(anyhow::Error::msg)
+}
+
+/// Runs `foya mcp …`; the exit status: 0 when every server is running, 1 when one
+/// failed, 2 for a usage or configuration error.
+pub async fn mcp(command: McpCommand) -> u8 {
+    let McpCommand::List {
+        cwd,
+        trust_project_mcp,
+        json,
+    } = command;
+    let cwd = match crate::setup::working_dir(cwd.as_deref()) {
+        Ok(cwd) => cwd,
+        Err(e) => return usage(&e),
+    };
+    let config = match read(&cwd, trust_project_mcp) {
+        Ok(config) => config,
+        Err(e) => return usage(&e),
+    };
+    let manager = McpManager::new(config, &SandboxRunner::this_binary());
+    let reports = manager.report().await;
+    manager.shutdown().await;
+    let mut code = EXIT_OK;
+    if reports.is_empty() && !json {
+        println!("no MCP servers configured");
+    }
+    for report in reports {
+        let state = match &report.state {
+            ServerState::Running => "running".to_owned(),
+            ServerState::Failed { error } => {
+                code = EXIT_FAILED;
+                format!("failed: {error}")
+            }
+            ServerState::NotStarted => "not started".to_owned(),
+            _ => "stopped".to_owned(),
+        };
+        if json {
+            let tools: Vec<_> = report
+                .tools
+                .iter()
+                .map(|(name, description)| serde_json::json!({"name": name, "description": description}))
+                .collect();
+            let line = serde_json::json!({
+                "name": report.name,
+                "transport": report.transport,
+                "state": state,
+                "tools": tools,
+            });
+            println!("{line}");
+        } else {
+            println!("{}  {}  {state}", report.name, report.transport);
+            for (name, _) in &report.tools {
+                println!("  {name}");
+            }
+        }
+    }
+    code
+}
+
+fn usage(e: &anyhow::Error) -> u8 {
+    eprintln!("foya: {}", crate::args::error_chain(e));
+    EXIT_USAGE
+}

@@ -1,0 +1,141 @@
+//! `foya node`: the runtime served as a ractor_cluster node until SIGINT, SIGTERM or
+//! SIGHUP; then its running turns are cancelled cleanly (`turn_complete{cancelled}`
+//! committed, waiting at most `DEFAULT_SHUTDOWN_GRACE`), the node leaves the cluster, the
+//! runtime stops and the store closes (exit 0).
+//!
+//! Prints one line `foya node <name> listening on <addr>` to stdout once the node server
+//! and gateway are up (scripts and tests wait for it), then only logs (stderr): among
+//! them one warning per `--connect` peer it cannot reach (address and reason), while it
+//! keeps running and redialling. The data dir's owner file records the listen address,
+//! so a command refused by the store's lock names it.
+//!
+//! Node names are unique in a cluster: a node that finds a node started earlier under
+//! its name leaves the cluster, prints why and exits with status 1.
+
+use crate::args::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
+use anyhow::Context as _;
+use clap::Args;
+use foya_actors::cluster::{ClusterNode, NodeConfig};
+use foya_actors::runtime::Runtime;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Reaching a running cluster from a command (`foya sessions list --cluster`).
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// A `foya node` to ask (HOST:PORT, its --listen address) instead of the local data
+    /// dir; it answers for every node it is connected to.
+    #[arg(long, value_name = "HOST:PORT", requires = "cookie_file")]
+    pub(crate) cluster: Option<String>,
+    /// File holding the cluster's shared secret (with --cluster).
+    #[arg(long, requires = "cluster")]
+    pub(crate) cookie_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// Address to listen on for other nodes, e.g. 127.0.0.1:4370 (a fixed port: peers
+    /// dial it).
+    #[arg(long, value_parser = crate::values::fixed_port_addr)]
+    pub(crate) listen: SocketAddr,
+    /// File holding the cluster's shared secret (surrounding whitespace ignored).
+    #[arg(long)]
+    pub(crate) cookie_file: PathBuf,
+    /// A node to connect to and keep connected (HOST:PORT); repeatable. One that cannot
+    /// be reached is logged once (a warning with the reason) and redialled with backoff.
+    #[arg(long)]
+    pub(crate) connect: Vec<String>,
+    /// This node's name, unique in the cluster (default: `node@<listen>`). A node that
+    /// joins under a name a running node holds is refused and exits with status 1.
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
+    #[command(flatten)]
+    pub(crate) data: DataDirArg,
+}
+
+/// Reads a cookie file (surrounding whitespace ignored); prints why not and returns
+/// `None` when it cannot be read or is empty.
+pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
+    match std::fs::read_to_string(path) {
+        Ok(c) if !c.trim().is_empty() => Some(c.trim().to_owned()),
+        Ok(_) => {
+            eprintln!("foya: the cookie file is empty");
+            None
+        }
+        Err(e) => {
+            eprintln!("foya: cannot read cookie file {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// Runs the node; returns the exit status.
+pub async fn node(args: NodeArgs) -> u8 {
+    let Some(cookie) = read_cookie(&args.cookie_file) else {
+        return EXIT_USAGE;
+    };
+    match serve(args, cookie).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            crate::args::report(&e);
+            EXIT_FAILED
+        }
+    }
+}
+
+async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir().context("no current directory")?;
+    let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
+    // Check the address before anything is created on disk (as `foya serve` binds first):
+    // bound once and let go, so a taken address fails with one clear line. The node
+    // server binds it again right after (a process that takes the port in between still
+    // makes the start fail, later).
+    drop(crate::listen::bind(&args.listen.to_string(), crate::listen::Port::Fixed).await?);
+    let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
+    let store = crate::data::open_store(&dir)?;
+    let mut config = crate::setup::runtime_config(store, model);
+    // Sessions created through the cluster without a provider or model (the embedding
+    // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
+    config.default_provider.clone_from(&args.provider.provider);
+    config.default_model = model_name;
+    let runtime = Runtime::start(config)
+        .await
+        .context("cannot start the runtime")?;
+    runtime
+        .recover_all()
+        .await
+        .context("cannot recover sessions")?;
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("node@{}", args.listen));
+    let config = NodeConfig::new(args.listen, cookie, args.connect.clone(), name.clone());
+    let node = ClusterNode::start(runtime, config)
+        .await
+        .context("cannot start the cluster node")?;
+    // A second process refused by the data dir's lock names this address.
+    crate::data::record_node_owner(&dir, &node.listen_addr().to_string());
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "foya node {name} listening on {}", args.listen);
+        let _ = out.flush();
+    }
+    let refused = tokio::select! {
+        () = crate::signals::wait_for_signal() => None,
+        e = node.refused() => Some(e),
+    };
+    if refused.is_none() {
+        // Cancel the running turns while peers still hear their end, then leave.
+        node.runtime()
+            .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
+            .await;
+    }
+    node.shutdown().await;
+    match refused {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,309 @@
+//! `foya sessions …`: list and show stored sessions (read straight from the store,
+//! opened read-only: they leave its file as it was), and
+//! delete one (through a runtime, so an unfinished turn is closed first). `list
+//! --cluster` asks a running node instead (`cluster_list.rs`).
+
+use crate::args::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
+use foya_protocol::{EventKind, Seq, SessionId};
+use foya_storage::Durability;
+use std::io::Write as _;
+
+pub async fn sessions(command: SessionsCommand) -> u8 {
+    let result = match command {
+        SessionsCommand::List {
+            json,
+            cluster:
+                crate::node::ClusterArgs {
+                    cluster: Some(addr),
+                    cookie_file: Some(cookie_file),
+                },
+            ..
+        } => Ok(crate::cluster_list::list(&addr, &cookie_file, json).await),
+        SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json),
+        SessionsCommand::Show { id, data, json } => {
+            let id: SessionId = match id.parse() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("foya: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            show(data.data_dir.as_deref(), id, json)
+        }
+        SessionsCommand::Delete { id, data } => {
+            let id: SessionId = match id.parse() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("foya: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            delete(data.data_dir.as_deref(), id).await
+        }
+        SessionsCommand::Title { id, title, data } => {
+            let id: SessionId = match id.parse() {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("foya: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            set_title(data.data_dir.as_deref(), id, title).await
+        }
+    };
+    match result {
+        Ok(code) => code,
+        // The reader of stdout went away (`foya sessions show ID | head -1`): done.
+        Err(e) if is_broken_pipe(&e) => EXIT_OK,
+        Err(e) => {
+            crate::args::report(&e);
+            EXIT_FAILED
+        }
+    }
+}
+
+/// Whether `e` is a write to a stdout whose reader has gone away.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Lists the sessions of a data dir, writing nothing to its store
+/// ([`crate::data::open_existing_read_only`]); a dir without a store (or no dir at all)
+/// lists nothing, says so on stderr and exits 0, creating nothing.
+fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
+        eprintln!("foya: {}", crate::data::missing_store(&dir));
+        return Ok(EXIT_OK);
+    };
+    let survey = store.survey()?;
+    let mut out = std::io::stdout().lock();
+    for s in survey.sessions {
+        if json {
+            writeln!(out, "{}", serde_json::to_string(&s)?)?;
+        } else {
+            writeln!(out, "{}", summary_line(&s))?;
+        }
+    }
+    out.flush()?;
+    for unreadable in &survey.unreadable {
+        match unreadable.session {
+            Some(id) => eprintln!("foya: session {id} cannot be read: {}", unreadable.reason),
+            None => eprintln!("foya: {}", unreadable.reason),
+        }
+    }
+    if !survey.unreadable.is_empty() {
+        if !store.is_copy() {
+            eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
+        }
+        return Ok(EXIT_DAMAGED);
+    }
+    Ok(if store.is_copy() {
+        EXIT_DAMAGED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
+/// the count right-aligned and the noun padded so that the columns line up), working
+/// directory, title, and `[deleted]` for a deleted session.
+fn summary_line(s: &foya_protocol::SessionSummary) -> String {
+    let title = s.title.as_deref().unwrap_or("(untitled)");
+    let deleted = if s.deleted { " [deleted]" } else { "" };
+    let noun = if s.last_seq.0 == 1 { "event" } else { "events" };
+    format!(
+        "{}  {:>5} {noun:<6}  {}  {title}{deleted}",
+        s.id,
+        s.last_seq.0,
+        s.cwd.display(),
+    )
+}
+
+/// Prints the events of one stored session, writing nothing to the store
+/// ([`crate::data::open_existing_read_only`]); exit 1 when there is no such session.
+fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
+        eprintln!(
+            "foya: no session {id}: {}",
+            crate::data::missing_store(&dir)
+        );
+        return Ok(EXIT_FAILED);
+    };
+    if store.session(id)?.is_none() {
+        eprintln!("foya: no session {id}");
+        return Ok(EXIT_FAILED);
+    }
+    let mut out = std::io::stdout().lock();
+    for event in store.read_from(id, Seq::FIRST)? {
+        if json {
+            writeln!(out, "{}", serde_json::to_string(&event)?)?;
+            continue;
+        }
+        let detail = match &event.kind {
+            EventKind::UserMessage { input, .. } => input.text.clone(),
+            EventKind::AssistantMessage(m) => {
+                let calls: Vec<_> = m.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                if calls.is_empty() {
+                    m.text.clone()
+                } else {
+                    format!("{} [calls: {}]", m.text, calls.join(", "))
+                }
+            }
+            EventKind::ToolMessage(t) => {
+                format!("{}{}", if t.is_error { "error: " } else { "" }, t.content)
+            }
+            EventKind::TurnComplete { status, reason, .. } => {
+                format!(
+                    "{status:?}{}",
+                    reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                )
+            }
+            EventKind::TitleSet { title, source } => match source {
+                foya_protocol::TitleSource::User => format!("{title} (by hand)"),
+                foya_protocol::TitleSource::Generated => format!("{title} (generated)"),
+            },
+            _ => String::new(),
+        };
+        let detail: String = detail
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(100)
+            .collect();
+        writeln!(
+            out,
+            "{:>5}  {:<20} {detail}",
+            event.seq.0,
+            event.kind.type_name()
+        )?;
+    }
+    out.flush()?;
+    Ok(if store.is_copy() {
+        EXIT_DAMAGED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// Deletes a session through a runtime on the data dir: loading the session closes an
+/// unfinished turn (recovery), then the delete cancels whatever runs, drops queued inputs
+/// and writes `session_deleted`. No model is needed: the runtime gets an empty script.
+async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<u8> {
+    use foya_actors::provider::scripted::ScriptedClient;
+    use foya_actors::runtime::{Runtime, RuntimeError};
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
+        return Ok(EXIT_FAILED);
+    };
+    match store.session(id)? {
+        None => {
+            eprintln!("foya: no session {id}");
+            return Ok(EXIT_FAILED);
+        }
+        Some(summary) if summary.deleted => {
+            let _ = writeln!(std::io::stdout(), "session {id} was already deleted");
+            return Ok(EXIT_OK);
+        }
+        Some(_) => {}
+    }
+    let model = std::sync::Arc::new(ScriptedClient::from_script(Default::default()));
+    let mut config = crate::setup::runtime_config(store, model);
+    // The transcript the session's hooks read goes with it.
+    config.transcript_dir = Some(crate::hooks::transcript_dir(&dir));
+    let runtime = Runtime::start(config).await?;
+    let result = match runtime.session(id).await {
+        Ok(session) => session.delete().await,
+        Err(e) => Err(e),
+    };
+    runtime.shutdown().await;
+    match result {
+        Ok(()) | Err(RuntimeError::SessionDeleted(_)) => {
+            let _ = writeln!(std::io::stdout(), "deleted session {id}");
+            Ok(EXIT_OK)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Appends `title_set{source: user}` to a session of a data dir no process is using (the
+/// store's file lock guarantees that), after its last event; the session's fold picks it
+/// up on its next load, and a generated title never overwrites it.
+async fn set_title(
+    dir: Option<&std::path::Path>,
+    id: SessionId,
+    title: String,
+) -> anyhow::Result<u8> {
+    use foya_protocol::{Event, TitleSource};
+    let Some(title) = foya_actors::context::normalize_title(&title) else {
+        eprintln!("foya: the title is empty");
+        return Ok(EXIT_USAGE);
+    };
+    let dir = crate::data::data_dir(dir)?;
+    let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
+        return Ok(EXIT_FAILED);
+    };
+    let Some(last) = store.last_seq(id)? else {
+        eprintln!("foya: no session {id}");
+        return Ok(EXIT_FAILED);
+    };
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let event = Event {
+        session_id: id,
+        seq: last.next(),
+        run_id: None,
+        at_ms,
+        kind: EventKind::TitleSet {
+            title: title.clone(),
+            source: TitleSource::User,
+        },
+    };
+    store.append(vec![event]).await?;
+    store.close().await;
+    let _ = writeln!(std::io::stdout(), "title of session {id}: {title}");
+    Ok(EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary_line;
+    use foya_protocol::{Seq, SessionId, SessionSummary};
+
+    fn summary(last_seq: u64) -> SessionSummary {
+        SessionSummary {
+            id: SessionId::new(),
+            title: Some("demo".into()),
+            cwd: "/w".into(),
+            model: "sim-1".into(),
+            created_at_ms: Default::default(),
+            updated_at_ms: Default::default(),
+            last_seq: Seq(last_seq),
+            deleted: false,
+            node: None,
+        }
+    }
+
+    #[test]
+    fn one_event_is_singular_and_the_columns_line_up() {
+        let one = summary(1);
+        let many = summary(12);
+        assert_eq!(
+            summary_line(&one),
+            format!("{}      1 event   /w  demo", one.id)
+        );
+        assert_eq!(
+            summary_line(&many),
+            format!("{}     12 events  /w  demo", many.id)
+        );
+    }
+}

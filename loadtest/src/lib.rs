@@ -1,0 +1,552 @@
+//! `foya loadtest`: drives N sessions through T turns each against the in-process
+//! simulated provider (or a real HTTP provider profile, e.g. `foya sim-server`) with real
+//! tools on a generated workspace, shows a live progress bar, and reports throughput,
+//! latency and overhead percentiles, failures by class, peak RSS and CPU time (text on
+//! stdout, JSON with `--json FILE`, charts in one self-contained page with `--html
+//! FILE`). Ctrl-C stops it with a partial report.
+//!
+//! `foya-loadtest` is this command as a library crate, with `foya sim-server`
+//! ([`sim_server`]) and the CPU accounting of the tokio runtime's threads ([`pool`],
+//! whose hooks the binary installs).
+
+mod bare;
+mod cpu;
+mod driver;
+mod html;
+pub mod pool;
+mod probe;
+mod report;
+mod scenario;
+mod sim_args;
+pub mod sim_server;
+mod timeline;
+mod workspace;
+
+pub use sim_args::SimArgs;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use driver::{Outcome, Shared};
+use foya_actors::provider::ModelClient;
+use foya_actors::provider::config::ProviderProfile;
+use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
+use foya_actors::provider::sim::SimConfig;
+use foya_actors::runtime::Runtime;
+use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use foya_protocol::ApprovalMode;
+use foya_storage::{Durability, Store, StoreOptions};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use probe::Probe;
+use report::{Percentiles, Report};
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Args)]
+pub struct LoadtestArgs {
+    /// Number of sessions (at least 1).
+    #[arg(long, default_value_t = 100, value_parser = foya_cli::values::positive_count)]
+    pub(crate) sessions: usize,
+    /// Turns per session (run one after another within a session; at least 1).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) turns: u32,
+    /// `sim` (the in-process simulator) or a provider profile / protocol name
+    /// (`openai-chat`, `anthropic`, `openai-responses`, a config.toml profile).
+    #[arg(long, default_value = foya_cli::setup::SIM)]
+    pub(crate) provider: String,
+    /// Base URL for `--provider PROFILE`: the address `foya sim-server` printed, plus
+    /// `/v1` for `openai-chat` and `openai-responses`; as printed for `anthropic`, whose
+    /// paths (`/v1/messages`) already start with `/v1`.
+    #[arg(long, value_parser = foya_cli::values::http_url)]
+    pub(crate) base_url: Option<String>,
+    /// Model name (default: the profile's, `sim-1` for the simulator).
+    #[arg(long)]
+    pub(crate) model: Option<String>,
+    /// Most turns running at once (at least 1; default: all sessions).
+    #[arg(long, value_parser = foya_cli::values::positive_count)]
+    pub(crate) concurrency: Option<usize>,
+    /// Stop after this many seconds (finite, greater than 0), with a partial report.
+    #[arg(long, value_parser = foya_cli::values::positive_seconds)]
+    pub(crate) duration: Option<Duration>,
+    /// Also write the report as JSON to this file (its directory must exist and be
+    /// writable; checked before the run).
+    #[arg(long, value_parser = foya_cli::values::output_file)]
+    pub(crate) json: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page with charts to this file
+    /// (throughput, latency histograms, CPU split, memory and errors over time; its
+    /// directory must exist and be writable; checked before the run).
+    #[arg(long, value_parser = foya_cli::values::output_file)]
+    pub(crate) html: Option<PathBuf>,
+    /// Store durability: `none` (no fsync, default) or `immediate` (fsync every commit).
+    #[arg(long, value_enum)]
+    pub(crate) durability: Option<DurabilityArg>,
+    /// The sessions' approval mode: `read-only` (default; exec and write tools are
+    /// refused), `ask` or `auto-edit` (a call that needs approval is denied: the load
+    /// test attaches no approver), `auto` (exec runs in the sandbox) or `bypass`.
+    #[arg(long, value_parser = foya_cli::args::parse_approval)]
+    pub(crate) approval: Option<ApprovalMode>,
+    /// A scenario file (`.toml`, or `.json`): `approval`, `durability` and `[sim]` (the
+    /// simulator's fields, as in `--sim-config`); a flag given beside it wins.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub(crate) scenario: Option<PathBuf>,
+    /// Data directory of the store (default: a temporary directory, removed at the end).
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Attempts per model request, the first included (retry policy; 1 to 100, the
+    /// ceiling of a profile's `max_attempts`).
+    #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
+          value_parser = max_attempts)]
+    pub(crate) max_attempts: u32,
+    /// After the run, replay the same sessions × turns with a bare HTTP client that only
+    /// reads the response bytes (HTTP providers only): each session's turn k sends the
+    /// requests the runtime sent in session 0's turn k (the last captured turn past the
+    /// captured ones). Reports the runtime's CPU per turn as a multiple of the bare
+    /// client's.
+    #[arg(long)]
+    pub(crate) compare_bare: bool,
+    /// Capacity of each subscriber's channel (events + deltas; at least 128). The session
+    /// sends a model stream's deltas in batches of up to 128 and a commit's events at
+    /// once, without waiting: a smaller channel overflows and every turn fails with
+    /// `lagged`. Many tool calls per step need more (a step's results may arrive
+    /// together, one event per call).
+    #[arg(long, default_value_t = foya_actors::runtime::DEFAULT_SUBSCRIBER_BUFFER,
+          value_parser = foya_cli::values::subscriber_buffer)]
+    pub(crate) subscriber_buffer: usize,
+    #[command(flatten)]
+    pub(crate) sim: SimArgs,
+    /// MCP servers of the sessions (`[mcp_servers]` of the user's config.toml). In the
+    /// default `read-only` mode only tools listed in a server's `read_only_tools` run;
+    /// call one with `--tool-name mcp__SERVER__TOOL`.
+    #[command(flatten)]
+    pub(crate) mcp: foya_cli::mcp::McpArgs,
+}
+
+/// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
+fn max_attempts(s: &str) -> Result<u32, String> {
+    let n = foya_cli::values::positive_u32(s)?;
+    if n > MAX_ATTEMPTS_LIMIT {
+        return Err(format!(
+            "at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first included)"
+        ));
+    }
+    Ok(n)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum DurabilityArg {
+    None,
+    Immediate,
+}
+
+/// Runs the load test; returns the exit status (0 when every turn completed without
+/// error, 1 otherwise, 130 when stopped by Ctrl-C, 2 on bad arguments).
+pub async fn loadtest(args: LoadtestArgs) -> u8 {
+    match loadtest_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            foya_cli::args::report(&e);
+            EXIT_USAGE
+        }
+    }
+}
+
+async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
+    // Installed first, before any setup: SIGINT, SIGTERM or SIGHUP from the first moment
+    // stops the run with a partial report (never lost between two waits, never the
+    // default kill that would leave the temporary directories behind).
+    let mut signals = foya_cli::signals::Signals::install()?;
+    anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
+    let scenario = match &args.scenario {
+        Some(path) => scenario::load(path)?,
+        None => scenario::Scenario::default(),
+    };
+    let (mut sim, calls_chosen) = match scenario.sim {
+        Some(base) => args.sim.over(Some(base))?,
+        None => args.sim.to_config_and_choice()?,
+    };
+    let approval = args
+        .approval
+        .or(scenario.approval)
+        .unwrap_or(ApprovalMode::ReadOnly);
+    let durability_arg = args
+        .durability
+        .or(scenario.durability)
+        .unwrap_or(DurabilityArg::None);
+    if !calls_chosen {
+        workspace::use_distinct_calls(&mut sim);
+    }
+    let (client, model, profile) = model_client(&args, &sim)?;
+    anyhow::ensure!(
+        !args.compare_bare || profile.is_some(),
+        "--compare-bare needs an HTTP provider (e.g. --provider openai-chat --base-url …)"
+    );
+    if let Some(profile) = &profile {
+        // Before anything is sent: a profile without --base-url is the real (paid) API.
+        eprintln!(
+            "foya loadtest: sending requests to {} (--provider {})",
+            foya_actors::provider::redact::display_url(&profile.base_url),
+            args.provider
+        );
+        let given = args.sim.behaviour_flags();
+        if !given.is_empty() {
+            eprintln!(
+                "foya loadtest: over HTTP the server decides what the model does; {} only \
+                 shape{} the generated workspace here (give the server the same flags)",
+                given.join(", "),
+                if given.len() == 1 { "s" } else { "" }
+            );
+        }
+    }
+    // One file per call of a turn (of this config; over HTTP the server's must match).
+    let workspace = workspace::create(&sim)?;
+    let temp_data = tempfile::Builder::new()
+        .prefix("foya-loadtest-data")
+        .tempdir()
+        .context("cannot create the data directory")?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temp_data.path().to_owned());
+    let durability = match durability_arg {
+        DurabilityArg::None => Durability::None,
+        DurabilityArg::Immediate => Durability::Immediate,
+    };
+    let store = Store::open(
+        &data_dir.join("foya.redb"),
+        StoreOptions {
+            durability,
+            ..StoreOptions::default()
+        },
+    )
+    .context("cannot open the store")?;
+
+    let probe = Probe::new(client, args.sessions, args.turns);
+    let slots = probe.slots();
+    let provider_cpu = probe.cpu();
+    let captured = probe.captured();
+    let tool_cpu = Arc::new(cpu::CpuMeter::default());
+    let driver_cpu = Arc::new(cpu::CpuMeter::default());
+    let mut config = foya_cli::setup::runtime_config(store.clone(), Arc::new(probe));
+    config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
+    let here = std::env::current_dir().context("no current directory")?;
+    config.mcp = foya_cli::mcp::load(&here, &args.mcp)?;
+    config.retry.max_attempts = args.max_attempts;
+    config.subscriber_buffer = args.subscriber_buffer;
+    let runtime = Runtime::start(config)
+        .await
+        .context("cannot start the runtime")?;
+
+    let total = args.sessions as u64 * u64::from(args.turns);
+    let progress = progress_bar(total);
+    let stop = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        runtime,
+        slots,
+        turns: args.turns,
+        cwd: std::fs::canonicalize(workspace.path()).context("workspace path")?,
+        model,
+        permits: Semaphore::new(args.concurrency.unwrap_or(args.sessions).max(1)),
+        stop: stop.clone(),
+        progress: progress.clone(),
+        driver_cpu: Arc::clone(&driver_cpu),
+        started: Instant::now(),
+        mcp_servers: args.mcp.selection(),
+        approval,
+    });
+    let sampling = CancellationToken::new();
+    let memory = timeline::sample_memory(shared.started, sampling.clone());
+
+    let meter_overhead = cpu::outside_overhead();
+    let stats_before = store.stats();
+    let storage_before = store.writer_cpu();
+    let cpu_before = report::cpu_time();
+    let children_before = report::children_cpu_time();
+    let blocking_before = pool::blocking_cpu();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..args.sessions {
+        tasks.spawn(driver::drive(index, Arc::clone(&shared)));
+    }
+    let mut outcomes = Vec::with_capacity(args.sessions);
+    // The signal that stopped the run, if one did.
+    let mut interrupted_by_user: Option<foya_cli::signals::Signalled> = None;
+    let deadline = args
+        .duration
+        .and_then(|d| tokio::time::Instant::now().checked_add(d));
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                Some(Ok(outcome)) => outcomes.push(outcome),
+                Some(Err(_)) => outcomes.push(panicked()),
+                None => break,
+            },
+            signal = signals.recv(), if !stop.is_cancelled() => {
+                interrupted_by_user = Some(signal);
+                progress.println("stopping… (partial report follows)");
+                stop.cancel();
+            }
+            () = sleep_until(deadline), if !stop.is_cancelled() => stop.cancel(),
+        }
+    }
+    let wall = started.elapsed();
+    sampling.cancel();
+    let memory = memory.await.unwrap_or_default();
+    let cpu = report::cpu_time().saturating_sub(cpu_before);
+    let children = report::children_cpu_time().saturating_sub(children_before);
+    let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
+    // Every append the turns waited for has its commit counted (published before it
+    // resolved).
+    let storage = store.writer_cpu().saturating_sub(storage_before);
+    progress.finish_and_clear();
+    let stats = store.stats();
+    let events_persisted = stats.appended_events - stats_before.appended_events;
+
+    let (mut report, samples, timeline) =
+        build_report(&args, durability_arg, &shared, outcomes, events_persisted);
+    report.endpoint = profile
+        .as_ref()
+        .map(|p| foya_actors::provider::redact::display_url(&p.base_url));
+    report.stopped_early = stop.is_cancelled();
+    report.commits = stats.commits - stats_before.commits;
+    report.provider_cpu_s = provider_cpu.total().as_secs_f64();
+    report.tool_cpu_s = tool_cpu.total().as_secs_f64();
+    report.tool_blocking_cpu_s = blocking.as_secs_f64();
+    report.driver_cpu_s = driver_cpu.total().as_secs_f64();
+    report.storage_cpu_s = storage.as_secs_f64();
+    let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
+    report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;
+    report.children_cpu_s = children.as_secs_f64();
+    report.finish(wall, cpu);
+    if let Ok(shared) = Arc::try_unwrap(shared) {
+        shared.runtime.shutdown().await;
+    }
+    store.close().await;
+
+    if args.compare_bare && profile.is_some() && stop.is_cancelled() {
+        let why = match interrupted_by_user {
+            Some(signal) => format!("{} stopped the run", signal.name()),
+            None => "--duration stopped the run before every turn ran".to_owned(),
+        };
+        eprintln!("foya loadtest: the bare-client comparison (--compare-bare) was skipped: {why}");
+    }
+    if let (Some(profile), true) = (&profile, args.compare_bare && !stop.is_cancelled()) {
+        let turns = captured
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let concurrency = args.concurrency.unwrap_or(args.sessions);
+        eprintln!("foya loadtest: replaying the requests with a bare client (--compare-bare)");
+        let bare = bare::run(profile, &turns, args.sessions, args.turns, concurrency);
+        tokio::select! {
+            bare = bare => report.set_bare(bare?),
+            // Ctrl-C during the bare pass: the runtime's report, without the comparison.
+            signal = signals.recv() => {
+                eprintln!("stopping… (the bare-client comparison was not finished)");
+                interrupted_by_user = Some(signal);
+                report.stopped_early = true;
+            }
+        }
+    }
+
+    if let Some(notice) = refused_notice(&report) {
+        eprintln!("{notice}");
+    }
+    print!("{}", report.to_text());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, json + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        let page = html::page(&html::Input {
+            report: &report,
+            samples: &samples,
+            timeline: &timeline,
+            memory: &memory,
+        });
+        std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(if let Some(signal) = interrupted_by_user {
+        signal.exit_code()
+    } else if report.turns_failed > 0 || !report.errors.is_empty() {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// The stderr line for turns whose tool calls were all refused (none ran), with the
+/// first refusal's message and what to change; `None` when there were none.
+fn refused_notice(report: &Report) -> Option<String> {
+    let n = report.turns_tools_refused;
+    if n == 0 {
+        return None;
+    }
+    let why = report
+        .error_examples
+        .get("tool_error")
+        .map_or(String::new(), |m| format!(" (first: {m})"));
+    let hint = match report.approval.as_str() {
+        "read-only" | "ask" | "auto-edit" => format!(
+            "; --approval {} refuses exec and write tools: use --approval auto or bypass",
+            report.approval
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "foya loadtest: {} of {} ran none of the tool calls the model asked for, every one \
+         refused{why}{hint}",
+        foya_cli::words::count(n, "turn"),
+        report.turns_completed + report.turns_failed
+    ))
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn panicked() -> Outcome {
+    let mut out = Outcome {
+        index: usize::MAX,
+        ..Outcome::default()
+    };
+    out.errors.insert("driver_panicked".into(), 1);
+    out
+}
+
+/// The client for `--provider`: the simulator in process, or an HTTP client (with its
+/// resolved profile).
+type ClientChoice = (Arc<dyn ModelClient>, String, Option<ProviderProfile>);
+
+fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientChoice> {
+    if args.provider == foya_cli::setup::SIM {
+        let model = args.model.clone().unwrap_or_else(|| sim.model.clone());
+        let client = foya_actors::provider::sim::SimClient::new(sim.clone());
+        return Ok((Arc::new(client), model, None));
+    }
+    anyhow::ensure!(
+        args.provider != foya_cli::setup::SCRIPTED,
+        "--provider scripted is for `foya run`, `chat` and `serve`; a load test uses `sim` \
+         (the default, in process) or an HTTP profile (e.g. openai-chat with --base-url)"
+    );
+    let cwd = std::env::current_dir().context("no current directory")?;
+    let config = foya_actors::provider::config::ProviderConfig::load(&cwd)?;
+    let base_url = args.base_url.as_deref();
+    // A bare protocol name needs a model: fall back to the simulator's model name.
+    let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {
+        Err(_) if args.model.is_none() => config
+            .resolve(&args.provider, base_url, Some(&sim.model))
+            .map_err(|e| foya_cli::setup::also_known(e, foya_cli::setup::SIM))?,
+        resolved => resolved.map_err(|e| foya_cli::setup::also_known(e, foya_cli::setup::SIM))?,
+    };
+    let model = profile.model.clone();
+    let client = foya_actors::provider::http::HttpModelClient::new(profile.clone())?;
+    Ok((Arc::new(client), model, Some(profile)))
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(total), target);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{elapsed_precise} [{wide_bar}] {pos}/{len} turns ({per_sec}, eta {eta})",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// The raw latency samples behind the report's percentiles (the HTML histograms).
+#[derive(Debug, Default)]
+pub(crate) struct Samples {
+    /// Model request latencies, in milliseconds.
+    pub(crate) model_ms: Vec<f64>,
+    /// Runtime overheads, in microseconds.
+    pub(crate) overhead_us: Vec<f64>,
+    /// Relay latencies, in milliseconds.
+    pub(crate) relay_ms: Vec<f64>,
+}
+
+fn build_report(
+    args: &LoadtestArgs,
+    durability: DurabilityArg,
+    shared: &Shared,
+    outcomes: Vec<Outcome>,
+    events_persisted: u64,
+) -> (Report, Samples, timeline::Timeline) {
+    let mut report = Report {
+        provider: args.provider.clone(),
+        durability: format!("{durability:?}").to_lowercase(),
+        approval: shared.approval.as_str().to_owned(),
+        sessions: args.sessions,
+        turns_per_session: args.turns,
+        events_persisted,
+        ..Report::default()
+    };
+    let mut relay = Vec::new();
+    let mut overhead = Vec::new();
+    let mut latency = Vec::new();
+    let mut timeline = timeline::Timeline::since(shared.started);
+    let mut tool_ms_total = 0u64;
+    for out in outcomes {
+        timeline.merge(out.timeline);
+        report.turns_completed += out.completed;
+        report.turns_failed += out.failed;
+        report.turns_interrupted += out.interrupted;
+        report.steps += out.steps;
+        report.tool_calls += out.tool_calls;
+        report.tool_calls_run += out.tool_calls_run;
+        report.turns_tools_refused += out.turns_tools_refused;
+        report.deltas_received += out.deltas;
+        for (class, n) in out.errors {
+            *report.errors.entry(class).or_default() += n;
+        }
+        for (class, message) in out.error_examples {
+            report.error_examples.entry(class).or_insert(message);
+        }
+        for (class, n) in out.retries {
+            *report.retries.entry(class).or_default() += n;
+        }
+        relay.extend(out.relay_ms);
+        // The n-th gap of a session follows its n-th tool-calling step: subtract that
+        // step's tool time to leave what the runtime added.
+        tool_ms_total += out.tool_ms.iter().sum::<u64>();
+        if let Some(slot) = shared.slots.get(out.index) {
+            let slot = probe::lock(slot);
+            for (gap, tool_ms) in slot.gaps.iter().zip(&out.tool_ms) {
+                let tool = Duration::from_millis(*tool_ms);
+                overhead.push(gap.saturating_sub(tool).as_secs_f64() * 1e6);
+            }
+        }
+    }
+    for slot in shared.slots.iter() {
+        let slot = probe::lock(slot);
+        report.model_requests += slot.requests;
+        latency.extend(slot.latencies.iter().map(|d| d.as_secs_f64() * 1e3));
+    }
+    report.tool_ms_per_call =
+        (report.tool_calls_run > 0).then(|| tool_ms_total as f64 / report.tool_calls_run as f64);
+    report.relay_latency_ms = Percentiles::of(&mut relay);
+    report.overhead_us = Percentiles::of(&mut overhead);
+    report.model_latency_ms = Percentiles::of(&mut latency);
+    let samples = Samples {
+        model_ms: latency,
+        overhead_us: overhead,
+        relay_ms: relay,
+    };
+    (report, samples, timeline)
+}
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod run_tests;

@@ -1,0 +1,89 @@
+//! A whole load test in process (the simulator, a real store in a temporary directory,
+//! real tools), read back from its `--json` report: the store writer's CPU is measured
+//! and reported on its own (`storage_cpu_s`) without being taken out of the runtime's.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use clap::Parser as _;
+use foya_cli::args::EXIT_OK;
+
+/// `foya loadtest`'s arguments alone.
+#[derive(clap::Parser)]
+struct Loadtest {
+    #[command(flatten)]
+    args: super::LoadtestArgs,
+}
+
+#[test]
+fn good_values_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = format!("--json={}", dir.path().join("report.json").display());
+    let argv = [
+        "foya",
+        "--duration",
+        "0.5",
+        "--turns",
+        "2",
+        "--sessions",
+        "3",
+        "--concurrency",
+        "1",
+        &ok,
+        "--base-url",
+        "http://127.0.0.1:8000/v1",
+    ];
+    let args = Loadtest::try_parse_from(argv).unwrap().args;
+    assert_eq!(
+        (args.duration, args.turns, args.sessions, args.concurrency),
+        (Some(std::time::Duration::from_millis(500)), 2, 3, Some(1))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_report_gives_the_store_writers_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let json_arg = json.to_str().unwrap().to_owned();
+    let argv = [
+        "foya",
+        "--sessions",
+        "4",
+        "--turns",
+        "2",
+        "--json",
+        &json_arg,
+    ];
+    let args = Loadtest::try_parse_from(argv).unwrap().args;
+    let code = super::loadtest_inner(args).await.unwrap();
+    assert_eq!(code, EXIT_OK);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(
+        (
+            &report["turns_completed"],
+            &report["steps"],
+            &report["errors"]
+        ),
+        (&8.into(), &24.into(), &serde_json::json!({})),
+        "{report:#}"
+    );
+    let storage = report["storage_cpu_s"].as_f64().unwrap();
+    let cpu = report["cpu_s"].as_f64().unwrap();
+    assert!(storage > 0.0 && storage < cpu, "{report:#}");
+    // Persistence is the runtime's own work: not subtracted from its CPU per step.
+    let minus = [
+        "provider_cpu_s",
+        "tool_cpu_s",
+        "tool_blocking_cpu_s",
+        "driver_cpu_s",
+        "meter_overhead_s",
+    ]
+    .iter()
+    .map(|key| report[key].as_f64().unwrap())
+    .sum::<f64>();
+    let own = report["runtime_cpu_us_per_step"].as_f64().unwrap();
+    let expected = (cpu - minus).max(0.0) * 1e6 / 24.0;
+    assert!(
+        (own - expected).abs() < 1e-6 * expected.max(1.0),
+        "{report:#}"
+    );
+}
