@@ -13,6 +13,7 @@ mod agent;
 pub mod guide {}
 pub mod attachments;
 pub mod cluster;
+pub mod config_file;
 pub mod context;
 pub mod hooks;
 pub mod mcp;

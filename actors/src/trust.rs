@@ -47,11 +47,7 @@ pub enum TrustError {
     },
 }
 
-/// The user's config directory: `~/.config/foya`.
-#[must_use]
-pub fn user_config_dir() -> Option<PathBuf> {
-    dirs::home_dir().map(|home| home.join(".config/foya"))
-}
+pub use crate::config_file::user_config_dir;
 
 /// The trust list file: `~/.config/foya/trusted-projects.toml`.
 ///
@@ -83,10 +79,10 @@ impl TrustList {
             path: path.to_owned(),
             message,
         };
-        match crate::provider::config::read_optional(path) {
+        match crate::config_file::read_optional(path) {
             Ok(None) => Ok(Self::default()),
             Ok(Some(text)) => toml::from_str(&text).map_err(|e| failed(e.message().to_owned())),
-            Err(e) => Err(failed(e.to_string())),
+            Err(e) => Err(failed(e)),
         }
     }
 

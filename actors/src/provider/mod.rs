@@ -15,7 +15,6 @@ pub mod classify;
 pub mod config;
 pub mod http;
 mod messages;
-mod project_guard;
 pub mod redact;
 pub mod retry;
 pub mod scripted;

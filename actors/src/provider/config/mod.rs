@@ -19,6 +19,8 @@
 //! max_attempts = 2
 //! ```
 
+mod project_guard;
+
 use super::ImageBudget;
 use super::retry::RetryPolicy;
 use super::wire::ProviderKind;
@@ -390,7 +392,7 @@ fn in_files(searched: &[PathBuf]) -> String {
 /// The user's own config file: `~/.config/foya/config.toml` (`None` without a home).
 #[must_use]
 pub fn user_file() -> Option<PathBuf> {
-    crate::trust::user_config_dir().map(|dir| dir.join("config.toml"))
+    crate::config_file::user_config_dir().map(|dir| dir.join("config.toml"))
 }
 
 /// The project's config file for working directory `cwd`: `.foya/config.toml` at its
@@ -407,20 +409,10 @@ pub fn project_file(cwd: &Path) -> PathBuf {
 /// [`ConfigError::Read`] when it cannot be read, or is not a regular file (a directory;
 /// a FIFO, whose read would block): refused without reading it.
 pub fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
-    let refused = |message: String| ConfigError::Read {
+    crate::config_file::read_optional(path).map_err(|message| ConfigError::Read {
         path: path.to_owned(),
         message,
-    };
-    if let Ok(meta) = std::fs::metadata(path)
-        && !meta.is_file()
-    {
-        return Err(refused("not a regular file".to_owned()));
-    }
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(refused(e.to_string())),
-    }
+    })
 }
 
 /// The parser's message, prefixed with where it is (`line L, column C`, from the error's
@@ -629,7 +621,7 @@ impl ProviderConfig {
                 field: "model",
             });
         }
-        super::project_guard::check(self, name_or_kind, &profile, base_url_override, env)?;
+        project_guard::check(self, name_or_kind, &profile, base_url_override, env)?;
         Ok(profile)
     }
 }
@@ -690,5 +682,4 @@ pub fn resolve(
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

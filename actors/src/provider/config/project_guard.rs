@@ -8,7 +8,7 @@
 //! the user's own `allowed_hosts`. A project profile that sends no key is free to point
 //! anywhere. Must not: do I/O.
 
-use super::config::{ConfigError, ProfileToml, ProviderConfig, ProviderProfile};
+use super::{ConfigError, ProfileToml, ProviderConfig, ProviderProfile};
 
 /// Checks `profile` (resolved from `config` for `name`).
 ///
@@ -92,7 +92,7 @@ fn host_of(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::super::config::{ConfigError, ProviderConfig};
+    use super::super::{ConfigError, ProviderConfig};
     use std::path::Path;
 
     fn with_project(user: &str, project: &str) -> ProviderConfig {
