@@ -3,7 +3,7 @@
 //! on restart run or are dropped per `RuntimeConfig::queued_on_restart`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::lifecycle::{DROPPED_ON_RESTART, STORAGE_RESULT};
+use super::machine::{DROPPED_ON_RESTART, STORAGE_RESULT};
 use crate::provider::scripted::ScriptedClient;
 use crate::runtime::{QueuedOnRestart, Runtime, RuntimeError};
 use crate::testkit::{
@@ -291,7 +291,7 @@ async fn queued_inputs_are_dropped_or_run_on_restart_as_configured() {
             vec![
                 EventKind::ToolMessage(ToolMessage {
                     tool_call_id: ToolCallId::new("c1"),
-                    content: super::actor::OUTCOME_UNKNOWN.into(),
+                    content: super::machine::OUTCOME_UNKNOWN.into(),
                     is_error: true,
                     images: Vec::new(),
                 }),
