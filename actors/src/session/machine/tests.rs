@@ -70,10 +70,13 @@ impl Harness {
             failing: None,
             runs: Vec::new(),
         };
+        // Names in order of appearance: the session, then the log's runs and inputs.
+        harness.name("s", &log[0].session_id.to_string());
         for event in log {
             if let Some(run) = event.run_id {
                 harness.name("r", &run.to_string());
             }
+            harness.describe(&event.kind);
         }
         harness
     }
@@ -286,11 +289,11 @@ impl Harness {
     }
 
     fn submit_as(&mut self, input_id: InputId, input: Input) -> &mut Self {
-        let label = format!(
-            "submit {} {:?}",
-            self.name("i", &input_id.to_string()),
-            input.text
-        );
+        let shown = match &input.command {
+            Some(c) => format!("/{} {:?}", c.name, c.arguments),
+            None => format!("{:?}", input.text),
+        };
+        let label = format!("submit {} {shown}", self.name("i", &input_id.to_string()));
         self.on(
             &label,
             SessionInput::SubmitInput {
@@ -360,8 +363,17 @@ impl Harness {
         )
     }
 
+    /// The transcript so far, with every long id replaced by its name.
+    fn take(&mut self) -> String {
+        let mut out = std::mem::take(&mut self.out);
+        for (long, short) in &self.names {
+            out = out.replace(long, short);
+        }
+        out
+    }
+
     fn check(&mut self, expected: Expect) {
-        expected.assert_eq(&std::mem::take(&mut self.out));
+        expected.assert_eq(&self.take());
     }
 }
 
@@ -665,7 +677,7 @@ fn an_approvers_decision_is_persisted_before_the_call_hears_it_and_a_grant_answe
         < answer_approval a1 ApprovalAnswer { allowed: true, message: None }
         < reply ok
         > decide a1 AllowOnce
-        < reply error: no pending approval request 01a23441-e00a-71ab-ae04-96b76d3f491c
+        < reply error: no pending approval request a1
         > approval_requested a3 c3 approver=true
         < answer_approval a3 ApprovalAnswer { allowed: true, message: None }
         > decide a2 AllowForSession
@@ -761,7 +773,7 @@ fn nothing_is_written_or_published_for_a_run_after_its_turn_complete() {
         < append r1 4..4: turn_complete(Completed)
         < reply ok
         > turn_append r1 [tool_message]
-        < reply refused: run 01a23441-e01b-7687-8bfd-a123a6910b42 is not the session's open turn
+        < reply refused: run r1 is not the session's open turn
         > deltas r1
         > approval_requested a1 c1 approver=true
         < drop_approval a1
@@ -769,7 +781,7 @@ fn nothing_is_written_or_published_for_a_run_after_its_turn_complete() {
         < drop_approvals
         < idle
         > turn_append r1 [tool_message]
-        < reply refused: run 01a23441-e01b-7687-8bfd-a123a6910b42 is not the session's open turn
+        < reply refused: run r1 is not the session's open turn
     "#]]);
 }
 
@@ -928,13 +940,13 @@ fn on_load_an_interrupted_turn_is_closed_and_the_queue_runs_or_is_dropped() {
             QueuedOnRestart::Run => expect![[r#"
                 > loaded
                 < append r1 8..10: tool_message(ran "outcome unknown: the runtime stopped while this ran; it was not re-run"), tool_message(waited "not run: the turn stopped before this call started; nothing was executed"), turn_complete(Failed "interrupted by restart" internal: "the runtime stopped while this turn ran")
-                < append r2 11..12: user_message(i1 "two"), turn_started(i1)
+                < append r2 11..12: user_message(i2 "two"), turn_started(i2)
                 < start_turn r2 Model first
             "#]],
             QueuedOnRestart::Drop => expect![[r#"
                 > loaded
                 < append r1 8..10: tool_message(ran "outcome unknown: the runtime stopped while this ran; it was not re-run"), tool_message(waited "not run: the turn stopped before this call started; nothing was executed"), turn_complete(Failed "interrupted by restart" internal: "the runtime stopped while this turn ran")
-                < append - 11..12: input_dropped(i1 "dropped on restart"), input_dropped(i2 "dropped on restart")
+                < append - 11..12: input_dropped(i2 "dropped on restart"), input_dropped(i3 "dropped on restart")
                 < idle
             "#]],
         });
@@ -994,7 +1006,7 @@ fn a_sub_agent_or_a_session_without_a_turn_runs_no_session_end_hooks() {
     let run = c.run(1);
     c.turn_completes(run);
     c.on("shutdown", SessionInput::Shutdown);
-    h.out.push_str(&std::mem::take(&mut c.out));
+    h.out.push_str(&c.take());
     h.check(expect![[r#"
         > shutdown
         < answer_shutdown
@@ -1038,7 +1050,7 @@ fn delete_during_a_turn_cancels_it_then_drops_the_queue_and_writes_session_delet
         > delete
         < cancel_turn "session deleted"
         > submit i3 "refused"
-        < reply error: session 01a23441-e017-71d4-bb75-c1172a6d2ffc was deleted
+        < reply error: session s1 was deleted
         > turn_append r1 [turn_complete]
         < append r1 5..5: turn_complete(Cancelled)
         < reply ok
@@ -1062,7 +1074,7 @@ fn delete_when_idle_is_at_once_and_a_failed_delete_still_stops_the_actor() {
     failing.failing = Some("disk full".into());
     failing.on("delete", SessionInput::Delete);
     assert_eq!(failing.machine.phase(), &Phase::Deleting(None));
-    h.out.push_str(&std::mem::take(&mut failing.out));
+    h.out.push_str(&failing.take());
     h.check(expect![[r#"
         > delete
         < append - 2..2: session_deleted
@@ -1096,7 +1108,7 @@ fn the_first_input_starts_title_generation_once_when_enabled_and_untitled() {
         let run = h.run(1);
         h.turn_completes(run);
         h.submit("and the lexer");
-        h.out
+        h.take()
     };
     let mut out = titled(true, None);
     out += "---\n";
@@ -1149,7 +1161,8 @@ fn the_first_input_starts_title_generation_once_when_enabled_and_untitled() {
         < append r2 5..6: user_message(i2 "and the lexer"), turn_started(i2)
         < start_turn r2 Model
         < reply submitted i2
-    "#]].assert_eq(&out);
+    "#]]
+    .assert_eq(&out);
 }
 
 #[test]
@@ -1206,16 +1219,16 @@ fn commands_that_complete_at_once_record_their_turn_and_the_queue_goes_on() {
         < append r1 2..3: user_message(i1 "first"), turn_started(i1)
         < start_turn r1 Model first
         < reply submitted i1
-        > submit i2 ""
+        > submit i2 /title " Parser "
         < append - 4..4: input_queued(i2)
         < reply submitted i2
-        > submit i3 ""
+        > submit i3 /title ""
         < append - 5..5: input_queued(i3)
         < reply submitted i3
-        > submit i4 ""
+        > submit i4 /nope ""
         < append - 6..6: input_queued(i4)
         < reply submitted i4
-        > submit i5 ""
+        > submit i5 /compact ""
         < append - 7..7: input_queued(i5)
         < reply submitted i5
         > turn_append r1 [turn_complete]
