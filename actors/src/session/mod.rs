@@ -1,9 +1,10 @@
 //! SessionActor: one per live session; the only writer of its session's events.
 //!
 //! Split as a pure machine and a thin driver:
-//! - `machine/` holds every rule (the phase — idle | turn | shutting down | deleting |
-//!   deleted —, the FIFO queue, dense seqs, late appends refused, approvals, titles,
-//!   recovery on load, hibernation); see its module docs for the invariants;
+//! - `machine/` holds every rule: the phase (idle | turn — running, compacting,
+//!   cancelling or failed on storage — | shutting down | deleting | deleted), the FIFO
+//!   queue, dense seqs, late appends refused, approvals, titles, recovery on load,
+//!   hibernation; see its module docs for the invariants;
 //! - `actor.rs` and `effects.rs` drive it: every message becomes a machine input, and
 //!   the machine's effects are carried out — store appends (awaited inside the
 //!   handler: short group commits; a Cancel waits behind at most one), subscriber

@@ -51,10 +51,12 @@ impl SessionMachine {
                 grant: None,
             });
         }
-        let parked = waits.then_some(PendingApproval {
-            run_id,
-            request,
-            grant_key,
+        let parked = waits.then(|| {
+            Box::new(PendingApproval {
+                run_id,
+                request,
+                grant_key,
+            })
         });
         let then = AfterCommit::ApprovalAsked { request_id, parked };
         self.append(Some(run_id), kinds, then, fx);

@@ -86,7 +86,7 @@ impl SessionMachine {
             AfterCommit::TurnEvents => fx.push(Effect::Reply(Answer::Appended(Ok(())))),
             AfterCommit::ApprovalAsked { request_id, parked } => match parked {
                 Some(pending) => {
-                    self.approvals.insert(request_id, pending);
+                    self.approvals.insert(request_id, *pending);
                 }
                 None => fx.push(Effect::AnswerApproval {
                     request_id,

@@ -145,7 +145,8 @@ enum AfterCommit {
     /// `approval_requested` (and the denial when nobody can answer).
     ApprovalAsked {
         request_id: ApprovalRequestId,
-        parked: Option<PendingApproval>,
+        /// Boxed: kept small, the machine's waiting slot is part of every session.
+        parked: Option<Box<PendingApproval>>,
     },
     /// `approval_decided` of a person's answer.
     ApprovalDecided {

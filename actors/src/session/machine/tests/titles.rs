@@ -246,3 +246,17 @@ fn event_times_never_go_backwards_when_the_clock_does() {
     };
     assert_eq!(events[0].at_ms, 1_000, "not before session_created");
 }
+
+/// The machine is part of every loaded session (tens of thousands at once): beyond the
+/// fold it always held, its own state (phase, settings, approvals, the waiting slot)
+/// stays small; rarely used parts are boxed or allocated on use.
+#[test]
+fn the_machine_adds_little_to_a_sessions_memory() {
+    let (machine, fold) = (
+        std::mem::size_of::<SessionMachine>(),
+        std::mem::size_of::<SessionState>(),
+    );
+    let session = std::mem::size_of::<crate::session::actor::Session>();
+    println!("SessionMachine: {machine} bytes (fold {fold}); Session: {session} bytes");
+    assert!(machine - fold <= 192, "{machine} - {fold}");
+}
