@@ -2,22 +2,21 @@
 //! session has been idle — no turn, nothing queued, no approval waiting, no live
 //! subscriber, no child actor (a title request) — for
 //! [`RuntimeConfig::hibernate_after`](crate::runtime::RuntimeConfig::hibernate_after),
-//! its SessionActor stops (reason [`HIBERNATED`]): the supervisor drops it from the
-//! registry, and its log and fold go with it. Nothing is lost: everything it knew is in
-//! its log, and the next input, subscription or any other call loads it from the log
-//! again (as after a restart, with nothing to recover), its queue and state as they
-//! were.
+//! its SessionActor stops (reason [`HIBERNATED`](super::machine::HIBERNATED)): the
+//! supervisor drops it from the registry, and its log and fold go with it. Nothing is
+//! lost: everything it knew is in its log, and the next input, subscription or any other
+//! call loads it from the log again (as after a restart, with nothing to recover), its
+//! queue and state as they were.
 //!
 //! While idle the session checks once per period (a `send_after` timer, armed only
 //! while it is idle): a subscriber that went away without a word is noticed at the next
-//! check.
+//! check. The timer is the driver's; whether to stop is the machine's
+//! ([`SessionInput::HibernateCheck`]).
 
 use super::SessionMsg;
 use super::actor::Session;
-use ractor::ActorRef;
-
-/// The stop reason of a hibernating session.
-pub(crate) const HIBERNATED: &str = "hibernated";
+use super::machine::SessionInput;
+use ractor::{ActorProcessingErr, ActorRef};
 
 impl Session {
     /// Notes activity (any message but the hibernation check itself).
@@ -30,7 +29,7 @@ impl Session {
         let Some(after) = self.deps.hibernate_after else {
             return;
         };
-        if self.hibernation_armed || !self.is_idle() {
+        if self.hibernation_armed || self.stopping || !self.machine.is_idle() {
             return;
         }
         let due =
@@ -39,37 +38,34 @@ impl Session {
         drop(myself.send_after(due, || SessionMsg::Hibernate));
     }
 
-    /// The hibernation check: stops the session when it has been idle, unwatched, for
-    /// the whole period; re-arms while it stays idle.
-    pub(super) fn check_hibernation(&mut self, myself: &ActorRef<SessionMsg>) {
+    /// The hibernation check: the machine stops the session when it has been idle,
+    /// unwatched, for the whole period; the check is re-armed while it stays idle.
+    pub(super) async fn check_hibernation(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
         self.hibernation_armed = false;
-        let Some(after) = self.deps.hibernate_after else {
-            return;
+        let Some(after) = self.deps.hibernate_after.filter(|_| !self.stopping) else {
+            return Ok(());
         };
-        self.subscribers.retain(|s| !s.is_closed());
+        self.subscribers.retain(|s| !s.tx.is_closed());
         let quiet = self.last_activity.elapsed() >= after;
-        if quiet
-            && self.is_idle()
-            && self.subscribers.is_empty()
-            && myself.get_children().is_empty()
-        {
-            tracing::debug!(session.id = %self.fold.id, "session hibernates");
-            myself.stop(Some(HIBERNATED.into()));
-            return;
+        let watched = !self.subscribers.is_empty() || !myself.get_children().is_empty();
+        self.run(
+            myself,
+            SessionInput::HibernateCheck { quiet, watched },
+            None,
+        )
+        .await?;
+        if self.stopping {
+            tracing::debug!(session.id = %self.machine.fold().id, "session hibernates");
+            return Ok(());
         }
         if quiet {
-            // Watched or busy with a child: look again one period from now.
+            // Watched or busy: look again one period from now.
             self.touched();
         }
         self.arm_hibernation(myself);
-    }
-
-    /// No turn, nothing queued, no approval waiting, not being deleted or shut down.
-    fn is_idle(&self) -> bool {
-        !self.busy()
-            && self.fold.queue.is_empty()
-            && self.approvals.is_empty()
-            && self.deleting.is_none()
-            && self.shutdown.is_none()
+        Ok(())
     }
 }

@@ -1,39 +1,33 @@
 //! SessionActor: one per live session; the only writer of its session's events.
 //!
-//! Owns the configuration, the phase (idle | turn), the FIFO input queue, the next seq,
-//! the subscriber list and the approval grants. Every event of the session — its own and
-//! those its TurnActor and ToolActors produce — goes through [`SessionMsg::Append`]: the
-//! session assigns dense seqs, appends to the store (awaited inside the handler: appends
-//! are short group commits; a Cancel waits behind at most one), folds the committed events
-//! into [`state::SessionState`] and only then broadcasts them to subscribers. It also keeps
-//! the committed log in memory ([`log::SharedLog`], started from what the supervisor read
-//! or wrote): its TurnActor compiles every step from it, never from the store. Idle, it
-//! keeps the log only within the runtime's idle budget ([`log::IdleLogs`]); without it,
-//! the next turn's start reads the log from the store once.
+//! Split as a pure machine and a thin driver:
+//! - `machine/` holds every rule: the phase (idle | turn — running, compacting,
+//!   cancelling or failed on storage — | shutting down | deleting | deleted), the FIFO
+//!   queue, dense seqs, late appends refused, approvals, titles, recovery on load,
+//!   hibernation; see its module docs for the invariants;
+//! - `actor.rs` and `effects.rs` drive it: every message becomes a machine input, and
+//!   the machine's effects are carried out — store appends (awaited inside the
+//!   handler: short group commits; a Cancel waits behind at most one), subscriber
+//!   channels, the TurnActor and TitleActor (`title/`), replies, hooks.
 //!
-//! Invariants:
-//! - one active turn; an input arriving while busy is persisted as `input_queued` and
-//!   starts after the `turn_complete` of the turn before it;
-//! - nothing is written for a run after its `turn_complete` (late appends are refused);
-//! - on load, an unfinished turn is closed (`tool_message` "outcome unknown" for calls
-//!   without a result, then `turn_complete{failed, "interrupted by restart"}`) and the
-//!   queued inputs run in order;
-//! - supervision: a TurnActor that exits without `turn_complete` (panic, error) gets
-//!   `turn_complete{failed, class internal}`, and the queue goes on.
+//! Every event of the session — its own and those its TurnActor and ToolActors produce —
+//! goes through [`SessionMsg::Append`]: committed, folded into [`state::SessionState`]
+//! and only then broadcast to subscribers. The session also keeps the committed log in
+//! memory ([`log::SharedLog`], started from what the supervisor read or wrote): its
+//! TurnActor compiles every step from it, never from the store. Idle, it keeps the log
+//! only within the runtime's idle budget ([`log::IdleLogs`]); without it, the next
+//! turn's start reads the log from the store once.
 //!
 //! Hibernation: idle and unwatched for `RuntimeConfig::hibernate_after`, the actor stops
-//! and holds nothing; the next call loads it from the log (`hibernate.rs`).
-//!
-//! Phases: idle, `turn` (a TurnActor runs) and `compacting` (the TurnActor waits for a
-//! summarisation request — `/compact`, the threshold or overflow recovery); inputs queue
-//! in both busy phases. Commands and title generation: see `commands.rs`, `title.rs`.
+//! and holds nothing; the next call loads it from the log (`hibernate.rs`). Commands:
+//! `commands.rs`.
 
 pub(crate) mod actor;
-mod approvals;
 mod commands;
+mod effects;
 mod hibernate;
-mod lifecycle;
 pub(crate) mod log;
+mod machine;
 pub(crate) mod state;
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,8 @@ pub(crate) struct SessionState {
     pub grants: HashSet<String>,
     /// Whether `session_deleted` was written.
     pub deleted: bool,
+    /// Whether a `user_message` with text was written (`/title` has text to go on).
+    pub has_user_text: bool,
 }
 
 impl SessionState {
@@ -70,6 +72,7 @@ impl SessionState {
             open_turn: None,
             grants: HashSet::new(),
             deleted: false,
+            has_user_text: false,
         }
     }
 
@@ -121,8 +124,9 @@ pub(crate) fn apply(state: &mut SessionState, event: &Event) {
             state.queue.push_back((*input_id, input.clone()));
         }
         EventKind::InputDropped { input_id, .. } => state.queue.retain(|(id, _)| id != input_id),
-        EventKind::UserMessage { input_id, .. } => {
+        EventKind::UserMessage { input_id, input } => {
             state.seen_inputs.insert(*input_id);
+            state.has_user_text |= !input.text.trim().is_empty();
         }
         EventKind::TurnStarted { input_id } => {
             state.queue.retain(|(id, _)| id != input_id);

@@ -144,66 +144,6 @@ async fn a_steps_allowed_calls_are_marked_started_with_its_assistant_message() {
     rt.shutdown().await;
 }
 
-#[tokio::test]
-async fn inputs_run_one_after_another_in_fifo_order() {
-    let rt = runtime(script(
-        json!({"responses":[{"text":"one"},{"text":"two"},{"text":"three"}]}),
-    ))
-    .await;
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
-    let mut sub = subscribe(&session, false).await;
-    for text in ["a", "b", "c"] {
-        session.submit(Input::text(text)).await.unwrap();
-    }
-    let mut done = 0;
-    let events = within(events_until(&mut sub, |e| {
-        done += usize::from(is_turn_complete(e));
-        done == 3
-    }))
-    .await
-    .unwrap();
-    assert_dense(&events);
-    let texts: Vec<&str> = events.iter().filter_map(text_of).collect();
-    assert_eq!(texts, vec!["one", "two", "three"]);
-    let users: Vec<String> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::UserMessage { input, .. } => Some(input.text.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(users, vec!["a", "b", "c"]);
-    // Each run's events are contiguous: no interleaving of turns.
-    let runs: Vec<_> = events.iter().filter_map(|e| e.run_id).collect();
-    let mut blocks = runs.clone();
-    blocks.dedup();
-    assert_eq!(blocks.len(), 3);
-    // "a" started a turn at once. "b" and "c" were queued if they arrived while a turn
-    // ran (how far turn "a" got by then is up to the scheduler): a queued input is never
-    // the first one and always comes before its own user message.
-    let queued: Vec<String> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::InputQueued { input, .. } => Some(input.text.clone()),
-            _ => None,
-        })
-        .collect();
-    assert!(!queued.contains(&"a".to_owned()), "{queued:?}");
-    for text in &queued {
-        let queued_at = events.iter().position(
-            |e| matches!(&e.kind, EventKind::InputQueued { input, .. } if &input.text == text),
-        );
-        let ran_at = events.iter().position(
-            |e| matches!(&e.kind, EventKind::UserMessage { input, .. } if &input.text == text),
-        );
-        assert!(queued_at < ran_at, "{text}: {queued_at:?} {ran_at:?}");
-    }
-    rt.shutdown().await;
-}
-
 #[tokio::test(start_paused = true)]
 async fn subscriber_from_seq_one_mid_turn_sees_every_event_once_plus_deltas() {
     let rt = runtime(script(json!({"responses":[

@@ -2,7 +2,7 @@
 //! survive a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::actor::NO_APPROVER;
+use super::machine::NO_APPROVER;
 use crate::testkit::{
     events_until, is_turn_complete, runtime, script, session_config, subscribe, types, within,
 };

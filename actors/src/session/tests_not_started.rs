@@ -2,7 +2,7 @@
 //! "outcome unknown", a call that never started says it did not run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::actor::OUTCOME_UNKNOWN;
+use super::machine::OUTCOME_UNKNOWN;
 use super::state::NOT_STARTED;
 use crate::runtime::Runtime;
 use crate::testkit::{config_for, events_until, script, subscribe, within};

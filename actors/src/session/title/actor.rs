@@ -1,15 +1,14 @@
-//! TitleActor: one-shot title generation, spawned linked by the SessionActor on a
-//! session's first input (or by `/title` without text). It asks the auxiliary client for
-//! a title (no tools, [`TITLE_SYSTEM_PROMPT`], the first user text) in a task it owns and
-//! reports [`SessionMsg::TitleGenerated`] (and waits for the session's decision before
+//! TitleActor: one-shot title generation (when: see the module docs). It asks the
+//! auxiliary client for a title (no tools, [`TITLE_SYSTEM_PROMPT`], the first user text)
+//! in a task it owns and reports [`SessionMsg::TitleGenerated`] (and waits for the session's decision before
 //! releasing the request's stream); it never blocks or delays the turn. A failed request
 //! is logged (class only, never the prompt) and ignored. The session applies the title
 //! only if the session's title is still what it was when generation started, so a user
 //! title set meanwhile wins.
 
-use super::SessionMsg;
 use crate::context::{TITLE_SYSTEM_PROMPT, clean_title, title_request};
 use crate::provider::{ModelClient, ModelRequest};
+use crate::session::SessionMsg;
 use crate::task::AbortOnDropHandle;
 use foya_protocol::{StreamEvent, TitleSource};
 use futures::StreamExt;
