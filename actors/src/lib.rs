@@ -28,8 +28,8 @@ mod session;
 mod subscription;
 mod supervisor;
 mod task;
-#[cfg(test)]
-mod testkit;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 mod tools_actor;
 mod turn;
 

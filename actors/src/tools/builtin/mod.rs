@@ -128,11 +128,12 @@ async fn blocking(
 /// The I/O error, or `InvalidInput` naming the kind of special file, or `FileTooLarge`
 /// with the size.
 fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
+    use nix::fcntl::OFlag;
     use std::io::Read as _;
     use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
     let mut file = std::fs::File::options()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
         .open(path)?;
     let meta = file.metadata()?;
     let kind = meta.file_type();
