@@ -14,6 +14,9 @@ mod search;
 mod shell;
 mod write_file;
 
+#[cfg(test)]
+mod schema_tests;
+
 pub use edit_file::EditFile;
 pub use list_dir::{LIST_MAX_ENTRIES, ListDir};
 pub use output::{CappedOutput, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES};
