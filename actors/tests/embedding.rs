@@ -8,7 +8,7 @@ mod common;
 
 use common::{RecordingClient, script};
 use foya_actors::context::KERNEL_INSTRUCTIONS;
-use foya_actors::testkit::{events_until, is_turn_complete, memory_store, within};
+use foya_actors::testkit::{events_until, is_turn_complete, kinds_of, memory_store, types, within};
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
@@ -94,10 +94,10 @@ async fn a_session_s_own_instructions_win_and_are_recorded_in_its_log() {
     // Recorded in `session_created`: a restarted session keeps them.
     let mut sub = common::subscribe(&session).await;
     let created = events_until(&mut sub, |_| true).await;
-    match &created[0].kind {
-        EventKind::SessionCreated { config } => assert_eq!(config.instructions, Some(own)),
-        other => panic!("first event {other:?}"),
-    }
+    let [EventKind::SessionCreated { config }] = kinds_of(&created, "session_created")[..] else {
+        panic!("the session's first event is session_created: {created:?}")
+    };
+    assert_eq!(config.instructions, Some(own));
     runtime.shutdown().await;
 }
 
@@ -245,7 +245,7 @@ async fn run_returns_the_final_text_status_usage_tool_calls_and_seqs() {
     let mut sub = common::subscribe(&session).await;
     let log = events_until(&mut sub, is_turn_complete).await;
     assert_eq!(outcome.seqs, Seq(2)..=log.last().unwrap().seq);
-    assert!(matches!(log[1].kind, EventKind::UserMessage { .. }));
+    assert_eq!(types(&log)[..2], ["session_created", "user_message"]);
     agent.shutdown().await;
 }
 

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_actors::testkit::{
-    config_for, events_until, is_turn_complete, memory_store, of_type, script, subscribe,
+    config_for, events_until, is_turn_complete, kinds_of, memory_store, of_type, script, subscribe,
     tool_message, tool_messages, types, within,
 };
 use foya_actors::tools::ToolRegistry;
@@ -32,14 +32,6 @@ async fn until_turns_complete(sub: &mut Subscription, n: usize) -> Vec<Event> {
         turns == n
     })
     .await
-}
-
-/// The kinds of the events of type `type_name`.
-fn kinds<'a>(events: &'a [Event], type_name: &str) -> Vec<&'a EventKind> {
-    of_type(events, type_name)
-        .into_iter()
-        .map(|e| &e.kind)
-        .collect()
 }
 
 /// The texts of the `user_message`s of `events`.
@@ -125,7 +117,7 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
             )]
         );
         assert_eq!(
-            kinds(&events, "turn_complete"),
+            kinds_of(&events, "turn_complete"),
             [&EventKind::TurnComplete {
                 status: TurnStatus::Completed,
                 reason: None,
@@ -266,7 +258,7 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
         )]
     );
     assert_eq!(
-        kinds(&events, "turn_complete"),
+        kinds_of(&events, "turn_complete"),
         [
             &EventKind::TurnComplete {
                 status: TurnStatus::Failed,
@@ -291,7 +283,7 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
     assert_eq!(events.first().map(|e| e.seq), Some(Seq(16)));
     assert_eq!(assistant_texts(&events), ["fresh"]);
     assert_eq!(
-        kinds(&events, "turn_complete"),
+        kinds_of(&events, "turn_complete"),
         [&EventKind::TurnComplete {
             status: TurnStatus::Completed,
             reason: None,

@@ -117,6 +117,14 @@ pub fn of_type<'a>(events: &'a [Event], type_name: &str) -> Vec<&'a Event> {
         .collect()
 }
 
+/// The kinds of the events of `events` whose type is `type_name`, in order.
+pub fn kinds_of<'a>(events: &'a [Event], type_name: &str) -> Vec<&'a EventKind> {
+    of_type(events, type_name)
+        .into_iter()
+        .map(|e| &e.kind)
+        .collect()
+}
+
 /// The status of the last `turn_complete` of `events`.
 pub fn turn_status(events: &[Event]) -> Option<TurnStatus> {
     events.iter().rev().find_map(|e| match &e.kind {

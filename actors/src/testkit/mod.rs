@@ -3,7 +3,8 @@
 //!
 //! - waiting: [`within`] (one global real-time timeout), [`events_until`],
 //!   [`until_closed`];
-//! - looking at a log without indexing into it: [`types`], [`of_type`], [`tool_messages`],
+//! - looking at a log without indexing into it: [`types`], [`of_type`], [`kinds_of`],
+//!   [`tool_messages`],
 //!   [`turn_status`], [`assert_well_formed`], [`is_turn_complete`];
 //! - a runtime on an in-memory store with a scripted model ([`runtime`], [`config_for`],
 //!   [`one_turn`]), a model that records its requests ([`RecordingClient`],
@@ -28,8 +29,8 @@ mod runtime;
 mod tools;
 
 pub use events::{
-    TIMEOUT, TimedOut, assert_well_formed, events_until, is_turn_complete, of_type, tool_message,
-    tool_messages, turn_status, types, until_closed, wait_until, within,
+    TIMEOUT, TimedOut, assert_well_formed, events_until, is_turn_complete, kinds_of, of_type,
+    tool_message, tool_messages, turn_status, types, until_closed, wait_until, within,
 };
 pub use runtime::{
     RecordingClient, config_for, memory_store, one_turn, recorded_runtime, runtime,
