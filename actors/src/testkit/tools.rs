@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 /// What a test tool does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
-    /// Returns "echo: <args>" after one progress update.
+    /// Returns `echo: <args>` after one progress update.
     Echo,
     /// Waits until cancelled, then returns "stopped".
     WaitForCancel,
