@@ -30,8 +30,8 @@ mod session;
 mod subscription;
 mod supervisor;
 mod task;
-#[cfg(test)]
-mod testkit;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 mod turn;
 
 pub use agent::{Agent, AgentBuilder};

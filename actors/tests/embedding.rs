@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::{RecordingClient, events_until, is_turn_complete, script, within};
+use common::{RecordingClient, script};
 use foya_actors::context::KERNEL_INSTRUCTIONS;
+use foya_actors::testkit::{events_until, is_turn_complete, kinds_of, memory_store, types, within};
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
@@ -15,15 +16,10 @@ use foya_actors::{Agent, ContextOptions, RuntimeConfig, RuntimeError, TurnEvent}
 use foya_protocol::{
     EventKind, Input, InputId, Instructions, Seq, SessionConfig, TurnStatus, Usage,
 };
-use foya_storage::{Store, StoreOptions};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-
-fn store() -> Store {
-    Store::open_in_memory(StoreOptions::default()).unwrap()
-}
 
 fn recording() -> Arc<RecordingClient> {
     Arc::new(RecordingClient {
@@ -36,7 +32,10 @@ fn recording() -> Arc<RecordingClient> {
 /// The system prompt of the one request a turn of a session from `agent` sent.
 async fn system_prompt_of(agent: &Agent, cwd: &std::path::Path, model: &RecordingClient) -> String {
     let session = agent.session(cwd).await.unwrap();
-    let outcome = within(session.run(Input::text("hi"))).await.unwrap();
+    let outcome = within(session.run(Input::text("hi")))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(outcome.text, "answer 1");
     model.requests.lock().unwrap()[0].system.clone()
 }
@@ -46,7 +45,7 @@ async fn instructions_from_code_replace_the_built_in_prompt() {
     let model = recording();
     let agent = Agent::builder(model.clone())
         .instructions("You are Billy, who answers billing questions.")
-        .start(store())
+        .start(memory_store())
         .await
         .unwrap();
     let system = system_prompt_of(&agent, &std::env::temp_dir(), &model).await;
@@ -60,7 +59,7 @@ async fn appended_instructions_follow_the_built_in_prompt() {
     let model = recording();
     let agent = Agent::builder(model.clone())
         .append_instructions("Answer in French.")
-        .start(store())
+        .start(memory_store())
         .await
         .unwrap();
     let system = system_prompt_of(&agent, &std::env::temp_dir(), &model).await;
@@ -74,7 +73,7 @@ async fn a_session_s_own_instructions_win_and_are_recorded_in_its_log() {
     let model = recording();
     let config = RuntimeConfig {
         instructions: Some(Instructions::replace("runtime default")),
-        ..RuntimeConfig::new(store(), model.clone())
+        ..RuntimeConfig::new(memory_store(), model.clone())
     };
     let runtime = foya_actors::Runtime::start(config).await.unwrap();
     let own = Instructions::append("only this session");
@@ -85,17 +84,20 @@ async fn a_session_s_own_instructions_win_and_are_recorded_in_its_log() {
         })
         .await
         .unwrap();
-    within(session.run(Input::text("hi"))).await.unwrap();
+    within(session.run(Input::text("hi")))
+        .await
+        .unwrap()
+        .unwrap();
     let system = model.requests.lock().unwrap()[0].system.clone();
     assert!(system.starts_with(&format!("{KERNEL_INSTRUCTIONS}\n\nonly this session")));
     assert!(!system.contains("runtime default"));
     // Recorded in `session_created`: a restarted session keeps them.
     let mut sub = common::subscribe(&session).await;
     let created = events_until(&mut sub, |_| true).await;
-    match &created[0].kind {
-        EventKind::SessionCreated { config } => assert_eq!(config.instructions, Some(own)),
-        other => panic!("first event {other:?}"),
-    }
+    let [EventKind::SessionCreated { config }] = kinds_of(&created, "session_created")[..] else {
+        panic!("the session's first event is session_created: {created:?}")
+    };
+    assert_eq!(config.instructions, Some(own));
     runtime.shutdown().await;
 }
 
@@ -108,7 +110,10 @@ async fn project_and_user_files_are_read_only_when_asked_for() {
     std::fs::write(user.path().join("memory.md"), "User memory: likes tea.").unwrap();
 
     let model = recording();
-    let agent = Agent::builder(model.clone()).start(store()).await.unwrap();
+    let agent = Agent::builder(model.clone())
+        .start(memory_store())
+        .await
+        .unwrap();
     let system = system_prompt_of(&agent, project.path(), &model).await;
     assert!(
         !system.contains("be terse") && !system.contains("likes tea"),
@@ -123,7 +128,7 @@ async fn project_and_user_files_are_read_only_when_asked_for() {
     };
     let agent = Agent::builder(model.clone())
         .context(with_files)
-        .start(store())
+        .start(memory_store())
         .await
         .unwrap();
     let system = system_prompt_of(&agent, project.path(), &model).await;
@@ -198,7 +203,7 @@ async fn gate_agent(release: &Arc<Semaphore>, subscriber_buffer: usize) -> Agent
     let builder = Agent::builder(gate_script()).tools(tools);
     let config = RuntimeConfig {
         subscriber_buffer,
-        ..builder.runtime_config(store())
+        ..builder.runtime_config(memory_store())
     };
     let runtime = foya_actors::Runtime::start(config).await.unwrap();
     Agent::from_runtime(runtime, builder.session_config(std::env::temp_dir()))
@@ -212,6 +217,7 @@ async fn run_returns_the_final_text_status_usage_tool_calls_and_seqs() {
     let session = agent.session(std::env::temp_dir()).await.unwrap();
     let outcome = within(session.run(Input::text("open the gates")))
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(outcome.status, TurnStatus::Completed);
     assert_eq!(outcome.text, "all open, both gates answered");
@@ -239,7 +245,7 @@ async fn run_returns_the_final_text_status_usage_tool_calls_and_seqs() {
     let mut sub = common::subscribe(&session).await;
     let log = events_until(&mut sub, is_turn_complete).await;
     assert_eq!(outcome.seqs, Seq(2)..=log.last().unwrap().seq);
-    assert!(matches!(log[1].kind, EventKind::UserMessage { .. }));
+    assert_eq!(types(&log)[..2], ["session_created", "user_message"]);
     agent.shutdown().await;
 }
 
@@ -267,7 +273,8 @@ async fn run_streamed_yields_the_turn_s_typed_events_in_order() {
         }
         panic!("the stream ended without Done: {seen:?}")
     })
-    .await;
+    .await
+    .unwrap();
     let text: String = seen
         .iter()
         .filter_map(|s| s.strip_prefix("text:"))
@@ -299,6 +306,7 @@ async fn a_dropped_run_loses_nothing_and_run_with_id_follows_the_same_turn() {
     release.add_permits(2);
     let again = within(session.run_with_id(input_id, Input::text("open")))
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(again.status, TurnStatus::Completed);
     assert_eq!(again.text, "all open, both gates answered");
@@ -323,14 +331,17 @@ async fn run_survives_being_cut_off_as_a_slow_subscriber() {
     let builder = Agent::builder(model);
     let config = RuntimeConfig {
         subscriber_buffer: 1,
-        ..builder.runtime_config(store())
+        ..builder.runtime_config(memory_store())
     };
     let runtime = foya_actors::Runtime::start(config).await.unwrap();
     let session = runtime
         .create_session(builder.session_config(std::env::temp_dir()))
         .await
         .unwrap();
-    let outcome = within(session.run(Input::text("talk"))).await.unwrap();
+    let outcome = within(session.run(Input::text("talk")))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         outcome.text,
         "a long answer streamed in many small fragments"
@@ -353,7 +364,7 @@ async fn run_of_an_input_dropped_from_the_queue_says_so() {
     let mut second = session.run_streamed(Input::text("second")).await.unwrap();
     let queued = second.input_id();
     session.clear_queue().await.unwrap();
-    let result = within(second.next()).await.unwrap();
+    let result = within(second.next()).await.unwrap().unwrap();
     assert_eq!(
         result,
         Err(RuntimeError::InputDropped {

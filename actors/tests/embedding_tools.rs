@@ -5,21 +5,20 @@
 
 mod common;
 
-use common::{RecordingClient, script, within};
+use common::{RecordingClient, script};
+use foya_actors::testkit::{call_tool, memory_store, tool_context, within};
+use foya_actors::tools::SandboxPolicy;
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec, ToolState,
     TypedTool,
 };
 use foya_actors::{Agent, RuntimeConfig, RuntimeError, TurnEvent};
+use foya_protocol::ApprovalMode;
 use foya_protocol::{Input, SessionConfig};
 use foya_storage::{Store, StoreOptions};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
-
-fn store() -> Store {
-    Store::open_in_memory(StoreOptions::default()).unwrap()
-}
 
 fn recording() -> Arc<RecordingClient> {
     Arc::new(RecordingClient {
@@ -77,12 +76,13 @@ async fn a_typed_tool_gets_its_arguments_deserialised_and_the_runtime_s_state() 
         .state(Ledger::default())
         .tool(charge_tool())
         .unwrap()
-        .start(store())
+        .start(memory_store())
         .await
         .unwrap();
     let session = agent.session(std::env::temp_dir()).await.unwrap();
     let outcome = within(session.run(Input::text("charge them")))
         .await
+        .unwrap()
         .unwrap();
     let results: Vec<(&str, bool, String)> = outcome
         .tool_calls
@@ -120,14 +120,7 @@ async fn arguments_that_do_not_deserialise_become_an_error_result() {
         shared: ToolState::new().with(Ledger::default()),
         ..tools_ctx()
     };
-    let output = tool
-        .call(
-            &ctx,
-            json!({"customer": 7}),
-            CancellationToken::new(),
-            &NoProgress,
-        )
-        .await;
+    let output = call_tool(tool.as_ref(), &ctx, json!({"customer": 7})).await;
     assert!(output.is_error);
     assert!(
         output.content.starts_with("invalid arguments for `charge`"),
@@ -178,33 +171,18 @@ fn register_refuses_an_invalid_schema() {
     }
 }
 
-#[derive(Debug)]
-struct NoProgress;
-
-impl ProgressSink for NoProgress {
-    fn update(&self, _message: String) {}
-    fn output(&self, _chunk: String) {}
-}
-
+/// A direct call's context in the temp dir, mode `bypass`, no sandbox.
 fn tools_ctx() -> ToolContext {
-    let cwd = std::env::temp_dir();
-    ToolContext {
-        protected: foya_actors::tools::protected::Protected::new(&cwd, &[]),
-        cwd,
-        project_id: None,
-        approval_mode: foya_protocol::ApprovalMode::Bypass,
-        session_id: foya_protocol::SessionId::new(),
-        run_id: foya_protocol::RunId::new(),
-        step: 1,
-        tool_call_id: foya_protocol::ToolCallId::new("c"),
-        sandbox: foya_actors::tools::SandboxPolicy::None,
-        shared: ToolState::new(),
-    }
+    tool_context(
+        &std::env::temp_dir(),
+        ApprovalMode::Bypass,
+        SandboxPolicy::None,
+    )
 }
 
 #[test]
 fn runtime_config_new_registers_no_side_effecting_built_in() {
-    let config = RuntimeConfig::new(store(), recording());
+    let config = RuntimeConfig::new(memory_store(), recording());
     assert_eq!(
         config.tools.names(),
         ["read_file", "list_dir", "glob", "grep"]
@@ -224,14 +202,7 @@ async fn a_sandboxed_command_without_a_helper_says_how_to_set_one() {
         sandbox: foya_actors::tools::SandboxPolicy::WorkspaceWrite { network: false },
         ..tools_ctx()
     };
-    let output = shell
-        .call(
-            &ctx,
-            json!({"command": "echo hi"}),
-            CancellationToken::new(),
-            &NoProgress,
-        )
-        .await;
+    let output = call_tool(&shell, &ctx, json!({"command": "echo hi"})).await;
     assert!(output.is_error);
     assert!(output.content.contains(NO_HELPER), "{}", output.content);
 }
@@ -247,7 +218,7 @@ async fn an_approval_nobody_is_attached_for_waits_and_is_listed() {
         .state(Ledger::default())
         .tool(charge_tool())
         .unwrap()
-        .start(store())
+        .start(memory_store())
         .await
         .unwrap();
     let session = agent.session(std::env::temp_dir()).await.unwrap();
@@ -264,7 +235,8 @@ async fn an_approval_nobody_is_attached_for_waits_and_is_listed() {
             }
         }
     })
-    .await;
+    .await
+    .unwrap();
     let pending = session.pending_approvals().await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(
@@ -275,7 +247,7 @@ async fn an_approval_nobody_is_attached_for_waits_and_is_listed() {
         .decide_approval(request_id, foya_protocol::ApprovalDecision::AllowOnce, None)
         .await
         .unwrap();
-    let outcome = within(turn.outcome()).await.unwrap();
+    let outcome = within(turn.outcome()).await.unwrap().unwrap();
     assert_eq!(outcome.text, "charged");
     let result = outcome.tool_calls[0].result.clone().unwrap();
     assert_eq!(

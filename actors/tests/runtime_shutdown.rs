@@ -7,16 +7,14 @@
 //! and sessions with `ShuttingDown`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod turn_support;
-
 use foya_actors::RuntimeError;
+use foya_actors::testkit::{
+    TIMEOUT, events_until, is_turn_complete, recorded_runtime, sandboxed_builtins,
+    session_config_in, subscribe, tool_message, within, workdir,
+};
 use foya_protocol::{ApprovalMode, Event, EventKind, Input, Seq, SessionId, TurnStatus};
 use foya_storage::{Store, StoreOptions};
 use serde_json::json;
-use turn_support::{
-    TIMEOUT, builtin, events_until, is_turn_complete, session_config, start, subscribe,
-    tool_message, within, workdir,
-};
 
 /// Sessions, each with a finished turn and a running one.
 const SESSIONS: usize = 8;
@@ -34,16 +32,16 @@ async fn the_store_reopens_right_after_shutdown_with_the_log_intact() {
         {"tool_calls": [{"id": "c2", "name": "shell", "arguments": {"command": "sleep 300"}}]}
     ]});
     let store = Store::open(&path, StoreOptions::default()).unwrap();
-    let (rt, _) = start(store, script, builtin()).await;
+    let (rt, _) = recorded_runtime(store, script, sandboxed_builtins()).await;
     let mut logs: Vec<(SessionId, Vec<Event>)> = Vec::new();
     for _ in 0..SESSIONS {
         let session = rt
-            .create_session(session_config(&cwd, ApprovalMode::Auto))
+            .create_session(session_config_in(&cwd, ApprovalMode::Auto))
             .await
             .unwrap();
         let mut sub = subscribe(&session, false).await;
         session.submit(Input::text("go")).await.unwrap();
-        let events = within(TIMEOUT, events_until(&mut sub, is_turn_complete)).await;
+        let events = events_until(&mut sub, is_turn_complete).await;
         logs.push((session.id(), events));
     }
     // In every session, one more turn that is running a tool when the runtime stops.
@@ -52,12 +50,9 @@ async fn the_store_reopens_right_after_shutdown_with_the_log_intact() {
         let session = rt.session(*id).await.unwrap();
         let mut sub = subscribe(&session, false).await;
         session.submit(Input::text("again")).await.unwrap();
-        let events = within(
-            TIMEOUT,
-            events_until(&mut sub, |e| {
-                matches!(&e.kind, EventKind::ToolStarted { tool_call_id, .. } if tool_call_id.as_str() == "c2")
-            }),
-        )
+        let events = events_until(&mut sub, |e| {
+            matches!(&e.kind, EventKind::ToolStarted { tool_call_id, .. } if tool_call_id.as_str() == "c2")
+        })
         .await;
         running.push(events);
     }
@@ -66,18 +61,18 @@ async fn the_store_reopens_right_after_shutdown_with_the_log_intact() {
     let first = rt.session(logs[0].0).await.unwrap();
     first.submit(Input::text("later")).await.unwrap();
 
-    assert!(within(TIMEOUT, rt.drain(TIMEOUT)).await, "every turn ended");
+    assert!(within(rt.drain(TIMEOUT)).await.unwrap(), "every turn ended");
     assert_eq!(
         first.submit(Input::text("more")).await,
         Err(RuntimeError::ShuttingDown)
     );
     let refused = rt
-        .create_session(session_config(&cwd, ApprovalMode::Auto))
+        .create_session(session_config_in(&cwd, ApprovalMode::Auto))
         .await
         .err();
     assert_eq!(refused, Some(RuntimeError::ShuttingDown));
     drop(first);
-    within(TIMEOUT, rt.shutdown()).await;
+    within(rt.shutdown()).await.unwrap();
     let reopened = Store::open(&path, StoreOptions::default());
     let store = match reopened {
         Ok(store) => store,

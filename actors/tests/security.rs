@@ -5,9 +5,10 @@
 //! FIFOs, sockets and devices without blocking, and cancels leave no thread behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "tools_support/mod.rs"]
-mod tools_support;
-
+use foya_actors::testkit::{
+    Recorder, TIMEOUT, call_tool as call, confined, sandbox_runner as runner, tool_context as ctx,
+    wait_until,
+};
 use foya_actors::tools::builtin::{EditFile, Grep, ReadFile, Shell, WriteFile};
 use foya_actors::tools::protected::Protected;
 use foya_actors::tools::{SandboxPolicy, Tool, ToolContext};
@@ -15,7 +16,6 @@ use foya_protocol::ApprovalMode;
 use serde_json::json;
 use std::path::Path;
 use tokio_util::sync::CancellationToken;
-use tools_support::{Recorder, call, confined, ctx, runner};
 
 /// A workspace with control files, a hook script and ordinary files.
 fn workspace() -> tempfile::TempDir {
@@ -256,12 +256,10 @@ async fn fifo_reads() {
             tokio::task::yield_now().await;
             cancel.cancel();
         };
-        let (out, ()) = tokio::time::timeout(tools_support::WAIT, async {
-            tokio::join!(running, cancelling)
-        })
-        .await
-        .expect("a cancelled FIFO read returns");
+        let (out, ()) = tokio::time::timeout(TIMEOUT, async { tokio::join!(running, cancelling) })
+            .await
+            .expect("a cancelled FIFO read returns");
         assert!(out.is_error, "{}", out.content);
     }
-    tools_support::wait_until("the blocking threads to retire", || threads() <= before + 1).await;
+    wait_until("the blocking threads to retire", || threads() <= before + 1).await;
 }

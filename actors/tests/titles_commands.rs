@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_actors::testkit::kinds_of;
 use foya_protocol::{
     AttachmentRef, CommandInvocation, ErrorClass, ErrorInfo, EventKind, FinishReason, Input,
     Message, StreamEvent, TitleSource, TurnStatus,
@@ -182,11 +183,11 @@ async fn title_and_unknown_commands_complete_at_once() {
         ["user_message", "turn_started", "title_set", "turn_complete"]
     );
     assert_eq!(
-        events[3].kind,
-        EventKind::TitleSet {
+        kinds_of(&events, "title_set"),
+        [&EventKind::TitleSet {
             title: "Parser work".into(),
             source: TitleSource::User
-        }
+        }]
     );
     session
         .submit(Input::command("deploy", "now"))
@@ -198,15 +199,15 @@ async fn title_and_unknown_commands_complete_at_once() {
         ["user_message", "turn_started", "turn_complete"]
     );
     assert_eq!(
-        events[2].kind,
-        EventKind::TurnComplete {
+        kinds_of(&events, "turn_complete"),
+        [&EventKind::TurnComplete {
             status: TurnStatus::Failed,
             reason: Some("unknown_command".into()),
             error: Some(ErrorInfo {
                 class: ErrorClass::InvalidRequest,
                 message: "unknown command /deploy; available commands: /compact, /title".into()
             })
-        }
+        }]
     );
     rt.shutdown().await;
 }
@@ -238,8 +239,8 @@ async fn a_project_command_runs_its_expanded_prompt() {
         }),
         ..Input::default()
     };
-    let EventKind::UserMessage { input, .. } = &events[1].kind else {
-        panic!()
+    let [EventKind::UserMessage { input, .. }] = kinds_of(&events, "user_message")[..] else {
+        panic!("one input: {events:?}")
     };
     assert_eq!(input, &expected);
     let mut sent = expected;

@@ -2,14 +2,12 @@
 //! model can act on, and confinement to the working directory.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod tools_support;
-
+use foya_actors::testkit::{call_tool as call, confined, tool_context as ctx};
 use foya_actors::tools::builtin::{EditFile, Glob, Grep, ListDir, ReadFile, WriteFile};
 use foya_actors::tools::{SandboxPolicy, ToolOutput};
 use foya_protocol::ApprovalMode;
 use serde_json::json;
 use std::fs;
-use tools_support::{call, confined, ctx};
 
 fn ok(content: &str) -> ToolOutput {
     ToolOutput::ok(content)

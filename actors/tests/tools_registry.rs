@@ -2,12 +2,10 @@
 //! calls the model cannot make.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod tools_support;
-
+use foya_actors::testkit::sandbox_runner as runner;
 use foya_actors::tools::ToolRegistry;
 use foya_protocol::ApprovalMode;
 use serde_json::json;
-use tools_support::runner;
 
 fn registry() -> ToolRegistry {
     ToolRegistry::builtin_with_sandbox(runner())

@@ -3,15 +3,17 @@
 //! killing the whole process group.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod tools_support;
-
+use foya_actors::testkit::procs::process_gone;
+use foya_actors::testkit::{
+    Recorder, call_tool as call, sandbox_runner as runner, tool_context, tool_context as ctx,
+    wait_until,
+};
 use foya_actors::tools::builtin::Shell;
 use foya_actors::tools::sandbox::SandboxRunner;
 use foya_actors::tools::{SandboxPolicy, Tool, ToolOutput};
 use foya_protocol::ApprovalMode;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tools_support::{Recorder, call, ctx, process_gone, runner, wait_until};
 
 const WW: SandboxPolicy = SandboxPolicy::WorkspaceWrite { network: false };
 
@@ -107,7 +109,7 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     assert!(!cwd.join("top.txt").exists());
 
     // Read-only: no write even in the working directory.
-    let ro = tools_support::ctx(&cwd, ApprovalMode::Auto, SandboxPolicy::ReadOnly);
+    let ro = tool_context(&cwd, ApprovalMode::Auto, SandboxPolicy::ReadOnly);
     let out = call(
         &Shell::new(runner()),
         &ro,

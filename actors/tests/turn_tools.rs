@@ -285,7 +285,7 @@ async fn cancelling_a_turn_during_shell_kills_its_process_group_promptly() {
     // SIGKILL to the group is sent by then (no member can fork any more); the kernel
     // ends the members asynchronously: wait on their pidfds.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    assert!(foya_tests::procs::wait_exited(
+    assert!(foya_actors::testkit::procs::wait_exited(
         &group_members(pid),
         deadline
     ));

@@ -229,8 +229,11 @@ impl Browser {
 impl Drop for Browser {
     fn drop(&mut self) {
         // chromedriver and every Chromium process it started (same process group).
-        if let Some(pid) = rustix::process::Pid::from_raw(self.driver.id() as i32) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        if let Ok(pid) = i32::try_from(self.driver.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
         let _ = self.driver.kill();
         let _ = self.driver.wait();

@@ -10,6 +10,7 @@
 
 use foya_actors::cluster::{ClusterClient, ClusterNode, ClusterSubscription, NodeConfig};
 use foya_actors::provider::scripted::{Script, ScriptedClient};
+use foya_actors::testkit::types;
 use foya_actors::{Runtime, RuntimeConfig};
 use foya_protocol::{
     Event, EventKind, Input, InputId, RunId, Seq, SessionConfig, SessionId, SessionUpdate,
@@ -80,10 +81,6 @@ fn completed_turns(events: &[Event]) -> usize {
         .iter()
         .filter(|e| matches!(e.kind, EventKind::TurnComplete { .. }))
         .count()
-}
-
-fn types(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(|e| e.kind.type_name()).collect()
 }
 
 fn runs(events: &[Event]) -> Vec<Option<RunId>> {
@@ -176,8 +173,8 @@ async fn scenario(bin: PathBuf) {
     assert_eq!(ours.len(), 1);
     assert_eq!(ours[0].node.as_deref(), Some("b"));
     // `SessionConfig::new` names no provider or model: B recorded its own.
-    let EventKind::SessionCreated { config } = &seen[0].kind else {
-        panic!("{:?}", seen[0])
+    let Some(EventKind::SessionCreated { config }) = seen.first().map(|e| &e.kind) else {
+        panic!("{seen:?}")
     };
     assert_eq!(
         (config.provider.as_str(), config.model.as_str()),
@@ -222,8 +219,15 @@ async fn scenario(bin: PathBuf) {
         .collect();
     eprintln!("three turns done after {:?}", started.elapsed());
     assert_eq!(
-        types(&seen[7..]),
+        types(&seen),
         [
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started",
+            "context_diagnostics",
+            "assistant_message",
+            "turn_complete",
             "user_message",
             "turn_started",
             "step_started",

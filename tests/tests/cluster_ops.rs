@@ -16,6 +16,8 @@
 use foya_actors::SubscribeOptions;
 use foya_actors::cluster::{ClusterClient, ClusterNode, ClusterSubscription, NodeConfig};
 use foya_actors::provider::scripted::{Script, ScriptedClient};
+use foya_actors::testkit::procs::wait_gone;
+use foya_actors::testkit::{turn_status, types};
 use foya_actors::{Runtime, RuntimeConfig};
 use foya_protocol::event::Notice;
 use foya_protocol::{
@@ -116,27 +118,6 @@ async fn drive_turn(
             SessionUpdate::Notice(n) => panic!("unexpected notice {n:?}"),
         }
     }
-}
-
-fn types(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(|e| e.kind.type_name()).collect()
-}
-
-fn status(events: &[Event]) -> Option<TurnStatus> {
-    match &events.last()?.kind {
-        EventKind::TurnComplete { status, .. } => Some(*status),
-        _ => None,
-    }
-}
-
-/// Waits until `pid` has exited (its pidfd is readable), at most a minute.
-async fn wait_gone(pid: i32) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let exited =
-        tokio::task::spawn_blocking(move || foya_tests::procs::wait_exited(&[pid], deadline))
-            .await
-            .unwrap();
-    assert!(exited, "process {pid} did not exit");
 }
 
 /// Runs `foya sessions list --cluster 127.0.0.1:<port>` (`--json` or a table) with a
@@ -303,7 +284,7 @@ async fn scenario(bin: PathBuf) {
             "turn_complete"
         ]
     );
-    assert_eq!(status(&turn.events), Some(TurnStatus::Completed));
+    assert_eq!(turn_status(&turn.events), Some(TurnStatus::Completed));
     let written = std::fs::read_to_string(dir.path().join("approved.txt")).unwrap();
     assert_eq!(written, "from a");
 
@@ -313,7 +294,7 @@ async fn scenario(bin: PathBuf) {
         .await
         .unwrap();
     let turn = drive_turn(&client, session, &mut sub, ApprovalDecision::AllowOnce).await;
-    assert_eq!(status(&turn.events), Some(TurnStatus::Cancelled));
+    assert_eq!(turn_status(&turn.events), Some(TurnStatus::Cancelled));
     assert_eq!(
         types(&turn.events),
         [

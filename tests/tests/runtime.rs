@@ -2,57 +2,58 @@
 //! and recovery of an interrupted turn from a real redb file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use foya_actors::provider::retry::RetryPolicy;
-use foya_actors::provider::scripted::{Script, ScriptedClient};
+use foya_actors::testkit::{
+    config_for, events_until, is_turn_complete, kinds_of, memory_store, of_type, script, subscribe,
+    tool_message, tool_messages, types, within,
+};
 use foya_actors::tools::ToolRegistry;
-use foya_actors::{Runtime, RuntimeConfig, SubscribeOptions, Subscription};
+use foya_actors::{Runtime, RuntimeConfig, Subscription};
 use foya_protocol::{
     AssistantMessage, ErrorClass, ErrorInfo, Event, EventKind, Input, InputId, RunId, Seq,
-    SessionConfig, SessionId, SessionUpdate, ToolCall, ToolCallId, ToolMessage, TurnStatus,
+    SessionConfig, SessionId, ToolCall, ToolCallId, TurnStatus,
 };
 use foya_storage::{Store, StoreOptions};
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn config(store: Store, script: serde_json::Value) -> RuntimeConfig {
-    let script: Script = serde_json::from_value(script).unwrap();
+/// The kit's runtime configuration with only the built-in tools.
+fn config(store: Store, value: serde_json::Value) -> RuntimeConfig {
     RuntimeConfig {
-        models: HashMap::new(),
         tools: Arc::new(ToolRegistry::builtin()),
-        retry: RetryPolicy::default(),
-        subscriber_buffer: 1024,
-        context: foya_actors::ContextOptions {
-            user_dir: Some(std::env::temp_dir().join("foya-tests-no-user-dir")),
-            generate_titles: false,
-            ..foya_actors::ContextOptions::default()
-        },
-        ..RuntimeConfig::new(store, Arc::new(ScriptedClient::from_script(script)))
+        ..config_for(store, script(value))
     }
 }
 
 /// Receives until `n` turns completed; returns the persisted events seen.
 async fn until_turns_complete(sub: &mut Subscription, n: usize) -> Vec<Event> {
-    let mut seen = Vec::new();
-    let mut done = 0;
-    while done < n {
-        match sub.recv().await {
-            Some(SessionUpdate::Event(e)) => {
-                done += usize::from(matches!(e.kind, EventKind::TurnComplete { .. }));
-                seen.push(e);
-            }
-            Some(_) => {}
-            None => panic!("subscription ended after {seen:?}"),
-        }
-    }
-    seen
+    let mut turns = 0;
+    events_until(sub, |e| {
+        turns += usize::from(is_turn_complete(e));
+        turns == n
+    })
+    .await
 }
 
-fn types(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(|e| e.kind.type_name()).collect()
+/// The texts of the `user_message`s of `events`.
+fn user_texts(events: &[Event]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::UserMessage { input, .. } => Some(input.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The texts of the `assistant_message`s of `events`.
+fn assistant_texts(events: &[Event]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AssistantMessage(m) => Some(m.text.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn assert_dense(events: &[Event]) {
@@ -62,7 +63,7 @@ fn assert_dense(events: &[Event]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_sessions_run_two_step_turns_concurrently() {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let store = memory_store();
     let rt = Arc::new(
         Runtime::start(config(
             store.clone(),
@@ -79,10 +80,7 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
         let rt = Arc::clone(&rt);
         tasks.push(tokio::spawn(async move {
             let session = rt.create_session(SessionConfig::new("/tmp")).await.unwrap();
-            let mut sub = session
-                .subscribe(Seq(1), SubscribeOptions::default())
-                .await
-                .unwrap();
+            let mut sub = subscribe(&session, false).await;
             session
                 .submit(Input::text(format!("input {i}")))
                 .await
@@ -91,9 +89,7 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
             (session.id(), events)
         }));
     }
-    let all = tokio::time::timeout(TIMEOUT, futures::future::join_all(tasks))
-        .await
-        .unwrap();
+    let all = within(futures::future::join_all(tasks)).await.unwrap();
     for result in all {
         let (id, events) = result.unwrap();
         let expected = vec![
@@ -112,23 +108,21 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
         assert_eq!(types(&events), expected);
         assert_dense(&events);
         assert_eq!(
-            events[6].kind,
-            EventKind::ToolMessage(ToolMessage {
-                tool_call_id: ToolCallId::new("c1"),
-                content: "unknown tool \"lookup\"; available tools: read_file, list_dir, \
-                          glob, grep, write_file, edit_file, shell"
-                    .into(),
-                is_error: true,
-                images: Vec::new(),
-            })
+            tool_messages(&events),
+            [tool_message(
+                "c1",
+                "unknown tool \"lookup\"; available tools: read_file, list_dir, glob, grep, \
+                 write_file, edit_file, shell",
+                true
+            )]
         );
         assert_eq!(
-            events[10].kind,
-            EventKind::TurnComplete {
+            kinds_of(&events, "turn_complete"),
+            [&EventKind::TurnComplete {
                 status: TurnStatus::Completed,
                 reason: None,
                 error: None
-            }
+            }]
         );
         assert_eq!(store.read_from(id, Seq(1)).unwrap(), events);
     }
@@ -222,39 +216,24 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
     .unwrap();
     assert_eq!(rt.recover_all().await.unwrap(), 1);
     let session = rt.session(id).await.unwrap();
-    let mut sub = session
-        .subscribe(Seq(1), SubscribeOptions::default())
-        .await
-        .unwrap();
-    let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 2))
-        .await
-        .unwrap();
+    let mut sub = subscribe(&session, false).await;
+    let events = until_turns_complete(&mut sub, 2).await;
     assert_dense(&events);
     assert_eq!(
-        events[7].kind,
-        EventKind::ToolMessage(ToolMessage {
-            tool_call_id: ToolCallId::new("c1"),
-            content: "outcome unknown: the runtime stopped while this ran; it was not re-run"
-                .into(),
-            is_error: true,
-            images: Vec::new(),
-        })
-    );
-    assert_eq!(
-        events[8].kind,
-        EventKind::TurnComplete {
-            status: TurnStatus::Failed,
-            reason: Some("interrupted by restart".into()),
-            error: Some(ErrorInfo {
-                class: ErrorClass::Internal,
-                message: "the runtime stopped while this turn ran".into(),
-            }),
-        }
-    );
-    assert_eq!(events[7].run_id, run);
-    assert_eq!(
-        types(&events[9..]),
-        vec![
+        types(&events),
+        [
+            // The log as the crash left it …
+            "session_created",
+            "user_message",
+            "turn_started",
+            "step_started",
+            "assistant_message",
+            "tool_started",
+            "input_queued",
+            // … the interrupted turn closed on load …
+            "tool_message",
+            "turn_complete",
+            // … and the queued input run.
             "user_message",
             "turn_started",
             "step_started",
@@ -263,31 +242,53 @@ async fn an_interrupted_turn_is_closed_on_load_and_the_queue_runs() {
             "turn_complete"
         ]
     );
-    let EventKind::UserMessage { input, .. } = &events[9].kind else {
-        panic!()
-    };
-    assert_eq!(input.text, "queued");
-    let EventKind::AssistantMessage(m) = &events[13].kind else {
-        panic!()
-    };
-    assert_eq!(m.text, "after restart");
+    let closed = of_type(&events, "tool_message");
+    assert_eq!(
+        closed
+            .iter()
+            .map(|e| (&e.kind, e.run_id))
+            .collect::<Vec<_>>(),
+        [(
+            &EventKind::ToolMessage(tool_message(
+                "c1",
+                "outcome unknown: the runtime stopped while this ran; it was not re-run",
+                true
+            )),
+            run
+        )]
+    );
+    assert_eq!(
+        kinds_of(&events, "turn_complete"),
+        [
+            &EventKind::TurnComplete {
+                status: TurnStatus::Failed,
+                reason: Some("interrupted by restart".into()),
+                error: Some(ErrorInfo {
+                    class: ErrorClass::Internal,
+                    message: "the runtime stopped while this turn ran".into(),
+                }),
+            },
+            &EventKind::TurnComplete {
+                status: TurnStatus::Completed,
+                reason: None,
+                error: None,
+            }
+        ]
+    );
+    assert_eq!(user_texts(&events), ["build", "queued"]);
+    assert_eq!(assistant_texts(&events), ["", "after restart"]);
 
     session.submit(Input::text("new")).await.unwrap();
-    let events = tokio::time::timeout(TIMEOUT, until_turns_complete(&mut sub, 1))
-        .await
-        .unwrap();
-    assert_eq!(events[0].seq, Seq(16));
-    let EventKind::AssistantMessage(m) = &events[4].kind else {
-        panic!()
-    };
-    assert_eq!(m.text, "fresh");
+    let events = until_turns_complete(&mut sub, 1).await;
+    assert_eq!(events.first().map(|e| e.seq), Some(Seq(16)));
+    assert_eq!(assistant_texts(&events), ["fresh"]);
     assert_eq!(
-        events[5].kind,
-        EventKind::TurnComplete {
+        kinds_of(&events, "turn_complete"),
+        [&EventKind::TurnComplete {
             status: TurnStatus::Completed,
             reason: None,
             error: None
-        }
+        }]
     );
     drop((sub, session));
     rt.shutdown().await;

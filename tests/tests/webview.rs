@@ -66,8 +66,8 @@ pub(crate) async fn serve(provider: &MockProvider, dir: &Path, listen: &str) -> 
 impl Serve {
     /// SIGTERM, then the exit status (0: a graceful shutdown).
     pub(crate) async fn stop(mut self) {
-        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         let status = self.child.wait().await.unwrap();
         assert_eq!(status.code(), Some(0));
     }

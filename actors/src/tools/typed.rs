@@ -8,6 +8,8 @@
 
 use super::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
 use async_trait::async_trait;
+use schemars::generate::SchemaSettings;
+use schemars::transform::RecursiveTransform;
 use serde::de::DeserializeOwned;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -109,12 +111,69 @@ where
 /// The JSON Schema of `A` as a function's parameters (without the `$schema` and
 /// `title` keys the providers do not need).
 fn parameters_of<A: schemars::JsonSchema>() -> serde_json::Value {
-    let mut schema = schemars::schema_for!(A).to_value();
+    schema_of::<A>(SchemaSettings::draft2020_12())
+}
+
+/// The JSON Schema of a built-in tool's argument type `A`, as the model sees it: like
+/// [`parameters_of`], except that an optional argument is left out rather than sent as
+/// `null` (no `"null"` among its types) and an integer's Rust width (`format: uint64`)
+/// is not mentioned.
+pub(crate) fn builtin_parameters_of<A: schemars::JsonSchema>() -> serde_json::Value {
+    let settings =
+        SchemaSettings::draft2020_12().with_transform(RecursiveTransform(omit_null_and_width));
+    schema_of::<A>(settings)
+}
+
+/// Drops `"null"` from a schema's list of types and an integer `format`.
+fn omit_null_and_width(schema: &mut schemars::Schema) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(serde_json::Value::Array(types)) = object.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            object.insert("type".into(), only);
+        }
+    }
+    let integer_width = object
+        .get("format")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|f| f.starts_with("int") || f.starts_with("uint"));
+    if integer_width {
+        object.remove("format");
+    }
+}
+
+/// The schema of `A` under `settings`, without the root keys the providers do not need
+/// (`$schema` and `title`).
+fn schema_of<A: schemars::JsonSchema>(settings: SchemaSettings) -> serde_json::Value {
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<A>()
+        .to_value();
     if let Some(object) = schema.as_object_mut() {
         object.remove("$schema");
         object.remove("title");
     }
     schema
+}
+
+/// The call's arguments as the tool's argument type `A`; arguments that do not fit it
+/// are the call's `is_error` result, naming the tool and the parameters it expects.
+///
+/// # Errors
+/// That result.
+pub(crate) fn arguments<A: DeserializeOwned>(
+    spec: &ToolSpec,
+    args: serde_json::Value,
+) -> Result<A, ToolOutput> {
+    serde_json::from_value(args).map_err(|e| {
+        ToolOutput::error(format!(
+            "invalid arguments for `{}`: {e}; expected parameters: {}",
+            spec.name, spec.parameters
+        ))
+    })
 }
 
 #[async_trait]
@@ -137,14 +196,9 @@ where
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
-        let args: A = match serde_json::from_value(args) {
+        let args: A = match arguments(&self.spec, args) {
             Ok(args) => args,
-            Err(e) => {
-                return ToolOutput::error(format!(
-                    "invalid arguments for `{}`: {e}; expected parameters: {}",
-                    self.spec.name, self.spec.parameters
-                ));
-            }
+            Err(invalid) => return invalid,
         };
         let run = (self.handler)(args, ctx.clone());
         tokio::select! {

@@ -1,27 +1,26 @@
-//! Shared helpers of the context/compaction runtime tests: a runtime on a scripted or
-//! custom model client, a recording client, and waiting under one real-time timeout.
+//! Shared fixtures of the context/compaction runtime tests: a runtime without tools on a
+//! scripted or custom model client, a client with a chosen context window that records
+//! its requests, filler text. Waiting and reading logs come from the test kit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
-use foya_actors::provider::scripted::{Script, ScriptedClient};
+// The kit's waiting and log reading, for the tests that glob-import this module.
+use foya_actors::provider::scripted::ScriptedClient;
 use foya_actors::provider::{ModelClient, ModelRequest};
+use foya_actors::testkit;
+#[allow(unused_imports)]
+pub(crate) use foya_actors::testkit::{events_until, is_turn_complete, types, within};
 use foya_actors::tools::ToolRegistry;
-use foya_actors::{ContextOptions, Runtime, RuntimeConfig, SubscribeOptions, Subscription};
-use foya_protocol::{
-    ApprovalMode, Event, EventKind, FinishReason, Seq, SessionConfig, SessionUpdate, StreamEvent,
-};
-use foya_storage::{Store, StoreOptions};
+use foya_actors::{ContextOptions, Runtime, RuntimeConfig, Subscription};
+use foya_protocol::{ApprovalMode, Event, FinishReason, SessionConfig, StreamEvent};
+use foya_storage::Store;
 use futures::stream::BoxStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The global timeout of one test's waiting, in real time.
-pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
-
+/// A scripted model answering with the script `value`.
 pub(crate) fn script(value: serde_json::Value) -> ScriptedClient {
-    let script: Script = serde_json::from_value(value).unwrap();
-    ScriptedClient::from_script(script)
+    ScriptedClient::from_script(testkit::script(value))
 }
 
 /// Options with a user dir that holds nothing and no title generation.
@@ -48,67 +47,19 @@ pub(crate) fn config(
 }
 
 pub(crate) async fn runtime(model: Arc<dyn ModelClient>, context: ContextOptions) -> Runtime {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    Runtime::start(config(store, model, context)).await.unwrap()
-}
-
-pub(crate) fn session_config(cwd: &Path) -> SessionConfig {
-    SessionConfig {
-        approval_mode: ApprovalMode::Bypass,
-        ..SessionConfig::new(cwd)
-    }
-}
-
-pub(crate) async fn subscribe(session: &foya_actors::SessionHandle) -> Subscription {
-    session
-        .subscribe(Seq(1), SubscribeOptions::default())
+    Runtime::start(config(testkit::memory_store(), model, context))
         .await
         .unwrap()
 }
 
-/// Runs `fut` under [`TIMEOUT`], measured by a real-time thread (works with paused time).
-pub(crate) async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    std::thread::spawn(move || {
-        std::thread::sleep(TIMEOUT);
-        let _ = tx.send(());
-    });
-    tokio::select! {
-        out = fut => out,
-        _ = rx => panic!("timed out after {TIMEOUT:?}"),
-    }
+/// A `bypass` session working in `cwd`.
+pub(crate) fn session_config(cwd: &Path) -> SessionConfig {
+    testkit::session_config_in(cwd, ApprovalMode::Bypass)
 }
 
-/// Receives until `done` holds for an event; returns every persisted event seen.
-pub(crate) async fn events_until(
-    sub: &mut Subscription,
-    mut done: impl FnMut(&Event) -> bool,
-) -> Vec<Event> {
-    within(async {
-        let mut seen = Vec::new();
-        loop {
-            match sub.recv().await {
-                Some(SessionUpdate::Event(event)) => {
-                    let stop = done(&event);
-                    seen.push(event);
-                    if stop {
-                        return seen;
-                    }
-                }
-                Some(_) => {}
-                None => panic!("subscription ended; saw {seen:?}"),
-            }
-        }
-    })
-    .await
-}
-
-pub(crate) fn is_turn_complete(event: &Event) -> bool {
-    matches!(event.kind, EventKind::TurnComplete { .. })
-}
-
-pub(crate) fn types(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(|e| e.kind.type_name()).collect()
+/// Subscribes from the first event, not as an approver.
+pub(crate) async fn subscribe(session: &foya_actors::SessionHandle) -> Subscription {
+    testkit::subscribe(session, false).await
 }
 
 /// `count` words of filler (2 estimated tokens each).

@@ -1,10 +1,24 @@
 //! `edit_file`: exact-string replacement in one file.
 
-use super::{blocking, file_spec, str_arg};
+use super::{arguments, blocking, file_spec};
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+// The arguments of `edit_file` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    /// File path, relative to the working directory.
+    path: String,
+    /// Exact text to replace.
+    #[schemars(length(min = 1))]
+    old_string: String,
+    /// Replacement text.
+    new_string: String,
+    /// Replace every occurrence (default false).
+    replace_all: Option<bool>,
+}
 
 /// Replaces text: `{path, old_string, new_string, replace_all?}`. `old_string` must occur
 /// exactly once unless `replace_all` is true.
@@ -17,22 +31,11 @@ impl EditFile {
     /// The tool.
     #[must_use]
     pub fn new() -> Self {
-        let spec = file_spec(
+        let spec = file_spec::<EditArgs>(
             "edit_file",
             "Replace an exact string in a file in the working directory. old_string must match \
              the file's text exactly (including whitespace) and occur exactly once, unless \
              replace_all is true. Include surrounding lines to make it unique.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the working directory."},
-                    "old_string": {"type": "string", "minLength": 1, "description": "Exact text to replace."},
-                    "new_string": {"type": "string", "description": "Replacement text."},
-                    "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
-                },
-                "required": ["path", "old_string", "new_string"],
-                "additionalProperties": false
-            }),
             SideEffect::Write,
         );
         Self { spec }
@@ -58,19 +61,20 @@ impl Tool for EditFile {
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
+        let args = match arguments::<EditArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
         let ctx = ctx.clone();
         blocking(&cancel, move || edit(&ctx, &args)).await
     }
 }
 
-fn edit(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
-    let raw = str_arg(args, "path").unwrap_or_default();
-    let old = str_arg(args, "old_string").unwrap_or_default();
-    let new = str_arg(args, "new_string").unwrap_or_default();
-    let replace_all = args
-        .get("replace_all")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
+fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {
+    let raw = args.path.as_str();
+    let old = args.old_string.as_str();
+    let new = args.new_string.as_str();
+    let replace_all = args.replace_all.unwrap_or(false);
     if old.is_empty() {
         return ToolOutput::error("old_string is empty; give the exact text to replace");
     }

@@ -1,13 +1,20 @@
 //! `list_dir`: the entries of one directory.
 
-use super::{blocking, file_spec, str_arg};
+use super::{arguments, blocking, file_spec};
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// At most this many entries are listed.
 pub const LIST_MAX_ENTRIES: usize = 1_000;
+
+// The arguments of `list_dir` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    /// Directory path, relative to the working directory ('.' for the working directory itself).
+    path: String,
+}
 
 /// Lists a directory: `{path}` → one entry per line, sorted, directories with a trailing
 /// `/`, symlinks with a trailing `@`.
@@ -20,18 +27,10 @@ impl ListDir {
     /// The tool.
     #[must_use]
     pub fn new() -> Self {
-        let spec = file_spec(
+        let spec = file_spec::<ListArgs>(
             "list_dir",
             "List the entries of a directory in the working directory, sorted by name. \
              Directories end with '/', symbolic links with '@'.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "Directory path, relative to the working directory ('.' for the working directory itself)."}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
             SideEffect::None,
         );
         Self { spec }
@@ -57,13 +56,17 @@ impl Tool for ListDir {
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
+        let args = match arguments::<ListArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
         let ctx = ctx.clone();
         blocking(&cancel, move || list(&ctx, &args)).await
     }
 }
 
-fn list(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
-    let raw = str_arg(args, "path").unwrap_or(".");
+fn list(ctx: &ToolContext, args: &ListArgs) -> ToolOutput {
+    let raw = args.path.as_str();
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
         Err(message) => return ToolOutput::error(message),

@@ -1,8 +1,11 @@
 //! The built-in tools: file access (`read_file`, `list_dir`, `glob`, `grep`,
 //! `write_file`, `edit_file`) and `shell`.
 //!
-//! Owns: the shared helpers of the built-ins (spec construction, argument access,
-//! running blocking file work off the async workers). Paths are relative to
+//! Owns: the shared helpers of the built-ins (spec construction, running blocking file
+//! work off the async workers). Each tool declares its arguments once, as a
+//! `Deserialize + JsonSchema` struct: the schema the model sees is generated from it
+//! (`typed::builtin_parameters_of`) and each call's arguments are read into it
+//! (`typed::arguments`; a mismatch is an `is_error` result). Paths are relative to
 //! `ToolContext::cwd` and confined to it (see `tools::paths`).
 
 pub mod agent;
@@ -13,6 +16,9 @@ mod read_file;
 mod search;
 mod shell;
 mod write_file;
+
+#[cfg(test)]
+mod schema_tests;
 
 pub use edit_file::EditFile;
 pub use list_dir::{LIST_MAX_ENTRIES, ListDir};
@@ -28,6 +34,7 @@ pub use shell::{SHELL_DEFAULT_TIMEOUT_MS, SHELL_MAX_TIMEOUT_MS, Shell};
 pub use write_file::WriteFile;
 
 use super::sandbox::SandboxRunner;
+use super::typed::{arguments, builtin_parameters_of};
 use super::{SideEffect, Tool, ToolOutput, ToolSpec};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -58,31 +65,21 @@ pub fn read_only() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-fn file_spec(
+/// A file tool's spec; its parameters are the schema of its argument type `A`.
+fn file_spec<A: schemars::JsonSchema>(
     name: &str,
     description: &str,
-    parameters: serde_json::Value,
     side_effect: SideEffect,
 ) -> ToolSpec {
     ToolSpec {
         name: name.to_owned(),
         description: description.to_owned(),
-        parameters,
+        parameters: builtin_parameters_of::<A>(),
         parallel_safe: side_effect == SideEffect::None,
         side_effect,
         cancellable: true,
         default_timeout_ms: FILE_TOOL_TIMEOUT_MS,
     }
-}
-
-/// The string argument `key` (validated by the schema before the call).
-fn str_arg<'a>(args: &'a serde_json::Value, key: &str) -> Option<&'a str> {
-    args.get(key).and_then(serde_json::Value::as_str)
-}
-
-/// The non-negative integer argument `key`.
-fn u64_arg(args: &serde_json::Value, key: &str) -> Option<u64> {
-    args.get(key).and_then(serde_json::Value::as_u64)
 }
 
 /// Most file-tool calls doing blocking work at once, across every session: a call that
@@ -128,11 +125,12 @@ async fn blocking(
 /// The I/O error, or `InvalidInput` naming the kind of special file, or `FileTooLarge`
 /// with the size.
 fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
+    use nix::fcntl::OFlag;
     use std::io::Read as _;
     use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
     let mut file = std::fs::File::options()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
         .open(path)?;
     let meta = file.metadata()?;
     let kind = meta.file_type();

@@ -1,9 +1,8 @@
 //! `read_file`: a text file's lines, numbered, with an optional window.
 
-use super::{blocking, file_spec, looks_binary, str_arg, u64_arg};
+use super::{arguments, blocking, file_spec, looks_binary};
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
-use serde_json::json;
 use std::fmt::Write as _;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +15,20 @@ pub const READ_MAX_LINE_CHARS: usize = 2_000;
 /// The result stops after this many bytes of text.
 pub const READ_MAX_OUTPUT_BYTES: usize = 256 * 1024;
 
+// The arguments of `read_file` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    /// File path, relative to the working directory.
+    path: String,
+    /// First line to return (1-based).
+    #[schemars(range(min = 1))]
+    offset: Option<u64>,
+    /// Maximum number of lines to return (default 2000).
+    #[schemars(range(min = 1))]
+    limit: Option<u64>,
+}
+
 /// Reads a text file: `{path, offset?, limit?}` → `cat -n`-style numbered lines.
 #[derive(Debug)]
 pub struct ReadFile {
@@ -26,20 +39,10 @@ impl ReadFile {
     /// The tool.
     #[must_use]
     pub fn new() -> Self {
-        let spec = file_spec(
+        let spec = file_spec::<ReadArgs>(
             "read_file",
             "Read a text file from the working directory. Returns lines prefixed with their \
              1-based line number and a tab. Use offset and limit to read a window of a long file.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the working directory."},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return (default 2000)."}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
             SideEffect::None,
         );
         Self { spec }
@@ -65,13 +68,17 @@ impl Tool for ReadFile {
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
+        let args = match arguments::<ReadArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
         let ctx = ctx.clone();
         blocking(&cancel, move || read(&ctx, &args)).await
     }
 }
 
-fn read(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
-    let raw = str_arg(args, "path").unwrap_or_default();
+fn read(ctx: &ToolContext, args: &ReadArgs) -> ToolOutput {
+    let raw = args.path.as_str();
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
         Err(message) => return ToolOutput::error(message),
@@ -97,10 +104,10 @@ fn read(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
     }
     let text = String::from_utf8_lossy(&bytes);
     let total = text.lines().count();
-    let offset = usize::try_from(u64_arg(args, "offset").unwrap_or(1))
+    let offset = usize::try_from(args.offset.unwrap_or(1))
         .unwrap_or(usize::MAX)
         .max(1);
-    let limit = u64_arg(args, "limit").map_or(READ_DEFAULT_LIMIT_LINES, |l| {
+    let limit = args.limit.map_or(READ_DEFAULT_LIMIT_LINES, |l| {
         usize::try_from(l).unwrap_or(usize::MAX)
     });
     if total == 0 {

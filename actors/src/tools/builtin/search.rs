@@ -2,11 +2,10 @@
 //! paths matched by `.gitignore` / `.ignore` / `.git/info/exclude` are skipped, even
 //! outside a git repository), with capped results.
 
-use super::{blocking, file_spec, looks_binary, read_regular, str_arg};
+use super::{arguments, blocking, file_spec, looks_binary, read_regular};
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
 use globset::{GlobBuilder, GlobMatcher};
-use serde_json::json;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
@@ -65,13 +64,25 @@ fn walk(root: &Path, cancel: &CancellationToken) -> impl Iterator<Item = PathBuf
         .map(ignore::DirEntry::into_path)
 }
 
-fn search_root(ctx: &ToolContext, args: &serde_json::Value) -> Result<(String, PathBuf), String> {
-    let raw = str_arg(args, "path").unwrap_or(".").to_owned();
+/// The directory (or file) `path` names, `.` when it names none.
+fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<(String, PathBuf), String> {
+    let raw = path.unwrap_or(".").to_owned();
     let root = paths::resolve(ctx, &raw)?;
     if !root.exists() {
         return Err(format!("{raw:?} does not exist"));
     }
     Ok((raw, root))
+}
+
+// The arguments of `glob` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GlobArgs {
+    /// Glob pattern.
+    #[schemars(length(min = 1))]
+    pattern: String,
+    /// Directory to search, relative to the working directory (default '.').
+    path: Option<String>,
 }
 
 /// Finds files by glob pattern: `{pattern, path?}`.
@@ -84,20 +95,11 @@ impl Glob {
     /// The tool.
     #[must_use]
     pub fn new() -> Self {
-        let spec = file_spec(
+        let spec = file_spec::<GlobArgs>(
             "glob",
             "Find files by glob pattern (e.g. '*.rs', 'src/**/*.toml'), skipping hidden and \
              git-ignored files. A pattern without '/' matches file names at any depth. Returns \
              paths relative to the working directory, sorted.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "minLength": 1, "description": "Glob pattern."},
-                    "path": {"type": "string", "description": "Directory to search, relative to the working directory (default '.')."}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
             SideEffect::None,
         );
         Self { spec }
@@ -123,19 +125,22 @@ impl Tool for Glob {
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
+        let args = match arguments::<GlobArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
         let ctx = ctx.clone();
         let token = cancel.clone();
         blocking(&token, move || glob(&ctx, &args, &cancel)).await
     }
 }
 
-fn glob(ctx: &ToolContext, args: &serde_json::Value, cancel: &CancellationToken) -> ToolOutput {
-    let pattern_text = str_arg(args, "pattern").unwrap_or_default();
-    let pattern = match Pattern::new(pattern_text) {
+fn glob(ctx: &ToolContext, args: &GlobArgs, cancel: &CancellationToken) -> ToolOutput {
+    let pattern = match Pattern::new(&args.pattern) {
         Ok(pattern) => pattern,
         Err(message) => return ToolOutput::error(message),
     };
-    let (raw, root) = match search_root(ctx, args) {
+    let (raw, root) = match search_root(ctx, args.path.as_deref()) {
         Ok(found) => found,
         Err(message) => return ToolOutput::error(message),
     };
@@ -154,7 +159,7 @@ fn glob(ctx: &ToolContext, args: &serde_json::Value, cancel: &CancellationToken)
         return ToolOutput::error("glob was cancelled");
     }
     if found.is_empty() {
-        return ToolOutput::ok(format!("no files match {pattern_text:?} in {raw:?}"));
+        return ToolOutput::ok(format!("no files match {:?} in {raw:?}", args.pattern));
     }
     let mut out = found.join("\n");
     out.push('\n');
@@ -168,6 +173,19 @@ fn glob(ctx: &ToolContext, args: &serde_json::Value, cancel: &CancellationToken)
     ToolOutput::ok(out)
 }
 
+// The arguments of `grep` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GrepArgs {
+    /// Regular expression.
+    #[schemars(length(min = 1))]
+    pattern: String,
+    /// File or directory to search, relative to the working directory (default '.').
+    path: Option<String>,
+    /// Only search files matching this glob (e.g. '*.rs').
+    glob: Option<String>,
+}
+
 /// Searches file contents by regex: `{pattern, path?, glob?}` → `path:line:text`.
 #[derive(Debug)]
 pub struct Grep {
@@ -178,20 +196,10 @@ impl Grep {
     /// The tool.
     #[must_use]
     pub fn new() -> Self {
-        let spec = file_spec(
+        let spec = file_spec::<GrepArgs>(
             "grep",
             "Search file contents with a regular expression (Rust regex syntax), skipping \
              hidden, git-ignored and binary files. Returns 'path:line:text' lines, at most 500.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "minLength": 1, "description": "Regular expression."},
-                    "path": {"type": "string", "description": "File or directory to search, relative to the working directory (default '.')."},
-                    "glob": {"type": "string", "description": "Only search files matching this glob (e.g. '*.rs')."}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
             SideEffect::None,
         );
         Self { spec }
@@ -217,23 +225,27 @@ impl Tool for Grep {
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
+        let args = match arguments::<GrepArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
         let ctx = ctx.clone();
         let token = cancel.clone();
         blocking(&token, move || grep(&ctx, &args, &cancel)).await
     }
 }
 
-fn grep(ctx: &ToolContext, args: &serde_json::Value, cancel: &CancellationToken) -> ToolOutput {
-    let pattern_text = str_arg(args, "pattern").unwrap_or_default();
+fn grep(ctx: &ToolContext, args: &GrepArgs, cancel: &CancellationToken) -> ToolOutput {
+    let pattern_text = args.pattern.as_str();
     let regex = match regex::Regex::new(pattern_text) {
         Ok(regex) => regex,
         Err(e) => return ToolOutput::error(format!("invalid regex {pattern_text:?}: {e}")),
     };
-    let filter = match str_arg(args, "glob").map(Pattern::new).transpose() {
+    let filter = match args.glob.as_deref().map(Pattern::new).transpose() {
         Ok(filter) => filter,
         Err(message) => return ToolOutput::error(message),
     };
-    let (raw, root) = match search_root(ctx, args) {
+    let (raw, root) = match search_root(ctx, args.path.as_deref()) {
         Ok(found) => found,
         Err(message) => return ToolOutput::error(message),
     };

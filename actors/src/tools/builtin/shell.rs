@@ -1,12 +1,12 @@
 //! `shell`: runs `bash -c <command>` through the Sandbox Runner, in its own process
 //! group, with a timeout, cancellation and capped output streamed live.
 
+use super::arguments;
 use super::output::CappedOutput;
-use super::{str_arg, u64_arg};
 use crate::tools::sandbox::{EXIT_SANDBOX_UNAVAILABLE, ProcessGroupGuard, SandboxRunner};
+use crate::tools::typed::builtin_parameters_of;
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
 use async_trait::async_trait;
-use serde_json::json;
 use std::fmt::Write as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
@@ -22,6 +22,22 @@ pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
 /// After the command ends (or is killed), output still in the pipes is read for at most
 /// this long (a process that left the group may keep a pipe open).
 const DRAIN_LIMIT: Duration = Duration::from_millis(500);
+
+// The arguments of `shell` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ShellArgs {
+    /// The bash command (run with bash -c).
+    #[schemars(length(min = 1))]
+    command: String,
+    /// Set true only when the command needs network access (e.g. downloading dependencies); it then needs approval.
+    // Read by the Approval Gateway from the raw arguments (`tools::approval`).
+    #[expect(dead_code, reason = "the Approval Gateway reads it before the call")]
+    network: Option<bool>,
+    /// Timeout in milliseconds (default 120000).
+    #[schemars(range(min = 1, max = SHELL_MAX_TIMEOUT_MS))]
+    timeout_ms: Option<u64>,
+}
 
 /// Runs a shell command: `{command, network?, timeout_ms?}`. `network` is read by the
 /// Approval Gateway (the sandbox in `ToolContext::sandbox` is what is enforced).
@@ -46,16 +62,7 @@ impl Shell {
                           and $TMPDIR and has no network access. Long output is cut in the \
                           middle."
                 .to_owned(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "minLength": 1, "description": "The bash command (run with bash -c)."},
-                    "network": {"type": "boolean", "description": "Set true only when the command needs network access (e.g. downloading dependencies); it then needs approval."},
-                    "timeout_ms": {"type": "integer", "minimum": 1, "maximum": SHELL_MAX_TIMEOUT_MS, "description": "Timeout in milliseconds (default 120000)."}
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
+            parameters: builtin_parameters_of::<ShellArgs>(),
             parallel_safe: false,
             side_effect: SideEffect::Exec,
             cancellable: true,
@@ -86,8 +93,13 @@ impl Tool for Shell {
         cancel: CancellationToken,
         progress: &dyn ProgressSink,
     ) -> ToolOutput {
-        let command = str_arg(&args, "command").unwrap_or_default().to_owned();
-        let timeout_ms = u64_arg(&args, "timeout_ms")
+        let args = match arguments::<ShellArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
+        let command = args.command;
+        let timeout_ms = args
+            .timeout_ms
             .unwrap_or(self.spec.default_timeout_ms)
             .clamp(1, SHELL_MAX_TIMEOUT_MS);
         let bash_args = ["-c".into(), command.into()];

@@ -1,10 +1,19 @@
 //! `write_file`: creates or overwrites a file (and its parent directories).
 
-use super::{blocking, file_spec, str_arg};
+use super::{arguments, blocking, file_spec};
 use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+// The arguments of `write_file` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    /// File path, relative to the working directory.
+    path: String,
+    /// The complete new content of the file.
+    content: String,
+}
 
 /// Writes a whole file: `{path, content}`.
 #[derive(Debug)]
@@ -16,19 +25,10 @@ impl WriteFile {
     /// The tool.
     #[must_use]
     pub fn new() -> Self {
-        let spec = file_spec(
+        let spec = file_spec::<WriteArgs>(
             "write_file",
             "Create or overwrite a file in the working directory with the given content. \
              Missing parent directories are created. Prefer edit_file for changing part of a file.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the working directory."},
-                    "content": {"type": "string", "description": "The complete new content of the file."}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
             SideEffect::Write,
         );
         Self { spec }
@@ -54,14 +54,18 @@ impl Tool for WriteFile {
         cancel: CancellationToken,
         _progress: &dyn ProgressSink,
     ) -> ToolOutput {
+        let args = match arguments::<WriteArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
         let ctx = ctx.clone();
         blocking(&cancel, move || write(&ctx, &args)).await
     }
 }
 
-fn write(ctx: &ToolContext, args: &serde_json::Value) -> ToolOutput {
-    let raw = str_arg(args, "path").unwrap_or_default();
-    let content = str_arg(args, "content").unwrap_or_default();
+fn write(ctx: &ToolContext, args: &WriteArgs) -> ToolOutput {
+    let raw = args.path.as_str();
+    let content = args.content.as_str();
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
         Err(message) => return ToolOutput::error(message),

@@ -1,6 +1,6 @@
 //! Processes seen through `/proc`: the tests find a tool's child processes by a marker
 //! in their command line (`exec -a MARKER …`) to check they run, and are gone after a
-//! cancel, a signal or a crash.
+//! cancel, a signal or a crash; they wait for a process to exit on its pidfd.
 
 /// Live (not zombie) processes whose command line contains `marker`, as
 /// `(pid, argv[0])`, sorted by pid.
@@ -79,4 +79,31 @@ pub fn wait_exited(pids: &[i32], deadline: std::time::Instant) -> bool {
         }
     }
     true
+}
+
+/// Whether `pid` is gone: no such process, or a zombie awaiting its reaper.
+#[must_use]
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the parenthesised command name: "pid (comm) S ...".
+        Ok(stat) => {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                == Some('Z')
+        }
+    }
+}
+
+/// Waits until `pid` has exited (on its pidfd, on a blocking thread), under the global
+/// [`TIMEOUT`](super::TIMEOUT).
+///
+/// # Panics
+/// When it did not exit in time.
+pub async fn wait_gone(pid: i32) {
+    let deadline = std::time::Instant::now() + super::TIMEOUT;
+    let exited = tokio::task::spawn_blocking(move || wait_exited(&[pid], deadline))
+        .await
+        .unwrap();
+    assert!(exited, "process {pid} did not exit");
 }

@@ -1,0 +1,163 @@
+//! Test tools (echo, wait-for-cancel, panic, exec) and the fixtures of a direct tool
+//! call: a context, a progress recorder, a call with a fresh token.
+
+use crate::tools::protected::Protected;
+use crate::tools::sandbox::SandboxRunner;
+use crate::tools::{
+    ProgressSink, SandboxPolicy, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
+    ToolState,
+};
+use async_trait::async_trait;
+use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// What a test tool does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Returns `echo: <args>` after one progress update.
+    Echo,
+    /// Waits until cancelled, then returns "stopped".
+    WaitForCancel,
+    /// Panics.
+    Panic,
+}
+
+/// A test tool of a [`Behaviour`], parallel-safe when it echoes.
+#[derive(Debug)]
+pub struct TestTool {
+    spec: ToolSpec,
+    behaviour: Behaviour,
+}
+
+impl TestTool {
+    /// The tool `name`, shared.
+    pub fn shared(name: &str, behaviour: Behaviour, side_effect: SideEffect) -> Arc<dyn Tool> {
+        Arc::new(Self {
+            spec: ToolSpec {
+                name: name.into(),
+                description: format!("test tool {name}"),
+                parameters: serde_json::json!({"type": "object"}),
+                parallel_safe: behaviour == Behaviour::Echo,
+                side_effect,
+                cancellable: true,
+                default_timeout_ms: 3_600_000,
+            },
+            behaviour,
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for TestTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        _ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        match self.behaviour {
+            Behaviour::Echo => {
+                progress.output(format!("out {args}"));
+                ToolOutput::ok(format!("echo: {args}"))
+            }
+            Behaviour::WaitForCancel => {
+                cancel.cancelled().await;
+                ToolOutput::error("stopped")
+            }
+            Behaviour::Panic => panic!("test tool panicked"),
+        }
+    }
+}
+
+/// The built-ins plus the test tools: `echo` (read-only, parallel-safe), `wait` (waits
+/// for cancel), `boom` (panics), `exec` (echo with an exec side effect).
+pub fn tools() -> Arc<ToolRegistry> {
+    let mut registry = ToolRegistry::builtin();
+    let test_tools = [
+        ("echo", Behaviour::Echo, SideEffect::None),
+        ("wait", Behaviour::WaitForCancel, SideEffect::None),
+        ("boom", Behaviour::Panic, SideEffect::None),
+        ("exec", Behaviour::Echo, SideEffect::Exec),
+    ];
+    for (name, behaviour, side_effect) in test_tools {
+        registry
+            .register(TestTool::shared(name, behaviour, side_effect))
+            .unwrap();
+    }
+    Arc::new(registry)
+}
+
+/// The context of a direct call (call `call_1`, step 1) in `cwd`, with no project
+/// hooks and no tool state.
+pub fn tool_context(
+    cwd: &Path,
+    approval_mode: ApprovalMode,
+    sandbox: SandboxPolicy,
+) -> ToolContext {
+    ToolContext {
+        cwd: cwd.to_path_buf(),
+        project_id: None,
+        approval_mode,
+        session_id: SessionId::new(),
+        run_id: RunId::new(),
+        step: 1,
+        tool_call_id: ToolCallId::new("call_1"),
+        sandbox,
+        protected: Protected::new(cwd, &[]),
+        shared: ToolState::new(),
+    }
+}
+
+/// A confined context: approval mode `auto`, sandbox `WorkspaceWrite{network:false}`.
+pub fn confined(cwd: &Path) -> ToolContext {
+    tool_context(
+        cwd,
+        ApprovalMode::Auto,
+        SandboxPolicy::WorkspaceWrite { network: false },
+    )
+}
+
+/// Records what a tool reports while it runs.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// Status updates, in order.
+    pub updates: Mutex<Vec<String>>,
+    /// Live output, concatenated.
+    pub output: Mutex<String>,
+}
+
+impl ProgressSink for Recorder {
+    fn update(&self, message: String) {
+        self.updates.lock().unwrap().push(message);
+    }
+    fn output(&self, chunk: String) {
+        self.output.lock().unwrap().push_str(&chunk);
+    }
+}
+
+/// Calls `tool` with `args`, a fresh token and a throwaway [`Recorder`].
+pub async fn call_tool(tool: &dyn Tool, ctx: &ToolContext, args: serde_json::Value) -> ToolOutput {
+    tool.call(ctx, args, CancellationToken::new(), &Recorder::default())
+        .await
+}
+
+/// A Sandbox Runner starting commands through this package's `foya-sandbox` helper, as
+/// cargo builds it for the integration tests: next to the directory of the running test
+/// binary (`target/<profile>/deps/<test>` → `target/<profile>/foya-sandbox`).
+pub fn sandbox_runner() -> SandboxRunner {
+    let test_binary = std::env::current_exe().unwrap();
+    let profile_dir = test_binary.parent().and_then(Path::parent).unwrap();
+    SandboxRunner::new(profile_dir.join("foya-sandbox"))
+}
+
+/// The real built-ins with `shell` sandboxed through [`sandbox_runner`].
+pub fn sandboxed_builtins() -> ToolRegistry {
+    ToolRegistry::builtin_with_sandbox(sandbox_runner())
+}
