@@ -9,14 +9,14 @@
     unreachable_pub
 )]
 
+use async_trait::async_trait;
+use foya_actors::provider::scripted::{Script, ScriptedClient};
+use foya_actors::provider::{ModelClient, ModelRequest};
 pub use foya_actors::testkit::procs::wait_gone;
 pub use foya_actors::testkit::{
     assert_well_formed, events_until as until, is_turn_complete as is_complete,
     memory_store as store, subscribe, types, until_closed,
 };
-use async_trait::async_trait;
-use foya_actors::provider::scripted::{Script, ScriptedClient};
-use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
@@ -209,4 +209,3 @@ pub fn status(event: &Event) -> Option<TurnStatus> {
         _ => None,
     }
 }
-

@@ -11,14 +11,14 @@
     clippy::panic
 )]
 
-pub use foya_actors::testkit::{
-    events_until, is_turn_complete, memory_store, sandboxed_builtins as builtin,
-    session_config_in as session_config, subscribe, tool_message, tool_messages, types, workdir,
-};
 use async_trait::async_trait;
 use foya_actors::Runtime;
 use foya_actors::provider::ModelRequest;
 use foya_actors::testkit::recorded_runtime;
+pub use foya_actors::testkit::{
+    events_until, is_turn_complete, memory_store, sandboxed_builtins as builtin,
+    session_config_in as session_config, subscribe, tool_message, tool_messages, types, workdir,
+};
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
