@@ -1,6 +1,6 @@
 //! Shared pieces of the turn-control tests: a request-capturing model client around the
-//! scripted one, test tools spawning real `sleep` processes in their own process group,
-//! and event waiting under one global timeout.
+//! scripted one, test tools spawning real `sleep` processes in their own process group;
+//! waiting, stores, subscriptions and log reading come from the test kit.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -12,14 +12,16 @@
 use async_trait::async_trait;
 use foya_actors::provider::scripted::{Script, ScriptedClient};
 use foya_actors::provider::{ModelClient, ModelRequest};
+pub use foya_actors::testkit::procs::wait_gone;
+pub use foya_actors::testkit::{
+    assert_well_formed, events_until as until, is_turn_complete as is_complete,
+    memory_store as store, subscribe, types, until_closed,
+};
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
-use foya_actors::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions, Subscription};
-use foya_protocol::event::Notice;
-use foya_protocol::{
-    ApprovalMode, Event, EventKind, Seq, SessionConfig, SessionUpdate, StreamEvent, TurnStatus,
-};
+use foya_actors::{Runtime, RuntimeConfig, SessionHandle};
+use foya_protocol::{ApprovalMode, Event, EventKind, SessionConfig, StreamEvent, TurnStatus};
 use futures::stream::BoxStream;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -177,10 +179,6 @@ pub fn tools() -> Tools {
     }
 }
 
-pub fn store() -> foya_storage::Store {
-    foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap()
-}
-
 pub fn config(store: foya_storage::Store, client: Capture, tools: &Tools) -> RuntimeConfig {
     RuntimeConfig {
         tools: Arc::clone(&tools.registry),
@@ -200,102 +198,14 @@ pub async fn start(config: RuntimeConfig, mode: ApprovalMode) -> (Runtime, Sessi
     (rt, session)
 }
 
-pub async fn subscribe(session: &SessionHandle, approver: bool) -> Subscription {
-    session
-        .subscribe(Seq(1), SubscribeOptions { approver })
-        .await
-        .unwrap()
-}
-
 /// Runs `fut` under [`TIMEOUT`].
 pub async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(TIMEOUT, fut).await.expect("timed out")
-}
-
-/// Receives updates until `done` holds for a persisted event; returns the events seen.
-pub async fn until(sub: &mut Subscription, mut done: impl FnMut(&Event) -> bool) -> Vec<Event> {
-    within(async {
-        let mut seen = Vec::new();
-        loop {
-            match sub.recv().await {
-                Some(SessionUpdate::Event(event)) => {
-                    let stop = done(&event);
-                    seen.push(event);
-                    if stop {
-                        return seen;
-                    }
-                }
-                Some(_) => {}
-                None => panic!("subscription ended; saw {seen:?}"),
-            }
-        }
-    })
-    .await
-}
-
-/// Receives until the subscription is closed; returns the events and the notice.
-pub async fn until_closed(sub: &mut Subscription) -> (Vec<Event>, Notice) {
-    within(async {
-        let mut seen = Vec::new();
-        loop {
-            match sub.recv().await {
-                Some(SessionUpdate::Event(event)) => seen.push(event),
-                Some(SessionUpdate::Notice(notice)) => return (seen, notice),
-                Some(SessionUpdate::Delta(_)) => {}
-                None => panic!("ended without a notice; saw {seen:?}"),
-            }
-        }
-    })
-    .await
-}
-
-pub fn is_complete(event: &Event) -> bool {
-    matches!(event.kind, EventKind::TurnComplete { .. })
 }
 
 pub fn status(event: &Event) -> Option<TurnStatus> {
     match &event.kind {
         EventKind::TurnComplete { status, .. } => Some(*status),
         _ => None,
-    }
-}
-
-pub fn types(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(|e| e.kind.type_name()).collect()
-}
-
-/// Every tool call of `events` has exactly one result.
-pub fn assert_well_formed(events: &[Event]) {
-    let mut calls = Vec::new();
-    let mut results = Vec::new();
-    for event in events {
-        match &event.kind {
-            EventKind::AssistantMessage(m) => {
-                calls.extend(m.tool_calls.iter().map(|c| c.id.clone()))
-            }
-            EventKind::ToolMessage(r) => results.push(r.tool_call_id.clone()),
-            _ => {}
-        }
-    }
-    assert_eq!(
-        calls, results,
-        "every call has exactly one result, in order"
-    );
-}
-
-/// Polls until `pid` is gone (or a zombie), under [`TIMEOUT`].
-pub async fn wait_gone(pid: i32) {
-    within(async {
-        while !process_gone(pid) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
-
-pub fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) == Some('Z'),
     }
 }

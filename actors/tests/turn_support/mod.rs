@@ -1,8 +1,10 @@
 //! Shared helpers of `turn_tools.rs`: a runtime with the real built-in tools (sandboxed
-//! through the `foya-sandbox` helper) plus test tools, a scripted model that records the
-//! requests it gets, and "receive until predicate" under one global timeout.
+//! through the `foya-sandbox` helper) plus test tools (a probe counting concurrent calls,
+//! a panicking tool); waiting, stores, sessions and log reading come from the test kit.
 #![allow(
     dead_code,
+    // Each test binary including this module uses a different part of the kit.
+    unused_imports,
     unreachable_pub,
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,19 +12,16 @@
 )]
 
 use async_trait::async_trait;
-use foya_actors::provider::scripted::{Script, ScriptedClient};
-use foya_actors::provider::{ModelClient, ModelRequest};
-use foya_actors::tools::sandbox::SandboxRunner;
+use foya_actors::Runtime;
+use foya_actors::provider::ModelRequest;
+use foya_actors::testkit::recorded_runtime;
+pub use foya_actors::testkit::{
+    events_until, is_turn_complete, memory_store, sandboxed_builtins as builtin,
+    session_config_in as session_config, subscribe, tool_message, tool_messages, types, workdir,
+};
 use foya_actors::tools::{
     ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
-use foya_actors::{Runtime, RuntimeConfig, SessionHandle, SubscribeOptions, Subscription};
-use foya_protocol::{
-    ApprovalMode, Event, EventKind, Seq, SessionConfig, SessionUpdate, StreamEvent, ToolCallId,
-    ToolMessage,
-};
-use futures::stream::BoxStream;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -37,29 +36,6 @@ pub async fn within<T>(limit: Duration, fut: impl std::future::Future<Output = T
         .unwrap_or_else(|_| panic!("timed out after {limit:?}"))
 }
 
-/// A [`ScriptedClient`] that keeps every request it is sent.
-#[derive(Debug, Clone)]
-pub struct RecordingClient {
-    inner: ScriptedClient,
-    pub requests: Arc<Mutex<Vec<ModelRequest>>>,
-}
-
-impl ModelClient for RecordingClient {
-    fn stream(
-        &self,
-        request: ModelRequest,
-        cancel: CancellationToken,
-    ) -> BoxStream<'static, StreamEvent> {
-        self.requests.lock().unwrap().push(request.clone());
-        self.inner.stream(request, cancel)
-    }
-}
-
-/// The real built-ins with `shell` sandboxed through the `foya-sandbox` helper.
-pub fn builtin() -> ToolRegistry {
-    ToolRegistry::builtin_with_sandbox(SandboxRunner::new(env!("CARGO_BIN_EXE_foya-sandbox")))
-}
-
 /// A runtime on `store` answering with `script` and calling `tools`; also the requests
 /// the model gets.
 pub async fn start(
@@ -67,98 +43,8 @@ pub async fn start(
     script: serde_json::Value,
     tools: ToolRegistry,
 ) -> (Runtime, Arc<Mutex<Vec<ModelRequest>>>) {
-    let script: Script = serde_json::from_value(script).unwrap();
-    let client = RecordingClient {
-        inner: ScriptedClient::from_script(script),
-        requests: Arc::default(),
-    };
-    let requests = Arc::clone(&client.requests);
-    let config = RuntimeConfig {
-        tools: Arc::new(tools),
-        subscriber_buffer: 4096,
-        // Title requests would show up among the recorded model requests.
-        context: foya_actors::ContextOptions {
-            generate_titles: false,
-            ..foya_actors::ContextOptions::default()
-        },
-        ..RuntimeConfig::new(store, Arc::new(client))
-    };
-    (Runtime::start(config).await.unwrap(), requests)
-}
-
-pub fn memory_store() -> foya_storage::Store {
-    foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap()
-}
-
-/// A fresh working directory (canonical path) and its guard.
-pub fn workdir() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = std::fs::canonicalize(dir.path()).unwrap();
-    (dir, path)
-}
-
-pub fn session_config(cwd: &Path, mode: ApprovalMode) -> SessionConfig {
-    SessionConfig {
-        approval_mode: mode,
-        ..SessionConfig::new(cwd)
-    }
-}
-
-pub async fn subscribe(session: &SessionHandle, approver: bool) -> Subscription {
-    session
-        .subscribe(Seq(1), SubscribeOptions { approver })
-        .await
-        .unwrap()
-}
-
-/// Receives until `done` holds for a persisted event; returns every one seen.
-pub async fn events_until(
-    sub: &mut Subscription,
-    mut done: impl FnMut(&Event) -> bool,
-) -> Vec<Event> {
-    let mut seen = Vec::new();
-    loop {
-        match sub.recv().await {
-            Some(SessionUpdate::Event(event)) => {
-                let stop = done(&event);
-                seen.push(event);
-                if stop {
-                    return seen;
-                }
-            }
-            Some(_) => {}
-            None => panic!("subscription ended; saw {seen:?}"),
-        }
-    }
-}
-
-pub fn is_turn_complete(event: &Event) -> bool {
-    matches!(event.kind, EventKind::TurnComplete { .. })
-}
-
-/// The `type` names of `events`.
-pub fn types(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(|e| e.kind.type_name()).collect()
-}
-
-/// The `tool_message`s of `events`, in order.
-pub fn tool_messages(events: &[Event]) -> Vec<ToolMessage> {
-    events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::ToolMessage(m) => Some(m.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-pub fn tool_message(id: &str, content: &str, is_error: bool) -> ToolMessage {
-    ToolMessage {
-        tool_call_id: ToolCallId::new(id),
-        content: content.into(),
-        is_error,
-        images: Vec::new(),
-    }
+    let (rt, client) = recorded_runtime(store, script, tools).await;
+    (rt, client.request_log())
 }
 
 /// A read-only, parallel-safe test tool with `{"i": n}` arguments: counts how many of
