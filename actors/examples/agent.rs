@@ -6,9 +6,9 @@
 //! ```
 
 use foya_actors::Agent;
+use foya_actors::protocol::{Input, TurnStatus};
 use foya_actors::provider::scripted::ScriptedClient;
 use foya_actors::tools::{SideEffect, ToolContext, TypedTool};
-use foya_protocol::{Input, TurnStatus};
 use std::sync::Arc;
 
 #[derive(serde::Deserialize, foya_actors::schemars::JsonSchema)]
@@ -50,7 +50,9 @@ async fn main() -> anyhow::Result<()> {
         .instructions("You answer stock questions of the Example Corp warehouse.")
         .state(Inventory(vec![("A-1", 12), ("B-2", 0)]))
         .tool(Arc::new(stock))?
-        .start(foya_storage::Store::open_in_memory(Default::default())?)
+        .start(foya_actors::storage::Store::open_in_memory(
+            Default::default(),
+        )?)
         .await?;
     let session = agent.session(std::env::temp_dir()).await?;
     let outcome = session.run(Input::text("How many A-1 are left?")).await?;

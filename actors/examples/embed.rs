@@ -8,10 +8,10 @@
 //!
 //! Keep `main`'s body in step with the README's "Embed it" section.
 
+use foya_actors::protocol::{Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate};
 use foya_actors::provider::sim::{SimClient, SimConfig};
+use foya_actors::storage::{Store, StoreOptions};
 use foya_actors::{Runtime, RuntimeConfig, SubscribeOptions};
-use foya_protocol::{Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate};
-use foya_storage::{Store, StoreOptions};
 use std::sync::Arc;
 
 #[tokio::main]

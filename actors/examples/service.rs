@@ -5,9 +5,9 @@
 //! cargo run -p foya-actors --example service
 //! ```
 
+use foya_actors::protocol::{EventKind, Input, Seq, SessionUpdate, TurnStatus};
 use foya_actors::provider::scripted::ScriptedClient;
 use foya_actors::{Agent, SubscribeOptions};
-use foya_protocol::{EventKind, Input, Seq, SessionUpdate, TurnStatus};
 use std::sync::Arc;
 
 #[tokio::main]
@@ -22,7 +22,9 @@ async fn main() -> anyhow::Result<()> {
     )?));
     let agent = Agent::builder(model)
         .instructions("You are a helpful service.")
-        .start(foya_storage::Store::open_in_memory(Default::default())?)
+        .start(foya_actors::storage::Store::open_in_memory(
+            Default::default(),
+        )?)
         .await?;
     let session = agent.session(std::env::temp_dir()).await?;
 

@@ -84,6 +84,7 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
 /// # Errors
 /// Why the bytes are not such an image: the header does not parse, or the width or
 /// height is 0.
+#[cfg(feature = "images")]
 pub fn image_dimensions(bytes: &[u8], media_type: &str) -> Result<(u32, u32), String> {
     let format = image::ImageFormat::from_mime_type(media_type)
         .ok_or_else(|| format!("{media_type} is not an image type"))?;
@@ -93,6 +94,18 @@ pub fn image_dimensions(bytes: &[u8], media_type: &str) -> Result<(u32, u32), St
         Ok((width, height)) => Err(format!("it has no pixels ({width}×{height})")),
         Err(e) => Err(format!("its header does not parse ({e})")),
     }
+}
+
+/// Built without the `images` feature, no image can be checked, so every image is refused.
+///
+/// # Errors
+/// Always: the reason names the missing feature.
+#[cfg(not(feature = "images"))]
+pub fn image_dimensions(_bytes: &[u8], media_type: &str) -> Result<(u32, u32), String> {
+    Err(format!(
+        "{media_type} images are not supported by this build (foya-actors was built \
+         without the `images` feature)"
+    ))
 }
 
 /// One stored attachment.

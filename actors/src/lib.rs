@@ -12,10 +12,12 @@ mod agent;
 #[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/embedding.md"))]
 pub mod guide {}
 pub mod attachments;
+#[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod config_file;
 pub mod context;
 pub mod hooks;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod provider;
 pub mod tools;
@@ -46,6 +48,9 @@ pub use turn::protection::Limits as ProtectionLimits;
 // Crates whose types appear in this crate's public signatures, so that an embedder
 // implementing `ModelClient` or `Tool` needs no dependency of its own on them.
 pub use async_trait::async_trait;
+pub use foya_protocol as protocol;
+pub use foya_storage as storage;
 pub use futures;
 pub use schemars;
+pub use serde_json;
 pub use tokio_util::sync::CancellationToken;

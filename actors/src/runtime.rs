@@ -102,6 +102,7 @@ pub struct RuntimeConfig {
     /// MCP tool servers shared by every session (none by default); each step of a turn
     /// offers the tools of the servers its session uses
     /// ([`foya_protocol::SessionConfig::mcp_servers`]). Stopped by [`Runtime::close`].
+    #[cfg(feature = "mcp")]
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
     /// The agent's instructions for a session created without its own
     /// ([`SessionConfig::instructions`]): recorded in that session's `session_created`,
@@ -172,6 +173,7 @@ impl RuntimeConfig {
             idle_log_events: DEFAULT_IDLE_LOG_EVENTS,
             default_provider: String::new(),
             default_model: String::new(),
+            #[cfg(feature = "mcp")]
             mcp: None,
             instructions: None,
             tool_state: crate::tools::ToolState::new(),
@@ -481,6 +483,7 @@ impl Runtime {
         let Some(deps) = deps else {
             return;
         };
+        #[cfg(feature = "mcp")]
         if let Some(mcp) = &deps.mcp {
             mcp.shutdown().await;
         }
@@ -488,6 +491,7 @@ impl Runtime {
     }
 
     /// The runtime's MCP servers, if any are configured (none once closed).
+    #[cfg(feature = "mcp")]
     #[must_use]
     pub fn mcp(&self) -> Option<Arc<crate::mcp::McpManager>> {
         self.inner.deps().ok()?.mcp.clone()
@@ -554,6 +558,7 @@ fn deps_of(
         idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
         default_provider: config.default_provider,
         default_model: config.default_model,
+        #[cfg(feature = "mcp")]
         mcp: config.mcp,
         instructions: config.instructions,
         tool_state: config.tool_state,

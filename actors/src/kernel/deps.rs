@@ -67,6 +67,7 @@ pub(crate) struct RuntimeDeps {
     pub default_provider: String,
     pub default_model: String,
     /// [`crate::RuntimeConfig::mcp`].
+    #[cfg(feature = "mcp")]
     pub mcp: Option<Arc<crate::mcp::McpManager>>,
     /// [`crate::RuntimeConfig::instructions`].
     pub instructions: Option<foya_protocol::Instructions>,

@@ -9,7 +9,7 @@
 //! status decides only what they leave open. Cases: `actors/tests/fixtures/providers/errors/`.
 
 use foya_protocol::{ErrorClass, ProviderError};
-use reqwest::header::HeaderMap;
+use http::header::HeaderMap;
 use serde_json::Value;
 use std::time::SystemTime;
 

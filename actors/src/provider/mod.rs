@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod classify;
 pub mod config;
+#[cfg(feature = "http")]
 pub mod http;
 mod messages;
 pub mod redact;

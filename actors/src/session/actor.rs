@@ -168,9 +168,11 @@ impl Actor for SessionActor {
         let (cell, failure) = match event {
             SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
             SupervisionEvent::ActorFailed(cell, err) => (cell, Some(format!("turn failed: {err}"))),
-            SupervisionEvent::ActorStarted(_)
-            | SupervisionEvent::ProcessGroupChanged(_)
-            | SupervisionEvent::PidLifecycleEvent(_) => return Ok(()),
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {
+                return Ok(());
+            }
+            #[cfg(feature = "cluster")]
+            SupervisionEvent::PidLifecycleEvent(_) => return Ok(()),
         };
         let is_turn = state
             .turn

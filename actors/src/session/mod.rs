@@ -156,6 +156,7 @@ pub(crate) enum SessionMsg {
     Crash,
 }
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for SessionMsg {}
 
 /// Whether an actor in `status` still takes messages (starting, running, upgrading): a

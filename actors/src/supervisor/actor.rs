@@ -205,9 +205,9 @@ impl Actor for SupervisorActor {
                     }
                 }
             }
-            SupervisionEvent::ActorStarted(_)
-            | SupervisionEvent::ProcessGroupChanged(_)
-            | SupervisionEvent::PidLifecycleEvent(_) => {}
+            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+            #[cfg(feature = "cluster")]
+            SupervisionEvent::PidLifecycleEvent(_) => {}
         }
         Ok(())
     }

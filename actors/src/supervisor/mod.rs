@@ -46,4 +46,5 @@ pub(crate) enum SupervisorMsg {
     },
 }
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for SupervisorMsg {}

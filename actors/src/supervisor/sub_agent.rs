@@ -182,6 +182,7 @@ pub(crate) struct SubAgentActor;
 #[derive(Debug)]
 pub(crate) enum SubAgentMsg {}
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for SubAgentMsg {}
 
 /// What a SubAgentActor is started with.
@@ -261,8 +262,9 @@ impl Actor for SubAgentActor {
             SupervisionEvent::ActorTerminated(..)
             | SupervisionEvent::ActorFailed(..)
             | SupervisionEvent::ActorStarted(_)
-            | SupervisionEvent::ProcessGroupChanged(_)
-            | SupervisionEvent::PidLifecycleEvent(_) => {}
+            | SupervisionEvent::ProcessGroupChanged(_) => {}
+            #[cfg(feature = "cluster")]
+            SupervisionEvent::PidLifecycleEvent(_) => {}
         }
         Ok(())
     }

@@ -76,6 +76,7 @@ pub(crate) struct Io {
     /// The tools this step validates and runs: the runtime's plus the MCP tools.
     pub(super) registry: Arc<crate::tools::ToolRegistry>,
     /// Which MCP listings `registry` was built from (see `McpTools::key`).
+    #[cfg(feature = "mcp")]
     pub(super) mcp_key: Option<crate::mcp::ListingKey>,
     /// Appends not committed yet: written in the next commit.
     pending: Vec<EventKind>,
@@ -193,6 +194,9 @@ impl Turn {
                 None
             }
             TurnEffect::CompileContext { refresh_tools } => {
+                #[cfg(not(feature = "mcp"))]
+                let _ = refresh_tools;
+                #[cfg(feature = "mcp")]
                 if refresh_tools {
                     self.refresh_mcp_tools().await;
                 }
@@ -389,6 +393,7 @@ impl Actor for TurnActor {
             last_estimate: 0,
             tools: args.deps.tools.tool_set(args.config.approval_mode),
             registry: Arc::clone(&args.deps.tools),
+            #[cfg(feature = "mcp")]
             mcp_key: None,
             pending: Vec::new(),
             provider: None,

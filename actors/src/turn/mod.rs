@@ -18,6 +18,7 @@ mod duplicates;
 mod env;
 mod hooks;
 pub(crate) mod machine;
+#[cfg(feature = "mcp")]
 mod mcp;
 pub(crate) mod protection;
 pub(crate) mod provider;
@@ -76,4 +77,5 @@ pub(crate) enum TurnMsg {
     Panic,
 }
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for TurnMsg {}

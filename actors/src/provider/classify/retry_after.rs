@@ -4,8 +4,8 @@
 //! body, Cloudflare's IETF `RateLimit` header and `retry_after` field), Google's
 //! `RetryInfo`, and message text.
 
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use regex::Regex;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};

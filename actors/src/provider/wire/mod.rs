@@ -26,6 +26,7 @@ pub mod sse;
 
 pub use anthropic_decode::AnthropicDecoder;
 pub use chat_decode::ChatDecoder;
+#[cfg(feature = "http")]
 pub(crate) use common::{MAX_EXCERPT_CHARS, excerpt};
 pub use responses_decode::ResponsesDecoder;
 pub use sse::{SseLimits, TransportError, decode_sse};

@@ -39,6 +39,7 @@ pub(crate) enum TitleMsg {
     Finished,
 }
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for TitleMsg {}
 
 /// Streams the title request and hands a usable answer to the session; the stream is

@@ -8,6 +8,7 @@
 //! [`EXIT_SANDBOX_UNAVAILABLE`] and a `foya-sandbox:` message on stderr.
 
 use super::SandboxPolicy;
+#[cfg(feature = "landlock")]
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus,
@@ -28,13 +29,16 @@ pub const EXIT_SANDBOX_USAGE: i32 = 122;
 /// Exit code when `exec` of the program failed (not found, not executable).
 pub const EXIT_EXEC_FAILED: i32 = 127;
 
+#[cfg(feature = "landlock")]
 /// Landlock ABI whose file-system rights are enforced (V3: adds `truncate`, so a sandboxed
 /// process cannot truncate files it may not write).
 const FS_ABI: ABI = ABI::V3;
 
+#[cfg(feature = "landlock")]
 /// Landlock ABI whose TCP bind/connect rights are enforced when network is denied.
 const NET_ABI: ABI = ABI::V4;
 
+#[cfg(feature = "landlock")]
 /// Character devices a confined process may always open for writing: writing to them
 /// changes nothing on disk.
 const WRITABLE_DEVICES: &[&str] = &[
@@ -195,6 +199,7 @@ pub fn parse_invocation(
 /// # Errors
 /// A message when Landlock is unavailable or lacks a feature the policy needs
 /// (`CompatLevel::HardRequirement`): file-system rules need ABI ≥ 3, network rules ABI ≥ 4.
+#[cfg(feature = "landlock")]
 pub fn apply_policy(
     policy: SandboxPolicy,
     cwd: &Path,
@@ -276,6 +281,28 @@ pub fn apply_policy(
         ));
     }
     Ok(())
+}
+
+/// Built without the `landlock` feature, nothing can confine the program: every policy
+/// but `None` is refused, so a sandboxed command never runs unconfined.
+///
+/// # Errors
+/// For every policy but [`SandboxPolicy::None`].
+#[cfg(not(feature = "landlock"))]
+pub fn apply_policy(
+    policy: SandboxPolicy,
+    _cwd: &Path,
+    _tmp: &Path,
+    _protect: &[PathBuf],
+) -> Result<(), String> {
+    match policy {
+        SandboxPolicy::None => Ok(()),
+        _ => Err(
+            "this build of foya-actors has no Landlock sandbox (built without the \
+                  `landlock` feature); the command was not run"
+                .to_owned(),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ pub(crate) enum ProviderMsg {
     Panicked(String),
 }
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for ProviderMsg {}
 
 /// Most stream events forwarded in one `TurnMsg::Stream` message.

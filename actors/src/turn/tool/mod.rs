@@ -34,4 +34,5 @@ pub(crate) enum ToolMsg {
     Run,
 }
 
+#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
 impl ractor::Message for ToolMsg {}

@@ -1,0 +1,1 @@
+//! Empty: the test is `tests/turn.rs`.
