@@ -50,6 +50,8 @@ impl ModelClient for StockModel {
 }
 
 #[derive(serde::Deserialize, foya_actors::schemars::JsonSchema)]
+// The derive names `schemars`; this crate reaches it through `foya_actors`.
+#[schemars(crate = "foya_actors::schemars")]
 struct Stock {
     /// The product's SKU.
     sku: String,
