@@ -41,7 +41,11 @@ async fn ask<S: SessionApi>(session: &S, question: &str) -> Result<String, Runti
             }
         }
     }
-    println!("{:?} after {} tool call(s)", outcome.status, outcome.tool_calls.len());
+    println!(
+        "{:?} after {} tool call(s)",
+        outcome.status,
+        outcome.tool_calls.len()
+    );
     Ok(outcome.text)
 }
 

@@ -5,7 +5,12 @@
 //!   [`wire::GATEWAY_GROUP`], and a membership task (heartbeats, reconnect with backoff).
 //! - [`ClusterClient`] reaches every node's gateway: create a session on any node, submit
 //!   (idempotent by input id), cancel, delete, approvals, a cluster-wide session list,
-//!   and [`ClusterSubscription`]s that resume from their last seq across reconnects.
+//!   and [`ClusterSubscription`]s that resume from their last seq across reconnects
+//!   (bounded like local ones: a reader that falls behind gets `Lagged`). Each request
+//!   waits at most the call timeout ([`ClusterError::Timeout`]).
+//! - [`RemoteSession`] ([`ClusterClient::session`]): a session on any node behind the
+//!   same [`SessionApi`](crate::SessionApi) as a local
+//!   [`SessionHandle`](crate::SessionHandle), with [`RuntimeError`](crate::RuntimeError)s.
 //! - [`ClientNode`] joins a cluster without serving sessions (a CLI listing the
 //!   cluster's sessions through one node).
 //! - [`wire`] holds every cross-node message; payloads use the versioned store codec.
