@@ -141,6 +141,15 @@ async fn a_slow_remote_subscriber_is_cut_off_with_lagged_and_its_queue_stays_bou
         }
         let seqs: Vec<u64> = seen.iter().map(|e| e.seq.0).collect();
         assert_eq!(seqs, (1..=last.0).collect::<Vec<_>>());
+
+        // `run` through a remote handle with this small buffer: its stream is cut off
+        // during the replay and resubscribes on each `Lagged` until the turn's end.
+        let again = client.session(id).run(Input::text("again")).await.unwrap();
+        assert_eq!(
+            (again.status, again.text.as_str()),
+            (TurnStatus::Completed, "two")
+        );
+        assert!(again.seqs.start().0 > last.0);
         a.shutdown().await;
         b.shutdown().await;
     })
