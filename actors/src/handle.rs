@@ -7,7 +7,146 @@ use crate::outcome::{TurnOutcome, TurnStream};
 use crate::runtime::SessionHandle;
 use crate::session::SessionMsg;
 use crate::subscription::{SubscribeOptions, Subscription};
-use foya_protocol::{ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId};
+use foya_protocol::{
+    ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId, SessionUpdate,
+};
+
+/// The operations of a session, whether it lives in this runtime ([`SessionHandle`]) or
+/// on another node of a cluster ([`RemoteSession`](crate::cluster::RemoteSession)):
+/// write a function generic over `SessionApi` and it drives both alike. The methods are
+/// [`SessionHandle`]'s, with its signatures (see there for each one's docs); errors are
+/// [`RuntimeError`]s on both sides — a remote session's refusals are the variants a
+/// local call gets, and only a failure of the cluster layer is
+/// [`RuntimeError::Cluster`].
+///
+/// ```
+/// use foya_actors::{RuntimeError, SessionApi};
+/// use foya_protocol::{Input, TurnStatus};
+///
+/// async fn ask<S: SessionApi>(session: &S, question: &str) -> Result<String, RuntimeError> {
+///     let outcome = session.run(Input::text(question)).await?;
+///     if outcome.status != TurnStatus::Completed {
+///         session.cancel().await?;
+///     }
+///     Ok(outcome.text)
+/// }
+/// ```
+#[async_trait::async_trait]
+pub trait SessionApi: Send + Sync {
+    /// What [`Self::subscribe`] returns: a stream of the session's updates that ends
+    /// with `Notice::Closed`, or with `Notice::Lagged{last_seq}` when the reader fell
+    /// the subscriber buffer behind (resubscribe from `last_seq + 1`).
+    type Subscription: futures::Stream<Item = SessionUpdate> + Send + Unpin;
+
+    /// The session id.
+    fn id(&self) -> SessionId;
+
+    /// [`SessionHandle::submit`].
+    async fn submit(&self, input: Input) -> Result<InputId, RuntimeError>;
+
+    /// [`SessionHandle::submit_with_id`].
+    async fn submit_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, RuntimeError>;
+
+    /// [`SessionHandle::run`].
+    async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError>;
+
+    /// [`SessionHandle::run_with_id`].
+    async fn run_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<TurnOutcome, RuntimeError>;
+
+    /// [`SessionHandle::run_streamed`].
+    async fn run_streamed(&self, input: Input) -> Result<TurnStream, RuntimeError>;
+
+    /// [`SessionHandle::subscribe`].
+    async fn subscribe(
+        &self,
+        from_seq: Seq,
+        options: SubscribeOptions,
+    ) -> Result<Self::Subscription, RuntimeError>;
+
+    /// [`SessionHandle::cancel`].
+    async fn cancel(&self) -> Result<(), RuntimeError>;
+
+    /// [`SessionHandle::decide_approval`].
+    async fn decide_approval(
+        &self,
+        request_id: ApprovalRequestId,
+        decision: ApprovalDecision,
+        message: Option<String>,
+    ) -> Result<(), RuntimeError>;
+
+    /// [`SessionHandle::delete`].
+    async fn delete(&self) -> Result<(), RuntimeError>;
+}
+
+#[async_trait::async_trait]
+impl SessionApi for SessionHandle {
+    type Subscription = Subscription;
+
+    fn id(&self) -> SessionId {
+        self.id
+    }
+
+    async fn submit(&self, input: Input) -> Result<InputId, RuntimeError> {
+        SessionHandle::submit(self, input).await
+    }
+
+    async fn submit_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<InputId, RuntimeError> {
+        SessionHandle::submit_with_id(self, input_id, input).await
+    }
+
+    async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError> {
+        SessionHandle::run(self, input).await
+    }
+
+    async fn run_with_id(
+        &self,
+        input_id: InputId,
+        input: Input,
+    ) -> Result<TurnOutcome, RuntimeError> {
+        SessionHandle::run_with_id(self, input_id, input).await
+    }
+
+    async fn run_streamed(&self, input: Input) -> Result<TurnStream, RuntimeError> {
+        SessionHandle::run_streamed(self, input).await
+    }
+
+    async fn subscribe(
+        &self,
+        from_seq: Seq,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, RuntimeError> {
+        SessionHandle::subscribe(self, from_seq, options).await
+    }
+
+    async fn cancel(&self) -> Result<(), RuntimeError> {
+        SessionHandle::cancel(self).await
+    }
+
+    async fn decide_approval(
+        &self,
+        request_id: ApprovalRequestId,
+        decision: ApprovalDecision,
+        message: Option<String>,
+    ) -> Result<(), RuntimeError> {
+        SessionHandle::decide_approval(self, request_id, decision, message).await
+    }
+
+    async fn delete(&self) -> Result<(), RuntimeError> {
+        SessionHandle::delete(self).await
+    }
+}
 
 impl SessionHandle {
     /// Test hook: make the session's active TurnActor panic.

@@ -37,6 +37,7 @@ pub mod testkit;
 mod turn;
 
 pub use agent::{Agent, AgentBuilder};
+pub use handle::SessionApi;
 pub use kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};

@@ -89,8 +89,7 @@ pub enum TurnEvent {
 /// [`SessionHandle::run_with_id`] with the same input id follows it again.
 #[derive(Debug)]
 pub struct TurnStream {
-    session: SessionHandle,
-    subscription: Subscription,
+    source: Box<dyn UpdateSource>,
     /// Set after `Lagged`: the seq to resubscribe from before reading on.
     resubscribe_from: Option<Seq>,
     turn: Collector,
@@ -105,9 +104,20 @@ impl TurnStream {
         subscription: Subscription,
         input_id: InputId,
     ) -> Self {
+        Self::from_source(
+            Box::new(LocalSource {
+                session,
+                subscription,
+            }),
+            input_id,
+        )
+    }
+
+    /// A stream of the turn of `input_id`, read from `source` (a local or a remote
+    /// session's updates).
+    pub(crate) fn from_source(source: Box<dyn UpdateSource>, input_id: InputId) -> Self {
         Self {
-            session,
-            subscription,
+            source,
             resubscribe_from: None,
             turn: Collector::new(input_id),
             pending: VecDeque::new(),
@@ -139,17 +149,12 @@ impl TurnStream {
                 return None;
             }
             if let Some(from) = self.resubscribe_from {
-                match self
-                    .session
-                    .subscribe(from, SubscribeOptions::default())
-                    .await
-                {
-                    Ok(subscription) => self.subscription = subscription,
-                    Err(e) => return Some(self.fail(e)),
+                if let Err(e) = self.source.resubscribe(from).await {
+                    return Some(self.fail(e));
                 }
                 self.resubscribe_from = None;
             }
-            let Some(update) = self.subscription.recv().await else {
+            let Some(update) = self.source.recv().await else {
                 return Some(self.fail(RuntimeError::ShuttingDown));
             };
             match self.apply(update) {
@@ -202,6 +207,38 @@ impl TurnStream {
             }
             SessionUpdate::Notice(Notice::Closed { .. }) => Err(RuntimeError::ShuttingDown),
         }
+    }
+}
+
+/// Where a [`TurnStream`] reads its session's updates, and how it resubscribes after
+/// `Lagged`.
+#[async_trait::async_trait]
+pub(crate) trait UpdateSource: Send + std::fmt::Debug {
+    /// The next update; `None` when the subscription ended.
+    async fn recv(&mut self) -> Option<SessionUpdate>;
+    /// Replaces the subscription by one from `from`.
+    async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError>;
+}
+
+/// A local session's subscription.
+#[derive(Debug)]
+struct LocalSource {
+    session: SessionHandle,
+    subscription: Subscription,
+}
+
+#[async_trait::async_trait]
+impl UpdateSource for LocalSource {
+    async fn recv(&mut self) -> Option<SessionUpdate> {
+        self.subscription.recv().await
+    }
+
+    async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError> {
+        self.subscription = self
+            .session
+            .subscribe(from, SubscribeOptions::default())
+            .await?;
+        Ok(())
     }
 }
 

@@ -284,6 +284,13 @@ pub(crate) async fn create_session_in(
 }
 
 impl Runtime {
+    /// [`RuntimeConfig::subscriber_buffer`] (0 counted as 1); the default once shut down.
+    pub(crate) fn subscriber_buffer(&self) -> usize {
+        self.inner
+            .deps()
+            .map_or(DEFAULT_SUBSCRIBER_BUFFER, |deps| deps.subscriber_buffer)
+    }
+
     /// Starts the Supervisor.
     ///
     /// # Errors

@@ -28,6 +28,7 @@ pub struct ClusterClient {
     placement: Arc<Mutex<HashMap<SessionId, String>>>,
     timeout: Duration,
     gather_timeout: Duration,
+    subscriber_buffer: usize,
 }
 
 /// The sessions of a cluster, and which nodes are missing from them.
@@ -61,7 +62,32 @@ impl ClusterClient {
             placement: Arc::default(),
             timeout,
             gather_timeout: timeout,
+            subscriber_buffer: crate::runtime::DEFAULT_SUBSCRIBER_BUFFER,
         }
+    }
+
+    /// This client with `timeout` as the bound of each request to a node (default
+    /// [`NodeConfig::call_timeout`](super::NodeConfig::call_timeout)): a node that does
+    /// not answer within it fails the call with [`ClusterError::Timeout`].
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets how many updates a subscription of this client holds for its reader before
+    /// cutting it off with `Lagged` (a node's client: its runtime's `subscriber_buffer`).
+    pub(crate) fn with_subscriber_buffer(mut self, buffer: usize) -> Self {
+        self.subscriber_buffer = buffer.max(1);
+        self
+    }
+
+    /// A handle to the session `session_id`, wherever it lives in the cluster, with the
+    /// methods of a local [`SessionHandle`](crate::SessionHandle) (see
+    /// [`SessionApi`](crate::SessionApi)).
+    #[must_use]
+    pub fn session(&self, session_id: SessionId) -> super::RemoteSession {
+        super::RemoteSession::new(self.clone(), session_id)
     }
 
     /// Sets how long a cluster-wide list waits for each node.
@@ -128,7 +154,7 @@ impl ClusterClient {
                 Err(error.map_or(ClusterError::Remote(message), ClusterError::Runtime))
             }
             Ok(CallResult::Success(reply)) => Ok(reply),
-            Ok(CallResult::Timeout) => Err(ClusterError::NoAnswer("timeout".into())),
+            Ok(CallResult::Timeout) => Err(ClusterError::Timeout(timeout)),
             Ok(CallResult::SenderError) => Err(ClusterError::NoAnswer("connection lost".into())),
             Err(e) => Err(ClusterError::NoAnswer(e.to_string())),
         }
@@ -169,8 +195,8 @@ impl ClusterClient {
     /// Creates a session on `target_node` (default: this node).
     ///
     /// # Errors
-    /// [`ClusterError::NodeUnreachable`], [`ClusterError::Remote`] (storage),
-    /// [`ClusterError::NoAnswer`].
+    /// [`ClusterError::NodeUnreachable`], [`ClusterError::Runtime`] (storage),
+    /// [`ClusterError::Timeout`], [`ClusterError::NoAnswer`].
     pub async fn create_session(
         &self,
         target_node: Option<&str>,
@@ -385,7 +411,8 @@ impl ClusterClient {
         options: SubscribeOptions,
     ) -> Result<ClusterSubscription, ClusterError> {
         let node = self.locate(session_id).await?;
-        ClusterSubscription::start(self.clone(), node, session_id, from_seq, options).await
+        let buffer = self.subscriber_buffer;
+        ClusterSubscription::start(self.clone(), node, session_id, from_seq, options, buffer).await
     }
 }
 

@@ -5,7 +5,12 @@
 //!   [`wire::GATEWAY_GROUP`], and a membership task (heartbeats, reconnect with backoff).
 //! - [`ClusterClient`] reaches every node's gateway: create a session on any node, submit
 //!   (idempotent by input id), cancel, delete, approvals, a cluster-wide session list,
-//!   and [`ClusterSubscription`]s that resume from their last seq across reconnects.
+//!   and [`ClusterSubscription`]s that resume from their last seq across reconnects
+//!   (bounded like local ones: a reader that falls behind gets `Lagged`). Each request
+//!   waits at most the call timeout ([`ClusterError::Timeout`]).
+//! - [`RemoteSession`] ([`ClusterClient::session`]): a session on any node behind the
+//!   same [`SessionApi`](crate::SessionApi) as a local
+//!   [`SessionHandle`](crate::SessionHandle), with [`RuntimeError`](crate::RuntimeError)s.
 //! - [`ClientNode`] joins a cluster without serving sessions (a CLI listing the
 //!   cluster's sessions through one node).
 //! - [`wire`] holds every cross-node message; payloads use the versioned store codec.
@@ -21,12 +26,14 @@ mod dial;
 mod gateway;
 mod membership;
 mod node;
+mod session;
 mod subscription;
 pub mod wire;
 
 pub use client::{ClusterClient, ClusterListing};
 pub use connect::ClientNode;
 pub use node::ClusterNode;
+pub use session::RemoteSession;
 pub use subscription::ClusterSubscription;
 
 use ractor::ActorRef;
@@ -39,8 +46,8 @@ use wire::GatewayMsg;
 /// How a node is started.
 #[derive(Clone)]
 pub struct NodeConfig {
-    /// Address to listen on for other nodes (`127.0.0.1:0` picks a free port, but peers
-    /// then cannot be configured to dial it).
+    /// Address to listen on for other nodes. Port 0 is resolved to a free port before
+    /// the node starts, and that port is advertised ([`ClusterNode::listen_addr`]).
     pub listen: SocketAddr,
     /// Shared secret of the cluster (ractor_cluster's cookie handshake).
     pub cookie: String,
@@ -53,7 +60,8 @@ pub struct NodeConfig {
     /// A peer that does not answer a heartbeat within this is dropped and redialled
     /// (default 1 s).
     pub heartbeat_timeout: Duration,
-    /// Timeout of a client's requests to a gateway (default 30 s).
+    /// Timeout of a client's requests to a gateway (default 30 s): past it, the call
+    /// fails with [`ClusterError::Timeout`].
     pub call_timeout: Duration,
     /// Bound of one dial of a peer (default 3 s): the TCP connect, and the cluster
     /// handshake and cookie authentication after it, must be done within this of the
@@ -120,9 +128,13 @@ pub enum ClusterError {
     /// or reply), or a runtime error from a node too old to send it whole.
     #[error("remote: {0}")]
     Remote(String),
-    /// The request did not get an answer (timeout, connection lost).
+    /// The request did not get an answer (connection lost, actor gone).
     #[error("no answer: {0}")]
     NoAnswer(String),
+    /// The node did not answer within the client's call timeout
+    /// ([`NodeConfig::call_timeout`], [`ClusterClient::with_timeout`]).
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
     /// An actor could not start.
     #[error("actor: {0}")]
     Actor(String),
@@ -186,6 +198,20 @@ pub enum ClusterError {
     Partial(Vec<String>),
 }
 
+/// A cluster error as the error of the same call on a local session: a remote
+/// runtime's refusal is its own variant ([`RuntimeError::SessionDeleted`](crate::RuntimeError::SessionDeleted), …), a session
+/// no node has is [`RuntimeError::SessionNotFound`](crate::RuntimeError::SessionNotFound), the rest is
+/// [`RuntimeError::Cluster`](crate::RuntimeError::Cluster).
+impl From<ClusterError> for crate::RuntimeError {
+    fn from(error: ClusterError) -> Self {
+        match error {
+            ClusterError::Runtime(error) => error,
+            ClusterError::SessionNotFound(id) => crate::RuntimeError::SessionNotFound(id),
+            other => crate::RuntimeError::Cluster(Box::new(other)),
+        }
+    }
+}
+
 /// The live gateways by node name (published by the membership task), and the nodes
 /// that are missing: node name (a node seen live before) or configured address (never
 /// reached) → why (last dial error, missed heartbeat).
@@ -225,5 +251,7 @@ impl std::fmt::Debug for Gateways {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_api;
 #[cfg(test)]
 mod tests_nodes;

@@ -160,6 +160,7 @@ impl ClusterNode {
     pub fn client(&self) -> ClusterClient {
         ClusterClient::new(self.name.clone(), self.gateways.clone(), self.call_timeout)
             .with_gather_timeout(self.gather_timeout)
+            .with_subscriber_buffer(self.runtime.subscriber_buffer())
     }
 
     /// Leaves the cluster: stops the membership task, the gateway (and its forwarders

@@ -7,6 +7,11 @@
 //! node's gateway changes (its node restarted or reconnected) or the remote side reports
 //! `Lagged`, drops pushes of older epochs and events at or below `last_seq`, so the
 //! stream has no gap and no duplicate.
+//!
+//! The updates wait for the reader in a channel bounded like a local subscriber's
+//! (`RuntimeConfig::subscriber_buffer` of the client's node): a reader that falls that
+//! far behind is cut off, and gets `Notice::Lagged{last_seq}` once, as a local
+//! [`Subscription`](crate::Subscription) does — resubscribe from `last_seq + 1`.
 
 use super::ClusterError;
 use super::client::ClusterClient;
@@ -16,8 +21,6 @@ use foya_protocol::event::Notice;
 use foya_protocol::{Seq, SessionId, SessionUpdate};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -57,10 +60,16 @@ impl Actor for SubscriberActor {
 
 /// A session's updates across the cluster; also a `futures::Stream`. Dropping it ends
 /// the subscription (the remote forwarder stops when its next push fails).
+///
+/// A reader that falls [`Self::capacity`] updates behind is cut off: it gets
+/// [`Notice::Lagged`] with the seq of the last event it received, once, then `None` —
+/// as a local [`Subscription`](crate::Subscription) does.
 #[derive(Debug)]
 pub struct ClusterSubscription {
-    rx: mpsc::UnboundedReceiver<SessionUpdate>,
-    last_seq: Arc<AtomicU64>,
+    session_id: SessionId,
+    rx: mpsc::Receiver<SessionUpdate>,
+    last_seq: Seq,
+    ended: bool,
     driver: JoinHandle<()>,
     actor: ActorRef<Push>,
 }
@@ -79,6 +88,7 @@ impl ClusterSubscription {
         session_id: SessionId,
         from_seq: Seq,
         options: SubscribeOptions,
+        buffer: usize,
     ) -> Result<ClusterSubscription, ClusterError> {
         let group = format!("foya.sub.{}", uuid::Uuid::now_v7());
         let (push_tx, pushes) = mpsc::unbounded_channel();
@@ -86,8 +96,7 @@ impl ClusterSubscription {
             .await
             .map_err(|e| ClusterError::Actor(e.to_string()))?;
         let last = from_seq.0.max(1) - 1;
-        let last_seq = Arc::new(AtomicU64::new(last));
-        let (out, rx) = mpsc::unbounded_channel();
+        let (out, rx) = mpsc::channel(buffer.max(1));
         let driver = Driver {
             client,
             node,
@@ -97,12 +106,13 @@ impl ClusterSubscription {
             last: Seq(last),
             pushes,
             out,
-            shared_last: Arc::clone(&last_seq),
         };
         let driver = tokio::spawn(driver.run());
         Ok(ClusterSubscription {
+            session_id,
             rx,
-            last_seq,
+            last_seq: Seq(last),
+            ended: false,
             driver,
             actor,
         })
@@ -111,15 +121,57 @@ impl ClusterSubscription {
     /// Seq of the last event delivered (`from_seq - 1` before any).
     #[must_use]
     pub fn last_seq(&self) -> Seq {
-        Seq(self.last_seq.load(Ordering::Acquire))
+        self.last_seq
     }
 
-    /// The next update; `None` after `Notice::Closed` was delivered.
+    /// How many updates may wait for the reader before it is cut off with
+    /// [`Notice::Lagged`] (the client node's `RuntimeConfig::subscriber_buffer`).
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.rx.max_capacity()
+    }
+
+    /// How many updates wait for the reader now (at most [`Self::capacity`]).
+    #[must_use]
+    pub fn queued(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// Whether the driver stopped (cut this reader off, or the subscription closed).
+    #[cfg(test)]
+    pub(crate) fn is_cut_off(&self) -> bool {
+        self.rx.is_closed()
+    }
+
+    /// The next update; `None` after `Notice::Closed` or `Notice::Lagged` was delivered.
     ///
     /// # Cancel safety
     /// Cancel-safe.
     pub async fn recv(&mut self) -> Option<SessionUpdate> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.poll_update(cx)).await
+    }
+
+    fn poll_update(&mut self, cx: &mut Context<'_>) -> Poll<Option<SessionUpdate>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let update = match self.rx.poll_recv(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(update)) => update,
+            // The driver stopped without `Closed`: it cut this reader off.
+            Poll::Ready(None) => SessionUpdate::Notice(Notice::Lagged {
+                session_id: self.session_id,
+                last_seq: self.last_seq,
+            }),
+        };
+        match &update {
+            SessionUpdate::Event(event) => self.last_seq = event.seq,
+            SessionUpdate::Notice(Notice::Closed { .. } | Notice::Lagged { .. }) => {
+                self.ended = true;
+            }
+            SessionUpdate::Delta(_) => {}
+        }
+        Poll::Ready(Some(update))
     }
 }
 
@@ -127,7 +179,7 @@ impl futures::Stream for ClusterSubscription {
     type Item = SessionUpdate;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SessionUpdate>> {
-        self.get_mut().rx.poll_recv(cx)
+        self.get_mut().poll_update(cx)
     }
 }
 
@@ -139,8 +191,7 @@ struct Driver {
     approver: bool,
     last: Seq,
     pushes: mpsc::UnboundedReceiver<Push>,
-    out: mpsc::UnboundedSender<SessionUpdate>,
-    shared_last: Arc<AtomicU64>,
+    out: mpsc::Sender<SessionUpdate>,
 }
 
 /// What ended one attempt.
@@ -181,7 +232,7 @@ impl Driver {
                         session_id: self.session_id,
                         reason,
                     };
-                    let _ = self.out.send(SessionUpdate::Notice(notice));
+                    let _ = self.out.try_send(SessionUpdate::Notice(notice));
                     return;
                 }
                 Err(e) => {
@@ -194,6 +245,20 @@ impl Driver {
                 Next::Resubscribe => {}
                 Next::Stop => return,
             }
+        }
+    }
+
+    /// Queues `update` for the reader, never waiting: `false` when the reader is gone
+    /// or is `capacity` updates behind (the driver then stops, and the reader, once it
+    /// drained the queue, gets `Lagged`).
+    fn deliver(&self, update: SessionUpdate) -> bool {
+        match self.out.try_send(update) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::debug!(session_id = %self.session_id, "cluster subscriber lagged");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
         }
     }
 
@@ -218,18 +283,17 @@ impl Driver {
                                 continue;
                             }
                             self.last = event.seq;
-                            self.shared_last.store(event.seq.0, Ordering::Release);
-                            if self.out.send(SessionUpdate::Event(event)).is_err() {
+                            if !self.deliver(SessionUpdate::Event(event)) {
                                 return Next::Stop;
                             }
                         }
                         SessionUpdate::Notice(Notice::Lagged { .. }) => return Next::Resubscribe,
                         update @ SessionUpdate::Notice(Notice::Closed { .. }) => {
-                            let _ = self.out.send(update);
+                            let _ = self.deliver(update);
                             return Next::Stop;
                         }
                         update => {
-                            if self.out.send(update).is_err() {
+                            if !self.deliver(update) {
                                 return Next::Stop;
                             }
                         }

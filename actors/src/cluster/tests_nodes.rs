@@ -23,9 +23,9 @@ use std::time::Duration;
 /// The tests of this file run one at a time: ractor's process groups are process-wide,
 /// and the proxies of in-process node servers can share actor ids (see
 /// `ClusterNode::start`), so one test's heartbeats could drop another's sessions.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(super) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
@@ -39,7 +39,7 @@ fn closed_port() -> (tokio::net::TcpSocket, u16) {
     (socket, port)
 }
 
-async fn runtime() -> Runtime {
+pub(super) async fn runtime() -> Runtime {
     let store = Store::open_in_memory(StoreOptions::default()).unwrap();
     let responses = json!({"responses": [{"text": "one"}, {"text": "two"}]});
     Runtime::start(config_for(store, script(responses)))
@@ -47,7 +47,12 @@ async fn runtime() -> Runtime {
         .unwrap()
 }
 
-async fn node(name: &str, port: u16, connect: Vec<String>, runtime: Runtime) -> ClusterNode {
+pub(super) async fn node(
+    name: &str,
+    port: u16,
+    connect: Vec<String>,
+    runtime: Runtime,
+) -> ClusterNode {
     let listen = format!("127.0.0.1:{port}").parse().unwrap();
     let mut config = NodeConfig::new(listen, "cookie", connect, name);
     config.heartbeat = Duration::from_millis(50);

@@ -60,6 +60,13 @@ pub enum RuntimeError {
     /// [`crate::TurnStream::outcome`] was called after the stream had already ended.
     #[error("the turn's stream already ended (its outcome was taken)")]
     TurnStreamEnded,
+    /// A call to a session on another node failed in the cluster layer (node
+    /// unreachable, no answer within the call timeout, …). A refusal of the remote
+    /// runtime is not this: it is the variant a local call gets (e.g.
+    /// [`RuntimeError::SessionDeleted`]). Made on the calling node only; never sent.
+    #[error("cluster: {0}")]
+    #[serde(skip)]
+    Cluster(Box<crate::cluster::ClusterError>),
 }
 
 /// A reply carrying a runtime result.
