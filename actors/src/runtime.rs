@@ -285,6 +285,7 @@ pub(crate) async fn create_session_in(
 
 impl Runtime {
     /// [`RuntimeConfig::subscriber_buffer`] (0 counted as 1); the default once shut down.
+    #[cfg(feature = "cluster")] // only the cluster's subscriptions use it
     pub(crate) fn subscriber_buffer(&self) -> usize {
         self.inner
             .deps()

@@ -64,6 +64,7 @@ pub enum RuntimeError {
     /// unreachable, no answer within the call timeout, …). A refusal of the remote
     /// runtime is not this: it is the variant a local call gets (e.g.
     /// [`RuntimeError::SessionDeleted`]). Made on the calling node only; never sent.
+    #[cfg(feature = "cluster")]
     #[error("cluster: {0}")]
     #[serde(skip)]
     Cluster(Box<crate::cluster::ClusterError>),
