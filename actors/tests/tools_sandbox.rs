@@ -98,3 +98,33 @@ fn a_program_that_cannot_be_executed_exits_with_127() {
         )
     );
 }
+
+#[test]
+fn the_program_starts_with_no_signal_blocked() {
+    // The helper watches SIGHUP and SIGTERM with handlers, not a blocked mask: a mask
+    // would be inherited by the program (`std::process::Command` keeps it), which a
+    // polite `kill` could then no longer stop.
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().to_str().unwrap();
+    let output = helper(&[
+        SANDBOX_EXEC_ARG,
+        "--policy",
+        "\"read-only\"",
+        "--cwd",
+        cwd,
+        "--tmp",
+        cwd,
+        "--",
+        "grep",
+        "^SigBlk",
+        "/proc/self/status",
+    ]);
+    assert_eq!(
+        summary(&output),
+        (
+            Some(0),
+            "SigBlk:\t0000000000000000\n".to_owned(),
+            String::new()
+        )
+    );
+}

@@ -143,8 +143,9 @@ pub fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 /// The runtime configuration of the CLI's commands: [`RuntimeConfig::new`] plus what
 /// an embedder must ask for and a coding agent needs: every built-in tool (`shell`
-/// sandboxed by this binary's `__sandbox-exec`), the project's files and the user's
-/// `~/.config/foya` ([`ContextOptions::with_files`]).
+/// sandboxed by the small `foya-sandbox` helper next to this binary, else by this
+/// binary's own `__sandbox-exec`: [`SandboxRunner::this_binary`]), the project's files
+/// and the user's `~/.config/foya` ([`ContextOptions::with_files`]).
 pub fn runtime_config(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> RuntimeConfig {
     RuntimeConfig {
         tools: Arc::new(ToolRegistry::builtin_with_sandbox(

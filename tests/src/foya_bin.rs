@@ -11,32 +11,40 @@ use std::sync::OnceLock;
 pub fn foya_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let mut build = escargot::CargoBuild::new().package("foya").bin("foya");
-        // The variables cargo sets for a test process would reach build scripts that
-        // watch them (`rerun-if-env-changed`) and make this build and the next
-        // `cargo test` rebuild each other's dependencies.
-        for (key, _) in std::env::vars_os() {
-            let Some(key) = key.to_str() else { continue };
-            if key.starts_with("CARGO_PKG_")
-                || [
-                    "CARGO_MANIFEST_DIR",
-                    "CARGO_MANIFEST_PATH",
-                    "CARGO_MANIFEST_LINKS",
-                    "CARGO_CRATE_NAME",
-                    "CARGO_PRIMARY_PACKAGE",
-                    "CARGO_TARGET_TMPDIR",
-                    "OUT_DIR",
-                ]
-                .contains(&key)
-            {
-                build = build.env_remove(key);
-            }
-        }
-        #[expect(clippy::expect_used, reason = "test harness: no binary, no test")]
-        let run = build.run().expect("build the foya binary");
-        run.path().to_path_buf()
+        // The small sandbox helper first: `foya` runs it for every exec tool call when
+        // it sits next to it (the same `target/<profile>/`), as after `cargo build`.
+        build_bin("foya-actors", "foya-sandbox");
+        build_bin("foya", "foya")
     })
     .clone()
+}
+
+/// Builds the binary `bin` of `package` (the same profile as the tests); its path.
+fn build_bin(package: &str, bin: &str) -> PathBuf {
+    let mut build = escargot::CargoBuild::new().package(package).bin(bin);
+    // The variables cargo sets for a test process would reach build scripts that
+    // watch them (`rerun-if-env-changed`) and make this build and the next
+    // `cargo test` rebuild each other's dependencies.
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+            ]
+            .contains(&key)
+        {
+            build = build.env_remove(key);
+        }
+    }
+    #[expect(clippy::expect_used, reason = "test harness: no binary, no test")]
+    let run = build.run().expect("build the foya binaries");
+    run.path().to_path_buf()
 }
 
 /// The `HOME` of every [`foya`] command of this test process: a directory of its own,

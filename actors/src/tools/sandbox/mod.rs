@@ -34,6 +34,20 @@ pub const TMP_PREFIX: &str = "foya-sandbox-";
 /// [`sandbox_entry_if_requested`] first thing in `main`).
 pub const SANDBOX_HELPER_ENV: &str = "FOYA_SANDBOX_HELPER";
 
+/// File name of the small stand-alone sandbox helper (`src/bin/foya-sandbox.rs`), looked
+/// for next to the runtime's executable by [`SandboxRunner::this_binary`].
+pub const HELPER_BIN: &str = "foya-sandbox";
+
+/// The helper to run for the executable `exe`: [`HELPER_BIN`] in the same directory when
+/// it is a file there, else `exe` itself (re-executed as `exe __sandbox-exec ...`).
+#[must_use]
+pub fn beside(exe: &Path) -> PathBuf {
+    exe.parent()
+        .map(|dir| dir.join(HELPER_BIN))
+        .filter(|small| small.is_file() && small.as_path() != exe)
+        .unwrap_or_else(|| exe.to_path_buf())
+}
+
 /// Starts confined processes through a helper binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxRunner {
@@ -87,13 +101,18 @@ impl SandboxRunner {
         Self { helper }
     }
 
-    /// The helper from `FOYA_SANDBOX_HELPER`, else the current executable: for a binary
-    /// whose `main` calls [`sandbox_entry_if_requested`] first (the `foya` CLI).
+    /// The helper from `FOYA_SANDBOX_HELPER`, else the small [`HELPER_BIN`] binary next
+    /// to the current executable (`cargo build` puts both in `target/<profile>/`; an
+    /// install copies both), else the current executable itself: for a binary whose
+    /// `main` calls [`sandbox_entry_if_requested`] first (the `foya` CLI).
+    ///
+    /// The small helper starts several times cheaper than re-executing a large runtime
+    /// binary, and every exec tool call starts one.
     #[must_use]
     pub fn this_binary() -> Self {
         let helper = Self::from_env()
             .helper
-            .or_else(|| std::env::current_exe().ok())
+            .or_else(|| std::env::current_exe().ok().map(|exe| beside(&exe)))
             .unwrap_or_else(|| PathBuf::from("foya"));
         Self::new(helper)
     }
@@ -254,5 +273,30 @@ impl ProcessGroupGuard {
 impl Drop for ProcessGroupGuard {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{HELPER_BIN, beside};
+
+    #[test]
+    fn the_small_helper_next_to_the_executable_is_preferred() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("foya");
+        std::fs::write(&exe, "").unwrap();
+        // Alone: the executable re-executes itself.
+        assert_eq!(beside(&exe), exe);
+        // A directory of that name is not a helper.
+        std::fs::create_dir(dir.path().join(HELPER_BIN)).unwrap();
+        assert_eq!(beside(&exe), exe);
+        std::fs::remove_dir(dir.path().join(HELPER_BIN)).unwrap();
+        std::fs::write(dir.path().join(HELPER_BIN), "").unwrap();
+        assert_eq!(beside(&exe), dir.path().join(HELPER_BIN));
+        // The helper itself does not look for another.
+        let helper = dir.path().join(HELPER_BIN);
+        assert_eq!(beside(&helper), helper);
     }
 }

@@ -1,0 +1,63 @@
+//! Which sandbox helper `foya` starts for an exec tool call: the small `foya-sandbox`
+//! binary when it sits next to `foya` (as `cargo build` and an install leave them; the
+//! test kit builds both into the same `target/<profile>/`), else `FOYA_SANDBOX_HELPER`
+//! when set — here `foya` itself, the fallback of a `foya` without its helper beside it.
+//!
+//! The proof is the process tree, not a timing: the command prints the name of its
+//! parent (`/proc/$PPID/comm`), which is the helper that runs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use foya_tests::child::{Piped, read_until, spawn_json_lines, wait_exit};
+use foya_tests::foya_bin::{foya_bin, scripted};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Global wait for one test.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The result of one sandboxed (`--approval auto`: `workspace-write`) `shell` call
+/// printing the name of its parent process, with `helper` as `FOYA_SANDBOX_HELPER`.
+fn parent_of_the_command(tmp: &Path, helper: Option<&Path>) -> Value {
+    let (data, work) = (tmp.join("data"), tmp.join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let script = tmp.join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell",
+            "arguments": {"command": "cat /proc/$PPID/comm"}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let mut command = scripted("run", "auto", &script, &data, &work);
+    command.env_remove("FOYA_SANDBOX_HELPER");
+    if let Some(helper) = helper {
+        command.env("FOYA_SANDBOX_HELPER", helper);
+    }
+    let Piped { child, lines, .. } = spawn_json_lines(command.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    let result = read_until(&lines, deadline, |l| l["type"] == "tool_message")
+        .pop()
+        .unwrap();
+    assert_eq!(wait_exit(child, deadline).code(), Some(0));
+    result["content"].clone()
+}
+
+#[test]
+fn foya_starts_the_small_helper_next_to_it() {
+    let bin = foya_bin();
+    assert!(bin.with_file_name("foya-sandbox").is_file());
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(
+        parent_of_the_command(tmp.path(), None),
+        json!("foya-sandbox\n[exit code: 0]")
+    );
+}
+
+#[test]
+fn the_environment_variable_still_selects_the_helper() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(
+        parent_of_the_command(tmp.path(), Some(&foya_bin())),
+        json!("foya\n[exit code: 0]")
+    );
+}
