@@ -67,7 +67,96 @@ pub enum RuntimeError {
     #[cfg(feature = "cluster")]
     #[error("cluster: {0}")]
     #[serde(skip)]
-    Cluster(Box<crate::cluster::ClusterError>),
+    Cluster(Box<ClusterError>),
+}
+
+/// Errors of the cluster API. Non-exhaustive: keep a catch-all arm.
+#[cfg(feature = "cluster")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// No live gateway of this node is known (not connected, or it missed heartbeats).
+    #[error("node {0} is not reachable")]
+    NodeUnreachable(String),
+    /// No node of the cluster has this session.
+    #[error("session {0} is not on any reachable node")]
+    SessionNotFound(foya_protocol::SessionId),
+    /// The remote runtime refused, with the error a local call gets
+    /// ([`crate::RuntimeError::SessionDeleted`], `ShuttingDown`, …).
+    #[error("remote: {0}")]
+    Runtime(RuntimeError),
+    /// The gateway answered with an error of the cluster layer (an undecodable request
+    /// or reply), or a runtime error from a node too old to send it whole.
+    #[error("remote: {0}")]
+    Remote(String),
+    /// The request did not get an answer (connection lost, actor gone).
+    #[error("no answer: {0}")]
+    NoAnswer(String),
+    /// The node did not answer within the client's call timeout
+    /// ([`crate::cluster::NodeConfig::call_timeout`], [`crate::cluster::ClusterClient::with_timeout`]).
+    #[error("no answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// An actor could not start.
+    #[error("actor: {0}")]
+    Actor(String),
+    /// No TCP connection to `addr` (refused, unresolvable, or no answer within
+    /// [`crate::cluster::NodeConfig::connect_timeout`]).
+    #[error("cannot connect to {addr}: {reason}")]
+    ConnectFailed {
+        /// The address dialled (`host:port`).
+        addr: String,
+        /// What went wrong (the OS error, or the timeout).
+        reason: String,
+    },
+    /// The peer at `addr` accepted the TCP connection but did not complete the cluster
+    /// handshake within [`crate::cluster::NodeConfig::connect_timeout`] of the dial (it is silent, or is
+    /// no cluster node).
+    #[error(
+        "the peer at {addr} accepted the connection but did not complete the cluster \
+         handshake within {timeout:?}"
+    )]
+    HandshakeTimeout {
+        /// The address dialled (`host:port`).
+        addr: String,
+        /// The bound that passed ([`crate::cluster::NodeConfig::connect_timeout`]).
+        timeout: std::time::Duration,
+    },
+    /// The peer at `addr` accepted the connection but closed it before the cluster
+    /// handshake's challenge, on every dial for [`crate::cluster::NodeConfig::connect_timeout`]: it is
+    /// no cluster node (an HTTP server, or a proxy answering for an address it cannot
+    /// reach).
+    #[error(
+        "the peer at {addr} accepted the connection but closed it before completing the \
+         cluster handshake, on every dial for {timeout:?} (is it a foya node?)"
+    )]
+    HandshakeClosed {
+        /// The address dialled (`host:port`).
+        addr: String,
+        /// How long it was dialled ([`crate::cluster::NodeConfig::connect_timeout`]).
+        timeout: std::time::Duration,
+    },
+    /// The node at `addr` closed the connection during the cookie handshake: the cookies
+    /// differ.
+    #[error("authentication with {addr} failed (the cookies differ)")]
+    AuthFailed {
+        /// The address dialled.
+        addr: String,
+    },
+    /// This node was refused: a node started earlier already holds its name.
+    #[error(
+        "node name {name:?} is already taken in the cluster by the node at {holder}; \
+         choose another --name"
+    )]
+    NameTaken {
+        /// The contested name.
+        name: String,
+        /// The address (`host:port` it listens on) of the node holding it.
+        holder: String,
+    },
+    /// Some nodes did not answer a cluster-wide request (see
+    /// [`crate::cluster::ClusterClient::list_cluster`] for the partial answer).
+    #[error("no answer from node(s) {}", .0.join(", "))]
+    Partial(Vec<String>),
 }
 
 /// A reply carrying a runtime result.

@@ -14,5 +14,7 @@ pub use approval::ApprovalRequest;
 pub(crate) use clock::now_ms;
 pub(crate) use deps::{ControlConfig, RuntimeDeps};
 pub use deps::{QueuedOnRestart, WithoutApprover};
+#[cfg(feature = "cluster")]
+pub use error::ClusterError;
 pub use error::RuntimeError;
 pub(crate) use error::{Reply, actor_err, ask};
