@@ -15,8 +15,9 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    // A sandboxed child may re-execute this binary (when `foya-sandbox` is not beside it) as `foya __sandbox-exec …`: it applies the
-    // Landlock policy and execs the command, never returning here.
+    // A sandboxed child may re-execute this binary (when `foya-sandbox` is not beside
+    // it) as `foya __sandbox-exec …`: it applies the Landlock policy and execs the
+    // command, never returning here.
     foya_actors::tools::sandbox::sandbox_entry_if_requested();
 
     let cli = match cli::Cli::try_parse() {
