@@ -6,6 +6,7 @@
 //! The stream reads a [`Subscription`]; when the session cuts it off (`Lagged`) it
 //! resubscribes from the last seq it saw, so nothing is missed however slowly it is read.
 
+use crate::handle::SessionApi;
 pub use crate::kernel::ApprovalRequest;
 use crate::kernel::RuntimeError;
 use crate::runtime::SessionHandle;
@@ -15,6 +16,7 @@ use foya_protocol::{
     ApprovalRequestId, Delta, ErrorInfo, Event, EventKind, InputId, RunId, Seq, SessionUpdate,
     ToolCall, ToolCallId, ToolMessage, TurnStatus, Usage,
 };
+use futures::StreamExt;
 use std::collections::VecDeque;
 use std::ops::RangeInclusive;
 
@@ -105,7 +107,7 @@ impl TurnStream {
         input_id: InputId,
     ) -> Self {
         Self::from_source(
-            Box::new(LocalSource {
+            Box::new(ApiSource {
                 session,
                 subscription,
             }),
@@ -220,17 +222,22 @@ pub(crate) trait UpdateSource: Send + std::fmt::Debug {
     async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError>;
 }
 
-/// A local session's subscription.
+/// A session's subscription, local ([`SessionHandle`]) or remote
+/// (`cluster::RemoteSession`): it resubscribes through [`SessionApi`].
 #[derive(Debug)]
-struct LocalSource {
-    session: SessionHandle,
-    subscription: Subscription,
+pub(crate) struct ApiSource<S: SessionApi> {
+    pub(crate) session: S,
+    pub(crate) subscription: S::Subscription,
 }
 
 #[async_trait::async_trait]
-impl UpdateSource for LocalSource {
+impl<S> UpdateSource for ApiSource<S>
+where
+    S: SessionApi + std::fmt::Debug,
+    S::Subscription: std::fmt::Debug,
+{
     async fn recv(&mut self) -> Option<SessionUpdate> {
-        self.subscription.recv().await
+        self.subscription.next().await
     }
 
     async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError> {

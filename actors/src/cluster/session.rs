@@ -4,9 +4,8 @@
 use super::{ClusterClient, ClusterSubscription};
 use crate::handle::SessionApi;
 use crate::kernel::RuntimeError;
-use crate::outcome::{TurnOutcome, TurnStream, UpdateSource};
+use crate::outcome::{ApiSource, TurnOutcome, TurnStream};
 use crate::subscription::SubscribeOptions;
-use foya_protocol::SessionUpdate;
 use foya_protocol::{ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId};
 
 /// A handle to a session wherever it lives in the cluster (made by
@@ -36,7 +35,7 @@ impl RemoteSession {
             .subscribe(Seq::FIRST, SubscribeOptions::default())
             .await?;
         self.submit_with_id(input_id, input).await?;
-        let source = RemoteSource {
+        let source = ApiSource {
             session: self.clone(),
             subscription,
         };
@@ -109,27 +108,5 @@ impl SessionApi for RemoteSession {
 
     async fn delete(&self) -> Result<(), RuntimeError> {
         Ok(self.client.delete(self.id).await?)
-    }
-}
-
-/// A remote session's subscription, for a [`TurnStream`].
-#[derive(Debug)]
-struct RemoteSource {
-    session: RemoteSession,
-    subscription: ClusterSubscription,
-}
-
-#[async_trait::async_trait]
-impl UpdateSource for RemoteSource {
-    async fn recv(&mut self) -> Option<SessionUpdate> {
-        self.subscription.recv().await
-    }
-
-    async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError> {
-        self.subscription = self
-            .session
-            .subscribe(from, SubscribeOptions::default())
-            .await?;
-        Ok(())
     }
 }
