@@ -3,13 +3,14 @@
 //! resolved once more, so a handle survives session restarts.
 
 use crate::kernel::{ApprovalRequest, Reply, RuntimeError, ask};
-use crate::outcome::{TurnOutcome, TurnStream};
+use crate::outcome::{TurnOutcome, TurnStream, UpdateSource};
 use crate::runtime::SessionHandle;
 use crate::session::SessionMsg;
 use crate::subscription::{SubscribeOptions, Subscription};
 use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId, SessionUpdate,
 };
+use futures::StreamExt;
 
 /// The operations of a session, whether it lives in this runtime ([`SessionHandle`]) or
 /// on another node of a cluster ([`RemoteSession`](crate::cluster::RemoteSession)):
@@ -259,9 +260,15 @@ impl SessionHandle {
             .subscribe(Seq::FIRST, SubscribeOptions::default())
             .await?;
         self.submit_with_id(input_id, input).await?;
-        TurnStream::new(self.clone(), subscription, input_id)
-            .outcome()
-            .await
+        TurnStream::from_source(
+            Box::new(ApiSource {
+                session: self.clone(),
+                subscription,
+            }),
+            input_id,
+        )
+        .outcome()
+        .await
     }
 
     /// Submits `input` and returns its turn's events as they happen: text fragments,
@@ -292,7 +299,13 @@ impl SessionHandle {
     pub async fn run_streamed(&self, input: Input) -> Result<TurnStream, RuntimeError> {
         let subscription = self.subscribe_live().await?;
         let input_id = self.submit(input).await?;
-        Ok(TurnStream::new(self.clone(), subscription, input_id))
+        Ok(TurnStream::from_source(
+            Box::new(ApiSource {
+                session: self.clone(),
+                subscription,
+            }),
+            input_id,
+        ))
     }
 
     /// A subscription to what the session commits and streams from now on (no replay).
@@ -410,5 +423,32 @@ impl SessionHandle {
     pub async fn delete(&self) -> Result<(), RuntimeError> {
         let actor = self.inner.session_actor(self.id).await?;
         ask(&actor, |reply| SessionMsg::Delete { reply }).await
+    }
+}
+
+/// A session's subscription, local ([`SessionHandle`]) or remote
+/// (`cluster::RemoteSession`): it resubscribes through [`SessionApi`].
+#[derive(Debug)]
+pub(crate) struct ApiSource<S: SessionApi> {
+    pub(crate) session: S,
+    pub(crate) subscription: S::Subscription,
+}
+
+#[async_trait::async_trait]
+impl<S> UpdateSource for ApiSource<S>
+where
+    S: SessionApi + std::fmt::Debug,
+    S::Subscription: std::fmt::Debug,
+{
+    async fn recv(&mut self) -> Option<SessionUpdate> {
+        self.subscription.next().await
+    }
+
+    async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError> {
+        self.subscription = self
+            .session
+            .subscribe(from, SubscribeOptions::default())
+            .await?;
+        Ok(())
     }
 }

@@ -1,22 +1,18 @@
 //! Owns following one turn from its input to its `turn_complete`: [`TurnStream`] (typed
-//! events of that turn only) and [`TurnOutcome`] (what [`SessionHandle::run`] returns).
+//! events of that turn only) and [`TurnOutcome`] (what [`SessionHandle::run`](crate::SessionHandle::run) returns).
 //!
 //! A turn is found by its input id: the `user_message` of that input names the turn's
 //! run id, and every later event with that run id belongs to it, up to `turn_complete`.
 //! The stream reads a [`Subscription`]; when the session cuts it off (`Lagged`) it
 //! resubscribes from the last seq it saw, so nothing is missed however slowly it is read.
 
-use crate::handle::SessionApi;
 pub use crate::kernel::ApprovalRequest;
 use crate::kernel::RuntimeError;
-use crate::runtime::SessionHandle;
-use crate::subscription::{SubscribeOptions, Subscription};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{
     ApprovalRequestId, Delta, ErrorInfo, Event, EventKind, InputId, RunId, Seq, SessionUpdate,
     ToolCall, ToolCallId, ToolMessage, TurnStatus, Usage,
 };
-use futures::StreamExt;
 use std::collections::VecDeque;
 use std::ops::RangeInclusive;
 
@@ -67,7 +63,7 @@ pub enum TurnEvent {
     ToolCall(ToolCall),
     /// A call's result (committed).
     ToolResult(ToolMessage),
-    /// A call waits for a decision ([`SessionHandle::decide_approval`]).
+    /// A call waits for a decision ([`SessionHandle::decide_approval`](crate::SessionHandle::decide_approval)).
     ApprovalRequested {
         /// Answer it with this id.
         request_id: ApprovalRequestId,
@@ -83,12 +79,12 @@ pub enum TurnEvent {
 }
 
 /// The events of one turn, typed, ending with [`TurnEvent::Done`]. Made by
-/// [`SessionHandle::run_streamed`].
+/// [`SessionHandle::run_streamed`](crate::SessionHandle::run_streamed).
 ///
 /// # Cancel safety
 /// [`Self::next`] is cancel safe: dropping its future loses no event (the next call
 /// yields it). Dropping the stream does not cancel the turn; it runs on, and
-/// [`SessionHandle::run_with_id`] with the same input id follows it again.
+/// [`SessionHandle::run_with_id`](crate::SessionHandle::run_with_id) with the same input id follows it again.
 #[derive(Debug)]
 pub struct TurnStream {
     source: Box<dyn UpdateSource>,
@@ -101,20 +97,6 @@ pub struct TurnStream {
 }
 
 impl TurnStream {
-    pub(crate) fn new(
-        session: SessionHandle,
-        subscription: Subscription,
-        input_id: InputId,
-    ) -> Self {
-        Self::from_source(
-            Box::new(ApiSource {
-                session,
-                subscription,
-            }),
-            input_id,
-        )
-    }
-
     /// A stream of the turn of `input_id`, read from `source` (a local or a remote
     /// session's updates).
     pub(crate) fn from_source(source: Box<dyn UpdateSource>, input_id: InputId) -> Self {
@@ -220,33 +202,6 @@ pub(crate) trait UpdateSource: Send + std::fmt::Debug {
     async fn recv(&mut self) -> Option<SessionUpdate>;
     /// Replaces the subscription by one from `from`.
     async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError>;
-}
-
-/// A session's subscription, local ([`SessionHandle`]) or remote
-/// (`cluster::RemoteSession`): it resubscribes through [`SessionApi`].
-#[derive(Debug)]
-pub(crate) struct ApiSource<S: SessionApi> {
-    pub(crate) session: S,
-    pub(crate) subscription: S::Subscription,
-}
-
-#[async_trait::async_trait]
-impl<S> UpdateSource for ApiSource<S>
-where
-    S: SessionApi + std::fmt::Debug,
-    S::Subscription: std::fmt::Debug,
-{
-    async fn recv(&mut self) -> Option<SessionUpdate> {
-        self.subscription.next().await
-    }
-
-    async fn resubscribe(&mut self, from: Seq) -> Result<(), RuntimeError> {
-        self.subscription = self
-            .session
-            .subscribe(from, SubscribeOptions::default())
-            .await?;
-        Ok(())
-    }
 }
 
 /// The turn of one input, folded from its events.

@@ -2,9 +2,10 @@
 //! [`SessionApi`] as a local [`SessionHandle`](crate::SessionHandle).
 
 use super::{ClusterClient, ClusterSubscription};
+use crate::handle::ApiSource;
 use crate::handle::SessionApi;
 use crate::kernel::RuntimeError;
-use crate::outcome::{ApiSource, TurnOutcome, TurnStream};
+use crate::outcome::{TurnOutcome, TurnStream};
 use crate::subscription::SubscribeOptions;
 use foya_protocol::{ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId};
 
