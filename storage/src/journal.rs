@@ -12,7 +12,9 @@
 //! LE), an FNV-1a checksum (`u32` LE) of those 24 bytes, and the magic `b"ACK1"`; a
 //! record that does not check (torn write, damage) is skipped and counted. The journal
 //! is rewritten compacted (one record per session) when a store opens and when it passes
-//! [`COMPACT_BYTES`].
+//! [`COMPACT_BYTES`]. The writer keeps an FNV-1a digest of the file's bytes, which the
+//! clean-close mark records with its length: compaction makes lengths repeat, so the
+//! length alone cannot tell the journal a file was closed with from a later one.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -33,13 +35,36 @@ pub(crate) fn path_for(db: &Path) -> PathBuf {
 }
 
 /// What a journal holds: the highest acknowledged seq per session key.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Acks {
     pub(crate) seqs: HashMap<u128, u64>,
     /// Records skipped because they did not check.
     pub(crate) damaged_records: u64,
     /// Records that checked.
     pub(crate) records: u64,
+    /// [`digest`] of the file's bytes, all of them (damaged records included).
+    pub(crate) digest: u64,
+}
+
+impl Default for Acks {
+    fn default() -> Self {
+        Self {
+            seqs: HashMap::new(),
+            damaged_records: 0,
+            records: 0,
+            digest: digest(EMPTY_DIGEST, &[]),
+        }
+    }
+}
+
+/// The digest of no bytes (FNV-1a's offset basis, 64 bits).
+pub(crate) const EMPTY_DIGEST: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64 bits, of `bytes` following the bytes `state` is the digest of.
+pub(crate) fn digest(state: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(state, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// FNV-1a, 32 bits.
@@ -69,7 +94,10 @@ pub(crate) fn load(path: &Path) -> std::io::Result<Acks> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Acks::default()),
         Err(e) => return Err(e),
     };
-    let mut acks = Acks::default();
+    let mut acks = Acks {
+        digest: digest(EMPTY_DIGEST, &bytes),
+        ..Acks::default()
+    };
     for chunk in bytes.chunks(RECORD) {
         let valid = chunk.len() == RECORD
             && &chunk[28..] == MAGIC
@@ -91,11 +119,11 @@ pub(crate) fn load(path: &Path) -> std::io::Result<Acks> {
 }
 
 /// Rewrites the journal at `path` to hold exactly `seqs` (written beside it, then
-/// renamed over it).
+/// renamed over it); returns the [`digest`] of what it wrote.
 ///
 /// # Errors
 /// The file cannot be written or renamed.
-pub(crate) fn rewrite(path: &Path, seqs: &HashMap<u128, u64>) -> std::io::Result<()> {
+pub(crate) fn rewrite(path: &Path, seqs: &HashMap<u128, u64>) -> std::io::Result<u64> {
     let mut bytes = Vec::with_capacity(seqs.len() * RECORD);
     for (key, seq) in seqs {
         record(*key, *seq, &mut bytes);
@@ -106,7 +134,8 @@ pub(crate) fn rewrite(path: &Path, seqs: &HashMap<u128, u64>) -> std::io::Result
     let mut file = std::fs::File::create(&tmp)?;
     file.write_all(&bytes)?;
     file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    Ok(digest(EMPTY_DIGEST, &bytes))
 }
 
 /// The writer thread's handle on the journal.
@@ -117,31 +146,41 @@ pub(crate) struct Journal {
     /// compaction.
     seqs: HashMap<u128, u64>,
     written: u64,
+    /// [`digest`] of the file's bytes (given at open, extended by every write).
+    digest: u64,
     buffer: Vec<u8>,
     /// A write failed (logged once; the journal is advisory).
     failed: bool,
 }
 
 impl Journal {
-    /// The journal at `path`, starting from `seqs`; the file is opened (created if
-    /// needed) for appending at the first acknowledgement.
-    pub(crate) fn open(path: PathBuf, seqs: HashMap<u128, u64>) -> Self {
+    /// The journal at `path`, starting from `seqs`, whose bytes have the digest
+    /// `digest`; the file is opened (created if needed) for appending at the first
+    /// acknowledgement.
+    pub(crate) fn open(path: PathBuf, seqs: HashMap<u128, u64>, digest: u64) -> Self {
         Self {
             path,
             file: None,
             seqs,
             written: 0,
+            digest,
             buffer: Vec::new(),
             failed: false,
         }
     }
 
-    /// The open file, opened at the first call (`None` after a failure, logged once).
     /// The journal file.
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The digest of the file's bytes; `None` once a write failed (the file's content
+    /// is then unknown).
+    pub(crate) fn digest(&self) -> Option<u64> {
+        (!self.failed).then_some(self.digest)
+    }
+
+    /// The open file, opened at the first call (`None` after a failure, logged once).
     fn file(&mut self) -> Option<&mut std::fs::File> {
         if self.file.is_none() && !self.failed {
             let opened = std::fs::OpenOptions::new()
@@ -179,7 +218,10 @@ impl Journal {
             return;
         };
         match file.write_all(&self.buffer) {
-            Ok(()) => self.written += self.buffer.len() as u64,
+            Ok(()) => {
+                self.written += self.buffer.len() as u64;
+                self.digest = digest(self.digest, &self.buffer);
+            }
             Err(e) => {
                 if !self.failed {
                     tracing::warn!(path = %self.path.display(), error = %e, "cannot write the acknowledgement journal");
@@ -195,10 +237,15 @@ impl Journal {
     /// Rewrites the journal with one record per session.
     fn compact(&mut self) {
         self.file = None;
-        if let Err(e) = rewrite(&self.path, &self.seqs) {
-            tracing::warn!(path = %self.path.display(), error = %e, "cannot compact the acknowledgement journal");
-        }
-        *self = Self::open(self.path.clone(), std::mem::take(&mut self.seqs));
+        // A failed rewrite leaves the file as it was (written beside it, then renamed).
+        let digest = match rewrite(&self.path, &self.seqs) {
+            Ok(digest) => digest,
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot compact the acknowledgement journal");
+                self.digest
+            }
+        };
+        *self = Self::open(self.path.clone(), std::mem::take(&mut self.seqs), digest);
     }
 }
 
@@ -211,7 +258,7 @@ mod tests {
     fn records_round_trip_and_damaged_ones_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.acks");
-        let mut journal = Journal::open(path.clone(), HashMap::new());
+        let mut journal = Journal::open(path.clone(), HashMap::new(), EMPTY_DIGEST);
         journal.acknowledge([(7u128, 3u64), (9, 1)].into_iter());
         journal.acknowledge([(7u128, 5u64)].into_iter());
         let acks = load(&path).unwrap();
@@ -224,7 +271,10 @@ mod tests {
         let acks = load(&path).unwrap();
         assert_eq!(acks.seqs, HashMap::from([(7, 5)]));
         assert_eq!(acks.damaged_records, 2);
-        rewrite(&path, &HashMap::from([(1, 2)])).unwrap();
-        assert_eq!(load(&path).unwrap().seqs, HashMap::from([(1, 2)]));
+        let written = rewrite(&path, &HashMap::from([(1, 2)])).unwrap();
+        let acks = load(&path).unwrap();
+        assert_eq!(acks.seqs, HashMap::from([(1, 2)]));
+        assert_eq!(acks.digest, written);
+        assert_ne!(acks.digest, EMPTY_DIGEST);
     }
 }

@@ -103,15 +103,23 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
     // Closed cleanly with exactly this journal: every acknowledged seq is in the
     // database (its last commit wrote the mark after the journal's last record), so
     // there is nothing to compare — a million sessions' lookups are skipped. An older
-    // copy of the file, a killed writer or a journal written since fail the match.
-    let clean = take_clean_mark(db) == Some(journal_len(&journal_path));
+    // copy of the file, a killed writer or a journal written since fail the match (the
+    // digest, not only the length: compaction at each open makes lengths repeat).
+    let clean = take_clean_mark(db) == Some((journal_len(&journal_path), acks.digest));
     if clean && acks.damaged_records == 0 {
-        if acks.records > acks.seqs.len() as u64
-            && let Err(e) = journal::rewrite(&journal_path, &acks.seqs)
-        {
-            tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
+        let mut digest = acks.digest;
+        if acks.records > acks.seqs.len() as u64 {
+            match journal::rewrite(&journal_path, &acks.seqs) {
+                Ok(written) => digest = written,
+                Err(e) => {
+                    tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
+                }
+            }
         }
-        return (journal::Journal::open(journal_path, acks.seqs), Vec::new());
+        return (
+            journal::Journal::open(journal_path, acks.seqs, digest),
+            Vec::new(),
+        );
     }
     if acks.damaged_records > 0 {
         tracing::warn!(
@@ -161,31 +169,44 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
     }
     let stale =
         current != acks.seqs || acks.damaged_records > 0 || acks.records > current.len() as u64;
-    if stale && let Err(e) = journal::rewrite(&journal_path, &current) {
-        tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
+    let mut digest = acks.digest;
+    if stale {
+        match journal::rewrite(&journal_path, &current) {
+            Ok(written) => digest = written,
+            Err(e) => {
+                tracing::warn!(path = %journal_path.display(), error = %e, "cannot rewrite the acknowledgement journal");
+            }
+        }
     }
-    (journal::Journal::open(journal_path, current), losses)
+    (
+        journal::Journal::open(journal_path, current, digest),
+        losses,
+    )
 }
 
-/// The mark a clean close leaves in the database: the journal's length then.
+/// The mark a clean close leaves in the database: the journal's length and digest then.
 pub(crate) const CLEAN: TableDefinition<'static, &str, u64> = TableDefinition::new("clean_close");
 const JOURNAL_LEN: &str = "journal_len";
+const JOURNAL_DIGEST: &str = "journal_digest";
 
 /// The journal file's length (0 when it does not exist).
 pub(crate) fn journal_len(journal: &Path) -> u64 {
     std::fs::metadata(journal).map_or(0, |m| m.len())
 }
 
-/// Reads and removes the clean-close mark (removed at once, so a writer killed later
-/// leaves none); `None` when there was none or it cannot be read.
-fn take_clean_mark(db: &Database) -> Option<u64> {
+/// Reads and removes the clean-close mark, (journal length, journal digest) (removed at
+/// once, so a writer killed later leaves none); `None` when there was none (a mark of an
+/// older foya has no digest) or it cannot be read.
+fn take_clean_mark(db: &Database) -> Option<(u64, u64)> {
     let taken = contain(
         "reading the clean-close mark",
-        || -> Result<Option<u64>, redb::Error> {
+        || -> Result<Option<(u64, u64)>, redb::Error> {
             let txn = db.begin_write()?;
             let mark = {
                 let mut table = txn.open_table(CLEAN)?;
-                table.remove(JOURNAL_LEN)?.map(|v| v.value())
+                let len = table.remove(JOURNAL_LEN)?.map(|v| v.value());
+                let digest = table.remove(JOURNAL_DIGEST)?.map(|v| v.value());
+                len.zip(digest)
             };
             txn.commit()?;
             Ok(mark)
@@ -194,15 +215,24 @@ fn take_clean_mark(db: &Database) -> Option<u64> {
     taken.ok().and_then(Result::ok).flatten()
 }
 
-/// Leaves the clean-close mark: the journal's length now. Called by the writer after its
-/// last commit, when the journal holds every acknowledgement.
-pub(crate) fn mark_clean(db: &Database, journal: &Path) {
-    let len = journal_len(journal);
+/// Leaves the clean-close mark: the journal's length and digest now. Called by the
+/// writer after its last commit, when the journal holds every acknowledgement; none when
+/// a journal write failed (the next open then compares).
+pub(crate) fn mark_clean(db: &Database, journal: &journal::Journal) {
+    let Some(digest) = journal.digest() else {
+        tracing::warn!("the acknowledgement journal failed; the next open compares it");
+        return;
+    };
+    let len = journal_len(journal.path());
     let marked = contain(
         "writing the clean-close mark",
         || -> Result<(), redb::Error> {
             let txn = db.begin_write()?;
-            txn.open_table(CLEAN)?.insert(JOURNAL_LEN, len)?;
+            {
+                let mut table = txn.open_table(CLEAN)?;
+                table.insert(JOURNAL_LEN, len)?;
+                table.insert(JOURNAL_DIGEST, digest)?;
+            }
             txn.commit()?;
             Ok(())
         },

@@ -176,7 +176,7 @@ impl Writer {
             }
         }
         if let (Some(journal), Ok(db)) = (&self.journal, self.available_db()) {
-            crate::losses::mark_clean(&db, journal.path());
+            crate::losses::mark_clean(&db, journal);
         }
         self.counters.publish_writer_cpu();
         tracing::debug!("store writer stopped");

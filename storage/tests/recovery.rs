@@ -71,6 +71,45 @@ async fn a_rolled_back_file_names_the_acknowledged_events_it_lost() {
 }
 
 #[tokio::test]
+async fn an_older_copy_whose_clean_mark_matches_the_journal_length_still_names_its_losses() {
+    // Each open compacts the journal to one record per session and each close marks its
+    // length: two closes with the same number of records leave journals of one length.
+    // An older copy of the file carries the mark of the earlier one; its loss is named.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foya.redb");
+    let a = SessionId::new();
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    store.append(common::log(a, 1, 5)).await.unwrap();
+    store.close().await;
+    drop(store);
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    store.append(common::log(a, 6, 10)).await.unwrap();
+    store.close().await;
+    drop(store);
+    let older = std::fs::read(&path).unwrap();
+    let journal = dir.path().join("foya.redb.acks");
+    let older_journal_len = std::fs::metadata(&journal).unwrap().len();
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    store.append(common::log(a, 11, 15)).await.unwrap();
+    store.close().await;
+    drop(store);
+    assert_eq!(
+        std::fs::metadata(&journal).unwrap().len(),
+        older_journal_len,
+        "the scenario needs journals of one length"
+    );
+    std::fs::write(&path, &older).unwrap();
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    let losses: Vec<_> = store
+        .losses()
+        .iter()
+        .map(|l| (l.session, l.acknowledged, l.found))
+        .collect();
+    assert_eq!(losses, vec![(a, Seq(15), Some(Seq(10)))]);
+    store.close().await;
+}
+
+#[tokio::test]
 async fn check_reports_a_file_holding_less_than_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foya.redb");
