@@ -110,17 +110,19 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
 
 /// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
 /// the count right-aligned and the noun padded so that the columns line up), working
-/// directory, title, and `[deleted]` for a deleted session.
+/// directory, title, and `[deleted]` for a deleted session. The directory's name and a
+/// generated title are untrusted text: their terminal controls are shown, not obeyed.
 fn summary_line(s: &foya_protocol::SessionSummary) -> String {
     let title = s.title.as_deref().unwrap_or("(untitled)");
     let deleted = if s.deleted { " [deleted]" } else { "" };
     let noun = if s.last_seq.0 == 1 { "event" } else { "events" };
-    format!(
+    let line = format!(
         "{}  {:>5} {noun:<6}  {}  {title}{deleted}",
         s.id,
         s.last_seq.0,
         s.cwd.display(),
-    )
+    );
+    crate::render::terminal_safe(&line).into_owned()
 }
 
 /// Prints the events of one stored session, writing nothing to the store
@@ -172,6 +174,7 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
             },
             _ => String::new(),
         };
+        // Model, tool and user text: its terminal controls are shown, not obeyed.
         let detail: String = detail
             .lines()
             .next()
@@ -179,6 +182,7 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
             .chars()
             .take(100)
             .collect();
+        let detail = crate::render::terminal_safe(&detail);
         writeln!(
             out,
             "{:>5}  {:<20} {detail}",
@@ -270,7 +274,11 @@ async fn set_title(
     };
     store.append(vec![event]).await?;
     store.close().await;
-    let _ = writeln!(std::io::stdout(), "title of session {id}: {title}");
+    let _ = writeln!(
+        std::io::stdout(),
+        "title of session {id}: {}",
+        crate::render::terminal_safe(&title)
+    );
     Ok(EXIT_OK)
 }
 

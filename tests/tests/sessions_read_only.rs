@@ -187,3 +187,35 @@ fn a_store_left_by_a_killed_run_is_repaired_once_then_listed_and_shown() {
     assert_eq!(json_lines(&out.1), listed);
     assert_eq!((out.0, out.2.as_str()), (Some(0), ""));
 }
+
+#[test]
+fn list_and_show_print_untrusted_text_without_terminal_controls() {
+    // A project directory and a model answer carrying escape sequences (retitle the
+    // window, clear the screen, write the clipboard) and a bidirectional override.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let project = tmp.path().join("p\u{1b}]0;owned\u{7}roject");
+    std::fs::create_dir(&project).unwrap();
+    let hostile = "ok \u{1b}[2J\u{1b}]52;c;ZXZpbA==\u{7} \u{202e}done";
+    let script = write_script(tmp.path(), &[json!({ "text": hostile })]);
+    let out = scripted("run", "bypass", &script, &data, &project)
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let list = outcome(&output_in(foya(), &["sessions", "list", "--json"], &data)).1;
+    let id = json_lines(&list)[0]["id"].as_str().unwrap().to_owned();
+    for (args, shown) in [
+        (vec!["sessions", "list"], "p^[]0;owned^Groject"),
+        (vec!["sessions", "show", &id], "ok ^[[2J^[]52;c;ZXZpbA==^G <U+202E>done"),
+    ] {
+        let (code, stdout, stderr) = outcome(&output_in(foya(), &args, &data));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(
+            !stdout.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+            "`foya {}` printed terminal controls: {stdout:?}",
+            args.join(" ")
+        );
+        assert!(stdout.contains(shown), "{stdout}");
+    }
+}
