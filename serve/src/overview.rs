@@ -2,7 +2,9 @@
 //! `waiting_for_approval`, `compacting` or `deleted` —, its queue length and its last
 //! activity, for the web view's live session list. The state is a pure fold of the
 //! session's persisted events ([`Activity::apply`]); the server keeps each session's
-//! fold and reads only the events committed since the last call.
+//! fold and reads only the events committed since the last call. Damage is local: a
+//! session whose new events cannot be read (a damaged store) is listed as `unreadable`,
+//! the others as they are.
 
 use super::AppState;
 use super::error::ApiError;
@@ -116,21 +118,23 @@ fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
     let mut out = Vec::with_capacity(summaries.len());
     for summary in summaries {
         let fold = folds.entry(summary.id).or_default();
-        if fold.last_seq < summary.last_seq.0 {
-            let events = state
-                .store
-                .read_from(summary.id, Seq(fold.last_seq + 1))
-                .map_err(ApiError::internal)?;
-            for event in &events {
-                fold.apply(event);
-            }
-        }
+        let readable = fold.last_seq >= summary.last_seq.0
+            || match state.store.read_from(summary.id, Seq(fold.last_seq + 1)) {
+                Ok(events) => {
+                    events.iter().for_each(|event| fold.apply(event));
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(target: super::LOG_TARGET, session = %summary.id, error = %e, "cannot read the session's log for the overview");
+                    false
+                }
+            };
         out.push(Entry {
             id: summary.id,
             title: summary.title,
             model: summary.model,
             cwd: summary.cwd,
-            state: fold.state(),
+            state: if readable { fold.state() } else { "unreadable" },
             queue_length: fold.queued.len(),
             created_at_ms: summary.created_at_ms,
             last_activity_ms: fold.last_at_ms.max(summary.updated_at_ms),

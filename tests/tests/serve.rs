@@ -14,7 +14,7 @@
 //! before the server exits 0; `foya sessions list` on the served data dir fails (exit 1)
 //! naming the data dir, the server's pid and URL and `GET /sessions`.
 //! `--listen` on a taken port fails (exit 1, the address named as in use) before the data
-//! dir or its store is created. Empty bodies and blank titles: `bodies.rs`. Shutdown
+//! dir or its store is created. Empty bodies and blank titles: `bodies.rs`. A damaged store: `damaged_store.rs`. Shutdown
 //! with connections still open: `shutdown.rs`. A scripted session past the end of its
 //! script: `script_end.rs`. A backup of the store while the server serves:
 //! `store_backup.rs`. A 413 with automatic compaction on and off: `pressure.rs`.
@@ -827,6 +827,8 @@ async fn shutdown_scenario() {
 
 #[path = "serve/bodies.rs"]
 mod bodies;
+#[path = "serve/damaged_store.rs"]
+mod damaged_store;
 #[path = "serve/hooks.rs"]
 mod hooks;
 #[path = "serve/pressure.rs"]
