@@ -59,6 +59,18 @@ pub fn report_losses(path: &Path, losses: &[foya_storage::Loss]) {
     }
 }
 
+/// Says on stderr, one line each, what acknowledged events a store opened for reading
+/// only does not hold (not recorded yet: the next command that writes the store does).
+pub fn report_unrecorded_losses(path: &Path, losses: &[foya_storage::Loss]) {
+    for loss in losses {
+        eprintln!(
+            "foya: warning: {loss} — the store {} was rolled back or damaged (`foya store \
+             check` lists it)",
+            path.display()
+        );
+    }
+}
+
 /// Opens a damaged store for reading what it still holds (a private copy, see
 /// [`ReadOnlyStore::open_damaged`]), after one line on stderr saying so.
 pub fn open_damaged(path: &Path, found: &OpenError) -> Result<ReadOnlyStore, OpenError> {

@@ -162,10 +162,11 @@ pub fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadOnlyStor
     if !path.is_file() {
         return Ok(None);
     }
-    let opened = |result| match result {
+    let opened = |result: Result<ReadOnlyStore, OpenError>| match result {
         Ok(store) => {
             // A writer refused meanwhile can name this process (best effort).
             record_owner(dir, None);
+            crate::damage::report_unrecorded_losses(&path, &store.unrecorded_losses());
             Ok(Some(store))
         }
         Err(OpenError::NotFound { .. }) => Ok(None),

@@ -215,6 +215,64 @@ fn take_clean_mark(db: &Database) -> Option<(u64, u64)> {
     taken.ok().and_then(Result::ok).flatten()
 }
 
+/// The clean-close mark as a read transaction sees it, left in place: (journal length,
+/// journal digest; `None` in a mark of an older foya); `None` when there is none.
+pub(crate) fn read_clean_mark(
+    txn: &redb::ReadTransaction,
+) -> Result<Option<(u64, Option<u64>)>, redb::Error> {
+    let table = match txn.open_table(CLEAN) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(len) = table.get(JOURNAL_LEN)?.map(|v| v.value()) else {
+        return Ok(None);
+    };
+    Ok(Some((len, table.get(JOURNAL_DIGEST)?.map(|v| v.value()))))
+}
+
+/// Acknowledged events a store opened for reading only does not hold (see
+/// [`crate::ReadOnlyStore::unrecorded_losses`]): none when the file's clean-close mark
+/// matches the journal (a mark without a digest, left by an older foya, by its length).
+pub(crate) fn unrecorded(
+    path: &Path,
+    mark: Option<(u64, Option<u64>)>,
+    last_seq: impl Fn(SessionId) -> Option<Option<Seq>>,
+) -> Vec<Loss> {
+    let journal_path = journal::path_for(path);
+    let Ok(acks) = journal::load(&journal_path) else {
+        return Vec::new();
+    };
+    let len = journal_len(&journal_path);
+    let clean = match mark {
+        Some((marked, Some(digest))) => marked == len && digest == acks.digest,
+        Some((marked, None)) => marked == len,
+        None => false,
+    };
+    if clean && acks.damaged_records == 0 {
+        return Vec::new();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut acked: Vec<_> = acks.seqs.into_iter().collect();
+    acked.sort_unstable();
+    acked
+        .into_iter()
+        .filter_map(|(key, acknowledged)| {
+            let session = SessionId::from_bytes(key.to_be_bytes());
+            // An unreadable session is named by the read itself, not as a loss.
+            let found = last_seq(session)?;
+            (found.map_or(0, |s| s.0) < acknowledged).then_some(Loss {
+                session,
+                acknowledged: Seq(acknowledged),
+                found,
+                found_at_ms: now,
+            })
+        })
+        .collect()
+}
+
 /// Leaves the clean-close mark: the journal's length and digest now. Called by the
 /// writer after its last commit, when the journal holds every acknowledgement; none when
 /// a journal write failed (the next open then compares).

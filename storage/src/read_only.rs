@@ -208,6 +208,23 @@ impl ReadOnlyStore {
         }
     }
 
+    /// Acknowledged events the file does not hold that no writable open has recorded:
+    /// the acknowledgement journal beside it says more was acknowledged (an older copy
+    /// of the file put in its place, damage). Reading only, nothing is recorded (the
+    /// next writable open records them, `foya store check` lists them). Empty when the
+    /// file was closed cleanly with exactly this journal, so a sound store costs one
+    /// read of its journal.
+    #[must_use]
+    pub fn unrecorded_losses(&self) -> Vec<crate::Loss> {
+        let mark = self
+            .read("reading the clean-close mark", |txn| {
+                crate::losses::read_clean_mark(txn).map_err(ReadError::storage)
+            })
+            .ok()
+            .flatten();
+        crate::losses::unrecorded(&self.location, mark, |session| self.last_seq(session).ok())
+    }
+
     /// Every session that can be read, and the ones that cannot (see
     /// [`crate::Survey`]): one damaged session or page does not hide the others.
     ///

@@ -99,14 +99,27 @@ async fn an_older_copy_whose_clean_mark_matches_the_journal_length_still_names_i
         "the scenario needs journals of one length"
     );
     std::fs::write(&path, &older).unwrap();
+    // A reader names the loss too, recording nothing.
+    let named = |losses: &[foya_storage::Loss]| -> Vec<_> {
+        losses
+            .iter()
+            .map(|l| (l.session, l.acknowledged, l.found))
+            .collect()
+    };
+    for _ in 0..2 {
+        let reader = ReadOnlyStore::open(&path).unwrap();
+        assert_eq!(
+            named(&reader.unrecorded_losses()),
+            vec![(a, Seq(15), Some(Seq(10)))]
+        );
+    }
     let store = Store::open(&path, StoreOptions::default()).unwrap();
-    let losses: Vec<_> = store
-        .losses()
-        .iter()
-        .map(|l| (l.session, l.acknowledged, l.found))
-        .collect();
-    assert_eq!(losses, vec![(a, Seq(15), Some(Seq(10)))]);
+    assert_eq!(named(store.losses()), vec![(a, Seq(15), Some(Seq(10)))]);
     store.close().await;
+    drop(store);
+    // Recorded and the journal brought in line: a reader finds nothing new.
+    let reader = ReadOnlyStore::open(&path).unwrap();
+    assert!(reader.unrecorded_losses().is_empty());
 }
 
 #[tokio::test]

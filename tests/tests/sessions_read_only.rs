@@ -207,7 +207,10 @@ fn list_and_show_print_untrusted_text_without_terminal_controls() {
     let id = json_lines(&list)[0]["id"].as_str().unwrap().to_owned();
     for (args, shown) in [
         (vec!["sessions", "list"], "p^[]0;owned^Groject"),
-        (vec!["sessions", "show", &id], "ok ^[[2J^[]52;c;ZXZpbA==^G <U+202E>done"),
+        (
+            vec!["sessions", "show", &id],
+            "ok ^[[2J^[]52;c;ZXZpbA==^G <U+202E>done",
+        ),
     ] {
         let (code, stdout, stderr) = outcome(&output_in(foya(), &args, &data));
         assert_eq!(code, Some(0), "{stderr}");
@@ -217,5 +220,33 @@ fn list_and_show_print_untrusted_text_without_terminal_controls() {
             args.join(" ")
         );
         assert!(stdout.contains(shown), "{stdout}");
+    }
+}
+
+#[test]
+fn list_and_show_name_acknowledged_events_an_older_copy_of_the_store_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let script = write_script(tmp.path(), &[json!({"text": "hello there"})]);
+    let run = || {
+        let out = scripted("run", "bypass", &script, &data, tmp.path())
+            .args(["--json", "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        json_lines(&String::from_utf8_lossy(&out.stdout))
+            .into_iter()
+            .find_map(|l| l["session_id"].as_str().map(str::to_owned))
+            .unwrap()
+    };
+    run();
+    let older = std::fs::read(store_file(&data)).unwrap();
+    let gone = run();
+    // An older copy of the file put in place of the newer one, cleanly closed both.
+    std::fs::write(store_file(&data), &older).unwrap();
+    let warning = format!("foya: warning: session {gone} is gone: it was acknowledged up to seq");
+    for args in [&["sessions", "list"][..], &["sessions", "show", &gone][..]] {
+        let (_, _, stderr) = unchanged_after(&data, &older, args);
+        assert!(stderr.contains(&warning), "{stderr}");
     }
 }
