@@ -25,7 +25,8 @@ pub struct CheckReport {
     /// Every problem found, one line each (empty: the file is sound).
     pub problems: Vec<String>,
     /// What is worth knowing but is no damage: the file was not closed cleanly (its
-    /// writer was killed) and needs redb's repair, which the next writable open runs.
+    /// writer was killed) and needs redb's repair, which the next writable open runs;
+    /// records of the acknowledgement journal that do not check.
     pub notes: Vec<String>,
     /// Losses found and reported earlier (by an open), from `<file>.losses`: they stay
     /// listed here, but are not problems of the file as it is now.
@@ -254,6 +255,14 @@ fn journal_check(path: &Path, store: Option<&ReadOnlyStore>, report: &mut CheckR
             return;
         }
     };
+    if acks.damaged_records > 0 {
+        report.notes.push(format!(
+            "{} record(s) of the acknowledgement journal {} do not check (damaged or torn) \
+             and were skipped: a loss in their sessions cannot be told",
+            acks.damaged_records,
+            crate::journal::path_for(path).display()
+        ));
+    }
     let mut acked: Vec<_> = acks.seqs.into_iter().collect();
     acked.sort_unstable();
     for (key, acknowledged) in acked {

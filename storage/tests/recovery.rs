@@ -123,6 +123,34 @@ async fn an_older_copy_whose_clean_mark_matches_the_journal_length_still_names_i
 }
 
 #[tokio::test]
+async fn check_notes_journal_records_that_do_not_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foya.redb");
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    store
+        .append(common::log(SessionId::new(), 1, 2))
+        .await
+        .unwrap();
+    store.close().await;
+    drop(store);
+    assert!(foya_storage::check(&path).unwrap().notes.is_empty());
+    let journal = dir.path().join("foya.redb.acks");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    bytes[3] ^= 0x40;
+    std::fs::write(&journal, &bytes).unwrap();
+    let report = foya_storage::check(&path).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(
+        report.notes,
+        vec![format!(
+            "1 record(s) of the acknowledgement journal {} do not check (damaged or torn) and \
+             were skipped: a loss in their sessions cannot be told",
+            journal.display()
+        )]
+    );
+}
+
+#[tokio::test]
 async fn check_reports_a_file_holding_less_than_was_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foya.redb");
