@@ -110,7 +110,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
 }
 
 fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
-    let summaries = state.runtime.list_sessions()?;
+    let summaries = super::routes::readable_sessions(state)?;
     let mut folds = state
         .overview
         .lock()

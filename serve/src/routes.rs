@@ -242,8 +242,21 @@ async fn backup_store(State(state): State<AppState>) -> Result<Response, ApiErro
 }
 
 async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let sessions = state.runtime.list_sessions()?;
+    let sessions = readable_sessions(&state)?;
     Ok(Json(json!({"sessions": sessions})).into_response())
+}
+
+/// Every session whose summary can be read, most recently updated first. Damage is
+/// local: a summary (or a part of the table) that cannot be read is left out and logged,
+/// not a failure of the whole list (`foya store check` names it).
+pub(crate) fn readable_sessions(
+    state: &AppState,
+) -> Result<Vec<foya_protocol::SessionSummary>, ApiError> {
+    let survey = state.store.survey().map_err(ApiError::internal)?;
+    for unreadable in &survey.unreadable {
+        tracing::warn!(target: super::LOG_TARGET, session = ?unreadable.session, reason = %unreadable.reason, "a session cannot be listed");
+    }
+    Ok(survey.sessions)
 }
 
 async fn get_session(
