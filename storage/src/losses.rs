@@ -78,11 +78,11 @@ pub(crate) fn log_path(db: &Path) -> PathBuf {
 }
 
 /// Every loss recorded beside the database file at `db` (a missing or unreadable log
-/// holds none; a line that does not parse is skipped).
+/// holds none; a line that does not parse, bytes that are not UTF-8 included, is
+/// skipped, the others still read).
 #[must_use]
 pub fn recorded_losses(db: &Path) -> Vec<Loss> {
-    std::fs::read_to_string(log_path(db))
-        .unwrap_or_default()
+    String::from_utf8_lossy(&std::fs::read(log_path(db)).unwrap_or_default())
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect()

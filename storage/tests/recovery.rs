@@ -54,6 +54,11 @@ async fn a_rolled_back_file_names_the_acknowledged_events_it_lost() {
     // `check` names what the journal said before the open brought it in line.
     store.close().await;
     drop(store);
+    // A damaged line (bytes that are not UTF-8) hides no other.
+    let log = dir.path().join("foya.redb.losses");
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(b"{\"session\": \xff\xfe}\n");
+    std::fs::write(&log, bytes).unwrap();
     let recorded: Vec<_> = foya_storage::recorded_losses(&path)
         .into_iter()
         .map(|l| (l.session, l.missing()))
