@@ -133,12 +133,49 @@ async fn oversized_event_fails_the_stream() {
         &body,
         SseLimits {
             max_event_bytes: 64,
+            ..SseLimits::default()
         },
     )
     .await;
     assert!(
         matches!(&events[..], [StreamEvent::Error { error }] if error.class == ErrorClass::InvalidRequest)
     );
+}
+
+#[tokio::test]
+async fn an_answer_that_never_ends_fails_the_stream_at_the_body_cap() {
+    // Small events forever, as a provider stuck in generation sends them: no event is
+    // oversized and bytes never stop flowing.
+    let first = chat(json!({"role": "assistant", "content": ""}), None);
+    let more = chat(json!({"content": "yes "}), None);
+    let bytes = futures::stream::once(futures::future::ready(first))
+        .chain(futures::stream::repeat(more).take(100_000))
+        .map(|event| Ok::<_, TransportError>(Bytes::from(event)));
+    let limits = SseLimits {
+        max_stream_bytes: 64 * 1024,
+        ..SseLimits::default()
+    };
+    let events: Vec<StreamEvent> = decode_sse(bytes, ProviderKind::OpenaiChat.decoder(), limits)
+        .collect()
+        .await;
+    let text: usize = events
+        .iter()
+        .map(|e| match e {
+            StreamEvent::TextDelta { text } => text.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(text > 0 && text < 64 * 1024, "{text}");
+    match events.last() {
+        Some(StreamEvent::Error { error }) => {
+            assert_eq!(error.class, ErrorClass::InvalidRequest);
+            assert_eq!(
+                error.message,
+                "the answer exceeds 65536 bytes without ending (the provider kept streaming)"
+            );
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
 }
 
 fn anthropic_stop(reason: &str) -> String {

@@ -31,12 +31,19 @@ pub struct SseLimits {
     /// Largest accepted event (bytes between blank lines), default 16 MiB. A larger one
     /// fails the stream with `invalid_request`. Also caps a JSON body sent instead of SSE.
     pub max_event_bytes: usize,
+    /// Largest accepted body (all its events), default 256 MiB: a provider that never
+    /// ends its answer (each event small, bytes always flowing, so no idle timeout
+    /// fires) fails the stream with `invalid_request` instead of growing the answer in
+    /// memory without bound. The longest real answers (128k output tokens at a few
+    /// hundred bytes of SSE each) stay well below it.
+    pub max_stream_bytes: usize,
 }
 
 impl Default for SseLimits {
     fn default() -> Self {
         Self {
             max_event_bytes: 16 * 1024 * 1024,
+            max_stream_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -60,6 +67,7 @@ pub enum TransportError {
 enum Framing {
     Transport(TransportError),
     TooLarge(usize),
+    StreamTooLarge(usize),
     JsonBody(String),
 }
 
@@ -68,6 +76,10 @@ impl std::fmt::Display for Framing {
         match self {
             Self::Transport(e) => write!(f, "{e}"),
             Self::TooLarge(max) => write!(f, "a stream event exceeds {max} bytes"),
+            Self::StreamTooLarge(max) => write!(
+                f,
+                "the answer exceeds {max} bytes without ending (the provider kept streaming)"
+            ),
             Self::JsonBody(_) => f.write_str("JSON body instead of an event stream"),
         }
     }
@@ -281,14 +293,24 @@ where
     bytes
         .map(Some)
         .chain(stream::once(async { None }))
-        .scan(Scanner::new(limits.max_event_bytes), |scanner, item| {
-            let out = match item {
-                Some(Ok(chunk)) => scanner.scan(chunk),
-                Some(Err(e)) => Err(Framing::Transport(e)),
-                None => scanner.end(),
-            };
-            futures::future::ready(Some(out))
-        })
+        .scan(
+            (Scanner::new(limits.max_event_bytes), 0usize),
+            move |(scanner, total), item| {
+                let out = match item {
+                    Some(Ok(chunk)) => {
+                        *total = total.saturating_add(chunk.len());
+                        if *total > limits.max_stream_bytes {
+                            Err(Framing::StreamTooLarge(limits.max_stream_bytes))
+                        } else {
+                            scanner.scan(chunk)
+                        }
+                    }
+                    Some(Err(e)) => Err(Framing::Transport(e)),
+                    None => scanner.end(),
+                };
+                futures::future::ready(Some(out))
+            },
+        )
         .flat_map(|out| stream::iter(Pieces::from(out)))
 }
 
@@ -391,7 +413,7 @@ fn framing_error(e: EventStreamError<Framing>) -> ProviderError {
         EventStreamError::Transport(Framing::Transport(t)) => {
             ProviderError::new(ErrorClass::StreamInterrupted, t.to_string())
         }
-        EventStreamError::Transport(f @ Framing::TooLarge(_)) => {
+        EventStreamError::Transport(f @ (Framing::TooLarge(_) | Framing::StreamTooLarge(_))) => {
             ProviderError::new(ErrorClass::InvalidRequest, f.to_string())
         }
         EventStreamError::Transport(Framing::JsonBody(body)) => classify::classify_json_body(&body),
