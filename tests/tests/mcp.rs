@@ -451,3 +451,35 @@ async fn an_image_result_reaches_the_model_as_an_image_block_of_its_tool_result(
                 "data": base64::engine::general_purpose::STANDARD.encode(&stored)}}]})
     );
 }
+
+#[test]
+fn a_failing_servers_stderr_is_shown_with_its_terminal_controls_as_text() {
+    // A server that dies at once after writing escape sequences (retitle the window,
+    // clear the screen) to its stderr: `mcp list` and the log name what it said, as text.
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    write_user_config(
+        &home,
+        "[mcp_servers.dies]\ncommand = \"sh\"\n\
+         args = [\"-c\", \"printf 'boom \\\\033]0;owned\\\\007 \\\\033[2J dying\\\\n' >&2; exit 3\"]\n",
+    );
+    let out = foya()
+        .env("HOME", &home)
+        .env("RUST_LOG", "warn")
+        .args(["mcp", "list", "--cwd"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("its stderr: boom ^[]0;owned^G ^[[2J dying"),
+        "{stdout}"
+    );
+    for printed in [&stdout, &stderr] {
+        assert!(!printed.contains(['\u{1b}', '\u{7}']), "{printed:?}");
+    }
+}

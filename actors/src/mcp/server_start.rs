@@ -171,7 +171,10 @@ async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr, tail:
             Ok(0) | Err(_) => return,
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line);
-                let text = clip(text.trim_end(), 2_000);
+                // Untrusted text bound for the log and error messages shown on a
+                // terminal: its control characters are made visible, never obeyed.
+                let text = foya_protocol::visible::visible(text.trim_end()).into_owned();
+                let text = clip(&text, 2_000);
                 tracing::info!(mcp.server = %server, stderr = %text, "mcp server stderr");
                 let mut tail = tail
                     .lock()
