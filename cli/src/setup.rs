@@ -68,15 +68,15 @@ pub fn model_client(
             args.base_url.as_deref(),
             args.model.as_deref(),
         )
-        .map_err(with_own_providers)
-        .map_err(|e| match e {
+        .map_err(with_own_providers)?;
+    let model = profile.model.clone();
+    let client =
+        foya_actors::provider::http::HttpModelClient::new(profile).map_err(|e| match e {
             ConfigError::MissingApiKey { .. } => anyhow::anyhow!(
                 "{e} (or, with no key, `--provider sim`: the built-in simulated model)"
             ),
             other => other.into(),
         })?;
-    let model = profile.model.clone();
-    let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
     Ok((Arc::new(client), model))
 }
 
