@@ -36,6 +36,18 @@ pub fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::Attac
     ))
 }
 
+/// Creates the data directory (and missing parents) readable by the user alone (0700): it
+/// holds every session's conversation, tool output and attachments. An existing directory
+/// keeps its mode — the user chose it.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create data directory {}", dir.display()))
+}
+
 /// Opens (or creates) the store of a data directory.
 pub fn open_store(dir: &Path) -> anyhow::Result<Store> {
     open_store_with(dir, Durability::Immediate)
@@ -43,8 +55,7 @@ pub fn open_store(dir: &Path) -> anyhow::Result<Store> {
 
 /// Opens (or creates) the store of a data directory with this commit durability.
 pub fn open_store_with(dir: &Path, durability: Durability) -> anyhow::Result<Store> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    create_private_dir(dir)?;
     let path = store_path(dir);
     let options = StoreOptions {
         durability,
@@ -297,5 +308,22 @@ mod tests {
             missing_store(root.path()),
             format!("no sessions are stored in {}", root.path().display())
         );
+    }
+
+    #[test]
+    fn a_new_data_dir_is_private_and_an_existing_one_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a/b");
+        drop(open_store(&dir).unwrap());
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&root.path().join("a")), 0o700);
+
+        let shared = root.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o750)).unwrap();
+        drop(open_store(&shared).unwrap());
+        assert_eq!(mode(&shared), 0o750);
     }
 }

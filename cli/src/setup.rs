@@ -70,7 +70,13 @@ pub fn model_client(
         )
         .map_err(with_own_providers)?;
     let model = profile.model.clone();
-    let client = foya_actors::provider::http::HttpModelClient::new(profile)?;
+    let client =
+        foya_actors::provider::http::HttpModelClient::new(profile).map_err(|e| match e {
+            ConfigError::MissingApiKey { .. } => anyhow::anyhow!(
+                "{e} (or, with no key, `--provider sim`: the built-in simulated model)"
+            ),
+            other => other.into(),
+        })?;
     Ok((Arc::new(client), model))
 }
 

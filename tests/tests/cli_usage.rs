@@ -642,7 +642,7 @@ fn unusable_providers_exit_2_before_the_data_dir_is_created() {
         (
             &["--provider", "openai"],
             "foya: provider profile `openai` needs an API key: set the environment variable \
-             OPENAI_API_KEY\n"
+             OPENAI_API_KEY (or, with no key, `--provider sim`: the built-in simulated model)\n"
                 .to_owned(),
         ),
         (

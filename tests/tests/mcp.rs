@@ -243,6 +243,40 @@ impl Drop for KillOnDrop {
 }
 
 #[test]
+fn a_project_server_of_the_old_sse_transport_is_reported_failed_and_the_others_start() {
+    let setup = Setup::new(&stdio_config(""), &json!([]));
+    std::fs::write(
+        setup.path("work").join(".mcp.json"),
+        r#"{"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}}"#,
+    )
+    .unwrap();
+    let out = foya()
+        .env("HOME", setup.path("home"))
+        .args(["mcp", "list", "--json", "--trust-project-mcp", "--cwd"])
+        .arg(setup.path("work"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a server failed");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let state = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["name"] == name)
+            .map(|l| l["state"].as_str().unwrap().to_owned())
+    };
+    let old = state("old").unwrap();
+    assert!(
+        old.starts_with("failed: MCP server `old` uses the SSE transport (")
+            && old.contains(".mcp.json), which Foya does not speak"),
+        "{old}"
+    );
+    assert_eq!(state("everything").as_deref(), Some("running"), "{lines:?}");
+}
+
+#[test]
 fn mcp_list_shows_each_servers_state_and_tools() {
     let config = format!(
         "{}\n[mcp_servers.broken]\ncommand = \"/nonexistent/mcp-server\"\n",

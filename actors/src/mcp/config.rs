@@ -81,6 +81,11 @@ pub struct McpServerConfig {
     /// (header name → variable name).
     #[serde(default)]
     pub env_http_headers: BTreeMap<String, String>,
+    /// Why this server cannot be started, when its transport is one Foya does not speak
+    /// (a `.mcp.json` server of `"type": "sse"`): it stays listed and is reported failed
+    /// with this reason, and the other servers still start. Never read from a file.
+    #[serde(skip)]
+    pub unsupported: Option<String>,
     /// How long starting and `initialize` may take (default 10 s).
     #[serde(default)]
     pub startup_timeout_ms: Option<u64>,
@@ -140,6 +145,9 @@ impl McpServerConfig {
             return Err(format!(
                 "MCP server name `{name}` may only contain letters, digits, `_` and `-`"
             ));
+        }
+        if self.unsupported.is_some() {
+            return Ok(());
         }
         match (&self.command, &self.url) {
             (Some(_), Some(_)) => Err(format!(
@@ -214,7 +222,8 @@ impl McpConfig {
     }
 
     /// The `mcpServers` of a `.mcp.json` text: `command`/`args`/`env` (stdio) or `url`
-    /// with `headers` (`"type": "http"`; `"sse"` servers are refused).
+    /// with `headers` (`"type": "http"`). A server of the old SSE transport (`"type":
+    /// "sse"`) is kept as [`McpServerConfig::unsupported`]: reported failed, not started.
     ///
     /// # Errors
     /// A message naming `path` and what is wrong.
@@ -223,19 +232,20 @@ impl McpConfig {
             serde_json::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut servers = BTreeMap::new();
         for (name, s) in file.mcp_servers {
-            if s.kind.as_deref() == Some("sse") {
-                return Err(format!(
-                    "{}: server `{name}` uses the SSE transport, which Foya does not speak \
-                     (use streamable HTTP: \"type\": \"http\")",
+            let unsupported = (s.kind.as_deref() == Some("sse")).then(|| {
+                format!(
+                    "uses the SSE transport ({}), which Foya does not speak (use streamable \
+                     HTTP: \"type\": \"http\")",
                     path.display()
-                ));
-            }
+                )
+            });
             let config = McpServerConfig {
                 command: s.command,
                 args: s.args,
                 env: s.env,
                 url: s.url,
                 http_headers: s.headers,
+                unsupported,
                 ..McpServerConfig::default()
             };
             servers.insert(name, config);

@@ -112,12 +112,17 @@ fn project_servers_need_trust_and_never_loosen() {
 
     std::fs::write(
         root.join(".mcp.json"),
-        r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"}}}"#,
+        r#"{"mcpServers": {"old": {"type": "sse", "url": "http://h/sse"},
+                           "new": {"type": "http", "url": "http://h/mcp"}}}"#,
     )
     .unwrap();
+    let with_sse = McpConfig::load(None, &project, &root, true).unwrap();
     assert!(
-        McpConfig::load(None, &project, &root, true)
-            .unwrap_err()
-            .contains("SSE transport")
+        with_sse.servers["old"]
+            .unsupported
+            .as_deref()
+            .is_some_and(|why| why.starts_with("uses the SSE transport")),
+        "kept, marked unsupported: {with_sse:?}"
     );
+    assert_eq!(with_sse.servers["new"].unsupported, None);
 }

@@ -12,6 +12,9 @@ use tokio::io::AsyncBufReadExt;
 impl Server {
     /// Starts the server and runs `initialize` (version negotiation included).
     pub(super) async fn start(&self) -> Result<Connection, String> {
+        if let Some(why) = &self.config.unsupported {
+            return Err(format!("MCP server `{}` {why}", self.name));
+        }
         match (&self.config.command, &self.config.url) {
             (Some(command), _) => self.start_stdio(command).await,
             (None, Some(url)) => self.start_http(url).await,

@@ -204,6 +204,10 @@ pub(crate) struct SessionMachine {
     /// Whether a turn of this session started in this runtime (its `SessionStart`
     /// hooks ran; its `SessionEnd` hooks run at shutdown).
     hooks_started: bool,
+    /// A cancel came while no turn ran but the next input was about to start (the last
+    /// turn had written its `turn_complete`, its actor not yet gone): that next turn is
+    /// the one the caller sees running, so it is cancelled as it starts.
+    cancel_next: bool,
     waiting: Option<Waiting>,
 }
 
@@ -222,6 +226,7 @@ impl SessionMachine {
             approvals: BTreeMap::new(),
             title_requested: false,
             hooks_started: false,
+            cancel_next: false,
             waiting: None,
         }
     }
@@ -275,7 +280,7 @@ impl SessionMachine {
                 replay_end: Seq(self.fold.last_seq),
             }),
             SessionInput::Cancel => {
-                self.cancel_turn("user", &mut fx);
+                self.cancel(&mut fx);
                 fx.push(Effect::Reply(Answer::Done(Ok(()))));
             }
             SessionInput::ClearQueue => {

@@ -54,7 +54,10 @@ impl SessionMachine {
                 self.waiting = Some(Waiting::Prepared { answer: false });
                 fx.push(Effect::PrepareInput { input_id, input });
             }
-            None => fx.push(Effect::WentIdle),
+            None => {
+                self.cancel_next = false;
+                fx.push(Effect::WentIdle);
+            }
         }
     }
 
@@ -148,11 +151,16 @@ impl SessionMachine {
                     mode,
                     first_in_runtime,
                 });
+                if std::mem::take(&mut self.cancel_next) {
+                    self.cancel_turn("user", fx);
+                }
                 if answer {
                     fx.push(Effect::Reply(Answer::Submitted(Ok(input_id))));
                 }
             }
             Opened::Completed | Opened::GenerateTitle => {
+                // A command completes at once: a cancel meant for it has nothing to stop.
+                self.cancel_next = false;
                 if matches!(then, Opened::GenerateTitle) && self.fold.has_user_text {
                     self.title_requested = true;
                     fx.push(Effect::StartTitle {
@@ -166,6 +174,23 @@ impl SessionMachine {
                 // A command turn completed at once: go on with the queue.
                 self.start_next(fx);
             }
+        }
+    }
+
+    /// A caller's cancel: the running turn's; with no turn running (the last one has
+    /// written its `turn_complete`) but an input about to start, that input's turn — it
+    /// is cancelled as it starts. Otherwise nothing.
+    pub(super) fn cancel(&mut self, fx: &mut Effects) {
+        let running = matches!(self.phase, Phase::Turn(_)) && self.fold.open_turn.is_some();
+        let next = !self.fold.queue.is_empty()
+            || matches!(
+                self.waiting,
+                Some(Waiting::Prepared { .. } | Waiting::Commit(AfterCommit::Opened { .. }))
+            );
+        if !running && next && matches!(self.phase, Phase::Idle | Phase::Turn(_)) {
+            self.cancel_next = true;
+        } else {
+            self.cancel_turn("user", fx);
         }
     }
 

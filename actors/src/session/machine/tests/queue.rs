@@ -234,3 +234,62 @@ fn nothing_is_written_or_published_for_a_run_after_its_turn_complete() {
         < reply refused: run r1 is not the session's open turn
     "#]]);
 }
+
+#[test]
+fn a_cancel_between_a_turns_end_and_the_next_input_cancels_that_input_as_it_starts() {
+    let mut h = Harness::new();
+    h.submit("quick");
+    let first = h.run(1);
+    h.turn_append(first, vec![completed(TurnStatus::Completed, None, None)]);
+    // The first turn's actor has not exited yet: the next input queues, and the cancel
+    // the caller sends for it must not be lost on the finished turn.
+    h.submit("slow");
+    h.on("cancel", SessionInput::Cancel);
+    h.on("turn_ended", SessionInput::TurnEnded { failure: None });
+    // Once nothing is left to start, a cancel is a no-op again and is not carried over.
+    let second = h.run(2);
+    h.turn_append(
+        second,
+        vec![
+            EventKind::TurnCancelled {
+                reason: "user".into(),
+            },
+            completed(TurnStatus::Cancelled, None, None),
+        ],
+    );
+    h.on("cancel", SessionInput::Cancel);
+    h.on("turn_ended", SessionInput::TurnEnded { failure: None });
+    h.submit("next");
+    h.check(expect![[r#"
+        > submit i1 "quick"
+        < append r1 2..3: user_message(i1 "quick"), turn_started(i1)
+        < start_turn r1 Model first
+        < reply submitted i1
+        > turn_append r1 [turn_complete]
+        < append r1 4..4: turn_complete(Completed)
+        < reply ok
+        > submit i2 "slow"
+        < append - 5..5: input_queued(i2)
+        < reply submitted i2
+        > cancel
+        < reply ok
+        > turn_ended
+        < drop_approvals
+        < append r2 6..7: user_message(i2 "slow"), turn_started(i2)
+        < start_turn r2 Model
+        < cancel_turn "user"
+        > turn_append r2 [turn_cancelled, turn_complete]
+        < append r2 8..9: turn_cancelled, turn_complete(Cancelled)
+        < reply ok
+        > cancel
+        < cancel_turn "user"
+        < reply ok
+        > turn_ended
+        < drop_approvals
+        < idle
+        > submit i3 "next"
+        < append r3 10..11: user_message(i3 "next"), turn_started(i3)
+        < start_turn r3 Model
+        < reply submitted i3
+    "#]]);
+}
