@@ -108,6 +108,9 @@ impl Browser {
             "goog:chromeOptions".into(),
             json!({"binary": CHROMIUM, "args": chromium_args(profile.path())}),
         );
+        // A dialog stays open until the test answers it (the default dismisses it when
+        // any other command comes first).
+        caps.insert("unhandledPromptBehavior".into(), json!("ignore"));
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
         let client = ClientBuilder::new(connector)
             .capabilities(caps)
@@ -195,6 +198,29 @@ impl Browser {
             .click()
             .await
             .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
+    }
+
+    /// Accepts the page's dialog (`confirm`, `alert`), waiting for it to open: a click's
+    /// handler may open it after the click command has returned. Checked every 50 ms,
+    /// like the WebDriver client's own waits, up to [`WAIT`].
+    ///
+    /// # Panics
+    /// When no dialog opens within [`WAIT`].
+    pub async fn accept_dialog(&self) {
+        use fantoccini::error::{CmdError, ErrorStatus};
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            match self.client.accept_alert().await {
+                Ok(()) => return,
+                Err(CmdError::Standard(e))
+                    if e.error == ErrorStatus::NoSuchAlert
+                        && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("no dialog to accept: {e}"),
+            }
+        }
     }
 
     /// Types `text` into the element `css` selects.

@@ -394,7 +394,7 @@ pub(crate) async fn scenario() {
     )
     .await;
     b.click("#delete").await;
-    b.client.accept_alert().await.unwrap();
+    b.accept_dialog().await;
     b.until("the list without it", &format!("!document.getElementById('list').hidden && document.querySelector('#sessions tr') === null && !document.getElementById('empty').hidden && !document.querySelector(\"{row}\")")).await;
     let summary: Value = http
         .get(format!("{}/sessions/{id}", server.base))
