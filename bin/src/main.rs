@@ -10,7 +10,10 @@ use std::process::ExitCode;
 
 /// mimalloc instead of glibc malloc: under many concurrent sessions the runtime allocates
 /// from every worker thread at once, and glibc's arena locks showed up as about a third of
-/// the load test's CPU profile (futex wake-ups, `malloc_consolidate`).
+/// the load test's CPU profile (futex wake-ups, `malloc_consolidate`). Built without
+/// transparent huge pages (`no_thp`, in the workspace manifest): with them a partly used
+/// 2 MiB page counts whole in the resident set (docs/benchmarks.md, "100 000 concurrent
+/// sessions").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -28,6 +28,19 @@ impl Session {
         &mut self,
         myself: &ActorRef<SessionMsg>,
         input: SessionInput,
+        caller: Option<Caller>,
+    ) -> Result<(), ActorProcessingErr> {
+        // Boxed, so that only a message being handled holds this (large) future: ractor
+        // keeps an actor's message loop, with every handler future inlined, in one
+        // allocation for the actor's whole life, and an idle session is mostly that.
+        Box::pin(self.run_effects(myself, input, caller)).await
+    }
+
+    /// [`Self::run`]'s work, unboxed.
+    async fn run_effects(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input: SessionInput,
         mut caller: Option<Caller>,
     ) -> Result<(), ActorProcessingErr> {
         let mut effects = self.machine.on(input);

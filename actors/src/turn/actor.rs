@@ -146,6 +146,18 @@ impl Turn {
         myself: &ActorRef<TurnMsg>,
         input: TurnInput,
     ) -> Result<(), ActorProcessingErr> {
+        // Boxed, so that only a message being handled holds this (large) future: ractor
+        // keeps an actor's message loop, with every handler future inlined, in one
+        // allocation for the actor's whole life.
+        Box::pin(self.feed_effects(myself, input)).await
+    }
+
+    /// [`Self::feed`]'s work, unboxed.
+    async fn feed_effects(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        input: TurnInput,
+    ) -> Result<(), ActorProcessingErr> {
         let mut next = Some(input);
         while let Some(input) = next.take() {
             for effect in self.machine.on(input) {
