@@ -21,6 +21,10 @@
 //! whole group covers them. (`unsafe` is forbidden, so a `pre_exec` hook is not an option.)
 //! Why handlers, not a blocked mask and `sigwait`: a blocked mask is inherited by the
 //! program, handlers are reset to the default by `execve`.
+//! Why no async runtime: the helper waits for two things (the program's exit, a stop
+//! signal), which one `poll(2)` on a pidfd and a self-pipe covers; a tokio runtime's
+//! drivers and the pages they touch cost more than the rest of the helper (see
+//! docs/benchmarks.md, "Real tools").
 
 use super::entry::{SandboxInvocation, apply_policy, fail};
 use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, TMP_PREFIX};
@@ -30,39 +34,38 @@ use nix::sys::prctl;
 use nix::sys::signal::{Signal, kill, killpg, raise};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use std::io::PipeReader;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
-use tokio::signal::unix::{SignalKind, signal};
+use std::process::{Child, ExitStatus};
 
 /// The signal the kernel sends the helper when the thread that spawned it (in the
 /// runtime's process) exits, e.g. when the runtime is SIGKILLed. Receiving it — or
 /// `SIGTERM` from anyone — makes the helper SIGKILL the tool's process group.
 pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
 
+/// How often the helper looks at its child when the kernel has no `pidfd_open` (Linux
+/// before 5.3): the only case where the child's exit does not wake the helper at once.
+const POLL_WITHOUT_PIDFD: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 20_000_000,
+};
+
 /// Runs the invocation's program under its policy and supervision; never returns.
 ///
 /// Order: handlers for [`PARENT_DEATH_SIGNAL`] and `SIGTERM` first (so an early signal is
 /// not lost or fatal), then `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock
-/// (on the thread that starts the program), then the program. Exits like the program did (see `exit_like`); on a watched signal
-/// the group is killed (the helper with it).
+/// (on the thread that starts the program), then the program. Exits like the program did
+/// (see `exit_like`); on a watched signal the group is killed (the helper with it).
+///
+/// No async runtime: one thread waits in `poll(2)` on the program's pidfd and on a
+/// self-pipe the signal handlers write to (`signal_hook::low_level::pipe`). The handlers
+/// are reset by `execve`, and no signal is blocked, so the program starts with the default
+/// dispositions and an empty signal mask.
 pub fn run(invocation: &SandboxInvocation) -> ! {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    match runtime {
-        Ok(runtime) => runtime.block_on(supervise(invocation)),
-        Err(e) => fail(
-            EXIT_SANDBOX_UNAVAILABLE,
-            &format!("cannot start the supervisor: {e}"),
-        ),
-    }
-}
-
-async fn supervise(invocation: &SandboxInvocation) -> ! {
-    let handlers = signal(SignalKind::from_raw(PARENT_DEATH_SIGNAL as i32))
-        .and_then(|hangup| Ok((hangup, signal(SignalKind::terminate())?)));
-    let (mut hangup, mut terminate) = match handlers {
-        Ok(handlers) => handlers,
+    let stop = match watch_stop_signals() {
+        Ok(stop) => stop,
         Err(e) => fail(
             EXIT_SANDBOX_UNAVAILABLE,
             &format!("cannot watch for the runtime's death: {e}"),
@@ -92,30 +95,75 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
             &format!("the runtime (pid {parent}) is gone; the command was not run"),
         );
     }
-    let mut child = match start_confined(invocation) {
+    let child = match start_confined(invocation) {
         Ok(child) => child,
         Err((code, message)) => fail(code, &message),
     };
-    let pid = child
-        .id()
-        .and_then(|p| i32::try_from(p).ok())
-        .map(Pid::from_raw);
-    tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => {
-                // What the program left running (in the group or not) ends with it. As
-                // the subreaper, the helper has a child whenever anything is left; with
-                // none (the usual case) there is no tree to read from /proc.
-                if !matches!(waitpid(None, Some(WaitPidFlag::WNOHANG)), Err(Errno::ECHILD)) {
-                    tree::kill_tree(getpid().as_raw());
-                }
-                exit_like(status)
+    supervise(child, stop, invocation)
+}
+
+/// A pipe that becomes readable when [`PARENT_DEATH_SIGNAL`] or `SIGTERM` arrives.
+fn watch_stop_signals() -> std::io::Result<PipeReader> {
+    let (reader, writer) = std::io::pipe()?;
+    let writer = OwnedFd::from(writer);
+    signal_hook::low_level::pipe::register(PARENT_DEATH_SIGNAL as i32, writer.try_clone()?)?;
+    signal_hook::low_level::pipe::register(Signal::SIGTERM as i32, writer)?;
+    Ok(reader)
+}
+
+/// Waits until the program ends (then ends like it) or a stop signal arrives (then kills
+/// everything; see [`kill_all`]).
+fn supervise(mut child: Child, stop: PipeReader, invocation: &SandboxInvocation) -> ! {
+    let pid = i32::try_from(child.id()).ok().map(Pid::from_raw);
+    // Readable once the child has exited (it stays unreaped until `try_wait`).
+    let exited = pid
+        .and_then(|pid| rustix::process::Pid::from_raw(pid.as_raw()))
+        .and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
+    loop {
+        let mut fds = vec![PollFd::new(&stop, PollFlags::IN)];
+        if let Some(exited) = &exited {
+            fds.push(PollFd::new(exited, PollFlags::IN));
+        }
+        let timeout = exited.is_none().then_some(&POLL_WITHOUT_PIDFD);
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            // A signal interrupted the wait: look again (its byte is in the pipe).
+            Err(rustix::io::Errno::INTR) => continue,
+            // Cannot happen with two valid descriptors; never leave the group unwatched.
+            Err(e) => {
+                eprintln!("foya-sandbox: cannot wait for the command ({e}); killing it");
+                kill_all(pid, invocation)
             }
-            Err(e) => fail(EXIT_EXEC_FAILED, &format!("cannot wait for the command: {e}")),
-        },
-        _ = hangup.recv() => kill_all(pid, invocation),
-        _ = terminate.recv() => kill_all(pid, invocation),
+        }
+        if !fds[0].revents().is_empty() {
+            kill_all(pid, invocation);
+        }
+        if fds.get(1).is_none_or(|fd| !fd.revents().is_empty()) {
+            match child.try_wait() {
+                Ok(Some(status)) => end_with(status),
+                Ok(None) => {}
+                Err(e) => fail(
+                    EXIT_EXEC_FAILED,
+                    &format!("cannot wait for the command: {e}"),
+                ),
+            }
+        }
     }
+}
+
+/// The program ended with `status`: what it left running (in the group or not) ends with
+/// it, then the helper ends like it. As the subreaper, the helper has a child whenever
+/// anything is left; with none (the usual case) there is no tree to read from /proc.
+fn end_with(status: ExitStatus) -> ! {
+    if !matches!(
+        waitpid(None, Some(WaitPidFlag::WNOHANG)),
+        Err(Errno::ECHILD)
+    ) {
+        tree::kill_tree(getpid().as_raw());
+    }
+    exit_like(status)
 }
 
 /// Applies the policy to a thread of its own and starts the program from it.
@@ -129,13 +177,10 @@ async fn supervise(invocation: &SandboxInvocation) -> ! {
 /// # Errors
 /// `(exit code, message)`: [`EXIT_SANDBOX_UNAVAILABLE`] when the policy cannot be applied
 /// (the program did not run), [`EXIT_EXEC_FAILED`] when the program cannot be started.
-fn start_confined(invocation: &SandboxInvocation) -> Result<tokio::process::Child, (i32, String)> {
-    let runtime = tokio::runtime::Handle::current();
+fn start_confined(invocation: &SandboxInvocation) -> Result<Child, (i32, String)> {
     let started = std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                // The child is registered with this runtime's process driver.
-                let _runtime = runtime.enter();
                 apply_policy(
                     invocation.policy,
                     &invocation.cwd,
@@ -143,7 +188,7 @@ fn start_confined(invocation: &SandboxInvocation) -> Result<tokio::process::Chil
                     &invocation.protect,
                 )
                 .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
-                let mut command = tokio::process::Command::new(&invocation.program);
+                let mut command = std::process::Command::new(&invocation.program);
                 command.args(&invocation.args).current_dir(&invocation.cwd);
                 if invocation.policy != SandboxPolicy::None {
                     command.env("TMPDIR", &invocation.tmp);
