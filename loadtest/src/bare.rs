@@ -47,6 +47,7 @@ pub(crate) struct BareReport {
 }
 
 /// One encoded request, ready to send.
+#[derive(Debug)]
 struct Prepared {
     url: String,
     headers: Vec<(&'static str, String)>,
@@ -92,6 +93,43 @@ async fn send(client: &reqwest::Client, request: &Prepared) -> Option<u64> {
         n += chunk.ok()?.len() as u64;
     }
     Some(n)
+}
+
+/// Session 0's requests by turn, encoded once, and the client that sends them: the
+/// floor's (`--compare-floor`) way to read the same SSE bytes.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    client: reqwest::Client,
+    prepared: Vec<Vec<Prepared>>,
+}
+
+impl Replay {
+    /// Encodes `captured` for `profile`'s endpoint.
+    ///
+    /// # Errors
+    /// A request cannot be encoded.
+    pub(crate) fn new(
+        profile: &ProviderProfile,
+        captured: &[Vec<ModelRequest>],
+    ) -> anyhow::Result<Self> {
+        let prepared = captured
+            .iter()
+            .map(|turn| prepare(profile, turn))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self {
+            client: reqwest::Client::new(),
+            prepared,
+        })
+    }
+
+    /// Sends request `sent` of turn `turn` (the last one past the end of either) and
+    /// reads its body to the end: the bytes read, `None` on failure or when nothing is
+    /// there.
+    pub(crate) async fn send_of(&self, turn: usize, sent: usize) -> Option<u64> {
+        let requests = self.prepared.get(turn).or_else(|| self.prepared.last())?;
+        let request = requests.get(sent).or_else(|| requests.last())?;
+        send(&self.client, request).await
+    }
 }
 
 /// Replays, for each of `sessions` sessions, `turns` turns: turn k sends the requests of

@@ -12,6 +12,7 @@
 mod bare;
 mod cpu;
 mod driver;
+mod floor;
 mod html;
 pub mod pool;
 mod probe;
@@ -107,6 +108,14 @@ pub struct LoadtestArgs {
     /// client's.
     #[arg(long)]
     pub(crate) compare_bare: bool,
+    /// After the run, do the work the turns demanded again with no runtime around it:
+    /// read the same model streams (the simulator's, or the same SSE bytes over HTTP),
+    /// append the same events to a fresh store with the same durability and group
+    /// commit, run the same tool calls (the same files read, the same commands through
+    /// the sandbox helper). Reports the runtime's CPU per turn as a multiple of it
+    /// (`cpu_ratio_vs_floor`, child processes included on both sides).
+    #[arg(long)]
+    pub(crate) compare_floor: bool,
     /// Capacity of each subscriber's channel (events + deltas; at least 128). The session
     /// sends a model stream's deltas in batches of up to 128 and a commit's events at
     /// once, without waiting: a smaller channel overflows and every turn fails with
@@ -224,6 +233,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     )
     .context("cannot open the store")?;
 
+    let floor_model = match &profile {
+        Some(_) => None,
+        None => Some(floor::Model::Sim(Arc::clone(&client))),
+    };
     let probe = Probe::new(client, args.sessions, args.turns);
     let slots = probe.slots();
     let provider_cpu = probe.cpu();
@@ -262,6 +275,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
 
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
+    let appends_before = store.appends_committed();
     let storage_before = store.writer_cpu();
     let cpu_before = report::cpu_time();
     let children_before = report::children_cpu_time();
@@ -320,7 +334,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
     report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;
     report.children_cpu_s = children.as_secs_f64();
+    report.appends = store.appends_committed() - appends_before;
     report.finish(wall, cpu);
+    let floor_tools = floor::FloorTools::new(&shared.cwd, approval);
     if let Ok(shared) = Arc::try_unwrap(shared) {
         shared.runtime.shutdown().await;
     }
@@ -334,10 +350,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         eprintln!("foya loadtest: the bare-client comparison (--compare-bare) was skipped: {why}");
     }
     if let (Some(profile), true) = (&profile, args.compare_bare && !stop.is_cancelled()) {
-        let turns = captured
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let turns = captured_turns(&captured);
         let concurrency = args.concurrency.unwrap_or(args.sessions);
         eprintln!("foya loadtest: replaying the requests with a bare client (--compare-bare)");
         let bare = bare::run(profile, &turns, args.sessions, args.turns, concurrency);
@@ -346,6 +359,45 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
             // Ctrl-C during the bare pass: the runtime's report, without the comparison.
             signal = signals.recv() => {
                 eprintln!("stopping… (the bare-client comparison was not finished)");
+                interrupted_by_user = Some(signal);
+                report.stopped_early = true;
+            }
+        }
+    }
+
+    if args.compare_floor && stop.is_cancelled() {
+        eprintln!(
+            "foya loadtest: the floor comparison (--compare-floor) was skipped: the run was stopped"
+        );
+    } else if args.compare_floor && interrupted_by_user.is_none() {
+        let floor = floor::Floor {
+            model: match (floor_model, &profile) {
+                (Some(model), _) => model,
+                (None, Some(profile)) => floor::Model::Http(Arc::new(bare::Replay::new(
+                    profile,
+                    &captured_turns(&captured),
+                )?)),
+                (None, None) => anyhow::bail!("--compare-floor: no model to replay"),
+            },
+            captured: captured_turns(&captured),
+            logs: floor::read_logs(&store)?,
+            tools: floor_tools,
+            concurrency: args.concurrency.unwrap_or(args.sessions),
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("foya-loadtest-floor")
+            .tempdir_in(&data_dir)
+            .context("cannot create the floor's data directory")?;
+        let options = StoreOptions {
+            durability,
+            ..StoreOptions::default()
+        };
+        eprintln!("foya loadtest: doing the turns' work with no runtime (--compare-floor)");
+        let floor_db = dir.path().join("foya.redb");
+        tokio::select! {
+            floor = floor.run(&floor_db, options) => report.set_floor(floor?),
+            signal = signals.recv() => {
+                eprintln!("stopping… (the floor comparison was not finished)");
                 interrupted_by_user = Some(signal);
                 report.stopped_early = true;
             }
@@ -403,6 +455,14 @@ fn refused_notice(report: &Report) -> Option<String> {
         foya_cli::words::count(n, "turn"),
         report.turns_completed + report.turns_failed
     ))
+}
+
+/// Session 0's requests by turn, as captured.
+fn captured_turns(captured: &probe::Captured) -> Vec<Vec<foya_actors::provider::ModelRequest>> {
+    captured
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -146,6 +146,14 @@ pub(crate) struct Report {
     pub(crate) bare_client: Option<super::bare::BareReport>,
     /// `cpu_us_per_turn` divided by the bare client's CPU per turn (`--compare-bare`).
     pub(crate) cpu_ratio_vs_bare: Option<f64>,
+    /// Appends the runtime made (one per commit group of a session; group commit joins
+    /// many in one of `commits`).
+    pub(crate) appends: u64,
+    /// The floor pass (`--compare-floor`), when it ran.
+    pub(crate) floor: Option<super::floor::FloorReport>,
+    /// `cpu_us_per_turn_with_children` divided by the floor's CPU per turn (children
+    /// included on both sides; `--compare-floor`).
+    pub(crate) cpu_ratio_vs_floor: Option<f64>,
     /// Completed turns per wall second.
     pub(crate) turns_per_s: f64,
     /// Steps per wall second.
@@ -227,6 +235,18 @@ impl Report {
             _ => None,
         };
         self.bare_client = Some(bare);
+    }
+
+    /// Records the floor pass and the CPU ratio against it (children included on both
+    /// sides). No ratio when a turn failed, as for [`Self::set_bare`].
+    pub(crate) fn set_floor(&mut self, floor: super::floor::FloorReport) {
+        self.cpu_ratio_vs_floor = match self.cpu_us_per_turn_with_children {
+            Some(per_turn) if floor.cpu_us_per_turn > 0.0 && self.turns_failed == 0 => {
+                Some(per_turn / floor.cpu_us_per_turn)
+            }
+            _ => None,
+        };
+        self.floor = Some(floor);
     }
 
     /// The human-readable report.
@@ -325,6 +345,9 @@ impl Report {
                 )
             ));
         }
+        if let Some(floor) = &self.floor {
+            line(floor_line(floor, self.cpu_ratio_vs_floor));
+        }
         line(format!(
             "memory     peak RSS {:.1} MiB",
             self.peak_rss_bytes as f64 / (1024.0 * 1024.0)
@@ -356,6 +379,25 @@ pub(crate) fn peak_rss_bytes() -> Option<u64> {
 /// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
 pub(crate) fn cpu_time() -> Duration {
     rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_SELF)
+}
+
+/// The text report's line for the floor pass.
+fn floor_line(floor: &super::floor::FloorReport, ratio: Option<f64>) -> String {
+    format!(
+        "floor      {:.2} s + {:.2} s children for {} ({:.1} us/turn; {} appends, {} \
+         files read, {} processes); runtime/floor {}",
+        floor.cpu_s,
+        floor.children_cpu_s,
+        foya_cli::words::count(floor.turns, "turn"),
+        floor.cpu_us_per_turn,
+        floor.appends,
+        floor.files_read,
+        floor.processes,
+        ratio.map_or_else(
+            || "not comparable (turns failed)".to_owned(),
+            |r| format!("{r:.2}x")
+        )
+    )
 }
 
 /// User + system CPU time of this process's ended and waited-for children so far

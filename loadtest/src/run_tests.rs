@@ -87,3 +87,67 @@ async fn the_json_report_gives_the_store_writers_cpu() {
         "{report:#}"
     );
 }
+
+/// `--compare-floor` in process: the floor made the same appends of the same events,
+/// read the same files and the same number of model streams as the runtime's turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floor_appends_the_same_events_and_reads_the_same_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let json_arg = json.to_str().unwrap().to_owned();
+    let argv = [
+        "foya",
+        "--sessions",
+        "4",
+        "--turns",
+        "2",
+        "--concurrency",
+        "2",
+        "--compare-floor",
+        "--json",
+        &json_arg,
+    ];
+    let args = Loadtest::try_parse_from(argv).unwrap().args;
+    let code = super::loadtest_inner(args).await.unwrap();
+    assert_eq!(code, EXIT_OK);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let floor = &report["floor"];
+    let pairs = [
+        ("events_appended", "events_persisted"),
+        ("appends", "appends"),
+        ("files_read", "tool_calls_run"),
+        ("model_requests", "model_requests"),
+        ("turns", "turns_completed"),
+    ];
+    for (floor_key, runtime_key) in pairs {
+        assert_eq!(
+            floor[floor_key], report[runtime_key],
+            "{floor_key}: {report:#}"
+        );
+    }
+    // 4 sessions × 2 turns, each: 3 steps, 2 read_file calls.
+    assert_eq!(
+        (&report["model_requests"], &report["tool_calls_run"]),
+        (&24.into(), &16.into()),
+        "{report:#}"
+    );
+    assert_eq!(
+        (
+            &floor["model_requests_failed"],
+            &floor["tool_calls_failed"],
+            &floor["tool_calls_skipped"],
+            &floor["processes"]
+        ),
+        (&0.into(), &0.into(), &0.into(), &0.into()),
+        "{report:#}"
+    );
+    assert!(
+        floor["cpu_us_per_turn"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    let ratio = report["cpu_ratio_vs_floor"].as_f64().unwrap();
+    let expected = report["cpu_us_per_turn_with_children"].as_f64().unwrap()
+        / floor["cpu_us_per_turn"].as_f64().unwrap();
+    assert!((ratio - expected).abs() < 1e-9 * expected, "{report:#}");
+}

@@ -416,6 +416,15 @@ impl Store {
         }
     }
 
+    /// Appends ([`Store::append`] or [`Store::append_all`] calls with at least one event)
+    /// committed since the store was opened: the caller's commit granularity, where
+    /// [`StoreStats::commits`] counts write transactions (group commit puts many appends
+    /// in one). For load tests.
+    #[must_use]
+    pub fn appends_committed(&self) -> u64 {
+        self.inner.counters.appends.load(Ordering::Relaxed)
+    }
+
     /// CPU time the store's writer thread has used since the store was opened (user +
     /// system, read from the thread's own CPU clock, `CLOCK_THREAD_CPUTIME_ID`):
     /// validating, inserting and committing appends — redb's btree work, checksums and

@@ -93,6 +93,9 @@ impl EventMeta {
 pub(crate) struct Counters {
     pub(crate) appended_events: AtomicU64,
     pub(crate) commits: AtomicU64,
+    /// Appends (one [`crate::Store::append`] call each) committed since the store was
+    /// opened.
+    pub(crate) appends: AtomicU64,
     /// Test seam ([`crate::Store::inject_append_failures`]): this many coming batches
     /// fail as if the disk were full, before touching the database.
     pub(crate) injected_failures: AtomicU64,
@@ -221,9 +224,13 @@ impl Writer {
                         );
                     }
                 }
+                let appends = outcomes.iter().filter(|o| o.is_ok()).count();
                 self.counters
                     .appended_events
                     .fetch_add(events as u64, Ordering::Relaxed);
+                self.counters
+                    .appends
+                    .fetch_add(appends as u64, Ordering::Relaxed);
                 if self.cache.len() + overlay.len() > MAX_CACHED_SESSIONS {
                     self.cache.clear();
                 }

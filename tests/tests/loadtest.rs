@@ -273,6 +273,7 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
         "--base-url",
         &format!("http://{addr}/v1"),
         "--compare-bare",
+        "--compare-floor",
     ]);
     drop(server);
     assert_eq!(code, 0, "{report:#}");
@@ -290,6 +291,24 @@ fn sim_server_prints_its_address_and_serves_the_chat_format() {
     assert_eq!(bare["requests_failed"], 0, "{bare}");
     assert!(bare["bytes"].as_u64().unwrap() > 0);
     assert!(report["cpu_ratio_vs_bare"].as_f64().unwrap() > 0.0);
+    // The floor read the same SSE bytes, appended the same events and read the files.
+    let floor = &report["floor"];
+    assert_eq!(
+        (
+            &floor["model_requests"],
+            &floor["model_requests_failed"],
+            &floor["events_appended"],
+            &floor["files_read"],
+        ),
+        (
+            &18.into(),
+            &0.into(),
+            &report["events_persisted"],
+            &report["tool_calls_run"],
+        ),
+        "{floor}"
+    );
+    assert!(report["cpu_ratio_vs_floor"].as_f64().unwrap() > 0.0);
 }
 
 /// A run that `--duration` stops early has no complete workload to replay: the bare pass

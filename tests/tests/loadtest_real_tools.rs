@@ -253,3 +253,59 @@ fn a_scenario_and_a_sim_config_together_are_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
+
+/// `--compare-floor` runs the turns' work again with no runtime around it: every shell
+/// call's command once more through the sandbox helper (the marker gets a second line
+/// per call), the same events appended to its own store.
+#[test]
+fn the_floor_runs_every_shell_call_again_and_appends_the_same_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("marker.txt");
+    let scenario = shell_scenario(dir.path(), "peer.toml", &marker);
+    let run = loadtest(
+        dir.path(),
+        &[
+            "--sessions",
+            "3",
+            "--turns",
+            "2",
+            "--scenario",
+            &scenario,
+            "--compare-floor",
+        ],
+    );
+    let report = &run.report;
+    assert_eq!(run.code, 0, "{report:#}\n{}", run.stderr);
+    assert_eq!(report["tool_calls_run"], 6, "{report:#}");
+    // 6 lines from the runtime's calls, 6 from the floor's.
+    assert_eq!(lines(&marker), 12);
+    let floor = &report["floor"];
+    assert_eq!(
+        (
+            &floor["turns"],
+            &floor["processes"],
+            &floor["tool_calls_failed"],
+            &floor["events_appended"],
+            &floor["appends"],
+            &floor["model_requests"],
+        ),
+        (
+            &6.into(),
+            &6.into(),
+            &0.into(),
+            &report["events_persisted"],
+            &report["appends"],
+            &report["model_requests"],
+        ),
+        "{report:#}"
+    );
+    assert!(
+        floor["children_cpu_s"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    assert!(
+        report["cpu_ratio_vs_floor"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
+    assert!(run.stdout.contains("\nfloor      "), "{}", run.stdout);
+}
