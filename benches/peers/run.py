@@ -117,6 +117,13 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     foya = Path(args.foya).resolve()
+    helper = foya.parent / "foya-sandbox"
+    if not helper.exists():
+        raise SystemExit(
+            f"{helper} is missing: foya would re-execute itself as the sandbox helper of every "
+            "shell call (the slower helper). Build both: "
+            "cargo build --release -p foya -p foya-actors"
+        )
     python = venv_python()
     server, url = start_sim_server(foya)
     rows = []

@@ -61,10 +61,9 @@ impl ClusterNode {
         runtime: Runtime,
         mut config: NodeConfig,
     ) -> Result<ClusterNode, ClusterError> {
-        config.listen = resolve_port(config.listen)?;
         let runtime = Arc::new(runtime);
         let instance = new_instance();
-        let server = spawn_server(&config, &instance).await?;
+        let server = spawn_on_a_resolved_port(&mut config, &instance, resolve_port).await?;
         let (tx, gateways) = watch::channel(Gateways::default());
         let (refused_tx, refused) = watch::channel(None);
         let cluster =
@@ -230,6 +229,40 @@ pub(crate) fn peer_node(server_name: &str) -> Option<(&str, &str)> {
 }
 
 /// `listen`, with port 0 replaced by a port the OS has free now.
+/// How many free ports port 0 tries before giving up.
+const PORT_ATTEMPTS: u32 = 5;
+
+/// Spawns the node server on `config.listen`, resolving port 0 to a free port first
+/// (and recording it in `config`). The free port is found by binding and closing a probe
+/// socket, so another process may take it before the node server binds it: then
+/// another free port is tried, up to [`PORT_ATTEMPTS`] in all. A port the caller named
+/// is tried once.
+async fn spawn_on_a_resolved_port(
+    config: &mut NodeConfig,
+    instance: &str,
+    mut resolve: impl FnMut(SocketAddr) -> Result<SocketAddr, ClusterError>,
+) -> Result<ActorRef<NodeServerMessage>, ClusterError> {
+    let requested = config.listen;
+    let mut attempt = 1;
+    loop {
+        config.listen = resolve(requested)?;
+        match spawn_server(config, instance).await {
+            Err(ClusterError::Actor(message))
+                if requested.port() == 0
+                    && attempt < PORT_ATTEMPTS
+                    && message.contains("Address already in use") =>
+            {
+                tracing::debug!(
+                    port = config.listen.port(),
+                    "the free port was taken; trying another"
+                );
+                attempt += 1;
+            }
+            spawned => return spawned,
+        }
+    }
+}
+
 fn resolve_port(listen: SocketAddr) -> Result<SocketAddr, ClusterError> {
     if listen.port() != 0 {
         return Ok(listen);
@@ -260,4 +293,35 @@ pub(crate) async fn spawn_server(
         .await
         .map_err(|e| ClusterError::Actor(e.to_string()))?;
     Ok(server)
+}
+
+#[cfg(test)]
+mod port_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn a_free_port_taken_before_the_server_binds_it_is_replaced_by_another() {
+        // The first "free" port handed out is one this test holds: the race the probe
+        // cannot rule out. The node server must try another instead of failing.
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = held.local_addr().unwrap();
+        let mut picks = vec![Ok(taken)];
+        let mut config = NodeConfig::new("127.0.0.1:0".parse().unwrap(), "c", vec![], "a");
+        let server = spawn_on_a_resolved_port(&mut config, "t", |listen| {
+            picks.pop().unwrap_or_else(|| resolve_port(listen))
+        })
+        .await
+        .unwrap();
+        assert_ne!(config.listen, taken);
+        assert_ne!(config.listen.port(), 0);
+        server.stop(None);
+
+        // A port the caller named is tried once: in use is an error.
+        let mut named = NodeConfig::new(taken, "c", vec![], "b");
+        let err = spawn_on_a_resolved_port(&mut named, "u", resolve_port)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("Address already in use"), "{err}");
+    }
 }
