@@ -39,6 +39,23 @@ impl Setup {
         self.tmp.path().join(name)
     }
 
+    /// `foya mcp list --json ARGS` in the work directory: its exit code and its lines.
+    fn mcp_list(&self, args: &[&str]) -> (Option<i32>, Vec<Value>) {
+        let out = foya()
+            .env("HOME", self.path("home"))
+            .args(["mcp", "list", "--json"])
+            .args(args)
+            .arg("--cwd")
+            .arg(self.path("work"))
+            .output()
+            .unwrap();
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (out.status.code(), lines)
+    }
+
     /// `foya run --json` with this setup's script and `HOME`.
     fn run(&self, approval: &str, args: &[&str]) -> std::process::Command {
         let mut command = scripted(
@@ -250,17 +267,8 @@ fn a_project_server_of_the_old_sse_transport_is_reported_failed_and_the_others_s
         r#"{"mcpServers": {"old": {"type": "sse", "url": "http://127.0.0.1:9/sse"}}}"#,
     )
     .unwrap();
-    let out = foya()
-        .env("HOME", setup.path("home"))
-        .args(["mcp", "list", "--json", "--trust-project-mcp", "--cwd"])
-        .arg(setup.path("work"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "a server failed");
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (code, lines) = setup.mcp_list(&["--trust-project-mcp"]);
+    assert_eq!(code, Some(1), "a server failed");
     let state = |name: &str| {
         lines
             .iter()
@@ -283,17 +291,8 @@ fn mcp_list_shows_each_servers_state_and_tools() {
         stdio_config("")
     );
     let setup = Setup::new(&config, &json!([]));
-    let out = foya()
-        .env("HOME", setup.path("home"))
-        .args(["mcp", "list", "--json", "--cwd"])
-        .arg(setup.path("work"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "a server failed");
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (code, lines) = setup.mcp_list(&[]);
+    assert_eq!(code, Some(1), "a server failed");
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0]["name"], "broken");
     let state = lines[0]["state"].as_str().unwrap();
