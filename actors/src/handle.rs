@@ -42,8 +42,10 @@ pub trait SessionApi: Send + Sync {
     /// The session id.
     fn id(&self) -> SessionId;
 
-    /// [`SessionHandle::submit`].
-    async fn submit(&self, input: Input) -> Result<InputId, RuntimeError>;
+    /// [`SessionHandle::submit`]: [`Self::submit_with_id`] under a new id.
+    async fn submit(&self, input: Input) -> Result<InputId, RuntimeError> {
+        self.submit_with_id(InputId::new(), input).await
+    }
 
     /// [`SessionHandle::submit_with_id`].
     async fn submit_with_id(
@@ -52,8 +54,10 @@ pub trait SessionApi: Send + Sync {
         input: Input,
     ) -> Result<InputId, RuntimeError>;
 
-    /// [`SessionHandle::run`].
-    async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError>;
+    /// [`SessionHandle::run`]: [`Self::run_streamed`] to the turn's outcome.
+    async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError> {
+        self.run_streamed(input).await?.outcome().await
+    }
 
     /// [`SessionHandle::run_with_id`].
     async fn run_with_id(
@@ -95,20 +99,12 @@ impl SessionApi for SessionHandle {
         self.id
     }
 
-    async fn submit(&self, input: Input) -> Result<InputId, RuntimeError> {
-        SessionHandle::submit(self, input).await
-    }
-
     async fn submit_with_id(
         &self,
         input_id: InputId,
         input: Input,
     ) -> Result<InputId, RuntimeError> {
         SessionHandle::submit_with_id(self, input_id, input).await
-    }
-
-    async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError> {
-        SessionHandle::run(self, input).await
     }
 
     async fn run_with_id(

@@ -13,6 +13,24 @@ fn helper(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs `command` through the helper under the read-only policy, in a fresh directory.
+fn read_only(command: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().to_str().unwrap();
+    let mut args = vec![
+        SANDBOX_EXEC_ARG,
+        "--policy",
+        "\"read-only\"",
+        "--cwd",
+        cwd,
+        "--tmp",
+        cwd,
+        "--",
+    ];
+    args.extend_from_slice(command);
+    helper(&args)
+}
+
 fn summary(output: &Output) -> (Option<i32>, String, String) {
     (
         output.status.code(),
@@ -75,19 +93,7 @@ fn malformed_arguments_exit_with_the_usage_code() {
 
 #[test]
 fn a_program_that_cannot_be_executed_exits_with_127() {
-    let dir = tempfile::tempdir().unwrap();
-    let cwd = dir.path().to_str().unwrap();
-    let output = helper(&[
-        SANDBOX_EXEC_ARG,
-        "--policy",
-        "\"read-only\"",
-        "--cwd",
-        cwd,
-        "--tmp",
-        cwd,
-        "--",
-        "no-such-program-x",
-    ]);
+    let output = read_only(&["no-such-program-x"]);
     assert_eq!(
         summary(&output),
         (
@@ -104,21 +110,7 @@ fn the_program_starts_with_no_signal_blocked() {
     // The helper watches SIGHUP and SIGTERM with handlers, not a blocked mask: a mask
     // would be inherited by the program (`std::process::Command` keeps it), which a
     // polite `kill` could then no longer stop.
-    let dir = tempfile::tempdir().unwrap();
-    let cwd = dir.path().to_str().unwrap();
-    let output = helper(&[
-        SANDBOX_EXEC_ARG,
-        "--policy",
-        "\"read-only\"",
-        "--cwd",
-        cwd,
-        "--tmp",
-        cwd,
-        "--",
-        "grep",
-        "^SigBlk",
-        "/proc/self/status",
-    ]);
+    let output = read_only(&["grep", "^SigBlk", "/proc/self/status"]);
     assert_eq!(
         summary(&output),
         (

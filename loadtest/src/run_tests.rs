@@ -38,12 +38,13 @@ fn good_values_parse() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_json_report_gives_the_store_writers_cpu() {
+/// Runs an in-process load test of 4 sessions × 2 turns with `extra` flags; it must
+/// exit 0. Its JSON report.
+async fn json_report(extra: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("report.json");
     let json_arg = json.to_str().unwrap().to_owned();
-    let argv = [
+    let mut argv = vec![
         "foya",
         "--sessions",
         "4",
@@ -52,11 +53,16 @@ async fn the_json_report_gives_the_store_writers_cpu() {
         "--json",
         &json_arg,
     ];
+    argv.extend_from_slice(extra);
     let args = Loadtest::try_parse_from(argv).unwrap().args;
     let code = super::loadtest_inner(args).await.unwrap();
     assert_eq!(code, EXIT_OK);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_report_gives_the_store_writers_cpu() {
+    let report = json_report(&[]).await;
     assert_eq!(
         (
             &report["turns_completed"],
@@ -92,26 +98,7 @@ async fn the_json_report_gives_the_store_writers_cpu() {
 /// read the same files and the same number of model streams as the runtime's turns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_floor_appends_the_same_events_and_reads_the_same_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let json_arg = json.to_str().unwrap().to_owned();
-    let argv = [
-        "foya",
-        "--sessions",
-        "4",
-        "--turns",
-        "2",
-        "--concurrency",
-        "2",
-        "--compare-floor",
-        "--json",
-        &json_arg,
-    ];
-    let args = Loadtest::try_parse_from(argv).unwrap().args;
-    let code = super::loadtest_inner(args).await.unwrap();
-    assert_eq!(code, EXIT_OK);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report = json_report(&["--concurrency", "2", "--compare-floor"]).await;
     let floor = &report["floor"];
     let pairs = [
         ("events_appended", "events_persisted"),

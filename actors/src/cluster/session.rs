@@ -52,20 +52,12 @@ impl SessionApi for RemoteSession {
         self.id
     }
 
-    async fn submit(&self, input: Input) -> Result<InputId, RuntimeError> {
-        self.submit_with_id(InputId::new(), input).await
-    }
-
     async fn submit_with_id(
         &self,
         input_id: InputId,
         input: Input,
     ) -> Result<InputId, RuntimeError> {
         Ok(self.client.submit_with_id(self.id, input_id, input).await?)
-    }
-
-    async fn run(&self, input: Input) -> Result<TurnOutcome, RuntimeError> {
-        self.run_with_id(InputId::new(), input).await
     }
 
     async fn run_with_id(
