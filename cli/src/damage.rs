@@ -1,9 +1,8 @@
 //! A damaged event store, as every command reports it: one line naming the file and what
 //! was found, then what to do (`foya store check`, `foya store salvage`), and exit
 //! status [`crate::args::EXIT_DAMAGED`]; lost acknowledged events found by an open, one
-//! warning line per session; reading a damaged file through a private copy.
+//! warning line per session.
 
-use foya_storage::{OpenError, ReadOnlyStore};
 use std::path::Path;
 
 /// Prints the line for a damaged store (`chain`: the error and its causes) and marks the
@@ -22,8 +21,9 @@ pub fn report(chain: &str) {
 
 /// What to do about a damaged store, appended to the line reporting it.
 pub const DAMAGE_HINT: &str = "the event store is damaged: run `foya store check` to \
-     see what is wrong and `foya store salvage --to NEW_DIR` to copy every readable session \
-     into a fresh store (both with the same --data-dir)";
+     see what is wrong, then `foya store repair` to put every readable session back in its \
+     place (the damaged file is kept beside it) or `foya store salvage --to NEW_DIR` to copy \
+     them into a fresh store (all with the same --data-dir)";
 
 /// Set when a damaged store was reported: the process exits with
 /// [`crate::args::EXIT_DAMAGED`] instead of [`crate::args::EXIT_FAILED`].
@@ -68,35 +68,5 @@ pub fn report_unrecorded_losses(path: &Path, losses: &[foya_storage::Loss]) {
              check` lists it)",
             path.display()
         );
-    }
-}
-
-/// Opens a damaged store for reading what it still holds (a private copy, see
-/// [`ReadOnlyStore::open_damaged`]), after one line on stderr saying so.
-pub fn open_damaged(path: &Path, found: &OpenError) -> Result<ReadOnlyStore, OpenError> {
-    if matches!(found, OpenError::NewerFormat { .. }) {
-        return Err(clone_refusal(found, path));
-    }
-    let store = ReadOnlyStore::open_damaged(path)?;
-    DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
-    eprintln!(
-        "foya: {found}; showing what can still be read (from a copy; the file is left as it \
-         is); {}",
-        DAMAGE_HINT
-    );
-    Ok(store)
-}
-
-/// The same refusal again (`OpenError` is not `Clone`).
-fn clone_refusal(e: &OpenError, path: &Path) -> OpenError {
-    match e {
-        OpenError::NewerFormat { message, .. } => OpenError::NewerFormat {
-            path: path.to_owned(),
-            message: message.clone(),
-        },
-        other => OpenError::Corrupt {
-            path: path.to_owned(),
-            message: other.to_string(),
-        },
     }
 }

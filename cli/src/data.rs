@@ -5,7 +5,7 @@
 //! readers' repair lock) is [`foya_storage::data_dir`].
 
 use anyhow::Context as _;
-use foya_storage::data_dir::{Owner, RepairLock, holder};
+use foya_storage::data_dir::{Owner, holder};
 pub use foya_storage::data_dir::{release_owner, serving_url, store_path};
 use foya_storage::{Durability, OpenError, ReadOnlyStore, Store, StoreOptions};
 use std::path::{Path, PathBuf};
@@ -158,66 +158,165 @@ pub fn open_existing_store_with(
     open_store_with(dir, durability).map(Some)
 }
 
+/// A data directory's store opened for reading ([`open_existing_read_only`]).
+#[derive(Debug)]
+pub struct ReadView {
+    /// What is read: the file itself, a private repaired copy of it (its last writer was
+    /// killed), or what salvage reads of it (it is damaged).
+    pub store: ReadOnlyStore,
+    /// The store is damaged: what is read is what `foya store salvage` copies, and the
+    /// command exits [`crate::args::EXIT_DAMAGED`].
+    pub damaged: bool,
+}
+
 /// Opens the store of a data directory for reading only, if it has one: `Ok(None)`,
 /// creating nothing, when the directory or its store file does not exist
-/// ([`missing_store`] says which). Reading writes nothing to the store file
-/// ([`ReadOnlyStore`]). A file that needs recovery (its last writer was killed) is first
-/// repaired by opening it writable and closing it again, with one dimmed note on
-/// stderr; only that repair writes.
+/// ([`missing_store`] says which). A reading command never writes the store's files:
+///
+/// - a sound file is read as it is;
+/// - a file its last writer did not close (killed) is read through a private copy that
+///   redb repairs as the next writable open will (one dimmed note on stderr);
+/// - a damaged file (one redb refuses, a part that cannot be read, acknowledged events
+///   missing after a repair) is read as `foya store salvage` reads it: every session
+///   and event salvage would copy, from the btree or straight from the pages
+///   ([`ReadOnlyStore::open_salvaged`]), after one line saying so; each session that
+///   stops early or cannot be read is named. [`ReadView::damaged`] is then set.
+///
+/// An empty file that no acknowledgement journal claims (its creation was interrupted)
+/// holds no sessions: `Ok(None)` after a note.
 ///
 /// # Errors
-/// The store exists but cannot be opened or repaired; while another process writes it,
-/// the error names that process ([`in_use`]), as for a writable open.
-pub fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadOnlyStore>> {
+/// The store exists but cannot be opened; while another process writes it, the error
+/// names that process ([`in_use`]); a file of a newer format.
+pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadView>> {
     let path = store_path(dir);
     if !path.is_file() {
         return Ok(None);
     }
-    let opened = |result: Result<ReadOnlyStore, OpenError>| match result {
-        Ok(store) => {
-            // A writer refused meanwhile can name this process (best effort).
-            record_owner(dir, None);
-            crate::damage::report_unrecorded_losses(&path, &store.unrecorded_losses());
-            Ok(Some(store))
-        }
-        Err(OpenError::NotFound { .. }) => Ok(None),
-        Err(OpenError::AlreadyOpen { .. }) => Err(in_use(dir)),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {}", path.display()))),
+    let refused = |e: OpenError| match e {
+        OpenError::AlreadyOpen { .. } => in_use(dir),
+        e => anyhow::Error::new(e).context(format!("cannot open {}", path.display())),
     };
-    // Readers that find the file needing repair take turns at it ([`RepairLock`]).
-    let lock = RepairLock::shared(dir);
-    match ReadOnlyStore::open(&path) {
-        Err(OpenError::NeedsRecovery { .. }) => {}
-        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
-        other => return opened(other),
-    }
-    if lock.make_exclusive() {
-        // Another reader may have repaired it while this one waited.
-        match ReadOnlyStore::open(&path) {
-            Err(OpenError::NeedsRecovery { .. }) => {}
-            other => return opened(other),
+    let found = match ReadOnlyStore::open(&path) {
+        Ok(store) => match sound(&store) {
+            Ok(()) => return Ok(Some(read_view(dir, &path, store, None))),
+            Err(found) => found,
+        },
+        Err(OpenError::NotFound { .. }) => return Ok(None),
+        Err(OpenError::NeedsRecovery { .. })
+            if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) =>
+        {
+            eprintln!(
+                "foya: {} is empty (its creation was interrupted, and no event was ever \
+                 acknowledged in it): no sessions are stored; the next command that writes \
+                 creates it anew",
+                path.display()
+            );
+            return Ok(None);
         }
-    }
-    match Store::open(&path, StoreOptions::default()) {
-        // Dropping it closes the file cleanly (and unlocks it).
-        Ok(repaired) => {
-            crate::damage::report_losses(&path, repaired.losses());
-            drop(repaired);
-        }
-        Err(OpenError::AlreadyOpen { .. }) => return Err(in_use(dir)),
-        Err(e) if e.is_damage() => return opened(crate::damage::open_damaged(&path, &e)),
+        Err(OpenError::NeedsRecovery { .. }) => match ReadOnlyStore::open_damaged(&path) {
+            Ok(store) => {
+                let only_repaired = store
+                    .damage()
+                    .iter()
+                    .all(|d| d == foya_storage::REPAIRED_NOTE);
+                match sound(&store) {
+                    Ok(()) if only_repaired => {
+                        let note = format!(
+                            "foya: {} was not closed by its last writer (killed): showing it \
+                             as redb's repair keeps it, from a private copy (the file is left \
+                             as it is; the next command that writes repairs it)",
+                            path.display()
+                        );
+                        eprintln!("{}", crate::render::dim(&note));
+                        return Ok(Some(read_view(dir, &path, store, None)));
+                    }
+                    Ok(()) => store.damage().join("; "),
+                    Err(found) => found,
+                }
+            }
+            Err(e) if e.is_damage() => format!("{e}"),
+            Err(e) => return Err(refused(e)),
+        },
+        Err(e @ OpenError::NewerFormat { .. }) => return Err(refused(e)),
+        Err(e) if e.is_damage() => e.to_string(),
+        Err(e) => return Err(refused(e)),
+    };
+    let (store, report) = match ReadOnlyStore::open_salvaged(&path).await {
+        Ok(opened) => opened,
+        Err(foya_storage::Error::Open(e)) => return Err(refused(e)),
         Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot repair {}", path.display())));
+            return Err(anyhow::Error::new(e).context(format!("cannot read {}", path.display())));
+        }
+    };
+    crate::damage::DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "foya: {found}; showing what `foya store salvage` reads of it (from a private copy; \
+         the file is left as it is); {}",
+        crate::damage::DAMAGE_HINT
+    );
+    Ok(Some(read_view(dir, &path, store, Some(&report))))
+}
+
+/// Whether a store opened for reading shows everything its file holds: every part of
+/// it reads and no acknowledged event is missing; else what was found, in one line.
+fn sound(store: &ReadOnlyStore) -> Result<(), String> {
+    let survey = store.survey().map_err(|e| e.to_string())?;
+    if let Some(first) = survey.unreadable.first() {
+        return Err(match first.session {
+            Some(id) => format!("session {id} cannot be read: {}", first.reason),
+            None => first.reason.clone(),
+        });
+    }
+    // A repair that rolled back past acknowledged commits: the pages may still hold them.
+    if store.is_copy() && !store.unrecorded_losses().is_empty() {
+        return Err("redb's repair rolls it back past acknowledged events".to_owned());
+    }
+    Ok(())
+}
+
+/// The view of an opened store, after naming on stderr what it lacks: each session
+/// `salvage` stops early or cannot copy, and acknowledged events it does not hold.
+fn read_view(
+    dir: &Path,
+    path: &Path,
+    store: ReadOnlyStore,
+    salvaged: Option<&foya_storage::SalvageReport>,
+) -> ReadView {
+    // A writer refused meanwhile can name this process (best effort).
+    record_owner(dir, None);
+    let mut named = std::collections::HashSet::new();
+    for session in salvaged.map_or(&[][..], |r| &r.sessions[..]) {
+        let Some(why) = &session.stopped else {
+            continue;
+        };
+        named.insert(session.id);
+        let acknowledged = session
+            .acknowledged
+            .map(|a| format!(" (acknowledged up to seq {a})"))
+            .unwrap_or_default();
+        if session.copied == 0 {
+            eprintln!(
+                "foya: session {} cannot be read: {why}{acknowledged}",
+                session.id
+            );
+        } else {
+            eprintln!(
+                "foya: session {} reads up to seq {}: {why}{acknowledged}",
+                session.id, session.copied
+            );
         }
     }
-    eprintln!(
-        "{}",
-        crate::render::dim(&format!(
-            "foya: repaired {} (the last process writing it did not close it)",
-            path.display()
-        ))
-    );
-    opened(ReadOnlyStore::open(&path))
+    let losses: Vec<_> = store
+        .unrecorded_losses()
+        .into_iter()
+        .filter(|l| !named.contains(&l.session))
+        .collect();
+    crate::damage::report_unrecorded_losses(path, &losses);
+    ReadView {
+        damaged: salvaged.is_some(),
+        store,
+    }
 }
 
 /// Opens the store of a data directory for work on the stored session `id`: `Ok(None)`,
@@ -282,11 +381,19 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    fn read_only(dir: &Path) -> Option<ReadView> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(open_existing_read_only(dir))
+            .unwrap()
+    }
+
     #[test]
     fn a_missing_data_dir_is_reported_and_not_created() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("absent");
-        assert!(open_existing_read_only(&dir).unwrap().is_none());
+        assert!(read_only(&dir).is_none());
         assert!(
             open_existing_store_with(&dir, Durability::Immediate)
                 .unwrap()
@@ -297,7 +404,7 @@ mod tests {
             missing_store(&dir),
             format!("data directory {} does not exist", dir.display())
         );
-        assert!(open_existing_read_only(root.path()).unwrap().is_none());
+        assert!(read_only(root.path()).is_none());
         assert!(
             open_existing_store_with(root.path(), Durability::Immediate)
                 .unwrap()

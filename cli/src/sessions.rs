@@ -19,7 +19,7 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
                 },
             ..
         } => Ok(crate::cluster_list::list(&addr, &cookie_file, json).await),
-        SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json),
+        SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json).await,
         SessionsCommand::Show { id, data, json } => {
             let id: SessionId = match id.parse() {
                 Ok(id) => id,
@@ -28,7 +28,7 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
                     return EXIT_USAGE;
                 }
             };
-            show(data.data_dir.as_deref(), id, json)
+            show(data.data_dir.as_deref(), id, json).await
         }
         SessionsCommand::Delete { id, data } => {
             let id: SessionId = match id.parse() {
@@ -73,13 +73,13 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// Lists the sessions of a data dir, writing nothing to its store
 /// ([`crate::data::open_existing_read_only`]); a dir without a store (or no dir at all)
 /// lists nothing, says so on stderr and exits 0, creating nothing.
-fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
+async fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
     let dir = crate::data::data_dir(dir)?;
-    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
+    let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(EXIT_OK);
     };
-    let survey = store.survey()?;
+    let survey = view.store.survey()?;
     let mut out = std::io::stdout().lock();
     for s in survey.sessions {
         if json {
@@ -96,16 +96,12 @@ fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
         }
     }
     if !survey.unreadable.is_empty() {
-        if !store.is_copy() {
+        if !view.damaged {
             eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
         }
         return Ok(EXIT_DAMAGED);
     }
-    Ok(if store.is_copy() {
-        EXIT_DAMAGED
-    } else {
-        EXIT_OK
-    })
+    Ok(if view.damaged { EXIT_DAMAGED } else { EXIT_OK })
 }
 
 /// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
@@ -127,18 +123,19 @@ fn summary_line(s: &foya_protocol::SessionSummary) -> String {
 
 /// Prints the events of one stored session, writing nothing to the store
 /// ([`crate::data::open_existing_read_only`]); exit 1 when there is no such session.
-fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
+async fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
     let dir = crate::data::data_dir(dir)?;
-    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
+    let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
         eprintln!(
             "foya: no session {id}: {}",
             crate::data::missing_store(&dir)
         );
         return Ok(EXIT_FAILED);
     };
+    let store = &view.store;
     if store.session(id)?.is_none() {
         eprintln!("foya: no session {id}");
-        return Ok(EXIT_FAILED);
+        return Ok(if view.damaged { EXIT_DAMAGED } else { EXIT_FAILED });
     }
     let mut out = std::io::stdout().lock();
     for event in store.read_from(id, Seq::FIRST)? {
@@ -191,11 +188,7 @@ fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Res
         )?;
     }
     out.flush()?;
-    Ok(if store.is_copy() {
-        EXIT_DAMAGED
-    } else {
-        EXIT_OK
-    })
+    Ok(if view.damaged { EXIT_DAMAGED } else { EXIT_OK })
 }
 
 /// Deletes a session through a runtime on the data dir: loading the session closes an

@@ -1,7 +1,8 @@
 //! `foya store …`: `check` (verify the event store without changing it), `salvage` (copy
-//! every readable session into a fresh store) and `backup` (a consistent copy). The work
-//! is `foya-storage`'s ([`foya_storage::check`], [`foya_storage::salvage`],
-//! [`foya_storage::ReadOnlyStore::backup`]); this renders it.
+//! every readable session into a fresh store), `repair` (put what salvage reads in place
+//! of a damaged file, keeping it beside) and `backup` (a consistent copy). The work is
+//! `foya-storage`'s ([`foya_storage::check`], [`foya_storage::salvage`],
+//! [`foya_storage::repair`], [`foya_storage::ReadOnlyStore::backup`]); this renders it.
 
 use crate::args::{DataDirArg, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK};
 use anyhow::Context as _;
@@ -28,6 +29,14 @@ pub enum StoreCommand {
         #[arg(long)]
         to: PathBuf,
     },
+    /// Replace a damaged store with every session salvage can read of it, keeping the
+    /// damaged file beside it (`foya.redb.damaged-<unix ms>`). Acknowledged events it
+    /// could not read are named and recorded (`store check` lists them). Exit 0 when the
+    /// store was replaced.
+    Repair {
+        #[command(flatten)]
+        data: DataDirArg,
+    },
     /// Write a consistent copy of the store (one read transaction) to --to, a new file
     /// that opens as a store. While a `foya serve` holds the data dir, the server takes
     /// the copy (`POST /store/backup`) as it goes on serving.
@@ -51,6 +60,7 @@ pub async fn store(command: StoreCommand) -> u8 {
     let result = match command {
         StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
         StoreCommand::Salvage { data, to } => salvage(data.data_dir.as_deref(), &to).await,
+        StoreCommand::Repair { data } => repair(data.data_dir.as_deref()).await,
         StoreCommand::Backup {
             data,
             to,
@@ -113,7 +123,15 @@ async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
         writeln!(out, "reported earlier: {loss}")?;
     }
     out.flush()?;
-    if report.is_clean() {
+    if report.is_clean() && !report.earlier_losses.is_empty() {
+        eprintln!(
+            "foya: the store {} is sound as it is now, but it lost acknowledged events \
+             earlier ({} reported earlier, listed above)",
+            path.display(),
+            report.earlier_losses.len()
+        );
+        Ok(EXIT_OK)
+    } else if report.is_clean() {
         eprintln!("foya: the store {} is sound", path.display());
         Ok(EXIT_OK)
     } else {
@@ -144,6 +162,28 @@ async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
     let report = foya_storage::salvage(&path, &target)
         .await
         .map_err(|e| refused(&dir, &path, e))?;
+    let whole = print_salvaged(&report)?;
+    let total = report.sessions.len();
+    if whole == total {
+        eprintln!(
+            "foya: salvaged all {total} sessions into {}",
+            target.display()
+        );
+        Ok(EXIT_OK)
+    } else {
+        eprintln!(
+            "foya: salvaged {whole} of {total} sessions whole into {}; {} stop early or could \
+             not be copied (listed above)",
+            target.display(),
+            total - whole
+        );
+        Ok(EXIT_DAMAGED)
+    }
+}
+
+/// Prints a salvage's notes and one line per session; returns how many were copied
+/// whole.
+fn print_salvaged(report: &foya_storage::SalvageReport) -> anyhow::Result<usize> {
     let mut out = std::io::stdout().lock();
     for note in &report.notes {
         writeln!(out, "note: {note}")?;
@@ -170,22 +210,27 @@ async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
         }
     }
     out.flush()?;
-    let total = report.sessions.len();
-    if whole == total {
-        eprintln!(
-            "foya: salvaged all {total} sessions into {}",
-            target.display()
-        );
-        Ok(EXIT_OK)
-    } else {
-        eprintln!(
-            "foya: salvaged {whole} of {total} sessions whole into {}; {} stop early or could \
-             not be copied (listed above)",
-            target.display(),
-            total - whole
-        );
-        Ok(EXIT_DAMAGED)
-    }
+    Ok(whole)
+}
+
+/// Replaces the data dir's store with what salvage reads of it, keeping the damaged
+/// file beside it ([`foya_storage::repair`]).
+async fn repair(dir: Option<&Path>) -> anyhow::Result<u8> {
+    let Some((dir, path)) = existing_store(dir)? else {
+        return Ok(EXIT_FAILED);
+    };
+    let report = foya_storage::repair(&path)
+        .await
+        .map_err(|e| refused(&dir, &path, e))?;
+    let whole = print_salvaged(&report.salvage)?;
+    crate::damage::report_losses(&path, &report.losses);
+    eprintln!(
+        "foya: repaired {}: {whole} of {} sessions whole; the damaged file is kept as {}",
+        path.display(),
+        report.salvage.sessions.len(),
+        report.kept.display()
+    );
+    Ok(EXIT_OK)
 }
 
 async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> anyhow::Result<u8> {
@@ -196,11 +241,12 @@ async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> any
     if let Some(url) = crate::data::serving_url(&dir) {
         return backup_through(&url, &dir, to, token_file).await;
     }
-    let Some(store) = crate::data::open_existing_read_only(&dir)? else {
+    let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(EXIT_FAILED);
     };
-    if store.is_copy() {
+    let store = view.store;
+    if view.damaged {
         anyhow::bail!(
             "the store {} is damaged: a backup copies only a sound store; use `foya store \
              salvage --data-dir {} --to NEW_DIR`",

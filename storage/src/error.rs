@@ -202,7 +202,15 @@ impl OpenError {
             redb::DatabaseError::RepairAborted => Self::NeedsRecovery { path },
             redb::DatabaseError::Storage(redb::StorageError::Corrupted(message)) => {
                 if message.contains("Expected file format version") {
-                    Self::NewerFormat { path, message }
+                    // redb refuses an unknown version before checking the slot's
+                    // checksum: a damaged header reads like a newer format.
+                    match crate::header::version_damage(&path) {
+                        Some(damage) => Self::Corrupt {
+                            path,
+                            message: format!("{damage} (redb: {message})"),
+                        },
+                        None => Self::NewerFormat { path, message },
+                    }
                 } else {
                     Self::Corrupt { path, message }
                 }

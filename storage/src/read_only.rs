@@ -135,6 +135,42 @@ impl ReadOnlyStore {
         })
     }
 
+    /// Opens what [`crate::salvage`] can read of a damaged file, never writing to it:
+    /// every readable session is salvaged into a fresh store in a private temporary
+    /// directory (removed when the store is dropped), which is then read. So the
+    /// sessions and events read are exactly what `salvage` copies: from the btree and,
+    /// where it is broken, straight from the pages. [`ReadOnlyStore::damage`] holds the
+    /// salvage's notes; the report names each session that stops early or could not be
+    /// read. [`ReadOnlyStore::unrecorded_losses`] compares the file's journal with what
+    /// was salvaged.
+    ///
+    /// # Errors
+    /// As [`crate::salvage`]: [`OpenError::AlreadyOpen`] when a writer holds the file,
+    /// [`OpenError::NotFound`], an I/O failure.
+    pub async fn open_salvaged(
+        path: &Path,
+    ) -> Result<(ReadOnlyStore, crate::SalvageReport), crate::Error> {
+        let io = |e: std::io::Error| OpenError::Database {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("foya-store-salvaged-")
+            .tempdir()
+            .map_err(io)?;
+        let target = dir.path().join("salvaged.redb");
+        let report = crate::salvage(path, &target).await?;
+        let file = std::fs::File::open(&target).map_err(io)?;
+        let db = open_file(&target, file)?;
+        let store = ReadOnlyStore {
+            db: RwLock::new(Some(Arc::new(Source::File(db)))),
+            location: path.to_owned(),
+            copy: Some(crate::recover::Copy::kept(dir, target)),
+            damage: report.notes.clone(),
+        };
+        Ok((store, report))
+    }
+
     /// What was found wrong with the file when it was opened by
     /// [`ReadOnlyStore::open_damaged`] (empty otherwise, or when the copy opened as it
     /// was).
@@ -287,6 +323,12 @@ pub(crate) fn open_file(path: &Path, file: std::fs::File) -> Result<ReadOnlyData
             if !matches!(other, redb::DatabaseError::DatabaseAlreadyOpen)
                 && creation_interrupted(path) =>
         {
+            if let Some(message) = emptied(path) {
+                return Err(OpenError::Corrupt {
+                    path: path.to_owned(),
+                    message,
+                });
+            }
             tracing::debug!(path = %path.display(), error = %other, "database creation was interrupted");
             Err(OpenError::NeedsRecovery {
                 path: path.to_owned(),
@@ -294,6 +336,31 @@ pub(crate) fn open_file(path: &Path, file: std::fs::File) -> Result<ReadOnlyData
         }
         Err(other) => Err(OpenError::from_redb(path, other)),
     }
+}
+
+/// Why the file at `path`, which looks like an interrupted creation (empty, or without
+/// redb's magic number), is damage instead: its acknowledgement journal names sessions
+/// whose events were acknowledged, so it held a database once (it was emptied or
+/// overwritten: a bad copy, a full disk). `None` for anything else, an interrupted
+/// creation included (nothing was ever acknowledged in it).
+pub(crate) fn emptied(path: &Path) -> Option<String> {
+    if !creation_interrupted(path) {
+        return None;
+    }
+    let acks = crate::journal::load(&crate::journal::path_for(path)).ok()?;
+    if acks.seqs.is_empty() {
+        return None;
+    }
+    let what = match std::fs::metadata(path).map(|m| m.len()) {
+        Ok(0) => "the file is empty".to_owned(),
+        _ => format!("its first {REDB_MAGIC_LEN} bytes are zero (no redb magic number)"),
+    };
+    Some(format!(
+        "{what}, yet its acknowledgement journal names {} session(s) whose events were \
+         acknowledged: the file was emptied or overwritten (a bad copy, a full disk), not left \
+         by an interrupted creation",
+        acks.seqs.len()
+    ))
 }
 
 /// Whether the file at `path` is what an interrupted creation leaves: empty, or without

@@ -20,7 +20,7 @@ const PAGE: u64 = 4096;
 
 /// The note of a copy redb had to repair (not damage in itself: a killed writer leaves
 /// a file needing it).
-pub(crate) const REPAIRED: &str = "redb repaired it (it was not closed cleanly, or its latest \
+pub const REPAIRED: &str = "redb repaired it (it was not closed cleanly, or its latest \
      commit was damaged): what it holds is as of its last intact commit";
 
 /// A private copy of a database file; removed when dropped.
@@ -29,6 +29,13 @@ pub(crate) struct Copy {
     _dir: tempfile::TempDir,
     /// The copy.
     pub(crate) path: PathBuf,
+}
+
+impl Copy {
+    /// A copy at `path` inside `dir`, both removed when dropped.
+    pub(crate) fn kept(dir: tempfile::TempDir, path: PathBuf) -> Self {
+        Self { _dir: dir, path }
+    }
 }
 
 /// Copies the file at `path` into a fresh temporary directory, holding a shared lock

@@ -177,7 +177,7 @@ fn recover_torn_creation(path: &Path) {
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
-fn now_unix_ms() -> u128 {
+pub(crate) fn now_unix_ms() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis())
@@ -198,6 +198,14 @@ impl Store {
                 path: parent.to_owned(),
                 source,
             })?;
+        }
+        // An empty file whose journal names acknowledged sessions is damage: starting
+        // over is `foya store repair`'s decision, not an open's.
+        if let Some(message) = crate::read_only::emptied(path) {
+            return Err(OpenError::Corrupt {
+                path: path.to_owned(),
+                message,
+            });
         }
         recover_torn_creation(path);
         let db = crate::guard::contain("opening the database", || Database::builder().create(path))

@@ -407,3 +407,7 @@ fn zeroed_regions_foreign_files_and_newer_formats_are_reported() {
     });
     assert_eq!(check, 4);
 }
+
+/// A copy of the fixture's data dir whose store file `damage` changed; returns the temp
+/// dir (kept alive), the data dir and the damaged bytes.
+fn damaged_copy(damage: impl FnOnce(&mut Vec<u8>)) -> (tempfile::TempDir, PathBuf, Vec
