@@ -410,4 +410,288 @@ fn zeroed_regions_foreign_files_and_newer_formats_are_reported() {
 
 /// A copy of the fixture's data dir whose store file `damage` changed; returns the temp
 /// dir (kept alive), the data dir and the damaged bytes.
-fn damaged_copy(damage: impl FnOnce(&mut Vec<u8>)) -> (tempfile::TempDir, PathBuf, Vec
+fn damaged_copy(damage: impl FnOnce(&mut Vec<u8>)) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let fx = fixture();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    for entry in std::fs::read_dir(&fx.data).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), data.join(entry.file_name())).unwrap();
+        }
+    }
+    let file = data.join("foya.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    damage(&mut bytes);
+    std::fs::write(&file, &bytes).unwrap();
+    (tmp, data, bytes)
+}
+
+/// What `sessions list --json` lists (last seq by session id), its exit code and stderr.
+fn listed(data: &Path) -> (i32, BTreeMap<String, u64>, String) {
+    let (code, stdout, stderr) = foya_in(data, &["sessions", "list", "--json"]);
+    let listed = stdout
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["id"].as_str().unwrap().to_owned(),
+                v["last_seq"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (code, listed, stderr)
+}
+
+/// What `store salvage` copies of `data` into `to`: its exit code and the events copied
+/// by session id (the sessions copied at all).
+fn salvaged(data: &Path, to: &Path) -> (i32, BTreeMap<String, u64>) {
+    let (code, stdout, _) = foya_in(data, &["store", "salvage", "--to", to.to_str().unwrap()]);
+    assert!(code == 0 || code == 4, "salvage exited {code}");
+    let copied = salvage_lines(&stdout)
+        .into_iter()
+        .filter(|(_, (copied, _))| *copied > 0)
+        .map(|(id, (copied, _))| (id, copied))
+        .collect();
+    (code, copied)
+}
+
+/// The files of a data dir and their bytes.
+fn files(data: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(data)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// `foya run --session ID go` on `data` (scripted, one text answer).
+fn run_on(data: &Path, id: &str) -> (i32, String, String) {
+    let fx = fixture();
+    foya_in(
+        data,
+        &[
+            "run",
+            "--provider",
+            "scripted",
+            "--approval",
+            "bypass",
+            "--script",
+            fx.script_text.to_str().unwrap(),
+            "--cwd",
+            fx.work.to_str().unwrap(),
+            "--session",
+            id,
+            "go",
+        ],
+    )
+}
+
+/// `foya serve` on `data`: its exit code and stderr when it refuses, `None` when it
+/// started (it is then killed).
+fn serve_on(data: &Path) -> Option<(i32, String)> {
+    let fx = fixture();
+    let mut child = foya()
+        .args(["serve", "--provider", "scripted", "--script"])
+        .arg(&fx.script_text)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .current_dir(&fx.work)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    if first.starts_with("http://") {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        return None;
+    }
+    let out = child.wait_with_output().unwrap();
+    Some((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn a_cut_tail_after_a_kill_reads_as_salvage_reads_it_and_repair_is_the_way_on() {
+    let fx = fixture();
+    let len = std::fs::metadata(fx.data.join("foya.redb")).unwrap().len() as usize;
+    for cut in [4096, 8192] {
+        let (tmp, data, bytes) = damaged_copy(|b| b.truncate(len - cut));
+        let before = files(&data);
+        let new = tmp.path().join("salvaged");
+        let (_, copied) = salvaged(&data, &new);
+        assert!(!copied.is_empty(), "cut {cut}: salvage copied nothing");
+
+        // Reading commands show exactly what salvage copies, event for event, and say
+        // the store is damaged.
+        let (code, list, stderr) = listed(&data);
+        assert_eq!(list, copied, "cut {cut}: {stderr}");
+        assert_eq!(code, 4, "cut {cut}: {stderr}");
+        assert!(stderr.contains("`foya store repair`"), "cut {cut}: {stderr}");
+        for id in copied.keys() {
+            let (code, shown, _) = foya_in(&data, &["sessions", "show", id, "--json"]);
+            assert_eq!(code, 4, "cut {cut}");
+            let (code, want, _) = foya_in(&new, &["sessions", "show", id, "--json"]);
+            assert_eq!(code, 0, "cut {cut}");
+            assert_eq!(shown, want, "cut {cut}: {id}");
+        }
+        // They wrote nothing.
+        assert_eq!(files(&data), before, "cut {cut}");
+
+        // `run` and `serve` refuse, naming the way on.
+        let (code, _, stderr) = run_on(&data, &fx.killed);
+        assert_eq!(code, 4, "cut {cut}: {stderr}");
+        assert!(stderr.contains("`foya store repair`"), "cut {cut}: {stderr}");
+        let (code, stderr) = serve_on(&data).expect("serve refuses a damaged store");
+        assert_eq!(code, 4, "cut {cut}: {stderr}");
+        assert!(stderr.contains("`foya store repair`"), "cut {cut}: {stderr}");
+        assert_eq!(files(&data), before, "cut {cut}");
+
+        // `store repair` puts what salvage reads in place and keeps the damaged file.
+        let (code, _, stderr) = foya_in(&data, &["store", "repair"]);
+        assert_eq!(code, 0, "cut {cut}: {stderr}");
+        let kept: Vec<_> = files(&data)
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("foya.redb.damaged-") && !name.ends_with(".acks"))
+            .collect();
+        assert_eq!(kept.len(), 1, "cut {cut}: {stderr}");
+        assert_eq!(kept[0].1, bytes, "cut {cut}: the damaged file is kept as it was");
+        assert!(stderr.contains(&kept[0].0), "cut {cut}: {stderr}");
+        let (code, list, stderr) = listed(&data);
+        assert_eq!((code, &list), (0, &copied), "cut {cut}: {stderr}");
+        let (code, _, stderr) = foya_in(&data, &["store", "check"]);
+        assert_eq!(code, 0, "cut {cut}: {stderr}");
+        // The killed session takes a new turn; the server starts.
+        let (code, _, stderr) = run_on(&data, &fx.killed);
+        assert_eq!(code, 0, "cut {cut}: {stderr}");
+        assert_eq!(serve_on(&data), None, "cut {cut}");
+    }
+}
+
+#[test]
+fn an_emptied_store_is_not_started_over_by_a_reading_command() {
+    let fx = fixture();
+    let (_tmp, data, _) = damaged_copy(Vec::clear);
+    let before = files(&data);
+    let (code, list, stderr) = listed(&data);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(list.is_empty(), "{list:?}");
+    assert!(!stderr.contains("repaired"), "{stderr}");
+    for id in fx.acknowledged.keys() {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(id.as_str()) && l.contains("cannot be read")),
+            "{id} is not named: {stderr}"
+        );
+        let (code, _, _) = foya_in(&data, &["sessions", "show", id]);
+        assert_eq!(code, 4);
+    }
+    // Nothing was written: no fresh database, the journal as it was, nothing moved.
+    assert_eq!(files(&data), before);
+    let (code, stdout, _) = foya_in(&data, &["store", "check"]);
+    assert_eq!(code, 4, "{stdout}");
+    // A writer does not start over either.
+    let (code, _, stderr) = run_on(&data, &fx.killed);
+    assert_eq!(code, 4, "{stderr}");
+    assert!(stderr.contains("empty"), "{stderr}");
+    assert!(stderr.contains("`foya store repair`"), "{stderr}");
+    assert_eq!(files(&data), before);
+
+    // Starting over is `store repair`'s: the empty file is kept, every acknowledged
+    // session is named as lost, and the check after it still names them.
+    let (code, _, stderr) = foya_in(&data, &["store", "repair"]);
+    assert_eq!(code, 0, "{stderr}");
+    for id in fx.acknowledged.keys() {
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(id.as_str()) && l.contains("is gone")),
+            "{id}: {stderr}"
+        );
+    }
+    assert!(
+        files(&data)
+            .iter()
+            .any(|(name, bytes)| name.starts_with("foya.redb.damaged-") && bytes.is_empty()),
+        "{:?}",
+        files(&data).keys()
+    );
+    let (code, stdout, stderr) = foya_in(&data, &["store", "check"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for id in fx.acknowledged.keys() {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("reported earlier: ") && l.contains(id.as_str())),
+            "{id}: {stdout}"
+        );
+    }
+    assert!(
+        stderr.contains("lost acknowledged events earlier"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_damaged_header_is_named_as_damage_and_read_as_salvage_reads_it() {
+    let (tmp, data, _) = damaged_copy(|b| {
+        b[64] = 9;
+        b[64 + 128] = 9;
+    });
+    // Salvage recovers everything, and the reading commands show it.
+    let (salvage, copied) = salvaged(&data, &tmp.path().join("new"));
+    assert_eq!(salvage, 0);
+    let (code, list, stderr) = listed(&data);
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(list, copied, "{stderr}");
+    for stderr in [stderr, run_on(&data, &fixture().killed).2] {
+        assert!(stderr.contains("header is damaged"), "{stderr}");
+        assert!(!stderr.contains("newer format"), "{stderr}");
+        assert!(!stderr.contains("the foya version that wrote it"), "{stderr}");
+    }
+}
+
+#[test]
+fn bit_flips_hide_nothing_salvage_reads() {
+    let len = std::fs::metadata(fixture().data.join("foya.redb"))
+        .unwrap()
+        .len() as usize;
+    // A deterministic sample: every 11th bit of the header (its first 320 bytes), and
+    // every 4093rd bit of the file (a prime: each lands at another offset of its page).
+    let mut bits: Vec<usize> = (0..320 * 8).step_by(11).collect();
+    bits.extend((320 * 8..len * 8).step_by(4093));
+    let mut hidden = Vec::new();
+    for bit in bits {
+        let (tmp, data, _) = damaged_copy(|b| b[bit / 8] ^= 1 << (bit % 8));
+        let (salvage, copied) = salvaged(&data, &tmp.path().join("new"));
+        let (code, list, stderr) = listed(&data);
+        assert!(code == 0 || code == 4, "bit {bit}: list exited {code}");
+        // What salvage copies is listed, nothing else; a list that says the store is
+        // sound (exit 0) means salvage copies every session whole.
+        if list != copied || (code == 0 && salvage != 0) {
+            hidden.push(format!(
+                "bit {bit}: list exit {code} {list:?}, salvage exit {salvage} {copied:?}: {stderr}"
+            ));
+        }
+    }
+    assert!(
+        hidden.is_empty(),
+        "{} flips:\n{}",
+        hidden.len(),
+        hidden.join("\n")
+    );
+}
