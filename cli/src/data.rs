@@ -302,7 +302,7 @@ fn read_view(
             );
         } else {
             eprintln!(
-                "foya: session {} reads up to seq {}: {why}{acknowledged}",
+                "foya: session {} reads up to seq {}, the rest is lost: {why}{acknowledged}",
                 session.id, session.copied
             );
         }

@@ -54,8 +54,8 @@ fn slots_damage(header: &[u8]) -> Option<String> {
     }
     (!damaged.is_empty()).then(|| {
         format!(
-            "its header is damaged: {}, but no such slot's checksum matches its bytes (a \
-             newer format writes a matching one)",
+            "its header is damaged: {}, but its checksum does not match its bytes (a slot \
+             written by a later redb would match)",
             damaged.join(" and ")
         )
     })
