@@ -59,7 +59,10 @@
 //! survives a crash of the process or machine; after a SIGKILL, opening the file runs
 //! redb's repair and every acknowledged event is there. A file whose creation was
 //! interrupted (killed in its first milliseconds: no magic number yet) is moved aside to
-//! `foya.redb.torn-<unix ms>` and created anew, instead of refusing every later open. [`Durability::None`] skips the
+//! `foya.redb.torn-<unix ms>` and created anew, instead of refusing every later open —
+//! unless its acknowledgement journal names acknowledged sessions: then it was emptied,
+//! not torn, and the open refuses it as damaged ([`OpenError::Corrupt`]; [`repair`] is
+//! the explicit way on). [`Durability::None`] skips the
 //! fsync (load tests). If a commit fails (I/O error, full disk), every append of that
 //! batch gets [`AppendError::Storage`], nothing of the batch is written, the writer's
 //! cached state is untouched, the database is reopened (redb refuses all work after an
@@ -72,7 +75,10 @@
 //! [`OpenError::Corrupt`] / [`ReadError::Corrupt`] and replaces the handle that panicked.
 //! Damage stays local: [`Store::survey`] / [`ReadOnlyStore::survey`] list every session
 //! that reads and name the ones that do not; [`ReadOnlyStore::open_damaged`] reads a file
-//! redb refuses through a recovered private copy. [`check`] verifies a file (redb's
+//! redb refuses through a recovered private copy, [`ReadOnlyStore::open_salvaged`]
+//! exactly what salvage reads of it; [`repair`] replaces a damaged file with what salvage
+//! reads, keeping it beside. A header whose commit slot names an unknown format version
+//! without a matching checksum is damage, not a newer format (`header.rs`). [`check`] verifies a file (redb's
 //! integrity check and the log's invariants), [`salvage`] copies every readable session
 //! into a fresh store (from the btree and, where it is broken, straight from the leaf
 //! pages: `raw.rs`), [`Store::backup`] writes a consistent copy. After each commit the

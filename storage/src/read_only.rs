@@ -90,7 +90,8 @@ impl ReadOnlyStore {
     ///   yet). Reading it needs redb's repair, which writes: [`crate::Store::open`] runs
     ///   it (then, once that store is closed, this open succeeds).
     /// - [`OpenError::Corrupt`]: the file is damaged, cut short or not a redb database
-    ///   (a panic of redb on it is contained and reported so);
+    ///   (a panic of redb on it is contained and reported so), or empty (no magic
+    ///   number) while its acknowledgement journal names acknowledged sessions;
     ///   [`ReadOnlyStore::open_damaged`] reads what it still holds.
     /// - [`OpenError::NewerFormat`]: a newer redb format.
     /// - [`OpenError::Database`]: the file cannot be read.

@@ -191,6 +191,8 @@ impl Store {
     /// # Errors
     /// [`OpenError::CreateDir`], [`OpenError::AlreadyOpen`] when another store (writable
     /// or [`crate::ReadOnlyStore`]) holds the file, [`OpenError::Database`] when redb cannot open or repair it,
+    /// [`OpenError::Corrupt`] when it is damaged (an empty file whose journal names
+    /// acknowledged sessions included: it is not started over),
     /// [`OpenError::Spawn`] when the writer thread cannot start.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store, OpenError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {

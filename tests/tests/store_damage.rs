@@ -457,16 +457,22 @@ fn salvaged(data: &Path, to: &Path) -> (i32, BTreeMap<String, u64>) {
     (code, copied)
 }
 
-/// The files of a data dir and their bytes.
-fn files(data: &Path) -> BTreeMap<String, Vec<u8>> {
+/// The store's files of a data dir (`foya.redb*`: the database, its journal, losses,
+/// files moved aside) and their lengths and digests.
+fn files(data: &Path) -> BTreeMap<String, (usize, u64)> {
+    use std::hash::{Hash as _, Hasher as _};
     std::fs::read_dir(data)
         .unwrap()
         .map(|e| e.unwrap())
         .filter(|e| e.file_type().unwrap().is_file())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("foya.redb"))
         .map(|e| {
+            let bytes = std::fs::read(e.path()).unwrap();
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut hasher);
             (
                 e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
+                (bytes.len(), hasher.finish()),
             )
         })
         .collect()
@@ -564,12 +570,15 @@ fn a_cut_tail_after_a_kill_reads_as_salvage_reads_it_and_repair_is_the_way_on() 
         let (code, _, stderr) = foya_in(&data, &["store", "repair"]);
         assert_eq!(code, 0, "cut {cut}: {stderr}");
         let kept: Vec<_> = files(&data)
-            .into_iter()
-            .filter(|(name, _)| name.starts_with("foya.redb.damaged-") && !name.ends_with(".acks"))
+            .into_keys()
+            .filter(|name| name.starts_with("foya.redb.damaged-") && !name.ends_with(".acks"))
             .collect();
         assert_eq!(kept.len(), 1, "cut {cut}: {stderr}");
-        assert_eq!(kept[0].1, bytes, "cut {cut}: the damaged file is kept as it was");
-        assert!(stderr.contains(&kept[0].0), "cut {cut}: {stderr}");
+        assert!(
+            std::fs::read(data.join(&kept[0])).unwrap() == bytes,
+            "cut {cut}: the damaged file is not kept as it was"
+        );
+        assert!(stderr.contains(&kept[0]), "cut {cut}: {stderr}");
         let (code, list, stderr) = listed(&data);
         assert_eq!((code, &list), (0, &copied), "cut {cut}: {stderr}");
         let (code, _, stderr) = foya_in(&data, &["store", "check"]);
@@ -626,7 +635,7 @@ fn an_emptied_store_is_not_started_over_by_a_reading_command() {
     assert!(
         files(&data)
             .iter()
-            .any(|(name, bytes)| name.starts_with("foya.redb.damaged-") && bytes.is_empty()),
+            .any(|(name, (len, _))| name.starts_with("foya.redb.damaged-") && *len == 0),
         "{:?}",
         files(&data).keys()
     );
@@ -670,10 +679,11 @@ fn bit_flips_hide_nothing_salvage_reads() {
     let len = std::fs::metadata(fixture().data.join("foya.redb"))
         .unwrap()
         .len() as usize;
-    // A deterministic sample: every 11th bit of the header (its first 320 bytes), and
-    // every 4093rd bit of the file (a prime: each lands at another offset of its page).
-    let mut bits: Vec<usize> = (0..320 * 8).step_by(11).collect();
-    bits.extend((320 * 8..len * 8).step_by(4093));
+    // A deterministic sample: every 31st bit of the header (its first 320 bytes), and
+    // every 16381st bit of the rest of the file (a prime: each lands at another offset
+    // of its page).
+    let mut bits: Vec<usize> = (0..320 * 8).step_by(31).collect();
+    bits.extend((320 * 8..len * 8).step_by(16381));
     let mut hidden = Vec::new();
     for bit in bits {
         let (tmp, data, _) = damaged_copy(|b| b[bit / 8] ^= 1 << (bit % 8));
