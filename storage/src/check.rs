@@ -53,7 +53,7 @@ pub fn check(path: &Path) -> Result<CheckReport, OpenError> {
         ..CheckReport::default()
     };
     redb_check(path, &mut report)?;
-    if let Some(problem) = layout_problem(path) {
+    if let Some(problem) = crate::header::layout_problem(path) {
         report.problems.push(problem);
     }
     let store = match ReadOnlyStore::open_damaged(path) {
@@ -88,45 +88,6 @@ pub fn check(path: &Path) -> Result<CheckReport, OpenError> {
     }
     journal_check(path, Some(&store), &mut report);
     Ok(report)
-}
-
-/// The file's length against the layout its header records (redb's header, at fixed
-/// offsets: page size, region header pages, region data pages, full regions, trailing
-/// region data pages, little-endian `u32`s from byte 12). A writer that crashed repairs
-/// from the file's length, so a cut that ends on a region boundary would pass redb;
-/// this check does not let it.
-fn layout_problem(path: &Path) -> Option<String> {
-    use std::io::Read as _;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut header = [0u8; 32];
-    file.read_exact(&mut header).ok()?;
-    if header[..crate::store::REDB_MAGIC_LEN] != *b"redb\x1A\x0A\xA9\x0D\x0A" {
-        return None;
-    }
-    let field = |at: usize| {
-        u64::from(u32::from_le_bytes([
-            header[at],
-            header[at + 1],
-            header[at + 2],
-            header[at + 3],
-        ]))
-    };
-    let (page, region_header, region_data, full, trailing) =
-        (field(12), field(16), field(20), field(24), field(28));
-    let trailing_len = if trailing > 0 {
-        (region_header + trailing) * page
-    } else {
-        0
-    };
-    let layout = page + full * (region_header + region_data) * page + trailing_len;
-    let len = file.metadata().ok()?.len();
-    (len < layout).then(|| {
-        format!(
-            "the file is {} bytes shorter than the layout its header records ({layout} \
-             bytes): it was cut short",
-            layout - len
-        )
-    })
 }
 
 /// redb's integrity check, on a private copy.

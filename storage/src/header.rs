@@ -61,6 +61,47 @@ fn slots_damage(header: &[u8]) -> Option<String> {
     })
 }
 
+/// The file's length against the layout its header records (redb's header, at fixed
+/// offsets: page size, region header pages, region data pages, full regions, trailing
+/// region data pages, little-endian `u32`s from byte 12). A writer that crashed repairs
+/// from the file's length, so a cut that ends on a region boundary would pass redb;
+/// this check does not let it. redb itself holds that a file shorter than its stored
+/// layout is damage (it shrinks a file only after writing a smaller layout), but a
+/// writable open of one left by a killed writer lets its repair write to it before
+/// failing: [`crate::Store::open`] refuses it first.
+pub(crate) fn layout_problem(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut header = [0u8; 32];
+    file.read_exact(&mut header).ok()?;
+    if header[..crate::store::REDB_MAGIC_LEN] != *b"redb\x1A\x0A\xA9\x0D\x0A" {
+        return None;
+    }
+    let field = |at: usize| {
+        u64::from(u32::from_le_bytes([
+            header[at],
+            header[at + 1],
+            header[at + 2],
+            header[at + 3],
+        ]))
+    };
+    let (page, region_header, region_data, full, trailing) =
+        (field(12), field(16), field(20), field(24), field(28));
+    let trailing_len = if trailing > 0 {
+        (region_header + trailing) * page
+    } else {
+        0
+    };
+    let layout = page + full * (region_header + region_data) * page + trailing_len;
+    let len = file.metadata().ok()?.len();
+    (len < layout).then(|| {
+        format!(
+            "the file is {} bytes shorter than the layout its header records ({layout} \
+             bytes): it was cut short",
+            layout - len
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

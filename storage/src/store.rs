@@ -209,6 +209,13 @@ impl Store {
                 message,
             });
         }
+        // Cut short: redb's repair would write to it before failing.
+        if let Some(message) = crate::header::layout_problem(path) {
+            return Err(OpenError::Corrupt {
+                path: path.to_owned(),
+                message,
+            });
+        }
         recover_torn_creation(path);
         let db = crate::guard::contain("opening the database", || Database::builder().create(path))
             .map_err(|message| OpenError::Corrupt {
