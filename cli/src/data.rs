@@ -200,7 +200,7 @@ pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadVi
     let found = match ReadOnlyStore::open(&path) {
         Ok(store) => match sound(&store) {
             Ok(()) => return Ok(Some(read_view(dir, &path, store, None))),
-            Err(found) => found,
+            Err(found) => damaged(&path, &found),
         },
         Err(OpenError::NotFound { .. }) => return Ok(None),
         Err(OpenError::NeedsRecovery { .. })
@@ -231,8 +231,8 @@ pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadVi
                         eprintln!("{}", crate::render::dim(&note));
                         return Ok(Some(read_view(dir, &path, store, None)));
                     }
-                    Ok(()) => store.damage().join("; "),
-                    Err(found) => found,
+                    Ok(()) => damaged(&path, &store.damage().join("; ")),
+                    Err(found) => damaged(&path, &found),
                 }
             }
             Err(e) if e.is_damage() => format!("{e}"),
@@ -256,6 +256,11 @@ pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadVi
         crate::damage::DAMAGE_HINT
     );
     Ok(Some(read_view(dir, &path, store, Some(&report))))
+}
+
+/// What was found, as an open names it: `database F is damaged: …`.
+fn damaged(path: &Path, found: &str) -> String {
+    format!("database {} is damaged: {found}", path.display())
 }
 
 /// Whether a store opened for reading shows everything its file holds: every part of
