@@ -135,7 +135,11 @@ async fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyho
     let store = &view.store;
     if store.session(id)?.is_none() {
         eprintln!("foya: no session {id}");
-        return Ok(if view.damaged { EXIT_DAMAGED } else { EXIT_FAILED });
+        return Ok(if view.damaged {
+            EXIT_DAMAGED
+        } else {
+            EXIT_FAILED
+        });
     }
     let mut out = std::io::stdout().lock();
     for event in store.read_from(id, Seq::FIRST)? {

@@ -163,7 +163,11 @@ fn a_store_left_by_a_killed_run_is_read_through_a_repaired_copy_and_left_as_it_i
             "{outcomes:#?}"
         );
     }
-    assert_eq!(std::fs::read(&path).unwrap(), bytes, "a reader wrote the store");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a reader wrote the store"
+    );
     let stdout = &outcomes[0].1;
     let listed = json_lines(stdout);
     assert_eq!(listed.len(), 1, "{stdout}");

@@ -546,7 +546,10 @@ fn a_cut_tail_after_a_kill_reads_as_salvage_reads_it_and_repair_is_the_way_on() 
         let (code, list, stderr) = listed(&data);
         assert_eq!(list, copied, "cut {cut}: {stderr}");
         assert_eq!(code, 4, "cut {cut}: {stderr}");
-        assert!(stderr.contains("`foya store repair`"), "cut {cut}: {stderr}");
+        assert!(
+            stderr.contains("`foya store repair`"),
+            "cut {cut}: {stderr}"
+        );
         for id in copied.keys() {
             let (code, shown, _) = foya_in(&data, &["sessions", "show", id, "--json"]);
             assert_eq!(code, 4, "cut {cut}");
@@ -560,10 +563,16 @@ fn a_cut_tail_after_a_kill_reads_as_salvage_reads_it_and_repair_is_the_way_on() 
         // `run` and `serve` refuse, naming the way on.
         let (code, _, stderr) = run_on(&data, &fx.killed);
         assert_eq!(code, 4, "cut {cut}: {stderr}");
-        assert!(stderr.contains("`foya store repair`"), "cut {cut}: {stderr}");
+        assert!(
+            stderr.contains("`foya store repair`"),
+            "cut {cut}: {stderr}"
+        );
         let (code, stderr) = serve_on(&data).expect("serve refuses a damaged store");
         assert_eq!(code, 4, "cut {cut}: {stderr}");
-        assert!(stderr.contains("`foya store repair`"), "cut {cut}: {stderr}");
+        assert!(
+            stderr.contains("`foya store repair`"),
+            "cut {cut}: {stderr}"
+        );
         assert_eq!(files(&data), before, "cut {cut}");
 
         // `store repair` puts what salvage reads in place and keeps the damaged file.
@@ -670,7 +679,10 @@ fn a_damaged_header_is_named_as_damage_and_read_as_salvage_reads_it() {
     for stderr in [stderr, run_on(&data, &fixture().killed).2] {
         assert!(stderr.contains("header is damaged"), "{stderr}");
         assert!(!stderr.contains("newer format"), "{stderr}");
-        assert!(!stderr.contains("the foya version that wrote it"), "{stderr}");
+        assert!(
+            !stderr.contains("the foya version that wrote it"),
+            "{stderr}"
+        );
     }
 }
 
