@@ -9,7 +9,11 @@
 //! salvage names every acknowledged session, copies only events identical to the
 //! acknowledged ones, and flags every session it could not copy whole (no acknowledged
 //! event disappears unreported); salvaged sessions take a new turn (the killed one's
-//! interrupted turn is closed the usual way first).
+//! interrupted turn is closed the usual way first). And damage hides nothing salvage can
+//! read: on a cut tail, an emptied file, a damaged header and a deterministic sample of
+//! bit flips, `sessions list` and `show` show exactly what salvage copies and write
+//! nothing; `run` and `serve` refuse, naming `foya store repair`, which keeps the damaged
+//! file and after which a check still names what was lost.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
