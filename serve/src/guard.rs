@@ -170,8 +170,9 @@ impl Guard {
                 )
             }) {
                 return Some(form_content_type(format!(
-                    "content type {form} is refused (an HTML form of any web page can send \
-                     it): send JSON with Content-Type: application/json"
+                    "content type {form} is refused on a request that changes something (an \
+                     HTML form of any web page can send it): send JSON with Content-Type: \
+                     application/json (an image upload: the image's own type)"
                 )));
             }
             if *method == Method::POST
