@@ -209,6 +209,22 @@ mod tests {
     use super::{ConfigError, with_own_providers, working_dir};
 
     #[test]
+    fn the_shell_environment_is_read_from_the_users_file_with_clear_errors() {
+        use foya_actors::tools::env_policy::{EnvPolicy, Inherit};
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        assert_eq!(super::shell_environment_in(&file).unwrap(), EnvPolicy::default());
+        std::fs::write(&file, "[hooks]\n").unwrap();
+        assert_eq!(super::shell_environment_in(&file).unwrap(), EnvPolicy::default());
+        std::fs::write(&file, "[shell_environment]\ninherit = \"none\"\ninclude = [\"PATH\"]\n").unwrap();
+        let policy = super::shell_environment_in(&file).unwrap();
+        assert_eq!((policy.inherit, policy.include), (Inherit::None, vec!["PATH".to_owned()]));
+        std::fs::write(&file, "[shell_environment]\ninherit = \"most\"\n").unwrap();
+        let err = super::shell_environment_in(&file).unwrap_err().to_string();
+        assert!(err.contains("[shell_environment]") && err.contains("config.toml"), "{err}");
+    }
+
+    #[test]
     fn the_working_directory_must_be_a_directory() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("file.txt");
