@@ -213,15 +213,31 @@ mod tests {
         use foya_actors::tools::env_policy::{EnvPolicy, Inherit};
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("config.toml");
-        assert_eq!(super::shell_environment_in(&file).unwrap(), EnvPolicy::default());
+        assert_eq!(
+            super::shell_environment_in(&file).unwrap(),
+            EnvPolicy::default()
+        );
         std::fs::write(&file, "[hooks]\n").unwrap();
-        assert_eq!(super::shell_environment_in(&file).unwrap(), EnvPolicy::default());
-        std::fs::write(&file, "[shell_environment]\ninherit = \"none\"\ninclude = [\"PATH\"]\n").unwrap();
+        assert_eq!(
+            super::shell_environment_in(&file).unwrap(),
+            EnvPolicy::default()
+        );
+        std::fs::write(
+            &file,
+            "[shell_environment]\ninherit = \"none\"\ninclude = [\"PATH\"]\n",
+        )
+        .unwrap();
         let policy = super::shell_environment_in(&file).unwrap();
-        assert_eq!((policy.inherit, policy.include), (Inherit::None, vec!["PATH".to_owned()]));
+        assert_eq!(
+            (policy.inherit, policy.include),
+            (Inherit::None, vec!["PATH".to_owned()])
+        );
         std::fs::write(&file, "[shell_environment]\ninherit = \"most\"\n").unwrap();
         let err = super::shell_environment_in(&file).unwrap_err().to_string();
-        assert!(err.contains("[shell_environment]") && err.contains("config.toml"), "{err}");
+        assert!(
+            err.contains("[shell_environment]") && err.contains("config.toml"),
+            "{err}"
+        );
     }
 
     #[test]

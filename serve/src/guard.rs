@@ -161,8 +161,13 @@ impl Guard {
             *method,
             Method::POST | Method::PUT | Method::PATCH | Method::DELETE
         ) {
-            let content_type = text(header::CONTENT_TYPE)
-                .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+            let content_type = text(header::CONTENT_TYPE).map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
             if let Some(form) = content_type.as_deref().filter(|t| {
                 matches!(
                     *t,
@@ -246,7 +251,11 @@ fn split_authority(authority: &str) -> Option<(String, Option<u16>)> {
 }
 
 /// The middleware: refuses what [`Guard`] refuses, before the token is checked.
-pub(crate) async fn check(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+pub(crate) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
     match guard.refusal(request.method(), request.uri().path(), request.headers()) {
         Some(refusal) => refusal.into_response(),
         None => next.run(request).await,
@@ -264,7 +273,12 @@ mod tests {
         Guard::new(listen, bound.parse().unwrap(), &allowed, tokened).unwrap()
     }
 
-    fn refused(g: &Guard, method: Method, path: &str, headers: &[(&str, &str)]) -> Option<&'static str> {
+    fn refused(
+        g: &Guard,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Option<&'static str> {
         let mut map = HeaderMap::new();
         for (name, value) in headers {
             map.insert(
@@ -277,7 +291,12 @@ mod tests {
 
     #[test]
     fn only_the_servers_own_names_are_hosts() {
-        let g = guard("127.0.0.1:0", "127.0.0.1:7878", &["foya.example.com", "proxy:8443"], false);
+        let g = guard(
+            "127.0.0.1:0",
+            "127.0.0.1:7878",
+            &["foya.example.com", "proxy:8443"],
+            false,
+        );
         for host in [
             "127.0.0.1:7878",
             "localhost:7878",
@@ -287,7 +306,11 @@ mod tests {
             "foya.example.com:443",
             "proxy:8443",
         ] {
-            assert_eq!(refused(&g, Method::GET, "/sessions", &[("host", host)]), None, "{host}");
+            assert_eq!(
+                refused(&g, Method::GET, "/sessions", &[("host", host)]),
+                None,
+                "{host}"
+            );
         }
         for host in [
             "evil.example:7878",
@@ -305,24 +328,56 @@ mod tests {
             );
         }
         let wildcard = guard("0.0.0.0:7878", "0.0.0.0:7878", &[], true);
-        assert_eq!(refused(&wildcard, Method::GET, "/", &[("host", "10.0.0.1:7878")]), None);
-        assert_eq!(refused(&wildcard, Method::GET, "/", &[("host", "[fe80::1]:7878")]), None);
+        assert_eq!(
+            refused(&wildcard, Method::GET, "/", &[("host", "10.0.0.1:7878")]),
+            None
+        );
+        assert_eq!(
+            refused(&wildcard, Method::GET, "/", &[("host", "[fe80::1]:7878")]),
+            None
+        );
         assert_eq!(
             refused(&wildcard, Method::GET, "/", &[("host", "myhost.lan:7878")]),
             Some("forbidden_host")
         );
         let named = guard("localhost:80", "127.0.0.1:80", &[], false);
-        assert_eq!(refused(&named, Method::GET, "/", &[("host", "localhost")]), None);
-        assert!(Guard::new("x:1", "127.0.0.1:1".parse().unwrap(), &["a:b".into()], false).is_err());
-        assert!(Guard::new("x:1", "127.0.0.1:1".parse().unwrap(), &[":80".into()], false).is_err());
+        assert_eq!(
+            refused(&named, Method::GET, "/", &[("host", "localhost")]),
+            None
+        );
+        assert!(
+            Guard::new(
+                "x:1",
+                "127.0.0.1:1".parse().unwrap(),
+                &["a:b".into()],
+                false
+            )
+            .is_err()
+        );
+        assert!(
+            Guard::new(
+                "x:1",
+                "127.0.0.1:1".parse().unwrap(),
+                &[":80".into()],
+                false
+            )
+            .is_err()
+        );
     }
 
     #[test]
     fn a_foreign_origin_or_site_is_refused_on_every_route() {
         let g = guard("127.0.0.1:0", "127.0.0.1:7878", &["foya.example.com"], true);
         let host = ("host", "127.0.0.1:7878");
-        for origin in ["http://127.0.0.1:7878", "http://localhost:7878", "https://foya.example.com"] {
-            assert_eq!(refused(&g, Method::GET, "/sessions", &[host, ("origin", origin)]), None);
+        for origin in [
+            "http://127.0.0.1:7878",
+            "http://localhost:7878",
+            "https://foya.example.com",
+        ] {
+            assert_eq!(
+                refused(&g, Method::GET, "/sessions", &[host, ("origin", origin)]),
+                None
+            );
         }
         for origin in [
             "http://evil.example:7878",
@@ -341,10 +396,24 @@ mod tests {
             }
         }
         let cross = ("sec-fetch-site", "cross-site");
-        assert_eq!(refused(&g, Method::GET, "/sessions/x/events", &[host, cross]), Some("forbidden_origin"));
+        assert_eq!(
+            refused(&g, Method::GET, "/sessions/x/events", &[host, cross]),
+            Some("forbidden_origin")
+        );
         assert_eq!(refused(&g, Method::GET, "/", &[host, cross]), None);
-        assert_eq!(refused(&g, Method::GET, "/web/app.js", &[host, cross]), None);
-        assert_eq!(refused(&g, Method::GET, "/", &[host, ("sec-fetch-site", "same-origin")]), None);
+        assert_eq!(
+            refused(&g, Method::GET, "/web/app.js", &[host, cross]),
+            None
+        );
+        assert_eq!(
+            refused(
+                &g,
+                Method::GET,
+                "/",
+                &[host, ("sec-fetch-site", "same-origin")]
+            ),
+            None
+        );
     }
 
     #[test]
@@ -352,27 +421,55 @@ mod tests {
         let open = guard("127.0.0.1:0", "127.0.0.1:7878", &[], false);
         let tokened = guard("127.0.0.1:0", "127.0.0.1:7878", &[], true);
         let host = ("host", "127.0.0.1:7878");
-        for form in ["application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "Text/Plain;charset=utf-8"] {
+        for form in [
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "Text/Plain;charset=utf-8",
+        ] {
             for g in [&open, &tokened] {
                 for method in [Method::POST, Method::PUT, Method::DELETE] {
                     assert_eq!(
-                        refused(g, method, "/sessions", &[host, ("content-type", form), ("content-length", "3")]),
+                        refused(
+                            g,
+                            method,
+                            "/sessions",
+                            &[host, ("content-type", form), ("content-length", "3")]
+                        ),
                         Some("form_content_type")
                     );
                 }
             }
         }
         let empty = ("content-length", "0");
-        assert_eq!(refused(&open, Method::POST, "/sessions", &[host, empty]), Some("form_content_type"));
-        assert_eq!(refused(&open, Method::POST, "/sessions", &[host]), Some("form_content_type"));
         assert_eq!(
-            refused(&open, Method::POST, "/sessions", &[host, empty, ("content-type", "application/json")]),
+            refused(&open, Method::POST, "/sessions", &[host, empty]),
+            Some("form_content_type")
+        );
+        assert_eq!(
+            refused(&open, Method::POST, "/sessions", &[host]),
+            Some("form_content_type")
+        );
+        assert_eq!(
+            refused(
+                &open,
+                Method::POST,
+                "/sessions",
+                &[host, empty, ("content-type", "application/json")]
+            ),
             None
         );
-        assert_eq!(refused(&tokened, Method::POST, "/sessions/x/cancel", &[host, empty]), None);
+        assert_eq!(
+            refused(&tokened, Method::POST, "/sessions/x/cancel", &[host, empty]),
+            None
+        );
         assert_eq!(refused(&open, Method::DELETE, "/sessions/x", &[host]), None);
         assert_eq!(
-            refused(&open, Method::POST, "/attachments", &[host, ("content-type", "image/png"), ("content-length", "9")]),
+            refused(
+                &open,
+                Method::POST,
+                "/attachments",
+                &[host, ("content-type", "image/png"), ("content-length", "9")]
+            ),
             None
         );
     }

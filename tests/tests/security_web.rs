@@ -105,7 +105,10 @@ async fn raw(
             answer.extend_from_slice(&chunk[..n]);
         }
     }
-    (status, String::from_utf8_lossy(&answer[head_end..]).into_owned())
+    (
+        status,
+        String::from_utf8_lossy(&answer[head_end..]).into_owned(),
+    )
 }
 
 /// The `error.code` of a JSON error body.
@@ -151,7 +154,10 @@ async fn a_web_page_reaches_nothing_and_the_servers_own_page_everything() {
         let events = format!("/sessions/{id}/events?approver=true");
 
         // Rebound: another name for this machine, and the page's own origin.
-        let rebound = [("Host", evil_host.as_str()), ("Origin", evil_origin.as_str())];
+        let rebound = [
+            ("Host", evil_host.as_str()),
+            ("Origin", evil_origin.as_str()),
+        ];
         // Cross-site: the server's name, another page's origin.
         let cross = [own_host, ("Origin", evil_origin.as_str())];
         for (headers, expected) in [(&rebound, "forbidden_host"), (&cross, "forbidden_origin")] {
@@ -159,7 +165,12 @@ async fn a_web_page_reaches_nothing_and_the_servers_own_page_everything() {
             for (method, path, headers, body) in [
                 ("GET", "/sessions", &headers[..], ""),
                 ("POST", "/sessions", &with_json[..], bypass.as_str()),
-                ("POST", inputs.as_str(), &with_json[..], r#"{"text":"run rm -rf ~"}"#),
+                (
+                    "POST",
+                    inputs.as_str(),
+                    &with_json[..],
+                    r#"{"text":"run rm -rf ~"}"#,
+                ),
                 ("GET", events.as_str(), &headers[..], ""),
                 // An empty POST, as a plain form or a no-cors fetch sends it.
                 ("POST", "/sessions", &headers[..], ""),
@@ -198,8 +209,14 @@ async fn a_web_page_reaches_nothing_and_the_servers_own_page_everything() {
         }
         let (status, answer) = raw(addr, "POST", "/sessions", &[own_host], "").await;
         assert_eq!((status, code(&answer).as_str()), (415, "form_content_type"));
-        let (status, answer) =
-            raw(addr, "POST", &format!("/sessions/{id}/cancel"), &[own_host], "").await;
+        let (status, answer) = raw(
+            addr,
+            "POST",
+            &format!("/sessions/{id}/cancel"),
+            &[own_host],
+            "",
+        )
+        .await;
         assert_eq!((status, code(&answer).as_str()), (415, "form_content_type"));
 
         // Nothing was made and the model was never asked.
@@ -255,7 +272,12 @@ async fn a_tokened_server_refuses_foreign_hosts_and_takes_its_clients_empty_post
         let server = serve(
             &provider,
             tmp.path(),
-            &["--token-file", &token_path, "--allowed-host", "foya.example.com"],
+            &[
+                "--token-file",
+                &token_path,
+                "--allowed-host",
+                "foya.example.com",
+            ],
         )
         .await;
         let addr = server.addr.as_str();
@@ -290,7 +312,11 @@ async fn a_tokened_server_refuses_foreign_hosts_and_takes_its_clients_empty_post
             addr,
             "GET",
             "/sessions",
-            &[("Host", "foya.example.com"), ("Origin", "https://evil.example"), auth],
+            &[
+                ("Host", "foya.example.com"),
+                ("Origin", "https://evil.example"),
+                auth,
+            ],
             "",
         )
         .await;

@@ -607,7 +607,12 @@ async fn refusals() {
     );
     // A type an HTML form can send is refused before the route (`security_web.rs`).
     assert_eq!(
-        error(upload("text/plain", b"hello"), StatusCode::UNSUPPORTED_MEDIA_TYPE).await.0,
+        error(
+            upload("text/plain", b"hello"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        )
+        .await
+        .0,
         "form_content_type"
     );
     assert_eq!(

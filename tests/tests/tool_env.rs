@@ -61,11 +61,20 @@ const CREDENTIALS: &[(&str, &str)] = &[
     ("PGPASSWORD", "cred-pg-1"),
     ("MYSQL_PWD", "cred-mysql-2"),
     ("DB_PASSWORD", "cred-db-3"),
-    ("DATABASE_URL", "postgres://app:cred-url-4@localhost:5432/app"),
+    (
+        "DATABASE_URL",
+        "postgres://app:cred-url-4@localhost:5432/app",
+    ),
     ("GITHUB_PAT", "cred-pat-5"),
     ("NPM_AUTH", "cred-npm-6"),
-    ("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/cred-hook-7"),
-    ("DOCKER_AUTH_CONFIG", r#"{"auths":{"r":{"auth":"cred-docker-8"}}}"#),
+    (
+        "SLACK_WEBHOOK_URL",
+        "https://hooks.slack.com/services/cred-hook-7",
+    ),
+    (
+        "DOCKER_AUTH_CONFIG",
+        r#"{"auths":{"r":{"auth":"cred-docker-8"}}}"#,
+    ),
 ];
 
 /// What a `shell` call, a `PreToolUse` hook and the tool `getenv` of a stdio MCP server
@@ -121,7 +130,11 @@ fn seen(names: &[&str], config: &str) -> Seen {
     let piped = spawn_json_lines(command.args(["--json", "start"]));
     let deadline = Instant::now() + TIMEOUT;
     let lines = read_until(&piped.lines, deadline, |l| l["type"] == "turn_complete");
-    assert_eq!(wait_exit(piped.child, deadline).code(), Some(0), "{lines:#?}");
+    assert_eq!(
+        wait_exit(piped.child, deadline).code(),
+        Some(0),
+        "{lines:#?}"
+    );
     let result = |id: &str| {
         lines
             .iter()
@@ -144,9 +157,16 @@ fn credentials_reach_no_tool_server_shell_command_or_hook() {
     let mut names: Vec<&str> = CREDENTIALS.iter().map(|(n, _)| *n).collect();
     names.extend(["FOO", "PATH", "HOME"]);
     let seen = seen(&names, "");
-    for (what, text) in [("shell", &seen.shell), ("hook", &seen.hook), ("MCP server", &seen.mcp)] {
+    for (what, text) in [
+        ("shell", &seen.shell),
+        ("hook", &seen.hook),
+        ("MCP server", &seen.mcp),
+    ] {
         for (name, value) in CREDENTIALS {
-            let secret = value.split(['/', ':', '@', '"']).find(|p| p.starts_with("cred-")).unwrap();
+            let secret = value
+                .split(['/', ':', '@', '"'])
+                .find(|p| p.starts_with("cred-"))
+                .unwrap();
             assert!(!text.contains(secret), "{what} saw {name}: {text}");
         }
         assert!(text.contains("PATH=/"), "{what}: {text}");
@@ -166,7 +186,17 @@ fn the_users_shell_environment_and_a_servers_env_vars_choose_what_passes() {
     // one excluded; the server: its `env_vars`.
     let config = "[shell_environment]\ninherit = \"core\"\ninclude = [\"GITHUB_PAT\", \"FOO\"]\nexclude = [\"HOME\"]\n\n\
                   [mcp_servers.envs.env]\nSET_HERE = \"by-config\"\n";
-    let seen = seen(&["GITHUB_PAT", "FOO", "HOME", "PATH", "PGPASSWORD", "SET_HERE"], config);
+    let seen = seen(
+        &[
+            "GITHUB_PAT",
+            "FOO",
+            "HOME",
+            "PATH",
+            "PGPASSWORD",
+            "SET_HERE",
+        ],
+        config,
+    );
     for (what, text) in [("shell", &seen.shell), ("hook", &seen.hook)] {
         assert!(text.contains("GITHUB_PAT=cred-pat-5"), "{what}: {text}");
         assert!(text.contains("FOO=harmless-foo"), "{what}: {text}");

@@ -32,8 +32,8 @@ pub enum Inherit {
 /// do): what a program needs to find programs, its home, its user, its locale, its
 /// terminal, its temp dir and its time zone. `LC_*` too ([`is_core`]).
 pub const CORE_VARS: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "USERNAME", "SHELL", "LANG", "LANGUAGE", "TERM",
-    "TMPDIR", "TEMP", "TMP", "TZ",
+    "PATH", "HOME", "USER", "LOGNAME", "USERNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR",
+    "TEMP", "TMP", "TZ",
 ];
 
 /// The default excludes: a variable whose name matches one of these (any case) is not
@@ -238,7 +238,16 @@ mod tests {
     fn the_default_passes_everything_but_credentials() {
         assert_eq!(
             names(&EnvPolicy::default(), ENV),
-            ["PATH", "HOME", "LC_TIME", "PWD", "OLDPWD", "FOO", "PLAIN_URL", "USER_URL"]
+            [
+                "PATH",
+                "HOME",
+                "LC_TIME",
+                "PWD",
+                "OLDPWD",
+                "FOO",
+                "PLAIN_URL",
+                "USER_URL"
+            ]
         );
     }
 
@@ -249,7 +258,10 @@ mod tests {
             ..EnvPolicy::default()
         };
         assert_eq!(names(&core, ENV), ["PATH", "HOME", "LC_TIME"]);
-        assert_eq!(names(&EnvPolicy::mcp_server(), ENV), ["PATH", "HOME", "LC_TIME"]);
+        assert_eq!(
+            names(&EnvPolicy::mcp_server(), ENV),
+            ["PATH", "HOME", "LC_TIME"]
+        );
         let none = EnvPolicy {
             inherit: Inherit::None,
             include: vec!["foo".into(), "GITHUB_*".into()],
@@ -268,7 +280,11 @@ mod tests {
         };
         let passed = names(&policy, ENV);
         assert!(passed.contains(&"OPENAI_API_KEY".to_owned()), "{passed:?}");
-        assert!(!passed.iter().any(|n| n.ends_with("_URL") || n == "GITHUB_PAT" || n == "LC_TIME"));
+        assert!(
+            !passed
+                .iter()
+                .any(|n| n.ends_with("_URL") || n == "GITHUB_PAT" || n == "LC_TIME")
+        );
     }
 
     #[test]
@@ -293,7 +309,12 @@ mod tests {
         ] {
             assert!(has_url_password(value), "{value}");
         }
-        for value in ["https://host/a:b@c", "ssh://git@host/x", "user:pw@host", "plain"] {
+        for value in [
+            "https://host/a:b@c",
+            "ssh://git@host/x",
+            "user:pw@host",
+            "plain",
+        ] {
             assert!(!has_url_password(value), "{value}");
         }
     }
