@@ -30,11 +30,14 @@ pub fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
 }
 
 /// Puts `hooks` into `config`, run under the sandbox helper (as the shell tool's
-/// commands: they die with `foya` and leave nothing running), with the transcript
-/// directory under `data_dir`.
+/// commands: they die with `foya` and leave nothing running; `setup::runtime_config`
+/// set it, with the user's environment policy), with the transcript directory under
+/// `data_dir`.
 pub fn apply(config: &mut RuntimeConfig, hooks: HookCommands, data_dir: &Path) {
     config.command_hooks = hooks;
-    config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::this_binary());
+    if config.hook_supervisor.is_none() {
+        config.hook_supervisor = Some(foya_actors::tools::sandbox::SandboxRunner::this_binary());
+    }
     config.transcript_dir = Some(transcript_dir(data_dir));
 }
 

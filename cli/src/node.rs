@@ -96,7 +96,7 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     drop(crate::listen::bind(&args.listen.to_string(), crate::listen::Port::Fixed).await?);
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
     let store = crate::data::open_store(&dir)?;
-    let mut config = crate::setup::runtime_config(store, model);
+    let mut config = crate::setup::runtime_config(store, model)?;
     // Sessions created through the cluster without a provider or model (the embedding
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
     config.default_provider.clone_from(&args.provider.provider);

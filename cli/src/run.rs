@@ -77,7 +77,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
         None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
     };
 
-    let mut config = crate::setup::runtime_config(store.clone(), model);
+    let mut config = crate::setup::runtime_config(store.clone(), model).map_err(Failure::Usage)?;
     crate::hooks::apply(&mut config, hooks, &dir);
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;

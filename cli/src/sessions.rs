@@ -217,7 +217,7 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
         Some(_) => {}
     }
     let model = std::sync::Arc::new(ScriptedClient::from_script(Default::default()));
-    let mut config = crate::setup::runtime_config(store, model);
+    let mut config = crate::setup::runtime_config(store, model)?;
     // The transcript the session's hooks read goes with it.
     config.transcript_dir = Some(crate::hooks::transcript_dir(&dir));
     let runtime = Runtime::start(config).await?;

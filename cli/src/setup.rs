@@ -8,6 +8,7 @@ use foya_actors::provider::config::ConfigError;
 use foya_actors::provider::scripted::Script;
 use foya_actors::provider::sim::{SimClient, SimConfig};
 use foya_actors::tools::ToolRegistry;
+use foya_actors::tools::env_policy::EnvPolicy;
 use foya_actors::tools::sandbox::SandboxRunner;
 use foya_actors::{ContextOptions, RuntimeConfig, WithoutApprover};
 use std::path::{Path, PathBuf};
@@ -150,24 +151,94 @@ pub fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// The runtime configuration of the CLI's commands: [`RuntimeConfig::new`] plus what
 /// an embedder must ask for and a coding agent needs: every built-in tool (`shell`
 /// sandboxed by the small `foya-sandbox` helper next to this binary, else by this
-/// binary's own `__sandbox-exec`: [`SandboxRunner::this_binary`]), the project's files
+/// binary's own `__sandbox-exec`: [`SandboxRunner::this_binary`]), command hooks run
+/// by the same helper, both under the user's [`shell_environment`], the project's files
 /// and the user's `~/.config/foya` ([`ContextOptions::with_files`]).
-pub fn runtime_config(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> RuntimeConfig {
-    RuntimeConfig {
-        tools: Arc::new(ToolRegistry::builtin_with_sandbox(
-            SandboxRunner::this_binary(),
-        )),
+///
+/// # Errors
+/// The user's `[shell_environment]` cannot be read ([`shell_environment`]).
+pub fn runtime_config(
+    store: foya_storage::Store,
+    model: Arc<dyn ModelClient>,
+) -> anyhow::Result<RuntimeConfig> {
+    let runner = SandboxRunner::this_binary().with_env_policy(shell_environment()?);
+    Ok(RuntimeConfig {
+        tools: Arc::new(ToolRegistry::builtin_with_sandbox(runner.clone())),
+        hook_supervisor: Some(runner),
         context: ContextOptions::with_files(),
         // Whoever approves is attached (chat, a web view) or nobody will be (`run`).
         without_approver: WithoutApprover::Deny,
         ..RuntimeConfig::new(store, model)
-    }
+    })
+}
+
+/// The environment policy of shell commands and hooks: table `[shell_environment]` of
+/// the user's `~/.config/foya/config.toml` (a project's file cannot set it: it would
+/// decide which of the user's credentials its own commands see), else the default
+/// (every variable but credential-shaped ones; `docs/security.md`).
+///
+/// # Errors
+/// The file cannot be read or parsed, or the table is not a valid policy (the message
+/// names the file and the key).
+pub fn shell_environment() -> anyhow::Result<EnvPolicy> {
+    let Some(path) = foya_actors::provider::config::user_file() else {
+        return Ok(EnvPolicy::default());
+    };
+    shell_environment_in(&path)
+}
+
+/// [`shell_environment`] of the config file `path`.
+fn shell_environment_in(path: &Path) -> anyhow::Result<EnvPolicy> {
+    let Some(text) = foya_actors::provider::config::read_optional(path)? else {
+        return Ok(EnvPolicy::default());
+    };
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
+    let Some(value) = table.get("shell_environment") else {
+        return Ok(EnvPolicy::default());
+    };
+    value
+        .clone()
+        .try_into::<EnvPolicy>()
+        .map_err(|e| anyhow::anyhow!("{}: [shell_environment] {e}", path.display()))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::{ConfigError, with_own_providers, working_dir};
+
+    #[test]
+    fn the_shell_environment_is_read_from_the_users_file_with_clear_errors() {
+        use foya_actors::tools::env_policy::{EnvPolicy, Inherit};
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        assert_eq!(
+            super::shell_environment_in(&file).unwrap(),
+            EnvPolicy::default()
+        );
+        std::fs::write(&file, "[hooks]\n").unwrap();
+        assert_eq!(
+            super::shell_environment_in(&file).unwrap(),
+            EnvPolicy::default()
+        );
+        std::fs::write(
+            &file,
+            "[shell_environment]\ninherit = \"none\"\ninclude = [\"PATH\"]\n",
+        )
+        .unwrap();
+        let policy = super::shell_environment_in(&file).unwrap();
+        assert_eq!(
+            (policy.inherit, policy.include),
+            (Inherit::None, vec!["PATH".to_owned()])
+        );
+        std::fs::write(&file, "[shell_environment]\ninherit = \"most\"\n").unwrap();
+        let err = super::shell_environment_in(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("[shell_environment]") && err.contains("config.toml"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn the_working_directory_must_be_a_directory() {

@@ -275,7 +275,11 @@ async fn backup_through(
     to: &Path,
     token_file: Option<&Path>,
 ) -> anyhow::Result<u8> {
-    let mut request = reqwest::Client::new().post(format!("{url}/store/backup"));
+    // An empty JSON body: a server without a token refuses an empty POST of another
+    // content type (a web page could send that one).
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/store/backup"))
+        .header(reqwest::header::CONTENT_TYPE, "application/json");
     if let Some(file) = token_file {
         let token = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read token file {}", file.display()))?;

@@ -243,7 +243,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let captured = probe.captured();
     let tool_cpu = Arc::new(cpu::CpuMeter::default());
     let driver_cpu = Arc::new(cpu::CpuMeter::default());
-    let mut config = foya_cli::setup::runtime_config(store.clone(), Arc::new(probe));
+    let mut config = foya_cli::setup::runtime_config(store.clone(), Arc::new(probe))?;
     config.tools = Arc::new(cpu::metered_builtins(&tool_cpu));
     let here = std::env::current_dir().context("no current directory")?;
     config.mcp = foya_cli::mcp::load(&here, &args.mcp)?;

@@ -18,6 +18,11 @@ pub struct ServeArgs {
     /// File holding the bearer token every request must carry.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// Another name this server answers to (HOST or HOST:PORT; repeatable), e.g. a
+    /// reverse proxy's: requests whose Host or Origin names neither this nor the listen
+    /// address, localhost, 127.0.0.1 or [::1] (with the port) are refused.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allowed_host: Vec<String>,
     /// Approval mode of sessions created without one.
     #[arg(long, default_value = "ask", value_parser = parse_approval)]
     pub approval: ApprovalMode,

@@ -1,6 +1,7 @@
 //! The service's error body `{"error": {"code", "message"}}` and the mapping of runtime
 //! errors to HTTP statuses (404 unknown session or approval, 409 deleted session, 400 bad
-//! input, 401 missing token, 413 a body over the limit, 500 otherwise). Rejections of
+//! input, 401 missing token, 403 a foreign host or origin, 413 a body over the limit, 415 a
+//! form's content type, 500 otherwise). Rejections of
 //! axum's extractors get the same body instead of axum's plain text.
 
 use axum::Json;
@@ -24,6 +25,12 @@ impl ApiError {
             code,
             message: message.into(),
         }
+    }
+
+    /// Its stable code (for the tests).
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {

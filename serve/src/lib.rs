@@ -16,6 +16,7 @@
 mod args;
 mod error;
 mod events;
+mod guard;
 mod openapi;
 mod overview;
 mod routes;
@@ -73,9 +74,12 @@ pub(crate) struct AppState {
     pub(crate) shutdown: CancellationToken,
     /// Each session's state fold for `GET /overview` (read on from its last seq).
     pub(crate) overview: Arc<overview::Folds>,
+    /// Which hosts and origins may call (`guard.rs`).
+    pub(crate) guard: Arc<guard::Guard>,
 }
 
-/// The router over `state` (every route of [`routes::route_table`], bearer auth).
+/// The router over `state` (every route of [`routes::route_table`]; in front of them
+/// the browser guard ([`guard`]: host, origin, form content types), then bearer auth).
 pub(crate) fn router(state: AppState) -> Router {
     let mut router = Router::new();
     for (_, path, method_router) in routes::route_table() {
@@ -92,6 +96,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.guard),
+            guard::check,
+        ))
         .with_state(state)
 }
 
@@ -178,10 +186,16 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let listener = foya_cli::listen::bind(&args.listen, foya_cli::listen::Port::AnyOrZero)
         .await
         .map_err(failed)?;
+    let addr = listener
+        .local_addr()
+        .context("no local address")
+        .map_err(failed)?;
+    let guard = guard::Guard::new(&args.listen, addr, &args.allowed_host, token.is_some())
+        .map_err(usage)?;
     let dir = foya_cli::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store = foya_cli::data::open_store(&dir).map_err(failed)?;
     let attachments = foya_cli::data::attachments(&dir);
-    let mut config = foya_cli::setup::runtime_config(store.clone(), model);
+    let mut config = foya_cli::setup::runtime_config(store.clone(), model).map_err(usage)?;
     config.mcp = foya_cli::mcp::load(&cwd, &args.mcp).map_err(usage)?;
     let hooks = foya_cli::hooks::load(&cwd).map_err(usage)?;
     foya_cli::hooks::apply(&mut config, hooks, &dir);
@@ -195,10 +209,6 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     if let Err(e) = runtime.recover_all().await {
         tracing::warn!(target: LOG_TARGET, error = %e, "recovery of unfinished sessions failed");
     }
-    let addr = listener
-        .local_addr()
-        .context("no local address")
-        .map_err(failed)?;
     foya_cli::data::record_owner(&dir, Some(&format!("http://{addr}")));
     {
         let mut out = std::io::stdout().lock();
@@ -223,6 +233,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         }),
         shutdown: shutdown.clone(),
         overview: Arc::default(),
+        guard: Arc::new(guard),
     };
     let app = router(state);
     let mut signals = foya_cli::signals::Signals::install().ok();

@@ -599,11 +599,21 @@ async fn refusals() {
 
     // Uploads: checked by declared type and magic bytes.
     assert_eq!(
-        error(upload("text/plain", b"hello"), StatusCode::UNSUPPORTED_MEDIA_TYPE).await,
+        error(upload("application/pdf", b"hello"), StatusCode::UNSUPPORTED_MEDIA_TYPE).await,
         (
             "unsupported_media_type".to_owned(),
-            "unsupported media type \"text/plain\" (send image/png, image/jpeg, image/gif or image/webp)".to_owned()
+            "unsupported media type \"application/pdf\" (send image/png, image/jpeg, image/gif or image/webp)".to_owned()
         )
+    );
+    // A type an HTML form can send is refused before the route (`security_web.rs`).
+    assert_eq!(
+        error(
+            upload("text/plain", b"hello"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        )
+        .await
+        .0,
+        "form_content_type"
     );
     assert_eq!(
         error(upload("image/png", b"hello"), StatusCode::BAD_REQUEST).await,

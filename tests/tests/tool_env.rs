@@ -1,7 +1,12 @@
 //! Tool processes do not inherit the runtime's secrets: a `shell` call of `foya run`,
 //! sandboxed (`--approval auto`) or not (`bypass`), sees the environment without the
 //! variables whose names contain `KEY`, `SECRET` or `TOKEN` (where API keys live), and
-//! with every other variable.
+//! with every other variable. Nor do they get the other shapes credentials come in
+//! (`PGPASSWORD`, `MYSQL_PWD`, `DB_PASSWORD`, a `DATABASE_URL` with a password,
+//! `GITHUB_PAT`, `NPM_AUTH`, `SLACK_WEBHOOK_URL`, `DOCKER_AUTH_CONFIG`): not a shell
+//! command, not a hook, not a real stdio MCP server (`tests/mcp/env_server.py`, which
+//! starts from an allow-list), while `PATH`, `HOME` and an ordinary `FOO` still reach
+//! commands and hooks; the user's `[shell_environment]` and a server's `env` choose more.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::child::{read_until, spawn_json_lines, wait_exit};
@@ -49,4 +54,156 @@ fn a_sandboxed_tool_does_not_see_the_runtimes_keys_secrets_or_tokens() {
 #[test]
 fn an_unsandboxed_tool_does_not_see_them_either() {
     assert_eq!(printed_by_a_tool("bypass"), "shown|||\n[exit code: 0]");
+}
+
+/// Credentials in Foya's environment, in the shapes they come in (name → value).
+const CREDENTIALS: &[(&str, &str)] = &[
+    ("PGPASSWORD", "cred-pg-1"),
+    ("MYSQL_PWD", "cred-mysql-2"),
+    ("DB_PASSWORD", "cred-db-3"),
+    (
+        "DATABASE_URL",
+        "postgres://app:cred-url-4@localhost:5432/app",
+    ),
+    ("GITHUB_PAT", "cred-pat-5"),
+    ("NPM_AUTH", "cred-npm-6"),
+    (
+        "SLACK_WEBHOOK_URL",
+        "https://hooks.slack.com/services/cred-hook-7",
+    ),
+    (
+        "DOCKER_AUTH_CONFIG",
+        r#"{"auths":{"r":{"auth":"cred-docker-8"}}}"#,
+    ),
+];
+
+/// What a `shell` call, a `PreToolUse` hook and the tool `getenv` of a stdio MCP server
+/// (`tests/mcp/env_server.py`) see of `names` in one `foya run --approval bypass` whose
+/// environment holds [`CREDENTIALS`] and `FOO`, with `config` added to the user's config.
+struct Seen {
+    shell: String,
+    hook: String,
+    mcp: String,
+}
+
+fn seen(names: &[&str], config: &str) -> Seen {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, data, work) = (
+        tmp.path().join("home"),
+        tmp.path().join("data"),
+        tmp.path().join("work"),
+    );
+    std::fs::create_dir_all(&work).unwrap();
+    let hook_out = tmp.path().join("hook-env.txt");
+    let list = names.join(",");
+    let print = names
+        .iter()
+        .map(|n| format!("echo \"{n}=${{{n}-unset}}\""))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let hook = format!("({print}) > {}", hook_out.display());
+    foya_tests::mcp::write_user_config(
+        &home,
+        &format!(
+            "[mcp_servers.envs]\ncommand = {}\nargs = [{}]\n\n\
+             [[hooks.PreToolUse]]\nmatcher = \"shell\"\nhooks = [{{ type = \"command\", command = {hook:?} }}]\n\n{config}",
+            foya_tests::mcp::toml_path(&foya_tests::mcp::python()),
+            foya_tests::mcp::toml_path(
+                &foya_tests::mcp::repo_root().join("tests/mcp/env_server.py")
+            ),
+        ),
+    );
+    let script = tmp.path().join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [
+            {"id": "sh", "name": "shell", "arguments": {"command": print}},
+            {"id": "mcp", "name": "mcp__envs__getenv", "arguments": {"names": list}}
+        ]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let mut command = scripted("run", "bypass", &script, &data, &work);
+    command.env("HOME", &home).env("FOO", "harmless-foo");
+    for (name, value) in CREDENTIALS {
+        command.env(name, value);
+    }
+    let piped = spawn_json_lines(command.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    let lines = read_until(&piped.lines, deadline, |l| l["type"] == "turn_complete");
+    assert_eq!(
+        wait_exit(piped.child, deadline).code(),
+        Some(0),
+        "{lines:#?}"
+    );
+    let result = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l["type"] == "tool_message" && l["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("no result of {id}: {lines:#?}"))["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    Seen {
+        shell: result("sh"),
+        hook: std::fs::read_to_string(&hook_out).unwrap(),
+        mcp: result("mcp"),
+    }
+}
+
+#[test]
+fn credentials_reach_no_tool_server_shell_command_or_hook() {
+    foya_tests::foya_bin();
+    let mut names: Vec<&str> = CREDENTIALS.iter().map(|(n, _)| *n).collect();
+    names.extend(["FOO", "PATH", "HOME"]);
+    let seen = seen(&names, "");
+    for (what, text) in [
+        ("shell", &seen.shell),
+        ("hook", &seen.hook),
+        ("MCP server", &seen.mcp),
+    ] {
+        for (name, value) in CREDENTIALS {
+            let secret = value
+                .split(['/', ':', '@', '"'])
+                .find(|p| p.starts_with("cred-"))
+                .unwrap();
+            assert!(!text.contains(secret), "{what} saw {name}: {text}");
+        }
+        assert!(text.contains("PATH=/"), "{what}: {text}");
+        assert!(text.contains("HOME=/"), "{what}: {text}");
+    }
+    // Ordinary variables still reach commands and hooks; a tool server gets only an
+    // allow-list (and what its config names).
+    assert!(seen.shell.contains("FOO=harmless-foo"), "{}", seen.shell);
+    assert!(seen.hook.contains("FOO=harmless-foo"), "{}", seen.hook);
+    assert!(seen.mcp.contains("FOO unset"), "{}", seen.mcp);
+}
+
+#[test]
+fn the_users_shell_environment_and_a_servers_env_vars_choose_what_passes() {
+    foya_tests::foya_bin();
+    // Commands and hooks: the core variables, plus one credential named on purpose, minus
+    // one excluded; the server: its `env_vars`.
+    let config = "[shell_environment]\ninherit = \"core\"\ninclude = [\"GITHUB_PAT\", \"FOO\"]\nexclude = [\"HOME\"]\n\n\
+                  [mcp_servers.envs.env]\nSET_HERE = \"by-config\"\n";
+    let seen = seen(
+        &[
+            "GITHUB_PAT",
+            "FOO",
+            "HOME",
+            "PATH",
+            "PGPASSWORD",
+            "SET_HERE",
+        ],
+        config,
+    );
+    for (what, text) in [("shell", &seen.shell), ("hook", &seen.hook)] {
+        assert!(text.contains("GITHUB_PAT=cred-pat-5"), "{what}: {text}");
+        assert!(text.contains("FOO=harmless-foo"), "{what}: {text}");
+        assert!(text.contains("HOME=unset"), "{what}: {text}");
+        assert!(text.contains("PATH=/"), "{what}: {text}");
+        assert!(text.contains("PGPASSWORD=unset"), "{what}: {text}");
+    }
+    assert!(seen.mcp.contains("SET_HERE=by-config"), "{}", seen.mcp);
+    assert!(seen.mcp.contains("GITHUB_PAT unset"), "{}", seen.mcp);
 }

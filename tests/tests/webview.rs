@@ -11,7 +11,8 @@
 //! an image upload and the `/compact` command (its checkpoint shown), a cancelled turn,
 //! a reload mid-turn (the same transcript, no event twice), a server restart the page
 //! resumes from (no gap, no duplicate), the live session list, the title set and the
-//! session deleted from the page. The load-test report: `webview/report.rs`.
+//! session deleted from the page. Without a token, behind the server's browser guard, the
+//! page still creates, streams and cancels. The load-test report: `webview/report.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "webview/page.rs"]
@@ -37,18 +38,26 @@ pub(crate) struct Serve {
 
 /// Starts `foya serve` in `dir` (data in `dir/data`, cwd `dir/work`) on `listen`.
 pub(crate) async fn serve(provider: &MockProvider, dir: &Path, listen: &str) -> Serve {
+    serve_with(provider, dir, listen, true).await
+}
+
+/// [`serve`], with the token [`TOKEN`] or without one.
+async fn serve_with(provider: &MockProvider, dir: &Path, listen: &str, tokened: bool) -> Serve {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let base_url = format!("{}/v1", provider.base_url());
-    let mut child = tokio::process::Command::new(foya_bin())
+    let mut command = tokio::process::Command::new(foya_bin());
+    command
         .arg("serve")
         .args(["--provider", "openai-chat", "--model", "mock-1"])
         .args(["--base-url", &base_url, "--approval", "ask"])
         .args(["--listen", listen])
         .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--token-file")
-        .arg(&token_file)
+        .arg(dir.join("data"));
+    if tokened {
+        command.arg("--token-file").arg(&token_file);
+    }
+    let mut child = command
         .current_dir(dir.join("work"))
         .env("OPENAI_API_KEY", "sk-test")
         .env_remove("FOYA_DATA_DIR")
@@ -144,6 +153,50 @@ async fn the_page_is_served_with_a_strict_policy_and_the_api_still_needs_the_tok
         assert_eq!(resp.status(), 200);
         let body: serde_json::Value = resp.json().await.unwrap();
         assert_eq!(body, serde_json::json!({"sessions": []}));
+        server.stop().await;
+    })
+    .await;
+}
+
+/// Without a token, behind the server's browser guard (its Host, its Origin, JSON only):
+/// the page opens on the list, creates a session, streams an answer and cancels a turn
+/// (an empty `POST`, which the page sends as JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_works_without_a_token_behind_the_browser_guard() {
+    within(120, async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let provider = MockProvider::start().await;
+        provider.push(MockResponse::sse(openai_chat::text("Hello without a token.")));
+        provider.push(slow("A long answer that is cancelled before it ends, word after word after word.", 300));
+        let server = serve_with(&provider, dir.path(), "127.0.0.1:0", false).await;
+        let b = foya_tests::browser::Browser::start().await;
+        b.client.goto(&format!("{}/", server.base)).await.unwrap();
+        b.until("the session list", "!document.getElementById('list').hidden")
+            .await;
+        b.type_into("#new-title", "No token").await;
+        b.click("#create").await;
+        b.until("the session page", "!document.getElementById('session').hidden && document.getElementById('session-title').textContent === 'No token'").await;
+        b.until(
+            "the stream",
+            "document.getElementById('conn').dataset.state === 'live'",
+        )
+        .await;
+        page::send(&b, "hi").await;
+        assert_eq!(page::turn_end(&b, 1).await, "completed");
+        page::send(&b, "a long one").await;
+        b.until(
+            "the answer streaming",
+            "document.querySelector('#transcript .assistant.live .answer')?.textContent.length > 0",
+        )
+        .await;
+        b.click("#cancel").await;
+        assert_eq!(page::turn_end(&b, 2).await, "cancelled");
+        assert_eq!(
+            b.js("return document.getElementById('error').hidden").await,
+            serde_json::json!(true)
+        );
+        b.close().await;
         server.stop().await;
     })
     .await;

@@ -1,9 +1,9 @@
 //! Running one command hook: `bash -c COMMAND` in the session's working directory, in its
 //! own process group (killed when the run ends, times out or is cancelled), the
 //! [`HookInput`] as JSON on stdin, `FOYA_PROJECT_DIR` and Claude Code's
-//! `CLAUDE_PROJECT_DIR` set to the project root, without the environment variables a tool's processes
-//! do not get either (names with `KEY`, `SECRET`, `TOKEN`); then its exit code and output
-//! read as Claude Code does ([`interpret`]).
+//! `CLAUDE_PROJECT_DIR` set to the project root, with the environment a tool's processes
+//! get (`tools::env_policy`: no credential-shaped variable); then its exit code and
+//! output read as Claude Code does ([`interpret`]).
 //!
 //! Output contract (Claude Code's):
 //! - exit 0: stdout may be JSON — `continue: false` (+ `stopReason`) stops the turn;
@@ -23,7 +23,7 @@
 
 use super::{CommandHook, HookEvent, HookInput, HookResponse};
 use crate::tools::SandboxPolicy;
-use crate::tools::sandbox::{ProcessGroupGuard, SandboxRunner, is_secret_name};
+use crate::tools::sandbox::{ProcessGroupGuard, SandboxRunner};
 use foya_protocol::HookDecision;
 use serde::Deserialize;
 use std::process::Stdio;
@@ -127,8 +127,9 @@ pub async fn run(
     }
 }
 
-/// `bash -c COMMAND` in `cwd`, in its own process group, without the secret-named
-/// variables: under `supervisor` (policy `none`) when there is one.
+/// `bash -c COMMAND` in `cwd`, in its own process group, with the environment of
+/// `supervisor`'s policy (policy `none`) when there is one, else of the default
+/// [`EnvPolicy`](crate::tools::env_policy::EnvPolicy).
 fn hook_command(
     hook: &CommandHook,
     cwd: &std::path::Path,
@@ -147,14 +148,9 @@ fn hook_command(
         .current_dir(cwd)
         .process_group(0)
         .kill_on_drop(true);
-    // Like a tool's processes, a hook does not see the runtime's keys (`*KEY*`,
-    // `*SECRET*`, `*TOKEN*`): a project's hook cannot send a user's key anywhere.
-    for name in std::env::vars_os()
-        .map(|(name, _)| name)
-        .filter(|name| is_secret_name(name))
-    {
-        command.env_remove(name);
-    }
+    // Like a tool's processes, a hook does not see the runtime's credentials
+    // (`tools::env_policy`): a project's hook cannot send a user's key anywhere.
+    crate::tools::env_policy::EnvPolicy::default().apply(&mut command);
     Ok(command)
 }
 

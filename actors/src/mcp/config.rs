@@ -55,11 +55,13 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub args: Vec<String>,
     /// stdio: variables set for it (passed even when their names look secret, since the
-    /// user wrote them here; other secret-looking variables of Foya's environment are
-    /// withheld, as from the shell tool).
+    /// user wrote them here). Of Foya's own environment a server gets only an
+    /// allow-list ([`EnvPolicy::mcp_server`](crate::tools::env_policy::EnvPolicy::mcp_server):
+    /// PATH, HOME, USER, the locale, TERM, TMPDIR, TZ…) and its `env_vars`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// stdio: names of Foya's environment variables passed through as they are.
+    /// stdio: names of Foya's environment variables passed through as they are (even
+    /// credential-shaped ones: naming one is the user's choice).
     #[serde(default)]
     pub env_vars: Vec<String>,
     /// stdio: working directory (default: Foya's).

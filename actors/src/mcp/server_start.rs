@@ -40,6 +40,9 @@ impl Server {
             .runner
             .spawn(self.config.sandbox.policy(), &cwd, &[], command, &args)
             .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
+        // An allow-list (`EnvPolicy::mcp_server`: PATH, HOME, the locale…), then what
+        // the server's config names: its `env_vars` as they are, its `env`.
+        crate::tools::env_policy::EnvPolicy::mcp_server().apply(&mut prepared.command);
         for name in &self.config.env_vars {
             if let Some(value) = std::env::var_os(name) {
                 prepared.command.env(name, value);

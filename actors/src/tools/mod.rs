@@ -8,6 +8,8 @@
 pub mod approval;
 /// The built-in tools.
 pub mod builtin;
+/// The environment of the processes the runtime starts (`shell`, hooks, MCP servers).
+pub mod env_policy;
 /// Exact grants of exec tools ("allow for this session" covers an argv prefix).
 pub mod grants;
 /// Path resolution and working-directory confinement of the file tools.

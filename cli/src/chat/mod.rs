@@ -82,7 +82,10 @@ pub async fn chat(args: ChatArgs) -> u8 {
             Err(e) => return failed(&e),
         },
     };
-    let mut config = crate::setup::runtime_config(store.clone(), model);
+    let mut config = match crate::setup::runtime_config(store.clone(), model) {
+        Ok(config) => config,
+        Err(e) => return usage(&e),
+    };
     config.context.generate_titles = true;
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;

@@ -29,6 +29,10 @@ async function api(method, path, body, extra = {}) {
   } else if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
+  } else if (method === "POST") {
+    // An empty POST (cancel) says it is JSON: the server refuses an empty POST of a type
+    // another site's form or page could send.
+    headers["Content-Type"] = "application/json";
   }
   const resp = await fetch(path, { method, headers, body: payload, signal: extra.signal, cache: "no-store" });
   if (resp.status === 401) throw new Unauthorized("the token was refused");

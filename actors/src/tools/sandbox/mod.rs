@@ -54,6 +54,8 @@ pub struct SandboxRunner {
     /// The helper binary, run as `helper __sandbox-exec ...`; `None`: no helper was set
     /// and every command fails with [`NO_HELPER`].
     helper: Option<PathBuf>,
+    /// Which of the runtime's variables the commands receive.
+    env: crate::tools::env_policy::EnvPolicy,
 }
 
 /// Why a command cannot start when no sandbox helper was set.
@@ -82,13 +84,26 @@ impl SandboxRunner {
     pub fn new(helper: impl Into<PathBuf>) -> Self {
         Self {
             helper: Some(helper.into()),
+            env: crate::tools::env_policy::EnvPolicy::default(),
         }
+    }
+
+    /// This runner, its commands receiving the runtime's environment under `policy`
+    /// (default: [`EnvPolicy::default`](crate::tools::env_policy::EnvPolicy), every
+    /// variable but credential-shaped ones).
+    #[must_use]
+    pub fn with_env_policy(mut self, policy: crate::tools::env_policy::EnvPolicy) -> Self {
+        self.env = policy;
+        self
     }
 
     /// A runner without a helper: every command fails with [`NO_HELPER`].
     #[must_use]
     pub fn unset() -> Self {
-        Self { helper: None }
+        Self {
+            helper: None,
+            env: crate::tools::env_policy::EnvPolicy::default(),
+        }
     }
 
     /// The helper from `FOYA_SANDBOX_HELPER`, else none: commands then fail with
@@ -98,7 +113,10 @@ impl SandboxRunner {
         let helper = std::env::var_os(SANDBOX_HELPER_ENV)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
-        Self { helper }
+        Self {
+            helper,
+            env: crate::tools::env_policy::EnvPolicy::default(),
+        }
     }
 
     /// The helper from `FOYA_SANDBOX_HELPER`, else the small [`HELPER_BIN`] binary next
@@ -179,12 +197,8 @@ impl SandboxRunner {
         };
         let mut command = tokio::process::Command::new(helper);
         command.args(invocation_args(&invocation));
-        for name in std::env::vars_os()
-            .map(|(name, _)| name)
-            .filter(|name| is_secret_name(name))
-        {
-            command.env_remove(name);
-        }
+        // The runtime's credentials stay out (`tools::env_policy`).
+        self.env.apply(&mut command);
         command
             .current_dir(cwd)
             .process_group(0)
@@ -194,22 +208,6 @@ impl SandboxRunner {
             .kill_on_drop(true);
         Ok(SandboxCommand { command, tmp_dir })
     }
-}
-
-/// Whether an environment variable is withheld from tool processes: its name contains
-/// `KEY`, `SECRET` or `TOKEN` (any case), as Codex CLI's default shell environment
-/// policy does. The runtime's own API keys (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, a
-/// profile's `api_key_env`) live in its environment; a command run for the model — which
-/// a prompt injection may steer — must not be able to print them into the conversation.
-/// Every policy, [`SandboxPolicy::None`] included, withholds them; a command that needs
-/// such a variable must be given it another way (a file in the workspace, a credential
-/// helper).
-#[must_use]
-pub fn is_secret_name(name: &std::ffi::OsStr) -> bool {
-    let upper = name.to_string_lossy().to_ascii_uppercase();
-    ["KEY", "SECRET", "TOKEN"]
-        .iter()
-        .any(|part| upper.contains(part))
 }
 
 /// Kills a whole process group with `SIGKILL` when dropped (or on [`kill`](Self::kill)),
