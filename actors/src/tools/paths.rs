@@ -135,12 +135,32 @@ fn deepest_existing(path: &Path) -> (&Path, Vec<std::ffi::OsString>) {
     (existing, rest)
 }
 
-/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended).
+/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended); a
+/// dangling symlink there is followed to where it points (up to 40 links).
 pub(crate) fn real_path(path: &Path) -> PathBuf {
-    let (existing, rest) = deepest_existing(path);
-    let mut real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_path_buf());
-    real.extend(rest.iter().rev());
-    real
+    let mut path = path.to_path_buf();
+    for _ in 0..40 {
+        let (existing, rest) = deepest_existing(&path);
+        let resolved = std::fs::canonicalize(existing);
+        let dangling = match &resolved {
+            Err(_) => std::fs::read_link(existing).ok(),
+            Ok(_) => None,
+        };
+        let mut real = match (resolved, dangling) {
+            (Ok(real), _) => real,
+            (Err(_), Some(target)) => {
+                let parent = existing.parent().unwrap_or(Path::new("/"));
+                normalize(parent, &target)
+            }
+            (Err(_), None) => existing.to_path_buf(),
+        };
+        real.extend(rest.iter().rev());
+        if real == path {
+            return real;
+        }
+        path = real;
+    }
+    path
 }
 
 /// `path` relative to `cwd` for display, or `path` itself when it is outside.

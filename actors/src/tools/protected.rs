@@ -457,6 +457,44 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_protected_name_is_protected_under_the_name_it_resolves_to() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(w.join("conf/hooks")).unwrap();
+        std::fs::create_dir_all(w.join("src")).unwrap();
+        std::fs::write(w.join("CLAUDE.md"), "x").unwrap();
+        std::os::unix::fs::symlink("CLAUDE.md", w.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("conf", w.join(".foya")).unwrap();
+        std::os::unix::fs::symlink(".git", w.join("gitdir")).unwrap();
+        std::os::unix::fs::symlink("missing.md", w.join("FOYA.md")).unwrap();
+        let p = Protected::new(&w, &[]);
+        for (path, name) in [
+            ("CLAUDE.md", "AGENTS.md"),
+            ("conf/config.toml", ".foya"),
+            ("conf/hooks/new.sh", ".foya"),
+            ("./conf", ".foya"),
+            ("missing.md", "FOYA.md"),
+        ] {
+            assert_eq!(p.reached_as(Path::new(path)), Some(w.join(name)), "{path}");
+        }
+        // Through a link into a protected directory that does not exist yet.
+        assert_eq!(
+            p.reached_as(Path::new("gitdir/config")),
+            Some(w.join(".git/config"))
+        );
+        for path in ["src/main.rs", "CLAUDE.md.bak", "confx", "README.md"] {
+            assert_eq!(p.reached_as(Path::new(path)), None, "{path}");
+        }
+        assert_eq!(p.named_in("echo x >> CLAUDE.md").as_deref(), Some("CLAUDE.md"));
+        assert_eq!(
+            p.named_in("cp a conf/config.toml").as_deref(),
+            Some("conf/config.toml")
+        );
+        assert_eq!(p.named_in("cargo test"), None);
+    }
+
+    #[test]
     fn the_sandbox_list_names_the_control_files_of_the_working_directory() {
         let p = protected();
         let listed: Vec<String> = p
