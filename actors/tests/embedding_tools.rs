@@ -337,7 +337,7 @@ async fn a_cancelled_typed_tool_that_checks_its_token_never_writes() {
         .await
         .unwrap();
     let session = agent.session(dir.path()).await.unwrap();
-    let turn = session.run_streamed(Input::text("export")).await.unwrap();
+    let mut turn = session.run_streamed(Input::text("export")).await.unwrap();
     within(started.recv()).await.unwrap().unwrap();
     session.cancel().await.unwrap();
     let outcome = within(turn.outcome()).await.unwrap().unwrap();
