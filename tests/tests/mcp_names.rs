@@ -112,7 +112,11 @@ fn a_tool_name_means_one_server_s_one_tool_whichever_servers_are_up() {
     let piped = spawn_json_lines(&mut command);
     let deadline = Instant::now() + TIMEOUT;
     let lines = read_until(&piped.lines, deadline, |l| l["type"] == "turn_complete");
-    assert_eq!(wait_exit(piped.child, deadline).code(), Some(0), "{lines:#?}");
+    assert_eq!(
+        wait_exit(piped.child, deadline).code(),
+        Some(0),
+        "{lines:#?}"
+    );
     assert!(!path("fail-next").exists(), "a was not started");
 
     assert_eq!(result_of(&lines, "c1"), ("a__b/c".to_owned(), false));

@@ -187,7 +187,15 @@ fn repository(work: &std::path::Path) {
     for args in [
         &["init", "-q"][..],
         &["add", "README"],
-        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
     ] {
         let status = std::process::Command::new("git")
             .args(args)
@@ -248,6 +256,12 @@ async fn a_session_grant_never_covers_an_option_that_writes_a_file() {
     };
     assert_eq!(result("c2")["is_error"], false, "{}", result("c2"));
     assert!(result("c2")["content"].as_str().unwrap().contains("one"));
-    assert!(!work.join("sub/x.txt").exists(), "the granted prefix wrote a file");
-    assert!(!work.join("sub/y.txt").exists(), "the granted prefix wrote a file");
+    assert!(
+        !work.join("sub/x.txt").exists(),
+        "the granted prefix wrote a file"
+    );
+    assert!(
+        !work.join("sub/y.txt").exists(),
+        "the granted prefix wrote a file"
+    );
 }

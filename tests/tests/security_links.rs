@@ -56,7 +56,13 @@ fn writes() -> Vec<(&'static str, Value)> {
 
 /// Every write in one step of `foya run --approval MODE`: the files before and after,
 /// and the session's events.
-fn attempt(mode: &str) -> (Vec<(String, Option<String>)>, Vec<(String, Option<String>)>, Vec<Value>) {
+fn attempt(
+    mode: &str,
+) -> (
+    Vec<(String, Option<String>)>,
+    Vec<(String, Option<String>)>,
+    Vec<Value>,
+) {
     let tmp = tempfile::tempdir().unwrap();
     let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
     std::fs::create_dir_all(work.join("conf/hooks")).unwrap();
@@ -84,7 +90,10 @@ fn attempt(mode: &str) -> (Vec<(String, Option<String>)>, Vec<(String, Option<St
 
 fn check(mode: &str) {
     let (before, after, events) = attempt(mode);
-    assert_eq!(after, before, "{mode}: a file behind a protected name changed");
+    assert_eq!(
+        after, before,
+        "{mode}: a file behind a protected name changed"
+    );
     for (i, (name, args)) in writes().into_iter().enumerate() {
         let id = format!("c{i}");
         let request = events

@@ -162,23 +162,35 @@ mod tests {
         assert_eq!(got["a_"], "mcp__a___");
         for hashed in ["a", "x.y", "x_y"] {
             let prefix = &got[hashed];
-            assert!(prefix.len() == "mcp__".len() + hashed.len() + 11, "{prefix}");
+            assert!(
+                prefix.len() == "mcp__".len() + hashed.len() + 11,
+                "{prefix}"
+            );
             assert!(prefix.ends_with("__") && valid(prefix.trim_end_matches('_')));
         }
         for (server, prefix) in &got {
             for (other, p) in &got {
-                assert!(server == other || !p.starts_with(prefix.as_str()), "{prefix} {p}");
+                assert!(
+                    server == other || !p.starts_with(prefix.as_str()),
+                    "{prefix} {p}"
+                );
             }
         }
         // The same configuration, the same prefixes, whatever the order.
-        assert_eq!(got, prefixes(["a_", "x_y", "x.y", "a__b", "a", "github", "fs"]));
+        assert_eq!(
+            got,
+            prefixes(["a_", "x_y", "x.y", "a__b", "a", "github", "fs"])
+        );
         // A server named like a hashed prefix is salted away.
         let hashed = got["a"].trim_start_matches("mcp__").trim_end_matches("__");
         let tricky = format!("{hashed}__z");
         let again = prefixes(["a", "a__b", tricky.as_str()]);
         for (server, prefix) in &again {
             for (other, p) in &again {
-                assert!(server == other || !p.starts_with(prefix.as_str()), "{prefix} {p}");
+                assert!(
+                    server == other || !p.starts_with(prefix.as_str()),
+                    "{prefix} {p}"
+                );
             }
         }
         // A capped name still tells the two servers of the issue apart.

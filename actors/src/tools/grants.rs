@@ -296,7 +296,10 @@ const WRITE_OPTIONS: &[(&str, &[&str])] = &[
     ("npm", &["--pack-destination", "--logs-dir", "--cache"]),
     ("pnpm", &["--pack-destination", "--out"]),
     ("yarn", &["-o", "--out", "--filename"]),
-    ("docker", &["-o", "--output", "--iidfile", "--metadata-file"]),
+    (
+        "docker",
+        &["-o", "--output", "--iidfile", "--metadata-file"],
+    ),
     ("podman", &["-o", "--output", "--iidfile"]),
     ("kubectl", &["--output-directory"]),
     ("gh", &["-O", "--output", "-D", "--dir"]),

@@ -486,7 +486,10 @@ mod tests {
         for path in ["src/main.rs", "CLAUDE.md.bak", "confx", "README.md"] {
             assert_eq!(p.reached_as(Path::new(path)), None, "{path}");
         }
-        assert_eq!(p.named_in("echo x >> CLAUDE.md").as_deref(), Some("CLAUDE.md"));
+        assert_eq!(
+            p.named_in("echo x >> CLAUDE.md").as_deref(),
+            Some("CLAUDE.md")
+        );
         assert_eq!(
             p.named_in("cp a conf/config.toml").as_deref(),
             Some("conf/config.toml")
