@@ -18,7 +18,10 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// The real files behind the protected names, relative to the workspace.
 const WATCHED: &[&str] = &["CLAUDE.md", "conf/config.toml", "conf/hooks/planted.sh"];
 
-fn snapshot(work: &Path) -> Vec<(String, Option<String>)> {
+/// Each watched file and its content (`None`: absent).
+type Snapshot = Vec<(String, Option<String>)>;
+
+fn snapshot(work: &Path) -> Snapshot {
     WATCHED
         .iter()
         .map(|f| ((*f).to_owned(), std::fs::read_to_string(work.join(f)).ok()))
@@ -56,13 +59,7 @@ fn writes() -> Vec<(&'static str, Value)> {
 
 /// Every write in one step of `foya run --approval MODE`: the files before and after,
 /// and the session's events.
-fn attempt(
-    mode: &str,
-) -> (
-    Vec<(String, Option<String>)>,
-    Vec<(String, Option<String>)>,
-    Vec<Value>,
-) {
+fn attempt(mode: &str) -> (Snapshot, Snapshot, Vec<Value>) {
     let tmp = tempfile::tempdir().unwrap();
     let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
     std::fs::create_dir_all(work.join("conf/hooks")).unwrap();
