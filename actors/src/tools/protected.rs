@@ -74,15 +74,20 @@ impl Protected {
     /// existence only); a path written as a protected name is [`Protected::is_protected`]'s.
     #[must_use]
     pub fn reached_as(&self, path: &Path) -> Option<PathBuf> {
+        self.reached_through(path, &self.links())
+    }
+
+    /// [`Protected::reached_as`] with the protected names' `links` found already.
+    fn reached_through(&self, path: &Path, links: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
         let path = normalize(&self.cwd, path);
         let real = super::paths::real_path(&path);
         if real != path && self.is_protected(&real) {
             return Some(real);
         }
-        self.links()
-            .into_iter()
+        links
+            .iter()
             .find(|(_, target)| real.starts_with(target))
-            .map(|(name, _)| name)
+            .map(|(name, _)| name.clone())
     }
 
     /// The protected names (see [`Protected::reached_as`]) that resolve to another path,
@@ -143,10 +148,10 @@ impl Protected {
             .flat_map(|w| w.split(separators))
             .filter(|w| !w.is_empty())
             .find(|w| {
-                self.is_protected(Path::new(w))
-                    || self.names_hook(w)
-                    || (!links.get_or_init(|| self.links()).is_empty()
-                        && self.reached_as(Path::new(w)).is_some())
+                self.is_protected(Path::new(w)) || self.names_hook(w) || {
+                    let links = links.get_or_init(|| self.links());
+                    !links.is_empty() && self.reached_through(Path::new(w), links).is_some()
+                }
             })
             .map(str::to_owned)
     }
