@@ -282,3 +282,70 @@ async fn after_shutdown_a_cloned_handle_says_shutting_down_and_holds_no_store() 
     assert_eq!(reopened.list_sessions().unwrap().len(), 1);
     drop(kept);
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Export {
+    /// Where to write.
+    path: String,
+}
+
+/// A typed tool whose handler hands its write to a blocking thread (which outlives the
+/// handler's dropped future), and the thread checks `ctx.cancel` before it writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_typed_tool_that_checks_its_token_never_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("landed.txt");
+    // The thread says it started, waits for the test to open `gate` (after the cancel
+    // was reported) and then says whether it wrote.
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (gate, gate_rx) = std::sync::mpsc::channel::<()>();
+    let gate_rx = Arc::new(Mutex::new(gate_rx));
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel::<bool>();
+    let export = TypedTool::new(
+        "export",
+        "Writes a file from a blocking thread",
+        SideEffect::Write,
+        move |args: Export, ctx: ToolContext| {
+            let (started_tx, gate_rx, done_tx) =
+                (started_tx.clone(), Arc::clone(&gate_rx), done_tx.clone());
+            async move {
+                let work = tokio::task::spawn_blocking(move || {
+                    let _ = started_tx.send(());
+                    let _ = gate_rx.lock().unwrap().recv();
+                    let wrote =
+                        !ctx.cancel.is_cancelled() && std::fs::write(&args.path, "x").is_ok();
+                    let _ = done_tx.send(wrote);
+                    wrote
+                });
+                match work.await {
+                    Ok(true) => Ok("written"),
+                    Ok(false) => Err("not written".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    );
+    let model = Arc::new(script(json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "export", "arguments": {"path": target}}]},
+        {"text": "exported"}
+    ]})));
+    let agent = Agent::builder(model)
+        .approval_mode(ApprovalMode::Bypass)
+        .tool(Arc::new(export))
+        .unwrap()
+        .start(memory_store())
+        .await
+        .unwrap();
+    let session = agent.session(dir.path()).await.unwrap();
+    let mut turn = session.run_streamed(Input::text("export")).await.unwrap();
+    within(started.recv()).await.unwrap().unwrap();
+    session.cancel().await.unwrap();
+    let outcome = within(turn.outcome()).await.unwrap().unwrap();
+    assert_eq!(outcome.status, foya_protocol::TurnStatus::Cancelled);
+    // The call was reported cancelled; now the thread goes on, sees the token fired and
+    // does not write.
+    gate.send(()).unwrap();
+    assert_eq!(within(done.recv()).await.unwrap(), Some(false));
+    assert!(!target.exists(), "the cancelled call's write landed");
+    agent.shutdown().await;
+}

@@ -54,6 +54,12 @@ pub fn failing_server() -> PathBuf {
     repo_root().join("tests/mcp/failing_server.py")
 }
 
+/// `tests/mcp/named_server.py` (tools named by `MCP_TOOLS`, answering `MCP_LABEL/tool`).
+#[must_use]
+pub fn named_server() -> PathBuf {
+    repo_root().join("tests/mcp/named_server.py")
+}
+
 /// Writes `toml` as the user's config (`HOME/.config/foya/config.toml`).
 ///
 /// # Panics

@@ -239,14 +239,16 @@ fn everything_over_streamable_http_with_a_bearer_token_and_progress_updates() {
     );
 
     // Without the token's variable the server is not contacted: the model is told nothing
-    // about its tools, and the turn goes on.
+    // about its tools, a call of one fails naming the server and why, and the turn goes on.
     let (lines, code) = run_to_end(&mut setup.run("bypass", &["again"]));
     assert_eq!(code, Some(0), "{lines:#?}");
+    let down = message_of(&lines, "c1")["content"].as_str().unwrap();
     assert!(
-        message_of(&lines, "c1")["content"]
-            .as_str()
-            .unwrap()
-            .starts_with("unknown tool \"mcp__everything__get-sum\""),
+        down.starts_with(
+            "`mcp__everything__get-sum` is a tool of MCP server `everything`, which is not \
+             available now"
+        ) && down.contains("(bearer_token_env_var) is not set"),
+        "{down}"
     );
 }
 

@@ -2,9 +2,11 @@
 //! session; the tools a session sees; the report of `foya mcp list`; shutdown.
 //!
 //! Owns: which servers a session uses (its `SessionConfig::mcp_servers`, else every
-//! server not configured `enabled = false`), the names of their tools (unique across
-//! servers), and what a step offers of a server that cannot be listed now (the tools it
-//! listed last, if any; its error is returned for the log). Must not: hold a server's lock across another server's work.
+//! server not configured `enabled = false`), the names of their tools (each server's
+//! prefix from the configured names alone, `names.rs`; a name once given keeps its tool
+//! for the runtime's life), and what a step offers of a server that cannot be listed now
+//! (the tools it listed last, if any; else nothing, and a call of a name under its prefix
+//! fails naming the server and why; its error is returned for the log). Must not: hold a server's lock across another server's work.
 
 use super::config::McpConfig;
 use super::names;
@@ -28,6 +30,9 @@ pub struct McpTools {
     pub tools: Vec<Arc<dyn Tool>>,
     /// Why a server's tools are missing (it could not be started or listed).
     pub errors: Vec<String>,
+    /// The servers that have no tools to offer now (never listed, and failing): the
+    /// start of their tools' names and, for the model, why a call of one fails.
+    pub unavailable: Vec<(String, String)>,
     /// Identifies the listings these tools come from: equal keys, equal tools.
     pub key: ListingKey,
 }
@@ -68,11 +73,16 @@ impl McpManager {
     /// own process group, killed when Foya dies). Nothing starts yet.
     #[must_use]
     pub fn new(config: McpConfig, runner: &SandboxRunner) -> Self {
+        let prefixes = names::prefixes(config.servers.keys().map(String::as_str));
         let servers = config
             .servers
             .into_iter()
             .map(|(name, server)| {
-                let value = Arc::new(Server::new(name.clone(), server, runner.clone()));
+                let prefix = prefixes
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| format!("mcp__{name}__"));
+                let value = Arc::new(Server::new(name.clone(), prefix, server, runner.clone()));
                 (name, value)
             })
             .collect();
@@ -111,15 +121,26 @@ impl McpManager {
         let listings =
             futures::future::join_all(servers.iter().map(|s| async move { s.tools().await })).await;
         let mut out = McpTools::default();
-        let mut taken: BTreeSet<String> = reserved.iter().cloned().collect();
+        let mut taken: BTreeSet<String> = BTreeSet::new();
         for (server, listing) in servers.into_iter().zip(listings) {
             // A server that fails now keeps the tools it listed last: their calls fail
             // with why (or find it restarted).
             let listed = match listing {
                 Ok(listed) => listed,
                 Err(error) => {
+                    let last = server.last_listed();
+                    if last.is_none() {
+                        out.unavailable.push((
+                            server.prefix.clone(),
+                            format!(
+                                "is a tool of MCP server `{}`, which is not available now \
+                                 (it is started again on a later step): {error}",
+                                server.name
+                            ),
+                        ));
+                    }
                     out.errors.push(error);
-                    match server.last_listed() {
+                    match last {
                         Some(listed) => listed,
                         None => {
                             out.key.0.push(None);
@@ -130,12 +151,17 @@ impl McpManager {
             };
             out.key.0.push(Some(Arc::clone(&listed)));
             for tool in listed.iter().filter(|t| server.config.offers(&t.name)) {
-                let name = names::unique(
-                    names::qualified(&server.name, &tool.name),
-                    &server.name,
-                    &tool.name,
-                    &mut taken,
-                );
+                // Names never move between tools; two tools under one name (only by a
+                // hash collision across servers) leave the second out.
+                let name = server.tool_name(&tool.name, reserved);
+                if !taken.insert(name.clone()) {
+                    out.errors.push(format!(
+                        "MCP server `{}`: its tool `{}` is left out: its name `{name}` is \
+                         another tool's",
+                        server.name, tool.name
+                    ));
+                    continue;
+                }
                 out.tools
                     .push(Arc::new(McpTool::new(Arc::clone(server), tool, name)));
             }

@@ -72,6 +72,11 @@ struct Slot {
 /// One server, shared by every session of a runtime.
 pub(crate) struct Server {
     pub(crate) name: String,
+    /// The start of its tools' names ([`super::names::prefixes`]).
+    pub(crate) prefix: String,
+    /// The name each tool it ever listed was given: kept for the runtime's life, so a
+    /// name never moves to another tool (see [`Server::tool_name`]).
+    tool_names: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
     pub(crate) config: McpServerConfig,
     runner: SandboxRunner,
     slot: tokio::sync::Mutex<Slot>,
@@ -97,7 +102,12 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    pub(crate) fn new(name: String, config: McpServerConfig, runner: SandboxRunner) -> Self {
+    pub(crate) fn new(
+        name: String,
+        prefix: String,
+        config: McpServerConfig,
+        runner: SandboxRunner,
+    ) -> Self {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let (progress, _) = broadcast::channel(256);
         let handler = Handler {
@@ -107,6 +117,8 @@ impl Server {
         };
         Self {
             name,
+            prefix,
+            tool_names: std::sync::Mutex::default(),
             config,
             runner,
             slot: tokio::sync::Mutex::default(),
@@ -116,6 +128,29 @@ impl Server {
             cancels: Cancels::default(),
             last_listed: std::sync::Mutex::default(),
         }
+    }
+
+    /// The model's name of its tool `tool`: the one given before, else
+    /// `<prefix><tool>` ([`super::names::qualified`]) made unique against `reserved`
+    /// (the runtime's own tools) and every name this server's tools were ever given.
+    pub(crate) fn tool_name(&self, tool: &str, reserved: &[String]) -> String {
+        let mut names = self
+            .tool_names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(name) = names.get(tool) {
+            return name.clone();
+        }
+        let mut taken: std::collections::BTreeSet<String> =
+            names.values().chain(reserved).cloned().collect();
+        let name = super::names::unique(
+            super::names::qualified(&self.prefix, &self.name, tool),
+            &self.name,
+            tool,
+            &mut taken,
+        );
+        names.insert(tool.to_owned(), name.clone());
+        name
     }
 
     /// Its state now.

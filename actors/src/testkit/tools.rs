@@ -112,6 +112,7 @@ pub fn tool_context(
         sandbox,
         protected: Protected::new(cwd, &[]),
         shared: ToolState::new(),
+        cancel: tokio_util::sync::CancellationToken::new(),
     }
 }
 

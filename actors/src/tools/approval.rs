@@ -1,16 +1,18 @@
 //! Approval Gateway policy (pure): may a tool call run as is, must a person decide, or is
 //! it refused — and under which sandbox does it run.
 //!
-//! Owns: the decision table below. Must not: do I/O (paths are compared lexically; the
-//! file tools re-check symlinks when they run) or persist anything (the ToolActor records
-//! `approval_requested` / decisions / grants as events).
+//! Owns: the decision table below. Must not: do I/O beyond following symlinks (paths
+//! are compared lexically, then `Protected::reached_as` and `Protected::named_in` follow
+//! the symlinks of the path and of the protected names, so a protected file reached
+//! under another name is protected; the file tools re-check when they run) or persist
+//! anything (the ToolActor records `approval_requested` / decisions / grants as events).
 //!
 //! | side effect | read-only | ask | auto-edit | auto | bypass |
 //! |---|---|---|---|---|---|
 //! | none | Allow(ReadOnly) | Allow(ReadOnly) | Allow(ReadOnly) | Allow(ReadOnly) | Allow(None) |
 //! | write inside cwd | Deny | Ask(WW) | Allow(WW) | Allow(WW) | Allow(None) |
 //! | write outside cwd | Deny | Ask(None) | Ask(None) | Ask(None) | Allow(None) |
-//! | write to a protected path | Deny | Ask(WW+P)¹ | Ask(WW+P)¹ | Ask(WW+P)¹ | Allow(None) |
+//! | write to a protected path (also through a symlink) | Deny | Ask(WW+P)¹ | Ask(WW+P)¹ | Ask(WW+P)¹ | Allow(None) |
 //! | exec | Deny | Ask(WW) | Ask(WW) | Allow(WW) | Allow(None) |
 //! | exec naming a protected path, or git writing `.git` | Deny | Ask(WW+P)¹ | Ask(WW+P)¹ | Ask(WW+P)¹ | Allow(None) |
 //! | exec with `network: true` | Deny | Ask(WW+net) | Ask(WW+net) | Ask(WW+net) | Allow(None) |
@@ -26,7 +28,8 @@
 //! call whose grant key is in the session's grants gets `Allow` with the sandbox it
 //! would have had if asked. An exec grant covers the command's normalised argv prefix
 //! (`shell:git status`) or exactly the command (`shell:=ls -la`), and commands that run
-//! other code get none (`grants.rs`); the reason shown to the person says which. File
+//! other code or are given an option that writes a file they name (`--output`, `-o`) get
+//! none (`grants.rs`); the reason shown to the person says which. File
 //! tools treat `SandboxPolicy::None` as "may leave the working directory", so the
 //! ToolActor must put the verdict's sandbox into `ToolContext::sandbox` for every call.
 
@@ -252,13 +255,23 @@ fn request_for(
             let target = normalize(&cwd, Path::new(arg("path").unwrap_or(".")));
             let action = target.display().to_string();
             let inside = target.starts_with(&cwd);
-            if protected.is_protected(&target) {
+            let lexical = protected.is_protected(&target);
+            // A path that is a protected one under another name (a symlink either way).
+            let reached = if lexical {
+                None
+            } else {
+                protected.reached_as(&target)
+            };
+            if lexical || reached.is_some() {
+                let through = reached.map_or_else(String::new, |other| {
+                    format!(" ({} through a symlink)", other.display())
+                });
                 Request {
                     class: Class::Protected,
                     reason: format!(
-                        "`{name}` wants to write a protected path (the runtime's config, \
-                         hooks, instructions or git metadata); \"allow for this session\" is \
-                         not offered: it is asked every time"
+                        "`{name}` wants to write a protected path{through} (the runtime's \
+                         config, hooks, instructions or git metadata); \"allow for this \
+                         session\" is not offered: it is asked every time"
                     ),
                     action,
                     grant_key: String::new(),

@@ -5,7 +5,9 @@
 //! grant for commands that run other code or programs than the one shown (`git -c`,
 //! aliases, `rg --pre`, `find -exec`, `xargs`, `env`, `sudo`, interpreters with `-c` or
 //! `-e`, …), as Codex CLI's safe-command rules and Claude Code's argv-prefix permission
-//! rules do. Must not: do I/O.
+//! rules do; nor a prefix grant for a subcommand given an option that writes a file the
+//! command names (`git log --output=x`, `go test -coverprofile=x`, `docker save -o x`).
+//! Must not: do I/O.
 
 /// What "allow for this session" would cover for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,6 +269,50 @@ const CODE_OPTIONS: &[(&str, &[&str])] = &[
     ("zip", &["-T", "--unzip-command", "-TT"]),
 ];
 
+/// Options that make a granted subcommand write a file or directory the command line
+/// names (`git log --output=x`): a prefix grant is for what the subcommand does, not for
+/// where it may write. By program, or by `program subcommand`.
+const WRITE_OPTIONS: &[(&str, &[&str])] = &[
+    (
+        "git",
+        &["--output", "--output-directory", "--build-fake-ancestor"],
+    ),
+    ("git format-patch", &["-o"]),
+    ("cargo", &["--artifact-dir", "--out-dir", "--lockfile-path"]),
+    (
+        "go",
+        &[
+            "-o",
+            "-coverprofile",
+            "-cpuprofile",
+            "-memprofile",
+            "-blockprofile",
+            "-mutexprofile",
+            "-trace",
+            "-outputdir",
+            "-modfile",
+        ],
+    ),
+    ("npm", &["--pack-destination", "--logs-dir", "--cache"]),
+    ("pnpm", &["--pack-destination", "--out"]),
+    ("yarn", &["-o", "--out", "--filename"]),
+    (
+        "docker",
+        &["-o", "--output", "--iidfile", "--metadata-file"],
+    ),
+    ("podman", &["-o", "--output", "--iidfile"]),
+    ("kubectl", &["--output-directory"]),
+    ("gh", &["-O", "--output", "-D", "--dir"]),
+    ("pip", &["--log", "--log-file", "--report"]),
+    ("pip3", &["--log", "--log-file", "--report"]),
+    ("uv", &["-o", "--output-file"]),
+    ("poetry", &["-o", "--output"]),
+    (
+        "dotnet",
+        &["-o", "--output", "--results-directory", "--diag"],
+    ),
+];
+
 /// Subcommands that run arbitrary commands or scripts, by program.
 const CODE_SUBCOMMANDS: &[(&str, &[&str])] = &[
     (
@@ -301,7 +347,7 @@ const CODE_SUBCOMMANDS: &[(&str, &[&str])] = &[
     ),
     ("pip", &["install", "download", "wheel"]),
     ("pip3", &["install", "download", "wheel"]),
-    ("cargo", &["run", "script"]),
+    ("cargo", &["run", "script", "install"]),
     ("go", &["run", "generate", "tool"]),
     ("docker", &["run", "exec", "compose", "build", "buildx"]),
     ("podman", &["run", "exec", "build"]),
@@ -310,6 +356,7 @@ const CODE_SUBCOMMANDS: &[(&str, &[&str])] = &[
         &["exec", "run", "debug", "attach", "apply", "plugin"],
     ),
     ("gh", &["extension", "alias", "api"]),
+    ("rustup", &["run"]),
     ("uv", &["run", "tool"]),
     ("poetry", &["run", "shell"]),
     ("dotnet", &["run", "exec"]),
@@ -381,6 +428,11 @@ pub fn grant_for(command: &str) -> CommandGrant {
     if name == "git" && matches!(sub, "bisect" | "submodule" | "filter-branch") {
         return CommandGrant::None(format!("`git {sub}` runs commands"));
     }
+    if let Some(option) = write_option(name, sub, &words[1..]) {
+        return CommandGrant::None(format!(
+            "`{name} {sub} {option}` writes a file the command names"
+        ));
+    }
     CommandGrant::Prefix(words[..=sub_at].to_vec())
 }
 
@@ -398,8 +450,31 @@ fn code_option<'a>(program: &str, args: &'a [String]) -> Option<&'a str> {
         .iter()
         .find(|(p, _)| *p == program)
         .map_or(&[][..], |(_, o)| *o);
+    first_of(program, options, args)
+}
+
+/// The first option among `args` that makes `program`'s subcommand `sub` write a file
+/// the command names ([`WRITE_OPTIONS`]).
+fn write_option<'a>(program: &str, sub: &str, args: &'a [String]) -> Option<&'a str> {
+    let with_sub = format!("{program} {sub}");
+    let options: Vec<&str> = WRITE_OPTIONS
+        .iter()
+        .filter(|(p, _)| *p == program || *p == with_sub)
+        .flat_map(|(_, o)| o.iter().copied())
+        .collect();
+    first_of(program, &options, args)
+}
+
+/// The first of `args` that is one of `options`: as `--opt` or `--opt=value`, a short
+/// `-o` also with its value attached (`-ofile`) or among bundled flags' first, and for
+/// `go` (whose flags take one dash or two) `--opt` as `-opt`.
+fn first_of<'a>(program: &str, options: &[&str], args: &'a [String]) -> Option<&'a str> {
     args.iter().map(String::as_str).find(|arg| {
         let flag = arg.split('=').next().unwrap_or(arg);
+        let flag = match flag.strip_prefix('-') {
+            Some(single) if program == "go" && single.starts_with('-') => single,
+            _ => flag,
+        };
         options.contains(&flag)
             || (flag.starts_with('-')
                 && !flag.starts_with("--")

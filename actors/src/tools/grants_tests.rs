@@ -117,6 +117,62 @@ fn commands_that_run_other_code_are_never_granted() {
 }
 
 #[test]
+fn a_prefix_grant_does_not_cover_options_that_write_files_or_run_code() {
+    let refused = [
+        "git log -1 --output=sub/x.txt",
+        "git log --output sub/x.txt",
+        "git diff --output=d.patch",
+        "git show HEAD --output=x",
+        "git format-patch -o out HEAD~1",
+        "git format-patch -oout HEAD~1",
+        "git format-patch --output-directory=out HEAD~1",
+        "git apply --build-fake-ancestor=x p.patch",
+        "go test -coverprofile=c.out ./...",
+        "go test --coverprofile=c.out ./...",
+        "go test --exec=./evil ./...",
+        "go build -o bin/x .",
+        "docker save -o img.tar x",
+        "docker image save --output=img.tar x",
+        "gh release download -O x.tar v1",
+        "uv pip compile -o req.txt req.in",
+        "poetry export --output=r.txt",
+        "dotnet build -o out",
+        "cargo install ripgrep",
+        "rustup run stable sh",
+        "pip --log=x.log list",
+    ];
+    for command in refused {
+        let grant = grant_for(command);
+        assert!(
+            matches!(grant, CommandGrant::None(_)),
+            "{command}: {grant:?}"
+        );
+    }
+    // Options of the same letters that do not write stay covered.
+    let kept = [
+        ("git log -1 --oneline", "git log"),
+        ("git ls-files -o --exclude-standard", "git ls-files"),
+        ("git grep -o foo", "git grep"),
+        ("git diff --output-indicator-new=+", "git diff"),
+        ("go test -cover ./...", "go test"),
+        ("kubectl get pods -o json", "kubectl get"),
+        ("pip list -o", "pip list"),
+    ];
+    for (command, prefix) in kept {
+        assert_eq!(
+            grant_for(command),
+            CommandGrant::Prefix(words(prefix)),
+            "{command}"
+        );
+    }
+    assert_eq!(
+        grant_for("git log -1 --output=sub/x.txt").describe(),
+        "\"allow for this session\" is not offered (`git log --output=sub/x.txt` writes a \
+         file the command names); it is asked every time"
+    );
+}
+
+#[test]
 fn the_person_is_told_what_a_grant_covers() {
     assert_eq!(
         grant_for("git status").describe(),

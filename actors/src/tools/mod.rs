@@ -100,6 +100,12 @@ pub struct ToolContext {
     pub protected: protected::Protected,
     /// The runtime's [`ToolState`] (read with [`ToolContext::state`]).
     pub shared: ToolState,
+    /// This call's cancellation token, the one [`Tool::call`] receives: it fires when
+    /// the turn is cancelled (or the session deleted, or the runtime shut down) and when
+    /// the call passes its timeout. A [`TypedTool`] handler reads it here to stop work
+    /// that outlives its future (a blocking thread, a spawned task) before it has an
+    /// effect.
+    pub cancel: CancellationToken,
 }
 
 /// How an exec tool's child process is confined (Linux Landlock, applied before exec).

@@ -90,16 +90,19 @@ pub fn may_write_protected(ctx: &ToolContext) -> bool {
 pub fn check_write(ctx: &ToolContext, path: &Path, raw: &str) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
     if !may_write_protected(ctx) {
-        let real = real_path(path);
-        if ctx.protected.is_protected(path) || ctx.protected.is_protected(&real) {
+        let reached = if ctx.protected.is_protected(path) {
+            None
+        } else {
+            ctx.protected.reached_as(path)
+        };
+        if reached.is_some() || ctx.protected.is_protected(path) {
             return Err(format!(
                 "{raw:?} is a protected path (the runtime's config, hooks, instructions or \
                  git metadata{}); writing it needs a person's approval of this exact write",
-                if real == path {
-                    String::new()
-                } else {
-                    format!(", reached through a symlink to {}", real.display())
-                }
+                reached.map_or_else(String::new, |name| format!(
+                    ", reached through a symlink as {}",
+                    name.display()
+                ))
             ));
         }
     }
@@ -132,12 +135,32 @@ fn deepest_existing(path: &Path) -> (&Path, Vec<std::ffi::OsString>) {
     (existing, rest)
 }
 
-/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended).
-fn real_path(path: &Path) -> PathBuf {
-    let (existing, rest) = deepest_existing(path);
-    let mut real = std::fs::canonicalize(existing).unwrap_or_else(|_| existing.to_path_buf());
-    real.extend(rest.iter().rev());
-    real
+/// `path` with symlinks resolved in its deepest existing ancestor (the rest appended); a
+/// dangling symlink there is followed to where it points (up to 40 links).
+pub(crate) fn real_path(path: &Path) -> PathBuf {
+    let mut path = path.to_path_buf();
+    for _ in 0..40 {
+        let (existing, rest) = deepest_existing(&path);
+        let resolved = std::fs::canonicalize(existing);
+        let dangling = match &resolved {
+            Err(_) => std::fs::read_link(existing).ok(),
+            Ok(_) => None,
+        };
+        let mut real = match (resolved, dangling) {
+            (Ok(real), _) => real,
+            (Err(_), Some(target)) => {
+                let parent = existing.parent().unwrap_or(Path::new("/"));
+                normalize(parent, &target)
+            }
+            (Err(_), None) => existing.to_path_buf(),
+        };
+        real.extend(rest.iter().rev());
+        if real == path {
+            return real;
+        }
+        path = real;
+    }
+    path
 }
 
 /// `path` relative to `cwd` for display, or `path` itself when it is outside.

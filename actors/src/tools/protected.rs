@@ -1,7 +1,8 @@
 //! Protected paths: the runtime's own control files, which untrusted text (a model's
 //! output, a tool's output, a cloned repository's files) must not change unasked.
 //!
-//! Owns: which paths are protected and whether a shell command names one. Protected are
+//! Owns: which paths are protected (also under another name, through a symlink either
+//! way: `Protected::reached_as`) and whether a shell command names one. Protected are
 //! `.foya/` (config, hooks, commands, skills, rules), `.git/` (hooks, config), the
 //! instruction files the context compiler loads (`AGENTS.md`, `FOYA.md`, in any
 //! directory), the project's MCP servers (`.mcp.json`) and every hook script a config
@@ -63,12 +64,73 @@ impl Protected {
         in_protected_dir || instruction || self.hook_scripts.iter().any(|h| path.starts_with(h))
     }
 
+    /// The protected name `path` (absolute, or relative to the working directory)
+    /// reaches under another name, once symlinks are followed, or `None`: `path`
+    /// resolves into a protected path (`conf/x` with `conf -> .foya`), or to what a
+    /// protected name resolves to (`CLAUDE.md` with `AGENTS.md -> CLAUDE.md`; `conf/x`
+    /// with `.foya -> conf`). The names looked at are `.foya`, `.git` and the instruction
+    /// files of every directory from the project root down to the working directory (the
+    /// ones the runtime loads) and the hook scripts. Reads the file system (symlinks and
+    /// existence only); a path written as a protected name is [`Protected::is_protected`]'s.
+    #[must_use]
+    pub fn reached_as(&self, path: &Path) -> Option<PathBuf> {
+        self.reached_through(path, &self.links())
+    }
+
+    /// [`Protected::reached_as`] with the protected names' `links` found already.
+    fn reached_through(&self, path: &Path, links: &[(PathBuf, PathBuf)]) -> Option<PathBuf> {
+        let path = normalize(&self.cwd, path);
+        let real = super::paths::real_path(&path);
+        if real != path && self.is_protected(&real) {
+            return Some(real);
+        }
+        links
+            .iter()
+            .find(|(_, target)| real.starts_with(target))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// The protected names (see [`Protected::reached_as`]) that resolve to another path,
+    /// with that path (symlinks followed; a dangling link's target as it would be
+    /// created).
+    fn links(&self) -> Vec<(PathBuf, PathBuf)> {
+        let root = crate::context::project_root(&self.cwd);
+        let dirs = self
+            .cwd
+            .ancestors()
+            .take_while(|d| d.starts_with(&root))
+            .flat_map(|dir| {
+                PROTECTED_DIRS
+                    .iter()
+                    .chain(INSTRUCTION_FILES)
+                    .map(move |name| dir.join(name))
+            });
+        dirs.chain(self.hook_scripts.iter().cloned())
+            .filter_map(|name| {
+                let meta = std::fs::symlink_metadata(&name).ok()?;
+                let target = match std::fs::canonicalize(&name) {
+                    Ok(real) => real,
+                    // A dangling link: where a write through it would create the file.
+                    Err(_) if meta.file_type().is_symlink() => {
+                        let link = std::fs::read_link(&name).ok()?;
+                        let parent = name.parent().unwrap_or(Path::new("/"));
+                        super::paths::real_path(&normalize(parent, &link))
+                    }
+                    Err(_) => return None,
+                };
+                (target != name).then_some((name, target))
+            })
+            .collect()
+    }
+
     /// The first protected path a shell command names, as written in it (`.foya`,
     /// `.git/config`, `AGENTS.md`, a hook script), or `None`. Words are split the way
     /// the shell would (quotes removed, `a''b` is `ab`) and also at `=`, `:`, `>`, `<`,
     /// `;`, `|`, `&`, `(`, `)` and backticks, so `>AGENTS.md`, `--file=.git/config` and
-    /// `$(cat .foya/x)` count. A command that reaches one without naming it (a variable,
-    /// an encoded string) is stopped by the sandbox instead.
+    /// `$(cat .foya/x)` count. When a protected name is a symlink, a word naming what
+    /// it resolves to counts too ([`Protected::reached_as`]: `CLAUDE.md` with `AGENTS.md
+    /// -> CLAUDE.md`). A command that reaches one without naming it (a variable, an
+    /// encoded string) is stopped by the sandbox instead.
     #[must_use]
     pub fn named_in(&self, command: &str) -> Option<String> {
         let words = shlex::split(command).unwrap_or_else(|| {
@@ -80,11 +142,17 @@ impl Protected {
         let separators: &[char] = &[
             '=', ':', '>', '<', ';', '|', '&', '(', ')', '`', ',', '\'', '"', ' ', '\t', '\n',
         ];
+        let links = std::cell::OnceCell::new();
         words
             .iter()
             .flat_map(|w| w.split(separators))
             .filter(|w| !w.is_empty())
-            .find(|w| self.is_protected(Path::new(w)) || self.names_hook(w))
+            .find(|w| {
+                self.is_protected(Path::new(w)) || self.names_hook(w) || {
+                    let links = links.get_or_init(|| self.links());
+                    !links.is_empty() && self.reached_through(Path::new(w), links).is_some()
+                }
+            })
             .map(str::to_owned)
     }
 
@@ -391,6 +459,47 @@ mod tests {
         assert!(p.is_protected(&root.join("hooks/ctx.sh")));
         assert!(!p.is_protected(&root.join("sub/main.rs")));
         assert!(!p.is_protected(Path::new("python3")));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn a_protected_name_is_protected_under_the_name_it_resolves_to() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(w.join("conf/hooks")).unwrap();
+        std::fs::create_dir_all(w.join("src")).unwrap();
+        std::fs::write(w.join("CLAUDE.md"), "x").unwrap();
+        std::os::unix::fs::symlink("CLAUDE.md", w.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("conf", w.join(".foya")).unwrap();
+        std::os::unix::fs::symlink(".git", w.join("gitdir")).unwrap();
+        std::os::unix::fs::symlink("missing.md", w.join("FOYA.md")).unwrap();
+        let p = Protected::new(&w, &[]);
+        for (path, name) in [
+            ("CLAUDE.md", "AGENTS.md"),
+            ("conf/config.toml", ".foya"),
+            ("conf/hooks/new.sh", ".foya"),
+            ("./conf", ".foya"),
+            ("missing.md", "FOYA.md"),
+        ] {
+            assert_eq!(p.reached_as(Path::new(path)), Some(w.join(name)), "{path}");
+        }
+        // Through a link into a protected directory that does not exist yet.
+        assert_eq!(
+            p.reached_as(Path::new("gitdir/config")),
+            Some(w.join(".git/config"))
+        );
+        for path in ["src/main.rs", "CLAUDE.md.bak", "confx", "README.md"] {
+            assert_eq!(p.reached_as(Path::new(path)), None, "{path}");
+        }
+        assert_eq!(
+            p.named_in("echo x >> CLAUDE.md").as_deref(),
+            Some("CLAUDE.md")
+        );
+        assert_eq!(
+            p.named_in("cp a conf/config.toml").as_deref(),
+            Some("conf/config.toml")
+        );
+        assert_eq!(p.named_in("cargo test"), None);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! validation of a call's arguments before it runs.
 //!
 //! Owns: registration order, one compiled JSON-Schema validator per tool, and the
-//! messages the model gets for a call it cannot make (unknown tool, invalid JSON, schema
-//! violation). Must not: run tools or decide approvals.
+//! messages the model gets for a call it cannot make (unknown tool, a tool of a provider
+//! that is down, invalid JSON, schema violation). Must not: run tools or decide approvals.
 
 use super::sandbox::SandboxRunner;
 use super::{SideEffect, Tool, ToolOutput, builtin};
@@ -20,6 +20,9 @@ pub struct ToolRegistry {
     /// [`ToolRegistry::tool_set`] per visibility (every tool, read-only tools), built on
     /// first use and cleared by [`ToolRegistry::register`].
     sets: [std::sync::OnceLock<ToolSet>; 2],
+    /// Name prefixes of tool providers that are down now, with why (see
+    /// [`ToolRegistry::unavailable`]).
+    unavailable: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +128,14 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// Marks the names starting with `prefix` as the tools of a provider that is down
+    /// now (an MCP server that could not be started or listed): a call of such a name
+    /// that no registered tool has fails with "`<name>` " followed by `why`, not as an
+    /// unknown tool. Nothing is offered to the model for it.
+    pub fn unavailable(&mut self, prefix: impl Into<String>, why: impl Into<String>) {
+        self.unavailable.push((prefix.into(), why.into()));
+    }
+
     /// The tool called `name`.
     #[must_use]
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
@@ -189,6 +200,13 @@ impl ToolRegistry {
             )));
         }
         let Some(entry) = self.entries.iter().find(|e| e.tool.spec().name == name) else {
+            if let Some((_, why)) = self
+                .unavailable
+                .iter()
+                .find(|(prefix, _)| name.starts_with(prefix.as_str()))
+            {
+                return Err(ToolOutput::error(format!("`{name}` {why}")));
+            }
             return Err(ToolOutput::error(format!(
                 "unknown tool {name:?}; available tools: {}",
                 self.names().join(", ")

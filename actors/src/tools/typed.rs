@@ -200,13 +200,17 @@ where
             Ok(args) => args,
             Err(invalid) => return invalid,
         };
-        let run = (self.handler)(args, ctx.clone());
+        // The handler sees the token this call got (`ctx.cancel`), whoever built `ctx`.
+        let mut ctx = ctx.clone();
+        ctx.cancel = cancel.clone();
+        let run = (self.handler)(args, ctx);
         tokio::select! {
             result = run => match result {
                 Ok(output) => output.into(),
                 Err(e) => ToolOutput::error(e.to_string()),
             },
-            // The handler's future is dropped here: whatever it awaited stops.
+            // The handler's future is dropped here: whatever it awaited stops; work it
+            // handed elsewhere (a blocking thread) sees `ctx.cancel` fired.
             () = cancel.cancelled() => ToolOutput::error("cancelled"),
         }
     }

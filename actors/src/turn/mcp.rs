@@ -1,6 +1,7 @@
 //! The turn's view of MCP tools: before each step, the tools of the session's MCP
 //! servers (started on first use, listed again after `tools/list_changed`) join the
-//! runtime's tools, so a step always offers and validates the current list.
+//! runtime's tools, so a step always offers and validates the current list; a call of a
+//! tool of a server that is down fails naming the server and why.
 //!
 //! Owns: rebuilding the step's registry and tool set when the listings changed.
 //! Must not: outlive a cancel (the listing is abandoned when the turn's token fires;
@@ -30,10 +31,15 @@ impl Turn {
         for error in &listed.errors {
             tracing::warn!(session.id = %self.args.session_id, %error, "MCP server left out of this step");
         }
-        if self.io.mcp_key.as_ref() == Some(&listed.key) {
+        // A server that is down keeps no key of its own: rebuilt while one is, so the
+        // reason its calls fail is the current one.
+        if self.io.mcp_key.as_ref() == Some(&listed.key) && listed.unavailable.is_empty() {
             return;
         }
         let mut registry = (*self.args.deps.tools).clone();
+        for (prefix, why) in listed.unavailable {
+            registry.unavailable(prefix, why);
+        }
         for tool in listed.tools {
             if let Err(error) = registry.register(tool) {
                 tracing::warn!(session.id = %self.args.session_id, %error, "MCP tool left out of this step");

@@ -291,6 +291,9 @@ impl ToolArgs {
         };
         let spec = tool.spec();
         let mode = self.config.approval_mode;
+        // The call's own token: fires with the turn's, and when the call times out (its
+        // future is dropped then, but work it started may go on and must learn).
+        let cancel = self.cancel.child_token();
         let ctx = ToolContext {
             cwd: self.config.cwd.clone(),
             project_id: self.config.project_id.clone(),
@@ -302,6 +305,7 @@ impl ToolArgs {
             sandbox,
             protected: self.protected.clone(),
             shared: self.shared.clone(),
+            cancel: cancel.clone(),
         };
         let progress = Progress {
             session: self.session.clone(),
@@ -311,10 +315,13 @@ impl ToolArgs {
         };
         let started = Instant::now();
         let limit_ms = backstop_ms(spec, &args);
-        let call = tool.call(&ctx, args, self.cancel.clone(), &progress);
+        let call = tool.call(&ctx, args, cancel.clone(), &progress);
         let mut output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
             Ok(output) => output,
-            Err(_) => ToolOutput::error(format!("timed out after {limit_ms} ms")),
+            Err(_) => {
+                cancel.cancel();
+                ToolOutput::error(format!("timed out after {limit_ms} ms"))
+            }
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         if !self.cancel.is_cancelled() {
