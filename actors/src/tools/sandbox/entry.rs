@@ -242,6 +242,7 @@ pub fn apply_policy(
                     .chain(crate::tools::protected::INSTRUCTION_FILES)
                     .map(|name| cwd.join(name)),
             );
+            protect.extend(super::shield::found_below(cwd));
             let mut rules = super::rules::write_rules(cwd, &protect);
             rules.push(super::rules::WriteRule::all_beneath(tmp));
             (rules, network)

@@ -395,13 +395,40 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         .collect();
     pins.sort();
     pins.dedup();
+    let linked = linked_files(&cwd, &pins, &shielded);
     let mut steps: Vec<Step> = pins.into_iter().map(Step::Pin).collect();
     steps.extend(shielded);
+    steps.extend(linked);
     steps.sort_by(|a, b| {
         let depth = |s: &Step| s.path().components().count();
         depth(a).cmp(&depth(b)).then_with(|| a.path().cmp(b.path()))
     });
     Plan { steps, note }
+}
+
+/// The regular files with other hard links (one of them may be a file outside the
+/// working directory, or a protected file, under another name) directly in `cwd` and in
+/// the pinned directories, which stay read-only as they did under Landlock alone. Below
+/// them every file is writable: looking at each file's link count would cost a `stat`
+/// per file on every call.
+fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
+    let mut out = Vec::new();
+    for dir in std::iter::once(cwd).chain(pins.iter().map(PathBuf::as_path)) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let path = entry.path();
+            let linked = entry.metadata().is_ok_and(|m| m.nlink() > 1);
+            if linked && !shielded.iter().any(|s| s.path() == path) {
+                out.push(Step::ReadOnly(path));
+            }
+        }
+    }
+    out
 }
 
 /// The step that shields `path` (inside `cwd`): read-only when it exists (what it points
@@ -450,6 +477,15 @@ fn lexical_join(base: &Path, path: &Path) -> PathBuf {
             other => out.push(other.as_os_str()),
         }
     }
+    out
+}
+
+/// The protected paths that exist in `cwd` and below (see [`nested`]): what Landlock
+/// alone keeps read-only when there is no namespace.
+#[must_use]
+pub fn found_below(cwd: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let _ = nested(cwd, &mut out);
     out
 }
 
@@ -518,6 +554,7 @@ mod tests {
             std::fs::write(w.join(file), "x").unwrap();
         }
         std::os::unix::fs::symlink("docs.md", w.join("FOYA.md")).unwrap();
+        std::fs::hard_link(w.join("docs.md"), w.join("sub/linked.md")).unwrap();
         let protect = vec![w.join("hooks/stop.sh"), w.join("scripts/check.sh")];
         let steps: Vec<String> = plan(&w, &protect)
             .steps
@@ -544,6 +581,7 @@ mod tests {
                 "pin sub",
                 "hold hooks/stop.sh",
                 "pin sub/deep",
+                "ro sub/linked.md",
                 "ro sub/deep/agents.md",
             ]
         );
