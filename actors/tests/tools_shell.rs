@@ -106,7 +106,10 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     )
     .await;
     assert!(!out.is_error, "{}", out.content);
-    assert_eq!(std::fs::read_to_string(cwd.join("top.txt")).unwrap(), "top\n");
+    assert_eq!(
+        std::fs::read_to_string(cwd.join("top.txt")).unwrap(),
+        "top\n"
+    );
 
     // Read-only: no write even in the working directory.
     let ro = tool_context(&cwd, ApprovalMode::Auto, SandboxPolicy::ReadOnly);

@@ -141,7 +141,7 @@ fn enter_shield(invocation: &SandboxInvocation) -> Result<Option<Shield>, String
                     "foya-sandbox: {why}; the protected paths (.git, .foya, AGENTS.md, …) are \
                      kept read-only by Landlock alone, so sandboxed commands cannot create, \
                      delete or rename entries directly in the working directory (in its \
-                     subfolders they can); a command a person approves can"
+                     subfolders they can, and the file tools can)"
                 );
             }
             Ok(None)
