@@ -567,3 +567,63 @@ fn without_namespaces_protected_paths_stay_shut_and_the_output_says_why() {
         said[0]
     );
 }
+
+/// `foya` SIGKILLed while a sandboxed command runs: the helper (which outlives it to kill
+/// the command) removes the placeholders it made; nothing is left in the workspace.
+#[test]
+fn a_sigkilled_runtime_leaves_no_placeholder_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = workspace(tmp.path(), false);
+    let before = names(&work);
+    let marker = format!("foya-sandbox-placeholder-{}", std::process::id());
+    let command = format!("echo started; exec -a {marker} sleep 300");
+    let script = script(tmp.path(), &[command]);
+    let mut piped = spawn_json_lines(
+        scripted("run", "auto", &script, &tmp.path().join("data"), &work).args(["--json", "go"]),
+    );
+    let deadline = Instant::now() + TIMEOUT;
+    read_until(&piped.lines, deadline, |l| {
+        l["type"] == "tool_output" && l["chunk"].as_str().is_some_and(|c| c.contains("started"))
+    });
+    // While it runs, the missing protected names are held by placeholders.
+    let during = names(&work);
+    for held in [".foya", "AGENTS.md", "FOYA.md", ".mcp.json"] {
+        assert!(during.contains(&held.to_owned()), "{held}: {during:?}");
+    }
+    let pids: Vec<i32> = foya_tests::procs::marked(&marker)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect();
+    assert!(!pids.is_empty(), "the command runs");
+    // The helper: the command's parent.
+    let helper: Vec<i32> = pids
+        .iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            stat.rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .collect();
+    piped.child.kill().unwrap();
+    piped.child.wait().unwrap();
+    let all: Vec<i32> = pids.iter().chain(&helper).copied().collect();
+    assert!(
+        foya_tests::procs::wait_exited(&all, deadline),
+        "the helper or the command outlived foya"
+    );
+    assert_eq!(names(&work), before);
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
