@@ -78,8 +78,8 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     let (_dir, cwd) = temp_cwd();
     let (_other, other) = temp_cwd();
     let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
-    // A new entry directly in the working directory is refused (its top level holds the
-    // protected names, see `sandbox/rules.rs`); inside a subdirectory it is not.
+    // The working directory is writable as a whole, its top level included (its
+    // protected paths are read-only mounts, see `sandbox/shield.rs`).
     std::fs::create_dir(cwd.join("sub")).unwrap();
     let command = format!(
         "echo in > sub/inside.txt && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo q > /dev/null; \
@@ -105,8 +105,11 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
         json!({"command": "echo top > top.txt"}),
     )
     .await;
-    assert!(out.is_error, "{}", out.content);
-    assert!(!cwd.join("top.txt").exists());
+    assert!(!out.is_error, "{}", out.content);
+    assert_eq!(
+        std::fs::read_to_string(cwd.join("top.txt")).unwrap(),
+        "top\n"
+    );
 
     // Read-only: no write even in the working directory.
     let ro = tool_context(&cwd, ApprovalMode::Auto, SandboxPolicy::ReadOnly);

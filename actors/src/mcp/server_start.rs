@@ -31,11 +31,10 @@ impl Server {
             None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
         };
         let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
-        // The user configured this server and its sandbox: its working directory is
-        // writable as a whole (keeping protected paths read-only would also close the
-        // directory's top level to new entries, which servers write at start). A model's
-        // call naming a protected path is asked at the gateway every time instead
-        // (`tools/approval.rs`).
+        // The user configured this server and its sandbox. Under `workspace-write` the
+        // helper keeps the working directory's protected paths read-only (mounts, see
+        // `sandbox/shield.rs`) and the rest writable; a model's call naming a protected
+        // path is also asked at the gateway every time (`tools/approval.rs`).
         let mut prepared = self
             .runner
             .spawn(self.config.sandbox.policy(), &cwd, &[], command, &args)

@@ -323,8 +323,29 @@ pub fn git_write_in(command: &str) -> Option<String> {
                         && args
                             .iter()
                             .any(|a| *a == "--get" || *a == "--list" || *a == "-l")));
-            (!GIT_READS.contains(&sub.as_str()) && !lists).then(|| format!(".git (git {sub})"))
+            let new_repository = sub == "init" && init_elsewhere(&args);
+            (!GIT_READS.contains(&sub.as_str()) && !lists && !new_repository)
+                .then(|| format!(".git (git {sub})"))
         })
+}
+
+/// Whether `git init ARGS` makes a repository in another directory than the working
+/// directory (`git init -q sub`): it writes that directory's new `.git`, not the
+/// workspace's (an existing one there stays read-only in the sandbox).
+fn init_elsewhere(args: &[&String]) -> bool {
+    let mut args = args.iter();
+    let mut dir = None;
+    while let Some(arg) = args.next() {
+        if matches!(
+            arg.as_str(),
+            "-b" | "--initial-branch" | "--template" | "--separate-git-dir" | "--object-format"
+        ) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            dir = Some(arg.trim_end_matches('/'));
+        }
+    }
+    dir.is_some_and(|d| !matches!(d, "" | "." | ".git") && !d.starts_with("./.git"))
 }
 
 #[cfg(test)]
@@ -413,6 +434,9 @@ mod tests {
             ("git branch new", Some(".git (git branch)")),
             ("/usr/bin/git checkout -b x", Some(".git (git checkout)")),
             ("echo git commit", None),
+            ("git init -q sub", None),
+            ("git init", Some(".git (git init)")),
+            ("git init -b main .", Some(".git (git init)")),
         ];
         for (command, expected) in cases {
             assert_eq!(

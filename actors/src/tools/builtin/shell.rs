@@ -111,7 +111,9 @@ impl Tool for Shell {
             Ok(prepared) => prepared,
             Err(e) => return ToolOutput::error(format!("cannot prepare the sandbox: {e}")),
         };
-        let (mut command, _tmp_dir) = (prepared.command, prepared.tmp_dir);
+        // Dropped after the guard below (declared later, dropped first): the temp dir and
+        // the placeholders a killed helper left go once the process group is dead.
+        let (mut command, _tmp_dir, _sweep) = (prepared.command, prepared.tmp_dir, prepared.sweep);
         // stdout and stderr share one pipe, so the model sees them interleaved exactly as
         // written (like `2>&1`).
         let reader = match shared_pipe(&mut command) {

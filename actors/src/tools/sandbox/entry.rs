@@ -63,8 +63,12 @@ pub struct SandboxInvocation {
     /// the runtime dies, since the runtime that would have removed it is gone. Never set
     /// for a shared directory (the inherited `TMPDIR` under `SandboxPolicy::None`).
     pub tmp_private: bool,
-    /// Paths inside `cwd` that stay read-only (`--protect`, repeated): the protected
-    /// paths of `WorkspaceWrite` (see `rules`).
+    /// `--say-fallback`: when the kernel gives no namespace for the shield, say so on
+    /// stderr (the runtime asks once per process, so the person and the model read it
+    /// once).
+    pub say_fallback: bool,
+    /// Paths inside `cwd` that stay read-only (`--protect`, repeated) besides the
+    /// protected names the helper finds itself: hook scripts (see `shield`, `rules`).
     pub protect: Vec<PathBuf>,
     /// Program to exec.
     pub program: OsString,
@@ -116,6 +120,9 @@ pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
     if invocation.tmp_private {
         out.push("--tmp-private".into());
     }
+    if invocation.say_fallback {
+        out.push("--say-fallback".into());
+    }
     for path in &invocation.protect {
         out.extend(["--protect".into(), path.clone().into()]);
     }
@@ -136,7 +143,7 @@ pub fn parse_invocation(
 ) -> Result<SandboxInvocation, String> {
     let mut args = args.into_iter();
     let (mut policy, mut cwd, mut tmp, mut parent) = (None, None, None, None);
-    let mut tmp_private = false;
+    let (mut tmp_private, mut say_fallback) = (false, false);
     let mut protect = Vec::new();
     loop {
         let Some(flag) = args.next() else {
@@ -148,6 +155,10 @@ pub fn parse_invocation(
         }
         if flag == "--tmp-private" {
             tmp_private = true;
+            continue;
+        }
+        if flag == "--say-fallback" {
+            say_fallback = true;
             continue;
         }
         let value = args
@@ -180,6 +191,7 @@ pub fn parse_invocation(
         cwd: cwd.ok_or("missing --cwd")?,
         tmp: tmp.ok_or("missing --tmp")?,
         tmp_private,
+        say_fallback,
         protect,
         program,
         args: args.collect(),
@@ -192,7 +204,9 @@ pub fn parse_invocation(
 /// children, so the helper confines a thread of its own and starts the program from it.
 ///
 /// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
-/// and `tmp` and to the writable devices (`/dev/null`, …); `ReadOnly` only to the devices. TCP bind and
+/// and `tmp` and to the writable devices (`/dev/null`, …) — all of `cwd` when `shielded`
+/// (its protected paths are read-only mounts, see `shield`), else `cwd` minus `protect`
+/// and the protected names (see `rules`); `ReadOnly` only to the devices. TCP bind and
 /// connect are denied (no allowed port) unless `WorkspaceWrite { network: true }`.
 /// `None` applies nothing.
 ///
@@ -205,12 +219,31 @@ pub fn apply_policy(
     cwd: &Path,
     tmp: &Path,
     protect: &[PathBuf],
+    shielded: bool,
 ) -> Result<(), String> {
     let (writable, network): (Vec<super::rules::WriteRule>, bool) = match policy {
         SandboxPolicy::None => return Ok(()),
         SandboxPolicy::ReadOnly => (Vec::new(), false),
+        // The protected paths are read-only mounts (`shield`): the whole directory.
+        SandboxPolicy::WorkspaceWrite { network } if shielded => (
+            vec![
+                super::rules::WriteRule::all_beneath(cwd),
+                super::rules::WriteRule::all_beneath(tmp),
+            ],
+            network,
+        ),
+        // No namespaces: Landlock alone keeps them read-only (and the directories on the
+        // way to them closed to new entries, see `rules`).
         SandboxPolicy::WorkspaceWrite { network } => {
-            let mut rules = super::rules::write_rules(cwd, protect);
+            let mut protect = protect.to_vec();
+            protect.extend(
+                crate::tools::protected::PROTECTED_DIRS
+                    .iter()
+                    .chain(crate::tools::protected::INSTRUCTION_FILES)
+                    .map(|name| cwd.join(name)),
+            );
+            protect.extend(super::shield::found_below(cwd));
+            let mut rules = super::rules::write_rules(cwd, &protect);
             rules.push(super::rules::WriteRule::all_beneath(tmp));
             (rules, network)
         }
@@ -294,6 +327,7 @@ pub fn apply_policy(
     _cwd: &Path,
     _tmp: &Path,
     _protect: &[PathBuf],
+    _shielded: bool,
 ) -> Result<(), String> {
     match policy {
         SandboxPolicy::None => Ok(()),
@@ -325,6 +359,7 @@ mod tests {
             cwd: PathBuf::from("/w"),
             tmp: PathBuf::from("/t"),
             tmp_private: true,
+            say_fallback: true,
             protect: vec![PathBuf::from("/w/.git")],
             program: "bash".into(),
             args: os(&["-c", "echo --policy x"]),
@@ -342,6 +377,7 @@ mod tests {
                 "--tmp",
                 "/t",
                 "--tmp-private",
+                "--say-fallback",
                 "--protect",
                 "/w/.git",
                 "--parent",

@@ -10,6 +10,7 @@
 
 pub mod entry;
 pub mod rules;
+pub mod shield;
 pub mod supervise;
 pub mod tree;
 
@@ -76,7 +77,27 @@ pub struct SandboxCommand {
     /// The process's `TMPDIR` (`None` under [`SandboxPolicy::None`], where the inherited
     /// `TMPDIR` is kept).
     pub tmp_dir: Option<tempfile::TempDir>,
+    /// Under `WorkspaceWrite`: removes, when dropped, the placeholders a killed helper
+    /// left (see [`shield::sweep`]); keep it until the process group was killed.
+    pub sweep: Option<Sweep>,
 }
+
+/// Removes unused shield placeholders of a working directory when dropped.
+#[derive(Debug)]
+pub struct Sweep {
+    cwd: PathBuf,
+    protect: Vec<PathBuf>,
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        shield::sweep(&self.cwd, &self.protect);
+    }
+}
+
+/// Whether a helper was already asked to say that the kernel gives no namespace for the
+/// shield (`--say-fallback`): once per process.
+static FALLBACK_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl SandboxRunner {
     /// A runner using `helper`.
@@ -182,14 +203,19 @@ impl SandboxRunner {
                 (tmp_dir.path().to_path_buf(), Some(tmp_dir))
             }
         };
+        let shielded = matches!(policy, SandboxPolicy::WorkspaceWrite { .. });
+        let say_fallback =
+            shielded && !FALLBACK_SAID.swap(true, std::sync::atomic::Ordering::Relaxed);
         let invocation = SandboxInvocation {
             policy,
             cwd: cwd.to_path_buf(),
             tmp,
             tmp_private: tmp_dir.is_some(),
-            protect: match policy {
-                SandboxPolicy::WorkspaceWrite { .. } => protect.to_vec(),
-                _ => Vec::new(),
+            say_fallback,
+            protect: if shielded {
+                protect.to_vec()
+            } else {
+                Vec::new()
             },
             program,
             args: args.to_vec(),
@@ -206,7 +232,15 @@ impl SandboxRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        Ok(SandboxCommand { command, tmp_dir })
+        let sweep = shielded.then(|| Sweep {
+            cwd: cwd.to_path_buf(),
+            protect: protect.to_vec(),
+        });
+        Ok(SandboxCommand {
+            command,
+            tmp_dir,
+            sweep,
+        })
     }
 }
 

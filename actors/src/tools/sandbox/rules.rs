@@ -1,4 +1,5 @@
-//! The write rules of `WorkspaceWrite`: the working directory minus its protected paths.
+//! The write rules of `WorkspaceWrite` when the kernel gives no namespace for the shield
+//! (`shield.rs`): the working directory minus its protected paths, by Landlock alone.
 //!
 //! Owns: turning "write anywhere below `cwd` except these paths" into Landlock's
 //! allow-list. Landlock grants rights beneath a file or directory (by inode) and cannot
@@ -12,9 +13,9 @@
 //! - a protected path, a symlink, a special file, and a regular file with other hard
 //!   links (which may be a protected file under another name) get no rule: read-only.
 //!
-//! The cost, stated in `docs/security.md`: a sandboxed command cannot create or delete
-//! entries directly in the working directory (or in a directory holding a hook script);
-//! a command approved by a person runs with `WorkspaceAndProtected`, which can.
+//! The cost, stated in `docs/security.md` (the fallback): a sandboxed command cannot
+//! create or delete entries directly in the working directory (or in a directory holding
+//! a hook script).
 //! Must not: follow symlinks while listing.
 
 use std::os::unix::fs::MetadataExt as _;

@@ -27,18 +27,20 @@
 //! docs/benchmarks.md, "Real tools").
 
 use super::entry::{SandboxInvocation, apply_policy, fail};
+use super::shield::{self, Entered, Shield};
 use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, TMP_PREFIX};
 use super::{SandboxPolicy, tree};
 use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{Signal, kill, killpg, raise};
-use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::io::PipeReader;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
 
 /// The signal the kernel sends the helper when the thread that spawned it (in the
 /// runtime's process) exits, e.g. when the runtime is SIGKILLed. Receiving it — or
@@ -95,11 +97,56 @@ pub fn run(invocation: &SandboxInvocation) -> ! {
             &format!("the runtime (pid {parent}) is gone; the command was not run"),
         );
     }
-    let child = match start_confined(invocation) {
-        Ok(child) => child,
-        Err((code, message)) => fail(code, &message),
+    let shield = match enter_shield(invocation) {
+        Ok(shield) => shield,
+        Err(message) => {
+            remove_private_tmp(invocation);
+            fail(EXIT_SANDBOX_UNAVAILABLE, &message)
+        }
     };
-    supervise(child, stop, invocation)
+    let child = match start_confined(invocation, shield.is_some()) {
+        Ok(child) => child,
+        Err((code, message)) => {
+            if let Some(shield) = shield {
+                shield.release();
+            }
+            fail(code, &message)
+        }
+    };
+    supervise(child, stop, invocation, shield)
+}
+
+/// Under `WorkspaceWrite`, the protected paths become read-only mounts in namespaces of
+/// the helper's own (`shield`; the helper has one thread here, as the kernel requires).
+/// `None`: no shield (another policy, or the kernel gives no namespace: then Landlock
+/// alone keeps them, closing the working directory's top level, and the command's
+/// output says so when the runtime asked for it with `--say-fallback`).
+///
+/// # Errors
+/// The namespaces were entered but the protected paths could not be shielded.
+fn enter_shield(invocation: &SandboxInvocation) -> Result<Option<Shield>, String> {
+    if !matches!(invocation.policy, SandboxPolicy::WorkspaceWrite { .. }) {
+        return Ok(None);
+    }
+    match shield::enter(&invocation.cwd, &invocation.protect)? {
+        Entered::Shielded(shield) => {
+            if let Some(note) = &shield.note {
+                eprintln!("foya-sandbox: note: {note}");
+            }
+            Ok(Some(shield))
+        }
+        Entered::Unavailable(why) => {
+            if invocation.say_fallback {
+                eprintln!(
+                    "foya-sandbox: {why}; the protected paths (.git, .foya, AGENTS.md, …) are \
+                     kept read-only by Landlock alone, so sandboxed commands cannot create, \
+                     delete or rename entries directly in the working directory (in its \
+                     subfolders they can, and the file tools can)"
+                );
+            }
+            Ok(None)
+        }
+    }
 }
 
 /// A pipe that becomes readable when [`PARENT_DEATH_SIGNAL`] or `SIGTERM` arrives.
@@ -113,7 +160,12 @@ fn watch_stop_signals() -> std::io::Result<PipeReader> {
 
 /// Waits until the program ends (then ends like it) or a stop signal arrives (then kills
 /// everything; see [`kill_all`]).
-fn supervise(mut child: Child, stop: PipeReader, invocation: &SandboxInvocation) -> ! {
+fn supervise(
+    mut child: Child,
+    stop: PipeReader,
+    invocation: &SandboxInvocation,
+    mut shield: Option<Shield>,
+) -> ! {
     let pid = i32::try_from(child.id()).ok().map(Pid::from_raw);
     // Readable once the child has exited (it stays unreaped until `try_wait`).
     let exited = pid
@@ -134,15 +186,15 @@ fn supervise(mut child: Child, stop: PipeReader, invocation: &SandboxInvocation)
             // Cannot happen with two valid descriptors; never leave the group unwatched.
             Err(e) => {
                 eprintln!("foya-sandbox: cannot wait for the command ({e}); killing it");
-                kill_all(pid, invocation)
+                kill_all(pid, invocation, shield.take())
             }
         }
         if !fds[0].revents().is_empty() {
-            kill_all(pid, invocation);
+            kill_all(pid, invocation, shield.take());
         }
         if fds.get(1).is_none_or(|fd| !fd.revents().is_empty()) {
             match child.try_wait() {
-                Ok(Some(status)) => end_with(status),
+                Ok(Some(status)) => end_with(status, shield.take()),
                 Ok(None) => {}
                 Err(e) => fail(
                     EXIT_EXEC_FAILED,
@@ -154,16 +206,42 @@ fn supervise(mut child: Child, stop: PipeReader, invocation: &SandboxInvocation)
 }
 
 /// The program ended with `status`: what it left running (in the group or not) ends with
-/// it, then the helper ends like it. As the subreaper, the helper has a child whenever
-/// anything is left; with none (the usual case) there is no tree to read from /proc.
-fn end_with(status: ExitStatus) -> ! {
+/// it, the shield's placeholders go, then the helper ends like it. As the subreaper, the
+/// helper has a child whenever anything is left; with none (the usual case) there is no
+/// tree to read from /proc.
+fn end_with(status: ExitStatus, shield: Option<Shield>) -> ! {
     if !matches!(
         waitpid(None, Some(WaitPidFlag::WNOHANG)),
         Err(Errno::ECHILD)
     ) {
         tree::kill_tree(getpid().as_raw());
+        if shield.is_some() {
+            reap_all();
+        }
+    }
+    if let Some(shield) = shield {
+        shield.release();
     }
     exit_like(status)
+}
+
+/// Most time spent reaping the killed tree before the placeholders are removed (a process
+/// stuck in the kernel must not keep the helper; the runtime's sweep removes them later).
+const REAP_LIMIT: Duration = Duration::from_secs(1);
+
+/// Reaps every child (the killed tree, re-parented to the helper) until none is left or
+/// [`REAP_LIMIT`] passed: a process that still runs could hold a placeholder open.
+fn reap_all() {
+    let deadline = Instant::now() + REAP_LIMIT;
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Applies the policy to a thread of its own and starts the program from it.
@@ -177,7 +255,7 @@ fn end_with(status: ExitStatus) -> ! {
 /// # Errors
 /// `(exit code, message)`: [`EXIT_SANDBOX_UNAVAILABLE`] when the policy cannot be applied
 /// (the program did not run), [`EXIT_EXEC_FAILED`] when the program cannot be started.
-fn start_confined(invocation: &SandboxInvocation) -> Result<Child, (i32, String)> {
+fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Child, (i32, String)> {
     let started = std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -186,8 +264,22 @@ fn start_confined(invocation: &SandboxInvocation) -> Result<Child, (i32, String)
                     &invocation.cwd,
                     &invocation.tmp,
                     &invocation.protect,
+                    shielded,
                 )
                 .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
+                if shielded {
+                    // Without it the program cannot touch the shield's mounts (Landlock
+                    // refuses mount calls too, but not `mount_setattr` or `setns`).
+                    rustix::thread::remove_capability_from_bounding_set(
+                        rustix::thread::CapabilitySet::SYS_ADMIN,
+                    )
+                    .map_err(|e| {
+                        (
+                            EXIT_SANDBOX_UNAVAILABLE,
+                            format!("cannot drop CAP_SYS_ADMIN for the command: {e}"),
+                        )
+                    })?;
+                }
                 let mut command = std::process::Command::new(&invocation.program);
                 command.args(&invocation.args).current_dir(&invocation.cwd);
                 if invocation.policy != SandboxPolicy::None {
@@ -228,8 +320,12 @@ fn remove_private_tmp(invocation: &SandboxInvocation) {
 /// SIGKILLs the helper's process tree (everything the program started, in its group or
 /// not), removes the private temp dir (nothing in the tree can write to it any more), then
 /// SIGKILLs its process group when it leads one, else only `child`; then itself.
-fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation) -> ! {
+fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<Shield>) -> ! {
     tree::kill_tree(getpid().as_raw());
+    if let Some(shield) = shield {
+        reap_all();
+        shield.release();
+    }
     remove_private_tmp(invocation);
     let group = getpgrp();
     if group == getpid() {
@@ -274,6 +370,7 @@ mod tests {
             cwd: "/".into(),
             tmp: tmp.to_path_buf(),
             tmp_private,
+            say_fallback: false,
             protect: Vec::new(),
             program: "true".into(),
             args: Vec::new(),
