@@ -7,7 +7,7 @@
 //! dense `seq` starting with `session_created` at 1, nothing after `session_deleted`, the
 //! recovery index and the summary changed with the events that change them, a committed
 //! event never changed — and the conformance suite (feature `conformance`,
-//! [`crate::conformance`]) checks them on each.
+//! `foya_storage::conformance`) checks them on each.
 //!
 //! Reads are `async`: a network engine cannot answer "briefly" from async code the way a
 //! local file does. The redb store answers them at once on the caller's thread, as
