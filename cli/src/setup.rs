@@ -152,7 +152,10 @@ pub fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// sandboxed by the small `foya-sandbox` helper next to this binary, else by this
 /// binary's own `__sandbox-exec`: [`SandboxRunner::this_binary`]), the project's files
 /// and the user's `~/.config/foya` ([`ContextOptions::with_files`]).
-pub fn runtime_config(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> RuntimeConfig {
+pub fn runtime_config(
+    store: impl Into<foya_storage::LogStore>,
+    model: Arc<dyn ModelClient>,
+) -> RuntimeConfig {
     RuntimeConfig {
         tools: Arc::new(ToolRegistry::builtin_with_sandbox(
             SandboxRunner::this_binary(),

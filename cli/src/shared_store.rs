@@ -1,0 +1,120 @@
+//! `--store URL` (or `FOYA_STORE_URL`): a shared event store instead of the data
+//! directory's redb file. `postgresql://` (or `postgres://`) URLs open the PostgreSQL log
+//! (`foya-storage-pg`, cargo feature `postgres`, on in the `foya` binary by default).
+//! Without `--store`, commands use the data directory's redb store as before.
+//!
+//! What stays with the data directory: the attachment files, hook transcripts and the
+//! redb-only tools (`foya store check`, `salvage`, `backup`, the acknowledgement journal),
+//! which refuse a `--store` ([`redb_only`]).
+
+use crate::args::StoreArg;
+use foya_storage::LogStore;
+
+/// Whether `url` names a PostgreSQL store.
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgresql://") || url.starts_with("postgres://")
+}
+
+/// The URL `arg` names, if any (an empty `FOYA_STORE_URL` counts as unset).
+#[must_use]
+pub fn url(arg: &StoreArg) -> Option<&str> {
+    arg.store.as_deref().filter(|u| !u.trim().is_empty())
+}
+
+/// Opens the shared store `url` names (its schema migrated to this build's).
+///
+/// # Errors
+/// An unknown scheme, a build without the `postgres` feature, or the store's refusal
+/// (unreachable, a newer schema), with the URL (never its password) named.
+pub async fn open(url: &str) -> anyhow::Result<LogStore> {
+    if !is_postgres(url) {
+        anyhow::bail!(
+            "--store {:?}: not a store URL this foya knows (postgresql://user@host:port/db)",
+            redact(url)
+        );
+    }
+    open_postgres(url).await
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> anyhow::Result<LogStore> {
+    let log = foya_storage_pg::PgLog::open(url, foya_storage_pg::PgOptions::default()).await?;
+    Ok(LogStore::shared(log))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str) -> anyhow::Result<LogStore> {
+    anyhow::bail!(
+        "this foya was built without PostgreSQL support: build it with the `postgres` \
+         feature (the default of the foya binary)"
+    )
+}
+
+/// `url` without a password (`user:secret@` becomes `user@`).
+#[must_use]
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The error of a redb-only tool asked of a shared store.
+#[must_use]
+pub fn redb_only(tool: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "`foya {tool}` works on a data directory's redb store; it does not apply to a \
+         --store (FOYA_STORE_URL) store: use the database's own tools for that"
+    )
+}
+
+/// `foya sessions list --store URL`: every session of the shared store, most recently
+/// updated first (as for a data directory).
+///
+/// # Errors
+/// The store cannot be opened or listed.
+pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
+    use foya_storage::EventLog as _;
+    use std::io::Write as _;
+    let store = open(url).await?;
+    let sessions = store.list_sessions(foya_storage::Page::ALL).await?;
+    store.close().await;
+    let mut out = std::io::stdout().lock();
+    for s in &sessions {
+        if json {
+            writeln!(out, "{}", serde_json::to_string(s)?)?;
+        } else {
+            writeln!(out, "{}", crate::sessions::summary_line(s))?;
+        }
+    }
+    out.flush()?;
+    Ok(crate::args::EXIT_OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn the_password_of_a_url_is_never_shown() {
+        assert_eq!(
+            redact("postgresql://foya:s3cret@db.example:5432/foya"),
+            "postgresql://foya@db.example:5432/foya"
+        );
+        assert_eq!(
+            redact("postgresql://foya@127.0.0.1/foya"),
+            "postgresql://foya@127.0.0.1/foya"
+        );
+        assert_eq!(redact("nonsense"), "nonsense");
+    }
+}
