@@ -166,6 +166,8 @@ pub enum SessionsCommand {
         id: String,
         #[command(flatten)]
         data: DataDirArg,
+        #[command(flatten)]
+        store: StoreArg,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,

@@ -25,7 +25,12 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
             ..
         } if !url.trim().is_empty() => crate::shared_store::list(&url, json).await,
         SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json),
-        SessionsCommand::Show { id, data, json } => {
+        SessionsCommand::Show {
+            id,
+            data,
+            json,
+            store,
+        } => {
             let id: SessionId = match id.parse() {
                 Ok(id) => id,
                 Err(e) => {
@@ -33,7 +38,10 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
                     return EXIT_USAGE;
                 }
             };
-            show(data.data_dir.as_deref(), id, json)
+            match crate::shared_store::url(&store) {
+                Some(url) => crate::shared_store::show(url, id, json).await,
+                None => show(data.data_dir.as_deref(), id, json),
+            }
         }
         SessionsCommand::Delete { id, data } => {
             let id: SessionId = match id.parse() {

@@ -73,9 +73,27 @@ pub fn redact(url: &str) -> String {
 #[must_use]
 pub fn redb_only(tool: &str) -> anyhow::Error {
     anyhow::anyhow!(
-        "`foya {tool}` works on a data directory's redb store; it does not apply to a \
-         --store (FOYA_STORE_URL) store: use the database's own tools for that"
+        "`foya {tool}` works on a data directory's redb store (its file, its journal); \
+         FOYA_STORE_URL names a shared store, which it does not apply to: use the \
+         database's own tools there (pg_dump, a standby), or unset FOYA_STORE_URL to \
+         work on a data directory"
     )
+}
+
+/// The redb-only `foya store` tool `command` asks for while `FOYA_STORE_URL` names a
+/// shared store (`None`: none, or the variable is unset or empty).
+#[must_use]
+pub fn redb_only_tool(command: &crate::store_cmd::StoreCommand) -> Option<&'static str> {
+    use crate::store_cmd::StoreCommand;
+    std::env::var("FOYA_STORE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())?;
+    match command {
+        StoreCommand::Check { .. } => Some("store check"),
+        StoreCommand::Salvage { .. } => Some("store salvage"),
+        StoreCommand::Backup { .. } => Some("store backup"),
+        StoreCommand::Populate(_) => None,
+    }
 }
 
 /// `foya sessions list --store URL`: every session of the shared store, most recently
@@ -95,6 +113,35 @@ pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
             writeln!(out, "{}", serde_json::to_string(s)?)?;
         } else {
             writeln!(out, "{}", crate::sessions::summary_line(s))?;
+        }
+    }
+    out.flush()?;
+    Ok(crate::args::EXIT_OK)
+}
+
+/// `foya sessions show ID --store URL`: the session's events, one JSON object per line
+/// with `--json` (as for a data directory), else one `seq type` line each; exit 1 when
+/// there is no such session.
+///
+/// # Errors
+/// The store cannot be opened or read.
+pub async fn show(url: &str, id: foya_protocol::SessionId, json: bool) -> anyhow::Result<u8> {
+    use foya_storage::EventLog as _;
+    use std::io::Write as _;
+    let store = open(url).await?;
+    if store.session(id).await?.is_none() {
+        store.close().await;
+        eprintln!("foya: no session {id}");
+        return Ok(crate::args::EXIT_FAILED);
+    }
+    let events = store.read_from(id, foya_protocol::Seq::FIRST).await?;
+    store.close().await;
+    let mut out = std::io::stdout().lock();
+    for event in &events {
+        if json {
+            writeln!(out, "{}", serde_json::to_string(event)?)?;
+        } else {
+            writeln!(out, "{:>5}  {}", event.seq, event.kind.type_name())?;
         }
     }
     out.flush()?;

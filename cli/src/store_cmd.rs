@@ -48,6 +48,10 @@ pub enum StoreCommand {
 }
 
 pub async fn store(command: StoreCommand) -> u8 {
+    if let Some(tool) = crate::shared_store::redb_only_tool(&command) {
+        crate::args::report(&crate::shared_store::redb_only(tool));
+        return crate::args::EXIT_USAGE;
+    }
     let result = match command {
         StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
         StoreCommand::Salvage { data, to } => salvage(data.data_dir.as_deref(), &to).await,
