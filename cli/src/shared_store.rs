@@ -92,7 +92,7 @@ pub fn redb_only_tool(command: &crate::store_cmd::StoreCommand) -> Option<&'stat
         StoreCommand::Check { .. } => Some("store check"),
         StoreCommand::Salvage { .. } => Some("store salvage"),
         StoreCommand::Backup { .. } => Some("store backup"),
-        StoreCommand::Populate(_) => None,
+        StoreCommand::Copy { .. } | StoreCommand::Populate(_) => None,
     }
 }
 
@@ -145,6 +145,64 @@ pub async fn show(url: &str, id: foya_protocol::SessionId, json: bool) -> anyhow
         }
     }
     out.flush()?;
+    Ok(crate::args::EXIT_OK)
+}
+
+/// `foya store copy`: every session of one store into the other (`--to-store URL`: the
+/// data directory's redb store into the shared one; `--from-store URL`: back). Each
+/// session continues from the target's last seq, so a copy that stopped is resumed by
+/// running it again; events go in appends of at most 256.
+///
+/// # Errors
+/// Neither or both directions given, a store that cannot be opened, read or written (the
+/// session is named).
+pub async fn copy(
+    dir: Option<&std::path::Path>,
+    to_store: Option<&str>,
+    from_store: Option<&str>,
+) -> anyhow::Result<u8> {
+    use foya_storage::EventLog as _;
+    let dir = crate::data::data_dir(dir)?;
+    let (source, target, label): (LogStore, LogStore, String) = match (to_store, from_store) {
+        (Some(url), None) => {
+            if !crate::data::store_path(&dir).is_file() {
+                eprintln!("foya: {}", crate::data::missing_store(&dir));
+                return Ok(crate::args::EXIT_FAILED);
+            }
+            let source = crate::data::open_store(&dir)?.into();
+            (source, open(url).await?, redact(url))
+        }
+        (None, Some(url)) => {
+            let source = open(url).await?;
+            let target = crate::data::open_store(&dir)?.into();
+            (source, target, dir.display().to_string())
+        }
+        _ => anyhow::bail!("give --to-store URL or --from-store URL"),
+    };
+    let (mut sessions, mut events) = (0usize, 0usize);
+    let result = async {
+        for summary in source.list_sessions(foya_storage::Page::ALL).await? {
+            let from = target
+                .last_seq(summary.id)
+                .await?
+                .map_or(foya_protocol::Seq::FIRST, foya_protocol::Seq::next);
+            let log = source.read_from(summary.id, from).await?;
+            for chunk in log.chunks(256) {
+                target
+                    .append(chunk, foya_storage::Fence::None)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("session {}: {e}", summary.id))?;
+            }
+            sessions += 1;
+            events += log.len();
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    source.close().await;
+    target.close().await;
+    result?;
+    eprintln!("foya: copied {sessions} sessions ({events} new events) into {label}");
     Ok(crate::args::EXIT_OK)
 }
 

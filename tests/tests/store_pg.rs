@@ -233,3 +233,62 @@ fn the_redb_only_tools_refuse_a_shared_store() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_copy_moves_sessions_into_postgres_and_back() {
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"responses":[{"text":"kept in redb"}]}).to_string(),
+    )
+    .unwrap();
+    let (redb, back) = (tmp.path().join("redb"), tmp.path().join("back"));
+    let (ok, stdout, stderr) = output(
+        foya()
+            .args([
+                "run",
+                "--provider",
+                "scripted",
+                "--approval",
+                "bypass",
+                "--json",
+            ])
+            .arg("--script")
+            .arg(&script)
+            .arg("--data-dir")
+            .arg(&redb)
+            .arg("--cwd")
+            .arg(tmp.path())
+            .arg("hello"),
+    );
+    assert!(ok, "{stderr}");
+    let first: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let id = first["session_id"].as_str().unwrap().to_owned();
+    let show = |args: &[&str]| {
+        let (ok, stdout, stderr) =
+            output(foya().args(["sessions", "show", &id, "--json"]).args(args));
+        assert!(ok, "{stderr}");
+        stdout
+    };
+    let original = show(&["--data-dir", redb.to_str().unwrap()]);
+    // Into PostgreSQL; a second copy adds nothing.
+    for _ in 0..2 {
+        let (ok, _, stderr) = output(
+            foya()
+                .args(["store", "copy", "--to-store", &store, "--data-dir"])
+                .arg(&redb),
+        );
+        assert!(ok, "{stderr}");
+    }
+    assert_eq!(show(&["--store", &store]), original);
+    // And back into a fresh data directory.
+    let (ok, _, stderr) = output(
+        foya()
+            .args(["store", "copy", "--from-store", &store, "--data-dir"])
+            .arg(&back),
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(show(&["--data-dir", back.to_str().unwrap()]), original);
+}
