@@ -190,7 +190,7 @@ impl AgentBuilder {
     /// [`Runtime::start`] (its sessions then take their settings from
     /// [`Self::session_config`]).
     #[must_use]
-    pub fn runtime_config(&self, store: foya_storage::Store) -> RuntimeConfig {
+    pub fn runtime_config(&self, store: impl Into<foya_storage::LogStore>) -> RuntimeConfig {
         RuntimeConfig {
             tools: Arc::new(self.tools.clone()),
             protection: self.limits,
@@ -218,7 +218,10 @@ impl AgentBuilder {
     ///
     /// # Errors
     /// As [`Runtime::start`].
-    pub async fn start(self, store: foya_storage::Store) -> Result<Agent, RuntimeError> {
+    pub async fn start(
+        self,
+        store: impl Into<foya_storage::LogStore>,
+    ) -> Result<Agent, RuntimeError> {
         let runtime = Runtime::start(self.runtime_config(store)).await?;
         let template = self.session_config(PathBuf::new());
         Ok(Agent { runtime, template })

@@ -330,7 +330,7 @@ impl SessionHandle {
         let subscribed = self
             .with_session(|reply| SessionMsg::Subscribe { approver, reply })
             .await?;
-        Subscription::replaying(self.id, from_seq, subscribed, &self.inner.deps()?.store)
+        Subscription::replaying(self.id, from_seq, subscribed, &self.inner.deps()?.store).await
     }
 
     /// Cancels the active turn (no-op when idle).

@@ -25,6 +25,7 @@ use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
 use crate::tools::builtin::agent::{AgentTool, SubAgentLimits};
 use crate::tools::{Tool, ToolRegistry};
 use foya_protocol::{SessionConfig, SessionId, SessionSummary};
+use foya_storage::EventLog as _;
 use ractor::{Actor, ActorRef};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,8 +34,9 @@ use tokio::task::JoinHandle;
 /// What a runtime is built from.
 #[derive(Debug)]
 pub struct RuntimeConfig {
-    /// The event store.
-    pub store: foya_storage::Store,
+    /// The event store: the embedded redb [`foya_storage::Store`] (converts with `into`)
+    /// or a shared engine ([`foya_storage::LogStore::shared`]).
+    pub store: foya_storage::LogStore,
     /// The model client used when a session's `provider` is not in `models`.
     pub model: Arc<dyn ModelClient>,
     /// Model clients by `SessionConfig::provider`.
@@ -149,9 +151,9 @@ impl RuntimeConfig {
     /// or user files read ([`ContextOptions::default`]), the default retry policy and a
     /// subscriber buffer of [`DEFAULT_SUBSCRIBER_BUFFER`].
     #[must_use]
-    pub fn new(store: foya_storage::Store, model: Arc<dyn ModelClient>) -> Self {
+    pub fn new(store: impl Into<foya_storage::LogStore>, model: Arc<dyn ModelClient>) -> Self {
         Self {
-            store,
+            store: store.into(),
             model,
             models: HashMap::new(),
             tools: Arc::new(ToolRegistry::read_only_builtin()),
@@ -358,11 +360,12 @@ impl Runtime {
     ///
     /// # Errors
     /// [`RuntimeError::Storage`].
-    pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, RuntimeError> {
+    pub async fn list_sessions(&self) -> Result<Vec<SessionSummary>, RuntimeError> {
         self.inner
             .deps()?
             .store
-            .list_sessions()
+            .list_sessions(foya_storage::Page::ALL)
+            .await
             .map_err(|e| RuntimeError::Storage(e.to_string()))
     }
 
@@ -380,6 +383,7 @@ impl Runtime {
             .deps()?
             .store
             .pending_sessions()
+            .await
             .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         let mut loaded = 0;
         for id in pending {

@@ -57,14 +57,16 @@ impl Subscription {
     /// A subscription from `from_seq`: the session's live channel and the seq committed
     /// when it was registered (`SessionMsg::Subscribe`'s answer), with the committed
     /// events from `from_seq` up to that seq read from `store` as the backlog.
-    pub(crate) fn replaying(
+    pub(crate) async fn replaying(
         session_id: SessionId,
         from_seq: Seq,
         (rx, committed): (mpsc::Receiver<Box<SessionUpdate>>, Seq),
-        store: &foya_storage::Store,
+        store: &foya_storage::LogStore,
     ) -> Result<Self, crate::kernel::RuntimeError> {
+        use foya_storage::EventLog as _;
         let backlog = store
             .read_from(session_id, from_seq.max(Seq::FIRST))
+            .await
             .map_err(|e| crate::kernel::RuntimeError::Storage(e.to_string()))?
             .into_iter()
             .filter(|e| e.seq <= committed)

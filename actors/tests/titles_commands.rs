@@ -99,6 +99,7 @@ async fn a_user_title_survives_a_late_generated_one() {
     // The late generated title was discarded: the session's title is still the user's.
     let summary = rt
         .list_sessions()
+        .await
         .unwrap()
         .into_iter()
         .find(|s| s.id == session.id())
@@ -274,7 +275,7 @@ async fn images_on_a_model_without_vision_are_refused_at_submit() {
         Err(foya_actors::RuntimeError::ImagesNotSupported { model })
     );
     // Nothing was written: the log still holds only `session_created`.
-    let summary = rt.list_sessions().unwrap();
+    let summary = rt.list_sessions().await.unwrap();
     assert_eq!(
         summary
             .iter()

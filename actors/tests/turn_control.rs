@@ -265,7 +265,7 @@ async fn delete_an_idle_session() {
     let (events, notice) = until_closed(&mut sub).await;
     assert_eq!(types(&events), ["session_created", "session_deleted"]);
     assert!(matches!(notice, Notice::Closed { .. }));
-    assert!(rt.list_sessions().unwrap()[0].deleted);
+    assert!(rt.list_sessions().await.unwrap()[0].deleted);
     assert_eq!(
         rt.session(session.id()).await.map(|s| s.id()),
         Err(RuntimeError::SessionDeleted(session.id()))

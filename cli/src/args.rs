@@ -40,6 +40,21 @@ pub struct DataDirArg {
     pub data_dir: Option<PathBuf>,
 }
 
+/// `--store URL`: a shared event store instead of the data directory's redb file.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArg {
+    /// A shared event store instead of the data directory's redb file:
+    /// `postgresql://user@host:port/db` (default: $FOYA_STORE_URL when set; without
+    /// either, the data directory's store). Several processes may share one.
+    #[arg(
+        long = "store",
+        env = "FOYA_STORE_URL",
+        value_name = "URL",
+        global = true
+    )]
+    pub store: Option<String>,
+}
+
 /// Which model provider to use.
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
@@ -82,6 +97,8 @@ pub struct RunArgs {
     pub provider: ProviderArgs,
     #[command(flatten)]
     pub data: DataDirArg,
+    #[command(flatten)]
+    pub store: StoreArg,
     /// Working directory of the session (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
@@ -122,6 +139,8 @@ pub enum SessionsCommand {
         json: bool,
         #[command(flatten)]
         cluster: crate::node::ClusterArgs,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Delete a session in a data dir no process is using: its active turn (if any) is
     /// cancelled, queued inputs are dropped, then `session_deleted` is written.
@@ -147,6 +166,8 @@ pub enum SessionsCommand {
         id: String,
         #[command(flatten)]
         data: DataDirArg,
+        #[command(flatten)]
+        store: StoreArg,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,

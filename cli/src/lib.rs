@@ -23,6 +23,7 @@ mod render;
 pub mod run;
 pub mod sessions;
 pub mod setup;
+pub mod shared_store;
 pub mod signals;
 pub mod store_cmd;
 pub mod store_populate;

@@ -13,6 +13,7 @@ use foya_protocol::{
     ApprovalDecision, ApprovalMode, ApprovalRequestId, Event, EventKind, Input, InputId, RunId,
     Seq, SessionConfig, SessionId, SessionUpdate, TurnStatus,
 };
+use foya_storage::EventLog as _;
 use std::io::IsTerminal as _;
 
 pub async fn run(args: RunArgs) -> u8 {
@@ -56,11 +57,25 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
             let id: SessionId = id
                 .parse()
                 .map_err(|e| Failure::Usage(anyhow::anyhow!("{e}")))?;
-            match crate::data::open_for_input(&dir, id, args.durability)
-                .map_err(Failure::Runtime)?
-            {
-                Some(store) => Some(store),
-                None => return Ok(EXIT_FAILED),
+            match crate::shared_store::url(&args.store) {
+                Some(url) => {
+                    let store = crate::shared_store::open(url)
+                        .await
+                        .map_err(Failure::Runtime)?;
+                    match shared_session_state(&store, id).await? {
+                        Some(message) => {
+                            eprintln!("foya: {message}");
+                            return Ok(EXIT_FAILED);
+                        }
+                        None => Some(store),
+                    }
+                }
+                None => match crate::data::open_for_input(&dir, id, args.durability)
+                    .map_err(Failure::Runtime)?
+                {
+                    Some(store) => Some(store.into()),
+                    None => return Ok(EXIT_FAILED),
+                },
             }
         }
         None => None,
@@ -72,9 +87,15 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     let auto_compact =
         crate::context_config::auto_compact(&cwd, args.compaction).map_err(Failure::Usage)?;
     let mcp = crate::mcp::load(&cwd, &args.mcp).map_err(Failure::Usage)?;
-    let store = match session_store {
-        Some(store) => store,
-        None => crate::data::open_store_with(&dir, args.durability).map_err(Failure::Runtime)?,
+    let store: foya_storage::LogStore = match (session_store, crate::shared_store::url(&args.store))
+    {
+        (Some(store), _) => store,
+        (None, Some(url)) => crate::shared_store::open(url)
+            .await
+            .map_err(Failure::Runtime)?,
+        (None, None) => crate::data::open_store_with(&dir, args.durability)
+            .map_err(Failure::Runtime)?
+            .into(),
     };
 
     let mut config = crate::setup::runtime_config(store.clone(), model).map_err(Failure::Usage)?;
@@ -104,6 +125,26 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     }
 }
 
+/// Why session `id` of a shared store takes no input (`None`: it does): unknown, or
+/// deleted (as [`crate::data::open_for_input`] says for a data directory).
+async fn shared_session_state(
+    store: &foya_storage::LogStore,
+    id: SessionId,
+) -> Result<Option<String>, Failure> {
+    match store
+        .session(id)
+        .await
+        .map_err(|e| Failure::Runtime(e.into()))?
+    {
+        None => Ok(Some(format!("no session {id}"))),
+        Some(s) if s.deleted => Ok(Some(format!(
+            "session {id} was deleted: it takes no more inputs (its events stay readable \
+             with `foya sessions show {id}`)"
+        ))),
+        Some(_) => Ok(None),
+    }
+}
+
 /// How the wait for the turn ended, with the exit status.
 enum Exit {
     /// The turn ended (or could not start).
@@ -118,7 +159,7 @@ use Exit::{Ended, Forced};
 /// and the events persisted before this process (to name their tool calls).
 async fn open_session(
     runtime: &Runtime,
-    store: &foya_storage::Store,
+    store: &foya_storage::LogStore,
     args: &RunArgs,
     cwd: std::path::PathBuf,
     model: String,
@@ -144,6 +185,7 @@ async fn open_session(
     // Read before loading: recovery's events (if any) come after it and are shown.
     let earlier = store
         .read_from(id, Seq::FIRST)
+        .await
         .map_err(|e| Failure::Runtime(e.into()))?;
     check_script_left(args, id, &earlier).map_err(Failure::Usage)?;
     let session = runtime
@@ -210,7 +252,7 @@ enum Stop {
 
 async fn drive(
     runtime: &Runtime,
-    store: &foya_storage::Store,
+    store: &foya_storage::LogStore,
     args: &RunArgs,
     cwd: std::path::PathBuf,
     model: String,

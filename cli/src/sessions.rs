@@ -19,8 +19,18 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
                 },
             ..
         } => Ok(crate::cluster_list::list(&addr, &cookie_file, json).await),
+        SessionsCommand::List {
+            store: crate::args::StoreArg { store: Some(url) },
+            json,
+            ..
+        } if !url.trim().is_empty() => crate::shared_store::list(&url, json).await,
         SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json).await,
-        SessionsCommand::Show { id, data, json } => {
+        SessionsCommand::Show {
+            id,
+            data,
+            json,
+            store,
+        } => {
             let id: SessionId = match id.parse() {
                 Ok(id) => id,
                 Err(e) => {
@@ -28,7 +38,10 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
                     return EXIT_USAGE;
                 }
             };
-            show(data.data_dir.as_deref(), id, json).await
+            match crate::shared_store::url(&store) {
+                Some(url) => crate::shared_store::show(url, id, json).await,
+                None => show(data.data_dir.as_deref(), id, json).await,
+            }
         }
         SessionsCommand::Delete { id, data } => {
             let id: SessionId = match id.parse() {
@@ -108,7 +121,7 @@ async fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
 /// the count right-aligned and the noun padded so that the columns line up), working
 /// directory, title, and `[deleted]` for a deleted session. The directory's name and a
 /// generated title are untrusted text: their terminal controls are shown, not obeyed.
-fn summary_line(s: &foya_protocol::SessionSummary) -> String {
+pub(crate) fn summary_line(s: &foya_protocol::SessionSummary) -> String {
     let title = s.title.as_deref().unwrap_or("(untitled)");
     let deleted = if s.deleted { " [deleted]" } else { "" };
     let noun = if s.last_seq.0 == 1 { "event" } else { "events" };

@@ -158,7 +158,7 @@ pub fn working_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// # Errors
 /// The user's `[shell_environment]` cannot be read ([`shell_environment`]).
 pub fn runtime_config(
-    store: foya_storage::Store,
+    store: impl Into<foya_storage::LogStore>,
     model: Arc<dyn ModelClient>,
 ) -> anyhow::Result<RuntimeConfig> {
     let runner = SandboxRunner::this_binary().with_env_policy(shell_environment()?);

@@ -51,12 +51,28 @@ pub enum StoreCommand {
         #[arg(long)]
         token_file: Option<PathBuf>,
     },
+    /// Copy every session's log between the data directory's redb store and a shared
+    /// store, in either direction (a session already there continues from its last seq).
+    Copy {
+        #[command(flatten)]
+        data: DataDirArg,
+        /// Copy the data directory's sessions into this shared store (postgresql://…).
+        #[arg(long, value_name = "URL", conflicts_with = "from_store")]
+        to_store: Option<String>,
+        /// Copy this shared store's sessions into the data directory's redb store.
+        #[arg(long, value_name = "URL")]
+        from_store: Option<String>,
+    },
     /// Benchmarks only: add N idle sessions (each with T completed turns) to the store.
     #[command(hide = true)]
     Populate(crate::store_populate::PopulateArgs),
 }
 
 pub async fn store(command: StoreCommand) -> u8 {
+    if let Some(tool) = crate::shared_store::redb_only_tool(&command) {
+        crate::args::report(&crate::shared_store::redb_only(tool));
+        return crate::args::EXIT_USAGE;
+    }
     let result = match command {
         StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
         StoreCommand::Salvage { data, to } => salvage(data.data_dir.as_deref(), &to).await,
@@ -66,6 +82,18 @@ pub async fn store(command: StoreCommand) -> u8 {
             to,
             token_file,
         } => backup(data.data_dir.as_deref(), &to, token_file.as_deref()).await,
+        StoreCommand::Copy {
+            data,
+            to_store,
+            from_store,
+        } => {
+            crate::shared_store::copy(
+                data.data_dir.as_deref(),
+                to_store.as_deref(),
+                from_store.as_deref(),
+            )
+            .await
+        }
         StoreCommand::Populate(args) => crate::store_populate::populate(args)
             .await
             .map(|()| EXIT_OK),

@@ -121,7 +121,7 @@ async fn a_stopped_run_cancels_its_turn_and_counts_the_step_of_every_request_sta
         .unwrap();
     // Whatever the driver left running may go on now: wait for the turn's end.
     released.cancel();
-    let summaries = shared.runtime.list_sessions().unwrap();
+    let summaries = shared.runtime.list_sessions().await.unwrap();
     assert_eq!(summaries.len(), 1);
     let session = shared.runtime.session(summaries[0].id).await.unwrap();
     let mut updates = session

@@ -11,6 +11,8 @@ pub struct ServeArgs {
     pub provider: ProviderArgs,
     #[command(flatten)]
     pub data: DataDirArg,
+    #[command(flatten)]
+    pub store: foya_cli::args::StoreArg,
     /// Address to listen on (port 0 picks a free one; the bound address is printed as
     /// the first line of stdout).
     #[arg(long, default_value = "127.0.0.1:7878")]

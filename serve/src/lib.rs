@@ -64,7 +64,7 @@ pub(crate) struct Defaults {
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub(crate) runtime: Arc<Runtime>,
-    pub(crate) store: foya_storage::Store,
+    pub(crate) store: foya_storage::LogStore,
     /// Where `POST /store/backup` writes its backups (`<data dir>/backups`).
     pub(crate) backups: std::path::PathBuf,
     pub(crate) attachments: Arc<AttachmentStore>,
@@ -193,7 +193,10 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     let guard = guard::Guard::new(&args.listen, addr, &args.allowed_host, token.is_some())
         .map_err(usage)?;
     let dir = foya_cli::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
-    let store = foya_cli::data::open_store(&dir).map_err(failed)?;
+    let store: foya_storage::LogStore = match foya_cli::shared_store::url(&args.store) {
+        Some(url) => foya_cli::shared_store::open(url).await.map_err(failed)?,
+        None => foya_cli::data::open_store(&dir).map_err(failed)?.into(),
+    };
     let attachments = foya_cli::data::attachments(&dir);
     let mut config = foya_cli::setup::runtime_config(store.clone(), model).map_err(usage)?;
     config.mcp = foya_cli::mcp::load(&cwd, &args.mcp).map_err(usage)?;
@@ -209,7 +212,9 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     if let Err(e) = runtime.recover_all().await {
         tracing::warn!(target: LOG_TARGET, error = %e, "recovery of unfinished sessions failed");
     }
-    foya_cli::data::record_owner(&dir, Some(&format!("http://{addr}")));
+    if !store.is_shared() {
+        foya_cli::data::record_owner(&dir, Some(&format!("http://{addr}")));
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "http://{addr}");

@@ -102,15 +102,62 @@ struct Entry {
 }
 
 pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let app = state.clone();
-    let entries = tokio::task::spawn_blocking(move || entries(&app))
-        .await
-        .map_err(ApiError::internal)??;
+    let entries = match state.store.as_redb() {
+        // The redb store's reads are synchronous: off the async threads, as one job.
+        Some(store) => {
+            let (app, store) = (state.clone(), store.clone());
+            tokio::task::spawn_blocking(move || {
+                let summaries = super::routes::readable_redb(&store)?;
+                Ok::<_, ApiError>(entries(&app, summaries, |id, from| {
+                    store.read_from(id, from).map_err(|e| e.to_string())
+                }))
+            })
+            .await
+            .map_err(ApiError::internal)??
+        }
+        // A shared store: each log read on from where its fold stopped, then folded.
+        None => {
+            let summaries = super::routes::readable_sessions(&state).await?;
+            let wanted: Vec<(SessionId, u64)> = {
+                let folds = state
+                    .overview
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                summaries
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.id,
+                            folds.get(&s.id).map_or(0, |f| f.last_seq),
+                            s.last_seq.0,
+                        )
+                    })
+                    .filter(|(_, from, last)| from < last)
+                    .map(|(id, from, _)| (id, from))
+                    .collect()
+            };
+            let mut read = HashMap::new();
+            for (id, from) in wanted {
+                let events = foya_storage::EventLog::read_from(&state.store, id, Seq(from + 1))
+                    .await
+                    .map_err(|e| e.to_string());
+                read.insert(id, events);
+            }
+            entries(&state, summaries, |id, _| {
+                read.remove(&id).unwrap_or_else(|| Ok(Vec::new()))
+            })
+        }
+    };
     Ok(Json(serde_json::json!({ "sessions": entries })).into_response())
 }
 
-fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
-    let summaries = super::routes::readable_sessions(state)?;
+/// The overview entries of `summaries`, each session's fold brought up to date with the
+/// events `read(id, from)` gives.
+fn entries(
+    state: &AppState,
+    summaries: Vec<foya_protocol::SessionSummary>,
+    mut read: impl FnMut(SessionId, Seq) -> Result<Vec<Event>, String>,
+) -> Vec<Entry> {
     let mut folds = state
         .overview
         .lock()
@@ -119,7 +166,7 @@ fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
     for summary in summaries {
         let fold = folds.entry(summary.id).or_default();
         let readable = fold.last_seq >= summary.last_seq.0
-            || match state.store.read_from(summary.id, Seq(fold.last_seq + 1)) {
+            || match read(summary.id, Seq(fold.last_seq + 1)) {
                 Ok(events) => {
                     events.iter().for_each(|event| fold.apply(event));
                     true
@@ -143,7 +190,7 @@ fn entries(state: &AppState) -> Result<Vec<Entry>, ApiError> {
         });
     }
     out.sort_by_key(|e| std::cmp::Reverse(e.last_activity_ms));
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

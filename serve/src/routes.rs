@@ -17,6 +17,7 @@ use foya_protocol::{
     ApprovalDecision, ApprovalMode, ApprovalRequestId, EventKind, Input, InputId, SessionConfig,
     SessionId,
 };
+use foya_storage::EventLog as _;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -220,7 +221,12 @@ async fn create_session(
 /// runtime goes on) written to `<data dir>/backups/foya-<unix ms>.redb`; 201 with its
 /// path and counts.
 async fn backup_store(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let store = state.store.clone();
+    let Some(store) = state.store.as_redb().cloned() else {
+        return Err(ApiError::bad_request(
+            "POST /store/backup copies the embedded redb store; this server uses a shared \
+             (PostgreSQL) store: back it up with the database's own tools (pg_dump, a standby)",
+        ));
+    };
     let dir = state.backups.clone();
     let written = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -242,17 +248,31 @@ async fn backup_store(State(state): State<AppState>) -> Result<Response, ApiErro
 }
 
 async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let sessions = readable_sessions(&state)?;
+    let sessions = readable_sessions(&state).await?;
     Ok(Json(json!({"sessions": sessions})).into_response())
 }
 
 /// Every session whose summary can be read, most recently updated first. Damage is
 /// local: a summary (or a part of the table) that cannot be read is left out and logged,
 /// not a failure of the whole list (`foya store check` names it).
-pub(crate) fn readable_sessions(
+pub(crate) async fn readable_sessions(
     state: &AppState,
 ) -> Result<Vec<foya_protocol::SessionSummary>, ApiError> {
-    let survey = state.store.survey().map_err(ApiError::internal)?;
+    match state.store.as_redb() {
+        Some(store) => readable_redb(store),
+        None => state
+            .store
+            .list_sessions(foya_storage::Page::ALL)
+            .await
+            .map_err(ApiError::internal),
+    }
+}
+
+/// [`readable_sessions`] of the redb store (a survey: damage is local).
+pub(crate) fn readable_redb(
+    store: &foya_storage::Store,
+) -> Result<Vec<foya_protocol::SessionSummary>, ApiError> {
+    let survey = store.survey().map_err(ApiError::internal)?;
     for unreadable in &survey.unreadable {
         tracing::warn!(target: super::LOG_TARGET, session = ?unreadable.session, reason = %unreadable.reason, "a session cannot be listed");
     }
@@ -264,7 +284,7 @@ async fn get_session(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let sid = session_id(&id)?;
-    match state.store.session(sid).map_err(ApiError::internal)? {
+    match state.store.session(sid).await.map_err(ApiError::internal)? {
         Some(summary) => Ok(Json(summary).into_response()),
         None => Err(ApiError::not_found(
             "session_not_found",
@@ -333,6 +353,7 @@ async fn submit_input(
     let before = state
         .store
         .last_seq(session.id())
+        .await
         .map_err(ApiError::internal)?
         .map_or(foya_protocol::Seq::FIRST, foya_protocol::Seq::next);
     let input_id = session
@@ -341,6 +362,7 @@ async fn submit_input(
     let queued = state
         .store
         .read_from(session.id(), before)
+        .await
         .map_err(ApiError::internal)?
         .iter()
         .any(|e| matches!(&e.kind, EventKind::InputQueued { input_id: q, .. } if *q == input_id));

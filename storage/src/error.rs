@@ -115,6 +115,26 @@ pub enum AppendError {
     /// The store was closed.
     #[error("the store is closed")]
     Closed,
+    /// The append's [`crate::Fence`] is stale: `shard` is now at `epoch` (another node
+    /// claimed it; `None`: the shard has no epoch row). Nothing was written. Never retried:
+    /// the writer lost the shard and must stop writing its sessions.
+    #[error("fenced: shard {shard} moved on to epoch {epoch:?}; this node no longer owns it")]
+    Fenced {
+        /// The session's shard.
+        shard: u32,
+        /// The shard's current epoch.
+        epoch: Option<u64>,
+    },
+}
+
+impl AppendError {
+    /// Whether the same append may succeed if tried again: only after a storage failure
+    /// (nothing of the batch was written). A refusal (seq, deletion) stays one, and
+    /// [`AppendError::Fenced`] is never retried.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Storage(_))
+    }
 }
 
 /// Why a read failed.

@@ -125,12 +125,17 @@
 mod backup;
 mod check;
 pub mod codec;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+#[cfg(test)]
+mod conformance_redb;
 pub mod data_dir;
 mod db;
 mod error;
 mod guard;
 mod header;
 mod journal;
+mod log;
 mod losses;
 mod pending;
 mod raw;
@@ -147,6 +152,7 @@ mod writer;
 pub use backup::BackupReport;
 pub use check::{CheckReport, check};
 pub use error::{AppendError, Error, OpenError, ReadError};
+pub use log::{BoxFuture, Cursor, DynEventLog, EventLog, Fence, LogStore, Page};
 pub use losses::{Loss, recorded_losses};
 pub use read_only::ReadOnlyStore;
 pub use recover::REPAIRED as REPAIRED_NOTE;

@@ -88,7 +88,7 @@ pub struct Store {
 
 pub(crate) struct Inner {
     pub(crate) db: Arc<DbSlot>,
-    location: PathBuf,
+    pub(crate) location: PathBuf,
     /// `None` once closing started.
     sender: Mutex<Option<mpsc::Sender<Request>>>,
     /// Joined on drop, so the file is unlocked when the last clone is gone.

@@ -5,7 +5,9 @@
 //! unchanged; seqs are dense; every turn has exactly one `turn_complete` (the interrupted
 //! one `failed/interrupted by restart`); every tool call has exactly one result; no tool
 //! ran twice (each run appends a line to `runs.log` in the workspace); the new input
-//! completes. Synchronisation is only by reacting to the child's output lines.
+//! completes. Synchronisation is only by reacting to the child's output lines. The
+//! `*_on_postgres` tests do the same with `--store` on a PostgreSQL store (a schema of
+//! their own on the test server: `foya_storage_pg::testkit`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::foya;
@@ -37,9 +39,20 @@ struct Dirs {
     data: PathBuf,
     work: PathBuf,
     root: PathBuf,
+    /// `--store URL` of every command (`None`: the data dir's redb store).
+    store: Option<String>,
 }
 
-fn dirs() -> Dirs {
+/// A fresh PostgreSQL store's URL (an empty schema on the test server).
+fn postgres_store() -> String {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(foya_storage_pg::testkit::fresh_url())
+}
+
+fn dirs(store: Option<String>) -> Dirs {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let (data, work) = (root.join("data"), root.join("work"));
@@ -49,6 +62,7 @@ fn dirs() -> Dirs {
         data,
         work,
         root,
+        store,
     }
 }
 
@@ -80,6 +94,9 @@ fn run_command(
         .arg(&dirs.data)
         .arg("--cwd")
         .arg(&dirs.work);
+    if let Some(store) = &dirs.store {
+        command.args(["--store", store]);
+    }
     if let Some(id) = session {
         command.args(["--session", id]);
     }
@@ -154,12 +171,15 @@ fn tool_runs(dirs: &Dirs) -> Vec<String> {
 }
 
 fn show(dirs: &Dirs, id: &str) -> Vec<Value> {
-    let out = foya()
+    let mut command = foya();
+    command
         .args(["sessions", "show", id, "--json"])
         .arg("--data-dir")
-        .arg(&dirs.data)
-        .output()
-        .unwrap();
+        .arg(&dirs.data);
+    if let Some(store) = &dirs.store {
+        command.args(["--store", store]);
+    }
+    let out = command.output().unwrap();
     assert!(out.status.success(), "{out:?}");
     String::from_utf8(out.stdout)
         .unwrap()
@@ -171,7 +191,16 @@ fn show(dirs: &Dirs, id: &str) -> Vec<Value> {
 /// Kills the first run where `kill_now` says, restarts, checks the invariants and returns
 /// the whole log.
 fn crash_and_restart(first: Vec<Value>, kill_now: impl FnMut(&[Value]) -> bool) -> Vec<Value> {
-    let dirs = dirs();
+    crash_and_restart_on(None, first, kill_now)
+}
+
+/// [`crash_and_restart`] on the store `--store` names (`None`: the data dir's).
+fn crash_and_restart_on(
+    store: Option<String>,
+    first: Vec<Value>,
+    kill_now: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let dirs = dirs(store);
     let script = write_script(&dirs, "first.json", first);
     let printed = run_until_killed(&dirs, &script, kill_now);
     let persisted: Vec<&Value> = printed.iter().filter(|l| is_persisted(l)).collect();
@@ -343,6 +372,38 @@ fn killed_while_the_first_events_commit() {
     // Killed as soon as the first line appears: the turn may be anywhere after its first
     // commit; the invariants hold wherever it was.
     crash_and_restart(
+        vec![shell_call("c1", 0), json!({"text": "quick"})],
+        |seen| !seen.is_empty(),
+    );
+}
+
+#[test]
+fn killed_mid_tool_on_postgres() {
+    let log = crash_and_restart_on(
+        Some(postgres_store()),
+        vec![shell_call("c1", 30), slow_text()],
+        |seen| seen.last().is_some_and(|l| kind(l) == "tool_started"),
+    );
+    assert_eq!(first_turn_end(&log), interrupted());
+    let result = log.iter().find(|e| kind(e) == "tool_message").unwrap();
+    assert_eq!(
+        (&result["tool_call_id"], &result["is_error"]),
+        (&json!("c1"), &json!(true))
+    );
+}
+
+#[test]
+fn killed_mid_stream_on_postgres() {
+    let log = crash_and_restart_on(Some(postgres_store()), vec![slow_text()], |seen| {
+        seen.iter().filter(|l| kind(l) == "text_delta").count() >= 2
+    });
+    assert_eq!(first_turn_end(&log), interrupted());
+}
+
+#[test]
+fn killed_while_the_first_events_commit_on_postgres() {
+    crash_and_restart_on(
+        Some(postgres_store()),
         vec![shell_call("c1", 0), json!({"text": "quick"})],
         |seen| !seen.is_empty(),
     );

@@ -126,7 +126,7 @@ async fn a_hundred_sessions_run_two_step_turns_concurrently() {
         );
         assert_eq!(store.read_from(id, Seq(1)).unwrap(), events);
     }
-    assert_eq!(rt.list_sessions().unwrap().len(), 100);
+    assert_eq!(rt.list_sessions().await.unwrap().len(), 100);
 }
 
 fn raw(session_id: SessionId, seq: u64, run_id: Option<RunId>, kind: EventKind) -> Event {

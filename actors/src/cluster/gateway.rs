@@ -216,7 +216,7 @@ async fn apply(runtime: &Runtime, node: &str, request: GatewayRequest) -> Gatewa
                 .map(|()| GatewayReply::Done),
             Err(e) => Err(e),
         },
-        GatewayRequest::ListSessions => runtime.list_sessions().map(|mut sessions| {
+        GatewayRequest::ListSessions => runtime.list_sessions().await.map(|mut sessions| {
             for s in &mut sessions {
                 s.node = Some(node.to_owned());
             }

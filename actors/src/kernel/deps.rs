@@ -47,7 +47,7 @@ pub(crate) struct ControlConfig {
 /// What every actor shares.
 #[derive(Debug, Clone)]
 pub(crate) struct RuntimeDeps {
-    pub store: foya_storage::Store,
+    pub store: foya_storage::LogStore,
     pub model: Arc<dyn ModelClient>,
     pub models: HashMap<String, Arc<dyn ModelClient>>,
     pub tools: Arc<ToolRegistry>,

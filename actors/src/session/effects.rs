@@ -11,6 +11,7 @@ use crate::kernel::RuntimeError;
 use crate::turn::{TurnActor, TurnArgs, TurnMode, TurnMsg};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{Event, EventKind, RunId, Seq, SessionUpdate};
+use foya_storage::EventLog as _;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -113,7 +114,7 @@ impl Session {
                 let text = match text {
                     TitleText::Input(text) => text,
                     TitleText::FirstUserMessage => {
-                        title::first_user_text(&self.shared_log()?.read())
+                        title::first_user_text(&self.shared_log().await?.read())
                     }
                 };
                 let config = &self.machine.fold().config;
@@ -176,7 +177,12 @@ impl Session {
     /// Appends to the store (awaited: the session's appends commit one at a time, in
     /// order); nothing is written when it fails.
     async fn append(&mut self, events: Vec<Event>) -> SessionInput {
-        match self.deps.store.append_all(&events).await {
+        match self
+            .deps
+            .store
+            .append(&events, foya_storage::Fence::None)
+            .await
+        {
             Ok(()) => SessionInput::Committed(events),
             Err(e) => {
                 let error = e.to_string();
@@ -223,7 +229,7 @@ impl Session {
         mode: TurnMode,
         first_in_runtime: bool,
     ) -> Result<(), ActorProcessingErr> {
-        let log = self.shared_log()?;
+        let log = self.shared_log().await?;
         let project = match self.project.take() {
             Some(project) => project,
             None => self.load_project(),
@@ -265,7 +271,7 @@ impl Session {
     ///
     /// # Errors
     /// A store read failure.
-    pub(super) fn shared_log(&mut self) -> Result<SharedLog, RuntimeError> {
+    pub(super) async fn shared_log(&mut self) -> Result<SharedLog, RuntimeError> {
         self.idle_reservation = None; // in use again: no longer counted as idle
         if let Some(log) = &self.log {
             return Ok(log.clone());
@@ -274,6 +280,7 @@ impl Session {
             .deps
             .store
             .read_from(self.machine.fold().id, Seq::FIRST)
+            .await
             .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         let log = SharedLog::new(events);
         self.log = Some(log.clone());
@@ -296,7 +303,7 @@ impl Session {
             config.approval_mode,
         );
         input.reason = Some("other");
-        if let Ok(log) = self.shared_log() {
+        if let Ok(log) = self.shared_log().await {
             input.transcript_path = hooks.export_transcript(id, &log.read());
         }
         hooks.run(&input).await.events

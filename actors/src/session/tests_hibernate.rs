@@ -81,7 +81,7 @@ async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_q
         .collect();
     assert_eq!(started[1..], [a, b]);
     assert!(types(&log).contains(&"input_queued"), "{:?}", types(&log));
-    let summary = rt.list_sessions().unwrap();
+    let summary = rt.list_sessions().await.unwrap();
     assert_eq!(summary[0].title.as_deref(), Some("kept"));
     rt.shutdown().await;
 }

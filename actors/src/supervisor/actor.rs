@@ -7,6 +7,7 @@ use crate::session::actor::{SessionActor, SessionArgs};
 use crate::session::state::SessionState;
 use dashmap::DashMap;
 use foya_protocol::{Event, EventKind, Seq, SessionConfig, SessionId};
+use foya_storage::EventLog as _;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +93,7 @@ impl Supervisor {
             .deps
             .store
             .read_from(id, Seq::FIRST)
+            .await
             .map_err(|e| RuntimeError::Storage(e.to_string()))?;
         let state = SessionState::from_log(&events).ok_or(RuntimeError::SessionNotFound(id))?;
         if state.deleted {
@@ -121,7 +123,7 @@ pub(super) async fn new_session(
         },
     };
     deps.store
-        .append_all(std::slice::from_ref(&event))
+        .append(std::slice::from_ref(&event), foya_storage::Fence::None)
         .await
         .map_err(|e| RuntimeError::Storage(e.to_string()))?;
     let mut state = SessionState::new(id, config);

@@ -32,6 +32,7 @@ use async_trait::async_trait;
 use foya_protocol::{
     Event, EventKind, Input, InputId, Seq, SessionConfig, SessionId, SessionUpdate,
 };
+use foya_storage::EventLog as _;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -71,10 +72,11 @@ impl Spawner {
 
 #[async_trait]
 impl SubAgentSpawner for Spawner {
-    fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String> {
+    async fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String> {
         self.deps()?
             .store
             .read_from(parent, Seq::FIRST)
+            .await
             .map_err(|e| format!("cannot read the parent session: {e}"))?
             .into_iter()
             .find_map(|e| match e.kind {
@@ -153,6 +155,7 @@ impl ChildSession for Child {
         .await
         .map_err(|e| e.to_string())?;
         let updates = Subscription::replaying(self.id, Seq::FIRST, subscribed, &self.deps.store)
+            .await
             .map_err(|e| e.to_string())?;
         self.updates = Some(updates);
         ask(&self.session, |reply| SessionMsg::SubmitInput {
@@ -294,7 +297,7 @@ async fn end_turn(state: &SubAgent) {
     let Ok((mut live, committed)) = subscribed else {
         return;
     };
-    let Ok(log) = state.deps.store.read_from(state.id, Seq::FIRST) else {
+    let Ok(log) = state.deps.store.read_from(state.id, Seq::FIRST).await else {
         return;
     };
     if !turn_open(log.iter().filter(|e| e.seq <= committed)) {

@@ -74,6 +74,7 @@ async fn a_child_over_its_token_budget_is_stopped_and_the_parent_continues() {
     let run_id = events.last().unwrap().run_id.unwrap();
     let child = rt
         .list_sessions()
+        .await
         .unwrap()
         .into_iter()
         .find(|s| s.id != session.id())
@@ -137,6 +138,7 @@ async fn cancelling_the_parent_cancels_the_child() {
     wait_gone(pid).await;
     let child = rt
         .list_sessions()
+        .await
         .unwrap()
         .into_iter()
         .find(|s| s.id != session.id())

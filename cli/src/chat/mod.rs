@@ -348,7 +348,7 @@ impl Chat<'_> {
                 Action::Done
             }
             ChatCommand::Sessions => {
-                match self.runtime.list_sessions() {
+                match self.runtime.list_sessions().await {
                     Ok(list) => {
                         for s in list.iter().filter(|s| !s.deleted) {
                             let mark = if s.id == self.session.id() { "*" } else { " " };

@@ -73,7 +73,7 @@ pub(crate) trait SubAgentSpawner: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// The store's failure, or a session without `session_created`, in words.
-    fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String>;
+    async fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String>;
 
     /// Creates a child session with `config` (`session_created` committed) and starts it
     /// under the supervision of its parent (`config.parent`'s session).
@@ -206,8 +206,8 @@ impl AgentTool {
         Ok(Arc::clone(&slots.gate))
     }
 
-    fn child_config(&self, ctx: &ToolContext) -> Result<SessionConfig, String> {
-        let parent = self.spawner.parent_config(ctx.session_id)?;
+    async fn child_config(&self, ctx: &ToolContext) -> Result<SessionConfig, String> {
+        let parent = self.spawner.parent_config(ctx.session_id).await?;
         if parent.parent.is_some() {
             return Err("not run: a sub-agent cannot start sub-agents".into());
         }
@@ -258,7 +258,7 @@ impl Tool for AgentTool {
             Ok(gate) => gate,
             Err(e) => return ToolOutput::error(e),
         };
-        let config = match self.child_config(ctx) {
+        let config = match self.child_config(ctx).await {
             Ok(config) => config,
             Err(e) => return ToolOutput::error(e),
         };
@@ -378,7 +378,7 @@ pub(crate) struct NoRuntime;
 #[cfg(test)]
 #[async_trait]
 impl SubAgentSpawner for NoRuntime {
-    fn parent_config(&self, _parent: SessionId) -> Result<SessionConfig, String> {
+    async fn parent_config(&self, _parent: SessionId) -> Result<SessionConfig, String> {
         Err("no runtime".into())
     }
 

@@ -1,0 +1,345 @@
+//! The group-commit writer: one task takes queued appends and sends each batch as one
+//! `foya_append` statement on an idle connection (see the crate docs).
+
+use crate::{Counters, PgError, connect, created_fields, render, shard_of, uuid};
+use foya_protocol::{Event, EventKind, Seq, SessionId};
+use foya_storage::{AppendError, Fence};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Config, Statement};
+use uuid::Uuid;
+
+/// One event as the statement takes it.
+struct Encoded {
+    seq: i64,
+    at_ms: i64,
+    body: Vec<u8>,
+    title: Option<String>,
+    deleted: bool,
+    pending_kind: i16,
+    pending_item: Option<Uuid>,
+}
+
+/// One append waiting for its batch.
+pub(crate) struct Request {
+    session: SessionId,
+    first: Seq,
+    fence: Fence,
+    created: Option<(String, String, Option<String>)>,
+    events: Vec<Encoded>,
+    reply: Option<oneshot::Sender<Result<(), AppendError>>>,
+}
+
+fn int(n: u64, what: &str) -> Result<i64, AppendError> {
+    i64::try_from(n).map_err(|_| AppendError::Encode(format!("{what} {n} is too large")))
+}
+
+impl Request {
+    /// Encodes `events` (one session's, dense: checked by the caller).
+    pub(crate) fn new(events: &[Event], fence: Fence) -> Result<Self, AppendError> {
+        let first = events
+            .first()
+            .ok_or(AppendError::Storage("empty append".into()))?;
+        let encoded = events
+            .iter()
+            .map(|event| {
+                let body = foya_storage::codec::encode_event(event)
+                    .map_err(|e| AppendError::Encode(e.0))?;
+                let id = |bytes: &[u8; 16]| Some(Uuid::from_bytes(*bytes));
+                let (pending_kind, pending_item) = match &event.kind {
+                    EventKind::InputQueued { input_id, .. } => (1, id(input_id.as_bytes())),
+                    EventKind::InputDropped { input_id, .. } => (2, id(input_id.as_bytes())),
+                    EventKind::TurnStarted { input_id } => (3, id(input_id.as_bytes())),
+                    EventKind::TurnComplete { .. } => (4, None),
+                    EventKind::SessionDeleted {} => (5, None),
+                    _ => (0, None),
+                };
+                Ok(Encoded {
+                    seq: int(event.seq.0, "seq")?,
+                    at_ms: int(event.at_ms, "time")?,
+                    body,
+                    title: match &event.kind {
+                        EventKind::TitleSet { title, .. } => Some(title.clone()),
+                        _ => None,
+                    },
+                    deleted: matches!(event.kind, EventKind::SessionDeleted {}),
+                    pending_kind,
+                    pending_item,
+                })
+            })
+            .collect::<Result<Vec<_>, AppendError>>()?;
+        Ok(Self {
+            session: first.session_id,
+            first: first.seq,
+            fence,
+            created: created_fields(&first.kind),
+            events: encoded,
+            reply: None,
+        })
+    }
+
+    pub(crate) fn with_reply(mut self, reply: oneshot::Sender<Result<(), AppendError>>) -> Self {
+        self.reply = Some(reply);
+        self
+    }
+
+    fn answer(&mut self, result: Result<(), AppendError>) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// One writer connection and its prepared `foya_append` statement; opened again after
+/// it was lost.
+pub(crate) struct Connection {
+    config: Config,
+    synchronous_commit: bool,
+    open: Option<(Client, Statement)>,
+}
+
+const APPEND: &str = "SELECT r_append, r_code, r_expected FROM foya_append(\
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+
+impl Connection {
+    pub(crate) async fn open(config: &Config, synchronous_commit: bool) -> Result<Self, PgError> {
+        let mut connection = Self {
+            config: config.clone(),
+            synchronous_commit,
+            open: None,
+        };
+        connection.ensure().await?;
+        Ok(connection)
+    }
+
+    async fn ensure(&mut self) -> Result<(&Client, &Statement), PgError> {
+        if self.open.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+            self.open = None;
+        }
+        if self.open.is_none() {
+            let client = connect(&self.config).await?;
+            if !self.synchronous_commit {
+                client.batch_execute("SET synchronous_commit = off").await?;
+            }
+            let types = [
+                Type::UUID_ARRAY,
+                Type::INT4_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT4_ARRAY,
+                Type::INT4_ARRAY,
+                Type::INT8_ARRAY,
+                Type::BOOL_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::BYTEA_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::BOOL_ARRAY,
+                Type::INT2_ARRAY,
+                Type::UUID_ARRAY,
+            ];
+            let statement = client.prepare_typed(APPEND, &types).await?;
+            self.open = Some((client, statement));
+        }
+        match &self.open {
+            Some((client, statement)) => Ok((client, statement)),
+            None => Err(PgError::Db("no connection".into())),
+        }
+    }
+
+    /// Commits `batch` in one statement and answers each append.
+    async fn commit(&mut self, mut batch: Vec<Request>, counters: &Counters) {
+        // Lock sessions in one order across concurrent statements (no deadlock); the
+        // sort is stable, so one session's appends keep their order.
+        batch.sort_by_key(|r| r.session);
+        let mut a_session = Vec::with_capacity(batch.len());
+        let mut a_shard = Vec::with_capacity(batch.len());
+        let mut a_first = Vec::with_capacity(batch.len());
+        let mut a_count = Vec::with_capacity(batch.len());
+        let mut a_fence_shard: Vec<Option<i32>> = Vec::with_capacity(batch.len());
+        let mut a_fence_epoch: Vec<Option<i64>> = Vec::with_capacity(batch.len());
+        let mut a_created = Vec::with_capacity(batch.len());
+        let mut a_cwd: Vec<Option<&str>> = Vec::with_capacity(batch.len());
+        let mut a_model: Vec<Option<&str>> = Vec::with_capacity(batch.len());
+        let mut a_title: Vec<Option<&str>> = Vec::with_capacity(batch.len());
+        let mut e_seq = Vec::new();
+        let mut e_at = Vec::new();
+        let mut e_body: Vec<&[u8]> = Vec::new();
+        let mut e_title: Vec<Option<&str>> = Vec::new();
+        let mut e_deleted = Vec::new();
+        let mut e_pkind = Vec::new();
+        let mut e_pitem = Vec::new();
+        let mut events = 0u64;
+        for request in &batch {
+            a_session.push(uuid(request.session));
+            a_shard.push(i32::try_from(shard_of(request.session)).unwrap_or(0));
+            a_first.push(i64::try_from(request.first.0).unwrap_or(i64::MAX));
+            a_count.push(i32::try_from(request.events.len()).unwrap_or(i32::MAX));
+            match request.fence {
+                Fence::None => {
+                    a_fence_shard.push(None);
+                    a_fence_epoch.push(None);
+                }
+                Fence::Epoch { shard, epoch } => {
+                    a_fence_shard.push(Some(i32::try_from(shard).unwrap_or(i32::MAX)));
+                    a_fence_epoch.push(Some(i64::try_from(epoch).unwrap_or(i64::MAX)));
+                }
+            }
+            a_created.push(request.created.is_some());
+            a_cwd.push(request.created.as_ref().map(|c| c.0.as_str()));
+            a_model.push(request.created.as_ref().map(|c| c.1.as_str()));
+            a_title.push(request.created.as_ref().and_then(|c| c.2.as_deref()));
+            for event in &request.events {
+                e_seq.push(event.seq);
+                e_at.push(event.at_ms);
+                e_body.push(event.body.as_slice());
+                e_title.push(event.title.as_deref());
+                e_deleted.push(event.deleted);
+                e_pkind.push(event.pending_kind);
+                e_pitem.push(event.pending_item);
+            }
+        }
+        let result = match self.ensure().await {
+            Ok((client, statement)) => client
+                .query(
+                    statement,
+                    &[
+                        &a_session,
+                        &a_shard,
+                        &a_first,
+                        &a_count,
+                        &a_fence_shard,
+                        &a_fence_epoch,
+                        &a_created,
+                        &a_cwd,
+                        &a_model,
+                        &a_title,
+                        &e_seq,
+                        &e_at,
+                        &e_body,
+                        &e_title,
+                        &e_deleted,
+                        &e_pkind,
+                        &e_pitem,
+                    ],
+                )
+                .await
+                .map_err(|e| render(&e)),
+            Err(e) => Err(e.to_string()),
+        };
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(message) => {
+                tracing::warn!(error = %message, appends = batch.len(), "a PostgreSQL batch failed");
+                // A lost connection is opened again for the next batch.
+                if self.open.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+                    self.open = None;
+                }
+                for request in &mut batch {
+                    request.answer(Err(AppendError::Storage(message.clone())));
+                }
+                return;
+            }
+        };
+        counters.commits.fetch_add(1, Ordering::Relaxed);
+        for row in rows {
+            let outcome = (|| -> Result<(usize, Result<(), AppendError>), String> {
+                let index: i32 = row.try_get(0).map_err(|e| render(&e))?;
+                let code: i16 = row.try_get(1).map_err(|e| render(&e))?;
+                let expected: Option<i64> = row.try_get(2).map_err(|e| render(&e))?;
+                let index = usize::try_from(index - 1).map_err(|_| "bad append index")?;
+                let expected_seq =
+                    || Seq(expected.and_then(|e| u64::try_from(e).ok()).unwrap_or(0));
+                let result = match code {
+                    0 => Ok(()),
+                    1 => Err(AppendError::SeqMismatch {
+                        expected: expected_seq(),
+                        got: batch.get(index).map_or(Seq(0), |r| r.first),
+                    }),
+                    2 => Err(AppendError::SessionDeleted),
+                    3 => Err(AppendError::UnknownSession),
+                    4 => {
+                        let shard = match batch.get(index).map(|r| r.fence) {
+                            Some(Fence::Epoch { shard, .. }) => shard,
+                            _ => 0,
+                        };
+                        Err(AppendError::Fenced {
+                            shard,
+                            epoch: expected.and_then(|e| u64::try_from(e).ok()),
+                        })
+                    }
+                    other => Err(AppendError::Storage(format!(
+                        "foya_append answered an unknown code {other}"
+                    ))),
+                };
+                Ok((index, result))
+            })();
+            match outcome {
+                Ok((index, result)) => {
+                    if let Some(request) = batch.get_mut(index) {
+                        if result.is_ok() {
+                            events += request.events.len() as u64;
+                        }
+                        request.answer(result);
+                    }
+                }
+                Err(message) => tracing::warn!(error = %message, "an unreadable foya_append row"),
+            }
+        }
+        counters
+            .appended_events
+            .fetch_add(events, Ordering::Relaxed);
+        // An append the statement did not answer (never expected): say so.
+        for request in &mut batch {
+            request.answer(Err(AppendError::Storage(
+                "the batch's statement did not answer this append".into(),
+            )));
+        }
+    }
+}
+
+/// The writer task: batches queued appends onto idle connections until every sender
+/// is gone, then waits for the statements in flight and reports it stopped.
+pub(crate) async fn run(
+    mut queue: mpsc::Receiver<Request>,
+    connections: Vec<Connection>,
+    max_batch: usize,
+    counters: Arc<Counters>,
+    stopped: watch::Sender<bool>,
+) {
+    let total = connections.len();
+    let (idle_tx, mut idle) = mpsc::unbounded_channel();
+    for connection in connections {
+        let _ = idle_tx.send(connection);
+    }
+    while let Some(first) = queue.recv().await {
+        // Appends arriving while every connection is busy join this batch.
+        let Some(mut connection) = idle.recv().await else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < max_batch {
+            match queue.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        let idle_tx = idle_tx.clone();
+        let counters = Arc::clone(&counters);
+        tokio::spawn(async move {
+            connection.commit(batch, &counters).await;
+            let _ = idle_tx.send(connection);
+        });
+    }
+    drop(idle_tx);
+    for _ in 0..total {
+        if idle.recv().await.is_none() {
+            break;
+        }
+    }
+    let _ = stopped.send(true);
+}
