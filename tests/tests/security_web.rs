@@ -337,6 +337,9 @@ async fn a_tokened_server_refuses_foreign_hosts_and_takes_its_clients_empty_post
 /// `Origin` after the server's own, a `Host` that is not text, `Sec-Fetch-Site` in
 /// other case, and an empty chunked `POST` with no content type. Each is refused; no
 /// session is made.
+/// A request (method, target, headers) and the status and error code it gets.
+type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, u16, &'a str);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_spellings_of_a_foreign_request_are_refused_too() {
     tokio::task::spawn_blocking(foya_bin).await.unwrap();
@@ -376,7 +379,7 @@ async fn other_spellings_of_a_foreign_request_are_refused_too() {
         assert_eq!(own.status(), 200, "HTTP/2 to the server's own name");
 
         let absolute = format!("http://{evil_host}/sessions");
-        let cases: [(&str, &str, Vec<(&str, &str)>, u16, &str); 5] = [
+        let cases: [Case<'_>; 5] = [
             ("GET", &absolute, vec![own_host], 403, "forbidden_host"),
             (
                 "GET",
