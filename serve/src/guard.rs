@@ -197,10 +197,13 @@ impl Guard {
                      application/json (an image upload: the image's own type)"
                 )));
             }
-            // A chunked body may be empty too: without any Content-Type it is refused.
+            // A chunked body (no length) may be empty too: without any Content-Type it is
+            // refused.
+            let chunked_untyped =
+                content_type.is_none() && !headers.contains_key(header::CONTENT_LENGTH);
             if *method == Method::POST
                 && !self.tokened
-                && (empty_body(headers) || content_type.is_none())
+                && (empty_body(headers) || chunked_untyped)
                 && content_type.as_deref() != Some("application/json")
             {
                 return Some(form_content_type(
