@@ -7,7 +7,9 @@
 //! 1. `Host` must name this server: its listen address, `localhost`, `127.0.0.1` or
 //!    `[::1]` with its port, or a name given with `--allowed-host` (a reverse proxy's);
 //!    on a wildcard address (`0.0.0.0`, `[::]`, token required) any IP literal with the
-//!    port, too (an IP cannot be rebound). Else 403 `forbidden_host`.
+//!    port, too (an IP cannot be rebound). Every name is checked: each `Host` header (one
+//!    that is not text names nothing) and the target's authority (HTTP/2's
+//!    `:authority`, an absolute-form target). Else 403 `forbidden_host`.
 //! 2. An `Origin` (browsers send it on every cross-origin request and every POST) must be
 //!    `http(s)://` one of those hosts; `null` (a sandboxed frame, a `file:` page) is
 //!    refused. A request a browser marks `Sec-Fetch-Site: cross-site` or `same-site`
@@ -17,7 +19,8 @@
 //! 3. A state-changing request (`POST`, `PUT`, `PATCH`, `DELETE`) with a content type a
 //!    plain HTML form can send (`application/x-www-form-urlencoded`,
 //!    `multipart/form-data`, `text/plain`) is refused, and so is a `POST` with an empty
-//!    body whose content type is not `application/json` — unless the server has a
+//!    body (or a chunked one without any content type) whose content type is not
+//!    `application/json` — unless the server has a
 //!    token (then every such request carries `Authorization`, which no page can send to
 //!    another origin without a CORS preflight this server never grants). 415
 //!    `form_content_type`.
@@ -122,12 +125,24 @@ impl Guard {
 
     /// The refusal of a request with `method`, `path` and `headers` (and whether its
     /// body is empty), if any.
-    fn refusal(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<ApiError> {
+    fn refusal(
+        &self,
+        method: &Method,
+        uri: &axum::http::Uri,
+        headers: &HeaderMap,
+    ) -> Option<ApiError> {
+        let path = uri.path();
         let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-        // HTTP/1.1 requires Host; a request without one comes from no browser.
-        if let Some(host) = text(header::HOST)
-            && !self.names_us(host, 80)
-        {
+        // The names the request gives for this server: every `Host` header (a value that
+        // is not text names nothing we know: refused, never skipped) and the authority
+        // of its target (HTTP/2's `:authority`, an absolute-form `GET http://h/`), each
+        // checked. HTTP/1.1 requires Host; a request without any comes from no browser.
+        let mut hosts = headers
+            .get_all(header::HOST)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned())
+            .chain(uri.authority().map(|a| a.as_str().to_owned()));
+        if let Some(host) = hosts.find(|host| !self.names_us(host, 80)) {
             return Some(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "forbidden_host",
@@ -138,7 +153,8 @@ impl Guard {
                 ),
             ));
         }
-        if let Some(value) = headers.get(header::ORIGIN) {
+        // Every `Origin` header, not only the first.
+        for value in headers.get_all(header::ORIGIN) {
             let origin = value.to_str().unwrap_or("");
             if !self.origin_allowed(origin) {
                 return Some(forbidden_origin(format!(
@@ -150,7 +166,8 @@ impl Guard {
         let public = matches!(*method, Method::GET | Method::HEAD)
             && super::web::PUBLIC_PATHS.contains(&path);
         if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))
-            && matches!(site, "cross-site" | "same-site")
+            .map(|s| s.trim().to_ascii_lowercase())
+            && matches!(site.as_str(), "cross-site" | "same-site")
             && !public
         {
             return Some(forbidden_origin(format!(
@@ -180,9 +197,13 @@ impl Guard {
                      application/json (an image upload: the image's own type)"
                 )));
             }
+            // A chunked body (no length) may be empty too: without any Content-Type it is
+            // refused.
+            let chunked_untyped =
+                content_type.is_none() && !headers.contains_key(header::CONTENT_LENGTH);
             if *method == Method::POST
                 && !self.tokened
-                && empty_body(headers)
+                && (empty_body(headers) || chunked_untyped)
                 && content_type.as_deref() != Some("application/json")
             {
                 return Some(form_content_type(
@@ -256,7 +277,7 @@ pub(crate) async fn check(
     request: Request,
     next: Next,
 ) -> Response {
-    match guard.refusal(request.method(), request.uri().path(), request.headers()) {
+    match guard.refusal(request.method(), request.uri(), request.headers()) {
         Some(refusal) => refusal.into_response(),
         None => next.run(request).await,
     }
@@ -286,7 +307,8 @@ mod tests {
                 HeaderValue::from_str(value).unwrap(),
             );
         }
-        g.refusal(&method, path, &map).map(|e| e.code())
+        g.refusal(&method, &path.parse().unwrap(), &map)
+            .map(|e| e.code())
     }
 
     #[test]
@@ -362,6 +384,77 @@ mod tests {
                 false
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn every_name_a_request_gives_is_checked() {
+        let g = guard("127.0.0.1:0", "127.0.0.1:7878", &[], false);
+        let own = ("host", "127.0.0.1:7878");
+        // HTTP/2's :authority and an absolute-form target are names too.
+        for target in [
+            "http://evil.example:7878/sessions",
+            "http://evil@127.0.0.1:7878/sessions",
+        ] {
+            assert_eq!(
+                refused(&g, Method::GET, target, &[own]),
+                Some("forbidden_host"),
+                "{target}"
+            );
+            assert_eq!(
+                refused(&g, Method::GET, target, &[]),
+                Some("forbidden_host")
+            );
+        }
+        assert_eq!(
+            refused(&g, Method::GET, "http://localhost:7878/sessions", &[own]),
+            None
+        );
+        let mut map = HeaderMap::new();
+        map.append(header::HOST, HeaderValue::from_static("127.0.0.1:7878"));
+        map.append(header::HOST, HeaderValue::from_static("evil.example:7878"));
+        let uri = "/sessions".parse().unwrap();
+        assert_eq!(
+            g.refusal(&Method::GET, &uri, &map).map(|e| e.code()),
+            Some("forbidden_host")
+        );
+        let mut map = HeaderMap::new();
+        map.append(header::HOST, HeaderValue::from_bytes(b"\xffevil").unwrap());
+        assert_eq!(
+            g.refusal(&Method::GET, &uri, &map).map(|e| e.code()),
+            Some("forbidden_host")
+        );
+        let mut map = HeaderMap::new();
+        map.append(header::HOST, HeaderValue::from_static("127.0.0.1:7878"));
+        map.append(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:7878"),
+        );
+        map.append(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert_eq!(
+            g.refusal(&Method::GET, &uri, &map).map(|e| e.code()),
+            Some("forbidden_origin")
+        );
+        assert_eq!(
+            refused(
+                &g,
+                Method::GET,
+                "/sessions",
+                &[own, ("sec-fetch-site", "Cross-Site")]
+            ),
+            Some("forbidden_origin")
+        );
+        assert_eq!(
+            refused(
+                &g,
+                Method::POST,
+                "/sessions",
+                &[own, ("transfer-encoding", "chunked")]
+            ),
+            Some("form_content_type")
         );
     }
 

@@ -71,7 +71,6 @@ async fn raw(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -81,7 +80,13 @@ async fn raw(
     }
     request.push_str("\r\n");
     request.push_str(body);
-    stream.write_all(request.as_bytes()).await.unwrap();
+    raw_bytes(addr, request.as_bytes()).await
+}
+
+/// `request`, exactly these bytes, sent to `addr`; the answer as [`raw`] reads it.
+async fn raw_bytes(addr: &str, request: &[u8]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
     let mut answer = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -321,6 +326,120 @@ async fn a_tokened_server_refuses_foreign_hosts_and_takes_its_clients_empty_post
         )
         .await;
         assert_eq!((status, code(&answer).as_str()), (403, "forbidden_origin"));
+    })
+    .await
+    .expect("within the timeout");
+}
+
+/// Other spellings of a rebound or cross-site request, which no browser sends today but
+/// a proxy in between or another browser may: the forged name as HTTP/2's `:authority`
+/// (cleartext, prior knowledge) or in an absolute-form target, a second `Host` or
+/// `Origin` after the server's own, a `Host` that is not text, `Sec-Fetch-Site` in
+/// other case, and an empty chunked `POST` with no content type. Each is refused; no
+/// session is made.
+/// A request (method, target, headers) and the status and error code it gets.
+type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, u16, &'a str);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_spellings_of_a_foreign_request_are_refused_too() {
+    tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let tmp = tempfile::tempdir().unwrap();
+        let provider = MockProvider::start().await;
+        let server = serve(&provider, tmp.path(), &[]).await;
+        let addr = server.addr.as_str();
+        let port = addr.rsplit_once(':').unwrap().1;
+        let own_host = ("Host", addr);
+        let own_origin = format!("http://{addr}");
+        let evil_host = format!("evil.example:{port}");
+
+        // HTTP/2 without TLS: the name is `:authority`, there is no Host header.
+        let h2 = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .resolve("evil.example", addr.parse().unwrap())
+            .build()
+            .unwrap();
+        let evil_url = format!("http://{evil_host}/sessions");
+        let answer = h2.get(&evil_url).send().await.unwrap();
+        assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+        assert_eq!(answer.status(), 403);
+        let answer = h2
+            .post(&evil_url)
+            .json(&serde_json::json!({"approval_mode": "bypass"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 403);
+        assert_eq!(code(&answer.text().await.unwrap()), "forbidden_host");
+        let own = h2
+            .get(format!("http://{addr}/sessions"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(own.status(), 200, "HTTP/2 to the server's own name");
+
+        let absolute = format!("http://{evil_host}/sessions");
+        let cases: [Case<'_>; 5] = [
+            ("GET", &absolute, vec![own_host], 403, "forbidden_host"),
+            (
+                "GET",
+                "/sessions",
+                vec![own_host, ("Host", &evil_host)],
+                403,
+                "forbidden_host",
+            ),
+            (
+                "GET",
+                "/sessions",
+                vec![
+                    own_host,
+                    ("Origin", &own_origin),
+                    ("Origin", "http://evil.example"),
+                ],
+                403,
+                "forbidden_origin",
+            ),
+            (
+                "GET",
+                "/sessions",
+                vec![own_host, ("Sec-Fetch-Site", "Cross-Site")],
+                403,
+                "forbidden_origin",
+            ),
+            (
+                "POST",
+                "/sessions",
+                vec![own_host, ("Transfer-Encoding", "chunked")],
+                415,
+                "form_content_type",
+            ),
+        ];
+        for (method, path, headers, status, expected) in cases {
+            // A chunked body's last (and here only) chunk.
+            let body = if method == "POST" { "0\r\n\r\n" } else { "" };
+            let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+            for (name, value) in &headers {
+                request.push_str(&format!("{name}: {value}\r\n"));
+            }
+            request.push_str("\r\n");
+            request.push_str(body);
+            let (got, answer) = raw_bytes(addr, request.as_bytes()).await;
+            assert_eq!(got, status, "{method} {path} {headers:?}: {answer}");
+            assert_eq!(code(&answer), expected, "{method} {path} {headers:?}");
+        }
+        // A Host that is not text (obs-text bytes) names nothing.
+        let (status, answer) = raw_bytes(
+            addr,
+            b"GET /sessions HTTP/1.1\r\nHost: \xffevil.example\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!((status, code(&answer).as_str()), (403, "forbidden_host"));
+
+        let (status, body) = raw(addr, "GET", "/sessions", &[own_host], "").await;
+        assert_eq!(status, 200, "{body}");
+        let list: Value = serde_json::from_str(&body).unwrap();
+        assert!(list["sessions"].as_array().unwrap().is_empty(), "{list}");
+        assert!(provider.requests().is_empty());
     })
     .await
     .expect("within the timeout");

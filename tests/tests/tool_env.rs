@@ -3,7 +3,8 @@
 //! variables whose names contain `KEY`, `SECRET` or `TOKEN` (where API keys live), and
 //! with every other variable. Nor do they get the other shapes credentials come in
 //! (`PGPASSWORD`, `MYSQL_PWD`, `DB_PASSWORD`, a `DATABASE_URL` with a password,
-//! `GITHUB_PAT`, `NPM_AUTH`, `SLACK_WEBHOOK_URL`, `DOCKER_AUTH_CONFIG`): not a shell
+//! `GITHUB_PAT`, `NPM_AUTH`, `SLACK_WEBHOOK_URL`, `DOCKER_AUTH_CONFIG`, `SMTP_PASS`, URLs
+//! with a key or a signature in their query): not a shell
 //! command, not a hook, not a real stdio MCP server (`tests/mcp/env_server.py`, which
 //! starts from an allow-list), while `PATH`, `HOME` and an ordinary `FOO` still reach
 //! commands and hooks; the user's `[shell_environment]` and a server's `env` choose more.
@@ -74,6 +75,13 @@ const CREDENTIALS: &[(&str, &str)] = &[
     (
         "DOCKER_AUTH_CONFIG",
         r#"{"auths":{"r":{"auth":"cred-docker-8"}}}"#,
+    ),
+    ("SMTP_PASS", "cred-smtp-9"),
+    // URLs whose query carries the credential: an API key, a signed (SAS) URL.
+    ("MAPS_URL", "https://maps.example/api/js?key=cred-query-10"),
+    (
+        "BACKUP_TARGET",
+        "copy to https://acct.blob.example/c?sv=2020-01-01&sig=cred-sas-11 nightly",
     ),
 ];
 
@@ -164,7 +172,7 @@ fn credentials_reach_no_tool_server_shell_command_or_hook() {
     ] {
         for (name, value) in CREDENTIALS {
             let secret = value
-                .split(['/', ':', '@', '"'])
+                .split(['/', ':', '@', '"', '=', ' '])
                 .find(|p| p.starts_with("cred-"))
                 .unwrap();
             assert!(!text.contains(secret), "{what} saw {name}: {text}");

@@ -47,6 +47,7 @@ pub const CREDENTIAL_NAMES: &[&str] = &[
     "*PASSWD*",
     "*PASSPHRASE*",
     "*_PWD",
+    "*_PASS",
     "*_PAT",
     "*AUTH*",
     "*CREDENTIAL*",
@@ -139,25 +140,45 @@ pub fn is_core(name: &str) -> bool {
     CORE_VARS.contains(&name) || name.starts_with("LC_")
 }
 
+/// Query parameters that carry a credential though their names match no
+/// [`CREDENTIAL_NAMES`] pattern: a signed URL's signature (Azure SAS `sig`, S3's
+/// `X-Amz-Signature`) and short password names.
+const CREDENTIAL_PARAMS: &[&str] = &["SIG", "*SIGNATURE*", "PWD", "PASS", "PASSWD"];
+
 /// Whether `name=value` looks like a credential: its name matches
-/// [`CREDENTIAL_NAMES`] (any case), or its value holds a URL with a password.
+/// [`CREDENTIAL_NAMES`] (any case), or its value holds a URL with a password or a
+/// credential in its query.
 #[must_use]
 pub fn looks_like_credential(name: &str, value: &OsStr) -> bool {
     CREDENTIAL_NAMES.iter().any(|p| matches(p, name)) || has_url_password(&value.to_string_lossy())
 }
 
 /// Whether `text` holds a URL whose authority carries a password
-/// (`postgres://user:pw@host/db`, `https://user:pw@host`).
+/// (`postgres://user:pw@host/db`, `https://user:pw@host`) or whose query has a
+/// credential-shaped parameter (`?api_key=…`, `&access_token=…`, `&sig=…`).
 fn has_url_password(text: &str) -> bool {
     text.match_indices("://").any(|(at, sep)| {
         let rest = &text[at + sep.len()..];
-        let authority = rest
-            .split(['/', '?', '#', ' ', '\t', '\n', ',', ';'])
+        let url = rest
+            .split([' ', '\t', '\n', '\r', ',', ';', '"', '\'', '<', '>'])
             .next()
             .unwrap_or("");
-        authority
+        let authority = url.split(['/', '?', '#']).next().unwrap_or("");
+        let password = authority
             .rsplit_once('@')
-            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+            .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+        let query = url
+            .split_once('?')
+            .map_or("", |(_, q)| q.split('#').next().unwrap_or(""));
+        password
+            || query.split('&').any(|param| {
+                let key = param.split('=').next().unwrap_or("");
+                !key.is_empty()
+                    && CREDENTIAL_NAMES
+                        .iter()
+                        .chain(CREDENTIAL_PARAMS)
+                        .any(|p| matches(p, key))
+            })
     })
 }
 
@@ -223,6 +244,7 @@ mod tests {
         ("Gh_Token", "x"),
         ("PGPASSWORD", "x"),
         ("MYSQL_PWD", "x"),
+        ("SMTP_PASS", "x"),
         ("DB_PASSWORD", "x"),
         ("DATABASE_URL", "postgres://app:hunter2@db:5432/app"),
         ("PLAIN_URL", "https://example.com/x?a=b:c@d"),
@@ -306,6 +328,11 @@ mod tests {
             "mysql://root:@localhost",
             "proxy1,http://u:p@proxy:3128",
             "see https://user:pw@host/x",
+            "https://maps.example/api?key=AIza1",
+            "https://acct.blob.example/c?sv=2020-01-01&sig=abc%3D",
+            "https://s3.example/o?X-Amz-Credential=a&X-Amz-Signature=b",
+            "x=\"https://h/cb?access_token=t#frag\"",
+            "https://h/x?user=a&pwd=b",
         ] {
             assert!(has_url_password(value), "{value}");
         }
@@ -314,6 +341,8 @@ mod tests {
             "ssh://git@host/x",
             "user:pw@host",
             "plain",
+            "https://example.com/search?q=rust&page=2",
+            "https://h/x?next=a#key=b",
         ] {
             assert!(!has_url_password(value), "{value}");
         }
