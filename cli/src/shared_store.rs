@@ -92,6 +92,7 @@ pub fn redb_only_tool(command: &crate::store_cmd::StoreCommand) -> Option<&'stat
         StoreCommand::Check { .. } => Some("store check"),
         StoreCommand::Salvage { .. } => Some("store salvage"),
         StoreCommand::Backup { .. } => Some("store backup"),
+        StoreCommand::Repair { .. } => Some("store repair"),
         StoreCommand::Copy { .. } | StoreCommand::Populate(_) => None,
     }
 }
