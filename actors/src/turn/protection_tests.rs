@@ -88,25 +88,46 @@ fn different_arguments_are_not_duplicates_and_threshold_is_configurable() {
         assert_eq!(runs(&guard.check_calls(&step(i)).unwrap()), vec![true]);
     }
     assert_eq!(runs(&guard.check_calls(&step(0)).unwrap()), vec![false]);
-    // Within one step the same call counts once (reads before and after a write are
-    // progress), and every occurrence shares the verdict.
+    // Within one step every occurrence counts as well: the 3rd identical call of the turn
+    // is not run even when all come in one response (and neither is a 4th copy, the
+    // model not having seen the refusal yet); sending it in a later step is a loop.
     let mut guard = Guard::new(Limits::default());
-    let same = vec![
-        call("a", "read", json!({})),
-        call("b", "read", json!({})),
-        call("c", "read", json!({})),
+    let same: Vec<ToolCall> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|id| call(id, "shell", json!({"command": "ls"})))
+        .collect();
+    let verdicts = guard.check_calls(&same).unwrap();
+    assert_eq!(runs(&verdicts), vec![true, true, false, false]);
+    let texts: Vec<&str> = verdicts
+        .iter()
+        .filter_map(|v| match v {
+            CallVerdict::Block(text) => Some(text.as_str()),
+            CallVerdict::Run => None,
+        })
+        .collect();
+    assert!(
+        texts[0].contains(
+            "was already made 2 times in this turn, and the 3rd identical call of a turn is not run"
+        ),
+        "{texts:?}"
+    );
+    assert!(texts[1].contains("was already made 3 times"), "{texts:?}");
+    assert_eq!(
+        guard.check_calls(&same),
+        Err(LoopDetected(
+            "the model kept repeating the blocked call `shell` with the same arguments".into()
+        ))
+    );
+    // Two identical reads around a write in one step are progress, not a repetition.
+    let mut guard = Guard::new(Limits::default());
+    let step = vec![
+        call("a", "read_file", json!({"path": "x"})),
+        call("b", "write_file", json!({"path": "x", "content": "y"})),
+        call("c", "read_file", json!({"path": "x"})),
     ];
     assert_eq!(
-        runs(&guard.check_calls(&same).unwrap()),
+        runs(&guard.check_calls(&step).unwrap()),
         vec![true, true, true]
-    );
-    assert_eq!(
-        runs(&guard.check_calls(&same).unwrap()),
-        vec![true, true, true]
-    );
-    assert_eq!(
-        runs(&guard.check_calls(&same).unwrap()),
-        vec![false, false, false]
     );
 }
 
