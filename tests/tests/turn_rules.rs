@@ -5,7 +5,8 @@
 //! request receives a large tool result cut to fit, not a placeholder; a compaction
 //! that would grow the context says so; a question a `PreToolUse` hook asks offers no
 //! "allow for this session"; `foya run --session ID --approval MODE` names the flag it
-//! ignores.
+//! ignores; the user's config and trust list follow `XDG_CONFIG_HOME` (a list left in
+//! `~/.config/foya` is still read).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::{foya_bin, only_session_log};
@@ -85,6 +86,21 @@ impl Dirs {
         args.push(prompt);
         self.foya(&args).await
     }
+}
+
+/// `foya ARGS` with `HOME` = `home` and `XDG_CONFIG_HOME` = `xdg`.
+fn foya_xdg(home: &std::path::Path, args: &[&str], xdg: &std::path::Path) -> Output {
+    Command::new(foya_bin())
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", xdg)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("FOYA_DATA_DIR")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
 }
 
 /// The persisted events a `--json` run printed.
@@ -352,4 +368,74 @@ async fn run_with_session_names_the_approval_flag_it_ignores() {
         .filter(|e| e["type"] == "session_created")
         .collect();
     assert_eq!(created[0]["config"]["approval_mode"], "read-only");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_user_config_and_trust_list_follow_xdg_config_home() {
+    let mock = MockProvider::start().await;
+    mock.push(MockResponse::sse(openai_chat::text("from the xdg profile")));
+    let dirs = Dirs::new();
+    let xdg = dirs.home.join("xdg");
+    std::fs::create_dir_all(xdg.join("foya")).unwrap();
+    std::fs::write(
+        xdg.join("foya/config.toml"),
+        format!(
+            "[profiles.mine]\nkind = \"openai-chat\"\nbase_url = \"{}/v1\"\nmodel = \"m\"\n\
+             api_key_env = \"FOYA_TEST_KEY_UNSET\"\napi_key_optional = true\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let data = dirs.data.display().to_string();
+    let work = dirs.work.display().to_string();
+    let (run, trust) = tokio::task::spawn_blocking({
+        let (home, xdg, data, work) = (dirs.home.clone(), xdg.clone(), data, work.clone());
+        move || {
+            let args = [
+                "run",
+                "--provider",
+                "mine",
+                "--data-dir",
+                &data,
+                "--cwd",
+                &work,
+                "hi",
+            ];
+            let run = foya_xdg(&home, &args, &xdg);
+            (run, foya_xdg(&home, &["trust", &work], &xdg))
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(mock.requests().len(), 1);
+    assert_eq!(trust.status.code(), Some(0), "{}", stderr(&trust));
+    let list = std::fs::read_to_string(xdg.join("foya/trusted-projects.toml")).unwrap();
+    assert!(list.contains(&work), "{list}");
+    assert!(
+        !dirs
+            .home
+            .join(".config/foya/trusted-projects.toml")
+            .exists()
+    );
+
+    // A trust list written before the rule, in ~/.config/foya, with no list in the XDG
+    // directory: still read, and updated where it is (nothing lost).
+    let old = Dirs::new();
+    let legacy = old.home.join(".config/foya");
+    std::fs::create_dir_all(&legacy).unwrap();
+    let old_work = old.work.display().to_string();
+    std::fs::write(
+        legacy.join("trusted-projects.toml"),
+        format!("projects = [{old_work:?}]\n"),
+    )
+    .unwrap();
+    let empty_xdg = old.home.join("elsewhere");
+    let listed = foya_xdg(&old.home, &["trust", "--list"], &empty_xdg);
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        old_work,
+        "{}",
+        stderr(&listed)
+    );
 }
