@@ -165,10 +165,19 @@ fn cut_strings(value: &mut serde_json::Value, cap: usize) {
     }
 }
 
+/// Words of the line that takes the place of the middle of the turn's input a checkpoint
+/// keeps cut (followed by the number of characters cut).
+pub const KEPT_CUT_NOTE: &str = "characters cut by compaction";
+
 /// `text` when it has at most `cap` characters; else its first and last `cap / 2`
 /// characters around a line `[… N characters cut to fit the summarisation request …]`.
 #[must_use]
 fn cut_text(text: &str, cap: usize) -> String {
+    cut_text_with(text, cap, CUT_NOTE)
+}
+
+/// [`cut_text`] with `note` as the words of the line.
+fn cut_text_with(text: &str, cap: usize, note: &str) -> String {
     let count = text.chars().count();
     if count <= cap {
         return text.to_owned();
@@ -176,7 +185,7 @@ fn cut_text(text: &str, cap: usize) -> String {
     let half = cap / 2;
     let head: String = text.chars().take(half).collect();
     let tail: String = text.chars().skip(count - half).collect();
-    format!("{head}\n[… {} {CUT_NOTE} …]\n{tail}", count - 2 * half)
+    format!("{head}\n[… {} {note} …]\n{tail}", count - 2 * half)
 }
 
 /// `messages` without their oldest units (a user message, or an assistant message with
@@ -396,7 +405,7 @@ impl Keeper {
         while cap > 16 {
             cap /= 2;
             let mut short = input.clone();
-            short.text = cut_text(&input.text, cap);
+            short.text = cut_text_with(&input.text, cap, KEPT_CUT_NOTE);
             if message_tokens(&Message::User(short.clone())) <= room {
                 self.add(at, vec![Message::User(short)]);
                 return;

@@ -335,7 +335,7 @@ fn the_turns_input_too_large_for_the_keep_budget_is_kept_cut() {
         panic!("{kept:?}")
     };
     assert!(input.text.starts_with("BEGIN lorem") && input.text.ends_with("lorem END"));
-    assert!(input.text.contains(CUT_NOTE), "{}", input.text);
+    assert!(input.text.contains(KEPT_CUT_NOTE), "{}", input.text);
     assert!(compile::message_tokens(&kept[0]) <= 300);
 }
 

@@ -24,7 +24,7 @@ mod snapshot_tests;
 
 pub use commands::expand_command;
 pub use compaction::{
-    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, CUT_NOTE, IMAGE_LEFT_OUT,
+    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, CUT_NOTE, IMAGE_LEFT_OUT, KEPT_CUT_NOTE,
     MIN_TRUNCATED_TOKENS, OMITTED_NOTE, TRUNCATED_NOTE, can_shrink, checkpoint_kept,
     checkpoint_kept_without_images, compaction_request, without_images,
 };

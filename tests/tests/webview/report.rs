@@ -88,7 +88,7 @@ async fn the_html_load_test_report_draws_every_chart() {
             "the text box is wider than the page: {widths}"
         );
         if let Some(dir) = screenshot_dir() {
-            b.client.set_window_size(1200, 2900).await.unwrap();
+            b.client.set_window_size(1200, 3700).await.unwrap();
             b.screenshot(&dir.join("loadtest-report.png")).await;
         }
         b.close().await;

@@ -87,11 +87,12 @@ fn identical_calls_within_one_step_count_too() {
             .map(|k| call(&format!("s{step}c{k}"), "shell", 1))
             .collect()
     };
-    s.on(tools(1, four(1)))
+    // `shell` has side effects (not parallel-safe): each copy counts.
+    s.on(tools_with(1, four(1), vec![false; 4]))
         .on(ran(0, "s1c1", "ok"))
         .on(ran(1, "s1c2", "ok"))
         .on(compiled());
-    s.on(tools(2, four(2)));
+    s.on(tools_with(2, four(2), vec![false; 4]));
     s.check(expect![[r#"
         > Begin
         < CompileContext(refresh tools)
@@ -100,9 +101,10 @@ fn identical_calls_within_one_step_count_too() {
         < StartStream#1
         > StreamEnded#1(done, calls [s1c1:shell s1c2:shell s1c3:shell s1c4:shell])
         < Append[assistant_message([s1c1:shell s1c2:shell s1c3:shell s1c4:shell])]
-        < StartTools(step 1: 0:s1c1 1:s1c2)
+        < StartTools(step 1: 0:s1c1)
         > ToolFinished(0, s1c1 "ok", ran)
         < Append[tool_finished(s1c1), tool_message(s1c1 "ok")]
+        < StartTools(step 1: 1:s1c2)
         > ToolFinished(1, s1c2 "ok", ran)
         < Append[tool_finished(s1c2), tool_message(s1c2 "ok"), tool_message(s1c3 error "not run: this exact call (`shell` with the same arguments) was already made 2 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish."), tool_message(s1c4 error "not run: this exact call (`shell` with the same arguments) was already made 3 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish.")]
         < CompileContext(refresh tools)
