@@ -4,11 +4,36 @@
 
 use std::path::{Path, PathBuf};
 
-/// The user's config directory: `~/.config/foya` (`None` without a home). It holds the
-/// user's own `config.toml` and the trust list.
+/// The user's config directory, by the XDG base directory rule: `$XDG_CONFIG_HOME/foya`
+/// when `XDG_CONFIG_HOME` is set to an absolute path, else `~/.config/foya` (`None`
+/// without either). It holds the user's own `config.toml`, the trust list and the user
+/// context files (memory, skills, commands).
 #[must_use]
 pub fn user_config_dir() -> Option<PathBuf> {
+    dirs::config_dir().map(|dir| dir.join("foya"))
+}
+
+/// The directory earlier versions used whatever `XDG_CONFIG_HOME` said: `~/.config/foya`.
+#[must_use]
+pub fn legacy_config_dir() -> Option<PathBuf> {
     dirs::home_dir().map(|home| home.join(".config/foya"))
+}
+
+/// The user's config file `name` (`config.toml`, `trusted-projects.toml`): in
+/// [`user_config_dir`]; when it is not there but is in [`legacy_config_dir`] (a file
+/// written before `XDG_CONFIG_HOME` was honoured), that one, read and updated where it
+/// is, so a user's settings and trust list are never lost by moving the rule. `None`
+/// without a home.
+#[must_use]
+pub fn user_config_file(name: &str) -> Option<PathBuf> {
+    let path = user_config_dir()?.join(name);
+    if std::fs::symlink_metadata(&path).is_ok() {
+        return Some(path);
+    }
+    match legacy_config_dir().map(|dir| dir.join(name)) {
+        Some(old) if std::fs::symlink_metadata(&old).is_ok() => Some(old),
+        _ => Some(path),
+    }
 }
 
 /// A config file's text, or `None` when it does not exist.

@@ -25,7 +25,9 @@ pub const TRUST_FILE: &str = "trusted-projects.toml";
 #[non_exhaustive]
 pub enum TrustError {
     /// No home directory to keep the trust list in.
-    #[error("no home directory: the trust list lives in ~/.config/foya/{TRUST_FILE}")]
+    #[error(
+        "no home directory: the trust list lives in $XDG_CONFIG_HOME/foya/{TRUST_FILE} or ~/.config/foya/{TRUST_FILE}"
+    )]
     NoHome,
     /// The directory to trust does not exist (or cannot be resolved).
     #[error("cannot trust {path}: {message}")]
@@ -49,14 +51,14 @@ pub enum TrustError {
 
 pub use crate::config_file::user_config_dir;
 
-/// The trust list file: `~/.config/foya/trusted-projects.toml`.
+/// The trust list file: `trusted-projects.toml` in the user config directory
+/// ([`crate::config_file::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
+/// `~/.config/foya`).
 ///
 /// # Errors
 /// [`TrustError::NoHome`].
 pub fn trust_file() -> Result<PathBuf, TrustError> {
-    user_config_dir()
-        .map(|dir| dir.join(TRUST_FILE))
-        .ok_or(TrustError::NoHome)
+    crate::config_file::user_config_file(TRUST_FILE).ok_or(TrustError::NoHome)
 }
 
 /// The trusted projects, by canonical root.

@@ -64,6 +64,20 @@ async fn an_overflow_compacts_once_and_the_step_reruns() {
         }
     );
     let latest: String = text.chars().take(80).collect();
+    // The turn's input, too large for the keep budget, is kept with its middle cut.
+    let EventKind::CompactionCheckpoint { kept, .. } = &events[6].kind else {
+        panic!("{:?}", events[6].kind)
+    };
+    let [Message::User(input)] = kept.as_slice() else {
+        panic!("{kept:?}")
+    };
+    assert!(
+        input.text.starts_with("lorem lorem")
+            && input.text.contains(foya_actors::context::KEPT_CUT_NOTE)
+            && input.text.len() < text.len(),
+        "{}",
+        input.text
+    );
     assert_eq!(
         events[6].kind,
         EventKind::CompactionCheckpoint {
@@ -71,7 +85,7 @@ async fn an_overflow_compacts_once_and_the_step_reruns() {
             covers_up_to: Seq(5),
             tokens_before: before,
             tokens_after: after,
-            kept: vec![],
+            kept: kept.clone(),
         }
     );
     assert!(after * 4 < before, "{after} vs {before}");

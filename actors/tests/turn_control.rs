@@ -336,8 +336,9 @@ async fn a_repeated_call_is_blocked_at_the_threshold_then_the_turn_fails() {
         .map(|r| (r.content, r.is_error))
         .collect();
     let blocked = "not run: this exact call (`probe` with the same arguments) was already made \
-                   2 times in this turn; repeating it will not give a different result. Change \
-                   the arguments, try another approach, or finish.";
+                   2 times in this turn, and the 3rd identical call of a turn is not run; \
+                   repeating it will not give a different result. Change the arguments, try \
+                   another approach, or finish.";
     let insisted = "the model kept repeating the blocked call `probe` with the same arguments";
     assert_eq!(
         contents,

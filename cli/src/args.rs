@@ -102,10 +102,12 @@ pub struct RunArgs {
     /// Working directory of the session (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,
-    /// Approval mode: read-only, ask, auto-edit, auto or bypass. `ask` prompts on a
-    /// terminal and denies when nobody can answer.
-    #[arg(long, default_value = "ask", value_parser = parse_approval)]
-    pub approval: ApprovalMode,
+    /// Approval mode of a new session: read-only, ask (the default), auto-edit, auto or
+    /// bypass. `ask` prompts on a terminal and denies when nobody can answer. A session
+    /// continued with `--session` keeps its own mode (a different one is refused with a
+    /// warning).
+    #[arg(long, value_parser = parse_approval)]
+    pub approval: Option<ApprovalMode>,
     #[command(flatten)]
     pub steps: MaxStepsArg,
     #[command(flatten)]

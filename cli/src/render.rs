@@ -482,6 +482,23 @@ fn preview(text: &str) -> String {
     out
 }
 
+/// Whether an approval request offers "allow for this session", from its `grant`: an
+/// empty key offers none (a question a `PreToolUse` hook asks, a protected path, a
+/// command whose grant would cover other code); an absent one (a log written before
+/// grants were recorded) is offered as it was then.
+pub(crate) fn offers_session_grant(grant: Option<&str>) -> bool {
+    grant != Some("")
+}
+
+/// The answers an approval prompt offers.
+pub(crate) fn approval_choices(offers_session: bool) -> &'static str {
+    if offers_session {
+        "[y]es once / [a]lways this session / [n]o (or type a reason)"
+    } else {
+        "[y]es once / [n]o (or type a reason); \"always this session\" is not offered for this call"
+    }
+}
+
 /// `  approval: allowed once`, `… allowed for this session`, `… denied (<message>)`.
 pub(crate) fn approval_line(decision: &ApprovalDecision, message: Option<&str>) -> String {
     let what = match decision {

@@ -431,3 +431,23 @@ fn an_answer_cut_short_says_why_on_stderr() {
     f.event(f.run, EventKind::AssistantMessage(message));
     assert_eq!(f.err.text(), "");
 }
+
+#[test]
+fn a_question_that_grants_nothing_offers_no_always() {
+    use super::{approval_choices, offers_session_grant};
+    // The grant key of the request: empty (a hook's question, a protected path…) offers
+    // no "always this session"; a key, or none recorded (an older log), offers it.
+    for (grant, offered) in [(Some(""), false), (Some("shell:ls"), true), (None, true)] {
+        assert_eq!(offers_session_grant(grant), offered, "{grant:?}");
+    }
+    assert_eq!(
+        approval_choices(true),
+        "[y]es once / [a]lways this session / [n]o (or type a reason)"
+    );
+    let without = approval_choices(false);
+    assert!(!without.contains("[a]lways"), "{without}");
+    assert!(
+        without.contains("\"always this session\" is not offered"),
+        "{without}"
+    );
+}

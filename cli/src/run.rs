@@ -166,7 +166,7 @@ async fn open_session(
 ) -> Result<(SessionHandle, Seq, Vec<Event>), Failure> {
     let Some(id) = &args.session else {
         let mut config = SessionConfig::new(cwd);
-        config.approval_mode = args.approval;
+        config.approval_mode = args.approval.unwrap_or_default();
         config.provider.clone_from(&args.provider.provider);
         config.model = model;
         config.max_steps = Some(args.steps.max_steps);
@@ -188,6 +188,7 @@ async fn open_session(
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
     check_script_left(args, id, &earlier).map_err(Failure::Usage)?;
+    warn_ignored_approval(args.approval, id, &earlier);
     let session = runtime
         .session(id)
         .await
@@ -202,6 +203,35 @@ async fn open_session(
         .map_err(Failure::Runtime)?;
     let from = earlier.last().map_or(Seq::FIRST, |e| e.seq.next());
     Ok((session, from, earlier))
+}
+
+/// The approval mode session `earlier` (its log) was created with; the default for a
+/// log without its `session_created`.
+fn stored_approval(earlier: &[Event]) -> ApprovalMode {
+    earlier
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::SessionCreated { config } => Some(config.approval_mode),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// `--approval` with `--session`: a continued session keeps the mode it was created with
+/// (a command line must not quietly widen what a session may do); a different mode on
+/// the command line is named on stderr as ignored.
+fn warn_ignored_approval(asked: Option<ApprovalMode>, id: SessionId, earlier: &[Event]) {
+    let stored = stored_approval(earlier);
+    if let Some(asked) = asked
+        && asked != stored
+    {
+        eprintln!(
+            "foya: warning: --approval {} is ignored: session {id} keeps the approval mode it \
+             was created with ({}); start a new session (without --session) to use another mode",
+            asked.as_str(),
+            stored.as_str()
+        );
+    }
 }
 
 /// With `--provider scripted`, a continued session needs a response left in the script:
@@ -261,7 +291,13 @@ async fn drive(
 ) -> Result<Exit, Failure> {
     let (session, from, earlier) = open_session(runtime, store, args, cwd, model).await?;
     let interactive = std::io::stdin().is_terminal();
-    let approver = interactive && args.approval != ApprovalMode::Bypass;
+    // The session's own mode (a continued session keeps the one it was created with).
+    let mode = if args.session.is_some() {
+        stored_approval(&earlier)
+    } else {
+        args.approval.unwrap_or_default()
+    };
+    let approver = interactive && mode != ApprovalMode::Bypass;
     let mut updates = session
         .subscribe(from, SubscribeOptions { approver })
         .await
@@ -345,15 +381,16 @@ async fn drive(
                     EventKind::TurnStarted { input_id: started } if *started == input_id => {
                         run_id = event.run_id;
                     }
-                    EventKind::ApprovalRequested { request_id, tool_name, action, .. }
+                    EventKind::ApprovalRequested { request_id, tool_name, action, grant, .. }
                         if approver && event.run_id == run_id && stop.is_none() =>
                     {
-                        approvals.queue.push_back((*request_id, tool_name.clone(), action.clone()));
+                        let offers_session = crate::render::offers_session_grant(grant.as_deref());
+                        approvals.queue.push_back((*request_id, tool_name.clone(), action.clone(), offers_session));
                         approvals.ask_next();
                     }
                     EventKind::ApprovalDecided { request_id, .. } => {
                         // Decided elsewhere (or by cancellation): no need to ask.
-                        approvals.queue.retain(|(id, _, _)| id != request_id);
+                        approvals.queue.retain(|(id, ..)| id != request_id);
                     }
                     EventKind::TurnComplete { status, .. } if run_id.is_some() && event.run_id == run_id => {
                         let _ = renderer.end_line();
@@ -397,8 +434,9 @@ async fn drive(
 /// own so the loop keeps handling signals and updates while a prompt waits.
 #[derive(Debug)]
 struct Approvals {
-    /// Requests not asked yet: id, tool name, action.
-    queue: std::collections::VecDeque<(ApprovalRequestId, String, String)>,
+    /// Requests not asked yet: id, tool name, action, whether "allow for this session"
+    /// is offered.
+    queue: std::collections::VecDeque<(ApprovalRequestId, String, String, bool)>,
     /// The request whose prompt is on the terminal.
     asking: Option<ApprovalRequestId>,
     answers_tx: tokio::sync::mpsc::UnboundedSender<(ApprovalRequestId, Option<Answer>)>,
@@ -427,13 +465,13 @@ impl Approvals {
         if self.asking.is_some() {
             return;
         }
-        let Some((request_id, tool, action)) = self.queue.pop_front() else {
+        let Some((request_id, tool, action, offers_session)) = self.queue.pop_front() else {
             return;
         };
         self.asking = Some(request_id);
         let answers = self.answers_tx.clone();
         tokio::spawn(async move {
-            let answer = ask(&tool, &action).await;
+            let answer = ask(&tool, &action, offers_session).await;
             let _ = answers.send((request_id, answer));
         });
     }
@@ -441,11 +479,13 @@ impl Approvals {
 
 /// Asks the person at the terminal (what a line means: [`decision`]); `None` when the
 /// input ended or failed before a line was typed. Type-ahead is discarded first.
-async fn ask(tool: &str, action: &str) -> Option<Answer> {
+/// "[a]lways this session" is offered only when the request grants it.
+async fn ask(tool: &str, action: &str, offers_session: bool) -> Option<Answer> {
     let prompt = format!(
-        "allow {}: {}? [y]es / [a]lways this session / [n]o (or type a reason): ",
+        "allow {}: {}? {}: ",
         crate::render::terminal_safe(tool),
-        crate::render::terminal_safe(action)
+        crate::render::terminal_safe(action),
+        crate::render::approval_choices(offers_session)
     );
     let line = tokio::task::spawn_blocking(move || {
         // Keys typed before the prompt was shown (type-ahead while the model streamed)

@@ -298,6 +298,7 @@ fn handle(
                 *out.retries
                     .entry(error.class.as_str().to_owned())
                     .or_default() += 1;
+                out.timeline.retry(error.class.as_str());
             }
             EventKind::TurnComplete {
                 status: TurnStatus::Cancelled,

@@ -2,7 +2,8 @@
 //! nothing loaded from elsewhere) with charts drawn by `plotters` as inline SVG:
 //! turns/s and steps/s over time, histograms of the model request latency, runtime
 //! overhead and relay latency with p50/p95/p99 marked, the CPU split, memory over time
-//! and errors by class over time. The text report follows the charts.
+//! (the peak dashed over the resident set), errors by class and model request retries by
+//! class over time. The text report follows the charts, wrapped to the page's width.
 
 use super::Samples;
 use super::report::{Percentiles, Report};
@@ -63,7 +64,12 @@ pub(crate) fn page(input: &Input<'_>) -> String {
         (
             "errors",
             "Errors by class over time",
-            errors(&t.errors_s, width, wall),
+            by_class(&t.errors_s, width, wall, "errors"),
+        ),
+        (
+            "retries",
+            "Model request retries by class over time",
+            by_class(&t.retries_s, width, wall, "retries"),
         ),
     ];
     let mut out = String::from(
@@ -72,7 +78,8 @@ pub(crate) fn page(input: &Input<'_>) -> String {
          body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 960px; color: #1d2330; }\n\
          section { margin: 1.5em 0; } h2 { font-size: 16px; margin: 0 0 .4em; }\n\
          svg { display: block; max-width: 100%; height: auto; border: 1px solid #dde2ea; }\n\
-         pre { background: #f4f6f9; padding: .8em; overflow-x: auto; }\n\
+         pre { box-sizing: border-box; max-width: 100%; background: #f4f6f9; padding: .8em; \
+         white-space: pre-wrap; overflow-wrap: anywhere; }\n\
          </style>\n</head>\n<body>\n",
     );
     out.push_str(&format!(
@@ -125,14 +132,22 @@ fn throughput(t: &Timeline, width: f64, wall: f64) -> String {
         wall,
         (&format!("seconds (per {width:.2} s)"), "per second"),
         &[
-            ("turns/s", &turns, BLUE.to_rgba()),
-            ("steps/s", &steps, GREEN.to_rgba()),
+            ("turns/s", &turns, BLUE.to_rgba(), Stroke::Solid),
+            ("steps/s", &steps, GREEN.to_rgba(), Stroke::Solid),
         ],
     )
 }
 
-/// One named curve of a [`line_chart`]: its label, points and colour.
-type Curve<'a> = (&'a str, &'a [(f64, f64)], RGBAColor);
+/// One named curve of a [`line_chart`]: its label, points, colour and stroke.
+type Curve<'a> = (&'a str, &'a [(f64, f64)], RGBAColor, Stroke);
+
+/// How a curve is drawn: a dashed curve drawn after a solid one stays visible where the
+/// two coincide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stroke {
+    Solid,
+    Dashed,
+}
 
 /// A line chart of `curves` over x from 0 to `x_end`, with the axes' descriptions
 /// `(x, y)`, the y axis up to a little over the highest point (at least 1), an optional
@@ -161,15 +176,40 @@ fn line_chart(
             .y_desc(desc.1)
             .draw()
             .map_err(|e| e.to_string())?;
-        for &(name, points, color) in curves {
-            chart
-                .draw_series(LineSeries::new(
+        for &(name, points, color, stroke) in curves {
+            let drawn = match stroke {
+                Stroke::Solid => chart.draw_series(LineSeries::new(
                     points.iter().copied(),
                     color.stroke_width(2),
-                ))
+                )),
+                Stroke::Dashed => chart.draw_series(DashedLineSeries::new(
+                    points.iter().copied(),
+                    6,
+                    4,
+                    color.stroke_width(3),
+                )),
+            };
+            let legend_style = match stroke {
+                Stroke::Solid => color.stroke_width(2),
+                Stroke::Dashed => color.stroke_width(3),
+            };
+            // Three pieces of the legend's line: joined for a solid curve, apart for a
+            // dashed one.
+            let pieces: [(i32, i32); 3] = match stroke {
+                Stroke::Solid => [(0, 7), (7, 14), (14, 20)],
+                Stroke::Dashed => [(0, 5), (8, 13), (16, 20)],
+            };
+            drawn
                 .map_err(|e| e.to_string())?
                 .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+                .legend(move |(x, y)| {
+                    let piece =
+                        |(a, b): (i32, i32)| PathElement::new(vec![(a, 0), (b, 0)], legend_style);
+                    EmptyElement::at((x, y))
+                        + piece(pieces[0])
+                        + piece(pieces[1])
+                        + piece(pieces[2])
+                });
         }
         legend(&mut chart)
     })
@@ -319,19 +359,22 @@ fn memory(samples: &[RssSample], wall: f64) -> String {
         None,
         end,
         ("seconds", "MiB"),
+        // RSS first, the peak dashed over it: the peak equals the RSS while memory only
+        // grows, and a solid line drawn last would hide it.
         &[
-            ("peak RSS", &peak, RED.to_rgba()),
-            ("RSS", &rss, BLUE.to_rgba()),
+            ("RSS", &rss, BLUE.to_rgba(), Stroke::Solid),
+            ("peak RSS", &peak, RED.to_rgba(), Stroke::Dashed),
         ],
     )
 }
 
-fn errors(errors: &[(f64, String)], width: f64, wall: f64) -> String {
-    let by_class = timeline::totals_by_class(errors, width, wall);
+/// Running totals of `events` (errors, retries: `noun`) by class over time.
+fn by_class(events: &[(f64, String)], width: f64, wall: f64, noun: &str) -> String {
+    let by_class = timeline::totals_by_class(events, width, wall);
     let (caption, none) = if by_class.is_empty() {
-        ("no errors".to_owned(), vec![(0.0, 0.0), (wall, 0.0)])
+        (format!("no {noun}"), vec![(0.0, 0.0), (wall, 0.0)])
     } else {
-        (format!("{} errors", errors.len()), Vec::new())
+        (format!("{} {noun}", events.len()), Vec::new())
     };
     let mut curves: Vec<Curve<'_>> = by_class
         .iter()
@@ -341,13 +384,15 @@ fn errors(errors: &[(f64, String)], width: f64, wall: f64) -> String {
                 class.as_str(),
                 series.as_slice(),
                 Palette99::pick(i).to_rgba(),
+                Stroke::Solid,
             )
         })
         .collect();
     if by_class.is_empty() {
-        curves.push(("none", &none, GREEN.to_rgba()));
+        curves.push(("none", &none, GREEN.to_rgba(), Stroke::Solid));
     }
-    line_chart(Some(caption), wall, ("seconds", "errors so far"), &curves)
+    let y = format!("{noun} so far");
+    line_chart(Some(caption), wall, ("seconds", &y), &curves)
 }
 
 #[cfg(test)]

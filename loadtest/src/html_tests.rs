@@ -7,6 +7,14 @@ use crate::Samples;
 use crate::report::{Percentiles, Report};
 use crate::timeline::{RssSample, Timeline};
 
+/// The `<section id="ID">` of `html`, up to its end.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!("<section id=\"{id}\">"))
+        .unwrap_or_else(|| panic!("no {id}"));
+    &html[at..at + html[at..].find("</section>").unwrap()]
+}
+
 #[test]
 fn every_chart_is_an_inline_svg_and_text_is_escaped() {
     let mut report = Report {
@@ -30,6 +38,7 @@ fn every_chart_is_an_inline_svg_and_text_is_escaped() {
         turns_s: vec![0.5, 1.0, 1.5],
         steps_s: vec![0.2, 0.5, 0.9, 1.0, 1.5],
         errors_s: vec![(1.2, "tool_error".into())],
+        retries_s: vec![(0.4, "rate_limited".into()), (1.1, "rate_limited".into())],
         ..Timeline::default()
     };
     let memory = [
@@ -58,6 +67,7 @@ fn every_chart_is_an_inline_svg_and_text_is_escaped() {
         "cpu",
         "rss",
         "errors",
+        "retries",
     ] {
         let at = html
             .find(&format!("<section id=\"{id}\">"))
@@ -71,6 +81,27 @@ fn every_chart_is_an_inline_svg_and_text_is_escaped() {
         "percentile marked in the legend"
     );
     assert!(html.contains("tool_error"));
+    // Retries have a chart of their own, by class.
+    let retries = section(&html, "retries");
+    assert!(
+        retries.contains("2 retries") && retries.contains("rate_limited"),
+        "{retries}"
+    );
+    // The peak RSS is drawn dashed over the RSS line (which would hide it where the two
+    // coincide): the RSS polyline first, then the peak's dashes in red.
+    let rss = section(&html, "rss");
+    let blue = rss.find("stroke=\"#0000FF\"").expect("the RSS line");
+    let red: Vec<usize> = rss
+        .match_indices("stroke=\"#FF0000\"")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(red.len() > 3, "the peak is not dashed: {rss}");
+    assert!(
+        red.iter().all(|&i| i > blue),
+        "the peak is drawn under the RSS line"
+    );
+    // The text report wraps within the page instead of widening it.
+    assert!(html.contains("white-space: pre-wrap") && html.contains("box-sizing: border-box"));
     assert!(html.contains("provider &lt;sim&gt;") && !html.contains("<sim>"));
     assert!(!html.contains("<script") && !html.contains("src="));
 }

@@ -1,5 +1,5 @@
 //! A load test over time, for the HTML report: when each turn completed, each step
-//! started and each error happened (seconds since the run started, recorded by the
+//! started, each error happened and each model request was retried (seconds since the run started, recorded by the
 //! drivers as they count), and the process's resident set sampled every
 //! [`RSS_EVERY`]; turned into per-interval rates and running totals ([`rates`],
 //! [`totals_by_class`]).
@@ -22,6 +22,8 @@ pub(crate) struct Timeline {
     pub(crate) steps_s: Vec<f64>,
     /// Seconds and class of each error counted.
     pub(crate) errors_s: Vec<(f64, String)>,
+    /// Seconds and error class of each model request retried (`provider_retry`).
+    pub(crate) retries_s: Vec<(f64, String)>,
 }
 
 impl Timeline {
@@ -55,12 +57,19 @@ impl Timeline {
         }
     }
 
+    pub(crate) fn retry(&mut self, class: &str) {
+        if let Some(t) = self.now_s() {
+            self.retries_s.push((t, class.to_owned()));
+        }
+    }
+
     /// Adds `other`'s records to these.
     pub(crate) fn merge(&mut self, other: Timeline) {
         self.started = self.started.or(other.started);
         self.turns_s.extend(other.turns_s);
         self.steps_s.extend(other.steps_s);
         self.errors_s.extend(other.errors_s);
+        self.retries_s.extend(other.retries_s);
     }
 }
 

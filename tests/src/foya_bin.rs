@@ -89,12 +89,14 @@ pub fn trust_project(project: &std::path::Path) {
 }
 
 /// A `foya` command with a clean environment for tests: no provider keys, no data dir
-/// from the environment, colours off, `HOME` the [`test_home`].
+/// from the environment, colours off, `HOME` the [`test_home`] and no `XDG_CONFIG_HOME`
+/// (so the user config directory is `HOME/.config/foya`, never the machine's).
 #[must_use]
 pub fn foya() -> std::process::Command {
     let mut command = std::process::Command::new(foya_bin());
     command
         .env("HOME", test_home())
+        .env_remove("XDG_CONFIG_HOME")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_BASE_URL")

@@ -41,8 +41,13 @@ pub(crate) async fn serve(provider: &MockProvider, dir: &Path, listen: &str) -> 
     serve_with(provider, dir, listen, true).await
 }
 
-/// [`serve`], with the token [`TOKEN`] or without one.
-async fn serve_with(provider: &MockProvider, dir: &Path, listen: &str, tokened: bool) -> Serve {
+/// [`serve`], with the token [`TOKEN`] (`--token-file`) or without one.
+pub(crate) async fn serve_with(
+    provider: &MockProvider,
+    dir: &Path,
+    listen: &str,
+    token: bool,
+) -> Serve {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let base_url = format!("{}/v1", provider.base_url());
@@ -54,7 +59,7 @@ async fn serve_with(provider: &MockProvider, dir: &Path, listen: &str, tokened: 
         .args(["--listen", listen])
         .arg("--data-dir")
         .arg(dir.join("data"));
-    if tokened {
+    if token {
         command.arg("--token-file").arg(&token_file);
     }
     let mut child = command
@@ -99,6 +104,39 @@ pub(crate) fn slow(text: &str, ms: u64) -> MockResponse {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_view_drives_a_session_in_headless_chromium() {
     within(240, steps::scenario()).await;
+}
+
+/// "forget token" is offered only while the tab holds a token: never by a server started
+/// without `--token-file` (the page opens on the list without asking for one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_token_offers_no_forget_token() {
+    within(120, async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let provider = MockProvider::start().await;
+        let server = serve_with(&provider, dir.path(), "127.0.0.1:0", false).await;
+        let b = foya_tests::browser::Browser::start().await;
+        b.client.goto(&format!("{}/", server.base)).await.unwrap();
+        b.until(
+            "the session list",
+            "!document.getElementById('list').hidden",
+        )
+        .await;
+        let shown = b
+            .js("const l = document.getElementById('logout'); \
+                 return {hidden: l.hidden, display: getComputedStyle(l).display, \
+                         width: l.getBoundingClientRect().width}")
+            .await;
+        assert_eq!(
+            shown,
+            serde_json::json!({"hidden": true, "display": "none", "width": 0}),
+            "forget token is offered without a token"
+        );
+        page::shot(&b, "web-view-no-token.png").await;
+        b.close().await;
+        server.stop().await;
+    })
+    .await;
 }
 
 /// The page's security headers, and the token never needed for the page itself.

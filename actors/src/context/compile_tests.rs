@@ -133,7 +133,7 @@ fn big_log() -> Log {
 }
 
 #[test]
-fn compaction_request_drops_oldest_units_first() {
+fn compaction_request_cuts_every_item_to_fit_before_dropping_any() {
     let log = big_log();
     let full = history(&log.events);
     let everything = compaction_request(&log.events, u64::MAX);
@@ -141,22 +141,70 @@ fn compaction_request_drops_oldest_units_first() {
     assert_eq!(everything[..full.len()], full[..]);
     assert_eq!(everything.last(), Some(&user(COMPACTION_INSTRUCTION)));
 
+    // Too large whole: every message is still there, the long texts cut in the middle.
+    let cut = compaction_request(&log.events, 1_400);
+    let total: u64 = cut.iter().map(compile::message_tokens).sum();
+    assert!(total <= 1_400, "{total}");
+    assert_eq!(cut.len(), full.len() + 1, "{cut:?}");
+    assert_eq!(cut.last(), Some(&user(COMPACTION_INSTRUCTION)));
+    assert_well_formed(&cut);
+    for (sent, original) in cut.iter().zip(&full) {
+        match (sent, original) {
+            (Message::Tool(s), Message::Tool(o)) => {
+                assert!(s.content.contains(CUT_NOTE), "{}", s.content);
+                assert!(o.content.starts_with(&s.content[..50]));
+                assert!(o.content.ends_with(&s.content[s.content.len() - 50..]));
+            }
+            (Message::User(s), Message::User(o)) => {
+                assert!(s.text.contains(CUT_NOTE) && o.text.starts_with(&s.text[..20]));
+            }
+            (s, o) => assert_eq!(s, o),
+        }
+    }
+
+    // Even cut to the least, too large: the oldest units go, a note first.
     let small = compaction_request(&log.events, 500);
     let total: u64 = small.iter().map(compile::message_tokens).sum();
     assert!(total <= 500, "{total}");
-    // Newest kept, oldest dropped, a note first, instruction last, still well-formed.
     assert_eq!(small.first(), Some(&user(OMITTED_NOTE)));
     assert_eq!(small.last(), Some(&user(COMPACTION_INSTRUCTION)));
-    let kept = &small[1..small.len() - 1];
-    assert_eq!(kept, &full[full.len() - kept.len()..]);
-    assert!(!kept.is_empty());
-    assert_eq!(history_of(kept), kept);
+    assert!(small.len() > 2);
+    assert_well_formed(&small[1..small.len() - 1]);
 
     let nothing = compaction_request(&log.events, 0);
     assert_eq!(
         nothing,
         vec![user(OMITTED_NOTE), user(COMPACTION_INSTRUCTION)]
     );
+}
+
+#[test]
+fn one_large_tool_result_reaches_the_summariser_cut_not_dropped() {
+    let mut log = Log::default();
+    let output: String = (1..=6_000).map(|n| format!("line {n}\n")).collect();
+    log.user("count the lines")
+        .assistant("", &[("c1", "shell", json!({"command": "seq"}))])
+        .tool("c1", &output);
+    let request = compaction_request(&log.events, 2_000);
+    let total: u64 = request.iter().map(compile::message_tokens).sum();
+    assert!(total <= 2_000, "{total}");
+    assert_eq!(request.len(), 4, "{request:?}");
+    assert_eq!(request[0], user("count the lines"));
+    let Message::Tool(result) = &request[2] else {
+        panic!("{request:?}")
+    };
+    assert!(
+        result.content.starts_with("line 1\nline 2\n"),
+        "{}",
+        result.content
+    );
+    assert!(
+        result.content.ends_with("line 6000\n"),
+        "{}",
+        result.content
+    );
+    assert!(result.content.contains(CUT_NOTE));
+    assert!(!request.contains(&user(OMITTED_NOTE)));
 }
 
 /// Re-folds messages (through a checkpoint's `kept`) to check they are well-formed.
@@ -237,6 +285,58 @@ fn checkpoint_kept_spends_no_budget_on_a_tail_too_short_to_help() {
     let budget = cost(&request5) + cost(&read5) + MIN_TRUNCATED_TOKENS - 1;
     let kept = checkpoint_kept(&log.events, budget);
     assert_eq!(kept, [request5, read5].concat());
+}
+
+#[test]
+fn after_an_overflow_the_turns_user_message_is_kept_without_its_image() {
+    let mut log = Log::default();
+    log.user(&"earlier work ".repeat(400));
+    log.push(EventKind::UserMessage {
+        input_id: InputId::from_bytes([3; 16]),
+        input: Input {
+            text: "what is wrong in this screenshot?".into(),
+            images: vec![AttachmentRef {
+                id: "att-1".into(),
+                media_type: Some("image/png".into()),
+            }],
+            ..Input::default()
+        },
+    });
+    // The image alone costs more than the whole keep budget.
+    let budget = 400;
+    let with_image = checkpoint_kept(&log.events, budget);
+    assert!(
+        with_image
+            .iter()
+            .all(|m| !matches!(m, Message::User(u) if u.text.contains("screenshot")))
+    );
+    let kept = checkpoint_kept_without_images(&log.events, budget);
+    let Some(Message::User(input)) = kept.first() else {
+        panic!("{kept:?}")
+    };
+    assert!(input.images.is_empty());
+    assert!(
+        input
+            .text
+            .starts_with("what is wrong in this screenshot?\n[image left out"),
+        "{}",
+        input.text
+    );
+    assert!(input.text.contains("att-1 (image/png)"), "{}", input.text);
+}
+
+#[test]
+fn the_turns_input_too_large_for_the_keep_budget_is_kept_cut() {
+    let mut log = Log::default();
+    let prompt = format!("BEGIN {}END", "lorem ".repeat(2_000));
+    log.user(&prompt);
+    let kept = checkpoint_kept(&log.events, 300);
+    let [Message::User(input)] = kept.as_slice() else {
+        panic!("{kept:?}")
+    };
+    assert!(input.text.starts_with("BEGIN lorem") && input.text.ends_with("lorem END"));
+    assert!(input.text.contains(KEPT_CUT_NOTE), "{}", input.text);
+    assert!(compile::message_tokens(&kept[0]) <= 300);
 }
 
 proptest::proptest! {

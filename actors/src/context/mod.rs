@@ -24,8 +24,9 @@ mod snapshot_tests;
 
 pub use commands::expand_command;
 pub use compaction::{
-    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, IMAGE_LEFT_OUT, MIN_TRUNCATED_TOKENS,
-    OMITTED_NOTE, TRUNCATED_NOTE, can_shrink, checkpoint_kept, compaction_request, without_images,
+    COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, CUT_NOTE, IMAGE_LEFT_OUT, KEPT_CUT_NOTE,
+    MIN_TRUNCATED_TOKENS, OMITTED_NOTE, TRUNCATED_NOTE, can_shrink, checkpoint_kept,
+    checkpoint_kept_without_images, compaction_request, without_images,
 };
 pub use compile::{compile, compile_folded};
 pub use estimate::{Calibration, estimate_tokens};

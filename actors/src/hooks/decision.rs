@@ -72,6 +72,18 @@ pub fn merge(responses: &[HookResponse]) -> Merged {
     }
 }
 
+/// What an approval question a `PreToolUse` hook asks says of "allow for this session":
+/// the answer covers this call only (the session then allows it once).
+pub const HOOK_ASK_NO_GRANT: &str =
+    "\"allow for this session\" is not offered (a hook asked): it is asked every time";
+
+/// `reason` without the gateway's clause on what "allow for this session" covers.
+fn without_grant_words(reason: &str) -> &str {
+    reason
+        .find("; \"allow for this session\"")
+        .map_or(reason, |at| &reason[..at])
+}
+
 /// The gateway's `verdict` after the `PreToolUse` hooks' `merged` answer. `action`
 /// names the call for a person when a hook turns an `Allow` into a question.
 #[must_use]
@@ -89,7 +101,10 @@ pub fn tighten(verdict: Verdict, merged: &Merged, action: impl FnOnce() -> Strin
         },
         (HookDecision::Ask, Verdict::Allow { sandbox }) => Verdict::Ask {
             action: action(),
-            reason: format!("a PreToolUse hook asks for approval: {}", reason()),
+            reason: format!(
+                "a PreToolUse hook asks for approval: {}; {HOOK_ASK_NO_GRANT}",
+                reason()
+            ),
             grant_key: String::new(),
             sandbox_if_allowed: sandbox,
         },
@@ -103,7 +118,13 @@ pub fn tighten(verdict: Verdict, merged: &Merged, action: impl FnOnce() -> Strin
             },
         ) => Verdict::Ask {
             action,
-            reason: format!("{policy}; a PreToolUse hook asks too: {}", reason()),
+            // The policy's words on what "allow for this session" would cover no longer
+            // hold: a question a hook asks grants nothing for later calls.
+            reason: format!(
+                "{}; a PreToolUse hook asks too: {}; {HOOK_ASK_NO_GRANT}",
+                without_grant_words(&policy),
+                reason()
+            ),
             grant_key: String::new(),
             sandbox_if_allowed,
         },
@@ -184,7 +205,9 @@ mod tests {
                 Ask,
                 Verdict::Ask {
                     action: "the call".into(),
-                    reason: "a PreToolUse hook asks for approval: hook says".into(),
+                    reason: format!(
+                        "a PreToolUse hook asks for approval: hook says; {HOOK_ASK_NO_GRANT}"
+                    ),
                     grant_key: String::new(),
                     sandbox_if_allowed: WW,
                 },
@@ -192,7 +215,22 @@ mod tests {
             (
                 ask("shell:ls", "policy"),
                 Ask,
-                asked("policy; a PreToolUse hook asks too: hook says"),
+                asked(&format!(
+                    "policy; a PreToolUse hook asks too: hook says; {HOOK_ASK_NO_GRANT}"
+                )),
+            ),
+            // The policy's words on "allow for this session" give way: nothing is granted.
+            (
+                ask(
+                    "shell:ls",
+                    "`shell` wants to run a command; \"allow for this session\" allows `ls` \
+                     with any further arguments",
+                ),
+                Ask,
+                asked(&format!(
+                    "`shell` wants to run a command; a PreToolUse hook asks too: hook says; \
+                     {HOOK_ASK_NO_GRANT}"
+                )),
             ),
             (deny("read-only"), Ask, deny("read-only")),
             // Deny always wins; a stop denies the call too.

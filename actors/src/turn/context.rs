@@ -221,12 +221,14 @@ impl Turn {
     ) -> TurnInput {
         let events = std::mem::take(&mut self.io.compaction_log);
         let keep_budget = (self.limits().context_window / 10).min(history_tokens / 4);
-        let mut kept = context::checkpoint_kept(&events, keep_budget);
-        if trigger == Trigger::Overflow {
+        let kept = if trigger == Trigger::Overflow {
             // The provider refused the request as too large (an overflow or a 413):
-            // image bytes are the likeliest cause and are not re-sent; a line names each.
-            kept = context::without_images(kept);
-        }
+            // image bytes are the likeliest cause and are not re-sent; a line names each,
+            // and what is kept is measured without them.
+            context::checkpoint_kept_without_images(&events, keep_budget)
+        } else {
+            context::checkpoint_kept(&events, keep_budget)
+        };
         let covers_up_to = events.last().map_or(Seq(0), |e| e.seq);
         let checkpoint = EventKind::CompactionCheckpoint {
             summary,

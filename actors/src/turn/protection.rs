@@ -6,10 +6,12 @@
 //!
 //! Rules (thresholds in [`Limits`]):
 //! - **duplicate calls**: a call is keyed by its tool name and canonical JSON arguments
-//!   (object key order ignored). The `duplicate_threshold`-th occurrence of a key in the
-//!   turn (across and within steps) is not run: the model gets an `is_error` result
-//!   explaining the repetition. If the model sends a blocked key again, the turn ends
-//!   `failed/loop_detected`.
+//!   (object key order ignored). Every occurrence counts, calls within one step included
+//!   (but a read-only call repeated within one step counts once: reads before and after a
+//!   write are progress): the `duplicate_threshold`-th occurrence of a key in the turn,
+//!   and any later copy in the same step, is not run: the model gets an `is_error` result
+//!   explaining the repetition. If the model sends a blocked key again in a later step,
+//!   the turn ends `failed/loop_detected`.
 //! - **repeated failures**: when one tool failed `failure_threshold` times in a row with
 //!   the same error text, it is withdrawn: later requests of the turn no longer offer it
 //!   ([`Guard::withdrawn`]), a call of it is not run (an `is_error` result explains why),
@@ -116,20 +118,22 @@ impl Guard {
         }
     }
 
-    /// Verdicts for the calls of a step, in call order; `Err` when the model insists on
-    /// a call that was already blocked.
+    /// Verdicts for the calls of a step, in call order (`read_only[i]`: call `i` has no
+    /// side effects — a parallel-safe tool; missing entries count as side effects);
+    /// `Err` when the model insists on a call that was already blocked.
     ///
     /// # Errors
     /// [`LoopDetected`] when a blocked call is repeated.
     pub(crate) fn check_calls(
         &mut self,
         calls: &[ToolCall],
+        read_only: &[bool],
     ) -> Result<Vec<CallVerdict>, LoopDetected> {
         let mut out = Vec::with_capacity(calls.len());
-        // Verdicts already given in this step, by call key: the same call repeated within
-        // one step (e.g. reads before and after a write) counts once and shares the verdict
-        // of its first occurrence. Repetition is counted across the steps of the turn.
-        let mut this_step: HashMap<String, CallVerdict> = HashMap::new();
+        // Verdicts given in this step to read-only calls, by key: the same read repeated
+        // within one response (before and after a write, say) counts once and shares the
+        // verdict of its first occurrence. A call with side effects counts every time.
+        let mut reads: HashMap<String, CallVerdict> = HashMap::new();
         if let Some(call) = calls.iter().find(|c| self.refused.contains(&c.name)) {
             return Err(LoopDetected(format!(
                 "the model kept calling `{}`, which was withdrawn after failing {} times in a \
@@ -138,29 +142,40 @@ impl Guard {
                 self.limits.failure_threshold.max(1)
             )));
         }
+        // Every occurrence counts, within one step as across steps: the threshold-th
+        // identical call of the turn is not run, whichever step it is in. The model has
+        // not seen a refusal given in this step yet, so further copies in the same step
+        // are refused too (not a loop); sending the refused call in a later step is.
+        if let Some(call) = calls
+            .iter()
+            .find(|c| self.blocked.contains_key(&call_key(c)))
+        {
+            return Err(LoopDetected(format!(
+                "the model kept repeating the blocked call `{}` with the same arguments",
+                call.name
+            )));
+        }
+        let threshold = self.limits.duplicate_threshold.max(2);
         let mut refused_now = Vec::new();
-        for call in calls {
+        for (index, call) in calls.iter().enumerate() {
             let key = call_key(call);
-            if let Some(verdict) = this_step.get(&key) {
+            let read = read_only.get(index).copied().unwrap_or(false);
+            if read && let Some(verdict) = reads.get(&key) {
                 out.push(verdict.clone());
                 continue;
             }
-            if self.blocked.contains_key(&key) {
-                return Err(LoopDetected(format!(
-                    "the model kept repeating the blocked call `{}` with the same arguments",
-                    call.name
-                )));
-            }
             let count = self.seen.entry(key.clone()).or_insert(0);
             *count += 1;
-            let verdict = if *count >= self.limits.duplicate_threshold.max(2) {
+            let verdict = if *count >= threshold {
                 self.blocked.insert(key.clone(), 1);
                 CallVerdict::Block(format!(
                     "not run: this exact call (`{}` with the same arguments) was already made \
-                     {} times in this turn; repeating it will not give a different result. \
-                     Change the arguments, try another approach, or finish.",
+                     {} times in this turn, and the {} identical call of a turn is not run; \
+                     repeating it will not give a different result. Change the arguments, try \
+                     another approach, or finish.",
                     call.name,
-                    *count - 1
+                    *count - 1,
+                    ordinal(threshold)
                 ))
             } else if let Some((error, n)) = self.failures.get(&call.name)
                 && *n >= self.limits.failure_threshold.max(1)
@@ -175,7 +190,9 @@ impl Guard {
             } else {
                 CallVerdict::Run
             };
-            this_step.insert(key, verdict.clone());
+            if read {
+                reads.insert(key, verdict.clone());
+            }
             out.push(verdict);
         }
         self.refused.extend(refused_now);
@@ -257,6 +274,18 @@ impl Guard {
         }
         Ok(())
     }
+}
+
+/// `3rd`, `4th`, `21st`… of `n`.
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 fn first_line(text: &str) -> &str {

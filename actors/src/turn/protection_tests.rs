@@ -54,7 +54,7 @@ fn duplicate_calls_are_blocked_at_the_threshold_then_fail_the_turn() {
     let mut guard = Guard::new(Limits::default());
     for (i, (args, expected)) in table.into_iter().enumerate() {
         let calls = vec![call(&format!("c{i}"), "read", args)];
-        let verdict = guard.check_calls(&calls);
+        let verdict = guard.check_calls(&calls, &[]);
         match expected {
             Some(run) => {
                 let verdicts = verdict.unwrap();
@@ -85,28 +85,65 @@ fn different_arguments_are_not_duplicates_and_threshold_is_configurable() {
     });
     let step = |i: u32| vec![call("x", "read", json!({"path": i}))];
     for i in 0..5 {
-        assert_eq!(runs(&guard.check_calls(&step(i)).unwrap()), vec![true]);
+        assert_eq!(runs(&guard.check_calls(&step(i), &[]).unwrap()), vec![true]);
     }
-    assert_eq!(runs(&guard.check_calls(&step(0)).unwrap()), vec![false]);
-    // Within one step the same call counts once (reads before and after a write are
-    // progress), and every occurrence shares the verdict.
+    assert_eq!(
+        runs(&guard.check_calls(&step(0), &[]).unwrap()),
+        vec![false]
+    );
+    // Within one step every occurrence counts as well: the 3rd identical call of the turn
+    // is not run even when all come in one response (and neither is a 4th copy, the
+    // model not having seen the refusal yet); sending it in a later step is a loop.
     let mut guard = Guard::new(Limits::default());
-    let same = vec![
-        call("a", "read", json!({})),
-        call("b", "read", json!({})),
-        call("c", "read", json!({})),
+    let same: Vec<ToolCall> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|id| call(id, "shell", json!({"command": "ls"})))
+        .collect();
+    let verdicts = guard.check_calls(&same, &[]).unwrap();
+    assert_eq!(runs(&verdicts), vec![true, true, false, false]);
+    let texts: Vec<&str> = verdicts
+        .iter()
+        .filter_map(|v| match v {
+            CallVerdict::Block(text) => Some(text.as_str()),
+            CallVerdict::Run => None,
+        })
+        .collect();
+    assert!(
+        texts[0].contains(
+            "was already made 2 times in this turn, and the 3rd identical call of a turn is not run"
+        ),
+        "{texts:?}"
+    );
+    assert!(texts[1].contains("was already made 3 times"), "{texts:?}");
+    assert_eq!(
+        guard.check_calls(&same, &[]),
+        Err(LoopDetected(
+            "the model kept repeating the blocked call `shell` with the same arguments".into()
+        ))
+    );
+    // Identical reads in one step (around a write) count once: progress, not repetition.
+    let mut guard = Guard::new(Limits::default());
+    let read = || call("r", "read_file", json!({"path": "x"}));
+    let step = vec![
+        read(),
+        read(),
+        call("w", "write_file", json!({"path": "x", "content": "y"})),
+        read(),
+        read(),
     ];
+    let read_only = [true, true, false, true, true];
     assert_eq!(
-        runs(&guard.check_calls(&same).unwrap()),
-        vec![true, true, true]
+        runs(&guard.check_calls(&step, &read_only).unwrap()),
+        vec![true; 5]
+    );
+    // Across steps they count: the third step's read is refused.
+    assert_eq!(
+        runs(&guard.check_calls(&[read()], &[true]).unwrap()),
+        vec![true]
     );
     assert_eq!(
-        runs(&guard.check_calls(&same).unwrap()),
-        vec![true, true, true]
-    );
-    assert_eq!(
-        runs(&guard.check_calls(&same).unwrap()),
-        vec![false, false, false]
+        runs(&guard.check_calls(&[read()], &[true]).unwrap()),
+        vec![false]
     );
 }
 
@@ -116,7 +153,7 @@ fn a_tool_failing_the_same_way_repeatedly_is_no_longer_run() {
     // Three different calls of `shell`, all failing with the same error.
     for i in 0..3 {
         let calls = vec![call(&format!("c{i}"), "shell", json!({"command": i}))];
-        assert_eq!(runs(&guard.check_calls(&calls).unwrap()), vec![true]);
+        assert_eq!(runs(&guard.check_calls(&calls, &[]).unwrap()), vec![true]);
         guard
             .end_step(&calls, &[result(&format!("c{i}"), "bash: nope", true)])
             .unwrap();
@@ -125,7 +162,7 @@ fn a_tool_failing_the_same_way_repeatedly_is_no_longer_run() {
         call("d", "shell", json!({"command": 9})),
         call("e", "read", json!({})),
     ];
-    let verdicts = guard.check_calls(&calls).unwrap();
+    let verdicts = guard.check_calls(&calls, &[]).unwrap();
     assert_eq!(runs(&verdicts), vec![false, true]);
     assert_eq!(
         verdicts[0],
@@ -138,7 +175,7 @@ fn a_tool_failing_the_same_way_repeatedly_is_no_longer_run() {
     assert_eq!(guard.withdrawn(), vec!["shell"]);
     // A call of the withdrawn tool after its refusal is a loop, whatever the arguments.
     let again = vec![call("f", "shell", json!({"command": 10}))];
-    assert!(guard.check_calls(&again).is_err());
+    assert!(guard.check_calls(&again, &[]).is_err());
 }
 
 #[test]
@@ -155,13 +192,17 @@ fn failures_with_changing_errors_or_a_success_reset_the_count() {
     ];
     for (i, (content, is_error)) in outcomes.iter().enumerate() {
         let calls = vec![call(&format!("c{i}"), "shell", json!({"n": i}))];
-        assert_eq!(runs(&guard.check_calls(&calls).unwrap()), vec![true], "{i}");
+        assert_eq!(
+            runs(&guard.check_calls(&calls, &[]).unwrap()),
+            vec![true],
+            "{i}"
+        );
         guard
             .end_step(&calls, &[result(&format!("c{i}"), content, *is_error)])
             .unwrap();
     }
     let calls = vec![call("z", "shell", json!({"n": 99}))];
-    assert_eq!(runs(&guard.check_calls(&calls).unwrap()), vec![true]);
+    assert_eq!(runs(&guard.check_calls(&calls, &[]).unwrap()), vec![true]);
 }
 
 #[test]

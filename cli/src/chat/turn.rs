@@ -204,9 +204,13 @@ impl Follow {
             EventKind::InputDropped { input_id, reason } if self.pending.remove(input_id) => {
                 eprintln!("foya: the input was dropped: {reason}");
             }
-            EventKind::ApprovalRequested { request_id, .. } if chat.approver => {
+            EventKind::ApprovalRequested {
+                request_id, grant, ..
+            } if chat.approver => {
+                let offers_session = crate::render::offers_session_grant(grant.as_deref());
                 eprintln!(
-                    "  [y]es once / [a]lways this session / [n]o (or type a reason), then Enter"
+                    "  {}, then Enter",
+                    crate::render::approval_choices(offers_session)
                 );
                 self.awaiting = Some(*request_id);
             }

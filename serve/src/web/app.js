@@ -50,6 +50,12 @@ async function api(method, path, body, extra = {}) {
   return text ? JSON.parse(text) : null;
 }
 
+/** "forget token" is offered only while this tab holds a token (a server started
+ *  without `--token-file` never asks for one). */
+function showLogout() {
+  $("logout").hidden = !token();
+}
+
 function showError(text) {
   setText($("error"), text || "");
   $("error").hidden = !text;
@@ -62,6 +68,7 @@ function showLogin(message) {
   $("list").hidden = true;
   $("session").hidden = true;
   setText($("login-message"), message || "");
+  showLogout();
   $("token").focus();
 }
 
@@ -82,6 +89,7 @@ async function route() {
     return showError(String(e.message || e));
   }
   $("login").hidden = true;
+  showLogout();
   const m = location.hash.match(/^#\/s\/([0-9a-f-]+)$/);
   if (m) openSession(m[1]);
   else openList();

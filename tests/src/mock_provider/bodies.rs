@@ -68,6 +68,22 @@ pub mod openai_chat {
         }
         out + &tail("tool_calls")
     }
+
+    /// Several tool calls in one answer, `(id, name, arguments JSON)` each: a first
+    /// fragment with id and name then the arguments per call, finish `tool_calls`,
+    /// usage, `[DONE]`.
+    #[must_use]
+    pub fn tool_calls(calls: &[(&str, &str, &str)]) -> String {
+        let mut out = chunk(&json!({"role": "assistant", "content": null}), None);
+        for (index, (id, name, args_json)) in calls.iter().enumerate() {
+            out.push_str(&chunk(&json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}), None));
+            out.push_str(&chunk(
+                &json!({"tool_calls": [{"index": index, "function": {"arguments": args_json}}]}),
+                None,
+            ));
+        }
+        out + &tail("tool_calls")
+    }
 }
 
 /// Anthropic Messages stream bodies.

@@ -90,3 +90,80 @@ async fn scenario() {
     server.child.start_kill().unwrap();
     server.child.wait().await.unwrap();
 }
+
+/// A 413 caused by an image: the overflow's checkpoint keeps the turn's user message
+/// (its image replaced by a line naming it), so the re-sent request still asks what the
+/// user asked, not only the summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_413_caused_by_an_image_the_turns_user_message_is_re_sent() {
+    within(image_scenario()).await;
+}
+
+async fn image_scenario() {
+    let provider = MockProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(&provider, dir.path()).await;
+    let s = &server;
+    let created = s
+        .call(
+            s.req(reqwest::Method::POST, "/sessions")
+                .json(&json!({"cwd": dir.path(), "approval_mode": "bypass"})),
+            StatusCode::CREATED,
+            Some("SessionCreated"),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let attachment = s
+        .call(
+            s.req(reqwest::Method::POST, "/attachments")
+                .header("content-type", "image/png")
+                .body(super::PNG_1X1.to_vec()),
+            StatusCode::CREATED,
+            Some("Attachment"),
+        )
+        .await;
+    provider.push(too_large());
+    provider.push(MockResponse::sse(openai_chat::text("the summary")));
+    provider.push(MockResponse::sse(openai_chat::text("a grey pixel")));
+    let mut sse = Stream::open(s, &id, "?from_seq=1", None).await;
+    s.call(
+        s.req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+            .json(&json!({
+                "text": "what is in this picture?",
+                "images": [{"id": attachment["id"]}],
+            })),
+        StatusCode::ACCEPTED,
+        Some("InputAccepted"),
+    )
+    .await;
+    let events = sse.until(&s.doc, of_type("turn_complete")).await;
+    let end = events.last().unwrap();
+    assert_eq!(end["status"], "completed", "{end}");
+    let checkpoint = events
+        .iter()
+        .find(|e| e["type"] == "compaction_checkpoint")
+        .unwrap();
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    // The re-sent step: the summary, then the user's question (no image bytes).
+    let messages = requests[2].body["messages"].as_array().unwrap();
+    let texts: Vec<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("what is in this picture?")
+            && t.contains("image left out to fit the context: attachment")),
+        "the turn's user message was dropped: {texts:?}\ncheckpoint: {checkpoint}"
+    );
+    assert!(
+        !requests[2]
+            .body
+            .to_string()
+            .contains("data:image/png;base64"),
+        "image bytes re-sent"
+    );
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
+}

@@ -1,5 +1,7 @@
-//! `foya loadtest --html FILE` opened in headless Chromium: every chart is drawn; a path
-//! in a missing directory is refused before the run.
+//! `foya loadtest --html FILE` opened in headless Chromium: every chart is drawn (the
+//! retries of a rate-limited run included), the text report stays within the page, and
+//! the peak RSS is visible over the RSS line; a path in a missing directory is refused
+//! before the run.
 
 use foya_tests::browser::{Browser, screenshot_dir};
 use foya_tests::foya_bin::foya;
@@ -14,6 +16,7 @@ const CHARTS: &[&str] = &[
     "cpu",
     "rss",
     "errors",
+    "retries",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,6 +29,9 @@ async fn the_html_load_test_report_draws_every_chart() {
             move || {
                 foya()
                     .args(["loadtest", "--sessions", "8", "--turns", "4"])
+                    // Rate limited often, retried at once: the run has retries to show.
+                    .args(["--error-rate-rate-limited", "0.2", "--retry-after-ms", "1"])
+                    .args(["--seed", "7"])
                     .arg("--html")
                     .arg(&html)
                     .env("RUST_LOG", "warn")
@@ -58,8 +64,31 @@ async fn the_html_load_test_report_draws_every_chart() {
             assert!(drawn["texts"].as_u64().unwrap() >= 2, "#{id} has no labels: {drawn}");
             assert!(drawn["width"].as_f64().unwrap() > 100.0, "#{id} is not shown: {drawn}");
         }
+        // The retries are charted by class, as the text report counts them.
+        let legend = b
+            .js("return document.querySelector('#retries svg').textContent")
+            .await;
+        assert!(
+            legend.as_str().unwrap().contains("rate_limited"),
+            "no rate_limited retries charted: {legend}"
+        );
+        // The text report wraps inside the page: nothing wider than the body.
+        let widths = b
+            .js("const p = document.querySelector('#text pre'); \
+                 return {pre: p.getBoundingClientRect().right, \
+                         body: document.body.getBoundingClientRect().right, \
+                         scroll: p.scrollWidth, client: p.clientWidth, \
+                         page: document.documentElement.scrollWidth, \
+                         view: document.documentElement.clientWidth}")
+            .await;
+        assert!(
+            widths["pre"].as_f64().unwrap() <= widths["body"].as_f64().unwrap() + 0.5
+                && widths["scroll"].as_u64() <= widths["client"].as_u64()
+                && widths["page"].as_u64() <= widths["view"].as_u64(),
+            "the text box is wider than the page: {widths}"
+        );
         if let Some(dir) = screenshot_dir() {
-            b.client.set_window_size(1200, 2900).await.unwrap();
+            b.client.set_window_size(1200, 3700).await.unwrap();
             b.screenshot(&dir.join("loadtest-report.png")).await;
         }
         b.close().await;

@@ -85,6 +85,12 @@ pub(crate) async fn scenario() {
         "!document.getElementById('login').hidden",
     )
     .await;
+    // No token kept yet: nothing to forget.
+    assert_eq!(
+        b.js("return document.getElementById('logout').hidden")
+            .await,
+        json!(true)
+    );
     b.type_into("#token", "wrong").await;
     b.click("#login-button").await;
     b.until(
@@ -102,6 +108,12 @@ pub(crate) async fn scenario() {
     assert_eq!(
         b.js("return sessionStorage.getItem('foya.token')").await,
         json!(TOKEN)
+    );
+    assert_eq!(
+        b.js("return document.getElementById('logout').hidden")
+            .await,
+        json!(false),
+        "a kept token can be forgotten"
     );
     assert!(
         !b.client

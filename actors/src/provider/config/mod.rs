@@ -389,10 +389,12 @@ fn in_files(searched: &[PathBuf]) -> String {
     }
 }
 
-/// The user's own config file: `~/.config/foya/config.toml` (`None` without a home).
+/// The user's own config file: `config.toml` in the user config directory
+/// ([`crate::config_file::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
+/// `~/.config/foya`; `None` without a home).
 #[must_use]
 pub fn user_file() -> Option<PathBuf> {
-    crate::config_file::user_config_dir().map(|dir| dir.join("config.toml"))
+    crate::config_file::user_config_file("config.toml")
 }
 
 /// The project's config file for working directory `cwd`: `.foya/config.toml` at its

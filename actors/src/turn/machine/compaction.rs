@@ -255,10 +255,18 @@ impl TurnMachine {
         tokens_after: u64,
     ) {
         if tokens_after * 100 > tokens_before * (100 - MIN_SAVING_PCT) {
-            let message = format!(
-                "compaction would reduce the context only from {tokens_before} to {tokens_after} \
-                 estimated tokens"
-            );
+            let message = if tokens_after >= tokens_before {
+                format!(
+                    "compaction would grow the context from {tokens_before} to {tokens_after} \
+                     estimated tokens instead of shrinking it (the summary and the messages \
+                     it keeps are larger than the history they replace)"
+                )
+            } else {
+                format!(
+                    "compaction would reduce the context only from {tokens_before} to \
+                     {tokens_after} estimated tokens (less than {MIN_SAVING_PCT} %)"
+                )
+            };
             return self.compaction_failed(
                 trigger,
                 "compaction_ineffective",

@@ -729,7 +729,7 @@ impl TurnMachine {
         repeated: &[super::duplicates::Renamed],
         parallel_safe: &[bool],
     ) {
-        let verdicts = match self.turn.guard.check_calls(&calls) {
+        let verdicts = match self.turn.guard.check_calls(&calls, parallel_safe) {
             Ok(verdicts) => verdicts,
             Err(LoopDetected(message)) => {
                 let text = format!("not run: {message}");

@@ -178,7 +178,7 @@ fn a_checkpoint_that_saves_too_little_fails_an_overflow_compaction() {
         > StreamEnded#2(done, "summary")
         < BuildCheckpoint(overflow, "summary")
         > CheckpointBuilt(after=8500)
-        < Append[turn_complete(failed, "compaction_ineffective", context_overflow: compaction would reduce the context only from 9000 to 8500 estimated tokens)]
+        < Append[turn_complete(failed, "compaction_ineffective", context_overflow: compaction would reduce the context only from 9000 to 8500 estimated tokens (less than 10 %))]
         < Finish
     "#]]);
 }

@@ -66,13 +66,53 @@ fn a_repeated_call_is_blocked_at_the_threshold_then_the_turn_fails() {
         < Append[step_started(3), context_diagnostics(send)]
         < StartStream#3
         > StreamEnded#3(done, calls [c3:read])
-        < Append[assistant_message([c3:read]), tool_message(c3 error "not run: this exact call (`read` with the same arguments) was already made 2 times in this turn; repeating it will not give a different result. Change the arguments, try another approach, or finish.")]
+        < Append[assistant_message([c3:read]), tool_message(c3 error "not run: this exact call (`read` with the same arguments) was already made 2 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish.")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
         < Append[step_started(4), context_diagnostics(send)]
         < StartStream#4
         > StreamEnded#4(done, calls [c4:read])
         < Append[assistant_message([c4:read]), tool_message(c4 error "not run: the model kept repeating the blocked call `read` with the same arguments"), turn_complete(failed, "loop_detected", loop_detected: the model kept repeating the blocked call `read` with the same arguments)]
+        < Finish
+    "#]]);
+}
+
+#[test]
+fn identical_calls_within_one_step_count_too() {
+    // Four identical calls in one response: two run, the 3rd and 4th are refused; the
+    // same call in the next step ends the turn.
+    let mut s = Scenario::started(config());
+    let four = |step: u32| -> Vec<ToolCall> {
+        (1..=4)
+            .map(|k| call(&format!("s{step}c{k}"), "shell", 1))
+            .collect()
+    };
+    // `shell` has side effects (not parallel-safe): each copy counts.
+    s.on(tools_with(1, four(1), vec![false; 4]))
+        .on(ran(0, "s1c1", "ok"))
+        .on(ran(1, "s1c2", "ok"))
+        .on(compiled());
+    s.on(tools_with(2, four(2), vec![false; 4]));
+    s.check(expect![[r#"
+        > Begin
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(1), context_diagnostics(send)]
+        < StartStream#1
+        > StreamEnded#1(done, calls [s1c1:shell s1c2:shell s1c3:shell s1c4:shell])
+        < Append[assistant_message([s1c1:shell s1c2:shell s1c3:shell s1c4:shell])]
+        < StartTools(step 1: 0:s1c1)
+        > ToolFinished(0, s1c1 "ok", ran)
+        < Append[tool_finished(s1c1), tool_message(s1c1 "ok")]
+        < StartTools(step 1: 1:s1c2)
+        > ToolFinished(1, s1c2 "ok", ran)
+        < Append[tool_finished(s1c2), tool_message(s1c2 "ok"), tool_message(s1c3 error "not run: this exact call (`shell` with the same arguments) was already made 2 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish."), tool_message(s1c4 error "not run: this exact call (`shell` with the same arguments) was already made 3 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish.")]
+        < CompileContext(refresh tools)
+        > ContextCompiled(tokens=1500)
+        < Append[step_started(2), context_diagnostics(send)]
+        < StartStream#2
+        > StreamEnded#2(done, calls [s2c1:shell s2c2:shell s2c3:shell s2c4:shell])
+        < Append[assistant_message([s2c1:shell s2c2:shell s2c3:shell s2c4:shell]), tool_message(s2c1 error "not run: the model kept repeating the blocked call `shell` with the same arguments"), tool_message(s2c2 error "not run: the model kept repeating the blocked call `shell` with the same arguments"), tool_message(s2c3 error "not run: the model kept repeating the blocked call `shell` with the same arguments"), tool_message(s2c4 error "not run: the model kept repeating the blocked call `shell` with the same arguments"), turn_complete(failed, "loop_detected", loop_detected: the model kept repeating the blocked call `shell` with the same arguments)]
         < Finish
     "#]]);
 }
