@@ -39,7 +39,7 @@ pub fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::Attac
 /// Creates the data directory (and missing parents) readable by the user alone (0700): it
 /// holds every session's conversation, tool output and attachments. An existing directory
 /// keeps its mode — the user chose it.
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .recursive(true)

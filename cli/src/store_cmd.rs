@@ -185,8 +185,8 @@ async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
             to.display()
         );
     }
-    std::fs::create_dir_all(to)
-        .with_context(|| format!("cannot create data directory {}", to.display()))?;
+    // Private, as every data dir the CLI creates: it holds every session's conversation.
+    crate::data::create_private_dir(to)?;
     let report = foya_storage::salvage(&path, &target)
         .await
         .map_err(|e| refused(&dir, &path, e))?;

@@ -155,10 +155,7 @@ impl ReadOnlyStore {
             path: path.to_owned(),
             message: e.to_string(),
         };
-        let dir = tempfile::Builder::new()
-            .prefix("foya-store-salvaged-")
-            .tempdir()
-            .map_err(io)?;
+        let dir = crate::recover::private_tempdir("foya-store-salvaged-", None).map_err(io)?;
         let target = dir.path().join("salvaged.redb");
         let report = crate::salvage(path, &target).await?;
         let file = std::fs::File::open(&target).map_err(io)?;

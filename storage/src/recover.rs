@@ -38,7 +38,28 @@ impl Copy {
     }
 }
 
-/// Copies the file at `path` into a fresh temporary directory, holding a shared lock
+/// A fresh temporary directory (in the system's, or in `parent`) readable by the user
+/// alone (mode 0700), removed when dropped: it holds a copy of a store, every session's
+/// conversation, which must stay as private as the data dir itself.
+///
+/// # Errors
+/// The directory cannot be created.
+pub(crate) fn private_tempdir(
+    prefix: &str,
+    parent: Option<&Path>,
+) -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut builder = tempfile::Builder::new();
+    builder
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700));
+    match parent {
+        Some(parent) => builder.tempdir_in(parent),
+        None => builder.tempdir(),
+    }
+}
+
+/// Copies the file at `path` into a fresh private temporary directory, holding a shared lock
 /// on it meanwhile (a writer holding the file makes this [`OpenError::AlreadyOpen`]).
 ///
 /// # Errors
@@ -60,10 +81,7 @@ pub(crate) fn copy_locked(path: &Path) -> Result<Copy, OpenError> {
             path: path.to_owned(),
         });
     }
-    let dir = tempfile::Builder::new()
-        .prefix("foya-store-copy-")
-        .tempdir()
-        .map_err(io)?;
+    let dir = private_tempdir("foya-store-copy-", None).map_err(io)?;
     let copy = dir.path().join("copy.redb");
     let mut target = std::fs::File::create(&copy).map_err(io)?;
     std::io::copy(&mut source, &mut target).map_err(io)?;

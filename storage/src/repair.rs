@@ -57,10 +57,7 @@ pub async fn repair(path: &Path) -> Result<RepairReport, Error> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let work = tempfile::Builder::new()
-        .prefix(".foya-repair-")
-        .tempdir_in(parent)
-        .map_err(io)?;
+    let work = crate::recover::private_tempdir(".foya-repair-", Some(parent)).map_err(io)?;
     let damaged = work.path().join("damaged.redb");
     std::io::copy(&mut file, &mut std::fs::File::create(&damaged).map_err(io)?).map_err(io)?;
     let journal = crate::journal::path_for(path);

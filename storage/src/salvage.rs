@@ -223,9 +223,22 @@ fn read_tree(
     loop {
         match tree.read_range(id, from, limit) {
             Ok(chunk) => {
-                let last = chunk.last().map(|e| e.seq)?;
-                events.extend(chunk.into_iter().map(|e| (e.seq, e)));
-                from = last.next();
+                chunk.last()?;
+                // A damaged key (in a leaf, or a branch page's separator) can make the
+                // index return seqs out of order, even before `from`: what it returned in
+                // order is taken, the rest is damage (asking again from there would
+                // return the same chunk forever).
+                for event in chunk {
+                    if event.seq < from {
+                        return Some(crate::ReadError::Corrupt(format!(
+                            "the index returns seq {} where seq {from} or later belongs \
+                             (a damaged key)",
+                            event.seq
+                        )));
+                    }
+                    from = event.seq.next();
+                    events.insert(event.seq, event);
+                }
             }
             // Find the first bad event one at a time.
             Err(_) if limit > 1 => limit = 1,

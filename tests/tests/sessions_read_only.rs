@@ -259,3 +259,94 @@ fn list_and_show_name_acknowledged_events_an_older_copy_of_the_store_lacks() {
         assert!(stderr.contains(&warning), "{stderr}");
     }
 }
+
+/// The modes of the entries `dir` holds, by name.
+fn modes(dir: &Path) -> std::collections::BTreeMap<String, u32> {
+    // The file mode bits, `0o755` for `rwxr-xr-x`.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let mode = e.metadata().unwrap().permissions().mode() & 0o777;
+            (e.file_name().to_string_lossy().into_owned(), mode)
+        })
+        .collect()
+}
+
+#[test]
+fn private_copies_of_the_store_and_a_salvage_target_are_readable_by_the_user_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    // A prompt larger than a pipe's buffer: `sessions show` blocks printing it, while the
+    // copy it reads exists.
+    let prompt = "x".repeat(100_000);
+    let script = write_script(
+        tmp.path(),
+        &[
+            json!({"text": "one two three four five six seven eight.", "chunk_chars": 4, "delay_ms": 100}),
+        ],
+    );
+    foya_tests::foya_bin(); // built before the clock starts
+    let deadline = Instant::now() + TIMEOUT;
+    let mut run = spawn_json_lines(
+        scripted("run", "bypass", &script, &data, tmp.path()).args(["--json", &prompt]),
+    );
+    let printed = read_until(&run.lines, deadline, |l| l["type"] == "text_delta");
+    run.child.kill().unwrap(); // SIGKILL: the store is never closed
+    run.child.wait().unwrap();
+    let id = printed
+        .iter()
+        .find_map(|l| l["session_id"].as_str())
+        .unwrap()
+        .to_owned();
+    let path = store_file(&data);
+
+    // A store whose writer was killed (read through a repaired copy), then one cut short
+    // (read as salvage reads it): while `show` prints, every temporary directory it made
+    // is the user's alone (the data dir is 0700: a copy must not be less private).
+    for (label, cut, code) in [("killed", 0, 0), ("cut short", 1, 4)] {
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - cut]).unwrap();
+        let tmpdir = tmp.path().join(format!("tmp-{cut}"));
+        std::fs::create_dir(&tmpdir).unwrap();
+        let mut show = foya()
+            .args(["sessions", "show", &id, "--json", "--data-dir"])
+            .arg(&data)
+            .env("TMPDIR", &tmpdir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 1];
+        std::io::Read::read_exact(show.stdout.as_mut().unwrap(), &mut first).unwrap();
+        let during = modes(&tmpdir);
+        let out = show.wait_with_output().unwrap();
+        let (status, stdout, stderr) = outcome(&out);
+        assert_eq!(status, Some(code), "{label}: {stderr}");
+        assert!(
+            stdout.contains(&prompt),
+            "{label}: the prompt was not shown"
+        );
+        assert!(!during.is_empty(), "{label}: no private copy was made");
+        assert!(
+            during.values().all(|mode| *mode == 0o700),
+            "{label}: temporary entries open to others while `show` ran: {:?}",
+            during
+                .iter()
+                .map(|(name, mode)| format!("{name} {mode:o}"))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    // A salvage target the command creates is private too.
+    let to = tmp.path().join("salvaged");
+    let out = output_in(
+        foya(),
+        &["store", "salvage", "--to", to.to_str().unwrap()],
+        &data,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mode = modes(tmp.path())["salvaged"];
+    assert_eq!(mode, 0o700, "salvage created its target with mode {mode:o}");
+}

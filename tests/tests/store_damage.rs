@@ -721,3 +721,72 @@ fn bit_flips_hide_nothing_salvage_reads() {
         hidden.join("\n")
     );
 }
+
+#[test]
+fn a_damaged_key_that_turns_the_index_back_stops_salvage_there_instead_of_looping() {
+    let fx = fixture();
+    // A cleanly closed copy (a title on a completed session: that writer repairs and
+    // closes it), so redb walks its pages without verifying their checksums.
+    let (tmp, data, _) = damaged_copy(|_| {});
+    let titled = fx.acknowledged.keys().find(|id| **id != fx.killed).unwrap();
+    assert_eq!(foya_in(&data, &["sessions", "title", titled, "named"]).0, 0);
+    let clean = std::fs::read(data.join("foya.redb")).unwrap();
+    // Every stored key `(session, seq)` of an event — a leaf's entry or a branch page's
+    // separator — as redb lays it out (both little-endian).
+    let mut places = Vec::new();
+    for id in fx.acknowledged.keys() {
+        let key = u128::from_str_radix(&id.replace('-', ""), 16)
+            .unwrap()
+            .to_le_bytes();
+        for (at, window) in clean.windows(24).enumerate() {
+            let seq = u64::from_le_bytes(window[16..].try_into().unwrap());
+            if window[..16] == key && (1..100).contains(&seq) {
+                places.push(at);
+            }
+        }
+    }
+    assert!(places.len() > 20, "{places:?}");
+    // One flipped bit makes that seq 1024 larger: the index then returns a seq before
+    // the one asked from, for some keys. Salvage must end every time.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for (n, at) in places.into_iter().enumerate() {
+        let copy = tmp.path().join(format!("flip-{n}"));
+        std::fs::create_dir(&copy).unwrap();
+        for name in ["foya.redb.acks", "foya.redb.losses"] {
+            if data.join(name).exists() {
+                std::fs::copy(data.join(name), copy.join(name)).unwrap();
+            }
+        }
+        let mut bytes = clean.clone();
+        bytes[at + 17] ^= 0x04;
+        std::fs::write(copy.join("foya.redb"), &bytes).unwrap();
+        let child = foya()
+            .args(["store", "salvage", "--data-dir"])
+            .arg(&copy)
+            .arg("--to")
+            .arg(copy.join("salvaged"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut child = child;
+            let _ = tx.send(child.wait());
+        });
+        let Ok(Ok(status)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        else {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            panic!("salvage did not end with a bit flipped at byte {}", at + 17);
+        };
+        assert!(
+            matches!(status.code(), Some(0 | 4)),
+            "salvage exited {status} with a bit flipped at byte {}",
+            at + 17
+        );
+        std::fs::remove_dir_all(&copy).unwrap();
+    }
+}
