@@ -203,3 +203,25 @@ fn the_next_sandbox_removes_a_placeholder_left_behind() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "end\n");
     assert!(!work.path().join(".foya").exists());
 }
+
+/// A shielded command cannot kill its helper (Landlock's signal scoping, Linux ≥ 6.12):
+/// else it would outlive it, and create a protected name once the placeholder went.
+#[test]
+fn a_shielded_command_cannot_kill_its_helper() {
+    let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut command = workspace_write(
+        work.path(),
+        tmp.path(),
+        "kill -9 $PPID 2>/dev/null; echo $?; sleep 0.1 & kill $! && echo own",
+    );
+    drop(command.stdin.take());
+    let out = command.wait_with_output().unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        ),
+        (Some(0), "1\nown\n".to_owned())
+    );
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}

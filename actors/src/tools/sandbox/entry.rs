@@ -11,7 +11,7 @@ use super::SandboxPolicy;
 #[cfg(feature = "landlock")]
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -270,6 +270,17 @@ pub fn apply_policy(
             .handle_access(AccessNet::from_all(NET_ABI))
             .map_err(landlock_err)?;
     }
+    if shielded {
+        // The shield's placeholders live as long as the helper: a command that could kill
+        // its helper (`kill -9 $PPID`) would outlive it, in its mount namespace, and
+        // create the protected name once the placeholder is removed. Where the kernel
+        // has no signal scoping (before ABI 6, Linux 6.12) this alone is left out.
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::BestEffort)
+            .scope(Scope::Signal)
+            .map_err(landlock_err)?
+            .set_compatibility(CompatLevel::HardRequirement);
+    }
     let mut created = ruleset.create().map_err(landlock_err)?;
     let open = |path: &Path| {
         PathFd::new(path)
@@ -307,7 +318,12 @@ pub fn apply_policy(
         }
     }
     let status = created.restrict_self().map_err(landlock_err)?;
-    if status.ruleset != RulesetStatus::FullyEnforced {
+    // Partly enforced is fine only when the kernel lacks signal scoping (all the rest is
+    // a hard requirement, which fails before).
+    let without_scoping = ABI::from(status.landlock) < ABI::V6;
+    let enforced = status.ruleset == RulesetStatus::FullyEnforced
+        || (status.ruleset == RulesetStatus::PartiallyEnforced && shielded && without_scoping);
+    if !enforced {
         return Err(format!(
             "Landlock did not fully enforce the sandbox (status {:?}); the command was not run",
             status.ruleset
