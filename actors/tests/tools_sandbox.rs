@@ -225,3 +225,30 @@ fn a_shielded_command_cannot_kill_its_helper() {
     );
     assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
 }
+
+/// A shielded command cannot lower its helper's limits (`prlimit --pid $PPID`): with no
+/// file descriptor left the helper could not list the command's process tree to kill it,
+/// and what the command left running would outlive the sandbox.
+#[test]
+fn a_shielded_command_cannot_blind_its_helper_with_prlimit() {
+    let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut command = workspace_write(
+        work.path(),
+        tmp.path(),
+        "prlimit --pid $PPID --nofile=0:0 2>/dev/null; echo $?; sleep 30 & echo $!; ulimit -n 64 && echo own",
+    );
+    drop(command.stdin.take());
+    let out = command.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let left = format!("/proc/{}", lines[1]);
+    let survived = std::path::Path::new(&left).exists();
+    if survived {
+        let _ = Command::new("kill").args(["-9", lines[1]]).status();
+    }
+    assert_eq!(
+        (out.status.code(), lines[0], lines[2]),
+        (Some(0), "1", "own")
+    );
+    assert!(!survived, "the command's `sleep 30` outlived its helper");
+}
