@@ -355,6 +355,49 @@ pub fn apply_policy(
     }
 }
 
+/// Keeps the calling thread (and what it starts) from changing another process's
+/// resource limits (`prlimit64` with a pid other than 0, which a same-user process may
+/// do without ptrace): a shielded command could otherwise lower its helper's open-file
+/// limit, blinding the helper's kill of the command's process tree, and outlive it to
+/// create a protected name once the placeholder is removed (or lower its CPU limit to
+/// kill it). `ulimit` and `setrlimit` (pid 0) keep working. Needs `no_new_privs`
+/// (Landlock sets it).
+///
+/// # Errors
+/// A message when the filter cannot be built or installed.
+#[cfg(feature = "landlock")]
+pub fn forbid_others_limits() -> Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let failed = |e: &dyn std::fmt::Display| format!("cannot install the seccomp filter: {e}");
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
+    let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+        .map_err(|e| failed(&e))?;
+    let rule = SeccompRule::new(vec![other_pid]).map_err(|e| failed(&e))?;
+    let filter = SeccompFilter::new(
+        [(nix::libc::SYS_prlimit64, vec![rule])]
+            .into_iter()
+            .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(nix::libc::EPERM.unsigned_abs()),
+        arch,
+    )
+    .map_err(|e| failed(&e))?;
+    let program = BpfProgram::try_from(filter).map_err(|e| failed(&e))?;
+    seccompiler::apply_filter(&program).map_err(|e| failed(&e))
+}
+
+/// Without Landlock no sandboxed command runs (see `apply_policy`): nothing to do.
+///
+/// # Errors
+/// Never.
+#[cfg(not(feature = "landlock"))]
+pub fn forbid_others_limits() -> Result<(), String> {
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -457,47 +500,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Keeps the calling thread (and what it starts) from changing another process's
-/// resource limits (`prlimit64` with a pid other than 0, which a same-user process may
-/// do without ptrace): a shielded command could otherwise lower its helper's open-file
-/// limit, blinding the helper's kill of the command's process tree, and outlive it to
-/// create a protected name once the placeholder is removed (or lower its CPU limit to
-/// kill it). `ulimit` and `setrlimit` (pid 0) keep working. Needs `no_new_privs`
-/// (Landlock sets it).
-///
-/// # Errors
-/// A message when the filter cannot be built or installed.
-#[cfg(feature = "landlock")]
-pub fn forbid_others_limits() -> Result<(), String> {
-    use seccompiler::{
-        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
-    };
-    let failed = |e: &dyn std::fmt::Display| format!("cannot install the seccomp filter: {e}");
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
-    let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
-        .map_err(|e| failed(&e))?;
-    let rule = SeccompRule::new(vec![other_pid]).map_err(|e| failed(&e))?;
-    let filter = SeccompFilter::new(
-        [(nix::libc::SYS_prlimit64, vec![rule])]
-            .into_iter()
-            .collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(nix::libc::EPERM.unsigned_abs()),
-        arch,
-    )
-    .map_err(|e| failed(&e))?;
-    let program = BpfProgram::try_from(filter).map_err(|e| failed(&e))?;
-    seccompiler::apply_filter(&program).map_err(|e| failed(&e))
-}
-
-/// Without Landlock no sandboxed command runs (see `apply_policy`): nothing to do.
-///
-/// # Errors
-/// Never.
-#[cfg(not(feature = "landlock"))]
-pub fn forbid_others_limits() -> Result<(), String> {
-    Ok(())
 }
