@@ -120,3 +120,135 @@ fn the_program_starts_with_no_signal_blocked() {
         )
     );
 }
+
+/// A `workspace-write` helper running `script` (`sh -c`) in `cwd`, its stdin and stdout
+/// piped.
+fn workspace_write(
+    cwd: &std::path::Path,
+    tmp: &std::path::Path,
+    script: &str,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_foya-sandbox"))
+        .args([
+            SANDBOX_EXEC_ARG,
+            "--policy",
+            r#"{"workspace-write":{"network":false}}"#,
+            "--cwd",
+            cwd.to_str().unwrap(),
+            "--tmp",
+            tmp.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn read_line(child: &mut std::process::Child) -> String {
+    use std::io::BufRead as _;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+/// Two sandboxes in one directory share the placeholder of a missing `.foya`: when the
+/// one that made it ends first, the other's command still cannot create `.foya`, and the
+/// last one removes the placeholder.
+#[test]
+fn a_placeholder_stays_while_a_later_sandbox_still_uses_it() {
+    let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let script = "echo ready; read go; mkdir .foya 2>/dev/null && echo made; echo end";
+    let mut first = workspace_write(work.path(), tmp.path(), script);
+    assert_eq!(read_line(&mut first), "ready\n");
+    let mut second = workspace_write(work.path(), tmp.path(), script);
+    assert_eq!(read_line(&mut second), "ready\n");
+    // The first ends (its placeholder mount goes with it) while the second still runs.
+    drop(first.stdin.take());
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "end\n");
+    drop(second.stdin.take());
+    let out = second.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "end\n");
+    let left: Vec<_> = std::fs::read_dir(work.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A placeholder left behind (its helper was SIGKILLed from outside) is removed by the
+/// next sandbox in that directory.
+#[test]
+fn the_next_sandbox_removes_a_placeholder_left_behind() {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::DirBuilder::new()
+        .mode(foya_actors::tools::sandbox::shield::PLACEHOLDER_MODE)
+        .create(work.path().join(".foya"))
+        .unwrap();
+    let mut next = workspace_write(
+        work.path(),
+        tmp.path(),
+        "mkdir .foya 2>/dev/null && echo made; echo end",
+    );
+    drop(next.stdin.take());
+    let out = next.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "end\n");
+    assert!(!work.path().join(".foya").exists());
+}
+
+/// A shielded command cannot kill its helper (Landlock's signal scoping, Linux ≥ 6.12):
+/// else it would outlive it, and create a protected name once the placeholder went.
+#[test]
+fn a_shielded_command_cannot_kill_its_helper() {
+    let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut command = workspace_write(
+        work.path(),
+        tmp.path(),
+        "kill -9 $PPID 2>/dev/null; echo $?; sleep 0.1 & kill $! && echo own",
+    );
+    drop(command.stdin.take());
+    let out = command.wait_with_output().unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        ),
+        (Some(0), "1\nown\n".to_owned())
+    );
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}
+
+/// A shielded command cannot lower its helper's limits (`prlimit --pid $PPID`): with no
+/// file descriptor left the helper could not list the command's process tree to kill it,
+/// and what the command left running would outlive the sandbox.
+#[test]
+fn a_shielded_command_cannot_blind_its_helper_with_prlimit() {
+    let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut command = workspace_write(
+        work.path(),
+        tmp.path(),
+        "prlimit --pid $PPID --nofile=0:0 2>/dev/null; echo $?; sleep 30 & echo $!; ulimit -n 64 && echo own",
+    );
+    drop(command.stdin.take());
+    let out = command.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let left = format!("/proc/{}", lines[1]);
+    let survived = std::path::Path::new(&left).exists();
+    if survived {
+        let _ = Command::new("kill").args(["-9", lines[1]]).status();
+    }
+    assert_eq!(
+        (out.status.code(), lines[0], lines[2]),
+        (Some(0), "1", "own")
+    );
+    assert!(!survived, "the command's `sleep 30` outlived its helper");
+}

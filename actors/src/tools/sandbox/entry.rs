@@ -11,7 +11,7 @@ use super::SandboxPolicy;
 #[cfg(feature = "landlock")]
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -270,6 +270,17 @@ pub fn apply_policy(
             .handle_access(AccessNet::from_all(NET_ABI))
             .map_err(landlock_err)?;
     }
+    if shielded {
+        // The shield's placeholders live as long as the helper: a command that could kill
+        // its helper (`kill -9 $PPID`) would outlive it, in its mount namespace, and
+        // create the protected name once the placeholder is removed. Where the kernel
+        // has no signal scoping (before ABI 6, Linux 6.12) this alone is left out.
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::BestEffort)
+            .scope(Scope::Signal)
+            .map_err(landlock_err)?
+            .set_compatibility(CompatLevel::HardRequirement);
+    }
     let mut created = ruleset.create().map_err(landlock_err)?;
     let open = |path: &Path| {
         PathFd::new(path)
@@ -307,7 +318,12 @@ pub fn apply_policy(
         }
     }
     let status = created.restrict_self().map_err(landlock_err)?;
-    if status.ruleset != RulesetStatus::FullyEnforced {
+    // Partly enforced is fine only when the kernel lacks signal scoping (all the rest is
+    // a hard requirement, which fails before).
+    let without_scoping = ABI::from(status.landlock) < ABI::V6;
+    let enforced = status.ruleset == RulesetStatus::FullyEnforced
+        || (status.ruleset == RulesetStatus::PartiallyEnforced && shielded && without_scoping);
+    if !enforced {
         return Err(format!(
             "Landlock did not fully enforce the sandbox (status {:?}); the command was not run",
             status.ruleset
@@ -337,6 +353,49 @@ pub fn apply_policy(
                 .to_owned(),
         ),
     }
+}
+
+/// Keeps the calling thread (and what it starts) from changing another process's
+/// resource limits (`prlimit64` with a pid other than 0, which a same-user process may
+/// do without ptrace): a shielded command could otherwise lower its helper's open-file
+/// limit, blinding the helper's kill of the command's process tree, and outlive it to
+/// create a protected name once the placeholder is removed (or lower its CPU limit to
+/// kill it). `ulimit` and `setrlimit` (pid 0) keep working. Needs `no_new_privs`
+/// (Landlock sets it).
+///
+/// # Errors
+/// A message when the filter cannot be built or installed.
+#[cfg(feature = "landlock")]
+pub fn forbid_others_limits() -> Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let failed = |e: &dyn std::fmt::Display| format!("cannot install the seccomp filter: {e}");
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
+    let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+        .map_err(|e| failed(&e))?;
+    let rule = SeccompRule::new(vec![other_pid]).map_err(|e| failed(&e))?;
+    let filter = SeccompFilter::new(
+        [(nix::libc::SYS_prlimit64, vec![rule])]
+            .into_iter()
+            .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(nix::libc::EPERM.unsigned_abs()),
+        arch,
+    )
+    .map_err(|e| failed(&e))?;
+    let program = BpfProgram::try_from(filter).map_err(|e| failed(&e))?;
+    seccompiler::apply_filter(&program).map_err(|e| failed(&e))
+}
+
+/// Without Landlock no sandboxed command runs (see `apply_policy`): nothing to do.
+///
+/// # Errors
+/// Never.
+#[cfg(not(feature = "landlock"))]
+pub fn forbid_others_limits() -> Result<(), String> {
+    Ok(())
 }
 
 #[cfg(test)]

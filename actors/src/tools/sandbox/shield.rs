@@ -446,6 +446,10 @@ fn resolve(cwd: &Path, path: &Path) -> Option<Step> {
                 resolve(cwd, &target)
             }
         },
+        // Another sandbox's placeholder: join it (a shared lock), else that sandbox,
+        // ending first, removes it under this one's command, which could then create
+        // the name.
+        Ok(meta) if is_placeholder(&meta) => Some(Step::Placeholder(path.to_path_buf())),
         Ok(_) => Some(Step::ReadOnly(path.to_path_buf())),
         Err(_) => {
             if !path.starts_with(cwd) || path == cwd {

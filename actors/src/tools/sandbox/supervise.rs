@@ -279,6 +279,8 @@ fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Chil
                             format!("cannot drop CAP_SYS_ADMIN for the command: {e}"),
                         )
                     })?;
+                    super::entry::forbid_others_limits()
+                        .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 }
                 let mut command = std::process::Command::new(&invocation.program);
                 command.args(&invocation.args).current_dir(&invocation.cwd);
