@@ -164,10 +164,13 @@ async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
         Ok(EXIT_OK)
     } else {
         eprintln!(
-            "foya: the store {} has {} problem(s) (listed above); run `foya store salvage \
-             --data-dir {} --to NEW_DIR` to copy every readable session into a fresh store",
+            "foya: the store {} has {} problem(s) (listed above); `foya store repair \
+             --data-dir {}` puts every readable session back in its place (the damaged file \
+             kept beside it), or `foya store salvage --data-dir {} --to NEW_DIR` copies them \
+             into a fresh store",
             path.display(),
             report.problems.len(),
+            dir.display(),
             dir.display()
         );
         Ok(EXIT_DAMAGED)
