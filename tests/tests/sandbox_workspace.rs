@@ -314,10 +314,11 @@ async fn run_serve(
             }
             let data: Value = serde_json::from_str(&sse.data).unwrap();
             if data["type"] == "approval_requested" {
-                let protected = data["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("protected path");
+                let reason = data["reason"].as_str().unwrap_or_default();
+                // Not the question of a sandbox without namespaces (it names the
+                // protected paths as a whole, not one of them).
+                let protected = reason.contains("protected path")
+                    && !reason.contains("cannot keep the protected paths");
                 let decision = if protected { "deny" } else { "allow_once" };
                 let request = data["request_id"].as_str().unwrap();
                 let decided = http
