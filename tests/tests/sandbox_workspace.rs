@@ -240,6 +240,17 @@ fn run_auto(
 /// `foya serve`, a session in `work` under `ask`, and an approver that allows each
 /// command once unless the gateway says it names a protected path; the turn's events.
 async fn run_ask(tmp: &Path, work: &Path, commands: &[String]) -> Vec<Value> {
+    run_serve(tmp, work, commands, "ask", &[]).await
+}
+
+/// As [`run_ask`], the session under `mode`, `env` added to the server's environment.
+async fn run_serve(
+    tmp: &Path,
+    work: &Path,
+    commands: &[String],
+    mode: &str,
+    env: &[(&str, &str)],
+) -> Vec<Value> {
     let script = script(tmp, commands);
     let token_file = tmp.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
@@ -252,6 +263,7 @@ async fn run_ask(tmp: &Path, work: &Path, commands: &[String]) -> Vec<Value> {
         .arg(&token_file)
         .env("HOME", test_home())
         .envs(toolchain_env())
+        .envs(env.iter().copied())
         .env_remove("FOYA_DATA_DIR")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -268,7 +280,7 @@ async fn run_ask(tmp: &Path, work: &Path, commands: &[String]) -> Vec<Value> {
     let created: Value = http
         .post(format!("{base}/sessions"))
         .bearer_auth(TOKEN)
-        .json(&json!({"cwd": work, "approval_mode": "ask"}))
+        .json(&json!({"cwd": work, "approval_mode": mode}))
         .send()
         .await
         .unwrap()
@@ -302,10 +314,11 @@ async fn run_ask(tmp: &Path, work: &Path, commands: &[String]) -> Vec<Value> {
             }
             let data: Value = serde_json::from_str(&sse.data).unwrap();
             if data["type"] == "approval_requested" {
-                let protected = data["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("protected path");
+                let reason = data["reason"].as_str().unwrap_or_default();
+                // Not the question of a sandbox without namespaces (it names the
+                // protected paths as a whole, not one of them).
+                let protected = reason.contains("protected path")
+                    && !reason.contains("cannot keep the protected paths");
                 let decision = if protected { "deny" } else { "allow_once" };
                 let request = data["request_id"].as_str().unwrap();
                 let decided = http
@@ -566,6 +579,71 @@ fn without_namespaces_protected_paths_stay_shut_and_the_output_says_why() {
         "{}",
         said[0]
     );
+}
+
+/// Without namespaces, `auto` falls back to asking for a command it would have run
+/// unasked, saying why; allowed once, the command runs with the whole working directory
+/// writable (as the question said), so the top level takes new entries.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_namespaces_auto_asks_and_an_allowed_command_works_at_the_top_level() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = workspace(tmp.path(), false);
+    let commands = vec!["touch top.txt".to_owned()];
+    let events = run_serve(
+        tmp.path(),
+        &work,
+        &commands,
+        "auto",
+        &[("FOYA_SANDBOX_NO_NAMESPACES", "1")],
+    )
+    .await;
+    let asked = events
+        .iter()
+        .find(|e| e["type"] == "approval_requested" && e["tool_call_id"] == "c0")
+        .unwrap_or_else(|| panic!("not asked: {events:?}"));
+    let reason = asked["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("cannot keep the protected paths")
+            && reason.contains("NOT shielded")
+            && !reason.contains("protected path ("),
+        "{reason}"
+    );
+    all_succeeded(&events, &commands);
+    assert!(work.join("top.txt").exists());
+}
+
+/// Without namespaces and without anyone to ask (`foya run` without a terminal), `auto`
+/// keeps the Landlock-only rules: the protected paths stay shut, the top level takes no
+/// new entry, and the first command's output says why.
+#[test]
+fn without_namespaces_or_an_approver_auto_keeps_the_protected_paths_shut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = workspace(tmp.path(), false);
+    let before = snapshot(&work);
+    let commands = vec![
+        "touch top.txt".to_owned(),
+        format!("{NAMES} echo evil >> $p/config"),
+        "echo x > docs/inside.txt".to_owned(),
+    ];
+    let events = run_auto(
+        tmp.path(),
+        &work,
+        &commands,
+        &[],
+        &[("FOYA_SANDBOX_NO_NAMESPACES", "1")],
+    );
+    assert_eq!(&snapshot(&work), &before);
+    assert!(!work.join("top.txt").exists());
+    let top = result(&events, 0);
+    assert_eq!(top["is_error"], true, "{top}");
+    let said = top["content"].as_str().unwrap();
+    assert!(
+        said.contains("namespaces are switched off")
+            && said.contains("cannot create, delete or rename entries directly"),
+        "{said}"
+    );
+    assert_eq!(result(&events, 1)["is_error"], true);
+    assert_eq!(result(&events, 2)["is_error"], false);
 }
 
 /// `foya` SIGKILLed while a sandboxed command runs: the helper (which outlives it to kill

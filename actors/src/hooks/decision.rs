@@ -107,6 +107,7 @@ pub fn tighten(verdict: Verdict, merged: &Merged, action: impl FnOnce() -> Strin
             ),
             grant_key: String::new(),
             sandbox_if_allowed: sandbox,
+            if_no_approver: None,
         },
         (
             HookDecision::Ask,
@@ -127,6 +128,7 @@ pub fn tighten(verdict: Verdict, merged: &Merged, action: impl FnOnce() -> Strin
             ),
             grant_key: String::new(),
             sandbox_if_allowed,
+            if_no_approver: None,
         },
         // `allow` (or nothing) changes nothing: the policy's question or answer stands.
         (HookDecision::Allow | HookDecision::None | HookDecision::Failed, verdict) => verdict,
@@ -155,6 +157,7 @@ mod tests {
             reason: reason.into(),
             grant_key: grant.into(),
             sandbox_if_allowed: WW,
+            if_no_approver: None,
         }
     }
 
@@ -210,6 +213,7 @@ mod tests {
                     ),
                     grant_key: String::new(),
                     sandbox_if_allowed: WW,
+                    if_no_approver: None,
                 },
             ),
             (

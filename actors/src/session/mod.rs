@@ -53,6 +53,7 @@ use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, Seq, SessionUpdate,
     ToolCallId,
 };
+pub(crate) use machine::NO_APPROVER;
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
 

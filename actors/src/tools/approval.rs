@@ -62,6 +62,11 @@ pub enum Verdict {
         grant_key: String,
         /// Sandbox to run under when allowed.
         sandbox_if_allowed: SandboxPolicy,
+        /// Sandbox to run under when no person can answer (no approver attached and the
+        /// runtime denies such questions): set only when the policy would have run the
+        /// call unasked and asks because the sandbox cannot shield the protected paths
+        /// here (see [`evaluate`]); `None`: denied as usual.
+        if_no_approver: Option<SandboxPolicy>,
     },
     /// Refused; the model gets an `is_error` result with `reason`.
     Deny {
@@ -74,7 +79,16 @@ const SANDBOXED: SandboxPolicy = SandboxPolicy::WorkspaceWrite { network: false 
 
 /// Decides one call. `args` are the validated arguments; `cwd` the session's working
 /// directory (absolute); `protected` its protected paths; `grants` the session's "allow
-/// for this session" keys.
+/// for this session" keys; `shield_available` whether the sandbox can keep the protected
+/// paths read-only while the working directory stays writable (the kernel gives the
+/// helper a namespace: `SandboxRunner::shield_available`, probed by the caller).
+///
+/// Without the shield, an exec call that would run under `WorkspaceWrite` is asked
+/// (in `auto` too), every time (no grant), saying why ([`NO_SHIELD`]); allowed, it runs
+/// under `WorkspaceAndProtected` (the whole working directory writable, as the
+/// person was told); when no person can answer, a call the policy would have run
+/// unasked still runs under `WorkspaceWrite` (Landlock alone: protected paths shut, no
+/// new entries at the working directory's top level).
 #[must_use]
 pub fn evaluate(
     mode: ApprovalMode,
@@ -83,6 +97,7 @@ pub fn evaluate(
     cwd: &Path,
     protected: &Protected,
     grants: &BTreeSet<String>,
+    shield_available: bool,
 ) -> Verdict {
     if mode == ApprovalMode::Bypass {
         return Verdict::Allow {
@@ -113,6 +128,17 @@ pub fn evaluate(
                 ApprovalMode::AutoEdit | ApprovalMode::Auto
             ) | (Class::Exec, ApprovalMode::Auto)
         );
+    if let (false, SideEffect::Exec, SandboxPolicy::WorkspaceWrite { network }) =
+        (shield_available, spec.side_effect, request.sandbox)
+    {
+        return Verdict::Ask {
+            action: request.action,
+            reason: format!("{}; {NO_SHIELD}", request.reason),
+            grant_key: String::new(),
+            sandbox_if_allowed: SandboxPolicy::WorkspaceAndProtected { network },
+            if_no_approver: (!needs_asking).then_some(request.sandbox),
+        };
+    }
     let granted = !request.grant_key.is_empty() && grants.contains(&request.grant_key);
     if !needs_asking || granted {
         return Verdict::Allow {
@@ -124,8 +150,15 @@ pub fn evaluate(
         reason: request.reason,
         grant_key: request.grant_key,
         sandbox_if_allowed: request.sandbox,
+        if_no_approver: None,
     }
 }
+
+/// Why an exec call is asked when the sandbox cannot shield the protected paths.
+pub const NO_SHIELD: &str = "on this machine the sandbox cannot keep the protected paths \
+     (.git, .foya, AGENTS.md, ...) read-only while the working directory stays writable \
+     (the kernel gives no namespace): allowed, this command runs with the whole working \
+     directory writable and the protected paths NOT shielded; asked every time";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {

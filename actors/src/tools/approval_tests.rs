@@ -31,7 +31,15 @@ fn eval(
     cwd: &Path,
     grants: &BTreeSet<String>,
 ) -> Verdict {
-    evaluate(mode, spec, args, cwd, &Protected::new(cwd, &[]), grants)
+    evaluate(
+        mode,
+        spec,
+        args,
+        cwd,
+        &Protected::new(cwd, &[]),
+        grants,
+        true,
+    )
 }
 
 fn allow(sandbox: SandboxPolicy) -> Verdict {
@@ -44,6 +52,7 @@ fn ask(action: &str, reason: &str, grant_key: &str, sandbox: SandboxPolicy) -> V
         reason: reason.to_owned(),
         grant_key: grant_key.to_owned(),
         sandbox_if_allowed: sandbox,
+        if_no_approver: None,
     }
 }
 
@@ -185,6 +194,7 @@ fn grants_allow_with_the_sandbox_they_would_have_had() {
                 reason: OUTSIDE_REASON.to_owned(),
                 grant_key: "write_file:/etc".to_owned(),
                 sandbox_if_allowed: SandboxPolicy::None,
+                if_no_approver: None,
             },
         ),
     ];
@@ -310,7 +320,7 @@ fn protected_paths_are_asked_in_every_mode_but_bypass_whichever_tool_writes_them
     ];
     for (spec, args) in &attempts {
         for mode in [Ask, AutoEdit, Auto] {
-            let verdict = evaluate(mode, spec, args, cwd, &protected, &all);
+            let verdict = evaluate(mode, spec, args, cwd, &protected, &all, true);
             let Verdict::Ask {
                 grant_key,
                 sandbox_if_allowed,
@@ -331,7 +341,7 @@ fn protected_paths_are_asked_in_every_mode_but_bypass_whichever_tool_writes_them
             );
         }
         assert_eq!(
-            evaluate(ReadOnly, spec, args, cwd, &protected, &all),
+            evaluate(ReadOnly, spec, args, cwd, &protected, &all, true),
             deny(
                 &spec.name,
                 if spec.name == "shell" {
@@ -342,7 +352,7 @@ fn protected_paths_are_asked_in_every_mode_but_bypass_whichever_tool_writes_them
             )
         );
         assert_eq!(
-            evaluate(Bypass, spec, args, cwd, &protected, &all),
+            evaluate(Bypass, spec, args, cwd, &protected, &all, true),
             allow(SandboxPolicy::None)
         );
     }
@@ -427,4 +437,74 @@ fn an_mcp_tool_naming_a_protected_path_is_asked_every_time_and_shows_every_key()
     assert!(action.contains("\"path\":\"notes.txt\""), "{action}");
     assert!(action.contains("(4800 more characters)"), "{action}");
     assert!(action.len() < 400, "{}", action.len());
+}
+
+#[test]
+fn without_the_shield_commands_are_asked_every_time_and_run_with_the_workspace_writable() {
+    use super::NO_SHIELD;
+    let shell = spec("shell", SideEffect::Exec);
+    let write = spec("write_file", SideEffect::Write);
+    let read = spec("read_file", SideEffect::None);
+    let cwd = Path::new("/w");
+    let protected = Protected::new(cwd, &[]);
+    // Even a grant the session holds does not skip the question.
+    let grants: BTreeSet<String> = ["shell:touch".to_owned()].into();
+    let unshielded = |mode, spec, args: &serde_json::Value| {
+        evaluate(mode, spec, args, cwd, &protected, &grants, false)
+    };
+    let touch = json!({"command": "touch top.txt"});
+    for mode in [Ask, AutoEdit, Auto] {
+        let Verdict::Ask {
+            reason,
+            grant_key,
+            sandbox_if_allowed,
+            if_no_approver,
+            ..
+        } = unshielded(mode, &shell, &touch)
+        else {
+            panic!("{mode:?}: not asked");
+        };
+        assert!(reason.ends_with(NO_SHIELD), "{reason}");
+        assert_eq!(grant_key, "");
+        assert_eq!(
+            sandbox_if_allowed,
+            SandboxPolicy::WorkspaceAndProtected { network: false }
+        );
+        // Only what `auto` runs unasked still runs (restricted) when nobody can answer.
+        let expected = (mode == Auto).then_some(WW);
+        assert_eq!(if_no_approver, expected, "{mode:?}");
+    }
+    // With network: asked in `auto` already; allowed, network stays on.
+    let net = json!({"command": "curl x", "network": true});
+    let Verdict::Ask {
+        sandbox_if_allowed,
+        if_no_approver,
+        ..
+    } = unshielded(Auto, &shell, &net)
+    else {
+        panic!("not asked");
+    };
+    assert_eq!(
+        sandbox_if_allowed,
+        SandboxPolicy::WorkspaceAndProtected { network: true }
+    );
+    assert_eq!(if_no_approver, None);
+    // File tools and side-effect-free tools are not affected, nor bypass.
+    assert_eq!(
+        unshielded(Auto, &write, &json!({"path": "a.txt"})),
+        allow(WW)
+    );
+    assert_eq!(
+        unshielded(Auto, &read, &json!({"path": "a.txt"})),
+        allow(SandboxPolicy::ReadOnly)
+    );
+    assert_eq!(
+        unshielded(Bypass, &shell, &touch),
+        allow(SandboxPolicy::None)
+    );
+    // With the shield, `auto` runs it unasked as before.
+    assert_eq!(
+        evaluate(Auto, &shell, &touch, cwd, &protected, &grants, true),
+        allow(WW)
+    );
 }

@@ -23,6 +23,9 @@ pub struct ToolRegistry {
     /// Name prefixes of tool providers that are down now, with why (see
     /// [`ToolRegistry::unavailable`]).
     unavailable: Vec<(String, String)>,
+    /// The runner of `shell` ([`ToolRegistry::builtin_with_sandbox`]), asked by
+    /// [`ToolRegistry::shield_available`].
+    sandbox: Option<SandboxRunner>,
 }
 
 #[derive(Debug, Clone)]
@@ -79,7 +82,19 @@ impl ToolRegistry {
     /// `foya-sandbox` helper binary).
     #[must_use]
     pub fn builtin_with_sandbox(runner: SandboxRunner) -> Self {
-        Self::taking(builtin::all(runner))
+        let mut registry = Self::taking(builtin::all(runner.clone()));
+        registry.sandbox = Some(runner);
+        registry
+    }
+
+    /// Whether the sandbox keeps the protected paths read-only while the working
+    /// directory stays writable ([`SandboxRunner::shield_available`], probed once per
+    /// process); `true` for a registry without the built-in `shell`.
+    #[must_use]
+    pub fn shield_available(&self) -> bool {
+        self.sandbox
+            .as_ref()
+            .is_none_or(SandboxRunner::shield_available)
     }
 
     /// A registry of built-in tools.

@@ -97,6 +97,8 @@ impl FloorTools {
             &self.cwd,
             &self.protected,
             &grants,
+            // The floor measures the shielded sandbox (a kernel with namespaces).
+            true,
         ) {
             Verdict::Allow { sandbox } => Some(sandbox),
             Verdict::Ask { .. } | Verdict::Deny { .. } => None,

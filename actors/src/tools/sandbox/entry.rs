@@ -26,6 +26,13 @@ pub const EXIT_SANDBOX_UNAVAILABLE: i32 = 121;
 /// Exit code when the helper's own arguments are malformed. The program did not run.
 pub const EXIT_SANDBOX_USAGE: i32 = 122;
 
+/// `argv[1]` that asks the helper whether the kernel gives it the namespaces of the
+/// shield: exit 0 when it does, [`EXIT_NO_NAMESPACES`] when not.
+pub const SANDBOX_PROBE_ARG: &str = "__sandbox-probe";
+
+/// Exit code of [`SANDBOX_PROBE_ARG`] when the kernel gives no namespace.
+pub const EXIT_NO_NAMESPACES: i32 = 123;
+
 /// Exit code when `exec` of the program failed (not found, not executable).
 pub const EXIT_EXEC_FAILED: i32 = 127;
 
@@ -88,7 +95,14 @@ pub struct SandboxInvocation {
 pub fn sandbox_entry_if_requested() {
     let mut argv = std::env::args_os();
     let _argv0 = argv.next();
-    if argv.next().as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
+    let first = argv.next();
+    if first.as_deref() == Some(std::ffi::OsStr::new(SANDBOX_PROBE_ARG)) {
+        match super::shield::probe() {
+            Ok(()) => std::process::exit(0),
+            Err(why) => fail(EXIT_NO_NAMESPACES, &why),
+        }
+    }
+    if first.as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
         return;
     }
     let invocation = match parse_invocation(argv) {

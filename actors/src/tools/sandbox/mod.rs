@@ -156,6 +156,35 @@ impl SandboxRunner {
         Self::new(helper)
     }
 
+    /// Whether the helper can keep the protected paths read-only while the working
+    /// directory stays writable (the kernel gives it a namespace; not when
+    /// `FOYA_SANDBOX_NO_NAMESPACES` is set). Asked once per process (the helper's
+    /// `__sandbox-probe`, a few milliseconds, blocking) and cached. Without a helper, or
+    /// when the probe cannot run, `true`: nothing is known to be missing (and commands
+    /// without a helper fail anyway).
+    #[must_use]
+    pub fn shield_available(&self) -> bool {
+        static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ANSWER.get_or_init(|| {
+            if std::env::var_os(shield::NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
+                return false;
+            }
+            let Some(helper) = &self.helper else {
+                return true;
+            };
+            let status = std::process::Command::new(helper)
+                .arg(entry::SANDBOX_PROBE_ARG)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            !matches!(
+                status.map(|s| s.code()),
+                Ok(Some(entry::EXIT_NO_NAMESPACES))
+            )
+        })
+    }
+
     /// The helper binary, if one is set.
     #[must_use]
     pub fn helper(&self) -> Option<&Path> {

@@ -83,6 +83,25 @@ pub enum Entered {
     Unavailable(String),
 }
 
+/// Whether the kernel gives this process the namespaces [`enter`] needs (the helper's
+/// `__sandbox-probe`: it unshares them and exits, changing nothing on disk).
+///
+/// # Errors
+/// Why not (as [`Entered::Unavailable`] would say).
+pub fn probe() -> Result<(), String> {
+    if std::env::var_os(NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
+        return Err(format!(
+            "namespaces are switched off ({NO_NAMESPACES_ENV} is set)"
+        ));
+    }
+    let flags = if getuid().is_root() {
+        CloneFlags::CLONE_NEWNS
+    } else {
+        CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS
+    };
+    unshare(flags).map_err(|e| format!("the kernel refused a namespace ({e})"))
+}
+
 /// Enters a user and mount namespace (as root, a mount namespace alone) and shields the protected paths of `cwd` (its protected names, and `protect`,
 /// absolute paths inside it). Call it while the process has a single thread.
 ///

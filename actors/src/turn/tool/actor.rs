@@ -96,6 +96,7 @@ pub(crate) fn pre_start(
         &config.cwd,
         protected,
         &BTreeSet::new(),
+        tools.shield_available(),
     ) {
         Verdict::Allow { sandbox } => Some(Started { prepared, sandbox }),
         Verdict::Deny { .. } | Verdict::Ask { .. } => None,
@@ -232,6 +233,7 @@ impl ToolArgs {
             &self.config.cwd,
             &self.protected,
             &BTreeSet::new(),
+            self.tools.shield_available(),
         );
         let verdict = self.pre_tool_use(args, verdict).await?;
         Ok(self.decide(verdict).await)
@@ -248,10 +250,17 @@ impl ToolArgs {
                 reason,
                 grant_key,
                 sandbox_if_allowed,
+                if_no_approver,
             } => {
                 let answer = self.ask(action, reason, grant_key).await;
                 if answer.allowed {
                     Ok(sandbox_if_allowed)
+                } else if let Some(sandbox) = if_no_approver
+                    .filter(|_| answer.message.as_deref() == Some(crate::session::NO_APPROVER))
+                {
+                    // Nobody can answer: what the policy runs unasked runs as before
+                    // the fallback (Landlock alone keeps the protected paths shut).
+                    Ok(sandbox)
                 } else {
                     let message = answer.message.unwrap_or_else(|| "denied".into());
                     Err(ToolOutput::error(message))
