@@ -116,12 +116,12 @@ fn a_minimal_build_refuses_to_sandbox_without_landlock() {
     use foya_actors::tools::SandboxPolicy;
     use foya_actors::tools::sandbox::entry::apply_policy;
     let dir = std::env::temp_dir();
-    let refused = apply_policy(SandboxPolicy::ReadOnly, &dir, &dir, &[]);
+    let refused = apply_policy(SandboxPolicy::ReadOnly, &dir, &dir, &[], false);
     assert!(
         refused
             .as_ref()
             .is_err_and(|reason| reason.contains("`landlock` feature")),
         "{refused:?}"
     );
-    assert_eq!(apply_policy(SandboxPolicy::None, &dir, &dir, &[]), Ok(()));
+    assert_eq!(apply_policy(SandboxPolicy::None, &dir, &dir, &[], false), Ok(()));
 }
