@@ -24,6 +24,10 @@ pub struct ServeArgs {
     /// reverse proxy's: requests whose Host or Origin names neither this nor the listen
     /// address, localhost, 127.0.0.1 or [::1] (with the port) are refused.
     #[arg(long, value_name = "HOST[:PORT]")]
+    #[allow(
+        rustdoc::broken_intra_doc_links,
+        reason = "the text is the flag's --help, where [::1] is an address, not a link"
+    )]
     pub allowed_host: Vec<String>,
     /// Approval mode of sessions created without one.
     #[arg(long, default_value = "ask", value_parser = parse_approval)]

@@ -28,7 +28,7 @@ pub const OMITTED_NOTE: &str = "[Earlier messages were omitted to fit the summar
 /// every text longer than a common cap — a tool result, a user or assistant text, a long
 /// string argument of a tool call — is cut to the cap (its beginning and its end, with a
 /// line saying how much was cut in between), the cap chosen as large as fits and no
-/// smaller than [`MIN_CUT_CHARS`]. Only when that is still too large are images replaced
+/// smaller than `MIN_CUT_CHARS`. Only when that is still too large are images replaced
 /// by a line naming them, and then the oldest units dropped — a user message, or an
 /// assistant message with its tool results, so the result stays well-formed — with an
 /// [`OMITTED_NOTE`] user message first (also when the first kept message is not a user
@@ -264,7 +264,7 @@ pub const TRUNCATED_NOTE: &str = "[earlier output omitted by compaction]\n";
 /// orphan result). Answer text and reasoning of the kept assistant messages are not kept.
 ///
 /// The turn's latest user input comes first of all: when it does not fit whole, it is
-/// kept with the middle of its text cut (see [`cut_text`]) to what the budget leaves.
+/// kept with the middle of its text cut (see `cut_text`) to what the budget leaves.
 #[must_use]
 pub fn checkpoint_kept(history_events: &[Event], keep_budget_tokens: u64) -> Vec<Message> {
     kept(history_events, keep_budget_tokens, false)

@@ -1,8 +1,8 @@
 //! The environment of every process the runtime starts for a model or a project: exec
 //! tools' commands (`shell`), command hooks and stdio MCP servers. One rule, here; the
 //! sandbox runner applies it where it builds the child's command
-//! ([`super::sandbox::SandboxRunner::spawn`]), the hook runner where it runs a hook
-//! without one, and an MCP server starts from [`EnvPolicy::mcp_server`].
+//! (`SandboxRunner::spawn`), the hook runner where it runs a hook
+//! without one, and an MCP server starts from `EnvPolicy::mcp_server`.
 //!
 //! Owns: which of the runtime's variables a child receives. Must not: read a config file
 //! (the CLI reads `[shell_environment]` of the user's config and hands the policy over).

@@ -503,7 +503,7 @@ fn lexical_join(base: &Path, path: &Path) -> PathBuf {
     out
 }
 
-/// The protected paths that exist in `cwd` and below (see [`nested`]): what Landlock
+/// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
 /// alone keeps read-only when there is no namespace.
 #[must_use]
 pub fn found_below(cwd: &Path) -> Vec<PathBuf> {
