@@ -462,24 +462,10 @@ fn created_fields(kind: &EventKind) -> Option<(String, String, Option<String>)> 
 
 impl EventLog for PgLog {
     async fn append(&self, events: &[Event], fence: Fence) -> Result<(), AppendError> {
-        let Some(first) = events.first() else {
+        if events.is_empty() {
             return Ok(());
-        };
-        for (event, offset) in events.iter().zip(0u64..) {
-            if event.session_id != first.session_id {
-                return Err(AppendError::MixedSessions {
-                    expected: first.session_id,
-                    got: event.session_id,
-                });
-            }
-            let expected = first.seq.0.checked_add(offset).map(Seq);
-            if expected != Some(event.seq) {
-                return Err(AppendError::SeqMismatch {
-                    expected: expected.unwrap_or(Seq(u64::MAX)),
-                    got: event.seq,
-                });
-            }
         }
+        AppendError::check_batch(events)?;
         let request = writer::Request::new(events, fence)?;
         let (reply, answer) = oneshot::channel();
         let sender = self

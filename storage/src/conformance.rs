@@ -6,7 +6,7 @@
 //! A test crate instantiates the whole suite with [`crate::conformance_tests!`], naming
 //! an async function that returns a fresh log:
 //!
-//! ```ignore
+//! ```text
 //! async fn fresh() -> foya_storage::Store { /* … */ }
 //! foya_storage::conformance_tests!(fresh);
 //! ```

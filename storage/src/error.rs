@@ -128,6 +128,35 @@ pub enum AppendError {
 }
 
 impl AppendError {
+    /// The check every store makes of one append before it writes: the events are of
+    /// one session and their seqs follow each other from the first (an empty batch
+    /// passes).
+    ///
+    /// # Errors
+    /// [`AppendError::MixedSessions`] or [`AppendError::SeqMismatch`] for the first
+    /// event that breaks the rule.
+    pub fn check_batch(events: &[foya_protocol::Event]) -> Result<(), AppendError> {
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        for (event, offset) in events.iter().zip(0u64..) {
+            if event.session_id != first.session_id {
+                return Err(AppendError::MixedSessions {
+                    expected: first.session_id,
+                    got: event.session_id,
+                });
+            }
+            let expected = first.seq.0.checked_add(offset).map(Seq);
+            if expected != Some(event.seq) {
+                return Err(AppendError::SeqMismatch {
+                    expected: expected.unwrap_or(Seq(u64::MAX)),
+                    got: event.seq,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the same append may succeed if tried again: only after a storage failure
     /// (nothing of the batch was written). A refusal (seq, deletion) stays one, and
     /// [`AppendError::Fenced`] is never retried.

@@ -6,7 +6,7 @@ use crate::db::{DbSlot, Reopen};
 use crate::error::{AppendError, OpenError};
 use crate::schema::{EVENTS, SESSIONS};
 use crate::writer::{Counters, Request, Writer};
-use foya_protocol::{Event, Seq};
+use foya_protocol::Event;
 use redb::Database;
 use redb::backends::InMemoryBackend;
 use std::collections::HashMap;
@@ -350,24 +350,10 @@ impl Store {
     /// # Cancel safety
     /// As [`Store::append`].
     pub async fn append_all(&self, events: &[Event]) -> Result<(), AppendError> {
-        let Some(first) = events.first() else {
+        if events.is_empty() {
             return Ok(());
-        };
-        for (event, offset) in events.iter().zip(0u64..) {
-            if event.session_id != first.session_id {
-                return Err(AppendError::MixedSessions {
-                    expected: first.session_id,
-                    got: event.session_id,
-                });
-            }
-            let expected = first.seq.0.checked_add(offset).map(Seq);
-            if expected != Some(event.seq) {
-                return Err(AppendError::SeqMismatch {
-                    expected: expected.unwrap_or(Seq(u64::MAX)),
-                    got: event.seq,
-                });
-            }
         }
+        AppendError::check_batch(events)?;
         let encoded = events
             .iter()
             .map(codec::encode_event)
