@@ -1,13 +1,22 @@
 //! The attachment store: uploaded image bytes kept in a directory, one file per
 //! attachment named by its UUIDv7 id, with a `<id>.type` sidecar holding the media type.
-//! Tool results' images (an MCP tool's `image` content) are kept here too. The turn
+//! Tool results' images (an MCP tool's `image` content) are kept here too.
+//!
+//! With a shared event store (PostgreSQL, [`foya_storage::EventLog::attachments`]) the
+//! attachments live in the store, so every node reads what any node stored
+//! ([`AttachmentStore::with_shared`]): `put` writes the store first (the id is returned
+//! only once another node can read it), then the directory; `get` reads the directory
+//! and, on a miss, the store, keeping a copy in the directory (an attachment never
+//! changes, so the copy never goes stale). The turn
 //! resolves the attachment references of a request's user messages and tool results into
 //! [`ModelRequest::images`] (base64 + media type) with [`with_images`].
 
 use crate::provider::{ImageData, ModelRequest};
 use base64::Engine as _;
 use foya_protocol::Message;
+use foya_storage::SharedAttachments;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Failure of the attachment store.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +43,9 @@ pub enum AttachmentError {
     /// The directory could not be read or written.
     #[error("attachment store: {0}")]
     Io(#[from] std::io::Error),
+    /// The shared store (PostgreSQL) refused or did not answer.
+    #[error("shared attachment store: {0}")]
+    Shared(String),
     /// The bytes start like the declared image type but their header does not parse as
     /// one (checked by the `image` crate's decoder for that type), or gives a width or
     /// height of 0.
@@ -119,16 +131,30 @@ pub struct Attachment {
     pub bytes: Vec<u8>,
 }
 
-/// A directory-backed attachment store.
+/// A directory-backed attachment store, optionally over a shared store (see the module
+/// docs).
 #[derive(Debug, Clone)]
 pub struct AttachmentStore {
     dir: PathBuf,
+    shared: Option<Arc<dyn SharedAttachments>>,
 }
 
 impl AttachmentStore {
     /// A store over `dir` (created on the first `put`).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            shared: None,
+        }
+    }
+
+    /// A store kept in `shared` (when given), with `dir` as this node's copy of what it
+    /// stored or read.
+    pub fn with_shared(dir: impl Into<PathBuf>, shared: Option<Arc<dyn SharedAttachments>>) -> Self {
+        Self {
+            dir: dir.into(),
+            shared,
+        }
     }
 
     /// The directory.
@@ -171,11 +197,29 @@ impl AttachmentStore {
                 reason,
             });
         }
-        std::fs::create_dir_all(&self.dir)?;
-        let id = uuid::Uuid::now_v7().to_string();
-        std::fs::write(self.dir.join(format!("{id}.type")), &media_type)?;
-        std::fs::write(self.dir.join(&id), bytes)?;
+        let uuid = uuid::Uuid::now_v7();
+        if let Some(shared) = &self.shared {
+            shared
+                .put(*uuid.as_bytes(), &media_type, bytes)
+                .map_err(AttachmentError::Shared)?;
+        }
+        let id = uuid.to_string();
+        self.keep(&id, &media_type, bytes)?;
         Ok(id)
+    }
+
+    /// Writes attachment `id` into the directory: the media type first, then the bytes
+    /// through a temporary file renamed into place, so a reader never sees a partial
+    /// attachment.
+    fn keep(&self, id: &str, media_type: &str, bytes: &[u8]) -> Result<(), AttachmentError> {
+        std::fs::create_dir_all(&self.dir)?;
+        std::fs::write(self.dir.join(format!("{id}.type")), media_type)?;
+        let partial = self
+            .dir
+            .join(format!("{id}.{}.partial", uuid::Uuid::now_v7().simple()));
+        std::fs::write(&partial, bytes)?;
+        std::fs::rename(&partial, self.dir.join(id))?;
+        Ok(())
     }
 
     /// Size in bytes of attachment `id`, when the store holds it (`None` for an unknown
@@ -183,9 +227,15 @@ impl AttachmentStore {
     #[must_use]
     pub fn size(&self, id: &str) -> Option<u64> {
         let uuid = uuid::Uuid::parse_str(id).ok()?;
-        std::fs::metadata(self.dir.join(uuid.to_string()))
-            .ok()
-            .map(|m| m.len())
+        match std::fs::metadata(self.dir.join(uuid.to_string())) {
+            Ok(m) => Some(m.len()),
+            Err(_) if self.shared.is_some() => self
+                .get(id)
+                .ok()
+                .flatten()
+                .map(|a| a.bytes.len() as u64),
+            Err(_) => None,
+        }
     }
 
     /// The attachment `id`, or `None` when there is none.
@@ -198,13 +248,39 @@ impl AttachmentStore {
         let id = uuid.to_string();
         let bytes = match std::fs::read(self.dir.join(&id)) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return self.get_shared(uuid);
+            }
             Err(e) => return Err(e.into()),
         };
         let media_type = std::fs::read_to_string(self.dir.join(format!("{id}.type")))?;
         Ok(Some(Attachment {
             id,
             media_type: media_type.trim().to_owned(),
+            bytes,
+        }))
+    }
+
+    /// Attachment `uuid` from the shared store (none without one), kept in the
+    /// directory for the next read (best effort: a directory that cannot be written
+    /// only costs the next read a round trip).
+    fn get_shared(&self, uuid: uuid::Uuid) -> Result<Option<Attachment>, AttachmentError> {
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        let Some((media_type, bytes)) = shared
+            .get(*uuid.as_bytes())
+            .map_err(AttachmentError::Shared)?
+        else {
+            return Ok(None);
+        };
+        let id = uuid.to_string();
+        if let Err(e) = self.keep(&id, &media_type, &bytes) {
+            tracing::debug!(error = %e, "attachment not kept in the local directory");
+        }
+        Ok(Some(Attachment {
+            id,
+            media_type,
             bytes,
         }))
     }

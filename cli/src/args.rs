@@ -183,6 +183,8 @@ pub struct ChatArgs {
     pub provider: ProviderArgs,
     #[command(flatten)]
     pub data: DataDirArg,
+    #[command(flatten)]
+    pub store: StoreArg,
     /// Working directory of a new session (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,

@@ -28,11 +28,17 @@ pub fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
         .context("no data directory: pass --data-dir or set FOYA_DATA_DIR")
 }
 
-/// The attachment store of a data directory (`<data dir>/attachments`): images users
-/// upload and images tools return.
-pub fn attachments(dir: &Path) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
-    std::sync::Arc::new(foya_actors::attachments::AttachmentStore::new(
+/// The attachment store (images users upload and images tools return): in the data
+/// directory (`<data dir>/attachments`), or, when `store` is a shared store that keeps
+/// attachments (PostgreSQL), in it, with the data directory as this process's copy.
+pub fn attachments(
+    dir: &Path,
+    store: &foya_storage::LogStore,
+) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
+    use foya_storage::EventLog as _;
+    std::sync::Arc::new(foya_actors::attachments::AttachmentStore::with_shared(
         dir.join("attachments"),
+        store.attachments(),
     ))
 }
 

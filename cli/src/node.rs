@@ -7,7 +7,8 @@
 //! and gateway are up (scripts and tests wait for it), then only logs (stderr): among
 //! them one warning per `--connect` peer it cannot reach (address and reason), while it
 //! keeps running and redialling. The data dir's owner file records the listen address,
-//! so a command refused by the store's lock names it.
+//! so a command refused by the store's lock names it. With `--store URL` (or
+//! `FOYA_STORE_URL`) the node's sessions live in that shared store instead.
 //!
 //! Node names are unique in a cluster: a node that finds a node started earlier under
 //! its name leaves the cluster, prints why and exits with status 1.
@@ -54,6 +55,8 @@ pub struct NodeArgs {
     pub(crate) provider: ProviderArgs,
     #[command(flatten)]
     pub(crate) data: DataDirArg,
+    #[command(flatten)]
+    pub(crate) store: crate::args::StoreArg,
 }
 
 /// Reads a cookie file (surrounding whitespace ignored); prints why not and returns
@@ -95,7 +98,11 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     // makes the start fail, later).
     drop(crate::listen::bind(&args.listen.to_string(), crate::listen::Port::Fixed).await?);
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
-    let store = crate::data::open_store(&dir)?;
+    let store: foya_storage::LogStore = match crate::shared_store::url(&args.store) {
+        Some(url) => crate::shared_store::open(url).await?,
+        None => crate::data::open_store(&dir)?.into(),
+    };
+    let shared = store.is_shared();
     let mut config = crate::setup::runtime_config(store, model)?;
     // Sessions created through the cluster without a provider or model (the embedding
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
@@ -116,8 +123,11 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     let node = ClusterNode::start(runtime, config)
         .await
         .context("cannot start the cluster node")?;
-    // A second process refused by the data dir's lock names this address.
-    crate::data::record_node_owner(&dir, &node.listen_addr().to_string());
+    // A second process refused by the data dir's lock names this address (a shared
+    // store takes no data-dir lock).
+    if !shared {
+        crate::data::record_node_owner(&dir, &node.listen_addr().to_string());
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "foya node {name} listening on {}", args.listen);

@@ -62,7 +62,10 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
                     let store = crate::shared_store::open(url)
                         .await
                         .map_err(Failure::Runtime)?;
-                    match shared_session_state(&store, id).await? {
+                    match crate::shared_store::input_refusal(&store, id)
+                        .await
+                        .map_err(Failure::Runtime)?
+                    {
                         Some(message) => {
                             eprintln!("foya: {message}");
                             return Ok(EXIT_FAILED);
@@ -102,7 +105,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     crate::hooks::apply(&mut config, hooks, &dir);
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;
-    config.attachments = Some(crate::data::attachments(&dir));
+    config.attachments = Some(crate::data::attachments(&dir, &store));
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
@@ -122,26 +125,6 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
             runtime.shutdown().await;
             Err(e)
         }
-    }
-}
-
-/// Why session `id` of a shared store takes no input (`None`: it does): unknown, or
-/// deleted (as [`crate::data::open_for_input`] says for a data directory).
-async fn shared_session_state(
-    store: &foya_storage::LogStore,
-    id: SessionId,
-) -> Result<Option<String>, Failure> {
-    match store
-        .session(id)
-        .await
-        .map_err(|e| Failure::Runtime(e.into()))?
-    {
-        None => Ok(Some(format!("no session {id}"))),
-        Some(s) if s.deleted => Ok(Some(format!(
-            "session {id} was deleted: it takes no more inputs (its events stay readable \
-             with `foya sessions show {id}`)"
-        ))),
-        Some(_) => Ok(None),
     }
 }
 

@@ -3,7 +3,8 @@
 //! (`foya-storage-pg`, cargo feature `postgres`, on in the `foya` binary by default).
 //! Without `--store`, commands use the data directory's redb store as before.
 //!
-//! What stays with the data directory: the attachment files, hook transcripts and the
+//! Attachments go to the shared store too (every node reads them; the data directory
+//! keeps a copy). What stays with the data directory: hook transcripts and the
 //! redb-only tools (`foya store check`, `salvage`, `backup`, the acknowledgement journal),
 //! which refuse a `--store` ([`redb_only`]).
 
@@ -33,17 +34,34 @@ pub async fn open(url: &str) -> anyhow::Result<LogStore> {
             redact(url)
         );
     }
-    open_postgres(url).await
+    open_postgres(url, true).await
+}
+
+/// [`open`], with `synchronous_commit` left to the server (`durable`) or off on the
+/// writer's connections (load tests' `--durability none`: a server crash may lose the
+/// last acknowledged commits).
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_with(url: &str, durable: bool) -> anyhow::Result<LogStore> {
+    if !is_postgres(url) {
+        return open(url).await;
+    }
+    open_postgres(url, durable).await
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str) -> anyhow::Result<LogStore> {
-    let log = foya_storage_pg::PgLog::open(url, foya_storage_pg::PgOptions::default()).await?;
+async fn open_postgres(url: &str, durable: bool) -> anyhow::Result<LogStore> {
+    let options = foya_storage_pg::PgOptions {
+        synchronous_commit: durable,
+        ..foya_storage_pg::PgOptions::default()
+    };
+    let log = foya_storage_pg::PgLog::open(url, options).await?;
     Ok(LogStore::shared(log))
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str) -> anyhow::Result<LogStore> {
+async fn open_postgres(_url: &str, _durable: bool) -> anyhow::Result<LogStore> {
     anyhow::bail!(
         "this foya was built without PostgreSQL support: build it with the `postgres` \
          feature (the default of the foya binary)"
@@ -94,6 +112,26 @@ pub fn redb_only_tool(command: &crate::store_cmd::StoreCommand) -> Option<&'stat
         StoreCommand::Backup { .. } => Some("store backup"),
         StoreCommand::Repair { .. } => Some("store repair"),
         StoreCommand::Copy { .. } | StoreCommand::Populate(_) => None,
+    }
+}
+
+/// Why session `id` of a shared store takes no input (`None`: it does): unknown, or
+/// deleted (as [`crate::data::open_for_input`] says for a data directory).
+///
+/// # Errors
+/// The store cannot be read.
+pub async fn input_refusal(
+    store: &LogStore,
+    id: foya_protocol::SessionId,
+) -> anyhow::Result<Option<String>> {
+    use foya_storage::EventLog as _;
+    match store.session(id).await? {
+        None => Ok(Some(format!("no session {id}"))),
+        Some(s) if s.deleted => Ok(Some(format!(
+            "session {id} was deleted: it takes no more inputs (its events stay readable \
+             with `foya sessions show {id}`)"
+        ))),
+        Some(_) => Ok(None),
     }
 }
 

@@ -35,7 +35,7 @@ use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::Runtime;
 use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use foya_protocol::ApprovalMode;
-use foya_storage::{Durability, Store, StoreOptions};
+use foya_storage::{Durability, EventLog as _, LogStore, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use probe::Probe;
 use report::{Percentiles, Report};
@@ -96,6 +96,12 @@ pub struct LoadtestArgs {
     /// Data directory of the store (default: a temporary directory, removed at the end).
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
+    /// `--store URL` (or $FOYA_STORE_URL): the sessions' events go to this shared store
+    /// (`postgresql://user@host:port/db`) instead of a redb file in the data directory.
+    /// `--durability none` (the default) sets PostgreSQL's `synchronous_commit` off on
+    /// the writer's connections, `immediate` keeps the server's setting.
+    #[command(flatten)]
+    pub(crate) store: foya_cli::args::StoreArg,
     /// Attempts per model request, the first included (retry policy; 1 to 100, the
     /// ceiling of a profile's `max_attempts`).
     #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
@@ -224,14 +230,24 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         DurabilityArg::None => Durability::None,
         DurabilityArg::Immediate => Durability::Immediate,
     };
-    let store = Store::open(
-        &data_dir.join("foya.redb"),
-        StoreOptions {
-            durability,
-            ..StoreOptions::default()
-        },
-    )
-    .context("cannot open the store")?;
+    let store: LogStore = match foya_cli::shared_store::url(&args.store) {
+        Some(url) => {
+            anyhow::ensure!(
+                !args.compare_floor,
+                "--compare-floor replays into a redb store: not with --store"
+            );
+            foya_cli::shared_store::open_with(url, durability == Durability::Immediate).await?
+        }
+        None => Store::open(
+            &data_dir.join("foya.redb"),
+            StoreOptions {
+                durability,
+                ..StoreOptions::default()
+            },
+        )
+        .context("cannot open the store")?
+        .into(),
+    };
 
     let floor_model = match &profile {
         Some(_) => None,
@@ -275,8 +291,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
 
     let meter_overhead = cpu::outside_overhead();
     let stats_before = store.stats();
-    let appends_before = store.appends_committed();
-    let storage_before = store.writer_cpu();
+    let latency_before = store.append_latency();
+    let appends_before = store.as_redb().map(Store::appends_committed);
+    let storage_before = store.as_redb().map(Store::writer_cpu);
     let cpu_before = report::cpu_time();
     let children_before = report::children_cpu_time();
     let blocking_before = pool::blocking_cpu();
@@ -314,7 +331,11 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
     // Every append the turns waited for has its commit counted (published before it
     // resolved).
-    let storage = store.writer_cpu().saturating_sub(storage_before);
+    let storage = match (store.as_redb(), storage_before) {
+        (Some(redb), Some(before)) => redb.writer_cpu().saturating_sub(before),
+        _ => Duration::ZERO,
+    };
+    let latency = store.append_latency().since(&latency_before);
     progress.finish_and_clear();
     let stats = store.stats();
     let events_persisted = stats.appended_events - stats_before.appended_events;
@@ -334,7 +355,13 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     let measurements = provider_cpu.count() + tool_cpu.count() + driver_cpu.count();
     report.meter_overhead_s = meter_overhead.as_secs_f64() * measurements as f64;
     report.children_cpu_s = children.as_secs_f64();
-    report.appends = store.appends_committed() - appends_before;
+    // A shared store's appends are those acknowledged (its latency samples).
+    report.appends = match (store.as_redb(), appends_before) {
+        (Some(redb), Some(before)) => redb.appends_committed() - before,
+        _ => latency.count(),
+    };
+    report.set_append_latency(&latency);
+    report.store = store.is_shared().then(|| store.location());
     report.finish(wall, cpu);
     let floor_tools = floor::FloorTools::new(&shared.cwd, approval);
     if let Ok(shared) = Arc::try_unwrap(shared) {
@@ -380,7 +407,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
                 (None, None) => anyhow::bail!("--compare-floor: no model to replay"),
             },
             captured: captured_turns(&captured),
-            logs: floor::read_logs(&store)?,
+            logs: match store.as_redb() {
+                Some(redb) => floor::read_logs(redb)?,
+                None => anyhow::bail!("--compare-floor: not with --store"),
+            },
             tools: floor_tools,
             concurrency: args.concurrency.unwrap_or(args.sessions),
         };

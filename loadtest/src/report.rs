@@ -179,6 +179,13 @@ pub(crate) struct Report {
     pub(crate) retries: BTreeMap<String, u64>,
     /// The base URL requests went to (HTTP providers; `None` for the in-process `sim`).
     pub(crate) endpoint: Option<String>,
+    /// The shared store the events went to (`--store`, its URL without a password;
+    /// `None`: a redb file).
+    pub(crate) store: Option<String>,
+    /// Append latency as the runtime saw it (an append's call to its acknowledgement:
+    /// queueing, the group commit and, with `--durability immediate`, the flush), in
+    /// milliseconds; each value within 6 % (the store's histogram buckets).
+    pub(crate) append_latency_ms: Percentiles,
     /// Whether the run was stopped before every turn ran.
     pub(crate) stopped_early: bool,
 }
@@ -220,6 +227,17 @@ impl Report {
         self.steps_per_s = rate(self.steps);
         self.events_per_s = rate(self.events_persisted);
         self.peak_rss_bytes = peak_rss_bytes().unwrap_or(0);
+    }
+
+    /// Records the append latency percentiles of `latency` (microsecond buckets).
+    pub(crate) fn set_append_latency(&mut self, latency: &foya_storage::Latencies) {
+        let ms = |q: f64| latency.quantile_us(q).map(|us| us / 1e3);
+        self.append_latency_ms = Percentiles {
+            p50: ms(0.50),
+            p95: ms(0.95),
+            p99: ms(0.99),
+            samples: latency.count(),
+        };
     }
 
     /// Records the bare-client pass and the CPU ratio against it. No ratio when a turn
@@ -359,6 +377,11 @@ impl Report {
             p(&self.overhead_us.scaled(1e-3), "ms")
         ));
         line(format!("relay      {}", p(&self.relay_latency_ms, "ms")));
+        line(format!(
+            "append     {}  ({})",
+            p(&self.append_latency_ms, "ms"),
+            self.store.as_deref().unwrap_or("redb")
+        ));
         line(format!("retries    {}", classes(&self.retries)));
         line(format!("errors     {}", classes(&self.errors)));
         for (class, message) in &self.error_examples {

@@ -197,7 +197,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         Some(url) => foya_cli::shared_store::open(url).await.map_err(failed)?,
         None => foya_cli::data::open_store(&dir).map_err(failed)?.into(),
     };
-    let attachments = foya_cli::data::attachments(&dir);
+    let attachments = foya_cli::data::attachments(&dir, &store);
     let mut config = foya_cli::setup::runtime_config(store.clone(), model).map_err(usage)?;
     config.mcp = foya_cli::mcp::load(&cwd, &args.mcp).map_err(usage)?;
     let hooks = foya_cli::hooks::load(&cwd).map_err(usage)?;

@@ -15,7 +15,9 @@
 //! the shard), `foya_events` (`(session, seq)` primary key; `body` is
 //! [`foya_storage::codec`]'s versioned encoding of the event), `foya_pending` (the
 //! recovery index), `foya_shards` (shard epochs for fenced appends), `foya_meta` (the
-//! shard count) and `foya_attachments` (image bytes, readable by every node).
+//! shard count) and `foya_attachments` (image bytes, readable by every node: the
+//! runtime's attachment store reads and writes them through
+//! [`EventLog::attachments`], [`PgAttachments`]).
 //!
 //! # Writes: group commit in one statement
 //!
@@ -46,15 +48,19 @@
 //! [`AppendError::Fenced`], which is never retried.
 #![warn(missing_docs)]
 
+mod attachments;
 mod migrate;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod writer;
 
+pub use attachments::{ANSWER_WITHIN, PgAttachments};
 pub use migrate::SCHEMA_VERSION;
 
 use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};
-use foya_storage::{AppendError, EventLog, Fence, Page, ReadError, StoreStats};
+use foya_storage::{
+    AppendError, EventLog, Fence, Latencies, Page, ReadError, SharedAttachments, StoreStats,
+};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -167,6 +173,8 @@ impl Default for PgOptions {
 pub(crate) struct Counters {
     pub(crate) appended_events: AtomicU64,
     pub(crate) commits: AtomicU64,
+    /// Latencies of the acknowledged appends (call to acknowledgement).
+    pub(crate) append_latency: foya_storage::LatencyHistogram,
 }
 
 /// The event log in PostgreSQL. Cheap to clone: clones share the writer task and the
@@ -184,6 +192,8 @@ struct Inner {
     sender: Mutex<Option<mpsc::Sender<writer::Request>>>,
     stopped: watch::Receiver<bool>,
     counters: Arc<Counters>,
+    /// `foya_attachments`' thread, started by the first [`EventLog::attachments`].
+    attachments: std::sync::OnceLock<Arc<PgAttachments>>,
 }
 
 impl fmt::Debug for PgLog {
@@ -365,6 +375,7 @@ impl PgLog {
                 sender: Mutex::new(Some(sender)),
                 stopped,
                 counters,
+                attachments: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -465,6 +476,7 @@ impl EventLog for PgLog {
         if events.is_empty() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         AppendError::check_batch(events)?;
         let request = writer::Request::new(events, fence)?;
         let (reply, answer) = oneshot::channel();
@@ -482,7 +494,12 @@ impl EventLog for PgLog {
         drop(sender);
         answer.await.map_err(|_| {
             AppendError::Storage("the PostgreSQL writer stopped before answering".into())
-        })?
+        })??;
+        self.inner
+            .counters
+            .append_latency
+            .record(started.elapsed());
+        Ok(())
     }
 
     async fn read_range(
@@ -586,6 +603,20 @@ impl EventLog for PgLog {
             appended_events: self.inner.counters.appended_events.load(Ordering::Relaxed),
             commits: self.inner.counters.commits.load(Ordering::Relaxed),
         }
+    }
+
+    fn append_latency(&self) -> Latencies {
+        self.inner.counters.append_latency.snapshot()
+    }
+
+    fn attachments(&self) -> Option<Arc<dyn SharedAttachments>> {
+        let shared = self.inner.attachments.get_or_init(|| {
+            Arc::new(PgAttachments::start(
+                self.inner.config.clone(),
+                self.inner.location.clone(),
+            ))
+        });
+        Some(Arc::clone(shared) as Arc<dyn SharedAttachments>)
     }
 
     fn location(&self) -> String {

@@ -135,6 +135,7 @@ mod error;
 mod guard;
 mod header;
 mod journal;
+mod latency;
 mod log;
 mod losses;
 mod pending;
@@ -152,7 +153,10 @@ mod writer;
 pub use backup::BackupReport;
 pub use check::{CheckReport, check};
 pub use error::{AppendError, Error, OpenError, ReadError};
-pub use log::{BoxFuture, Cursor, DynEventLog, EventLog, Fence, LogStore, Page};
+pub use latency::{Latencies, LatencyHistogram};
+pub use log::{
+    BoxFuture, Cursor, DynEventLog, EventLog, Fence, LogStore, Page, SharedAttachments,
+};
 pub use losses::{Loss, recorded_losses};
 pub use read_only::ReadOnlyStore;
 pub use recover::REPAIRED as REPAIRED_NOTE;

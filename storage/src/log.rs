@@ -25,6 +25,7 @@
 //! ignores every fence (its data-directory lock is its fence: one process writes a file).
 
 use crate::error::{AppendError, ReadError};
+use crate::latency::Latencies;
 use crate::store::{Store, StoreStats};
 use foya_protocol::{Event, Seq, SessionId, SessionSummary, UnixMs};
 use std::fmt;
@@ -193,6 +194,18 @@ pub trait EventLog: Clone + Send + Sync + fmt::Debug + 'static {
     /// Counters of committed events and transactions since open.
     fn stats(&self) -> StoreStats;
 
+    /// The latencies of the appends acknowledged since open (call to acknowledgement),
+    /// for load tests; empty for a log that does not record them.
+    fn append_latency(&self) -> Latencies {
+        Latencies::default()
+    }
+
+    /// The attachment store this log keeps beside it, readable by every node that opens
+    /// the log (`None`: attachments stay in the local data directory, as with redb).
+    fn attachments(&self) -> Option<Arc<dyn SharedAttachments>> {
+        None
+    }
+
     /// Where the log is, for messages: a file path, or a database URL without its
     /// password.
     fn location(&self) -> String;
@@ -238,6 +251,10 @@ impl EventLog for Store {
         Store::stats(self)
     }
 
+    fn append_latency(&self) -> Latencies {
+        Store::append_latency(self)
+    }
+
     fn location(&self) -> String {
         self.inner.location.display().to_string()
     }
@@ -250,6 +267,28 @@ fn paged(all: Vec<SessionSummary>, page: Page) -> Vec<SessionSummary> {
         None => 0,
     };
     all.into_iter().skip(start).take(page.limit).collect()
+}
+
+/// Attachments (image uploads, tools' images) kept in a shared engine beside the log,
+/// so that every node reads what any node stored ([`EventLog::attachments`]).
+///
+/// The calls block the calling thread until the engine answered (the attachment store
+/// above them is synchronous, like a local file's): an implementation must answer from
+/// its own thread or connection, never need the caller's async runtime to make
+/// progress, and bound its wait.
+pub trait SharedAttachments: Send + Sync + fmt::Debug + 'static {
+    /// Stores `bytes` of `media_type` under `id` (an id already stored keeps its first
+    /// bytes: ids are fresh UUIDv7s, an attachment never changes).
+    ///
+    /// # Errors
+    /// The engine's error, as text.
+    fn put(&self, id: [u8; 16], media_type: &str, bytes: &[u8]) -> Result<(), String>;
+
+    /// The media type and bytes of attachment `id`; `None` when there is none.
+    ///
+    /// # Errors
+    /// The engine's error, as text.
+    fn get(&self, id: [u8; 16]) -> Result<Option<(String, Vec<u8>)>, String>;
 }
 
 /// A boxed future, for [`DynEventLog`].
@@ -289,6 +328,10 @@ pub trait DynEventLog: Send + Sync + fmt::Debug + 'static {
     fn close_dyn(&self) -> BoxFuture<'_, ()>;
     /// [`EventLog::stats`].
     fn stats_dyn(&self) -> StoreStats;
+    /// [`EventLog::append_latency`].
+    fn append_latency_dyn(&self) -> Latencies;
+    /// [`EventLog::attachments`].
+    fn attachments_dyn(&self) -> Option<Arc<dyn SharedAttachments>>;
     /// [`EventLog::location`].
     fn location_dyn(&self) -> String;
 }
@@ -332,6 +375,12 @@ impl<L: EventLog> DynEventLog for L {
     }
     fn stats_dyn(&self) -> StoreStats {
         self.stats()
+    }
+    fn append_latency_dyn(&self) -> Latencies {
+        self.append_latency()
+    }
+    fn attachments_dyn(&self) -> Option<Arc<dyn SharedAttachments>> {
+        self.attachments()
     }
     fn location_dyn(&self) -> String {
         self.location()
@@ -436,6 +485,20 @@ impl EventLog for LogStore {
         match self {
             Self::Redb(store) => Store::stats(store),
             Self::Shared(log) => log.stats_dyn(),
+        }
+    }
+
+    fn append_latency(&self) -> Latencies {
+        match self {
+            Self::Redb(store) => Store::append_latency(store),
+            Self::Shared(log) => log.append_latency_dyn(),
+        }
+    }
+
+    fn attachments(&self) -> Option<Arc<dyn SharedAttachments>> {
+        match self {
+            Self::Redb(_) => None,
+            Self::Shared(log) => log.attachments_dyn(),
         }
     }
 

@@ -353,6 +353,7 @@ impl Store {
         if events.is_empty() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         AppendError::check_batch(events)?;
         let encoded = events
             .iter()
@@ -378,7 +379,12 @@ impl Store {
         drop(sender);
         answer.await.map_err(|_| {
             AppendError::Storage("the store writer failed before answering this append".into())
-        })?
+        })??;
+        self.inner
+            .counters
+            .append_latency
+            .record(started.elapsed());
+        Ok(())
     }
 
     /// The commit durability this store was opened with.
@@ -426,6 +432,13 @@ impl Store {
     #[must_use]
     pub fn appends_committed(&self) -> u64 {
         self.inner.counters.appends.load(Ordering::Relaxed)
+    }
+
+    /// The latencies of the appends acknowledged since the store was opened (from the
+    /// [`Store::append_all`] call to its commit's acknowledgement). For load tests.
+    #[must_use]
+    pub fn append_latency(&self) -> crate::Latencies {
+        self.inner.counters.append_latency.snapshot()
     }
 
     /// CPU time the store's writer thread has used since the store was opened (user +

@@ -104,6 +104,8 @@ pub(crate) struct Counters {
     pub(crate) writer_cpu_ns: AtomicU64,
     /// Logs read ([`crate::Store::read_range`] calls, `read_from` included).
     pub(crate) logs_read: AtomicU64,
+    /// Latencies of the acknowledged appends ([`crate::Store::append_latency`]).
+    pub(crate) append_latency: crate::LatencyHistogram,
 }
 
 impl Counters {

@@ -1,8 +1,11 @@
 //! `--store postgresql://…`: several processes share one event log. Two `foya serve`
 //! processes (two ports, two data dirs) on one PostgreSQL store both list every session
-//! either created (the second does not run the first's sessions: placement is issue 42's);
-//! `foya run --store` then `foya sessions list/show --store` read the same log; a redb-only
-//! tool refuses a shared store. The kill -9 tests on PostgreSQL are in `crash_restart.rs`.
+//! either created (the second does not run the first's sessions: placement is issue 42's),
+//! and an image uploaded through one reaches the model through the other (attachments
+//! live in the store); `foya run --store` then `foya sessions list/show --store` read the
+//! same log, and so do `foya chat --store`, `foya node --store` (its cluster listing) and
+//! `foya loadtest --store` (whose report gives the append latency); a redb-only tool
+//! refuses a shared store. The kill -9 tests on PostgreSQL are in `crash_restart.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::{foya, foya_bin};
@@ -19,10 +22,23 @@ struct Serve {
 }
 
 async fn serve(store: &str, data: &std::path::Path, cwd: &std::path::Path) -> Serve {
+    serve_with(&["--provider", "sim"], store, data, cwd).await
+}
+
+/// `foya serve` with these provider arguments on `store`, data dir `data`.
+async fn serve_with(
+    provider: &[&str],
+    store: &str,
+    data: &std::path::Path,
+    cwd: &std::path::Path,
+) -> Serve {
     let mut child = tokio::process::Command::new(foya_bin())
         .env("HOME", foya_tests::foya_bin::test_home())
+        .env("OPENAI_API_KEY", "sk-test")
         .env_remove("FOYA_DATA_DIR")
-        .args(["serve", "--provider", "sim", "--listen", "127.0.0.1:0"])
+        .arg("serve")
+        .args(provider)
+        .args(["--listen", "127.0.0.1:0", "--approval", "bypass"])
         .args(["--store", store])
         .arg("--data-dir")
         .arg(data)
@@ -292,3 +308,298 @@ async fn store_copy_moves_sessions_into_postgres_and_back() {
     assert!(ok, "{stderr}");
     assert_eq!(show(&["--data-dir", back.to_str().unwrap()]), original);
 }
+
+/// A 1×1 grey PNG (every chunk's CRC valid) and its base64.
+const PNG_1X1: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x04\0\0\0\xb5\x1c\x0c\x02\0\0\0\x0bIDATx\xdacd`\0\0\0\x06\0\x020\x81\xd0/\0\0\0\0IEND\xaeB`\x82";
+const PNG_1X1_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_uploaded_through_one_server_reaches_the_model_through_the_other() {
+    use eventsource_stream::Eventsource as _;
+    use futures::StreamExt as _;
+    use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path().join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let provider = MockProvider::start().await;
+    provider.push(MockResponse::sse(openai_chat::text("a grey pixel")));
+    let base_url = format!("{}/v1", provider.base_url());
+    let mock = [
+        "--provider",
+        "openai-chat",
+        "--model",
+        "mock-1",
+        "--base-url",
+        &base_url,
+    ];
+    let mut a = serve(&store, &tmp.path().join("a"), &cwd).await;
+    let mut b = serve_with(&mock, &store, &tmp.path().join("b"), &cwd).await;
+    let http = reqwest::Client::new();
+    let uploaded: Value = http
+        .post(format!("{}/attachments", a.base))
+        .header("content-type", "image/png")
+        .body(PNG_1X1.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let image = uploaded["id"].as_str().unwrap().to_owned();
+    // Nothing of it is in B's data directory: B reads it from the store.
+    assert!(!tmp.path().join("b/attachments").join(&image).exists());
+    let id = create(&http, &b).await;
+    let events = http
+        .get(format!("{}/sessions/{id}/events", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), reqwest::StatusCode::OK);
+    let mut events = events.bytes_stream().eventsource().boxed();
+    let accepted = http
+        .post(format!("{}/sessions/{id}/inputs", b.base))
+        .json(&json!({"text": "what is this?", "images": [{"id": image}]}))
+        .send()
+        .await
+        .unwrap();
+    let status = accepted.status();
+    assert_eq!(
+        status,
+        reqwest::StatusCode::ACCEPTED,
+        "{}",
+        accepted.text().await.unwrap()
+    );
+    let mut user_message = None;
+    tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let sse = events.next().await.unwrap().unwrap();
+            if sse.event != "event" {
+                continue;
+            }
+            let data: Value = serde_json::from_str(&sse.data).unwrap();
+            if data["type"] == "user_message" {
+                user_message = Some(data.clone());
+            }
+            if data["type"] == "turn_complete" {
+                assert_eq!(data["status"], "completed", "{data}");
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the turn on B completed");
+    let user_message = user_message.expect("a user_message");
+    assert_eq!(
+        user_message["input"]["images"][0]["media_type"],
+        "image/png",
+        "{user_message}"
+    );
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    let user = requests[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        user["content"],
+        json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG_1X1_BASE64}")}},
+        ])
+    );
+    a.child.start_kill().unwrap();
+    b.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    let _ = b.child.wait().await;
+}
+
+/// The sessions `foya sessions list --json --store URL` lists.
+fn listed_in(store: &str) -> Vec<Value> {
+    let (ok, stdout, stderr) =
+        output(foya().args(["sessions", "list", "--json", "--store", store]));
+    assert!(ok, "{stderr}");
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The `type`s of session `id`'s log in `store`.
+fn log_types(store: &str, id: &str) -> Vec<String> {
+    let (ok, stdout, stderr) =
+        output(foya().args(["sessions", "show", id, "--json", "--store", store]));
+    assert!(ok, "{stderr}");
+    stdout
+        .lines()
+        .map(|l| {
+            let e: Value = serde_json::from_str(l).unwrap();
+            e["type"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn chat_writes_to_and_resumes_from_a_postgres_store() {
+    use std::io::Write as _;
+    let store = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(foya_storage_pg::testkit::fresh_url());
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"responses":[{"text":"first"},{"text":"second"}]}).to_string(),
+    )
+    .unwrap();
+    let data = tmp.path().join("data");
+    let chat = |session: Option<&str>, line: &str| {
+        let mut command = foya_tests::foya_bin::scripted("chat", "bypass", &script, &data, tmp.path());
+        command.args(["--store", &store]);
+        if let Some(id) = session {
+            command.args(["--session", id]);
+        }
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{line}\n").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    chat(None, "hello");
+    let sessions = listed_in(&store);
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    // A second chat process resumes it from the store.
+    chat(Some(&id), "again");
+    let types = log_types(&store, &id);
+    assert_eq!(
+        types.iter().filter(|t| *t == "turn_complete").count(),
+        2,
+        "{types:?}"
+    );
+    assert!(!foya_storage::data_dir::store_path(&data).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_on_a_postgres_store_serves_the_sessions_in_it() {
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("script.json");
+    std::fs::write(&script, json!({"responses":[{"text":"hi"}]}).to_string()).unwrap();
+    let data = tmp.path().join("data");
+    let (ok, stdout, stderr) = output(
+        foya_tests::foya_bin::scripted("run", "bypass", &script, &data, tmp.path())
+            .args(["--json", "--store", &store, "hello"]),
+    );
+    assert!(ok, "{stderr}");
+    let first: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let id = first["session_id"].as_str().unwrap().to_owned();
+
+    let cookie = tmp.path().join("cookie");
+    std::fs::write(&cookie, "test-cookie\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut node = tokio::process::Command::new(foya_bin())
+        .env("HOME", foya_tests::foya_bin::test_home())
+        .env_remove("FOYA_DATA_DIR")
+        .args(["node", "--listen", &listen, "--name", "pg", "--provider", "sim"])
+        .arg("--cookie-file")
+        .arg(&cookie)
+        .arg("--data-dir")
+        .arg(tmp.path().join("node-data"))
+        .args(["--store", &store])
+        .current_dir(tmp.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(node.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(TIMEOUT, lines.next_line())
+        .await
+        .expect("the node started")
+        .unwrap()
+        .expect("node exited");
+    assert_eq!(line, format!("foya node pg listening on {listen}"));
+    let listed = tokio::task::spawn_blocking({
+        let (listen, cookie) = (listen.clone(), cookie.clone());
+        move || {
+            output(
+                foya()
+                    .args(["sessions", "list", "--json", "--cluster", &listen])
+                    .arg("--cookie-file")
+                    .arg(&cookie),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let (ok, stdout, stderr) = listed;
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains(&id), "{stdout}");
+    assert!(!foya_storage::data_dir::store_path(&tmp.path().join("node-data")).exists());
+    node.start_kill().unwrap();
+    let _ = node.wait().await;
+}
+
+#[test]
+fn loadtest_on_a_postgres_store_completes_and_reports_the_append_latency() {
+    let store = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(foya_storage_pg::testkit::fresh_url());
+    let tmp = tempfile::tempdir().unwrap();
+    for shared in [true, false] {
+        let json_path = tmp.path().join(format!("report-{shared}.json"));
+        let mut command = foya();
+        command
+            .args(["loadtest", "--sessions", "20", "--turns", "2", "--json"])
+            .arg(&json_path)
+            .current_dir(tmp.path());
+        if shared {
+            command.args(["--store", &store]);
+        }
+        let (ok, stdout, stderr) = output(&mut command);
+        assert!(ok, "{stdout}\n{stderr}");
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+        assert_eq!(report["turns_completed"], json!(40), "{report}");
+        assert_eq!(report["errors"], json!({}), "{report}");
+        let latency = &report["append_latency_ms"];
+        assert!(latency["samples"].as_u64().unwrap() > 0, "{report}");
+        let (p50, p99) = (
+            latency["p50"].as_f64().unwrap(),
+            latency["p99"].as_f64().unwrap(),
+        );
+        assert!(0.0 < p50 && p50 <= p99, "{latency}");
+        assert!(stdout.contains("append     p50 "), "{stdout}");
+        if shared {
+            let named = report["store"].as_str().unwrap_or_default();
+            assert!(named.starts_with("postgresql://"), "{report}");
+        } else {
+            assert_eq!(report["store"], Value::Null);
+        }
+    }
+    // The 20 sessions are in the store.
+    assert_eq!(listed_in(&store).len(), 20);
+}
+

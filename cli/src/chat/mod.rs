@@ -24,6 +24,7 @@ use commands::ChatCommand;
 use foya_actors::runtime::{Runtime, SubscribeOptions};
 use foya_actors::{SessionHandle, Subscription};
 use foya_protocol::{ApprovalMode, Input, Seq, SessionConfig, SessionId};
+use foya_storage::EventLog as _;
 use input::{Editor, Prompted};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -46,15 +47,38 @@ pub async fn chat(args: ChatArgs) -> u8 {
     // `--session ID` resumes a stored session that is not deleted: otherwise (or without
     // a store at all) this says so and exits 1, creating nothing — checked before the
     // provider, so the answer is the same whatever the provider.
-    let resumed = match &args.session {
+    let shared_url = crate::shared_store::url(&args.store);
+    let resumed: Option<foya_storage::LogStore> = match &args.session {
         Some(id) => match id.parse::<SessionId>() {
-            Ok(id) => {
-                match crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate) {
-                    Ok(Some(store)) => Some(store),
+            Ok(id) => match shared_url {
+                Some(url) => {
+                    let store = match crate::shared_store::open(url).await {
+                        Ok(store) => store,
+                        Err(e) => return failed(&e),
+                    };
+                    match crate::shared_store::input_refusal(&store, id).await {
+                        Ok(None) => Some(store),
+                        Ok(Some(message)) => {
+                            eprintln!("foya: {message}");
+                            store.close().await;
+                            return EXIT_FAILED;
+                        }
+                        Err(e) => {
+                            store.close().await;
+                            return failed(&e);
+                        }
+                    }
+                }
+                None => match crate::data::open_for_input(
+                    &dir,
+                    id,
+                    foya_storage::Durability::Immediate,
+                ) {
+                    Ok(Some(store)) => Some(store.into()),
                     Ok(None) => return EXIT_FAILED,
                     Err(e) => return failed(&e),
-                }
-            }
+                },
+            },
             Err(e) => return usage(&anyhow::anyhow!("{e}")),
         },
         None => None,
@@ -75,10 +99,14 @@ pub async fn chat(args: ChatArgs) -> u8 {
         Ok(hooks) => hooks,
         Err(e) => return usage(&e),
     };
-    let store = match resumed {
-        Some(store) => store,
-        None => match crate::data::open_store(&dir) {
+    let store: foya_storage::LogStore = match (resumed, shared_url) {
+        (Some(store), _) => store,
+        (None, Some(url)) => match crate::shared_store::open(url).await {
             Ok(store) => store,
+            Err(e) => return failed(&e),
+        },
+        (None, None) => match crate::data::open_store(&dir) {
+            Ok(store) => store.into(),
             Err(e) => return failed(&e),
         },
     };
@@ -92,7 +120,7 @@ pub async fn chat(args: ChatArgs) -> u8 {
     crate::hooks::apply(&mut config, hooks, &dir);
     // Where the runtime finds user commands: chat lists them with an unknown command.
     let user_dir = config.context.resolved_user_dir();
-    config.attachments = Some(crate::data::attachments(&dir));
+    config.attachments = Some(crate::data::attachments(&dir, &store));
     let runtime = match Runtime::start(config).await {
         Ok(r) => r,
         Err(e) => return failed(&anyhow::anyhow!("cannot start the runtime: {e}")),
@@ -147,7 +175,7 @@ fn failed(e: &anyhow::Error) -> u8 {
 /// with the session's working directory.
 async fn open(
     runtime: &Runtime,
-    store: &foya_storage::Store,
+    store: &foya_storage::LogStore,
     args: &ChatArgs,
     cwd: PathBuf,
     model: String,
@@ -166,7 +194,7 @@ async fn open(
                 .await
                 .context("cannot switch the session's model")?;
             eprintln!("{}", crate::render::dim(&format!("resumed session {id}")));
-            let cwd = store.session(id)?.map_or(cwd, |s| s.cwd);
+            let cwd = store.session(id).await?.map_or(cwd, |s| s.cwd);
             (session, cwd)
         }
         None => {
@@ -194,7 +222,10 @@ async fn open(
             crate::render::dim("type a prompt; /help for commands; Ctrl-D or /exit quits")
         );
     }
-    let from = store.last_seq(session.id())?.map_or(Seq::FIRST, Seq::next);
+    let from = store
+        .last_seq(session.id())
+        .await?
+        .map_or(Seq::FIRST, Seq::next);
     let approver = approver(args);
     let updates = session
         .subscribe(from, SubscribeOptions { approver })
