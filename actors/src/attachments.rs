@@ -150,7 +150,10 @@ impl AttachmentStore {
 
     /// A store kept in `shared` (when given), with `dir` as this node's copy of what it
     /// stored or read.
-    pub fn with_shared(dir: impl Into<PathBuf>, shared: Option<Arc<dyn SharedAttachments>>) -> Self {
+    pub fn with_shared(
+        dir: impl Into<PathBuf>,
+        shared: Option<Arc<dyn SharedAttachments>>,
+    ) -> Self {
         Self {
             dir: dir.into(),
             shared,
@@ -229,11 +232,9 @@ impl AttachmentStore {
         let uuid = uuid::Uuid::parse_str(id).ok()?;
         match std::fs::metadata(self.dir.join(uuid.to_string())) {
             Ok(m) => Some(m.len()),
-            Err(_) if self.shared.is_some() => self
-                .get(id)
-                .ok()
-                .flatten()
-                .map(|a| a.bytes.len() as u64),
+            Err(_) if self.shared.is_some() => {
+                self.get(id).ok().flatten().map(|a| a.bytes.len() as u64)
+            }
             Err(_) => None,
         }
     }

@@ -495,10 +495,7 @@ impl EventLog for PgLog {
         answer.await.map_err(|_| {
             AppendError::Storage("the PostgreSQL writer stopped before answering".into())
         })??;
-        self.inner
-            .counters
-            .append_latency
-            .record(started.elapsed());
+        self.inner.counters.append_latency.record(started.elapsed());
         Ok(())
     }
 

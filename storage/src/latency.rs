@@ -24,7 +24,9 @@ fn bucket(us: u64) -> usize {
     let power = u64::from(63 - us.leading_zeros()); // >= 4
     let sub = (us >> (power - 4)) & (SUB - 1);
     let index = SUB + (power - 4) * SUB + sub;
-    usize::try_from(index).unwrap_or(BUCKETS - 1).min(BUCKETS - 1)
+    usize::try_from(index)
+        .unwrap_or(BUCKETS - 1)
+        .min(BUCKETS - 1)
 }
 
 /// The midpoint of bucket `index`, in microseconds.
@@ -150,7 +152,10 @@ mod tests {
         assert!(bucket(u64::MAX) < BUCKETS);
         for us in [16u64, 17, 31, 32, 1 << 20, (1 << 20) + 12345] {
             let mid = midpoint(bucket(us));
-            assert!((mid - us as f64).abs() / us as f64 <= 1.0 / 16.0, "{us} {mid}");
+            assert!(
+                (mid - us as f64).abs() / us as f64 <= 1.0 / 16.0,
+                "{us} {mid}"
+            );
         }
     }
 }

@@ -380,10 +380,7 @@ impl Store {
         answer.await.map_err(|_| {
             AppendError::Storage("the store writer failed before answering this append".into())
         })??;
-        self.inner
-            .counters
-            .append_latency
-            .record(started.elapsed());
+        self.inner.counters.append_latency.record(started.elapsed());
         Ok(())
     }
 

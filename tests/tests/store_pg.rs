@@ -317,8 +317,8 @@ const PNG_1X1_BASE64: &str =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_uploaded_through_one_server_reaches_the_model_through_the_other() {
     use eventsource_stream::Eventsource as _;
-    use futures::StreamExt as _;
     use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
+    use futures::StreamExt as _;
     let store = foya_storage_pg::testkit::fresh_url().await;
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path().join("work");
@@ -392,8 +392,7 @@ async fn an_image_uploaded_through_one_server_reaches_the_model_through_the_othe
     .expect("the turn on B completed");
     let user_message = user_message.expect("a user_message");
     assert_eq!(
-        user_message["input"]["images"][0]["media_type"],
-        "image/png",
+        user_message["input"]["images"][0]["media_type"], "image/png",
         "{user_message}"
     );
     let requests = provider.requests();
@@ -457,7 +456,8 @@ fn chat_writes_to_and_resumes_from_a_postgres_store() {
     .unwrap();
     let data = tmp.path().join("data");
     let chat = |session: Option<&str>, line: &str| {
-        let mut command = foya_tests::foya_bin::scripted("chat", "bypass", &script, &data, tmp.path());
+        let mut command =
+            foya_tests::foya_bin::scripted("chat", "bypass", &script, &data, tmp.path());
         command.args(["--store", &store]);
         if let Some(id) = session {
             command.args(["--session", id]);
@@ -522,7 +522,15 @@ async fn a_node_on_a_postgres_store_serves_the_sessions_in_it() {
     let mut node = tokio::process::Command::new(foya_bin())
         .env("HOME", foya_tests::foya_bin::test_home())
         .env_remove("FOYA_DATA_DIR")
-        .args(["node", "--listen", &listen, "--name", "pg", "--provider", "sim"])
+        .args([
+            "node",
+            "--listen",
+            &listen,
+            "--name",
+            "pg",
+            "--provider",
+            "sim",
+        ])
         .arg("--cookie-file")
         .arg(&cookie)
         .arg("--data-dir")
@@ -602,4 +610,3 @@ fn loadtest_on_a_postgres_store_completes_and_reports_the_append_latency() {
     // The 20 sessions are in the store.
     assert_eq!(listed_in(&store).len(), 20);
 }
-

@@ -69,15 +69,14 @@ pub async fn chat(args: ChatArgs) -> u8 {
                         }
                     }
                 }
-                None => match crate::data::open_for_input(
-                    &dir,
-                    id,
-                    foya_storage::Durability::Immediate,
-                ) {
-                    Ok(Some(store)) => Some(store.into()),
-                    Ok(None) => return EXIT_FAILED,
-                    Err(e) => return failed(&e),
-                },
+                None => {
+                    match crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate)
+                    {
+                        Ok(Some(store)) => Some(store.into()),
+                        Ok(None) => return EXIT_FAILED,
+                        Err(e) => return failed(&e),
+                    }
+                }
             },
             Err(e) => return usage(&anyhow::anyhow!("{e}")),
         },
