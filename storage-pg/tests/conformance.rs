@@ -162,6 +162,29 @@ async fn attachments_are_stored_in_the_database() {
     other.close().await;
 }
 
+/// The seam's attachment store (what the runtime uses): blocking calls answered by the
+/// log's own thread, from inside a single-threaded runtime too (the caller's runtime is
+/// not needed to make progress).
+#[tokio::test(flavor = "current_thread")]
+async fn the_seams_attachment_store_blocks_without_needing_the_callers_runtime() {
+    let url = testkit::fresh_url().await;
+    let log = PgLog::open(&url, PgOptions::default()).await.unwrap();
+    let other = PgLog::open(&url, PgOptions::default()).await.unwrap();
+    let (mine, theirs) = (log.attachments().unwrap(), other.attachments().unwrap());
+    let id = *uuid::Uuid::now_v7().as_bytes();
+    mine.put(id, "image/gif", b"GIF89a").unwrap();
+    assert_eq!(
+        theirs.get(id).unwrap(),
+        Some(("image/gif".to_owned(), b"GIF89a".to_vec()))
+    );
+    assert_eq!(theirs.get(*uuid::Uuid::now_v7().as_bytes()).unwrap(), None);
+    // Also through the LogStore the runtime holds.
+    let store = foya_storage::LogStore::shared(other.clone());
+    assert!(store.attachments().unwrap().get(id).unwrap().is_some());
+    log.close().await;
+    other.close().await;
+}
+
 #[tokio::test]
 async fn a_newer_schema_is_refused() {
     let url = testkit::fresh_url().await;
