@@ -5,7 +5,7 @@
 
 use foya_protocol::{Event, EventKind, Seq, SessionConfig, SessionId};
 use foya_storage::{AppendError, EventLog, Fence, Page};
-use foya_storage_pg::{PgLog, PgOptions, SCHEMA_VERSION, testkit};
+use foya_storage_pg::{LeaseOptions, NodeLease, PgLog, PgOptions, SCHEMA_VERSION, testkit};
 
 async fn fresh() -> PgLog {
     PgLog::open(&testkit::fresh_url().await, PgOptions::default())
@@ -53,43 +53,47 @@ async fn a_stale_fence_is_refused_and_writes_nothing() {
     let log = PgLog::open(&url, PgOptions::default()).await.unwrap();
     let session = SessionId::new();
     log.append(&[created(session)], Fence::None).await.unwrap();
-    sql(
-        &url,
-        "INSERT INTO foya_shards (shard, owner, epoch) VALUES (7, 'a', 3)",
-    )
-    .await;
-    let fence = Fence::Epoch { shard: 7, epoch: 3 };
+    let shard = log.shards().of(session);
+    let a = NodeLease::register(&url, "a", LeaseOptions::default())
+        .await
+        .unwrap();
+    let fence = a.claim(shard).await.unwrap();
+    assert_eq!(fence, Fence::Epoch { shard, epoch: 1 });
     log.append(&[step(session, 2)], fence).await.unwrap();
-    // Another node claims the shard.
-    sql(
-        &url,
-        "UPDATE foya_shards SET owner = 'b', epoch = 4 WHERE shard = 7",
-    )
-    .await;
+    // Another node claims the shard (a released it).
+    assert!(a.release(shard).await.unwrap());
+    let b = NodeLease::register(&url, "b", LeaseOptions::default())
+        .await
+        .unwrap();
+    let newer = b.claim(shard).await.unwrap();
     let stale = log.append(&[step(session, 3)], fence).await;
     assert_eq!(
         stale,
         Err(AppendError::Fenced {
-            shard: 7,
-            epoch: Some(4)
+            shard,
+            epoch: Some(2)
         })
     );
     assert!(!stale.unwrap_err().is_retryable());
-    // A shard with no epoch row fences too.
+    // A shard the store does not have fences too.
     let unknown = log
-        .append(&[step(session, 3)], Fence::Epoch { shard: 9, epoch: 0 })
+        .append(
+            &[step(session, 3)],
+            Fence::Epoch {
+                shard: 9999,
+                epoch: 0,
+            },
+        )
         .await;
     assert_eq!(
         unknown,
         Err(AppendError::Fenced {
-            shard: 9,
+            shard: 9999,
             epoch: None
         })
     );
     assert_eq!(log.last_seq(session).await.unwrap(), Some(Seq(2)));
-    log.append(&[step(session, 3)], Fence::Epoch { shard: 7, epoch: 4 })
-        .await
-        .unwrap();
+    log.append(&[step(session, 3)], newer).await.unwrap();
     log.close().await;
 }
 
