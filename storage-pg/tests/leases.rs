@@ -728,7 +728,12 @@ async fn the_keeper_reports_the_loss_before_the_ttl_when_postgres_stops_answerin
     let db = client(&url).await;
     let forwarder = Forwarder::start(upstream(&url)).await;
     let ttl = Duration::from_secs(3);
-    let lease = NodeLease::register(&via(&url, forwarder.addr), "a", LeaseOptions::new(ttl))
+    let options = LeaseOptions {
+        ttl,
+        renew_every: Duration::from_millis(500),
+        margin: Duration::from_secs(1),
+    };
+    let lease = NodeLease::register(&via(&url, forwarder.addr), "a", options)
         .await
         .unwrap();
     let keeper = LeaseKeeper::spawn(lease.clone());
@@ -796,9 +801,12 @@ async fn across_a_postgres_restart_the_keeper_renews_or_reports_the_loss() {
 
     // A short restart: the keeper reconnects and renews; the writer reconnects; the
     // fence still holds.
-    let lease = NodeLease::register(&url, "a", LeaseOptions::new(Duration::from_secs(20)))
-        .await
-        .unwrap();
+    let options = LeaseOptions {
+        ttl: Duration::from_secs(20),
+        renew_every: Duration::from_millis(500),
+        margin: Duration::from_secs(4),
+    };
+    let lease = NodeLease::register(&url, "a", options).await.unwrap();
     let keeper = LeaseKeeper::spawn(lease.clone());
     let fence = lease.claim(shard).await.unwrap();
     log.append(&[created(session)], fence).await.unwrap();
@@ -857,4 +865,46 @@ async fn across_a_postgres_restart_the_keeper_renews_or_reports_the_loss() {
     }
     assert_eq!(log.last_seq(other).await.unwrap(), Some(Seq(1)));
     log.close().await;
+}
+
+/// The storage seam's fencing checks (`foya_storage::conformance`) on PostgreSQL: this
+/// node ("a") claims shards; another node ("b") takes one over after a releases it.
+mod fencing_conformance {
+    use foya_protocol::SessionId;
+    use foya_storage::Fence;
+    use foya_storage::conformance::Ownership;
+    use foya_storage_pg::{LeaseOptions, NodeLease, PgLog, PgOptions, Shards, testkit};
+    use std::time::Duration;
+
+    pub struct TwoNodes {
+        shards: Shards,
+        a: NodeLease,
+        b: NodeLease,
+    }
+
+    impl Ownership for TwoNodes {
+        async fn own(&self, session: SessionId) -> Fence {
+            self.a.claim(self.shards.of(session)).await.unwrap()
+        }
+        async fn take_over(&self, fence: Fence) -> bool {
+            let Fence::Epoch { shard, .. } = fence else {
+                return false;
+            };
+            assert!(self.a.release(shard).await.unwrap());
+            self.b.claim(shard).await.unwrap();
+            true
+        }
+    }
+
+    async fn fresh_owned() -> (PgLog, TwoNodes) {
+        let url = testkit::fresh_url().await;
+        let log = PgLog::open(&url, PgOptions::default()).await.unwrap();
+        let options = LeaseOptions::new(Duration::from_secs(60));
+        let a = NodeLease::register(&url, "a", options).await.unwrap();
+        let b = NodeLease::register(&url, "b", options).await.unwrap();
+        let shards = log.shards();
+        (log, TwoNodes { shards, a, b })
+    }
+
+    foya_storage::fencing_conformance_tests!(fresh_owned);
 }
