@@ -416,14 +416,25 @@ impl NodeLease {
         &self,
         run: impl AsyncFnOnce(&Client) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, LeaseError> {
+        let ttl = self.inner.options.ttl;
         let mut slot = self.inner.control.lock().await;
-        let client = match slot.take().filter(|c| !c.is_closed()) {
-            Some(client) => client,
-            None => open(&self.inner.config, &self.inner.location).await?,
-        };
-        let result = run(&client).await.map_err(|e| self.db(&e))?;
-        *slot = Some(client);
-        Ok(result)
+        // Bounded by the TTL: past it the answer no longer matters (the lease is lost).
+        let bounded = tokio::time::timeout(ttl, async {
+            let client = match slot.take().filter(|c| !c.is_closed()) {
+                Some(client) => client,
+                None => open(&self.inner.config, &self.inner.location).await?,
+            };
+            let result = run(&client).await.map_err(|e| self.db(&e))?;
+            *slot = Some(client);
+            Ok(result)
+        })
+        .await;
+        bounded.unwrap_or_else(|_| {
+            Err(LeaseError::Db {
+                location: self.inner.location.clone(),
+                message: format!("no answer within the lease's TTL ({ttl:?})"),
+            })
+        })
     }
 
     /// Claims `shard`: bumps its epoch and makes this node its owner, when no other live

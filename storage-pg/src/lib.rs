@@ -10,11 +10,12 @@
 //!
 //! # Schema
 //!
-//! `schema_v1.sql` (version [`SCHEMA_VERSION`], recorded in `foya_schema`; applied on
-//! [`PgLog::open`] by `migrate.rs`): `foya_sessions` (the summary, `last_seq`, `deleted`,
-//! the shard), `foya_events` (`(session, seq)` primary key; `body` is
-//! [`foya_storage::codec`]'s versioned encoding of the event), `foya_pending` (the
-//! recovery index), `foya_shards` (shard epochs for fenced appends), `foya_meta` (the
+//! `schema_v1.sql` and `schema_v2.sql` (version [`SCHEMA_VERSION`], recorded in
+//! `foya_schema`; applied on [`PgLog::open`] by `migrate.rs`): `foya_sessions` (the
+//! summary, `last_seq`, `deleted`, the shard), `foya_events` (`(session, seq)` primary
+//! key; `body` is [`foya_storage::codec`]'s versioned encoding of the event, `epoch` the
+//! shard epoch it was written under), `foya_pending` (the recovery index), `foya_shards`
+//! (each shard's epoch and owning lease), `foya_nodes` (node leases), `foya_meta` (the
 //! shard count) and `foya_attachments` (image bytes, readable by every node).
 //!
 //! # Writes: group commit in one statement

@@ -876,7 +876,7 @@ mod fencing_conformance {
     use foya_storage_pg::{LeaseOptions, NodeLease, PgLog, PgOptions, Shards, testkit};
     use std::time::Duration;
 
-    pub struct TwoNodes {
+    struct TwoNodes {
         shards: Shards,
         a: NodeLease,
         b: NodeLease,
