@@ -108,7 +108,9 @@ pub enum LeaseError {
 #[non_exhaustive]
 pub enum ClaimError {
     /// Another live lease owns the shard.
-    #[error("shard {shard} is owned by node {owner:?} (its lease expires in {expires_in:?} unless renewed)")]
+    #[error(
+        "shard {shard} is owned by node {owner:?} (its lease expires in {expires_in:?} unless renewed)"
+    )]
     Held {
         /// The shard.
         shard: u32,
@@ -236,8 +238,7 @@ impl NodeLease {
         let mut config: Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| LeaseError::Config(render(&e)))?;
-        if options.ttl.is_zero() || options.renew_every.is_zero() || options.margin >= options.ttl
-        {
+        if options.ttl.is_zero() || options.renew_every.is_zero() || options.margin >= options.ttl {
             return Err(LeaseError::Config(format!(
                 "a lease needs a TTL, a renewal period and a margin smaller than the TTL \
                  ({options:?})"
@@ -357,13 +358,17 @@ impl NodeLease {
         if !matches!(*self.inner.status.borrow(), LeaseStatus::Live { .. }) {
             return None;
         }
-        self.held_map()
-            .get(&shard)
-            .map(|epoch| Fence::Epoch { shard, epoch: *epoch })
+        self.held_map().get(&shard).map(|epoch| Fence::Epoch {
+            shard,
+            epoch: *epoch,
+        })
     }
 
     fn held_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, u64>> {
-        self.inner.held.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn db(&self, e: &tokio_postgres::Error) -> LeaseError {

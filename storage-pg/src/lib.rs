@@ -366,9 +366,8 @@ impl PgLog {
         let reader = Reader::connect(&config).await?;
         let mut connections = Vec::new();
         for _ in 0..options.connections.max(1) {
-            connections.push(
-                writer::Connection::open(&config, options.synchronous_commit, shards).await?,
-            );
+            connections
+                .push(writer::Connection::open(&config, options.synchronous_commit, shards).await?);
         }
         let counters = Arc::new(Counters::default());
         let (sender, receiver) = mpsc::channel(options.queue_capacity.max(1));

@@ -100,14 +100,17 @@ impl Shards {
 
 /// The rendezvous score of `node` for `shard`.
 fn score(shard: u32, node: &str) -> u64 {
-    mix(fnv1a(fnv1a(FNV_OFFSET, &shard.to_le_bytes()), node.as_bytes()))
+    mix(fnv1a(
+        fnv1a(FNV_OFFSET, &shard.to_le_bytes()),
+        node.as_bytes(),
+    ))
 }
 
 /// The node that should own `shard` among `live` nodes (names): the highest rendezvous
 /// score, ties (never in practice) to the smaller name. `None` when `live` is empty.
 /// Duplicates in `live` do not matter, nor does its order.
 #[must_use]
-pub fn owner<'a, S: AsRef<str>>(shard: u32, live: &'a [S]) -> Option<&'a str> {
+pub fn owner<S: AsRef<str>>(shard: u32, live: &[S]) -> Option<&str> {
     live.iter()
         .map(AsRef::as_ref)
         .max_by(|a, b| score(shard, a).cmp(&score(shard, b)).then_with(|| b.cmp(a)))
@@ -115,7 +118,7 @@ pub fn owner<'a, S: AsRef<str>>(shard: u32, live: &'a [S]) -> Option<&'a str> {
 
 /// [`owner`] of every shard of `shards`, indexed by shard.
 #[must_use]
-pub fn placement<'a, S: AsRef<str>>(shards: Shards, live: &'a [S]) -> Vec<Option<&'a str>> {
+pub fn placement<S: AsRef<str>>(shards: Shards, live: &[S]) -> Vec<Option<&str>> {
     shards.all().map(|shard| owner(shard, live)).collect()
 }
 
@@ -170,7 +173,11 @@ mod tests {
         let a = placement(shards, &["a", "b", "c"]);
         let b = placement(shards, &["c", "a", "b", "a"]);
         assert_eq!(a, b);
-        assert!(placement(shards, &[] as &[&str]).iter().all(Option::is_none));
+        assert!(
+            placement(shards, &[] as &[&str])
+                .iter()
+                .all(Option::is_none)
+        );
         assert!(
             placement(shards, &["only"])
                 .iter()

@@ -289,7 +289,16 @@ impl OwnServer {
             assert!(chown.success(), "cannot give {} to postgres", dir.display());
         }
         let initdb = command(&bin.join("initdb"), as_postgres)
-            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "-D"])
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "-D",
+            ])
             .arg(dir.join("data"))
             .output()
             .expect("initdb");
@@ -322,7 +331,8 @@ impl OwnServer {
         );
         let mut command = if self.as_postgres {
             let mut c = tokio::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(self.bin.join("pg_ctl"));
+            c.args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"));
             c
         } else {
             tokio::process::Command::new(self.bin.join("pg_ctl"))

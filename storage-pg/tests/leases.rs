@@ -4,11 +4,10 @@
 //! test-owned TCP forwarder) and across a PostgreSQL restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use foya_protocol::{
-    Event, EventKind, Input, InputId, RunId, Seq, SessionConfig, SessionId,
-    TitleSource, ToolCallId,
-};
 use foya_protocol::command::ParentRef;
+use foya_protocol::{
+    Event, EventKind, Input, InputId, RunId, Seq, SessionConfig, SessionId, TitleSource, ToolCallId,
+};
 use foya_storage::{AppendError, EventLog, Fence, Page};
 use foya_storage_pg::{
     ClaimError, LeaseError, LeaseKeeper, LeaseOptions, LeaseStatus, NodeLease, PgLog, PgOptions,
@@ -122,10 +121,7 @@ async fn the_shard_count_is_fixed_when_the_store_is_created() {
     let parent = SessionId::new();
     log.append(&[created(parent)], Fence::None).await.unwrap();
     let parent_shard = log.shards().of(parent);
-    assert_eq!(
-        log.session_shard(parent).await.unwrap(),
-        Some(parent_shard)
-    );
+    assert_eq!(log.session_shard(parent).await.unwrap(), Some(parent_shard));
     let child = loop {
         let id = SessionId::new();
         if log.shards().of(id) != parent_shard {
@@ -194,10 +190,7 @@ async fn two_writers_racing_for_one_shard_commit_under_one_epoch_at_a_time() {
     // Unfenced, the loser cannot write the owned shard either.
     let unfenced = loser_log.append(&[created(session)], Fence::None).await;
     assert!(fenced(&unfenced, shard), "{unfenced:?}");
-    winner_log
-        .append(&[created(session)], fence)
-        .await
-        .unwrap();
+    winner_log.append(&[created(session)], fence).await.unwrap();
 
     // Each writer appends as fast as it can, each append the next seq it reads; the
     // winner's lease is not renewed (a paused or dead owner), the loser renews its own
@@ -542,7 +535,10 @@ async fn lease_expiry_is_on_the_database_clock() {
     let renewed: std::time::SystemTime = row.get(0);
     let expires: std::time::SystemTime = row.get(1);
     assert!(before <= renewed && renewed <= after);
-    assert_eq!(expires.duration_since(renewed).unwrap(), Duration::from_secs(2));
+    assert_eq!(
+        expires.duration_since(renewed).unwrap(),
+        Duration::from_secs(2)
+    );
     // The name is taken while the lease lives.
     let taken = NodeLease::register(&url, "a", LeaseOptions::default()).await;
     assert!(
@@ -846,7 +842,9 @@ async fn across_a_postgres_restart_the_keeper_renews_or_reports_the_loss() {
     let short_fence = short.claim(other_shard).await.unwrap();
     log.append(&[created(other)], short_fence).await.unwrap();
     server.stop().await;
-    tokio::time::timeout(WAIT, short_keeper.lost()).await.unwrap();
+    tokio::time::timeout(WAIT, short_keeper.lost())
+        .await
+        .unwrap();
     server.start_again().await;
     // Nothing renews it any more: it expires on the database's clock (which ran on
     // while the server was down).

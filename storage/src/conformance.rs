@@ -20,10 +20,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use crate::{AppendError, Cursor, EventLog, Fence, Page};
-use std::future::Future;
 use foya_protocol::{
     Event, EventKind, Input, InputId, RunId, Seq, SessionConfig, SessionId, TitleSource, TurnStatus,
 };
+use std::future::Future;
 
 /// Generates one `#[tokio::test]` per check of the suite, each on `$fresh().await`.
 #[macro_export]
