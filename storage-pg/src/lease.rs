@@ -158,6 +158,17 @@ impl LeaseStatus {
     }
 }
 
+/// A node with a live lease ([`NodeLease::live_nodes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveNode {
+    /// Its name.
+    pub node: String,
+    /// Where it is reached, as it registered ([`NodeLease::register_at`]).
+    pub address: Option<String>,
+    /// Until its lease expires unless renewed (the database's clock).
+    pub expires_in: Duration,
+}
+
 /// A decrease of the epoch along a session's seqs (never expected).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EpochRegression {
@@ -235,6 +246,20 @@ impl NodeLease {
         node: &str,
         options: LeaseOptions,
     ) -> Result<NodeLease, LeaseError> {
+        Self::register_at(url, node, None, options).await
+    }
+
+    /// [`NodeLease::register`], recording where the node is reached (`address`, what
+    /// [`NodeLease::live_nodes`] reports to the others).
+    ///
+    /// # Errors
+    /// As [`NodeLease::register`].
+    pub async fn register_at(
+        url: &str,
+        node: &str,
+        address: Option<&str>,
+        options: LeaseOptions,
+    ) -> Result<NodeLease, LeaseError> {
         let mut config: Config = url
             .parse()
             .map_err(|e: tokio_postgres::Error| LeaseError::Config(render(&e)))?;
@@ -267,13 +292,15 @@ impl NodeLease {
         let row = client
             .query_opt(
                 "INSERT INTO foya_nodes AS n (node, lease, ttl_ms, registered_at, renewed_at, \
-                 expires_at) VALUES ($1, $2, $3::bigint, clock_timestamp(), clock_timestamp(), \
-                 clock_timestamp() + $3::bigint * interval '1 millisecond') \
+                 expires_at, address) VALUES ($1, $2, $3::bigint, clock_timestamp(), \
+                 clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond', \
+                 $4) \
                  ON CONFLICT (node) DO UPDATE SET lease = EXCLUDED.lease, \
+                 address = EXCLUDED.address, \
                  ttl_ms = EXCLUDED.ttl_ms, registered_at = EXCLUDED.registered_at, \
                  renewed_at = EXCLUDED.renewed_at, expires_at = EXCLUDED.expires_at \
                  WHERE n.expires_at <= clock_timestamp() RETURNING n.lease",
-                &[&node, &lease, &millis(options.ttl)],
+                &[&node, &lease, &millis(options.ttl), &address],
             )
             .await
             .map_err(|e| db(&e))?;
@@ -440,6 +467,35 @@ impl NodeLease {
                 message: format!("no answer within the lease's TTL ({ttl:?})"),
             })
         })
+    }
+
+    /// The nodes whose leases are live now (on the database's clock), this one included,
+    /// by name: the set placement ([`crate::shard::placement`]) spreads shards over.
+    ///
+    /// # Errors
+    /// [`LeaseError::Db`].
+    pub async fn live_nodes(&self) -> Result<Vec<LiveNode>, LeaseError> {
+        let rows = self
+            .control(async |client| {
+                client
+                    .query(
+                        "SELECT node, address, ceil(extract(epoch FROM \
+                         (expires_at - clock_timestamp())) * 1000)::bigint \
+                         FROM foya_nodes WHERE expires_at > clock_timestamp() ORDER BY node",
+                        &[],
+                    )
+                    .await
+            })
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LiveNode {
+                    node: row.try_get(0).map_err(|e| self.db(&e))?,
+                    address: row.try_get(1).map_err(|e| self.db(&e))?,
+                    expires_in: from_millis(row.try_get(2).map_err(|e| self.db(&e))?),
+                })
+            })
+            .collect()
     }
 
     /// Claims `shard`: bumps its epoch and makes this node its owner, when no other live

@@ -61,7 +61,8 @@ pub mod testkit;
 mod writer;
 
 pub use lease::{
-    ClaimError, EpochRegression, LeaseError, LeaseKeeper, LeaseOptions, LeaseStatus, NodeLease,
+    ClaimError, EpochRegression, LeaseError, LeaseKeeper, LeaseOptions, LeaseStatus, LiveNode,
+    NodeLease,
 };
 pub use migrate::SCHEMA_VERSION;
 pub use shard::{DEFAULT_SHARDS, Shards};

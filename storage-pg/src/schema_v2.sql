@@ -13,6 +13,8 @@
 CREATE TABLE foya_nodes (
     node text PRIMARY KEY,
     lease uuid NOT NULL UNIQUE,
+    -- Where the node is reached (its cluster or HTTP address), for forwarding.
+    address text,
     ttl_ms bigint NOT NULL CHECK (ttl_ms > 0),
     registered_at timestamptz NOT NULL,
     renewed_at timestamptz NOT NULL,

@@ -158,6 +158,83 @@ async fn the_shard_count_is_fixed_when_the_store_is_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_store_is_migrated_and_keeps_its_sessions() {
+    let url = testkit::fresh_url().await;
+    let db = client(&url).await;
+    // A store as version 1 left it, with a session of two events.
+    db.batch_execute(include_str!("../src/schema_v1.sql"))
+        .await
+        .unwrap();
+    db.batch_execute(
+        "CREATE TABLE foya_schema (version integer PRIMARY KEY, \
+         applied_at timestamptz NOT NULL DEFAULT now()); \
+         INSERT INTO foya_schema (version) VALUES (1)",
+    )
+    .await
+    .unwrap();
+    let session = SessionId::new();
+    let body = |e: &Event| foya_storage::codec::encode_event(e).unwrap();
+    let shard = i32::try_from(foya_storage_pg::shard_of(session)).unwrap();
+    let id = uuid::Uuid::from_bytes(*session.as_bytes());
+    db.execute(
+        "INSERT INTO foya_sessions (session, shard, cwd, model, title, created_at_ms, \
+         updated_at_ms, last_seq) VALUES ($1, $2, '/w', '', 'first', 1001, 1002, 2)",
+        &[&id, &shard],
+    )
+    .await
+    .unwrap();
+    for e in [created(session), step(session, 2)] {
+        db.execute(
+            "INSERT INTO foya_events (session, seq, epoch, at_ms, body) VALUES ($1, $2, 0, $3, $4)",
+            &[
+                &id,
+                &i64::try_from(e.seq.0).unwrap(),
+                &i64::try_from(e.at_ms).unwrap(),
+                &body(&e),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    let log = PgLog::open(&url, PgOptions::default()).await.unwrap();
+    assert_eq!(
+        log.schema_version().await.unwrap(),
+        foya_storage_pg::SCHEMA_VERSION
+    );
+    assert_eq!(log.shards().count(), 256);
+    assert_eq!(log.read_from(session, Seq::FIRST).await.unwrap().len(), 2);
+    log.append(&[step(session, 3)], Fence::None).await.unwrap();
+    let lease = NodeLease::register(&url, "a", LeaseOptions::new(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let fence = lease.claim(shard.unsigned_abs()).await.unwrap();
+    log.append(&[step(session, 4)], fence).await.unwrap();
+    assert_eq!(
+        log.event_epochs(session).await.unwrap(),
+        vec![(Seq(1), 0), (Seq(2), 0), (Seq(3), 0), (Seq(4), 1)]
+    );
+    assert_eq!(log.epoch_regressions(10).await.unwrap(), vec![]);
+    // The check finds an event written under a lower epoch than its predecessor (here
+    // forged past the store's rules, straight into the table).
+    db.execute(
+        "INSERT INTO foya_events (session, seq, epoch, at_ms, body) VALUES ($1, 5, 0, 0, '')",
+        &[&id],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        log.epoch_regressions(10).await.unwrap(),
+        vec![foya_storage_pg::EpochRegression {
+            session,
+            seq: Seq(5),
+            epoch: 0,
+            previous: 1
+        }]
+    );
+    log.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_racing_for_one_shard_commit_under_one_epoch_at_a_time() {
     let url = testkit::fresh_url().await;
     // Two processes: each its own log (connections) and lease.
@@ -202,19 +279,20 @@ async fn two_writers_racing_for_one_shard_commit_under_one_epoch_at_a_time() {
         let mut fence = lease.fence(shard);
         loop {
             assert!(Instant::now() < deadline, "the race did not end");
+            if wait_for_shard {
+                // The new owner stays live (its keeper, in a node).
+                lease.renew().await.unwrap();
+            }
             let current = match fence {
                 Some(fence) => fence,
-                None if wait_for_shard => {
-                    lease.renew().await.unwrap();
-                    match lease.claim(shard).await {
-                        Ok(claimed) => {
-                            fence = Some(claimed);
-                            claimed
-                        }
-                        Err(ClaimError::Held { .. }) => continue,
-                        Err(e) => panic!("{e}"),
+                None if wait_for_shard => match lease.claim(shard).await {
+                    Ok(claimed) => {
+                        fence = Some(claimed);
+                        claimed
                     }
-                }
+                    Err(ClaimError::Held { .. }) => continue,
+                    Err(e) => panic!("{e}"),
+                },
                 None => return (committed, fenced_after_commit),
             };
             let next = log.last_seq(session).await.unwrap().unwrap().0 + 1;
@@ -612,10 +690,25 @@ async fn a_graceful_shutdown_releases_every_shard_at_once() {
         keeper.lease().claim(shard).await.unwrap();
     }
     assert_eq!(keeper.held().len(), 8);
-    let b = NodeLease::register(&url, "b", LeaseOptions::new(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let b = NodeLease::register_at(
+        &url,
+        "b",
+        Some("127.0.0.1:4371"),
+        LeaseOptions::new(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let live = b.live_nodes().await.unwrap();
+    let names: Vec<(&str, Option<&str>)> = live
+        .iter()
+        .map(|n| (n.node.as_str(), n.address.as_deref()))
+        .collect();
+    assert_eq!(names, vec![("a", None), ("b", Some("127.0.0.1:4371"))]);
     keeper.shutdown().await.unwrap();
+    // a left the live set at once.
+    let live = b.live_nodes().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].node, "b");
     assert_eq!(*a.status().borrow(), LeaseStatus::Released);
     assert!(a.held().is_empty());
     // Without waiting for a's TTL (60 s), b claims them all.
