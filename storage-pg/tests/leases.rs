@@ -999,3 +999,75 @@ mod fencing_conformance {
 
     foya_storage::fencing_conformance_tests!(fresh_owned);
 }
+
+/// A process paused past its lease (SIGSTOP, a long GC pause, a VM migration): the
+/// keeper's runtime is blocked — its timers, its connections' drivers — while the lease
+/// expires on the database's clock. On resume the keeper reports the loss before any
+/// renewal, and the database did not renew the lease.
+#[test]
+fn a_keeper_paused_past_its_lease_reports_the_loss_on_resume_without_renewing() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = main.block_on(testkit::fresh_url());
+    let _log = main.block_on(PgLog::open(&url, PgOptions::default())).unwrap();
+    let db = main.block_on(client(&url));
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<u64>();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let node_url = url.clone();
+    // The "process": one thread, one runtime, the lease and its keeper.
+    let process = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let options = LeaseOptions {
+                ttl: Duration::from_secs(2),
+                renew_every: Duration::from_millis(300),
+                margin: Duration::from_millis(500),
+            };
+            let lease = NodeLease::register(&node_url, "a", options).await.unwrap();
+            let keeper = LeaseKeeper::spawn(lease.clone());
+            lease.claim(0).await.unwrap();
+            let mut status = keeper.status();
+            let renewed = wait_status(
+                &mut status,
+                |s| matches!(s, LeaseStatus::Live { renewals, .. } if *renewals >= 1),
+            )
+            .await;
+            let LeaseStatus::Live { renewals, .. } = renewed else {
+                unreachable!()
+            };
+            // Paused: this thread blocks, so nothing of the runtime runs.
+            paused_tx.send(renewals).unwrap();
+            resume_rx.recv().unwrap();
+            let reason = tokio::time::timeout(WAIT, keeper.lost()).await.unwrap();
+            let LeaseStatus::Lost { .. } = &*status.borrow() else {
+                unreachable!()
+            };
+            (reason, keeper.held().len())
+        })
+    });
+    paused_rx.recv().unwrap();
+    main.block_on(until_expired(&db, "a"));
+    resume_tx.send(()).unwrap();
+    let (reason, held) = process.join().unwrap();
+    assert!(reason.contains("no renewal confirmed"), "{reason}");
+    assert_eq!(held, 0);
+    // The lease was not renewed after its expiry, and the shard is free for another.
+    assert!(main.block_on(expired(&db, "a")));
+    let b = main
+        .block_on(NodeLease::register(
+            &url,
+            "b",
+            LeaseOptions::new(Duration::from_secs(60)),
+        ))
+        .unwrap();
+    assert_eq!(
+        main.block_on(b.claim(0)).unwrap(),
+        Fence::Epoch { shard: 0, epoch: 2 }
+    );
+}
