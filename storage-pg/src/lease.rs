@@ -292,14 +292,15 @@ impl NodeLease {
         let row = client
             .query_opt(
                 "INSERT INTO foya_nodes AS n (node, lease, ttl_ms, registered_at, renewed_at, \
-                 expires_at, address) VALUES ($1, $2, $3::bigint, clock_timestamp(), \
-                 clock_timestamp(), clock_timestamp() + $3::bigint * interval '1 millisecond', \
-                 $4) \
+                 expires_at, address) \
+                 SELECT $1, $2, $3::bigint, c.t, c.t, \
+                 c.t + $3::bigint * interval '1 millisecond', $4 \
+                 FROM (SELECT clock_timestamp() AS t) c \
                  ON CONFLICT (node) DO UPDATE SET lease = EXCLUDED.lease, \
                  address = EXCLUDED.address, \
                  ttl_ms = EXCLUDED.ttl_ms, registered_at = EXCLUDED.registered_at, \
                  renewed_at = EXCLUDED.renewed_at, expires_at = EXCLUDED.expires_at \
-                 WHERE n.expires_at <= clock_timestamp() RETURNING n.lease",
+                 WHERE n.expires_at <= EXCLUDED.registered_at RETURNING n.lease",
                 &[&node, &lease, &millis(options.ttl), &address],
             )
             .await
@@ -423,9 +424,10 @@ impl NodeLease {
         let sent = Instant::now();
         let row = client
             .query_opt(
-                "UPDATE foya_nodes SET renewed_at = clock_timestamp(), \
-                 expires_at = clock_timestamp() + ttl_ms * interval '1 millisecond' \
-                 WHERE node = $1 AND lease = $2 AND expires_at > clock_timestamp() \
+                "UPDATE foya_nodes SET renewed_at = c.t, \
+                 expires_at = c.t + ttl_ms * interval '1 millisecond' \
+                 FROM (SELECT clock_timestamp() AS t) c \
+                 WHERE node = $1 AND lease = $2 AND expires_at > c.t \
                  RETURNING ttl_ms",
                 &[&self.inner.node, &self.inner.lease],
             )
@@ -592,15 +594,18 @@ impl NodeLease {
     /// # Errors
     /// [`LeaseError::Db`] (the lease then expires by its TTL).
     pub async fn shutdown(&self) -> Result<(), LeaseError> {
-        self.inner.status.send_if_modified(|status| {
-            if matches!(status, LeaseStatus::Released) {
-                false
-            } else {
-                *status = LeaseStatus::Released;
-                true
-            }
-        });
-        let shards: Vec<u32> = self.held_map().keys().copied().collect();
+        let shards: Vec<u32> = {
+            let held = self.held_map();
+            self.inner.status.send_if_modified(|status| {
+                if matches!(status, LeaseStatus::Released) {
+                    false
+                } else {
+                    *status = LeaseStatus::Released;
+                    true
+                }
+            });
+            held.keys().copied().collect()
+        };
         for shard in shards {
             self.release(shard).await?;
         }
@@ -623,15 +628,20 @@ impl NodeLease {
     /// still be reached (best effort, in the background), so that its fences are refused
     /// at once and other nodes may claim.
     fn lose(&self, reason: String) {
-        let changed = self.inner.status.send_if_modified(|status| {
-            if matches!(status, LeaseStatus::Live { .. }) {
-                *status = LeaseStatus::Lost { reason };
-                true
-            } else {
-                false
-            }
-        });
-        self.held_map().clear();
+        // Under the held map's lock, so that a watcher woken by the report finds the
+        // shards forgotten, and a claim answered meanwhile records nothing.
+        let changed = {
+            let mut held = self.held_map();
+            held.clear();
+            self.inner.status.send_if_modified(|status| {
+                if matches!(status, LeaseStatus::Live { .. }) {
+                    *status = LeaseStatus::Lost { reason };
+                    true
+                } else {
+                    false
+                }
+            })
+        };
         if !changed {
             return;
         }

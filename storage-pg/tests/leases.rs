@@ -1012,7 +1012,9 @@ fn a_keeper_paused_past_its_lease_reports_the_loss_on_resume_without_renewing() 
         .build()
         .unwrap();
     let url = main.block_on(testkit::fresh_url());
-    let _log = main.block_on(PgLog::open(&url, PgOptions::default())).unwrap();
+    let _log = main
+        .block_on(PgLog::open(&url, PgOptions::default()))
+        .unwrap();
     let db = main.block_on(client(&url));
     let (paused_tx, paused_rx) = std::sync::mpsc::channel::<u64>();
     let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
