@@ -71,3 +71,24 @@ pub async fn serve_metrics(
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
 }
+
+/// Refuses an address that is not loopback (before anything binds it): metrics served
+/// without a token must not be reachable from other machines.
+///
+/// # Errors
+/// `listen` does not resolve, or one of its addresses is not loopback.
+pub fn check_loopback(listen: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::net::ToSocketAddrs as _;
+    let addrs: Vec<std::net::SocketAddr> = listen
+        .to_socket_addrs()
+        .with_context(|| format!("{listen}: expected HOST:PORT, e.g. 127.0.0.1:9464"))?
+        .collect();
+    if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+        anyhow::bail!(
+            "{listen} is reachable from other machines: serve metrics on a loopback address \
+             (or give a token file where the command offers one)"
+        );
+    }
+    Ok(())
+}
