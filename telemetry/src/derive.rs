@@ -1116,3 +1116,7 @@ pub(crate) fn observe_request(
         metrics.figures(|f| *f.provider_errors.entry(class).or_default() += 1);
     }
 }
+
+#[cfg(test)]
+#[path = "derive_tests.rs"]
+mod tests;
