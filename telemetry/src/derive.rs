@@ -170,6 +170,8 @@ struct Turn {
     output_tokens: u64,
     user_text: Option<String>,
     compaction: Option<Compaction>,
+    /// Why it is being cancelled (`turn_cancelled`).
+    cancel_reason: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -576,8 +578,12 @@ impl Deriver {
                     self.close_tool(sid, &message.tool_call_id, tool, at, result);
                 }
             }
-            EventKind::TurnCancelled { .. }
-            | EventKind::TitleSet { .. }
+            EventKind::TurnCancelled { reason } => {
+                if let Some(turn) = self.turn_mut(sid) {
+                    turn.cancel_reason = Some(bounded_reason(reason));
+                }
+            }
+            EventKind::TitleSet { .. }
             | EventKind::ContextDiagnostics { .. }
             | EventKind::HookContinued { .. } => {}
             EventKind::TurnComplete {
@@ -691,6 +697,7 @@ impl Deriver {
             output_tokens: 0,
             user_text,
             compaction: None,
+            cancel_reason: None,
         });
         if !had_turn {
             self.active += 1;
@@ -1037,8 +1044,8 @@ impl Deriver {
                 attributes.push(kv("foya.run.id", run.to_string()));
             }
             self.model_attributes(sid, &mut attributes);
-            if let Some(reason) = reason {
-                attributes.push(kv("foya.turn.reason", bounded_reason(reason)));
+            if let Some(reason) = reason.map(bounded_reason).or(turn.cancel_reason) {
+                attributes.push(kv("foya.turn.reason", reason));
             }
             if let Some(text) = turn.user_text {
                 attributes.push(kv("gen_ai.input.messages", text));

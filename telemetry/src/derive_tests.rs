@@ -31,7 +31,12 @@ fn log(kinds: &[serde_json::Value]) -> Vec<Event> {
 
 fn derive(events: &[Event], capture: bool) -> (Vec<SpanRecord>, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
-    let mut deriver = Deriver::new(Some(Arc::clone(&metrics)), true, capture, Parents::default());
+    let mut deriver = Deriver::new(
+        Some(Arc::clone(&metrics)),
+        true,
+        capture,
+        Parents::default(),
+    );
     for event in events {
         deriver.event(event);
     }
@@ -39,10 +44,12 @@ fn derive(events: &[Event], capture: bool) -> (Vec<SpanRecord>, Arc<Metrics>) {
 }
 
 fn by_name<'a>(spans: &'a [SpanRecord], name: &str) -> &'a SpanRecord {
-    spans
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no {name} in {:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>()))
+    spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
+        panic!(
+            "no {name} in {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        )
+    })
 }
 
 fn attr<'a>(span: &'a SpanRecord, key: &str) -> Option<&'a Value> {
@@ -97,23 +104,47 @@ fn approvals_hooks_compactions_and_retries_are_spans_of_the_turn() {
     assert_eq!(pre.parent, Some(tool.span_id));
     assert_eq!((approval.start_ms, approval.end_ms), (1090, 1100));
     assert_eq!((pre.start_ms, pre.end_ms), (1078, 1080));
-    assert_eq!(attr(approval, "foya.approval.decision"), Some(&Value::from("deny")));
-    assert_eq!(attr(tool, "foya.tool.outcome"), Some(&Value::from("denied")));
-    assert_eq!(attr(compaction, "foya.compaction.tokens_after"), Some(&Value::I64(100)));
+    assert_eq!(
+        attr(approval, "foya.approval.decision"),
+        Some(&Value::from("deny"))
+    );
+    assert_eq!(
+        attr(tool, "foya.tool.outcome"),
+        Some(&Value::from("denied"))
+    );
+    assert_eq!(
+        attr(compaction, "foya.compaction.tokens_after"),
+        Some(&Value::I64(100))
+    );
     assert_eq!(chat.events.len(), 1);
     assert_eq!(attr(chat, "foya.retries"), Some(&Value::I64(1)));
-    assert_eq!(attr(chat, "gen_ai.provider.name"), Some(&Value::from("openai")));
+    assert_eq!(
+        attr(chat, "gen_ai.provider.name"),
+        Some(&Value::from("openai"))
+    );
     assert_eq!(turn.status, Status::Ok);
 
     let figures = metrics.snapshot();
     assert_eq!(figures.turns_finished.get("completed"), Some(&1));
-    assert_eq!(figures.tool_calls.get(&("shell".into(), "denied".into())), Some(&1));
+    assert_eq!(
+        figures.tool_calls.get(&("shell".into(), "denied".into())),
+        Some(&1)
+    );
     assert_eq!(figures.hook_runs.len(), 2);
-    assert_eq!((figures.retries, figures.compactions, figures.steps), (1, 1, 2));
+    assert_eq!(
+        (figures.retries, figures.compactions, figures.steps),
+        (1, 1, 2)
+    );
     assert_eq!((figures.turns_active, figures.approvals_pending), (0, 0));
     let text = metrics.encode();
-    assert!(text.contains("foya_approvals_total{decision=\"deny\"} 1"), "{text}");
-    assert!(text.contains("foya_provider_retries_total{class=\"rate_limited\"} 1"), "{text}");
+    assert!(
+        text.contains("foya_approvals_total{decision=\"deny\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("foya_provider_retries_total{class=\"rate_limited\"} 1"),
+        "{text}"
+    );
     assert!(!text.contains(SESSION));
 }
 
@@ -123,10 +154,18 @@ fn content_is_exported_only_when_opted_in() {
     let (off, metrics) = derive(&approval_turn(), false);
     let off = debug(&off) + &metrics.encode();
     assert!(!off.contains("SECRET"), "{off}");
-    assert!(!off.contains("--token"), "a hook's command is never exported: {off}");
+    assert!(
+        !off.contains("--token"),
+        "a hook's command is never exported: {off}"
+    );
     let (on, _) = derive(&approval_turn(), true);
     let on = debug(&on);
-    for content in ["SECRET-PROMPT", "SECRET-ANSWER", "SECRET-ARG", "SECRET-RESULT"] {
+    for content in [
+        "SECRET-PROMPT",
+        "SECRET-ANSWER",
+        "SECRET-ARG",
+        "SECRET-RESULT",
+    ] {
         assert!(on.contains(content), "{content} not in {on}");
     }
     // Error messages never, opted in or not.
@@ -149,7 +188,14 @@ fn gauges_follow_queues_turns_and_pending_approvals() {
         deriver.event(event);
     }
     let figures = metrics.snapshot();
-    assert_eq!((figures.turns_active, figures.inputs_queued, figures.approvals_pending), (1, 1, 1));
+    assert_eq!(
+        (
+            figures.turns_active,
+            figures.inputs_queued,
+            figures.approvals_pending
+        ),
+        (1, 1, 1)
+    );
     let end = log(&[
         json!({"type": "turn_cancelled", "reason": "user"}),
         json!({"type": "tool_message", "tool_call_id": "c1", "content": "cancelled", "is_error": true}),
@@ -160,15 +206,29 @@ fn gauges_follow_queues_turns_and_pending_approvals() {
         deriver.event(event);
     }
     let figures = metrics.snapshot();
-    assert_eq!((figures.turns_active, figures.inputs_queued, figures.approvals_pending), (0, 0, 0));
-    assert_eq!(figures.tool_calls.get(&("shell".into(), "not_run".into())), Some(&1));
+    assert_eq!(
+        (
+            figures.turns_active,
+            figures.inputs_queued,
+            figures.approvals_pending
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        figures.tool_calls.get(&("shell".into(), "not_run".into())),
+        Some(&1)
+    );
     assert!(deriver.take_spans().is_empty(), "no span without traces");
 }
 
 #[test]
 fn a_traceparent_is_parsed_as_w3c_says() {
-    let p = Parent::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
-    assert_eq!(format!("{:032x}", p.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+    let p = Parent::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .unwrap();
+    assert_eq!(
+        format!("{:032x}", p.trace_id),
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
     assert_eq!(format!("{:016x}", p.span_id), "00f067aa0ba902b7");
     assert!(p.sampled);
     for bad in [
