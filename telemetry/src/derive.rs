@@ -273,13 +273,7 @@ impl Deriver {
         }
     }
 
-    /// Whether the model of `session` is unknown (neither its `session_created` nor a
-    /// store read told it yet).
-    pub(crate) fn knows_model(&self, session: SessionId) -> bool {
-        self.models.contains_key(&session)
-    }
-
-    /// Records the model of `session` (read from the store).
+    /// Records the model of `session` (from its log, read by the runtime).
     pub(crate) fn set_model(&mut self, session: SessionId, model: ModelOf) {
         if self.models.len() >= MAX_MODELS {
             self.models.clear();

@@ -46,9 +46,9 @@ use export::Exporter;
 use foya_actors::RuntimeConfig;
 use foya_actors::provider::ModelClient;
 use foya_protocol::InputId;
-use foya_storage::{EventLog as _, LogStore};
+use foya_storage::LogStore;
 use metrics::Metrics;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tap::{Feed, ObservedLog, ObservedModel};
 use tokio::sync::mpsc;
 
@@ -63,8 +63,6 @@ struct Shared {
     exporter: Option<Arc<Exporter>>,
     feed: mpsc::Sender<Feed>,
     parents: Parents,
-    /// The runtime's own store (for session models and store counters).
-    store: Arc<OnceLock<LogStore>>,
 }
 
 /// A running telemetry pipeline (cheap to clone). Made by [`Telemetry::start`], joined
@@ -91,14 +89,13 @@ impl Telemetry {
         let metrics = config.metrics.then(|| Arc::new(Metrics::new()));
         let (feed, rx) = mpsc::channel(FEED_CAPACITY);
         let parents: Parents = Arc::default();
-        let store = Arc::new(OnceLock::new());
         let deriver = Deriver::new(
             metrics.clone(),
             exporter.is_some(),
             config.capture_content,
             Arc::clone(&parents),
         );
-        tokio::spawn(follow(rx, deriver, exporter.clone(), Arc::clone(&store)));
+        tokio::spawn(follow(rx, deriver, exporter.clone()));
         Ok(Some(Self {
             shared: Arc::new(Shared {
                 config,
@@ -106,7 +103,6 @@ impl Telemetry {
                 exporter,
                 feed,
                 parents,
-                store,
             }),
         }))
     }
@@ -121,7 +117,6 @@ impl Telemetry {
     /// [`foya_actors::Runtime::start`]. Call it once per pipeline.
     #[must_use]
     pub fn instrument(&self, mut config: RuntimeConfig) -> RuntimeConfig {
-        let _ = self.shared.store.set(config.store.clone());
         config.store = LogStore::shared(ObservedLog {
             inner: config.store,
             feed: self.shared.feed.clone(),
@@ -179,10 +174,6 @@ impl Telemetry {
     pub async fn metrics_text(&self) -> Option<String> {
         let metrics = self.shared.metrics.as_ref()?;
         self.sync().await;
-        if let Some(store) = self.shared.store.get() {
-            let stats = store.stats();
-            metrics.observe_store(stats.commits, stats.appended_events);
-        }
         Some(metrics.encode())
     }
 
@@ -215,38 +206,16 @@ impl Telemetry {
 }
 
 /// The telemetry task: follows the committed events, exporting the spans they finish.
+/// It holds nothing of the runtime (no store): it ends when every sender is gone.
 async fn follow(
     mut rx: mpsc::Receiver<Feed>,
     mut deriver: Deriver,
     exporter: Option<Arc<Exporter>>,
-    store: Arc<OnceLock<LogStore>>,
 ) {
     while let Some(feed) = rx.recv().await {
         match feed {
             Feed::Events(events) => {
                 for event in &events {
-                    let sid = event.session_id;
-                    if !deriver.knows_model(sid)
-                        && !matches!(event.kind, foya_protocol::EventKind::SessionCreated { .. })
-                    {
-                        let model = match store.get() {
-                            Some(store) => store
-                                .session(sid)
-                                .await
-                                .ok()
-                                .flatten()
-                                .map(|s| s.model)
-                                .unwrap_or_default(),
-                            None => String::new(),
-                        };
-                        deriver.set_model(
-                            sid,
-                            ModelOf {
-                                provider: String::new(),
-                                model,
-                            },
-                        );
-                    }
                     deriver.event(event);
                 }
                 let spans = deriver.take_spans();
@@ -255,6 +224,9 @@ async fn follow(
                         exporter.export(span);
                     }
                 }
+            }
+            Feed::Model(session, provider, model) => {
+                deriver.set_model(session, ModelOf { provider, model });
             }
             Feed::Sync(done) => {
                 let _ = done.send(());

@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Distinct tool names kept as label values; further names count as `other`.
 pub const MAX_TOOL_LABELS: usize = 64;
@@ -134,7 +135,7 @@ pub(crate) struct Metrics {
     store_events: Counter,
     pub(crate) dropped_events: Counter,
     /// The last store counters read, for the deltas of `store_commits` / `store_events`.
-    store_seen: Mutex<(u64, u64)>,
+    store_seen: (AtomicU64, AtomicU64),
     /// Tool names used as labels so far.
     tools: Mutex<BTreeSet<String>>,
     pub(crate) figures: Mutex<Figures>,
@@ -171,7 +172,7 @@ impl Metrics {
             store_commits: Counter::default(),
             store_events: Counter::default(),
             dropped_events: Counter::default(),
-            store_seen: Mutex::new((0, 0)),
+            store_seen: (AtomicU64::new(0), AtomicU64::new(0)),
             tools: Mutex::new(BTreeSet::new()),
             figures: Mutex::new(Figures::default()),
             registry: Registry::default(),
@@ -333,11 +334,10 @@ impl Metrics {
 
     /// Brings the store's counters up to `stats`.
     pub(crate) fn observe_store(&self, commits: u64, events: u64) {
-        if let Ok(mut seen) = self.store_seen.lock() {
-            self.store_commits.inc_by(commits.saturating_sub(seen.0));
-            self.store_events.inc_by(events.saturating_sub(seen.1));
-            *seen = (seen.0.max(commits), seen.1.max(events));
-        }
+        let before = self.store_seen.0.fetch_max(commits, Ordering::Relaxed);
+        self.store_commits.inc_by(commits.saturating_sub(before));
+        let before = self.store_seen.1.fetch_max(events, Ordering::Relaxed);
+        self.store_events.inc_by(events.saturating_sub(before));
     }
 
     /// Changes the figures.

@@ -10,7 +10,7 @@
 use crate::metrics::Metrics;
 use foya_actors::CancellationToken;
 use foya_actors::provider::{ImageBudget, ModelClient, ModelRequest, retry::RetryPolicy};
-use foya_protocol::{Event, Seq, SessionId, SessionSummary, StreamEvent};
+use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary, StreamEvent};
 use foya_storage::{AppendError, EventLog, Fence, LogStore, Page, ReadError, StoreStats};
 use futures::Stream;
 use futures::StreamExt as _;
@@ -28,6 +28,9 @@ pub(crate) enum Feed {
     Events(Vec<Event>),
     /// Answered once every batch sent before it has been followed.
     Sync(tokio::sync::oneshot::Sender<()>),
+    /// A session's provider and model, seen in its log as the runtime read it (a session
+    /// created before this process started).
+    Model(SessionId, String, String),
 }
 
 /// The runtime's store, observed.
@@ -43,6 +46,8 @@ impl EventLog for ObservedLog {
         let start = Instant::now();
         let result = self.inner.append(events, fence).await;
         if let Some(m) = &self.metrics {
+            let stats = self.inner.stats();
+            m.observe_store(stats.commits, stats.appended_events);
             m.store_append.observe(start.elapsed().as_secs_f64());
             #[allow(clippy::cast_precision_loss)]
             m.store_append_events.observe(events.len() as f64);
@@ -65,7 +70,19 @@ impl EventLog for ObservedLog {
         from: Seq,
         limit: usize,
     ) -> Result<Vec<Event>, ReadError> {
-        self.inner.read_range(session, from, limit).await
+        let events = self.inner.read_range(session, from, limit).await?;
+        // The model of a session loaded from the log: its latest configuration read.
+        let model = events.iter().rev().find_map(|e| match &e.kind {
+            EventKind::SessionCreated { config } => {
+                Some((config.provider.clone(), config.model.clone()))
+            }
+            EventKind::ConfigChanged { provider, model } => Some((provider.clone(), model.clone())),
+            _ => None,
+        });
+        if let Some((provider, model)) = model {
+            let _ = self.feed.try_send(Feed::Model(session, provider, model));
+        }
+        Ok(events)
     }
 
     async fn last_seq(&self, session: SessionId) -> Result<Option<Seq>, ReadError> {
