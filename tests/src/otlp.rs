@@ -62,6 +62,8 @@ impl ReceivedSpan {
 
 #[derive(Debug, Default)]
 struct Received {
+    /// Woken on every request.
+    arrived: Arc<tokio::sync::Notify>,
     spans: Vec<ReceivedSpan>,
     /// Every request's headers and body, as received.
     raw: Vec<u8>,
@@ -146,6 +148,8 @@ async fn traces(
             }
         }
     }
+    received.arrived.notify_waiters();
+    drop(received);
     (
         [(header::CONTENT_TYPE, "application/x-protobuf")],
         ExportTraceServiceResponse::default().encode_to_vec(),
@@ -215,18 +219,32 @@ impl OtlpReceiver {
         timeout: Duration,
         done: impl Fn(&[ReceivedSpan]) -> bool,
     ) -> Vec<ReceivedSpan> {
+        let arrived = Arc::clone(
+            &self
+                .shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .arrived,
+        );
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            // Registered before the check, so a request in between is not missed.
+            let next = arrived.notified();
+            tokio::pin!(next);
+            next.as_mut().enable();
             let spans = self.spans();
             if done(&spans) {
                 return spans;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; received: {:#?}",
-                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if tokio::time::timeout_at(deadline, next).await.is_err() {
+                panic!(
+                    "timed out waiting for {what}; received: {:#?}",
+                    self.spans()
+                        .iter()
+                        .map(|s| s.name.clone())
+                        .collect::<Vec<_>>()
+                );
+            }
         }
     }
 }

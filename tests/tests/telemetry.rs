@@ -10,6 +10,8 @@
 //! - `foya serve`: an input with a W3C `traceparent` continues the caller's trace; a
 //!   cancelled turn's status; `/metrics` after that work (turns by status, tool calls, a
 //!   histogram's count), behind the bearer token.
+//! - `foya node --http`: `/metrics` behind its token; a non-loopback address without one
+//!   is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::{foya, foya_bin, test_home};
@@ -510,4 +512,90 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
     // Bounded labels: no session id anywhere.
     assert!(!text.contains(&id), "{text}");
     drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_serves_metrics_on_http_behind_its_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("cookie"), "cookie-1\n").unwrap();
+    std::fs::write(dir.join("token"), format!("{TOKEN}\n")).unwrap();
+    std::fs::write(
+        dir.join("script.json"),
+        r#"{"responses": [{"text": "hi"}]}"#,
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let node = |http: &str| {
+        let mut command = tokio::process::Command::new(foya_bin());
+        command
+            .args([
+                "node",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--http",
+                http,
+            ])
+            .arg("--cookie-file")
+            .arg(dir.join("cookie"))
+            .args(["--provider", "scripted", "--script"])
+            .arg(dir.join("script.json"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .current_dir(dir)
+            .env("HOME", test_home())
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        command
+    };
+    // Without a token, only a loopback address: refused before it is bound.
+    let refused = node("0.0.0.0:0").output().await.unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("loopback"), "{stderr}");
+
+    let mut child = node("127.0.0.1:0")
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let line = stderr.next_line().await.unwrap().expect("the node exited");
+            if let Some(url) = line.strip_prefix("foya node: metrics at ") {
+                return url.to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the metrics address is printed");
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = tokio::time::timeout(TIMEOUT, stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(listening.contains("listening on"), "{listening}");
+    let http = reqwest::Client::new();
+    let anonymous = http.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let text = http
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let samples = parse_openmetrics(&text);
+    assert_eq!(sample(&samples, "foya_turns_started_total", &[]), 0.0);
+    assert_eq!(sample(&samples, "foya_turns_active", &[]), 0.0);
 }
