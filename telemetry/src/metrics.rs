@@ -362,5 +362,5 @@ impl Metrics {
     }
 }
 
-/// The content type of [`Metrics::encode`]'s text.
+/// The content type of the metrics' text ([`crate::Telemetry::metrics_text`]).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
