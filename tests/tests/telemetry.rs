@@ -599,3 +599,42 @@ async fn a_node_serves_metrics_on_http_behind_its_token() {
     assert_eq!(sample(&samples, "foya_turns_started_total", &[]), 0.0);
     assert_eq!(sample(&samples, "foya_turns_active", &[]), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loadtest_exports_the_traces_of_its_turns_and_serves_its_metrics() {
+    let receiver = OtlpReceiver::start().await;
+    let mut command = foya();
+    command
+        .args([
+            "loadtest",
+            "--sessions",
+            "3",
+            "--ttft-ms",
+            "0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("foya loadtest: metrics at http://127.0.0.1:"),
+        "{stderr}"
+    );
+    // Every turn's spans left before the process exited.
+    let spans = receiver.spans();
+    let turns: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.name == "turn").collect();
+    assert_eq!(turns.len(), 3, "{spans:#?}");
+    assert!(
+        turns
+            .iter()
+            .all(|t| t.str("foya.turn.status") == Some("completed"))
+    );
+    assert!(
+        spans.iter().any(|s| s.name.starts_with("chat ")),
+        "{spans:#?}"
+    );
+}
