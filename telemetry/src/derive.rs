@@ -23,6 +23,7 @@ use crate::metrics::{
     ClassLabels, DecisionLabels, DirectionLabels, HookLabels, Metrics, StatusLabels, ToolLabels,
     ToolNameLabels, TriggerLabels,
 };
+use foya_protocol::command::ParentRef;
 use foya_protocol::{
     ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,
     TurnStatus, Usage,
@@ -209,6 +210,8 @@ pub(crate) struct Deriver {
     parents: Parents,
     sessions: HashMap<SessionId, Session>,
     models: HashMap<SessionId, ModelOf>,
+    /// Sub-agent sessions: the `agent` call that started each.
+    sub_agents: HashMap<SessionId, ParentRef>,
     spans: Vec<SpanRecord>,
     active: i64,
     queued: i64,
@@ -266,6 +269,7 @@ impl Deriver {
             parents,
             sessions: HashMap::new(),
             models: HashMap::new(),
+            sub_agents: HashMap::new(),
             spans: Vec::new(),
             active: 0,
             queued: 0,
@@ -277,6 +281,7 @@ impl Deriver {
     pub(crate) fn set_model(&mut self, session: SessionId, model: ModelOf) {
         if self.models.len() >= MAX_MODELS {
             self.models.clear();
+            self.sub_agents.clear();
         }
         self.models.insert(session, model);
     }
@@ -322,6 +327,9 @@ impl Deriver {
         let at = event.at_ms;
         match &event.kind {
             EventKind::SessionCreated { config } => {
+                if let Some(parent) = &config.parent {
+                    self.sub_agents.insert(sid, parent.clone());
+                }
                 self.set_model(
                     sid,
                     ModelOf {
@@ -352,6 +360,7 @@ impl Deriver {
                     }
                 }
                 self.models.remove(&sid);
+                self.sub_agents.remove(&sid);
                 self.gauges();
             }
             EventKind::InputQueued { input_id, .. } => {
@@ -669,7 +678,8 @@ impl Deriver {
             .parents
             .lock()
             .ok()
-            .and_then(|mut p| p.remove(&input_id));
+            .and_then(|mut p| p.remove(&input_id))
+            .or_else(|| self.agent_call(sid));
         let session = self.sessions.entry(sid).or_default();
         let user_text = match session.user_text.take() {
             Some((id, text)) if id == input_id => Some(text),
@@ -701,6 +711,22 @@ impl Deriver {
             m.figures(|f| f.turns_started += 1);
         });
         self.gauges();
+    }
+
+    /// The span of the `agent` call that started sub-agent session `sid`, while its
+    /// parent's turn runs: the sub-agent's turns are its children.
+    fn agent_call(&self, sid: SessionId) -> Option<Parent> {
+        let parent = self.sub_agents.get(&sid)?;
+        let turn = self.sessions.get(&parent.session_id)?.turn.as_ref()?;
+        if turn.run_id != Some(parent.run_id) {
+            return None;
+        }
+        let tool = turn.tools.get(&parent.tool_call_id)?;
+        Some(Parent {
+            trace_id: turn.trace_id,
+            span_id: tool.span_id,
+            sampled: turn.sampled,
+        })
     }
 
     /// Ends the open step's chat span (at its assistant message, else at `end`).

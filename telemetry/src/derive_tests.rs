@@ -255,3 +255,47 @@ fn tool_labels_are_bounded() {
 }
 
 const MAX_TOOL_LABELS_FOR_TEST: usize = crate::metrics::MAX_TOOL_LABELS;
+
+#[test]
+fn a_sub_agents_turn_is_a_child_of_the_agent_call() {
+    let child = "01930000-0000-7000-8000-0000000000c1";
+    let child_run = "01930000-0000-7000-8000-0000000000c2";
+    let child_input = "01930000-0000-7000-8000-0000000000c3";
+    let mut events = log(&[
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "", "tool_calls": [{"id": "a1", "name": "agent", "arguments": {}}], "finish_reason": "tool_calls"}),
+    ]);
+    let sub = |seq: u64, run: Option<&str>, kind: serde_json::Value| -> Event {
+        let mut value = kind;
+        let object = value.as_object_mut().unwrap();
+        object.insert("session_id".into(), json!(child));
+        object.insert("seq".into(), json!(seq));
+        object.insert("at_ms".into(), json!(1100 + seq));
+        if let Some(run) = run {
+            object.insert("run_id".into(), json!(run));
+        }
+        serde_json::from_value(value).unwrap()
+    };
+    events.push(sub(1, None, json!({"type": "session_created", "config": {"cwd": "/w", "parent": {"session_id": SESSION, "run_id": RUN, "tool_call_id": "a1"}}})));
+    events.push(sub(
+        2,
+        Some(child_run),
+        json!({"type": "turn_started", "input_id": child_input}),
+    ));
+    events.push(sub(
+        3,
+        Some(child_run),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ));
+    events.extend(log(&[
+        json!({"type": "tool_message", "tool_call_id": "a1", "content": "done", "is_error": false}),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ]));
+    let (spans, _) = derive(&events, false);
+    let agent = by_name(&spans, "execute_tool agent");
+    let turns: Vec<&SpanRecord> = spans.iter().filter(|s| s.name == "turn").collect();
+    let sub_turn = turns.iter().find(|t| t.parent.is_some()).unwrap();
+    assert_eq!(sub_turn.parent, Some(agent.span_id));
+    assert_eq!(sub_turn.trace_id, agent.trace_id);
+}
