@@ -253,14 +253,14 @@ async fn until_turns_complete(
     seen: &mut String,
     n: usize,
 ) {
-    tokio::time::timeout(TIMEOUT, async {
+    let done = tokio::time::timeout(TIMEOUT, async {
         while seen.matches("\"type\":\"turn_complete\"").count() < n {
             let chunk = body.next().await.unwrap().unwrap();
             seen.push_str(&String::from_utf8_lossy(&chunk));
         }
     })
-    .await
-    .expect("the turns complete");
+    .await;
+    assert!(done.is_ok(), "{n} turns did not complete: {seen}");
 }
 
 /// The samples of an OpenMetrics text, parsed by the official Python client's parser
@@ -390,6 +390,14 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
     })
     .await
     .expect("the second turn's step starts");
+    // Its request reached the model (so the slow answer is taken, not left for the next).
+    tokio::time::timeout(TIMEOUT, async {
+        while mock.requests().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the second turn's request reaches the model");
     let cancelled = serve
         .post(&format!("/sessions/{id}/cancel"))
         .send()
@@ -434,6 +442,20 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
     );
     assert_eq!(cancelled.str("foya.turn.reason"), Some("user"));
 
+    // A turn the provider refuses.
+    mock.push(MockResponse::json(
+        400,
+        &json!({"error": {"message": "bad request", "type": "invalid_request_error"}}),
+    ));
+    let sent = serve
+        .post(&format!("/sessions/{id}/inputs"))
+        .json(&json!({"text": "once more"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), reqwest::StatusCode::ACCEPTED);
+    until_turns_complete(&mut body, &mut seen, 3).await;
+
     // The metrics after that work.
     let unauthorized = serve
         .http
@@ -451,7 +473,21 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
     );
     let text = resp.text().await.unwrap();
     let samples = parse_openmetrics(&text);
-    assert_eq!(sample(&samples, "foya_turns_started_total", &[]), 2.0);
+    assert_eq!(sample(&samples, "foya_turns_started_total", &[]), 3.0);
+    assert_eq!(
+        sample(
+            &samples,
+            "foya_turns_finished_total",
+            &[("status", "failed")]
+        ),
+        1.0
+    );
+    let errors: f64 = samples
+        .iter()
+        .filter(|(name, _, _)| name == "foya_provider_errors_total")
+        .map(|(_, _, value)| value)
+        .sum();
+    assert_eq!(errors, 1.0, "one refused request: {samples:?}");
     assert_eq!(
         sample(
             &samples,
