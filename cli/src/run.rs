@@ -103,25 +103,31 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;
     config.attachments = Some(crate::data::attachments(&dir));
+    // Traces only (nothing scrapes a `run`): off unless OTEL_* or `[telemetry]` ask.
+    let telemetry = crate::setup::telemetry(false).map_err(Failure::Usage)?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
         .map_err(Failure::Runtime)?;
     let outcome = drive(&runtime, &store, &args, cwd, model_name, prompt, signals).await;
-    match outcome {
+    match &outcome {
         // A second signal: leave at once, without waiting for the cancel to finish.
-        Ok(Forced(code)) => {
-            runtime.shutdown_within(std::time::Duration::ZERO).await;
-            Ok(code)
-        }
-        Ok(Ended(code)) => {
-            runtime.shutdown().await;
-            Ok(code)
-        }
-        Err(e) => {
-            runtime.shutdown().await;
-            Err(e)
-        }
+        Ok(Forced(_)) => runtime.shutdown_within(std::time::Duration::ZERO).await,
+        Ok(Ended(_)) | Err(_) => runtime.shutdown().await,
+    }
+    // Every span of the run is exported before the exit (not after a second signal:
+    // that leaves at once).
+    if let Some(telemetry) = telemetry
+        && !matches!(outcome, Ok(Forced(_)))
+    {
+        telemetry.shutdown().await;
+    }
+    match outcome {
+        Ok(Forced(code) | Ended(code)) => Ok(code),
+        Err(e) => Err(e),
     }
 }
 

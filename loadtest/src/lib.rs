@@ -96,6 +96,11 @@ pub struct LoadtestArgs {
     /// Data directory of the store (default: a temporary directory, removed at the end).
     #[arg(long)]
     pub(crate) data_dir: Option<PathBuf>,
+    /// Serve the run's Prometheus metrics at `http://ADDR/metrics` while it runs (a
+    /// loopback address; port 0 picks one, printed on stderr). Traces are exported when
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (docs/observability.md).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<String>,
     /// Attempts per model request, the first included (retry policy; 1 to 100, the
     /// ceiling of a profile's `max_attempts`).
     #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
@@ -249,6 +254,24 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     config.mcp = foya_cli::mcp::load(&here, &args.mcp)?;
     config.retry.max_attempts = args.max_attempts;
     config.subscriber_buffer = args.subscriber_buffer;
+    // Traces when OTEL_* ask; metrics when they are served (--metrics-listen).
+    let telemetry = foya_cli::setup::telemetry(args.metrics_listen.is_some())?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
+    let metrics_stop = CancellationToken::new();
+    if let (Some(listen), Some(telemetry)) = (&args.metrics_listen, &telemetry) {
+        foya_telemetry::http::check_loopback(listen)?;
+        let listener = foya_cli::listen::bind(listen, foya_cli::listen::Port::AnyOrZero).await?;
+        let addr = listener.local_addr().context("no local address")?;
+        eprintln!("foya loadtest: metrics at http://{addr}/metrics");
+        tokio::spawn(foya_telemetry::http::serve_metrics(
+            listener,
+            telemetry.clone(),
+            None,
+            metrics_stop.clone(),
+        ));
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")?;
@@ -341,6 +364,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         shared.runtime.shutdown().await;
     }
     store.close().await;
+    metrics_stop.cancel();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
 
     if args.compare_bare && profile.is_some() && stop.is_cancelled() {
         let why = match interrupted_by_user {

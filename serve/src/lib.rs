@@ -76,6 +76,8 @@ pub(crate) struct AppState {
     pub(crate) overview: Arc<overview::Folds>,
     /// Which hosts and origins may call (`guard.rs`).
     pub(crate) guard: Arc<guard::Guard>,
+    /// Traces and metrics (`GET /metrics`); `None`: off.
+    pub(crate) telemetry: Option<foya_telemetry::Telemetry>,
 }
 
 /// The router over `state` (every route of [`routes::route_table`]; in front of them
@@ -205,6 +207,11 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     config.attachments = Some(Arc::clone(&attachments));
     config.context.generate_titles = args.generate_titles;
     config.context.auto_compact = auto_compact;
+    // Metrics on by default (`GET /metrics`); traces when OTEL_* or `[telemetry]` ask.
+    let telemetry = foya_cli::setup::telemetry(true).map_err(usage)?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
@@ -239,6 +246,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         shutdown: shutdown.clone(),
         overview: Arc::default(),
         guard: Arc::new(guard),
+        telemetry: telemetry.clone(),
     };
     let app = router(state);
     let mut signals = foya_cli::signals::Signals::install().ok();
@@ -287,6 +295,9 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     // Connections still open (or their tasks not yet ended) may hold the runtime, so it
     // is closed by reference: the store is flushed and closed whatever the clients do.
     runtime.close().await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
     Ok(code)
 }
 

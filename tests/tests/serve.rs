@@ -518,7 +518,7 @@ async fn every_documented_operation_is_routed(s: &Server) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 18);
+    assert_eq!(checked, 19);
     let resp = s.req(reqwest::Method::GET, "/nope").send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     let body: Value = resp.json().await.unwrap();
