@@ -73,9 +73,9 @@ fn exit_status(ended: &Result<(), CommandError>) -> u8 {
         Err(CommandError::Usage(_) | CommandError::Ended(Ended::Usage)) => EXIT_USAGE,
         Err(CommandError::Ended(Ended::Partial)) => EXIT_PARTIAL,
         Err(CommandError::Damaged(_) | CommandError::Ended(Ended::Damaged)) => EXIT_DAMAGED,
-        Err(CommandError::Ended(
-            Ended::Cancelled | Ended::Signalled(Signalled::Interrupt),
-        )) => EXIT_CANCELLED,
+        Err(CommandError::Ended(Ended::Cancelled | Ended::Signalled(Signalled::Interrupt))) => {
+            EXIT_CANCELLED
+        }
         Err(CommandError::Ended(Ended::Signalled(Signalled::Terminate))) => EXIT_TERMINATED,
         Err(CommandError::Ended(Ended::Signalled(Signalled::Hangup))) => EXIT_HANGUP,
     }

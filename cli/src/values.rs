@@ -97,7 +97,10 @@ pub fn output_file(s: &str) -> Result<PathBuf, ValueError> {
         _ => PathBuf::from("."),
     };
     if !parent.is_dir() {
-        return Err(ValueError(format!("directory {} does not exist", parent.display())));
+        return Err(ValueError(format!(
+            "directory {} does not exist",
+            parent.display()
+        )));
     }
     tempfile::Builder::new()
         .prefix(".foya-write-check")
@@ -133,9 +136,11 @@ pub fn http_url(s: &str) -> Result<String, ValueError> {
 /// # Errors
 /// Not `HOST:PORT`, or port 0.
 pub fn fixed_port_addr(s: &str) -> Result<std::net::SocketAddr, ValueError> {
-    let addr: std::net::SocketAddr = s
-        .parse()
-        .map_err(|e| ValueError(format!("{s:?} is not an address ({e}); expected e.g. 127.0.0.1:4370")))?;
+    let addr: std::net::SocketAddr = s.parse().map_err(|e| {
+        ValueError(format!(
+            "{s:?} is not an address ({e}); expected e.g. 127.0.0.1:4370"
+        ))
+    })?;
     if addr.port() == 0 {
         return Err(ValueError(format!(
             "{s:?} has port 0: a node needs a fixed port that its peers can dial, e.g. 127.0.0.1:4370"
@@ -152,10 +157,16 @@ mod tests {
     #[test]
     fn counts_durations_paths_and_urls_are_checked() {
         assert_eq!(positive_count("3"), Ok(3));
-        assert_eq!(positive_count("0"), Err(ValueError("must be at least 1".to_owned())));
+        assert_eq!(
+            positive_count("0"),
+            Err(ValueError("must be at least 1".to_owned()))
+        );
         assert!(positive_count("-1").is_err());
         assert_eq!(positive_u32("4"), Ok(4));
-        assert_eq!(positive_u32("0"), Err(ValueError("must be at least 1".to_owned())));
+        assert_eq!(
+            positive_u32("0"),
+            Err(ValueError("must be at least 1".to_owned()))
+        );
         assert!(positive_u32("4294967296").is_err());
         assert_eq!(subscriber_buffer("128"), Ok(128));
         assert!(subscriber_buffer("0").is_err_and(|e| e.0.starts_with("must be at least 128:")));

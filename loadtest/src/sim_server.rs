@@ -25,8 +25,7 @@ pub struct SimServerArgs {
 pub async fn sim_server(args: SimServerArgs) -> Result<(), CommandError> {
     let config = args.sim.to_config().map_err(CommandError::Usage)?;
     let listener =
-        foya_cli::listen::bind(&args.listen.to_string(), foya_cli::listen::Port::AnyOrZero)
-            .await?;
+        foya_cli::listen::bind(&args.listen.to_string(), foya_cli::listen::Port::AnyOrZero).await?;
     let addr = listener.local_addr().map_err(failed)?;
     let mut stdout = std::io::stdout();
     // A URL to paste as `--base-url` (with `/v1` for openai-chat and openai-responses);

@@ -3,9 +3,9 @@
 //! their shared test data.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 mod api;
 mod codec;
+mod common;
 mod crash;
 mod damage;
 mod interleavings;
