@@ -12,7 +12,8 @@
 //! Node names are unique in a cluster: a node that finds a node started earlier under
 //! its name leaves the cluster, prints why and exits with status 1.
 
-use crate::args::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
+use crate::args::{DataDirArg, ProviderArgs};
+use crate::exit::{CommandError, Ended};
 use anyhow::Context as _;
 use clap::Args;
 use foya_actors::cluster::{ClusterNode, NodeConfig};
@@ -79,18 +80,15 @@ pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
     }
 }
 
-/// Runs the node; returns the exit status.
-pub async fn node(args: NodeArgs) -> u8 {
+/// Runs the node until SIGINT, SIGTERM or SIGHUP.
+///
+/// # Errors
+/// An unreadable or empty cookie file (usage); the node cannot start.
+pub async fn node(args: NodeArgs) -> Result<(), CommandError> {
     let Some(cookie) = read_cookie(&args.cookie_file) else {
-        return EXIT_USAGE;
+        return Err(Ended::Usage.into());
     };
-    match serve(args, cookie).await {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            crate::args::report(&e);
-            EXIT_FAILED
-        }
-    }
+    Ok(serve(args, cookie).await?)
 }
 
 async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {

@@ -33,7 +33,7 @@ use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::Runtime;
-use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use foya_cli::exit::{CommandError, Ended};
 use foya_protocol::ApprovalMode;
 use foya_storage::{Durability, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -139,12 +139,12 @@ pub struct LoadtestArgs {
 }
 
 /// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
-fn max_attempts(s: &str) -> Result<u32, String> {
+fn max_attempts(s: &str) -> Result<u32, foya_cli::values::ValueError> {
     let n = foya_cli::values::positive_u32(s)?;
     if n > MAX_ATTEMPTS_LIMIT {
-        return Err(format!(
+        return Err(foya_cli::values::ValueError(format!(
             "at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first included)"
-        ));
+        )));
     }
     Ok(n)
 }
@@ -156,19 +156,22 @@ pub(crate) enum DurabilityArg {
     Immediate,
 }
 
-/// Runs the load test; returns the exit status (0 when every turn completed without
-/// error, 1 otherwise, 130 when stopped by Ctrl-C, 2 on bad arguments).
-pub async fn loadtest(args: LoadtestArgs) -> u8 {
+/// Runs the load test: succeeds when every turn completed without error.
+///
+/// # Errors
+/// [`Ended::Failed`] when a turn failed or an error was counted (the report says which),
+/// [`Ended::Signalled`] when a signal stopped the run (after its partial report), and a
+/// usage error for anything that kept the run from starting or its report from being
+/// written.
+pub async fn loadtest(args: LoadtestArgs) -> Result<(), CommandError> {
     match loadtest_inner(args).await {
-        Ok(code) => code,
-        Err(e) => {
-            foya_cli::args::report(&e);
-            EXIT_USAGE
-        }
+        Ok(ended) => Ok(ended?),
+        Err(e) => Err(CommandError::Usage(e)),
     }
 }
 
-async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
+/// The run, and how it ended (the outer error: it could not run or report).
+async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>> {
     // Installed first, before any setup: SIGINT, SIGTERM or SIGHUP from the first moment
     // stops the run with a partial report (never lost between two waits, never the
     // default kill that would leave the temporary directories behind).
@@ -450,11 +453,11 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(if let Some(signal) = interrupted_by_user {
-        signal.exit_code()
+        Err(Ended::Signalled(signal))
     } else if report.turns_failed > 0 || !report.errors.is_empty() {
-        EXIT_FAILED
+        Err(Ended::Failed)
     } else {
-        EXIT_OK
+        Ok(())
     })
 }
 

@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use error::ApiError;
 use foya_actors::attachments::AttachmentStore;
 use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime};
-use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use foya_cli::exit::{CommandError, Ended};
 use foya_protocol::ApprovalMode;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -128,14 +128,13 @@ async fn auth(State(state): State<AppState>, request: Request, next: Next) -> Re
     next.run(request).await
 }
 
-pub async fn serve(args: ServeArgs) -> u8 {
-    match serve_inner(args).await {
-        Ok(code) => code,
-        Err((code, e)) => {
-            foya_cli::args::report(&e);
-            code
-        }
-    }
+/// `foya serve`: serves until SIGINT, SIGTERM or SIGHUP, then drains.
+///
+/// # Errors
+/// A usage or configuration error (a bad `--listen`, token file or provider); the
+/// server cannot start or stops with an error.
+pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
+    serve_inner(args).await
 }
 
 /// Refuses to serve without a bearer token on anything but a loopback address: the API
@@ -160,9 +159,9 @@ fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
-    let usage = |e: anyhow::Error| (EXIT_USAGE, e);
-    let failed = |e: anyhow::Error| (EXIT_FAILED, e);
+async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
+    let usage = CommandError::Usage;
+    let failed = |e: anyhow::Error| CommandError::from(e);
     let cwd = foya_cli::setup::working_dir(None).map_err(usage)?;
     let (model, model_name) = foya_cli::setup::model_client(&args.provider, &cwd).map_err(usage)?;
     let auto_compact =
@@ -262,11 +261,11 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         () = next_signal(&mut signals) => None,
         served = &mut server => Some(served),
     };
-    let code = match served {
+    let ended = match served {
         // The server failed on its own (no signal): no connection to wait for.
         Some(served) => {
             runtime.drain(DEFAULT_SHUTDOWN_GRACE).await;
-            exit_code(served)
+            ended(served)
         }
         None => {
             // No new connections; those open keep being served, so open event streams
@@ -277,7 +276,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
             // never completes gets `CONNECTION_GRACE` (less on another signal).
             shutdown.cancel();
             tokio::select! {
-                served = &mut server => exit_code(served),
+                served = &mut server => ended(served),
                 () = async {
                     tokio::select! {
                         () = tokio::time::sleep(CONNECTION_GRACE) => {}
@@ -286,7 +285,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
                 } => {
                     tracing::warn!(target: LOG_TARGET, "connections still open after shutdown were closed");
                     server.abort();
-                    EXIT_OK
+                    Ok(())
                 }
             }
         }
@@ -298,20 +297,20 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     if let Some(telemetry) = telemetry {
         telemetry.shutdown().await;
     }
-    Ok(code)
+    ended
 }
 
-/// The exit status for how the server task ended.
-fn exit_code(served: Result<std::io::Result<()>, tokio::task::JoinError>) -> u8 {
+/// How the command ends for how the server task ended (an error is said at once).
+fn ended(served: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), CommandError> {
     match served {
-        Ok(Ok(())) => EXIT_OK,
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
             eprintln!("foya: server error: {e}");
-            EXIT_FAILED
+            Err(Ended::Failed.into())
         }
         Err(e) => {
             eprintln!("foya: the server stopped: {e}");
-            EXIT_FAILED
+            Err(Ended::Failed.into())
         }
     }
 }

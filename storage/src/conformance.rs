@@ -1,7 +1,7 @@
 //! The conformance suite of the storage seam (feature `conformance`): the same checks
 //! run against every [`EventLog`] — the redb [`crate::Store`] in this crate's tests,
 //! PostgreSQL in `foya-storage-pg`'s. Each check takes a fresh, empty log and panics (it
-//! is test code) when the log breaks a rule of [`crate::log`].
+//! is test code) when the log breaks a rule of the seam (`log.rs`).
 //!
 //! A test crate instantiates the whole suite with [`crate::conformance_tests!`], naming
 //! an async function that returns a fresh log:

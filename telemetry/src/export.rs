@@ -9,9 +9,62 @@ use opentelemetry::trace::{
     TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The exporter's HTTP client: the workspace's async reqwest, driven on the runtime that
+/// built the exporter. The SDK's batch processor runs on its own thread and blocks on
+/// [`HttpClient::send_bytes`](opentelemetry_http::HttpClient::send_bytes); the request
+/// itself is a task of that tokio runtime, so it has the reactor it needs.
+#[derive(Debug, Clone)]
+struct OtlpHttp {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+/// How long one export request may take (the SDK's default export timeout).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl OtlpHttp {
+    fn new() -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .context("the trace exporter is built inside a tokio runtime")?;
+        let client = reqwest::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .build()
+            .context("cannot build the OTLP exporter's HTTP client")?;
+        Ok(Self { client, runtime })
+    }
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OtlpHttp {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        let (parts, body) = request.into_parts();
+        let sent = self.runtime.spawn(async move {
+            let response = client
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, headers, body))
+        });
+        let (status, headers, body) = sent.await??;
+        let mut response = http::Response::new(body);
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+}
 
 /// The SDK's provider and Foya's tracer.
 #[derive(Debug)]
@@ -32,6 +85,7 @@ impl Exporter {
     pub(crate) fn new(config: &TraceExport) -> anyhow::Result<Self> {
         let mut builder = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(OtlpHttp::new()?)
             .with_protocol(Protocol::HttpBinary);
         if let Some(endpoint) = &config.endpoint {
             builder = builder.with_endpoint(endpoint.clone());

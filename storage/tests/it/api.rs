@@ -2,7 +2,7 @@
 //! group commit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{config, created, event, log, step};
 use foya_protocol::{EventKind, Seq, SessionId, SessionSummary, TitleSource};

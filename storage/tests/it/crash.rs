@@ -7,7 +7,7 @@
 //! read-only once a writable open repaired it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use foya_protocol::{Seq, SessionId};
 use foya_storage::{OpenError, ReadOnlyStore, Store, StoreOptions};
@@ -72,13 +72,11 @@ fn crash_child_writer() {
 /// Runs one child on `path` until it acknowledged `ACKS_BEFORE_KILL` appends, SIGKILLs
 /// it, and returns every acknowledgement it printed (session → highest acked seq).
 fn run_and_kill(path: &Path, deadline: Instant, acked: &mut HashMap<SessionId, u64>) {
+    // The child test's name in this binary: its module path without the crate's name.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crash_child_writer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", &format!("{module}::crash_child_writer")])
+        .args(["--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, path)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

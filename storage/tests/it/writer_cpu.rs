@@ -3,7 +3,7 @@
 //! and growing with more commits; final after close.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::log;
 use foya_protocol::SessionId;

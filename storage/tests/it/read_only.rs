@@ -5,7 +5,7 @@
 //! creation and a foreign file apart. (A killed writer's file: `crash.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{created, event, log};
 use foya_protocol::{EventKind, Seq, SessionId, TitleSource};

@@ -405,5 +405,4 @@ async fn approvals_cancel_delete_and_the_cluster_list_work_across_nodes() {
         .expect("the scenario timed out");
 }
 
-#[path = "cluster_ops/unreachable.rs"]
 mod unreachable;

@@ -15,11 +15,8 @@
 //! page still creates, streams and cancels. The load-test report: `webview/report.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "webview/page.rs"]
 mod page;
-#[path = "webview/report.rs"]
 mod report;
-#[path = "webview/steps.rs"]
 mod steps;
 
 use foya_tests::foya_bin::foya_bin;

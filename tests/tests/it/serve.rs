@@ -835,17 +835,10 @@ async fn shutdown_scenario() {
     );
 }
 
-#[path = "serve/bodies.rs"]
 mod bodies;
-#[path = "serve/damaged_store.rs"]
 mod damaged_store;
-#[path = "serve/hooks.rs"]
 mod hooks;
-#[path = "serve/pressure.rs"]
 mod pressure;
-#[path = "serve/script_end.rs"]
 mod script_end;
-#[path = "serve/shutdown.rs"]
 mod shutdown;
-#[path = "serve/store_backup.rs"]
 mod store_backup;

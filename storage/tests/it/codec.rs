@@ -2,10 +2,10 @@
 //! byte-identical, and unknown format versions are refused.
 //!
 //! Regenerate the golden files only for a deliberate, versioned format change:
-//! `FOYA_BLESS=1 cargo test -p foya-storage --test codec`.
+//! `FOYA_BLESS=1 cargo test -p foya-storage --test it -- codec::`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{VARIANTS, all_kinds, fixed_run, fixed_session, variant_index};
 use foya_protocol::{Event, EventKind, Seq, SessionSummary};

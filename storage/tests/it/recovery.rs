@@ -4,7 +4,7 @@
 //! a backup taken while appends go on is one consistent commit and opens as a store.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use foya_protocol::{Seq, SessionId};
 use foya_storage::{ReadOnlyStore, Store, StoreOptions};

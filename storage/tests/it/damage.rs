@@ -5,7 +5,7 @@
 //! list` panic in redb's btree code), truncations, random bytes over the last page.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use foya_protocol::{Seq, SessionId};
 use foya_storage::{ReadOnlyStore, Store, StoreOptions};

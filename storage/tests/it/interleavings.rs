@@ -4,7 +4,7 @@
 //! and no duplicate, and refused appends leave no trace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use foya_protocol::{Event, Seq, SessionId};
 use foya_storage::{AppendError, Store, StoreOptions};
