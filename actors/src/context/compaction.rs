@@ -216,14 +216,7 @@ fn drop_oldest(messages: Vec<Message>, budget: u64) -> Vec<Message> {
     out
 }
 
-/// Whether summarising the history can make a request meaningfully smaller: the history
-/// (the part a checkpoint replaces) must hold at least `min_saving_pct` % of the
-/// request's estimated `total_tokens`. When the fixed part (system prompt, tools)
-/// dominates, no summary saves enough, and a compaction would only spend a request.
-#[must_use]
-pub fn can_shrink(total_tokens: u64, history_tokens: u64, min_saving_pct: u64) -> bool {
-    history_tokens.saturating_mul(100) >= total_tokens.saturating_mul(min_saving_pct)
-}
+pub use foya_core::turn::can_shrink;
 
 /// Indices of `messages` grouped into droppable units: an assistant message with the
 /// tool results after it, or any other single message.

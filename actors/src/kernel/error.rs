@@ -70,6 +70,20 @@ pub enum RuntimeError {
     Cluster(Box<ClusterError>),
 }
 
+impl From<foya_core::session::Refusal> for RuntimeError {
+    fn from(refusal: foya_core::session::Refusal) -> Self {
+        use foya_core::session::Refusal;
+        match refusal {
+            Refusal::SessionDeleted(id) => Self::SessionDeleted(id),
+            Refusal::EmptyInput => Self::EmptyInput,
+            Refusal::UnknownApproval(id) => Self::UnknownApproval(id),
+            Refusal::Storage(message) => Self::Storage(message),
+            Refusal::ImagesNotSupported { model } => Self::ImagesNotSupported { model },
+            Refusal::ShuttingDown => Self::ShuttingDown,
+        }
+    }
+}
+
 /// Errors of the cluster API. Non-exhaustive: keep a catch-all arm.
 #[cfg(feature = "cluster")]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

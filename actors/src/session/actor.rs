@@ -108,7 +108,6 @@ impl Actor for SessionActor {
             queued_on_restart: deps.queued_on_restart,
             without_approver: deps.without_approver,
             generate_titles: deps.context.generate_titles,
-            clock: crate::kernel::now_ms,
         };
         // A session starts idle: its log counts against the idle budget too.
         let idle_reservation = deps.idle_logs.reserve(args.log.len());

@@ -27,8 +27,8 @@ mod commands;
 mod effects;
 mod hibernate;
 pub(crate) mod log;
-mod machine;
-pub(crate) mod state;
+pub(crate) use foya_core::session::machine;
+pub(crate) use foya_core::session::state;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -57,14 +57,7 @@ pub(crate) use machine::NO_APPROVER;
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
 
-/// The answer to a ToolActor's approval request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ApprovalAnswer {
-    /// Whether the call may run.
-    pub allowed: bool,
-    /// Message for the model when denied.
-    pub message: Option<String>,
-}
+pub(crate) use foya_core::session::ApprovalAnswer;
 
 /// What a new subscriber gets: its live channel and the last seq committed when it was
 /// registered (replay covers up to it; the channel carries everything after).

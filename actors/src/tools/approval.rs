@@ -40,40 +40,7 @@ use foya_protocol::ApprovalMode;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The gateway's decision for one tool call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Run it now under `sandbox`.
-    Allow {
-        /// Sandbox to put into `ToolContext::sandbox`.
-        sandbox: SandboxPolicy,
-    },
-    /// A person decides (an `approval_requested` event).
-    Ask {
-        /// The exact command (exec) or absolute path (write) or URL (network).
-        action: String,
-        /// Why approval is needed, for the person.
-        reason: String,
-        /// Key an "allow for this session" decision grants: `shell:<argv prefix>`
-        /// (`shell:git status`) or `shell:=<exact argv>`, `shell:network:<same>`,
-        /// `write_file:*` (inside the working directory), `write_file:<abs dir>` (outside),
-        /// `<tool>:<host>` (network tools); empty when no grant is offered (protected
-        /// paths, commands that run other code): the action is asked every time.
-        grant_key: String,
-        /// Sandbox to run under when allowed.
-        sandbox_if_allowed: SandboxPolicy,
-        /// Sandbox to run under when no person can answer (no approver attached and the
-        /// runtime denies such questions): set only when the policy would have run the
-        /// call unasked and asks because the sandbox cannot shield the protected paths
-        /// here (see [`evaluate`]); `None`: denied as usual.
-        if_no_approver: Option<SandboxPolicy>,
-    },
-    /// Refused; the model gets an `is_error` result with `reason`.
-    Deny {
-        /// Why, for the model.
-        reason: String,
-    },
-}
+pub use foya_core::approval::Verdict;
 
 const SANDBOXED: SandboxPolicy = SandboxPolicy::WorkspaceWrite { network: false };
 

@@ -21,15 +21,14 @@ pub mod registry;
 /// Sandbox Runner (Landlock helper, process groups).
 pub mod sandbox;
 /// Batching of one step's tool calls (pure).
-pub mod schedule;
+pub use foya_core::schedule;
 /// Typed tools (argument struct + async fn) and the embedder's shared state.
 pub mod typed;
 
 pub use registry::{InvalidToolSchema, PreparedCall, ToolRegistry};
 pub use typed::{DEFAULT_TYPED_TIMEOUT_MS, ToolState, TypedTool};
+pub(crate) use foya_core::schedule::CANCELLED;
 
-/// Result text of a call stopped by a cancel.
-pub(crate) const CANCELLED: &str = "cancelled";
 
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
@@ -108,28 +107,7 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
 }
 
-/// How an exec tool's child process is confined (Linux Landlock, applied before exec).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxPolicy {
-    /// No sandbox (approval mode `bypass`, or a call approved to leave the sandbox).
-    None,
-    /// Read everywhere, write nowhere; no network.
-    ReadOnly,
-    /// Read everywhere, write only the working directory (but not its protected paths:
-    /// `.foya`, `.git`, instruction files, hook scripts) and a private temp dir; network
-    /// only when `network` is true.
-    WorkspaceWrite {
-        /// Whether TCP connect/bind is allowed.
-        network: bool,
-    },
-    /// As `WorkspaceWrite`, with the protected paths inside the working directory
-    /// writable too: a person approved this exact action.
-    WorkspaceAndProtected {
-        /// Whether TCP connect/bind is allowed.
-        network: bool,
-    },
-}
+pub use foya_core::approval::SandboxPolicy;
 
 /// Where a running tool reports progress (`tool_update` events) and live output.
 pub trait ProgressSink: Send + Sync {

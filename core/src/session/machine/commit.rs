@@ -16,7 +16,7 @@ impl SessionMachine {
             return self.after_commit(then, fx);
         }
         // Never before the session's previous event, whatever the wall clock did.
-        let at_ms = (self.settings.clock)().max(self.fold.last_at_ms);
+        let at_ms = self.now_ms.max(self.fold.last_at_ms);
         let mut seq = self.fold.last_seq;
         let events = kinds
             .into_iter()
@@ -124,7 +124,7 @@ impl SessionMachine {
         let Some(Waiting::Commit(then)) = self.waiting.take() else {
             return fx.push(Effect::Fail("a commit failure nobody waited for".into()));
         };
-        let error = RuntimeError::Storage(message.clone());
+        let error = Refusal::Storage(message.clone());
         match then {
             // Nothing was written: the caller learns it, the session stays as it was.
             AfterCommit::Queued { .. } => fx.push(Effect::Reply(Answer::Submitted(Err(error)))),

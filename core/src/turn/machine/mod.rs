@@ -45,16 +45,16 @@
 //!   arrives later is an input of phase `Done`: ignored.
 
 mod compaction;
-pub(crate) mod run;
+pub mod run;
 #[cfg(test)]
 mod tests;
 
 use super::TurnMode;
 use super::protection::{CallVerdict, Guard, Limits, LoopDetected};
-use crate::hooks::runner::HookRun;
-use crate::provider::ModelRequest;
-use crate::provider::retry::RetryPolicy;
-pub(crate) use compaction::{Compaction, Prepared, Trigger};
+use crate::hooks::HookRun;
+use crate::request::ModelRequest;
+use crate::retry::RetryPolicy;
+pub use compaction::{Compaction, Prepared, Trigger};
 use foya_protocol::{
     AssistantMessage, ErrorClass, ErrorInfo, EventKind, FinishReason, HookDecision, Input, Message,
     ProviderError, StreamAggregate, ToolCall, ToolMessage, TurnStatus, Usage,
@@ -63,10 +63,10 @@ use run::ToolRun;
 use std::collections::BTreeMap;
 
 /// The instruction appended to the final request when the step limit is reached.
-pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
+pub const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
      more tools can be called. Summarise what was done, what remains, and stop.";
 /// `turn_complete` reason of a turn whose prompt a hook blocked.
-pub(crate) const PROMPT_BLOCKED: &str = "prompt blocked by hook";
+pub const PROMPT_BLOCKED: &str = "prompt blocked by hook";
 /// Reason given to the model when a stop hook blocks without one.
 const CONTINUE: &str = "a stop hook asked to continue";
 /// `turn_complete` reason of a hook's stop without a reason.
@@ -76,7 +76,7 @@ const STOP_HOOK_LIMIT: &str = "stop_hook_limit";
 
 /// What a turn is set up with (fixed for the turn).
 #[derive(Debug, Clone)]
-pub(crate) struct TurnConfig {
+pub struct TurnConfig {
     pub mode: TurnMode,
     pub max_steps: Option<u32>,
     /// Automatic compaction is on (runtime and session).
@@ -93,7 +93,7 @@ pub(crate) struct TurnConfig {
 
 /// Which hook points have hooks (the driver asks the runtime's hooks once).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct HookPoints {
+pub struct HookPoints {
     /// `SessionStart` runs (top-level session, first turn in this runtime, a hook).
     pub session_start: bool,
     /// `UserPromptSubmit` runs (top-level session, a hook).
@@ -108,7 +108,7 @@ pub(crate) struct HookPoints {
 
 /// A hook point the turn runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HookPoint {
+pub enum HookPoint {
     SessionStart,
     PromptSubmit,
     PreCompact(Trigger),
@@ -121,7 +121,7 @@ pub(crate) enum HookPoint {
 
 /// A compiled context, measured (the driver keeps the context itself).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Measured {
+pub struct Measured {
     pub sections: BTreeMap<String, u64>,
     pub estimated_input_tokens: u64,
     pub window: u64,
@@ -143,7 +143,7 @@ impl Measured {
 
 /// How a model request ended.
 #[derive(Debug, Clone)]
-pub(crate) enum StreamOutcome {
+pub enum StreamOutcome {
     /// `Done`: the response, its usage, and for each tool call whether its tool is
     /// parallel-safe.
     Done {
@@ -157,7 +157,7 @@ pub(crate) enum StreamOutcome {
 
 /// What happened.
 #[derive(Debug, Clone)]
-pub(crate) enum TurnInput {
+pub enum TurnInput {
     /// The turn starts.
     Begin,
     /// The hooks of the current hook point answered.
@@ -202,7 +202,7 @@ pub(crate) enum TurnInput {
 
 /// What a model request looks like beyond the compiled context.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RequestShape {
+pub struct RequestShape {
     /// The final step at `max_steps`: no tools, [`MAX_STEPS_INSTRUCTION`] appended.
     pub final_step: bool,
     /// Tools run protection withdrew (not offered).
@@ -211,7 +211,7 @@ pub(crate) struct RequestShape {
 
 impl RequestShape {
     /// Applies the shape to a request built from the compiled context.
-    pub(crate) fn apply(&self, request: &mut ModelRequest) {
+    pub fn apply(&self, request: &mut ModelRequest) {
         if !self.withdrawn.is_empty() {
             request.tools = request
                 .tools
@@ -231,7 +231,7 @@ impl RequestShape {
 
 /// What to do.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum TurnEffect {
+pub enum TurnEffect {
     /// Write these events (the driver merges back-to-back appends into one commit).
     Append(Vec<EventKind>),
     /// Run the hooks of this point; answer with [`TurnInput::HooksAnswered`].
@@ -283,7 +283,7 @@ pub(crate) enum TurnEffect {
 
 /// Where the turn is.
 #[derive(Debug)]
-pub(crate) enum Phase {
+pub enum Phase {
     /// Not begun.
     Idle,
     /// `SessionStart` or `UserPromptSubmit` hooks run.
@@ -342,7 +342,7 @@ struct Counters {
 
 /// The turn machine.
 #[derive(Debug)]
-pub(crate) struct TurnMachine {
+pub struct TurnMachine {
     config: TurnConfig,
     phase: Phase,
     step: Step,
@@ -352,7 +352,7 @@ pub(crate) struct TurnMachine {
 
 impl TurnMachine {
     /// A machine for a turn set up with `config`.
-    pub(crate) fn new(config: TurnConfig) -> Self {
+    pub fn new(config: TurnConfig) -> Self {
         let turn = Counters {
             guard: Guard::new(config.protection),
             request: 0,
@@ -371,12 +371,12 @@ impl TurnMachine {
     }
 
     /// Whether the turn ended.
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done)
     }
 
     /// Takes in what happened; returns what to do, in order.
-    pub(crate) fn on(&mut self, input: TurnInput) -> Vec<TurnEffect> {
+    pub fn on(&mut self, input: TurnInput) -> Vec<TurnEffect> {
         match input {
             TurnInput::CancelRequested => self.cancel_requested(),
             TurnInput::Cancel {
@@ -600,7 +600,7 @@ impl TurnMachine {
         let compact = m.over_threshold
             && self.config.auto_compact
             && !self.step.compacted
-            && crate::context::can_shrink(
+            && super::can_shrink(
                 m.raw_total(),
                 m.history_tokens(),
                 compaction::MIN_SAVING_PCT,

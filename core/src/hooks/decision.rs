@@ -9,7 +9,7 @@
 //! | deny | deny | deny | deny |
 
 use super::HookResponse;
-use crate::tools::approval::Verdict;
+use crate::approval::Verdict;
 use foya_protocol::HookDecision;
 
 /// The combined answer of the hooks of one point.
@@ -138,7 +138,7 @@ pub fn tighten(verdict: Verdict, merged: &Merged, action: impl FnOnce() -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::SandboxPolicy;
+    use crate::approval::SandboxPolicy;
     use HookDecision::{Allow, Ask, Block, Deny, Failed, None as NoDecision, Stop};
 
     fn r(decision: HookDecision, reason: &str) -> HookResponse {

@@ -5,7 +5,7 @@ use super::*;
 
 /// What happened to the session.
 #[derive(Debug)]
-pub(crate) enum SessionInput {
+pub enum SessionInput {
     /// The session actor started from its log: recover an unfinished turn, run the queue.
     Loaded,
     /// Submit an input (applied once per input id).
@@ -82,7 +82,7 @@ pub(crate) enum SessionInput {
 
 /// What the driver must do, in order.
 #[derive(Debug)]
-pub(crate) enum Effect {
+pub enum Effect {
     /// Append these events (dense seqs) and answer with `Committed` or `CommitFailed`.
     Append(Vec<Event>),
     /// Committed events: extend the in-memory log and send them to subscribers.
@@ -122,7 +122,7 @@ pub(crate) enum Effect {
     /// Drop every parked approval reply (their turn ended).
     DropApprovals,
     /// Answer the delete request.
-    AnswerDelete(Result<(), RuntimeError>),
+    AnswerDelete(Result<(), Refusal>),
     /// Answer everyone waiting for the shutdown.
     AnswerShutdown,
     /// Run the `SessionEnd` hooks and answer with `SessionEndHooksRan`.
@@ -142,7 +142,7 @@ pub(crate) enum Effect {
 
 /// The text a title is generated from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum TitleText {
+pub enum TitleText {
     /// This input's text.
     Input(String),
     /// The session's first user message with text (read from the log).
@@ -151,11 +151,11 @@ pub(crate) enum TitleText {
 
 /// An answer to the request being handled.
 #[derive(Debug)]
-pub(crate) enum Answer {
+pub enum Answer {
     /// `SubmitInput`.
-    Submitted(Result<InputId, RuntimeError>),
+    Submitted(Result<InputId, Refusal>),
     /// `Cancel`, `ClearQueue`, `DecideApproval`, `SetTitle`, `SetModel`.
-    Done(Result<(), RuntimeError>),
+    Done(Result<(), Refusal>),
     /// `GetPendingApprovals`, oldest first.
     PendingApprovals(Vec<ApprovalRequest>),
     /// `TurnAppend`.
@@ -166,4 +166,4 @@ pub(crate) enum Answer {
 
 /// The effects of one input. Most inputs have one to four: kept inline, so the hot
 /// paths (a turn's appends, its deltas) allocate nothing for them.
-pub(crate) type Effects = SmallVec<[Effect; 4]>;
+pub type Effects = SmallVec<[Effect; 4]>;

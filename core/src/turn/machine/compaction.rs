@@ -25,7 +25,7 @@ pub(crate) const NOTHING_TO_COMPACT: &str = "nothing to compact";
 
 /// Why a compaction runs (the `trigger` of `compaction_started`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Trigger {
+pub enum Trigger {
     /// The estimate crossed the threshold before a step.
     Threshold,
     /// `/compact`.
@@ -36,7 +36,7 @@ pub(crate) enum Trigger {
 
 impl Trigger {
     /// The persisted name.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Threshold => "threshold",
             Self::Manual => "manual",
@@ -47,7 +47,7 @@ impl Trigger {
 
 /// The committed log measured for a compaction.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Prepared {
+pub struct Prepared {
     /// The calibrated estimate of the whole input now.
     pub tokens_before: u64,
     /// The history section's estimate.
@@ -62,7 +62,7 @@ pub(crate) struct Prepared {
 
 /// A compaction in progress.
 #[derive(Debug)]
-pub(crate) struct Compaction {
+pub struct Compaction {
     trigger: Trigger,
     stage: Stage,
 }
@@ -199,7 +199,7 @@ impl TurnMachine {
     /// The log is measured: summarise, or say why not.
     fn prepared(&mut self, trigger: Trigger, p: &super::compaction::Prepared) {
         if p.empty_history
-            || !crate::context::can_shrink(p.raw_total, p.history_tokens, MIN_SAVING_PCT)
+            || !super::super::can_shrink(p.raw_total, p.history_tokens, MIN_SAVING_PCT)
         {
             let note = if p.empty_history {
                 NOTHING_TO_COMPACT.to_owned()

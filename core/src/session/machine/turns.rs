@@ -13,18 +13,18 @@ impl SessionMachine {
         fx: &mut Effects,
     ) {
         let refused = if input.is_empty() {
-            Some(RuntimeError::EmptyInput)
+            Some(Refusal::EmptyInput)
         } else if !input.images.is_empty() && !model_takes_images {
             // Never in the history, where every later request would fail on it.
-            Some(RuntimeError::ImagesNotSupported {
+            Some(Refusal::ImagesNotSupported {
                 model: self.fold.config.model.clone(),
             })
         } else {
             match self.phase {
                 Phase::Deleting(_) | Phase::Deleted => {
-                    Some(RuntimeError::SessionDeleted(self.fold.id))
+                    Some(Refusal::SessionDeleted(self.fold.id))
                 }
-                Phase::ShuttingDown(_) => Some(RuntimeError::ShuttingDown),
+                Phase::ShuttingDown(_) => Some(Refusal::ShuttingDown),
                 Phase::Idle | Phase::Turn(_) => None,
             }
         };

@@ -29,7 +29,7 @@ impl SessionMachine {
 
     /// Whatever the commit did, the deleted session closes and stops (a failed delete
     /// is loaded again from its log on the next call).
-    pub(super) fn close_deleted(&mut self, result: Result<(), RuntimeError>, fx: &mut Effects) {
+    pub(super) fn close_deleted(&mut self, result: Result<(), Refusal>, fx: &mut Effects) {
         fx.push(Effect::CloseSubscribers {
             reason: DELETED_REASON,
         });

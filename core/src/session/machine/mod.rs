@@ -33,11 +33,8 @@
 //! - hibernation: only when idle (no turn, nothing queued, no approval waiting) and
 //!   unwatched.
 
-use super::ApprovalAnswer;
-use super::commands::Plan;
 use super::state::{SessionState, apply};
-use crate::kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
-use crate::outcome::ApprovalRequest;
+use super::{ApprovalAnswer, ApprovalRequest, Plan, QueuedOnRestart, Refusal, WithoutApprover};
 use crate::turn::TurnMode;
 use foya_protocol::event::Delta;
 use foya_protocol::{
@@ -56,42 +53,40 @@ mod tests;
 mod turns;
 
 use approvals::PendingApproval;
-pub(crate) use io::{Answer, Effect, Effects, SessionInput, TitleText};
+pub use io::{Answer, Effect, Effects, SessionInput, TitleText};
 
 /// Result text of a call whose turn was cut by a restart.
-pub(crate) const OUTCOME_UNKNOWN: &str =
+pub const OUTCOME_UNKNOWN: &str =
     "outcome unknown: the runtime stopped while this ran; it was not re-run";
 /// Result text of a call whose turn failed on a storage error.
-pub(crate) const STORAGE_RESULT: &str =
+pub const STORAGE_RESULT: &str =
     "outcome unknown: the turn failed on a storage error before this result was saved";
 /// Result text of a call whose TurnActor crashed.
-pub(crate) const CRASHED_RESULT: &str = "the turn crashed before this call finished";
+pub const CRASHED_RESULT: &str = "the turn crashed before this call finished";
 /// `turn_cancelled` reason of a turn cancelled by the runtime's shutdown.
-pub(crate) const SHUTDOWN_REASON: &str = "runtime shutdown";
+pub const SHUTDOWN_REASON: &str = "runtime shutdown";
 /// Message when an approval is needed and nobody can answer.
-pub(crate) const NO_APPROVER: &str =
+pub const NO_APPROVER: &str =
     "denied: this call needs approval and no approver is attached to the session";
 /// `input_dropped` reason under `QueuedOnRestart::Drop`.
-pub(crate) const DROPPED_ON_RESTART: &str = "dropped on restart";
+pub const DROPPED_ON_RESTART: &str = "dropped on restart";
 /// Why a deleted session stops, and the reason of its `input_dropped` events.
-pub(crate) const DELETED_REASON: &str = "session deleted";
+pub const DELETED_REASON: &str = "session deleted";
 /// The stop reason of a hibernating session.
-pub(crate) const HIBERNATED: &str = "hibernated";
+pub const HIBERNATED: &str = "hibernated";
 
 /// The runtime settings the rules depend on.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Settings {
+pub struct Settings {
     pub queued_on_restart: QueuedOnRestart,
     pub without_approver: WithoutApprover,
     /// Whether a session's first input starts title generation.
     pub generate_titles: bool,
-    /// The wall clock (ms since the epoch) new events are stamped with.
-    pub clock: fn() -> u64,
 }
 
 /// Where the session is.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Phase {
+pub enum Phase {
     /// No turn runs: an input starts at once.
     Idle,
     /// A TurnActor runs (from its start until it exited).
@@ -108,14 +103,14 @@ pub(crate) enum Phase {
 
 /// The TurnActor that runs.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ActiveTurn {
+pub struct ActiveTurn {
     pub run_id: RunId,
     pub stage: TurnStage,
 }
 
 /// What the session knows of its running turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum TurnStage {
+pub enum TurnStage {
     /// Steps run.
     Running,
     /// The turn summarises the history (`compaction_started` committed).
@@ -193,7 +188,7 @@ enum Waiting {
 
 /// A session's rules and state (see the module docs).
 #[derive(Debug)]
-pub(crate) struct SessionMachine {
+pub struct SessionMachine {
     fold: SessionState,
     phase: Phase,
     settings: Settings,
@@ -209,11 +204,15 @@ pub(crate) struct SessionMachine {
     /// the one the caller sees running, so it is cancelled as it starts.
     cancel_next: bool,
     waiting: Option<Waiting>,
+    /// The wall clock (ms since the epoch) of the input being handled: new events are
+    /// stamped with it. Time enters as an input ([`SessionMachine::on`]); the machine
+    /// reads no clock.
+    now_ms: u64,
 }
 
 impl SessionMachine {
     /// A machine for a session folded from its log.
-    pub(crate) fn new(fold: SessionState, settings: Settings) -> Self {
+    pub fn new(fold: SessionState, settings: Settings) -> Self {
         let phase = if fold.deleted {
             Phase::Deleted
         } else {
@@ -228,31 +227,34 @@ impl SessionMachine {
             hooks_started: false,
             cancel_next: false,
             waiting: None,
+            now_ms: 0,
         }
     }
 
     /// What the log says about the session.
-    pub(crate) fn fold(&self) -> &SessionState {
+    pub fn fold(&self) -> &SessionState {
         &self.fold
     }
 
     /// Where the session is.
     #[cfg(test)]
-    pub(crate) fn phase(&self) -> &Phase {
+    pub fn phase(&self) -> &Phase {
         &self.phase
     }
 
     /// Idle: no turn, nothing queued, no approval waiting, not deleting or shutting
     /// down (the hibernation timer runs only then).
-    pub(crate) fn is_idle(&self) -> bool {
+    pub fn is_idle(&self) -> bool {
         self.phase == Phase::Idle
             && self.fold.open_turn.is_none()
             && self.fold.queue.is_empty()
             && self.approvals.is_empty()
     }
 
-    /// Handles one input.
-    pub(crate) fn on(&mut self, input: SessionInput) -> Effects {
+    /// Handles one input that happened at `now_ms` (the wall clock, ms since the epoch:
+    /// the time events it writes are stamped with).
+    pub fn on(&mut self, input: SessionInput, now_ms: u64) -> Effects {
+        self.now_ms = now_ms;
         let mut fx = Effects::new();
         if self.phase == Phase::Deleted {
             return fx;

@@ -13,8 +13,6 @@ mod queue;
 mod titles;
 
 use super::*;
-use crate::context::ProjectContext;
-use crate::session::commands;
 use expect_test::Expect;
 use foya_protocol::{AssistantMessage, SessionConfig, SessionId, ToolCall, ToolMessage};
 use std::fmt::Write as _;
@@ -29,6 +27,8 @@ struct Harness {
     failing: Option<String>,
     /// Run ids of the turns started, in order.
     runs: Vec<RunId>,
+    /// The wall clock every input is fed with.
+    now_ms: u64,
 }
 
 fn settings() -> Settings {
@@ -36,8 +36,26 @@ fn settings() -> Settings {
         queued_on_restart: QueuedOnRestart::Run,
         without_approver: WithoutApprover::Wait,
         generate_titles: false,
-        clock: || 1_000,
     }
+}
+
+/// What the driver's `plan` answers with an empty project: the built-in commands only
+/// (the runtime's `session/commands.rs` expands project commands too).
+fn plan(input: Input) -> (Input, Plan) {
+    let Some(command) = input.command.clone() else {
+        return (input, Plan::Model);
+    };
+    let plan = match command.name.trim().trim_start_matches('/') {
+        "compact" => Plan::Compact,
+        "title" => match command.arguments.trim() {
+            "" => Plan::GenerateTitle,
+            title => Plan::SetTitle(title.to_owned()),
+        },
+        name => Plan::Unknown(format!(
+            "unknown command /{name}; available commands: /compact, /title"
+        )),
+    };
+    (input, plan)
 }
 
 fn config() -> SessionConfig {
@@ -74,6 +92,7 @@ impl Harness {
             names: Vec::new(),
             failing: None,
             runs: Vec::new(),
+            now_ms: 1_000,
         };
         // Names in order of appearance: the session, then the log's runs and inputs.
         harness.name("s", &log[0].session_id.to_string());
@@ -115,7 +134,7 @@ impl Harness {
     /// Feeds `input` (written as `> label`) and answers the effects like the driver.
     fn on(&mut self, label: &str, input: SessionInput) -> &mut Self {
         writeln!(self.out, "> {label}").unwrap();
-        let mut effects = self.machine.on(input);
+        let mut effects = self.machine.on(input, self.now_ms);
         loop {
             let mut answer = None;
             for effect in effects {
@@ -124,7 +143,7 @@ impl Harness {
                 }
             }
             match answer {
-                Some(input) => effects = self.machine.on(input),
+                Some(input) => effects = self.machine.on(input, self.now_ms),
                 None => return self,
             }
         }
@@ -155,7 +174,7 @@ impl Harness {
             // Every commit is published: shown by its append.
             Effect::Publish(_) => return None,
             Effect::PrepareInput { input_id, input } => {
-                let (input, plan) = commands::plan(&ProjectContext::default(), input);
+                let (input, plan) = plan(input);
                 return Some(SessionInput::InputPrepared {
                     input_id,
                     input,

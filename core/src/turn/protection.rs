@@ -48,7 +48,7 @@ impl Default for Limits {
 
 /// What to do with one call of a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CallVerdict {
+pub enum CallVerdict {
     /// Run it.
     Run,
     /// Do not run it; answer with this `is_error` text.
@@ -57,11 +57,11 @@ pub(crate) enum CallVerdict {
 
 /// The turn must end `failed` with `loop_detected` and this reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LoopDetected(pub(crate) String);
+pub struct LoopDetected(pub String);
 
 /// Protection state of one turn.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Guard {
+pub struct Guard {
     limits: Limits,
     /// Occurrences per call key.
     seen: HashMap<String, u32>,
@@ -79,7 +79,7 @@ pub(crate) struct Guard {
 
 /// The canonical JSON of `value`: objects with sorted keys, no whitespace.
 #[must_use]
-pub(crate) fn canonical_json(value: &serde_json::Value) -> String {
+pub fn canonical_json(value: &serde_json::Value) -> String {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
@@ -104,14 +104,14 @@ pub(crate) fn canonical_json(value: &serde_json::Value) -> String {
 
 /// The key of a call: tool name and canonical arguments.
 #[must_use]
-pub(crate) fn call_key(call: &ToolCall) -> String {
+pub fn call_key(call: &ToolCall) -> String {
     format!("{}{}", call.name, canonical_json(&call.arguments))
 }
 
 impl Guard {
     /// A guard with these limits.
     #[must_use]
-    pub(crate) fn new(limits: Limits) -> Self {
+    pub fn new(limits: Limits) -> Self {
         Self {
             limits,
             ..Self::default()
@@ -124,7 +124,7 @@ impl Guard {
     ///
     /// # Errors
     /// [`LoopDetected`] when a blocked call is repeated.
-    pub(crate) fn check_calls(
+    pub fn check_calls(
         &mut self,
         calls: &[ToolCall],
         read_only: &[bool],
@@ -202,7 +202,7 @@ impl Guard {
     /// Tools withdrawn for the rest of the turn (failed `failure_threshold` times in a row
     /// with the same error): requests must not offer them.
     #[must_use]
-    pub(crate) fn withdrawn(&self) -> Vec<&str> {
+    pub fn withdrawn(&self) -> Vec<&str> {
         let threshold = self.limits.failure_threshold.max(1);
         self.failures
             .iter()
@@ -216,7 +216,7 @@ impl Guard {
     ///
     /// # Errors
     /// [`LoopDetected`] with the cycle in the reason.
-    pub(crate) fn end_step(
+    pub fn end_step(
         &mut self,
         calls: &[ToolCall],
         results: &[ToolMessage],
@@ -294,5 +294,4 @@ fn first_line(text: &str) -> &str {
 }
 
 #[cfg(test)]
-#[path = "protection_tests.rs"]
 mod tests;

@@ -70,7 +70,7 @@ impl SessionMachine {
         fx: &mut Effects,
     ) {
         let Some(pending) = self.approvals.remove(&request_id) else {
-            let error = RuntimeError::UnknownApproval(request_id);
+            let error = Refusal::UnknownApproval(request_id);
             return fx.push(Effect::Reply(Answer::Done(Err(error))));
         };
         // "Allow for this session" of an action that offers no grant allows it once.

@@ -11,12 +11,12 @@ use std::collections::{HashSet, VecDeque};
 
 /// Result text of a call of an interrupted turn that never started (no `tool_started`):
 /// nothing ran, so there is no outcome to doubt.
-pub(crate) const NOT_STARTED: &str =
+pub const NOT_STARTED: &str =
     "not run: the turn stopped before this call started; nothing was executed";
 
 /// The turn in progress, as far as the log knows it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct OpenTurn {
+pub struct OpenTurn {
     /// Its run id.
     pub run_id: RunId,
     /// The input it processes.
@@ -31,7 +31,7 @@ pub(crate) struct OpenTurn {
 
 /// Everything the log says about a session.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SessionState {
+pub struct SessionState {
     /// The session.
     pub id: SessionId,
     /// Its configuration (from `session_created`).
@@ -59,7 +59,7 @@ pub(crate) struct SessionState {
 
 impl SessionState {
     /// The state right after `session_created`.
-    pub(crate) fn new(id: SessionId, config: SessionConfig) -> Self {
+    pub fn new(id: SessionId, config: SessionConfig) -> Self {
         let title = config.title.clone().map(|t| (t, TitleSource::User));
         Self {
             id,
@@ -77,7 +77,7 @@ impl SessionState {
     }
 
     /// Folds a whole log; `None` when it does not start with `session_created`.
-    pub(crate) fn from_log(events: &[Event]) -> Option<Self> {
+    pub fn from_log(events: &[Event]) -> Option<Self> {
         let first = events.first()?;
         let EventKind::SessionCreated { config } = &first.kind else {
             return None;
@@ -92,7 +92,7 @@ impl SessionState {
     /// Results that close the open turn's unanswered calls (is_error): `content` for a
     /// call that started (its outcome is unknown), [`NOT_STARTED`] for one without
     /// `tool_started` (it never ran).
-    pub(crate) fn unanswered_results(&self, content: &str) -> Vec<ToolMessage> {
+    pub fn unanswered_results(&self, content: &str) -> Vec<ToolMessage> {
         let Some(turn) = &self.open_turn else {
             return Vec::new();
         };
@@ -114,7 +114,7 @@ impl SessionState {
 }
 
 /// Applies one committed event.
-pub(crate) fn apply(state: &mut SessionState, event: &Event) {
+pub fn apply(state: &mut SessionState, event: &Event) {
     state.last_seq = event.seq.0;
     state.last_at_ms = state.last_at_ms.max(event.at_ms);
     match &event.kind {

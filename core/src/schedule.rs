@@ -2,8 +2,11 @@
 //!
 //! Owns: which calls may run together. Walking the calls in model order, consecutive
 //! parallel-safe calls form one batch and every other call is a batch of its own. The
-//! caller runs a batch with at most [`MAX_PARALLEL`](crate::tools::schedule::MAX_PARALLEL) calls at once, waits for the whole
+//! caller runs a batch with at most [`MAX_PARALLEL`] calls at once, waits for the whole
 //! batch before starting the next, and reports results in call order.
+
+/// Result text of a call stopped by a cancel.
+pub const CANCELLED: &str = "cancelled";
 
 /// At most this many tool calls of one batch run at the same time.
 pub const MAX_PARALLEL: usize = 5;
