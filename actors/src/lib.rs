@@ -15,7 +15,7 @@ pub mod attachments;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod config_file;
-pub mod context;
+pub use foya_context as context;
 pub mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;
@@ -25,6 +25,7 @@ pub mod trust;
 
 mod handle;
 mod kernel;
+mod log;
 mod options;
 mod outcome;
 pub mod runtime;

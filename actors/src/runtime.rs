@@ -567,7 +567,7 @@ fn deps_of(
         queued_on_restart: config.queued_on_restart,
         sub_agents: agent,
         hooks,
-        idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
+        idle_logs: crate::log::IdleLogs::new(config.idle_log_events),
         default_provider: config.default_provider,
         default_model: config.default_model,
         #[cfg(feature = "mcp")]

@@ -31,6 +31,44 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 100;
 /// (3 600 000 ms). A turn that would wait longer is better failed and resent by hand.
 pub const MAX_DELAY_LIMIT_MS: u64 = 3_600_000;
 
+/// Why a retry policy cannot be loaded ([`RetryPolicy::check`]): one line naming the
+/// TOML key and its value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RetryPolicyError {
+    /// `max_attempts = 0`.
+    #[error(
+        "max_attempts = 0: it counts every attempt, the first included, so it is at least 1 \
+         (1 disables retries)"
+    )]
+    NoAttempts,
+    /// `max_attempts` above [`MAX_ATTEMPTS_LIMIT`].
+    #[error(
+        "max_attempts = {0}: at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first \
+         included); more only prolong an outage"
+    )]
+    TooManyAttempts(u32),
+    /// `base_delay_ms = 0`.
+    #[error(
+        "base_delay_ms = 0: at least 1 (with 0 every retry is sent at once, a busy loop \
+         against a failing server)"
+    )]
+    NoBaseDelay,
+    /// `max_delay_ms` below `base_delay_ms`.
+    #[error(
+        "max_delay_ms = {max_delay_ms} is below base_delay_ms = {base_delay_ms}: it caps \
+         every wait, so it is at least the base delay"
+    )]
+    MaxBelowBase {
+        /// The configured cap.
+        max_delay_ms: u64,
+        /// The configured base.
+        base_delay_ms: u64,
+    },
+    /// `max_delay_ms` above [`MAX_DELAY_LIMIT_MS`].
+    #[error("max_delay_ms = {0}: at most {MAX_DELAY_LIMIT_MS} (one hour)")]
+    MaxDelayTooLong(u64),
+}
+
 /// How a failed model request is retried.
 ///
 /// As TOML (`[profiles.NAME.retry]`) every field is optional and an unknown one is an
@@ -66,42 +104,29 @@ impl RetryPolicy {
     /// # Errors
     /// The first field that is out of range, as `key = value: why` (one line, naming
     /// the TOML key).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), RetryPolicyError> {
         let Self {
             max_attempts,
             base_delay_ms,
             max_delay_ms,
         } = *self;
         if max_attempts == 0 {
-            return Err(
-                "max_attempts = 0: it counts every attempt, the first included, so it is at \
-                 least 1 (1 disables retries)"
-                    .to_owned(),
-            );
+            return Err(RetryPolicyError::NoAttempts);
         }
         if max_attempts > MAX_ATTEMPTS_LIMIT {
-            return Err(format!(
-                "max_attempts = {max_attempts}: at most {MAX_ATTEMPTS_LIMIT} (every attempt, \
-                 the first included); more only prolong an outage"
-            ));
+            return Err(RetryPolicyError::TooManyAttempts(max_attempts));
         }
         if base_delay_ms == 0 {
-            return Err(
-                "base_delay_ms = 0: at least 1 (with 0 every retry is sent at once, a busy \
-                 loop against a failing server)"
-                    .to_owned(),
-            );
+            return Err(RetryPolicyError::NoBaseDelay);
         }
         if max_delay_ms < base_delay_ms {
-            return Err(format!(
-                "max_delay_ms = {max_delay_ms} is below base_delay_ms = {base_delay_ms}: it \
-                 caps every wait, so it is at least the base delay"
-            ));
+            return Err(RetryPolicyError::MaxBelowBase {
+                max_delay_ms,
+                base_delay_ms,
+            });
         }
         if max_delay_ms > MAX_DELAY_LIMIT_MS {
-            return Err(format!(
-                "max_delay_ms = {max_delay_ms}: at most {MAX_DELAY_LIMIT_MS} (one hour)"
-            ));
+            return Err(RetryPolicyError::MaxDelayTooLong(max_delay_ms));
         }
         Ok(())
     }

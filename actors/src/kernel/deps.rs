@@ -4,7 +4,7 @@ use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
 use crate::tools::ToolRegistry;
-use crate::turn::protection::Limits;
+use foya_core::turn::protection::Limits;
 use foya_protocol::SessionConfig;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,8 +37,8 @@ pub(crate) struct RuntimeDeps {
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
     /// Every hook of the runtime.
     pub hooks: Arc<crate::hooks::Hooks>,
-    /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
-    pub idle_logs: crate::session::log::IdleLogs,
+    /// Events idle sessions may keep in memory (see `log::IdleLogs`).
+    pub idle_logs: crate::log::IdleLogs,
     /// [`crate::RuntimeConfig::default_provider`] and [`crate::RuntimeConfig::default_model`].
     pub default_provider: String,
     pub default_model: String,

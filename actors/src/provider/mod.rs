@@ -21,36 +21,7 @@ pub mod scripted;
 pub mod sim;
 pub mod wire;
 
-pub use foya_core::request::{ImageData, Messages, ModelRequest, ToolSchema};
-
-/// How many images one request may carry, and how many bytes of them (base64, as sent):
-/// a provider profile's `max_images` and `max_image_bytes`. The compiler keeps the most
-/// recent images that fit and leaves the older ones out (a line names each one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImageBudget {
-    /// Most images per request (user inputs and tool results together).
-    pub max_images: usize,
-    /// Most bytes of base64 image data per request.
-    pub max_bytes: u64,
-}
-
-impl ImageBudget {
-    /// Default image count: under Anthropic's 100 (and its 20, above which each image
-    /// must be smaller) and OpenAI's 500.
-    pub const DEFAULT_MAX_IMAGES: usize = 20;
-    /// Default base64 bytes: under Anthropic's 32 MB and OpenAI's 50 MB request bodies,
-    /// with room for the text.
-    pub const DEFAULT_MAX_BYTES: u64 = 20_000_000;
-}
-
-impl Default for ImageBudget {
-    fn default() -> Self {
-        Self {
-            max_images: Self::DEFAULT_MAX_IMAGES,
-            max_bytes: Self::DEFAULT_MAX_BYTES,
-        }
-    }
-}
+pub use foya_core::request::{ImageBudget, ImageData, Messages, ModelRequest, ToolSchema};
 
 /// A backend that streams a model response for a request.
 ///

@@ -3,7 +3,7 @@
 //! What stays here: the reply ports (answered when the machine says), the subscriber
 //! channels, the running TurnActor's ref and cancel token, the in-memory log.
 
-use super::log::{IdleReservation, SharedLog};
+use crate::log::{IdleReservation, SharedLog};
 use super::machine::{SessionInput, SessionMachine, Settings};
 use super::state::SessionState;
 use super::{ApprovalAnswer, Reply, SessionMsg, Subscribed};
@@ -51,7 +51,7 @@ pub(super) enum Caller {
     Done(Reply<()>),
     Subscribe(Reply<Subscribed>),
     Approvals(Reply<Vec<ApprovalRequest>>),
-    Append(Option<RpcReplyPort<Result<(), String>>>),
+    Append(Option<RpcReplyPort<Result<(), foya_core::session::AppendRefused>>>),
     Title(Option<RpcReplyPort<bool>>),
 }
 
@@ -81,7 +81,7 @@ pub(crate) struct Session {
     /// supervisor read or wrote when it started the session, read from the store when a
     /// turn starts without it, extended by every append. When the session goes idle it
     /// keeps the log only within the runtime's idle budget
-    /// ([`IdleLogs`](super::log::IdleLogs)), holding `idle_reservation` meanwhile.
+    /// ([`IdleLogs`](crate::log::IdleLogs)), holding `idle_reservation` meanwhile.
     pub(super) log: Option<SharedLog>,
     pub(super) idle_reservation: Option<IdleReservation>,
     /// When the session last handled a message other than the hibernation check

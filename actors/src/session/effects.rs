@@ -3,7 +3,7 @@
 //! TitleActor, hooks, replies. No rule is decided here.
 
 use super::actor::{Caller, RunningTurn, Session, Subscriber};
-use super::log::SharedLog;
+use crate::log::SharedLog;
 use super::machine::{Answer, Effect, SessionInput, TitleText};
 use super::{SessionMsg, Subscribed, commands, title};
 use crate::hooks::{HookEvent, HookInput};
@@ -237,7 +237,7 @@ impl Session {
         let cancel = CancellationToken::new();
         let fold = self.machine.fold();
         let args = TurnArgs {
-            session: myself.clone(),
+            session: Arc::new(myself.clone()),
             log,
             deps: Arc::clone(&self.deps),
             session_id: fold.id,

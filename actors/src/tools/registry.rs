@@ -8,7 +8,7 @@
 use super::sandbox::SandboxRunner;
 use super::{SideEffect, Tool, ToolOutput, builtin};
 use crate::context::ToolSet;
-use crate::provider::ToolSchema;
+use foya_core::request::ToolSchema;
 use foya_protocol::ApprovalMode;
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -21,6 +21,7 @@ pub(crate) use foya_core::turn::machine;
 mod mcp;
 pub(crate) use foya_core::turn::protection;
 pub(crate) mod provider;
+pub(crate) mod port;
 mod tool;
 mod tools;
 

@@ -4,7 +4,7 @@
 pub mod machine;
 pub mod state;
 
-use foya_protocol::{ApprovalRequestId, SessionId, ToolCallId};
+use foya_protocol::{ApprovalRequestId, RunId, SessionId, ToolCallId};
 
 /// What recovery does with inputs that were queued (persisted `input_queued`, never
 /// started) when a session is loaded after the runtime stopped.
@@ -100,4 +100,21 @@ pub enum Refusal {
     /// The runtime is shutting down: it takes no new inputs.
     #[error("the runtime is shutting down")]
     ShuttingDown,
+}
+
+/// Why the session refused a turn's append (nothing of it was written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AppendRefused {
+    /// A cancel was asked: tool activity is no longer recorded.
+    #[error("the turn is being cancelled")]
+    Cancelling,
+    /// An earlier append of the turn failed in the store.
+    #[error("the turn failed on a storage error: {0}")]
+    TurnStorageFailed(String),
+    /// The run is not the session's open turn (it ended, or never started).
+    #[error("run {0} is not the session's open turn")]
+    NotOpen(RunId),
+    /// The store refused the write.
+    #[error("storage: {0}")]
+    Storage(String),
 }

@@ -132,11 +132,12 @@ impl SessionMachine {
                 fx.push(Effect::Reply(Answer::Submitted(Err(error))));
             }
             AfterCommit::TurnEvents => {
+                let refused = AppendRefused::Storage(message.clone());
                 if let Some(turn) = self.turn_mut() {
                     turn.stage = TurnStage::StorageFailed(message);
                     fx.push(Effect::StopTurn);
                 }
-                fx.push(Effect::Reply(Answer::Appended(Err(error.to_string()))));
+                fx.push(Effect::Reply(Answer::Appended(Err(refused))));
             }
             AfterCommit::ApprovalDecided { request_id, .. } => {
                 fx.push(Effect::DropApproval { request_id });

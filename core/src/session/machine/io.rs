@@ -159,7 +159,7 @@ pub enum Answer {
     /// `GetPendingApprovals`, oldest first.
     PendingApprovals(Vec<ApprovalRequest>),
     /// `TurnAppend`.
-    Appended(Result<(), String>),
+    Appended(Result<(), AppendRefused>),
     /// `TitleGenerated`: whether the title was applied.
     TitleApplied(bool),
 }

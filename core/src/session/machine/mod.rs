@@ -34,7 +34,9 @@
 //!   unwatched.
 
 use super::state::{SessionState, apply};
-use super::{ApprovalAnswer, ApprovalRequest, Plan, QueuedOnRestart, Refusal, WithoutApprover};
+use super::{
+    AppendRefused, ApprovalAnswer, ApprovalRequest, Plan, QueuedOnRestart, Refusal, WithoutApprover,
+};
 use crate::turn::TurnMode;
 use foya_protocol::event::Delta;
 use foya_protocol::{

@@ -239,11 +239,11 @@ impl SessionMachine {
             kinds.retain(|k| !is_tool_activity(k));
         }
         let refused = if cancelling && kinds.iter().any(is_tool_activity) {
-            Some("the turn is being cancelled".to_owned())
+            Some(AppendRefused::Cancelling)
         } else if let Some(TurnStage::StorageFailed(failure)) = stage {
-            Some(format!("the turn failed on a storage error: {failure}"))
+            Some(AppendRefused::TurnStorageFailed(failure.clone()))
         } else if self.open_run() != Some(run_id) {
-            Some(format!("run {run_id} is not the session's open turn"))
+            Some(AppendRefused::NotOpen(run_id))
         } else {
             None
         };

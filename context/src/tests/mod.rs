@@ -2,6 +2,9 @@
 //! event builders the snapshot tests share.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod compile;
+mod snapshot;
+
 use super::*;
 use foya_protocol::{
     AssistantMessage, AttachmentRef, CommandInvocation, EventKind, FinishReason, Input, InputId,

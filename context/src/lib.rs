@@ -13,14 +13,12 @@ mod compaction;
 mod compile;
 mod estimate;
 mod fold;
-pub mod frontmatter;
+mod frontmatter;
 mod history;
 mod kernel;
 mod project;
 mod title;
 
-#[cfg(test)]
-mod snapshot_tests;
 
 pub use commands::expand_command;
 pub use compaction::{
@@ -41,8 +39,8 @@ pub use title::{
     MAX_TITLE_CHARS, TITLE_SYSTEM_PROMPT, clean_title, normalize_title, title_request,
 };
 
-pub use crate::provider::ImageBudget;
-use crate::provider::ToolSchema;
+pub use foya_core::request::ImageBudget;
+use foya_core::request::ToolSchema;
 use foya_protocol::{Event, SessionConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -123,7 +121,14 @@ pub struct CompileInput<'a> {
     pub calibration: Calibration,
     /// Where the images' sizes are read (for [`ModelLimits::images`]); `None`: every
     /// image counts as 0 bytes (only the count limit applies).
-    pub attachments: Option<&'a crate::attachments::AttachmentStore>,
+    pub attachments: Option<&'a dyn AttachmentSizes>,
+}
+
+/// What the compiler asks of an attachment store: the size of a stored image, for the
+/// image budget (the runtime's `AttachmentStore` answers it from its folder).
+pub trait AttachmentSizes: Sync + std::fmt::Debug {
+    /// Size in bytes of attachment `id`, when it is stored (`None`: unknown).
+    fn size(&self, id: &str) -> Option<u64>;
 }
 
 /// The tool schemas of a turn and their token estimate, computed once: every step's
@@ -183,7 +188,7 @@ pub struct CompiledContext {
     /// The system prompt (layout in [`compile`]).
     pub system: String,
     /// The effective history, well-formed (see [`history`]).
-    pub messages: crate::provider::Messages,
+    pub messages: foya_core::request::Messages,
     /// The tools exposed now (shared with the [`ToolSet`] they come from).
     pub tools: std::sync::Arc<[ToolSchema]>,
     /// The budget.
@@ -239,7 +244,5 @@ fn list_commands(names: &[String]) -> String {
         .join(", ")
 }
 
-#[cfg(test)]
-mod compile_tests;
 #[cfg(test)]
 mod tests;

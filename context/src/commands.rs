@@ -51,7 +51,7 @@ pub fn expand_command(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::context::CommandTemplate;
+    use crate::CommandTemplate;
     use std::path::PathBuf;
 
     fn project() -> ProjectContext {

@@ -1,7 +1,7 @@
 //! Owns the pure halves of compaction: the summarisation request's messages and what a
 //! compaction checkpoint keeps verbatim. When and how to run them is the turn's job.
 
-use super::compile::message_tokens;
+use super::estimate::message_tokens;
 use super::{FILE_TOOLS, history};
 use foya_protocol::{AssistantMessage, Event, Input, Message};
 use std::collections::BTreeSet;

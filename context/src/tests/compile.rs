@@ -1,8 +1,8 @@
 //! Unit tests of the budget, the image check and the compaction helpers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::tests::{Log, assert_well_formed, assistant, result, user};
-use super::*;
+use super::{Log, assert_well_formed, assistant, result, user};
+use crate::*;
 use foya_protocol::{AttachmentRef, EventKind, Input, InputId, Message, Seq};
 use serde_json::json;
 
@@ -36,7 +36,7 @@ fn images_without_vision_are_an_error() {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &crate::context::ToolSet::default(),
+        tools: &crate::ToolSet::default(),
         limits: ModelLimits::new(100_000),
         calibration: Calibration::default(),
         attachments: None,
@@ -56,7 +56,7 @@ fn images_without_vision_are_an_error() {
     let ok = compile(&input).unwrap();
     assert_eq!(
         ok.sections["history"],
-        3 * (compile::IMAGE_TOKENS + compile::MESSAGE_OVERHEAD_TOKENS)
+        3 * (compile::IMAGE_TOKENS + estimate::MESSAGE_OVERHEAD_TOKENS)
     );
 }
 
@@ -86,7 +86,7 @@ fn budget_applies_calibration_and_threshold() {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &crate::context::ToolSet::default(),
+        tools: &crate::ToolSet::default(),
         limits,
         calibration: Calibration::default(),
         attachments: None,
@@ -441,7 +441,7 @@ fn tool_result_images_go_to_a_model_with_vision_only() {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &crate::context::ToolSet::default(),
+        tools: &crate::ToolSet::default(),
         limits: ModelLimits::new(100_000),
         calibration: Calibration::default(),
         attachments: None,
@@ -488,7 +488,7 @@ fn log_of_images(n: usize) -> Log {
 fn compile_images(
     log: &Log,
     images: ImageBudget,
-    store: Option<&crate::attachments::AttachmentStore>,
+    store: Option<&dyn AttachmentSizes>,
 ) -> CompiledContext {
     let config = SessionConfig::new("/p");
     let project = ProjectContext::default();
@@ -508,7 +508,7 @@ fn compile_images(
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &crate::context::ToolSet::default(),
+        tools: &crate::ToolSet::default(),
         limits,
         calibration: Calibration::default(),
         attachments: store,
@@ -554,14 +554,21 @@ fn the_image_budget_keeps_the_newest_images_by_count() {
     assert!(kept.sections["history"] + compile::IMAGE_TOKENS < all.sections["history"]);
 }
 
+/// An attachment store as the compiler sees it: the sizes of the images it holds.
+#[derive(Debug, Default)]
+struct Sizes(std::collections::HashMap<String, u64>);
+
+impl AttachmentSizes for Sizes {
+    fn size(&self, id: &str) -> Option<u64> {
+        self.0.get(id).copied()
+    }
+}
+
 #[test]
 fn the_image_budget_counts_base64_bytes_of_stored_images() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = crate::attachments::AttachmentStore::new(dir.path());
-    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x04\0\0\0\xb5\x1c\x0c\x02\0\0\0\x0bIDATx\xdacd`\0\0\0\x06\0\x020\x81\xd0/\0\0\0\0IEND\xaeB`\x82";
-    let ids: Vec<String> = (0..3)
-        .map(|_| store.put(png, "image/png").unwrap())
-        .collect();
+    // Three stored images of 68 bytes (a 1×1 PNG).
+    let ids: Vec<String> = (0..3).map(|i| format!("stored-{i}")).collect();
+    let store = Sizes(ids.iter().map(|id| (id.clone(), 68)).collect());
     let mut log = log_of_images(3);
     for (event, id) in log
         .events

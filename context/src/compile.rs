@@ -1,14 +1,15 @@
 //! Owns [`compile`]: the pure assembly of system prompt, messages, tools and budget.
 
 use super::compaction::name_left_out;
+pub(super) use super::estimate::{IMAGE_TOKENS, message_tokens, tool_tokens};
 use super::project::ProjectContext;
 use super::{
     Budget, CompileInput, CompiledContext, ContextError, HistoryFold, ImageBudget,
     KERNEL_INSTRUCTIONS, estimate_tokens, history,
 };
-use crate::provider::Messages;
+use foya_core::request::Messages;
 use foya_protocol::{
-    ApprovalMode, Instructions, InstructionsMode, Message, ReasoningPart, ToolMessage,
+    ApprovalMode, Instructions, InstructionsMode, Message, ToolMessage,
 };
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,13 +19,6 @@ use std::sync::LazyLock;
 /// [`estimate_tokens`] of [`KERNEL_INSTRUCTIONS`], done once per process instead of at
 /// every step.
 static KERNEL_TOKENS: LazyLock<u64> = LazyLock::new(|| estimate_tokens(KERNEL_INSTRUCTIONS));
-
-/// Fixed per-message overhead of the chat formats (role markers, separators), in tokens.
-pub(super) const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
-/// Estimated tokens of one image input (a ~1 MP image on the major providers).
-pub(super) const IMAGE_TOKENS: u64 = 1_600;
-/// Fixed per-tool overhead of the function-calling formats, in tokens.
-const TOOL_OVERHEAD_TOKENS: u64 = 8;
 
 /// Compiles the context of one step.
 ///
@@ -395,47 +389,4 @@ fn describe(mode: ApprovalMode) -> &'static str {
             "no approvals and no sandbox: every action runs immediately, so be careful."
         }
     }
-}
-
-/// Estimated tokens of one tool schema: [`TOOL_OVERHEAD_TOKENS`] + name, description and
-/// the JSON Schema text.
-pub(super) fn tool_tokens(t: &crate::provider::ToolSchema) -> u64 {
-    TOOL_OVERHEAD_TOKENS
-        + estimate_tokens(&t.name)
-        + estimate_tokens(&t.description)
-        + estimate_tokens(&t.parameters.to_string())
-}
-
-/// Estimated tokens of one message: overhead + text, kept reasoning, tool calls
-/// (name and JSON arguments), tool results and [`IMAGE_TOKENS`] per image (of a user
-/// input or a tool result).
-pub(super) fn message_tokens(message: &Message) -> u64 {
-    MESSAGE_OVERHEAD_TOKENS
-        + match message {
-            Message::System { text } => estimate_tokens(text),
-            Message::User(input) => {
-                estimate_tokens(&input.text) + IMAGE_TOKENS * input.images.len() as u64
-            }
-            Message::Assistant(a) => {
-                estimate_tokens(&a.text)
-                    + estimate_tokens(&a.reasoning)
-                    + a.reasoning_parts
-                        .iter()
-                        .map(|p| match p {
-                            ReasoningPart::Thinking { text, signature } => {
-                                estimate_tokens(text)
-                                    + signature.as_deref().map_or(0, estimate_tokens)
-                            }
-                            ReasoningPart::Redacted { data } => estimate_tokens(data),
-                        })
-                        .sum::<u64>()
-                    + a.tool_calls
-                        .iter()
-                        .map(|c| {
-                            estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string())
-                        })
-                        .sum::<u64>()
-            }
-            Message::Tool(t) => estimate_tokens(&t.content) + IMAGE_TOKENS * t.images.len() as u64,
-        }
 }

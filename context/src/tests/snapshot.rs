@@ -4,8 +4,8 @@
 //! message. The tempdir path is normalised to `[TMP]`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::tests::{Log, assistant};
-use super::*;
+use super::{Log, assistant};
+use crate::*;
 use foya_protocol::{AssistantMessage, EventKind, Input, Message, Seq};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -93,7 +93,7 @@ fn render(tmp: &Path, project: &ProjectContext, log: &Log) -> String {
         date: "2026-11-29".into(),
     };
     let touched = touched_paths(&log.events);
-    let tools = vec![crate::provider::ToolSchema {
+    let tools = vec![foya_core::request::ToolSchema {
         name: "read_file".into(),
         description: "Read a file.".into(),
         parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
@@ -104,13 +104,13 @@ fn render(tmp: &Path, project: &ProjectContext, log: &Log) -> String {
         env: &env,
         history: &log.events,
         touched_paths: &touched,
-        tools: &crate::context::ToolSet::new(tools),
+        tools: &crate::ToolSet::new(tools),
         limits: ModelLimits {
             context_window: 8_000,
             reserved_output: 1_000,
             compact_threshold_pct: 85,
             supports_images: false,
-            images: crate::context::ImageBudget::default(),
+            images: crate::ImageBudget::default(),
         },
         calibration: Calibration { ratio: 1.1 },
         attachments: None,

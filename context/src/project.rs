@@ -59,7 +59,7 @@ impl Rule {
     ///
     /// # Errors
     /// The glob error text when a pattern is invalid.
-    pub fn new(
+    pub(crate) fn new(
         name: String,
         path: PathBuf,
         always: bool,

@@ -17,6 +17,8 @@
 //! `estimate(b) <= estimate(a + b)`. It tends to over-count slightly for prose, which is
 //! the safe side for a budget; [`Calibration`] corrects the rest from real usage.
 
+use foya_protocol::{Message, ReasoningPart};
+
 /// Estimated tokens of `text` (see the module docs for the method).
 #[must_use]
 pub fn estimate_tokens(text: &str) -> u64 {
@@ -196,6 +198,56 @@ impl Default for Calibration {
     fn default() -> Self {
         Self { ratio: 1.0 }
     }
+}
+
+/// Fixed per-message overhead of the chat formats (role markers, separators), in tokens.
+pub(super) const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
+/// Estimated tokens of one image input (a ~1 MP image on the major providers).
+pub(super) const IMAGE_TOKENS: u64 = 1_600;
+/// Fixed per-tool overhead of the function-calling formats, in tokens.
+const TOOL_OVERHEAD_TOKENS: u64 = 8;
+
+/// Estimated tokens of one tool schema: [`TOOL_OVERHEAD_TOKENS`] + name, description and
+/// the JSON Schema text.
+pub(super) fn tool_tokens(t: &foya_core::request::ToolSchema) -> u64 {
+    TOOL_OVERHEAD_TOKENS
+        + estimate_tokens(&t.name)
+        + estimate_tokens(&t.description)
+        + estimate_tokens(&t.parameters.to_string())
+}
+
+/// Estimated tokens of one message: overhead + text, kept reasoning, tool calls
+/// (name and JSON arguments), tool results and [`IMAGE_TOKENS`] per image (of a user
+/// input or a tool result).
+pub(super) fn message_tokens(message: &Message) -> u64 {
+    MESSAGE_OVERHEAD_TOKENS
+        + match message {
+            Message::System { text } => estimate_tokens(text),
+            Message::User(input) => {
+                estimate_tokens(&input.text) + IMAGE_TOKENS * input.images.len() as u64
+            }
+            Message::Assistant(a) => {
+                estimate_tokens(&a.text)
+                    + estimate_tokens(&a.reasoning)
+                    + a.reasoning_parts
+                        .iter()
+                        .map(|p| match p {
+                            ReasoningPart::Thinking { text, signature } => {
+                                estimate_tokens(text)
+                                    + signature.as_deref().map_or(0, estimate_tokens)
+                            }
+                            ReasoningPart::Redacted { data } => estimate_tokens(data),
+                        })
+                        .sum::<u64>()
+                    + a.tool_calls
+                        .iter()
+                        .map(|c| {
+                            estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string())
+                        })
+                        .sum::<u64>()
+            }
+            Message::Tool(t) => estimate_tokens(&t.content) + IMAGE_TOKENS * t.images.len() as u64,
+        }
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 /// One front-matter value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FrontValue {
+pub(crate) enum FrontValue {
     /// `true` / `false`.
     Bool(bool),
     /// Any other scalar, unquoted.
@@ -35,7 +35,7 @@ pub enum FrontValue {
 
 /// A parsed document: its front matter fields and the body after the closing `---`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Document {
+pub(crate) struct Document {
     /// Front-matter fields by key (empty when the file has none).
     pub fields: BTreeMap<String, FrontValue>,
     /// The Markdown body, trimmed of surrounding blank lines.
@@ -45,7 +45,7 @@ pub struct Document {
 impl Document {
     /// A string field (a scalar; a bool is rendered as `true`/`false`).
     #[must_use]
-    pub fn str(&self, key: &str) -> Option<&str> {
+    pub(crate) fn str(&self, key: &str) -> Option<&str> {
         match self.fields.get(key)? {
             FrontValue::Str(s) => Some(s),
             FrontValue::Bool(true) => Some("true"),
@@ -58,7 +58,7 @@ impl Document {
     ///
     /// # Errors
     /// A message when the value is not `true` or `false`.
-    pub fn bool(&self, key: &str) -> Result<Option<bool>, String> {
+    pub(crate) fn bool(&self, key: &str) -> Result<Option<bool>, String> {
         match self.fields.get(key) {
             None => Ok(None),
             Some(FrontValue::Bool(b)) => Ok(Some(*b)),
@@ -68,7 +68,7 @@ impl Document {
 
     /// A list field; a single scalar counts as a one-element list.
     #[must_use]
-    pub fn list(&self, key: &str) -> Vec<String> {
+    pub(crate) fn list(&self, key: &str) -> Vec<String> {
         match self.fields.get(key) {
             None | Some(FrontValue::Bool(_)) => Vec::new(),
             Some(FrontValue::Str(s)) => vec![s.clone()],
@@ -82,7 +82,7 @@ impl Document {
 /// # Errors
 /// A human-readable message (with the 1-based line number) when the front matter is not
 /// closed or a line is not `key: value`, `- item` or a comment.
-pub fn parse(text: &str) -> Result<Document, String> {
+pub(crate) fn parse(text: &str) -> Result<Document, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines();
     if lines.next().map(str::trim_end) != Some("---") {

@@ -2,11 +2,11 @@
 //! [`touched_paths`](super::touched_paths) kept up to date as a session log grows, so a
 //! step folds only the events appended since the last step instead of the whole log.
 
-use super::compile::message_tokens;
+use super::estimate::message_tokens;
 use super::history::{
     Raw, add_touched_paths, fold_raw, kept_anywhere, raw_message, retract_prompt,
 };
-use crate::provider::Messages;
+use foya_core::request::Messages;
 use foya_protocol::{Event, Message};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -110,7 +110,7 @@ impl HistoryFold {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::context::{history, touched_paths};
+    use crate::{history, touched_paths};
     use foya_protocol::{
         AssistantMessage, EventKind, HookDecision, Input, InputId, Seq, SessionId, ToolCall,
         ToolCallId, ToolMessage,
