@@ -35,7 +35,8 @@ pub const TMP_PREFIX: &str = "foya-sandbox-";
 /// [`sandbox_entry_if_requested`] first thing in `main`).
 pub const SANDBOX_HELPER_ENV: &str = "FOYA_SANDBOX_HELPER";
 
-/// File name of the small stand-alone sandbox helper (`src/bin/foya-sandbox.rs`), looked
+/// File name of the small stand-alone sandbox helper (the `foya` package's second
+/// binary, built beside `foya`), looked
 /// for next to the runtime's executable by [`SandboxRunner::this_binary`].
 pub const HELPER_BIN: &str = "foya-sandbox";
 
