@@ -20,7 +20,7 @@ pub mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod provider;
-pub mod tools;
+pub use foya_tools as tools;
 pub mod trust;
 
 mod handle;

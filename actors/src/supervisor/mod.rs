@@ -18,6 +18,8 @@
 
 pub(crate) mod actor;
 pub(crate) mod sub_agent;
+#[cfg(test)]
+mod agent_tool_tests;
 
 pub(crate) use actor::{SupervisorActor, SupervisorArgs};
 

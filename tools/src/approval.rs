@@ -365,5 +365,4 @@ fn shown_arguments(args: &serde_json::Value) -> String {
 const SHOWN_VALUE_CHARS: usize = 200;
 
 #[cfg(test)]
-#[path = "approval_tests.rs"]
 mod tests;

@@ -3,7 +3,7 @@
 //! outside a git repository), with capped results.
 
 use super::{arguments, blocking, file_spec, looks_binary, read_regular};
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
 use globset::{GlobBuilder, GlobMatcher};
 use std::fmt::Write as _;

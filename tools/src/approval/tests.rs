@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{Verdict, evaluate};
-use crate::tools::protected::Protected;
-use crate::tools::{SandboxPolicy, SideEffect, ToolSpec};
+use crate::protected::Protected;
+use crate::{SandboxPolicy, SideEffect, ToolSpec};
 use foya_protocol::ApprovalMode::{self, Ask, Auto, AutoEdit, Bypass, ReadOnly};
 use serde_json::json;
 use std::collections::BTreeSet;

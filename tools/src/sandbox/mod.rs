@@ -57,7 +57,7 @@ pub struct SandboxRunner {
     /// and every command fails with [`NO_HELPER`].
     helper: Option<PathBuf>,
     /// Which of the runtime's variables the commands receive.
-    env: crate::tools::env_policy::EnvPolicy,
+    env: crate::env_policy::EnvPolicy,
 }
 
 /// Why a command cannot start when no sandbox helper was set.
@@ -106,15 +106,15 @@ impl SandboxRunner {
     pub fn new(helper: impl Into<PathBuf>) -> Self {
         Self {
             helper: Some(helper.into()),
-            env: crate::tools::env_policy::EnvPolicy::default(),
+            env: crate::env_policy::EnvPolicy::default(),
         }
     }
 
     /// This runner, its commands receiving the runtime's environment under `policy`
-    /// (default: [`EnvPolicy::default`](crate::tools::env_policy::EnvPolicy), every
+    /// (default: [`EnvPolicy::default`](crate::env_policy::EnvPolicy), every
     /// variable but credential-shaped ones).
     #[must_use]
-    pub fn with_env_policy(mut self, policy: crate::tools::env_policy::EnvPolicy) -> Self {
+    pub fn with_env_policy(mut self, policy: crate::env_policy::EnvPolicy) -> Self {
         self.env = policy;
         self
     }
@@ -124,7 +124,7 @@ impl SandboxRunner {
     pub fn unset() -> Self {
         Self {
             helper: None,
-            env: crate::tools::env_policy::EnvPolicy::default(),
+            env: crate::env_policy::EnvPolicy::default(),
         }
     }
 
@@ -137,7 +137,7 @@ impl SandboxRunner {
             .map(PathBuf::from);
         Self {
             helper,
-            env: crate::tools::env_policy::EnvPolicy::default(),
+            env: crate::env_policy::EnvPolicy::default(),
         }
     }
 

@@ -25,7 +25,7 @@ pub const DEFAULT_TYPED_TIMEOUT_MS: u64 = 60_000;
 /// A tool made of an argument type `A` and an async function.
 ///
 /// ```
-/// use foya_actors::tools::{SideEffect, ToolContext, ToolRegistry, TypedTool};
+/// use foya_tools::{SideEffect, ToolContext, ToolRegistry, TypedTool};
 /// use std::sync::Arc;
 ///
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -42,7 +42,7 @@ pub const DEFAULT_TYPED_TIMEOUT_MS: u64 = 60_000;
 /// let mut tools = ToolRegistry::new();
 /// tools.register(Arc::new(add.parallel_safe(true)))?;
 /// assert_eq!(tools.names(), ["add"]);
-/// # Ok::<(), foya_actors::tools::InvalidToolSchema>(())
+/// # Ok::<(), foya_tools::InvalidToolSchema>(())
 /// ```
 pub struct TypedTool<A, F> {
     spec: ToolSpec,
@@ -239,7 +239,7 @@ impl From<serde_json::Value> for ToolOutput {
 }
 
 /// The embedder's own values shared with its tools, one per type (a database pool, an
-/// API client, a counter): set on [`crate::RuntimeConfig::tool_state`], read in a call
+/// API client, a counter): set on `RuntimeConfig::tool_state` (foya-actors), read in a call
 /// with [`ToolContext::state`]. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct ToolState {

@@ -34,7 +34,7 @@
 //! Must not: leave a placeholder behind that no sandbox uses, remove anything that is not
 //! an empty placeholder, or let the command start when a mount it needs failed.
 
-use crate::tools::protected::{INSTRUCTION_FILES, PROTECTED_DIRS};
+use crate::protected::{INSTRUCTION_FILES, PROTECTED_DIRS};
 use nix::fcntl::{Flock, FlockArg};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};

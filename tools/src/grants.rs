@@ -487,5 +487,4 @@ fn first_of<'a>(program: &str, options: &[&str], args: &'a [String]) -> Option<&
 }
 
 #[cfg(test)]
-#[path = "grants_tests.rs"]
 mod tests;

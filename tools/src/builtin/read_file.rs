@@ -1,7 +1,7 @@
 //! `read_file`: a text file's lines, numbered, with an optional window.
 
 use super::{arguments, blocking, file_spec, looks_binary};
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
 use std::fmt::Write as _;
 use tokio_util::sync::CancellationToken;

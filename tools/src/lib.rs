@@ -27,7 +27,7 @@ pub mod typed;
 
 pub use registry::{InvalidToolSchema, PreparedCall, ToolRegistry};
 pub use typed::{DEFAULT_TYPED_TIMEOUT_MS, ToolState, TypedTool};
-pub(crate) use foya_core::schedule::CANCELLED;
+pub use foya_core::schedule::CANCELLED;
 
 
 use async_trait::async_trait;
@@ -165,8 +165,9 @@ impl ToolOutput {
 /// implement the trait for full control (progress, live output, a hand-written schema):
 ///
 /// ```
-/// use foya_actors::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
-/// use foya_actors::{async_trait, CancellationToken};
+/// use foya_tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
+/// use async_trait::async_trait;
+/// use tokio_util::sync::CancellationToken;
 ///
 /// #[derive(Debug)]
 /// struct Echo(ToolSpec);
@@ -191,9 +192,9 @@ impl ToolOutput {
 ///     cancellable: true,
 ///     default_timeout_ms: 1_000,
 /// });
-/// let mut tools = foya_actors::tools::ToolRegistry::new();
+/// let mut tools = foya_tools::ToolRegistry::new();
 /// tools.register(std::sync::Arc::new(echo))?;
-/// # Ok::<(), foya_actors::tools::InvalidToolSchema>(())
+/// # Ok::<(), foya_tools::InvalidToolSchema>(())
 /// ```
 #[async_trait]
 pub trait Tool: Send + Sync + std::fmt::Debug {

@@ -1,7 +1,7 @@
 //! `edit_file`: exact-string replacement in one file.
 
 use super::{arguments, blocking, file_spec};
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 

@@ -3,9 +3,9 @@
 
 use super::arguments;
 use super::output::CappedOutput;
-use crate::tools::sandbox::{EXIT_SANDBOX_UNAVAILABLE, ProcessGroupGuard, SandboxRunner};
-use crate::tools::typed::builtin_parameters_of;
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::sandbox::{EXIT_SANDBOX_UNAVAILABLE, ProcessGroupGuard, SandboxRunner};
+use crate::typed::builtin_parameters_of;
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
 use async_trait::async_trait;
 use std::fmt::Write as _;
 use std::os::fd::OwnedFd;

@@ -4,7 +4,7 @@
 //! cancelled parent turn ends its child's turn through the child's supervisor.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::SubAgentLimits;
+use crate::tools::builtin::agent::SubAgentLimits;
 use crate::runtime::Runtime;
 use crate::testkit::{
     config_for, events_until, is_turn_complete, script, session_config, subscribe, within,
@@ -68,36 +68,6 @@ async fn turn_counters_are_forgotten_when_each_parent_turn_ends() {
     }
     drop((sub, session));
     rt.shutdown().await;
-}
-
-#[tokio::test]
-async fn the_per_turn_limit_is_named_in_singular_and_plural() {
-    for (max, expected) in [
-        (
-            1,
-            "not run: this turn already started its maximum of 1 sub-agent",
-        ),
-        (
-            2,
-            "not run: this turn already started its maximum of 2 sub-agents",
-        ),
-    ] {
-        let store =
-            foya_storage::Store::open_in_memory(foya_storage::StoreOptions::default()).unwrap();
-        let mut config = config_for(store, script(json!({ "responses": [] })));
-        config.sub_agents = Some(SubAgentLimits {
-            max_per_turn: max,
-            ..SubAgentLimits::default()
-        });
-        let rt = Runtime::start(config).await.unwrap();
-        let agent = rt.sub_agent_tool().unwrap();
-        let run_id = foya_protocol::RunId::new();
-        for _ in 0..max {
-            assert!(agent.slot(run_id).is_ok());
-        }
-        assert_eq!(agent.slot(run_id).err().as_deref(), Some(expected));
-        rt.shutdown().await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! `write_file`: creates or overwrites a file (and its parent directories).
 
 use super::{arguments, blocking, file_spec};
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 

@@ -94,7 +94,7 @@ impl Protected {
     /// with that path (symlinks followed; a dangling link's target as it would be
     /// created).
     fn links(&self) -> Vec<(PathBuf, PathBuf)> {
-        let root = crate::context::project_root(&self.cwd);
+        let root = foya_context::project_root(&self.cwd);
         let dirs = self
             .cwd
             .ancestors()
@@ -213,7 +213,7 @@ const PROJECT_DIR_VARS: &[&str] = &["CLAUDE_PROJECT_DIR", "FOYA_PROJECT_DIR"];
 /// Directories, and the working directory's and the root's ancestors, are left out.
 #[must_use]
 pub fn hook_files(command: &str, cwd: &Path) -> Vec<PathBuf> {
-    let root = crate::context::project_root(cwd);
+    let root = foya_context::project_root(cwd);
     let expanded = expand_project_dir(command, &root);
     let words = shlex::split(&expanded)
         .unwrap_or_else(|| expanded.split_whitespace().map(str::to_owned).collect());

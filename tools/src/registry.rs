@@ -7,7 +7,7 @@
 
 use super::sandbox::SandboxRunner;
 use super::{SideEffect, Tool, ToolOutput, builtin};
-use crate::context::ToolSet;
+use foya_context::ToolSet;
 use foya_core::request::ToolSchema;
 use foya_protocol::ApprovalMode;
 use std::fmt::Write as _;
@@ -72,7 +72,7 @@ impl ToolRegistry {
     }
 
     /// The built-ins without side effects ([`builtin::read_only`]: `read_file`,
-    /// `list_dir`, `glob`, `grep`): what [`crate::RuntimeConfig::new`] registers.
+    /// `list_dir`, `glob`, `grep`): what `RuntimeConfig::new` (foya-actors) registers.
     #[must_use]
     pub fn read_only_builtin() -> Self {
         Self::taking(builtin::read_only())
@@ -302,7 +302,7 @@ fn clip(text: &str, max: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::tools::builtin::{ReadFile, Shell, WriteFile};
+    use crate::builtin::{ReadFile, Shell, WriteFile};
 
     fn names(set: &ToolSet) -> Vec<&str> {
         set.schemas().iter().map(|s| s.name.as_str()).collect()

@@ -251,9 +251,9 @@ pub fn apply_policy(
         SandboxPolicy::WorkspaceWrite { network } => {
             let mut protect = protect.to_vec();
             protect.extend(
-                crate::tools::protected::PROTECTED_DIRS
+                crate::protected::PROTECTED_DIRS
                     .iter()
-                    .chain(crate::tools::protected::INSTRUCTION_FILES)
+                    .chain(crate::protected::INSTRUCTION_FILES)
                     .map(|name| cwd.join(name)),
             );
             protect.extend(super::shield::found_below(cwd));
@@ -417,7 +417,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::{SandboxInvocation, invocation_args, parse_invocation};
-    use crate::tools::SandboxPolicy;
+    use crate::SandboxPolicy;
     use std::ffi::OsString;
     use std::path::PathBuf;
 

@@ -18,7 +18,7 @@ mod shell;
 mod write_file;
 
 #[cfg(test)]
-mod schema_tests;
+mod tests;
 
 pub use edit_file::EditFile;
 pub use list_dir::{LIST_MAX_ENTRIES, ListDir};

@@ -23,7 +23,7 @@
 //! from its first tool step and drops it when it ends (or is killed), which removes the
 //! turn's entry.
 
-use crate::tools::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec};
 use async_trait::async_trait;
 use foya_protocol::command::ParentRef;
 use foya_protocol::{EventKind, RunId, SessionConfig, SessionId, SessionUpdate, TurnStatus};
@@ -64,16 +64,22 @@ impl Default for SubAgentLimits {
     }
 }
 
+/// Why the runtime could not start or drive a child session, in words (the `agent`
+/// call's error result tells the model).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SubAgentError(pub String);
+
 /// What the `agent` tool needs from the runtime: the parent's configuration and a way to
 /// start a child session. Implemented by the supervisor layer
 /// (`supervisor::sub_agent::Spawner`).
 #[async_trait]
-pub(crate) trait SubAgentSpawner: Send + Sync + std::fmt::Debug {
+pub trait SubAgentSpawner: Send + Sync + std::fmt::Debug {
     /// The configuration session `parent` was created with.
     ///
     /// # Errors
     /// The store's failure, or a session without `session_created`, in words.
-    async fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String>;
+    async fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, SubAgentError>;
 
     /// Creates a child session with `config` (`session_created` committed) and starts it
     /// under the supervision of its parent (`config.parent`'s session).
@@ -81,13 +87,13 @@ pub(crate) trait SubAgentSpawner: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// Why the child could not start, in words (the runtime is stopping, the parent is
     /// not running, the store refused the write).
-    async fn start(&self, config: SessionConfig) -> Result<Box<dyn ChildSession>, String>;
+    async fn start(&self, config: SessionConfig) -> Result<Box<dyn ChildSession>, SubAgentError>;
 }
 
 /// A running child session, owned by the `agent` call that started it. Dropping it stops
 /// the child: a turn still running is cancelled and its end committed first.
 #[async_trait]
-pub(crate) trait ChildSession: Send + Sync {
+pub trait ChildSession: Send + Sync {
     /// The child's session id (it can be loaded, observed and subscribed to by id).
     fn id(&self) -> SessionId;
 
@@ -96,7 +102,7 @@ pub(crate) trait ChildSession: Send + Sync {
     ///
     /// # Errors
     /// The session's refusal, in words.
-    async fn submit(&mut self, task: &str) -> Result<(), String>;
+    async fn submit(&mut self, task: &str) -> Result<(), SubAgentError>;
 
     /// The child's next update; `None` once the child is gone.
     async fn next(&mut self) -> Option<SessionUpdate>;
@@ -123,7 +129,7 @@ pub struct AgentTool {
 
 /// Held by a turn while it runs; dropping it forgets the turn's sub-agent counters.
 #[derive(Debug)]
-pub(crate) struct TurnScope {
+pub struct TurnScope {
     agent: Arc<AgentTool>,
     run_id: RunId,
 }
@@ -136,7 +142,7 @@ impl Drop for TurnScope {
 
 impl AgentTool {
     /// The tool, with `limits`, starting children through `spawner`.
-    pub(crate) fn new(limits: SubAgentLimits, spawner: Arc<dyn SubAgentSpawner>) -> Self {
+    pub fn new(limits: SubAgentLimits, spawner: Arc<dyn SubAgentSpawner>) -> Self {
         Self {
             spec: ToolSpec {
                 name: AGENT_TOOL.into(),
@@ -164,7 +170,7 @@ impl AgentTool {
 
     /// The scope of turn `run_id`'s counters: dropping it (when the turn ends) forgets
     /// them.
-    pub(crate) fn turn_scope(self: &Arc<Self>, run_id: RunId) -> TurnScope {
+    pub fn turn_scope(self: &Arc<Self>, run_id: RunId) -> TurnScope {
         TurnScope {
             agent: Arc::clone(self),
             run_id,
@@ -179,9 +185,9 @@ impl AgentTool {
             .remove(&run_id);
     }
 
-    /// How many turns have counters.
-    #[cfg(test)]
-    pub(crate) fn turns_with_counters(&self) -> usize {
+    /// How many turns have counters (for the runtime's tests).
+    #[doc(hidden)]
+    pub fn turns_with_counters(&self) -> usize {
         self.turns
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -189,7 +195,7 @@ impl AgentTool {
     }
 
     /// Takes a child slot of the parent turn `run_id`, or says why not.
-    fn slot(&self, run_id: RunId) -> Result<Arc<Semaphore>, String> {
+    pub(crate) fn slot(&self, run_id: RunId) -> Result<Arc<Semaphore>, String> {
         let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
         let slots = turns.entry(run_id).or_insert_with(|| TurnSlots {
             started: 0,
@@ -207,7 +213,11 @@ impl AgentTool {
     }
 
     async fn child_config(&self, ctx: &ToolContext) -> Result<SessionConfig, String> {
-        let parent = self.spawner.parent_config(ctx.session_id).await?;
+        let parent = self
+            .spawner
+            .parent_config(ctx.session_id)
+            .await
+            .map_err(|e| e.0)?;
         if parent.parent.is_some() {
             return Err("not run: a sub-agent cannot start sub-agents".into());
         }
@@ -314,7 +324,7 @@ impl AgentTool {
         cancel: &CancellationToken,
     ) -> Outcome {
         if let Err(e) = child.submit(task).await {
-            return Outcome::Failed(e);
+            return Outcome::Failed(e.0);
         }
         let mut used = 0u64;
         let mut last = String::new();
@@ -378,15 +388,12 @@ pub(crate) struct NoRuntime;
 #[cfg(test)]
 #[async_trait]
 impl SubAgentSpawner for NoRuntime {
-    async fn parent_config(&self, _parent: SessionId) -> Result<SessionConfig, String> {
-        Err("no runtime".into())
+    async fn parent_config(&self, _parent: SessionId) -> Result<SessionConfig, SubAgentError> {
+        Err(SubAgentError("no runtime".into()))
     }
 
-    async fn start(&self, _config: SessionConfig) -> Result<Box<dyn ChildSession>, String> {
-        Err("no runtime".into())
+    async fn start(&self, _config: SessionConfig) -> Result<Box<dyn ChildSession>, SubAgentError> {
+        Err(SubAgentError("no runtime".into()))
     }
 }
 
-#[cfg(test)]
-#[path = "agent_tests.rs"]
-mod tests;
