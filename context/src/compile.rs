@@ -8,9 +8,7 @@ use super::{
     KERNEL_INSTRUCTIONS, estimate_tokens, history,
 };
 use foya_core::request::Messages;
-use foya_protocol::{
-    ApprovalMode, Instructions, InstructionsMode, Message, ToolMessage,
-};
+use foya_protocol::{ApprovalMode, Instructions, InstructionsMode, Message, ToolMessage};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;

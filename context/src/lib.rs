@@ -19,7 +19,6 @@ mod kernel;
 mod project;
 mod title;
 
-
 pub use commands::expand_command;
 pub use compaction::{
     COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, CUT_NOTE, IMAGE_LEFT_OUT, KEPT_CUT_NOTE,

@@ -60,4 +60,3 @@ pub enum Verdict {
         reason: String,
     },
 }
-

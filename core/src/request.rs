@@ -71,4 +71,3 @@ pub struct ModelRequest {
     /// Images referenced by user messages, by attachment id.
     pub images: BTreeMap<String, ImageData>,
 }
-

@@ -16,7 +16,7 @@ pub const MAX_PARALLEL: usize = 5;
 /// `parallel_safe[i]` is the declared `parallel_safe` of call `i`. The batches cover every
 /// index exactly once, in increasing order.
 #[must_use]
-pub fn plan_batches(parallel_safe: &[bool]) -> Vec<Vec<usize>> {
+pub(crate) fn plan_batches(parallel_safe: &[bool]) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = Vec::new();
     let mut open_parallel = false;
     for (index, &safe) in parallel_safe.iter().enumerate() {

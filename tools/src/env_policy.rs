@@ -31,7 +31,7 @@ pub enum Inherit {
 /// `env_vars` and `env` (as the MCP SDKs' default environment and Codex's MCP client
 /// do): what a program needs to find programs, its home, its user, its locale, its
 /// terminal, its temp dir and its time zone. `LC_*` too ([`is_core`]).
-pub const CORE_VARS: &[&str] = &[
+pub(crate) const CORE_VARS: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "USERNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR",
     "TEMP", "TMP", "TZ",
 ];
@@ -39,7 +39,7 @@ pub const CORE_VARS: &[&str] = &[
 /// The default excludes: a variable whose name matches one of these (any case) is not
 /// passed, unless `include` names it. Codex CLI's default excludes (`*KEY*`, `*SECRET*`,
 /// `*TOKEN*`) and the other shapes credentials come in.
-pub const CREDENTIAL_NAMES: &[&str] = &[
+pub(crate) const CREDENTIAL_NAMES: &[&str] = &[
     "*KEY*",
     "*SECRET*",
     "*TOKEN*",
@@ -136,7 +136,7 @@ impl EnvPolicy {
 
 /// Whether `name` is one of [`CORE_VARS`] or `LC_*`.
 #[must_use]
-pub fn is_core(name: &str) -> bool {
+pub(crate) fn is_core(name: &str) -> bool {
     CORE_VARS.contains(&name) || name.starts_with("LC_")
 }
 
@@ -149,7 +149,7 @@ const CREDENTIAL_PARAMS: &[&str] = &["SIG", "*SIGNATURE*", "PWD", "PASS", "PASSW
 /// [`CREDENTIAL_NAMES`] (any case), or its value holds a URL with a password or a
 /// credential in its query.
 #[must_use]
-pub fn looks_like_credential(name: &str, value: &OsStr) -> bool {
+pub(crate) fn looks_like_credential(name: &str, value: &OsStr) -> bool {
     CREDENTIAL_NAMES.iter().any(|p| matches(p, name)) || has_url_password(&value.to_string_lossy())
 }
 

@@ -11,7 +11,7 @@
 
 /// What "allow for this session" would cover for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CommandGrant {
+pub(crate) enum CommandGrant {
     /// Later commands whose normalised argv starts with these words run without asking.
     Prefix(Vec<String>),
     /// Later commands whose normalised argv is exactly these words run without asking.
@@ -23,7 +23,7 @@ pub enum CommandGrant {
 impl CommandGrant {
     /// The grant key suffix (`git status`, `=ls -la`), or `None` when nothing is granted.
     #[must_use]
-    pub fn key(&self) -> Option<String> {
+    pub(crate) fn key(&self) -> Option<String> {
         match self {
             Self::Prefix(words) => Some(join(words)),
             Self::Exact(words) => Some(format!("={}", join(words))),
@@ -33,7 +33,7 @@ impl CommandGrant {
 
     /// What the grant covers, in words for the approval prompt.
     #[must_use]
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Self::Prefix(words) => format!(
                 "\"allow for this session\" allows `{}` with any further arguments",
@@ -364,7 +364,7 @@ const CODE_SUBCOMMANDS: &[(&str, &[&str])] = &[
 
 /// What "allow for this session" covers for `command` (a `bash -c` string).
 #[must_use]
-pub fn grant_for(command: &str) -> CommandGrant {
+pub(crate) fn grant_for(command: &str) -> CommandGrant {
     if command.contains(SHELL_META) {
         return CommandGrant::None(
             "the command uses shell operators, substitutions or globs, so its words do not \

@@ -25,10 +25,9 @@ pub use foya_core::schedule;
 /// Typed tools (argument struct + async fn) and the embedder's shared state.
 pub mod typed;
 
+pub use foya_core::schedule::CANCELLED;
 pub use registry::{InvalidToolSchema, PreparedCall, ToolRegistry};
 pub use typed::{DEFAULT_TYPED_TIMEOUT_MS, ToolState, TypedTool};
-pub use foya_core::schedule::CANCELLED;
-
 
 use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};

@@ -75,7 +75,7 @@ pub fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
 /// `bypass`, or when a person approved this write (`WorkspaceAndProtected`, or `None`
 /// outside the working directory).
 #[must_use]
-pub fn may_write_protected(ctx: &ToolContext) -> bool {
+pub(crate) fn may_write_protected(ctx: &ToolContext) -> bool {
     unconfined(ctx) || matches!(ctx.sandbox, SandboxPolicy::WorkspaceAndProtected { .. })
 }
 
@@ -87,7 +87,7 @@ pub fn may_write_protected(ctx: &ToolContext) -> bool {
 ///
 /// # Errors
 /// A message for the model saying why the write is refused.
-pub fn check_write(ctx: &ToolContext, path: &Path, raw: &str) -> Result<(), String> {
+pub(crate) fn check_write(ctx: &ToolContext, path: &Path, raw: &str) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt as _;
     if !may_write_protected(ctx) {
         let reached = if ctx.protected.is_protected(path) {
@@ -165,7 +165,7 @@ pub(crate) fn real_path(path: &Path) -> PathBuf {
 
 /// `path` relative to `cwd` for display, or `path` itself when it is outside.
 #[must_use]
-pub fn display_relative(cwd: &Path, path: &Path) -> String {
+pub(crate) fn display_relative(cwd: &Path, path: &Path) -> String {
     let cwd = normalize(Path::new("/"), cwd);
     match path.strip_prefix(&cwd) {
         Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),

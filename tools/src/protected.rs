@@ -16,12 +16,12 @@ use super::paths::normalize;
 use std::path::{Component, Path, PathBuf};
 
 /// Directory names whose whole subtree is protected.
-pub const PROTECTED_DIRS: &[&str] = &[".foya", ".git"];
+pub(crate) const PROTECTED_DIRS: &[&str] = &[".foya", ".git"];
 
 /// File names protected in every directory: the instruction files the context compiler
 /// loads (`context/project.rs`) and Claude Code's `.mcp.json`, whose servers a trusted
 /// project starts (`mcp/config.rs`).
-pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "FOYA.md", ".mcp.json"];
+pub(crate) const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "FOYA.md", ".mcp.json"];
 
 /// The protected paths of one working directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,7 +50,7 @@ impl Protected {
     /// Whether writing `path` (absolute, or relative to the working directory) changes a
     /// protected path. Lexical: callers that follow symlinks check the resolved path too.
     #[must_use]
-    pub fn is_protected(&self, path: &Path) -> bool {
+    pub(crate) fn is_protected(&self, path: &Path) -> bool {
         let path = normalize(&self.cwd, path);
         let in_protected_dir = path.components().any(|c| match c {
             Component::Normal(name) => PROTECTED_DIRS.iter().any(|d| name == *d),
@@ -73,7 +73,7 @@ impl Protected {
     /// ones the runtime loads) and the hook scripts. Reads the file system (symlinks and
     /// existence only); a path written as a protected name is [`Protected::is_protected`]'s.
     #[must_use]
-    pub fn reached_as(&self, path: &Path) -> Option<PathBuf> {
+    pub(crate) fn reached_as(&self, path: &Path) -> Option<PathBuf> {
         self.reached_through(path, &self.links())
     }
 
@@ -132,7 +132,7 @@ impl Protected {
     /// -> CLAUDE.md`). A command that reaches one without naming it (a variable, an
     /// encoded string) is stopped by the sandbox instead.
     #[must_use]
-    pub fn named_in(&self, command: &str) -> Option<String> {
+    pub(crate) fn named_in(&self, command: &str) -> Option<String> {
         let words = shlex::split(command).unwrap_or_else(|| {
             command
                 .split_whitespace()
@@ -212,7 +212,7 @@ const PROJECT_DIR_VARS: &[&str] = &["CLAUDE_PROJECT_DIR", "FOYA_PROJECT_DIR"];
 /// when it is an existing file (`check.py` in `python3 check.py`, not `python3`).
 /// Directories, and the working directory's and the root's ancestors, are left out.
 #[must_use]
-pub fn hook_files(command: &str, cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn hook_files(command: &str, cwd: &Path) -> Vec<PathBuf> {
     let root = foya_context::project_root(cwd);
     let expanded = expand_project_dir(command, &root);
     let words = shlex::split(&expanded)
@@ -289,7 +289,7 @@ const GIT_LISTS: &[&str] = &["branch", "tag", "remote", "stash", "worktree", "co
 /// the line is looked at (split at `;`, `&`, `|`, newlines and parentheses); git's global
 /// options are skipped to find the subcommand.
 #[must_use]
-pub fn git_write_in(command: &str) -> Option<String> {
+pub(crate) fn git_write_in(command: &str) -> Option<String> {
     command
         .split([';', '&', '|', '\n', '(', ')', '`'])
         .filter_map(|part| shlex::split(part.trim().trim_start_matches('$')))

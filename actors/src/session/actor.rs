@@ -3,12 +3,12 @@
 //! What stays here: the reply ports (answered when the machine says), the subscriber
 //! channels, the running TurnActor's ref and cancel token, the in-memory log.
 
-use crate::log::{IdleReservation, SharedLog};
 use super::machine::{SessionInput, SessionMachine, Settings};
 use super::state::SessionState;
 use super::{ApprovalAnswer, Reply, SessionMsg, Subscribed};
 use crate::context::ProjectContext;
 use crate::kernel::RuntimeDeps;
+use crate::log::{IdleReservation, SharedLog};
 use crate::outcome::ApprovalRequest;
 use crate::turn::TurnMsg;
 use foya_protocol::{ApprovalRequestId, Event, InputId};

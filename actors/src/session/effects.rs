@@ -3,11 +3,11 @@
 //! TitleActor, hooks, replies. No rule is decided here.
 
 use super::actor::{Caller, RunningTurn, Session, Subscriber};
-use crate::log::SharedLog;
 use super::machine::{Answer, Effect, SessionInput, TitleText};
 use super::{SessionMsg, Subscribed, commands, title};
 use crate::hooks::{HookEvent, HookInput};
 use crate::kernel::{RuntimeError, now_ms};
+use crate::log::SharedLog;
 use crate::turn::{TurnActor, TurnArgs, TurnMode, TurnMsg};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{Event, EventKind, RunId, Seq, SessionUpdate};

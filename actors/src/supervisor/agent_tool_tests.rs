@@ -4,11 +4,11 @@
 //! cancelled parent turn ends its child's turn through the child's supervisor.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::tools::builtin::agent::SubAgentLimits;
 use crate::runtime::Runtime;
 use crate::testkit::{
     config_for, events_until, is_turn_complete, script, session_config, subscribe, within,
 };
+use crate::tools::builtin::agent::SubAgentLimits;
 use foya_protocol::{
     ApprovalMode, EventKind, Input, SessionId, ToolCallId, ToolMessage, TurnStatus,
 };

@@ -17,9 +17,9 @@
 //! `agent` call that started it ends.
 
 pub(crate) mod actor;
-pub(crate) mod sub_agent;
 #[cfg(test)]
 mod agent_tool_tests;
+pub(crate) mod sub_agent;
 
 pub(crate) use actor::{SupervisorActor, SupervisorArgs};
 

@@ -38,6 +38,5 @@ pub use runtime::{
 };
 pub use tools::{
     Behaviour, Recorder, TestTool, call_tool, confined, sandbox_helper, sandbox_runner,
-    sandboxed_builtins,
-    tool_context, tools,
+    sandboxed_builtins, tool_context, tools,
 };

@@ -165,7 +165,9 @@ pub fn sandbox_helper() -> std::path::PathBuf {
     static HELPER: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     HELPER
         .get_or_init(|| {
-            let mut build = escargot::CargoBuild::new().package("foya").bin("foya-sandbox");
+            let mut build = escargot::CargoBuild::new()
+                .package("foya")
+                .bin("foya-sandbox");
             // The variables cargo sets for a test process would reach build scripts that
             // watch them (`rerun-if-env-changed`) and make this build and the next
             // `cargo test` rebuild each other's dependencies.
@@ -186,7 +188,11 @@ pub fn sandbox_helper() -> std::path::PathBuf {
                     build = build.env_remove(key);
                 }
             }
-            build.run().expect("build foya-sandbox").path().to_path_buf()
+            build
+                .run()
+                .expect("build foya-sandbox")
+                .path()
+                .to_path_buf()
         })
         .clone()
 }

@@ -12,6 +12,7 @@
 //! end) and tells the machine ([`TurnInput::CancelRequested`]).
 
 use super::machine::{HookPoints, StreamOutcome, TurnConfig, TurnEffect, TurnInput, TurnMachine};
+use super::port::Port;
 use super::provider::actor::ProviderMsg;
 use super::provider::relay::Relay;
 use super::tool::ToolMsg;
@@ -19,7 +20,6 @@ use super::tool::actor::PartialOutput;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
 use crate::kernel::RuntimeDeps;
-use super::port::Port;
 use crate::task::AbortOnDropHandle;
 use foya_protocol::{
     ErrorClass, Event, EventKind, ProviderError, RunId, SessionConfig, SessionId, StreamAggregate,

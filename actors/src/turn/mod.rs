@@ -20,8 +20,8 @@ pub(crate) use foya_core::turn::machine;
 #[cfg(feature = "mcp")]
 mod mcp;
 pub(crate) use foya_core::turn::protection;
-pub(crate) mod provider;
 pub(crate) mod port;
+pub(crate) mod provider;
 mod tool;
 mod tools;
 
@@ -30,7 +30,6 @@ pub(crate) use foya_core::schedule::CANCELLED;
 pub(crate) use foya_core::turn::TurnMode;
 
 use foya_protocol::{StreamEvent, ToolMessage};
-
 
 /// Messages of the TurnActor.
 #[derive(Debug)]

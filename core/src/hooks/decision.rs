@@ -74,7 +74,7 @@ pub fn merge(responses: &[HookResponse]) -> Merged {
 
 /// What an approval question a `PreToolUse` hook asks says of "allow for this session":
 /// the answer covers this call only (the session then allows it once).
-pub const HOOK_ASK_NO_GRANT: &str =
+pub(crate) const HOOK_ASK_NO_GRANT: &str =
     "\"allow for this session\" is not offered (a hook asked): it is asked every time";
 
 /// `reason` without the gateway's clause on what "allow for this session" covers.

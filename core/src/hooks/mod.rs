@@ -53,4 +53,3 @@ pub struct HookRun {
     /// One `hook_ran` per hook that ran, in order (to persist).
     pub events: Vec<EventKind>,
 }
-

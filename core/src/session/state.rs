@@ -92,7 +92,7 @@ impl SessionState {
     /// Results that close the open turn's unanswered calls (is_error): `content` for a
     /// call that started (its outcome is unknown), [`NOT_STARTED`] for one without
     /// `tool_started` (it never ran).
-    pub fn unanswered_results(&self, content: &str) -> Vec<ToolMessage> {
+    pub(crate) fn unanswered_results(&self, content: &str) -> Vec<ToolMessage> {
         let Some(turn) = &self.open_turn else {
             return Vec::new();
         };

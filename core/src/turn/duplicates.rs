@@ -14,7 +14,7 @@ use foya_protocol::{ToolCall, ToolCallId};
 use std::collections::HashSet;
 
 /// Longest id a renamed call gets (OpenAI Chat rejects tool-call ids over 40 characters).
-pub const MAX_ID_CHARS: usize = 40;
+pub(crate) const MAX_ID_CHARS: usize = 40;
 
 /// A call whose id repeated an earlier call's id, and the id it had.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub struct Renamed {
 }
 
 /// Renames repeated ids in `calls` (in place) and returns the renamed calls in order.
-pub fn rename_repeated_ids(calls: &mut [ToolCall]) -> Vec<Renamed> {
+pub(crate) fn rename_repeated_ids(calls: &mut [ToolCall]) -> Vec<Renamed> {
     let mut taken: HashSet<String> = calls.iter().map(|c| c.id.0.clone()).collect();
     let mut seen = HashSet::new();
     let mut renamed = Vec::new();
@@ -55,7 +55,7 @@ fn fresh_id(id: &str, n: u32) -> String {
 
 /// The verdict for call `index`: a renamed repeat is blocked ("not run"), others keep
 /// `verdict`.
-pub fn verdict_for(renamed: &[Renamed], index: usize, verdict: CallVerdict) -> CallVerdict {
+pub(crate) fn verdict_for(renamed: &[Renamed], index: usize, verdict: CallVerdict) -> CallVerdict {
     match renamed.iter().find(|r| r.index == index) {
         Some(r) => CallVerdict::Block(format!(
             "not run: this response already has a tool call with id {:?}; call the tool \

@@ -25,4 +25,3 @@ pub enum TurnMode {
 pub fn can_shrink(total_tokens: u64, history_tokens: u64, min_saving_pct: u64) -> bool {
     history_tokens.saturating_mul(100) >= total_tokens.saturating_mul(min_saving_pct)
 }
-

@@ -48,7 +48,7 @@ impl Default for Limits {
 
 /// What to do with one call of a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallVerdict {
+pub(crate) enum CallVerdict {
     /// Run it.
     Run,
     /// Do not run it; answer with this `is_error` text.
@@ -79,7 +79,7 @@ pub struct Guard {
 
 /// The canonical JSON of `value`: objects with sorted keys, no whitespace.
 #[must_use]
-pub fn canonical_json(value: &serde_json::Value) -> String {
+pub(crate) fn canonical_json(value: &serde_json::Value) -> String {
     use serde_json::Value;
     match value {
         Value::Object(map) => {
@@ -104,7 +104,7 @@ pub fn canonical_json(value: &serde_json::Value) -> String {
 
 /// The key of a call: tool name and canonical arguments.
 #[must_use]
-pub fn call_key(call: &ToolCall) -> String {
+pub(crate) fn call_key(call: &ToolCall) -> String {
     format!("{}{}", call.name, canonical_json(&call.arguments))
 }
 
@@ -124,7 +124,7 @@ impl Guard {
     ///
     /// # Errors
     /// [`LoopDetected`] when a blocked call is repeated.
-    pub fn check_calls(
+    pub(crate) fn check_calls(
         &mut self,
         calls: &[ToolCall],
         read_only: &[bool],
@@ -216,7 +216,7 @@ impl Guard {
     ///
     /// # Errors
     /// [`LoopDetected`] with the cycle in the reason.
-    pub fn end_step(
+    pub(crate) fn end_step(
         &mut self,
         calls: &[ToolCall],
         results: &[ToolMessage],

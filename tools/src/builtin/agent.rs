@@ -34,7 +34,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Name of the tool.
-pub const AGENT_TOOL: &str = "agent";
+pub(crate) const AGENT_TOOL: &str = "agent";
 
 /// Limits of sub-agents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,4 +396,3 @@ impl SubAgentSpawner for NoRuntime {
         Err(SubAgentError("no runtime".into()))
     }
 }
-

@@ -62,7 +62,7 @@ impl CappedOutput {
 
     /// Bytes cut from the middle.
     #[must_use]
-    pub fn cut_bytes(&self) -> u64 {
+    pub(crate) fn cut_bytes(&self) -> u64 {
         self.total_bytes - (self.head.len() + self.tail.len()) as u64
     }
 

@@ -47,7 +47,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// When set (not empty) in the helper's environment, the helper behaves as if the kernel
 /// refused the namespaces (for tests of the fallback, and for a person who wants it).
-pub const NO_NAMESPACES_ENV: &str = "FOYA_SANDBOX_NO_NAMESPACES";
+pub(crate) const NO_NAMESPACES_ENV: &str = "FOYA_SANDBOX_NO_NAMESPACES";
 
 /// Mode of a placeholder: a directory, sticky, read and search for its owner only. A
 /// person's own file or directory practically never has it; only an empty directory of
@@ -291,7 +291,7 @@ fn remove_if_unused(path: &Path, lock: &Flock<File>) {
 impl Shield {
     /// Undoes the placeholders (call once the command and everything it started ended):
     /// each is unmounted here and removed when no other sandbox uses it.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         for (path, lock) in self.held.iter().rev() {
             let _ = umount2(path, MntFlags::MNT_DETACH);
             remove_if_unused(path, lock);
@@ -303,7 +303,7 @@ impl Shield {
 /// the paths `protect` and their folders inside `cwd`: the runtime calls it after a call
 /// whose helper it killed (a killed helper cannot remove its own). A few `lstat`s when
 /// there are none.
-pub fn sweep(cwd: &Path, protect: &[PathBuf]) {
+pub(crate) fn sweep(cwd: &Path, protect: &[PathBuf]) {
     let mut candidates: Vec<PathBuf> = top_level(cwd).collect();
     for path in protect.iter().filter(|p| p.starts_with(cwd)) {
         candidates.extend(

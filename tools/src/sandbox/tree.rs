@@ -55,7 +55,7 @@ pub fn processes() -> Vec<Process> {
 
 /// The live descendants of `root` (not `root` itself), from one look at `/proc`.
 #[must_use]
-pub fn descendants(root: i32) -> Vec<i32> {
+pub(crate) fn descendants(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for p in processes() {
         children.entry(p.ppid).or_default().push(p.pid);
@@ -78,7 +78,7 @@ pub fn descendants(root: i32) -> Vec<i32> {
 /// Stops and then `SIGKILL`s every live descendant of `root` (not `root` itself).
 /// Returns how many processes were killed. Processes that exit meanwhile are fine
 /// (`ESRCH` is ignored).
-pub fn kill_tree(root: i32) -> usize {
+pub(crate) fn kill_tree(root: i32) -> usize {
     let mut found: HashSet<i32> = HashSet::new();
     for _ in 0..MAX_ROUNDS {
         let new: Vec<i32> = descendants(root)

@@ -4,8 +4,6 @@
 use super::ToolMsg;
 use crate::attachments::AttachmentStore;
 use crate::hooks::{HookEvent, Hooks};
-use crate::turn::port::{ApprovalQuestion, Port};
-use foya_core::session::ApprovalAnswer;
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
 use crate::tools::protected::Protected;
@@ -13,6 +11,8 @@ use crate::tools::{
     PreparedCall, ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
 use crate::turn::TurnMsg;
+use crate::turn::port::{ApprovalQuestion, Port};
+use foya_core::session::ApprovalAnswer;
 use foya_protocol::event::Delta;
 use foya_protocol::{
     AttachmentRef, EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolCallId, ToolMessage,
@@ -229,9 +229,9 @@ impl ToolArgs {
                 let answer = self.ask(action, reason, grant_key).await;
                 if answer.allowed {
                     Ok(sandbox_if_allowed)
-                } else if let Some(sandbox) = if_no_approver
-                    .filter(|_| answer.message.as_deref() == Some(foya_core::session::machine::NO_APPROVER))
-                {
+                } else if let Some(sandbox) = if_no_approver.filter(|_| {
+                    answer.message.as_deref() == Some(foya_core::session::machine::NO_APPROVER)
+                }) {
                     // Nobody can answer: what the policy runs unasked runs as before
                     // the fallback (Landlock alone keeps the protected paths shut).
                     Ok(sandbox)

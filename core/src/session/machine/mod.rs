@@ -64,16 +64,16 @@ pub const OUTCOME_UNKNOWN: &str =
 pub const STORAGE_RESULT: &str =
     "outcome unknown: the turn failed on a storage error before this result was saved";
 /// Result text of a call whose TurnActor crashed.
-pub const CRASHED_RESULT: &str = "the turn crashed before this call finished";
+pub(crate) const CRASHED_RESULT: &str = "the turn crashed before this call finished";
 /// `turn_cancelled` reason of a turn cancelled by the runtime's shutdown.
-pub const SHUTDOWN_REASON: &str = "runtime shutdown";
+pub(crate) const SHUTDOWN_REASON: &str = "runtime shutdown";
 /// Message when an approval is needed and nobody can answer.
 pub const NO_APPROVER: &str =
     "denied: this call needs approval and no approver is attached to the session";
 /// `input_dropped` reason under `QueuedOnRestart::Drop`.
 pub const DROPPED_ON_RESTART: &str = "dropped on restart";
 /// Why a deleted session stops, and the reason of its `input_dropped` events.
-pub const DELETED_REASON: &str = "session deleted";
+pub(crate) const DELETED_REASON: &str = "session deleted";
 /// The stop reason of a hibernating session.
 pub const HIBERNATED: &str = "hibernated";
 
@@ -88,7 +88,7 @@ pub struct Settings {
 
 /// Where the session is.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// No turn runs: an input starts at once.
     Idle,
     /// A TurnActor runs (from its start until it exited).
@@ -105,14 +105,14 @@ pub enum Phase {
 
 /// The TurnActor that runs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ActiveTurn {
+pub(crate) struct ActiveTurn {
     pub run_id: RunId,
     pub stage: TurnStage,
 }
 
 /// What the session knows of its running turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnStage {
+pub(crate) enum TurnStage {
     /// Steps run.
     Running,
     /// The turn summarises the history (`compaction_started` committed).
@@ -240,7 +240,7 @@ impl SessionMachine {
 
     /// Where the session is.
     #[cfg(test)]
-    pub fn phase(&self) -> &Phase {
+    pub(crate) fn phase(&self) -> &Phase {
         &self.phase
     }
 

@@ -21,9 +21,7 @@ impl SessionMachine {
             })
         } else {
             match self.phase {
-                Phase::Deleting(_) | Phase::Deleted => {
-                    Some(Refusal::SessionDeleted(self.fold.id))
-                }
+                Phase::Deleting(_) | Phase::Deleted => Some(Refusal::SessionDeleted(self.fold.id)),
                 Phase::ShuttingDown(_) => Some(Refusal::ShuttingDown),
                 Phase::Idle | Phase::Turn(_) => None,
             }

@@ -63,10 +63,10 @@ use run::ToolRun;
 use std::collections::BTreeMap;
 
 /// The instruction appended to the final request when the step limit is reached.
-pub const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
+pub(crate) const MAX_STEPS_INSTRUCTION: &str = "The step limit of this turn was reached: no \
      more tools can be called. Summarise what was done, what remains, and stop.";
 /// `turn_complete` reason of a turn whose prompt a hook blocked.
-pub const PROMPT_BLOCKED: &str = "prompt blocked by hook";
+pub(crate) const PROMPT_BLOCKED: &str = "prompt blocked by hook";
 /// Reason given to the model when a stop hook blocks without one.
 const CONTINUE: &str = "a stop hook asked to continue";
 /// `turn_complete` reason of a hook's stop without a reason.
@@ -283,7 +283,7 @@ pub enum TurnEffect {
 
 /// Where the turn is.
 #[derive(Debug)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Not begun.
     Idle,
     /// `SessionStart` or `UserPromptSubmit` hooks run.

@@ -9,14 +9,14 @@ use foya_protocol::{ToolCall, ToolMessage};
 pub use crate::schedule::CANCELLED;
 /// Last line of the result of a call stopped by a cancel after it had printed output
 /// (the output so far comes first).
-pub const CANCELLED_PARTIAL: &str =
+pub(crate) const CANCELLED_PARTIAL: &str =
     "[cancelled; the output above is what the call printed before it was stopped]";
 /// Result text of a call whose ToolActor panicked.
-pub const CRASHED: &str = "tool crashed";
+pub(crate) const CRASHED: &str = "tool crashed";
 
 /// The tool calls of one step and where each one is.
 #[derive(Debug)]
-pub struct ToolRun {
+pub(crate) struct ToolRun {
     pub(super) calls: Vec<ToolCall>,
     /// Call indices to run one batch after another (see `plan_batches`), in order.
     batches: Vec<Vec<usize>>,
@@ -36,7 +36,7 @@ pub struct ToolRun {
 impl ToolRun {
     /// A run of `calls`; `parallel_safe[i]` tells whether call `i` may share a batch
     /// (a missing entry counts as parallel-safe: an unknown tool fails at once).
-    pub fn new(calls: Vec<ToolCall>, parallel_safe: &[bool]) -> Self {
+    pub(crate) fn new(calls: Vec<ToolCall>, parallel_safe: &[bool]) -> Self {
         let n = calls.len();
         let parallel: Vec<bool> = (0..n)
             .map(|i| parallel_safe.get(i).copied().unwrap_or(true))
@@ -60,7 +60,7 @@ impl ToolRun {
     /// The calls that may start now (marked running): the next ones of the current
     /// batch while fewer than `MAX_PARALLEL` run; the next batch starts once every call
     /// of the current one finished.
-    pub fn start_ready(&mut self) -> Vec<usize> {
+    pub(crate) fn start_ready(&mut self) -> Vec<usize> {
         let mut out = Vec::new();
         let mut running = self.running_count();
         while let Some(batch) = self.batches.get(self.batch) {
@@ -90,19 +90,19 @@ impl ToolRun {
     }
 
     /// Answers call `index` without running it (run protection).
-    pub fn preset(&mut self, index: usize, result: ToolMessage) {
+    pub(crate) fn preset(&mut self, index: usize, result: ToolMessage) {
         if let Some(slot) = self.results.get_mut(index) {
             *slot = Some(result);
         }
     }
 
     /// Whether call `index` runs now.
-    pub fn is_running(&self, index: usize) -> bool {
+    pub(crate) fn is_running(&self, index: usize) -> bool {
         self.running.get(index).copied().unwrap_or(false)
     }
 
     /// Records a result (written once every call before it has one).
-    pub fn record(&mut self, index: usize, result: ToolMessage) {
+    pub(crate) fn record(&mut self, index: usize, result: ToolMessage) {
         if let Some(running) = self.running.get_mut(index) {
             *running = false;
         }
@@ -112,7 +112,7 @@ impl ToolRun {
     }
 
     /// The results that lead the uncommitted part, in call order (written now).
-    pub fn take_committable(&mut self) -> Vec<ToolMessage> {
+    pub(crate) fn take_committable(&mut self) -> Vec<ToolMessage> {
         let mut out = Vec::new();
         while let Some(Some(result)) = self.results.get_mut(self.committed).map(Option::take) {
             self.written.push(result.clone());
@@ -123,7 +123,7 @@ impl ToolRun {
     }
 
     /// The result of call `index` whose ToolActor crashed.
-    pub fn crashed(&self, index: usize) -> Option<ToolMessage> {
+    pub(crate) fn crashed(&self, index: usize) -> Option<ToolMessage> {
         self.calls
             .get(index)
             .map(|call| error_result(call, CRASHED.into()))
@@ -132,7 +132,7 @@ impl ToolRun {
     /// Uncommitted results in call order, "cancelled" for calls without one; a call
     /// that had printed output (`outputs[i]`) keeps it, followed by
     /// [`CANCELLED_PARTIAL`].
-    pub fn cancel_remaining(&mut self, outputs: &[Option<String>]) -> Vec<ToolMessage> {
+    pub(crate) fn cancel_remaining(&mut self, outputs: &[Option<String>]) -> Vec<ToolMessage> {
         let start = self.committed;
         self.committed = self.calls.len();
         (start..self.calls.len())
@@ -146,13 +146,13 @@ impl ToolRun {
     }
 
     /// Every result is written.
-    pub fn all_committed(&self) -> bool {
+    pub(crate) fn all_committed(&self) -> bool {
         self.committed == self.calls.len()
     }
 }
 
 /// An `is_error` result of `call`.
-pub fn error_result(call: &ToolCall, content: String) -> ToolMessage {
+pub(crate) fn error_result(call: &ToolCall, content: String) -> ToolMessage {
     ToolMessage {
         tool_call_id: call.id.clone(),
         content,

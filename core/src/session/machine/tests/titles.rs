@@ -240,7 +240,9 @@ fn the_phase_follows_the_turns_compaction() {
 fn event_times_never_go_backwards_when_the_clock_does() {
     let mut h = Harness::new();
     h.now_ms = 10;
-    let effects = h.machine.on(SessionInput::SetTitle { title: "t".into() }, h.now_ms);
+    let effects = h
+        .machine
+        .on(SessionInput::SetTitle { title: "t".into() }, h.now_ms);
     let Some(Effect::Append(events)) = effects.into_iter().next() else {
         panic!("no append")
     };
