@@ -122,7 +122,7 @@ pub fn evaluate(
 }
 
 /// Why an exec call is asked when the sandbox cannot shield the protected paths.
-pub(crate) const NO_SHIELD: &str = "on this machine the sandbox cannot keep the protected paths \
+pub const NO_SHIELD: &str = "on this machine the sandbox cannot keep the protected paths \
      (.git, .foya, AGENTS.md, ...) read-only while the working directory stays writable \
      (the kernel gives no namespace): allowed, this command runs with the whole working \
      directory writable and the protected paths NOT shielded; asked every time";

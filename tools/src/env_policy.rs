@@ -31,7 +31,7 @@ pub enum Inherit {
 /// `env_vars` and `env` (as the MCP SDKs' default environment and Codex's MCP client
 /// do): what a program needs to find programs, its home, its user, its locale, its
 /// terminal, its temp dir and its time zone. `LC_*` too ([`is_core`]).
-pub(crate) const CORE_VARS: &[&str] = &[
+pub const CORE_VARS: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "USERNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR",
     "TEMP", "TMP", "TZ",
 ];
@@ -39,7 +39,7 @@ pub(crate) const CORE_VARS: &[&str] = &[
 /// The default excludes: a variable whose name matches one of these (any case) is not
 /// passed, unless `include` names it. Codex CLI's default excludes (`*KEY*`, `*SECRET*`,
 /// `*TOKEN*`) and the other shapes credentials come in.
-pub(crate) const CREDENTIAL_NAMES: &[&str] = &[
+pub const CREDENTIAL_NAMES: &[&str] = &[
     "*KEY*",
     "*SECRET*",
     "*TOKEN*",
@@ -136,7 +136,7 @@ impl EnvPolicy {
 
 /// Whether `name` is one of [`CORE_VARS`] or `LC_*`.
 #[must_use]
-pub(crate) fn is_core(name: &str) -> bool {
+pub fn is_core(name: &str) -> bool {
     CORE_VARS.contains(&name) || name.starts_with("LC_")
 }
 

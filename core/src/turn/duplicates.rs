@@ -2,7 +2,7 @@
 //!
 //! Behaviour: the first call with an id runs as usual; every later call of the same
 //! response with that id is renamed to a fresh id (`<id>_dup<n>`, n = 2, 3, …, skipping
-//! ids the response already uses, at most [`MAX_ID_CHARS`] characters) in the persisted
+//! ids the response already uses, at most `MAX_ID_CHARS` characters) in the persisted
 //! `assistant_message`, and answered with an `is_error` result without running.
 //! Renaming keeps the history valid for every wire format: Anthropic rejects repeated
 //! `tool_use` ids, and OpenAI Chat / Responses pair each result with exactly one call by

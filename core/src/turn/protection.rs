@@ -1,8 +1,8 @@
 //! Run protection of one turn as a pure state machine (no actors, no async): duplicate-call
 //! detection, repeated-failure blocking and step-level loop (cycle) detection.
 //!
-//! The TurnActor feeds it the calls of each step before they run ([`Guard::check_calls`])
-//! and the step's calls with their results once all are committed ([`Guard::end_step`]).
+//! The TurnActor feeds it the calls of each step before they run (`Guard::check_calls`)
+//! and the step's calls with their results once all are committed (`Guard::end_step`).
 //!
 //! Rules (thresholds in [`Limits`]):
 //! - **duplicate calls**: a call is keyed by its tool name and canonical JSON arguments

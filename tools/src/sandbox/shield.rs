@@ -303,7 +303,7 @@ impl Shield {
 /// the paths `protect` and their folders inside `cwd`: the runtime calls it after a call
 /// whose helper it killed (a killed helper cannot remove its own). A few `lstat`s when
 /// there are none.
-pub(crate) fn sweep(cwd: &Path, protect: &[PathBuf]) {
+pub fn sweep(cwd: &Path, protect: &[PathBuf]) {
     let mut candidates: Vec<PathBuf> = top_level(cwd).collect();
     for path in protect.iter().filter(|p| p.starts_with(cwd)) {
         candidates.extend(

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 /// The signal the kernel sends the helper when the thread that spawned it (in the
 /// runtime's process) exits, e.g. when the runtime is SIGKILLed. Receiving it — or
 /// `SIGTERM` from anyone — makes the helper SIGKILL the tool's process group.
-pub(crate) const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
+pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
 
 /// How often the helper looks at its child when the kernel has no `pidfd_open` (Linux
 /// before 5.3): the only case where the child's exit does not wake the helper at once.

@@ -13,7 +13,7 @@
 //! one store commit, awaited in order, and what follows it is decided by the machine
 //! once it is known whether the commit succeeded.
 //!
-//! Rules (the [`Phase`] says where the session is):
+//! Rules (the `Phase` says where the session is):
 //! - one turn at a time; an input arriving while busy (or while inputs wait) is
 //!   persisted as `input_queued` and starts after the `turn_complete` of the turns
 //!   before it (FIFO); an input id is applied once;

@@ -10,9 +10,9 @@
 //!   `completed` before the model is asked; the blocked prompt's hook context is
 //!   dropped. Then the first step.
 //! - **Step**: before it, a tool hook's stop ends the turn (`end_by_hook`); the finished
-//!   tool step goes through run protection ([`Guard::end_step`]: a step cycle ends the
+//!   tool step goes through run protection (`Guard::end_step`: a step cycle ends the
 //!   turn `failed/loop_detected`); at `max_steps` the step becomes the final one (no
-//!   tools, [`MAX_STEPS_INSTRUCTION`] appended; its answer ends the turn
+//!   tools, `MAX_STEPS_INSTRUCTION` appended; its answer ends the turn
 //!   `failed/max_steps`). The context is compiled; `step_started` is written with
 //!   `context_diagnostics`; over the threshold (automatic compaction on, once per step,
 //!   a history large enough to shrink) the step compacts first, else the request goes.
@@ -32,7 +32,7 @@
 //!   `failed` with the class. A compile error ends it `failed/invalid_request`.
 //! - **Compaction** (`compaction.rs`): `PreCompact` hooks, `compaction_started`, a
 //!   summarisation request (an overflow of it halves the budget, at most
-//!   [`MAX_COMPACTION_ATTEMPTS`] requests), `compaction_checkpoint`, then the step's
+//!   `MAX_COMPACTION_ATTEMPTS` requests), `compaction_checkpoint`, then the step's
 //!   request (a `/compact` ends its turn instead). What cannot be compacted: a
 //!   `/compact` says `nothing to compact`, a threshold compaction sends uncompacted, an
 //!   overflow fails `compaction_ineffective`.
@@ -203,7 +203,7 @@ pub enum TurnInput {
 /// What a model request looks like beyond the compiled context.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestShape {
-    /// The final step at `max_steps`: no tools, [`MAX_STEPS_INSTRUCTION`] appended.
+    /// The final step at `max_steps`: no tools, `MAX_STEPS_INSTRUCTION` appended.
     pub final_step: bool,
     /// Tools run protection withdrew (not offered).
     pub withdrawn: Vec<String>,
