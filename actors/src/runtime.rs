@@ -366,7 +366,7 @@ impl Runtime {
             .store
             .list_sessions(foya_storage::Page::ALL)
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))
     }
 
     /// Loads every session that has an unfinished turn or queued inputs (recovery runs on
@@ -384,7 +384,7 @@ impl Runtime {
             .store
             .pending_sessions()
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
         let mut loaded = 0;
         for id in pending {
             if self.inner.registry.contains_key(&id) {

@@ -281,7 +281,7 @@ impl Session {
             .store
             .read_from(self.machine.fold().id, Seq::FIRST)
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
         let log = SharedLog::new(events);
         self.log = Some(log.clone());
         Ok(log)
