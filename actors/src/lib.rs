@@ -15,16 +15,17 @@ pub mod attachments;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod config_file;
-pub mod context;
+pub use foya_context as context;
 pub mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod provider;
-pub mod tools;
+pub use foya_tools as tools;
 pub mod trust;
 
 mod handle;
 mod kernel;
+mod log;
 mod options;
 mod outcome;
 pub mod runtime;
@@ -38,7 +39,7 @@ mod turn;
 
 pub use agent::{Agent, AgentBuilder};
 pub use handle::SessionApi;
-pub use kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
+pub use kernel::{QueuedOnRestart, RuntimeError, StorageError, WithoutApprover};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{

@@ -366,7 +366,7 @@ impl Runtime {
             .store
             .list_sessions(foya_storage::Page::ALL)
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))
     }
 
     /// Loads every session that has an unfinished turn or queued inputs (recovery runs on
@@ -384,7 +384,7 @@ impl Runtime {
             .store
             .pending_sessions()
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
         let mut loaded = 0;
         for id in pending {
             if self.inner.registry.contains_key(&id) {
@@ -567,7 +567,7 @@ fn deps_of(
         queued_on_restart: config.queued_on_restart,
         sub_agents: agent,
         hooks,
-        idle_logs: crate::session::log::IdleLogs::new(config.idle_log_events),
+        idle_logs: crate::log::IdleLogs::new(config.idle_log_events),
         default_provider: config.default_provider,
         default_model: config.default_model,
         #[cfg(feature = "mcp")]

@@ -67,7 +67,7 @@ impl Subscription {
         let backlog = store
             .read_from(session_id, from_seq.max(Seq::FIRST))
             .await
-            .map_err(|e| crate::kernel::RuntimeError::Storage(e.to_string()))?
+            .map_err(|e| crate::kernel::RuntimeError::Storage(crate::kernel::StorageError::of(e)))?
             .into_iter()
             .filter(|e| e.seq <= committed)
             .collect();

@@ -7,7 +7,7 @@ use foya_actors::tools::sandbox::{EXIT_EXEC_FAILED, EXIT_SANDBOX_USAGE, SANDBOX_
 use std::process::{Command, Output};
 
 fn helper(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_foya-sandbox"))
+    Command::new(foya_actors::testkit::sandbox_helper())
         .args(args)
         .output()
         .unwrap()
@@ -128,7 +128,7 @@ fn workspace_write(
     tmp: &std::path::Path,
     script: &str,
 ) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_foya-sandbox"))
+    Command::new(foya_actors::testkit::sandbox_helper())
         .args([
             SANDBOX_EXEC_ARG,
             "--policy",

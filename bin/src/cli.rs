@@ -46,8 +46,8 @@ pub(crate) enum Command {
     },
 }
 
-/// Runs the parsed command and returns the process exit status.
-pub(crate) async fn dispatch(cli: Cli) -> u8 {
+/// Runs the parsed command; how it ended (`main` turns it into the exit status).
+pub(crate) async fn dispatch(cli: Cli) -> Result<(), foya_cli::exit::CommandError> {
     match cli.command {
         Command::Run(args) => foya_cli::run::run(args).await,
         Command::Sessions { command } => foya_cli::sessions::sessions(command).await,

@@ -6,6 +6,8 @@
 mod cli;
 
 use clap::Parser;
+use foya_cli::exit::{CommandError, Ended};
+use foya_cli::signals::Signalled;
 use std::process::ExitCode;
 
 /// mimalloc instead of glibc malloc: under many concurrent sessions the runtime allocates
@@ -47,16 +49,36 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut code = runtime.block_on(cli::dispatch(cli));
-    if code == foya_cli::args::EXIT_FAILED
-        && foya_cli::damage::DAMAGE_REPORTED.load(std::sync::atomic::Ordering::SeqCst)
-    {
-        code = foya_cli::args::EXIT_DAMAGED;
+    let ended = runtime.block_on(cli::dispatch(cli));
+    if let Err(e) = &ended {
+        e.report();
     }
+    let code = exit_status(&ended);
     foya_storage::data_dir::release_owner();
     // Do not wait for lingering blocking tasks (a stdin reader) at exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     ExitCode::from(code)
+}
+
+/// The exit status of how a command ended: the one place the statuses of docs/cli.md
+/// ("Exit status") are chosen.
+fn exit_status(ended: &Result<(), CommandError>) -> u8 {
+    use foya_cli::args::{
+        EXIT_CANCELLED, EXIT_DAMAGED, EXIT_FAILED, EXIT_HANGUP, EXIT_OK, EXIT_PARTIAL,
+        EXIT_TERMINATED, EXIT_USAGE,
+    };
+    match ended {
+        Ok(()) => EXIT_OK,
+        Err(CommandError::Failed(_) | CommandError::Ended(Ended::Failed)) => EXIT_FAILED,
+        Err(CommandError::Usage(_) | CommandError::Ended(Ended::Usage)) => EXIT_USAGE,
+        Err(CommandError::Ended(Ended::Partial)) => EXIT_PARTIAL,
+        Err(CommandError::Damaged(_) | CommandError::Ended(Ended::Damaged)) => EXIT_DAMAGED,
+        Err(CommandError::Ended(Ended::Cancelled | Ended::Signalled(Signalled::Interrupt))) => {
+            EXIT_CANCELLED
+        }
+        Err(CommandError::Ended(Ended::Signalled(Signalled::Terminate))) => EXIT_TERMINATED,
+        Err(CommandError::Ended(Ended::Signalled(Signalled::Hangup))) => EXIT_HANGUP,
+    }
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default: warnings only).
@@ -90,7 +112,30 @@ fn log_filter(rust_log: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::log_filter;
+    use super::{exit_status, log_filter};
+    use foya_cli::exit::{CommandError, Ended};
+    use foya_cli::signals::Signalled;
+
+    #[test]
+    fn every_end_has_its_documented_exit_status() {
+        let cases: [(Result<(), CommandError>, u8); 12] = [
+            (Ok(()), 0),
+            (Err(CommandError::Failed(anyhow::anyhow!("x"))), 1),
+            (Err(Ended::Failed.into()), 1),
+            (Err(CommandError::Usage(anyhow::anyhow!("x"))), 2),
+            (Err(Ended::Usage.into()), 2),
+            (Err(Ended::Partial.into()), 3),
+            (Err(CommandError::Damaged(anyhow::anyhow!("x"))), 4),
+            (Err(Ended::Damaged.into()), 4),
+            (Err(Ended::Cancelled.into()), 130),
+            (Err(Ended::Signalled(Signalled::Interrupt).into()), 130),
+            (Err(Ended::Signalled(Signalled::Terminate).into()), 143),
+            (Err(Ended::Signalled(Signalled::Hangup).into()), 129),
+        ];
+        for (ended, status) in cases {
+            assert_eq!(exit_status(&ended), status, "{ended:?}");
+        }
+    }
 
     #[test]
     fn ractor_crates_stay_at_error_unless_rust_log_names_them() {

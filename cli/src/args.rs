@@ -203,15 +203,25 @@ pub struct ChatArgs {
     pub mcp: crate::mcp::McpArgs,
 }
 
-pub fn parse_approval(s: &str) -> Result<ApprovalMode, String> {
-    s.parse()
+/// `--approval`: one of the approval modes.
+///
+/// # Errors
+/// Not the name of an approval mode.
+pub fn parse_approval(s: &str) -> Result<ApprovalMode, crate::values::ValueError> {
+    s.parse().map_err(crate::values::ValueError)
 }
 
-pub fn parse_durability(s: &str) -> Result<foya_storage::Durability, String> {
+/// `--durability`: `immediate` or `none`.
+///
+/// # Errors
+/// Another word.
+pub fn parse_durability(s: &str) -> Result<foya_storage::Durability, crate::values::ValueError> {
     match s {
         "immediate" => Ok(foya_storage::Durability::Immediate),
         "none" => Ok(foya_storage::Durability::None),
-        other => Err(format!("unknown durability {other:?} (immediate | none)")),
+        other => Err(crate::values::ValueError(format!(
+            "unknown durability {other:?} (immediate | none)"
+        ))),
     }
 }
 

@@ -10,9 +10,9 @@
 //! address it cannot reach) 3 s after the first dial. When
 //! some nodes of the cluster did not answer, the others' sessions are printed, the
 //! missing nodes are named (a `foya: warning:` line on stderr; with `--json` a last
-//! line `{"unreachable": [...]}`) and the exit status is [`EXIT_PARTIAL`].
+//! line `{"unreachable": [...]}`) and the command ends [`Ended::Partial`] (exit status 3).
 
-use crate::args::{EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE};
+use crate::exit::{CommandError, Ended, failed};
 use foya_actors::cluster::{ClientNode, ClusterListing, NodeConfig};
 use std::path::Path;
 use std::time::Duration;
@@ -22,24 +22,21 @@ use std::time::Duration;
 /// `NodeConfig::connect_timeout` (3 s) and fails with its own error.
 const GATEWAY_GRACE: Duration = Duration::from_secs(2);
 
-/// Lists the cluster's sessions through the node at `addr`; returns the exit status.
-pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
+/// Lists the cluster's sessions through the node at `addr`.
+pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> Result<(), CommandError> {
     let Some(cookie) = crate::node::read_cookie(cookie_file) else {
-        return EXIT_USAGE;
+        return Err(Ended::Usage.into());
     };
-    let Ok(listen) = "127.0.0.1:0".parse() else {
-        return EXIT_FAILED;
-    };
+    let listen = "127.0.0.1:0"
+        .parse()
+        .map_err(|e| failed(format!("127.0.0.1:0: {e}")))?;
     let name = format!("foya-cli-{}", std::process::id());
     let mut config = NodeConfig::new(listen, cookie, vec![addr.to_owned()], name);
     config.heartbeat = Duration::from_millis(50);
     let patience = config.connect_timeout + GATEWAY_GRACE;
     let member = match ClientNode::connect(config).await {
         Ok(member) => member,
-        Err(e) => {
-            eprintln!("foya: {e}");
-            return EXIT_FAILED;
-        }
+        Err(e) => return Err(failed(e)),
     };
     let result = match member.wait_connected(patience).await {
         Ok(nodes) => {
@@ -52,23 +49,17 @@ pub(crate) async fn list(addr: &str, cookie_file: &Path, json: bool) -> u8 {
     member.shutdown().await;
     match result {
         Ok(listing) => match print(&listing, json) {
-            Ok(()) if listing.is_complete() => EXIT_OK,
+            Ok(()) if listing.is_complete() => Ok(()),
             Ok(()) => {
                 eprintln!(
                     "foya: warning: incomplete list, no answer from node(s): {}",
                     listing.unreachable.join(", ")
                 );
-                EXIT_PARTIAL
+                Err(Ended::Partial.into())
             }
-            Err(e) => {
-                eprintln!("foya: {e}");
-                EXIT_FAILED
-            }
+            Err(e) => Err(failed(e)),
         },
-        Err(e) => {
-            eprintln!("foya: {e}");
-            EXIT_FAILED
-        }
+        Err(e) => Err(failed(e)),
     }
 }
 

@@ -1,14 +1,12 @@
 //! A damaged event store, as every command reports it: one line naming the file and what
 //! was found, then what to do (`foya store check`, `foya store salvage`), and exit
-//! status [`crate::args::EXIT_DAMAGED`]; lost acknowledged events found by an open, one
-//! warning line per session.
+//! status [`crate::args::EXIT_DAMAGED`] (a [`crate::exit::CommandError::Damaged`]); lost
+//! acknowledged events found by an open, one warning line per session.
 
 use std::path::Path;
 
-/// Prints the line for a damaged store (`chain`: the error and its causes) and marks the
-/// process to exit with [`crate::args::EXIT_DAMAGED`].
+/// Prints the line for a damaged store (`chain`: the error and its causes).
 pub fn report(chain: &str) {
-    DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
     if chain.contains("newer format version") {
         eprintln!(
             "foya: {chain}; use the foya version that wrote it (this one cannot read it; \
@@ -24,11 +22,6 @@ pub const DAMAGE_HINT: &str = "the event store is damaged: run `foya store check
      see what is wrong, then `foya store repair` to put every readable session back in its \
      place (the damaged file is kept beside it) or `foya store salvage --to NEW_DIR` to copy \
      them into a fresh store (all with the same --data-dir)";
-
-/// Set when a damaged store was reported: the process exits with
-/// [`crate::args::EXIT_DAMAGED`] instead of [`crate::args::EXIT_FAILED`].
-pub static DAMAGE_REPORTED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
 
 /// Whether `e` says the event store is damaged or of a newer format.
 pub fn is_damage(e: &anyhow::Error) -> bool {

@@ -171,7 +171,7 @@ pub struct ReadView {
     /// killed), or what salvage reads of it (it is damaged).
     pub store: ReadOnlyStore,
     /// The store is damaged: what is read is what `foya store salvage` copies, and the
-    /// command exits [`crate::args::EXIT_DAMAGED`].
+    /// command ends [`crate::exit::Ended::Damaged`] (exit status 4).
     pub damaged: bool,
 }
 
@@ -255,7 +255,6 @@ pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadVi
             return Err(anyhow::Error::new(e).context(format!("cannot read {}", path.display())));
         }
     };
-    crate::damage::DAMAGE_REPORTED.store(true, std::sync::atomic::Ordering::SeqCst);
     eprintln!(
         "foya: {found}; showing what `foya store salvage` reads of it (from a private copy; \
          the file is left as it is); {}",

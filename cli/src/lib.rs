@@ -15,6 +15,7 @@ mod cluster_list;
 pub mod context_config;
 pub mod damage;
 pub mod data;
+pub mod exit;
 pub mod hooks;
 pub mod listen;
 pub mod mcp;

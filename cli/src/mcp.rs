@@ -7,7 +7,7 @@
 //! only when the user trusted the project (`foya trust`), or for one run with
 //! `--trust-project-mcp`.
 
-use crate::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::exit::{CommandError, Ended};
 use clap::{Args, Subcommand};
 use foya_actors::mcp::{McpConfig, McpManager, ServerState};
 use foya_actors::tools::sandbox::SandboxRunner;
@@ -107,26 +107,23 @@ fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {
     McpConfig::load(user.as_deref(), &project, &root, trust_project).map_err(anyhow::Error::msg)
 }
 
-/// Runs `foya mcp …`; the exit status: 0 when every server is running, 1 when one
-/// failed, 2 for a usage or configuration error.
-pub async fn mcp(command: McpCommand) -> u8 {
+/// Runs `foya mcp …`: succeeds when every server is running.
+///
+/// # Errors
+/// A usage or configuration error; [`Ended::Failed`] when a server failed (its line says
+/// why).
+pub async fn mcp(command: McpCommand) -> Result<(), CommandError> {
     let McpCommand::List {
         cwd,
         trust_project_mcp,
         json,
     } = command;
-    let cwd = match crate::setup::working_dir(cwd.as_deref()) {
-        Ok(cwd) => cwd,
-        Err(e) => return usage(&e),
-    };
-    let config = match read(&cwd, trust_project_mcp) {
-        Ok(config) => config,
-        Err(e) => return usage(&e),
-    };
+    let cwd = crate::setup::working_dir(cwd.as_deref()).map_err(usage)?;
+    let config = read(&cwd, trust_project_mcp).map_err(usage)?;
     let manager = McpManager::new(config, &SandboxRunner::this_binary());
     let reports = manager.report().await;
     manager.shutdown().await;
-    let mut code = EXIT_OK;
+    let mut result = Ok(());
     if reports.is_empty() && !json {
         println!("no MCP servers configured");
     }
@@ -134,7 +131,7 @@ pub async fn mcp(command: McpCommand) -> u8 {
         let state = match &report.state {
             ServerState::Running => "running".to_owned(),
             ServerState::Failed { error } => {
-                code = EXIT_FAILED;
+                result = Err(Ended::Failed.into());
                 format!("failed: {error}")
             }
             ServerState::NotStarted => "not started".to_owned(),
@@ -160,10 +157,12 @@ pub async fn mcp(command: McpCommand) -> u8 {
             }
         }
     }
-    code
+    result
 }
 
-fn usage(e: &anyhow::Error) -> u8 {
-    eprintln!("foya: {}", crate::args::error_chain(e));
-    EXIT_USAGE
+/// A usage or configuration error, printed as `foya: <error chain>` (never as a damaged
+/// store: `foya mcp` reads no store).
+fn usage(e: anyhow::Error) -> CommandError {
+    eprintln!("foya: {}", crate::args::error_chain(&e));
+    Ended::Usage.into()
 }

@@ -13,7 +13,8 @@
 //! Node names are unique in a cluster: a node that finds a node started earlier under
 //! its name leaves the cluster, prints why and exits with status 1.
 
-use crate::args::{DataDirArg, EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProviderArgs};
+use crate::args::{DataDirArg, ProviderArgs};
+use crate::exit::{CommandError, Ended};
 use anyhow::Context as _;
 use clap::Args;
 use foya_actors::cluster::{ClusterNode, NodeConfig};
@@ -51,6 +52,13 @@ pub struct NodeArgs {
     /// joins under a name a running node holds is refused and exits with status 1.
     #[arg(long)]
     pub(crate) name: Option<String>,
+    /// Serve `GET /metrics` (Prometheus text; docs/observability.md) on this address
+    /// (HOST:PORT). A loopback address unless --token-file is given.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) http: Option<String>,
+    /// File holding the bearer token `--http` requires (`Authorization: Bearer TOKEN`).
+    #[arg(long, requires = "http")]
+    pub(crate) token_file: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) provider: ProviderArgs,
     #[command(flatten)]
@@ -75,18 +83,15 @@ pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
     }
 }
 
-/// Runs the node; returns the exit status.
-pub async fn node(args: NodeArgs) -> u8 {
+/// Runs the node until SIGINT, SIGTERM or SIGHUP.
+///
+/// # Errors
+/// An unreadable or empty cookie file (usage); the node cannot start.
+pub async fn node(args: NodeArgs) -> Result<(), CommandError> {
     let Some(cookie) = read_cookie(&args.cookie_file) else {
-        return EXIT_USAGE;
+        return Err(Ended::Usage.into());
     };
-    match serve(args, cookie).await {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            crate::args::report(&e);
-            EXIT_FAILED
-        }
-    }
+    Ok(serve(args, cookie).await?)
 }
 
 async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
@@ -97,6 +102,29 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     // server binds it again right after (a process that takes the port in between still
     // makes the start fail, later).
     drop(crate::listen::bind(&args.listen.to_string(), crate::listen::Port::Fixed).await?);
+    let token = match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read token file {}", path.display()))?;
+            let text = text.trim();
+            anyhow::ensure!(
+                !text.is_empty(),
+                "the token file {} is empty",
+                path.display()
+            );
+            Some(std::sync::Arc::<str>::from(text))
+        }
+        None => None,
+    };
+    let metrics_listener = match &args.http {
+        Some(http) => {
+            if token.is_none() {
+                foya_telemetry::http::check_loopback(http)?;
+            }
+            Some(crate::listen::bind(http, crate::listen::Port::AnyOrZero).await?)
+        }
+        None => None,
+    };
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
     let store: foya_storage::LogStore = match crate::shared_store::url(&args.store) {
         Some(url) => crate::shared_store::open(url).await?,
@@ -108,6 +136,23 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
     config.default_provider.clone_from(&args.provider.provider);
     config.default_model = model_name;
+    // Metrics when served (--http); traces when OTEL_* or `[telemetry]` ask.
+    let telemetry = crate::setup::telemetry(metrics_listener.is_some())?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
+    let metrics_stop = tokio_util::sync::CancellationToken::new();
+    if let (Some(listener), Some(telemetry)) = (metrics_listener, &telemetry) {
+        if let Ok(addr) = listener.local_addr() {
+            eprintln!("foya node: metrics at http://{addr}/metrics");
+        }
+        tokio::spawn(foya_telemetry::http::serve_metrics(
+            listener,
+            telemetry.clone(),
+            token,
+            metrics_stop.clone(),
+        ));
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")?;
@@ -144,6 +189,10 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
             .await;
     }
     node.shutdown().await;
+    metrics_stop.cancel();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
     match refused {
         Some(e) => Err(e.into()),
         None => Ok(()),

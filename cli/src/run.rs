@@ -3,7 +3,8 @@
 //! persisted) and exits 130, 143 or 129; a second signal exits at once. When the reader of
 //! stdout goes away (`BrokenPipe`), the turn is cancelled the same way and the exit is 0.
 
-use crate::args::{EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, RunArgs};
+use crate::args::RunArgs;
+use crate::exit::{CommandError, Ended};
 use crate::render::Renderer;
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
@@ -16,17 +17,16 @@ use foya_protocol::{
 use foya_storage::EventLog as _;
 use std::io::IsTerminal as _;
 
-pub async fn run(args: RunArgs) -> u8 {
+/// `foya run`: succeeds when the turn completed (or the reader of stdout went away).
+///
+/// # Errors
+/// A usage or configuration error; the runtime could not do its job; the turn failed or
+/// was cancelled (by a signal, or because the input ended at an approval prompt).
+pub async fn run(args: RunArgs) -> Result<(), CommandError> {
     match run_inner(args).await {
-        Ok(code) => code,
-        Err(Failure::Usage(e)) => {
-            crate::args::report(&e);
-            EXIT_USAGE
-        }
-        Err(Failure::Runtime(e)) => {
-            crate::args::report(&e);
-            EXIT_FAILED
-        }
+        Ok(ended) => Ok(ended?),
+        Err(Failure::Usage(e)) => Err(CommandError::Usage(e)),
+        Err(Failure::Runtime(e)) => Err(e.into()),
     }
 }
 
@@ -37,7 +37,7 @@ enum Failure {
     Runtime(anyhow::Error),
 }
 
-async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
+async fn run_inner(args: RunArgs) -> Result<Result<(), Ended>, Failure> {
     let prompt = args.prompt.join(" ");
     if prompt.trim().is_empty() {
         return Err(Failure::Usage(anyhow::anyhow!(
@@ -66,10 +66,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
                         .await
                         .map_err(Failure::Runtime)?
                     {
-                        Some(message) => {
-                            eprintln!("foya: {message}");
-                            return Ok(EXIT_FAILED);
-                        }
+                        Some(message) => return Err(Failure::Runtime(anyhow::anyhow!(message))),
                         None => Some(store),
                     }
                 }
@@ -77,7 +74,7 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
                     .map_err(Failure::Runtime)?
                 {
                     Some(store) => Some(store.into()),
-                    None => return Ok(EXIT_FAILED),
+                    None => return Ok(Err(Ended::Failed)),
                 },
             }
         }
@@ -106,36 +103,43 @@ async fn run_inner(args: RunArgs) -> Result<u8, Failure> {
     config.context.auto_compact = auto_compact;
     config.mcp = mcp;
     config.attachments = Some(crate::data::attachments(&dir, &store));
+    // Traces only (nothing scrapes a `run`): off unless OTEL_* or `[telemetry]` ask.
+    let telemetry = crate::setup::telemetry(false).map_err(Failure::Usage)?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
         .map_err(Failure::Runtime)?;
     let outcome = drive(&runtime, &store, &args, cwd, model_name, prompt, signals).await;
-    match outcome {
+    match &outcome {
         // A second signal: leave at once, without waiting for the cancel to finish.
-        Ok(Forced(code)) => {
-            runtime.shutdown_within(std::time::Duration::ZERO).await;
-            Ok(code)
-        }
-        Ok(Ended(code)) => {
-            runtime.shutdown().await;
-            Ok(code)
-        }
-        Err(e) => {
-            runtime.shutdown().await;
-            Err(e)
-        }
+        Ok(Forced(_)) => runtime.shutdown_within(std::time::Duration::ZERO).await,
+        Ok(Done(_)) | Err(_) => runtime.shutdown().await,
+    }
+    // Every span of the run is exported before the exit (not after a second signal:
+    // that leaves at once).
+    if let Some(telemetry) = telemetry
+        && !matches!(outcome, Ok(Forced(_)))
+    {
+        telemetry.shutdown().await;
+    }
+    match outcome {
+        Ok(Forced(signal)) => Ok(Err(Ended::Signalled(signal))),
+        Ok(Done(ended)) => Ok(ended),
+        Err(e) => Err(e),
     }
 }
 
-/// How the wait for the turn ended, with the exit status.
+/// How the wait for the turn ended.
 enum Exit {
-    /// The turn ended (or could not start).
-    Ended(u8),
+    /// The turn ended (or could not start): how the command ends.
+    Done(Result<(), Ended>),
     /// A second signal: exit now.
-    Forced(u8),
+    Forced(Signalled),
 }
-use Exit::{Ended, Forced};
+use Exit::{Done, Forced};
 
 /// Opens the session to run in: the one of `--session` (loading it closes a turn a
 /// crashed process left open) or a new one. Returns it with the seq to subscribe from
@@ -333,7 +337,7 @@ async fn drive(
             update = updates.recv() => {
                 let Some(update) = update else {
                     eprintln!("foya: the session closed before the turn ended");
-                    return Ok(Ended(EXIT_FAILED));
+                    return Ok(Done(Err(Ended::Failed)));
                 };
                 if stop != Some(Stop::StdoutClosed)
                     && let Err(e) = renderer.render(&update)
@@ -379,20 +383,20 @@ async fn drive(
                         let _ = renderer.end_line();
                         match stop {
                             Some(Stop::Signal(signal @ (Signalled::Terminate | Signalled::Hangup))) => {
-                                return Ok(Ended(signal.exit_code()));
+                                return Ok(Done(Err(Ended::Signalled(signal))));
                             }
-                            Some(Stop::StdoutClosed) => return Ok(Ended(EXIT_OK)),
+                            Some(Stop::StdoutClosed) => return Ok(Done(Ok(()))),
                             Some(Stop::Signal(Signalled::Interrupt) | Stop::InputClosed) | None => {}
                         }
-                        return Ok(Ended(match status {
-                            TurnStatus::Completed => EXIT_OK,
-                            TurnStatus::Failed => EXIT_FAILED,
-                            TurnStatus::Cancelled => EXIT_CANCELLED,
+                        return Ok(Done(match status {
+                            TurnStatus::Completed => Ok(()),
+                            TurnStatus::Failed => Err(Ended::Failed),
+                            TurnStatus::Cancelled => Err(Ended::Cancelled),
                         }));
                     }
                     EventKind::InputDropped { input_id: dropped, reason } if *dropped == input_id => {
                         eprintln!("foya: the input was dropped: {reason}");
-                        return Ok(Ended(EXIT_FAILED));
+                        return Ok(Done(Err(Ended::Failed)));
                     }
                     _ => {}
                 }
@@ -402,7 +406,7 @@ async fn drive(
         let Some(signal) = signalled else { continue };
         if matches!(stop, Some(Stop::Signal(_))) {
             let _ = renderer.end_line();
-            return Ok(Forced(signal.exit_code()));
+            return Ok(Forced(signal));
         }
         stop = Some(Stop::Signal(signal));
         // A prompt left waiting is answered by the cancellation, not by the user.

@@ -3,12 +3,18 @@
 //! delete one (through a runtime, so an unfinished turn is closed first). `list
 //! --cluster` asks a running node instead (`cluster_list.rs`).
 
-use crate::args::{EXIT_DAMAGED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, SessionsCommand};
+use crate::args::SessionsCommand;
+use crate::exit::{CommandError, Ended};
 use foya_protocol::{EventKind, Seq, SessionId};
 use foya_storage::Durability;
 use std::io::Write as _;
 
-pub async fn sessions(command: SessionsCommand) -> u8 {
+/// `foya sessions …`.
+///
+/// # Errors
+/// A malformed session id (usage), a store that cannot be read, no such session, a
+/// damaged store (after what was readable), unreachable nodes (`list --cluster`).
+pub async fn sessions(command: SessionsCommand) -> Result<(), CommandError> {
     let result = match command {
         SessionsCommand::List {
             json,
@@ -18,7 +24,7 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
                     cookie_file: Some(cookie_file),
                 },
             ..
-        } => Ok(crate::cluster_list::list(&addr, &cookie_file, json).await),
+        } => return crate::cluster_list::list(&addr, &cookie_file, json).await,
         SessionsCommand::List {
             store: crate::args::StoreArg { store: Some(url) },
             json,
@@ -31,47 +37,32 @@ pub async fn sessions(command: SessionsCommand) -> u8 {
             json,
             store,
         } => {
-            let id: SessionId = match id.parse() {
-                Ok(id) => id,
-                Err(e) => {
-                    eprintln!("foya: {e}");
-                    return EXIT_USAGE;
-                }
-            };
+            let id: SessionId = id
+                .parse()
+                .map_err(|e| CommandError::usage(anyhow::anyhow!("{e}")))?;
             match crate::shared_store::url(&store) {
                 Some(url) => crate::shared_store::show(url, id, json).await,
                 None => show(data.data_dir.as_deref(), id, json).await,
             }
         }
         SessionsCommand::Delete { id, data } => {
-            let id: SessionId = match id.parse() {
-                Ok(id) => id,
-                Err(e) => {
-                    eprintln!("foya: {e}");
-                    return EXIT_USAGE;
-                }
-            };
+            let id: SessionId = id
+                .parse()
+                .map_err(|e| CommandError::usage(anyhow::anyhow!("{e}")))?;
             delete(data.data_dir.as_deref(), id).await
         }
         SessionsCommand::Title { id, title, data } => {
-            let id: SessionId = match id.parse() {
-                Ok(id) => id,
-                Err(e) => {
-                    eprintln!("foya: {e}");
-                    return EXIT_USAGE;
-                }
-            };
+            let id: SessionId = id
+                .parse()
+                .map_err(|e| CommandError::usage(anyhow::anyhow!("{e}")))?;
             set_title(data.data_dir.as_deref(), id, title).await
         }
     };
     match result {
-        Ok(code) => code,
+        Ok(()) => Ok(()),
         // The reader of stdout went away (`foya sessions show ID | head -1`): done.
-        Err(e) if is_broken_pipe(&e) => EXIT_OK,
-        Err(e) => {
-            crate::args::report(&e);
-            EXIT_FAILED
-        }
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -86,11 +77,11 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// Lists the sessions of a data dir, writing nothing to its store
 /// ([`crate::data::open_existing_read_only`]); a dir without a store (or no dir at all)
 /// lists nothing, says so on stderr and exits 0, creating nothing.
-async fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
+async fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<()> {
     let dir = crate::data::data_dir(dir)?;
     let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
-        return Ok(EXIT_OK);
+        return Ok(());
     };
     let survey = view.store.survey()?;
     let mut out = std::io::stdout().lock();
@@ -112,9 +103,17 @@ async fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<u8> {
         if !view.damaged {
             eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
         }
-        return Ok(EXIT_DAMAGED);
+        return Err(Ended::Damaged.into());
     }
-    Ok(if view.damaged { EXIT_DAMAGED } else { EXIT_OK })
+    view_ended(view.damaged)
+}
+
+/// How a read of a store ends: [`Ended::Damaged`] when it was read as salvage reads it.
+fn view_ended(damaged: bool) -> anyhow::Result<()> {
+    if damaged {
+        return Err(Ended::Damaged.into());
+    }
+    Ok(())
 }
 
 /// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
@@ -136,23 +135,16 @@ pub(crate) fn summary_line(s: &foya_protocol::SessionSummary) -> String {
 
 /// Prints the events of one stored session, writing nothing to the store
 /// ([`crate::data::open_existing_read_only`]); exit 1 when there is no such session.
-async fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<u8> {
+async fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyhow::Result<()> {
     let dir = crate::data::data_dir(dir)?;
     let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
-        eprintln!(
-            "foya: no session {id}: {}",
-            crate::data::missing_store(&dir)
-        );
-        return Ok(EXIT_FAILED);
+        anyhow::bail!("no session {id}: {}", crate::data::missing_store(&dir));
     };
     let store = &view.store;
     if store.session(id)?.is_none() {
         eprintln!("foya: no session {id}");
-        return Ok(if view.damaged {
-            EXIT_DAMAGED
-        } else {
-            EXIT_FAILED
-        });
+        view_ended(view.damaged)?;
+        return Err(Ended::Failed.into());
     }
     let mut out = std::io::stdout().lock();
     for event in store.read_from(id, Seq::FIRST)? {
@@ -205,27 +197,24 @@ async fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyho
         )?;
     }
     out.flush()?;
-    Ok(if view.damaged { EXIT_DAMAGED } else { EXIT_OK })
+    view_ended(view.damaged)
 }
 
 /// Deletes a session through a runtime on the data dir: loading the session closes an
 /// unfinished turn (recovery), then the delete cancels whatever runs, drops queued inputs
 /// and writes `session_deleted`. No model is needed: the runtime gets an empty script.
-async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<u8> {
+async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<()> {
     use foya_actors::provider::scripted::ScriptedClient;
     use foya_actors::runtime::{Runtime, RuntimeError};
     let dir = crate::data::data_dir(dir)?;
     let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
-        return Ok(EXIT_FAILED);
+        return Err(Ended::Failed.into());
     };
     match store.session(id)? {
-        None => {
-            eprintln!("foya: no session {id}");
-            return Ok(EXIT_FAILED);
-        }
+        None => anyhow::bail!("no session {id}"),
         Some(summary) if summary.deleted => {
             let _ = writeln!(std::io::stdout(), "session {id} was already deleted");
-            return Ok(EXIT_OK);
+            return Ok(());
         }
         Some(_) => {}
     }
@@ -242,7 +231,7 @@ async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<
     match result {
         Ok(()) | Err(RuntimeError::SessionDeleted(_)) => {
             let _ = writeln!(std::io::stdout(), "deleted session {id}");
-            Ok(EXIT_OK)
+            Ok(())
         }
         Err(e) => Err(e.into()),
     }
@@ -255,19 +244,18 @@ async fn set_title(
     dir: Option<&std::path::Path>,
     id: SessionId,
     title: String,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<()> {
     use foya_protocol::{Event, TitleSource};
     let Some(title) = foya_actors::context::normalize_title(&title) else {
         eprintln!("foya: the title is empty");
-        return Ok(EXIT_USAGE);
+        return Err(Ended::Usage.into());
     };
     let dir = crate::data::data_dir(dir)?;
     let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
-        return Ok(EXIT_FAILED);
+        return Err(Ended::Failed.into());
     };
     let Some(last) = store.last_seq(id)? else {
-        eprintln!("foya: no session {id}");
-        return Ok(EXIT_FAILED);
+        anyhow::bail!("no session {id}");
     };
     let at_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -289,7 +277,7 @@ async fn set_title(
         "title of session {id}: {}",
         crate::render::terminal_safe(&title)
     );
-    Ok(EXIT_OK)
+    Ok(())
 }
 
 #[cfg(test)]

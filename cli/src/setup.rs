@@ -172,6 +172,20 @@ pub fn runtime_config(
     })
 }
 
+/// The telemetry the standard `OTEL_*` variables and the `[telemetry]` table of the
+/// user's `~/.config/foya/config.toml` ask for (`docs/observability.md`), started; `None`
+/// when they ask for nothing. `metrics_by_default`: a server that serves `/metrics` keeps
+/// metrics unless the table says `metrics = false`.
+///
+/// # Errors
+/// The file cannot be read or its table is invalid, the OTLP protocol is not
+/// `http/protobuf`, or the exporter cannot be built.
+pub fn telemetry(metrics_by_default: bool) -> anyhow::Result<Option<foya_telemetry::Telemetry>> {
+    let file = foya_actors::provider::config::user_file();
+    let config = foya_telemetry::TelemetryConfig::load(file.as_deref(), metrics_by_default)?;
+    foya_telemetry::Telemetry::start(config)
+}
+
 /// The environment policy of shell commands and hooks: table `[shell_environment]` of
 /// the user's `~/.config/foya/config.toml` (a project's file cannot set it: it would
 /// decide which of the user's credentials its own commands see), else the default

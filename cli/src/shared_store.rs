@@ -140,7 +140,7 @@ pub async fn input_refusal(
 ///
 /// # Errors
 /// The store cannot be opened or listed.
-pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn list(url: &str, json: bool) -> anyhow::Result<()> {
     use foya_storage::EventLog as _;
     use std::io::Write as _;
     let store = open(url).await?;
@@ -155,7 +155,7 @@ pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
         }
     }
     out.flush()?;
-    Ok(crate::args::EXIT_OK)
+    Ok(())
 }
 
 /// `foya sessions show ID --store URL`: the session's events, one JSON object per line
@@ -164,14 +164,13 @@ pub async fn list(url: &str, json: bool) -> anyhow::Result<u8> {
 ///
 /// # Errors
 /// The store cannot be opened or read.
-pub async fn show(url: &str, id: foya_protocol::SessionId, json: bool) -> anyhow::Result<u8> {
+pub async fn show(url: &str, id: foya_protocol::SessionId, json: bool) -> anyhow::Result<()> {
     use foya_storage::EventLog as _;
     use std::io::Write as _;
     let store = open(url).await?;
     if store.session(id).await?.is_none() {
         store.close().await;
-        eprintln!("foya: no session {id}");
-        return Ok(crate::args::EXIT_FAILED);
+        anyhow::bail!("no session {id}");
     }
     let events = store.read_from(id, foya_protocol::Seq::FIRST).await?;
     store.close().await;
@@ -184,7 +183,7 @@ pub async fn show(url: &str, id: foya_protocol::SessionId, json: bool) -> anyhow
         }
     }
     out.flush()?;
-    Ok(crate::args::EXIT_OK)
+    Ok(())
 }
 
 /// `foya store copy`: every session of one store into the other (`--to-store URL`: the
@@ -199,14 +198,13 @@ pub async fn copy(
     dir: Option<&std::path::Path>,
     to_store: Option<&str>,
     from_store: Option<&str>,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<()> {
     use foya_storage::EventLog as _;
     let dir = crate::data::data_dir(dir)?;
     let (source, target, label): (LogStore, LogStore, String) = match (to_store, from_store) {
         (Some(url), None) => {
             if !crate::data::store_path(&dir).is_file() {
-                eprintln!("foya: {}", crate::data::missing_store(&dir));
-                return Ok(crate::args::EXIT_FAILED);
+                anyhow::bail!("{}", crate::data::missing_store(&dir));
             }
             let source = crate::data::open_store(&dir)?.into();
             (source, open(url).await?, redact(url))
@@ -242,7 +240,7 @@ pub async fn copy(
     target.close().await;
     result?;
     eprintln!("foya: copied {sessions} sessions ({events} new events) into {label}");
-    Ok(crate::args::EXIT_OK)
+    Ok(())
 }
 
 #[cfg(test)]

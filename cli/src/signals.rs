@@ -3,7 +3,6 @@
 //! afterwards is 128 + the signal number (130, 143, 129), as a shell reports a process
 //! that signal ended. A second signal quits at once (same status).
 
-use crate::args::{EXIT_CANCELLED, EXIT_HANGUP, EXIT_TERMINATED};
 use anyhow::Context as _;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -19,15 +18,6 @@ pub enum Signalled {
 }
 
 impl Signalled {
-    /// Exit status once the turn this signal cancelled has ended: 130, 143 or 129.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Signalled::Interrupt => EXIT_CANCELLED,
-            Signalled::Terminate => EXIT_TERMINATED,
-            Signalled::Hangup => EXIT_HANGUP,
-        }
-    }
-
     /// How the user names it: `Ctrl-C`, `SIGTERM`, `SIGHUP`.
     pub fn name(self) -> &'static str {
         match self {

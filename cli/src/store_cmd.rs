@@ -4,7 +4,8 @@
 //! `foya-storage`'s ([`foya_storage::check`], [`foya_storage::salvage`],
 //! [`foya_storage::repair`], [`foya_storage::ReadOnlyStore::backup`]); this renders it.
 
-use crate::args::{DataDirArg, EXIT_DAMAGED, EXIT_FAILED, EXIT_OK};
+use crate::args::DataDirArg;
+use crate::exit::{CommandError, Ended};
 use anyhow::Context as _;
 use clap::Subcommand;
 use std::io::Write as _;
@@ -68,10 +69,15 @@ pub enum StoreCommand {
     Populate(crate::store_populate::PopulateArgs),
 }
 
-pub async fn store(command: StoreCommand) -> u8 {
+/// `foya store …`.
+///
+/// # Errors
+/// A redb-only tool given `--store` (usage); a store that is missing, cannot be read or
+/// written; a damaged store (`check` finding a problem, `salvage` unable to copy every
+/// session whole).
+pub async fn store(command: StoreCommand) -> Result<(), CommandError> {
     if let Some(tool) = crate::shared_store::redb_only_tool(&command) {
-        crate::args::report(&crate::shared_store::redb_only(tool));
-        return crate::args::EXIT_USAGE;
+        return Err(CommandError::usage(crate::shared_store::redb_only(tool)));
     }
     let result = match command {
         StoreCommand::Check { data } => check(data.data_dir.as_deref()).await,
@@ -94,14 +100,9 @@ pub async fn store(command: StoreCommand) -> u8 {
             )
             .await
         }
-        StoreCommand::Populate(args) => crate::store_populate::populate(args)
-            .await
-            .map(|()| EXIT_OK),
+        StoreCommand::Populate(args) => crate::store_populate::populate(args).await,
     };
-    result.unwrap_or_else(|e| {
-        crate::args::report(&e);
-        EXIT_FAILED
-    })
+    Ok(result?)
 }
 
 /// The store file of the data dir, or `None` after saying there is none.
@@ -125,9 +126,9 @@ fn refused(dir: &Path, path: &Path, e: foya_storage::Error) -> anyhow::Error {
     }
 }
 
-async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
+async fn check(dir: Option<&Path>) -> anyhow::Result<()> {
     let Some((dir, path)) = existing_store(dir)? else {
-        return Ok(EXIT_FAILED);
+        return Err(Ended::Failed.into());
     };
     let target = path.clone();
     let report = tokio::task::spawn_blocking(move || foya_storage::check(&target))
@@ -158,10 +159,10 @@ async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
             path.display(),
             report.earlier_losses.len()
         );
-        Ok(EXIT_OK)
+        Ok(())
     } else if report.is_clean() {
         eprintln!("foya: the store {} is sound", path.display());
-        Ok(EXIT_OK)
+        Ok(())
     } else {
         eprintln!(
             "foya: the store {} has {} problem(s) (listed above); `foya store repair \
@@ -173,13 +174,13 @@ async fn check(dir: Option<&Path>) -> anyhow::Result<u8> {
             dir.display(),
             dir.display()
         );
-        Ok(EXIT_DAMAGED)
+        Err(Ended::Damaged.into())
     }
 }
 
-async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
+async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<()> {
     let Some((dir, path)) = existing_store(dir)? else {
-        return Ok(EXIT_FAILED);
+        return Err(Ended::Failed.into());
     };
     let target = crate::data::store_path(to);
     if target.exists() {
@@ -200,7 +201,7 @@ async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
             "foya: salvaged all {total} sessions into {}",
             target.display()
         );
-        Ok(EXIT_OK)
+        Ok(())
     } else {
         eprintln!(
             "foya: salvaged {whole} of {total} sessions whole into {}; {} stop early or could \
@@ -208,7 +209,7 @@ async fn salvage(dir: Option<&Path>, to: &Path) -> anyhow::Result<u8> {
             target.display(),
             total - whole
         );
-        Ok(EXIT_DAMAGED)
+        Err(Ended::Damaged.into())
     }
 }
 
@@ -246,9 +247,9 @@ fn print_salvaged(report: &foya_storage::SalvageReport) -> anyhow::Result<usize>
 
 /// Replaces the data dir's store with what salvage reads of it, keeping the damaged
 /// file beside it ([`foya_storage::repair`]).
-async fn repair(dir: Option<&Path>) -> anyhow::Result<u8> {
+async fn repair(dir: Option<&Path>) -> anyhow::Result<()> {
     let Some((dir, path)) = existing_store(dir)? else {
-        return Ok(EXIT_FAILED);
+        return Err(Ended::Failed.into());
     };
     let report = foya_storage::repair(&path)
         .await
@@ -261,10 +262,10 @@ async fn repair(dir: Option<&Path>) -> anyhow::Result<u8> {
         report.salvage.sessions.len(),
         report.kept.display()
     );
-    Ok(EXIT_OK)
+    Ok(())
 }
 
-async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> anyhow::Result<u8> {
+async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> anyhow::Result<()> {
     let dir = crate::data::data_dir(dir)?;
     if std::fs::metadata(to).is_ok_and(|m| m.len() > 0) {
         anyhow::bail!("{} already exists; give a new file", to.display());
@@ -274,16 +275,17 @@ async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> any
     }
     let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
-        return Ok(EXIT_FAILED);
+        return Err(Ended::Failed.into());
     };
     let store = view.store;
     if view.damaged {
-        anyhow::bail!(
-            "the store {} is damaged: a backup copies only a sound store; use `foya store \
-             salvage --data-dir {} --to NEW_DIR`",
+        eprintln!(
+            "foya: the store {} is damaged: a backup copies only a sound store; use `foya \
+             store salvage --data-dir {} --to NEW_DIR`",
             store.path().display(),
             dir.display()
         );
+        return Err(Ended::Damaged.into());
     }
     let report = store
         .backup(to)
@@ -294,7 +296,7 @@ async fn backup(dir: Option<&Path>, to: &Path, token_file: Option<&Path>) -> any
         report.events,
         to.display()
     );
-    Ok(EXIT_OK)
+    Ok(())
 }
 
 /// Asks the `foya serve` at `url` (holding data dir `dir`) for a backup (`POST
@@ -305,7 +307,7 @@ async fn backup_through(
     dir: &Path,
     to: &Path,
     token_file: Option<&Path>,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<()> {
     // An empty JSON body: a server without a token refuses an empty POST of another
     // content type (a web page could send that one).
     let mut request = reqwest::Client::new()
@@ -367,5 +369,5 @@ async fn backup_through(
         body["events"],
         to.display()
     );
-    Ok(EXIT_OK)
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! first-use question: whether a project's own `.foya/config.toml` (provider profiles,
 //! hooks) applies. The trust list itself is `foya_actors::trust`.
 
+use crate::exit::{CommandError, failed};
 use clap::Args;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -20,18 +21,20 @@ pub struct TrustArgs {
     pub(crate) revoke: bool,
 }
 
-/// Runs `foya trust`; the exit code (0 done, 1 the trust list cannot be read or
-/// written, 2 the directory does not exist).
-pub fn trust(args: &TrustArgs) -> u8 {
+/// Runs `foya trust`.
+///
+/// # Errors
+/// The trust list cannot be read or written; the directory does not exist (usage).
+pub fn trust(args: &TrustArgs) -> Result<(), CommandError> {
     if args.list {
         return match foya_actors::trust::list() {
             Ok(projects) => {
                 for project in projects {
                     println!("{}", project.display());
                 }
-                0
+                Ok(())
             }
-            Err(e) => fail(&e, 1),
+            Err(e) => Err(failed(e)),
         };
     }
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -42,13 +45,13 @@ pub fn trust(args: &TrustArgs) -> u8 {
                     "foya: no longer trusting {}: its .foya/config.toml and hooks are ignored",
                     root.display()
                 );
-                0
+                Ok(())
             }
             Ok((root, false)) => {
                 eprintln!("foya: {} was not trusted", root.display());
-                0
+                Ok(())
             }
-            Err(e) => fail(&e, 1),
+            Err(e) => Err(failed(e)),
         };
     }
     match foya_actors::trust::trust(&dir) {
@@ -57,16 +60,13 @@ pub fn trust(args: &TrustArgs) -> u8 {
                 "foya: trusting {}: its .foya/config.toml and hooks now apply",
                 root.display()
             );
-            0
+            Ok(())
         }
-        Err(e @ foya_actors::trust::TrustError::Directory { .. }) => fail(&e, 2),
-        Err(e) => fail(&e, 1),
+        Err(e @ foya_actors::trust::TrustError::Directory { .. }) => {
+            Err(CommandError::usage(anyhow::anyhow!("{e}")))
+        }
+        Err(e) => Err(failed(e)),
     }
-}
-
-fn fail(e: &foya_actors::trust::TrustError, code: u8) -> u8 {
-    eprintln!("foya: {e}");
-    code
 }
 
 /// Before a command uses the project of `cwd`: when it has a `.foya/config.toml` (or a

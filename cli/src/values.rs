@@ -4,14 +4,20 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Why a value was refused: clap prints it after the argument (`invalid value 'x' for
+/// '--flag': <this>`) and exits 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ValueError(pub String);
+
 /// A count of at least 1 (`--sessions`, `--concurrency`).
 ///
 /// # Errors
 /// Not an unsigned integer, or 0.
-pub fn positive_count(s: &str) -> Result<usize, String> {
+pub fn positive_count(s: &str) -> Result<usize, ValueError> {
     match s.trim().parse::<usize>() {
         Ok(n) => at_least_one(n as u64).map(|()| n),
-        Err(e) => Err(format!("{s:?} is not a whole number ({e})")),
+        Err(e) => Err(ValueError(format!("{s:?} is not a whole number ({e})"))),
     }
 }
 
@@ -20,9 +26,9 @@ pub fn positive_count(s: &str) -> Result<usize, String> {
 ///
 /// # Errors
 /// `n` is 0.
-pub fn at_least_one(n: u64) -> Result<(), String> {
+pub fn at_least_one(n: u64) -> Result<(), ValueError> {
     if n == 0 {
-        return Err("must be at least 1".to_owned());
+        return Err(ValueError("must be at least 1".to_owned()));
     }
     Ok(())
 }
@@ -31,9 +37,9 @@ pub fn at_least_one(n: u64) -> Result<(), String> {
 ///
 /// # Errors
 /// Not an unsigned integer, 0, or over `u32::MAX`.
-pub fn positive_u32(s: &str) -> Result<u32, String> {
+pub fn positive_u32(s: &str) -> Result<u32, ValueError> {
     let n = positive_count(s)?;
-    u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
+    u32::try_from(n).map_err(|_| ValueError(format!("{s:?} is too large (at most {})", u32::MAX)))
 }
 
 /// A subscriber channel capacity of at least
@@ -42,18 +48,18 @@ pub fn positive_u32(s: &str) -> Result<u32, String> {
 ///
 /// # Errors
 /// Not an unsigned integer, or below the minimum.
-pub fn subscriber_buffer(s: &str) -> Result<usize, String> {
+pub fn subscriber_buffer(s: &str) -> Result<usize, ValueError> {
     let min = foya_actors::runtime::MIN_SUBSCRIBER_BUFFER;
     let n = s
         .trim()
         .parse::<usize>()
-        .map_err(|e| format!("{s:?} is not a whole number ({e})"))?;
+        .map_err(|e| ValueError(format!("{s:?} is not a whole number ({e})")))?;
     if n < min {
-        return Err(format!(
+        return Err(ValueError(format!(
             "must be at least {min}: the runtime sends a model stream's live updates in \
              batches of up to {min} at once, and a smaller buffer cuts the subscriber off \
              (every turn fails with `lagged`)"
-        ));
+        )));
     }
     Ok(n)
 }
@@ -62,17 +68,17 @@ pub fn subscriber_buffer(s: &str) -> Result<usize, String> {
 ///
 /// # Errors
 /// Not a number, NaN, infinite, zero, negative, or too large for a `Duration`.
-pub fn positive_seconds(s: &str) -> Result<Duration, String> {
+pub fn positive_seconds(s: &str) -> Result<Duration, ValueError> {
     let secs: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+        .map_err(|_| ValueError(format!("{s:?} is not a number of seconds")))?;
     if !secs.is_finite() || secs <= 0.0 {
-        return Err(format!(
+        return Err(ValueError(format!(
             "{s:?} is not a duration: give a finite number of seconds greater than 0"
-        ));
+        )));
     }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+    Duration::try_from_secs_f64(secs).map_err(|e| ValueError(format!("{s:?}: {e}")))
 }
 
 /// A file to write at the end of a run (`--json PATH`): its directory must exist, be a
@@ -81,23 +87,26 @@ pub fn positive_seconds(s: &str) -> Result<Duration, String> {
 ///
 /// # Errors
 /// The parent is missing, not a directory, or not writable; the path is a directory.
-pub fn output_file(s: &str) -> Result<PathBuf, String> {
+pub fn output_file(s: &str) -> Result<PathBuf, ValueError> {
     let path = PathBuf::from(s);
     if s.is_empty() || path.is_dir() {
-        return Err(format!("{s:?} is not a file path"));
+        return Err(ValueError(format!("{s:?} is not a file path")));
     }
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     if !parent.is_dir() {
-        return Err(format!("directory {} does not exist", parent.display()));
+        return Err(ValueError(format!(
+            "directory {} does not exist",
+            parent.display()
+        )));
     }
     tempfile::Builder::new()
         .prefix(".foya-write-check")
         .tempfile_in(&parent)
         .map(drop)
-        .map_err(|e| format!("cannot write in {}: {e}", parent.display()))?;
+        .map_err(|e| ValueError(format!("cannot write in {}: {e}", parent.display())))?;
     Ok(path)
 }
 
@@ -105,16 +114,18 @@ pub fn output_file(s: &str) -> Result<PathBuf, String> {
 ///
 /// # Errors
 /// Not a URL, another scheme, or no host.
-pub fn http_url(s: &str) -> Result<String, String> {
+pub fn http_url(s: &str) -> Result<String, ValueError> {
     // Shown without userinfo, query or fragment (they may carry credentials).
     let shown = foya_actors::provider::redact::display_url(s);
     let url = reqwest::Url::parse(s).map_err(|e| {
-        format!("{shown:?} is not a URL ({e}); expected e.g. http://127.0.0.1:8000/v1")
+        ValueError(format!(
+            "{shown:?} is not a URL ({e}); expected e.g. http://127.0.0.1:8000/v1"
+        ))
     })?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!(
+        return Err(ValueError(format!(
             "{shown:?} is not an http(s) URL; expected e.g. http://127.0.0.1:8000/v1"
-        ));
+        )));
     }
     Ok(s.to_owned())
 }
@@ -124,14 +135,16 @@ pub fn http_url(s: &str) -> Result<String, String> {
 ///
 /// # Errors
 /// Not `HOST:PORT`, or port 0.
-pub fn fixed_port_addr(s: &str) -> Result<std::net::SocketAddr, String> {
-    let addr: std::net::SocketAddr = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not an address ({e}); expected e.g. 127.0.0.1:4370"))?;
+pub fn fixed_port_addr(s: &str) -> Result<std::net::SocketAddr, ValueError> {
+    let addr: std::net::SocketAddr = s.parse().map_err(|e| {
+        ValueError(format!(
+            "{s:?} is not an address ({e}); expected e.g. 127.0.0.1:4370"
+        ))
+    })?;
     if addr.port() == 0 {
-        return Err(format!(
+        return Err(ValueError(format!(
             "{s:?} has port 0: a node needs a fixed port that its peers can dial, e.g. 127.0.0.1:4370"
-        ));
+        )));
     }
     Ok(addr)
 }
@@ -144,22 +157,28 @@ mod tests {
     #[test]
     fn counts_durations_paths_and_urls_are_checked() {
         assert_eq!(positive_count("3"), Ok(3));
-        assert_eq!(positive_count("0"), Err("must be at least 1".to_owned()));
+        assert_eq!(
+            positive_count("0"),
+            Err(ValueError("must be at least 1".to_owned()))
+        );
         assert!(positive_count("-1").is_err());
         assert_eq!(positive_u32("4"), Ok(4));
-        assert_eq!(positive_u32("0"), Err("must be at least 1".to_owned()));
+        assert_eq!(
+            positive_u32("0"),
+            Err(ValueError("must be at least 1".to_owned()))
+        );
         assert!(positive_u32("4294967296").is_err());
         assert_eq!(subscriber_buffer("128"), Ok(128));
-        assert!(subscriber_buffer("0").is_err_and(|e| e.starts_with("must be at least 128:")));
-        assert!(subscriber_buffer("x").is_err_and(|e| e.contains("not a whole number")));
+        assert!(subscriber_buffer("0").is_err_and(|e| e.0.starts_with("must be at least 128:")));
+        assert!(subscriber_buffer("x").is_err_and(|e| e.0.contains("not a whole number")));
         assert_eq!(
             subscriber_buffer("127"),
-            Err(
+            Err(ValueError(
                 "must be at least 128: the runtime sends a model stream's live updates in \
                  batches of up to 128 at once, and a smaller buffer cuts the subscriber off \
                  (every turn fails with `lagged`)"
                     .to_owned()
-            )
+            ))
         );
         assert_eq!(positive_seconds("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["inf", "-inf", "NaN", "-1", "0", "1e300", "x"] {
@@ -172,10 +191,10 @@ mod tests {
         let missing = dir.path().join("nope/report.json");
         assert_eq!(
             output_file(missing.to_str().unwrap()),
-            Err(format!(
+            Err(ValueError(format!(
                 "directory {} does not exist",
                 dir.path().join("nope").display()
-            ))
+            )))
         );
         assert!(output_file(dir.path().to_str().unwrap()).is_err());
         assert_eq!(
@@ -191,7 +210,7 @@ mod tests {
         );
         assert_eq!(
             fixed_port_addr("127.0.0.1:0"),
-            Err("\"127.0.0.1:0\" has port 0: a node needs a fixed port that its peers can dial, e.g. 127.0.0.1:4370".to_owned())
+            Err(ValueError("\"127.0.0.1:0\" has port 0: a node needs a fixed port that its peers can dial, e.g. 127.0.0.1:4370".to_owned()))
         );
         assert!(fixed_port_addr("localhost").is_err());
     }

@@ -33,7 +33,7 @@ use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::Runtime;
-use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use foya_cli::exit::{CommandError, Ended};
 use foya_protocol::ApprovalMode;
 use foya_storage::{Durability, EventLog as _, LogStore, Store, StoreOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -102,6 +102,11 @@ pub struct LoadtestArgs {
     /// the writer's connections, `immediate` keeps the server's setting.
     #[command(flatten)]
     pub(crate) store: foya_cli::args::StoreArg,
+    /// Serve the run's Prometheus metrics at `http://ADDR/metrics` while it runs (a
+    /// loopback address; port 0 picks one, printed on stderr). Traces are exported when
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (docs/observability.md).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<String>,
     /// Attempts per model request, the first included (retry policy; 1 to 100, the
     /// ceiling of a profile's `max_attempts`).
     #[arg(long, default_value_t = RetryPolicy::default().max_attempts,
@@ -140,12 +145,12 @@ pub struct LoadtestArgs {
 }
 
 /// `--max-attempts`: 1 to [`MAX_ATTEMPTS_LIMIT`], as a profile's `max_attempts`.
-fn max_attempts(s: &str) -> Result<u32, String> {
+fn max_attempts(s: &str) -> Result<u32, foya_cli::values::ValueError> {
     let n = foya_cli::values::positive_u32(s)?;
     if n > MAX_ATTEMPTS_LIMIT {
-        return Err(format!(
+        return Err(foya_cli::values::ValueError(format!(
             "at most {MAX_ATTEMPTS_LIMIT} (every attempt, the first included)"
-        ));
+        )));
     }
     Ok(n)
 }
@@ -157,19 +162,22 @@ pub(crate) enum DurabilityArg {
     Immediate,
 }
 
-/// Runs the load test; returns the exit status (0 when every turn completed without
-/// error, 1 otherwise, 130 when stopped by Ctrl-C, 2 on bad arguments).
-pub async fn loadtest(args: LoadtestArgs) -> u8 {
+/// Runs the load test: succeeds when every turn completed without error.
+///
+/// # Errors
+/// [`Ended::Failed`] when a turn failed or an error was counted (the report says which),
+/// [`Ended::Signalled`] when a signal stopped the run (after its partial report), and a
+/// usage error for anything that kept the run from starting or its report from being
+/// written.
+pub async fn loadtest(args: LoadtestArgs) -> Result<(), CommandError> {
     match loadtest_inner(args).await {
-        Ok(code) => code,
-        Err(e) => {
-            foya_cli::args::report(&e);
-            EXIT_USAGE
-        }
+        Ok(ended) => Ok(ended?),
+        Err(e) => Err(CommandError::Usage(e)),
     }
 }
 
-async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
+/// The run, and how it ended (the outer error: it could not run or report).
+async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>> {
     // Installed first, before any setup: SIGINT, SIGTERM or SIGHUP from the first moment
     // stops the run with a partial report (never lost between two waits, never the
     // default kill that would leave the temporary directories behind).
@@ -265,6 +273,24 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
     config.mcp = foya_cli::mcp::load(&here, &args.mcp)?;
     config.retry.max_attempts = args.max_attempts;
     config.subscriber_buffer = args.subscriber_buffer;
+    // Traces when OTEL_* ask; metrics when they are served (--metrics-listen).
+    let telemetry = foya_cli::setup::telemetry(args.metrics_listen.is_some())?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
+    let metrics_stop = CancellationToken::new();
+    if let (Some(listen), Some(telemetry)) = (&args.metrics_listen, &telemetry) {
+        foya_telemetry::http::check_loopback(listen)?;
+        let listener = foya_cli::listen::bind(listen, foya_cli::listen::Port::AnyOrZero).await?;
+        let addr = listener.local_addr().context("no local address")?;
+        eprintln!("foya loadtest: metrics at http://{addr}/metrics");
+        tokio::spawn(foya_telemetry::http::serve_metrics(
+            listener,
+            telemetry.clone(),
+            None,
+            metrics_stop.clone(),
+        ));
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")?;
@@ -368,6 +394,10 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         shared.runtime.shutdown().await;
     }
     store.close().await;
+    metrics_stop.cancel();
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
 
     if args.compare_bare && profile.is_some() && stop.is_cancelled() {
         let why = match interrupted_by_user {
@@ -453,11 +483,11 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<u8> {
         std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(if let Some(signal) = interrupted_by_user {
-        signal.exit_code()
+        Err(Ended::Signalled(signal))
     } else if report.turns_failed > 0 || !report.errors.is_empty() {
-        EXIT_FAILED
+        Err(Ended::Failed)
     } else {
-        EXIT_OK
+        Ok(())
     })
 }
 

@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use clap::Parser as _;
-use foya_cli::args::EXIT_OK;
 
 /// `foya loadtest`'s arguments alone.
 #[derive(clap::Parser)]
@@ -55,8 +54,8 @@ async fn json_report(extra: &[&str]) -> serde_json::Value {
     ];
     argv.extend_from_slice(extra);
     let args = Loadtest::try_parse_from(argv).unwrap().args;
-    let code = super::loadtest_inner(args).await.unwrap();
-    assert_eq!(code, EXIT_OK);
+    let ended = super::loadtest_inner(args).await.unwrap();
+    assert_eq!(ended, Ok(()));
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }
 

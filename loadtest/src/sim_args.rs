@@ -196,7 +196,11 @@ fn refused(config: &SimConfig) -> Option<Refused> {
     for (field, n) in at_least_one {
         if let Err(why) = foya_cli::values::at_least_one(u64::from(n)) {
             let value = n.to_string();
-            return Some(Refused { field, value, why });
+            return Some(Refused {
+                field,
+                value,
+                why: why.0,
+            });
         }
     }
     let r = &config.error_rates;

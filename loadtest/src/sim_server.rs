@@ -3,7 +3,7 @@
 
 use crate::SimArgs;
 use clap::Args;
-use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use foya_cli::exit::{CommandError, failed};
 use std::io::Write as _;
 use std::net::SocketAddr;
 
@@ -17,32 +17,16 @@ pub struct SimServerArgs {
     pub(crate) sim: SimArgs,
 }
 
-/// Runs the server until Ctrl-C; returns the exit status.
-pub async fn sim_server(args: SimServerArgs) -> u8 {
-    let config = match args.sim.to_config() {
-        Ok(config) => config,
-        Err(e) => {
-            foya_cli::args::report(&e);
-            return EXIT_USAGE;
-        }
-    };
+/// Runs the server until Ctrl-C.
+///
+/// # Errors
+/// A bad simulator configuration (usage); the address cannot be bound; the server
+/// stops with an error.
+pub async fn sim_server(args: SimServerArgs) -> Result<(), CommandError> {
+    let config = args.sim.to_config().map_err(CommandError::Usage)?;
     let listener =
-        match foya_cli::listen::bind(&args.listen.to_string(), foya_cli::listen::Port::AnyOrZero)
-            .await
-        {
-            Ok(listener) => listener,
-            Err(e) => {
-                foya_cli::args::report(&e);
-                return EXIT_FAILED;
-            }
-        };
-    let addr = match listener.local_addr() {
-        Ok(addr) => addr,
-        Err(e) => {
-            eprintln!("foya: {e}");
-            return EXIT_FAILED;
-        }
-    };
+        foya_cli::listen::bind(&args.listen.to_string(), foya_cli::listen::Port::AnyOrZero).await?;
+    let addr = listener.local_addr().map_err(failed)?;
     let mut stdout = std::io::stdout();
     // A URL to paste as `--base-url` (with `/v1` for openai-chat and openai-responses);
     // it contains `127.0.0.1:PORT` for scripts that grep the address.
@@ -54,11 +38,7 @@ pub async fn sim_server(args: SimServerArgs) -> u8 {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match foya_sim::serve_sim_with_shutdown(listener, config, shutdown).await {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            eprintln!("foya: sim-server: {e}");
-            EXIT_FAILED
-        }
-    }
+    foya_sim::serve_sim_with_shutdown(listener, config, shutdown)
+        .await
+        .map_err(|e| failed(format!("sim-server: {e}")))
 }

@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use error::ApiError;
 use foya_actors::attachments::AttachmentStore;
 use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime};
-use foya_cli::args::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use foya_cli::exit::{CommandError, Ended};
 use foya_protocol::ApprovalMode;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -76,6 +76,8 @@ pub(crate) struct AppState {
     pub(crate) overview: Arc<overview::Folds>,
     /// Which hosts and origins may call (`guard.rs`).
     pub(crate) guard: Arc<guard::Guard>,
+    /// Traces and metrics (`GET /metrics`); `None`: off.
+    pub(crate) telemetry: Option<foya_telemetry::Telemetry>,
 }
 
 /// The router over `state` (every route of [`routes::route_table`]; in front of them
@@ -126,14 +128,13 @@ async fn auth(State(state): State<AppState>, request: Request, next: Next) -> Re
     next.run(request).await
 }
 
-pub async fn serve(args: ServeArgs) -> u8 {
-    match serve_inner(args).await {
-        Ok(code) => code,
-        Err((code, e)) => {
-            foya_cli::args::report(&e);
-            code
-        }
-    }
+/// `foya serve`: serves until SIGINT, SIGTERM or SIGHUP, then drains.
+///
+/// # Errors
+/// A usage or configuration error (a bad `--listen`, token file or provider); the
+/// server cannot start or stops with an error.
+pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
+    serve_inner(args).await
 }
 
 /// Refuses to serve without a bearer token on anything but a loopback address: the API
@@ -158,9 +159,9 @@ fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
-    let usage = |e: anyhow::Error| (EXIT_USAGE, e);
-    let failed = |e: anyhow::Error| (EXIT_FAILED, e);
+async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
+    let usage = CommandError::Usage;
+    let failed = |e: anyhow::Error| CommandError::from(e);
     let cwd = foya_cli::setup::working_dir(None).map_err(usage)?;
     let (model, model_name) = foya_cli::setup::model_client(&args.provider, &cwd).map_err(usage)?;
     let auto_compact =
@@ -205,6 +206,11 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     config.attachments = Some(Arc::clone(&attachments));
     config.context.generate_titles = args.generate_titles;
     config.context.auto_compact = auto_compact;
+    // Metrics on by default (`GET /metrics`); traces when OTEL_* or `[telemetry]` ask.
+    let telemetry = foya_cli::setup::telemetry(true).map_err(usage)?;
+    if let Some(telemetry) = &telemetry {
+        config = telemetry.instrument(config);
+    }
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")
@@ -239,6 +245,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         shutdown: shutdown.clone(),
         overview: Arc::default(),
         guard: Arc::new(guard),
+        telemetry: telemetry.clone(),
     };
     let app = router(state);
     let mut signals = foya_cli::signals::Signals::install().ok();
@@ -254,11 +261,11 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
         () = next_signal(&mut signals) => None,
         served = &mut server => Some(served),
     };
-    let code = match served {
+    let ended = match served {
         // The server failed on its own (no signal): no connection to wait for.
         Some(served) => {
             runtime.drain(DEFAULT_SHUTDOWN_GRACE).await;
-            exit_code(served)
+            ended(served)
         }
         None => {
             // No new connections; those open keep being served, so open event streams
@@ -269,7 +276,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
             // never completes gets `CONNECTION_GRACE` (less on another signal).
             shutdown.cancel();
             tokio::select! {
-                served = &mut server => exit_code(served),
+                served = &mut server => ended(served),
                 () = async {
                     tokio::select! {
                         () = tokio::time::sleep(CONNECTION_GRACE) => {}
@@ -278,7 +285,7 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
                 } => {
                     tracing::warn!(target: LOG_TARGET, "connections still open after shutdown were closed");
                     server.abort();
-                    EXIT_OK
+                    Ok(())
                 }
             }
         }
@@ -287,20 +294,23 @@ async fn serve_inner(args: ServeArgs) -> Result<u8, (u8, anyhow::Error)> {
     // Connections still open (or their tasks not yet ended) may hold the runtime, so it
     // is closed by reference: the store is flushed and closed whatever the clients do.
     runtime.close().await;
-    Ok(code)
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
+    ended
 }
 
-/// The exit status for how the server task ended.
-fn exit_code(served: Result<std::io::Result<()>, tokio::task::JoinError>) -> u8 {
+/// How the command ends for how the server task ended (an error is said at once).
+fn ended(served: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), CommandError> {
     match served {
-        Ok(Ok(())) => EXIT_OK,
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
             eprintln!("foya: server error: {e}");
-            EXIT_FAILED
+            Err(Ended::Failed.into())
         }
         Err(e) => {
             eprintln!("foya: the server stopped: {e}");
-            EXIT_FAILED
+            Err(Ended::Failed.into())
         }
     }
 }

@@ -81,6 +81,7 @@ pub(crate) fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>
             on(MethodFilter::POST, upload_attachment),
         ),
         (Method::GET, "/openapi.json", on(MethodFilter::GET, openapi)),
+        (Method::GET, "/metrics", on(MethodFilter::GET, metrics)),
         (
             Method::GET,
             "/overview",
@@ -320,9 +321,16 @@ struct SubmitInput {
     selected_elements: Vec<foya_protocol::PageElement>,
 }
 
+/// `GET /metrics`: the telemetry's metrics (behind the same guard and auth as every
+/// route).
+async fn metrics(State(state): State<AppState>) -> Response {
+    foya_telemetry::http::metrics_response(state.telemetry.as_ref()).await
+}
+
 async fn submit_input(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Result<Json<SubmitInput>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(SubmitInput {
@@ -356,9 +364,16 @@ async fn submit_input(
         .await
         .map_err(ApiError::internal)?
         .map_or(foya_protocol::Seq::FIRST, foya_protocol::Seq::next);
-    let input_id = session
-        .submit_with_id(input_id.unwrap_or_default(), input)
-        .await?;
+    let input_id = input_id.unwrap_or_default();
+    // A caller's trace: the turn of this input continues it (registered before the
+    // submit, so the turn finds it however soon it starts).
+    if let (Some(telemetry), Some(traceparent)) = (
+        &state.telemetry,
+        headers.get("traceparent").and_then(|v| v.to_str().ok()),
+    ) {
+        telemetry.continue_trace(input_id, traceparent);
+    }
+    let input_id = session.submit_with_id(input_id, input).await?;
     let queued = state
         .store
         .read_from(session.id(), before)

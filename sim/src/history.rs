@@ -1,8 +1,8 @@
 //! What the simulator reads from a request: how far the turn has got and a key that
 //! identifies the request, from a neutral request's messages or from a wire request body.
 
+use super::format::WireFormat;
 use super::rng::Fnv;
-use super::wire::WireFormat;
 use foya_protocol::Message;
 use serde_json::Value;
 

@@ -19,6 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 mod args;
+mod format;
 mod history;
 mod plan;
 mod rng;

@@ -10,14 +10,15 @@
 //!
 //! # Schema
 //!
-//! `schema_v1.sql` (version [`SCHEMA_VERSION`], recorded in `foya_schema`; applied on
-//! [`PgLog::open`] by `migrate.rs`): `foya_sessions` (the summary, `last_seq`, `deleted`,
-//! the shard), `foya_events` (`(session, seq)` primary key; `body` is
-//! [`foya_storage::codec`]'s versioned encoding of the event), `foya_pending` (the
-//! recovery index), `foya_shards` (shard epochs for fenced appends), `foya_meta` (the
-//! shard count) and `foya_attachments` (image bytes, readable by every node: the
-//! runtime's attachment store reads and writes them through
-//! [`EventLog::attachments`], [`PgAttachments`]).
+//! `schema_v1.sql` and `schema_v2.sql` (version [`SCHEMA_VERSION`], recorded in
+//! `foya_schema`; applied on [`PgLog::open`] by `migrate.rs`): `foya_sessions` (the
+//! summary, `last_seq`, `deleted`, the shard), `foya_events` (`(session, seq)` primary
+//! key; `body` is [`foya_storage::codec`]'s versioned encoding of the event, `epoch` the
+//! shard epoch it was written under), `foya_pending` (the recovery index), `foya_shards`
+//! (each shard's epoch and owning lease), `foya_nodes` (node leases), `foya_meta` (the
+//! shard count) and `foya_attachments` (image bytes, readable by every node: the runtime's
+//! attachment store reads and writes them through [`EventLog::attachments`],
+//! [`PgAttachments`]).
 //!
 //! # Writes: group commit in one statement
 //!
@@ -41,21 +42,34 @@
 //! (docs/durability.md). [`PgOptions::synchronous_commit`] `false` sets it `off` on the
 //! writer's connections (load tests): a server crash may then lose the last commits.
 //!
-//! # Fencing
+//! # Shards, leases and fencing
 //!
-//! An append under [`Fence::Epoch`] commits only while `foya_shards` has the shard at
-//! that epoch (checked `FOR SHARE` in the same statement); otherwise it fails with
-//! [`AppendError::Fenced`], which is never retried.
+//! Sessions hash into a fixed number of shards ([`Shards`], [`shard`]); nodes hold
+//! leases renewed on the database's clock and own shards by bumping their epochs
+//! ([`lease`]: [`NodeLease`], [`LeaseKeeper`]). An append under [`Fence::Epoch`] commits
+//! only while `foya_shards` has the shard at that epoch and its owner's lease is live,
+//! and the session is in that shard (checked `FOR SHARE` in the same statement);
+//! otherwise it fails with [`AppendError::Fenced`] (or [`AppendError::WrongShard`]),
+//! which is never retried. An unfenced append commits only while no live lease owns the
+//! session's shard. Each event records the epoch it was written under
+//! ([`PgLog::event_epochs`], [`PgLog::epoch_regressions`]).
 #![warn(missing_docs)]
 
 mod attachments;
+pub mod lease;
 mod migrate;
+pub mod shard;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod writer;
 
 pub use attachments::{ANSWER_WITHIN, PgAttachments};
+pub use lease::{
+    ClaimError, EpochRegression, LeaseError, LeaseKeeper, LeaseOptions, LeaseStatus, LiveNode,
+    NodeLease,
+};
 pub use migrate::SCHEMA_VERSION;
+pub use shard::{DEFAULT_SHARDS, Shards};
 
 use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};
 use foya_storage::{
@@ -68,19 +82,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 use uuid::Uuid;
 
-/// The number of shards sessions hash into (`foya_meta.shards`), fixed at creation.
-pub const SHARDS: u32 = 256;
+/// The number of shards of a store created with the default [`PgOptions::shards`].
+pub const SHARDS: u32 = DEFAULT_SHARDS;
 
-/// The shard of `session`: FNV-1a over all 16 bytes of its id (UUIDv7s share their
-/// leading time bytes), modulo [`SHARDS`].
+/// The shard of a root `session` in a store of [`SHARDS`] shards ([`Shards::of`]; a
+/// store's own count: [`PgLog::shards`]).
 #[must_use]
 pub fn shard_of(session: SessionId) -> u32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in session.as_bytes() {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    u32::try_from(hash % u64::from(SHARDS)).unwrap_or(0)
+    Shards::default().of(session)
 }
 
 /// Why [`PgLog::open`] (or an attachment call) failed.
@@ -155,6 +164,9 @@ pub struct PgOptions {
     /// default `on`: an acknowledged append was flushed). `false`: `off` on the writer's
     /// connections, for load tests.
     pub synchronous_commit: bool,
+    /// The shard count of a store this open creates (default [`DEFAULT_SHARDS`], at most
+    /// [`shard::MAX_SHARDS`]); an existing store keeps the count it was created with.
+    pub shards: u32,
 }
 
 impl Default for PgOptions {
@@ -164,6 +176,7 @@ impl Default for PgOptions {
             max_batch: 512,
             queue_capacity: 4096,
             synchronous_commit: true,
+            shards: DEFAULT_SHARDS,
         }
     }
 }
@@ -194,6 +207,7 @@ struct Inner {
     counters: Arc<Counters>,
     /// `foya_attachments`' thread, started by the first [`EventLog::attachments`].
     attachments: std::sync::OnceLock<Arc<PgAttachments>>,
+    shards: Shards,
 }
 
 impl fmt::Debug for PgLog {
@@ -349,13 +363,22 @@ impl PgLog {
             config.application_name("foya");
         }
         let location = location(&config);
+        let new_shards = Shards::new(options.shards).ok_or_else(|| {
+            PgError::Config(format!(
+                "a store has 1 to {} shards, not {}",
+                shard::MAX_SHARDS,
+                options.shards
+            ))
+        })?;
         let mut client = connect(&config).await?;
-        migrate::migrate(&mut client).await?;
+        migrate::migrate(&mut client, new_shards.count()).await?;
+        let shards = lease::store_shards(&client).await?;
         drop(client);
         let reader = Reader::connect(&config).await?;
         let mut connections = Vec::new();
         for _ in 0..options.connections.max(1) {
-            connections.push(writer::Connection::open(&config, options.synchronous_commit).await?);
+            connections
+                .push(writer::Connection::open(&config, options.synchronous_commit, shards).await?);
         }
         let counters = Arc::new(Counters::default());
         let (sender, receiver) = mpsc::channel(options.queue_capacity.max(1));
@@ -376,6 +399,7 @@ impl PgLog {
                 stopped,
                 counters,
                 attachments: std::sync::OnceLock::new(),
+                shards,
             }),
         })
     }

@@ -243,3 +243,141 @@ fn try_start(bin: &Path, as_postgres: bool) -> Result<Private, String> {
     let _ = child.wait();
     Err(format!("postgres did not start: {log}"))
 }
+
+/// A PostgreSQL server of one test's own (initdb into a temporary directory, `pg_ctl`,
+/// loopback, a free port), which the test may stop, start and restart without
+/// disturbing the others' server. Stopped and removed when dropped.
+#[derive(Debug)]
+pub struct OwnServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl OwnServer {
+    /// Creates and starts the server.
+    ///
+    /// # Panics
+    /// When PostgreSQL's binaries (with `pg_ctl`) are missing or the server does not
+    /// start (the message says why).
+    pub async fn start() -> OwnServer {
+        let bin = bin_dir()
+            .ok()
+            .filter(|b| b.join("pg_ctl").is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "this test needs PostgreSQL's binaries (initdb, pg_ctl, postgres): install \
+                     Debian's `postgresql` package (`bash .ci/setup-postgres --install`)"
+                )
+            });
+        let as_postgres = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        let dir = tempfile::Builder::new()
+            .prefix("foya-test-own-pg-")
+            .tempdir()
+            .expect("a temporary directory")
+            .keep();
+        if as_postgres {
+            let chown = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(chown.success(), "cannot give {} to postgres", dir.display());
+        }
+        let initdb = command(&bin.join("initdb"), as_postgres)
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "-D",
+            ])
+            .arg(dir.join("data"))
+            .output()
+            .expect("initdb");
+        assert!(
+            initdb.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        let server = OwnServer {
+            bin,
+            dir,
+            port: free_port().expect("a free port"),
+            as_postgres,
+        };
+        server.start_again().await;
+        server
+    }
+
+    /// Its URL.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    async fn pg_ctl(&self, args: &[&str]) {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories= -c fsync=off \
+             -c max_connections=100",
+            self.port
+        );
+        let mut command = if self.as_postgres {
+            let mut c = tokio::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"));
+            c
+        } else {
+            tokio::process::Command::new(self.bin.join("pg_ctl"))
+        };
+        let output = command
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-w", "-t", "60", "-o", &options])
+            .args(args)
+            .output()
+            .await
+            .expect("pg_ctl");
+        assert!(
+            output.status.success(),
+            "pg_ctl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stderr),
+            std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+        );
+    }
+
+    /// Starts the (stopped) server again, on the same port and data.
+    pub async fn start_again(&self) {
+        self.pg_ctl(&["start"]).await;
+    }
+
+    /// Stops the server (fast: clients are disconnected).
+    pub async fn stop(&self) {
+        self.pg_ctl(&["-m", "fast", "stop"]).await;
+    }
+
+    /// Restarts the server (fast: clients are disconnected).
+    pub async fn restart(&self) {
+        self.pg_ctl(&["-m", "fast", "restart"]).await;
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = command(&self.bin.join("pg_ctl"), self.as_postgres)
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

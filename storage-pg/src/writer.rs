@@ -1,7 +1,7 @@
 //! The group-commit writer: one task takes queued appends and sends each batch as one
 //! `foya_append` statement on an idle connection (see the crate docs).
 
-use crate::{Counters, PgError, connect, created_fields, render, shard_of, uuid};
+use crate::{Counters, PgError, Shards, connect, created_fields, render, uuid};
 use foya_protocol::{Event, EventKind, Seq, SessionId};
 use foya_storage::{AppendError, Fence};
 use std::sync::Arc;
@@ -28,6 +28,8 @@ pub(crate) struct Request {
     first: Seq,
     fence: Fence,
     created: Option<(String, String, Option<String>)>,
+    /// A new sub-agent session's parent (it is recorded in the parent's shard).
+    parent: Option<SessionId>,
     events: Vec<Encoded>,
     reply: Option<oneshot::Sender<Result<(), AppendError>>>,
 }
@@ -75,6 +77,12 @@ impl Request {
             first: first.seq,
             fence,
             created: created_fields(&first.kind),
+            parent: match &first.kind {
+                EventKind::SessionCreated { config } => {
+                    config.parent.as_ref().map(|p| p.session_id)
+                }
+                _ => None,
+            },
             events: encoded,
             reply: None,
         })
@@ -97,17 +105,23 @@ impl Request {
 pub(crate) struct Connection {
     config: Config,
     synchronous_commit: bool,
+    shards: Shards,
     open: Option<(Client, Statement)>,
 }
 
-const APPEND: &str = "SELECT r_append, r_code, r_expected FROM foya_append(\
-    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+const APPEND: &str = "SELECT r_append, r_code, r_expected, r_shard FROM foya_append(\
+    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
 
 impl Connection {
-    pub(crate) async fn open(config: &Config, synchronous_commit: bool) -> Result<Self, PgError> {
+    pub(crate) async fn open(
+        config: &Config,
+        synchronous_commit: bool,
+        shards: Shards,
+    ) -> Result<Self, PgError> {
         let mut connection = Self {
             config: config.clone(),
             synchronous_commit,
+            shards,
             open: None,
         };
         connection.ensure().await?;
@@ -126,6 +140,7 @@ impl Connection {
             let types = [
                 Type::UUID_ARRAY,
                 Type::INT4_ARRAY,
+                Type::UUID_ARRAY,
                 Type::INT8_ARRAY,
                 Type::INT4_ARRAY,
                 Type::INT4_ARRAY,
@@ -158,6 +173,7 @@ impl Connection {
         batch.sort_by_key(|r| r.session);
         let mut a_session = Vec::with_capacity(batch.len());
         let mut a_shard = Vec::with_capacity(batch.len());
+        let mut a_parent: Vec<Option<Uuid>> = Vec::with_capacity(batch.len());
         let mut a_first = Vec::with_capacity(batch.len());
         let mut a_count = Vec::with_capacity(batch.len());
         let mut a_fence_shard: Vec<Option<i32>> = Vec::with_capacity(batch.len());
@@ -176,7 +192,10 @@ impl Connection {
         let mut events = 0u64;
         for request in &batch {
             a_session.push(uuid(request.session));
-            a_shard.push(i32::try_from(shard_of(request.session)).unwrap_or(0));
+            // A child's own hash: used only when its parent is not in the store.
+            let hashed = request.parent.unwrap_or(request.session);
+            a_shard.push(i32::try_from(self.shards.of(hashed)).unwrap_or(0));
+            a_parent.push(request.parent.map(uuid));
             a_first.push(i64::try_from(request.first.0).unwrap_or(i64::MAX));
             a_count.push(i32::try_from(request.events.len()).unwrap_or(i32::MAX));
             match request.fence {
@@ -210,6 +229,7 @@ impl Connection {
                     &[
                         &a_session,
                         &a_shard,
+                        &a_parent,
                         &a_first,
                         &a_count,
                         &a_fence_shard,
@@ -251,6 +271,8 @@ impl Connection {
                 let index: i32 = row.try_get(0).map_err(|e| render(&e))?;
                 let code: i16 = row.try_get(1).map_err(|e| render(&e))?;
                 let expected: Option<i64> = row.try_get(2).map_err(|e| render(&e))?;
+                let shard: Option<i32> = row.try_get(3).map_err(|e| render(&e))?;
+                let shard = shard.and_then(|s| u32::try_from(s).ok());
                 let index = usize::try_from(index - 1).map_err(|_| "bad append index")?;
                 let expected_seq =
                     || Seq(expected.and_then(|e| u64::try_from(e).ok()).unwrap_or(0));
@@ -262,16 +284,17 @@ impl Connection {
                     }),
                     2 => Err(AppendError::SessionDeleted),
                     3 => Err(AppendError::UnknownSession),
-                    4 => {
-                        let shard = match batch.get(index).map(|r| r.fence) {
+                    4 => Err(AppendError::Fenced {
+                        shard: shard.unwrap_or(0),
+                        epoch: expected.and_then(|e| u64::try_from(e).ok()),
+                    }),
+                    6 => Err(AppendError::WrongShard {
+                        shard: shard.unwrap_or(0),
+                        fence_shard: match batch.get(index).map(|r| r.fence) {
                             Some(Fence::Epoch { shard, .. }) => shard,
                             _ => 0,
-                        };
-                        Err(AppendError::Fenced {
-                            shard,
-                            epoch: expected.and_then(|e| u64::try_from(e).ok()),
-                        })
-                    }
+                        },
+                    }),
                     other => Err(AppendError::Storage(format!(
                         "foya_append answered an unknown code {other}"
                     ))),

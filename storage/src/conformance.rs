@@ -1,7 +1,7 @@
 //! The conformance suite of the storage seam (feature `conformance`): the same checks
 //! run against every [`EventLog`] — the redb [`crate::Store`] in this crate's tests,
 //! PostgreSQL in `foya-storage-pg`'s. Each check takes a fresh, empty log and panics (it
-//! is test code) when the log breaks a rule of [`crate::log`].
+//! is test code) when the log breaks a rule of the seam (`log.rs`).
 //!
 //! A test crate instantiates the whole suite with [`crate::conformance_tests!`], naming
 //! an async function that returns a fresh log:
@@ -10,12 +10,20 @@
 //! async fn fresh() -> foya_storage::Store { /* … */ }
 //! foya_storage::conformance_tests!(fresh);
 //! ```
+//!
+//! The fencing checks ([`crate::fencing_conformance_tests!`]) also need the engine's
+//! way of granting and taking away a shard ([`Ownership`]): a function returning a fresh
+//! log and its [`Ownership`]. A single-node store (redb) is always the owner of every
+//! shard ([`SingleNode`]): its fences are never stale, and the checks assert that
+//! every fence is accepted; a shared engine's (PostgreSQL's) go stale when another node
+//! takes the shard, and the checks assert that every write path refuses them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use crate::{AppendError, Cursor, EventLog, Fence, Page};
 use foya_protocol::{
     Event, EventKind, Input, InputId, RunId, Seq, SessionConfig, SessionId, TitleSource, TurnStatus,
 };
+use std::future::Future;
 
 /// Generates one `#[tokio::test]` per check of the suite, each on `$fresh().await`.
 #[macro_export]
@@ -43,6 +51,51 @@ macro_rules! conformance_tests {
             }
         )*
     };
+}
+
+/// Generates one `#[tokio::test]` per fencing check, each on `$fresh_owned().await`, an
+/// async function returning a fresh log and its [`Ownership`].
+#[macro_export]
+macro_rules! fencing_conformance_tests {
+    ($fresh_owned:path) => {
+        $crate::fencing_conformance_tests!(@each $fresh_owned;
+            the_owners_fenced_writes_commit_on_every_path,
+            a_stale_fence_is_refused_on_every_write_path,
+            a_stale_fence_does_not_fail_the_others_of_its_batch);
+    };
+    (@each $fresh_owned:path; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let (log, ownership) = $fresh_owned().await;
+                $crate::conformance::$name(log, ownership).await;
+            }
+        )*
+    };
+}
+
+/// How a test grants this node a session's shard and lets another node take it.
+pub trait Ownership: Send + Sync + 'static {
+    /// A fence under which the store accepts `session`'s writes: this node owns the
+    /// session's shard (claimed now, or already).
+    fn own(&self, session: SessionId) -> impl Future<Output = Fence> + Send;
+    /// Another node takes over the shard `fence` names, so that `fence` is stale.
+    /// `false` when the store has no other node (a single-node store).
+    fn take_over(&self, fence: Fence) -> impl Future<Output = bool> + Send;
+}
+
+/// The ownership of a single-node store (redb): one process writes the data directory
+/// (its lock is the fence), so this node owns every shard and no fence is ever stale.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleNode;
+
+impl Ownership for SingleNode {
+    async fn own(&self, _session: SessionId) -> Fence {
+        Fence::Epoch { shard: 0, epoch: 1 }
+    }
+    async fn take_over(&self, _fence: Fence) -> bool {
+        false
+    }
 }
 
 fn event(session: SessionId, seq: u64, kind: EventKind) -> Event {
@@ -463,4 +516,172 @@ async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) 
     })
     .await;
     out.into_iter().flatten().collect()
+}
+
+/// Every write path of a session under its owner's fence commits: creation, queued
+/// inputs and turns (the recovery index), titles (the summary), deletion.
+pub async fn the_owners_fenced_writes_commit_on_every_path<L: EventLog, O: Ownership>(
+    log: L,
+    ownership: O,
+) {
+    let session = SessionId::new();
+    let fence = ownership.own(session).await;
+    log.append(&[created(session)], fence).await.unwrap();
+    let input_id = InputId::new();
+    log.append(
+        &[
+            event(
+                session,
+                2,
+                EventKind::InputQueued {
+                    input_id,
+                    input: Input::text("hi"),
+                },
+            ),
+            event(session, 3, EventKind::TurnStarted { input_id }),
+        ],
+        fence,
+    )
+    .await
+    .unwrap();
+    assert_eq!(log.pending_sessions().await.unwrap(), vec![session]);
+    log.append(
+        &[
+            event(
+                session,
+                4,
+                EventKind::TitleSet {
+                    title: "fenced".into(),
+                    source: TitleSource::User,
+                },
+            ),
+            event(
+                session,
+                5,
+                EventKind::TurnComplete {
+                    status: TurnStatus::Completed,
+                    reason: None,
+                    error: None,
+                },
+            ),
+        ],
+        fence,
+    )
+    .await
+    .unwrap();
+    let summary = log.session(session).await.unwrap().unwrap();
+    assert_eq!(summary.title.as_deref(), Some("fenced"));
+    assert_eq!(log.pending_sessions().await.unwrap(), vec![]);
+    log.append(&[event(session, 6, EventKind::SessionDeleted {})], fence)
+        .await
+        .unwrap();
+    assert!(log.session(session).await.unwrap().unwrap().deleted);
+    log.close().await;
+}
+
+/// A writer whose shard another node took is refused on every write path, with
+/// [`AppendError::Fenced`] naming the shard, never retryable, and nothing written. A
+/// single-node store has no other node: its owner's fence stays good.
+pub async fn a_stale_fence_is_refused_on_every_write_path<L: EventLog, O: Ownership>(
+    log: L,
+    ownership: O,
+) {
+    let session = SessionId::new();
+    let fence = ownership.own(session).await;
+    let input_id = InputId::new();
+    log.append(
+        &[
+            created(session),
+            event(
+                session,
+                2,
+                EventKind::InputQueued {
+                    input_id,
+                    input: Input::text("hi"),
+                },
+            ),
+        ],
+        fence,
+    )
+    .await
+    .unwrap();
+    if !ownership.take_over(fence).await {
+        // A single-node store: the owner keeps writing.
+        log.append(&[step(session, 3)], fence).await.unwrap();
+        log.close().await;
+        return;
+    }
+    let Fence::Epoch { shard, .. } = fence else {
+        panic!("an owner's fence names its shard: {fence:?}");
+    };
+    let before = log.session(session).await.unwrap().unwrap();
+    let paths = [
+        step(session, 3),
+        event(session, 3, EventKind::TurnStarted { input_id }),
+        event(
+            session,
+            3,
+            EventKind::InputQueued {
+                input_id: InputId::new(),
+                input: Input::text("more"),
+            },
+        ),
+        event(
+            session,
+            3,
+            EventKind::TitleSet {
+                title: "stale".into(),
+                source: TitleSource::User,
+            },
+        ),
+        event(session, 3, EventKind::SessionDeleted {}),
+    ];
+    for path in paths {
+        let refused = log.append(std::slice::from_ref(&path), fence).await;
+        assert!(
+            matches!(&refused, Err(AppendError::Fenced { shard: s, .. }) if *s == shard),
+            "{:?}: {refused:?}",
+            path.kind
+        );
+        assert!(!refused.unwrap_err().is_retryable());
+    }
+    assert_eq!(log.last_seq(session).await.unwrap(), Some(Seq(2)));
+    assert_eq!(log.session(session).await.unwrap().unwrap(), before);
+    assert_eq!(log.pending_sessions().await.unwrap(), vec![session]);
+    log.close().await;
+}
+
+/// Appends committed together stay independent under fencing too: a stale append
+/// fails alone, the owners' appends of the same moment commit.
+pub async fn a_stale_fence_does_not_fail_the_others_of_its_batch<L: EventLog, O: Ownership>(
+    log: L,
+    ownership: O,
+) {
+    let mut sessions = Vec::new();
+    for _ in 0..8 {
+        let session = SessionId::new();
+        let fence = ownership.own(session).await;
+        log.append(&[created(session)], fence).await.unwrap();
+        sessions.push((session, fence));
+    }
+    let lost = sessions[0].1;
+    let multi_node = ownership.take_over(lost).await;
+    let appends = sessions.iter().map(|(session, fence)| {
+        let (log, session, fence) = (log.clone(), *session, *fence);
+        async move { log.append(&[step(session, 2)], fence).await }
+    });
+    let results = join_all(appends).await;
+    for ((session, fence), result) in sessions.iter().zip(results) {
+        if multi_node && *fence == lost {
+            assert!(
+                matches!(result, Err(AppendError::Fenced { .. })),
+                "{result:?}"
+            );
+            assert_eq!(log.last_seq(*session).await.unwrap(), Some(Seq(1)));
+        } else {
+            result.unwrap();
+            assert_eq!(log.last_seq(*session).await.unwrap(), Some(Seq(2)));
+        }
+    }
+    log.close().await;
 }

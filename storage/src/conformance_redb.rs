@@ -10,6 +10,13 @@ async fn fresh() -> Store {
 
 crate::conformance_tests!(fresh);
 
+/// redb is a single-node store: always the owner of every shard.
+async fn fresh_owned() -> (Store, crate::conformance::SingleNode) {
+    (fresh().await, crate::conformance::SingleNode)
+}
+
+crate::fencing_conformance_tests!(fresh_owned);
+
 mod file {
     use crate::{Store, StoreOptions};
 

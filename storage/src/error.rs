@@ -125,6 +125,16 @@ pub enum AppendError {
         /// The shard's current epoch.
         epoch: Option<u64>,
     },
+    /// The append's [`crate::Fence`] names another shard than the session's (a
+    /// sub-agent's child lives in its parent's shard): nothing was written. Never retried:
+    /// the caller fenced the session with the wrong shard.
+    #[error("the session is in shard {shard}, not in the fence's shard {fence_shard}")]
+    WrongShard {
+        /// The session's shard.
+        shard: u32,
+        /// The shard the fence named.
+        fence_shard: u32,
+    },
 }
 
 impl AppendError {

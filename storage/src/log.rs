@@ -21,8 +21,10 @@
 //! **Fencing.** Every append carries a [`Fence`]. A shared engine checks it atomically
 //! with the insert and refuses a stale one with [`AppendError::Fenced`], which is never
 //! retried ([`AppendError::is_retryable`]): the writer lost the session's shard to
-//! another node and must stop. [`Fence::None`] appends unconditionally; the redb store
-//! ignores every fence (its data-directory lock is its fence: one process writes a file).
+//! another node and must stop. [`Fence::None`] claims no shard: a shared engine accepts
+//! it only while no node owns the session's shard. The redb store ignores every fence
+//! (its data-directory lock is its fence: one process writes a file; it is a single
+//! node that owns every shard).
 
 use crate::error::{AppendError, ReadError};
 use crate::latency::Latencies;
@@ -34,8 +36,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 /// The ownership token an append is made under: a shared engine commits the append only
-/// while the shard's epoch is still `epoch` (checked in the same statement as the
-/// insert). `None` (the default) appends without a check.
+/// while the shard's epoch is still `epoch` and its owner's lease is live (checked in
+/// the same statement as the insert). `None` (the default) claims no shard: a shared
+/// engine then commits only while no node owns the session's shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fence {
     /// No ownership check (a single-node store, or a tool working on a stopped store).

@@ -13,7 +13,7 @@ pub fn foya_bin() -> PathBuf {
     BIN.get_or_init(|| {
         // The small sandbox helper first: `foya` runs it for every exec tool call when
         // it sits next to it (the same `target/<profile>/`), as after `cargo build`.
-        build_bin("foya-actors", "foya-sandbox");
+        build_bin("foya", "foya-sandbox");
         build_bin("foya", "foya")
     })
     .clone()

@@ -7,6 +7,7 @@ pub mod foya_bin;
 pub mod hook_project;
 pub mod mcp;
 pub mod mock_provider;
+pub mod otlp;
 
 pub use foya_actors::testkit::procs;
 pub use foya_bin::foya_bin;

@@ -16,7 +16,8 @@
 
 pub mod command;
 pub mod config;
-pub mod decision;
+/// The decision rules (pure; in `foya-core`).
+pub use foya_core::hooks::decision;
 pub mod runner;
 pub(crate) mod stop;
 
@@ -26,7 +27,7 @@ pub use runner::Hooks;
 pub use stop::{StopDecision, StopHook, StopHookInput};
 
 use async_trait::async_trait;
-use foya_protocol::{ApprovalMode, HookDecision, RunId, SessionId, ToolCallId};
+use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -208,43 +209,7 @@ pub fn permission_mode(mode: ApprovalMode) -> &'static str {
     }
 }
 
-/// One hook run's answer (a command hook's output, interpreted; or an in-process hook's
-/// value). Only these fields exist: nothing a hook says can widen a permission.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookResponse {
-    /// What it decided ([`HookDecision::Failed`] when it failed).
-    pub decision: HookDecision,
-    /// Why: the reason of a decision, `stopReason` for [`HookDecision::Stop`], or what
-    /// went wrong for [`HookDecision::Failed`].
-    pub reason: Option<String>,
-    /// Text for the model (`additionalContext`; plain stdout of `SessionStart` and
-    /// `UserPromptSubmit` hooks).
-    pub additional_context: Option<String>,
-}
-
-impl HookResponse {
-    /// No decision, no context.
-    #[must_use]
-    pub fn none() -> Self {
-        Self::decided(HookDecision::None, None)
-    }
-
-    /// `decision` with `reason`, no context.
-    #[must_use]
-    pub fn decided(decision: HookDecision, reason: Option<String>) -> Self {
-        Self {
-            decision,
-            reason,
-            additional_context: None,
-        }
-    }
-
-    /// The hook failed: `message` says how (never the hook's output).
-    #[must_use]
-    pub fn failed(message: impl Into<String>) -> Self {
-        Self::decided(HookDecision::Failed, Some(message.into()))
-    }
-}
+pub use foya_core::hooks::{HookResponse, HookRun};
 
 /// An in-process hook of an embedder (`RuntimeConfig::hooks`): runs before the command
 /// hooks of the same point, with the same input and the same rules.

@@ -2,8 +2,8 @@
 //! then the command hooks whose matcher selects the subject — each run timed and turned
 //! into a `hook_ran` event; and the session transcript a hook can read.
 
-use super::decision::{Merged, merge};
-use super::{Hook, HookCommands, HookEvent, HookInput, HookResponse, command};
+use super::decision::merge;
+use super::{Hook, HookCommands, HookEvent, HookInput, HookResponse, HookRun, command};
 use crate::tools::sandbox::SandboxRunner;
 use foya_protocol::{Event, EventKind, HookDecision, SessionId};
 use std::io::Write;
@@ -24,15 +24,6 @@ pub struct Hooks {
     transcript_dir: Option<PathBuf>,
     /// The sandbox helper command hooks run under (`command::run`); `None`: plain bash.
     supervisor: Option<SandboxRunner>,
-}
-
-/// What the hooks of one point did.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct HookRun {
-    /// Their combined answer.
-    pub merged: Merged,
-    /// One `hook_ran` per hook that ran, in order (to persist).
-    pub events: Vec<EventKind>,
 }
 
 impl Hooks {

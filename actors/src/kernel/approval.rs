@@ -1,20 +1,4 @@
-//! What the actors hand the façade about approvals.
+//! What the actors hand the façade about approvals (the value is the session machine's,
+//! in `foya-core`).
 
-use foya_protocol::{ApprovalRequestId, ToolCallId};
-
-/// A tool call waiting for a decision ([`crate::SessionHandle::pending_approvals`],
-/// answered with [`crate::SessionHandle::decide_approval`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ApprovalRequest {
-    /// Answer it with this id.
-    pub request_id: ApprovalRequestId,
-    /// The call.
-    pub tool_call_id: ToolCallId,
-    /// Tool name.
-    pub tool_name: String,
-    /// The exact command or path.
-    pub action: String,
-    /// Why approval is needed.
-    pub reason: String,
-}
+pub use foya_core::session::ApprovalRequest;

@@ -4,36 +4,12 @@ use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
 use crate::tools::ToolRegistry;
-use crate::turn::protection::Limits;
+use foya_core::turn::protection::Limits;
 use foya_protocol::SessionConfig;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// What recovery does with inputs that were queued (persisted `input_queued`, never
-/// started) when a session is loaded after the runtime stopped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum QueuedOnRestart {
-    /// They stay queued, in order, and run one after another (default).
-    #[default]
-    Run,
-    /// Each gets `input_dropped{reason: "dropped on restart"}`, in order.
-    Drop,
-}
-
-/// What happens to a call that needs a person's approval while no approver
-/// ([`crate::SubscribeOptions::approver`]) is attached to its session.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum WithoutApprover {
-    /// The request waits, like one an approver sees: `approval_requested` is committed,
-    /// [`crate::SessionHandle::pending_approvals`] lists it and [`crate::SessionHandle::decide_approval`]
-    /// answers it (an approver attaching later can too); the turn waits meanwhile
-    /// (cancel ends it). Default.
-    #[default]
-    Wait,
-    /// The call is denied at once (`approval_requested` then `approval_decided{deny}`
-    /// with a message saying no approver is attached), as `foya run` does.
-    Deny,
-}
+pub use foya_core::session::{QueuedOnRestart, WithoutApprover};
 
 /// Turn-control settings shared by every turn (from `RuntimeConfig`).
 #[derive(Debug, Clone, Default)]
@@ -61,8 +37,8 @@ pub(crate) struct RuntimeDeps {
     pub sub_agents: Option<Arc<crate::tools::builtin::agent::AgentTool>>,
     /// Every hook of the runtime.
     pub hooks: Arc<crate::hooks::Hooks>,
-    /// Events idle sessions may keep in memory (see `session::log::IdleLogs`).
-    pub idle_logs: crate::session::log::IdleLogs,
+    /// Events idle sessions may keep in memory (see `log::IdleLogs`).
+    pub idle_logs: crate::log::IdleLogs,
     /// [`crate::RuntimeConfig::default_provider`] and [`crate::RuntimeConfig::default_model`].
     pub default_provider: String,
     pub default_model: String,

@@ -3,6 +3,7 @@
 use foya_protocol::{ApprovalRequestId, SessionId};
 use ractor::rpc::CallResult;
 use ractor::{ActorRef, RpcReplyPort};
+use std::sync::Arc;
 
 /// Errors of the façade. Non-exhaustive: match the variants you handle and keep a
 /// catch-all arm.
@@ -25,9 +26,10 @@ pub enum RuntimeError {
     /// No pending approval request has this id.
     #[error("no pending approval request {0}")]
     UnknownApproval(ApprovalRequestId),
-    /// The event store failed.
-    #[error("storage: {0}")]
-    Storage(String),
+    /// The event store failed (its error is the [`source`](std::error::Error::source)
+    /// on the node where it happened).
+    #[error(transparent)]
+    Storage(StorageError),
     /// The actor system failed (an actor stopped or did not answer).
     #[error("runtime: {0}")]
     Actor(String),
@@ -68,6 +70,85 @@ pub enum RuntimeError {
     #[error("cluster: {0}")]
     #[serde(skip)]
     Cluster(Box<ClusterError>),
+}
+
+/// A failure of the event store ([`RuntimeError::Storage`]): what went wrong, in words,
+/// and, on the node where it happened, the store's own error as its
+/// [`source`](std::error::Error::source). Serialised as the words alone: a node that
+/// gets it from another has no source.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct StorageError {
+    message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StorageError {
+    /// The failure `error` of the store, kept as the source.
+    pub(crate) fn of<E: std::error::Error + Send + Sync + 'static>(error: E) -> Self {
+        Self {
+            message: error.to_string(),
+            source: Some(Arc::new(error)),
+        }
+    }
+
+    /// What went wrong, in words.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for StorageError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            source: None,
+        }
+    }
+}
+
+impl From<StorageError> for String {
+    fn from(error: StorageError) -> Self {
+        error.message
+    }
+}
+
+/// Equal when they say the same (the source is not compared).
+impl PartialEq for StorageError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for StorageError {}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "storage: {}", self.message)
+    }
+}
+
+impl std::error::Error for StorageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<foya_core::session::Refusal> for RuntimeError {
+    fn from(refusal: foya_core::session::Refusal) -> Self {
+        use foya_core::session::Refusal;
+        match refusal {
+            Refusal::SessionDeleted(id) => Self::SessionDeleted(id),
+            Refusal::EmptyInput => Self::EmptyInput,
+            Refusal::UnknownApproval(id) => Self::UnknownApproval(id),
+            Refusal::Storage(message) => Self::Storage(message.into()),
+            Refusal::ImagesNotSupported { model } => Self::ImagesNotSupported { model },
+            Refusal::ShuttingDown => Self::ShuttingDown,
+        }
+    }
 }
 
 /// Errors of the cluster API. Non-exhaustive: keep a catch-all arm.
@@ -177,5 +258,24 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
         CallResult::Timeout | CallResult::SenderError => Err(RuntimeError::Actor(
             "the actor stopped before answering".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_storage_error_keeps_the_stores_error_as_its_source_and_travels_as_words() {
+        let error = RuntimeError::Storage(StorageError::of(std::io::Error::other("disk full")));
+        assert_eq!(error.to_string(), "storage: disk full");
+        let source = std::error::Error::source(&error).expect("the store's error");
+        assert_eq!(source.to_string(), "disk full");
+        let json = serde_json::to_string(&error).unwrap();
+        assert_eq!(json, r#"{"storage":"disk full"}"#);
+        let back: RuntimeError = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, error);
+        assert!(std::error::Error::source(&back).is_none());
     }
 }

@@ -16,5 +16,5 @@ pub(crate) use deps::{ControlConfig, RuntimeDeps};
 pub use deps::{QueuedOnRestart, WithoutApprover};
 #[cfg(feature = "cluster")]
 pub use error::ClusterError;
-pub use error::RuntimeError;
 pub(crate) use error::{Reply, actor_err, ask};
+pub use error::{RuntimeError, StorageError};

@@ -3,12 +3,12 @@
 //! What stays here: the reply ports (answered when the machine says), the subscriber
 //! channels, the running TurnActor's ref and cancel token, the in-memory log.
 
-use super::log::{IdleReservation, SharedLog};
 use super::machine::{SessionInput, SessionMachine, Settings};
 use super::state::SessionState;
 use super::{ApprovalAnswer, Reply, SessionMsg, Subscribed};
 use crate::context::ProjectContext;
 use crate::kernel::RuntimeDeps;
+use crate::log::{IdleReservation, SharedLog};
 use crate::outcome::ApprovalRequest;
 use crate::turn::TurnMsg;
 use foya_protocol::{ApprovalRequestId, Event, InputId};
@@ -51,7 +51,7 @@ pub(super) enum Caller {
     Done(Reply<()>),
     Subscribe(Reply<Subscribed>),
     Approvals(Reply<Vec<ApprovalRequest>>),
-    Append(Option<RpcReplyPort<Result<(), String>>>),
+    Append(Option<RpcReplyPort<Result<(), foya_core::session::AppendRefused>>>),
     Title(Option<RpcReplyPort<bool>>),
 }
 
@@ -81,7 +81,7 @@ pub(crate) struct Session {
     /// supervisor read or wrote when it started the session, read from the store when a
     /// turn starts without it, extended by every append. When the session goes idle it
     /// keeps the log only within the runtime's idle budget
-    /// ([`IdleLogs`](super::log::IdleLogs)), holding `idle_reservation` meanwhile.
+    /// ([`IdleLogs`](crate::log::IdleLogs)), holding `idle_reservation` meanwhile.
     pub(super) log: Option<SharedLog>,
     pub(super) idle_reservation: Option<IdleReservation>,
     /// When the session last handled a message other than the hibernation check
@@ -108,7 +108,6 @@ impl Actor for SessionActor {
             queued_on_restart: deps.queued_on_restart,
             without_approver: deps.without_approver,
             generate_titles: deps.context.generate_titles,
-            clock: crate::kernel::now_ms,
         };
         // A session starts idle: its log counts against the idle budget too.
         let idle_reservation = deps.idle_logs.reserve(args.log.len());

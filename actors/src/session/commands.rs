@@ -15,20 +15,7 @@
 use crate::context::{CommandAction, ProjectContext, expand_command};
 use foya_protocol::Input;
 
-/// What a started input turns into.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Plan {
-    /// Run the step loop.
-    Model,
-    /// Compact now.
-    Compact,
-    /// Set this title by hand.
-    SetTitle(String),
-    /// Generate a title.
-    GenerateTitle,
-    /// Fail the turn with this message (`invalid_request`).
-    Unknown(String),
-}
+pub(crate) use foya_core::session::Plan;
 
 /// Expands `input`'s command, if any: the input to record and the plan.
 pub(crate) fn plan(project: &ProjectContext, mut input: Input) -> (Input, Plan) {

@@ -3,11 +3,11 @@
 //! TitleActor, hooks, replies. No rule is decided here.
 
 use super::actor::{Caller, RunningTurn, Session, Subscriber};
-use super::log::SharedLog;
 use super::machine::{Answer, Effect, SessionInput, TitleText};
 use super::{SessionMsg, Subscribed, commands, title};
 use crate::hooks::{HookEvent, HookInput};
-use crate::kernel::RuntimeError;
+use crate::kernel::{RuntimeError, now_ms};
+use crate::log::SharedLog;
 use crate::turn::{TurnActor, TurnArgs, TurnMode, TurnMsg};
 use foya_protocol::event::{LiveDelta, Notice};
 use foya_protocol::{Event, EventKind, RunId, Seq, SessionUpdate};
@@ -44,7 +44,7 @@ impl Session {
         input: SessionInput,
         mut caller: Option<Caller>,
     ) -> Result<(), ActorProcessingErr> {
-        let mut effects = self.machine.on(input);
+        let mut effects = self.machine.on(input, now_ms());
         loop {
             let mut answer = None;
             for effect in effects {
@@ -53,7 +53,7 @@ impl Session {
                 }
             }
             match answer {
-                Some(input) => effects = self.machine.on(input),
+                Some(input) => effects = self.machine.on(input, now_ms()),
                 None => return Ok(()),
             }
         }
@@ -143,7 +143,7 @@ impl Session {
             Effect::DropApprovals => self.waiters.approvals.clear(),
             Effect::AnswerDelete(result) => {
                 if let Some(reply) = self.waiters.delete.take() {
-                    let _ = reply.send(result);
+                    let _ = reply.send(result.map_err(RuntimeError::from));
                 }
             }
             Effect::AnswerShutdown => {
@@ -237,7 +237,7 @@ impl Session {
         let cancel = CancellationToken::new();
         let fold = self.machine.fold();
         let args = TurnArgs {
-            session: myself.clone(),
+            session: Arc::new(myself.clone()),
             log,
             deps: Arc::clone(&self.deps),
             session_id: fold.id,
@@ -281,7 +281,7 @@ impl Session {
             .store
             .read_from(self.machine.fold().id, Seq::FIRST)
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
         let log = SharedLog::new(events);
         self.log = Some(log.clone());
         Ok(log)
@@ -315,10 +315,10 @@ impl Session {
 fn reply(caller: Option<Caller>, answer: Answer) {
     match (caller, answer) {
         (Some(Caller::Submit(reply)), Answer::Submitted(result)) => {
-            let _ = reply.send(result);
+            let _ = reply.send(result.map_err(RuntimeError::from));
         }
         (Some(Caller::Done(reply)), Answer::Done(result)) => {
-            let _ = reply.send(result);
+            let _ = reply.send(result.map_err(RuntimeError::from));
         }
         (Some(Caller::Approvals(reply)), Answer::PendingApprovals(pending)) => {
             let _ = reply.send(Ok(pending));

@@ -13,9 +13,9 @@
 //! Every event of the session — its own and those its TurnActor and ToolActors produce —
 //! goes through [`SessionMsg::Append`]: committed, folded into [`state::SessionState`]
 //! and only then broadcast to subscribers. The session also keeps the committed log in
-//! memory ([`log::SharedLog`], started from what the supervisor read or wrote): its
+//! memory ([`crate::log::SharedLog`], started from what the supervisor read or wrote): its
 //! TurnActor compiles every step from it, never from the store. Idle, it keeps the log
-//! only within the runtime's idle budget ([`log::IdleLogs`]); without it, the next
+//! only within the runtime's idle budget ([`crate::log::IdleLogs`]); without it, the next
 //! turn's start reads the log from the store once.
 //!
 //! Hibernation: idle and unwatched for `RuntimeConfig::hibernate_after`, the actor stops
@@ -26,9 +26,9 @@ pub(crate) mod actor;
 mod commands;
 mod effects;
 mod hibernate;
-pub(crate) mod log;
-mod machine;
-pub(crate) mod state;
+mod port;
+pub(crate) use foya_core::session::machine;
+pub(crate) use foya_core::session::state;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -53,18 +53,10 @@ use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, EventKind, Input, InputId, RunId, Seq, SessionUpdate,
     ToolCallId,
 };
-pub(crate) use machine::NO_APPROVER;
 use ractor::RpcReplyPort;
 use tokio::sync::mpsc;
 
-/// The answer to a ToolActor's approval request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ApprovalAnswer {
-    /// Whether the call may run.
-    pub allowed: bool,
-    /// Message for the model when denied.
-    pub message: Option<String>,
-}
+pub(crate) use foya_core::session::ApprovalAnswer;
 
 /// What a new subscriber gets: its live channel and the last seq committed when it was
 /// registered (replay covers up to it; the channel carries everything after).
@@ -120,7 +112,7 @@ pub(crate) enum SessionMsg {
     Append {
         run_id: RunId,
         kinds: Vec<EventKind>,
-        reply: Option<RpcReplyPort<Result<(), String>>>,
+        reply: Option<RpcReplyPort<Result<(), foya_core::session::AppendRefused>>>,
     },
     /// From a child: broadcast live deltas, in order.
     PublishDeltas { run_id: RunId, deltas: Vec<Delta> },

@@ -174,7 +174,7 @@ async fn a_store_failure_fails_only_the_affected_turn_with_class_storage() {
     store.inject_append_failures(1);
     let refused = a.submit(Input::text("lost")).await;
     assert!(
-        matches!(&refused, Err(RuntimeError::Storage(m)) if m.contains("No space left on device")),
+        matches!(&refused, Err(RuntimeError::Storage(m)) if m.message().contains("No space left on device")),
         "{refused:?}"
     );
     let last_seq = store.last_seq(a.id()).unwrap();

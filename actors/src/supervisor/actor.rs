@@ -94,7 +94,7 @@ impl Supervisor {
             .store
             .read_from(id, Seq::FIRST)
             .await
-            .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
         let state = SessionState::from_log(&events).ok_or(RuntimeError::SessionNotFound(id))?;
         if state.deleted {
             return Err(RuntimeError::SessionDeleted(id));
@@ -125,7 +125,7 @@ pub(super) async fn new_session(
     deps.store
         .append(std::slice::from_ref(&event), foya_storage::Fence::None)
         .await
-        .map_err(|e| RuntimeError::Storage(e.to_string()))?;
+        .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
     let mut state = SessionState::new(id, config);
     crate::session::state::apply(&mut state, &event);
     Ok((state, vec![event]))

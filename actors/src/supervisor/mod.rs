@@ -17,6 +17,8 @@
 //! `agent` call that started it ends.
 
 pub(crate) mod actor;
+#[cfg(test)]
+mod agent_tool_tests;
 pub(crate) mod sub_agent;
 
 pub(crate) use actor::{SupervisorActor, SupervisorArgs};

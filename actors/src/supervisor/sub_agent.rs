@@ -27,7 +27,7 @@ use crate::kernel::{RuntimeDeps, ask};
 use crate::session::SessionMsg;
 use crate::session::actor::{SessionActor, SessionArgs};
 use crate::subscription::Subscription;
-use crate::tools::builtin::agent::{ChildSession, SubAgentSpawner};
+use crate::tools::builtin::agent::{ChildSession, SubAgentError, SubAgentSpawner};
 use async_trait::async_trait;
 use foya_protocol::{
     Event, EventKind, Input, InputId, Seq, SessionConfig, SessionId, SessionUpdate,
@@ -72,7 +72,17 @@ impl Spawner {
 
 #[async_trait]
 impl SubAgentSpawner for Spawner {
-    async fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, String> {
+    async fn parent_config(&self, parent: SessionId) -> Result<SessionConfig, SubAgentError> {
+        self.read_parent_config(parent).await.map_err(SubAgentError)
+    }
+
+    async fn start(&self, config: SessionConfig) -> Result<Box<dyn ChildSession>, SubAgentError> {
+        self.start_child(config).await.map_err(SubAgentError)
+    }
+}
+
+impl Spawner {
+    async fn read_parent_config(&self, parent: SessionId) -> Result<SessionConfig, String> {
         self.deps()?
             .store
             .read_from(parent, Seq::FIRST)
@@ -86,7 +96,7 @@ impl SubAgentSpawner for Spawner {
             .ok_or_else(|| "the parent session has no configuration".into())
     }
 
-    async fn start(&self, config: SessionConfig) -> Result<Box<dyn ChildSession>, String> {
+    async fn start_child(&self, config: SessionConfig) -> Result<Box<dyn ChildSession>, String> {
         let deps = self.deps()?;
         let parent_id = config
             .parent
@@ -135,19 +145,8 @@ struct Child {
     updates: Option<Subscription>,
 }
 
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.owner.stop(None);
-    }
-}
-
-#[async_trait]
-impl ChildSession for Child {
-    fn id(&self) -> SessionId {
-        self.id
-    }
-
-    async fn submit(&mut self, task: &str) -> Result<(), String> {
+impl Child {
+    async fn submit_task(&mut self, task: &str) -> Result<(), String> {
         let subscribed = ask(&self.session, |reply| SessionMsg::Subscribe {
             approver: false,
             reply,
@@ -166,6 +165,23 @@ impl ChildSession for Child {
         .await
         .map(|_| ())
         .map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.owner.stop(None);
+    }
+}
+
+#[async_trait]
+impl ChildSession for Child {
+    fn id(&self) -> SessionId {
+        self.id
+    }
+
+    async fn submit(&mut self, task: &str) -> Result<(), SubAgentError> {
+        self.submit_task(task).await.map_err(SubAgentError)
     }
 
     async fn next(&mut self) -> Option<SessionUpdate> {

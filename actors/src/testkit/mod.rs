@@ -37,6 +37,6 @@ pub use runtime::{
     runtime_with_model, script, session_config, session_config_in, subscribe, workdir,
 };
 pub use tools::{
-    Behaviour, Recorder, TestTool, call_tool, confined, sandbox_runner, sandboxed_builtins,
-    tool_context, tools,
+    Behaviour, Recorder, TestTool, call_tool, confined, sandbox_helper, sandbox_runner,
+    sandboxed_builtins, tool_context, tools,
 };

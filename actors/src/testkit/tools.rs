@@ -149,13 +149,52 @@ pub async fn call_tool(tool: &dyn Tool, ctx: &ToolContext, args: serde_json::Val
         .await
 }
 
-/// A Sandbox Runner starting commands through this package's `foya-sandbox` helper, as
-/// cargo builds it for the integration tests: next to the directory of the running test
-/// binary (`target/<profile>/deps/<test>` → `target/<profile>/foya-sandbox`).
+/// A Sandbox Runner starting commands through the real `foya-sandbox` helper
+/// ([`sandbox_helper`]).
 pub fn sandbox_runner() -> SandboxRunner {
-    let test_binary = std::env::current_exe().unwrap();
-    let profile_dir = test_binary.parent().and_then(Path::parent).unwrap();
-    SandboxRunner::new(profile_dir.join("foya-sandbox"))
+    SandboxRunner::new(sandbox_helper())
+}
+
+/// The `foya-sandbox` helper binary (a binary of the `foya` package, beside `foya`),
+/// built once per test process with `cargo build -p foya --bin foya-sandbox` (escargot,
+/// the same profile and target folder as the tests).
+///
+/// # Panics
+/// When the build fails (the test cannot run without the helper).
+pub fn sandbox_helper() -> std::path::PathBuf {
+    static HELPER: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    HELPER
+        .get_or_init(|| {
+            let mut build = escargot::CargoBuild::new()
+                .package("foya")
+                .bin("foya-sandbox");
+            // The variables cargo sets for a test process would reach build scripts that
+            // watch them (`rerun-if-env-changed`) and make this build and the next
+            // `cargo test` rebuild each other's dependencies.
+            for (key, _) in std::env::vars_os() {
+                let Some(key) = key.to_str() else { continue };
+                if key.starts_with("CARGO_PKG_")
+                    || [
+                        "CARGO_MANIFEST_DIR",
+                        "CARGO_MANIFEST_PATH",
+                        "CARGO_MANIFEST_LINKS",
+                        "CARGO_CRATE_NAME",
+                        "CARGO_PRIMARY_PACKAGE",
+                        "CARGO_TARGET_TMPDIR",
+                        "OUT_DIR",
+                    ]
+                    .contains(&key)
+                {
+                    build = build.env_remove(key);
+                }
+            }
+            build
+                .run()
+                .expect("build foya-sandbox")
+                .path()
+                .to_path_buf()
+        })
+        .clone()
 }
 
 /// The real built-ins with `shell` sandboxed through [`sandbox_runner`].

@@ -12,6 +12,7 @@
 //! end) and tells the machine ([`TurnInput::CancelRequested`]).
 
 use super::machine::{HookPoints, StreamOutcome, TurnConfig, TurnEffect, TurnInput, TurnMachine};
+use super::port::Port;
 use super::provider::actor::ProviderMsg;
 use super::provider::relay::Relay;
 use super::tool::ToolMsg;
@@ -19,7 +20,6 @@ use super::tool::actor::PartialOutput;
 use super::{TurnMode, TurnMsg};
 use crate::context::{Calibration, Environment, ProjectContext};
 use crate::kernel::RuntimeDeps;
-use crate::session::SessionMsg;
 use crate::task::AbortOnDropHandle;
 use foya_protocol::{
     ErrorClass, Event, EventKind, ProviderError, RunId, SessionConfig, SessionId, StreamAggregate,
@@ -37,9 +37,10 @@ pub(crate) struct TurnActor;
 /// What a TurnActor is started with (by its session, after `turn_started` is committed).
 #[derive(Debug)]
 pub(crate) struct TurnArgs {
-    pub session: ActorRef<SessionMsg>,
+    /// The session that runs the turn.
+    pub session: Port,
     /// The session's committed log (the turn compiles every step from it).
-    pub log: crate::session::log::SharedLog,
+    pub log: crate::log::SharedLog,
     pub deps: Arc<RuntimeDeps>,
     pub session_id: SessionId,
     pub config: SessionConfig,
@@ -118,25 +119,7 @@ impl Turn {
         }
         let kinds = std::mem::take(&mut self.io.pending);
         let run_id = self.args.run_id;
-        let result = self
-            .args
-            .session
-            .call(
-                |reply| SessionMsg::Append {
-                    run_id,
-                    kinds,
-                    reply: Some(reply),
-                },
-                None,
-            )
-            .await?;
-        match result {
-            ractor::rpc::CallResult::Success(Ok(())) => Ok(()),
-            ractor::rpc::CallResult::Success(Err(e)) => Err(e.into()),
-            ractor::rpc::CallResult::Timeout | ractor::rpc::CallResult::SenderError => {
-                Err("the session did not answer an append".into())
-            }
-        }
+        self.args.session.append(run_id, kinds).await
     }
 
     /// Feeds `input` to the machine and carries out its effects, feeding the results
@@ -514,7 +497,7 @@ impl Actor for TurnActor {
 }
 
 /// `startup` for the session's first turn, `resume` otherwise.
-pub(super) fn session_source(log: &crate::session::log::SharedLog) -> &'static str {
+pub(super) fn session_source(log: &crate::log::SharedLog) -> &'static str {
     let turns = log
         .read()
         .iter()

@@ -48,7 +48,12 @@ impl Turn {
             tools: &self.io.tools,
             limits: self.limits(),
             calibration: self.io.calibration,
-            attachments: self.args.deps.attachments.as_deref(),
+            attachments: self
+                .args
+                .deps
+                .attachments
+                .as_deref()
+                .map(|store| store as &dyn crate::context::AttachmentSizes),
         }
     }
 
@@ -252,5 +257,12 @@ impl Turn {
             },
             Err(e) => TurnInput::ContextFailed(e.to_string()),
         }
+    }
+}
+
+/// The compiler reads the sizes of stored images from the runtime's attachment store.
+impl crate::context::AttachmentSizes for crate::attachments::AttachmentStore {
+    fn size(&self, id: &str) -> Option<u64> {
+        Self::size(self, id)
     }
 }

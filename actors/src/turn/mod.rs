@@ -14,30 +14,22 @@
 
 pub(crate) mod actor;
 mod context;
-mod duplicates;
 mod env;
 mod hooks;
-pub(crate) mod machine;
+pub(crate) use foya_core::turn::machine;
 #[cfg(feature = "mcp")]
 mod mcp;
-pub(crate) mod protection;
+pub(crate) use foya_core::turn::protection;
+pub(crate) mod port;
 pub(crate) mod provider;
 mod tool;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
-pub(crate) use machine::run::CANCELLED;
+pub(crate) use foya_core::schedule::CANCELLED;
+pub(crate) use foya_core::turn::TurnMode;
 
 use foya_protocol::{StreamEvent, ToolMessage};
-
-/// What a turn does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TurnMode {
-    /// The step loop (model requests and tools).
-    Model,
-    /// `/compact`: compact the context now, then end the turn.
-    Compact,
-}
 
 /// Messages of the TurnActor.
 #[derive(Debug)]
@@ -68,7 +60,7 @@ pub(crate) enum TurnMsg {
     /// Cancel the turn.
     Cancel { reason: String },
     /// The hooks of the current hook point answered.
-    HookDone { run: crate::hooks::runner::HookRun },
+    HookDone { run: crate::hooks::HookRun },
     /// A tool hook answered `continue: false`: the turn ends once the step's results
     /// are in.
     HookStopped { reason: Option<String> },

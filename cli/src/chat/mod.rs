@@ -17,7 +17,8 @@ mod commands;
 mod input;
 mod turn;
 
-use crate::args::{ChatArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::args::ChatArgs;
+use crate::exit::{CommandError, Ended};
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use commands::ChatCommand;
@@ -29,20 +30,29 @@ use input::{Editor, Prompted};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-pub async fn chat(args: ChatArgs) -> u8 {
+/// How the chat is left: `Ok` (`/exit`, Ctrl-D, Ctrl-C twice at the prompt) or the end
+/// that sets the exit status (a cancelled turn, a signal).
+type Leave = Result<(), Ended>;
+
+/// `foya chat`: an interactive session on a terminal, or one input per piped line.
+///
+/// # Errors
+/// A usage or configuration error; the runtime could not do its job; the chat was left
+/// by a signal or a cancel (its exit status).
+pub async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     // Installed first, so a SIGTERM or SIGHUP from now on stops the chat gracefully
     // instead of killing the process.
     let signals = match Signals::install() {
         Ok(s) => s,
-        Err(e) => return failed(&e),
+        Err(e) => return Err(failed(e)),
     };
     let cwd = match crate::setup::working_dir(args.cwd.as_deref()) {
         Ok(cwd) => cwd,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     let dir = match crate::data::data_dir(args.data.data_dir.as_deref()) {
         Ok(d) => d,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     // `--session ID` resumes a stored session that is not deleted: otherwise (or without
     // a store at all) this says so and exits 1, creating nothing — checked before the
@@ -54,18 +64,18 @@ pub async fn chat(args: ChatArgs) -> u8 {
                 Some(url) => {
                     let store = match crate::shared_store::open(url).await {
                         Ok(store) => store,
-                        Err(e) => return failed(&e),
+                        Err(e) => return Err(failed(e)),
                     };
                     match crate::shared_store::input_refusal(&store, id).await {
                         Ok(None) => Some(store),
                         Ok(Some(message)) => {
                             eprintln!("foya: {message}");
                             store.close().await;
-                            return EXIT_FAILED;
+                            return Err(Ended::Failed.into());
                         }
                         Err(e) => {
                             store.close().await;
-                            return failed(&e);
+                            return Err(failed(e));
                         }
                     }
                 }
@@ -73,45 +83,45 @@ pub async fn chat(args: ChatArgs) -> u8 {
                     match crate::data::open_for_input(&dir, id, foya_storage::Durability::Immediate)
                     {
                         Ok(Some(store)) => Some(store.into()),
-                        Ok(None) => return EXIT_FAILED,
-                        Err(e) => return failed(&e),
+                        Ok(None) => return Err(Ended::Failed.into()),
+                        Err(e) => return Err(failed(e)),
                     }
                 }
             },
-            Err(e) => return usage(&anyhow::anyhow!("{e}")),
+            Err(e) => return Err(usage(anyhow::anyhow!("{e}"))),
         },
         None => None,
     };
     let (model, model_name) = match crate::setup::model_client(&args.provider, &cwd) {
         Ok(m) => m,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     let auto_compact = match crate::context_config::auto_compact(&cwd, args.compaction) {
         Ok(on) => on,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     let mcp = match crate::mcp::load(&cwd, &args.mcp) {
         Ok(mcp) => mcp,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     let hooks = match crate::hooks::load(&cwd) {
         Ok(hooks) => hooks,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     let store: foya_storage::LogStore = match (resumed, shared_url) {
         (Some(store), _) => store,
         (None, Some(url)) => match crate::shared_store::open(url).await {
             Ok(store) => store,
-            Err(e) => return failed(&e),
+            Err(e) => return Err(failed(e)),
         },
         (None, None) => match crate::data::open_store(&dir) {
             Ok(store) => store.into(),
-            Err(e) => return failed(&e),
+            Err(e) => return Err(failed(e)),
         },
     };
     let mut config = match crate::setup::runtime_config(store.clone(), model) {
         Ok(config) => config,
-        Err(e) => return usage(&e),
+        Err(e) => return Err(usage(e)),
     };
     config.context.generate_titles = true;
     config.context.auto_compact = auto_compact;
@@ -122,7 +132,7 @@ pub async fn chat(args: ChatArgs) -> u8 {
     config.attachments = Some(crate::data::attachments(&dir, &store));
     let runtime = match Runtime::start(config).await {
         Ok(r) => r,
-        Err(e) => return failed(&anyhow::anyhow!("cannot start the runtime: {e}")),
+        Err(e) => return Err(failed(anyhow::anyhow!("cannot start the runtime: {e}"))),
     };
     let (code, forced) = match open(&runtime, &store, &args, cwd, model_name).await {
         Ok((session, updates, cwd)) => {
@@ -143,7 +153,7 @@ pub async fn chat(args: ChatArgs) -> u8 {
             let code = chat.run().await;
             (code, chat.forced)
         }
-        Err(e) => (failed(&e), false),
+        Err(e) => (Err(failed(e)), false),
     };
     if forced {
         // A second signal: leave at once, without waiting for a cancel to finish.
@@ -160,14 +170,12 @@ fn approver(args: &ChatArgs) -> bool {
     args.approval != ApprovalMode::Bypass && std::io::stdin().is_terminal()
 }
 
-fn usage(e: &anyhow::Error) -> u8 {
-    crate::args::report(e);
-    EXIT_USAGE
+fn usage(e: anyhow::Error) -> CommandError {
+    CommandError::Usage(e)
 }
 
-fn failed(e: &anyhow::Error) -> u8 {
-    crate::args::report(e);
-    EXIT_FAILED
+fn failed(e: anyhow::Error) -> CommandError {
+    e.into()
 }
 
 /// Creates or resumes the session and subscribes after its last event; returns them
@@ -257,12 +265,12 @@ enum Action {
     Done,
     /// Submit this input and follow its turn.
     Submit(Input),
-    /// Leave with this exit status.
-    Exit(u8),
+    /// Leave the chat.
+    Exit(Leave),
 }
 
 impl Chat<'_> {
-    async fn run(&mut self) -> u8 {
+    async fn run(&mut self) -> Result<(), CommandError> {
         let code = self.run_lines().await;
         if let Some(reader) = self.piped.take() {
             reader.stop().await;
@@ -292,22 +300,22 @@ impl Chat<'_> {
         })
     }
 
-    async fn run_lines(&mut self) -> u8 {
+    async fn run_lines(&mut self) -> Result<(), CommandError> {
         let mut editor = None;
         let mut interrupted = false;
         loop {
             let prompted = match self.read(&mut editor).await {
                 Ok(p) => p,
-                Err(e) => return failed(&e),
+                Err(e) => return Err(failed(e)),
             };
             let line = match prompted {
                 Prompted::Line(line) => line,
                 // No turn runs: SIGTERM or SIGHUP leaves with its status.
                 Prompted::Signal(signal @ (Signalled::Terminate | Signalled::Hangup)) => {
-                    return signal.exit_code();
+                    return Err(Ended::Signalled(signal).into());
                 }
                 Prompted::Interrupted | Prompted::Signal(Signalled::Interrupt) if interrupted => {
-                    return EXIT_OK;
+                    return Ok(());
                 }
                 Prompted::Interrupted | Prompted::Signal(Signalled::Interrupt) => {
                     interrupted = true;
@@ -317,12 +325,12 @@ impl Chat<'_> {
                     );
                     continue;
                 }
-                Prompted::Eof => return EXIT_OK,
+                Prompted::Eof => return Ok(()),
             };
             interrupted = false;
             let input = match self.command(line.trim()).await {
                 Action::Done => continue,
-                Action::Exit(code) => return code,
+                Action::Exit(leave) => return Ok(leave?),
                 Action::Submit(input) => input,
             };
             // The rest of a paste the line editor read with this line queues behind it.
@@ -332,8 +340,8 @@ impl Chat<'_> {
             };
             match turn::follow(self, input, ahead).await {
                 Ok(None) => {}
-                Ok(Some(code)) => return code,
-                Err(e) => return failed(&e),
+                Ok(Some(leave)) => return Ok(leave?),
+                Err(e) => return Err(failed(e)),
             }
         }
     }
@@ -356,7 +364,7 @@ impl Chat<'_> {
             return Action::Submit(Input::command(name, arguments));
         };
         match command {
-            ChatCommand::Exit => Action::Exit(EXIT_OK),
+            ChatCommand::Exit => Action::Exit(Ok(())),
             ChatCommand::Help => {
                 eprintln!("{}", commands::help(&self.cwd, self.user_dir.as_deref()));
                 Action::Done

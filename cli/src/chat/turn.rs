@@ -9,7 +9,7 @@
 use super::commands::{self, ChatCommand};
 use super::input::TurnReader;
 use super::{Action, Chat};
-use crate::args::{EXIT_CANCELLED, EXIT_OK};
+use crate::exit::Ended;
 use crate::render::Renderer;
 use crate::signals::Signalled;
 use foya_actors::SubscribeOptions;
@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 /// Submits `input`, then the lines typed after it that were already read (`ahead`: the
 /// rest of a paste, each handled as a line typed while the turn runs, so inputs queue in
 /// the order they were typed), and follows them (and whatever is queued behind them) to
-/// the end. `Ok(Some(code))` asks the caller to exit with `code`.
+/// the end. `Ok(Some(leave))` asks the caller to leave the chat so.
 ///
 /// # Errors
 /// The session refused the input or its subscription closed.
@@ -31,7 +31,7 @@ pub(super) async fn follow(
     chat: &mut Chat<'_>,
     input: Input,
     ahead: Vec<String>,
-) -> anyhow::Result<Option<u8>> {
+) -> anyhow::Result<Option<super::Leave>> {
     let first = chat.session.submit_with_id(InputId::new(), input).await?;
     let mut state = Follow {
         pending: HashSet::from([first]),
@@ -62,14 +62,14 @@ pub(super) async fn follow(
                 let _ = state.renderer.end_line();
                 if terminated.is_some() {
                     chat.forced = true;
-                    break Ok(Some(signal.exit_code()));
+                    break Ok(Some(Err(Ended::Signalled(signal))));
                 }
                 match signal {
                     Signalled::Interrupt => {
                         state.interrupts += 1;
                         if state.interrupts > 1 {
                             let _ = chat.session.cancel().await;
-                            break Ok(Some(EXIT_CANCELLED));
+                            break Ok(Some(Err(Ended::Cancelled)));
                         }
                         eprintln!("{}", crate::render::dim("cancelling… (Ctrl-C again to quit)"));
                         let _ = chat.session.cancel().await;
@@ -81,7 +81,7 @@ pub(super) async fn follow(
                 }
             }
             _ = &mut drain, if terminated.is_some() => {
-                break Ok(terminated.map(Signalled::exit_code));
+                break Ok(terminated.map(|signal| Err(Ended::Signalled(signal))));
             }
             line = reader.lines.recv(), if reader_open && terminated.is_none() => match line {
                 Some(Some(line)) => {
@@ -141,7 +141,7 @@ struct Follow {
 
 impl Follow {
     /// A line typed while turns run: an approval answer, a command, or a queued input.
-    async fn typed(&mut self, chat: &mut Chat<'_>, line: String) -> Option<u8> {
+    async fn typed(&mut self, chat: &mut Chat<'_>, line: String) -> Option<super::Leave> {
         if let Some(request_id) = self.awaiting.take() {
             let (decision, message) = crate::run::decision(line.trim());
             if let Err(e) = chat
@@ -161,11 +161,11 @@ impl Follow {
             }
             Some(ChatCommand::Exit) => {
                 let _ = chat.session.cancel().await;
-                Some(EXIT_OK)
+                Some(Ok(()))
             }
             _ => match chat.command(text).await {
                 Action::Done => None,
-                Action::Exit(code) => Some(code),
+                Action::Exit(leave) => Some(leave),
                 Action::Submit(input) => {
                     match chat.session.submit_with_id(InputId::new(), input).await {
                         Ok(id) => {

@@ -14,7 +14,6 @@
 //! byte). `Usage` is held back and written where the format reports it, at `Done`.
 
 use foya_protocol::StreamEvent;
-use serde::{Deserialize, Serialize};
 
 mod anthropic;
 mod chat;
@@ -25,17 +24,7 @@ pub use errors::{ErrorResponse, error_response};
 #[cfg(feature = "server")]
 pub(crate) use errors::{invalid_request, not_found};
 
-/// A provider wire protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WireFormat {
-    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
-    OpenAiChat,
-    /// Anthropic Messages (`POST /v1/messages`).
-    Anthropic,
-    /// OpenAI Responses (`POST /v1/responses`).
-    OpenAiResponses,
-}
+pub use crate::format::WireFormat;
 
 /// Response-level fields every frame or the opening frame carries.
 #[derive(Debug, Clone, PartialEq, Eq)]

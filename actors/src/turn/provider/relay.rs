@@ -15,10 +15,9 @@
 //! exactly the events whose deltas were published — a cancelled step's `interrupted`
 //! message is what subscribers saw.
 
-use crate::session::SessionMsg;
+use crate::turn::port::Port;
 use foya_protocol::event::Delta;
 use foya_protocol::{RunId, StreamAggregate, StreamEvent, ToolCallId};
-use ractor::ActorRef;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -26,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// publishes) and its TurnActor (which closes it). Cloning shares it.
 #[derive(Debug, Clone)]
 pub(crate) struct Relay {
-    session: ActorRef<SessionMsg>,
+    session: Port,
     run_id: RunId,
     state: Arc<Mutex<RelayState>>,
 }
@@ -42,7 +41,7 @@ struct RelayState {
 
 impl Relay {
     /// A fresh relay publishing the deltas of turn `run_id` to `session`.
-    pub(crate) fn new(session: ActorRef<SessionMsg>, run_id: RunId) -> Self {
+    pub(crate) fn new(session: Port, run_id: RunId) -> Self {
         Self {
             session,
             run_id,
@@ -70,10 +69,7 @@ impl Relay {
         }
         if !deltas.is_empty() {
             // The session gone means the turn is going too; nothing to tell.
-            let _ = self.session.cast(SessionMsg::PublishDeltas {
-                run_id: self.run_id,
-                deltas,
-            });
+            self.session.publish(self.run_id, deltas);
         }
         true
     }

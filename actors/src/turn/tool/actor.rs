@@ -4,7 +4,6 @@
 use super::ToolMsg;
 use crate::attachments::AttachmentStore;
 use crate::hooks::{HookEvent, Hooks};
-use crate::session::{ApprovalAnswer, SessionMsg};
 use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
 use crate::tools::protected::Protected;
@@ -12,11 +11,12 @@ use crate::tools::{
     PreparedCall, ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
 };
 use crate::turn::TurnMsg;
+use crate::turn::port::{ApprovalQuestion, Port};
+use foya_core::session::ApprovalAnswer;
 use foya_protocol::event::Delta;
 use foya_protocol::{
     AttachmentRef, EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolCallId, ToolMessage,
 };
-use ractor::rpc::CallResult;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -32,7 +32,8 @@ pub(crate) struct ToolActor;
 /// What a ToolActor is started with.
 #[derive(Debug)]
 pub(crate) struct ToolArgs {
-    pub session: ActorRef<SessionMsg>,
+    /// The session that runs the turn.
+    pub session: Port,
     pub turn: ActorRef<TurnMsg>,
     pub session_id: SessionId,
     pub run_id: RunId,
@@ -128,7 +129,7 @@ fn backstop_ms(spec: &ToolSpec, args: &serde_json::Value) -> u64 {
 /// Progress of a running call: `tool_update` events (persisted, in order with the call's
 /// other events: casts to the session keep mailbox order) and live `tool_output` deltas.
 struct Progress {
-    session: ActorRef<SessionMsg>,
+    session: Port,
     run_id: RunId,
     call: ToolCall,
     partial: PartialOutput,
@@ -140,11 +141,7 @@ impl ProgressSink for Progress {
             tool_call_id: self.call.id.clone(),
             message,
         };
-        let _ = self.session.cast(SessionMsg::Append {
-            run_id: self.run_id,
-            kinds: vec![kind],
-            reply: None,
-        });
+        self.session.append_later(self.run_id, vec![kind]);
     }
 
     fn output(&self, chunk: String) {
@@ -158,48 +155,25 @@ impl ProgressSink for Progress {
             tool_call_id: self.call.id.clone(),
             chunk,
         };
-        let _ = self.session.cast(SessionMsg::PublishDeltas {
-            run_id: self.run_id,
-            deltas: vec![delta],
-        });
+        self.session.publish(self.run_id, vec![delta]);
     }
 }
 
 impl ToolArgs {
     pub(super) async fn append(&self, kinds: Vec<EventKind>) -> Result<(), ActorProcessingErr> {
-        let run_id = self.run_id;
-        match self
-            .session
-            .call(
-                |reply| SessionMsg::Append {
-                    run_id,
-                    kinds,
-                    reply: Some(reply),
-                },
-                None,
-            )
-            .await?
-        {
-            CallResult::Success(Ok(_)) => Ok(()),
-            CallResult::Success(Err(e)) => Err(e.into()),
-            CallResult::Timeout | CallResult::SenderError => Err("append not answered".into()),
-        }
+        self.session.append(self.run_id, kinds).await
     }
 
     /// Asks the session for a decision; a cancel while waiting reads as "cancelled".
     async fn ask(&self, action: String, reason: String, grant_key: String) -> ApprovalAnswer {
-        let request = self.session.call(
-            |reply| SessionMsg::RequestApproval {
-                run_id: self.run_id,
-                tool_call_id: self.call.id.clone(),
-                tool_name: self.call.name.clone(),
-                action,
-                reason,
-                grant_key,
-                reply,
-            },
-            None,
-        );
+        let request = self.session.ask_approval(ApprovalQuestion {
+            run_id: self.run_id,
+            tool_call_id: self.call.id.clone(),
+            tool_name: self.call.name.clone(),
+            action,
+            reason,
+            grant_key,
+        });
         let denied = |m: &str| ApprovalAnswer {
             allowed: false,
             message: Some(m.into()),
@@ -207,8 +181,8 @@ impl ToolArgs {
         tokio::select! {
             () = self.cancel.cancelled() => denied(crate::turn::CANCELLED),
             answer = request => match answer {
-                Ok(CallResult::Success(answer)) => answer,
-                _ => denied("the approval request was dropped"),
+                Some(answer) => answer,
+                None => denied("the approval request was dropped"),
             },
         }
     }
@@ -255,9 +229,9 @@ impl ToolArgs {
                 let answer = self.ask(action, reason, grant_key).await;
                 if answer.allowed {
                     Ok(sandbox_if_allowed)
-                } else if let Some(sandbox) = if_no_approver
-                    .filter(|_| answer.message.as_deref() == Some(crate::session::NO_APPROVER))
-                {
+                } else if let Some(sandbox) = if_no_approver.filter(|_| {
+                    answer.message.as_deref() == Some(foya_core::session::machine::NO_APPROVER)
+                }) {
                     // Nobody can answer: what the policy runs unasked runs as before
                     // the fallback (Landlock alone keeps the protected paths shut).
                     Ok(sandbox)

@@ -1,0 +1,1149 @@
+//! Spans and metrics derived from a runtime's committed events, one event at a time, in
+//! each session's `seq` order. Pure: no I/O, no clock (every time comes from the events'
+//! `at_ms`), so the same log always gives the same spans.
+//!
+//! The span tree of a turn (one trace per turn; its root is the caller's span when the
+//! input came with a W3C `traceparent`):
+//!
+//! ```text
+//! turn                                  turn_started → turn_complete
+//! ├─ chat {model}                       step_started → assistant_message (one per step)
+//! ├─ execute_tool {tool}                the call issued (assistant_message) → its tool_message
+//! │  ├─ approval {tool}                 approval_requested → approval_decided
+//! │  └─ hook PreToolUse / PostToolUse   hook_ran − duration → hook_ran
+//! ├─ compaction                         compaction_started → compaction_checkpoint
+//! └─ hook UserPromptSubmit / Stop / …
+//! ```
+//!
+//! Nothing of a prompt, a completion, a tool's arguments or result, an approval's action
+//! or a hook's command or reason is recorded unless `capture_content` is set; error
+//! messages never are (only their class).
+
+use crate::metrics::{
+    ClassLabels, DecisionLabels, DirectionLabels, HookLabels, Metrics, StatusLabels, ToolLabels,
+    ToolNameLabels, TriggerLabels,
+};
+use foya_protocol::command::ParentRef;
+use foya_protocol::{
+    ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,
+    TurnStatus, Usage,
+};
+use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
+use opentelemetry::{Array, KeyValue, StringValue, Value};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// The caller's span a turn continues (from a W3C `traceparent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parent {
+    /// The caller's trace.
+    pub trace_id: TraceId,
+    /// The caller's span: the turn span's parent.
+    pub span_id: SpanId,
+    /// The caller's sampled flag.
+    pub sampled: bool,
+}
+
+impl Parent {
+    /// Parses a W3C `traceparent` header value (`00-<trace id>-<span id>-<flags>`);
+    /// `None` when it is not a valid one.
+    #[must_use]
+    pub fn from_traceparent(value: &str) -> Option<Self> {
+        let mut parts = value.trim().split('-');
+        let version = parts.next()?;
+        let trace = parts.next()?;
+        let span = parts.next()?;
+        let flags = parts.next()?;
+        let hex = |s: &str, len: usize| {
+            s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
+        if !hex(version, 2)
+            || version == "ff"
+            || !hex(trace, 32)
+            || !hex(span, 16)
+            || !hex(flags, 2)
+        {
+            return None;
+        }
+        // Version 00 has exactly four fields; later versions may add more.
+        if version == "00" && parts.next().is_some() {
+            return None;
+        }
+        let trace_id = u128::from_str_radix(trace, 16).ok()?;
+        let span_id = u64::from_str_radix(span, 16).ok()?;
+        let flags = u8::from_str_radix(flags, 16).ok()?;
+        if trace_id == 0 || span_id == 0 {
+            return None;
+        }
+        Some(Self {
+            trace_id: TraceId::from(trace_id),
+            span_id: SpanId::from(span_id),
+            sampled: flags & 1 == 1,
+        })
+    }
+}
+
+/// A finished span, with explicit times (ms since the Unix epoch).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SpanRecord {
+    pub(crate) name: String,
+    pub(crate) trace_id: TraceId,
+    pub(crate) span_id: SpanId,
+    pub(crate) parent: Option<SpanId>,
+    pub(crate) sampled: bool,
+    pub(crate) kind: SpanKind,
+    pub(crate) start_ms: u64,
+    pub(crate) end_ms: u64,
+    pub(crate) attributes: Vec<KeyValue>,
+    pub(crate) status: Status,
+    /// Span events: (name, at_ms, attributes).
+    pub(crate) events: Vec<(&'static str, u64, Vec<KeyValue>)>,
+}
+
+/// Input ids whose turns continue a caller's trace, registered before the input is
+/// submitted.
+pub(crate) type Parents = Arc<Mutex<HashMap<InputId, Parent>>>;
+
+/// Most input ids waiting in [`Parents`]; beyond it the oldest registrations are lost.
+pub(crate) const MAX_PARENTS: usize = 10_000;
+
+fn new_trace_id() -> TraceId {
+    TraceId::from(rand::random::<u128>().max(1))
+}
+
+fn new_span_id() -> SpanId {
+    SpanId::from(rand::random::<u64>().max(1))
+}
+
+#[derive(Debug)]
+struct Step {
+    number: u32,
+    span_id: SpanId,
+    start_ms: u64,
+    end_ms: Option<u64>,
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+    interrupted: bool,
+    retries: Vec<(u64, Vec<KeyValue>)>,
+    output: Option<String>,
+}
+
+#[derive(Debug)]
+struct Approval {
+    span_id: SpanId,
+    start_ms: u64,
+    end_ms: Option<u64>,
+    decision: Option<String>,
+    action: Option<String>,
+}
+
+#[derive(Debug)]
+struct Tool {
+    name: String,
+    span_id: SpanId,
+    start_ms: u64,
+    step: u32,
+    finished: Option<(bool, u64)>,
+    approval: Option<Approval>,
+    arguments: Option<String>,
+}
+
+#[derive(Debug)]
+struct Compaction {
+    span_id: SpanId,
+    start_ms: u64,
+    trigger: String,
+}
+
+#[derive(Debug)]
+struct Turn {
+    run_id: Option<RunId>,
+    input_id: InputId,
+    trace_id: TraceId,
+    span_id: SpanId,
+    parent: Option<SpanId>,
+    sampled: bool,
+    start_ms: u64,
+    steps: u32,
+    step: Option<Step>,
+    tools: HashMap<ToolCallId, Tool>,
+    input_tokens: u64,
+    output_tokens: u64,
+    user_text: Option<String>,
+    compaction: Option<Compaction>,
+    /// Why it is being cancelled (`turn_cancelled`).
+    cancel_reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    turn: Option<Turn>,
+    queued: HashSet<InputId>,
+    approvals: HashSet<ApprovalRequestId>,
+    /// The text of the latest user message, while it waits for its turn (opt-in only).
+    user_text: Option<(InputId, String)>,
+}
+
+impl Session {
+    fn is_idle(&self) -> bool {
+        self.turn.is_none() && self.queued.is_empty() && self.approvals.is_empty()
+    }
+}
+
+/// The provider and model a session's requests name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ModelOf {
+    pub(crate) provider: String,
+    pub(crate) model: String,
+}
+
+/// Most sessions whose model is remembered; past it the map starts over (a session not
+/// in it has its model read from the store again).
+const MAX_MODELS: usize = 100_000;
+
+/// Follows the events; finished spans collect in [`Self::take_spans`].
+#[derive(Debug)]
+pub(crate) struct Deriver {
+    metrics: Option<Arc<Metrics>>,
+    traces: bool,
+    capture: bool,
+    parents: Parents,
+    sessions: HashMap<SessionId, Session>,
+    models: HashMap<SessionId, ModelOf>,
+    /// Sub-agent sessions: the `agent` call that started each.
+    sub_agents: HashMap<SessionId, ParentRef>,
+    spans: Vec<SpanRecord>,
+    active: i64,
+    queued: i64,
+    pending: i64,
+}
+
+fn kv(key: &'static str, value: impl Into<Value>) -> KeyValue {
+    KeyValue::new(key, value)
+}
+
+fn int(n: u64) -> Value {
+    Value::I64(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+fn seconds(ms: u64) -> f64 {
+    // Milliseconds as seconds (exact for any span shorter than 2^53 ms).
+    #[allow(clippy::cast_precision_loss)]
+    let s = ms as f64 / 1000.0;
+    s
+}
+
+fn finish_name(reason: FinishReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "other".to_owned())
+}
+
+fn status_name(status: TurnStatus) -> &'static str {
+    match status {
+        TurnStatus::Completed => "completed",
+        TurnStatus::Cancelled => "cancelled",
+        TurnStatus::Failed => "failed",
+    }
+}
+
+fn class_name<T: serde::Serialize>(class: &T) -> String {
+    serde_json::to_value(class)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+impl Deriver {
+    pub(crate) fn new(
+        metrics: Option<Arc<Metrics>>,
+        traces: bool,
+        capture: bool,
+        parents: Parents,
+    ) -> Self {
+        Self {
+            metrics,
+            traces,
+            capture,
+            parents,
+            sessions: HashMap::new(),
+            models: HashMap::new(),
+            sub_agents: HashMap::new(),
+            spans: Vec::new(),
+            active: 0,
+            queued: 0,
+            pending: 0,
+        }
+    }
+
+    /// Records the model of `session` (from its log, read by the runtime).
+    pub(crate) fn set_model(&mut self, session: SessionId, model: ModelOf) {
+        if self.models.len() >= MAX_MODELS {
+            self.models.clear();
+            self.sub_agents.clear();
+        }
+        self.models.insert(session, model);
+    }
+
+    /// The spans finished so far.
+    pub(crate) fn take_spans(&mut self) -> Vec<SpanRecord> {
+        std::mem::take(&mut self.spans)
+    }
+
+    fn metrics(&self, f: impl FnOnce(&Metrics)) {
+        if let Some(m) = &self.metrics {
+            f(m);
+        }
+    }
+
+    fn gauges(&self) {
+        self.metrics(|m| {
+            m.turns_active.set(self.active);
+            m.inputs_queued.set(self.queued);
+            m.approvals_pending.set(self.pending);
+            m.figures(|f| {
+                f.turns_active = u64::try_from(self.active).unwrap_or(0);
+                f.inputs_queued = u64::try_from(self.queued).unwrap_or(0);
+                f.approvals_pending = u64::try_from(self.pending).unwrap_or(0);
+            });
+        });
+    }
+
+    fn model_attributes(&self, session: SessionId, out: &mut Vec<KeyValue>) {
+        if let Some(m) = self.models.get(&session) {
+            if !m.model.is_empty() {
+                out.push(kv("gen_ai.request.model", m.model.clone()));
+            }
+            if !m.provider.is_empty() {
+                out.push(kv("gen_ai.provider.name", m.provider.clone()));
+            }
+        }
+    }
+
+    /// Follows one committed event.
+    pub(crate) fn event(&mut self, event: &Event) {
+        let sid = event.session_id;
+        let at = event.at_ms;
+        match &event.kind {
+            EventKind::SessionCreated { config } => {
+                if let Some(parent) = &config.parent {
+                    self.sub_agents.insert(sid, parent.clone());
+                }
+                self.set_model(
+                    sid,
+                    ModelOf {
+                        provider: config.provider.clone(),
+                        model: config.model.clone(),
+                    },
+                );
+                self.metrics(|m| {
+                    m.sessions_created.inc();
+                });
+            }
+            EventKind::ConfigChanged { provider, model } => self.set_model(
+                sid,
+                ModelOf {
+                    provider: provider.clone(),
+                    model: model.clone(),
+                },
+            ),
+            EventKind::SessionDeleted {} => {
+                self.metrics(|m| {
+                    m.sessions_deleted.inc();
+                });
+                if let Some(session) = self.sessions.remove(&sid) {
+                    self.queued -= session.queued.len() as i64;
+                    self.pending -= session.approvals.len() as i64;
+                    if session.turn.is_some() {
+                        self.active -= 1;
+                    }
+                }
+                self.models.remove(&sid);
+                self.sub_agents.remove(&sid);
+                self.gauges();
+            }
+            EventKind::InputQueued { input_id, .. } => {
+                if self
+                    .sessions
+                    .entry(sid)
+                    .or_default()
+                    .queued
+                    .insert(*input_id)
+                {
+                    self.queued += 1;
+                    self.gauges();
+                }
+            }
+            EventKind::InputDropped { input_id, .. } => {
+                self.unqueue(sid, *input_id);
+                self.forget_if_idle(sid);
+            }
+            EventKind::UserMessage { input_id, input } => {
+                self.unqueue(sid, *input_id);
+                if self.capture {
+                    self.sessions.entry(sid).or_default().user_text =
+                        Some((*input_id, input.text.clone()));
+                }
+            }
+            EventKind::TurnStarted { input_id } => self.turn_started(event, *input_id),
+            EventKind::StepStarted { step } => {
+                self.close_step(sid, None);
+                if let Some(turn) = self.turn_mut(sid) {
+                    turn.steps = turn.steps.max(*step);
+                    turn.step = Some(Step {
+                        number: *step,
+                        span_id: new_span_id(),
+                        start_ms: at,
+                        end_ms: None,
+                        usage: None,
+                        finish: None,
+                        interrupted: false,
+                        retries: Vec::new(),
+                        output: None,
+                    });
+                }
+            }
+            EventKind::AssistantMessage(message) => {
+                let capture = self.capture;
+                let mut latency = None;
+                if let Some(turn) = self.turn_mut(sid) {
+                    let number = turn.step.as_ref().map_or(turn.steps, |s| s.number);
+                    if let Some(step) = turn.step.as_mut() {
+                        step.end_ms = Some(at);
+                        step.finish = message.finish_reason;
+                        step.interrupted = message.interrupted;
+                        if capture {
+                            step.output = Some(message.text.clone());
+                        }
+                        latency = Some(at.saturating_sub(step.start_ms));
+                    }
+                    for call in &message.tool_calls {
+                        turn.tools.entry(call.id.clone()).or_insert_with(|| Tool {
+                            name: call.name.clone(),
+                            span_id: new_span_id(),
+                            start_ms: at,
+                            step: number,
+                            finished: None,
+                            approval: None,
+                            arguments: capture.then(|| call.arguments.to_string()),
+                        });
+                    }
+                }
+                if let Some(ms) = latency {
+                    self.metrics(|m| {
+                        m.step_duration.observe(seconds(ms));
+                        m.figures(|f| f.steps += 1);
+                    });
+                }
+            }
+            EventKind::Usage(usage) => {
+                if let Some(turn) = self.turn_mut(sid) {
+                    turn.input_tokens += usage.input_tokens;
+                    turn.output_tokens += usage.output_tokens;
+                    if let Some(step) = turn.step.as_mut() {
+                        step.usage = Some(*usage);
+                    }
+                }
+                self.metrics(|m| {
+                    m.tokens
+                        .get_or_create(&DirectionLabels {
+                            direction: "input".into(),
+                        })
+                        .inc_by(usage.input_tokens);
+                    m.tokens
+                        .get_or_create(&DirectionLabels {
+                            direction: "output".into(),
+                        })
+                        .inc_by(usage.output_tokens);
+                });
+            }
+            EventKind::ProviderRetry {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error,
+            } => {
+                let class = class_name(&error.class);
+                if let Some(step) = self.turn_mut(sid).and_then(|t| t.step.as_mut()) {
+                    step.retries.push((
+                        at,
+                        vec![
+                            kv("foya.retry.attempt", i64::from(*attempt)),
+                            kv("foya.retry.max_attempts", i64::from(*max_attempts)),
+                            kv("foya.retry.delay_ms", int(*delay_ms)),
+                            kv("error.type", class.clone()),
+                        ],
+                    ));
+                }
+                self.metrics(|m| {
+                    m.retries.get_or_create(&ClassLabels { class }).inc();
+                    m.figures(|f| f.retries += 1);
+                });
+            }
+            EventKind::ApprovalRequested {
+                request_id,
+                tool_call_id,
+                tool_name,
+                action,
+                ..
+            } => {
+                let capture = self.capture;
+                let session = self.sessions.entry(sid).or_default();
+                if session.approvals.insert(*request_id) {
+                    self.pending += 1;
+                }
+                if let Some(turn) = session.turn.as_mut() {
+                    let number = turn.steps;
+                    let tool = turn
+                        .tools
+                        .entry(tool_call_id.clone())
+                        .or_insert_with(|| Tool {
+                            name: tool_name.clone(),
+                            span_id: new_span_id(),
+                            start_ms: at,
+                            step: number,
+                            finished: None,
+                            approval: None,
+                            arguments: None,
+                        });
+                    tool.approval = Some(Approval {
+                        span_id: new_span_id(),
+                        start_ms: at,
+                        end_ms: None,
+                        decision: None,
+                        action: capture.then(|| action.clone()),
+                    });
+                }
+                self.gauges();
+            }
+            EventKind::ApprovalDecided {
+                request_id,
+                tool_call_id,
+                decision,
+                ..
+            } => {
+                let decision = class_name(decision);
+                let mut wait = None;
+                let session = self.sessions.entry(sid).or_default();
+                if session.approvals.remove(request_id) {
+                    self.pending -= 1;
+                }
+                if let Some(approval) = session
+                    .turn
+                    .as_mut()
+                    .and_then(|t| t.tools.get_mut(tool_call_id))
+                    .and_then(|t| t.approval.as_mut())
+                {
+                    approval.end_ms = Some(at);
+                    approval.decision = Some(decision.clone());
+                    wait = Some(at.saturating_sub(approval.start_ms));
+                }
+                self.metrics(|m| {
+                    m.approvals
+                        .get_or_create(&DecisionLabels { decision })
+                        .inc();
+                    if let Some(ms) = wait {
+                        m.approval_wait.observe(seconds(ms));
+                    }
+                });
+                self.gauges();
+            }
+            EventKind::ToolStarted { .. } | EventKind::ToolUpdate { .. } => {}
+            EventKind::ToolFinished {
+                tool_call_id,
+                is_error,
+                duration_ms,
+            } => {
+                let mut name = None;
+                if let Some(tool) = self
+                    .turn_mut(sid)
+                    .and_then(|t| t.tools.get_mut(tool_call_id))
+                {
+                    tool.finished = Some((*is_error, *duration_ms));
+                    name = Some(tool.name.clone());
+                }
+                if let Some(name) = name {
+                    self.metrics(|m| {
+                        let tool = m.tool_label(&name);
+                        m.tool_duration
+                            .get_or_create(&ToolNameLabels { tool })
+                            .observe(seconds(*duration_ms));
+                    });
+                }
+            }
+            EventKind::ToolMessage(message) => {
+                let result = self.capture.then(|| message.content.clone());
+                let tool = self
+                    .turn_mut(sid)
+                    .and_then(|t| t.tools.remove(&message.tool_call_id));
+                if let Some(tool) = tool {
+                    self.close_tool(sid, &message.tool_call_id, tool, at, result);
+                }
+            }
+            EventKind::TurnCancelled { reason } => {
+                if let Some(turn) = self.turn_mut(sid) {
+                    turn.cancel_reason = Some(bounded_reason(reason));
+                }
+            }
+            EventKind::TitleSet { .. }
+            | EventKind::ContextDiagnostics { .. }
+            | EventKind::HookContinued { .. } => {}
+            EventKind::TurnComplete {
+                status,
+                reason,
+                error,
+            } => {
+                let class = error.as_ref().map(|e| class_name(&e.class));
+                self.turn_complete(event, *status, reason.as_deref(), class);
+            }
+            EventKind::CompactionStarted { trigger, .. } => {
+                if let Some(turn) = self.turn_mut(sid) {
+                    turn.compaction = Some(Compaction {
+                        span_id: new_span_id(),
+                        start_ms: at,
+                        trigger: trigger.clone(),
+                    });
+                }
+            }
+            EventKind::CompactionCheckpoint {
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                let compaction = self.turn_mut(sid).and_then(|t| t.compaction.take());
+                let trigger = compaction
+                    .as_ref()
+                    .map_or_else(|| "manual".to_owned(), |c| c.trigger.clone());
+                self.metrics(|m| {
+                    m.compactions
+                        .get_or_create(&TriggerLabels {
+                            trigger: trigger.clone(),
+                        })
+                        .inc();
+                    m.figures(|f| f.compactions += 1);
+                });
+                if let Some(c) = compaction {
+                    self.compaction_span(
+                        sid,
+                        c,
+                        at,
+                        vec![
+                            kv("foya.compaction.tokens_before", int(*tokens_before)),
+                            kv("foya.compaction.tokens_after", int(*tokens_after)),
+                        ],
+                    );
+                }
+            }
+            EventKind::HookRan {
+                hook_event,
+                matcher,
+                tool_call_id,
+                duration_ms,
+                decision,
+                ..
+            } => self.hook_ran(
+                event,
+                hook_event,
+                matcher.as_deref(),
+                tool_call_id.as_ref(),
+                *duration_ms,
+                decision.as_str(),
+            ),
+        }
+    }
+
+    fn turn_mut(&mut self, sid: SessionId) -> Option<&mut Turn> {
+        self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut())
+    }
+
+    fn unqueue(&mut self, sid: SessionId, input: InputId) {
+        if let Some(session) = self.sessions.get_mut(&sid)
+            && session.queued.remove(&input)
+        {
+            self.queued -= 1;
+            self.gauges();
+        }
+    }
+
+    fn forget_if_idle(&mut self, sid: SessionId) {
+        if self.sessions.get(&sid).is_some_and(Session::is_idle) {
+            self.sessions.remove(&sid);
+        }
+    }
+
+    fn turn_started(&mut self, event: &Event, input_id: InputId) {
+        let sid = event.session_id;
+        let parent = self
+            .parents
+            .lock()
+            .ok()
+            .and_then(|mut p| p.remove(&input_id))
+            .or_else(|| self.agent_call(sid));
+        let session = self.sessions.entry(sid).or_default();
+        let user_text = match session.user_text.take() {
+            Some((id, text)) if id == input_id => Some(text),
+            _ => None,
+        };
+        let had_turn = session.turn.is_some();
+        session.turn = Some(Turn {
+            run_id: event.run_id,
+            input_id,
+            trace_id: parent.map_or_else(new_trace_id, |p| p.trace_id),
+            span_id: new_span_id(),
+            parent: parent.map(|p| p.span_id),
+            sampled: parent.is_none_or(|p| p.sampled),
+            start_ms: event.at_ms,
+            steps: 0,
+            step: None,
+            tools: HashMap::new(),
+            input_tokens: 0,
+            output_tokens: 0,
+            user_text,
+            compaction: None,
+            cancel_reason: None,
+        });
+        if !had_turn {
+            self.active += 1;
+        }
+        self.metrics(|m| {
+            m.turns_started.inc();
+            m.figures(|f| f.turns_started += 1);
+        });
+        self.gauges();
+    }
+
+    /// The span of the `agent` call that started sub-agent session `sid`, while its
+    /// parent's turn runs: the sub-agent's turns are its children.
+    fn agent_call(&self, sid: SessionId) -> Option<Parent> {
+        let parent = self.sub_agents.get(&sid)?;
+        let turn = self.sessions.get(&parent.session_id)?.turn.as_ref()?;
+        if turn.run_id != Some(parent.run_id) {
+            return None;
+        }
+        let tool = turn.tools.get(&parent.tool_call_id)?;
+        Some(Parent {
+            trace_id: turn.trace_id,
+            span_id: tool.span_id,
+            sampled: turn.sampled,
+        })
+    }
+
+    /// Ends the open step's chat span (at its assistant message, else at `end`).
+    fn close_step(&mut self, sid: SessionId, end: Option<(u64, Option<&str>)>) {
+        let Some(turn) = self.turn_mut(sid) else {
+            return;
+        };
+        let Some(step) = turn.step.take() else {
+            return;
+        };
+        let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
+        if !self.traces {
+            return;
+        }
+        let mut attributes = vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv("gen_ai.conversation.id", sid.to_string()),
+            kv("foya.step", i64::from(step.number)),
+            kv("foya.retries", int(step.retries.len() as u64)),
+        ];
+        self.model_attributes(sid, &mut attributes);
+        let name = self
+            .models
+            .get(&sid)
+            .filter(|m| !m.model.is_empty())
+            .map_or_else(|| "chat".to_owned(), |m| format!("chat {}", m.model));
+        if let Some(usage) = step.usage {
+            attributes.push(kv("gen_ai.usage.input_tokens", int(usage.input_tokens)));
+            attributes.push(kv("gen_ai.usage.output_tokens", int(usage.output_tokens)));
+        }
+        if let Some(reason) = step.finish {
+            attributes.push(kv(
+                "gen_ai.response.finish_reasons",
+                Value::Array(Array::String(vec![StringValue::from(finish_name(reason))])),
+            ));
+        }
+        if step.interrupted {
+            attributes.push(kv("foya.interrupted", true));
+        }
+        if let Some(text) = step.output {
+            attributes.push(kv("gen_ai.output.messages", text));
+        }
+        let (end_ms, status) = match (step.end_ms, end) {
+            (Some(at), _) => (at, Status::Unset),
+            (None, Some((at, Some(class)))) => {
+                attributes.push(kv("error.type", class.to_owned()));
+                (at, Status::error(class.to_owned()))
+            }
+            (None, Some((at, None))) => (at, Status::Unset),
+            (None, None) => (step.start_ms, Status::Unset),
+        };
+        self.spans.push(SpanRecord {
+            name,
+            trace_id,
+            span_id: step.span_id,
+            parent: Some(parent),
+            sampled,
+            kind: SpanKind::Client,
+            start_ms: step.start_ms,
+            end_ms: end_ms.max(step.start_ms),
+            attributes,
+            status,
+            events: step
+                .retries
+                .into_iter()
+                .map(|(at, attrs)| ("retry", at, attrs))
+                .collect(),
+        });
+    }
+
+    fn close_tool(
+        &mut self,
+        sid: SessionId,
+        id: &ToolCallId,
+        tool: Tool,
+        end_ms: u64,
+        result: Option<String>,
+    ) {
+        let denied = tool
+            .approval
+            .as_ref()
+            .and_then(|a| a.decision.as_deref())
+            .is_some_and(|d| d == "deny");
+        let outcome = match (denied, tool.finished) {
+            (true, _) => "denied",
+            (false, Some((true, _))) => "error",
+            (false, Some((false, _))) => "ok",
+            (false, None) => "not_run",
+        };
+        self.metrics(|m| {
+            let label = m.tool_label(&tool.name);
+            m.tool_calls
+                .get_or_create(&ToolLabels {
+                    tool: label,
+                    outcome: outcome.to_owned(),
+                })
+                .inc();
+            m.figures(|f| {
+                *f.tool_calls
+                    .entry((tool.name.clone(), outcome.to_owned()))
+                    .or_default() += 1;
+            });
+        });
+        if !self.traces {
+            return;
+        }
+        let Some(turn) = self.sessions.get(&sid).and_then(|s| s.turn.as_ref()) else {
+            return;
+        };
+        let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
+        let mut attributes = vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", tool.name.clone()),
+            kv("gen_ai.tool.call.id", id.to_string()),
+            kv("foya.tool.outcome", outcome),
+            kv("foya.step", i64::from(tool.step)),
+        ];
+        if let Some((_, ms)) = tool.finished {
+            attributes.push(kv("foya.tool.duration_ms", int(ms)));
+        }
+        if let Some(arguments) = tool.arguments {
+            attributes.push(kv("gen_ai.tool.call.arguments", arguments));
+        }
+        if let Some(result) = result {
+            attributes.push(kv("gen_ai.tool.call.result", result));
+        }
+        let status = if outcome == "error" {
+            attributes.push(kv("error.type", "tool_error"));
+            Status::error("tool_error")
+        } else {
+            Status::Unset
+        };
+        if let Some(approval) = tool.approval {
+            let mut attrs = vec![
+                kv("gen_ai.tool.name", tool.name.clone()),
+                kv("gen_ai.tool.call.id", id.to_string()),
+                kv(
+                    "foya.approval.decision",
+                    approval.decision.unwrap_or_else(|| "none".to_owned()),
+                ),
+            ];
+            if let Some(action) = approval.action {
+                attrs.push(kv("foya.approval.action", action));
+            }
+            self.spans.push(SpanRecord {
+                name: format!("approval {}", tool.name),
+                trace_id,
+                span_id: approval.span_id,
+                parent: Some(tool.span_id),
+                sampled,
+                kind: SpanKind::Internal,
+                start_ms: approval.start_ms,
+                end_ms: approval.end_ms.unwrap_or(end_ms).max(approval.start_ms),
+                attributes: attrs,
+                status: Status::Unset,
+                events: Vec::new(),
+            });
+        }
+        self.spans.push(SpanRecord {
+            name: format!("execute_tool {}", tool.name),
+            trace_id,
+            span_id: tool.span_id,
+            parent: Some(parent),
+            sampled,
+            kind: SpanKind::Internal,
+            start_ms: tool.start_ms,
+            end_ms: end_ms.max(tool.start_ms),
+            attributes,
+            status,
+            events: Vec::new(),
+        });
+    }
+
+    fn compaction_span(
+        &mut self,
+        sid: SessionId,
+        c: Compaction,
+        end_ms: u64,
+        mut attributes: Vec<KeyValue>,
+    ) {
+        if !self.traces {
+            return;
+        }
+        let Some(turn) = self.sessions.get(&sid).and_then(|s| s.turn.as_ref()) else {
+            return;
+        };
+        attributes.push(kv("foya.compaction.trigger", c.trigger));
+        attributes.push(kv("gen_ai.conversation.id", sid.to_string()));
+        self.spans.push(SpanRecord {
+            name: "compaction".to_owned(),
+            trace_id: turn.trace_id,
+            span_id: c.span_id,
+            parent: Some(turn.span_id),
+            sampled: turn.sampled,
+            kind: SpanKind::Internal,
+            start_ms: c.start_ms,
+            end_ms: end_ms.max(c.start_ms),
+            attributes,
+            status: Status::Unset,
+            events: Vec::new(),
+        });
+    }
+
+    fn hook_ran(
+        &mut self,
+        event: &Event,
+        hook_event: &str,
+        matcher: Option<&str>,
+        tool_call_id: Option<&ToolCallId>,
+        duration_ms: u64,
+        decision: &str,
+    ) {
+        let labels = HookLabels {
+            hook_event: bounded_hook_event(hook_event),
+            decision: decision.to_owned(),
+        };
+        self.metrics(|m| {
+            m.hook_runs.get_or_create(&labels).inc();
+            m.hook_duration
+                .get_or_create(&labels)
+                .observe(seconds(duration_ms));
+            m.figures(|f| {
+                *f.hook_runs
+                    .entry((labels.hook_event.clone(), labels.decision.clone()))
+                    .or_default() += 1;
+            });
+        });
+        if !self.traces {
+            return;
+        }
+        let sid = event.session_id;
+        let turn = self.sessions.get(&sid).and_then(|s| s.turn.as_ref());
+        let (trace_id, parent, sampled) = match turn {
+            Some(turn) => {
+                let parent = tool_call_id
+                    .and_then(|id| turn.tools.get(id))
+                    .map_or(turn.span_id, |t| t.span_id);
+                (turn.trace_id, Some(parent), turn.sampled)
+            }
+            None => (new_trace_id(), None, true),
+        };
+        let mut attributes = vec![
+            kv("foya.hook.event", hook_event.to_owned()),
+            kv("foya.hook.decision", decision.to_owned()),
+            kv("foya.hook.duration_ms", int(duration_ms)),
+            kv("gen_ai.conversation.id", sid.to_string()),
+        ];
+        if let Some(matcher) = matcher {
+            attributes.push(kv("foya.hook.matcher", matcher.to_owned()));
+        }
+        if let Some(id) = tool_call_id {
+            attributes.push(kv("gen_ai.tool.call.id", id.to_string()));
+        }
+        let status = if decision == "failed" {
+            attributes.push(kv("error.type", "hook_failed"));
+            Status::error("hook_failed")
+        } else {
+            Status::Unset
+        };
+        self.spans.push(SpanRecord {
+            name: format!("hook {hook_event}"),
+            trace_id,
+            span_id: new_span_id(),
+            parent,
+            sampled,
+            kind: SpanKind::Internal,
+            start_ms: event.at_ms.saturating_sub(duration_ms),
+            end_ms: event.at_ms,
+            attributes,
+            status,
+            events: Vec::new(),
+        });
+    }
+
+    fn turn_complete(
+        &mut self,
+        event: &Event,
+        status: TurnStatus,
+        reason: Option<&str>,
+        class: Option<String>,
+    ) {
+        let sid = event.session_id;
+        let at = event.at_ms;
+        let failed_class = (status == TurnStatus::Failed)
+            .then(|| class.clone().unwrap_or_else(|| "failed".to_owned()));
+        self.close_step(sid, Some((at, failed_class.as_deref())));
+        // Calls without a result (never expected: every call has one before the end).
+        let open: Vec<(ToolCallId, Tool)> = self
+            .turn_mut(sid)
+            .map(|t| t.tools.drain().collect())
+            .unwrap_or_default();
+        for (id, tool) in open {
+            self.close_tool(sid, &id, tool, at, None);
+        }
+        if let Some(c) = self.turn_mut(sid).and_then(|t| t.compaction.take()) {
+            self.compaction_span(sid, c, at, Vec::new());
+        }
+        let Some(session) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        // Approvals still open when the turn ended were never decided.
+        self.pending -= session.approvals.len() as i64;
+        session.approvals.clear();
+        let Some(turn) = session.turn.take() else {
+            self.gauges();
+            return;
+        };
+        self.active -= 1;
+        let status_name = status_name(status);
+        let duration = at.saturating_sub(turn.start_ms);
+        self.metrics(|m| {
+            let labels = StatusLabels {
+                status: status_name.to_owned(),
+            };
+            m.turns_finished.get_or_create(&labels).inc();
+            m.turn_duration
+                .get_or_create(&labels)
+                .observe(seconds(duration));
+            m.figures(|f| *f.turns_finished.entry(status_name.to_owned()).or_default() += 1);
+        });
+        self.gauges();
+        if self.traces {
+            let mut attributes = vec![
+                kv("gen_ai.operation.name", "invoke_agent"),
+                kv("gen_ai.agent.name", "foya"),
+                kv("gen_ai.conversation.id", sid.to_string()),
+                kv("foya.session.id", sid.to_string()),
+                kv("foya.input.id", turn.input_id.to_string()),
+                kv("foya.turn.status", status_name),
+                kv("foya.turn.steps", i64::from(turn.steps)),
+                kv("gen_ai.usage.input_tokens", int(turn.input_tokens)),
+                kv("gen_ai.usage.output_tokens", int(turn.output_tokens)),
+            ];
+            if let Some(run) = turn.run_id {
+                attributes.push(kv("foya.run.id", run.to_string()));
+            }
+            self.model_attributes(sid, &mut attributes);
+            if let Some(reason) = reason.map(bounded_reason).or(turn.cancel_reason) {
+                attributes.push(kv("foya.turn.reason", reason));
+            }
+            if let Some(text) = turn.user_text {
+                attributes.push(kv("gen_ai.input.messages", text));
+            }
+            let status = match status {
+                TurnStatus::Completed => Status::Ok,
+                TurnStatus::Cancelled => Status::Unset,
+                TurnStatus::Failed => {
+                    let class = class.unwrap_or_else(|| "failed".to_owned());
+                    attributes.push(kv("error.type", class.clone()));
+                    Status::error(class)
+                }
+            };
+            self.spans.push(SpanRecord {
+                name: "turn".to_owned(),
+                trace_id: turn.trace_id,
+                span_id: turn.span_id,
+                parent: turn.parent,
+                sampled: turn.sampled,
+                kind: SpanKind::Internal,
+                start_ms: turn.start_ms,
+                end_ms: at.max(turn.start_ms),
+                attributes,
+                status,
+                events: Vec::new(),
+            });
+        }
+        self.forget_if_idle(sid);
+    }
+}
+
+/// The hook point as a label: the known points, else `other`.
+fn bounded_hook_event(event: &str) -> String {
+    const KNOWN: [&str; 8] = [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "PreCompact",
+        "Stop",
+        "SubagentStop",
+        "SessionEnd",
+    ];
+    if KNOWN.contains(&event) {
+        event.to_owned()
+    } else {
+        "other".to_owned()
+    }
+}
+
+/// A turn's short reason, cut to 64 characters (a reason is a short code such as
+/// `max_steps`, never content).
+fn bounded_reason(reason: &str) -> String {
+    reason.chars().take(64).collect()
+}
+
+/// A record of the model client's metrics for one request attempt.
+pub(crate) fn observe_request(
+    metrics: &Metrics,
+    ttft_ms: Option<f64>,
+    total_ms: f64,
+    error: Option<String>,
+) {
+    if let Some(ms) = ttft_ms {
+        metrics.ttft.observe(ms / 1000.0);
+    }
+    metrics.model_request_duration.observe(total_ms / 1000.0);
+    if let Some(class) = error {
+        metrics
+            .provider_errors
+            .get_or_create(&ClassLabels {
+                class: class.clone(),
+            })
+            .inc();
+        metrics.figures(|f| *f.provider_errors.entry(class).or_default() += 1);
+    }
+}
+
+#[cfg(test)]
+#[path = "derive_tests.rs"]
+mod tests;

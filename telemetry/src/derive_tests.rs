@@ -1,0 +1,301 @@
+//! The deriver on hand-written event logs (their JSON form): the spans of approvals,
+//! hooks and compactions, retries, gauges, and content kept out unless opted in.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use serde_json::json;
+
+const SESSION: &str = "01930000-0000-7000-8000-000000000001";
+const RUN: &str = "01930000-0000-7000-8000-000000000002";
+const INPUT: &str = "01930000-0000-7000-8000-000000000003";
+
+/// Events of one session, from `kinds` (`{"type": …, fields}`), seq 1.., at 1000 ms +
+/// 10 ms × position, all in run `RUN` but the session's creation.
+fn log(kinds: &[serde_json::Value]) -> Vec<Event> {
+    kinds
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            let mut value = kind.clone();
+            let object = value.as_object_mut().unwrap();
+            object.insert("session_id".into(), json!(SESSION));
+            object.insert("seq".into(), json!(i + 1));
+            object.insert("at_ms".into(), json!(1000 + 10 * i));
+            if kind["type"] != "session_created" {
+                object.insert("run_id".into(), json!(RUN));
+            }
+            serde_json::from_value(value).unwrap()
+        })
+        .collect()
+}
+
+fn derive(events: &[Event], capture: bool) -> (Vec<SpanRecord>, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let mut deriver = Deriver::new(
+        Some(Arc::clone(&metrics)),
+        true,
+        capture,
+        Parents::default(),
+    );
+    for event in events {
+        deriver.event(event);
+    }
+    (deriver.take_spans(), metrics)
+}
+
+fn by_name<'a>(spans: &'a [SpanRecord], name: &str) -> &'a SpanRecord {
+    spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
+        panic!(
+            "no {name} in {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        )
+    })
+}
+
+fn attr<'a>(span: &'a SpanRecord, key: &str) -> Option<&'a Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
+}
+
+fn approval_turn() -> Vec<Event> {
+    log(&[
+        json!({"type": "session_created", "config": {"cwd": "/w", "provider": "openai", "model": "gpt-x"}}),
+        json!({"type": "user_message", "input_id": INPUT, "input": {"text": "SECRET-PROMPT delete it"}}),
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "hook_ran", "hook_event": "UserPromptSubmit", "hook": "/bin/check --token=abc", "duration_ms": 5, "decision": "none"}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "provider_retry", "attempt": 2, "max_attempts": 4, "delay_ms": 5, "error": {"class": "rate_limited", "message": "slow down SECRET"}}),
+        json!({"type": "assistant_message", "text": "SECRET-ANSWER", "tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "rm SECRET-ARG"}}], "finish_reason": "tool_calls"}),
+        json!({"type": "usage", "input_tokens": 10, "output_tokens": 3}),
+        json!({"type": "hook_ran", "hook_event": "PreToolUse", "hook": "in-process:x", "tool_call_id": "c1", "duration_ms": 2, "decision": "ask"}),
+        json!({"type": "approval_requested", "request_id": "01930000-0000-7000-8000-0000000000a1", "tool_call_id": "c1", "tool_name": "shell", "action": "rm SECRET-ARG", "reason": "exec"}),
+        json!({"type": "approval_decided", "request_id": "01930000-0000-7000-8000-0000000000a1", "tool_call_id": "c1", "decision": "deny"}),
+        json!({"type": "tool_message", "tool_call_id": "c1", "content": "denied SECRET-RESULT", "is_error": true}),
+        json!({"type": "step_started", "step": 2}),
+        json!({"type": "compaction_started", "trigger": "threshold", "tokens_before": 900}),
+        json!({"type": "compaction_checkpoint", "summary": "SECRET-SUMMARY", "covers_up_to": 5, "tokens_before": 900, "tokens_after": 100}),
+        json!({"type": "assistant_message", "text": "ok", "finish_reason": "stop"}),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ])
+}
+
+#[test]
+fn approvals_hooks_compactions_and_retries_are_spans_of_the_turn() {
+    let (spans, metrics) = derive(&approval_turn(), false);
+    let turn = by_name(&spans, "turn");
+    let tool = by_name(&spans, "execute_tool shell");
+    let approval = by_name(&spans, "approval shell");
+    let pre = by_name(&spans, "hook PreToolUse");
+    let prompt_hook = by_name(&spans, "hook UserPromptSubmit");
+    let compaction = by_name(&spans, "compaction");
+    let chat = spans
+        .iter()
+        .find(|s| s.name == "chat gpt-x" && attr(s, "foya.step") == Some(&Value::I64(1)))
+        .unwrap();
+    assert_eq!(spans.len(), 8, "{spans:#?}");
+    assert!(spans.iter().all(|s| s.trace_id == turn.trace_id));
+    assert_eq!(turn.parent, None);
+    for child in [tool, prompt_hook, compaction, chat] {
+        assert_eq!(child.parent, Some(turn.span_id), "{}", child.name);
+    }
+    assert_eq!(approval.parent, Some(tool.span_id));
+    assert_eq!(pre.parent, Some(tool.span_id));
+    assert_eq!((approval.start_ms, approval.end_ms), (1090, 1100));
+    assert_eq!((pre.start_ms, pre.end_ms), (1078, 1080));
+    assert_eq!(
+        attr(approval, "foya.approval.decision"),
+        Some(&Value::from("deny"))
+    );
+    assert_eq!(
+        attr(tool, "foya.tool.outcome"),
+        Some(&Value::from("denied"))
+    );
+    assert_eq!(
+        attr(compaction, "foya.compaction.tokens_after"),
+        Some(&Value::I64(100))
+    );
+    assert_eq!(chat.events.len(), 1);
+    assert_eq!(attr(chat, "foya.retries"), Some(&Value::I64(1)));
+    assert_eq!(
+        attr(chat, "gen_ai.provider.name"),
+        Some(&Value::from("openai"))
+    );
+    assert_eq!(turn.status, Status::Ok);
+
+    let figures = metrics.snapshot();
+    assert_eq!(figures.turns_finished.get("completed"), Some(&1));
+    assert_eq!(
+        figures.tool_calls.get(&("shell".into(), "denied".into())),
+        Some(&1)
+    );
+    assert_eq!(figures.hook_runs.len(), 2);
+    assert_eq!(
+        (figures.retries, figures.compactions, figures.steps),
+        (1, 1, 2)
+    );
+    assert_eq!((figures.turns_active, figures.approvals_pending), (0, 0));
+    let text = metrics.encode();
+    assert!(
+        text.contains("foya_approvals_total{decision=\"deny\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("foya_provider_retries_total{class=\"rate_limited\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains(SESSION));
+}
+
+#[test]
+fn content_is_exported_only_when_opted_in() {
+    let debug = |spans: &[SpanRecord]| format!("{spans:?}");
+    let (off, metrics) = derive(&approval_turn(), false);
+    let off = debug(&off) + &metrics.encode();
+    assert!(!off.contains("SECRET"), "{off}");
+    assert!(
+        !off.contains("--token"),
+        "a hook's command is never exported: {off}"
+    );
+    let (on, _) = derive(&approval_turn(), true);
+    let on = debug(&on);
+    for content in [
+        "SECRET-PROMPT",
+        "SECRET-ANSWER",
+        "SECRET-ARG",
+        "SECRET-RESULT",
+    ] {
+        assert!(on.contains(content), "{content} not in {on}");
+    }
+    // Error messages never, opted in or not.
+    assert!(!on.contains("slow down SECRET"));
+}
+
+#[test]
+fn gauges_follow_queues_turns_and_pending_approvals() {
+    let second = "01930000-0000-7000-8000-000000000004";
+    let events = log(&[
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "input_queued", "input_id": second, "input": {"text": "next"}}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "", "tool_calls": [{"id": "c1", "name": "shell", "arguments": {}}], "finish_reason": "tool_calls"}),
+        json!({"type": "approval_requested", "request_id": "01930000-0000-7000-8000-0000000000a1", "tool_call_id": "c1", "tool_name": "shell", "action": "ls", "reason": "exec"}),
+    ]);
+    let metrics = Arc::new(Metrics::new());
+    let mut deriver = Deriver::new(Some(Arc::clone(&metrics)), false, false, Parents::default());
+    for event in &events {
+        deriver.event(event);
+    }
+    let figures = metrics.snapshot();
+    assert_eq!(
+        (
+            figures.turns_active,
+            figures.inputs_queued,
+            figures.approvals_pending
+        ),
+        (1, 1, 1)
+    );
+    let end = log(&[
+        json!({"type": "turn_cancelled", "reason": "user"}),
+        json!({"type": "tool_message", "tool_call_id": "c1", "content": "cancelled", "is_error": true}),
+        json!({"type": "turn_complete", "status": "cancelled", "reason": "user"}),
+        json!({"type": "user_message", "input_id": second, "input": {"text": "next"}}),
+    ]);
+    for event in &end {
+        deriver.event(event);
+    }
+    let figures = metrics.snapshot();
+    assert_eq!(
+        (
+            figures.turns_active,
+            figures.inputs_queued,
+            figures.approvals_pending
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        figures.tool_calls.get(&("shell".into(), "not_run".into())),
+        Some(&1)
+    );
+    assert!(deriver.take_spans().is_empty(), "no span without traces");
+}
+
+#[test]
+fn a_traceparent_is_parsed_as_w3c_says() {
+    let p = Parent::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .unwrap();
+    assert_eq!(
+        format!("{:032x}", p.trace_id),
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    assert_eq!(format!("{:016x}", p.span_id), "00f067aa0ba902b7");
+    assert!(p.sampled);
+    for bad in [
+        "",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+    ] {
+        assert_eq!(Parent::from_traceparent(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn tool_labels_are_bounded() {
+    let metrics = Metrics::new();
+    for i in 0..MAX_TOOL_LABELS_FOR_TEST {
+        assert_eq!(metrics.tool_label(&format!("tool{i}")), format!("tool{i}"));
+    }
+    assert_eq!(metrics.tool_label("one_more"), "other");
+    assert_eq!(metrics.tool_label("tool0"), "tool0");
+}
+
+const MAX_TOOL_LABELS_FOR_TEST: usize = crate::metrics::MAX_TOOL_LABELS;
+
+#[test]
+fn a_sub_agents_turn_is_a_child_of_the_agent_call() {
+    let child = "01930000-0000-7000-8000-0000000000c1";
+    let child_run = "01930000-0000-7000-8000-0000000000c2";
+    let child_input = "01930000-0000-7000-8000-0000000000c3";
+    let mut events = log(&[
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "", "tool_calls": [{"id": "a1", "name": "agent", "arguments": {}}], "finish_reason": "tool_calls"}),
+    ]);
+    let sub = |seq: u64, run: Option<&str>, kind: serde_json::Value| -> Event {
+        let mut value = kind;
+        let object = value.as_object_mut().unwrap();
+        object.insert("session_id".into(), json!(child));
+        object.insert("seq".into(), json!(seq));
+        object.insert("at_ms".into(), json!(1100 + seq));
+        if let Some(run) = run {
+            object.insert("run_id".into(), json!(run));
+        }
+        serde_json::from_value(value).unwrap()
+    };
+    events.push(sub(1, None, json!({"type": "session_created", "config": {"cwd": "/w", "parent": {"session_id": SESSION, "run_id": RUN, "tool_call_id": "a1"}}})));
+    events.push(sub(
+        2,
+        Some(child_run),
+        json!({"type": "turn_started", "input_id": child_input}),
+    ));
+    events.push(sub(
+        3,
+        Some(child_run),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ));
+    events.extend(log(&[
+        json!({"type": "tool_message", "tool_call_id": "a1", "content": "done", "is_error": false}),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ]));
+    let (spans, _) = derive(&events, false);
+    let agent = by_name(&spans, "execute_tool agent");
+    let turns: Vec<&SpanRecord> = spans.iter().filter(|s| s.name == "turn").collect();
+    let sub_turn = turns.iter().find(|t| t.parent.is_some()).unwrap();
+    assert_eq!(sub_turn.parent, Some(agent.span_id));
+    assert_eq!(sub_turn.trace_id, agent.trace_id);
+}

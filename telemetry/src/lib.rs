@@ -1,0 +1,236 @@
+//! `foya-telemetry`: what a Foya runtime does, seen from outside it — OpenTelemetry
+//! traces of every turn (OTLP over HTTP/protobuf) and Prometheus metrics — derived from
+//! the runtime's committed events. See `docs/observability.md`.
+//!
+//! Design: the runtime is not changed. [`Telemetry::instrument`] wraps the
+//! [`RuntimeConfig`]'s store (every event is committed through it, in each session's
+//! order) and its model clients (the first token and the failures of each request
+//! attempt); a task follows the committed events and derives spans with explicit start
+//! and end times and the metrics (`derive.rs`). Without telemetry nothing is wrapped,
+//! nothing is built and nothing costs.
+//!
+//! ```no_run
+//! # async fn demo(config: foya_actors::RuntimeConfig) -> anyhow::Result<()> {
+//! use foya_telemetry::{Telemetry, TelemetryConfig};
+//! let settings = TelemetryConfig::load(None, true)?; // OTEL_* variables; metrics on
+//! let telemetry = Telemetry::start(settings)?;
+//! let config = match &telemetry {
+//!     Some(t) => t.instrument(config),
+//!     None => config,
+//! };
+//! let runtime = foya_actors::Runtime::start(config).await?;
+//! // … work …
+//! if let Some(t) = &telemetry {
+//!     println!("{}", t.metrics_text().await.unwrap_or_default());
+//! }
+//! runtime.shutdown().await;
+//! if let Some(t) = telemetry {
+//!     t.shutdown().await; // every span exported
+//! }
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod derive;
+mod export;
+pub mod http;
+mod metrics;
+mod tap;
+
+pub use config::{DEFAULT_SERVICE_NAME, TelemetryConfig, TraceExport};
+pub use derive::Parent;
+pub use metrics::{CONTENT_TYPE, Figures, MAX_TOOL_LABELS};
+
+use derive::{Deriver, MAX_PARENTS, ModelOf, Parents};
+use export::Exporter;
+use foya_actors::RuntimeConfig;
+use foya_actors::provider::ModelClient;
+use foya_protocol::InputId;
+use foya_storage::LogStore;
+use metrics::Metrics;
+use std::sync::Arc;
+use tap::{Feed, ObservedLog, ObservedModel};
+use tokio::sync::mpsc;
+
+/// Batches of events that may wait for the telemetry task; past it batches are dropped
+/// (counted in `foya_telemetry_dropped_events_total`), never waited for.
+const FEED_CAPACITY: usize = 65_536;
+
+#[derive(Debug)]
+struct Shared {
+    config: TelemetryConfig,
+    metrics: Option<Arc<Metrics>>,
+    exporter: Option<Arc<Exporter>>,
+    feed: mpsc::Sender<Feed>,
+    parents: Parents,
+}
+
+/// A running telemetry pipeline (cheap to clone). Made by [`Telemetry::start`], joined
+/// to a runtime by [`Telemetry::instrument`].
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    shared: Arc<Shared>,
+}
+
+impl Telemetry {
+    /// Starts the pipeline `config` asks for; `None` when it asks for nothing. Spawns
+    /// the task that follows events: call it inside a tokio runtime.
+    ///
+    /// # Errors
+    /// The trace exporter cannot be built (an invalid endpoint URL).
+    pub fn start(config: TelemetryConfig) -> anyhow::Result<Option<Self>> {
+        if config.is_off() {
+            return Ok(None);
+        }
+        let exporter = match &config.traces {
+            Some(traces) => Some(Arc::new(Exporter::new(traces)?)),
+            None => None,
+        };
+        let metrics = config.metrics.then(|| Arc::new(Metrics::new()));
+        let (feed, rx) = mpsc::channel(FEED_CAPACITY);
+        let parents: Parents = Arc::default();
+        let deriver = Deriver::new(
+            metrics.clone(),
+            exporter.is_some(),
+            config.capture_content,
+            Arc::clone(&parents),
+        );
+        tokio::spawn(follow(rx, deriver, exporter.clone()));
+        Ok(Some(Self {
+            shared: Arc::new(Shared {
+                config,
+                metrics,
+                exporter,
+                feed,
+                parents,
+            }),
+        }))
+    }
+
+    /// What this pipeline does.
+    #[must_use]
+    pub fn config(&self) -> &TelemetryConfig {
+        &self.shared.config
+    }
+
+    /// `config` with its store and model clients observed: give the result to
+    /// [`foya_actors::Runtime::start`]. Call it once per pipeline.
+    #[must_use]
+    pub fn instrument(&self, mut config: RuntimeConfig) -> RuntimeConfig {
+        config.store = LogStore::shared(ObservedLog {
+            inner: config.store,
+            feed: self.shared.feed.clone(),
+            metrics: self.shared.metrics.clone(),
+        });
+        if let Some(metrics) = &self.shared.metrics {
+            let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
+                Arc::new(ObservedModel {
+                    inner: model,
+                    metrics: Arc::clone(metrics),
+                })
+            };
+            config.model = wrap(config.model);
+            config.models = config
+                .models
+                .into_iter()
+                .map(|(name, model)| (name, wrap(model)))
+                .collect();
+        }
+        config
+    }
+
+    /// Makes the turn of input `input` continue the caller's trace of `traceparent` (a
+    /// W3C `traceparent` value): its turn span becomes the caller's span's child. Call it
+    /// before submitting the input (with
+    /// [`SessionHandle::submit_with_id`](foya_actors::SessionHandle::submit_with_id)).
+    /// Returns whether `traceparent` was valid (an invalid one is ignored, as W3C says).
+    pub fn continue_trace(&self, input: InputId, traceparent: &str) -> bool {
+        let Some(parent) = Parent::from_traceparent(traceparent) else {
+            return false;
+        };
+        if self.shared.exporter.is_none() {
+            return true;
+        }
+        if let Ok(mut parents) = self.shared.parents.lock() {
+            if parents.len() >= MAX_PARENTS {
+                parents.clear();
+            }
+            parents.insert(input, parent);
+        }
+        true
+    }
+
+    /// Waits until every event committed before the call has been followed (so metrics
+    /// and spans include it).
+    pub async fn sync(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.shared.feed.send(Feed::Sync(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// The metrics as OpenMetrics text ([`CONTENT_TYPE`]), after [`Self::sync`]; `None`
+    /// when metrics are off.
+    pub async fn metrics_text(&self) -> Option<String> {
+        let metrics = self.shared.metrics.as_ref()?;
+        self.sync().await;
+        Some(metrics.encode())
+    }
+
+    /// The figures behind the metrics, after [`Self::sync`]; `None` when metrics are
+    /// off.
+    pub async fn figures(&self) -> Option<Figures> {
+        let metrics = self.shared.metrics.as_ref()?;
+        self.sync().await;
+        Some(metrics.snapshot())
+    }
+
+    /// Sends every span derived so far to the collector (waits for the export).
+    pub async fn flush(&self) {
+        self.sync().await;
+        if let Some(exporter) = &self.shared.exporter {
+            let exporter = Arc::clone(exporter);
+            let _ = tokio::task::spawn_blocking(move || exporter.flush()).await;
+        }
+    }
+
+    /// Follows what was committed, exports every span and stops the exporter. Call it
+    /// after the runtime's shutdown (its last events are then followed too).
+    pub async fn shutdown(self) {
+        self.sync().await;
+        if let Some(exporter) = &self.shared.exporter {
+            let exporter = Arc::clone(exporter);
+            let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
+        }
+    }
+}
+
+/// The telemetry task: follows the committed events, exporting the spans they finish.
+/// It holds nothing of the runtime (no store): it ends when every sender is gone.
+async fn follow(
+    mut rx: mpsc::Receiver<Feed>,
+    mut deriver: Deriver,
+    exporter: Option<Arc<Exporter>>,
+) {
+    while let Some(feed) = rx.recv().await {
+        match feed {
+            Feed::Events(events) => {
+                for event in &events {
+                    deriver.event(event);
+                }
+                let spans = deriver.take_spans();
+                if let Some(exporter) = &exporter {
+                    for span in spans {
+                        exporter.export(span);
+                    }
+                }
+            }
+            Feed::Model(session, provider, model) => {
+                deriver.set_model(session, ModelOf { provider, model });
+            }
+            Feed::Sync(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The Prometheus metrics (`prometheus-client`): what the event deriver, the model
+//! wrapper and the store wrapper count, encoded as OpenMetrics text for `GET /metrics`.
+//! Labels are bounded: statuses, classes, decisions, hook points, and tool names (at most
+//! [`MAX_TOOL_LABELS`] distinct; later ones count as `other`). No session id is a label.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Distinct tool names kept as label values; further names count as `other`.
+pub const MAX_TOOL_LABELS: usize = 64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StatusLabels {
+    pub(crate) status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ClassLabels {
+    pub(crate) class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ToolLabels {
+    pub(crate) tool: String,
+    pub(crate) outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ToolNameLabels {
+    pub(crate) tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct HookLabels {
+    pub(crate) hook_event: String,
+    pub(crate) decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DecisionLabels {
+    pub(crate) decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TriggerLabels {
+    pub(crate) trigger: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DirectionLabels {
+    pub(crate) direction: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Seconds, 5 ms to about 80 s.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Store appends: 0.1 ms to about 3 s.
+fn store_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
+}
+
+/// Events per append: 1 to 512.
+fn sizes() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 10))
+}
+
+/// The figures the embedding API reads ([`crate::Telemetry::figures`]): the same counts
+/// `/metrics` shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Turns started.
+    pub turns_started: u64,
+    /// Turns finished, by status (`completed`, `cancelled`, `failed`).
+    pub turns_finished: BTreeMap<String, u64>,
+    /// Turns running now.
+    pub turns_active: u64,
+    /// Inputs waiting in session queues (seen queued by this process).
+    pub inputs_queued: u64,
+    /// Approval requests waiting for a decision.
+    pub approvals_pending: u64,
+    /// Model requests (steps) answered.
+    pub steps: u64,
+    /// Tool calls, by (tool, outcome).
+    pub tool_calls: BTreeMap<(String, String), u64>,
+    /// Provider errors by class (every failed attempt, retried or not).
+    pub provider_errors: BTreeMap<String, u64>,
+    /// Model request retries.
+    pub retries: u64,
+    /// Hook runs, by (hook point, decision).
+    pub hook_runs: BTreeMap<(String, String), u64>,
+    /// Compactions.
+    pub compactions: u64,
+}
+
+/// Every metric, registered once.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub(crate) turns_started: Counter,
+    pub(crate) turns_finished: Family<StatusLabels, Counter>,
+    pub(crate) turn_duration: Histograms<StatusLabels>,
+    pub(crate) turns_active: Gauge,
+    pub(crate) inputs_queued: Gauge,
+    pub(crate) approvals_pending: Gauge,
+    pub(crate) approvals: Family<DecisionLabels, Counter>,
+    pub(crate) approval_wait: Histogram,
+    pub(crate) step_duration: Histogram,
+    pub(crate) ttft: Histogram,
+    pub(crate) model_request_duration: Histogram,
+    pub(crate) provider_errors: Family<ClassLabels, Counter>,
+    pub(crate) retries: Family<ClassLabels, Counter>,
+    pub(crate) tokens: Family<DirectionLabels, Counter>,
+    pub(crate) tool_calls: Family<ToolLabels, Counter>,
+    pub(crate) tool_duration: Histograms<ToolNameLabels>,
+    pub(crate) hook_runs: Family<HookLabels, Counter>,
+    pub(crate) hook_duration: Histograms<HookLabels>,
+    pub(crate) compactions: Family<TriggerLabels, Counter>,
+    pub(crate) sessions_created: Counter,
+    pub(crate) sessions_deleted: Counter,
+    pub(crate) store_append: Histogram,
+    pub(crate) store_append_events: Histogram,
+    pub(crate) store_append_errors: Counter,
+    store_commits: Counter,
+    store_events: Counter,
+    pub(crate) dropped_events: Counter,
+    /// The last store counters read, for the deltas of `store_commits` / `store_events`.
+    store_seen: (AtomicU64, AtomicU64),
+    /// Tool names used as labels so far.
+    tools: Mutex<BTreeSet<String>>,
+    pub(crate) figures: Mutex<Figures>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Self {
+            turns_started: Counter::default(),
+            turns_finished: Family::default(),
+            turn_duration: Family::new_with_constructor(seconds),
+            turns_active: Gauge::default(),
+            inputs_queued: Gauge::default(),
+            approvals_pending: Gauge::default(),
+            approvals: Family::default(),
+            approval_wait: seconds(),
+            step_duration: seconds(),
+            ttft: seconds(),
+            model_request_duration: seconds(),
+            provider_errors: Family::default(),
+            retries: Family::default(),
+            tokens: Family::default(),
+            tool_calls: Family::default(),
+            tool_duration: Family::new_with_constructor(seconds),
+            hook_runs: Family::default(),
+            hook_duration: Family::new_with_constructor(seconds),
+            compactions: Family::default(),
+            sessions_created: Counter::default(),
+            sessions_deleted: Counter::default(),
+            store_append: store_seconds(),
+            store_append_events: sizes(),
+            store_append_errors: Counter::default(),
+            store_commits: Counter::default(),
+            store_events: Counter::default(),
+            dropped_events: Counter::default(),
+            store_seen: (AtomicU64::new(0), AtomicU64::new(0)),
+            tools: Mutex::new(BTreeSet::new()),
+            figures: Mutex::new(Figures::default()),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "foya_turns_started",
+            "Turns started",
+            m.turns_started.clone(),
+        );
+        r.register(
+            "foya_turns_finished",
+            "Turns finished, by status (completed, cancelled, failed)",
+            m.turns_finished.clone(),
+        );
+        r.register(
+            "foya_turn_duration_seconds",
+            "Wall time of a turn, turn_started to turn_complete, by status",
+            m.turn_duration.clone(),
+        );
+        r.register(
+            "foya_turns_active",
+            "Turns running now",
+            m.turns_active.clone(),
+        );
+        r.register(
+            "foya_inputs_queued",
+            "Inputs waiting in session queues (queue depth)",
+            m.inputs_queued.clone(),
+        );
+        r.register(
+            "foya_approvals_pending",
+            "Approval requests waiting for a decision",
+            m.approvals_pending.clone(),
+        );
+        r.register(
+            "foya_approvals",
+            "Approval decisions, by decision",
+            m.approvals.clone(),
+        );
+        r.register(
+            "foya_approval_wait_seconds",
+            "Time from an approval request to its decision",
+            m.approval_wait.clone(),
+        );
+        r.register(
+            "foya_step_duration_seconds",
+            "Latency of a step's model request (step_started to the assistant message), retries included",
+            m.step_duration.clone(),
+        );
+        r.register(
+            "foya_time_to_first_token_seconds",
+            "Time from sending a model request to its first streamed token (text, reasoning or tool call)",
+            m.ttft.clone(),
+        );
+        r.register(
+            "foya_model_request_duration_seconds",
+            "Wall time of one model request attempt, to the end of its stream",
+            m.model_request_duration.clone(),
+        );
+        r.register(
+            "foya_provider_errors",
+            "Failed model request attempts, by error class (retried or not)",
+            m.provider_errors.clone(),
+        );
+        r.register(
+            "foya_provider_retries",
+            "Model request retries, by the class of the error retried",
+            m.retries.clone(),
+        );
+        r.register(
+            "foya_tokens",
+            "Tokens reported by providers, by direction (input, output)",
+            m.tokens.clone(),
+        );
+        r.register(
+            "foya_tool_calls",
+            "Tool calls, by tool and outcome (ok, error, denied, not_run)",
+            m.tool_calls.clone(),
+        );
+        r.register(
+            "foya_tool_call_duration_seconds",
+            "Run time of a tool call, by tool",
+            m.tool_duration.clone(),
+        );
+        r.register(
+            "foya_hook_runs",
+            "Hook runs, by hook point and decision",
+            m.hook_runs.clone(),
+        );
+        r.register(
+            "foya_hook_duration_seconds",
+            "Run time of a hook, by hook point and decision",
+            m.hook_duration.clone(),
+        );
+        r.register(
+            "foya_compactions",
+            "Context compactions, by trigger",
+            m.compactions.clone(),
+        );
+        r.register(
+            "foya_sessions_created",
+            "Sessions created",
+            m.sessions_created.clone(),
+        );
+        r.register(
+            "foya_sessions_deleted",
+            "Sessions deleted",
+            m.sessions_deleted.clone(),
+        );
+        r.register(
+            "foya_store_append_seconds",
+            "Latency of a store append as the runtime waits for it (queue and group commit)",
+            m.store_append.clone(),
+        );
+        r.register(
+            "foya_store_append_events",
+            "Events per store append",
+            m.store_append_events.clone(),
+        );
+        r.register(
+            "foya_store_append_errors",
+            "Store appends refused or failed",
+            m.store_append_errors.clone(),
+        );
+        r.register(
+            "foya_store_commits",
+            "Store write transactions since the store opened (group commits)",
+            m.store_commits.clone(),
+        );
+        r.register(
+            "foya_store_events",
+            "Events committed since the store opened",
+            m.store_events.clone(),
+        );
+        r.register(
+            "foya_telemetry_dropped_events",
+            "Events telemetry could not follow (its queue was full)",
+            m.dropped_events.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The label of tool `name`: itself while fewer than [`MAX_TOOL_LABELS`] names were
+    /// seen, else `other`.
+    pub(crate) fn tool_label(&self, name: &str) -> String {
+        let Ok(mut tools) = self.tools.lock() else {
+            return "other".to_owned();
+        };
+        if tools.contains(name) {
+            return name.to_owned();
+        }
+        if tools.len() < MAX_TOOL_LABELS {
+            tools.insert(name.to_owned());
+            return name.to_owned();
+        }
+        "other".to_owned()
+    }
+
+    /// Brings the store's counters up to `stats`.
+    pub(crate) fn observe_store(&self, commits: u64, events: u64) {
+        let before = self.store_seen.0.fetch_max(commits, Ordering::Relaxed);
+        self.store_commits.inc_by(commits.saturating_sub(before));
+        let before = self.store_seen.1.fetch_max(events, Ordering::Relaxed);
+        self.store_events.inc_by(events.saturating_sub(before));
+    }
+
+    /// Changes the figures.
+    pub(crate) fn figures(&self, change: impl FnOnce(&mut Figures)) {
+        if let Ok(mut figures) = self.figures.lock() {
+            change(&mut figures);
+        }
+    }
+
+    /// A copy of the figures.
+    pub(crate) fn snapshot(&self) -> Figures {
+        self.figures.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    /// OpenMetrics text of every metric.
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "cannot encode the metrics");
+        }
+        out
+    }
+}
+
+/// The content type of the metrics' text ([`crate::Telemetry::metrics_text`]).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -1,0 +1,119 @@
+//! `edit_file`: exact-string replacement in one file.
+
+use super::{arguments, blocking, file_spec};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+// The arguments of `edit_file` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    /// File path, relative to the working directory.
+    path: String,
+    /// Exact text to replace.
+    #[schemars(length(min = 1))]
+    old_string: String,
+    /// Replacement text.
+    new_string: String,
+    /// Replace every occurrence (default false).
+    replace_all: Option<bool>,
+}
+
+/// Replaces text: `{path, old_string, new_string, replace_all?}`. `old_string` must occur
+/// exactly once unless `replace_all` is true.
+#[derive(Debug)]
+pub struct EditFile {
+    spec: ToolSpec,
+}
+
+impl EditFile {
+    /// The tool.
+    #[must_use]
+    pub fn new() -> Self {
+        let spec = file_spec::<EditArgs>(
+            "edit_file",
+            "Replace an exact string in a file in the working directory. old_string must match \
+             the file's text exactly (including whitespace) and occur exactly once, unless \
+             replace_all is true. Include surrounding lines to make it unique.",
+            SideEffect::Write,
+        );
+        Self { spec }
+    }
+}
+
+impl Default for EditFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for EditFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        _progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        let args = match arguments::<EditArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
+        let ctx = ctx.clone();
+        blocking(&cancel, move || edit(&ctx, &args)).await
+    }
+}
+
+fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {
+    let raw = args.path.as_str();
+    let old = args.old_string.as_str();
+    let new = args.new_string.as_str();
+    let replace_all = args.replace_all.unwrap_or(false);
+    if old.is_empty() {
+        return ToolOutput::error("old_string is empty; give the exact text to replace");
+    }
+    if old == new {
+        return ToolOutput::error("old_string and new_string are identical; nothing to change");
+    }
+    let path = match paths::resolve(ctx, raw) {
+        Ok(path) => path,
+        Err(message) => return ToolOutput::error(message),
+    };
+    if let Err(message) = paths::check_write(ctx, &path, raw) {
+        return ToolOutput::error(message);
+    }
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) => return ToolOutput::error(format!("cannot read {raw:?}: {e}")),
+    };
+    let count = text.matches(old).count();
+    if count == 0 {
+        return ToolOutput::error(format!(
+            "old_string was not found in {raw:?} (0 matches); read the file and copy the text exactly"
+        ));
+    }
+    if count > 1 && !replace_all {
+        return ToolOutput::error(format!(
+            "old_string matches {count} times in {raw:?}; include more surrounding text to make \
+             it unique, or set replace_all to true"
+        ));
+    }
+    let updated = if replace_all {
+        text.replace(old, new)
+    } else {
+        text.replacen(old, new, 1)
+    };
+    match std::fs::write(&path, updated) {
+        Ok(()) => ToolOutput::ok(format!(
+            "replaced {count} occurrence{} in {raw:?}",
+            if count == 1 { "" } else { "s" }
+        )),
+        Err(e) => ToolOutput::error(format!("cannot write {raw:?}: {e}")),
+    }
+}

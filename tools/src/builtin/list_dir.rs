@@ -1,0 +1,104 @@
+//! `list_dir`: the entries of one directory.
+
+use super::{arguments, blocking, file_spec};
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+/// At most this many entries are listed.
+pub const LIST_MAX_ENTRIES: usize = 1_000;
+
+// The arguments of `list_dir` (their doc comments are what the model reads).
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    /// Directory path, relative to the working directory ('.' for the working directory itself).
+    path: String,
+}
+
+/// Lists a directory: `{path}` → one entry per line, sorted, directories with a trailing
+/// `/`, symlinks with a trailing `@`.
+#[derive(Debug)]
+pub struct ListDir {
+    spec: ToolSpec,
+}
+
+impl ListDir {
+    /// The tool.
+    #[must_use]
+    pub fn new() -> Self {
+        let spec = file_spec::<ListArgs>(
+            "list_dir",
+            "List the entries of a directory in the working directory, sorted by name. \
+             Directories end with '/', symbolic links with '@'.",
+            SideEffect::None,
+        );
+        Self { spec }
+    }
+}
+
+impl Default for ListDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for ListDir {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+        cancel: CancellationToken,
+        _progress: &dyn ProgressSink,
+    ) -> ToolOutput {
+        let args = match arguments::<ListArgs>(&self.spec, args) {
+            Ok(args) => args,
+            Err(invalid) => return invalid,
+        };
+        let ctx = ctx.clone();
+        blocking(&cancel, move || list(&ctx, &args)).await
+    }
+}
+
+fn list(ctx: &ToolContext, args: &ListArgs) -> ToolOutput {
+    let raw = args.path.as_str();
+    let path = match paths::resolve(ctx, raw) {
+        Ok(path) => path,
+        Err(message) => return ToolOutput::error(message),
+    };
+    let read_dir = match std::fs::read_dir(&path) {
+        Ok(read_dir) => read_dir,
+        Err(e) => return ToolOutput::error(format!("cannot list {raw:?}: {e}")),
+    };
+    let mut names: Vec<String> = read_dir
+        .filter_map(Result::ok)
+        .map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            match entry.file_type() {
+                Ok(t) if t.is_symlink() => format!("{name}@"),
+                Ok(t) if t.is_dir() => format!("{name}/"),
+                _ => name,
+            }
+        })
+        .collect();
+    if names.is_empty() {
+        return ToolOutput::ok(format!("({raw:?} is empty)"));
+    }
+    names.sort();
+    let total = names.len();
+    names.truncate(LIST_MAX_ENTRIES);
+    let mut out = names.join("\n");
+    out.push('\n');
+    if total > LIST_MAX_ENTRIES {
+        out.push_str(&format!(
+            "[{} more entries not shown]\n",
+            total - LIST_MAX_ENTRIES
+        ));
+    }
+    ToolOutput::ok(out)
+}

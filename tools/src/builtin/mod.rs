@@ -1,0 +1,168 @@
+//! The built-in tools: file access (`read_file`, `list_dir`, `glob`, `grep`,
+//! `write_file`, `edit_file`) and `shell`.
+//!
+//! Owns: the shared helpers of the built-ins (spec construction, running blocking file
+//! work off the async workers). Each tool declares its arguments once, as a
+//! `Deserialize + JsonSchema` struct: the schema the model sees is generated from it
+//! (`typed::builtin_parameters_of`) and each call's arguments are read into it
+//! (`typed::arguments`; a mismatch is an `is_error` result). Paths are relative to
+//! `ToolContext::cwd` and confined to it (see `tools::paths`).
+
+pub mod agent;
+mod edit_file;
+mod list_dir;
+mod output;
+mod read_file;
+mod search;
+mod shell;
+mod write_file;
+
+#[cfg(test)]
+mod tests;
+
+pub use edit_file::EditFile;
+pub use list_dir::{LIST_MAX_ENTRIES, ListDir};
+pub use output::{CappedOutput, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES};
+pub use read_file::{
+    READ_DEFAULT_LIMIT_LINES, READ_MAX_FILE_BYTES, READ_MAX_LINE_CHARS, READ_MAX_OUTPUT_BYTES,
+    ReadFile,
+};
+pub use search::{
+    GLOB_MAX_RESULTS, GREP_MAX_FILE_BYTES, GREP_MAX_LINE_CHARS, GREP_MAX_MATCHES, Glob, Grep,
+};
+pub use shell::{SHELL_DEFAULT_TIMEOUT_MS, SHELL_MAX_TIMEOUT_MS, Shell};
+pub use write_file::WriteFile;
+
+use super::sandbox::SandboxRunner;
+use super::typed::{arguments, builtin_parameters_of};
+use super::{SideEffect, Tool, ToolOutput, ToolSpec};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Default timeout of the file tools, in milliseconds.
+const FILE_TOOL_TIMEOUT_MS: u64 = 30_000;
+
+/// Every built-in, in the order they are exposed; `shell` runs through `runner`.
+#[must_use]
+pub fn all(runner: SandboxRunner) -> Vec<Arc<dyn Tool>> {
+    let mut tools = read_only();
+    tools.extend([
+        Arc::new(WriteFile::new()) as Arc<dyn Tool>,
+        Arc::new(EditFile::new()),
+        Arc::new(Shell::new(runner)),
+    ]);
+    tools
+}
+
+/// The built-ins without side effects: `read_file`, `list_dir`, `glob`, `grep`.
+#[must_use]
+pub fn read_only() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile::new()),
+        Arc::new(ListDir::new()),
+        Arc::new(Glob::new()),
+        Arc::new(Grep::new()),
+    ]
+}
+
+/// A file tool's spec; its parameters are the schema of its argument type `A`.
+fn file_spec<A: schemars::JsonSchema>(
+    name: &str,
+    description: &str,
+    side_effect: SideEffect,
+) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters: builtin_parameters_of::<A>(),
+        parallel_safe: side_effect == SideEffect::None,
+        side_effect,
+        cancellable: true,
+        default_timeout_ms: FILE_TOOL_TIMEOUT_MS,
+    }
+}
+
+/// Most file-tool calls doing blocking work at once, across every session: a call that
+/// somehow blocks (a file system that stops answering) holds one of these, never more
+/// than this share of tokio's blocking pool.
+const MAX_BLOCKING_CALLS: usize = 32;
+
+/// Runs blocking file-system work on the blocking pool, at most [`MAX_BLOCKING_CALLS`]
+/// at once. A cancel returns at once, whether the work was waiting for its turn or
+/// running; the file tools never block on their own (special files are refused before
+/// they are opened, [`read_regular`]), so a running piece of work ends soon after.
+async fn blocking(
+    cancel: &CancellationToken,
+    work: impl FnOnce() -> ToolOutput + Send + 'static,
+) -> ToolOutput {
+    static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_BLOCKING_CALLS);
+    let cancelled = || ToolOutput::error("cancelled");
+    let permit = tokio::select! {
+        () = cancel.cancelled() => return cancelled(),
+        permit = SLOTS.acquire() => match permit {
+            Ok(permit) => permit,
+            Err(_) => return ToolOutput::error("the file tools are shut down"),
+        },
+    };
+    let task = tokio::task::spawn_blocking(move || {
+        let output = work();
+        drop(permit);
+        output
+    });
+    tokio::select! {
+        () = cancel.cancelled() => cancelled(),
+        joined = task => joined
+            .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed internally: {e}"))),
+    }
+}
+
+/// Reads a regular file of at most `max_bytes`, refusing anything else before it can
+/// block: it is opened with `O_NONBLOCK` (a FIFO's open does not wait for a writer) and
+/// checked with `fstat` on the opened descriptor (no race with a rename), so FIFOs,
+/// sockets and devices are refused without being read.
+///
+/// # Errors
+/// The I/O error, or `InvalidInput` naming the kind of special file, or `FileTooLarge`
+/// with the size.
+fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
+    use nix::fcntl::OFlag;
+    use std::io::Read as _;
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    let mut file = std::fs::File::options()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
+        .open(path)?;
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
+    let special = if kind.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else if kind.is_dir() {
+        return Err(std::io::ErrorKind::IsADirectory.into());
+    } else {
+        None
+    };
+    if let Some(special) = special {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {special}, not a regular file; refused without reading it"),
+        ));
+    }
+    if meta.len() > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{}", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.by_ref().take(max_bytes).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Whether the first 8 KiB of `bytes` look binary (contain a NUL byte), like ripgrep.
+fn looks_binary(bytes: &[u8]) -> bool {
+    bytes.iter().take(8192).any(|b| *b == 0)
+}

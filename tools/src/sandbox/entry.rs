@@ -1,0 +1,517 @@
+//! The sandbox entry point: the helper side of the Sandbox Runner.
+//!
+//! Owns: parsing `__sandbox-exec --policy <json> --cwd <dir> --tmp <dir> [--tmp-private]
+//! [--parent <pid>] -- <program> <args>`, applying the policy with Linux Landlock to the
+//! calling thread (which then starts the program), and running the program as its child
+//! under `supervise` (the group dies with the runtime). Must not: ever run the program without the requested confinement — when
+//! the kernel lacks a needed Landlock feature the helper exits with
+//! [`EXIT_SANDBOX_UNAVAILABLE`] and a `foya-sandbox:` message on stderr.
+
+use super::SandboxPolicy;
+#[cfg(feature = "landlock")]
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// `argv[1]` that selects the sandbox entry point.
+pub const SANDBOX_EXEC_ARG: &str = "__sandbox-exec";
+
+/// Exit code when the kernel cannot enforce the requested policy (Landlock missing, too
+/// old an ABI, or the ruleset could not be applied). The program did not run.
+pub const EXIT_SANDBOX_UNAVAILABLE: i32 = 121;
+
+/// Exit code when the helper's own arguments are malformed. The program did not run.
+pub const EXIT_SANDBOX_USAGE: i32 = 122;
+
+/// `argv[1]` that asks the helper whether the kernel gives it the namespaces of the
+/// shield: exit 0 when it does, [`EXIT_NO_NAMESPACES`] when not.
+pub const SANDBOX_PROBE_ARG: &str = "__sandbox-probe";
+
+/// Exit code of [`SANDBOX_PROBE_ARG`] when the kernel gives no namespace.
+pub const EXIT_NO_NAMESPACES: i32 = 123;
+
+/// Exit code when `exec` of the program failed (not found, not executable).
+pub const EXIT_EXEC_FAILED: i32 = 127;
+
+#[cfg(feature = "landlock")]
+/// Landlock ABI whose file-system rights are enforced (V3: adds `truncate`, so a sandboxed
+/// process cannot truncate files it may not write).
+const FS_ABI: ABI = ABI::V3;
+
+#[cfg(feature = "landlock")]
+/// Landlock ABI whose TCP bind/connect rights are enforced when network is denied.
+const NET_ABI: ABI = ABI::V4;
+
+#[cfg(feature = "landlock")]
+/// Character devices a confined process may always open for writing: writing to them
+/// changes nothing on disk.
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The parsed helper command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInvocation {
+    /// Policy to apply.
+    pub policy: SandboxPolicy,
+    /// Working directory (writable under `WorkspaceWrite`); the program starts there.
+    pub cwd: PathBuf,
+    /// Private temp dir (writable under `WorkspaceWrite`); exported as `TMPDIR`.
+    pub tmp: PathBuf,
+    /// `tmp` was made for this call alone (`--tmp-private`): the helper removes it when
+    /// the runtime dies, since the runtime that would have removed it is gone. Never set
+    /// for a shared directory (the inherited `TMPDIR` under `SandboxPolicy::None`).
+    pub tmp_private: bool,
+    /// `--say-fallback`: when the kernel gives no namespace for the shield, say so on
+    /// stderr (the runtime asks once per process, so the person and the model read it
+    /// once).
+    pub say_fallback: bool,
+    /// Paths inside `cwd` that stay read-only (`--protect`, repeated) besides the
+    /// protected names the helper finds itself: hook scripts (see `shield`, `rules`).
+    pub protect: Vec<PathBuf>,
+    /// Program to exec.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Pid of the runtime that started the helper (`--parent`, optional): when it is
+    /// no longer the helper's parent at start, the program is not run.
+    pub parent: Option<u32>,
+}
+
+/// Runs the sandbox entry point when `argv[1]` is [`SANDBOX_EXEC_ARG`]; otherwise returns
+/// at once. Call it first thing in `main` of every binary that may serve as the helper.
+///
+/// When requested it never returns: it runs the confined program as its child and ends
+/// the way the program ended (see `supervise`), or exits with [`EXIT_SANDBOX_USAGE`], [`EXIT_SANDBOX_UNAVAILABLE`] or
+/// [`EXIT_EXEC_FAILED`] after writing a `foya-sandbox: ...` line to stderr.
+pub fn sandbox_entry_if_requested() {
+    let mut argv = std::env::args_os();
+    let _argv0 = argv.next();
+    let first = argv.next();
+    if first.as_deref() == Some(std::ffi::OsStr::new(SANDBOX_PROBE_ARG)) {
+        match super::shield::probe() {
+            Ok(()) => std::process::exit(0),
+            Err(why) => fail(EXIT_NO_NAMESPACES, &why),
+        }
+    }
+    if first.as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
+        return;
+    }
+    let invocation = match parse_invocation(argv) {
+        Ok(invocation) => invocation,
+        Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
+    };
+    super::supervise::run(&invocation)
+}
+
+/// Writes `foya-sandbox: <message>` to stderr and exits with `code`.
+pub(super) fn fail(code: i32, message: &str) -> ! {
+    eprintln!("foya-sandbox: {message}");
+    std::process::exit(code);
+}
+
+/// Builds the helper's arguments (everything after `argv[0]`) for an invocation.
+#[must_use]
+pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
+    let policy = serde_json::to_string(&invocation.policy).unwrap_or_default();
+    let mut out: Vec<OsString> = vec![
+        SANDBOX_EXEC_ARG.into(),
+        "--policy".into(),
+        policy.into(),
+        "--cwd".into(),
+        invocation.cwd.clone().into(),
+        "--tmp".into(),
+        invocation.tmp.clone().into(),
+    ];
+    if invocation.tmp_private {
+        out.push("--tmp-private".into());
+    }
+    if invocation.say_fallback {
+        out.push("--say-fallback".into());
+    }
+    for path in &invocation.protect {
+        out.extend(["--protect".into(), path.clone().into()]);
+    }
+    if let Some(parent) = invocation.parent {
+        out.extend(["--parent".into(), parent.to_string().into()]);
+    }
+    out.extend(["--".into(), invocation.program.clone()]);
+    out.extend(invocation.args.iter().cloned());
+    out
+}
+
+/// Parses the arguments after [`SANDBOX_EXEC_ARG`].
+///
+/// # Errors
+/// A message naming the missing or malformed argument.
+pub fn parse_invocation(
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<SandboxInvocation, String> {
+    let mut args = args.into_iter();
+    let (mut policy, mut cwd, mut tmp, mut parent) = (None, None, None, None);
+    let (mut tmp_private, mut say_fallback) = (false, false);
+    let mut protect = Vec::new();
+    loop {
+        let Some(flag) = args.next() else {
+            return Err("missing `-- <program>`".to_owned());
+        };
+        let flag = flag.to_string_lossy().into_owned();
+        if flag == "--" {
+            break;
+        }
+        if flag == "--tmp-private" {
+            tmp_private = true;
+            continue;
+        }
+        if flag == "--say-fallback" {
+            say_fallback = true;
+            continue;
+        }
+        let value = args
+            .next()
+            .ok_or_else(|| format!("missing value for {flag}"))?;
+        match flag.as_str() {
+            "--policy" => {
+                let text = value.to_string_lossy();
+                policy = Some(
+                    serde_json::from_str::<SandboxPolicy>(&text)
+                        .map_err(|e| format!("invalid --policy {text:?}: {e}"))?,
+                );
+            }
+            "--cwd" => cwd = Some(PathBuf::from(value)),
+            "--tmp" => tmp = Some(PathBuf::from(value)),
+            "--protect" => protect.push(PathBuf::from(value)),
+            "--parent" => {
+                let text = value.to_string_lossy();
+                parent = Some(
+                    text.parse::<u32>()
+                        .map_err(|e| format!("invalid --parent {text:?}: {e}"))?,
+                );
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let program = args.next().ok_or("missing program after `--`")?;
+    Ok(SandboxInvocation {
+        policy: policy.ok_or("missing --policy")?,
+        cwd: cwd.ok_or("missing --cwd")?,
+        tmp: tmp.ok_or("missing --tmp")?,
+        tmp_private,
+        say_fallback,
+        protect,
+        program,
+        args: args.collect(),
+        parent,
+    })
+}
+
+/// Confines the calling thread (and every process it later starts) per `policy`: Landlock
+/// and `no_new_privs` apply to the thread that sets them and are inherited by its
+/// children, so the helper confines a thread of its own and starts the program from it.
+///
+/// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
+/// and `tmp` and to the writable devices (`/dev/null`, …) — all of `cwd` when `shielded`
+/// (its protected paths are read-only mounts, see `shield`), else `cwd` minus `protect`
+/// and the protected names (see `rules`); `ReadOnly` only to the devices. TCP bind and
+/// connect are denied (no allowed port) unless `WorkspaceWrite { network: true }`.
+/// `None` applies nothing.
+///
+/// # Errors
+/// A message when Landlock is unavailable or lacks a feature the policy needs
+/// (`CompatLevel::HardRequirement`): file-system rules need ABI ≥ 3, network rules ABI ≥ 4.
+#[cfg(feature = "landlock")]
+pub fn apply_policy(
+    policy: SandboxPolicy,
+    cwd: &Path,
+    tmp: &Path,
+    protect: &[PathBuf],
+    shielded: bool,
+) -> Result<(), String> {
+    let (writable, network): (Vec<super::rules::WriteRule>, bool) = match policy {
+        SandboxPolicy::None => return Ok(()),
+        SandboxPolicy::ReadOnly => (Vec::new(), false),
+        // The protected paths are read-only mounts (`shield`): the whole directory.
+        SandboxPolicy::WorkspaceWrite { network } if shielded => (
+            vec![
+                super::rules::WriteRule::all_beneath(cwd),
+                super::rules::WriteRule::all_beneath(tmp),
+            ],
+            network,
+        ),
+        // No namespaces: Landlock alone keeps them read-only (and the directories on the
+        // way to them closed to new entries, see `rules`).
+        SandboxPolicy::WorkspaceWrite { network } => {
+            let mut protect = protect.to_vec();
+            protect.extend(
+                crate::protected::PROTECTED_DIRS
+                    .iter()
+                    .chain(crate::protected::INSTRUCTION_FILES)
+                    .map(|name| cwd.join(name)),
+            );
+            protect.extend(super::shield::found_below(cwd));
+            let mut rules = super::rules::write_rules(cwd, &protect);
+            rules.push(super::rules::WriteRule::all_beneath(tmp));
+            (rules, network)
+        }
+        SandboxPolicy::WorkspaceAndProtected { network } => (
+            vec![
+                super::rules::WriteRule::all_beneath(cwd),
+                super::rules::WriteRule::all_beneath(tmp),
+            ],
+            network,
+        ),
+    };
+    let landlock_err = |e: landlock::RulesetError| {
+        format!(
+            "cannot apply the Landlock sandbox ({e}); it needs Landlock ABI >= 3 \
+             (>= 4 to deny network). The command was not run."
+        )
+    };
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(FS_ABI))
+        .map_err(landlock_err)?;
+    if !network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(NET_ABI))
+            .map_err(landlock_err)?;
+    }
+    if shielded {
+        // The shield's placeholders live as long as the helper: a command that could kill
+        // its helper (`kill -9 $PPID`) would outlive it, in its mount namespace, and
+        // create the protected name once the placeholder is removed. Where the kernel
+        // has no signal scoping (before ABI 6, Linux 6.12) this alone is left out.
+        ruleset = ruleset
+            .set_compatibility(CompatLevel::BestEffort)
+            .scope(Scope::Signal)
+            .map_err(landlock_err)?
+            .set_compatibility(CompatLevel::HardRequirement);
+    }
+    let mut created = ruleset.create().map_err(landlock_err)?;
+    let open = |path: &Path| {
+        PathFd::new(path)
+            .map_err(|e| format!("cannot open {} for the sandbox: {e}", path.display()))
+    };
+    created = created
+        .add_rule(PathBeneath::new(
+            open(Path::new("/"))?,
+            AccessFs::from_read(FS_ABI),
+        ))
+        .map_err(landlock_err)?;
+    for rule in &writable {
+        let access = if rule.file_only {
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate
+        } else {
+            AccessFs::from_all(FS_ABI)
+        };
+        // A file or directory removed since the rules were listed needs no rule.
+        let fd = match PathFd::new(&rule.path) {
+            Ok(fd) => fd,
+            Err(_) if rule.file_only || rule.path != cwd => continue,
+            Err(_) => open(&rule.path)?,
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(landlock_err)?;
+    }
+    let device_access = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
+    for device in WRITABLE_DEVICES {
+        // A missing device is fine (containers without /dev/tty): nothing to allow.
+        if let Ok(fd) = PathFd::new(device) {
+            created = created
+                .add_rule(PathBeneath::new(fd, device_access))
+                .map_err(landlock_err)?;
+        }
+    }
+    let status = created.restrict_self().map_err(landlock_err)?;
+    // Partly enforced is fine only when the kernel lacks signal scoping (all the rest is
+    // a hard requirement, which fails before).
+    let without_scoping = ABI::from(status.landlock) < ABI::V6;
+    let enforced = status.ruleset == RulesetStatus::FullyEnforced
+        || (status.ruleset == RulesetStatus::PartiallyEnforced && shielded && without_scoping);
+    if !enforced {
+        return Err(format!(
+            "Landlock did not fully enforce the sandbox (status {:?}); the command was not run",
+            status.ruleset
+        ));
+    }
+    Ok(())
+}
+
+/// Built without the `landlock` feature, nothing can confine the program: every policy
+/// but `None` is refused, so a sandboxed command never runs unconfined.
+///
+/// # Errors
+/// For every policy but [`SandboxPolicy::None`].
+#[cfg(not(feature = "landlock"))]
+pub fn apply_policy(
+    policy: SandboxPolicy,
+    _cwd: &Path,
+    _tmp: &Path,
+    _protect: &[PathBuf],
+    _shielded: bool,
+) -> Result<(), String> {
+    match policy {
+        SandboxPolicy::None => Ok(()),
+        _ => Err(
+            "this build of foya-actors has no Landlock sandbox (built without the \
+                  `landlock` feature); the command was not run"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Keeps the calling thread (and what it starts) from changing another process's
+/// resource limits (`prlimit64` with a pid other than 0, which a same-user process may
+/// do without ptrace): a shielded command could otherwise lower its helper's open-file
+/// limit, blinding the helper's kill of the command's process tree, and outlive it to
+/// create a protected name once the placeholder is removed (or lower its CPU limit to
+/// kill it). `ulimit` and `setrlimit` (pid 0) keep working. Needs `no_new_privs`
+/// (Landlock sets it).
+///
+/// # Errors
+/// A message when the filter cannot be built or installed.
+#[cfg(feature = "landlock")]
+pub fn forbid_others_limits() -> Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let failed = |e: &dyn std::fmt::Display| format!("cannot install the seccomp filter: {e}");
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
+    let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+        .map_err(|e| failed(&e))?;
+    let rule = SeccompRule::new(vec![other_pid]).map_err(|e| failed(&e))?;
+    let filter = SeccompFilter::new(
+        [(nix::libc::SYS_prlimit64, vec![rule])]
+            .into_iter()
+            .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(nix::libc::EPERM.unsigned_abs()),
+        arch,
+    )
+    .map_err(|e| failed(&e))?;
+    let program = BpfProgram::try_from(filter).map_err(|e| failed(&e))?;
+    seccompiler::apply_filter(&program).map_err(|e| failed(&e))
+}
+
+/// Without Landlock no sandboxed command runs (see `apply_policy`): nothing to do.
+///
+/// # Errors
+/// Never.
+#[cfg(not(feature = "landlock"))]
+pub fn forbid_others_limits() -> Result<(), String> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{SandboxInvocation, invocation_args, parse_invocation};
+    use crate::SandboxPolicy;
+    use std::ffi::OsString;
+    use std::path::PathBuf;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn invocation_round_trips_through_its_arguments() {
+        let invocation = SandboxInvocation {
+            policy: SandboxPolicy::WorkspaceWrite { network: false },
+            cwd: PathBuf::from("/w"),
+            tmp: PathBuf::from("/t"),
+            tmp_private: true,
+            say_fallback: true,
+            protect: vec![PathBuf::from("/w/.git")],
+            program: "bash".into(),
+            args: os(&["-c", "echo --policy x"]),
+            parent: Some(42),
+        };
+        let args = invocation_args(&invocation);
+        assert_eq!(
+            args,
+            os(&[
+                "__sandbox-exec",
+                "--policy",
+                r#"{"workspace-write":{"network":false}}"#,
+                "--cwd",
+                "/w",
+                "--tmp",
+                "/t",
+                "--tmp-private",
+                "--say-fallback",
+                "--protect",
+                "/w/.git",
+                "--parent",
+                "42",
+                "--",
+                "bash",
+                "-c",
+                "echo --policy x",
+            ])
+        );
+        assert_eq!(parse_invocation(args.into_iter().skip(1)), Ok(invocation));
+    }
+
+    #[test]
+    fn malformed_arguments_are_named() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--policy", "\"read-only\"", "--cwd", "/w", "--tmp", "/t"],
+                "missing `-- <program>`",
+            ),
+            (
+                &[
+                    "--policy",
+                    "\"read-only\"",
+                    "--cwd",
+                    "/w",
+                    "--tmp",
+                    "/t",
+                    "--",
+                ],
+                "missing program after `--`",
+            ),
+            (
+                &["--cwd", "/w", "--tmp", "/t", "--", "ls"],
+                "missing --policy",
+            ),
+            (
+                &["--policy", "\"none\"", "--tmp", "/t", "--", "ls"],
+                "missing --cwd",
+            ),
+            (
+                &["--policy", "\"none\"", "--cwd", "/w", "--", "ls"],
+                "missing --tmp",
+            ),
+            (&["--cwd"], "missing value for --cwd"),
+            (&["--net", "x", "--", "ls"], "unknown argument \"--net\""),
+            (
+                &["--parent", "x", "--", "ls"],
+                "invalid --parent \"x\": invalid digit found in string",
+            ),
+            (
+                &["--policy", "open", "--", "ls"],
+                "invalid --policy \"open\": expected value at line 1 column 1",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(
+                parse_invocation(os(args)),
+                Err((*expected).to_owned()),
+                "{args:?}"
+            );
+        }
+    }
+}

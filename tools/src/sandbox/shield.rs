@@ -1,0 +1,650 @@
+//! The protected paths of `WorkspaceWrite` without taking the workspace away: a private
+//! mount namespace (inside a user namespace of its own) where each protected path is
+//! bound read-only over itself, so the rest of the working directory stays writable.
+//!
+//! Owns: entering the namespaces (the helper's main thread, before it starts any thread:
+//! the kernel gives a user namespace only to a single-threaded process), listing what to
+//! shield, the bind mounts, the placeholders of protected names that do not exist yet,
+//! and removing those placeholders again.
+//!
+//! The helper enters a user namespace (mapping only the user's own ids) and a mount
+//! namespace inside it; as root, a mount namespace alone.
+//!
+//! - Every protected path that exists — `.git`, `.foya`, `AGENTS.md`, `FOYA.md`,
+//!   `.mcp.json` in the working directory and in every subdirectory (case-insensitive
+//!   for the files), the hook scripts the runtime passes (`--protect`), and what any of
+//!   them points to — is bound read-only over itself: writes below it fail with `EROFS`,
+//!   and it cannot be removed, renamed or replaced (`EBUSY`: it is a mount point).
+//! - Every directory on the way from the working directory to a nested protected path
+//!   is bound over itself (writable): a mount point cannot be renamed, so `mv sub x`
+//!   cannot take `sub/AGENTS.md` away to put another in its place.
+//! - A protected name that does not exist (no `.foya`, no `AGENTS.md` in the working
+//!   directory; a hook script's missing folder) gets a placeholder for the command's
+//!   lifetime: an empty directory of mode [`PLACEHOLDER_MODE`], bound read-only, so
+//!   nothing can be created at that name. Every sandbox using a placeholder holds a
+//!   shared `flock` on it; whoever ends last (takes the lock exclusively) removes it:
+//!   the helper when its command ends or when the runtime dies (`supervise`), the
+//!   runtime after it killed a helper ([`sweep`]), else the next sandbox at that name.
+//!
+//! Landlock stays in force on top (the whole working directory writable, the rest of the
+//! file system read-only, TCP off). The command runs without `CAP_SYS_ADMIN` (dropped from
+//! its bounding set), and Landlock denies every mount operation to it, so it cannot
+//! undo the mounts.
+//!
+//! Must not: leave a placeholder behind that no sandbox uses, remove anything that is not
+//! an empty placeholder, or let the command start when a mount it needs failed.
+
+use crate::protected::{INSTRUCTION_FILES, PROTECTED_DIRS};
+use nix::fcntl::{Flock, FlockArg};
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::statvfs::{FsFlags, statvfs};
+use rustix::process::{getgid, getuid};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+use std::path::{Component, Path, PathBuf};
+
+/// When set (not empty) in the helper's environment, the helper behaves as if the kernel
+/// refused the namespaces (for tests of the fallback, and for a person who wants it).
+pub(crate) const NO_NAMESPACES_ENV: &str = "FOYA_SANDBOX_NO_NAMESPACES";
+
+/// Mode of a placeholder: a directory, sticky, read and search for its owner only. A
+/// person's own file or directory practically never has it; only an empty directory of
+/// this mode is ever removed.
+pub const PLACEHOLDER_MODE: u32 = 0o1500;
+
+/// Most directories listed while looking for nested protected paths.
+const MAX_DIRS: usize = 20_000;
+
+/// Directories never looked into for nested protected paths: installed dependencies, and
+/// any directory holding a `CACHEDIR.TAG` (cargo's `target/`, caches).
+const SKIPPED_DIRS: &[&str] = &["node_modules"];
+const CACHE_TAG: &str = "CACHEDIR.TAG";
+
+/// Tries at claiming a placeholder while other sandboxes create and remove it.
+const CLAIM_ATTEMPTS: usize = 16;
+
+/// The mounts are in place; what must be undone when the command ends.
+#[derive(Debug, Default)]
+pub struct Shield {
+    /// Placeholders this sandbox uses, with its shared lock on each.
+    held: Vec<(PathBuf, Flock<File>)>,
+    /// A line for the command's output when the listing stopped early.
+    pub note: Option<String>,
+}
+
+/// What [`enter`] achieved.
+#[derive(Debug)]
+pub enum Entered {
+    /// The protected paths are read-only for this process and what it starts.
+    Shielded(Shield),
+    /// The kernel gives no namespace here (why): nothing changed; the caller falls back.
+    Unavailable(String),
+}
+
+/// Whether the kernel gives this process the namespaces [`enter`] needs (the helper's
+/// `__sandbox-probe`: it unshares them and exits, changing nothing on disk).
+///
+/// # Errors
+/// Why not (as [`Entered::Unavailable`] would say).
+pub fn probe() -> Result<(), String> {
+    if std::env::var_os(NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
+        return Err(format!(
+            "namespaces are switched off ({NO_NAMESPACES_ENV} is set)"
+        ));
+    }
+    let flags = if getuid().is_root() {
+        CloneFlags::CLONE_NEWNS
+    } else {
+        CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS
+    };
+    unshare(flags).map_err(|e| format!("the kernel refused a namespace ({e})"))
+}
+
+/// Enters a user and mount namespace (as root, a mount namespace alone) and shields the protected paths of `cwd` (its protected names, and `protect`,
+/// absolute paths inside it). Call it while the process has a single thread.
+///
+/// # Errors
+/// A message when the namespaces were entered but a mount failed (the command must not
+/// run); what was claimed is released first.
+pub fn enter(cwd: &Path, protect: &[PathBuf]) -> Result<Entered, String> {
+    if std::env::var_os(NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
+        return Ok(Entered::Unavailable(format!(
+            "namespaces are switched off ({NO_NAMESPACES_ENV} is set)"
+        )));
+    }
+    let (uid, gid) = (getuid(), getgid());
+    if uid.is_root() {
+        // Root may make a mount namespace alone (and from inside a user namespace it could
+        // map only itself, losing its rights over other users' files).
+        if let Err(e) = unshare(CloneFlags::CLONE_NEWNS) {
+            return Ok(Entered::Unavailable(format!(
+                "the kernel refused a mount namespace ({e})"
+            )));
+        }
+    } else {
+        if let Err(e) = unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS) {
+            return Ok(Entered::Unavailable(format!(
+                "the kernel refused a user namespace ({e}; user namespaces may be disabled: \
+                 see /proc/sys/user/max_user_namespaces)"
+            )));
+        }
+        map_ids(uid.as_raw(), gid.as_raw())?;
+    }
+    // Nothing mounted here may reach the runtime's namespace.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make the sandbox's mounts private: {e}"))?;
+    let plan = plan(cwd, protect);
+    let mut shield = Shield {
+        held: Vec::new(),
+        note: plan.note.clone(),
+    };
+    match shield_all(&plan, &mut shield) {
+        Ok(()) => Ok(Entered::Shielded(shield)),
+        Err(e) => {
+            shield.release();
+            Err(e)
+        }
+    }
+}
+
+fn shield_all(plan: &Plan, shield: &mut Shield) -> Result<(), String> {
+    for step in &plan.steps {
+        match step {
+            Step::Pin(dir) => bind(dir, false)?,
+            Step::ReadOnly(path) => bind(path, true)?,
+            Step::Placeholder(path) => match claim(path)? {
+                Some(lock) => {
+                    shield.held.push((path.clone(), lock));
+                    bind(path, true)?;
+                }
+                // A real entry appeared at that name meanwhile: shield it as it is.
+                None => bind(path, true)?,
+            },
+        }
+    }
+    Ok(())
+}
+
+/// Maps the caller's own user and group (not root) into the new user namespace.
+fn map_ids(uid: u32, gid: u32) -> Result<(), String> {
+    let write = |file: &str, text: &str| {
+        std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
+    };
+    write("/proc/self/setgroups", "deny\n")?;
+    write("/proc/self/uid_map", &format!("{uid} {uid} 1\n"))?;
+    write("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))
+}
+
+/// Binds `path` over itself; read-only when asked (keeping the flags the kernel locks in
+/// a user namespace: nosuid, nodev, noexec and the atime ones).
+fn bind(path: &Path, read_only: bool) -> Result<(), String> {
+    let failed = |e: nix::Error| format!("cannot shield {}: {e}", path.display());
+    mount(
+        Some(path),
+        path,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(failed)?;
+    if read_only {
+        let kept = statvfs(path)
+            .map(|s| kept_flags(s.flags()))
+            .unwrap_or(MsFlags::empty());
+        mount(
+            None::<&str>,
+            path,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | kept,
+            None::<&str>,
+        )
+        .map_err(failed)?;
+    }
+    Ok(())
+}
+
+fn kept_flags(flags: FsFlags) -> MsFlags {
+    [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ]
+    .into_iter()
+    .filter(|(st, _)| flags.contains(*st))
+    .fold(MsFlags::empty(), |all, (_, ms)| all | ms)
+}
+
+/// Whether `meta` (not followed) is a placeholder.
+fn is_placeholder(meta: &std::fs::Metadata) -> bool {
+    meta.is_dir() && meta.mode() & 0o7777 == PLACEHOLDER_MODE
+}
+
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// Makes (or joins) the placeholder at `path`: `Some(lock)` holds it shared; `None` when a
+/// real entry is there instead.
+fn claim(path: &Path) -> Result<Option<Flock<File>>, String> {
+    for _ in 0..CLAIM_ATTEMPTS {
+        match std::fs::DirBuilder::new()
+            .mode(PLACEHOLDER_MODE)
+            .create(path)
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot keep {} from being created (placeholder: {e})",
+                    path.display()
+                ));
+            }
+        }
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue; // removed by another sandbox meanwhile
+        };
+        if !is_placeholder(&meta) {
+            return Ok(None);
+        }
+        let Ok(dir) = File::open(path) else { continue };
+        // Blocks only while another sandbox removes it.
+        let Ok(lock) = Flock::lock(dir, FlockArg::LockShared) else {
+            continue;
+        };
+        let still = std::fs::symlink_metadata(path).is_ok_and(|now| same_file(&now, &meta));
+        if still && lock.metadata().is_ok_and(|held| same_file(&held, &meta)) {
+            return Ok(Some(lock));
+        }
+    }
+    Err(format!(
+        "cannot keep {} from being created: its placeholder keeps changing",
+        path.display()
+    ))
+}
+
+/// Removes the placeholder at `path` that `lock` holds when no other sandbox uses it.
+fn remove_if_unused(path: &Path, lock: &Flock<File>) {
+    if lock.relock(FlockArg::LockExclusiveNonblock).is_err() {
+        return;
+    }
+    let ours = std::fs::symlink_metadata(path)
+        .ok()
+        .zip(lock.metadata().ok())
+        .is_some_and(|(now, held)| same_file(&now, &held) && is_placeholder(&now));
+    if ours {
+        // Fails (and keeps it) when something was put inside: only empty ones go.
+        let _ = std::fs::remove_dir(path);
+    }
+}
+
+impl Shield {
+    /// Undoes the placeholders (call once the command and everything it started ended):
+    /// each is unmounted here and removed when no other sandbox uses it.
+    pub(crate) fn release(self) {
+        for (path, lock) in self.held.iter().rev() {
+            let _ = umount2(path, MntFlags::MNT_DETACH);
+            remove_if_unused(path, lock);
+        }
+    }
+}
+
+/// Removes the placeholders no sandbox uses any more among the protected names of `cwd`,
+/// the paths `protect` and their folders inside `cwd`: the runtime calls it after a call
+/// whose helper it killed (a killed helper cannot remove its own). A few `lstat`s when
+/// there are none.
+pub fn sweep(cwd: &Path, protect: &[PathBuf]) {
+    let mut candidates: Vec<PathBuf> = top_level(cwd).collect();
+    for path in protect.iter().filter(|p| p.starts_with(cwd)) {
+        candidates.extend(
+            path.ancestors()
+                .take_while(|a| *a != cwd && a.starts_with(cwd))
+                .map(Path::to_path_buf),
+        );
+    }
+    candidates.sort();
+    candidates.dedup();
+    for path in candidates {
+        let placeholder = std::fs::symlink_metadata(&path).is_ok_and(|m| is_placeholder(&m));
+        if !placeholder {
+            continue;
+        }
+        if let Ok(dir) = File::open(&path)
+            && let Ok(lock) = Flock::lock(dir, FlockArg::LockExclusiveNonblock)
+        {
+            remove_if_unused(&path, &lock);
+        }
+    }
+}
+
+/// The protected names directly in `cwd`, whether or not they exist.
+fn top_level(cwd: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    PROTECTED_DIRS
+        .iter()
+        .chain(INSTRUCTION_FILES)
+        .map(move |name| cwd.join(name))
+}
+
+/// Whether a file name is protected wherever it is.
+fn protected_name(name: &OsStr) -> bool {
+    PROTECTED_DIRS.iter().any(|d| name == *d)
+        || INSTRUCTION_FILES
+            .iter()
+            .any(|f| name.to_string_lossy().eq_ignore_ascii_case(f))
+}
+
+/// One mount to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Bind a directory over itself (writable): it cannot be renamed or removed.
+    Pin(PathBuf),
+    /// Bind an existing path over itself, read-only.
+    ReadOnly(PathBuf),
+    /// Claim a placeholder at a missing name and bind it read-only.
+    Placeholder(PathBuf),
+}
+
+impl Step {
+    fn path(&self) -> &Path {
+        match self {
+            Self::Pin(p) | Self::ReadOnly(p) | Self::Placeholder(p) => p,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    /// Outer first: a directory is pinned before what is inside it is shielded.
+    steps: Vec<Step>,
+    note: Option<String>,
+}
+
+/// What to mount for `cwd` (see the module docs).
+fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
+    let lexical = cwd;
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let mut wanted: Vec<PathBuf> = top_level(&cwd).collect();
+    wanted.extend(protect.iter().filter_map(|p| {
+        let rel = p.strip_prefix(lexical).ok()?;
+        (!rel.as_os_str().is_empty()).then(|| cwd.join(rel))
+    }));
+    let note = nested(&cwd, &mut wanted);
+    let mut shielded: Vec<Step> = Vec::new();
+    for path in wanted {
+        if let Some(step) = resolve(&cwd, &path) {
+            shielded.push(step);
+        }
+    }
+    shielded.sort_by(|a, b| a.path().cmp(b.path()));
+    shielded.dedup_by(|b, a| a.path() == b.path());
+    // What lies inside another shielded path is covered by it.
+    let covered: Vec<bool> = shielded
+        .iter()
+        .map(|s| {
+            shielded
+                .iter()
+                .any(|o| o.path() != s.path() && s.path().starts_with(o.path()))
+        })
+        .collect();
+    let shielded: Vec<Step> = shielded
+        .into_iter()
+        .zip(covered)
+        .filter_map(|(s, covered)| (!covered).then_some(s))
+        .collect();
+    let mut pins: Vec<PathBuf> = shielded
+        .iter()
+        .flat_map(|s| {
+            s.path()
+                .ancestors()
+                .skip(1)
+                .take_while(|a| *a != cwd && a.starts_with(&cwd))
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    pins.sort();
+    pins.dedup();
+    let linked = linked_files(&cwd, &pins, &shielded);
+    let mut steps: Vec<Step> = pins.into_iter().map(Step::Pin).collect();
+    steps.extend(shielded);
+    steps.extend(linked);
+    steps.sort_by(|a, b| {
+        let depth = |s: &Step| s.path().components().count();
+        depth(a).cmp(&depth(b)).then_with(|| a.path().cmp(b.path()))
+    });
+    Plan { steps, note }
+}
+
+/// The regular files with other hard links (one of them may be a file outside the
+/// working directory, or a protected file, under another name) directly in `cwd` and in
+/// the pinned directories, which stay read-only as they did under Landlock alone. Below
+/// them every file is writable: looking at each file's link count would cost a `stat`
+/// per file on every call.
+fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
+    let mut out = Vec::new();
+    for dir in std::iter::once(cwd).chain(pins.iter().map(PathBuf::as_path)) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let path = entry.path();
+            let linked = entry.metadata().is_ok_and(|m| m.nlink() > 1);
+            if linked && !shielded.iter().any(|s| s.path() == path) {
+                out.push(Step::ReadOnly(path));
+            }
+        }
+    }
+    out
+}
+
+/// The step that shields `path` (inside `cwd`): read-only when it exists (what it points
+/// to when it is a symlink), a placeholder at its first missing component when it does
+/// not, nothing when it leads outside `cwd` (Landlock keeps that read-only).
+fn resolve(cwd: &Path, path: &Path) -> Option<Step> {
+    let meta = std::fs::symlink_metadata(path);
+    match meta {
+        Ok(meta) if meta.file_type().is_symlink() => match std::fs::canonicalize(path) {
+            Ok(real) => (real.starts_with(cwd) && real != cwd).then_some(Step::ReadOnly(real)),
+            Err(_) => {
+                // Dangling: keep its target from being created.
+                let target = std::fs::read_link(path).ok()?;
+                let target = lexical_join(path.parent()?, &target);
+                resolve(cwd, &target)
+            }
+        },
+        // Another sandbox's placeholder: join it (a shared lock), else that sandbox,
+        // ending first, removes it under this one's command, which could then create
+        // the name.
+        Ok(meta) if is_placeholder(&meta) => Some(Step::Placeholder(path.to_path_buf())),
+        Ok(_) => Some(Step::ReadOnly(path.to_path_buf())),
+        Err(_) => {
+            if !path.starts_with(cwd) || path == cwd {
+                return None;
+            }
+            // The first component below `cwd` that does not exist.
+            let missing = path
+                .ancestors()
+                .take_while(|a| *a != cwd)
+                .filter(|a| std::fs::symlink_metadata(a).is_err())
+                .last()?;
+            let parent_ok = missing
+                .parent()
+                .and_then(|p| std::fs::symlink_metadata(p).ok())
+                .is_some_and(|m| m.is_dir());
+            parent_ok.then(|| Step::Placeholder(missing.to_path_buf()))
+        }
+    }
+}
+
+fn lexical_join(base: &Path, path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in base.join(path).components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
+/// alone keeps read-only when there is no namespace.
+#[must_use]
+pub fn found_below(cwd: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let _ = nested(cwd, &mut out);
+    out
+}
+
+/// Adds the protected paths found below `cwd` to `out` (not following symlinks, not
+/// looking inside protected directories, [`SKIPPED_DIRS`] or cache directories); a note
+/// when it stopped after [`MAX_DIRS`] directories.
+fn nested(cwd: &Path, out: &mut Vec<PathBuf>) -> Option<String> {
+    let mut stack = vec![cwd.to_path_buf()];
+    let mut listed = 0;
+    while let Some(dir) = stack.pop() {
+        if listed >= MAX_DIRS {
+            return Some(format!(
+                "the working directory has more than {MAX_DIRS} folders; protected files \
+                 below the first {MAX_DIRS} are protected by the approval gateway only"
+            ));
+        }
+        listed += 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+        let cache = entries.iter().any(|e| e.file_name() == CACHE_TAG);
+        for entry in entries {
+            let name = entry.file_name();
+            if protected_name(&name) {
+                out.push(entry.path());
+                continue;
+            }
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && !cache && !SKIPPED_DIRS.iter().any(|s| name == *s) {
+                stack.push(entry.path());
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{PLACEHOLDER_MODE, Step, plan, sweep};
+    use std::os::unix::fs::DirBuilderExt as _;
+
+    #[test]
+    fn the_plan_pins_the_way_shields_what_exists_and_holds_missing_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for dir in [
+            ".git/hooks",
+            "sub/deep",
+            "target/debug",
+            "node_modules/x",
+            "hooks",
+        ] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        for file in [
+            "AGENTS.md",
+            "sub/deep/agents.md",
+            "target/CACHEDIR.TAG",
+            "target/debug/AGENTS.md",
+            "node_modules/x/AGENTS.md",
+            "docs.md",
+        ] {
+            std::fs::write(w.join(file), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("docs.md", w.join("FOYA.md")).unwrap();
+        std::fs::hard_link(w.join("docs.md"), w.join("sub/linked.md")).unwrap();
+        let protect = vec![w.join("hooks/stop.sh"), w.join("scripts/check.sh")];
+        let steps: Vec<String> = plan(&w, &protect)
+            .steps
+            .iter()
+            .map(|s| {
+                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
+                match s {
+                    Step::Pin(_) => format!("pin {rel}"),
+                    Step::ReadOnly(_) => format!("ro {rel}"),
+                    Step::Placeholder(_) => format!("hold {rel}"),
+                }
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "hold .foya",
+                "ro .git",
+                "hold .mcp.json",
+                "ro AGENTS.md",
+                "ro docs.md",
+                "pin hooks",
+                "hold scripts",
+                "pin sub",
+                "hold hooks/stop.sh",
+                "pin sub/deep",
+                "ro sub/linked.md",
+                "ro sub/deep/agents.md",
+            ]
+        );
+    }
+
+    #[test]
+    fn only_unused_empty_placeholders_are_swept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path();
+        let make = |name: &str, mode: u32| {
+            std::fs::DirBuilder::new()
+                .mode(mode)
+                .create(w.join(name))
+                .unwrap();
+        };
+        make(".foya", PLACEHOLDER_MODE);
+        make(".git", 0o755);
+        make("AGENTS.md", PLACEHOLDER_MODE);
+        std::fs::set_permissions(
+            w.join("AGENTS.md"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1700),
+        )
+        .unwrap();
+        std::fs::write(w.join("AGENTS.md/kept"), "x").unwrap();
+        std::fs::set_permissions(
+            w.join("AGENTS.md"),
+            std::os::unix::fs::PermissionsExt::from_mode(PLACEHOLDER_MODE),
+        )
+        .unwrap();
+        std::fs::create_dir(w.join("hooks")).unwrap();
+        std::fs::DirBuilder::new()
+            .mode(PLACEHOLDER_MODE)
+            .create(w.join("hooks/lint"))
+            .unwrap();
+        sweep(w, &[w.join("hooks/lint/run.sh")]);
+        let exists = |name: &str| w.join(name).exists();
+        assert!(!exists(".foya"));
+        assert!(exists(".git"));
+        assert!(exists("AGENTS.md/kept"));
+        assert!(!exists("hooks/lint"));
+        assert!(exists("hooks"));
+    }
+}

@@ -1,0 +1,1 @@
+//! No code: see this crate's manifest and `.ci/feature-sets`.
