@@ -1,12 +1,13 @@
-//! An agent with its own instructions and a typed tool, run to completion. The model is
-//! scripted (no key, no network): it calls the tool once, then answers.
+//! An agent with its own instructions and a typed tool, run to completion, and its
+//! history read back from the store. The model is scripted (no key, no network): it
+//! calls the tool once, then answers.
 //!
 //! ```text
 //! cargo run -p foya-actors --example agent
 //! ```
 
 use foya_actors::Agent;
-use foya_actors::protocol::{Input, TurnStatus};
+use foya_actors::protocol::{Input, Seq, TurnStatus};
 use foya_actors::provider::scripted::ScriptedClient;
 use foya_actors::tools::{SideEffect, ToolContext, TypedTool};
 use std::sync::Arc;
@@ -46,8 +47,11 @@ async fn main() -> anyhow::Result<()> {
                 .ok_or(format!("unknown SKU {}", args.sku))
         },
     );
+    // The whole system prompt (`instructions` would add a coding agent's environment and
+    // approval-mode sections), and the agent's only tool (tools are explicit;
+    // `.read_only_builtin_tools()` would add Foya's read-only file tools).
     let agent = Agent::builder(model)
-        .instructions("You answer stock questions of the Example Corp warehouse.")
+        .instructions_only("You answer stock questions of the Example Corp warehouse.")
         .state(Inventory(vec![("A-1", 12), ("B-2", 0)]))
         .tool(Arc::new(stock))?
         .start(foya_actors::storage::Store::open_in_memory(
@@ -59,6 +63,12 @@ async fn main() -> anyhow::Result<()> {
     println!("{}", outcome.text);
     anyhow::ensure!(outcome.status == TurnStatus::Completed, "{outcome:?}");
     anyhow::ensure!(outcome.tool_calls.len() == 1, "{outcome:?}");
+    // What the session persisted, as a program reads it after reopening the store.
+    let history = session.history(Seq::FIRST).await?;
+    for event in &history {
+        println!("{:>3} {}", event.seq.0, event.kind.type_name());
+    }
+    anyhow::ensure!(history.last().map(|e| e.seq) == Some(*outcome.seqs.end()));
     agent.shutdown().await;
     Ok(())
 }

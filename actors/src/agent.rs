@@ -18,6 +18,13 @@ use std::sync::Arc;
 /// files read (neither the project's `AGENTS.md` nor the user's `~/.config/foya`; see
 /// [`Self::context`]).
 ///
+/// Tools are explicit, as in other agent SDKs: the agent's model can call only the tools
+/// given with [`Self::tool`], [`Self::tools`] or [`Self::read_only_builtin_tools`]
+/// (Foya's `read_file`, `list_dir`, `glob`, `grep` over the session's working
+/// directory). An agent that answers customers should not read the files of the
+/// directory its service runs in unless its author said so. (The lower-level
+/// [`RuntimeConfig::new`] does start with those read-only tools.)
+///
 /// ```
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use foya_actors::provider::scripted::ScriptedClient;
@@ -124,6 +131,17 @@ impl AgentBuilder {
         self
     }
 
+    /// Instructions that are the whole system prompt: unlike [`Self::instructions`],
+    /// neither Foya's coding-agent prompt nor its `# Environment` (working directory,
+    /// OS, shell, date) and `# Approval mode` sections are sent
+    /// ([`foya_protocol::InstructionsMode::Only`]). Sections from the project's files
+    /// follow only when [`Self::context`] turns file reading on.
+    #[must_use]
+    pub fn instructions_only(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(Instructions::only(text));
+        self
+    }
+
     /// The model name sent to the provider (recorded in each session's config).
     #[must_use]
     pub fn model_name(mut self, name: impl Into<String>) -> Self {
@@ -146,6 +164,21 @@ impl AgentBuilder {
     #[must_use]
     pub fn tools(mut self, tools: ToolRegistry) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Adds Foya's built-in tools without side effects ([`ToolRegistry::read_only_builtin`]:
+    /// `read_file`, `list_dir`, `glob`, `grep`, confined to each session's working
+    /// directory) to the tools added so far; as with [`Self::tool`], one of the same name
+    /// is replaced.
+    #[must_use]
+    pub fn read_only_builtin_tools(mut self) -> Self {
+        for tool in crate::tools::builtin::read_only() {
+            // Their schemas are fixed (foya-tools registers each in a test): never refused.
+            if let Err(e) = self.tools.register(tool) {
+                tracing::error!(error = %e, "a built-in tool was refused");
+            }
+        }
         self
     }
 

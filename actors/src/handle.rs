@@ -8,8 +8,9 @@ use crate::runtime::SessionHandle;
 use crate::session::SessionMsg;
 use crate::subscription::{SubscribeOptions, Subscription};
 use foya_protocol::{
-    ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionId, SessionUpdate,
+    ApprovalDecision, ApprovalRequestId, Event, Input, InputId, Seq, SessionId, SessionUpdate,
 };
+use foya_storage::EventLog as _;
 use futures::StreamExt;
 
 /// The operations of a session, whether it lives in this runtime ([`SessionHandle`]) or
@@ -331,6 +332,49 @@ impl SessionHandle {
             .with_session(|reply| SessionMsg::Subscribe { approver, reply })
             .await?;
         Subscription::replaying(self.id, from_seq, subscribed, &self.inner.deps()?.store).await
+    }
+
+    /// The session's persisted events with seq `>= from_seq` (`Seq::FIRST`: its whole
+    /// log), in seq order: what it committed up to now, read from the runtime's store
+    /// through [`foya_storage::EventLog`] (the redb store or a shared one alike), without
+    /// loading the session. Live deltas are not persisted and are not among them; to
+    /// follow what comes next, [`Self::subscribe`] from the last seq + 1.
+    ///
+    /// ```
+    /// # async fn demo(runtime: foya_actors::Runtime, id: foya_protocol::SessionId) -> Result<(), foya_actors::RuntimeError> {
+    /// use foya_protocol::{EventKind, Seq};
+    /// let session = runtime.session(id).await?; // e.g. after reopening the store
+    /// for event in session.history(Seq::FIRST).await? {
+    ///     if let EventKind::AssistantMessage(message) = &event.kind {
+    ///         println!("{}: {}", event.seq.0, message.text);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`RuntimeError::Storage`] when the store cannot be read;
+    /// [`RuntimeError::ShuttingDown`] once the runtime was shut down.
+    pub async fn history(&self, from_seq: Seq) -> Result<Vec<Event>, RuntimeError> {
+        self.history_page(from_seq, usize::MAX).await
+    }
+
+    /// At most `limit` of [`Self::history`]'s events, from `from_seq`: to page through a
+    /// long log, ask again from the last seq returned + 1 (fewer than `limit`: the end).
+    ///
+    /// # Errors
+    /// As [`Self::history`].
+    pub async fn history_page(
+        &self,
+        from_seq: Seq,
+        limit: usize,
+    ) -> Result<Vec<Event>, RuntimeError> {
+        self.inner
+            .deps()?
+            .store
+            .read_range(self.id, from_seq.max(Seq::FIRST), limit)
+            .await
+            .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))
     }
 
     /// Cancels the active turn (no-op when idle).

@@ -22,7 +22,8 @@ static KERNEL_TOKENS: LazyLock<u64> = LazyLock::new(|| estimate_tokens(KERNEL_IN
 ///
 /// System prompt layout (sections separated by a blank line; empty ones omitted):
 /// [`KERNEL_INSTRUCTIONS`] (or the session's own instructions instead of or after it:
-/// [`foya_protocol::SessionConfig::instructions`]), `# Environment`, `# Approval mode`, `# Project instructions`
+/// [`foya_protocol::SessionConfig::instructions`]), `# Environment`, `# Approval mode`
+/// (both left out when the instructions are [`InstructionsMode::Only`]), `# Project instructions`
 /// (`## <path>` then the text, outer first), `# Rules` (rules in force: `always` ones and
 /// those whose `paths` match a touched path; `## <name> (<path>)`), `# Memory`
 /// (`## <path>`), `# Skills` (`- <name>: <description> (<path>)`). Paths under the
@@ -103,22 +104,14 @@ fn assemble(
             .to_string()
     };
     let mut parts = agent_instructions(input.config.instructions.as_ref());
-    let env = input.env;
-    let mut environment = format!(
-        "# Environment\n- Working directory: {}\n- Project root: {}\n- OS: {}\n- Shell: {}\n- Date: {}",
-        env.cwd.display(),
-        project.root.display(),
-        env.os,
-        env.shell,
-        env.date
-    );
-    let mode = input.config.approval_mode;
-    environment.push_str(&format!(
-        "\n\n# Approval mode\n{}: {}",
-        mode.as_str(),
-        describe(mode)
-    ));
-    parts.push(("environment", environment.into()));
+    let alone = input
+        .config
+        .instructions
+        .as_ref()
+        .is_some_and(|own| own.mode == InstructionsMode::Only);
+    if !alone {
+        parts.push(("environment", environment(input).into()));
+    }
 
     let sections = [
         (
@@ -224,9 +217,30 @@ fn without_tool_images(messages: Messages) -> (Messages, u64) {
     )
 }
 
+/// The `# Environment` and `# Approval mode` sections of a coding agent's prompt.
+fn environment(input: &CompileInput) -> String {
+    let project = input.project;
+    let env = input.env;
+    let mut environment = format!(
+        "# Environment\n- Working directory: {}\n- Project root: {}\n- OS: {}\n- Shell: {}\n- Date: {}",
+        env.cwd.display(),
+        project.root.display(),
+        env.os,
+        env.shell,
+        env.date
+    );
+    let mode = input.config.approval_mode;
+    environment.push_str(&format!(
+        "\n\n# Approval mode\n{}: {}",
+        mode.as_str(),
+        describe(mode)
+    ));
+    environment
+}
+
 /// The system prompt's first parts: the built-in [`KERNEL_INSTRUCTIONS`], the session's
-/// own instructions in its place ([`InstructionsMode::Replace`]), or both in this order
-/// ([`InstructionsMode::Append`]).
+/// own instructions in its place ([`InstructionsMode::Replace`] and
+/// [`InstructionsMode::Only`]), or both in this order ([`InstructionsMode::Append`]).
 fn agent_instructions(own: Option<&Instructions>) -> Vec<(&'static str, Cow<'_, str>)> {
     let kernel = ("kernel", Cow::Borrowed(KERNEL_INSTRUCTIONS));
     match own {
@@ -234,7 +248,7 @@ fn agent_instructions(own: Option<&Instructions>) -> Vec<(&'static str, Cow<'_, 
         Some(own) => {
             let text = ("instructions", Cow::Borrowed(own.text.trim()));
             match own.mode {
-                InstructionsMode::Replace => vec![text],
+                InstructionsMode::Replace | InstructionsMode::Only => vec![text],
                 InstructionsMode::Append => vec![kernel, text],
             }
         }

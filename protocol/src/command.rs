@@ -122,9 +122,10 @@ pub struct SessionConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instructions {
     /// The text, sent as the system prompt's first section (or second, after the
-    /// built-in prompt, with [`InstructionsMode::Append`]).
+    /// built-in prompt, with [`InstructionsMode::Append`]; or the whole prompt, with
+    /// [`InstructionsMode::Only`]).
     pub text: String,
-    /// Whether the text replaces the built-in prompt or follows it.
+    /// Whether the text replaces the built-in prompt, follows it, or stands alone.
     #[serde(default)]
     pub mode: InstructionsMode,
 }
@@ -139,6 +140,12 @@ pub enum InstructionsMode {
     Replace,
     /// The text follows the built-in prompt.
     Append,
+    /// The text alone: neither the built-in prompt nor the environment and
+    /// approval-mode sections (a coding agent's) are sent. Sections taken from the
+    /// project's and the user's files still follow it, but only when the runtime reads
+    /// those files (foya-actors' `ContextOptions::with_files`; an embedder's default
+    /// reads none), so by default the system prompt is exactly the text.
+    Only,
 }
 
 impl Instructions {
@@ -155,6 +162,14 @@ impl Instructions {
         Self {
             text: text.into(),
             mode: InstructionsMode::Append,
+        }
+    }
+
+    /// Instructions that are the whole system prompt ([`InstructionsMode::Only`]).
+    pub fn only(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            mode: InstructionsMode::Only,
         }
     }
 }
