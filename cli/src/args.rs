@@ -1,6 +1,6 @@
 //! The arguments the commands share (clap): where sessions are stored, which provider,
-//! `--max-steps`, and the arguments of `run`, `chat` and `sessions`; the exit statuses;
-//! how an error is reported.
+//! `--max-steps`, which MCP servers, `--cluster`, and the arguments of `run`, `chat` and
+//! `sessions`; the exit statuses; how an error is reported.
 
 use clap::{Args, Subcommand};
 use foya_protocol::ApprovalMode;
@@ -91,6 +91,47 @@ pub struct MaxStepsArg {
     pub max_steps: u32,
 }
 
+/// Which MCP servers a session uses.
+#[derive(Debug, Clone, Default, Args)]
+pub struct McpArgs {
+    /// Use this MCP server (a configured name; repeat for several). Without it every
+    /// configured server not set `enabled = false` is used.
+    #[arg(long = "mcp", value_name = "NAME")]
+    pub(crate) mcp: Vec<String>,
+    /// Use no MCP server.
+    #[arg(long, conflicts_with = "mcp")]
+    pub(crate) no_mcp: bool,
+    /// Also read the project's MCP servers (`.mcp.json` and `[mcp_servers]` of
+    /// `.foya/config.toml`): they run programs the project chose.
+    #[arg(long)]
+    pub(crate) trust_project_mcp: bool,
+}
+
+impl McpArgs {
+    /// The session's `mcp_servers`: `None` (the default set), the named ones, or none.
+    pub fn selection(&self) -> Option<Vec<String>> {
+        if self.no_mcp {
+            Some(Vec::new())
+        } else if self.mcp.is_empty() {
+            None
+        } else {
+            Some(self.mcp.clone())
+        }
+    }
+}
+
+/// Reaching a running cluster from a command (`foya sessions list --cluster`).
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// A `foya node` to ask (HOST:PORT, its --listen address) instead of the local data
+    /// dir; it answers for every node it is connected to.
+    #[arg(long, value_name = "HOST:PORT", requires = "cookie_file")]
+    pub(crate) cluster: Option<String>,
+    /// File holding the cluster's shared secret (with --cluster).
+    #[arg(long, requires = "cluster")]
+    pub(crate) cookie_file: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -123,7 +164,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "immediate", value_parser = parse_durability)]
     pub durability: foya_storage::Durability,
     #[command(flatten)]
-    pub mcp: crate::mcp::McpArgs,
+    pub mcp: McpArgs,
     /// The prompt.
     #[arg(required = true, num_args = 1..)]
     pub prompt: Vec<String>,
@@ -140,7 +181,7 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
         #[command(flatten)]
-        cluster: crate::node::ClusterArgs,
+        cluster: ClusterArgs,
         #[command(flatten)]
         store: StoreArg,
     },
@@ -200,7 +241,7 @@ pub struct ChatArgs {
     #[arg(long)]
     pub session: Option<String>,
     #[command(flatten)]
-    pub mcp: crate::mcp::McpArgs,
+    pub mcp: McpArgs,
 }
 
 /// `--approval`: one of the approval modes.

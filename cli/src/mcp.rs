@@ -7,41 +7,13 @@
 //! only when the user trusted the project (`foya trust`), or for one run with
 //! `--trust-project-mcp`.
 
+pub use crate::args::McpArgs;
 use crate::exit::{CommandError, Ended};
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use foya_actors::mcp::{McpConfig, McpManager, ServerState};
 use foya_actors::tools::sandbox::SandboxRunner;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Which MCP servers a session uses.
-#[derive(Debug, Clone, Default, Args)]
-pub struct McpArgs {
-    /// Use this MCP server (a configured name; repeat for several). Without it every
-    /// configured server not set `enabled = false` is used.
-    #[arg(long = "mcp", value_name = "NAME")]
-    pub(crate) mcp: Vec<String>,
-    /// Use no MCP server.
-    #[arg(long, conflicts_with = "mcp")]
-    pub(crate) no_mcp: bool,
-    /// Also read the project's MCP servers (`.mcp.json` and `[mcp_servers]` of
-    /// `.foya/config.toml`): they run programs the project chose.
-    #[arg(long)]
-    pub(crate) trust_project_mcp: bool,
-}
-
-impl McpArgs {
-    /// The session's `mcp_servers`: `None` (the default set), the named ones, or none.
-    pub fn selection(&self) -> Option<Vec<String>> {
-        if self.no_mcp {
-            Some(Vec::new())
-        } else if self.mcp.is_empty() {
-            None
-        } else {
-            Some(self.mcp.clone())
-        }
-    }
-}
 
 /// `foya mcp …`.
 #[derive(Debug, Subcommand)]

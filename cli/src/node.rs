@@ -13,6 +13,7 @@
 //! Node names are unique in a cluster: a node that finds a node started earlier under
 //! its name leaves the cluster, prints why and exits with status 1.
 
+pub use crate::args::ClusterArgs;
 use crate::args::{DataDirArg, ProviderArgs};
 use crate::exit::{CommandError, Ended};
 use anyhow::Context as _;
@@ -22,18 +23,6 @@ use foya_actors::runtime::Runtime;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-
-/// Reaching a running cluster from a command (`foya sessions list --cluster`).
-#[derive(Debug, Clone, Args)]
-pub struct ClusterArgs {
-    /// A `foya node` to ask (HOST:PORT, its --listen address) instead of the local data
-    /// dir; it answers for every node it is connected to.
-    #[arg(long, value_name = "HOST:PORT", requires = "cookie_file")]
-    pub(crate) cluster: Option<String>,
-    /// File holding the cluster's shared secret (with --cluster).
-    #[arg(long, requires = "cluster")]
-    pub(crate) cookie_file: Option<PathBuf>,
-}
 
 #[derive(Debug, Args)]
 pub struct NodeArgs {

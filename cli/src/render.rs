@@ -512,6 +512,23 @@ pub(crate) fn approval_line(decision: &ApprovalDecision, message: Option<&str>) 
     }
 }
 
+/// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
+/// the count right-aligned and the noun padded so that the columns line up), working
+/// directory, title, and `[deleted]` for a deleted session. The directory's name and a
+/// generated title are untrusted text: their terminal controls are shown, not obeyed.
+pub(crate) fn summary_line(s: &foya_protocol::SessionSummary) -> String {
+    let title = s.title.as_deref().unwrap_or("(untitled)");
+    let deleted = if s.deleted { " [deleted]" } else { "" };
+    let noun = if s.last_seq.0 == 1 { "event" } else { "events" };
+    let line = format!(
+        "{}  {:>5} {noun:<6}  {}  {title}{deleted}",
+        s.id,
+        s.last_seq.0,
+        s.cwd.display(),
+    );
+    terminal_safe(&line).into_owned()
+}
+
 #[cfg(test)]
 #[path = "render_tests.rs"]
 mod tests;

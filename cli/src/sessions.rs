@@ -5,6 +5,7 @@
 
 use crate::args::SessionsCommand;
 use crate::exit::{CommandError, Ended};
+use crate::render::summary_line;
 use foya_protocol::{EventKind, Seq, SessionId};
 use foya_storage::Durability;
 use std::io::Write as _;
@@ -114,23 +115,6 @@ fn view_ended(damaged: bool) -> anyhow::Result<()> {
         return Err(Ended::Damaged.into());
     }
     Ok(())
-}
-
-/// One session of `sessions list`'s text output: id, event count (`1 event`, `2 events`,
-/// the count right-aligned and the noun padded so that the columns line up), working
-/// directory, title, and `[deleted]` for a deleted session. The directory's name and a
-/// generated title are untrusted text: their terminal controls are shown, not obeyed.
-pub(crate) fn summary_line(s: &foya_protocol::SessionSummary) -> String {
-    let title = s.title.as_deref().unwrap_or("(untitled)");
-    let deleted = if s.deleted { " [deleted]" } else { "" };
-    let noun = if s.last_seq.0 == 1 { "event" } else { "events" };
-    let line = format!(
-        "{}  {:>5} {noun:<6}  {}  {title}{deleted}",
-        s.id,
-        s.last_seq.0,
-        s.cwd.display(),
-    );
-    crate::render::terminal_safe(&line).into_owned()
 }
 
 /// Prints the events of one stored session, writing nothing to the store
@@ -282,7 +266,7 @@ async fn set_title(
 
 #[cfg(test)]
 mod tests {
-    use super::summary_line;
+    use crate::render::summary_line;
     use foya_protocol::{Seq, SessionId, SessionSummary};
 
     fn summary(last_seq: u64) -> SessionSummary {

@@ -98,23 +98,6 @@ pub fn redb_only(tool: &str) -> anyhow::Error {
     )
 }
 
-/// The redb-only `foya store` tool `command` asks for while `FOYA_STORE_URL` names a
-/// shared store (`None`: none, or the variable is unset or empty).
-#[must_use]
-pub fn redb_only_tool(command: &crate::store_cmd::StoreCommand) -> Option<&'static str> {
-    use crate::store_cmd::StoreCommand;
-    std::env::var("FOYA_STORE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())?;
-    match command {
-        StoreCommand::Check { .. } => Some("store check"),
-        StoreCommand::Salvage { .. } => Some("store salvage"),
-        StoreCommand::Backup { .. } => Some("store backup"),
-        StoreCommand::Repair { .. } => Some("store repair"),
-        StoreCommand::Copy { .. } | StoreCommand::Populate(_) => None,
-    }
-}
-
 /// Why session `id` of a shared store takes no input (`None`: it does): unknown, or
 /// deleted (as [`crate::data::open_for_input`] says for a data directory).
 ///
@@ -151,7 +134,7 @@ pub async fn list(url: &str, json: bool) -> anyhow::Result<()> {
         if json {
             writeln!(out, "{}", serde_json::to_string(s)?)?;
         } else {
-            writeln!(out, "{}", crate::sessions::summary_line(s))?;
+            writeln!(out, "{}", crate::render::summary_line(s))?;
         }
     }
     out.flush()?;

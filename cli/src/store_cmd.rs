@@ -69,6 +69,22 @@ pub enum StoreCommand {
     Populate(crate::store_populate::PopulateArgs),
 }
 
+/// The redb-only `foya store` tool `command` asks for while `FOYA_STORE_URL` names a
+/// shared store (`None`: none, or the variable is unset or empty).
+#[must_use]
+pub fn redb_only_tool(command: &StoreCommand) -> Option<&'static str> {
+    std::env::var("FOYA_STORE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())?;
+    match command {
+        StoreCommand::Check { .. } => Some("store check"),
+        StoreCommand::Salvage { .. } => Some("store salvage"),
+        StoreCommand::Backup { .. } => Some("store backup"),
+        StoreCommand::Repair { .. } => Some("store repair"),
+        StoreCommand::Copy { .. } | StoreCommand::Populate(_) => None,
+    }
+}
+
 /// `foya store …`.
 ///
 /// # Errors
@@ -76,7 +92,7 @@ pub enum StoreCommand {
 /// written; a damaged store (`check` finding a problem, `salvage` unable to copy every
 /// session whole).
 pub async fn store(command: StoreCommand) -> Result<(), CommandError> {
-    if let Some(tool) = crate::shared_store::redb_only_tool(&command) {
+    if let Some(tool) = redb_only_tool(&command) {
         return Err(CommandError::usage(crate::shared_store::redb_only(tool)));
     }
     let result = match command {

@@ -156,7 +156,7 @@ pub(crate) async fn run(
     let prepared = Arc::new(prepared);
     let client = reqwest::Client::new();
     let permits = Arc::new(Semaphore::new(concurrency.max(1)));
-    let cpu_before = super::report::cpu_time();
+    let cpu_before = super::cpu::cpu_time();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..sessions {
@@ -198,7 +198,7 @@ pub(crate) async fn run(
         report.bytes += bytes;
     }
     report.wall_s = started.elapsed().as_secs_f64();
-    report.cpu_s = super::report::cpu_time()
+    report.cpu_s = super::cpu::cpu_time()
         .saturating_sub(cpu_before)
         .as_secs_f64();
     report.turns = sessions as u64 * u64::from(turns);

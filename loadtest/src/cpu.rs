@@ -18,6 +18,8 @@
 //! sections at start-up; a lower bound, since it runs in a tight loop with warm caches),
 //! and the report subtracts it as `meter_overhead_s`. What tokio's blocking pool runs
 //! for a tool (`read_file`'s file read) is measured by [`super::pool`].
+//! The process's own CPU time and its children's (`getrusage`), which every pass reads
+//! before and after, are read here too ([`cpu_time`], [`children_cpu_time`]).
 
 use async_trait::async_trait;
 use foya_actors::tools::sandbox::SandboxRunner;
@@ -218,6 +220,30 @@ pub(crate) fn metered_builtins(meter: &Arc<CpuMeter>) -> ToolRegistry {
         }
     }
     registry
+}
+
+/// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
+pub(crate) fn cpu_time() -> Duration {
+    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_SELF)
+}
+
+/// User + system CPU time of this process's ended and waited-for children so far
+/// (`getrusage(RUSAGE_CHILDREN)`: each includes its own waited-for children).
+pub(crate) fn children_cpu_time() -> Duration {
+    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+}
+
+fn rusage_cpu(who: nix::sys::resource::UsageWho) -> Duration {
+    use nix::sys::resource::getrusage;
+    let Ok(usage) = getrusage(who) else {
+        return Duration::ZERO;
+    };
+    let tv = |t: nix::sys::time::TimeVal| {
+        let secs = u64::try_from(t.tv_sec()).unwrap_or(0);
+        let micros = u64::try_from(t.tv_usec()).unwrap_or(0);
+        Duration::from_secs(secs) + Duration::from_micros(micros)
+    };
+    tv(usage.user_time()) + tv(usage.system_time())
 }
 
 #[cfg(test)]

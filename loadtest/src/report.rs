@@ -399,11 +399,6 @@ pub(crate) fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// User + system CPU time of this process so far (`getrusage(RUSAGE_SELF)`).
-pub(crate) fn cpu_time() -> Duration {
-    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_SELF)
-}
-
 /// The text report's line for the floor pass.
 fn floor_line(floor: &super::floor::FloorReport, ratio: Option<f64>) -> String {
     format!(
@@ -421,25 +416,6 @@ fn floor_line(floor: &super::floor::FloorReport, ratio: Option<f64>) -> String {
             |r| format!("{r:.2}x")
         )
     )
-}
-
-/// User + system CPU time of this process's ended and waited-for children so far
-/// (`getrusage(RUSAGE_CHILDREN)`: each includes its own waited-for children).
-pub(crate) fn children_cpu_time() -> Duration {
-    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-}
-
-fn rusage_cpu(who: nix::sys::resource::UsageWho) -> Duration {
-    use nix::sys::resource::getrusage;
-    let Ok(usage) = getrusage(who) else {
-        return Duration::ZERO;
-    };
-    let tv = |t: nix::sys::time::TimeVal| {
-        let secs = u64::try_from(t.tv_sec()).unwrap_or(0);
-        let micros = u64::try_from(t.tv_usec()).unwrap_or(0);
-        Duration::from_secs(secs) + Duration::from_micros(micros)
-    };
-    tv(usage.user_time()) + tv(usage.system_time())
 }
 
 #[cfg(test)]
@@ -641,6 +617,6 @@ mod tests {
     #[test]
     fn process_resources_are_read() {
         assert!(peak_rss_bytes().is_some_and(|b| b > 0));
-        let _ = cpu_time();
+        let _ = crate::cpu::cpu_time();
     }
 }

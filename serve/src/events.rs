@@ -49,7 +49,7 @@ pub(crate) async fn events(
         None => None,
     };
     let from = resume.map_or(query.from_seq.unwrap_or(1), |last| last.saturating_add(1));
-    let session = super::routes::handle(&state, &id).await?;
+    let session = super::sessions::handle(&state, &id).await?;
     let subscription = session
         .subscribe(
             Seq(from.max(1)),

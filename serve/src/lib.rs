@@ -20,6 +20,7 @@ mod guard;
 mod openapi;
 mod overview;
 mod routes;
+mod sessions;
 mod web;
 
 pub use args::ServeArgs;

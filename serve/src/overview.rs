@@ -107,7 +107,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
         Some(store) => {
             let (app, store) = (state.clone(), store.clone());
             tokio::task::spawn_blocking(move || {
-                let summaries = super::routes::readable_redb(&store)?;
+                let summaries = super::sessions::readable_redb(&store)?;
                 Ok::<_, ApiError>(entries(&app, summaries, |id, from| {
                     store.read_from(id, from).map_err(|e| e.to_string())
                 }))
@@ -117,7 +117,7 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
         }
         // A shared store: each log read on from where its fold stopped, then folded.
         None => {
-            let summaries = super::routes::readable_sessions(&state).await?;
+            let summaries = super::sessions::readable_sessions(&state).await?;
             let wanted: Vec<(SessionId, u64)> = {
                 let folds = state
                     .overview

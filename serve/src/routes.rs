@@ -1,10 +1,11 @@
 //! The HTTP routes of `foya serve`: one table ([`route_table`]) that both builds the
 //! router and is checked against `openapi.json`, and the JSON handlers. The SSE event
-//! stream lives in `events.rs`, the session overview in `overview.rs`, the web view's
-//! files in `web/`.
+//! stream lives in `events.rs`, the session overview in `overview.rs`, the session
+//! lookups they share in `sessions.rs`, the web view's files in `web/`.
 
 use super::AppState;
 use super::error::ApiError;
+use super::sessions::{handle, readable_sessions, session_id};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
@@ -12,10 +13,8 @@ use axum::extract::{FromRequest as _, Path, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
-use foya_actors::SessionHandle;
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, ApprovalRequestId, EventKind, Input, InputId, SessionConfig,
-    SessionId,
 };
 use foya_storage::EventLog as _;
 use serde::Deserialize;
@@ -109,17 +108,6 @@ pub(crate) fn route_table() -> Vec<(Method, &'static str, MethodRouter<AppState>
             on(MethodFilter::GET, super::web::app_css),
         ),
     ]
-}
-
-/// Parses a session id from the path (an unparsable id names no session: 404).
-pub(crate) fn session_id(text: &str) -> Result<SessionId, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError::not_found("session_not_found", format!("session {text} not found")))
-}
-
-/// A handle to a live session (loaded from the log if needed).
-pub(crate) async fn handle(state: &AppState, id: &str) -> Result<SessionHandle, ApiError> {
-    Ok(state.runtime.session(session_id(id)?).await?)
 }
 
 /// Body of `POST /sessions`; every field optional (an empty body is `{}`).
@@ -251,33 +239,6 @@ async fn backup_store(State(state): State<AppState>) -> Result<Response, ApiErro
 async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
     let sessions = readable_sessions(&state).await?;
     Ok(Json(json!({"sessions": sessions})).into_response())
-}
-
-/// Every session whose summary can be read, most recently updated first. Damage is
-/// local: a summary (or a part of the table) that cannot be read is left out and logged,
-/// not a failure of the whole list (`foya store check` names it).
-pub(crate) async fn readable_sessions(
-    state: &AppState,
-) -> Result<Vec<foya_protocol::SessionSummary>, ApiError> {
-    match state.store.as_redb() {
-        Some(store) => readable_redb(store),
-        None => state
-            .store
-            .list_sessions(foya_storage::Page::ALL)
-            .await
-            .map_err(ApiError::internal),
-    }
-}
-
-/// [`readable_sessions`] of the redb store (a survey: damage is local).
-pub(crate) fn readable_redb(
-    store: &foya_storage::Store,
-) -> Result<Vec<foya_protocol::SessionSummary>, ApiError> {
-    let survey = store.survey().map_err(ApiError::internal)?;
-    for unreadable in &survey.unreadable {
-        tracing::warn!(target: super::LOG_TARGET, session = ?unreadable.session, reason = %unreadable.reason, "a session cannot be listed");
-    }
-    Ok(survey.sessions)
 }
 
 async fn get_session(

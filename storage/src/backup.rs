@@ -29,7 +29,7 @@ impl Store {
     /// [`crate::salvage`]).
     pub fn backup(&self, to: &Path) -> Result<BackupReport, Error> {
         let db = self.inner.db.get().map_err(ReadError::Storage)?;
-        copy_to(to, || crate::read::begin(&*db))
+        copy_to(to, || crate::query::begin(&*db))
     }
 }
 
@@ -67,7 +67,7 @@ fn copy_to(
             let mut events = write
                 .open_table(EVENTS)
                 .map_err(|e| target_error(e.to_string()))?;
-            if let Some(source) = crate::read::open(&txn, EVENTS)? {
+            if let Some(source) = crate::query::open(&txn, EVENTS)? {
                 for entry in source.iter().map_err(ReadError::storage)? {
                     let (k, v) = entry.map_err(ReadError::storage)?;
                     events
@@ -79,7 +79,7 @@ fn copy_to(
             let mut sessions = write
                 .open_table(SESSIONS)
                 .map_err(|e| target_error(e.to_string()))?;
-            if let Some(source) = crate::read::open(&txn, SESSIONS)? {
+            if let Some(source) = crate::query::open(&txn, SESSIONS)? {
                 for entry in source.iter().map_err(ReadError::storage)? {
                     let (k, v) = entry.map_err(ReadError::storage)?;
                     sessions
@@ -90,7 +90,7 @@ fn copy_to(
             }
             // The recovery index, when the source has one (else the backup's first
             // `Store::open` builds it from the logs).
-            if let Some(source) = crate::read::open(&txn, crate::pending::PENDING)? {
+            if let Some(source) = crate::query::open(&txn, crate::pending::PENDING)? {
                 let mut pending = write
                     .open_table(crate::pending::PENDING)
                     .map_err(|e| target_error(e.to_string()))?;

@@ -12,6 +12,8 @@
 use std::io::Read as _;
 use std::path::Path;
 
+/// Length of redb's magic number at the start of every database file (`redb\x1A\x0A\xA9\x0D\x0A`).
+pub(crate) const REDB_MAGIC_LEN: usize = 9;
 /// The format version this build's redb writes.
 const KNOWN_VERSION: u8 = 3;
 /// Offsets of the two commit slots.
@@ -73,7 +75,7 @@ pub(crate) fn layout_problem(path: &Path) -> Option<String> {
     let mut file = std::fs::File::open(path).ok()?;
     let mut header = [0u8; 32];
     file.read_exact(&mut header).ok()?;
-    if header[..crate::store::REDB_MAGIC_LEN] != *b"redb\x1A\x0A\xA9\x0D\x0A" {
+    if header[..REDB_MAGIC_LEN] != *b"redb\x1A\x0A\xA9\x0D\x0A" {
         return None;
     }
     let field = |at: usize| {

@@ -58,18 +58,6 @@ impl std::fmt::Display for Loss {
     }
 }
 
-impl crate::Store {
-    /// Acknowledged events the database no longer held when this store opened (its
-    /// acknowledgement journal said more was committed than it holds: redb's repair
-    /// rolled back past acknowledged commits, or the file was damaged or replaced). Each
-    /// is also recorded in `<file>.losses` ([`crate::recorded_losses`]). Empty for the
-    /// in-memory backend.
-    #[must_use]
-    pub fn losses(&self) -> &[crate::Loss] {
-        &self.inner.losses
-    }
-}
-
 /// The losses log's path for a database file.
 pub(crate) fn log_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -141,7 +129,7 @@ pub(crate) fn verify(db: &Database, path: &Path) -> (journal::Journal, Vec<Loss>
         let found = match all.as_ref().and_then(|all| all.get(key)) {
             Some(found) => Ok(Ok(*found)),
             None => contain("reading the last seq", || {
-                crate::read::begin(db).and_then(|txn| crate::read::last_seq(&txn, session))
+                crate::query::begin(db).and_then(|txn| crate::query::last_seq(&txn, session))
             }),
         };
         let found = match found {
@@ -306,11 +294,11 @@ fn last_seqs(db: &Database, acks: &HashMap<u128, u64>) -> Option<HashMap<u128, O
     let mut keys: Vec<u128> = acks.keys().copied().collect();
     keys.sort_unstable();
     let read = contain("reading the last seqs", || {
-        let txn = crate::read::begin(db)?;
+        let txn = crate::query::begin(db)?;
         let mut out = HashMap::with_capacity(keys.len());
         for key in keys {
             let session = SessionId::from_bytes(key.to_be_bytes());
-            out.insert(key, crate::read::last_seq(&txn, session)?);
+            out.insert(key, crate::query::last_seq(&txn, session)?);
         }
         Ok::<_, crate::ReadError>(out)
     });

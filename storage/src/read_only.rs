@@ -14,30 +14,11 @@
 
 use crate::error::{OpenError, ReadError};
 use crate::guard::{contain, drop_contained};
-use crate::store::REDB_MAGIC_LEN;
-use redb::backends::FileBackend;
-use redb::{Database, ReadOnlyDatabase, ReadTransaction};
+use crate::open::{Source, open_file};
+use redb::ReadTransaction;
 use std::fmt;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
-
-/// What a [`ReadOnlyStore`] reads.
-pub(crate) enum Source {
-    /// The file itself, opened read-only.
-    File(ReadOnlyDatabase),
-    /// A recovered private copy of a damaged file.
-    Copy(Database),
-}
-
-impl Source {
-    pub(crate) fn begin_read(&self) -> Result<ReadTransaction, ReadError> {
-        match self {
-            Source::File(db) => crate::read::begin(db),
-            Source::Copy(db) => crate::read::begin(db),
-        }
-    }
-}
 
 /// The event log of a database file, opened for reading only.
 ///
@@ -55,12 +36,12 @@ impl Source {
 /// transaction on the caller's thread. Dropping it releases the lock.
 pub struct ReadOnlyStore {
     /// `None` after a contained panic whose reopen failed.
-    db: RwLock<Option<Arc<Source>>>,
-    location: PathBuf,
+    pub(crate) db: RwLock<Option<Arc<Source>>>,
+    pub(crate) location: PathBuf,
     /// The private copy read instead of a damaged file (removed on drop).
-    copy: Option<crate::recover::Copy>,
+    pub(crate) copy: Option<crate::recover::Copy>,
     /// What was found wrong with the file when it was opened (`open_damaged`).
-    damage: Vec<String>,
+    pub(crate) damage: Vec<String>,
 }
 
 // Shared across tasks and threads like `Store`.
@@ -134,39 +115,6 @@ impl ReadOnlyStore {
             copy: Some(copy),
             damage,
         })
-    }
-
-    /// Opens what [`crate::salvage`] can read of a damaged file, never writing to it:
-    /// every readable session is salvaged into a fresh store in a private temporary
-    /// directory (removed when the store is dropped), which is then read. So the
-    /// sessions and events read are exactly what `salvage` copies: from the btree and,
-    /// where it is broken, straight from the pages. [`ReadOnlyStore::damage`] holds the
-    /// salvage's notes; the report names each session that stops early or could not be
-    /// read. [`ReadOnlyStore::unrecorded_losses`] compares the file's journal with what
-    /// was salvaged.
-    ///
-    /// # Errors
-    /// As [`crate::salvage`]: [`OpenError::AlreadyOpen`] when a writer holds the file,
-    /// [`OpenError::NotFound`], an I/O failure.
-    pub async fn open_salvaged(
-        path: &Path,
-    ) -> Result<(ReadOnlyStore, crate::SalvageReport), crate::Error> {
-        let io = |e: std::io::Error| OpenError::Database {
-            path: path.to_owned(),
-            message: e.to_string(),
-        };
-        let dir = crate::recover::private_tempdir("foya-store-salvaged-", None).map_err(io)?;
-        let target = dir.path().join("salvaged.redb");
-        let report = crate::salvage(path, &target).await?;
-        let file = std::fs::File::open(&target).map_err(io)?;
-        let db = open_file(&target, file)?;
-        let store = ReadOnlyStore {
-            db: RwLock::new(Some(Arc::new(Source::File(db)))),
-            location: path.to_owned(),
-            copy: Some(crate::recover::Copy::kept(dir, target)),
-            damage: report.notes.clone(),
-        };
-        Ok((store, report))
     }
 
     /// What was found wrong with the file when it was opened by
@@ -296,80 +244,5 @@ impl Drop for ReadOnlyStore {
         {
             drop_contained(source);
         }
-    }
-}
-
-/// Opens `file` (at `path`) with redb's read-only database, inside the panic boundary.
-pub(crate) fn open_file(path: &Path, file: std::fs::File) -> Result<ReadOnlyDatabase, OpenError> {
-    let backend = FileBackend::new(file).map_err(|e| OpenError::Database {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })?;
-    let opened = contain("opening the database", || {
-        redb::Builder::new().open_read_only_with_backend(backend)
-    })
-    .map_err(|message| OpenError::Corrupt {
-        path: path.to_owned(),
-        message,
-    })?;
-    match opened {
-        Ok(db) => Ok(db),
-        // redb refused the file and holds nothing of it any more: an interrupted
-        // creation (which `Store::open` recovers from) is told apart from a foreign or
-        // broken file by its first bytes.
-        Err(other)
-            if !matches!(other, redb::DatabaseError::DatabaseAlreadyOpen)
-                && creation_interrupted(path) =>
-        {
-            if let Some(message) = emptied(path) {
-                return Err(OpenError::Corrupt {
-                    path: path.to_owned(),
-                    message,
-                });
-            }
-            tracing::debug!(path = %path.display(), error = %other, "database creation was interrupted");
-            Err(OpenError::NeedsRecovery {
-                path: path.to_owned(),
-            })
-        }
-        Err(other) => Err(OpenError::from_redb(path, other)),
-    }
-}
-
-/// Why the file at `path`, which looks like an interrupted creation (empty, or without
-/// redb's magic number), is damage instead: its acknowledgement journal names sessions
-/// whose events were acknowledged, so it held a database once (it was emptied or
-/// overwritten: a bad copy, a full disk). `None` for anything else, an interrupted
-/// creation included (nothing was ever acknowledged in it).
-pub(crate) fn emptied(path: &Path) -> Option<String> {
-    if !creation_interrupted(path) {
-        return None;
-    }
-    let acks = crate::journal::load(&crate::journal::path_for(path)).ok()?;
-    if acks.seqs.is_empty() {
-        return None;
-    }
-    let what = match std::fs::metadata(path).map(|m| m.len()) {
-        Ok(0) => "the file is empty".to_owned(),
-        _ => format!("its first {REDB_MAGIC_LEN} bytes are zero (no redb magic number)"),
-    };
-    Some(format!(
-        "{what}, yet its acknowledgement journal names {} session(s) whose events were \
-         acknowledged: the file was emptied or overwritten (a bad copy, a full disk), not left \
-         by an interrupted creation",
-        acks.seqs.len()
-    ))
-}
-
-/// Whether the file at `path` is what an interrupted creation leaves: empty, or without
-/// redb's magic number (its first bytes zero; redb writes the magic number last).
-fn creation_interrupted(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut head = Vec::with_capacity(REDB_MAGIC_LEN);
-    match file.take(REDB_MAGIC_LEN as u64).read_to_end(&mut head) {
-        Ok(_) => head.iter().all(|b| *b == 0),
-        Err(_) => false,
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::error::OpenError;
 use crate::guard::contain;
-use crate::read_only::Source;
+use crate::open::Source;
 use redb::Database;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -108,7 +108,7 @@ pub(crate) fn open_copy(copy: &Path, source: &Path) -> Result<(Source, Vec<Strin
                 path: source.to_owned(),
                 message: e.to_string(),
             })
-            .and_then(|file| crate::read_only::open_file(source, file));
+            .and_then(|file| crate::open::open_file(source, file));
         let refusal = match read_only {
             Ok(db) => return Ok((Source::File(db), notes)),
             Err(e @ (OpenError::NewerFormat { .. } | OpenError::Database { .. })) => return Err(e),

@@ -11,11 +11,13 @@
 //! missing cannot be copied and is named.
 
 use crate::error::{Error, OpenError};
+use crate::open::{Source, open_file};
 use crate::read_only::ReadOnlyStore;
 use crate::store::{Store, StoreOptions};
 use foya_protocol::{Event, EventKind, Seq, SessionId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 /// Events read from the tree per read transaction.
 const CHUNK: usize = 256;
@@ -209,6 +211,41 @@ pub async fn salvage(from: &Path, to: &Path) -> Result<SalvageReport, Error> {
     }
     target.close().await;
     Ok(report)
+}
+
+impl ReadOnlyStore {
+    /// Opens what [`crate::salvage`] can read of a damaged file, never writing to it:
+    /// every readable session is salvaged into a fresh store in a private temporary
+    /// directory (removed when the store is dropped), which is then read. So the
+    /// sessions and events read are exactly what `salvage` copies: from the btree and,
+    /// where it is broken, straight from the pages. [`ReadOnlyStore::damage`] holds the
+    /// salvage's notes; the report names each session that stops early or could not be
+    /// read. [`ReadOnlyStore::unrecorded_losses`] compares the file's journal with what
+    /// was salvaged.
+    ///
+    /// # Errors
+    /// As [`crate::salvage`]: [`OpenError::AlreadyOpen`] when a writer holds the file,
+    /// [`OpenError::NotFound`], an I/O failure.
+    pub async fn open_salvaged(
+        path: &Path,
+    ) -> Result<(ReadOnlyStore, SalvageReport), crate::Error> {
+        let io = |e: std::io::Error| OpenError::Database {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
+        let dir = crate::recover::private_tempdir("foya-store-salvaged-", None).map_err(io)?;
+        let target = dir.path().join("salvaged.redb");
+        let report = salvage(path, &target).await?;
+        let file = std::fs::File::open(&target).map_err(io)?;
+        let db = open_file(&target, file)?;
+        let store = ReadOnlyStore {
+            db: RwLock::new(Some(Arc::new(Source::File(db)))),
+            location: path.to_owned(),
+            copy: Some(crate::recover::Copy::kept(dir, target)),
+            damage: report.notes.clone(),
+        };
+        Ok((store, report))
+    }
 }
 
 /// Adds the session's events readable through the tree to `events`, in chunks; returns

@@ -4,6 +4,7 @@
 use crate::codec;
 use crate::db::{DbSlot, Reopen};
 use crate::error::{AppendError, OpenError};
+use crate::header::REDB_MAGIC_LEN;
 use crate::schema::{EVENTS, SESSIONS};
 use crate::writer::{Counters, Request, Writer};
 use foya_protocol::Event;
@@ -116,9 +117,6 @@ impl fmt::Debug for Store {
     }
 }
 
-/// Length of redb's magic number at the start of every database file (`redb\x1A\x0A\xA9\x0D\x0A`).
-pub(crate) const REDB_MAGIC_LEN: usize = 9;
-
 /// Moves aside a database file whose creation was interrupted, so that redb creates it
 /// anew.
 ///
@@ -203,7 +201,7 @@ impl Store {
         }
         // An empty file whose journal names acknowledged sessions is damage: starting
         // over is `foya store repair`'s decision, not an open's.
-        if let Some(message) = crate::read_only::emptied(path) {
+        if let Some(message) = crate::open::emptied(path) {
             return Err(OpenError::Corrupt {
                 path: path.to_owned(),
                 message,
@@ -450,6 +448,16 @@ impl Store {
     #[must_use]
     pub fn writer_cpu(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.inner.counters.writer_cpu_ns.load(Ordering::Relaxed))
+    }
+
+    /// Acknowledged events the database no longer held when this store opened (its
+    /// acknowledgement journal said more was committed than it holds: redb's repair
+    /// rolled back past acknowledged commits, or the file was damaged or replaced). Each
+    /// is also recorded in `<file>.losses` ([`crate::recorded_losses`]). Empty for the
+    /// in-memory backend.
+    #[must_use]
+    pub fn losses(&self) -> &[crate::Loss] {
+        &self.inner.losses
     }
 
     /// Stops accepting appends, waits until every queued append is committed (or failed)

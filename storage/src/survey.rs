@@ -10,7 +10,7 @@
 use crate::codec;
 use crate::error::ReadError;
 use crate::guard::contain;
-use crate::read::{begin, open};
+use crate::query::{begin, open};
 use crate::schema::{EVENTS, SESSIONS, current_summary};
 use crate::writer::{EventMeta, next_summary};
 use foya_protocol::{Seq, SessionId, SessionSummary};
@@ -214,7 +214,7 @@ fn rebuilt_summary(
     id: SessionId,
 ) -> Result<SessionSummary, ReadError> {
     let first = step(db, poisoned, "reading a first event", |txn| {
-        crate::read::events(txn, id, Seq::FIRST, 1)
+        crate::query::events(txn, id, Seq::FIRST, 1)
     })?;
     let metas: Vec<EventMeta> = first.iter().map(EventMeta::of).collect();
     next_summary(None, &metas).map_err(|e| ReadError::Corrupt(e.to_string()))

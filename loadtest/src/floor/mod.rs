@@ -131,8 +131,8 @@ impl Floor {
             permits: Semaphore::new(self.concurrency.max(1)),
             store: store.clone(),
         });
-        let cpu_before = super::report::cpu_time();
-        let children_before = super::report::children_cpu_time();
+        let cpu_before = super::cpu::cpu_time();
+        let children_before = super::cpu::children_cpu_time();
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for log in logs {
@@ -154,8 +154,8 @@ impl Floor {
             failure = failure.or(counts.failure);
         }
         report.wall_s = started.elapsed().as_secs_f64();
-        report.cpu_s = since(cpu_before, super::report::cpu_time());
-        report.children_cpu_s = since(children_before, super::report::children_cpu_time());
+        report.cpu_s = since(cpu_before, super::cpu::cpu_time());
+        report.children_cpu_s = since(children_before, super::cpu::children_cpu_time());
         report.storage_cpu_s = store.writer_cpu().as_secs_f64();
         let stats = store.stats();
         report.events_appended = stats.appended_events;
