@@ -3,7 +3,7 @@
 //! `retry-after-ms`, a connection cut mid-stream, an idle stream, and a missing API key.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_support;
+use crate::http_support;
 
 use axum::body::Bytes;
 use foya_actors::provider::ModelClient;

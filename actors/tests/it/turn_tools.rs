@@ -5,7 +5,7 @@
 //! are in `turn_tools_gateway.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod turn_support;
+use crate::turn_support;
 
 use foya_actors::tools::schedule::MAX_PARALLEL;
 use foya_protocol::event::{Delta, LiveDelta};

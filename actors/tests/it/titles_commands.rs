@@ -4,7 +4,7 @@
 //! at submit).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use foya_actors::provider::{ModelClient, ModelRequest};

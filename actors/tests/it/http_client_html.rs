@@ -4,7 +4,7 @@
 //! retried; an event stream that starts with blank lines is still decoded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod http_support;
+use crate::http_support;
 
 use axum::body::Bytes;
 use foya_actors::provider::retry::RetryPolicy;

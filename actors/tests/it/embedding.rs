@@ -4,7 +4,7 @@
 //! tools and safe defaults: `embedding_tools.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::{RecordingClient, script};
 use foya_actors::context::KERNEL_INSTRUCTIONS;

@@ -3,7 +3,7 @@
 //! `context_diagnostics` (calibrated by the previous step's usage).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use foya_actors::Runtime;

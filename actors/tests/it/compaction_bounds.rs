@@ -3,7 +3,7 @@
 //! is a no-op with a note, and a compaction can be cancelled.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use foya_actors::provider::{ModelClient, ModelRequest};

@@ -3,7 +3,7 @@
 //! `/compact` and automatic compaction off.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use foya_actors::context::CHECKPOINT_PREFIX;

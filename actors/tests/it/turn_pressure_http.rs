@@ -6,8 +6,8 @@
 //! Cloudflare's `RateLimit` header).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-mod http_support;
+use crate::common;
+use crate::http_support;
 
 use axum::body::Bytes;
 use common::*;

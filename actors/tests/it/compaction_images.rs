@@ -4,7 +4,7 @@
 //! session does not refuse every turn.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use foya_actors::attachments::AttachmentStore;

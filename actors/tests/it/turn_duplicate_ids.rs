@@ -5,7 +5,7 @@
 //! exactly one result under unique ids in all three wire formats.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod turn_support;
+use crate::turn_support;
 
 use foya_actors::provider::wire::ProviderKind;
 use foya_protocol::{ApprovalMode, EventKind, Input, Message, ToolCall, ToolCallId, TurnStatus};

@@ -6,14 +6,10 @@
 //! sends whether its idle session kept its log in memory or read it back.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "turn_control_support/agent_tests.rs"]
 mod agent_tests;
-#[path = "turn_control_support/hook_tests.rs"]
 mod hook_tests;
-#[path = "turn_control_support/model_tests.rs"]
 mod model_tests;
-mod turn_control_support;
-#[path = "turn_control_support/withdrawn_tests.rs"]
+mod support;
 mod withdrawn_tests;
 
 use foya_actors::RuntimeError;
@@ -25,7 +21,7 @@ use foya_protocol::{
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use turn_control_support::*;
+use support::*;
 
 fn results(events: &[Event]) -> Vec<ToolMessage> {
     events

@@ -6,7 +6,7 @@
 //! the verdict's sandbox too (confined to the working directory unless `bypass`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod turn_support;
+use crate::turn_support;
 
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, EventKind, Input, Message, Seq, SessionUpdate, TurnStatus,

@@ -211,9 +211,21 @@ async fn no_spelling_of_a_sandboxed_command_changes_a_protected_path() {
     );
 }
 
-/// Threads of this process.
+/// The name of the threads of the FIFO test's own tokio runtime (at most 15 bytes, the
+/// kernel's `comm`).
+const FIFO_THREADS: &str = "fifo-cancels";
+
+/// Threads of the FIFO test's runtime: the tests share this process, so the count is of
+/// the threads named [`FIFO_THREADS`], not of every thread the other tests start and end.
 fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim_end() == FIFO_THREADS)
+        })
+        .count()
 }
 
 /// 200 cancelled `read_file` calls on a FIFO leave no thread behind: the runtime's idle
@@ -223,6 +235,7 @@ fn threads() -> usize {
 fn fifo_reads_are_refused_and_200_cancels_leave_no_thread_behind() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(FIFO_THREADS)
         .thread_keep_alive(std::time::Duration::from_millis(50))
         .enable_all()
         .build()

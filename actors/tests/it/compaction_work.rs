@@ -3,7 +3,7 @@
 //! verbatim (the last shell run's output, the last read), not only the model's summary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod turn_support;
+use crate::turn_support;
 
 use foya_protocol::{ApprovalMode, EventKind, Input, Message, TurnStatus};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! saves too little, the step's request is sent as it is and the provider judges.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::*;
 use foya_actors::provider::{ModelClient, ModelRequest};

@@ -3,7 +3,7 @@
 //! wait for a decision), and a shutdown that invalidates outstanding handles.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::{RecordingClient, script};
 use foya_actors::testkit::{call_tool, memory_store, tool_context, within};
