@@ -18,6 +18,7 @@ mod compaction_work;
 mod context_project;
 mod context_steps;
 mod embedding;
+mod embedding_surface;
 mod embedding_tools;
 mod http_client;
 mod http_client_html;
