@@ -299,6 +299,9 @@ impl Deriver {
 
     fn gauges(&self) {
         self.metrics(|m| {
+            if m.runtime.get().is_some() {
+                return; // the runtime's own counts (`Metrics::refresh`)
+            }
             m.turns_active.set(self.active);
             m.inputs_queued.set(self.queued);
             m.approvals_pending.set(self.pending);

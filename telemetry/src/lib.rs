@@ -123,6 +123,10 @@ impl Telemetry {
             metrics: self.shared.metrics.clone(),
         });
         if let Some(metrics) = &self.shared.metrics {
+            let _ = metrics.runtime.set(metrics::RuntimeSource {
+                stats: config.stats.clone(),
+                mcp: config.mcp.clone(),
+            });
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,
@@ -174,6 +178,7 @@ impl Telemetry {
     pub async fn metrics_text(&self) -> Option<String> {
         let metrics = self.shared.metrics.as_ref()?;
         self.sync().await;
+        metrics.refresh();
         Some(metrics.encode())
     }
 
@@ -182,6 +187,7 @@ impl Telemetry {
     pub async fn figures(&self) -> Option<Figures> {
         let metrics = self.shared.metrics.as_ref()?;
         self.sync().await;
+        metrics.refresh();
         Some(metrics.snapshot())
     }
 
