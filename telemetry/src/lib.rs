@@ -127,10 +127,15 @@ impl Telemetry {
                 stats: config.stats.clone(),
                 mcp: config.mcp.clone(),
             });
+        }
+        if self.shared.metrics.is_some() || self.shared.exporter.is_some() {
+            // The time to first token goes to the step's span only when spans are made.
+            let feed = self.shared.exporter.is_some().then(|| self.shared.feed.clone());
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,
-                    metrics: Arc::clone(metrics),
+                    metrics: self.shared.metrics.clone(),
+                    feed: feed.clone(),
                 })
             };
             config.model = wrap(config.model);
@@ -231,6 +236,7 @@ async fn follow(
                     }
                 }
             }
+            Feed::FirstToken(step, ms) => deriver.first_token(step.session, step.run, ms),
             Feed::Model(session, provider, model) => {
                 deriver.set_model(session, ModelOf { provider, model });
             }
