@@ -180,6 +180,8 @@ impl Default for PgOptions {
 pub(crate) struct Counters {
     pub(crate) appended_events: AtomicU64,
     pub(crate) commits: AtomicU64,
+    /// Told of every batch's statement ([`EventLog::observe_commits`]).
+    pub(crate) observer: std::sync::OnceLock<Arc<dyn foya_storage::CommitObserver>>,
 }
 
 /// The event log in PostgreSQL. Cheap to clone: clones share the writer task and the
@@ -603,6 +605,10 @@ impl EventLog for PgLog {
         );
         let mut stopped = self.inner.stopped.clone();
         let _ = stopped.wait_for(|s| *s).await;
+    }
+
+    fn observe_commits(&self, observer: Arc<dyn foya_storage::CommitObserver>) -> bool {
+        self.inner.counters.observer.set(observer).is_ok()
     }
 
     fn stats(&self) -> StoreStats {

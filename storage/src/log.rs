@@ -196,6 +196,13 @@ pub trait EventLog: Clone + Send + Sync + fmt::Debug + 'static {
     /// Counters of committed events and transactions since open.
     fn stats(&self) -> StoreStats;
 
+    /// Tells `observer` of every later group commit (its time and size); `false` when
+    /// the store does not report them or has an observer already.
+    fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        let _ = observer;
+        false
+    }
+
     /// Where the log is, for messages: a file path, or a database URL without its
     /// password.
     fn location(&self) -> String;
@@ -239,6 +246,10 @@ impl EventLog for Store {
 
     fn stats(&self) -> StoreStats {
         Store::stats(self)
+    }
+
+    fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        Store::observe_commits(self, observer)
     }
 
     fn location(&self) -> String {
@@ -292,6 +303,8 @@ pub trait DynEventLog: Send + Sync + fmt::Debug + 'static {
     fn close_dyn(&self) -> BoxFuture<'_, ()>;
     /// [`EventLog::stats`].
     fn stats_dyn(&self) -> StoreStats;
+    /// [`EventLog::observe_commits`].
+    fn observe_commits_dyn(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool;
     /// [`EventLog::location`].
     fn location_dyn(&self) -> String;
 }
@@ -335,6 +348,9 @@ impl<L: EventLog> DynEventLog for L {
     }
     fn stats_dyn(&self) -> StoreStats {
         self.stats()
+    }
+    fn observe_commits_dyn(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        self.observe_commits(observer)
     }
     fn location_dyn(&self) -> String {
         self.location()
@@ -439,6 +455,13 @@ impl EventLog for LogStore {
         match self {
             Self::Redb(store) => Store::stats(store),
             Self::Shared(log) => log.stats_dyn(),
+        }
+    }
+
+    fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        match self {
+            Self::Redb(store) => Store::observe_commits(store, observer),
+            Self::Shared(log) => log.observe_commits_dyn(observer),
         }
     }
 

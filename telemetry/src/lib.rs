@@ -123,6 +123,10 @@ impl Telemetry {
             metrics: self.shared.metrics.clone(),
         });
         if let Some(metrics) = &self.shared.metrics {
+            use foya_storage::EventLog as _;
+            config
+                .store
+                .observe_commits(Arc::new(metrics::CommitMetrics(Arc::clone(metrics))));
             let _ = metrics.runtime.set(metrics::RuntimeSource {
                 stats: config.stats.clone(),
                 mcp: config.mcp.clone(),

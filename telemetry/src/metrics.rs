@@ -154,6 +154,9 @@ pub(crate) struct Metrics {
     pub(crate) sessions_deleted: Counter,
     pub(crate) store_append: Histogram,
     pub(crate) store_append_events: Histogram,
+    pub(crate) store_commit: Histogram,
+    pub(crate) store_commit_events: Histogram,
+    pub(crate) store_commit_appends: Histogram,
     pub(crate) store_append_errors: Counter,
     store_commits: Counter,
     store_events: Counter,
@@ -196,6 +199,9 @@ impl Metrics {
             sessions_deleted: Counter::default(),
             store_append: store_seconds(),
             store_append_events: sizes(),
+            store_commit: store_seconds(),
+            store_commit_events: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            store_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             store_append_errors: Counter::default(),
             store_commits: Counter::default(),
             store_events: Counter::default(),
@@ -332,6 +338,21 @@ impl Metrics {
             m.store_append.clone(),
         );
         r.register(
+            "foya_store_commit_seconds",
+            "Time of one group commit of the store's writer (its write transaction)",
+            m.store_commit.clone(),
+        );
+        r.register(
+            "foya_store_commit_events",
+            "Events per group commit of the store's writer (batch size)",
+            m.store_commit_events.clone(),
+        );
+        r.register(
+            "foya_store_commit_appends",
+            "Appends (one per session commit) per group commit of the store's writer",
+            m.store_commit_appends.clone(),
+        );
+        r.register(
             "foya_store_append_events",
             "Events per store append",
             m.store_append_events.clone(),
@@ -448,6 +469,19 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot encode the metrics");
         }
         out
+    }
+}
+
+/// The store's group commits, into the histograms.
+#[derive(Debug)]
+pub(crate) struct CommitMetrics(pub(crate) std::sync::Arc<Metrics>);
+
+impl foya_storage::CommitObserver for CommitMetrics {
+    #[allow(clippy::cast_precision_loss)]
+    fn committed(&self, commit: foya_storage::CommitStat) {
+        self.0.store_commit.observe(commit.duration.as_secs_f64());
+        self.0.store_commit_events.observe(commit.events as f64);
+        self.0.store_commit_appends.observe(commit.appends as f64);
     }
 }
 

@@ -111,6 +111,10 @@ impl EventLog for ObservedLog {
         self.inner.stats()
     }
 
+    fn observe_commits(&self, observer: Arc<dyn foya_storage::CommitObserver>) -> bool {
+        self.inner.observe_commits(observer)
+    }
+
     fn location(&self) -> String {
         self.inner.location()
     }

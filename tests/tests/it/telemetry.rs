@@ -579,6 +579,18 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
         );
     }
     assert!(sample(&samples, "foya_store_commits_total", &[]) >= 1.0);
+    // Every group commit of the writer, timed and sized: all of this run's events.
+    let commits = sample(&samples, "foya_store_commit_seconds_count", &[]);
+    assert!(commits >= 1.0, "{text}");
+    assert_eq!(
+        sample(&samples, "foya_store_commit_events_count", &[]),
+        commits
+    );
+    assert_eq!(
+        sample(&samples, "foya_store_commit_events_sum", &[]),
+        sample(&samples, "foya_store_events_total", &[]),
+        "{text}"
+    );
     // Bounded labels: no session id anywhere.
     assert!(!text.contains(&id), "{text}");
     drop(serve);
