@@ -64,7 +64,11 @@ async fn stats_count_live_and_hibernated_sessions_turns_queues_and_approvals() {
         counts(rt.stats()) == [3, 0, 1, 1, 1]
     })
     .await;
-    assert_eq!(source.read(), rt.stats(), "the config's source is the runtime's");
+    assert_eq!(
+        source.read(),
+        rt.stats(),
+        "the config's source is the runtime's"
+    );
 
     let Some(EventKind::ApprovalRequested { request_id, .. }) =
         events.last().map(|e| e.kind.clone())

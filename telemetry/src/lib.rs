@@ -134,7 +134,11 @@ impl Telemetry {
         }
         if self.shared.metrics.is_some() || self.shared.exporter.is_some() {
             // The time to first token goes to the step's span only when spans are made.
-            let feed = self.shared.exporter.is_some().then(|| self.shared.feed.clone());
+            let feed = self
+                .shared
+                .exporter
+                .is_some()
+                .then(|| self.shared.feed.clone());
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,

@@ -136,10 +136,7 @@ impl ModelClient for ObservedModel {
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
         let inner = self.inner.stream(request, cancel);
-        let step = self
-            .feed
-            .clone()
-            .zip(foya_actors::provider::current_step());
+        let step = self.feed.clone().zip(foya_actors::provider::current_step());
         Box::pin(Timed {
             inner,
             metrics: self.metrics.clone(),

@@ -94,7 +94,11 @@ impl SessionShare {
     /// The session now runs a turn (or not), has `queued` inputs waiting and
     /// `approvals` approval requests pending.
     pub(crate) fn set(&mut self, turn: bool, queued: usize, approvals: usize) {
-        shift(&self.counters.turns, usize::from(self.turn), usize::from(turn));
+        shift(
+            &self.counters.turns,
+            usize::from(self.turn),
+            usize::from(turn),
+        );
         shift(&self.counters.queued, self.queued, queued);
         shift(&self.counters.approvals, self.approvals, approvals);
         self.turn = turn;
@@ -124,13 +128,21 @@ mod tests {
         a.set(true, 2, 0);
         let s = source.read();
         assert_eq!(
-            (s.sessions_live, s.turns_active, s.inputs_queued, s.approvals_pending),
+            (
+                s.sessions_live,
+                s.turns_active,
+                s.inputs_queued,
+                s.approvals_pending
+            ),
             (2, 2, 3, 0)
         );
         drop(a);
         b.set(false, 0, 0);
         let s = source.read();
-        assert_eq!((s.sessions_live, s.turns_active, s.inputs_queued), (1, 0, 0));
+        assert_eq!(
+            (s.sessions_live, s.turns_active, s.inputs_queued),
+            (1, 0, 0)
+        );
         drop(b);
         assert_eq!(source.read(), RuntimeStats::default());
     }

@@ -89,9 +89,7 @@ async fn pump(args: ProviderArgs) {
         relay,
         step,
     } = args;
-    let mut stream = crate::provider::in_step(step, || {
-        client.stream(request, cancel.clone())
-    });
+    let mut stream = crate::provider::in_step(step, || client.stream(request, cancel.clone()));
     loop {
         let next = tokio::select! {
             () = cancel.cancelled() => return,
