@@ -2,11 +2,14 @@
 //! traces of every turn (OTLP over HTTP/protobuf) and Prometheus metrics — derived from
 //! the runtime's committed events. See `docs/observability.md`.
 //!
-//! Design: the runtime is not changed. [`Telemetry::instrument`] wraps the
+//! Design: the runtime's behaviour is not changed. [`Telemetry::instrument`] wraps the
 //! [`RuntimeConfig`]'s store (every event is committed through it, in each session's
 //! order) and its model clients (the first token and the failures of each request
 //! attempt); a task follows the committed events and derives spans with explicit start
-//! and end times and the metrics (`derive.rs`). Without telemetry nothing is wrapped,
+//! and end times and the metrics (`derive.rs`). The live gauges are read from the
+//! runtime's own counts ([`foya_actors::RuntimeConfig::stats`], its MCP servers' states)
+//! at each scrape, and the store reports its group commits
+//! ([`foya_storage::EventLog::observe_commits`]). Without telemetry nothing is wrapped,
 //! nothing is built and nothing costs.
 //!
 //! ```no_run
