@@ -40,6 +40,7 @@ mod turn;
 pub use agent::{Agent, AgentBuilder};
 pub use handle::SessionApi;
 pub use kernel::{QueuedOnRestart, RuntimeError, StorageError, WithoutApprover};
+pub use kernel::{RuntimeStats, StatsSource};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{

@@ -121,6 +121,11 @@ pub struct RuntimeConfig {
     /// and its log and state leave memory, until the next call on it loads it from the
     /// log again. Default [`DEFAULT_HIBERNATE_AFTER`]; `None`: never.
     pub hibernate_after: Option<std::time::Duration>,
+    /// Where the runtime keeps its live counts (sessions live and hibernated, turns
+    /// running, queue depth, pending approvals): clone it before [`Runtime::start`] to
+    /// read them from outside ([`StatsSource::read`], a few atomic loads), or call
+    /// [`Runtime::stats`]. A new one by default.
+    pub stats: crate::kernel::StatsSource,
 }
 
 /// Default [`RuntimeConfig::hibernate_after`]: one minute.
@@ -181,6 +186,7 @@ impl RuntimeConfig {
             tool_state: crate::tools::ToolState::new(),
             without_approver: WithoutApprover::default(),
             hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
+            stats: crate::kernel::StatsSource::default(),
         }
     }
 }
@@ -202,6 +208,8 @@ pub(crate) struct Inner {
     deps: std::sync::RwLock<Option<Arc<RuntimeDeps>>>,
     /// Ends (`None`) once the actors' copy of the deps is dropped everywhere.
     actors_gone: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<std::convert::Infallible>>>,
+    /// [`RuntimeConfig::stats`].
+    stats: crate::kernel::StatsSource,
 }
 
 /// A running Foya runtime (one Supervisor and its sessions). The guide
@@ -301,6 +309,7 @@ impl Runtime {
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
         let registry: Registry = Arc::default();
+        let stats = config.stats.clone();
         // The actors' copy of the deps: it holds the `agent` tool, whose spawner holds
         // these deps weakly.
         let actor_deps = Arc::new_cyclic(|deps| {
@@ -324,6 +333,7 @@ impl Runtime {
             registry,
             deps: std::sync::RwLock::new(Some(deps)),
             actors_gone: std::sync::Mutex::new(Some(actors_gone)),
+            stats,
         };
         Ok(Runtime {
             inner: Arc::new(inner),
@@ -502,6 +512,14 @@ impl Runtime {
         deps.store.close().await;
     }
 
+    /// The runtime's live counts: sessions live and hibernated, turns running, queue
+    /// depth, pending approvals. A few atomic loads (no actor is asked); the actors
+    /// keep them as they change.
+    #[must_use]
+    pub fn stats(&self) -> crate::kernel::RuntimeStats {
+        self.inner.stats.read()
+    }
+
     /// The runtime's MCP servers, if any are configured (none once closed).
     #[cfg(feature = "mcp")]
     #[must_use]
@@ -576,6 +594,7 @@ fn deps_of(
         tool_state: config.tool_state,
         without_approver: config.without_approver,
         hibernate_after: config.hibernate_after,
+        stats: config.stats,
         _actors_alive: Some(alive),
     }
 }

@@ -188,6 +188,8 @@ pub(crate) struct Counters {
     pub(crate) commits: AtomicU64,
     /// Latencies of the acknowledged appends (call to acknowledgement).
     pub(crate) append_latency: foya_storage::LatencyHistogram,
+    /// Told of every batch's statement ([`EventLog::observe_commits`]).
+    pub(crate) observer: std::sync::OnceLock<Arc<dyn foya_storage::CommitObserver>>,
 }
 
 /// The event log in PostgreSQL. Cheap to clone: clones share the writer task and the
@@ -617,6 +619,10 @@ impl EventLog for PgLog {
         );
         let mut stopped = self.inner.stopped.clone();
         let _ = stopped.wait_for(|s| *s).await;
+    }
+
+    fn observe_commits(&self, observer: Arc<dyn foya_storage::CommitObserver>) -> bool {
+        self.inner.counters.observer.set(observer).is_ok()
     }
 
     fn stats(&self) -> StoreStats {

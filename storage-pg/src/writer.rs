@@ -168,6 +168,7 @@ impl Connection {
 
     /// Commits `batch` in one statement and answers each append.
     async fn commit(&mut self, mut batch: Vec<Request>, counters: &Counters) {
+        let started = std::time::Instant::now();
         // Lock sessions in one order across concurrent statements (no deadlock); the
         // sort is stable, so one session's appends keep their order.
         batch.sort_by_key(|r| r.session);
@@ -190,6 +191,7 @@ impl Connection {
         let mut e_pkind = Vec::new();
         let mut e_pitem = Vec::new();
         let mut events = 0u64;
+        let mut appends = 0usize;
         for request in &batch {
             a_session.push(uuid(request.session));
             // A child's own hash: used only when its parent is not in the store.
@@ -306,6 +308,7 @@ impl Connection {
                     if let Some(request) = batch.get_mut(index) {
                         if result.is_ok() {
                             events += request.events.len() as u64;
+                            appends += 1;
                         }
                         request.answer(result);
                     }
@@ -316,6 +319,13 @@ impl Connection {
         counters
             .appended_events
             .fetch_add(events, Ordering::Relaxed);
+        if let Some(observer) = counters.observer.get() {
+            observer.committed(foya_storage::CommitStat {
+                duration: started.elapsed(),
+                appends,
+                events: usize::try_from(events).unwrap_or(usize::MAX),
+            });
+        }
         // An append the statement did not answer (never expected): say so.
         for request in &mut batch {
             request.answer(Err(AppendError::Storage(

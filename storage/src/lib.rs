@@ -162,5 +162,5 @@ pub use read_only::ReadOnlyStore;
 pub use recover::REPAIRED as REPAIRED_NOTE;
 pub use repair::{RepairReport, repair};
 pub use salvage::{SalvageReport, SalvagedSession, salvage};
-pub use store::{Durability, Store, StoreOptions, StoreStats};
+pub use store::{CommitObserver, CommitStat, Durability, Store, StoreOptions, StoreStats};
 pub use survey::{Survey, Unreadable};

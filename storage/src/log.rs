@@ -209,6 +209,13 @@ pub trait EventLog: Clone + Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// Tells `observer` of every later group commit (its time and size); `false` when
+    /// the store does not report them or has an observer already.
+    fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        let _ = observer;
+        false
+    }
+
     /// Where the log is, for messages: a file path, or a database URL without its
     /// password.
     fn location(&self) -> String;
@@ -256,6 +263,10 @@ impl EventLog for Store {
 
     fn append_latency(&self) -> Latencies {
         Store::append_latency(self)
+    }
+
+    fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        Store::observe_commits(self, observer)
     }
 
     fn location(&self) -> String {
@@ -335,6 +346,8 @@ pub trait DynEventLog: Send + Sync + fmt::Debug + 'static {
     fn append_latency_dyn(&self) -> Latencies;
     /// [`EventLog::attachments`].
     fn attachments_dyn(&self) -> Option<Arc<dyn SharedAttachments>>;
+    /// [`EventLog::observe_commits`].
+    fn observe_commits_dyn(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool;
     /// [`EventLog::location`].
     fn location_dyn(&self) -> String;
 }
@@ -384,6 +397,9 @@ impl<L: EventLog> DynEventLog for L {
     }
     fn attachments_dyn(&self) -> Option<Arc<dyn SharedAttachments>> {
         self.attachments()
+    }
+    fn observe_commits_dyn(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        self.observe_commits(observer)
     }
     fn location_dyn(&self) -> String {
         self.location()
@@ -502,6 +518,13 @@ impl EventLog for LogStore {
         match self {
             Self::Redb(_) => None,
             Self::Shared(log) => log.attachments_dyn(),
+        }
+    }
+
+    fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
+        match self {
+            Self::Redb(store) => Store::observe_commits(store, observer),
+            Self::Shared(log) => log.observe_commits_dyn(observer),
         }
     }
 

@@ -106,6 +106,8 @@ pub(crate) struct Counters {
     pub(crate) logs_read: AtomicU64,
     /// Latencies of the acknowledged appends ([`crate::Store::append_latency`]).
     pub(crate) append_latency: crate::LatencyHistogram,
+    /// Told of every group commit ([`crate::Store::observe_commits`]).
+    pub(crate) observer: std::sync::OnceLock<std::sync::Arc<dyn crate::CommitObserver>>,
 }
 
 impl Counters {
@@ -190,6 +192,7 @@ impl Writer {
     fn write_batch(&mut self, batch: Vec<Request>) {
         let span = tracing::debug_span!("store_commit", batch.len = batch.len());
         let _enter = span.enter();
+        let mut duration = std::time::Duration::ZERO;
         let injected = self
             .counters
             .injected_failures
@@ -200,7 +203,12 @@ impl Writer {
                 error: AppendError::Storage(INJECTED_FAILURE.into()),
                 io: false,
             }),
-            Ok(db) => self.try_commit(&db, &batch),
+            Ok(db) => {
+                let started = std::time::Instant::now();
+                let result = self.try_commit(&db, &batch);
+                duration = started.elapsed();
+                result
+            }
             Err(message) => Err(BatchFailure {
                 error: AppendError::Storage(message),
                 io: false,
@@ -227,6 +235,15 @@ impl Writer {
                     }
                 }
                 let appends = outcomes.iter().filter(|o| o.is_ok()).count();
+                if !overlay.is_empty()
+                    && let Some(observer) = self.counters.observer.get()
+                {
+                    observer.committed(crate::CommitStat {
+                        duration,
+                        appends,
+                        events,
+                    });
+                }
                 self.counters
                     .appended_events
                     .fetch_add(events as u64, Ordering::Relaxed);

@@ -484,3 +484,38 @@ async fn values_from_a_future_format_are_refused_clearly() {
     assert_eq!(store.read_from(fine, Seq(1)).unwrap(), vec![created(fine)]);
     store.close().await;
 }
+
+/// Collects the group commits it is told of.
+#[derive(Debug, Default)]
+struct Commits(std::sync::Mutex<Vec<crate::CommitStat>>);
+
+impl crate::CommitObserver for Commits {
+    fn committed(&self, commit: crate::CommitStat) {
+        self.0.lock().unwrap().push(commit);
+    }
+}
+
+#[tokio::test]
+async fn an_observer_is_told_of_every_group_commit_its_time_and_size() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let commits = Arc::new(Commits::default());
+    assert!(store.observe_commits(commits.clone()));
+    assert!(
+        !store.observe_commits(commits.clone()),
+        "one observer per store"
+    );
+    let a = SessionId::new();
+    store.append(vec![created(a), step(a, 2)]).await.unwrap();
+    store.append(vec![step(a, 3)]).await.unwrap();
+    // A refused append commits nothing: nobody is told.
+    assert!(store.append(vec![step(a, 9)]).await.is_err());
+    let seen = commits.0.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter()
+            .map(|c| (c.appends, c.events))
+            .collect::<Vec<_>>(),
+        [(1, 2), (1, 1)]
+    );
+    assert!(seen.iter().all(|c| c.duration > std::time::Duration::ZERO));
+    assert_eq!(store.stats().commits, 2);
+}

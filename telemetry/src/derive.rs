@@ -126,6 +126,8 @@ struct Step {
     interrupted: bool,
     retries: Vec<(u64, Vec<KeyValue>)>,
     output: Option<String>,
+    /// The time to first token of its latest request attempt, in ms.
+    ttft_ms: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -299,6 +301,9 @@ impl Deriver {
 
     fn gauges(&self) {
         self.metrics(|m| {
+            if m.runtime.get().is_some() {
+                return; // the runtime's own counts (`Metrics::refresh`)
+            }
             m.turns_active.set(self.active);
             m.inputs_queued.set(self.queued);
             m.approvals_pending.set(self.pending);
@@ -401,6 +406,7 @@ impl Deriver {
                         interrupted: false,
                         retries: Vec::new(),
                         output: None,
+                        ttft_ms: None,
                     });
                 }
             }
@@ -653,6 +659,16 @@ impl Deriver {
         }
     }
 
+    /// A request attempt of turn `run`'s open step streamed its first token after `ms`.
+    pub(crate) fn first_token(&mut self, sid: SessionId, run: RunId, ms: f64) {
+        if let Some(turn) = self.turn_mut(sid)
+            && turn.run_id == Some(run)
+            && let Some(step) = turn.step.as_mut()
+        {
+            step.ttft_ms = Some(ms);
+        }
+    }
+
     fn turn_mut(&mut self, sid: SessionId) -> Option<&mut Turn> {
         self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut())
     }
@@ -765,6 +781,9 @@ impl Deriver {
         }
         if step.interrupted {
             attributes.push(kv("foya.interrupted", true));
+        }
+        if let Some(ms) = step.ttft_ms {
+            attributes.push(kv("foya.time_to_first_token_ms", ms));
         }
         if let Some(text) = step.output {
             attributes.push(kv("gen_ai.output.messages", text));

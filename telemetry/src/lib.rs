@@ -2,11 +2,14 @@
 //! traces of every turn (OTLP over HTTP/protobuf) and Prometheus metrics — derived from
 //! the runtime's committed events. See `docs/observability.md`.
 //!
-//! Design: the runtime is not changed. [`Telemetry::instrument`] wraps the
+//! Design: the runtime's behaviour is not changed. [`Telemetry::instrument`] wraps the
 //! [`RuntimeConfig`]'s store (every event is committed through it, in each session's
 //! order) and its model clients (the first token and the failures of each request
 //! attempt); a task follows the committed events and derives spans with explicit start
-//! and end times and the metrics (`derive.rs`). Without telemetry nothing is wrapped,
+//! and end times and the metrics (`derive.rs`). The live gauges are read from the
+//! runtime's own counts ([`foya_actors::RuntimeConfig::stats`], its MCP servers' states)
+//! at each scrape, and the store reports its group commits
+//! ([`foya_storage::EventLog::observe_commits`]). Without telemetry nothing is wrapped,
 //! nothing is built and nothing costs.
 //!
 //! ```no_run
@@ -123,10 +126,27 @@ impl Telemetry {
             metrics: self.shared.metrics.clone(),
         });
         if let Some(metrics) = &self.shared.metrics {
+            use foya_storage::EventLog as _;
+            config
+                .store
+                .observe_commits(Arc::new(metrics::CommitMetrics(Arc::clone(metrics))));
+            let _ = metrics.runtime.set(metrics::RuntimeSource {
+                stats: config.stats.clone(),
+                mcp: config.mcp.clone(),
+            });
+        }
+        if self.shared.metrics.is_some() || self.shared.exporter.is_some() {
+            // The time to first token goes to the step's span only when spans are made.
+            let feed = self
+                .shared
+                .exporter
+                .is_some()
+                .then(|| self.shared.feed.clone());
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,
-                    metrics: Arc::clone(metrics),
+                    metrics: self.shared.metrics.clone(),
+                    feed: feed.clone(),
                 })
             };
             config.model = wrap(config.model);
@@ -174,6 +194,7 @@ impl Telemetry {
     pub async fn metrics_text(&self) -> Option<String> {
         let metrics = self.shared.metrics.as_ref()?;
         self.sync().await;
+        metrics.refresh();
         Some(metrics.encode())
     }
 
@@ -182,6 +203,7 @@ impl Telemetry {
     pub async fn figures(&self) -> Option<Figures> {
         let metrics = self.shared.metrics.as_ref()?;
         self.sync().await;
+        metrics.refresh();
         Some(metrics.snapshot())
     }
 
@@ -225,6 +247,7 @@ async fn follow(
                     }
                 }
             }
+            Feed::FirstToken(step, ms) => deriver.first_token(step.session, step.run, ms),
             Feed::Model(session, provider, model) => {
                 deriver.set_model(session, ModelOf { provider, model });
             }

@@ -17,6 +17,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const MAX_TOOL_LABELS: usize = 64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StateLabels {
+    pub(crate) state: String,
+}
+
+/// What the runtime itself counts (read at each scrape, no actor asked).
+#[derive(Debug, Clone)]
+pub(crate) struct RuntimeSource {
+    pub(crate) stats: foya_actors::StatsSource,
+    pub(crate) mcp: Option<std::sync::Arc<foya_actors::mcp::McpManager>>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct StatusLabels {
     pub(crate) status: String,
 }
@@ -101,6 +113,13 @@ pub struct Figures {
     pub hook_runs: BTreeMap<(String, String), u64>,
     /// Compactions.
     pub compactions: u64,
+    /// Sessions loaded now (the runtime's own count; 0 before a runtime is joined).
+    pub sessions_live: u64,
+    /// Sessions the runtime hibernated and did not load since.
+    pub sessions_hibernated: u64,
+    /// The runtime's MCP servers by state (`not_started`, `running`, `failed`,
+    /// `stopped`).
+    pub mcp_servers: BTreeMap<String, u64>,
 }
 
 /// Every metric, registered once.
@@ -113,6 +132,11 @@ pub(crate) struct Metrics {
     pub(crate) turns_active: Gauge,
     pub(crate) inputs_queued: Gauge,
     pub(crate) approvals_pending: Gauge,
+    pub(crate) sessions_live: Gauge,
+    pub(crate) sessions_hibernated: Gauge,
+    pub(crate) mcp_servers: Family<StateLabels, Gauge>,
+    /// The runtime joined by `Telemetry::instrument`: the live gauges come from it.
+    pub(crate) runtime: std::sync::OnceLock<RuntimeSource>,
     pub(crate) approvals: Family<DecisionLabels, Counter>,
     pub(crate) approval_wait: Histogram,
     pub(crate) step_duration: Histogram,
@@ -130,6 +154,9 @@ pub(crate) struct Metrics {
     pub(crate) sessions_deleted: Counter,
     pub(crate) store_append: Histogram,
     pub(crate) store_append_events: Histogram,
+    pub(crate) store_commit: Histogram,
+    pub(crate) store_commit_events: Histogram,
+    pub(crate) store_commit_appends: Histogram,
     pub(crate) store_append_errors: Counter,
     store_commits: Counter,
     store_events: Counter,
@@ -151,6 +178,10 @@ impl Metrics {
             turns_active: Gauge::default(),
             inputs_queued: Gauge::default(),
             approvals_pending: Gauge::default(),
+            sessions_live: Gauge::default(),
+            sessions_hibernated: Gauge::default(),
+            mcp_servers: Family::default(),
+            runtime: std::sync::OnceLock::new(),
             approvals: Family::default(),
             approval_wait: seconds(),
             step_duration: seconds(),
@@ -168,6 +199,9 @@ impl Metrics {
             sessions_deleted: Counter::default(),
             store_append: store_seconds(),
             store_append_events: sizes(),
+            store_commit: store_seconds(),
+            store_commit_events: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            store_commit_appends: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             store_append_errors: Counter::default(),
             store_commits: Counter::default(),
             store_events: Counter::default(),
@@ -207,6 +241,21 @@ impl Metrics {
             "foya_approvals_pending",
             "Approval requests waiting for a decision",
             m.approvals_pending.clone(),
+        );
+        r.register(
+            "foya_sessions_live",
+            "Sessions loaded now (a session actor running)",
+            m.sessions_live.clone(),
+        );
+        r.register(
+            "foya_sessions_hibernated",
+            "Sessions hibernated by this runtime and not loaded since",
+            m.sessions_hibernated.clone(),
+        );
+        r.register(
+            "foya_mcp_servers",
+            "MCP servers by state (not_started, running, failed, stopped)",
+            m.mcp_servers.clone(),
         );
         r.register(
             "foya_approvals",
@@ -289,6 +338,21 @@ impl Metrics {
             m.store_append.clone(),
         );
         r.register(
+            "foya_store_commit_seconds",
+            "Time of one group commit of the store's writer (its write transaction)",
+            m.store_commit.clone(),
+        );
+        r.register(
+            "foya_store_commit_events",
+            "Events per group commit of the store's writer (batch size)",
+            m.store_commit_events.clone(),
+        );
+        r.register(
+            "foya_store_commit_appends",
+            "Appends (one per session commit) per group commit of the store's writer",
+            m.store_commit_appends.clone(),
+        );
+        r.register(
             "foya_store_append_events",
             "Events per store append",
             m.store_append_events.clone(),
@@ -347,6 +411,52 @@ impl Metrics {
         }
     }
 
+    /// Sets the live gauges from the runtime, when one is joined.
+    pub(crate) fn refresh(&self) {
+        let Some(source) = self.runtime.get() else {
+            return;
+        };
+        let s = source.stats.read();
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.sessions_live.set(gauge(s.sessions_live));
+        self.sessions_hibernated.set(gauge(s.sessions_hibernated));
+        self.turns_active.set(gauge(s.turns_active));
+        self.inputs_queued.set(gauge(s.inputs_queued));
+        self.approvals_pending.set(gauge(s.approvals_pending));
+        let mut by_state: BTreeMap<String, u64> = ["not_started", "running", "failed", "stopped"]
+            .into_iter()
+            .map(|state| (state.to_owned(), 0))
+            .collect();
+        if let Some(mcp) = &source.mcp {
+            for (_, state) in mcp.states() {
+                use foya_actors::mcp::ServerState;
+                let name = match state {
+                    ServerState::NotStarted => "not_started",
+                    ServerState::Running => "running",
+                    ServerState::Failed { .. } => "failed",
+                    ServerState::Stopped => "stopped",
+                    _ => "other",
+                };
+                *by_state.entry(name.to_owned()).or_default() += 1;
+            }
+        }
+        for (state, n) in &by_state {
+            self.mcp_servers
+                .get_or_create(&StateLabels {
+                    state: state.clone(),
+                })
+                .set(gauge(*n));
+        }
+        self.figures(|f| {
+            f.sessions_live = s.sessions_live;
+            f.sessions_hibernated = s.sessions_hibernated;
+            f.turns_active = s.turns_active;
+            f.inputs_queued = s.inputs_queued;
+            f.approvals_pending = s.approvals_pending;
+            f.mcp_servers = by_state;
+        });
+    }
+
     /// A copy of the figures.
     pub(crate) fn snapshot(&self) -> Figures {
         self.figures.lock().map(|f| f.clone()).unwrap_or_default()
@@ -359,6 +469,19 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot encode the metrics");
         }
         out
+    }
+}
+
+/// The store's group commits, into the histograms.
+#[derive(Debug)]
+pub(crate) struct CommitMetrics(pub(crate) std::sync::Arc<Metrics>);
+
+impl foya_storage::CommitObserver for CommitMetrics {
+    #[allow(clippy::cast_precision_loss)]
+    fn committed(&self, commit: foya_storage::CommitStat) {
+        self.0.store_commit.observe(commit.duration.as_secs_f64());
+        self.0.store_commit_events.observe(commit.events as f64);
+        self.0.store_commit_appends.observe(commit.appends as f64);
     }
 }
 

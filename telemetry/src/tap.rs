@@ -28,6 +28,8 @@ pub(crate) enum Feed {
     Events(Vec<Event>),
     /// Answered once every batch sent before it has been followed.
     Sync(tokio::sync::oneshot::Sender<()>),
+    /// A step's request attempt streamed its first token after this many milliseconds.
+    FirstToken(foya_actors::provider::StepOf, f64),
     /// A session's provider and model, seen in its log as the runtime read it (a session
     /// created before this process started).
     Model(SessionId, String, String),
@@ -109,6 +111,10 @@ impl EventLog for ObservedLog {
         self.inner.stats()
     }
 
+    fn observe_commits(&self, observer: Arc<dyn foya_storage::CommitObserver>) -> bool {
+        self.inner.observe_commits(observer)
+    }
+
     fn location(&self) -> String {
         self.inner.location()
     }
@@ -118,7 +124,9 @@ impl EventLog for ObservedLog {
 #[derive(Debug)]
 pub(crate) struct ObservedModel {
     pub(crate) inner: Arc<dyn ModelClient>,
-    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) metrics: Option<Arc<Metrics>>,
+    /// Where a step's time to first token is sent (traces on).
+    pub(crate) feed: Option<mpsc::Sender<Feed>>,
 }
 
 impl ModelClient for ObservedModel {
@@ -128,9 +136,11 @@ impl ModelClient for ObservedModel {
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
         let inner = self.inner.stream(request, cancel);
+        let step = self.feed.clone().zip(foya_actors::provider::current_step());
         Box::pin(Timed {
             inner,
-            metrics: Arc::clone(&self.metrics),
+            metrics: self.metrics.clone(),
+            step,
             start: Instant::now(),
             first: None,
             error: None,
@@ -158,7 +168,9 @@ impl ModelClient for ObservedModel {
 /// One request attempt's stream, timed.
 struct Timed {
     inner: BoxStream<'static, StreamEvent>,
-    metrics: Arc<Metrics>,
+    metrics: Option<Arc<Metrics>>,
+    /// A step's request (traces on): where its first token's time goes.
+    step: Option<(mpsc::Sender<Feed>, foya_actors::provider::StepOf)>,
     start: Instant,
     first: Option<f64>,
     error: Option<String>,
@@ -172,7 +184,9 @@ impl Timed {
         }
         self.done = true;
         let total = self.start.elapsed().as_secs_f64() * 1000.0;
-        crate::derive::observe_request(&self.metrics, self.first, total, self.error.take());
+        if let Some(metrics) = &self.metrics {
+            crate::derive::observe_request(metrics, self.first, total, self.error.take());
+        }
     }
 }
 
@@ -188,7 +202,13 @@ impl Stream for Timed {
                 | StreamEvent::ToolCallDelta { .. }
                     if self.first.is_none() =>
                 {
-                    self.first = Some(self.start.elapsed().as_secs_f64() * 1000.0);
+                    let ms = self.start.elapsed().as_secs_f64() * 1000.0;
+                    self.first = Some(ms);
+                    if let Some((feed, step)) = &self.step {
+                        // Before the step's assistant message, which is committed after
+                        // the stream: the span gets it when it closes.
+                        let _ = feed.try_send(Feed::FirstToken(*step, ms));
+                    }
                 }
                 StreamEvent::Error { error } => {
                     self.error = Some(

@@ -53,6 +53,8 @@ pub(crate) struct RuntimeDeps {
     pub without_approver: WithoutApprover,
     /// [`crate::RuntimeConfig::hibernate_after`].
     pub hibernate_after: Option<std::time::Duration>,
+    /// [`crate::RuntimeConfig::stats`]: the counts the actors keep.
+    pub stats: super::StatsSource,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,

@@ -9,6 +9,7 @@ mod approval;
 mod clock;
 mod deps;
 mod error;
+mod stats;
 
 pub use approval::ApprovalRequest;
 pub(crate) use clock::now_ms;
@@ -18,3 +19,5 @@ pub use deps::{QueuedOnRestart, WithoutApprover};
 pub use error::ClusterError;
 pub(crate) use error::{Reply, actor_err, ask};
 pub use error::{RuntimeError, StorageError};
+pub(crate) use stats::SessionShare;
+pub use stats::{RuntimeStats, StatsSource};

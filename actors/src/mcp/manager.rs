@@ -95,6 +95,17 @@ impl McpManager {
         self.servers.keys().cloned().collect()
     }
 
+    /// Each configured server's state now, in name order, as the runtime keeps it:
+    /// reading it starts nothing (a stdio server not used yet is
+    /// [`ServerState::NotStarted`]).
+    #[must_use]
+    pub fn states(&self) -> Vec<(String, ServerState)> {
+        self.servers
+            .iter()
+            .map(|(name, server)| (name.clone(), server.state()))
+            .collect()
+    }
+
     /// Whether no server is configured.
     #[must_use]
     pub fn is_empty(&self) -> bool {

@@ -17,6 +17,9 @@ pub mod redact;
 /// The retry policy (pure; in `foya-core`).
 pub use foya_core::retry;
 pub mod scripted;
+mod step_scope;
+pub(crate) use step_scope::in_step;
+pub use step_scope::{StepOf, current_step};
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod wire;

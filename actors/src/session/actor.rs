@@ -91,6 +91,8 @@ pub(crate) struct Session {
     pub(super) hibernation_armed: bool,
     /// Whether the machine asked the actor to stop.
     pub(super) stopping: bool,
+    /// What the session adds to the runtime's live counts (taken back when dropped).
+    pub(super) share: crate::kernel::SessionShare,
 }
 
 impl Actor for SessionActor {
@@ -111,6 +113,7 @@ impl Actor for SessionActor {
         };
         // A session starts idle: its log counts against the idle budget too.
         let idle_reservation = deps.idle_logs.reserve(args.log.len());
+        let share = deps.stats.session();
         Ok(Session {
             machine: SessionMachine::new(args.state, settings),
             deps,
@@ -123,6 +126,7 @@ impl Actor for SessionActor {
             last_activity: tokio::time::Instant::now(),
             hibernation_armed: false,
             stopping: false,
+            share,
         })
     }
 

@@ -54,7 +54,13 @@ impl Session {
             }
             match answer {
                 Some(input) => effects = self.machine.on(input, now_ms()),
-                None => return Ok(()),
+                None => {
+                    let fold = self.machine.fold();
+                    let (turn, queued) = (fold.open_turn.is_some(), fold.queue.len());
+                    let approvals = self.machine.pending_approvals();
+                    self.share.set(turn, queued, approvals);
+                    return Ok(());
+                }
             }
         }
     }

@@ -36,6 +36,9 @@ pub(crate) struct Supervisor {
     restarts: HashMap<SessionId, u32>,
     /// Set by `Drain`: no session is created or loaded any more.
     closing: bool,
+    /// Sessions that hibernated and were not loaded since (the runtime's
+    /// `sessions_hibernated`).
+    hibernated: std::collections::HashSet<SessionId>,
 }
 
 /// A session that failed more often than this is left stopped (loaded again on the next
@@ -60,6 +63,9 @@ impl Supervisor {
             .map_err(|e| RuntimeError::Actor(e.to_string()))?;
         self.children.insert(actor.get_id(), id);
         self.registry.insert(id, actor.clone());
+        if self.hibernated.remove(&id) {
+            self.deps.stats.set_hibernated(self.hibernated.len());
+        }
         Ok(actor)
     }
 
@@ -147,6 +153,7 @@ impl Actor for SupervisorActor {
             children: HashMap::new(),
             restarts: HashMap::new(),
             closing: false,
+            hibernated: std::collections::HashSet::new(),
         })
     }
 
@@ -183,11 +190,15 @@ impl Actor for SupervisorActor {
         state: &mut Supervisor,
     ) -> Result<(), ActorProcessingErr> {
         match event {
-            SupervisionEvent::ActorTerminated(cell, _, _) => {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 if let Some(id) = state.children.remove(&cell.get_id()) {
                     state
                         .registry
                         .remove_if(&id, |_, a| a.get_id() == cell.get_id());
+                    if reason.as_deref() == Some(crate::session::machine::HIBERNATED) {
+                        state.hibernated.insert(id);
+                        state.deps.stats.set_hibernated(state.hibernated.len());
+                    }
                 }
             }
             SupervisionEvent::ActorFailed(cell, err) => {

@@ -162,6 +162,10 @@ impl Turn {
             turn: myself.clone(),
             request_number: number,
             relay: self.io.relay.clone(),
+            step: relay.then_some(crate::provider::StepOf {
+                session: self.args.session_id,
+                run: self.args.run_id,
+            }),
         };
         let (provider, _) =
             Actor::spawn_linked(None, ProviderActor, args, myself.get_cell()).await?;

@@ -29,6 +29,7 @@ mod security;
 mod sim_client;
 #[cfg(feature = "sim")]
 mod sim_server;
+mod telemetry_stats;
 mod titles_commands;
 mod tools_files;
 mod tools_registry;

@@ -133,6 +133,18 @@ async fn a_turn_of_two_steps_and_a_tool_call_is_one_span_tree_with_the_genai_att
         );
         assert_eq!(chat.int("foya.retries"), Some(0));
         assert_eq!(chat.status_code, 0);
+        // Measured by the model-client wrapper, within the span (which starts at
+        // step_started, before the request, with millisecond times).
+        let ttft = chat
+            .attributes
+            .get("foya.time_to_first_token_ms")
+            .and_then(Value::as_f64);
+        #[allow(clippy::cast_precision_loss)]
+        let span_ms = (chat.end_ns - chat.start_ns) as f64 / 1e6;
+        assert!(
+            ttft.is_some_and(|ms| ms > 0.0 && ms <= span_ms + 1.0),
+            "time to first token {ttft:?}, span {span_ms} ms: {chat:#?}"
+        );
     }
 
     // The tool call.
@@ -186,6 +198,13 @@ impl Serve {
     async fn start(mock: &MockProvider, receiver: &OtlpReceiver, dir: &std::path::Path) -> Self {
         let token_file = dir.join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+        // One MCP server, used by no session: it stays not started (reading its state
+        // for the metrics must not start it).
+        let home = dir.join("home");
+        foya_tests::mcp::write_user_config(
+            &home,
+            "[mcp_servers.idle]\ncommand = \"foya-test-no-such-mcp-server\"\nenabled = false\n",
+        );
         let mut child = tokio::process::Command::new(foya_bin())
             .args([
                 "serve",
@@ -207,7 +226,7 @@ impl Serve {
             .arg("--token-file")
             .arg(&token_file)
             .current_dir(dir)
-            .env("HOME", test_home())
+            .env("HOME", &home)
             .env(
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
                 format!("{}/v1/traces", receiver.endpoint()),
@@ -544,7 +563,34 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
     assert_eq!(sample(&samples, "foya_turns_active", &[]), 0.0);
     assert_eq!(sample(&samples, "foya_inputs_queued", &[]), 0.0);
     assert_eq!(sample(&samples, "foya_sessions_created_total", &[]), 1.0);
+    // The runtime's own counts: the one session is loaded (it hibernates after a
+    // minute), no approval waits; the MCP server was never started.
+    assert_eq!(sample(&samples, "foya_sessions_live", &[]), 1.0);
+    assert_eq!(sample(&samples, "foya_sessions_hibernated", &[]), 0.0);
+    assert_eq!(sample(&samples, "foya_approvals_pending", &[]), 0.0);
+    assert_eq!(
+        sample(&samples, "foya_mcp_servers", &[("state", "not_started")]),
+        1.0
+    );
+    for state in ["running", "failed", "stopped"] {
+        assert_eq!(
+            sample(&samples, "foya_mcp_servers", &[("state", state)]),
+            0.0
+        );
+    }
     assert!(sample(&samples, "foya_store_commits_total", &[]) >= 1.0);
+    // Every group commit of the writer, timed and sized: all of this run's events.
+    let commits = sample(&samples, "foya_store_commit_seconds_count", &[]);
+    assert!(commits >= 1.0, "{text}");
+    assert_eq!(
+        sample(&samples, "foya_store_commit_events_count", &[]),
+        commits
+    );
+    assert_eq!(
+        sample(&samples, "foya_store_commit_events_sum", &[]),
+        sample(&samples, "foya_store_events_total", &[]),
+        "{text}"
+    );
     // Bounded labels: no session id anywhere.
     assert!(!text.contains(&id), "{text}");
     drop(serve);

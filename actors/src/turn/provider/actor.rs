@@ -43,6 +43,9 @@ pub(crate) struct ProviderArgs {
     pub request_number: u64,
     /// A step's request: fold and publish here, report only the end to the turn.
     pub relay: Option<Relay>,
+    /// A step's request: its session and turn, for the client
+    /// ([`crate::provider::current_step`]).
+    pub step: Option<crate::provider::StepOf>,
 }
 
 /// Messages of the ProviderActor.
@@ -84,8 +87,9 @@ async fn pump(args: ProviderArgs) {
         turn,
         request_number,
         relay,
+        step,
     } = args;
-    let mut stream = client.stream(request, cancel.clone());
+    let mut stream = crate::provider::in_step(step, || client.stream(request, cancel.clone()));
     loop {
         let next = tokio::select! {
             () = cancel.cancelled() => return,

@@ -244,6 +244,11 @@ impl SessionMachine {
         &self.phase
     }
 
+    /// How many approval requests wait for a decision.
+    pub fn pending_approvals(&self) -> usize {
+        self.approvals.len()
+    }
+
     /// Idle: no turn, nothing queued, no approval waiting, not deleting or shutting
     /// down (the hibernation timer runs only then).
     pub fn is_idle(&self) -> bool {
