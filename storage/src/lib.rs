@@ -125,6 +125,7 @@
 mod backup;
 mod check;
 pub mod codec;
+mod commits;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 #[cfg(test)]
@@ -154,6 +155,7 @@ mod writer;
 
 pub use backup::BackupReport;
 pub use check::{CheckReport, check};
+pub use commits::{CommitObserver, CommitStat};
 pub use error::{AppendError, Error, OpenError, ReadError};
 pub use latency::{Latencies, LatencyHistogram};
 pub use log::{BoxFuture, Cursor, DynEventLog, EventLog, Fence, LogStore, Page, SharedAttachments};
@@ -162,5 +164,5 @@ pub use read_only::ReadOnlyStore;
 pub use recover::REPAIRED as REPAIRED_NOTE;
 pub use repair::{RepairReport, repair};
 pub use salvage::{SalvageReport, SalvagedSession, salvage};
-pub use store::{CommitObserver, CommitStat, Durability, Store, StoreOptions, StoreStats};
+pub use store::{Durability, Store, StoreOptions, StoreStats};
 pub use survey::{Survey, Unreadable};

@@ -79,25 +79,6 @@ pub struct StoreStats {
     pub commits: u64,
 }
 
-/// One group commit of the store's writer: its write transaction's time and what it
-/// committed ([`CommitObserver`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommitStat {
-    /// The transaction, from its start to its durable commit.
-    pub duration: std::time::Duration,
-    /// Appends (one `append` call each) committed together.
-    pub appends: usize,
-    /// Events committed.
-    pub events: usize,
-}
-
-/// Told of every group commit, on the writer (keep it short: a histogram's observe).
-/// Installed with [`crate::EventLog::observe_commits`].
-pub trait CommitObserver: Send + Sync + std::fmt::Debug {
-    /// A group commit succeeded.
-    fn committed(&self, commit: CommitStat);
-}
-
 /// The event store. Cheap to clone: all clones share one database and one writer
 /// thread. Dropping the last clone stops the writer after it committed what was queued
 /// (a short blocking wait); [`Store::close`] does the same without blocking.
@@ -432,7 +413,7 @@ impl Store {
 
     /// Tells `observer` of every later group commit; `false` when one is installed
     /// already (it stays).
-    pub fn observe_commits(&self, observer: std::sync::Arc<dyn CommitObserver>) -> bool {
+    pub fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
         self.inner.counters.observer.set(observer).is_ok()
     }
 
