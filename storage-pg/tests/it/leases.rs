@@ -162,9 +162,12 @@ async fn a_version_1_store_is_migrated_and_keeps_its_sessions() {
     let url = testkit::fresh_url().await;
     let db = client(&url).await;
     // A store as version 1 left it, with a session of two events.
-    db.batch_execute(include_str!("../../src/schema_v1.sql"))
-        .await
-        .unwrap();
+    db.batch_execute(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/schema_v1.sql"
+    )))
+    .await
+    .unwrap();
     db.batch_execute(
         "CREATE TABLE foya_schema (version integer PRIMARY KEY, \
          applied_at timestamptz NOT NULL DEFAULT now()); \
