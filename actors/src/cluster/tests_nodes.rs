@@ -246,8 +246,15 @@ async fn refusal() {
         }
     );
 
-    // The cluster kept its nodes: A still routes "b" to the first B, lists both.
-    let view = client.watch().borrow().clone();
+    // The cluster kept its nodes: A still routes "b" to the first B, lists both. The
+    // view is republished every heartbeat from the gateways' answers (a ping missed
+    // under load drops a node for one tick), so wait for it to hold both again.
+    let mut watch = client.watch();
+    let view = watch
+        .wait_for(|g| g.0.contains_key("a") && g.0.contains_key("b"))
+        .await
+        .unwrap()
+        .clone();
     assert_eq!(view.0.keys().collect::<Vec<_>>(), ["a", "b"]);
     assert_eq!(view.0["b"].get_id(), b.gateway_id());
     assert_eq!(view.0["a"].get_id(), a.gateway_id());
