@@ -11,3 +11,8 @@ pub mod otlp;
 
 pub use foya_actors::testkit::procs;
 pub use foya_bin::foya_bin;
+
+/// The end-to-end tests that start a cluster node inside the test process run one at a
+/// time: ractor's process groups are process-wide (see `foya_actors::cluster`), so two
+/// such tests in one test binary would see, ping and drop each other's gateways.
+pub static IN_PROCESS_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

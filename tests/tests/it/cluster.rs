@@ -297,6 +297,7 @@ async fn scenario(bin: PathBuf) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_on_node_b_is_driven_from_node_a_across_a_restart_of_b() {
+    let _serial = foya_tests::IN_PROCESS_CLUSTER.lock().await;
     let t = std::time::Instant::now();
     let bin = tokio::task::spawn_blocking(foya_tests::foya_bin)
         .await

@@ -397,6 +397,7 @@ async fn scenario(bin: PathBuf) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_cancel_delete_and_the_cluster_list_work_across_nodes() {
+    let _serial = foya_tests::IN_PROCESS_CLUSTER.lock().await;
     let bin = tokio::task::spawn_blocking(foya_tests::foya_bin)
         .await
         .unwrap();
