@@ -123,7 +123,7 @@ pub struct RuntimeConfig {
     pub hibernate_after: Option<std::time::Duration>,
     /// Where the runtime keeps its live counts (sessions live and hibernated, turns
     /// running, queue depth, pending approvals): clone it before [`Runtime::start`] to
-    /// read them from outside ([`StatsSource::read`], a few atomic loads), or call
+    /// read them from outside ([`StatsSource::read`](crate::kernel::StatsSource::read), a few atomic loads), or call
     /// [`Runtime::stats`]. A new one by default.
     pub stats: crate::kernel::StatsSource,
 }
