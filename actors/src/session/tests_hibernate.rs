@@ -30,7 +30,11 @@ async fn until_loaded(rt: &Runtime, id: SessionId, loaded: bool) {
 #[tokio::test(start_paused = true)]
 async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_queue() {
     let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    let replies = json!({"responses": [{"text": "one"}, {"text": "two"}, {"text": "three"}]});
+    // "two" streams after a (paused-clock) pause, so the second input surely arrives while
+    // the first woken turn runs and queues behind it.
+    let replies = json!({"responses": [
+        {"text": "one"}, {"text": "two", "delay_ms": 1000}, {"text": "three"}
+    ]});
     let mut config = config_for(store.clone(), script(replies));
     config.hibernate_after = Some(AFTER);
     let rt = Runtime::start(config).await.unwrap();
