@@ -126,6 +126,14 @@ pub struct RuntimeConfig {
     /// read them from outside ([`StatsSource::read`](crate::kernel::StatsSource::read), a few atomic loads), or call
     /// [`Runtime::stats`]. A new one by default.
     pub stats: crate::kernel::StatsSource,
+    /// Which sessions this runtime may run and write, and under which fence (a cluster
+    /// node over a shared store: `foya-storage-pg`'s `ShardOwnership`). `None` (the
+    /// default): every session, appends with `Fence::None` (a single node). With one:
+    /// every append carries its session's shard fence; a session whose shard is not
+    /// admitted is refused ([`RuntimeError::NotOwner`]); new sessions get ids in a shard
+    /// this node holds (a sub-agent's child: its parent's); and a write the store refuses
+    /// as fenced drops every loaded session of that shard without writing more.
+    pub ownership: Option<Arc<dyn foya_storage::Ownership>>,
 }
 
 /// Default [`RuntimeConfig::hibernate_after`]: one minute.
@@ -187,6 +195,7 @@ impl RuntimeConfig {
             without_approver: WithoutApprover::default(),
             hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
             stats: crate::kernel::StatsSource::default(),
+            ownership: None,
         }
     }
 }
@@ -260,7 +269,7 @@ impl Inner {
         &self,
         id: SessionId,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
-        self.deps()?;
+        self.deps()?.admit(id, None)?;
         if let Some(actor) = self.registry.get(&id)
             && crate::session::is_alive(actor.get_status())
         {
@@ -310,11 +319,19 @@ impl Runtime {
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
         let registry: Registry = Arc::default();
         let stats = config.stats.clone();
+        let (fenced, fenced_shards) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(ownership) = config.ownership.clone() {
+            tokio::spawn(drop_fenced_shards(
+                fenced_shards,
+                Arc::downgrade(&registry),
+                ownership,
+            ));
+        }
         // The actors' copy of the deps: it holds the `agent` tool, whose spawner holds
         // these deps weakly.
         let actor_deps = Arc::new_cyclic(|deps| {
             let spawner = Arc::new(Spawner::new(deps.clone(), Arc::clone(&registry)));
-            deps_of(config, spawner, alive)
+            deps_of(config, spawner, alive, fenced)
         });
         let deps = Arc::new(RuntimeDeps {
             _actors_alive: None,
@@ -408,6 +425,52 @@ impl Runtime {
             }
         }
         Ok(loaded)
+    }
+
+    /// The ids of the sessions loaded now (running, idle or queued; not hibernated).
+    #[must_use]
+    pub fn loaded_sessions(&self) -> Vec<SessionId> {
+        self.inner.registry.iter().map(|e| *e.key()).collect()
+    }
+
+    /// Drops the loaded sessions `which` selects **without writing anything**: their
+    /// actors are killed at once (their turns, streams and tools' processes with them;
+    /// an open turn stays open in the log, closed as interrupted by whichever node loads
+    /// the session next). For a cluster node that lost a shard (fenced) or its lease
+    /// (self-fence). Returns how many were dropped.
+    pub fn drop_sessions(&self, which: impl Fn(SessionId) -> bool) -> usize {
+        kill_sessions(&self.inner.registry, which)
+    }
+
+    /// Hands the loaded sessions `which` selects off to another node: each takes no
+    /// more inputs and starts nothing from its queue, its running turn is cancelled
+    /// (its `turn_complete{cancelled}` committed, queued inputs left queued in the log
+    /// for the next owner), waiting at most `grace`; then the sessions are dropped as by
+    /// [`Self::drop_sessions`]. The caller stops admitting the sessions first (its
+    /// ownership) and releases their shard after. Returns whether every turn ended in
+    /// time.
+    pub async fn hand_off(
+        &self,
+        which: impl Fn(SessionId) -> bool,
+        grace: std::time::Duration,
+    ) -> bool {
+        let sessions: Vec<ActorRef<SessionMsg>> = self
+            .inner
+            .registry
+            .iter()
+            .filter(|e| which(*e.key()))
+            .map(|e| e.value().clone())
+            .collect();
+        let waits = sessions
+            .iter()
+            .map(|session| session.call(|reply| SessionMsg::Shutdown { reply }, None));
+        let ended = tokio::time::timeout(grace, futures::future::join_all(waits))
+            .await
+            .is_ok();
+        for session in &sessions {
+            session.kill();
+        }
+        ended
     }
 
     /// Stops taking new work and cancels every running turn, waiting at most `grace`
@@ -565,6 +628,7 @@ fn deps_of(
     config: RuntimeConfig,
     spawner: Arc<Spawner>,
     alive: tokio::sync::mpsc::Sender<std::convert::Infallible>,
+    fenced: tokio::sync::mpsc::UnboundedSender<u32>,
 ) -> RuntimeDeps {
     let control = ControlConfig {
         protection: config.protection,
@@ -595,6 +659,8 @@ fn deps_of(
         without_approver: config.without_approver,
         hibernate_after: config.hibernate_after,
         stats: config.stats,
+        ownership: config.ownership,
+        fenced: Some(fenced),
         _actors_alive: Some(alive),
     }
 }
@@ -632,4 +698,39 @@ fn hooks_of(config: &RuntimeConfig) -> crate::hooks::Hooks {
     ));
     crate::hooks::Hooks::new(in_process, commands, config.transcript_dir.clone())
         .supervised_by(config.hook_supervisor.clone())
+}
+
+/// Kills the registry's sessions `which` selects (no write); how many.
+fn kill_sessions(registry: &Registry, which: impl Fn(SessionId) -> bool) -> usize {
+    let doomed: Vec<(SessionId, ActorRef<SessionMsg>)> = registry
+        .iter()
+        .filter(|e| which(*e.key()))
+        .map(|e| (*e.key(), e.value().clone()))
+        .collect();
+    for (id, actor) in &doomed {
+        tracing::warn!(session.id = %id, "session dropped without writing (its shard is not ours)");
+        actor.kill();
+        registry.remove_if(id, |_, a| a.get_id() == actor.get_id());
+    }
+    doomed.len()
+}
+
+/// The runtime's task that drops every loaded session of a shard a write was fenced in
+/// (`RuntimeDeps::report_fenced`); ends with the runtime (every sender dropped).
+async fn drop_fenced_shards(
+    mut fenced: tokio::sync::mpsc::UnboundedReceiver<u32>,
+    registry: std::sync::Weak<dashmap::DashMap<SessionId, ActorRef<SessionMsg>>>,
+    ownership: Arc<dyn foya_storage::Ownership>,
+) {
+    while let Some(shard) = fenced.recv().await {
+        let Some(registry) = registry.upgrade() else {
+            return;
+        };
+        let dropped = kill_sessions(&registry, |id| ownership.shard_of(id, None) == shard);
+        tracing::warn!(
+            shard,
+            dropped,
+            "a write was fenced: the shard's sessions were dropped"
+        );
+    }
 }

@@ -20,6 +20,8 @@ pub mod hooks;
 pub mod listen;
 pub mod mcp;
 pub mod node;
+#[cfg(feature = "postgres")]
+pub mod node_shards;
 mod render;
 pub mod run;
 pub mod sessions;

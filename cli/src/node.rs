@@ -115,12 +115,40 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         None => None,
     };
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("node@{}", args.listen));
+    // --- shard ownership (issue 42, `node_shards.rs`): a PostgreSQL store gets a lease
+    // registered under the node's name, its address `cluster=<listen>[ http=<--http as
+    // bound>]`, and the runtime's ownership over it.
+    #[cfg(feature = "postgres")]
+    let mut shard_node: Option<crate::node_shards::ShardNode> = None;
     let store: foya_storage::LogStore = match crate::shared_store::url(&args.store) {
+        #[cfg(feature = "postgres")]
+        Some(url) if crate::shared_store::is_postgres(url) => {
+            let log = crate::shared_store::open_pg(url, true).await?;
+            let address = crate::node_shards::NodeAddress {
+                cluster: Some(args.listen.to_string()),
+                http: metrics_listener
+                    .as_ref()
+                    .and_then(|l| l.local_addr().ok())
+                    .map(|a| a.to_string()),
+            };
+            shard_node =
+                Some(crate::node_shards::register(url, log.clone(), &name, &address).await?);
+            foya_storage::LogStore::shared(log)
+        }
         Some(url) => crate::shared_store::open(url).await?,
         None => crate::data::open_store(&dir)?.into(),
     };
+    // --- end of shard ownership's setup
     let shared = store.is_shared();
     let mut config = crate::setup::runtime_config(store, model)?;
+    #[cfg(feature = "postgres")]
+    if let Some(shard_node) = &shard_node {
+        config.ownership = Some(shard_node.ownership());
+    }
     // Sessions created through the cluster without a provider or model (the embedding
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
     config.default_provider.clone_from(&args.provider.provider);
@@ -145,14 +173,17 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     let runtime = Runtime::start(config)
         .await
         .context("cannot start the runtime")?;
-    runtime
-        .recover_all()
-        .await
-        .context("cannot recover sessions")?;
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("node@{}", args.listen));
+    // A node with shards recovers each shard as it claims it (`node_shards.rs`).
+    #[cfg(feature = "postgres")]
+    let recover_now = shard_node.is_none();
+    #[cfg(not(feature = "postgres"))]
+    let recover_now = true;
+    if recover_now {
+        runtime
+            .recover_all()
+            .await
+            .context("cannot recover sessions")?;
+    }
     let config = NodeConfig::new(args.listen, cookie, args.connect.clone(), name.clone());
     let node = ClusterNode::start(runtime, config)
         .await
@@ -167,20 +198,50 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         let _ = writeln!(out, "foya node {name} listening on {}", args.listen);
         let _ = out.flush();
     }
+    // --- shard ownership: placement, claims, recovery, handoff and self-fence run
+    // beside the node until a signal, a refusal or the loss of the lease.
+    #[cfg(feature = "postgres")]
+    let placement = async {
+        match shard_node.as_mut() {
+            Some(shards) => Some(shards.run(node.runtime()).await),
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(not(feature = "postgres"))]
+    let placement = std::future::pending::<Option<String>>();
+    let mut lost = None;
     let refused = tokio::select! {
         () = crate::signals::wait_for_signal() => None,
         e = node.refused() => Some(e),
+        reason = placement => {
+            lost = reason;
+            None
+        }
     };
-    if refused.is_none() {
+    if refused.is_none() && lost.is_none() {
         // Cancel the running turns while peers still hear their end, then leave.
         node.runtime()
             .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
             .await;
     }
+    #[cfg(feature = "postgres")]
+    if let Some(shards) = shard_node.take() {
+        // Release every shard (after the drain wrote the turns' ends) and end the
+        // lease, so the other nodes claim at once.
+        shards.shutdown().await;
+    }
+    // --- end of shard ownership's run
     node.shutdown().await;
     metrics_stop.cancel();
     if let Some(telemetry) = telemetry {
         telemetry.shutdown().await;
+    }
+    if let Some(reason) = lost {
+        anyhow::bail!(
+            "node {name:?} lost its lease in the store ({reason}): it stopped writing and \
+             dropped its sessions; the other nodes take its shards over. Start it again to \
+             rejoin."
+        );
     }
     match refused {
         Some(e) => Err(e.into()),

@@ -12,7 +12,7 @@ use crate::args::StoreArg;
 use foya_storage::LogStore;
 
 /// Whether `url` names a PostgreSQL store.
-fn is_postgres(url: &str) -> bool {
+pub(crate) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgresql://") || url.starts_with("postgres://")
 }
 
@@ -52,12 +52,20 @@ pub async fn open_with(url: &str, durable: bool) -> anyhow::Result<LogStore> {
 
 #[cfg(feature = "postgres")]
 async fn open_postgres(url: &str, durable: bool) -> anyhow::Result<LogStore> {
+    Ok(LogStore::shared(open_pg(url, durable).await?))
+}
+
+/// The PostgreSQL log itself (`foya node` keeps it for its shard queries).
+///
+/// # Errors
+/// As [`open`].
+#[cfg(feature = "postgres")]
+pub(crate) async fn open_pg(url: &str, durable: bool) -> anyhow::Result<foya_storage_pg::PgLog> {
     let options = foya_storage_pg::PgOptions {
         synchronous_commit: durable,
         ..foya_storage_pg::PgOptions::default()
     };
-    let log = foya_storage_pg::PgLog::open(url, options).await?;
-    Ok(LogStore::shared(log))
+    Ok(foya_storage_pg::PgLog::open(url, options).await?)
 }
 
 #[cfg(not(feature = "postgres"))]

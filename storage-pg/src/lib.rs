@@ -58,6 +58,7 @@
 mod attachments;
 pub mod lease;
 mod migrate;
+mod ownership;
 pub mod shard;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -69,6 +70,7 @@ pub use lease::{
     NodeLease,
 };
 pub use migrate::SCHEMA_VERSION;
+pub use ownership::ShardOwnership;
 pub use shard::{DEFAULT_SHARDS, Shards};
 
 use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary};

@@ -5,7 +5,7 @@ use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
 use crate::tools::ToolRegistry;
 use foya_core::turn::protection::Limits;
-use foya_protocol::SessionConfig;
+use foya_protocol::{SessionConfig, SessionId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -55,12 +55,90 @@ pub(crate) struct RuntimeDeps {
     pub hibernate_after: Option<std::time::Duration>,
     /// [`crate::RuntimeConfig::stats`]: the counts the actors keep.
     pub stats: super::StatsSource,
+    /// [`crate::RuntimeConfig::ownership`]; `None`: every session is ours, appends
+    /// carry `Fence::None`.
+    pub ownership: Option<Arc<dyn foya_storage::Ownership>>,
+    /// Where a session reports that the store refused its write as fenced: the runtime
+    /// then drops every loaded session of that shard (`Runtime::start`'s task).
+    pub fenced: Option<tokio::sync::mpsc::UnboundedSender<u32>>,
     /// Set in the actors' copy of the deps only (not the façade's): `Runtime::shutdown`
     /// waits until every actor and task holding that copy dropped it. Never sent on.
     pub _actors_alive: Option<tokio::sync::mpsc::Sender<std::convert::Infallible>>,
 }
 
 impl RuntimeDeps {
+    /// The fence to write `session`'s events under (`parent`: a sub-agent's parent);
+    /// `Fence::None` without an ownership.
+    ///
+    /// # Errors
+    /// [`super::RuntimeError::NotOwner`] when this node does not hold its shard.
+    pub(crate) fn fence_for(
+        &self,
+        session: SessionId,
+        parent: Option<SessionId>,
+    ) -> Result<foya_storage::Fence, super::RuntimeError> {
+        let Some(ownership) = &self.ownership else {
+            return Ok(foya_storage::Fence::None);
+        };
+        let shard = ownership.shard_of(session, parent);
+        ownership.fence(shard).map_err(|e| not_owner(session, e))
+    }
+
+    /// Whether `session` may be loaded or take new inputs here.
+    ///
+    /// # Errors
+    /// [`super::RuntimeError::NotOwner`].
+    pub(crate) fn admit(
+        &self,
+        session: SessionId,
+        parent: Option<SessionId>,
+    ) -> Result<(), super::RuntimeError> {
+        let Some(ownership) = &self.ownership else {
+            return Ok(());
+        };
+        let shard = ownership.shard_of(session, parent);
+        ownership.admit(shard).map_err(|e| not_owner(session, e))
+    }
+
+    /// A fresh id for a new session (`parent`: a sub-agent's, whose shard it joins).
+    ///
+    /// # Errors
+    /// [`super::RuntimeError::NoShard`] when this node holds no shard to put it in;
+    /// [`super::RuntimeError::NotOwner`] for a child whose parent's shard is not held.
+    pub(crate) fn mint_session_id(
+        &self,
+        parent: Option<SessionId>,
+    ) -> Result<SessionId, super::RuntimeError> {
+        let Some(ownership) = &self.ownership else {
+            return Ok(SessionId::new());
+        };
+        match parent {
+            None => ownership
+                .mint_session_id(None)
+                .ok_or(super::RuntimeError::NoShard),
+            Some(parent) => {
+                let shard = ownership.shard_of(parent, None);
+                ownership.admit(shard).map_err(|e| not_owner(parent, e))?;
+                ownership
+                    .mint_session_id(Some(shard))
+                    .ok_or(super::RuntimeError::NoShard)
+            }
+        }
+    }
+
+    /// The store refused a write of `session` under `fence`: the shard is another
+    /// node's now. Tells the ownership and asks the runtime to drop the shard's
+    /// sessions (none of them writes again).
+    pub(crate) fn report_fenced(&self, fence: foya_storage::Fence) {
+        let Some(ownership) = &self.ownership else {
+            return;
+        };
+        ownership.fenced(fence);
+        if let (foya_storage::Fence::Epoch { shard, .. }, Some(fenced)) = (fence, &self.fenced) {
+            let _ = fenced.send(shard);
+        }
+    }
+
     /// The client for a session's provider name.
     pub(crate) fn client_for(&self, provider: &str) -> Arc<dyn ModelClient> {
         Arc::clone(self.models.get(provider).unwrap_or(&self.model))
@@ -89,5 +167,14 @@ impl RuntimeDeps {
             config.instructions.clone_from(&self.instructions);
         }
         config
+    }
+}
+
+/// [`super::RuntimeError::NotOwner`] of `session`.
+fn not_owner(session: SessionId, e: foya_storage::NotOwner) -> super::RuntimeError {
+    super::RuntimeError::NotOwner {
+        session,
+        shard: e.shard,
+        owner: e.owner,
     }
 }

@@ -62,6 +62,22 @@ pub enum RuntimeError {
     /// [`crate::TurnStream::outcome`] was called after the stream had already ended.
     #[error("the turn's stream already ended (its outcome was taken)")]
     TurnStreamEnded,
+    /// The session's shard is not held by this node (a cluster node over a shared
+    /// store): another node runs it, or will once it claims the shard. Nothing was
+    /// written. `owner`: the node that owns it (or should, by placement), when known.
+    #[error("session {session} is in shard {shard}, which this node does not own{}", owner_hint(owner.as_deref()))]
+    NotOwner {
+        /// The session.
+        session: SessionId,
+        /// Its shard.
+        shard: u32,
+        /// The node that owns it, when known.
+        owner: Option<String>,
+    },
+    /// This node holds no shard it may create a session in (a cluster node that has
+    /// not claimed its shards yet, or is handing them all off).
+    #[error("this node owns no shard to create a session in (yet)")]
+    NoShard,
     /// A call to a session on another node failed in the cluster layer (node
     /// unreachable, no answer within the call timeout, …). A refusal of the remote
     /// runtime is not this: it is the variant a local call gets (e.g.
@@ -278,4 +294,11 @@ mod tests {
         assert_eq!(back, error);
         assert!(std::error::Error::source(&back).is_none());
     }
+}
+
+/// ", run by node N" when the owner is known.
+fn owner_hint(owner: Option<&str>) -> String {
+    owner
+        .map(|o| format!(" (node {o:?} runs it)"))
+        .unwrap_or_default()
 }

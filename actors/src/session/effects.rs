@@ -183,14 +183,25 @@ impl Session {
     /// Appends to the store (awaited: the session's appends commit one at a time, in
     /// order); nothing is written when it fails.
     async fn append(&mut self, events: Vec<Event>) -> SessionInput {
-        match self
-            .deps
-            .store
-            .append(&events, foya_storage::Fence::None)
-            .await
-        {
+        let fold = self.machine.fold();
+        let parent = fold.config.parent.as_ref().map(|p| p.session_id);
+        // A cluster node writes a session only under its shard's fence; once the shard
+        // is not held here (released, lost, fenced) nothing more is written.
+        let fence = match self.deps.fence_for(fold.id, parent) {
+            Ok(fence) => fence,
+            Err(e) => {
+                tracing::warn!(session.id = %fold.id, error = %e, "append refused: not the owner");
+                return SessionInput::CommitFailed(e.to_string());
+            }
+        };
+        match self.deps.store.append(&events, fence).await {
             Ok(()) => SessionInput::Committed(events),
             Err(e) => {
+                if matches!(e, foya_storage::AppendError::Fenced { .. }) {
+                    // Never retried: the shard is another node's; the runtime drops
+                    // every loaded session of it (this one included).
+                    self.deps.report_fenced(fence);
+                }
                 let error = e.to_string();
                 tracing::warn!(session.id = %self.machine.fold().id, error = %error, "append failed");
                 SessionInput::CommitFailed(error)

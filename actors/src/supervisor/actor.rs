@@ -105,6 +105,9 @@ impl Supervisor {
         if state.deleted {
             return Err(RuntimeError::SessionDeleted(id));
         }
+        // A cluster node runs only the sessions of the shards it holds.
+        self.deps
+            .admit(id, state.config.parent.as_ref().map(|p| p.session_id))?;
         self.spawn(myself, state, events).await
     }
 }
@@ -118,7 +121,9 @@ pub(super) async fn new_session(
     deps: &RuntimeDeps,
     config: SessionConfig,
 ) -> Result<(SessionState, Vec<Event>), RuntimeError> {
-    let id = SessionId::new();
+    let parent = config.parent.as_ref().map(|p| p.session_id);
+    let id = deps.mint_session_id(parent)?;
+    let fence = deps.fence_for(id, parent)?;
     let event = Event {
         session_id: id,
         seq: Seq::FIRST,
@@ -129,9 +134,14 @@ pub(super) async fn new_session(
         },
     };
     deps.store
-        .append(std::slice::from_ref(&event), foya_storage::Fence::None)
+        .append(std::slice::from_ref(&event), fence)
         .await
-        .map_err(|e| RuntimeError::Storage(crate::kernel::StorageError::of(e)))?;
+        .map_err(|e| {
+            if matches!(e, foya_storage::AppendError::Fenced { .. }) {
+                deps.report_fenced(fence);
+            }
+            RuntimeError::Storage(crate::kernel::StorageError::of(e))
+        })?;
     let mut state = SessionState::new(id, config);
     crate::session::state::apply(&mut state, &event);
     Ok((state, vec![event]))

@@ -1,0 +1,258 @@
+//! `foya node --store postgres://…`: shard ownership and failover (docs/cluster.md,
+//! "Placement, leases and failover").
+//!
+//! Before its runtime starts, the node registers a lease under its name in the store
+//! ([`NodeLease::register_at`], address: [`NodeAddress`]) and starts its
+//! [`LeaseKeeper`]; the runtime gets a [`ShardOwnership`] over it. Then
+//! [`ShardLoop::run`] keeps placement, every `PLACEMENT_TICK`:
+//!
+//! - it reads the live nodes ([`NodeLease::live_nodes`]) and computes, by rendezvous
+//!   hashing ([`foya_storage_pg::shard::owner`]), the shards this node should own;
+//! - it claims each of them it does not hold (a shard another live lease owns is
+//!   answered `Held` and tried again on the next tick, until its owner releases it or
+//!   its lease expires), then recovers the claimed shards' unfinished sessions exactly as
+//!   a restart does (the recovery index, filtered by shard: each is loaded, and loading
+//!   closes an open turn as interrupted, pairs its calls "outcome unknown", runs what
+//!   was queued);
+//! - it hands off each held shard it should no longer own: no more loads, creations or
+//!   inputs for it, its running turns cancelled (`turn_complete{cancelled}` written
+//!   under its fence, waiting at most `HANDOFF_GRACE`), its sessions dropped, then the
+//!   shard released so its new owner claims it at once.
+//!
+//! **Self-fence.** When the keeper reports the lease lost (not renewed before the
+//! lease's margin: PostgreSQL unreachable, this process paused), the loop ends at once:
+//! every loaded session is dropped without writing (their turns, streams and tools'
+//! processes killed with their actors; the local fences already refuse every write), and
+//! the node exits with status 1 and a line saying why: its shards are claimed by the
+//! others, and an operator (or a supervisor such as systemd) restarts it to rejoin under
+//! a fresh lease.
+//!
+//! **SIGTERM** (or SIGINT, SIGHUP): the runtime is drained (running turns cancelled and
+//! their end written under their fences), then every shard is released and the lease
+//! ended, so the others claim at once — before the node leaves the cluster.
+
+use anyhow::Context as _;
+use foya_actors::runtime::Runtime;
+use foya_storage::Ownership as _;
+use foya_storage_pg::{
+    ClaimError, LeaseKeeper, LeaseOptions, LeaseStatus, NodeLease, PgLog, ShardOwnership,
+};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often placement is computed again and wanted shards are claimed.
+pub(crate) const PLACEMENT_TICK: Duration = Duration::from_millis(500);
+
+/// How long a handoff waits for the handed-off sessions' turns to end after cancelling
+/// them, before dropping them anyway (the next owner closes them as interrupted).
+pub(crate) const HANDOFF_GRACE: Duration = Duration::from_secs(3);
+
+/// Where a node is reached, as registered with its lease (`foya_nodes.address`): its
+/// cluster listen address and, when it serves HTTP (`--http`), that address, written
+/// `cluster=HOST:PORT` and ` http=HOST:PORT` after it (space separated).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeAddress {
+    /// The ractor cluster listen address (`--listen`).
+    pub cluster: Option<String>,
+    /// The HTTP address (`--http`), as bound.
+    pub http: Option<String>,
+}
+
+impl NodeAddress {
+    /// The registered text.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(c) = &self.cluster {
+            parts.push(format!("cluster={c}"));
+        }
+        if let Some(h) = &self.http {
+            parts.push(format!("http={h}"));
+        }
+        parts.join(" ")
+    }
+
+    /// Parses what [`Self::render`] wrote (unknown keys ignored).
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        let mut out = Self::default();
+        for part in text.split_whitespace() {
+            match part.split_once('=') {
+                Some(("cluster", v)) => out.cluster = Some(v.to_owned()),
+                Some(("http", v)) => out.http = Some(v.to_owned()),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// A node's lease, its keeper and its ownership.
+pub(crate) struct ShardNode {
+    keeper: LeaseKeeper,
+    ownership: Arc<ShardOwnership>,
+    fenced: tokio::sync::mpsc::UnboundedReceiver<u32>,
+    log: PgLog,
+}
+
+/// Registers node `name`'s lease in the store at `url` and starts keeping it.
+///
+/// # Errors
+/// The name is held by another live lease, or the store cannot be reached.
+pub(crate) async fn register(
+    url: &str,
+    log: PgLog,
+    name: &str,
+    address: &NodeAddress,
+) -> anyhow::Result<ShardNode> {
+    let rendered = address.render();
+    let lease = NodeLease::register_at(url, name, Some(&rendered), LeaseOptions::default())
+        .await
+        .with_context(|| format!("node {name:?} cannot register its lease in the store"))?;
+    let keeper = LeaseKeeper::spawn(lease.clone());
+    let (ownership, fenced) = ShardOwnership::new(lease);
+    Ok(ShardNode {
+        keeper,
+        ownership: Arc::new(ownership),
+        fenced,
+        log,
+    })
+}
+
+impl ShardNode {
+    /// The runtime's ownership seam.
+    pub(crate) fn ownership(&self) -> Arc<dyn foya_storage::Ownership> {
+        Arc::clone(&self.ownership) as Arc<dyn foya_storage::Ownership>
+    }
+
+    fn lease(&self) -> &NodeLease {
+        self.keeper.lease()
+    }
+
+    /// Keeps placement until the lease is lost; then drops every session without
+    /// writing and returns why the lease was lost.
+    pub(crate) async fn run(&mut self, runtime: &Runtime) -> String {
+        let mut status = self.keeper.status();
+        let mut tick = tokio::time::interval(PLACEMENT_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let LeaseStatus::Lost { reason } = &*status.borrow_and_update() {
+                let reason = reason.clone();
+                let dropped = runtime.drop_sessions(|_| true);
+                tracing::error!(dropped, %reason, "self-fenced: the lease is lost");
+                return reason;
+            }
+            tokio::select! {
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+                Some(shard) = self.fenced.recv() => {
+                    // The runtime dropped the shard's sessions; forget it (claimed
+                    // again if placement still says so).
+                    let _ = self.lease().release(shard).await;
+                    self.ownership.released(shard);
+                }
+                _ = tick.tick() => self.rebalance(runtime).await,
+            }
+        }
+    }
+
+    /// One placement round: claim what is ours and recover it, hand off what is not.
+    async fn rebalance(&self, runtime: &Runtime) {
+        let lease = self.lease();
+        let live = match lease.live_nodes().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the live nodes; placement unchanged");
+                return;
+            }
+        };
+        let names: Vec<String> = live.into_iter().map(|n| n.node).collect();
+        self.ownership.set_live(names.clone());
+        let me = lease.node();
+        let shards = lease.shards();
+        let want: BTreeSet<u32> = shards
+            .all()
+            .filter(|s| foya_storage_pg::shard::owner(*s, &names) == Some(me))
+            .collect();
+        let held: BTreeSet<u32> = lease.held().keys().copied().collect();
+        let mut claimed = Vec::new();
+        for &shard in want.difference(&held) {
+            match lease.claim(shard).await {
+                Ok(_) => {
+                    self.ownership.claimed(shard);
+                    claimed.push(shard);
+                }
+                Err(ClaimError::Held { .. }) => {} // again on the next tick
+                Err(ClaimError::LeaseLost) => return,
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "claiming a shard failed; retrying");
+                }
+            }
+        }
+        if !claimed.is_empty() {
+            tracing::info!(shards = claimed.len(), "claimed shards");
+            self.recover(runtime, &claimed).await;
+        }
+        let leaving: BTreeSet<u32> = held.difference(&want).copied().collect();
+        if !leaving.is_empty() {
+            self.hand_off(runtime, &leaving).await;
+        }
+    }
+
+    /// Loads the unfinished sessions of `shards` (recovery runs as they load).
+    async fn recover(&self, runtime: &Runtime, shards: &[u32]) {
+        let pending = match self.log.pending_sessions_in(shards).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the recovery index of claimed shards");
+                return;
+            }
+        };
+        for id in pending {
+            match runtime.session(id).await {
+                Ok(_)
+                | Err(
+                    foya_actors::RuntimeError::SessionDeleted(_)
+                    | foya_actors::RuntimeError::SessionNotFound(_),
+                ) => {}
+                Err(e) => tracing::warn!(session.id = %id, error = %e, "recovery failed"),
+            }
+        }
+    }
+
+    /// Hands `shards` off: refuse new work, cancel their turns (bounded), drop their
+    /// sessions, release them.
+    async fn hand_off(&self, runtime: &Runtime, shards: &BTreeSet<u32>) {
+        for &shard in shards {
+            self.ownership.drain(shard);
+        }
+        let ownership = Arc::clone(&self.ownership);
+        let ended = runtime
+            .hand_off(
+                |id| shards.contains(&ownership.shard_of(id, None)),
+                HANDOFF_GRACE,
+            )
+            .await;
+        if !ended {
+            tracing::warn!("handed-off turns still running after the grace; dropped");
+        }
+        for &shard in shards {
+            if let Err(e) = self.lease().release(shard).await {
+                tracing::warn!(shard, error = %e, "releasing a shard failed (it expires with the lease)");
+            }
+            self.ownership.released(shard);
+        }
+        tracing::info!(shards = shards.len(), "handed shards off");
+    }
+
+    /// Graceful end: releases every shard and ends the lease (the others claim at once).
+    pub(crate) async fn shutdown(self) {
+        if let Err(e) = self.keeper.shutdown().await {
+            tracing::warn!(error = %e, "releasing the lease failed; it expires by its TTL");
+        }
+    }
+}
