@@ -18,6 +18,7 @@ mod cluster;
 mod cluster_ops;
 mod crash_restart;
 mod docs_cli;
+mod failover;
 mod hooks;
 mod hooks_context;
 mod loadtest;
