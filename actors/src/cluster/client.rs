@@ -8,6 +8,7 @@
 use super::subscription::ClusterSubscription;
 use super::wire::{GatewayMsg, GatewayReply, GatewayRequest};
 use super::{ClusterError, Gateways};
+use crate::kernel::RuntimeError;
 use crate::subscription::SubscribeOptions;
 use foya_protocol::{
     ApprovalDecision, ApprovalRequestId, Input, InputId, Seq, SessionConfig, SessionId,
@@ -169,6 +170,65 @@ impl ClusterClient {
         self.request_to(&gateway, request).await
     }
 
+    /// `request` about `session_id`, sent to the node holding it; when that node is
+    /// not its owner any more (its shard moved: [`RuntimeError::NotOwner`]) or does not
+    /// answer (dead, cut off), the owner is resolved again — the one the refusal names,
+    /// else each other node in turn — and the request sent there (requests are
+    /// idempotent: inputs carry their id). The node that took it is remembered.
+    async fn routed(
+        &self,
+        session_id: SessionId,
+        request: GatewayRequest,
+    ) -> Result<GatewayReply, ClusterError> {
+        let first = self.locate(session_id).await?;
+        let mut error = match self.request(&first, request.clone()).await {
+            Ok(reply) => return Ok(reply),
+            Err(e) if moved(&e) => e,
+            Err(e) => return Err(e),
+        };
+        let mut tried = vec![first];
+        loop {
+            let hint = match &error {
+                ClusterError::Runtime(RuntimeError::NotOwner { owner, .. }) => owner.clone(),
+                _ => None,
+            };
+            let Some(next) = self.next_node(&tried, hint.as_deref()) else {
+                return Err(error);
+            };
+            match self.request(&next, request.clone()).await {
+                Ok(reply) => {
+                    self.placement
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(session_id, next);
+                    return Ok(reply);
+                }
+                Err(e) if moved(&e) || is_not_found(&e) => {
+                    tried.push(next);
+                    if moved(&e) {
+                        error = e;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next node to ask for a session's owner: `hint` when it is reachable and not
+    /// tried yet, else the first reachable node (by name) not in `tried`.
+    pub(crate) fn next_node(&self, tried: &[String], hint: Option<&str>) -> Option<String> {
+        let gateways = self.gateways.borrow();
+        if let Some(hint) = hint
+            && gateways.0.contains_key(hint)
+            && !tried.iter().any(|t| t == hint)
+        {
+            return Some(hint.to_owned());
+        }
+        let mut names: Vec<&String> = gateways.0.keys().collect();
+        names.sort();
+        names.into_iter().find(|n| !tried.contains(n)).cloned()
+    }
+
     /// The node holding `session_id` (asking every gateway when not known yet).
     ///
     /// # Errors
@@ -229,13 +289,12 @@ impl ClusterClient {
         input_id: InputId,
         input: Input,
     ) -> Result<InputId, ClusterError> {
-        let node = self.locate(session_id).await?;
         let request = GatewayRequest::Submit {
             session_id,
             input_id,
             input,
         };
-        match self.request(&node, request).await? {
+        match self.routed(session_id, request).await? {
             GatewayReply::Submitted { input_id } => Ok(input_id),
             other => Err(unexpected(&other)),
         }
@@ -284,8 +343,7 @@ impl ClusterClient {
         session_id: SessionId,
         request: GatewayRequest,
     ) -> Result<(), ClusterError> {
-        let node = self.locate(session_id).await?;
-        match self.request(&node, request).await? {
+        match self.routed(session_id, request).await? {
             GatewayReply::Done => Ok(()),
             other => Err(unexpected(&other)),
         }
@@ -418,4 +476,24 @@ impl ClusterClient {
 
 fn unexpected(reply: &GatewayReply) -> ClusterError {
     ClusterError::Remote(format!("unexpected answer: {reply:?}"))
+}
+
+/// Whether `e` says the session's node is not (or no longer) where it runs: its shard
+/// moved, or the node did not answer.
+pub(crate) fn moved(e: &ClusterError) -> bool {
+    matches!(
+        e,
+        ClusterError::Runtime(RuntimeError::NotOwner { .. })
+            | ClusterError::NodeUnreachable(_)
+            | ClusterError::NoAnswer(_)
+            | ClusterError::Timeout(_)
+    )
+}
+
+/// Whether `e` says a node does not have the session (another node may).
+fn is_not_found(e: &ClusterError) -> bool {
+    matches!(
+        e,
+        ClusterError::SessionNotFound(_) | ClusterError::Runtime(RuntimeError::SessionNotFound(_))
+    )
 }

@@ -169,3 +169,284 @@ async fn a_stale_owner_is_fenced_and_drops_its_shard_and_the_new_owner_takes_eac
     runtime_a.shutdown().await;
     keeper_b.shutdown().await.unwrap();
 }
+
+// ---- end to end: `foya node` processes on one store ----
+
+mod nodes {
+    use super::WAIT;
+    use foya_actors::cluster::{ClusterClient, ClusterNode, NodeConfig};
+    use foya_actors::provider::scripted::{Script, ScriptedClient};
+    use foya_actors::{Runtime, RuntimeConfig};
+    use foya_protocol::{
+        ApprovalMode, Event, EventKind, Input, InputId, Seq, SessionConfig, SessionId, TurnStatus,
+    };
+    use foya_storage::{EventLog as _, Store, StoreOptions};
+    use foya_storage_pg::{PgLog, PgOptions, testkit};
+    use serde_json::json;
+    use std::path::Path;
+    use std::process::Stdio;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt as _, BufReader};
+    use tokio::process::{Child, Command};
+    use tokio::time::Instant;
+
+    const COOKIE: &str = "failover-cookie";
+
+    fn free_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    /// `foya node NAME` on the store, with its own scripted model, dialling `peers`.
+    async fn spawn_node(dir: &Path, name: &str, port: u16, peers: &[u16], store: &str) -> Child {
+        let mut command = Command::new(foya_tests::foya_bin::foya_bin());
+        command
+            .env("HOME", foya_tests::foya_bin::test_home())
+            .env_remove("FOYA_DATA_DIR")
+            .args(["node", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--name", name, "--cookie-file"])
+            .arg(dir.join("cookie"))
+            .args(["--provider", "scripted", "--script"])
+            .arg(dir.join(format!("script-{name}.json")))
+            .arg("--data-dir")
+            .arg(dir.join(format!("data-{name}")))
+            .args(["--store", store]);
+        for peer in peers {
+            command.args(["--connect", &format!("127.0.0.1:{peer}")]);
+        }
+        let mut child = command
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("the node started")
+            .unwrap()
+            .expect("the node exited");
+        assert_eq!(
+            line,
+            format!("foya node {name} listening on 127.0.0.1:{port}")
+        );
+        child
+    }
+
+    /// The test's own cluster node (no store of the cluster's: a client).
+    async fn client_node(port: u16, peers: &[u16]) -> ClusterNode {
+        let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+        let model = Arc::new(ScriptedClient::from_script(Script::default()));
+        let runtime = Runtime::start(RuntimeConfig::new(store, model))
+            .await
+            .unwrap();
+        let listen = format!("127.0.0.1:{port}").parse().unwrap();
+        let peers = peers.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let mut config = NodeConfig::new(listen, COOKIE, peers, "t");
+        config.heartbeat = Duration::from_millis(100);
+        config.heartbeat_timeout = Duration::from_millis(500);
+        ClusterNode::start(runtime, config).await.unwrap()
+    }
+
+    /// Polls `check` until it answers `Some`, within the global bound.
+    async fn until<T, F: std::future::Future<Output = Option<T>>>(
+        what: &str,
+        mut check: impl FnMut() -> F,
+    ) -> T {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn owner(log: &PgLog, shard: u32) -> Option<String> {
+        log.shard_owner(shard).await.unwrap().map(|(node, _)| node)
+    }
+
+    /// A session created through `client` on node `on`, in a shard placement gives
+    /// `on` among `live` (so no handoff moves it meanwhile), its shard owned by `on`.
+    async fn session_on(
+        client: &ClusterClient,
+        log: &PgLog,
+        on: &str,
+        live: &[&str],
+        cwd: &Path,
+    ) -> (SessionId, u32) {
+        loop {
+            let mut config = SessionConfig::new(cwd);
+            config.approval_mode = ApprovalMode::Bypass;
+            let id = until("a session created", || {
+                let config = config.clone();
+                async move { client.create_session(Some(on), config).await.ok() }
+            })
+            .await;
+            let shard = log.session_shard(id).await.unwrap().unwrap();
+            if foya_storage_pg::shard::owner(shard, live) == Some(on) {
+                until("the shard owned", || async {
+                    (owner(log, shard).await.as_deref() == Some(on)).then_some(())
+                })
+                .await;
+                return (id, shard);
+            }
+        }
+    }
+
+    async fn events(log: &PgLog, id: SessionId) -> Vec<Event> {
+        log.read_from(id, Seq::FIRST).await.unwrap()
+    }
+
+    fn completes(events: &[Event]) -> Vec<(TurnStatus, Option<String>)> {
+        events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::TurnComplete { status, reason, .. } => Some((*status, reason.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_owner_killed_mid_tool_call_fails_over_and_sigterm_hands_off_at_once() {
+        let _serial = foya_tests::IN_PROCESS_CLUSTER.lock().await;
+        let store = testkit::fresh_url().await;
+        let log = PgLog::open(&store, PgOptions::default()).await.unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::write(dir.join("cookie"), format!("{COOKIE}\n")).unwrap();
+        let marker = dir.join("marker");
+        let command = format!("echo run >> {}; exec sleep 60", marker.display());
+        let script_a = json!({"responses": [
+            {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": command}}]},
+            {"text": "never reached"}
+        ]});
+        std::fs::write(dir.join("script-a.json"), script_a.to_string()).unwrap();
+        let after = json!({"responses": [{"text": "after failover"}, {"text": "after handoff"}]});
+        for name in ["b", "c"] {
+            std::fs::write(dir.join(format!("script-{name}.json")), after.to_string()).unwrap();
+        }
+        let (a_port, b_port, c_port, t_port) = (free_port(), free_port(), free_port(), free_port());
+        let mut a = spawn_node(dir, "a", a_port, &[b_port], &store).await;
+        let mut b = spawn_node(dir, "b", b_port, &[a_port], &store).await;
+        let t = client_node(t_port, &[a_port, b_port, c_port]).await;
+        let client = t.client();
+        for name in ["a", "b"] {
+            client.wait_for_node(name, WAIT).await.unwrap();
+        }
+
+        // A session on A, mid-turn: its shell call started (the marker has its line).
+        let (session, shard) = session_on(&client, &log, "a", &["a", "b"], dir).await;
+        client
+            .submit_with_id(session, InputId::new(), Input::text("run it"))
+            .await
+            .unwrap();
+        until("the tool started", || async {
+            std::fs::read_to_string(&marker)
+                .ok()
+                .filter(|m| m.contains("run"))
+        })
+        .await;
+
+        // kill -9 the owner; the session takes input again on B.
+        a.start_kill().unwrap();
+        let killed = Instant::now();
+        let retried = InputId::new();
+        until("the input accepted on another node", || async {
+            client
+                .submit_with_id(session, retried, Input::text("after"))
+                .await
+                .ok()
+        })
+        .await;
+        let failover = killed.elapsed();
+        eprintln!("failover: kill -9 to input accepted on another node in {failover:?}");
+        assert_eq!(owner(&log, shard).await.as_deref(), Some("b"));
+        let _ = a.wait().await;
+
+        // The interrupted turn was closed once, its call paired "outcome unknown" and
+        // never re-run; then the new input ran on B.
+        let log_events = until("the input's turn done", || async {
+            let events = events(&log, session).await;
+            (completes(&events).len() == 2).then_some(events)
+        })
+        .await;
+        let ends = completes(&log_events);
+        assert_ne!(ends[0].0, TurnStatus::Completed, "{ends:?}");
+        assert!(
+            ends[0].1.as_deref().unwrap_or("").contains("interrupted"),
+            "{ends:?}"
+        );
+        assert_eq!(ends[1].0, TurnStatus::Completed);
+        let results: Vec<String> = log_events
+            .iter()
+            .filter(|e| e.kind.type_name() == "tool_message")
+            .map(|e| serde_json::to_string(&e.kind).unwrap())
+            .collect();
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert!(results[0].contains("outcome unknown"), "{results:?}");
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "run\n");
+        let users = log_events
+            .iter()
+            .filter(|e| e.kind.type_name() == "user_message")
+            .count();
+        assert_eq!(users, 2);
+        // Retried after the failover with the same id: taken once.
+        client
+            .submit_with_id(session, retried, Input::text("after"))
+            .await
+            .unwrap();
+        assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+
+        // SIGTERM hands B's shards off at once: C owns the shard well before B's lease
+        // could have expired (5 s).
+        let mut c = spawn_node(dir, "c", c_port, &[b_port], &store).await;
+        client.wait_for_node("c", WAIT).await.unwrap();
+        // Once placement settled (C took its share), a shard B keeps: SIGTERM on B
+        // hands it to C.
+        let shards = log.shards();
+        let kept = shards
+            .all()
+            .find(|s| foya_storage_pg::shard::owner(*s, &["b", "c"]) == Some("b"))
+            .unwrap();
+        let taken = shards
+            .all()
+            .find(|s| foya_storage_pg::shard::owner(*s, &["b", "c"]) == Some("c"))
+            .unwrap();
+        until("C took its share", || async {
+            (owner(&log, taken).await.as_deref() == Some("c")).then_some(())
+        })
+        .await;
+        assert_eq!(owner(&log, kept).await.as_deref(), Some("b"));
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(b.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let signalled = Instant::now();
+        let status = b.wait().await.unwrap();
+        assert!(status.success(), "node b exited with {status}");
+        until("C owns B's shards", || async {
+            let kept = owner(&log, kept).await;
+            let session_shard = owner(&log, shard).await;
+            (kept.as_deref() == Some("c") && session_shard.as_deref() == Some("c")).then_some(())
+        })
+        .await;
+        let handoff = signalled.elapsed();
+        eprintln!("handoff: SIGTERM to the shard owned elsewhere in {handoff:?}");
+        assert!(handoff < Duration::from_secs(4), "{handoff:?}");
+        client
+            .submit_with_id(session, InputId::new(), Input::text("after handoff"))
+            .await
+            .unwrap();
+        until("the third turn done", || async {
+            (completes(&events(&log, session).await).len() == 3).then_some(())
+        })
+        .await;
+        assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+        c.start_kill().unwrap();
+        let _ = c.wait().await;
+        t.shutdown().await;
+    }
+}
