@@ -269,6 +269,16 @@ impl Forwarder {
         loop {
             let handle = match self.runtime.session(self.session_id).await {
                 Ok(h) => h,
+                Err(crate::kernel::RuntimeError::NotOwner { .. }) => {
+                    // The session's shard moved to another node: the subscriber
+                    // resubscribes from where it is, and finds the new owner.
+                    let notice = Notice::Lagged {
+                        session_id: self.session_id,
+                        last_seq: Seq(next.0.saturating_sub(1)),
+                    };
+                    let _ = self.send(&target, &SessionUpdate::Notice(notice));
+                    return;
+                }
                 Err(e) => {
                     let notice = Notice::Closed {
                         session_id: self.session_id,

@@ -16,6 +16,7 @@
 use super::ClusterError;
 use super::client::ClusterClient;
 use super::wire::{GatewayRequest, Push};
+use crate::kernel::RuntimeError;
 use crate::subscription::SubscribeOptions;
 use foya_protocol::event::Notice;
 use foya_protocol::{Seq, SessionId, SessionUpdate};
@@ -204,13 +205,19 @@ impl Driver {
     async fn run(mut self) {
         let mut watch = self.client.watch();
         let mut epoch = 0u64;
+        // Nodes asked in vain since the session's node stopped serving it (its shard
+        // moved, or it went away): the owner is looked for among the others.
+        let mut tried: Vec<String> = Vec::new();
         loop {
             let gateway = loop {
                 if let Ok(gw) = self.client.gateway(&self.node) {
                     break gw;
                 }
-                if watch.changed().await.is_err() {
-                    return;
+                match tokio::time::timeout(RETRY, watch.changed()).await {
+                    Ok(Err(_)) => return,
+                    Ok(Ok(())) => {}
+                    // Gone for a while: its shards may have moved; ask another node.
+                    Err(_) => self.look_elsewhere(&mut tried, None),
                 }
             };
             epoch += 1;
@@ -222,7 +229,19 @@ impl Driver {
                 approver: self.approver,
             };
             match self.client.request_to(&gateway, request).await {
-                Ok(_) => {}
+                Ok(_) => tried.clear(),
+                Err(ClusterError::Runtime(RuntimeError::NotOwner { owner, .. })) => {
+                    self.look_elsewhere(&mut tried, owner.as_deref());
+                    let _ = tokio::time::timeout(RETRY, watch.changed()).await;
+                    continue;
+                }
+                Err(ClusterError::Runtime(RuntimeError::SessionNotFound(_)))
+                    if !tried.is_empty() =>
+                {
+                    self.look_elsewhere(&mut tried, None);
+                    let _ = tokio::time::timeout(RETRY, watch.changed()).await;
+                    continue;
+                }
                 Err(e @ (ClusterError::Remote(_) | ClusterError::Runtime(_))) => {
                     let reason = match e {
                         ClusterError::Remote(reason) => reason,
@@ -237,6 +256,9 @@ impl Driver {
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "subscribe got no answer; retrying");
+                    if !tried.is_empty() {
+                        self.look_elsewhere(&mut tried, None);
+                    }
                     let _ = tokio::time::timeout(RETRY, watch.changed()).await;
                     continue;
                 }
@@ -244,6 +266,20 @@ impl Driver {
             match self.follow(epoch, &gateway, &mut watch).await {
                 Next::Resubscribe => {}
                 Next::Stop => return,
+            }
+        }
+    }
+
+    /// Moves to the next node that may own the session (`hint` first), remembering
+    /// this one as tried; after every node was tried, starts over from this one.
+    fn look_elsewhere(&mut self, tried: &mut Vec<String>, hint: Option<&str>) {
+        tried.push(self.node.clone());
+        match self.client.next_node(tried, hint) {
+            Some(next) => self.node = next,
+            None => {
+                // Every node asked: back to the first one (it may come back).
+                self.node = tried.swap_remove(0);
+                tried.clear();
             }
         }
     }

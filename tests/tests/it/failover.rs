@@ -178,7 +178,8 @@ mod nodes {
     use foya_actors::provider::scripted::{Script, ScriptedClient};
     use foya_actors::{Runtime, RuntimeConfig};
     use foya_protocol::{
-        ApprovalMode, Event, EventKind, Input, InputId, Seq, SessionConfig, SessionId, TurnStatus,
+        ApprovalMode, Event, EventKind, Input, InputId, Seq, SessionConfig, SessionId,
+        SessionUpdate, TurnStatus,
     };
     use foya_storage::{EventLog as _, Store, StoreOptions};
     use foya_storage_pg::{PgLog, PgOptions, testkit};
@@ -341,6 +342,24 @@ mod nodes {
 
         // A session on A, mid-turn: its shell call started (the marker has its line).
         let (session, shard) = session_on(&client, &log, "a", &["a", "b"], dir).await;
+        // A subscriber on the test's node follows the session across both moves.
+        let mut sub = client.subscribe(session, Seq::FIRST).await.unwrap();
+        let followed = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut ends = 0;
+            while ends < 3 {
+                match sub.recv().await {
+                    Some(SessionUpdate::Event(event)) => {
+                        ends += usize::from(event.kind.type_name() == "turn_complete");
+                        seen.push(event);
+                    }
+                    Some(SessionUpdate::Notice(notice)) => panic!("subscription notice {notice:?}"),
+                    Some(SessionUpdate::Delta(_)) => {}
+                    None => panic!("the subscription ended"),
+                }
+            }
+            seen
+        });
         client
             .submit_with_id(session, InputId::new(), Input::text("run it"))
             .await
@@ -445,6 +464,11 @@ mod nodes {
         })
         .await;
         assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+        // The subscriber saw every event once, in order, across both moves.
+        let seen = tokio::time::timeout(WAIT, followed).await.unwrap().unwrap();
+        let stored = events(&log, session).await;
+        let upto: Vec<&Event> = stored.iter().take(seen.len()).collect();
+        assert_eq!(seen.iter().collect::<Vec<_>>(), upto);
         c.start_kill().unwrap();
         let _ = c.wait().await;
         t.shutdown().await;
