@@ -429,7 +429,7 @@ impl Runtime {
 
     /// The ids of the sessions loaded now (running, idle or queued; not hibernated).
     #[must_use]
-    pub fn loaded_sessions(&self) -> Vec<SessionId> {
+    pub fn loaded_session_ids(&self) -> Vec<SessionId> {
         self.inner.registry.iter().map(|e| *e.key()).collect()
     }
 

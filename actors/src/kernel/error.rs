@@ -277,6 +277,13 @@ pub(crate) async fn ask<M: ractor::Message, T: Send + 'static>(
     }
 }
 
+/// ", run by node N" when the owner is known.
+fn owner_hint(owner: Option<&str>) -> String {
+    owner
+        .map(|o| format!(" (node {o:?} runs it)"))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -294,11 +301,4 @@ mod tests {
         assert_eq!(back, error);
         assert!(std::error::Error::source(&back).is_none());
     }
-}
-
-/// ", run by node N" when the owner is known.
-fn owner_hint(owner: Option<&str>) -> String {
-    owner
-        .map(|o| format!(" (node {o:?} runs it)"))
-        .unwrap_or_default()
 }

@@ -126,7 +126,7 @@ async fn a_stale_owner_is_fenced_and_drops_its_shard_and_the_new_owner_takes_eac
     let stale = s2.submit(Input::text("from the stale owner")).await;
     assert!(stale.is_err(), "a fenced write was acknowledged: {stale:?}");
     let deadline = Instant::now() + WAIT;
-    while !runtime_a.loaded_sessions().is_empty() {
+    while !runtime_a.loaded_session_ids().is_empty() {
         assert!(Instant::now() < deadline, "A kept its fenced sessions");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
