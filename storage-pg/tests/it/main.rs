@@ -4,3 +4,4 @@
 
 mod conformance;
 mod leases;
+mod ownership;
