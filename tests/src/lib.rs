@@ -3,6 +3,7 @@
 //! and real headless Chromium driven over WebDriver (`browser`).
 pub mod browser;
 pub mod child;
+pub mod fault_cluster;
 pub mod foya_bin;
 pub mod hook_project;
 pub mod mcp;
