@@ -556,30 +556,69 @@ impl Load {
                 return;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!("not acknowledged within {timeout:?}: {what}");
+                let seen: Vec<usize> = self
+                    .acked
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .map(|a| a.events.len())
+                    .collect();
+                panic!(
+                    "not acknowledged within {timeout:?}: {what} (events acknowledged per \
+                     session: {seen:?})"
+                );
             }
         }
     }
 
-    /// The sessions with a tool call started and not yet answered, as acknowledged.
-    #[must_use]
-    pub fn mid_tool(&self) -> usize {
-        self.acked
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|a| {
-                let mut open = 0i64;
-                for e in a.events.values() {
-                    match e.kind {
-                        EventKind::ToolStarted { .. } => open += 1,
-                        EventKind::ToolMessage(_) => open -= 1,
-                        _ => {}
-                    }
-                }
-                open > 0
-            })
-            .count()
+    /// Takes every event committed in the store at `url` for the load's sessions as
+    /// acknowledged (a committed event was acknowledged to its writer): called right
+    /// before a fault, the checker then proves none of them is lost or changed.
+    pub async fn snapshot(&self, url: &str) {
+        let log = foya_storage_pg::PgLog::open(url, foya_storage_pg::PgOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("cannot open the store: {e}"));
+        for id in &self.sessions {
+            let events = log.read_from(*id, Seq::FIRST).await.unwrap();
+            let mut acked = self.acked.lock().unwrap();
+            let entry = acked.entry(*id).or_default();
+            for e in events {
+                entry.events.entry(e.seq).or_insert(e);
+            }
+        }
+        log.close().await;
+    }
+
+    /// Waits (at most `timeout`) until at least `count` sessions are mid-turn past their
+    /// first tool call in the store at `url` (polled: the log is the witness every node
+    /// shares).
+    pub async fn wait_mid_tool(&self, url: &str, count: usize, timeout: Duration) {
+        let log = foya_storage_pg::PgLog::open(url, foya_storage_pg::PgOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("cannot open the store: {e}"));
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut logs = HashMap::new();
+            for id in &self.sessions {
+                let events = log.read_from(*id, Seq::FIRST).await.unwrap();
+                logs.insert(
+                    *id,
+                    Acked {
+                        events: events.into_iter().map(|e| (e.seq, e)).collect(),
+                        inputs: Vec::new(),
+                    },
+                );
+            }
+            if mid_tool(&logs) >= count {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {count} sessions mid-turn within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        log.close().await;
     }
 
     /// Stops following.
@@ -588,6 +627,26 @@ impl Load {
             task.abort();
         }
     }
+}
+
+/// The sessions mid-turn past their first tool call (a `tool_started` acknowledged, no
+/// `turn_complete` after it), in what was acknowledged.
+#[must_use]
+pub fn mid_tool(acked: &HashMap<SessionId, Acked>) -> usize {
+    acked
+        .values()
+        .filter(|a| {
+            let mut mid = false;
+            for e in a.events.values() {
+                match e.kind {
+                    EventKind::ToolStarted { .. } => mid = true,
+                    EventKind::TurnComplete { .. } => mid = false,
+                    _ => {}
+                }
+            }
+            mid
+        })
+        .count()
 }
 
 /// Which node each session is listed on now (through every node that answers).

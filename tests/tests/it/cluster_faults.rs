@@ -323,13 +323,9 @@ async fn loaded(store: &str, node_stores: &[Option<String>]) -> (Cluster, Load) 
     let load = Load::create(&cluster, SESSIONS).await;
     load.submit_all(&cluster, "work through your steps").await;
     let half = SESSIONS.div_ceil(2);
-    let l = load.clone();
-    load.wait_acked(
-        Duration::from_secs(60),
-        "half the sessions in a tool call",
-        move |_| l.mid_tool() >= half,
-    )
-    .await;
+    load.wait_mid_tool(store, half, Duration::from_secs(60))
+        .await;
+    load.snapshot(store).await;
     (cluster, load)
 }
 
