@@ -467,9 +467,16 @@ impl Load {
     /// runs) and records every event received.
     pub async fn create(cluster: &Cluster, count: usize) -> Load {
         let mut load = Load::default();
+        load.add(cluster, count).await;
+        load
+    }
+
+    /// Creates `count` more sessions (see [`Load::create`]).
+    pub async fn add(&mut self, cluster: &Cluster, count: usize) {
         let running: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
         let client = cluster.client();
-        for i in 0..count {
+        for _ in 0..count {
+            let i = self.sessions.len();
             let cwd = cluster.session_dir(i);
             std::fs::create_dir_all(&cwd).unwrap();
             let mut config = SessionConfig::new(cwd);
@@ -479,11 +486,10 @@ impl Load {
                 .create_session(Some(node), config)
                 .await
                 .unwrap_or_else(|e| panic!("creating session {i} on {node}: {e}"));
-            load.sessions.push(id);
-            load.acked.lock().unwrap().insert(id, Acked::default());
-            load.follow(&client, id).await;
+            self.sessions.push(id);
+            self.acked.lock().unwrap().insert(id, Acked::default());
+            self.follow(&client, id).await;
         }
-        load
     }
 
     /// Subscribes to `id` from its first event, recording every event received.
@@ -649,31 +655,80 @@ pub fn mid_tool(acked: &HashMap<SessionId, Acked>) -> usize {
         .count()
 }
 
-/// Which node each session is listed on now (through every node that answers).
-pub async fn placement(cluster: &Cluster) -> HashMap<SessionId, String> {
-    cluster
-        .client()
-        .list_cluster()
+/// The node owning each of `load`'s sessions now, from the store at `url`: the node
+/// whose live lease holds the session's shard (`foya_shards.owner_lease`,
+/// `foya_nodes.expires_at` on the database's clock). A session whose shard no live lease
+/// holds is absent.
+pub async fn owners(url: &str, load: &Load) -> HashMap<SessionId, String> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
-        .sessions
-        .into_iter()
-        .filter_map(|s| Some((s.id, s.node?)))
+        .unwrap_or_else(|e| panic!("the checker cannot connect to the store: {e}"));
+    let driver = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT s.session, n.node FROM foya_sessions s \
+             JOIN foya_shards sh ON sh.shard = s.shard \
+             JOIN foya_nodes n ON n.lease = sh.owner_lease \
+             WHERE n.expires_at > clock_timestamp()",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("reading the shards' owners: {e}"));
+    drop(client);
+    let _ = driver.await;
+    let wanted: std::collections::HashSet<SessionId> = load.sessions.iter().copied().collect();
+    rows.iter()
+        .filter_map(|row| {
+            let session: uuid::Uuid = row.get(0);
+            let node: String = row.get(1);
+            let id = SessionId::from_bytes(*session.as_bytes());
+            wanted.contains(&id).then_some((id, node))
+        })
         .collect()
 }
 
-/// The node holding most of `load`'s sessions, and those sessions.
-pub async fn busiest(cluster: &Cluster, load: &Load) -> (String, Vec<SessionId>) {
-    let placed = placement(cluster).await;
+/// How many shards each node's live lease holds, from the store at `url`.
+pub async fn shards_held(url: &str) -> BTreeMap<String, usize> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("the checker cannot connect to the store: {e}"));
+    let driver = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT n.node, count(*) FROM foya_shards sh \
+             JOIN foya_nodes n ON n.lease = sh.owner_lease \
+             WHERE n.expires_at > clock_timestamp() GROUP BY n.node",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("reading the shards' owners: {e}"));
+    drop(client);
+    let _ = driver.await;
+    rows.iter()
+        .map(|row| {
+            let count: i64 = row.get(1);
+            (row.get(0), usize::try_from(count).unwrap_or(0))
+        })
+        .collect()
+}
+
+/// The node owning most of `load`'s sessions, and those sessions.
+///
+/// # Errors
+/// No live lease owns the shard of any of them.
+pub async fn busiest(url: &str, load: &Load) -> Result<(String, Vec<SessionId>), String> {
     let mut by_node: BTreeMap<String, Vec<SessionId>> = BTreeMap::new();
-    for id in &load.sessions {
-        if let Some(node) = placed.get(id) {
-            by_node.entry(node.clone()).or_default().push(*id);
-        }
+    for (id, node) in owners(url, load).await {
+        by_node.entry(node).or_default().push(id);
     }
     by_node
         .into_iter()
         .max_by_key(|(_, s)| s.len())
-        .expect("the sessions are placed on some node")
+        .ok_or_else(|| {
+            "no node holds the shard of any session (no live lease owns one in foya_shards): \
+         the nodes do not claim shards"
+                .to_owned()
+        })
 }
 
 /// Submits `input_id` to each of `sessions` until it is accepted (a retry reuses the id,

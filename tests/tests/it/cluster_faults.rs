@@ -393,7 +393,13 @@ async fn kill_9_of_the_owner_of_many_shards() {
     for run in 0..RUNS {
         let store = foya_storage_pg::testkit::fresh_url().await;
         let (mut cluster, load) = loaded(&store, &[None, None, None]).await;
-        let (victim, sessions) = busiest(&cluster, &load).await;
+        let (victim, sessions) = match busiest(&store, &load).await {
+            Ok(found) => found,
+            Err(e) => {
+                cluster.shutdown().await;
+                panic!("kill -9 run {run}: {e}");
+            }
+        };
         let index = cluster.nodes.iter().position(|n| n.name == victim).unwrap();
         let killed = Instant::now();
         cluster.nodes[index].kill9().await;
@@ -424,7 +430,13 @@ async fn sigstop_past_the_lease_then_sigcont() {
     for run in 0..RUNS {
         let store = foya_storage_pg::testkit::fresh_url().await;
         let (mut cluster, load) = loaded(&store, &[None, None, None]).await;
-        let (victim, sessions) = busiest(&cluster, &load).await;
+        let (victim, sessions) = match busiest(&store, &load).await {
+            Ok(found) => found,
+            Err(e) => {
+                cluster.shutdown().await;
+                panic!("SIGSTOP run {run}: {e}");
+            }
+        };
         let index = cluster.nodes.iter().position(|n| n.name == victim).unwrap();
         let stopped = Instant::now();
         cluster.nodes[index].stop();
@@ -455,14 +467,27 @@ async fn a_partition_between_one_node_and_postgres() {
         let forwarder = Forwarder::start(target).await;
         let through = store.replacen(&host_port, &forwarder.addr().to_string(), 1);
         assert!(through.ends_with(rest));
-        let (cluster, load) = loaded(&store, &[Some(through), None, None]).await;
-        let placed = foya_tests::fault_cluster::placement(&cluster).await;
-        let cut: Vec<SessionId> = load
-            .sessions
-            .iter()
-            .filter(|s| placed.get(s).is_some_and(|n| n == "n1"))
-            .copied()
-            .collect();
+        let (cluster, mut load) = loaded(&store, &[Some(through), None, None]).await;
+        // Sessions of n1's (behind the forwarder): more are created until it owns one
+        // (rendezvous placement gives it about a third).
+        let mut cut = Vec::new();
+        for _ in 0..10 {
+            let owned = foya_tests::fault_cluster::owners(&store, &load).await;
+            cut = load
+                .sessions
+                .iter()
+                .filter(|s| owned.get(s).is_some_and(|n| n == "n1"))
+                .copied()
+                .collect();
+            if !cut.is_empty() {
+                break;
+            }
+            load.add(&cluster, 3).await;
+        }
+        if cut.is_empty() {
+            cluster.shutdown().await;
+            panic!("partition run {run}: n1 (behind the forwarder) owns no session's shard");
+        }
         let parted = Instant::now();
         forwarder.partition();
         let probed = probe_until_accepted(&cluster, &load, &cut, parted, FAILOVER_BOUND).await;
@@ -498,11 +523,11 @@ async fn a_fourth_node_joins_under_load() {
         let name = cluster.nodes[index].name.clone();
         let mut share = 0;
         while joined.elapsed() < FAILOVER_BOUND {
-            share = foya_tests::fault_cluster::placement(&cluster)
+            share = foya_tests::fault_cluster::shards_held(&store)
                 .await
-                .values()
-                .filter(|n| **n == name)
-                .count();
+                .get(&name)
+                .copied()
+                .unwrap_or(0);
             if share > 0 {
                 break;
             }
@@ -510,10 +535,10 @@ async fn a_fourth_node_joins_under_load() {
         }
         if share == 0 {
             cluster.shutdown().await;
-            panic!("join run {run}: {name} took no session within {FAILOVER_BOUND:?}");
+            panic!("join run {run}: {name} took no shard within {FAILOVER_BOUND:?}");
         }
         println!(
-            "join run {run}: {name} holds {share} sessions after {:?}",
+            "join run {run}: {name} holds {share} shards after {:?}",
             joined.elapsed()
         );
         // Inputs after the move reach every session.
