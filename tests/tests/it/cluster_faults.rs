@@ -405,7 +405,15 @@ async fn kill_9_of_the_owner_of_many_shards() {
         cluster.nodes[index].kill9().await;
         let probed = probe_until_accepted(&cluster, &load, &sessions, killed, FAILOVER_BOUND).await;
         match probed {
-            Ok(w) => waits.extend(w),
+            Ok(w) => {
+                println!(
+                    "kill -9 run {run} (victim {victim}, {} sessions): accepted elsewhere after p50 {:?}, max {:?}",
+                    w.len(),
+                    percentile(&w, 50.0),
+                    percentile(&w, 100.0)
+                );
+                waits.extend(w);
+            }
             Err(e) => {
                 cluster.shutdown().await;
                 panic!("kill -9 run {run} (victim {victim}): {e}");
