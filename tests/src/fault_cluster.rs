@@ -539,12 +539,20 @@ impl Load {
         Ok(())
     }
 
-    /// Submits one input to every session.
+    /// Submits one input to every session, each retried under its id until accepted
+    /// (a node handing the session's shard over refuses it for a moment).
     pub async fn submit_all(&self, cluster: &Cluster, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
         for &id in &self.sessions {
-            self.submit(cluster, id, InputId::new(), text)
-                .await
-                .unwrap_or_else(|e| panic!("submit to {id}: {e}"));
+            let input = InputId::new();
+            loop {
+                match self.submit(cluster, id, input, text).await {
+                    Ok(()) => break,
+                    Err(e) if Instant::now() > deadline => panic!("submit to {id}: {e}"),
+                    // Retry pacing of a client refused during a handoff.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
         }
     }
 
@@ -710,6 +718,45 @@ pub async fn shards_held(url: &str) -> BTreeMap<String, usize> {
             (row.get(0), usize::try_from(count).unwrap_or(0))
         })
         .collect()
+}
+
+/// Waits (at most `timeout`) until placement settled: every shard held by a live lease,
+/// each of `nodes` holding some.
+///
+/// # Errors
+/// Who held what at the deadline.
+pub async fn wait_placed(url: &str, nodes: &[String], timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let total = {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        let driver = tokio::spawn(connection);
+        let count: i64 = client
+            .query_one("SELECT count(*) FROM foya_shards", &[])
+            .await
+            .map_err(|e| e.to_string())?
+            .get(0);
+        drop(client);
+        let _ = driver.await;
+        usize::try_from(count).unwrap_or(0)
+    };
+    loop {
+        let held = shards_held(url).await;
+        let settled = held.values().sum::<usize>() == total
+            && nodes.iter().all(|n| held.get(n).is_some_and(|c| *c > 0));
+        if settled {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "placement did not settle within {timeout:?}: of {total} shards, the live \
+                 leases hold {held:?} (the nodes must claim their shares)"
+            ));
+        }
+        // Polling the store: the shard table is where ownership is recorded.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The node owning most of `load`'s sessions, and those sessions.
