@@ -1059,6 +1059,8 @@ pub struct Verdict {
     pub events: usize,
     /// Turns closed interrupted (the runtime stopped under them).
     pub interrupted: usize,
+    /// Turns completed (status `completed`).
+    pub completed: usize,
     /// Results written as "outcome unknown".
     pub unknown: usize,
     /// Tool runs in the side-effect file.
@@ -1090,6 +1092,10 @@ pub async fn check_store(url: &str, cluster: &Cluster, load: &Load) -> Verdict {
                 EventKind::TurnComplete {
                     reason: Some(r), ..
                 } if r.contains("interrupted") => verdict.interrupted += 1,
+                EventKind::TurnComplete {
+                    status: foya_protocol::TurnStatus::Completed,
+                    ..
+                } => verdict.completed += 1,
                 EventKind::ToolMessage(m) if m.content.contains(OUTCOME_UNKNOWN) => {
                     verdict.unknown += 1;
                 }
