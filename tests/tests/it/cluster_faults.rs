@@ -12,9 +12,11 @@
 //! owner past its lease, then SIGCONT (it must not write again); a partition between one
 //! node and PostgreSQL (a forwarder of the test's that stops forwarding); a fourth node
 //! joining under load (it must take a share of the sessions); a PostgreSQL restart.
-//! The first four need fenced shard ownership and failover (issue 42's nodes); the
-//! harness itself (the checker, the forwarder, process control) is proved here on what
-//! a cluster without failover already does.
+//! Each fault run first waits until placement settled (every shard held by a live lease,
+//! each node some), so the five need fenced shard ownership and failover (issue 42's
+//! nodes); the harness itself (the checker on hand-made logs, the forwarder, process
+//! control, the no-fault run) is proved here on what a cluster without failover already
+//! does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_protocol::{
