@@ -1,8 +1,10 @@
 //! Shared harness for the end-to-end tests: the mock provider (real wire formats over
 //! real HTTP), the path of the real `foya` binary and its child processes' piped stdio,
-//! and real headless Chromium driven over WebDriver (`browser`).
+//! real headless Chromium driven over WebDriver (`browser`), and the cluster fault harness
+//! with its invariant checker (`fault_cluster`).
 pub mod browser;
 pub mod child;
+pub mod fault_cluster;
 pub mod foya_bin;
 pub mod hook_project;
 pub mod mcp;

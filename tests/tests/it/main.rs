@@ -15,6 +15,7 @@ mod cli_run;
 mod cli_signals;
 mod cli_usage;
 mod cluster;
+mod cluster_faults;
 mod cluster_ops;
 mod crash_restart;
 mod docs_cli;
