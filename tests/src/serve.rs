@@ -76,7 +76,6 @@ impl Serve {
     }
 
     /// A request to `path` with the bearer token.
-    #[must_use]
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
             .request(method, format!("{}{path}", self.base))
