@@ -17,4 +17,12 @@ pub use foya_bin::foya_bin;
 /// The end-to-end tests that start a cluster node inside the test process run one at a
 /// time: ractor's process groups are process-wide (see `foya_actors::cluster`), so two
 /// such tests in one test binary would see, ping and drop each other's gateways.
+///
+/// A per-cluster group name or pg scope would not separate them (ractor_cluster 0.16):
+/// every node session advertises the local members of every scope and group of the
+/// process to its peer (`which_scopes_and_groups`), so one cluster's sessions create
+/// proxies of the other's gateways; and each `NodeServer` numbers its sessions from 0, so
+/// proxies made by two in-process servers can carry the same `ActorId`, which keys a
+/// group's members (one replaces or removes the other) and which a missed heartbeat
+/// maps to a node session of the wrong server.
 pub static IN_PROCESS_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
