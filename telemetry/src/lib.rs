@@ -5,8 +5,9 @@
 //! Design: the runtime's behaviour is not changed. [`Telemetry::instrument`] wraps the
 //! [`RuntimeConfig`]'s store (every event is committed through it, in each session's
 //! order) and its model clients (the first token and the failures of each request
-//! attempt); a task follows the committed events and derives spans with explicit start
-//! and end times and the metrics (`derive.rs`). The live gauges are read from the
+//! attempt); each committed batch is followed as its append returns (by reference: no
+//! copy, no queue) to derive spans with explicit start and end times and the metrics
+//! (`derive.rs`). The live gauges are read from the
 //! runtime's own counts ([`foya_actors::RuntimeConfig::stats`], its MCP servers' states)
 //! at each scrape, and the store reports its group commits
 //! ([`foya_storage::EventLog::observe_commits`]). Without telemetry nothing is wrapped,
@@ -44,7 +45,7 @@ pub use config::{DEFAULT_SERVICE_NAME, TelemetryConfig, TraceExport};
 pub use derive::Parent;
 pub use metrics::{CONTENT_TYPE, Figures, MAX_TOOL_LABELS};
 
-use derive::{Deriver, MAX_PARENTS, ModelOf, Parents};
+use derive::{Deriver, MAX_PARENTS, Parents};
 use export::Exporter;
 use foya_actors::RuntimeConfig;
 use foya_actors::provider::ModelClient;
@@ -52,19 +53,14 @@ use foya_protocol::InputId;
 use foya_storage::LogStore;
 use metrics::Metrics;
 use std::sync::Arc;
-use tap::{Feed, ObservedLog, ObservedModel};
-use tokio::sync::mpsc;
-
-/// Batches of events that may wait for the telemetry task; past it batches are dropped
-/// (counted in `foya_telemetry_dropped_events_total`), never waited for.
-const FEED_CAPACITY: usize = 65_536;
+use tap::{Follower, ObservedLog, ObservedModel};
 
 #[derive(Debug)]
 struct Shared {
     config: TelemetryConfig,
     metrics: Option<Arc<Metrics>>,
     exporter: Option<Arc<Exporter>>,
-    feed: mpsc::Sender<Feed>,
+    follower: Arc<Follower>,
     parents: Parents,
 }
 
@@ -76,8 +72,8 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Starts the pipeline `config` asks for; `None` when it asks for nothing. Spawns
-    /// the task that follows events: call it inside a tokio runtime.
+    /// Starts the pipeline `config` asks for; `None` when it asks for nothing. The trace
+    /// exporter sends through the current tokio runtime: call it inside one.
     ///
     /// # Errors
     /// The trace exporter cannot be built (an invalid endpoint URL).
@@ -90,7 +86,6 @@ impl Telemetry {
             None => None,
         };
         let metrics = config.metrics.then(|| Arc::new(Metrics::new()));
-        let (feed, rx) = mpsc::channel(FEED_CAPACITY);
         let parents: Parents = Arc::default();
         let deriver = Deriver::new(
             metrics.clone(),
@@ -98,13 +93,13 @@ impl Telemetry {
             config.capture_content,
             Arc::clone(&parents),
         );
-        tokio::spawn(follow(rx, deriver, exporter.clone()));
+        let follower = Arc::new(Follower::new(deriver, exporter.clone()));
         Ok(Some(Self {
             shared: Arc::new(Shared {
                 config,
                 metrics,
                 exporter,
-                feed,
+                follower,
                 parents,
             }),
         }))
@@ -122,7 +117,7 @@ impl Telemetry {
     pub fn instrument(&self, mut config: RuntimeConfig) -> RuntimeConfig {
         config.store = LogStore::shared(ObservedLog {
             inner: config.store,
-            feed: self.shared.feed.clone(),
+            follower: Arc::clone(&self.shared.follower),
             metrics: self.shared.metrics.clone(),
         });
         if let Some(metrics) = &self.shared.metrics {
@@ -137,16 +132,16 @@ impl Telemetry {
         }
         if self.shared.metrics.is_some() || self.shared.exporter.is_some() {
             // The time to first token goes to the step's span only when spans are made.
-            let feed = self
+            let follower = self
                 .shared
                 .exporter
                 .is_some()
-                .then(|| self.shared.feed.clone());
+                .then(|| Arc::clone(&self.shared.follower));
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,
                     metrics: self.shared.metrics.clone(),
-                    feed: feed.clone(),
+                    follower: follower.clone(),
                 })
             };
             config.model = wrap(config.model);
@@ -181,13 +176,10 @@ impl Telemetry {
     }
 
     /// Waits until every event committed before the call has been followed (so metrics
-    /// and spans include it).
-    pub async fn sync(&self) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.shared.feed.send(Feed::Sync(tx)).await.is_ok() {
-            let _ = rx.await;
-        }
-    }
+    /// and spans include it). Each batch is followed before its append returns, so this
+    /// returns at once; kept for callers written against a queued pipeline.
+    #[allow(clippy::unused_async)]
+    pub async fn sync(&self) {}
 
     /// The metrics as OpenMetrics text ([`CONTENT_TYPE`]), after [`Self::sync`]; `None`
     /// when metrics are off.
@@ -223,37 +215,6 @@ impl Telemetry {
         if let Some(exporter) = &self.shared.exporter {
             let exporter = Arc::clone(exporter);
             let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
-        }
-    }
-}
-
-/// The telemetry task: follows the committed events, exporting the spans they finish.
-/// It holds nothing of the runtime (no store): it ends when every sender is gone.
-async fn follow(
-    mut rx: mpsc::Receiver<Feed>,
-    mut deriver: Deriver,
-    exporter: Option<Arc<Exporter>>,
-) {
-    while let Some(feed) = rx.recv().await {
-        match feed {
-            Feed::Events(events) => {
-                for event in &events {
-                    deriver.event(event);
-                }
-                let spans = deriver.take_spans();
-                if let Some(exporter) = &exporter {
-                    for span in spans {
-                        exporter.export(span);
-                    }
-                }
-            }
-            Feed::FirstToken(step, ms) => deriver.first_token(step.session, step.run, ms),
-            Feed::Model(session, provider, model) => {
-                deriver.set_model(session, ModelOf { provider, model });
-            }
-            Feed::Sync(done) => {
-                let _ = done.send(());
-            }
         }
     }
 }

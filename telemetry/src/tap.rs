@@ -2,11 +2,15 @@
 //! event to ([`ObservedLog`], an [`EventLog`] around the runtime's own) and the model
 //! clients it streams from ([`ObservedModel`], a [`ModelClient`] around each).
 //!
-//! [`ObservedLog`] hands each committed batch to the telemetry task (a bounded queue that
-//! never blocks an append: when full, the batch is counted as dropped) and times the
-//! append. [`ObservedModel`] times each request attempt: the first streamed token, the end
-//! of the stream, the class of a failure.
+//! [`ObservedLog`] times each append and follows each committed batch at once, on the
+//! appending task, by reference ([`Follower`]: the deriver behind a mutex held for the
+//! batch's events; spans are handed to the exporter after it is released). Nothing is
+//! copied or queued per append, and no task is woken: a measured part of telemetry's
+//! cost before (docs/benchmarks.md). [`ObservedModel`] times each request attempt: the
+//! first streamed token, the end of the stream, the class of a failure.
 
+use crate::derive::{Deriver, ModelOf};
+use crate::export::Exporter;
 use crate::metrics::Metrics;
 use foya_actors::CancellationToken;
 use foya_actors::provider::{ImageBudget, ModelClient, ModelRequest, retry::RetryPolicy};
@@ -16,38 +20,73 @@ use futures::Stream;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Instant;
-use tokio::sync::mpsc;
 
-/// What the telemetry task is told.
+/// Follows the committed events: the deriver (one per pipeline) and where its spans go.
 #[derive(Debug)]
-pub(crate) enum Feed {
-    /// A committed batch of one session's events.
-    Events(Vec<Event>),
-    /// Answered once every batch sent before it has been followed.
-    Sync(tokio::sync::oneshot::Sender<()>),
-    /// A step's request attempt streamed its first token after this many milliseconds.
-    FirstToken(foya_actors::provider::StepOf, f64),
-    /// A session's provider and model, seen in its log as the runtime read it (a session
-    /// created before this process started).
-    Model(SessionId, String, String),
+pub(crate) struct Follower {
+    deriver: Mutex<Deriver>,
+    exporter: Option<Arc<Exporter>>,
+}
+
+impl Follower {
+    pub(crate) fn new(deriver: Deriver, exporter: Option<Arc<Exporter>>) -> Self {
+        Self {
+            deriver: Mutex::new(deriver),
+            exporter,
+        }
+    }
+
+    fn deriver(&self) -> std::sync::MutexGuard<'_, Deriver> {
+        self.deriver.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A committed batch of one session's events (in its seq order).
+    pub(crate) fn events(&self, events: &[Event]) {
+        let spans = {
+            let mut deriver = self.deriver();
+            for event in events {
+                deriver.event(event);
+            }
+            deriver.take_spans()
+        };
+        if let Some(exporter) = &self.exporter {
+            for span in spans {
+                exporter.export(span);
+            }
+        }
+    }
+
+    /// A step's request attempt streamed its first token after `ms` milliseconds (before
+    /// the step's assistant message, which is committed after the stream: the step's
+    /// span gets it when it closes).
+    pub(crate) fn first_token(&self, step: foya_actors::provider::StepOf, ms: f64) {
+        self.deriver().first_token(step.session, step.run, ms);
+    }
+
+    /// A session's provider and model, seen in its log as the runtime read it (a
+    /// session created before this process started).
+    pub(crate) fn model(&self, session: SessionId, provider: String, model: String) {
+        self.deriver()
+            .set_model(session, ModelOf { provider, model });
+    }
 }
 
 /// The runtime's store, observed.
 #[derive(Debug, Clone)]
 pub(crate) struct ObservedLog {
     pub(crate) inner: LogStore,
-    pub(crate) feed: mpsc::Sender<Feed>,
+    pub(crate) follower: Arc<Follower>,
     pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
 impl EventLog for ObservedLog {
     async fn append(&self, events: &[Event], fence: Fence) -> Result<(), AppendError> {
-        let start = Instant::now();
+        let start = self.metrics.is_some().then(Instant::now);
         let result = self.inner.append(events, fence).await;
-        if let Some(m) = &self.metrics {
+        if let (Some(m), Some(start)) = (&self.metrics, start) {
             let stats = self.inner.stats();
             m.observe_store(stats.commits, stats.appended_events);
             m.store_append.observe(start.elapsed().as_secs_f64());
@@ -57,11 +96,8 @@ impl EventLog for ObservedLog {
                 m.store_append_errors.inc();
             }
         }
-        if result.is_ok()
-            && self.feed.try_send(Feed::Events(events.to_vec())).is_err()
-            && let Some(m) = &self.metrics
-        {
-            m.dropped_events.inc_by(events.len() as u64);
+        if result.is_ok() {
+            self.follower.events(events);
         }
         result
     }
@@ -82,7 +118,7 @@ impl EventLog for ObservedLog {
             _ => None,
         });
         if let Some((provider, model)) = model {
-            let _ = self.feed.try_send(Feed::Model(session, provider, model));
+            self.follower.model(session, provider, model);
         }
         Ok(events)
     }
@@ -126,7 +162,7 @@ pub(crate) struct ObservedModel {
     pub(crate) inner: Arc<dyn ModelClient>,
     pub(crate) metrics: Option<Arc<Metrics>>,
     /// Where a step's time to first token is sent (traces on).
-    pub(crate) feed: Option<mpsc::Sender<Feed>>,
+    pub(crate) follower: Option<Arc<Follower>>,
 }
 
 impl ModelClient for ObservedModel {
@@ -136,7 +172,10 @@ impl ModelClient for ObservedModel {
         cancel: CancellationToken,
     ) -> BoxStream<'static, StreamEvent> {
         let inner = self.inner.stream(request, cancel);
-        let step = self.feed.clone().zip(foya_actors::provider::current_step());
+        let step = self
+            .follower
+            .clone()
+            .zip(foya_actors::provider::current_step());
         Box::pin(Timed {
             inner,
             metrics: self.metrics.clone(),
@@ -170,7 +209,7 @@ struct Timed {
     inner: BoxStream<'static, StreamEvent>,
     metrics: Option<Arc<Metrics>>,
     /// A step's request (traces on): where its first token's time goes.
-    step: Option<(mpsc::Sender<Feed>, foya_actors::provider::StepOf)>,
+    step: Option<(Arc<Follower>, foya_actors::provider::StepOf)>,
     start: Instant,
     first: Option<f64>,
     error: Option<String>,
@@ -204,10 +243,8 @@ impl Stream for Timed {
                 {
                     let ms = self.start.elapsed().as_secs_f64() * 1000.0;
                     self.first = Some(ms);
-                    if let Some((feed, step)) = &self.step {
-                        // Before the step's assistant message, which is committed after
-                        // the stream: the span gets it when it closes.
-                        let _ = feed.try_send(Feed::FirstToken(*step, ms));
+                    if let Some((follower, step)) = &self.step {
+                        follower.first_token(*step, ms);
                     }
                 }
                 StreamEvent::Error { error } => {

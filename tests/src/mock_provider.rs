@@ -106,10 +106,22 @@ pub struct RecordedRequest {
     pub body: serde_json::Value,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     queue: VecDeque<MockResponse>,
     requests: Vec<RecordedRequest>,
+    /// The number of requests received, for [`MockProvider::wait_for_requests`].
+    received: tokio::sync::watch::Sender<usize>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            queue: VecDeque::new(),
+            requests: Vec::new(),
+            received: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 /// A running mock provider; stops when dropped.
@@ -179,7 +191,36 @@ impl MockProvider {
             .requests
             .clone()
     }
+
+    /// Waits until at least `n` requests were received (each is recorded before it is
+    /// answered), and returns them all. Waits at most [`WAIT_TIMEOUT`].
+    ///
+    /// # Panics
+    /// When fewer than `n` requests arrive within [`WAIT_TIMEOUT`] (a failed test),
+    /// naming how many did.
+    pub async fn wait_for_requests(&self, n: usize) -> Vec<RecordedRequest> {
+        let mut received = self
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .received
+            .subscribe();
+        let reached = tokio::time::timeout(WAIT_TIMEOUT, received.wait_for(|&count| count >= n))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        #[expect(clippy::panic, reason = "test harness: a timeout fails the test")]
+        if !reached {
+            panic!(
+                "the mock provider received {} requests within {WAIT_TIMEOUT:?}, expected {n}",
+                self.requests().len()
+            );
+        }
+        self.requests()
+    }
 }
+
+/// How long [`MockProvider::wait_for_requests`] waits.
+pub const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Drop for MockProvider {
     fn drop(&mut self) {
@@ -205,6 +246,8 @@ async fn handle(
     let next = {
         let mut s = shared.lock().unwrap_or_else(PoisonError::into_inner);
         s.requests.push(recorded);
+        let count = s.requests.len();
+        s.received.send_replace(count);
         match refused {
             Some(refused) => Some(refused),
             None => s.queue.pop_front(),

@@ -182,3 +182,28 @@ async fn anthropic_tool_ids_breaking_the_api_rules_are_refused_like_the_api() {
         );
     }
 }
+
+#[tokio::test]
+async fn wait_for_requests_returns_once_the_nth_request_arrived() {
+    let mock = MockProvider::start().await;
+    let waiting = tokio::spawn({
+        let url = format!("{}/v1/chat/completions", mock.base_url());
+        async move {
+            let client = reqwest::Client::new();
+            for _ in 0..2 {
+                let _ = client.post(&url).json(&json!({})).send().await;
+            }
+        }
+    });
+    let requests = mock.wait_for_requests(2).await;
+    assert_eq!(requests.len(), 2);
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+    waiting.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "the mock provider received 0 requests")]
+async fn wait_for_requests_fails_after_its_timeout() {
+    let mock = MockProvider::start().await;
+    mock.wait_for_requests(1).await;
+}

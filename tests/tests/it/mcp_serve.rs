@@ -6,41 +6,17 @@
 //! unknown server name is refused with 400.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use eventsource_stream::Eventsource as _;
 use foya_tests::foya_bin::foya_bin;
 use foya_tests::mcp::{everything_js, toml_path, write_user_config};
-use futures::StreamExt as _;
+use foya_tests::serve::Serve;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt as _;
 
 const TOKEN: &str = "serve-token";
 
 fn call(id: &str, name: &str, arguments: Value) -> Value {
     json!({"id": id, "name": name, "arguments": arguments})
-}
-
-type Events = futures::stream::BoxStream<
-    'static,
-    Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
->;
-
-/// Persisted events read until one satisfies `stop` (that one last).
-async fn until(events: &mut Events, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
-    let mut seen = Vec::new();
-    loop {
-        let sse = events.next().await.expect("the stream ended").unwrap();
-        if sse.event != "event" {
-            continue;
-        }
-        let data: Value = serde_json::from_str(&sse.data).unwrap();
-        let done = stop(&data);
-        seen.push(data);
-        if done {
-            return seen;
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -63,40 +39,15 @@ async fn a_session_created_with_mcp_servers_asks_once_per_server_and_tool() {
         {"text": "done"}
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
-    std::fs::write(tmp.path().join("token"), TOKEN).unwrap();
     let scenario = async {
-        let mut child = tokio::process::Command::new(foya_bin())
-            .args(["serve", "--provider", "scripted", "--listen", "127.0.0.1:0"])
-            .arg("--script")
-            .arg(&script)
-            .arg("--data-dir")
-            .arg(tmp.path().join("data"))
-            .arg("--token-file")
-            .arg(tmp.path().join("token"))
-            .env("HOME", &home)
-            .env_remove("FOYA_DATA_DIR")
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let base = tokio::io::BufReader::new(stdout)
-            .lines()
-            .next_line()
-            .await
-            .unwrap()
-            .unwrap();
-        let http = reqwest::Client::new();
-        let post = |path: &str, body: Value| {
-            http.post(format!("{base}{path}"))
-                .bearer_auth(TOKEN)
-                .json(&body)
-                .send()
-        };
+        let mut serve = Serve::start(tmp.path(), TOKEN, &["--provider", "scripted"], |c| {
+            c.arg("--script").arg(&script).env("HOME", &home);
+        })
+        .await;
 
-        let refused = post("/sessions", json!({"cwd": work, "mcp_servers": ["nope"]}))
-            .await
-            .unwrap();
+        let refused = serve
+            .post("/sessions", &json!({"cwd": work, "mcp_servers": ["nope"]}))
+            .await;
         assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
         let text = refused.text().await.unwrap();
         assert!(
@@ -107,44 +58,23 @@ async fn a_session_created_with_mcp_servers_asks_once_per_server_and_tool() {
         );
 
         // `enabled = false`: only a session that names the server uses it.
-        let created: Value = post(
-            "/sessions",
-            json!({"cwd": work, "approval_mode": "ask", "mcp_servers": ["everything"]}),
-        )
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-        let id = created["id"].as_str().unwrap().to_owned();
-        let events = http
-            .get(format!(
-                "{base}/sessions/{id}/events?from_seq=1&approver=true"
-            ))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(events.status(), StatusCode::OK);
-        let mut events: Events = events.bytes_stream().eventsource().boxed();
-        let accepted = post(&format!("/sessions/{id}/inputs"), json!({"text": "add"}))
-            .await
-            .unwrap();
-        assert_eq!(accepted.status(), StatusCode::ACCEPTED);
-
-        let seen = until(&mut events, |e| e["type"] == "approval_requested").await;
-        let asked = seen.last().unwrap();
-        assert_eq!(asked["tool_name"], "mcp__everything__get-sum");
-        let request_id = asked["request_id"].as_str().unwrap();
-        let answered = post(
-            &format!("/sessions/{id}/approvals/{request_id}"),
-            json!({"decision": "allow_for_session"}),
-        )
-        .await
-        .unwrap();
-        assert_eq!(answered.status(), StatusCode::NO_CONTENT);
-
-        let rest = until(&mut events, |e| e["type"] == "turn_complete").await;
+        let id = serve
+            .create_session(
+                &json!({"cwd": work, "approval_mode": "ask", "mcp_servers": ["everything"]}),
+            )
+            .await;
+        let mut asked = Vec::new();
+        let (rest, _) = serve
+            .turn_with_approver(&id, "add", Duration::from_secs(120), |e| {
+                asked.push(e["tool_name"].clone());
+                "allow_for_session"
+            })
+            .await;
+        assert_eq!(
+            asked,
+            [json!("mcp__everything__get-sum")],
+            "asked once: the grant covers the second call"
+        );
         assert_eq!(rest.last().unwrap()["status"], "completed");
         let results: Vec<(&str, bool)> = rest
             .iter()
@@ -163,11 +93,7 @@ async fn a_session_created_with_mcp_servers_asks_once_per_server_and_tool() {
                 ("The sum of 4 and 5 is 9.", false)
             ]
         );
-        assert!(
-            !rest.iter().any(|e| e["type"] == "approval_requested"),
-            "the grant covers the second call: {rest:#?}"
-        );
-        let _ = child.start_kill();
+        serve.kill();
     };
     tokio::time::timeout(Duration::from_secs(120), scenario)
         .await

@@ -17,11 +17,10 @@
 
 use foya_tests::child::{read_until, spawn_json_lines, wait_exit};
 use foya_tests::foya_bin::{foya_bin, scripted, test_home};
-use futures::StreamExt as _;
+use foya_tests::serve::Serve;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncBufReadExt as _;
 
 /// Global wait for one run.
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -252,93 +251,27 @@ async fn run_serve(
     env: &[(&str, &str)],
 ) -> Vec<Value> {
     let script = script(tmp, commands);
-    let token_file = tmp.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let mut child = tokio::process::Command::new(foya_bin())
-        .args(["serve", "--provider", "scripted", "--script"])
-        .arg(&script)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(tmp.join("data"))
-        .arg("--token-file")
-        .arg(&token_file)
-        .env("HOME", test_home())
-        .envs(toolchain_env())
-        .envs(env.iter().copied())
-        .env_remove("FOYA_DATA_DIR")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let base = tokio::io::BufReader::new(stdout)
-        .lines()
-        .next_line()
-        .await
-        .unwrap()
-        .unwrap();
-    let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{base}/sessions"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"cwd": work, "approval_mode": mode}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
-    let events = http
-        .get(format!(
-            "{base}/sessions/{id}/events?from_seq=1&approver=true"
-        ))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let sent = http
-        .post(format!("{base}/sessions/{id}/inputs"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"text": "go"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(sent.status().is_success());
-    let mut stream = eventsource_stream::Eventsource::eventsource(events.bytes_stream());
-    let mut seen: Vec<Value> = Vec::new();
-    tokio::time::timeout(TIMEOUT, async {
-        loop {
-            let sse = stream.next().await.unwrap().unwrap();
-            if sse.event != "event" {
-                continue;
-            }
-            let data: Value = serde_json::from_str(&sse.data).unwrap();
-            if data["type"] == "approval_requested" {
-                let reason = data["reason"].as_str().unwrap_or_default();
-                // Not the question of a sandbox without namespaces (it names the
-                // protected paths as a whole, not one of them).
-                let protected = reason.contains("protected path")
-                    && !reason.contains("cannot keep the protected paths");
-                let decision = if protected { "deny" } else { "allow_once" };
-                let request = data["request_id"].as_str().unwrap();
-                let decided = http
-                    .post(format!("{base}/sessions/{id}/approvals/{request}"))
-                    .bearer_auth(TOKEN)
-                    .json(&json!({ "decision": decision }))
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(decided.status().is_success());
-            }
-            let end = data["type"] == "turn_complete";
-            seen.push(data);
-            if end {
-                break;
-            }
-        }
+    let serve = Serve::start(tmp, TOKEN, &["--provider", "scripted"], |c| {
+        c.arg("--script")
+            .arg(&script)
+            .env("HOME", test_home())
+            .envs(toolchain_env())
+            .envs(env.iter().copied());
     })
-    .await
-    .expect("the turn completes");
+    .await;
+    let id = serve
+        .create_session(&json!({"cwd": work, "approval_mode": mode}))
+        .await;
+    let (seen, _) = serve
+        .turn_with_approver(&id, "go", TIMEOUT, |data| {
+            let reason = data["reason"].as_str().unwrap_or_default();
+            // Not the question of a sandbox without namespaces (it names the
+            // protected paths as a whole, not one of them).
+            let protected = reason.contains("protected path")
+                && !reason.contains("cannot keep the protected paths");
+            if protected { "deny" } else { "allow_once" }
+        })
+        .await;
     seen
 }
 

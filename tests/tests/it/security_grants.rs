@@ -6,11 +6,10 @@
 //! raw override.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin::{foya_bin, test_home};
-use futures::StreamExt as _;
+use foya_tests::foya_bin::test_home;
+use foya_tests::serve::Serve;
 use serde_json::{Value, json};
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt as _;
 
 const TOKEN: &str = "serve-token-2";
 
@@ -29,89 +28,16 @@ async fn serve_turn(
 ) -> (Vec<Value>, String) {
     let script = tmp.join("script.json");
     std::fs::write(&script, responses.to_string()).unwrap();
-    let token_file = tmp.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let mut child = tokio::process::Command::new(foya_bin())
-        .args(["serve", "--provider", "scripted", "--script"])
-        .arg(&script)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(tmp.join("data"))
-        .arg("--token-file")
-        .arg(&token_file)
-        .env("HOME", test_home())
-        .env_remove("FOYA_DATA_DIR")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let base = tokio::io::BufReader::new(stdout)
-        .lines()
-        .next_line()
-        .await
-        .unwrap()
-        .unwrap();
-    let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{base}/sessions"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"cwd": work, "approval_mode": "ask"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap().to_owned();
-    let events = http
-        .get(format!(
-            "{base}/sessions/{id}/events?from_seq=1&approver=true"
-        ))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let sent = http
-        .post(format!("{base}/sessions/{id}/inputs"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"text": "go"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(sent.status().is_success());
-    let mut stream = eventsource_stream::Eventsource::eventsource(events.bytes_stream());
-    let mut seen: Vec<Value> = Vec::new();
-    let mut raw = String::new();
-    tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            let sse = stream.next().await.unwrap().unwrap();
-            raw.push_str(&sse.data);
-            let data: Value = serde_json::from_str(&sse.data).unwrap();
-            if sse.event != "event" {
-                continue;
-            }
-            if data["type"] == "approval_requested" {
-                let decision = decide(&data);
-                let request = data["request_id"].as_str().unwrap();
-                let decided = http
-                    .post(format!("{base}/sessions/{id}/approvals/{request}"))
-                    .bearer_auth(TOKEN)
-                    .json(&json!({"decision": decision}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(decided.status().is_success());
-            }
-            let end = data["type"] == "turn_complete";
-            seen.push(data);
-            if end {
-                break;
-            }
-        }
+    let serve = Serve::start(tmp, TOKEN, &["--provider", "scripted"], |c| {
+        c.arg("--script").arg(&script).env("HOME", test_home());
     })
-    .await
-    .expect("the turn completes");
-    (seen, raw)
+    .await;
+    let id = serve
+        .create_session(&json!({"cwd": work, "approval_mode": "ask"}))
+        .await;
+    serve
+        .turn_with_approver(&id, "go", Duration::from_secs(120), decide)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

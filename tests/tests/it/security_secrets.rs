@@ -7,13 +7,13 @@
 //! `[telemetry] capture_content` opts in.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin::{foya, foya_bin, test_home};
+use foya_tests::foya_bin::{foya, test_home};
 use foya_tests::mock_provider::{MockProvider, MockResponse};
 use foya_tests::otlp::OtlpReceiver;
+use foya_tests::serve::Serve;
 use futures::StreamExt as _;
 use serde_json::json;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt as _;
 
 const KEY: &str = "sk-FOYA-CANARY-7f3a9c5e1d";
 const TOKEN: &str = "serve-token-1";
@@ -260,58 +260,25 @@ async fn the_sse_stream_of_serve_never_shows_the_key() {
     mock.push(echoing_stream());
     let receiver = OtlpReceiver::start().await;
     let tmp = tempfile::tempdir().unwrap();
-    let token_file = tmp.path().join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let mut child = tokio::process::Command::new(foya_bin())
-        .args(["serve", "--provider", "openai", "--base-url"])
-        .arg(format!("{}/v1", mock.base_url()))
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(tmp.path().join("data"))
-        .arg("--token-file")
-        .arg(&token_file)
-        .current_dir(tmp.path())
-        .env("OPENAI_API_KEY", KEY)
-        .env("HOME", test_home())
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
-        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
-        .env_remove("FOYA_DATA_DIR")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let base = tokio::io::BufReader::new(stdout)
-        .lines()
-        .next_line()
-        .await
-        .unwrap()
-        .unwrap();
-    let http = reqwest::Client::new();
-    let created: serde_json::Value = http
-        .post(format!("{base}/sessions"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"cwd": tmp.path(), "approval_mode": "ask"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = created["id"].as_str().unwrap();
-    let events = http
-        .get(format!("{base}/sessions/{id}/events?from_seq=1"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let sent = http
-        .post(format!("{base}/sessions/{id}/inputs"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"text": PROMPT}))
-        .send()
-        .await
-        .unwrap();
-    assert!(sent.status().is_success());
+    let base_url = format!("{}/v1", mock.base_url());
+    let serve = Serve::start(
+        tmp.path(),
+        TOKEN,
+        &["--provider", "openai", "--base-url", &base_url],
+        |c| {
+            c.current_dir(tmp.path())
+                .env("OPENAI_API_KEY", KEY)
+                .env("HOME", test_home())
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+                .env("OTEL_BSP_SCHEDULE_DELAY", "50");
+        },
+    )
+    .await;
+    let id = serve
+        .create_session(&json!({"cwd": tmp.path(), "approval_mode": "ask"}))
+        .await;
+    let events = serve.events(&id, false).await;
+    serve.submit(&id, PROMPT).await;
     let mut body = events.bytes_stream();
     let mut seen = String::new();
     tokio::time::timeout(Duration::from_secs(60), async {
@@ -325,15 +292,7 @@ async fn the_sse_stream_of_serve_never_shows_the_key() {
     assert!(seen.contains("[redacted]"), "{seen}");
     assert_no_key("the SSE stream", &seen);
     // The metrics and the exported traces neither (nor the prompt).
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = serve.get("/metrics").await.text().await.unwrap();
     assert!(
         metrics.contains("foya_turns_finished_total{status=\"completed\"} 1"),
         "{metrics}"

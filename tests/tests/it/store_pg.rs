@@ -4,7 +4,8 @@
 //! and an image uploaded through one reaches the model through the other (attachments
 //! live in the store); `foya run --store` then `foya sessions list/show --store` read the
 //! same log, and so do `foya chat --store`, `foya node --store` (its cluster listing) and
-//! `foya loadtest --store` (whose report gives the append latency); a redb-only tool
+//! `foya loadtest --store` (whose report gives the append latency); a server's `/metrics`
+//! shows the PostgreSQL writer's batches (commit time and size); a redb-only tool
 //! refuses a shared store. The kill -9 tests on PostgreSQL are in `crash_restart.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -609,4 +610,81 @@ fn loadtest_on_a_postgres_store_completes_and_reports_the_append_latency() {
     }
     // The 20 sessions are in the store.
     assert_eq!(listed_in(&store).len(), 20);
+}
+
+/// The value of the unlabelled sample `name` in the metrics' text.
+fn unlabelled(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_a_postgres_store_reports_its_group_commits_in_metrics() {
+    use eventsource_stream::Eventsource as _;
+    use futures::StreamExt as _;
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path().join("work");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let mut server = serve(&store, &tmp.path().join("data"), &cwd).await;
+    let http = reqwest::Client::new();
+    let id = create(&http, &server).await;
+    let events = http
+        .get(format!("{}/sessions/{id}/events", server.base))
+        .send()
+        .await
+        .unwrap();
+    let mut events = events.bytes_stream().eventsource().boxed();
+    let accepted = http
+        .post(format!("{}/sessions/{id}/inputs", server.base))
+        .json(&json!({"text": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), reqwest::StatusCode::ACCEPTED);
+    tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let sse = events.next().await.unwrap().unwrap();
+            if sse.event == "event" && sse.data.contains("\"type\":\"turn_complete\"") {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the turn completed");
+    let text = http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The PostgreSQL writer's batches (its `foya_append` statements), timed and sized:
+    // only the store's commit observer fills these (the appends are timed apart).
+    let commits = unlabelled(&text, "foya_store_commit_seconds_count");
+    assert!(commits >= 1.0, "{text}");
+    assert!(
+        unlabelled(&text, "foya_store_commit_seconds_sum") > 0.0,
+        "{text}"
+    );
+    assert!(
+        unlabelled(&text, "foya_store_commit_events_count") >= 1.0,
+        "{text}"
+    );
+    // The session's creation and its turn's events (`session_created`, `user_message`,
+    // `turn_started`, the assistant's message; the report of the last batch, with
+    // `turn_complete`, may follow its acknowledgement).
+    assert!(
+        unlabelled(&text, "foya_store_commit_events_sum") >= 4.0,
+        "{text}"
+    );
+    assert!(
+        unlabelled(&text, "foya_store_commit_appends_count") >= 1.0,
+        "{text}"
+    );
+    server.child.start_kill().unwrap();
+    let _ = server.child.wait().await;
 }

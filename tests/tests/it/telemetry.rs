@@ -410,13 +410,7 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
     .await
     .expect("the second turn's step starts");
     // Its request reached the model (so the slow answer is taken, not left for the next).
-    tokio::time::timeout(TIMEOUT, async {
-        while mock.requests().len() < 3 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the second turn's request reaches the model");
+    mock.wait_for_requests(3).await;
     let cancelled = serve
         .post(&format!("/sessions/{id}/cancel"))
         .send()
