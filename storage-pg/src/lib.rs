@@ -56,6 +56,7 @@
 #![warn(missing_docs)]
 
 mod attachments;
+pub mod directory;
 pub mod lease;
 mod migrate;
 pub mod shard;
@@ -64,6 +65,7 @@ pub mod testkit;
 mod writer;
 
 pub use attachments::{ANSWER_WITHIN, PgAttachments};
+pub use directory::{Directory, Placement};
 pub use lease::{
     ClaimError, EpochRegression, LeaseError, LeaseKeeper, LeaseOptions, LeaseStatus, LiveNode,
     NodeLease,
