@@ -20,6 +20,7 @@ pub mod hooks;
 pub mod listen;
 pub mod mcp;
 pub mod node;
+pub mod node_http;
 mod render;
 pub mod run;
 pub mod sessions;
