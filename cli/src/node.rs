@@ -193,6 +193,7 @@ async fn serve(
         Some((service, listener, cwd, attachments)) => {
             if let Ok(addr) = listener.local_addr() {
                 eprintln!("foya node: HTTP API at http://{addr}");
+                eprintln!("foya node: metrics at http://{addr}/metrics");
             }
             let directory = match crate::shared_store::url(&args.store) {
                 Some(url) => Some(crate::node_http::directory(url, &name)?),
