@@ -154,7 +154,7 @@ async fn serve(
     let metrics_stop = tokio_util::sync::CancellationToken::new();
     // `--http` with an HTTP service: `foya serve`'s API over this node's runtime, started
     // once the cluster node is (below); its sessions set up as `foya serve`'s.
-    let (metrics_listener, mut http) = match (metrics_listener, http_service) {
+    let (metrics_listener, http) = match (metrics_listener, http_service) {
         (Some(listener), Some(service)) => {
             let cwd = crate::setup::working_dir(None)?;
             let attachments =
@@ -189,7 +189,7 @@ async fn serve(
     let node = ClusterNode::start(runtime, config)
         .await
         .context("cannot start the cluster node")?;
-    let http_task = match http.take() {
+    let http_task = match http {
         Some((service, listener, cwd, attachments)) => {
             if let Ok(addr) = listener.local_addr() {
                 eprintln!("foya node: HTTP API at http://{addr}");

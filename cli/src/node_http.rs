@@ -107,6 +107,23 @@ pub trait SessionDirectory: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'a, anyhow::Result<HashMap<SessionId, String>>>;
 }
 
+/// The HTTP base URL in a node's registered address (`foya_nodes.address`): the address
+/// itself when it is `http://HOST:PORT`, else its `http=HOST:PORT` part (the form
+/// `cluster=HOST:PORT http=HOST:PORT` a node registers with its lease); `None` when it
+/// names no HTTP address.
+#[must_use]
+pub fn http_address(registered: &str) -> Option<String> {
+    let registered = registered.trim();
+    if registered.starts_with("http://") || registered.starts_with("https://") {
+        return Some(registered.trim_end_matches('/').to_owned());
+    }
+    registered
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix("http="))
+        .filter(|a| !a.is_empty())
+        .map(|a| format!("http://{a}"))
+}
+
 /// The directory of the shared store at `url` for node `node`.
 ///
 /// # Errors
@@ -148,8 +165,8 @@ mod pg {
                         Placement::Here
                     }
                     foya_storage_pg::Placement::Owned { owner, .. } => Placement::Owner {
+                        address: owner.address.as_deref().and_then(super::http_address),
                         node: owner.node,
-                        address: owner.address,
                     },
                     foya_storage_pg::Placement::Unowned { leased, .. } => {
                         Placement::Unowned { leased }
@@ -216,3 +233,22 @@ pub struct NodeHttp {
 /// The HTTP service of `foya node --http` (the `foya` binary's: `foya serve`'s API); it
 /// returns when `NodeHttp::stop` was cancelled and its connections are done.
 pub type HttpService = fn(NodeHttp) -> BoxFuture<'static, ()>;
+
+#[cfg(test)]
+mod tests {
+    use super::http_address;
+
+    #[test]
+    fn the_http_address_is_read_from_either_registered_form() {
+        assert_eq!(
+            http_address("http://127.0.0.1:7878/").as_deref(),
+            Some("http://127.0.0.1:7878")
+        );
+        assert_eq!(
+            http_address("cluster=127.0.0.1:4370 http=127.0.0.1:7878").as_deref(),
+            Some("http://127.0.0.1:7878")
+        );
+        assert_eq!(http_address("cluster=127.0.0.1:4370"), None);
+        assert_eq!(http_address(""), None);
+    }
+}
