@@ -2,11 +2,14 @@
 //! HTTP API for every session of the shared store, forwarding a request for a session
 //! another node owns to the HTTP address that node registered with its lease.
 //!
-//! Two real `foya node` processes on one PostgreSQL store. The owner table's rows are
-//! made here through `NodeLease` (a lease per node name, registered with the node's HTTP
-//! address, claiming the session's shard), so forwarding is tested on its own: while a
-//! test lease owns a shard the store refuses the node's own (unfenced) writes, so what
-//! goes through the owner here reads, or is refused before it writes.
+//! Two real `foya node` processes on one PostgreSQL store. When the nodes place shards
+//! themselves (each registers a lease and owns the sessions it creates), the session
+//! created on A is driven entirely through B. When they do not, the owner rows are made
+//! here through `NodeLease` (a lease per node name, registered with the node's HTTP
+//! address, claiming the session's shard) so forwarding is tested on its own: while a
+//! test lease owns a shard the store refuses the node's own (unfenced) writes, so the
+//! turn runs on A first and what then goes through B to A reads, or is refused before
+//! it writes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use eventsource_stream::Eventsource as _;
@@ -30,12 +33,11 @@ struct Node {
 
 /// `foya node --name NAME --http 127.0.0.1:0 --store STORE` in `dir`, scripted with
 /// `responses`.
-async fn node(name: &'static str, store: &str, dir: &Path, responses: &[&str]) -> Node {
+async fn node(name: &'static str, store: &str, dir: &Path, responses: &[Value]) -> Node {
     let own = dir.join(name);
     std::fs::create_dir_all(&own).unwrap();
     std::fs::write(own.join("cookie"), "cookie-1\n").unwrap();
     std::fs::write(own.join("token"), format!("{TOKEN}\n")).unwrap();
-    let responses: Vec<Value> = responses.iter().map(|t| json!({"text": t})).collect();
     std::fs::write(
         own.join("script.json"),
         json!({"responses": responses}).to_string(),
@@ -58,7 +60,7 @@ async fn node(name: &'static str, store: &str, dir: &Path, responses: &[&str]) -
         .arg(own.join("script.json"))
         .arg("--data-dir")
         .arg(own.join("data"))
-        .args(["--approval", "bypass"])
+        .args(["--max-steps", "7"])
         .current_dir(dir)
         .env("HOME", test_home())
         .env_remove("FOYA_DATA_DIR")
@@ -119,8 +121,11 @@ impl Node {
             .unwrap()
     }
 
-    async fn events(&self, id: &str, last_event_id: Option<u64>) -> Sse {
-        let mut req = self.req(reqwest::Method::GET, &format!("/sessions/{id}/events"));
+    async fn events(&self, id: &str, last_event_id: Option<u64>, query: &str) -> Sse {
+        let mut req = self.req(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/events{query}"),
+        );
         if let Some(last) = last_event_id {
             req = req.header("Last-Event-ID", last.to_string());
         }
@@ -173,14 +178,6 @@ impl Sse {
     }
 }
 
-fn completed(n: usize) -> impl Fn(&Value) -> bool {
-    let seen = std::sync::atomic::AtomicUsize::new(0);
-    move |e| {
-        e["type"] == "turn_complete"
-            && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n
-    }
-}
-
 fn seqs(events: &[Value]) -> Vec<u64> {
     events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
 }
@@ -216,38 +213,102 @@ async fn a_session_owned_by_one_node_is_served_through_another() {
     tokio::time::timeout(TIMEOUT, scenario()).await.unwrap();
 }
 
+/// Submits `text` through `node`, again with the same input id while the answer is 503
+/// (no live owner yet: a failover), as a client told `Retry-After` does.
+async fn submit_retrying(node: &Node, id: &str, text: &str) -> reqwest::Response {
+    let input_id = "0192f7d2-8a4e-7c1a-9d3b-000000000001";
+    loop {
+        let resp = node
+            .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+            .json(&json!({"text": text, "input_id": input_id}))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            return resp;
+        }
+        assert!(resp.headers().contains_key("retry-after"), "{resp:?}");
+    }
+}
+
 async fn scenario() {
     let store = foya_storage_pg::testkit::fresh_url().await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let mut a = node("a", &store, &dir, &["first answer"]).await;
-    let b = node("b", &store, &dir, &["after the move"]).await;
+    let write = json!({"tool_calls": [{"id": "call_1", "name": "write_file",
+        "arguments": {"path": "out.txt", "content": "hello"}}]});
+    let mut a = node("a", &store, &dir, &[write, json!({"text": "wrote it"})]).await;
+    let b = node("b", &store, &dir, &[json!({"text": "after the move"})]).await;
 
-    // Created on A, with `foya serve`'s defaults (cwd, approval mode, model); a turn
-    // run there while no node holds a lease (each node serves what it is asked).
+    // Created on A, with `foya serve`'s defaults (cwd, approval mode, --max-steps).
     let id = a.create().await;
-    let mut on_a = a.events(&id, None).await;
-    assert_eq!(on_a.node, "a");
-    let resp = a.submit(&id, "hello").await;
+    let directory = foya_storage_pg::Directory::new(&store).unwrap();
+    // Whether the nodes place shards themselves (each registers a lease and owns the
+    // shards of the sessions it creates); else the test makes the owner rows.
+    let (shard, nodes_own) = match directory.session(id.parse().unwrap()).await.unwrap() {
+        Placement::Owned { shard, owner } => {
+            assert_eq!(owner.node, "a");
+            (shard, true)
+        }
+        Placement::Unowned { shard, leased } => {
+            assert!(!leased);
+            (shard, false)
+        }
+        Placement::Unknown => panic!("no session {id}"),
+    };
+    // The turn: an approved tool call. Through B when A owns the session (every
+    // request forwarded to A); else on A itself (the store refuses a node's unfenced
+    // writes to a shard a test lease owns, so the test takes ownership only after).
+    let driver = if nodes_own { &b } else { &a };
+    let mut stream = driver.events(&id, Some(0), "?approver=true").await;
+    assert_eq!(stream.node, "a");
+    let resp = driver.submit(&id, "write hello").await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    let first = on_a.until(completed(1)).await;
-    drop(on_a);
+    served_by(&resp, "a");
+    let mut first = stream.until(of_type("approval_requested")).await;
+    let request_id = first.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resp = driver
+        .req(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/approvals/{request_id}"),
+        )
+        .json(&json!({"decision": "allow_once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    served_by(&resp, "a");
+    first.extend(stream.until(of_type("turn_complete")).await);
+    drop(stream);
+    assert_eq!(seqs(&first), (1..=first.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out.txt")).unwrap(),
+        "hello"
+    );
     let created = &first[0];
     assert_eq!(created["type"], "session_created");
-    assert_eq!(created["config"]["approval_mode"], "bypass", "{created}");
+    assert_eq!(created["config"]["approval_mode"], "ask", "{created}");
+    assert_eq!(created["config"]["max_steps"], 7, "{created}");
     assert_eq!(created["config"]["cwd"], json!(dir), "{created}");
 
-    // A owns the session's shard; B is a node of the cluster too.
-    let shard = shard_of(&store, &id).await;
-    let lease_a = own(&store, &a, shard).await;
-    let lease_b = NodeLease::register_at(
-        &store,
-        b.name,
-        Some(&b.base),
-        LeaseOptions::new(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
+    // Without node leases: A owns the session's shard, B is a node of the cluster too.
+    let test_leases = if nodes_own {
+        None
+    } else {
+        let lease_a = own(&store, &a, shard).await;
+        let lease_b = NodeLease::register_at(
+            &store,
+            b.name,
+            Some(&b.base),
+            LeaseOptions::new(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+        Some((lease_a, lease_b))
+    };
 
     // B's guard and token come first: nothing reaches A without them.
     let events_path = format!("/sessions/{id}/events");
@@ -272,9 +333,9 @@ async fn scenario() {
         .await
         .unwrap();
     assert_eq!(foreign_origin.status(), StatusCode::FORBIDDEN);
-    // A browser page of B itself may call (its Origin is B's, not A's).
+    // A page of B itself may call (its Origin is B's, not A's).
     let own_origin = b
-        .req(reqwest::Method::GET, &format!("/sessions/{id}/events"))
+        .req(reqwest::Method::GET, &events_path)
         .header("Origin", &b.base)
         .header("Last-Event-ID", first.len().to_string())
         .send()
@@ -284,7 +345,7 @@ async fn scenario() {
     served_by(&own_origin, "a");
     drop(own_origin);
 
-    // Requests with bodies are forwarded to A and answered by it.
+    // Bodies are forwarded to A and answered by it.
     let bad = b
         .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
         .json(&json!({"text": "x", "imagez": []}))
@@ -353,36 +414,40 @@ async fn scenario() {
 
     // The event stream through B, resumed with Last-Event-ID: from A, no duplicate.
     let resume_at = 2;
-    let mut through_b = b.events(&id, Some(resume_at)).await;
+    let mut through_b = b.events(&id, Some(resume_at), "").await;
     assert_eq!(through_b.node, "a");
-    let mut seen = through_b.until(completed(1)).await;
+    let mut seen = through_b.until(of_type("turn_complete")).await;
     assert_eq!(
         seqs(&seen),
         ((resume_at + 1)..=first.len() as u64).collect::<Vec<_>>()
     );
 
-    // A dies, its shard is released and no node leases any more: B's stream follows the
-    // session to B itself, which runs the next input; the client sees no gap and no
-    // duplicate across the move.
-    lease_a.release(shard).await.unwrap();
-    lease_a.shutdown().await.unwrap();
-    lease_b.shutdown().await.unwrap();
+    // A dies (kill -9) and its shard goes to B: B's open stream follows the session to
+    // B, which runs the next input; the client sees no gap and no duplicate.
+    if let Some((lease_a, lease_b)) = test_leases {
+        // Released, and no node leases any more: B serves it (unfenced, as allowed).
+        lease_a.release(shard).await.unwrap();
+        lease_a.shutdown().await.unwrap();
+        lease_b.shutdown().await.unwrap();
+    }
     a.child.start_kill().unwrap();
     let _ = a.child.wait().await;
-    let resp = b.submit(&id, "again").await;
+    let resp = submit_retrying(&b, &id, "again").await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     served_by(&resp, "b");
-    seen.extend(through_b.until(completed(1)).await);
-    assert_eq!(
-        seqs(&seen),
-        ((resume_at + 1)..=seen.last().unwrap()["seq"].as_u64().unwrap()).collect::<Vec<_>>()
-    );
+    seen.extend(through_b.until(of_type("turn_complete")).await);
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(seqs(&seen), ((resume_at + 1)..=last).collect::<Vec<_>>());
     let answers: Vec<&Value> = seen
         .iter()
         .filter(|e| e["type"] == "assistant_message")
         .collect();
-    assert_eq!(answers.len(), 2, "{seen:#?}");
+    assert_eq!(answers.len(), 3, "{seen:#?}");
     drop(b);
+}
+
+fn of_type(t: &'static str) -> impl Fn(&Value) -> bool {
+    move |e| e["type"] == t
 }
 
 /// A well-formed approval request id no session has.
@@ -396,7 +461,7 @@ async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
         let store = foya_storage_pg::testkit::fresh_url().await;
         let tmp = tempfile::tempdir().unwrap();
         let dir = std::fs::canonicalize(tmp.path()).unwrap();
-        let b = node("b", &store, &dir, &["unused"]).await;
+        let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
         let id = b.create().await;
         // A cluster that places shards (a live lease), the session's shard owned by none
         // (its owner died: a failover in progress).
