@@ -238,17 +238,14 @@ async fn serve(
             .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
             .await;
     }
+    // The HTTP service's connections may hold the runtime (so `shutdown` leaves it
+    // running): it is closed by reference once the service stopped, as `foya serve` does.
+    let http_runtime = http_task.as_ref().map(|_| node.shared_runtime());
+    node.shutdown().await;
     metrics_stop.cancel();
-    match http_task {
-        // The HTTP service's connections may hold the runtime: stop it, then close the
-        // runtime by reference (as `foya serve` does).
-        Some(task) => {
-            let runtime = node.shared_runtime();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
-            drop(node.stop().await);
-            runtime.close().await;
-        }
-        None => node.shutdown().await,
+    if let (Some(task), Some(runtime)) = (http_task, http_runtime) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+        runtime.close().await;
     }
     if let Some(telemetry) = telemetry {
         telemetry.shutdown().await;

@@ -237,8 +237,15 @@ async fn scenario() {
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
     let write = json!({"tool_calls": [{"id": "call_1", "name": "write_file",
         "arguments": {"path": "out.txt", "content": "hello"}}]});
-    let mut a = node("a", &store, &dir, &[write, json!({"text": "wrote it"})]).await;
-    let b = node("b", &store, &dir, &[json!({"text": "after the move"})]).await;
+    // One script for both (a scripted model answers with response N+1 after N
+    // assistant messages of the session, wherever it runs).
+    let script = [
+        write,
+        json!({"text": "wrote it"}),
+        json!({"text": "after the move"}),
+    ];
+    let mut a = node("a", &store, &dir, &script).await;
+    let b = node("b", &store, &dir, &script).await;
 
     // Created on A, with `foya serve`'s defaults (cwd, approval mode, --max-steps).
     let id = a.create().await;
