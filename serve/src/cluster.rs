@@ -14,7 +14,9 @@
 //! proxied request carries [`FORWARDED_BY`]: its receiver serves it itself (one hop at
 //! most). While the session's shard has no live owner (a failover in progress), the
 //! request waits up to [`OWNER_WAIT`] for one, then is answered 503 `no_owner` with
-//! `Retry-After`. `GET /sessions/{id}` (the summary) and the lists read the shared
+//! `Retry-After`; an owner that cannot be connected to (dead, its lease not expired yet) is
+//! looked up again and the request sent there, for as long, then 502 `owner_unreachable`.
+//! `GET /sessions/{id}` (the summary) and the lists read the shared
 //! store here; every response says which node served it ([`SERVED_BY`]).
 //!
 //! An event stream (`GET /sessions/{id}/events`) proxied from the owner follows the
@@ -140,10 +142,7 @@ pub(crate) async fn route(State(state): State<AppState>, request: Request, next:
                 follow(state.clone(), cluster, session, base, request).await
             } else {
                 let (parts, body) = request_parts(request);
-                match send_body(&cluster, &base, &parts, body, None).await {
-                    Ok(upstream) => relay(upstream),
-                    Err(response) => response,
-                }
+                forward(&state, &cluster, session, base, &parts, body).await
             }
         }
         Err(response) => response,
@@ -260,7 +259,7 @@ async fn send(
     base: &str,
     parts: &Parts,
     last_event_id: Option<u64>,
-) -> Result<reqwest::Response, Response> {
+) -> Result<reqwest::Response, reqwest::Error> {
     send_body(cluster, base, parts, None, last_event_id).await
 }
 
@@ -270,7 +269,7 @@ async fn send_body(
     parts: &Parts,
     body: Option<Body>,
     last_event_id: Option<u64>,
-) -> Result<reqwest::Response, Response> {
+) -> Result<reqwest::Response, reqwest::Error> {
     let url = format!("{base}{}", parts.path_and_query);
     let mut builder = cluster.http.request(parts.method.clone(), &url);
     for (name, value) in &parts.headers {
@@ -285,18 +284,89 @@ async fn send_body(
     if let Some(body) = body {
         builder = builder.body(reqwest::Body::wrap_stream(body.into_data_stream()));
     }
-    builder.send().await.map_err(|e| {
-        let mut response = ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "owner_unreachable",
-            format!("the node serving this session at {base} cannot be reached: {e}"),
-        )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
-        response
-    })
+    builder.send().await
+}
+
+/// 502 `owner_unreachable` (with `Retry-After`): the owner at `base` did not answer.
+fn unreachable(base: &str, e: &reqwest::Error) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "owner_unreachable",
+        format!("the node serving this session at {base} cannot be reached: {e}"),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+    response
+}
+
+/// Bodies of at most this many bytes (with a `Content-Length`) are kept while forwarded,
+/// so that a request the owner could not be reached for is sent again; longer ones are
+/// streamed once.
+const KEPT_BODY: usize = 1024 * 1024;
+
+/// A forwarded request's body.
+enum Outgoing {
+    None,
+    Kept(Bytes),
+    Streamed(Option<Body>),
+}
+
+/// Forwards a request to the owner at `base`. When the owner cannot be connected to (it
+/// died and its lease has not expired yet, or it just handed the shard off: the request
+/// never reached it), the owner is looked up again and the request sent there, for up
+/// to [`OWNER_WAIT`] (a streamed body is sent once).
+async fn forward(
+    state: &AppState,
+    cluster: &Cluster,
+    session: SessionId,
+    mut base: String,
+    parts: &Parts,
+    body: Option<Body>,
+) -> Response {
+    let length = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let mut outgoing = match body {
+        None => Outgoing::None,
+        Some(body) if length.is_some_and(|n| n <= KEPT_BODY) => {
+            match axum::body::to_bytes(body, KEPT_BODY).await {
+                Ok(bytes) => Outgoing::Kept(bytes),
+                Err(e) => {
+                    return ApiError::bad_request(format!("cannot read the body: {e}"))
+                        .into_response();
+                }
+            }
+        }
+        Some(body) => Outgoing::Streamed(Some(body)),
+    };
+    let deadline = Instant::now() + OWNER_WAIT;
+    loop {
+        let (body, again) = match &mut outgoing {
+            Outgoing::None => (None, true),
+            Outgoing::Kept(bytes) => (Some(Body::from(bytes.clone())), true),
+            Outgoing::Streamed(body) => (body.take(), false),
+        };
+        let e = match send_body(cluster, &base, parts, body, None).await {
+            Ok(upstream) => return relay(upstream),
+            Err(e) => e,
+        };
+        if !(again && e.is_connect()) || Instant::now() + POLL > deadline {
+            return unreachable(&base, &e);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            () = state.shutdown.cancelled() => return unreachable(&base, &e),
+        }
+        base = match resolve(cluster, session, &state.shutdown).await {
+            Ok(Route::Local) => cluster.own.clone(),
+            Ok(Route::Remote(next)) => next,
+            Err(response) => return response,
+        };
+    }
 }
 
 /// The owner's response, its body streamed.
@@ -326,7 +396,11 @@ async fn follow(
     let (parts, body) = request_parts(request);
     let upstream = match send_body(&cluster, &base, &parts, body, None).await {
         Ok(upstream) => upstream,
-        Err(response) => return response,
+        // The owner did not answer: wherever the session is served next.
+        Err(e) => match reconnect(&state, &cluster, session, &parts, None).await {
+            Some(upstream) => upstream,
+            None => return unreachable(&base, &e),
+        },
     };
     let is_stream = upstream
         .headers()
