@@ -53,7 +53,7 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<(), foya_cli::exit::CommandErro
         Command::Sessions { command } => foya_cli::sessions::sessions(command).await,
         Command::Serve(args) => foya_serve::serve(args).await,
         Command::Chat(args) => foya_cli::chat::chat(args).await,
-        Command::Node(args) => foya_cli::node::node(args).await,
+        Command::Node(args) => foya_cli::node::node_with(args, Some(foya_serve::node_http)).await,
         Command::SimServer(args) => foya_loadtest::sim_server::sim_server(args).await,
         Command::Loadtest(args) => foya_loadtest::loadtest(*args).await,
         Command::Store { command } => foya_cli::store_cmd::store(command).await,
@@ -128,7 +128,7 @@ mod tests {
         .into_iter()
         .map(|argv| match Cli::try_parse_from(argv).unwrap().command {
             Command::Run(args) => args.steps.max_steps,
-            Command::Serve(args) => args.steps.max_steps,
+            Command::Serve(args) => args.service.steps.max_steps,
             Command::Chat(args) => args.steps.max_steps,
             _ => 0,
         })

@@ -22,6 +22,7 @@ pub mod mcp;
 pub mod node;
 #[cfg(feature = "postgres")]
 pub mod node_shards;
+pub mod node_http;
 mod render;
 pub mod run;
 pub mod sessions;

@@ -41,8 +41,9 @@ pub struct NodeArgs {
     /// joins under a name a running node holds is refused and exits with status 1.
     #[arg(long)]
     pub(crate) name: Option<String>,
-    /// Serve `GET /metrics` (Prometheus text; docs/observability.md) on this address
-    /// (HOST:PORT). A loopback address unless --token-file is given.
+    /// Serve the HTTP API of `foya serve` (docs/http-api.md: every session of the
+    /// cluster, the web view, `GET /metrics`) on this address (HOST:PORT; port 0 picks a
+    /// free one). A loopback address unless --token-file is given.
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) http: Option<String>,
     /// File holding the bearer token `--http` requires (`Authorization: Bearer TOKEN`).
@@ -54,6 +55,9 @@ pub struct NodeArgs {
     pub(crate) data: DataDirArg,
     #[command(flatten)]
     pub(crate) store: crate::args::StoreArg,
+    /// `foya serve`'s flags for `--http` (the guard, defaults of sessions created over it).
+    #[command(flatten)]
+    pub(crate) service: crate::node_http::ServiceArgs,
 }
 
 /// Reads a cookie file (surrounding whitespace ignored); prints why not and returns
@@ -77,13 +81,29 @@ pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
 /// # Errors
 /// An unreadable or empty cookie file (usage); the node cannot start.
 pub async fn node(args: NodeArgs) -> Result<(), CommandError> {
+    node_with(args, None).await
+}
+
+/// [`node`], with `--http` served by `http` (the `foya` binary's: `foya serve`'s API;
+/// without one, `--http` serves `GET /metrics` alone).
+///
+/// # Errors
+/// As [`node`].
+pub async fn node_with(
+    args: NodeArgs,
+    http: Option<crate::node_http::HttpService>,
+) -> Result<(), CommandError> {
     let Some(cookie) = read_cookie(&args.cookie_file) else {
         return Err(Ended::Usage.into());
     };
-    Ok(serve(args, cookie).await?)
+    Ok(serve(args, cookie, http).await?)
 }
 
-async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
+async fn serve(
+    args: NodeArgs,
+    cookie: String,
+    http_service: Option<crate::node_http::HttpService>,
+) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("no current directory")?;
     let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
     // Check the address before anything is created on disk (as `foya serve` binds first):
@@ -144,6 +164,7 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     };
     // --- end of shard ownership's setup
     let shared = store.is_shared();
+    let http_store = store.clone();
     let mut config = crate::setup::runtime_config(store, model)?;
     #[cfg(feature = "postgres")]
     if let Some(shard_node) = &shard_node {
@@ -152,13 +173,24 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     // Sessions created through the cluster without a provider or model (the embedding
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
     config.default_provider.clone_from(&args.provider.provider);
-    config.default_model = model_name;
+    config.default_model.clone_from(&model_name);
     // Metrics when served (--http); traces when OTEL_* or `[telemetry]` ask.
     let telemetry = crate::setup::telemetry(metrics_listener.is_some())?;
     if let Some(telemetry) = &telemetry {
         config = telemetry.instrument(config);
     }
     let metrics_stop = tokio_util::sync::CancellationToken::new();
+    // `--http` with an HTTP service: `foya serve`'s API over this node's runtime, started
+    // once the cluster node is (below); its sessions set up as `foya serve`'s.
+    let (metrics_listener, http) = match (metrics_listener, http_service) {
+        (Some(listener), Some(service)) => {
+            let cwd = crate::setup::working_dir(None)?;
+            let attachments =
+                crate::node_http::configure(&mut config, &args.service, &cwd, &dir, &http_store)?;
+            (None, Some((service, listener, cwd, attachments)))
+        }
+        (listener, _) => (listener, None),
+    };
     if let (Some(listener), Some(telemetry)) = (metrics_listener, &telemetry) {
         if let Ok(addr) = listener.local_addr() {
             eprintln!("foya node: metrics at http://{addr}/metrics");
@@ -166,7 +198,7 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         tokio::spawn(foya_telemetry::http::serve_metrics(
             listener,
             telemetry.clone(),
-            token,
+            token.clone(),
             metrics_stop.clone(),
         ));
     }
@@ -188,6 +220,35 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
     let node = ClusterNode::start(runtime, config)
         .await
         .context("cannot start the cluster node")?;
+    let http_task = match http {
+        Some((service, listener, cwd, attachments)) => {
+            if let Ok(addr) = listener.local_addr() {
+                eprintln!("foya node: HTTP API at http://{addr}");
+                eprintln!("foya node: metrics at http://{addr}/metrics");
+            }
+            let directory = match crate::shared_store::url(&args.store) {
+                Some(url) => Some(crate::node_http::directory(url, &name)?),
+                None => None,
+            };
+            Some(tokio::spawn(service(crate::node_http::NodeHttp {
+                listener,
+                listen: args.http.clone().unwrap_or_default(),
+                runtime: node.shared_runtime(),
+                store: http_store,
+                data_dir: dir.clone(),
+                attachments,
+                token: token.clone(),
+                telemetry: telemetry.clone(),
+                cwd,
+                provider: args.provider.provider.clone(),
+                model: model_name,
+                service: args.service.clone(),
+                directory,
+                stop: metrics_stop.clone(),
+            })))
+        }
+        None => None,
+    };
     // A second process refused by the data dir's lock names this address (a shared
     // store takes no data-dir lock).
     if !shared {
@@ -231,8 +292,15 @@ async fn serve(args: NodeArgs, cookie: String) -> anyhow::Result<()> {
         shards.shutdown().await;
     }
     // --- end of shard ownership's run
+    // The HTTP service's connections may hold the runtime (so `shutdown` leaves it
+    // running): it is closed by reference once the service stopped, as `foya serve` does.
+    let http_runtime = http_task.as_ref().map(|_| node.shared_runtime());
     node.shutdown().await;
     metrics_stop.cancel();
+    if let (Some(task), Some(runtime)) = (http_task, http_runtime) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+        runtime.close().await;
+    }
     if let Some(telemetry) = telemetry {
         telemetry.shutdown().await;
     }

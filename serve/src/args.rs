@@ -1,8 +1,7 @@
 //! The arguments of `foya serve`.
 
 use clap::Args;
-use foya_cli::args::{DataDirArg, MaxStepsArg, ProviderArgs, parse_approval};
-use foya_protocol::ApprovalMode;
+use foya_cli::args::{DataDirArg, ProviderArgs};
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -20,28 +19,8 @@ pub struct ServeArgs {
     /// File holding the bearer token every request must carry.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// Another name this server answers to (HOST or HOST:PORT; repeatable), e.g. a
-    /// reverse proxy's: requests whose Host or Origin names neither this nor the listen
-    /// address, localhost, 127.0.0.1 or [::1] (with the port) are refused.
-    #[arg(long, value_name = "HOST[:PORT]")]
-    #[allow(
-        rustdoc::broken_intra_doc_links,
-        reason = "the text is the flag's --help, where [::1] is an address, not a link"
-    )]
-    pub allowed_host: Vec<String>,
-    /// Approval mode of sessions created without one.
-    #[arg(long, default_value = "ask", value_parser = parse_approval)]
-    pub approval: ApprovalMode,
-    // `--max-steps`: of sessions created without one.
+    /// The guard and the defaults of sessions created over HTTP (shared with `foya node
+    /// --http`).
     #[command(flatten)]
-    pub steps: MaxStepsArg,
-    /// Ask the model for a title on each session's first input (an extra request).
-    #[arg(long)]
-    pub generate_titles: bool,
-    #[command(flatten)]
-    pub compaction: foya_cli::context_config::CompactionArg,
-    /// MCP servers: `--mcp`/`--no-mcp` choose those of sessions created without
-    /// `mcp_servers`.
-    #[command(flatten)]
-    pub mcp: foya_cli::mcp::McpArgs,
+    pub service: foya_cli::node_http::ServiceArgs,
 }

@@ -14,6 +14,7 @@
 //! only dispatches to [`serve`].
 
 mod args;
+mod cluster;
 mod error;
 mod events;
 mod guard;
@@ -79,6 +80,9 @@ pub(crate) struct AppState {
     pub(crate) guard: Arc<guard::Guard>,
     /// Traces and metrics (`GET /metrics`); `None`: off.
     pub(crate) telemetry: Option<foya_telemetry::Telemetry>,
+    /// `foya node --http` on a shared store: which node serves each session
+    /// (`cluster.rs`); `None`: every session here.
+    pub(crate) cluster: Option<Arc<cluster::Cluster>>,
 }
 
 /// The router over `state` (every route of [`routes::route_table`]; in front of them
@@ -98,6 +102,10 @@ pub(crate) fn router(state: AppState) -> Router {
         })
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::route,
+        ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.guard),
@@ -166,7 +174,7 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
     let cwd = foya_cli::setup::working_dir(None).map_err(usage)?;
     let (model, model_name) = foya_cli::setup::model_client(&args.provider, &cwd).map_err(usage)?;
     let auto_compact =
-        foya_cli::context_config::auto_compact(&cwd, args.compaction).map_err(usage)?;
+        foya_cli::context_config::auto_compact(&cwd, args.service.compaction).map_err(usage)?;
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -192,8 +200,13 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
         .local_addr()
         .context("no local address")
         .map_err(failed)?;
-    let guard = guard::Guard::new(&args.listen, addr, &args.allowed_host, token.is_some())
-        .map_err(usage)?;
+    let guard = guard::Guard::new(
+        &args.listen,
+        addr,
+        &args.service.allowed_host,
+        token.is_some(),
+    )
+    .map_err(usage)?;
     let dir = foya_cli::data::data_dir(args.data.data_dir.as_deref()).map_err(usage)?;
     let store: foya_storage::LogStore = match foya_cli::shared_store::url(&args.store) {
         Some(url) => foya_cli::shared_store::open(url).await.map_err(failed)?,
@@ -201,11 +214,11 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
     };
     let attachments = foya_cli::data::attachments(&dir, &store);
     let mut config = foya_cli::setup::runtime_config(store.clone(), model).map_err(usage)?;
-    config.mcp = foya_cli::mcp::load(&cwd, &args.mcp).map_err(usage)?;
+    config.mcp = foya_cli::mcp::load(&cwd, &args.service.mcp).map_err(usage)?;
     let hooks = foya_cli::hooks::load(&cwd).map_err(usage)?;
     foya_cli::hooks::apply(&mut config, hooks, &dir);
     config.attachments = Some(Arc::clone(&attachments));
-    config.context.generate_titles = args.generate_titles;
+    config.context.generate_titles = args.service.generate_titles;
     config.context.auto_compact = auto_compact;
     // Metrics on by default (`GET /metrics`); traces when OTEL_* or `[telemetry]` ask.
     let telemetry = foya_cli::setup::telemetry(true).map_err(usage)?;
@@ -237,16 +250,17 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
         token,
         defaults: Arc::new(Defaults {
             cwd,
-            approval: args.approval,
+            approval: args.service.approval,
             provider: args.provider.provider.clone(),
             model: model_name,
-            max_steps: args.steps.max_steps,
-            mcp_servers: args.mcp.selection(),
+            max_steps: args.service.steps.max_steps,
+            mcp_servers: args.service.mcp.selection(),
         }),
         shutdown: shutdown.clone(),
         overview: Arc::default(),
         guard: Arc::new(guard),
         telemetry: telemetry.clone(),
+        cluster: None,
     };
     let app = router(state);
     let mut signals = foya_cli::signals::Signals::install().ok();
@@ -299,6 +313,60 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
         telemetry.shutdown().await;
     }
     ended
+}
+
+/// `foya node --http`: this service over the node's runtime until `http.stop` is
+/// cancelled (the node drained its turns first), forwarding requests for sessions other
+/// nodes own on a shared store (`cluster.rs`).
+pub fn node_http(
+    http: foya_cli::node_http::NodeHttp,
+) -> foya_cli::node_http::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        if let Err(e) = node_http_inner(http).await {
+            tracing::error!(target: LOG_TARGET, error = %e, "the node's HTTP service stopped");
+        }
+    })
+}
+
+async fn node_http_inner(http: foya_cli::node_http::NodeHttp) -> anyhow::Result<()> {
+    let addr = http.listener.local_addr().context("no local address")?;
+    let guard = guard::Guard::new(
+        &http.listen,
+        addr,
+        &http.service.allowed_host,
+        http.token.is_some(),
+    )?;
+    let cluster = match http.directory {
+        Some(directory) => Some(Arc::new(cluster::Cluster::new(
+            directory,
+            format!("http://{addr}"),
+        )?)),
+        None => None,
+    };
+    let state = AppState {
+        runtime: http.runtime,
+        store: http.store,
+        backups: http.data_dir.join("backups"),
+        attachments: http.attachments,
+        token: http.token,
+        defaults: Arc::new(Defaults {
+            cwd: http.cwd,
+            approval: http.service.approval,
+            provider: http.provider,
+            model: http.model,
+            max_steps: http.service.steps.max_steps,
+            mcp_servers: http.service.mcp.selection(),
+        }),
+        shutdown: http.stop.clone(),
+        overview: Arc::default(),
+        guard: Arc::new(guard),
+        telemetry: http.telemetry,
+        cluster,
+    };
+    axum::serve(http.listener, router(state))
+        .with_graceful_shutdown(http.stop.cancelled_owned())
+        .await?;
+    Ok(())
 }
 
 /// How the command ends for how the server task ended (an error is said at once).

@@ -24,14 +24,16 @@ pub(crate) async fn handle(state: &AppState, id: &str) -> Result<SessionHandle, 
 pub(crate) async fn readable_sessions(
     state: &AppState,
 ) -> Result<Vec<foya_protocol::SessionSummary>, ApiError> {
-    match state.store.as_redb() {
+    let mut sessions = match state.store.as_redb() {
         Some(store) => readable_redb(store),
         None => state
             .store
             .list_sessions(foya_storage::Page::ALL)
             .await
             .map_err(ApiError::internal),
-    }
+    }?;
+    super::cluster::annotate(state, &mut sessions).await;
+    Ok(sessions)
 }
 
 /// [`readable_sessions`] of the redb store (a survey: damage is local).

@@ -56,6 +56,7 @@
 #![warn(missing_docs)]
 
 mod attachments;
+pub mod directory;
 pub mod lease;
 mod migrate;
 mod ownership;
@@ -65,6 +66,7 @@ pub mod testkit;
 mod writer;
 
 pub use attachments::{ANSWER_WITHIN, PgAttachments};
+pub use directory::{Directory, Placement};
 pub use lease::{
     ClaimError, EpochRegression, LeaseError, LeaseKeeper, LeaseOptions, LeaseStatus, LiveNode,
     NodeLease,

@@ -154,6 +154,13 @@ impl ClusterNode {
         &self.runtime
     }
 
+    /// The local runtime, shared (e.g. with an HTTP service). While a clone is held,
+    /// [`ClusterNode::stop`] returns `None`: close it with [`Runtime::close`].
+    #[must_use]
+    pub fn shared_runtime(&self) -> Arc<Runtime> {
+        Arc::clone(&self.runtime)
+    }
+
     /// A client that reaches every node of the cluster through their gateways.
     #[must_use]
     pub fn client(&self) -> ClusterClient {

@@ -28,6 +28,7 @@ mod mcp;
 mod mcp_failures;
 mod mcp_names;
 mod mcp_serve;
+mod node_http;
 mod profile_retry;
 mod provider_responses;
 mod runtime;

@@ -1,0 +1,511 @@
+//! Any node serves any session: `foya node --store URL --http ADDR` serves `foya serve`'s
+//! HTTP API for every session of the shared store, forwarding a request for a session
+//! another node owns to the HTTP address that node registered with its lease.
+//!
+//! Two real `foya node` processes on one PostgreSQL store. When the nodes place shards
+//! themselves (each registers a lease and owns the sessions it creates), the session
+//! created on A is driven entirely through B. When they do not, the owner rows are made
+//! here through `NodeLease` (a lease per node name, registered with the node's HTTP
+//! address, claiming the session's shard) so forwarding is tested on its own: while a
+//! test lease owns a shard the store refuses the node's own (unfenced) writes, so the
+//! turn runs on A first and what then goes through B to A reads, or is refused before
+//! it writes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use eventsource_stream::Eventsource as _;
+use foya_storage_pg::{LeaseOptions, NodeLease, Placement};
+use foya_tests::foya_bin::{foya_bin, test_home};
+use futures::StreamExt as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt as _;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const TOKEN: &str = "node-http-token";
+
+struct Node {
+    child: tokio::process::Child,
+    base: String,
+    name: &'static str,
+}
+
+/// `foya node --name NAME --http 127.0.0.1:0 --store STORE` in `dir`, scripted with
+/// `responses`.
+async fn node(name: &'static str, store: &str, dir: &Path, responses: &[Value]) -> Node {
+    let own = dir.join(name);
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(own.join("cookie"), "cookie-1\n").unwrap();
+    std::fs::write(own.join("token"), format!("{TOKEN}\n")).unwrap();
+    std::fs::write(
+        own.join("script.json"),
+        json!({"responses": responses}).to_string(),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(foya_bin())
+        .args(["node", "--name", name, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--http", "127.0.0.1:0", "--store", store])
+        .arg("--cookie-file")
+        .arg(own.join("cookie"))
+        .arg("--token-file")
+        .arg(own.join("token"))
+        .args(["--provider", "scripted", "--script"])
+        .arg(own.join("script.json"))
+        .arg("--data-dir")
+        .arg(own.join("data"))
+        .args(["--max-steps", "7"])
+        .current_dir(dir)
+        .env("HOME", test_home())
+        .env_remove("FOYA_DATA_DIR")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let base = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let line = stderr.next_line().await.unwrap().expect("the node exited");
+            if let Some(url) = line.strip_prefix("foya node: HTTP API at ") {
+                return url.to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the HTTP address is printed");
+    // Keep reading its log (a full pipe would stall it).
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = tokio::time::timeout(TIMEOUT, stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(listening.contains("listening on"), "{listening}");
+    Node { child, base, name }
+}
+
+impl Node {
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        reqwest::Client::new()
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+    }
+
+    async fn create(&self) -> String {
+        let resp = self
+            .req(reqwest::Method::POST, "/sessions")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        served_by(&resp, self.name);
+        let body: Value = resp.json().await.unwrap();
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn submit(&self, id: &str, text: &str) -> reqwest::Response {
+        self.req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+            .json(&json!({"text": text}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn events(&self, id: &str, last_event_id: Option<u64>, query: &str) -> Sse {
+        let mut req = self.req(
+            reqwest::Method::GET,
+            &format!("/sessions/{id}/events{query}"),
+        );
+        if let Some(last) = last_event_id {
+            req = req.header("Last-Event-ID", last.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let node = resp.headers()["foya-node"].to_str().unwrap().to_owned();
+        Sse {
+            node,
+            inner: resp.bytes_stream().eventsource().boxed(),
+        }
+    }
+}
+
+fn served_by(resp: &reqwest::Response, node: &str) {
+    assert_eq!(
+        resp.headers().get("foya-node").map(|v| v.to_str().unwrap()),
+        Some(node),
+        "{resp:?}"
+    );
+}
+
+struct Sse {
+    /// The node that served the stream's start.
+    node: String,
+    inner: futures::stream::BoxStream<
+        'static,
+        Result<eventsource_stream::Event, eventsource_stream::EventStreamError<reqwest::Error>>,
+    >,
+}
+
+impl Sse {
+    /// The persisted events until one satisfies `stop` (ids checked against seqs).
+    async fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut events = Vec::new();
+        loop {
+            let sse = self.inner.next().await.unwrap().unwrap();
+            let data: Value = serde_json::from_str(&sse.data).unwrap();
+            match sse.event.as_str() {
+                "event" => {
+                    assert_eq!(sse.id, data["seq"].to_string());
+                    events.push(data.clone());
+                    if stop(&data) {
+                        return events;
+                    }
+                }
+                "delta" => {}
+                other => panic!("unexpected SSE event {other}: {data}"),
+            }
+        }
+    }
+}
+
+fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+/// A lease for node `node` registered with its HTTP address, holding `shard`.
+async fn own(store: &str, node: &Node, shard: u32) -> NodeLease {
+    let lease = NodeLease::register_at(
+        store,
+        node.name,
+        Some(&node.base),
+        LeaseOptions::new(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    lease.claim(shard).await.unwrap();
+    lease
+}
+
+async fn shard_of(store: &str, id: &str) -> u32 {
+    match foya_storage_pg::Directory::new(store)
+        .unwrap()
+        .session(id.parse().unwrap())
+        .await
+        .unwrap()
+    {
+        Placement::Unowned { shard, .. } | Placement::Owned { shard, .. } => shard,
+        Placement::Unknown => panic!("no session {id}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_owned_by_one_node_is_served_through_another() {
+    within(scenario()).await;
+}
+
+/// Runs a scenario under the global timeout, the binary built (or found up to date)
+/// before its clock starts.
+async fn within(scenario: impl std::future::Future<Output = ()>) {
+    tokio::task::spawn_blocking(foya_bin).await.unwrap();
+    tokio::time::timeout(TIMEOUT, scenario)
+        .await
+        .expect("the scenario finished in time");
+}
+
+/// Submits `text` through `node`, again with the same input id while the answer is 503
+/// (no live owner yet: a failover), as a client told `Retry-After` does.
+async fn submit_retrying(node: &Node, id: &str, text: &str) -> reqwest::Response {
+    let input_id = "0192f7d2-8a4e-7c1a-9d3b-000000000001";
+    loop {
+        let resp = node
+            .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+            .json(&json!({"text": text, "input_id": input_id}))
+            .send()
+            .await
+            .unwrap();
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            return resp;
+        }
+        assert!(resp.headers().contains_key("retry-after"), "{resp:?}");
+    }
+}
+
+async fn scenario() {
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let write = json!({"tool_calls": [{"id": "call_1", "name": "write_file",
+        "arguments": {"path": "out.txt", "content": "hello"}}]});
+    // One script for both (a scripted model answers with response N+1 after N
+    // assistant messages of the session, wherever it runs).
+    let script = [
+        write,
+        json!({"text": "wrote it"}),
+        json!({"text": "after the move"}),
+    ];
+    let mut a = node("a", &store, &dir, &script).await;
+    let b = node("b", &store, &dir, &script).await;
+
+    // Created on A, with `foya serve`'s defaults (cwd, approval mode, --max-steps).
+    let id = a.create().await;
+    let directory = foya_storage_pg::Directory::new(&store).unwrap();
+    // Whether the nodes place shards themselves (each registers a lease and owns the
+    // shards of the sessions it creates); else the test makes the owner rows.
+    let (shard, nodes_own) = match directory.session(id.parse().unwrap()).await.unwrap() {
+        Placement::Owned { shard, owner } => {
+            assert_eq!(owner.node, "a");
+            (shard, true)
+        }
+        Placement::Unowned { shard, leased } => {
+            assert!(!leased);
+            (shard, false)
+        }
+        Placement::Unknown => panic!("no session {id}"),
+    };
+    // The turn: an approved tool call. Through B when A owns the session (every
+    // request forwarded to A); else on A itself (the store refuses a node's unfenced
+    // writes to a shard a test lease owns, so the test takes ownership only after).
+    let driver = if nodes_own { &b } else { &a };
+    let mut stream = driver.events(&id, Some(0), "?approver=true").await;
+    assert_eq!(stream.node, "a");
+    let resp = driver.submit(&id, "write hello").await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    served_by(&resp, "a");
+    let mut first = stream.until(of_type("approval_requested")).await;
+    let request_id = first.last().unwrap()["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resp = driver
+        .req(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/approvals/{request_id}"),
+        )
+        .json(&json!({"decision": "allow_once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    served_by(&resp, "a");
+    first.extend(stream.until(of_type("turn_complete")).await);
+    drop(stream);
+    assert_eq!(seqs(&first), (1..=first.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("out.txt")).unwrap(),
+        "hello"
+    );
+    let created = &first[0];
+    assert_eq!(created["type"], "session_created");
+    assert_eq!(created["config"]["approval_mode"], "ask", "{created}");
+    assert_eq!(created["config"]["max_steps"], 7, "{created}");
+    assert_eq!(created["config"]["cwd"], json!(dir), "{created}");
+
+    // Without node leases: A owns the session's shard, B is a node of the cluster too.
+    let test_leases = if nodes_own {
+        None
+    } else {
+        let lease_a = own(&store, &a, shard).await;
+        let lease_b = NodeLease::register_at(
+            &store,
+            b.name,
+            Some(&b.base),
+            LeaseOptions::new(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+        Some((lease_a, lease_b))
+    };
+
+    // B's guard and token come first: nothing reaches A without them.
+    let events_path = format!("/sessions/{id}/events");
+    let anonymous = reqwest::Client::new()
+        .get(format!("{}{events_path}", b.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let foreign_host = b
+        .req(reqwest::Method::GET, &events_path)
+        .header("Host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign_host.status(), StatusCode::FORBIDDEN);
+    let foreign_origin = b
+        .req(reqwest::Method::POST, &format!("/sessions/{id}/cancel"))
+        .header("Origin", "http://evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign_origin.status(), StatusCode::FORBIDDEN);
+    // A page of B itself may call (its Origin is B's, not A's).
+    let own_origin = b
+        .req(reqwest::Method::GET, &events_path)
+        .header("Origin", &b.base)
+        .header("Last-Event-ID", first.len().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own_origin.status(), StatusCode::OK);
+    served_by(&own_origin, "a");
+    drop(own_origin);
+
+    // Bodies are forwarded to A and answered by it.
+    let bad = b
+        .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+        .json(&json!({"text": "x", "imagez": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    served_by(&bad, "a");
+    let empty = b.submit(&id, "").await;
+    assert_eq!(empty.status(), StatusCode::BAD_REQUEST);
+    served_by(&empty, "a");
+    let body: Value = empty.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "empty_input");
+    let unknown = b
+        .req(
+            reqwest::Method::POST,
+            &format!("/sessions/{id}/approvals/{}", uuid_like()),
+        )
+        .json(&json!({"decision": "allow_once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    served_by(&unknown, "a");
+
+    // Lists read the shared store on B, naming each session's node.
+    let list: Value = b
+        .req(reqwest::Method::GET, "/sessions")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == json!(id))
+        .unwrap();
+    assert_eq!(listed["node"], "a", "{list}");
+    let summary = b
+        .req(reqwest::Method::GET, &format!("/sessions/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(summary.status(), StatusCode::OK);
+    served_by(&summary, "b");
+    // The web view and `/metrics` are B's own.
+    let page = b.req(reqwest::Method::GET, "/").send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let metrics = b
+        .req(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    assert!(
+        metrics
+            .text()
+            .await
+            .unwrap()
+            .contains("foya_turns_started_total"),
+        "the node's metrics"
+    );
+
+    // The event stream through B, resumed with Last-Event-ID: from A, no duplicate.
+    let resume_at = 2;
+    let mut through_b = b.events(&id, Some(resume_at), "").await;
+    assert_eq!(through_b.node, "a");
+    let mut seen = through_b.until(of_type("turn_complete")).await;
+    assert_eq!(
+        seqs(&seen),
+        ((resume_at + 1)..=first.len() as u64).collect::<Vec<_>>()
+    );
+
+    // A dies (kill -9) and its shard goes to B: B's open stream follows the session to
+    // B, which runs the next input; the client sees no gap and no duplicate.
+    if let Some((lease_a, lease_b)) = test_leases {
+        // Released, and no node leases any more: B serves it (unfenced, as allowed).
+        lease_a.release(shard).await.unwrap();
+        lease_a.shutdown().await.unwrap();
+        lease_b.shutdown().await.unwrap();
+    }
+    a.child.start_kill().unwrap();
+    let _ = a.child.wait().await;
+    let resp = submit_retrying(&b, &id, "again").await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    served_by(&resp, "b");
+    seen.extend(through_b.until(of_type("turn_complete")).await);
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(seqs(&seen), ((resume_at + 1)..=last).collect::<Vec<_>>());
+    let answers: Vec<&Value> = seen
+        .iter()
+        .filter(|e| e["type"] == "assistant_message")
+        .collect();
+    assert_eq!(answers.len(), 3, "{seen:#?}");
+    drop(b);
+}
+
+fn of_type(t: &'static str) -> impl Fn(&Value) -> bool {
+    move |e| e["type"] == t
+}
+
+/// A well-formed approval request id no session has.
+fn uuid_like() -> String {
+    "0192f7d2-8a4e-7c1a-9d3b-2f4e6a8b0c1d".to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
+        let id = b.create().await;
+        // A cluster that places shards (a live lease), the session's shard owned by none
+        // (its owner died: a failover in progress).
+        let shard = shard_of(&store, &id).await;
+        let ghost = NodeLease::register_at(
+            &store,
+            "ghost",
+            Some("http://127.0.0.1:9"),
+            LeaseOptions::new(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+        ghost.claim(shard).await.unwrap();
+        ghost.release(shard).await.unwrap();
+        let started = std::time::Instant::now();
+        let resp = b.submit(&id, "hello").await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        assert!(started.elapsed() >= Duration::from_secs(5), "it waited");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "no_owner", "{body}");
+        // Owned by a node that cannot be reached: 502 with Retry-After.
+        ghost.claim(shard).await.unwrap();
+        let resp = b.submit(&id, "hello").await;
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        ghost.shutdown().await.unwrap();
+        drop(b);
+    })
+    .await;
+}
