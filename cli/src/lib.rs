@@ -20,9 +20,9 @@ pub mod hooks;
 pub mod listen;
 pub mod mcp;
 pub mod node;
+pub mod node_http;
 #[cfg(feature = "postgres")]
 pub mod node_shards;
-pub mod node_http;
 mod render;
 pub mod run;
 pub mod sessions;

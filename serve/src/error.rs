@@ -1,7 +1,9 @@
 //! The service's error body `{"error": {"code", "message"}}` and the mapping of runtime
 //! errors to HTTP statuses (404 unknown session or approval, 409 deleted session, 400 bad
 //! input, 401 missing token, 403 a foreign host or origin, 413 a body over the limit, 415 a
-//! form's content type, 500 otherwise). Rejections of
+//! form's content type, 503 with `Retry-After` while a cluster node does not own the
+//! session's shard or holds none to create in (a failover or handoff in progress), 500
+//! otherwise). Rejections of
 //! axum's extractors get the same body instead of axum's plain text.
 
 use axum::Json;
@@ -16,6 +18,8 @@ pub(crate) struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// Seconds for a `Retry-After` header (a 503 that clears by itself).
+    retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -24,7 +28,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// A 503 the caller should retry after `seconds`.
+    fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// Its stable code (for the tests).
@@ -66,6 +77,14 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::UnknownApproval(_) => Self::not_found("approval_not_found", message),
             RuntimeError::ShuttingDown => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", message)
+            }
+            // A cluster node: the shard moves (a failover or handoff) or is not claimed
+            // yet; another node, or this one a moment later, serves it.
+            RuntimeError::NotOwner { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "not_owner", message).retry_after(1)
+            }
+            RuntimeError::NoShard => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_shard", message).retry_after(1)
             }
             // Storage and actor failures, and what only the embedding API returns.
             _ => Self::internal(message),
@@ -114,6 +133,42 @@ impl From<axum::extract::rejection::QueryRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use foya_protocol::SessionId;
+
+    #[test]
+    fn a_shard_in_motion_is_a_503_to_retry_not_a_500() {
+        let moved = RuntimeError::NotOwner {
+            session: SessionId::new(),
+            shard: 7,
+            owner: Some("b".into()),
+        };
+        for (error, code) in [(moved, "not_owner"), (RuntimeError::NoShard, "no_shard")] {
+            let api = ApiError::from(error);
+            assert_eq!(api.code(), code);
+            let response = api.into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "1");
+        }
+        let other = ApiError::from(RuntimeError::EmptyInput).into_response();
+        assert!(
+            other
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .is_none()
+        );
     }
 }

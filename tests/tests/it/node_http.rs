@@ -100,13 +100,22 @@ impl Node {
             .bearer_auth(TOKEN)
     }
 
+    /// `POST /sessions`, again while the node answers 503 (it has not claimed its
+    /// shards yet), as a client told `Retry-After` does.
     async fn create(&self) -> String {
-        let resp = self
-            .req(reqwest::Method::POST, "/sessions")
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
+        let resp = loop {
+            let resp = self
+                .req(reqwest::Method::POST, "/sessions")
+                .json(&json!({}))
+                .send()
+                .await
+                .unwrap();
+            if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+                break resp;
+            }
+            assert_eq!(resp.headers()["retry-after"], "1");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert_eq!(resp.status(), StatusCode::CREATED);
         served_by(&resp, self.name);
         let body: Value = resp.json().await.unwrap();
@@ -478,10 +487,14 @@ async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = std::fs::canonicalize(tmp.path()).unwrap();
         let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
-        let id = b.create().await;
-        // A cluster that places shards (a live lease), the session's shard owned by none
-        // (its owner died: a failover in progress).
-        let shard = shard_of(&store, &id).await;
+        // B, alone, places every shard on itself and creates its sessions there.
+        let mut ids = Vec::new();
+        for _ in 0..12 {
+            ids.push(b.create().await);
+        }
+        // A second live node that never claims (it died before it could: a failover in
+        // progress). Placement gives it about half the shards; B hands them off and nobody
+        // takes them.
         let ghost = NodeLease::register_at(
             &store,
             "ghost",
@@ -490,8 +503,19 @@ async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
         )
         .await
         .unwrap();
-        ghost.claim(shard).await.unwrap();
-        ghost.release(shard).await.unwrap();
+        let mut moved = None;
+        for id in &ids {
+            let shard = shard_of(&store, id).await;
+            if foya_storage_pg::shard::owner(shard, &["b", "ghost"]) == Some("ghost") {
+                moved = Some((id.clone(), shard));
+                break;
+            }
+        }
+        let (id, shard) = moved.expect("one of 12 sessions is in a shard placed on the ghost");
+        let directory = foya_storage_pg::Directory::new(&store).unwrap();
+        while directory.shard_owner(shard).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let started = std::time::Instant::now();
         let resp = b.submit(&id, "hello").await;
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
