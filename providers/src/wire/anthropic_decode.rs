@@ -14,7 +14,7 @@
 use super::common::{Payload, Terminal, parse_payload, payload_value};
 use super::json::{Obj, Str, U64, json_object};
 use super::{WireDecoder, interrupted};
-use crate::provider::classify;
+use crate::classify;
 use foya_protocol::{FinishReason, ProviderError, ReasoningPart, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
 use std::collections::HashMap;

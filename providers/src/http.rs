@@ -20,11 +20,11 @@
 //! (`redact::display_url`).
 
 use super::classify::classify_http_error;
-use super::config::{ConfigError, ProviderProfile};
 use super::redact::{display_url, redact_secrets, secrets_of};
 use super::wire::{MAX_EXCERPT_CHARS, excerpt};
 use super::wire::{SseLimits, TransportError, decode_sse};
 use super::{ModelClient, ModelRequest};
+use crate::profile::{ConfigError, ProviderProfile};
 use bytes::Bytes;
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use futures::stream::{self, BoxStream, Stream, StreamExt};

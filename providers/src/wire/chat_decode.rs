@@ -20,7 +20,7 @@
 use super::chat_json::{ChatUsage, Chunk, Delta, ToolCall};
 use super::common::{Payload, Terminal, parse_payload, payload_value};
 use super::{WireDecoder, interrupted};
-use crate::provider::classify;
+use crate::classify;
 use foya_protocol::{ErrorClass, FinishReason, ProviderError, StreamEvent, ToolCallId, Usage};
 use serde_json::Value;
 

@@ -8,7 +8,7 @@
 //! (<https://docs.anthropic.com/en/docs/build-with-claude/streaming>), OpenAI Responses
 //! (<https://platform.openai.com/docs/api-reference/responses-streaming>).
 
-use crate::provider::ModelRequest;
+use crate::ModelRequest;
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use serde::{Deserialize, Serialize};
 

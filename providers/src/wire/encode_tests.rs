@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use crate::provider::{ImageData, ToolSchema};
+use crate::{ImageData, ToolSchema};
 use bytes::Bytes;
 use foya_protocol::{
     AssistantMessage, AttachmentRef, FinishReason, Input, Message, ReasoningPart, StreamAggregate,

@@ -15,7 +15,7 @@ pub use foya_sim::{
 #[cfg(feature = "sim-server")]
 pub use foya_sim::{serve_sim, serve_sim_with_shutdown, sim_router};
 
-use crate::provider::{ModelClient, ModelRequest};
+use crate::{ModelClient, ModelRequest};
 use foya_protocol::StreamEvent;
 use futures::StreamExt;
 use futures::stream::{self, BoxStream};

@@ -335,7 +335,7 @@ macro_rules! json_object {
             $($(#[$fmeta])* pub(crate) $field: $ty,)*
         }
 
-        impl<'de $(, $lt)?> $crate::provider::wire::json::Object<'de> for $name $(<$lt>)?
+        impl<'de $(, $lt)?> $crate::wire::json::Object<'de> for $name $(<$lt>)?
         where $('de: $lt)?
         {
             fn field<A: serde::de::MapAccess<'de>>(
@@ -346,7 +346,7 @@ macro_rules! json_object {
                 match key {
                     $($key => self.$field = map.next_value()?,)*
                     _ => {
-                        map.next_value::<$crate::provider::wire::json::Skip>()?;
+                        map.next_value::<$crate::wire::json::Skip>()?;
                     }
                 }
                 Ok(())

@@ -25,8 +25,9 @@ pub fn current_step() -> Option<StepOf> {
     STEP.try_with(|s| *s).ok()
 }
 
-/// Runs `f` (the call of `stream`) with [`current_step`] answering `step`.
-pub(crate) fn in_step<T>(step: Option<StepOf>, f: impl FnOnce() -> T) -> T {
+/// Runs `f` (the call of `stream`) with [`current_step`] answering `step` (the runtime's
+/// ProviderActor calls it).
+pub fn in_step<T>(step: Option<StepOf>, f: impl FnOnce() -> T) -> T {
     match step {
         Some(step) => STEP.sync_scope(step, f),
         None => f(),

@@ -237,7 +237,7 @@ async fn a_chat_error_field_holding_nothing_is_no_error() {
     let error = failed.error.clone().unwrap();
     assert_eq!(
         error,
-        crate::provider::classify::classify_stream_error(
+        crate::classify::classify_stream_error(
             &json!({"message":"upstream overloaded","type":"server_error","code":"overloaded"})
         )
     );

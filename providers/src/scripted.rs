@@ -19,7 +19,7 @@
 //! with a fixed text derived from the request ([`scripted_summary`], [`scripted_title`]).
 
 use super::{ModelClient, ModelRequest};
-use crate::context::{
+use foya_context::{
     COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, OMITTED_NOTE, TITLE_SYSTEM_PROMPT,
 };
 use foya_protocol::{

@@ -8,7 +8,7 @@ use super::common::{
     wire_tool_name,
 };
 use super::ids::WireIds;
-use crate::provider::ModelRequest;
+use crate::ModelRequest;
 use foya_protocol::{AttachmentRef, Message};
 use serde_json::{Value, json};
 

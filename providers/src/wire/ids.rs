@@ -16,7 +16,7 @@
 //! bytes, and a call's wire id depends only on the history up to it and on the
 //! request's original ids. The stored log keeps the originals.
 
-use crate::provider::ModelRequest;
+use crate::ModelRequest;
 use foya_protocol::{Message, ToolCall};
 use std::collections::{HashMap, HashSet, VecDeque};
 

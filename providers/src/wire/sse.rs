@@ -18,7 +18,7 @@
 use super::WireDecoder;
 use super::common::{MAX_EXCERPT_CHARS, excerpt};
 use super::ids::generated_call_id;
-use crate::provider::classify;
+use crate::classify;
 use bytes::Bytes;
 use eventsource_stream::{EventStreamError, Eventsource};
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};

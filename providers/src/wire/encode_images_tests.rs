@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use crate::provider::ImageData;
+use crate::ImageData;
 use foya_protocol::{
     AssistantMessage, AttachmentRef, FinishReason, Input, Message, ToolCall, ToolCallId,
     ToolMessage,

@@ -7,7 +7,7 @@
 
 use super::tolerance_chat_tests::{call, feed, text};
 use super::*;
-use crate::provider::classify::classify_stream_error;
+use crate::classify::classify_stream_error;
 use foya_protocol::{FinishReason, ReasoningPart, Usage};
 use serde_json::json;
 

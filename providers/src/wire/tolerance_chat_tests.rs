@@ -9,7 +9,7 @@
 
 use super::common::{MAX_EXCERPT_CHARS, excerpt};
 use super::*;
-use crate::provider::classify::classify_stream_error;
+use crate::classify::classify_stream_error;
 use foya_protocol::{FinishReason, ToolCallId, Usage};
 use serde_json::{Value, json};
 

@@ -5,7 +5,7 @@
 use super::EncodedRequest;
 use super::common::{images, interrupted_reasoning, user_text, wire_tool_name};
 use super::ids::WireIds;
-use crate::provider::ModelRequest;
+use crate::ModelRequest;
 use foya_protocol::{AssistantMessage, AttachmentRef, Message, ReasoningPart};
 use serde_json::{Value, json};
 

@@ -15,7 +15,7 @@
 //! after the idle timeout (120 s by default) nor at the body's end.
 
 use super::{MAX_ERROR_BODY_BYTES, TransportError};
-use crate::provider::wire::{MAX_EXCERPT_CHARS, excerpt};
+use crate::wire::{MAX_EXCERPT_CHARS, excerpt};
 use bytes::Bytes;
 use foya_protocol::{ErrorClass, ProviderError};
 use futures::{Stream, StreamExt};

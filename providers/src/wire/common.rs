@@ -4,7 +4,7 @@
 //! back to a provider.
 
 use super::json::{Obj, Object};
-use crate::provider::{ImageData, ModelRequest};
+use crate::{ImageData, ModelRequest};
 use foya_protocol::{
     AssistantMessage, AttachmentRef, ErrorClass, FinishReason, Input, ProviderError, StreamEvent,
 };
