@@ -141,7 +141,9 @@ impl Hooks {
 /// The project a session in `cwd` belongs to, as trust names it (its canonical root):
 /// a trusted project's hooks apply only to sessions whose root it is.
 fn project_of(cwd: &Path) -> Option<PathBuf> {
-    crate::trust::project_key(cwd).ok()
+    std::fs::canonicalize(cwd)
+        .ok()
+        .map(|canonical| crate::context::project_root(&canonical))
 }
 
 /// The `hook_ran` event of one run (a failure is logged too, without the hook's output).

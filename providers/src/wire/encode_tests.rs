@@ -152,7 +152,7 @@ fn responses_body() {
 async fn anthropic_thinking_signature_round_trips() {
     let sse = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/providers/anthropic/thinking_text_tool_use.sse"),
+            .join("../actors/tests/fixtures/providers/anthropic/thinking_text_tool_use.sse"),
     )
     .unwrap();
     let bytes = futures::stream::iter([Ok::<_, TransportError>(Bytes::from(sse))]);

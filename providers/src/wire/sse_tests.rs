@@ -210,7 +210,8 @@ fn cr_lf_and_crlf_split_over_chunks_pass_on_as_lf() {
 
 #[test]
 fn every_chunking_of_the_fixtures_passes_on_whole_lines() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/providers");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../actors/tests/fixtures/providers");
     let mut n = 0;
     for kind in ["openai-chat", "anthropic", "openai-responses"] {
         for entry in std::fs::read_dir(dir.join(kind)).unwrap() {

@@ -27,10 +27,7 @@ bearer_token_env_var = "WEB_TOKEN"
     assert_eq!(fs.env["A"], "1");
     assert_eq!(fs.startup_timeout(), std::time::Duration::from_millis(500));
     assert_eq!(fs.tool_timeout_ms(), 700);
-    assert_eq!(
-        fs.sandbox.policy(),
-        crate::tools::SandboxPolicy::WorkspaceWrite { network: false }
-    );
+    assert_eq!(fs.sandbox, ServerSandbox::WorkspaceWrite);
     assert!(fs.offers("read"));
     assert!(!fs.offers("write"), "disabled wins");
     assert!(!fs.offers("other"), "not in enabled_tools");

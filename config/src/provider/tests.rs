@@ -71,7 +71,7 @@ max_image_bytes = 1000000
                 ..RetryPolicy::default()
             }),
             vision: false,
-            images: crate::context::ImageBudget {
+            images: foya_providers::ImageBudget {
                 max_images: 8,
                 max_bytes: 1_000_000,
             },

@@ -19,7 +19,74 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::HookEvent;
+/// A hook point, named as in Claude Code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookEvent {
+    /// The first turn of a session in this runtime begins (`source`: `startup` for a new
+    /// session, `resume` for a stored one).
+    SessionStart,
+    /// A turn begins with the user's input (`prompt`).
+    UserPromptSubmit,
+    /// A validated tool call is about to be decided and run.
+    PreToolUse,
+    /// A tool call ran (`tool_response`).
+    PostToolUse,
+    /// A compaction is about to summarise the history (`trigger`: `manual` or `auto`).
+    PreCompact,
+    /// The model stopped without tool calls (a top-level session).
+    Stop,
+    /// The model of a sub-agent session stopped without tool calls.
+    SubagentStop,
+    /// The runtime shuts a session down (`reason`).
+    SessionEnd,
+}
+
+impl HookEvent {
+    /// Every hook point.
+    pub const ALL: [Self; 8] = [
+        Self::SessionStart,
+        Self::UserPromptSubmit,
+        Self::PreToolUse,
+        Self::PostToolUse,
+        Self::PreCompact,
+        Self::Stop,
+        Self::SubagentStop,
+        Self::SessionEnd,
+    ];
+
+    /// Claude Code's name (`PreToolUse`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SessionStart => "SessionStart",
+            Self::UserPromptSubmit => "UserPromptSubmit",
+            Self::PreToolUse => "PreToolUse",
+            Self::PostToolUse => "PostToolUse",
+            Self::PreCompact => "PreCompact",
+            Self::Stop => "Stop",
+            Self::SubagentStop => "SubagentStop",
+            Self::SessionEnd => "SessionEnd",
+        }
+    }
+
+    /// The point named `name` (exactly as Claude Code spells it).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.name() == name)
+    }
+}
+
+impl HookEvent {
+    /// The stop point of a session with `config`: `SubagentStop` in a sub-agent's
+    /// session, `Stop` otherwise.
+    pub fn stop_of(config: &foya_protocol::SessionConfig) -> Self {
+        if config.parent.is_some() {
+            Self::SubagentStop
+        } else {
+            Self::Stop
+        }
+    }
+}
 
 /// Default timeout of a command hook (Claude Code's: 60 s).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);

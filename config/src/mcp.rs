@@ -30,20 +30,6 @@ pub enum ServerSandbox {
     WorkspaceWriteNetwork,
 }
 
-impl ServerSandbox {
-    /// The sandbox policy it stands for.
-    #[must_use]
-    pub fn policy(self) -> crate::tools::SandboxPolicy {
-        use crate::tools::SandboxPolicy;
-        match self {
-            Self::None => SandboxPolicy::None,
-            Self::ReadOnly => SandboxPolicy::ReadOnly,
-            Self::WorkspaceWrite => SandboxPolicy::WorkspaceWrite { network: false },
-            Self::WorkspaceWriteNetwork => SandboxPolicy::WorkspaceWrite { network: true },
-        }
-    }
-}
-
 /// One `[mcp_servers.NAME]` table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,7 +42,7 @@ pub struct McpServerConfig {
     pub args: Vec<String>,
     /// stdio: variables set for it (passed even when their names look secret, since the
     /// user wrote them here). Of Foya's own environment a server gets only an
-    /// allow-list ([`EnvPolicy::mcp_server`](crate::tools::env_policy::EnvPolicy::mcp_server):
+    /// allow-list ([`EnvPolicy::mcp_server`](foya-tools' `EnvPolicy::mcp_server`):
     /// PATH, HOME, USER, the locale, TERM, TMPDIR, TZ…) and its `env_vars`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -295,8 +281,7 @@ impl McpConfig {
         project_root: &Path,
         trust_project: bool,
     ) -> Result<Self, String> {
-        let read =
-            |path: &Path| crate::provider::config::read_optional(path).map_err(|e| e.to_string());
+        let read = |path: &Path| crate::files::read_optional(path).map_err(|e| e.to_string());
         let mut config = Self::default();
         if let Some(path) = user_file
             && let Some(text) = read(path)?
@@ -317,5 +302,5 @@ impl McpConfig {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
+#[path = "mcp_tests.rs"]
 mod tests;

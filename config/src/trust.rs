@@ -7,7 +7,7 @@
 //! terminal. Trust is recorded in the user's own config directory
 //! (`~/.config/foya/trusted-projects.toml`, which no project can write: it is outside
 //! every working directory), keyed by the project's canonical root
-//! ([`crate::context::project_root`] of the canonical directory).
+//! ([`foya_context::project_root`] of the canonical directory).
 //!
 //! Owns: the trust list and its file. Call [`is_trusted`] to ask whether the project of
 //! a working directory is trusted. Must not: prompt or print (the CLI does).
@@ -49,16 +49,16 @@ pub enum TrustError {
     },
 }
 
-pub use crate::config_file::user_config_dir;
+pub use crate::files::user_config_dir;
 
 /// The trust list file: `trusted-projects.toml` in the user config directory
-/// ([`crate::config_file::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
+/// ([`crate::files::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
 /// `~/.config/foya`).
 ///
 /// # Errors
 /// [`TrustError::NoHome`].
 pub fn trust_file() -> Result<PathBuf, TrustError> {
-    crate::config_file::user_config_file(TRUST_FILE).ok_or(TrustError::NoHome)
+    crate::files::user_config_file(TRUST_FILE).ok_or(TrustError::NoHome)
 }
 
 /// The trusted projects, by canonical root.
@@ -81,10 +81,10 @@ impl TrustList {
             path: path.to_owned(),
             message,
         };
-        match crate::config_file::read_optional(path) {
+        match crate::files::read_optional(path) {
             Ok(None) => Ok(Self::default()),
             Ok(Some(text)) => toml::from_str(&text).map_err(|e| failed(e.message().to_owned())),
-            Err(e) => Err(failed(e)),
+            Err(e) => Err(failed(e.message)),
         }
     }
 
@@ -117,7 +117,7 @@ impl TrustList {
     }
 }
 
-/// The key a project is trusted under: the [`crate::context::project_root`] of `dir`
+/// The key a project is trusted under: the [`foya_context::project_root`] of `dir`
 /// made canonical (symlinks resolved), so `foya trust .` and a run from a subdirectory
 /// or through a symlink name the same project.
 ///
@@ -128,7 +128,7 @@ pub fn project_key(dir: &Path) -> Result<PathBuf, TrustError> {
         path: dir.to_owned(),
         message: e.to_string(),
     })?;
-    Ok(crate::context::project_root(&canonical))
+    Ok(foya_context::project_root(&canonical))
 }
 
 /// Whether the user trusted the project of working directory `cwd` (its canonical
@@ -157,8 +157,7 @@ pub fn trust(dir: &Path) -> Result<PathBuf, TrustError> {
 /// # Errors
 /// As [`TrustList::load`] and [`TrustList::save`].
 pub fn revoke(dir: &Path) -> Result<(PathBuf, bool), TrustError> {
-    let key =
-        project_key(dir).unwrap_or_else(|_| crate::tools::paths::normalize(Path::new("/"), dir));
+    let key = project_key(dir).unwrap_or_else(|_| normalize(dir));
     let removed = update(&trust_file()?, |list| list.projects.remove(&key))?;
     Ok((key, removed))
 }
@@ -214,6 +213,22 @@ fn lock(path: &Path) -> Result<std::fs::File, TrustError> {
         .map_err(failed)?;
     file.lock().map_err(failed)?;
     Ok(file)
+}
+
+/// `dir` made absolute (against `/`) with `.` and `..` resolved lexically: the key of a
+/// directory that no longer exists.
+fn normalize(dir: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in Path::new("/").join(dir).components() {
+        match component {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// The trusted projects, sorted.

@@ -21,12 +21,12 @@
 
 mod project_guard;
 
-use super::retry::RetryPolicy;
-use super::wire::ProviderKind;
 pub use foya_providers::profile::{
     ANTHROPIC_IDLE_TIMEOUT_MS, ConfigError, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IDLE_TIMEOUT_MS,
     ProviderProfile,
 };
+use foya_providers::retry::RetryPolicy;
+use foya_providers::wire::ProviderKind;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -173,19 +173,19 @@ pub fn project_auto_compact(cwd: &Path, trusted: bool) -> Result<Option<bool>, C
 }
 
 /// The user's own config file: `config.toml` in the user config directory
-/// ([`crate::config_file::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
+/// ([`crate::files::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
 /// `~/.config/foya`; `None` without a home).
 #[must_use]
 pub fn user_file() -> Option<PathBuf> {
-    crate::config_file::user_config_file("config.toml")
+    crate::files::user_config_file("config.toml")
 }
 
 /// The project's config file for working directory `cwd`: `.foya/config.toml` at its
-/// [`crate::context::project_root`] (nearest ancestor with `.git` or `.foya`). It also
+/// [`foya_context::project_root`] (nearest ancestor with `.git` or `.foya`). It also
 /// holds the CLI's `[hooks]`.
 #[must_use]
 pub fn project_file(cwd: &Path) -> PathBuf {
-    crate::context::project_root(cwd).join(".foya/config.toml")
+    foya_context::project_root(cwd).join(".foya/config.toml")
 }
 
 /// A config file's text, or `None` when it does not exist.
@@ -194,9 +194,9 @@ pub fn project_file(cwd: &Path) -> PathBuf {
 /// [`ConfigError::Read`] when it cannot be read, or is not a regular file (a directory;
 /// a FIFO, whose read would block): refused without reading it.
 pub fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
-    crate::config_file::read_optional(path).map_err(|message| ConfigError::Read {
-        path: path.to_owned(),
-        message,
+    crate::files::read_optional(path).map_err(|e| ConfigError::Read {
+        path: e.path,
+        message: e.message,
     })
 }
 
@@ -265,7 +265,7 @@ impl ProviderConfig {
 
     /// Loads `~/.config/foya/config.toml` then, when the user trusted the project
     /// ([`crate::trust::is_trusted`]), the project's `.foya/config.toml` (at
-    /// [`crate::context::project_root`] of `cwd`: its nearest ancestor with `.git` or
+    /// [`foya_context::project_root`] of `cwd`: its nearest ancestor with `.git` or
     /// `.foya`). An untrusted project's file is not read (the CLI says so once).
     ///
     /// # Errors

@@ -1,6 +1,6 @@
-//! Where the user's configuration lives and how a config file is read: the leaf both the
-//! trust list (`crate::trust`) and the provider config (`crate::provider::config`) stand
-//! on. Must not: parse a file's contents or decide trust.
+//! Where the user's configuration lives and how a config file is read: the leaf the
+//! trust list (`crate::trust`), the provider profiles (`crate::provider`) and the hook
+//! and MCP files stand on. Must not: parse a file's contents or decide trust.
 
 use std::path::{Path, PathBuf};
 
@@ -36,20 +36,34 @@ pub fn user_config_file(name: &str) -> Option<PathBuf> {
     }
 }
 
+/// A config file that cannot be read (one line, fit to show to a user).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read {}: {message}", .path.display())]
+pub struct ReadError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why: the I/O error, or `not a regular file`.
+    pub message: String,
+}
+
 /// A config file's text, or `None` when it does not exist.
 ///
 /// # Errors
-/// The reason when it cannot be read, or is not a regular file (a directory; a FIFO,
+/// [`ReadError`] when it cannot be read, or is not a regular file (a directory; a FIFO,
 /// whose read would block): refused without reading it.
-pub fn read_optional(path: &Path) -> Result<Option<String>, String> {
+pub fn read_optional(path: &Path) -> Result<Option<String>, ReadError> {
+    let failed = |message: String| ReadError {
+        path: path.to_owned(),
+        message,
+    };
     if let Ok(meta) = std::fs::metadata(path)
         && !meta.is_file()
     {
-        return Err("not a regular file".to_owned());
+        return Err(failed("not a regular file".to_owned()));
     }
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(failed(e.to_string())),
     }
 }
