@@ -164,7 +164,7 @@ impl MatcherGroup {
     ///
     /// # Errors
     /// The matcher is not a valid regular expression.
-    pub fn new(matcher: Option<String>, hooks: Vec<CommandHook>) -> Result<Self, String> {
+    pub fn new(matcher: Option<String>, hooks: Vec<CommandHook>) -> Result<Self, crate::Invalid> {
         let matcher = matcher.filter(|m| !m.is_empty() && m != "*");
         let regex = match &matcher {
             Some(m) => Some(
@@ -232,7 +232,7 @@ impl HookCommands {
     /// # Errors
     /// A message naming the key: an unknown point, a hook `type` other than `command`, a
     /// timeout out of 1..=3600 s, an invalid matcher, or a value of the wrong shape.
-    pub fn parse(table: &toml::Value) -> Result<Self, String> {
+    pub fn parse(table: &toml::Value) -> Result<Self, crate::Invalid> {
         let table = table
             .as_table()
             .ok_or("[hooks] must be a table of hook points")?;
@@ -409,7 +409,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<HookCommands, String> {
         let value: toml::Table = toml::from_str(text).unwrap();
-        HookCommands::parse(&value["hooks"])
+        HookCommands::parse(&value["hooks"]).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -17,3 +17,37 @@ pub mod hooks;
 pub mod mcp;
 pub mod provider;
 pub mod trust;
+
+/// A configuration text that is not valid (hooks, MCP servers): one line naming the file
+/// or table and what is wrong, fit to show to a user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Invalid {
+    /// What is wrong, and where.
+    pub message: String,
+}
+
+impl From<String> for Invalid {
+    fn from(message: String) -> Self {
+        Self { message }
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(message: &str) -> Self {
+        Self {
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// A configuration file that cannot be read or is not valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    /// It cannot be read.
+    #[error(transparent)]
+    Read(#[from] files::ReadError),
+    /// Its text is not valid.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+}

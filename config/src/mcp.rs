@@ -128,7 +128,12 @@ impl McpServerConfig {
     ///
     /// # Errors
     /// A message naming the server when both or neither are set.
-    pub fn check(&self, name: &str) -> Result<(), String> {
+    pub fn check(&self, name: &str) -> Result<(), crate::Invalid> {
+        self.transport(name).map_err(crate::Invalid::from)
+    }
+
+    /// [`Self::check`]'s work, its refusal as text.
+    fn transport(&self, name: &str) -> Result<(), String> {
         if !valid_server_name(name) {
             return Err(format!(
                 "MCP server name `{name}` may only contain letters, digits, `_` and `-`"
@@ -203,7 +208,7 @@ impl McpConfig {
     ///
     /// # Errors
     /// A message naming `path` and what is wrong.
-    pub fn from_toml(text: &str, path: &Path) -> Result<Self, String> {
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, crate::Invalid> {
         let file: TomlFile = toml::from_str(text)
             .map_err(|e| format!("{}: [mcp_servers]: {}", path.display(), e.message()))?;
         Self::checked(file.mcp_servers, path)
@@ -215,7 +220,7 @@ impl McpConfig {
     ///
     /// # Errors
     /// A message naming `path` and what is wrong.
-    pub fn from_mcp_json(text: &str, path: &Path) -> Result<Self, String> {
+    pub fn from_mcp_json(text: &str, path: &Path) -> Result<Self, crate::Invalid> {
         let file: McpJson =
             serde_json::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut servers = BTreeMap::new();
@@ -241,7 +246,10 @@ impl McpConfig {
         Self::checked(servers, path)
     }
 
-    fn checked(servers: BTreeMap<String, McpServerConfig>, path: &Path) -> Result<Self, String> {
+    fn checked(
+        servers: BTreeMap<String, McpServerConfig>,
+        path: &Path,
+    ) -> Result<Self, crate::Invalid> {
         for (name, server) in &servers {
             server
                 .check(name)
@@ -274,14 +282,14 @@ impl McpConfig {
     /// are skipped.
     ///
     /// # Errors
-    /// An unreadable or invalid file, named.
+    /// [`FileError`](crate::FileError): an unreadable or invalid file, named.
     pub fn load(
         user_file: Option<&Path>,
         project_file: &Path,
         project_root: &Path,
         trust_project: bool,
-    ) -> Result<Self, String> {
-        let read = |path: &Path| crate::files::read_optional(path).map_err(|e| e.to_string());
+    ) -> Result<Self, crate::FileError> {
+        let read = crate::files::read_optional;
         let mut config = Self::default();
         if let Some(path) = user_file
             && let Some(text) = read(path)?

@@ -38,24 +38,30 @@ bearer_token_env_var = "WEB_TOKEN"
 
     let both = "[mcp_servers.b]\ncommand = \"x\"\nurl = \"http://h\"\n";
     assert_eq!(
-        McpConfig::from_toml(both, Path::new("c.toml")).unwrap_err(),
+        McpConfig::from_toml(both, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string(),
         "c.toml: [mcp_servers.b] sets both `command` (stdio) and `url` (streamable HTTP)"
     );
     let neither = "[mcp_servers.n]\nargs = []\n";
     assert_eq!(
-        McpConfig::from_toml(neither, Path::new("c.toml")).unwrap_err(),
+        McpConfig::from_toml(neither, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string(),
         "c.toml: [mcp_servers.n] needs `command` (stdio) or `url` (streamable HTTP)"
     );
     let bad_name = "[mcp_servers.\"a b\"]\ncommand = \"x\"\n";
     assert!(
         McpConfig::from_toml(bad_name, Path::new("c.toml"))
             .unwrap_err()
+            .message
             .contains("may only contain letters")
     );
     let token_in_file = "[mcp_servers.w]\nurl = \"http://h\"\nbearer_token = \"s3cret\"\n";
     assert!(
         McpConfig::from_toml(token_in_file, Path::new("c.toml"))
             .unwrap_err()
+            .message
             .contains("unknown field `bearer_token`"),
         "a token itself is refused in the file"
     );
