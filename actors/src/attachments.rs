@@ -45,7 +45,7 @@ pub enum AttachmentError {
     Io(#[from] std::io::Error),
     /// The shared store (PostgreSQL) refused or did not answer.
     #[error("shared attachment store: {0}")]
-    Shared(String),
+    Shared(foya_storage::SharedAttachmentError),
     /// The bytes start like the declared image type but their header does not parse as
     /// one (checked by the `image` crate's decoder for that type), or gives a width or
     /// height of 0.
