@@ -247,7 +247,7 @@ fn truncate(mut s: String) -> String {
 
 /// Classifies a non-2xx HTTP response. `body` is the raw text (JSON or not).
 #[must_use]
-pub fn classify_http_error(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
+pub(crate) fn classify_http_error(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
     classify_http_error_at(status, headers, body, SystemTime::now())
 }
 
@@ -290,7 +290,7 @@ pub fn classify_http_error_at(
 /// chunk, an Anthropic `error` event, a Responses `response.failed` error or `error`
 /// event. Accepts the envelope or the inner object.
 #[must_use]
-pub fn classify_stream_error(error: &Value) -> ProviderError {
+pub(crate) fn classify_stream_error(error: &Value) -> ProviderError {
     let f = facts(error);
     let class = class_of(None, &f);
     let message = if f.message.is_empty() {
@@ -316,7 +316,7 @@ pub fn classify_stream_error(error: &Value) -> ProviderError {
 /// Classifies a JSON body received with status 200 where an event stream was expected:
 /// an error object is classified; anything else is `invalid_request`.
 #[must_use]
-pub fn classify_json_body(body: &str) -> ProviderError {
+pub(crate) fn classify_json_body(body: &str) -> ProviderError {
     match serde_json::from_str::<Value>(body) {
         Ok(v)
             if v.get("error").is_some_and(|e| !e.is_null())
@@ -336,10 +336,10 @@ pub fn classify_json_body(body: &str) -> ProviderError {
 }
 
 mod retry_after;
-pub use retry_after::{
-    parse_go_duration, parse_rfc3339, retry_after_from_body, retry_after_from_text,
-    retry_after_headers, retry_after_hint, retry_after_ms,
-};
+#[cfg(test)]
+use retry_after::parse_go_duration;
+pub use retry_after::{parse_rfc3339, retry_after_ms};
+pub(crate) use retry_after::{retry_after_from_body, retry_after_from_text, retry_after_hint};
 
 #[cfg(test)]
 #[path = "classify_tests.rs"]

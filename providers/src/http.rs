@@ -251,7 +251,7 @@ fn not_found_hint(url: &str, path: &str, kind: super::wire::ProviderKind) -> Str
 /// The content type (as sent) when it is neither `text/event-stream` nor JSON
 /// (`application/json`, `…+json`), parameters (`; charset=utf-8`) and case ignored. A
 /// response without the header passes.
-pub fn check_content_type(headers: &reqwest::header::HeaderMap) -> Result<(), String> {
+pub(crate) fn check_content_type(headers: &reqwest::header::HeaderMap) -> Result<(), String> {
     let Some(value) = headers.get(reqwest::header::CONTENT_TYPE) else {
         return Ok(());
     };

@@ -7,7 +7,7 @@
 use foya_protocol::StreamEvent;
 
 /// What replaces a credential.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Shortest cut-off key prefix that is redacted before an ellipsis (`sk-p…`): shorter
 /// ones give nothing away and would match ordinary text.
@@ -35,7 +35,7 @@ pub fn display_url(url: &str) -> String {
 /// `secret` (at least 4 characters) cut off by an ellipsis (`…`, as excerpts and long
 /// messages end) replaced too. An empty `secret` changes nothing.
 #[must_use]
-pub fn redact_secret(text: &str, secret: &str) -> String {
+pub(crate) fn redact_secret(text: &str, secret: &str) -> String {
     if secret.is_empty() {
         return text.to_owned();
     }
@@ -73,7 +73,7 @@ const MIN_SECRET_CHARS: usize = 3;
 /// and the password of the base URL's userinfo (`http://user:PW@host`), which a server
 /// may echo like a key. Secrets shorter than 3 characters are left out.
 #[must_use]
-pub fn secrets_of(api_key: Option<&str>, base_url: &str) -> Vec<String> {
+pub(crate) fn secrets_of(api_key: Option<&str>, base_url: &str) -> Vec<String> {
     let mut secrets: Vec<String> = Vec::new();
     if let Some(key) = api_key {
         secrets.push(key.to_owned());
@@ -96,7 +96,7 @@ pub fn secrets_of(api_key: Option<&str>, base_url: &str) -> Vec<String> {
 
 /// [`redact_secret`] for each of `secrets` in turn.
 #[must_use]
-pub fn redact_secrets(text: &str, secrets: &[String]) -> String {
+pub(crate) fn redact_secrets(text: &str, secrets: &[String]) -> String {
     secrets
         .iter()
         .fold(text.to_owned(), |text, secret| redact_secret(&text, secret))

@@ -172,7 +172,7 @@ impl ScriptedClient {
 /// response N+1 after N assistant messages); continue the session with a script that has
 /// more responses`.
 #[must_use]
-pub fn exhausted_message(source: Option<&str>, responses: usize, used: usize) -> String {
+pub(crate) fn exhausted_message(source: Option<&str>, responses: usize, used: usize) -> String {
     let script = source.map_or_else(|| "the script".to_owned(), |s| format!("the script {s}"));
     let plural = if responses == 1 { "" } else { "s" };
     format!(
@@ -244,7 +244,7 @@ fn events_of(response: &ScriptedResponse, fail: bool) -> Vec<StreamEvent> {
 /// The answer of the scripted client to a compaction request: `Summary of N messages.
 /// Latest request: <the last user text, first 80 characters>`.
 #[must_use]
-pub fn scripted_summary(request: &ModelRequest) -> String {
+pub(crate) fn scripted_summary(request: &ModelRequest) -> String {
     let texts: Vec<&str> = request
         .messages
         .iter()
@@ -265,7 +265,7 @@ pub fn scripted_summary(request: &ModelRequest) -> String {
 /// The answer of the scripted client to a title request: the first 6 words of the first
 /// user text, or `Untitled`.
 #[must_use]
-pub fn scripted_title(request: &ModelRequest) -> String {
+pub(crate) fn scripted_title(request: &ModelRequest) -> String {
     let first = request.messages.iter().find_map(|m| match m {
         Message::User(u) => Some(u.text.as_str()),
         _ => None,

@@ -28,7 +28,7 @@ pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Op
 /// [`retry_after_ms`] with the error body's hints between the headers and the text (see
 /// [`retry_after_from_body`]).
 #[must_use]
-pub fn retry_after_hint(
+pub(crate) fn retry_after_hint(
     headers: &HeaderMap,
     body: Option<&Value>,
     message: &str,
@@ -53,7 +53,7 @@ const LITELLM_PREFIX: &str = "llm_provider-";
 /// `ratelimit` (IETF draft structured form as Cloudflare sends it, `"default";r=0;t=30`:
 /// the `t` of an exhausted item, else the longest `t`).
 #[must_use]
-pub fn retry_after_headers(headers: &HeaderMap, now: SystemTime) -> Option<u64> {
+pub(crate) fn retry_after_headers(headers: &HeaderMap, now: SystemTime) -> Option<u64> {
     let find = |name: &str| {
         header(headers, name).or_else(|| header(headers, &format!("{LITELLM_PREFIX}{name}")))
     };
@@ -145,7 +145,7 @@ fn structured_reset(value: &str) -> Option<u64> {
 /// (top level or under `error`, as Cloudflare's error JSON has it), or Google's
 /// `RetryInfo` (`error.details[].retryDelay`, `"20s"`).
 #[must_use]
-pub fn retry_after_from_body(body: &Value, now: SystemTime) -> Option<u64> {
+pub(crate) fn retry_after_from_body(body: &Value, now: SystemTime) -> Option<u64> {
     let body = match body {
         Value::Array(items) => items.first()?,
         other => other,
@@ -197,7 +197,7 @@ static RETRY_TEXT: LazyLock<Option<Regex>> = LazyLock::new(|| {
 
 /// A wait stated in an error message, in milliseconds.
 #[must_use]
-pub fn retry_after_from_text(message: &str) -> Option<u64> {
+pub(crate) fn retry_after_from_text(message: &str) -> Option<u64> {
     let caps = RETRY_TEXT.as_ref()?.captures(message)?;
     let number = caps.get(1)?.as_str().trim_end_matches('.');
     let unit = caps.get(2).map_or("", |m| m.as_str()).to_ascii_lowercase();
@@ -214,7 +214,7 @@ pub fn retry_after_from_text(message: &str) -> Option<u64> {
 
 /// Parses a Go-style duration (`1s`, `6m0s`, `20ms`, `1.5s`, `1h2m`) into milliseconds.
 #[must_use]
-pub fn parse_go_duration(text: &str) -> Option<u64> {
+pub(crate) fn parse_go_duration(text: &str) -> Option<u64> {
     let mut total = 0.0_f64;
     let mut rest = text;
     if rest.is_empty() {
