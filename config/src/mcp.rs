@@ -42,7 +42,7 @@ pub struct McpServerConfig {
     pub args: Vec<String>,
     /// stdio: variables set for it (passed even when their names look secret, since the
     /// user wrote them here). Of Foya's own environment a server gets only an
-    /// allow-list ([`EnvPolicy::mcp_server`](foya-tools' `EnvPolicy::mcp_server`):
+    /// allow-list (foya-tools' `EnvPolicy::mcp_server`:
     /// PATH, HOME, USER, the locale, TERM, TMPDIR, TZ…) and its `env_vars`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,

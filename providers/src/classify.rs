@@ -251,7 +251,7 @@ pub(crate) fn classify_http_error(status: u16, headers: &HeaderMap, body: &str) 
     classify_http_error_at(status, headers, body, SystemTime::now())
 }
 
-/// [`classify_http_error`] with an explicit clock (for reset timestamps in headers).
+/// `classify_http_error` with an explicit clock (for reset timestamps in headers).
 #[must_use]
 pub fn classify_http_error_at(
     status: u16,

@@ -3,7 +3,7 @@
 //! and becomes one `Error` event; a 2xx body is decoded as SSE with an idle timeout.
 //!
 //! A 2xx answer must be an event stream: its `Content-Type` is checked first
-//! ([`check_content_type`]). Anything else (an HTML page from a wrong base URL, a
+//! (`check_content_type`). Anything else (an HTML page from a wrong base URL, a
 //! proxy's login page) is `invalid_response` naming the content type and an excerpt of
 //! the body, with the status, which the retry policy never retries: a wrong URL does not
 //! fix itself. Tolerated: no `Content-Type` at all (the body is decoded; nothing says it

@@ -1,6 +1,6 @@
 //! Keeping credentials out of what a provider failure shows: the endpoint as displayed
 //! (no userinfo, query or fragment), and the configured API key (also JSON-escaped) and
-//! the base URL's password ([`secrets_of`]) removed from error messages and excerpts (a server or proxy may echo the key in an error body or in
+//! the base URL's password (`secrets_of`) removed from error messages and excerpts (a server or proxy may echo the key in an error body or in
 //! garbled stream data, which would otherwise be persisted in `provider_retry` and
 //! `turn_complete`).
 
@@ -94,7 +94,7 @@ pub(crate) fn secrets_of(api_key: Option<&str>, base_url: &str) -> Vec<String> {
     secrets
 }
 
-/// [`redact_secret`] for each of `secrets` in turn.
+/// `redact_secret` for each of `secrets` in turn.
 #[must_use]
 pub(crate) fn redact_secrets(text: &str, secrets: &[String]) -> String {
     secrets
@@ -119,7 +119,7 @@ pub struct StreamRedactor {
 }
 
 impl StreamRedactor {
-    /// A redactor of `secrets` ([`secrets_of`]).
+    /// A redactor of `secrets` (`secrets_of`).
     #[must_use]
     pub fn new(secrets: Vec<String>) -> Self {
         Self {

@@ -4,7 +4,7 @@
 //! request's history, so one script serves any number of concurrent sessions and works
 //! after a restart. Past the end of the script the stream fails with `invalid_request`,
 //! a message naming the script, how many responses it has and which one the session
-//! asked for ([`exhausted_message`]).
+//! asked for (`exhausted_message`).
 //!
 //! Script JSON (`{"responses":[...]}`), per response: `text`, `reasoning`, `tool_calls`
 //! (`[{"id","name","arguments"}]`), `finish_reason` (default `tool_calls` when calls are
@@ -16,7 +16,7 @@
 //!
 //! Auxiliary requests — no tools and [`COMPACTION_SYSTEM_PROMPT`] or
 //! [`TITLE_SYSTEM_PROMPT`] as system prompt — never consume the script: they are answered
-//! with a fixed text derived from the request ([`scripted_summary`], [`scripted_title`]).
+//! with a fixed text derived from the request (`scripted_summary`, `scripted_title`).
 
 use super::{ModelClient, ModelRequest};
 use foya_context::{

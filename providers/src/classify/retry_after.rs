@@ -18,7 +18,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// The wait the provider asked for, in milliseconds: the headers (see
-/// [`retry_after_headers`]), then the message text ("try again in 1.5s", "Please retry
+/// `retry_after_headers`), then the message text ("try again in 1.5s", "Please retry
 /// after 20 seconds").
 #[must_use]
 pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Option<u64> {
@@ -26,7 +26,7 @@ pub fn retry_after_ms(headers: &HeaderMap, message: &str, now: SystemTime) -> Op
 }
 
 /// [`retry_after_ms`] with the error body's hints between the headers and the text (see
-/// [`retry_after_from_body`]).
+/// `retry_after_from_body`).
 #[must_use]
 pub(crate) fn retry_after_hint(
     headers: &HeaderMap,

@@ -74,7 +74,7 @@ pub struct Shield {
     pub note: Option<String>,
 }
 
-/// What [`enter`] achieved.
+/// What `enter` achieved.
 #[derive(Debug)]
 pub enum Entered {
     /// The protected paths are read-only for this process and what it starts.
