@@ -45,7 +45,7 @@ pub enum AttachmentError {
     Io(#[from] std::io::Error),
     /// The shared store (PostgreSQL) refused or did not answer.
     #[error("shared attachment store: {0}")]
-    Shared(String),
+    Shared(foya_storage::SharedAttachmentError),
     /// The bytes start like the declared image type but their header does not parse as
     /// one (checked by the `image` crate's decoder for that type), or gives a width or
     /// height of 0.
@@ -97,15 +97,55 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
 /// Why the bytes are not such an image: the header does not parse, or the width or
 /// height is 0.
 #[cfg(feature = "images")]
-pub fn image_dimensions(bytes: &[u8], media_type: &str) -> Result<(u32, u32), String> {
-    let format = image::ImageFormat::from_mime_type(media_type)
-        .ok_or_else(|| format!("{media_type} is not an image type"))?;
+pub fn image_dimensions(bytes: &[u8], media_type: &str) -> Result<(u32, u32), ImageError> {
+    let format = image::ImageFormat::from_mime_type(media_type).ok_or_else(|| {
+        ImageError::NotAnImageType {
+            media_type: media_type.to_owned(),
+        }
+    })?;
     let reader = image::ImageReader::with_format(std::io::Cursor::new(bytes), format);
     match reader.into_dimensions() {
         Ok((width, height)) if width > 0 && height > 0 => Ok((width, height)),
-        Ok((width, height)) => Err(format!("it has no pixels ({width}×{height})")),
-        Err(e) => Err(format!("its header does not parse ({e})")),
+        Ok((width, height)) => Err(ImageError::NoPixels { width, height }),
+        Err(e) => Err(ImageError::Header {
+            message: e.to_string(),
+        }),
     }
+}
+
+/// Why bytes are not an image of their declared type ([`image_dimensions`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// The media type names no image format.
+    #[error("{media_type} is not an image type")]
+    NotAnImageType {
+        /// The declared type.
+        media_type: String,
+    },
+    /// The header says 0 pixels wide or high.
+    #[error("it has no pixels ({width}×{height})")]
+    NoPixels {
+        /// Width in pixels.
+        width: u32,
+        /// Height in pixels.
+        height: u32,
+    },
+    /// The header does not parse.
+    #[error("its header does not parse ({message})")]
+    Header {
+        /// The decoder's message.
+        message: String,
+    },
+    /// This build checks no image (built without the `images` feature).
+    #[error(
+        "{media_type} images are not supported by this build (foya-actors was built \
+         without the `images` feature)"
+    )]
+    NotSupported {
+        /// The declared type.
+        media_type: String,
+    },
 }
 
 /// Built without the `images` feature, no image can be checked, so every image is refused.
@@ -113,11 +153,10 @@ pub fn image_dimensions(bytes: &[u8], media_type: &str) -> Result<(u32, u32), St
 /// # Errors
 /// Always: the reason names the missing feature.
 #[cfg(not(feature = "images"))]
-pub fn image_dimensions(_bytes: &[u8], media_type: &str) -> Result<(u32, u32), String> {
-    Err(format!(
-        "{media_type} images are not supported by this build (foya-actors was built \
-         without the `images` feature)"
-    ))
+pub fn image_dimensions(_bytes: &[u8], media_type: &str) -> Result<(u32, u32), ImageError> {
+    Err(ImageError::NotSupported {
+        media_type: media_type.to_owned(),
+    })
 }
 
 /// One stored attachment.
@@ -197,7 +236,7 @@ impl AttachmentStore {
         if let Err(reason) = image_dimensions(bytes, &media_type) {
             return Err(AttachmentError::InvalidImage {
                 declared: media_type,
-                reason,
+                reason: reason.to_string(),
             });
         }
         let uuid = uuid::Uuid::now_v7();

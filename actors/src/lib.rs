@@ -14,14 +14,13 @@ pub mod guide {}
 pub mod attachments;
 #[cfg(feature = "cluster")]
 pub mod cluster;
-pub mod config_file;
 pub use foya_context as context;
 pub mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;
-pub mod provider;
+/// Model providers (the `foya-providers` crate, under the path they had in this crate).
+pub use foya_providers as provider;
 pub use foya_tools as tools;
-pub mod trust;
 
 mod handle;
 mod kernel;

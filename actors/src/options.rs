@@ -59,7 +59,7 @@ impl ContextOptions {
     #[must_use]
     pub fn with_files() -> Self {
         Self {
-            user_dir: crate::config_file::user_config_dir(),
+            user_dir: foya_config::files::user_config_dir(),
             project_files: true,
             ..Self::default()
         }

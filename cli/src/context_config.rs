@@ -17,22 +17,22 @@ pub struct CompactionArg {
 
 /// Whether the runtime compacts on its own: not with `--no-auto-compact`, nor with
 /// `auto_compact = false` in table `[context]` of a trusted project's config file
-/// ([`foya_actors::provider::config::project_file`]); otherwise yes.
+/// ([`foya_config::provider::project_file`]); otherwise yes.
 ///
 /// # Errors
 /// The file cannot be read or parsed (`auto_compact` not a boolean among them).
 pub fn auto_compact(cwd: &Path, flag: CompactionArg) -> anyhow::Result<bool> {
-    auto_compact_in(cwd, flag, foya_actors::trust::is_trusted(cwd))
+    auto_compact_in(cwd, flag, foya_config::trust::is_trusted(cwd))
 }
 
 /// [`auto_compact`], reading the project's file only when the project is `trusted` (an
 /// untrusted project's file is ignored, as every other part of it is), through the typed
-/// config ([`foya_actors::provider::config::project_auto_compact`]).
+/// config ([`foya_config::provider::project_auto_compact`]).
 fn auto_compact_in(cwd: &Path, flag: CompactionArg, trusted: bool) -> anyhow::Result<bool> {
     if flag.no_auto_compact {
         return Ok(false);
     }
-    let on = foya_actors::provider::config::project_auto_compact(cwd, trusted)?;
+    let on = foya_config::provider::project_auto_compact(cwd, trusted)?;
     Ok(on.unwrap_or(true))
 }
 

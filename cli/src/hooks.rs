@@ -5,8 +5,8 @@
 
 use anyhow::Context;
 use foya_actors::hooks::HookCommands;
-use foya_actors::provider::config::{project_file, read_optional, user_file};
 use foya_actors::runtime::RuntimeConfig;
+use foya_config::provider::{project_file, read_optional, user_file};
 use std::path::{Path, PathBuf};
 
 /// The command hooks for a session in `cwd`: the user's, then the trusted project's
@@ -21,8 +21,8 @@ pub fn load(cwd: &Path) -> anyhow::Result<HookCommands> {
     if let Some(user) = user_file() {
         hooks.extend(of_file(&user)?);
     }
-    if foya_actors::trust::is_trusted(cwd)
-        && let Ok(root) = foya_actors::trust::project_key(cwd)
+    if foya_config::trust::is_trusted(cwd)
+        && let Ok(root) = foya_config::trust::project_key(cwd)
     {
         hooks.extend(of_file(&project_file(cwd))?.of_project(&root));
     }

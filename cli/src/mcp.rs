@@ -72,10 +72,10 @@ fn names(config: &McpConfig) -> String {
 }
 
 fn read(cwd: &Path, trust_project: bool) -> anyhow::Result<McpConfig> {
-    let trust_project = trust_project || foya_actors::trust::is_trusted(cwd);
-    let user = foya_actors::provider::config::user_file();
+    let trust_project = trust_project || foya_config::trust::is_trusted(cwd);
+    let user = foya_config::provider::user_file();
     let root = foya_actors::context::project_root(cwd);
-    let project = foya_actors::provider::config::project_file(cwd);
+    let project = foya_config::provider::project_file(cwd);
     McpConfig::load(user.as_deref(), &project, &root, trust_project).map_err(anyhow::Error::msg)
 }
 

@@ -4,13 +4,13 @@
 use crate::args::ProviderArgs;
 use anyhow::Context as _;
 use foya_actors::provider::ModelClient;
-use foya_actors::provider::config::ConfigError;
 use foya_actors::provider::scripted::Script;
 use foya_actors::provider::sim::{SimClient, SimConfig};
 use foya_actors::tools::ToolRegistry;
 use foya_actors::tools::env_policy::EnvPolicy;
 use foya_actors::tools::sandbox::SandboxRunner;
 use foya_actors::{ContextOptions, RuntimeConfig, WithoutApprover};
+use foya_config::provider::ConfigError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -63,7 +63,7 @@ pub fn model_client(
             args.model.clone().unwrap_or_else(|| SCRIPTED.into()),
         ));
     }
-    let profile = foya_actors::provider::config::ProviderConfig::load(cwd)?
+    let profile = foya_config::provider::ProviderConfig::load(cwd)?
         .resolve(
             &args.provider,
             args.base_url.as_deref(),
@@ -181,7 +181,7 @@ pub fn runtime_config(
 /// The file cannot be read or its table is invalid, the OTLP protocol is not
 /// `http/protobuf`, or the exporter cannot be built.
 pub fn telemetry(metrics_by_default: bool) -> anyhow::Result<Option<foya_telemetry::Telemetry>> {
-    let file = foya_actors::provider::config::user_file();
+    let file = foya_config::provider::user_file();
     let config = foya_telemetry::TelemetryConfig::load(file.as_deref(), metrics_by_default)?;
     foya_telemetry::Telemetry::start(config)
 }
@@ -195,7 +195,7 @@ pub fn telemetry(metrics_by_default: bool) -> anyhow::Result<Option<foya_telemet
 /// The file cannot be read or parsed, or the table is not a valid policy (the message
 /// names the file and the key).
 pub fn shell_environment() -> anyhow::Result<EnvPolicy> {
-    let Some(path) = foya_actors::provider::config::user_file() else {
+    let Some(path) = foya_config::provider::user_file() else {
         return Ok(EnvPolicy::default());
     };
     shell_environment_in(&path)
@@ -203,7 +203,7 @@ pub fn shell_environment() -> anyhow::Result<EnvPolicy> {
 
 /// [`shell_environment`] of the config file `path`.
 fn shell_environment_in(path: &Path) -> anyhow::Result<EnvPolicy> {
-    let Some(text) = foya_actors::provider::config::read_optional(path)? else {
+    let Some(text) = foya_config::provider::read_optional(path)? else {
         return Ok(EnvPolicy::default());
     };
     let table: toml::Table =

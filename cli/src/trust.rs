@@ -1,6 +1,6 @@
 //! `foya trust [DIR]`, `foya trust --list`, `foya trust --revoke [DIR]`, and the
 //! first-use question: whether a project's own `.foya/config.toml` (provider profiles,
-//! hooks) applies. The trust list itself is `foya_actors::trust`.
+//! hooks) applies. The trust list itself is `foya_config::trust`.
 
 use crate::exit::{CommandError, failed};
 use clap::Args;
@@ -27,7 +27,7 @@ pub struct TrustArgs {
 /// The trust list cannot be read or written; the directory does not exist (usage).
 pub fn trust(args: &TrustArgs) -> Result<(), CommandError> {
     if args.list {
-        return match foya_actors::trust::list() {
+        return match foya_config::trust::list() {
             Ok(projects) => {
                 for project in projects {
                     println!("{}", project.display());
@@ -39,7 +39,7 @@ pub fn trust(args: &TrustArgs) -> Result<(), CommandError> {
     }
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if args.revoke {
-        return match foya_actors::trust::revoke(&dir) {
+        return match foya_config::trust::revoke(&dir) {
             Ok((root, true)) => {
                 eprintln!(
                     "foya: no longer trusting {}: its .foya/config.toml and hooks are ignored",
@@ -54,7 +54,7 @@ pub fn trust(args: &TrustArgs) -> Result<(), CommandError> {
             Err(e) => Err(failed(e)),
         };
     }
-    match foya_actors::trust::trust(&dir) {
+    match foya_config::trust::trust(&dir) {
         Ok(root) => {
             eprintln!(
                 "foya: trusting {}: its .foya/config.toml and hooks now apply",
@@ -62,7 +62,7 @@ pub fn trust(args: &TrustArgs) -> Result<(), CommandError> {
             );
             Ok(())
         }
-        Err(e @ foya_actors::trust::TrustError::Directory { .. }) => {
+        Err(e @ foya_config::trust::TrustError::Directory { .. }) => {
             Err(CommandError::usage(anyhow::anyhow!("{e}")))
         }
         Err(e) => Err(failed(e)),
@@ -74,8 +74,8 @@ pub fn trust(args: &TrustArgs) -> Result<(), CommandError> {
 /// whether to trust it, and otherwise says in one line that it is ignored and how to
 /// trust it. Nothing when there is no project config or it is trusted.
 pub(crate) fn announce(cwd: &Path) {
-    let config = foya_actors::provider::config::project_file(cwd);
-    let root = foya_actors::trust::project_key(cwd)
+    let config = foya_config::provider::project_file(cwd);
+    let root = foya_config::trust::project_key(cwd)
         .unwrap_or_else(|_| foya_actors::context::project_root(cwd));
     // The project's config, else its `.mcp.json` (servers it would start).
     let Some(file) = [config, root.join(".mcp.json")]
@@ -84,11 +84,11 @@ pub(crate) fn announce(cwd: &Path) {
     else {
         return;
     };
-    if foya_actors::trust::is_trusted(cwd) {
+    if foya_config::trust::is_trusted(cwd) {
         return;
     }
     if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() && ask(&file) {
-        match foya_actors::trust::trust(cwd) {
+        match foya_config::trust::trust(cwd) {
             Ok(root) => eprintln!("foya: trusting {}", root.display()),
             Err(e) => eprintln!("foya: {e}; {} is ignored this time", file.display()),
         }

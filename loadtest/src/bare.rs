@@ -17,7 +17,7 @@
 
 use axum::body::Bytes;
 use foya_actors::provider::ModelRequest;
-use foya_actors::provider::config::ProviderProfile;
+use foya_actors::provider::profile::ProviderProfile;
 use futures::StreamExt as _;
 use serde::Serialize;
 use std::sync::Arc;

@@ -29,7 +29,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
 use foya_actors::provider::ModelClient;
-use foya_actors::provider::config::ProviderProfile;
+use foya_actors::provider::profile::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
 use foya_actors::runtime::Runtime;
@@ -557,7 +557,7 @@ fn model_client(args: &LoadtestArgs, sim: &SimConfig) -> anyhow::Result<ClientCh
          (the default, in process) or an HTTP profile (e.g. openai-chat with --base-url)"
     );
     let cwd = std::env::current_dir().context("no current directory")?;
-    let config = foya_actors::provider::config::ProviderConfig::load(&cwd)?;
+    let config = foya_config::provider::ProviderConfig::load(&cwd)?;
     let base_url = args.base_url.as_deref();
     // A bare protocol name needs a model: fall back to the simulator's model name.
     let profile = match config.resolve(&args.provider, base_url, args.model.as_deref()) {

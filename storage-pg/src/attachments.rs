@@ -9,7 +9,7 @@
 //! threads cannot stall them. A call waits at most [`ANSWER_WITHIN`].
 
 use crate::{PgError, connect, render};
-use foya_storage::SharedAttachments;
+use foya_storage::{SharedAttachmentError, SharedAttachments};
 use std::fmt;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
@@ -84,20 +84,27 @@ impl PgAttachments {
 }
 
 impl SharedAttachments for PgAttachments {
-    fn put(&self, id: [u8; 16], media_type: &str, bytes: &[u8]) -> Result<(), String> {
+    fn put(
+        &self,
+        id: [u8; 16],
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<(), SharedAttachmentError> {
         self.ask(|reply| Job::Put {
             id: Uuid::from_bytes(id),
             media_type: media_type.to_owned(),
             bytes: bytes.to_vec(),
             reply,
         })
+        .map_err(SharedAttachmentError)
     }
 
-    fn get(&self, id: [u8; 16]) -> Result<Option<(String, Vec<u8>)>, String> {
+    fn get(&self, id: [u8; 16]) -> Result<Option<(String, Vec<u8>)>, SharedAttachmentError> {
         self.ask(|reply| Job::Get {
             id: Uuid::from_bytes(id),
             reply,
         })
+        .map_err(SharedAttachmentError)
     }
 }
 

@@ -159,7 +159,10 @@ pub use check::{CheckReport, check};
 pub use commits::{CommitObserver, CommitStat};
 pub use error::{AppendError, Error, OpenError, ReadError};
 pub use latency::{Latencies, LatencyHistogram};
-pub use log::{BoxFuture, Cursor, DynEventLog, EventLog, Fence, LogStore, Page, SharedAttachments};
+pub use log::{
+    BoxFuture, Cursor, DynEventLog, EventLog, Fence, LogStore, Page, SharedAttachmentError,
+    SharedAttachments,
+};
 pub use losses::{Loss, recorded_losses};
 pub use ownership::{NotOwner, Ownership};
 pub use read_only::ReadOnlyStore;

@@ -295,15 +295,26 @@ pub trait SharedAttachments: Send + Sync + fmt::Debug + 'static {
     /// bytes: ids are fresh UUIDv7s, an attachment never changes).
     ///
     /// # Errors
-    /// The engine's error, as text.
-    fn put(&self, id: [u8; 16], media_type: &str, bytes: &[u8]) -> Result<(), String>;
+    /// [`SharedAttachmentError`]: the engine's error.
+    fn put(
+        &self,
+        id: [u8; 16],
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<(), SharedAttachmentError>;
 
     /// The media type and bytes of attachment `id`; `None` when there is none.
     ///
     /// # Errors
-    /// The engine's error, as text.
-    fn get(&self, id: [u8; 16]) -> Result<Option<(String, Vec<u8>)>, String>;
+    /// [`SharedAttachmentError`]: the engine's error.
+    fn get(&self, id: [u8; 16]) -> Result<Option<(String, Vec<u8>)>, SharedAttachmentError>;
 }
+
+/// A shared attachment engine refused or did not answer ([`SharedAttachments`]); its
+/// message, fit to show to a user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SharedAttachmentError(pub String);
 
 /// A boxed future, for [`DynEventLog`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

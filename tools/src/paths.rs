@@ -31,42 +31,84 @@ pub fn unconfined(ctx: &ToolContext) -> bool {
     ctx.approval_mode == ApprovalMode::Bypass || ctx.sandbox == SandboxPolicy::None
 }
 
+/// Why a confined call's path is refused ([`resolve`]); its text is written for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path leaves the working directory lexically (`..`, an absolute path).
+    #[error(
+        "path {raw:?} resolves to {} which is outside the working directory {}; \
+         file tools only access paths inside the working directory",
+        .resolved.display(), .cwd.display()
+    )]
+    Outside {
+        /// The argument as given.
+        raw: String,
+        /// Where it resolves.
+        resolved: PathBuf,
+        /// The working directory.
+        cwd: PathBuf,
+    },
+    /// An ancestor of the path is a symlink whose target does not exist.
+    #[error(
+        "path {raw:?} leads through a dangling symlink ({}); refusing to follow it",
+        .link.display()
+    )]
+    DanglingSymlink {
+        /// The argument as given.
+        raw: String,
+        /// The deepest existing ancestor (the dangling link).
+        link: PathBuf,
+    },
+    /// The path leaves the working directory through a symlink.
+    #[error(
+        "path {raw:?} leads through a symlink to {} which is outside the working \
+         directory {}; file tools only access paths inside the working directory",
+        .real.display(), .cwd.display()
+    )]
+    SymlinkOutside {
+        /// The argument as given.
+        raw: String,
+        /// Where it really leads.
+        real: PathBuf,
+        /// The working directory.
+        cwd: PathBuf,
+    },
+}
+
 /// Resolves a tool's `path` argument against `ctx.cwd`.
 ///
 /// # Errors
-/// A message for the model when a confined call's path leaves the working directory,
-/// lexically (`..`, absolute path) or through a symlink.
-pub fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, String> {
+/// [`PathError`] when a confined call's path leaves the working directory, lexically
+/// (`..`, absolute path) or through a symlink.
+pub fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, PathError> {
     let cwd = normalize(Path::new("/"), &ctx.cwd);
     let path = normalize(&cwd, Path::new(raw));
     if unconfined(ctx) {
         return Ok(path);
     }
     if !path.starts_with(&cwd) {
-        return Err(format!(
-            "path {raw:?} resolves to {} which is outside the working directory {}; \
-             file tools only access paths inside the working directory",
-            path.display(),
-            cwd.display()
-        ));
+        return Err(PathError::Outside {
+            raw: raw.to_owned(),
+            resolved: path,
+            cwd,
+        });
     }
     let real_cwd = std::fs::canonicalize(&cwd).unwrap_or_else(|_| cwd.clone());
     // The deepest ancestor that exists (symlinks not followed), resolved for real.
     let (existing, rest) = deepest_existing(&path);
     let Ok(mut real) = std::fs::canonicalize(existing) else {
-        return Err(format!(
-            "path {raw:?} leads through a dangling symlink ({}); refusing to follow it",
-            existing.display()
-        ));
+        return Err(PathError::DanglingSymlink {
+            raw: raw.to_owned(),
+            link: existing.to_owned(),
+        });
     };
     real.extend(rest.iter().rev());
     if !real.starts_with(&real_cwd) {
-        return Err(format!(
-            "path {raw:?} leads through a symlink to {} which is outside the working \
-             directory {}; file tools only access paths inside the working directory",
-            real.display(),
-            cwd.display()
-        ));
+        return Err(PathError::SymlinkOutside {
+            raw: raw.to_owned(),
+            real,
+            cwd,
+        });
     }
     Ok(path)
 }

@@ -3,7 +3,7 @@
 //! [`HookInput`] as JSON on stdin, `FOYA_PROJECT_DIR` and Claude Code's
 //! `CLAUDE_PROJECT_DIR` set to the project root, with the environment a tool's processes
 //! get (`tools::env_policy`: no credential-shaped variable); then its exit code and
-//! output read as Claude Code does ([`interpret`]).
+//! output read as Claude Code does (`interpret`).
 //!
 //! Output contract (Claude Code's):
 //! - exit 0: stdout may be JSON — `continue: false` (+ `stopReason`) stops the turn;
@@ -174,7 +174,12 @@ async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> Option<Vec<u8>> {
 
 /// Interprets a finished hook of point `event` (see the module docs).
 #[must_use]
-pub fn interpret(event: HookEvent, code: Option<i32>, stdout: &str, stderr: &str) -> HookResponse {
+pub(crate) fn interpret(
+    event: HookEvent,
+    code: Option<i32>,
+    stdout: &str,
+    stderr: &str,
+) -> HookResponse {
     match code {
         Some(0) => interpret_stdout(event, stdout.trim()),
         Some(2) => {

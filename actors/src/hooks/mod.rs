@@ -15,13 +15,14 @@
 //! as no decision. Details and the differences from Claude Code: `docs/hooks.md`.
 
 pub mod command;
-pub mod config;
+/// Command hooks as configured (in `foya-config`).
+pub use foya_config::hooks as config;
 /// The decision rules (pure; in `foya-core`).
 pub use foya_core::hooks::decision;
 pub mod runner;
 pub(crate) mod stop;
 
-pub use config::{CommandHook, HookCommands, MatcherGroup, hook_tool_input};
+pub use config::{CommandHook, HookCommands, HookEvent, MatcherGroup, hook_tool_input};
 pub use decision::Merged;
 pub use runner::Hooks;
 pub use stop::{StopDecision, StopHook, StopHookInput};
@@ -30,63 +31,6 @@ use async_trait::async_trait;
 use foya_protocol::{ApprovalMode, RunId, SessionId, ToolCallId};
 use serde::Serialize;
 use std::path::PathBuf;
-
-/// A hook point, named as in Claude Code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum HookEvent {
-    /// The first turn of a session in this runtime begins (`source`: `startup` for a new
-    /// session, `resume` for a stored one).
-    SessionStart,
-    /// A turn begins with the user's input (`prompt`).
-    UserPromptSubmit,
-    /// A validated tool call is about to be decided and run.
-    PreToolUse,
-    /// A tool call ran (`tool_response`).
-    PostToolUse,
-    /// A compaction is about to summarise the history (`trigger`: `manual` or `auto`).
-    PreCompact,
-    /// The model stopped without tool calls (a top-level session).
-    Stop,
-    /// The model of a sub-agent session stopped without tool calls.
-    SubagentStop,
-    /// The runtime shuts a session down (`reason`).
-    SessionEnd,
-}
-
-impl HookEvent {
-    /// Every hook point.
-    pub const ALL: [Self; 8] = [
-        Self::SessionStart,
-        Self::UserPromptSubmit,
-        Self::PreToolUse,
-        Self::PostToolUse,
-        Self::PreCompact,
-        Self::Stop,
-        Self::SubagentStop,
-        Self::SessionEnd,
-    ];
-
-    /// Claude Code's name (`PreToolUse`).
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::SessionStart => "SessionStart",
-            Self::UserPromptSubmit => "UserPromptSubmit",
-            Self::PreToolUse => "PreToolUse",
-            Self::PostToolUse => "PostToolUse",
-            Self::PreCompact => "PreCompact",
-            Self::Stop => "Stop",
-            Self::SubagentStop => "SubagentStop",
-            Self::SessionEnd => "SessionEnd",
-        }
-    }
-
-    /// The point named `name` (exactly as Claude Code spells it).
-    #[must_use]
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|e| e.name() == name)
-    }
-}
 
 /// What a hook receives: the JSON written to a command hook's stdin. Field names are
 /// Claude Code's; a field that does not apply to the point is absent.
@@ -181,18 +125,6 @@ impl HookInput {
             HookEvent::SessionStart => self.source,
             HookEvent::PreCompact => self.trigger,
             _ => None,
-        }
-    }
-}
-
-impl HookEvent {
-    /// The stop point of a session with `config`: `SubagentStop` in a sub-agent's
-    /// session, `Stop` otherwise.
-    pub fn stop_of(config: &foya_protocol::SessionConfig) -> Self {
-        if config.parent.is_some() {
-            Self::SubagentStop
-        } else {
-            Self::Stop
         }
     }
 }

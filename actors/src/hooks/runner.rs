@@ -44,7 +44,7 @@ impl Hooks {
 
     /// These hooks, with command hooks run under `supervisor` (see `command::run`).
     #[must_use]
-    pub fn supervised_by(mut self, supervisor: Option<SandboxRunner>) -> Self {
+    pub(crate) fn supervised_by(mut self, supervisor: Option<SandboxRunner>) -> Self {
         self.supervisor = supervisor;
         self
     }
@@ -67,7 +67,7 @@ impl Hooks {
     /// the file's path; an empty path when there is no transcript directory or the
     /// write failed (logged). The file is the owner's only (0600 in a 0700 directory).
     #[must_use]
-    pub fn export_transcript(&self, session_id: SessionId, events: &[Event]) -> PathBuf {
+    pub(crate) fn export_transcript(&self, session_id: SessionId, events: &[Event]) -> PathBuf {
         let Some(dir) = &self.transcript_dir else {
             return PathBuf::new();
         };
@@ -83,7 +83,7 @@ impl Hooks {
 
     /// Removes the transcript [`Self::export_transcript`] wrote for `session_id` (a
     /// deleted session's log leaves no copy behind); a missing file is not an error.
-    pub fn forget_transcript(&self, session_id: SessionId) {
+    pub(crate) fn forget_transcript(&self, session_id: SessionId) {
         let Some(dir) = &self.transcript_dir else {
             return;
         };
@@ -141,7 +141,9 @@ impl Hooks {
 /// The project a session in `cwd` belongs to, as trust names it (its canonical root):
 /// a trusted project's hooks apply only to sessions whose root it is.
 fn project_of(cwd: &Path) -> Option<PathBuf> {
-    crate::trust::project_key(cwd).ok()
+    std::fs::canonicalize(cwd)
+        .ok()
+        .map(|canonical| crate::context::project_root(&canonical))
 }
 
 /// The `hook_ran` event of one run (a failure is logged too, without the hook's output).

@@ -9,7 +9,8 @@
 //! the user's config marks them read-only) or let a failing server fail a turn (every
 //! failure is that call's `is_error` result).
 
-pub mod config;
+/// The servers as configured (in `foya-config`).
+pub use foya_config::mcp as config;
 mod handler;
 mod line_guard;
 pub mod manager;

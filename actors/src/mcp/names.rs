@@ -3,7 +3,7 @@
 //! same server's same tool for the runtime's whole life, whichever servers are up.
 //!
 //! Owns: each server's prefix, derived from the configured server names alone
-//! ([`prefixes`]: no prefix starts another, so `mcp__a__b__c` cannot be server `a`'s tool
+//! (`prefixes`: no prefix starts another, so `mcp__a__b__c` cannot be server `a`'s tool
 //! `b__c` one step and server `a__b`'s tool `c` the next), sanitising (every other
 //! character becomes `_`), capping at [`MAX_TOOL_NAME`] (a long name keeps its start and
 //! ends in a hash of the server and the tool) and making names unique (a repeated name
@@ -33,7 +33,7 @@ fn sanitise(text: &str) -> String {
 /// `mcp__<server>_<8 hex digits of a hash of its name>__` instead. No prefix in the result
 /// starts another, so a tool name tells its server from the configuration alone.
 #[must_use]
-pub fn prefixes<'a>(servers: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
+pub(crate) fn prefixes<'a>(servers: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
     let plain: BTreeMap<String, String> = servers
         .into_iter()
         .map(|s| (s.to_owned(), format!("mcp__{}__", sanitise(s))))
@@ -78,7 +78,7 @@ fn hashed_prefix(server: &str, salt: u32) -> String {
 /// The tool `tool` of `server` under `prefix` (from [`prefixes`]): the prefix and the
 /// sanitised tool name, capped, not yet unique.
 #[must_use]
-pub fn qualified(prefix: &str, server: &str, tool: &str) -> String {
+pub(crate) fn qualified(prefix: &str, server: &str, tool: &str) -> String {
     let clean = format!("{prefix}{}", sanitise(tool));
     if clean.len() <= MAX_TOOL_NAME {
         return clean;

@@ -2,7 +2,7 @@
 //!
 //! Owns: how each content block reads (text as is; an image or audio block as a line
 //! naming its type and size, and an image also as a [`ToolImage`] for the model — at
-//! most [`MAX_IMAGES`] per result, each at most [`MAX_IMAGE_BYTES`] and of a type in
+//! most `MAX_IMAGES` per result, each at most `MAX_IMAGE_BYTES` and of a type in
 //! [`IMAGE_MEDIA_TYPES`], else the line says why it is not shown; an embedded resource
 //! as its URI then its text, or a line
 //! naming a binary blob; a resource link as its URI and name), `structuredContent`
@@ -20,10 +20,10 @@ use base64::Engine as _;
 use serde_json::Value;
 
 /// Most images of one result passed to the model; later ones are only named.
-pub const MAX_IMAGES: usize = 8;
+pub(crate) const MAX_IMAGES: usize = 8;
 /// Largest image passed to the model, in bytes (Anthropic's per-image limit is 5 MB);
 /// a larger one is only named.
-pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+pub(crate) const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// The model's view of `result` (a `CallToolResult` in its JSON form).
 #[must_use]

@@ -37,7 +37,13 @@ impl Server {
         // path is also asked at the gateway every time (`tools/approval.rs`).
         let mut prepared = self
             .runner
-            .spawn(self.config.sandbox.policy(), &cwd, &[], command, &args)
+            .spawn(
+                sandbox_policy(self.config.sandbox),
+                &cwd,
+                &[],
+                command,
+                &args,
+            )
             .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
         // An allow-list (`EnvPolicy::mcp_server`: PATH, HOME, the locale…), then what
         // the server's config names: its `env_vars` as they are, its `env`.
@@ -190,5 +196,17 @@ async fn log_stderr(server: Arc<str>, stderr: tokio::process::ChildStderr, tail:
                 tail.push_back(text);
             }
         }
+    }
+}
+
+/// The sandbox policy a server's `sandbox = "…"` stands for.
+pub(crate) fn sandbox_policy(sandbox: crate::mcp::ServerSandbox) -> crate::tools::SandboxPolicy {
+    use crate::mcp::ServerSandbox;
+    use crate::tools::SandboxPolicy;
+    match sandbox {
+        ServerSandbox::None => SandboxPolicy::None,
+        ServerSandbox::ReadOnly => SandboxPolicy::ReadOnly,
+        ServerSandbox::WorkspaceWrite => SandboxPolicy::WorkspaceWrite { network: false },
+        ServerSandbox::WorkspaceWriteNetwork => SandboxPolicy::WorkspaceWrite { network: true },
     }
 }

@@ -7,8 +7,8 @@ use crate::http_support;
 
 use axum::body::Bytes;
 use foya_actors::provider::ModelClient;
-use foya_actors::provider::config::{ConfigError, ProviderProfile};
 use foya_actors::provider::http::HttpModelClient;
+use foya_actors::provider::profile::{ConfigError, ProviderProfile};
 use foya_actors::provider::wire::ProviderKind;
 use foya_protocol::{
     ErrorClass, FinishReason, StreamAggregate, StreamEvent, ToolCall, ToolCallId, Usage,

@@ -104,7 +104,7 @@ fn a_minimal_build_refuses_images_with_a_reason() {
     assert!(
         refused
             .as_ref()
-            .is_err_and(|reason| reason.contains("`images` feature")),
+            .is_err_and(|reason| reason.to_string().contains("`images` feature")),
         "{refused:?}"
     );
 }
@@ -120,7 +120,7 @@ fn a_minimal_build_refuses_to_sandbox_without_landlock() {
     assert!(
         refused
             .as_ref()
-            .is_err_and(|reason| reason.contains("`landlock` feature")),
+            .is_err_and(|reason| reason.to_string().contains("`landlock` feature")),
         "{refused:?}"
     );
     assert_eq!(apply_policy(SandboxPolicy::None, &dir, &dir, &[], false), Ok(()));

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::{MockProvider, MockResponse, anthropic, openai_chat, responses};
-use foya_actors::provider::config::ProviderProfile;
 use foya_actors::provider::http::HttpModelClient;
+use foya_actors::provider::profile::ProviderProfile;
 use foya_actors::provider::wire::ProviderKind;
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_protocol::{

@@ -83,7 +83,7 @@ fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {
     }
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
-        Err(message) => return ToolOutput::error(message),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     if let Err(message) = paths::check_write(ctx, &path, raw) {
         return ToolOutput::error(message);

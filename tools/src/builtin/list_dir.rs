@@ -69,7 +69,7 @@ fn list(ctx: &ToolContext, args: &ListArgs) -> ToolOutput {
     let raw = args.path.as_str();
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
-        Err(message) => return ToolOutput::error(message),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let read_dir = match std::fs::read_dir(&path) {
         Ok(read_dir) => read_dir,

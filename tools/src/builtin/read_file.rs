@@ -81,7 +81,7 @@ fn read(ctx: &ToolContext, args: &ReadArgs) -> ToolOutput {
     let raw = args.path.as_str();
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
-        Err(message) => return ToolOutput::error(message),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     let bytes = match super::read_regular(&path, READ_MAX_FILE_BYTES) {
         Ok(bytes) => bytes,

@@ -67,7 +67,7 @@ fn walk(root: &Path, cancel: &CancellationToken) -> impl Iterator<Item = PathBuf
 /// The directory (or file) `path` names, `.` when it names none.
 fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<(String, PathBuf), String> {
     let raw = path.unwrap_or(".").to_owned();
-    let root = paths::resolve(ctx, &raw)?;
+    let root = paths::resolve(ctx, &raw).map_err(|e| e.to_string())?;
     if !root.exists() {
         return Err(format!("{raw:?} does not exist"));
     }

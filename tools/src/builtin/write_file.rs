@@ -68,7 +68,7 @@ fn write(ctx: &ToolContext, args: &WriteArgs) -> ToolOutput {
     let content = args.content.as_str();
     let path = match paths::resolve(ctx, raw) {
         Ok(path) => path,
-        Err(message) => return ToolOutput::error(message),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     if let Err(message) = paths::check_write(ctx, &path, raw) {
         return ToolOutput::error(message);

@@ -148,11 +148,18 @@ pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
     out
 }
 
+/// Why a sandbox policy could not be applied ([`apply_policy`]): Landlock missing or
+/// lacking a feature the policy needs, a path that cannot be opened for a rule, or a
+/// build without the `landlock` feature. The command is not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(pub String);
+
 /// Parses the arguments after [`SANDBOX_EXEC_ARG`].
 ///
 /// # Errors
 /// A message naming the missing or malformed argument.
-pub fn parse_invocation(
+pub(crate) fn parse_invocation(
     args: impl IntoIterator<Item = OsString>,
 ) -> Result<SandboxInvocation, String> {
     let mut args = args.into_iter();
@@ -229,6 +236,18 @@ pub fn parse_invocation(
 /// (`CompatLevel::HardRequirement`): file-system rules need ABI ≥ 3, network rules ABI ≥ 4.
 #[cfg(feature = "landlock")]
 pub fn apply_policy(
+    policy: SandboxPolicy,
+    cwd: &Path,
+    tmp: &Path,
+    protect: &[PathBuf],
+    shielded: bool,
+) -> Result<(), PolicyError> {
+    restrict(policy, cwd, tmp, protect, shielded).map_err(PolicyError)
+}
+
+/// [`apply_policy`]'s work, its refusal as text.
+#[cfg(feature = "landlock")]
+fn restrict(
     policy: SandboxPolicy,
     cwd: &Path,
     tmp: &Path,
@@ -358,14 +377,14 @@ pub fn apply_policy(
     _tmp: &Path,
     _protect: &[PathBuf],
     _shielded: bool,
-) -> Result<(), String> {
+) -> Result<(), PolicyError> {
     match policy {
         SandboxPolicy::None => Ok(()),
-        _ => Err(
+        _ => Err(PolicyError(
             "this build of foya-actors has no Landlock sandbox (built without the \
                   `landlock` feature); the command was not run"
                 .to_owned(),
-        ),
+        )),
     }
 }
 
@@ -380,7 +399,7 @@ pub fn apply_policy(
 /// # Errors
 /// A message when the filter cannot be built or installed.
 #[cfg(feature = "landlock")]
-pub fn forbid_others_limits() -> Result<(), String> {
+pub(crate) fn forbid_others_limits() -> Result<(), String> {
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
         SeccompRule, TargetArch,
@@ -408,7 +427,7 @@ pub fn forbid_others_limits() -> Result<(), String> {
 /// # Errors
 /// Never.
 #[cfg(not(feature = "landlock"))]
-pub fn forbid_others_limits() -> Result<(), String> {
+pub(crate) fn forbid_others_limits() -> Result<(), String> {
     Ok(())
 }
 

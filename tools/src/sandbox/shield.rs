@@ -74,7 +74,7 @@ pub struct Shield {
     pub note: Option<String>,
 }
 
-/// What [`enter`] achieved.
+/// What `enter` achieved.
 #[derive(Debug)]
 pub enum Entered {
     /// The protected paths are read-only for this process and what it starts.
@@ -88,7 +88,7 @@ pub enum Entered {
 ///
 /// # Errors
 /// Why not (as [`Entered::Unavailable`] would say).
-pub fn probe() -> Result<(), String> {
+pub(crate) fn probe() -> Result<(), String> {
     if std::env::var_os(NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
         return Err(format!(
             "namespaces are switched off ({NO_NAMESPACES_ENV} is set)"
@@ -108,7 +108,7 @@ pub fn probe() -> Result<(), String> {
 /// # Errors
 /// A message when the namespaces were entered but a mount failed (the command must not
 /// run); what was claimed is released first.
-pub fn enter(cwd: &Path, protect: &[PathBuf]) -> Result<Entered, String> {
+pub(crate) fn enter(cwd: &Path, protect: &[PathBuf]) -> Result<Entered, String> {
     if std::env::var_os(NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
         return Ok(Entered::Unavailable(format!(
             "namespaces are switched off ({NO_NAMESPACES_ENV} is set)"

@@ -266,7 +266,7 @@ fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Chil
                     &invocation.protect,
                     shielded,
                 )
-                .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
+                .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
                 if shielded {
                     // Without it the program cannot touch the shield's mounts (Landlock
                     // refuses mount calls too, but not `mount_setattr` or `setns`).
