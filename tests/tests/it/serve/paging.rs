@@ -92,7 +92,7 @@ async fn create(s: &Server) -> String {
         .call(
             s.req(Method::POST, "/sessions").json(&json!({"title": "new"})),
             StatusCode::CREATED,
-            Some("SessionSummary"),
+            Some("SessionCreated"),
         )
         .await;
     created["id"].as_str().unwrap().to_owned()
