@@ -188,9 +188,12 @@ async fn list(dir: Option<&std::path::Path>, json: bool, listing: Listing) -> an
     let store = &view.store;
     // A whole survey, read once when a page cannot be read through the listing index.
     let mut whole: Option<Survey> = None;
+    // A file read as salvage reads it, or through a private repaired copy (its last
+    // writer was killed), is surveyed whole: every part of it is looked at for damage.
+    let survey_whole = view.damaged || store.is_copy();
     let unreadable = listing
         .run(&mut out, json, |page| {
-            std::future::ready(read_page(store, view.damaged, &mut whole, page))
+            std::future::ready(read_page(store, survey_whole, &mut whole, page))
         })
         .await?;
     out.flush()?;
@@ -200,7 +203,16 @@ async fn list(dir: Option<&std::path::Path>, json: bool, listing: Listing) -> an
             None => eprintln!("foya: {}", unreadable.reason),
         }
     }
-    if !unreadable.is_empty() {
+    // A file surveyed whole has its listing index read whole too: damage there is
+    // damage of the file (the listing above did not need it).
+    let index_damaged = survey_whole && !view.damaged && {
+        let read = store.survey_page(Page::ALL);
+        if let Err(e) = &read {
+            eprintln!("foya: the listing index cannot be read: {e}");
+        }
+        read.is_err()
+    };
+    if !unreadable.is_empty() || index_damaged {
         if !view.damaged {
             eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
         }
@@ -209,16 +221,16 @@ async fn list(dir: Option<&std::path::Path>, json: bool, listing: Listing) -> an
     view_ended(view.damaged)
 }
 
-/// A page of the listing of a data dir's store, read through the listing index; a
-/// damaged file, or one whose index cannot be read, is surveyed whole once (`whole`)
-/// and paged from that.
+/// A page of the listing of a data dir's store, read through the listing index; with
+/// `survey_whole`, or when the index cannot be read, the file is surveyed whole once
+/// (`whole`) and paged from that.
 fn read_page(
     store: &foya_storage::ReadOnlyStore,
-    damaged: bool,
+    survey_whole: bool,
     whole: &mut Option<Survey>,
     page: Page,
 ) -> anyhow::Result<PageRead> {
-    if whole.is_none() && !damaged {
+    if whole.is_none() && !survey_whole {
         match store.survey_page(page) {
             Ok(survey) => return Ok((survey.sessions, survey.unreadable)),
             Err(e) => {

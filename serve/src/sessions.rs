@@ -123,10 +123,21 @@ pub(crate) async fn readable_page(
         // The redb store's reads are synchronous: off the async threads.
         Some(store) => {
             let store = store.clone();
-            let survey = tokio::task::spawn_blocking(move || store.survey_page(page))
-                .await
-                .map_err(ApiError::internal)?
-                .map_err(ApiError::internal)?;
+            let survey = tokio::task::spawn_blocking(move || {
+                store.survey_page(page).or_else(|e| {
+                    // A listing index that cannot be read (a damaged file): every
+                    // summary instead, slow but whole.
+                    tracing::warn!(target: super::LOG_TARGET, error = %e, "the listing index cannot be read; surveying every session");
+                    store.survey().map(|mut survey| {
+                        survey.sessions.retain(|s| page.after.is_none_or(|c| c.precedes(s)));
+                        survey.sessions.truncate(page.limit);
+                        survey
+                    })
+                })
+            })
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
             for unreadable in &survey.unreadable {
                 tracing::warn!(target: super::LOG_TARGET, session = ?unreadable.session, reason = %unreadable.reason, "a session cannot be listed");
             }
