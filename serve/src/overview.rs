@@ -145,7 +145,13 @@ pub(crate) async fn overview(
         None => {
             let wanted: Vec<(SessionId, u64)> = summaries
                 .iter()
-                .map(|s| (s.id, folds.get(&s.id).map_or(0, |f| f.last_seq), s.last_seq.0))
+                .map(|s| {
+                    (
+                        s.id,
+                        folds.get(&s.id).map_or(0, |f| f.last_seq),
+                        s.last_seq.0,
+                    )
+                })
                 .filter(|(_, from, last)| from < last)
                 .map(|(id, from, _)| (id, from))
                 .collect();

@@ -247,7 +247,10 @@ async fn list_sessions(
 ) -> Result<Response, ApiError> {
     let request = super::sessions::PageQuery::parse(query)?;
     let (sessions, next) = if request.live {
-        (super::sessions::live_sessions(&state, request.limit).await?, None)
+        (
+            super::sessions::live_sessions(&state, request.limit).await?,
+            None,
+        )
     } else {
         readable_page(&state, request.after, request.limit).await?
     };

@@ -179,7 +179,7 @@ pub(crate) async fn live_sessions(
             }
         }
     }
-    sessions.sort_by(|a, b| (b.updated_at_ms, b.id).cmp(&(a.updated_at_ms, a.id)));
+    sessions.sort_by_key(|s| std::cmp::Reverse((s.updated_at_ms, s.id)));
     sessions.truncate(limit);
     Ok(sessions)
 }

@@ -121,7 +121,9 @@ impl Store {
     /// # Errors
     /// [`ReadError::Storage`] or [`ReadError::Corrupt`] when the index cannot be read.
     pub fn survey_page(&self, page: crate::Page) -> Result<Survey, ReadError> {
-        match self.read("listing a page of sessions", |txn| crate::recent::page(txn, page))? {
+        match self.read("listing a page of sessions", |txn| {
+            crate::recent::page(txn, page)
+        })? {
             Some(entries) => Ok(paged_survey(entries)),
             None => self.survey().map(|survey| survey_paged(survey, page)),
         }
@@ -133,7 +135,9 @@ impl Store {
     /// # Errors
     /// As [`Store::session`].
     pub(crate) fn list_page(&self, page: crate::Page) -> Result<Vec<SessionSummary>, ReadError> {
-        match self.read("listing a page of sessions", |txn| crate::recent::page(txn, page))? {
+        match self.read("listing a page of sessions", |txn| {
+            crate::recent::page(txn, page)
+        })? {
             Some(entries) => entries
                 .into_iter()
                 .map(|entry| entry.map_err(|(_, e)| e))
@@ -205,7 +209,9 @@ impl ReadOnlyStore {
     /// # Errors
     /// As [`Store::survey_page`].
     pub fn survey_page(&self, page: crate::Page) -> Result<Survey, ReadError> {
-        match self.read("listing a page of sessions", |txn| crate::recent::page(txn, page))? {
+        match self.read("listing a page of sessions", |txn| {
+            crate::recent::page(txn, page)
+        })? {
             Some(entries) => Ok(paged_survey(entries)),
             None => self.survey().map(|survey| survey_paged(survey, page)),
         }

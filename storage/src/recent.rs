@@ -24,8 +24,7 @@ use foya_protocol::{SessionId, SessionSummary};
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
 
 /// The listing index.
-pub(crate) const RECENT: TableDefinition<'static, (u64, u128), ()> =
-    TableDefinition::new("recent");
+pub(crate) const RECENT: TableDefinition<'static, (u64, u128), ()> = TableDefinition::new("recent");
 
 /// Moves session `key`'s row from `before` (its previous `updated_at_ms`; `None` for a
 /// new session) to `after`.
@@ -182,7 +181,10 @@ mod tests {
         let store = Store::open(&path, StoreOptions::default()).unwrap();
         let ids: Vec<SessionId> = (0..5).map(|_| SessionId::new()).collect();
         for (i, id) in ids.iter().enumerate() {
-            store.append_all(&[created(*id, 100 + i as u64)]).await.unwrap();
+            store
+                .append_all(&[created(*id, 100 + i as u64)])
+                .await
+                .unwrap();
         }
         // The oldest session is touched last: it moves to the front.
         store
@@ -208,7 +210,10 @@ mod tests {
         };
         assert_eq!(listed(&store, Page::ALL), expected);
         let first = store.list_page(Page::first(2)).unwrap();
-        assert_eq!(first.iter().map(|s| s.id).collect::<Vec<_>>(), expected[..2]);
+        assert_eq!(
+            first.iter().map(|s| s.id).collect::<Vec<_>>(),
+            expected[..2]
+        );
         let rest = listed(&store, Page::after(Cursor::after(&first[1]), 10));
         assert_eq!(rest, expected[2..]);
         store.close().await;

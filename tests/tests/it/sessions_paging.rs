@@ -38,7 +38,14 @@ fn sessions_list_shows_the_most_recent_page_and_all_of_them_with_all() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let out = foya_tests::foya_bin::foya()
-        .args(["store", "populate", "--sessions", &SESSIONS.to_string(), "--turns", "0"])
+        .args([
+            "store",
+            "populate",
+            "--sessions",
+            &SESSIONS.to_string(),
+            "--turns",
+            "0",
+        ])
         .arg("--data-dir")
         .arg(&data)
         .output()

@@ -23,7 +23,15 @@ async fn sessions_and_the_overview_page_by_cursor_in_the_listing_order() {
 /// Fills `dir/data` with `n` idle sessions.
 pub(crate) fn populate(data: &std::path::Path, n: usize) {
     let out = foya_tests::foya_bin::foya()
-        .args(["store", "populate", "--sessions", &n.to_string(), "--turns", "0", "--data-dir"])
+        .args([
+            "store",
+            "populate",
+            "--sessions",
+            &n.to_string(),
+            "--turns",
+            "0",
+            "--data-dir",
+        ])
         .arg(data)
         .output()
         .unwrap();
@@ -90,7 +98,8 @@ async fn walk(
 async fn create(s: &Server) -> String {
     let created = s
         .call(
-            s.req(Method::POST, "/sessions").json(&json!({"title": "new"})),
+            s.req(Method::POST, "/sessions")
+                .json(&json!({"title": "new"})),
             StatusCode::CREATED,
             Some("SessionCreated"),
         )
@@ -103,8 +112,10 @@ async fn paging() {
     populate(&dir.path().join("data"), SESSIONS);
     let provider = MockProvider::start().await;
     provider.push(
-        MockResponse::sse(openai_chat::text("a slow answer, word after word after word"))
-            .chunk_delay_ms(300),
+        MockResponse::sse(openai_chat::text(
+            "a slow answer, word after word after word",
+        ))
+        .chunk_delay_ms(300),
     );
     let s = start(&provider, dir.path()).await;
 
@@ -150,7 +161,10 @@ async fn paging() {
     for (query, code) in [
         ("cursor=garbage", "bad_cursor"),
         ("cursor=12-not-an-id", "bad_cursor"),
-        ("cursor=x-0193a0a0-0000-7000-8000-000000000000", "bad_cursor"),
+        (
+            "cursor=x-0193a0a0-0000-7000-8000-000000000000",
+            "bad_cursor",
+        ),
         ("limit=0", "bad_limit"),
         ("limit=1001", "bad_limit"),
         ("limit=ten", "bad_limit"),
