@@ -172,14 +172,20 @@ pub struct RunArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
-    /// List sessions, most recently updated first (with --cluster: every node's, with
-    /// the node each lives on).
+    /// List the most recently updated sessions, newest first (--all: every one; with
+    /// --cluster: every node's, with the node each lives on).
     List {
         #[command(flatten)]
         data: DataDirArg,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
+        /// How many sessions to list (the most recently updated).
+        #[arg(long, default_value_t = 50, value_parser = crate::values::positive_count, conflicts_with = "all")]
+        limit: usize,
+        /// List every session, a page at a time (nothing held beyond a page).
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         cluster: ClusterArgs,
         #[command(flatten)]

@@ -7,7 +7,7 @@ use crate::args::SessionsCommand;
 use crate::exit::{CommandError, Ended};
 use crate::render::summary_line;
 use foya_protocol::{EventKind, Seq, SessionId};
-use foya_storage::Durability;
+use foya_storage::{Cursor, Durability, Page, Survey, Unreadable};
 use std::io::Write as _;
 
 /// `foya sessions …`.
@@ -29,9 +29,19 @@ pub async fn sessions(command: SessionsCommand) -> Result<(), CommandError> {
         SessionsCommand::List {
             store: crate::args::StoreArg { store: Some(url) },
             json,
+            limit,
+            all,
             ..
-        } if !url.trim().is_empty() => crate::shared_store::list(&url, json).await,
-        SessionsCommand::List { data, json, .. } => list(data.data_dir.as_deref(), json).await,
+        } if !url.trim().is_empty() => {
+            crate::shared_store::list(&url, json, Listing::new(limit, all)).await
+        }
+        SessionsCommand::List {
+            data,
+            json,
+            limit,
+            all,
+            ..
+        } => list(data.data_dir.as_deref(), json, Listing::new(limit, all)).await,
         SessionsCommand::Show {
             id,
             data,
@@ -75,38 +85,178 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// How many sessions `foya sessions list` shows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Listing {
+    /// The `n` most recently updated.
+    First(usize),
+    /// Every one, read [`PAGE`] at a time.
+    All,
+}
+
+/// A page of the listing: the sessions that read, and the ones named unreadable.
+pub(crate) type PageRead = (Vec<foya_protocol::SessionSummary>, Vec<Unreadable>);
+
+/// Sessions read at a time by `--all`.
+pub(crate) const PAGE: usize = 1000;
+
+impl Listing {
+    pub(crate) fn new(limit: usize, all: bool) -> Self {
+        if all { Self::All } else { Self::First(limit) }
+    }
+
+    /// Lists through `read_page` (a page of the listing, or `None`: none can be read
+    /// that way, the caller falls back), printing each page as it comes; returns the
+    /// unreadable sessions named on the way and the last session printed.
+    pub(crate) async fn run<F>(
+        self,
+        out: &mut impl std::io::Write,
+        json: bool,
+        mut read_page: impl FnMut(Page) -> F,
+    ) -> anyhow::Result<Vec<Unreadable>>
+    where
+        F: std::future::Future<Output = anyhow::Result<PageRead>>,
+    {
+        let (mut after, mut unreadable) = (None, Vec::new());
+        let mut left = match self {
+            Self::First(n) => n,
+            Self::All => usize::MAX,
+        };
+        loop {
+            let want = left.min(PAGE);
+            // One more than wanted: whether there are more to tell of.
+            let (mut sessions, mut named) = read_page(Page {
+                after,
+                limit: want.saturating_add(1),
+            })
+            .await?;
+            unreadable.append(&mut named);
+            let more = sessions.len() > want;
+            sessions.truncate(want);
+            print_sessions(out, json, &sessions)?;
+            after = sessions.last().map(Cursor::after);
+            left -= sessions.len();
+            if !more {
+                return Ok(unreadable);
+            }
+            if left == 0 {
+                out.flush()?;
+                eprintln!(
+                    "foya: more sessions than these {}: --all lists every one, --limit N more",
+                    crate::words::count(
+                        match self {
+                            Self::First(n) => n as u64,
+                            Self::All => 0,
+                        },
+                        "session"
+                    )
+                );
+                return Ok(unreadable);
+            }
+        }
+    }
+}
+
+/// Prints summaries, one line (or JSON object) each.
+pub(crate) fn print_sessions(
+    out: &mut impl std::io::Write,
+    json: bool,
+    sessions: &[foya_protocol::SessionSummary],
+) -> anyhow::Result<()> {
+    for s in sessions {
+        if json {
+            writeln!(out, "{}", serde_json::to_string(s)?)?;
+        } else {
+            writeln!(out, "{}", summary_line(s))?;
+        }
+    }
+    Ok(())
+}
+
 /// Lists the sessions of a data dir, writing nothing to its store
 /// ([`crate::data::open_existing_read_only`]); a dir without a store (or no dir at all)
-/// lists nothing, says so on stderr and exits 0, creating nothing.
-async fn list(dir: Option<&std::path::Path>, json: bool) -> anyhow::Result<()> {
+/// lists nothing, says so on stderr and exits 0, creating nothing. Only a page of
+/// sessions is held at a time (a damaged file, read as salvage reads it, is surveyed
+/// whole).
+async fn list(dir: Option<&std::path::Path>, json: bool, listing: Listing) -> anyhow::Result<()> {
     let dir = crate::data::data_dir(dir)?;
     let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(());
     };
-    let survey = view.store.survey()?;
     let mut out = std::io::stdout().lock();
-    for s in survey.sessions {
-        if json {
-            writeln!(out, "{}", serde_json::to_string(&s)?)?;
-        } else {
-            writeln!(out, "{}", summary_line(&s))?;
-        }
-    }
+    let store = &view.store;
+    // A whole survey, read once when a page cannot be read through the listing index.
+    let mut whole: Option<Survey> = None;
+    // A file read as salvage reads it, or through a private repaired copy (its last
+    // writer was killed), is surveyed whole: every part of it is looked at for damage.
+    let survey_whole = view.damaged || store.is_copy();
+    let unreadable = listing
+        .run(&mut out, json, |page| {
+            std::future::ready(read_page(store, survey_whole, &mut whole, page))
+        })
+        .await?;
     out.flush()?;
-    for unreadable in &survey.unreadable {
+    for unreadable in &unreadable {
         match unreadable.session {
             Some(id) => eprintln!("foya: session {id} cannot be read: {}", unreadable.reason),
             None => eprintln!("foya: {}", unreadable.reason),
         }
     }
-    if !survey.unreadable.is_empty() {
+    // A file surveyed whole has its listing index read whole too: damage there is
+    // damage of the file (the listing above did not need it).
+    let index_damaged = survey_whole && !view.damaged && {
+        let read = store.survey_page(Page::ALL);
+        if let Err(e) = &read {
+            eprintln!("foya: the listing index cannot be read: {e}");
+        }
+        read.is_err()
+    };
+    if !unreadable.is_empty() || index_damaged {
         if !view.damaged {
             eprintln!("foya: {}", crate::damage::DAMAGE_HINT);
         }
         return Err(Ended::Damaged.into());
     }
     view_ended(view.damaged)
+}
+
+/// A page of the listing of a data dir's store, read through the listing index; with
+/// `survey_whole`, or when the index cannot be read, the file is surveyed whole once
+/// (`whole`) and paged from that.
+fn read_page(
+    store: &foya_storage::ReadOnlyStore,
+    survey_whole: bool,
+    whole: &mut Option<Survey>,
+    page: Page,
+) -> anyhow::Result<PageRead> {
+    if whole.is_none() && !survey_whole {
+        match store.survey_page(page) {
+            Ok(survey) => return Ok((survey.sessions, survey.unreadable)),
+            Err(e) => {
+                eprintln!("foya: the listing index cannot be read ({e}); reading every session");
+            }
+        }
+    }
+    let survey = match whole.take() {
+        Some(survey) => survey,
+        None => store.survey()?,
+    };
+    let sessions = survey
+        .sessions
+        .iter()
+        .filter(|s| page.after.is_none_or(|c| c.precedes(s)))
+        .take(page.limit)
+        .cloned()
+        .collect();
+    // Named once, with the first page.
+    let unreadable = if page.after.is_none() {
+        survey.unreadable.clone()
+    } else {
+        Vec::new()
+    };
+    *whole = Some(survey);
+    Ok((sessions, unreadable))
 }
 
 /// How a read of a store ends: [`Ended::Damaged`] when it was read as salvage reads it.

@@ -126,25 +126,29 @@ pub async fn input_refusal(
     }
 }
 
-/// `foya sessions list --store URL`: every session of the shared store, most recently
-/// updated first (as for a data directory).
+/// `foya sessions list --store URL`: the sessions of the shared store, most recently
+/// updated first, a page at a time (as for a data directory).
 ///
 /// # Errors
 /// The store cannot be opened or listed.
-pub async fn list(url: &str, json: bool) -> anyhow::Result<()> {
+pub(crate) async fn list(
+    url: &str,
+    json: bool,
+    listing: crate::sessions::Listing,
+) -> anyhow::Result<()> {
     use foya_storage::EventLog as _;
     use std::io::Write as _;
     let store = open(url).await?;
-    let sessions = store.list_sessions(foya_storage::Page::ALL).await?;
-    store.close().await;
     let mut out = std::io::stdout().lock();
-    for s in &sessions {
-        if json {
-            writeln!(out, "{}", serde_json::to_string(s)?)?;
-        } else {
-            writeln!(out, "{}", crate::render::summary_line(s))?;
-        }
-    }
+    // Each page a query of its own (the database's index on the listing's order).
+    let listed = listing
+        .run(&mut out, json, |page| {
+            let store = store.clone();
+            async move { Ok((store.list_sessions(page).await?, Vec::new())) }
+        })
+        .await;
+    store.close().await;
+    listed?;
     out.flush()?;
     Ok(())
 }

@@ -1,19 +1,23 @@
-//! `GET /overview`: every session with what it is doing now — `idle`, `running`,
-//! `waiting_for_approval`, `compacting` or `deleted` —, its queue length and its last
-//! activity, for the web view's live session list. The state is a pure fold of the
-//! session's persisted events ([`Activity::apply`]); the server keeps each session's
-//! fold and reads only the events committed since the last call. Damage is local: a
+//! `GET /overview`: a page of sessions (most recently updated first, as `GET /sessions`
+//! pages them; `live=true`: the live ones) with what each is doing now — `idle`,
+//! `running`, `waiting_for_approval`, `compacting` or `deleted` —, its queue length and
+//! its last activity, for the web view's session list. The state is a pure fold of the
+//! session's persisted events ([`Activity::apply`]); the server keeps the folds of the
+//! sessions it showed lately (bounded) and reads only the events committed since. Damage is local: a
 //! session whose new events cannot be read (a damaged store) is listed as `unreadable`,
 //! the others as they are.
 
 use super::AppState;
 use super::error::ApiError;
+use super::sessions::{PageQuery, live_sessions, readable_page};
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use foya_protocol::{ApprovalRequestId, Event, EventKind, InputId, Seq, SessionId};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// What a session's log says it is doing.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -81,8 +85,14 @@ impl Activity {
     }
 }
 
-/// The folds kept between calls, by session.
-pub(crate) type Folds = std::sync::Mutex<HashMap<SessionId, Activity>>;
+/// The folds kept between calls, by session: at most [`MAX_FOLDS`] beyond the page
+/// being answered. Held across a call's log reads, so two calls never fold the same
+/// events twice.
+pub(crate) type Folds = tokio::sync::Mutex<HashMap<SessionId, Activity>>;
+
+/// Folds kept between calls beyond the current page's (the rest are dropped and
+/// rebuilt from their logs when a page shows them again).
+const MAX_FOLDS: usize = 4096;
 
 /// One session of `GET /overview`.
 #[derive(Debug, Serialize)]
@@ -101,41 +111,50 @@ struct Entry {
     node: Option<String>,
 }
 
-pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, ApiError> {
+/// `GET /overview`: a page of sessions (as `GET /sessions` pages them) or, with
+/// `live=true`, the live ones, each with its state. Only the listed sessions' folds are
+/// brought up to date.
+pub(crate) async fn overview(
+    State(state): State<AppState>,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let request = PageQuery::parse(query)?;
+    let (summaries, next) = if request.live {
+        (live_sessions(&state, request.limit).await?, None)
+    } else {
+        readable_page(&state, request.after, request.limit).await?
+    };
+    let mut folds = Arc::clone(&state.overview).lock_owned().await;
+    if folds.len() > MAX_FOLDS {
+        let shown: HashSet<SessionId> = summaries.iter().map(|s| s.id).collect();
+        folds.retain(|id, _| shown.contains(id));
+    }
     let entries = match state.store.as_redb() {
         // The redb store's reads are synchronous: off the async threads, as one job.
         Some(store) => {
-            let (app, store) = (state.clone(), store.clone());
+            let store = store.clone();
             tokio::task::spawn_blocking(move || {
-                let summaries = super::sessions::readable_redb(&store)?;
-                Ok::<_, ApiError>(entries(&app, summaries, |id, from| {
+                entries(&mut folds, summaries, |id, from| {
                     store.read_from(id, from).map_err(|e| e.to_string())
-                }))
+                })
             })
             .await
-            .map_err(ApiError::internal)??
+            .map_err(ApiError::internal)?
         }
         // A shared store: each log read on from where its fold stopped, then folded.
         None => {
-            let summaries = super::sessions::readable_sessions(&state).await?;
-            let wanted: Vec<(SessionId, u64)> = {
-                let folds = state
-                    .overview
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                summaries
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.id,
-                            folds.get(&s.id).map_or(0, |f| f.last_seq),
-                            s.last_seq.0,
-                        )
-                    })
-                    .filter(|(_, from, last)| from < last)
-                    .map(|(id, from, _)| (id, from))
-                    .collect()
-            };
+            let wanted: Vec<(SessionId, u64)> = summaries
+                .iter()
+                .map(|s| {
+                    (
+                        s.id,
+                        folds.get(&s.id).map_or(0, |f| f.last_seq),
+                        s.last_seq.0,
+                    )
+                })
+                .filter(|(_, from, last)| from < last)
+                .map(|(id, from, _)| (id, from))
+                .collect();
             let mut read = HashMap::new();
             for (id, from) in wanted {
                 let events = foya_storage::EventLog::read_from(&state.store, id, Seq(from + 1))
@@ -143,25 +162,21 @@ pub(crate) async fn overview(State(state): State<AppState>) -> Result<Response, 
                     .map_err(|e| e.to_string());
                 read.insert(id, events);
             }
-            entries(&state, summaries, |id, _| {
+            entries(&mut folds, summaries, |id, _| {
                 read.remove(&id).unwrap_or_else(|| Ok(Vec::new()))
             })
         }
     };
-    Ok(Json(serde_json::json!({ "sessions": entries })).into_response())
+    Ok(Json(serde_json::json!({ "sessions": entries, "next": next })).into_response())
 }
 
-/// The overview entries of `summaries`, each session's fold brought up to date with the
-/// events `read(id, from)` gives.
+/// The overview entries of `summaries` (in their order), each session's fold brought up
+/// to date with the events `read(id, from)` gives.
 fn entries(
-    state: &AppState,
+    folds: &mut HashMap<SessionId, Activity>,
     summaries: Vec<foya_protocol::SessionSummary>,
     mut read: impl FnMut(SessionId, Seq) -> Result<Vec<Event>, String>,
 ) -> Vec<Entry> {
-    let mut folds = state
-        .overview
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut out = Vec::with_capacity(summaries.len());
     for summary in summaries {
         let fold = folds.entry(summary.id).or_default();
@@ -189,7 +204,6 @@ fn entries(
             node: summary.node,
         });
     }
-    out.sort_by_key(|e| std::cmp::Reverse(e.last_activity_ms));
     out
 }
 

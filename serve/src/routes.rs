@@ -5,7 +5,7 @@
 
 use super::AppState;
 use super::error::ApiError;
-use super::sessions::{handle, readable_sessions, session_id};
+use super::sessions::{handle, readable_page, session_id};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
@@ -236,9 +236,25 @@ async fn backup_store(State(state): State<AppState>) -> Result<Response, ApiErro
     Ok((axum::http::StatusCode::CREATED, Json(body)).into_response())
 }
 
-async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let sessions = readable_sessions(&state).await?;
-    Ok(Json(json!({"sessions": sessions})).into_response())
+/// `GET /sessions`: a page of summaries, most recently updated first, and the cursor
+/// of the next page (`next`: null on the last); `live=true`: the live sessions.
+async fn list_sessions(
+    State(state): State<AppState>,
+    query: Result<
+        axum::extract::Query<super::sessions::PageQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<Response, ApiError> {
+    let request = super::sessions::PageQuery::parse(query)?;
+    let (sessions, next) = if request.live {
+        (
+            super::sessions::live_sessions(&state, request.limit).await?,
+            None,
+        )
+    } else {
+        readable_page(&state, request.after, request.limit).await?
+    };
+    Ok(Json(json!({"sessions": sessions, "next": next})).into_response())
 }
 
 async fn get_session(

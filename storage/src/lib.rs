@@ -146,6 +146,7 @@ mod query;
 mod raw;
 mod read;
 mod read_only;
+mod recent;
 mod recover;
 mod repair;
 mod salvage;

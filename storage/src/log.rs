@@ -245,8 +245,7 @@ impl EventLog for Store {
     }
 
     async fn list_sessions(&self, page: Page) -> Result<Vec<SessionSummary>, ReadError> {
-        let all = Store::list_sessions(self)?;
-        Ok(paged(all, page))
+        Store::list_page(self, page)
     }
 
     async fn pending_sessions(&self) -> Result<Vec<SessionId>, ReadError> {
@@ -275,7 +274,7 @@ impl EventLog for Store {
 }
 
 /// The page of `all` (already in the listing's order) that `page` asks for.
-fn paged(all: Vec<SessionSummary>, page: Page) -> Vec<SessionSummary> {
+pub(crate) fn paged(all: Vec<SessionSummary>, page: Page) -> Vec<SessionSummary> {
     let start = match page.after {
         Some(cursor) => all.partition_point(|s| !cursor.precedes(s)),
         None => 0,

@@ -113,6 +113,39 @@ impl Store {
         self.read("listing sessions", summaries)
     }
 
+    /// A page of the listing (most recently updated first, ties newer id first), read
+    /// through the listing index (`recent.rs`): only the page's sessions are read. Damage
+    /// is local as in [`Store::survey`]: a session of the page that cannot be read is
+    /// named in [`Survey::unreadable`]. A file without the index is surveyed whole.
+    ///
+    /// # Errors
+    /// [`ReadError::Storage`] or [`ReadError::Corrupt`] when the index cannot be read.
+    pub fn survey_page(&self, page: crate::Page) -> Result<Survey, ReadError> {
+        match self.read("listing a page of sessions", |txn| {
+            crate::recent::page(txn, page)
+        })? {
+            Some(entries) => Ok(paged_survey(entries)),
+            None => self.survey().map(|survey| survey_paged(survey, page)),
+        }
+    }
+
+    /// As [`Store::survey_page`], but a session that cannot be read fails the page (as
+    /// [`Store::list_sessions`]).
+    ///
+    /// # Errors
+    /// As [`Store::session`].
+    pub(crate) fn list_page(&self, page: crate::Page) -> Result<Vec<SessionSummary>, ReadError> {
+        match self.read("listing a page of sessions", |txn| {
+            crate::recent::page(txn, page)
+        })? {
+            Some(entries) => entries
+                .into_iter()
+                .map(|entry| entry.map_err(|(_, e)| e))
+                .collect(),
+            None => Ok(crate::log::paged(self.list_sessions()?, page)),
+        }
+    }
+
     /// The sessions that may have work left — inputs queued and not started, or a turn
     /// started and not complete — from the recovery index, without reading any log or
     /// summary: what start-up recovers. Deleted sessions are never in it. A superset is
@@ -170,6 +203,20 @@ impl ReadOnlyStore {
         self.read("reading a session summary", |txn| summary(txn, session))
     }
 
+    /// As [`Store::survey_page`]: a page of the listing, read through the listing index
+    /// when the file has one (else from a survey of every session).
+    ///
+    /// # Errors
+    /// As [`Store::survey_page`].
+    pub fn survey_page(&self, page: crate::Page) -> Result<Survey, ReadError> {
+        match self.read("listing a page of sessions", |txn| {
+            crate::recent::page(txn, page)
+        })? {
+            Some(entries) => Ok(paged_survey(entries)),
+            None => self.survey().map(|survey| survey_paged(survey, page)),
+        }
+    }
+
     /// As [`Store::list_sessions`]: every session's summary, deleted ones included, most
     /// recently updated first (ties: newer id first).
     ///
@@ -177,5 +224,22 @@ impl ReadOnlyStore {
     /// As [`Store::session`].
     pub fn list_sessions(&self) -> Result<Vec<SessionSummary>, ReadError> {
         self.read("listing sessions", summaries)
+    }
+}
+
+/// A page read through the index, as a [`Survey`].
+fn paged_survey(entries: Vec<Result<SessionSummary, (SessionId, ReadError)>>) -> Survey {
+    let (sessions, unreadable) = crate::recent::split(entries);
+    Survey {
+        sessions,
+        unreadable,
+    }
+}
+
+/// The page `page` asks for of a whole survey (its unreadable parts all kept).
+fn survey_paged(survey: Survey, page: crate::Page) -> Survey {
+    Survey {
+        sessions: crate::log::paged(survey.sessions, page),
+        unreadable: survey.unreadable,
     }
 }

@@ -267,12 +267,13 @@ impl Store {
             message: e.to_string(),
         };
         // Create the tables up front so readers never meet a missing table; a file from
-        // before the recovery index gets it built from its logs, once.
+        // before the recovery index (or the listing index) gets it built, once.
         let created = crate::guard::contain("creating the tables", || {
             let txn = db.begin_write().map_err(|e| db_error(&e))?;
             txn.open_table(EVENTS).map_err(|e| db_error(&e))?;
             txn.open_table(SESSIONS).map_err(|e| db_error(&e))?;
             crate::pending::ensure(&txn).map_err(|e| db_error(&e))?;
+            crate::recent::ensure(&txn).map_err(|e| db_error(&e))?;
             txn.commit().map_err(|e| db_error(&e))
         });
         match created {

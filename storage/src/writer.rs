@@ -5,7 +5,8 @@
 //! against the session's summary (last seq, deleted flag), cached in memory and loaded
 //! lazily (the `sessions` row, brought up to the session's latest event). Only an append
 //! that changes the summary's stored fields (creation, title, deletion) rewrites its
-//! `sessions` row; an ordinary append inserts just its events. Changes of a batch live in an overlay that is merged
+//! `sessions` row; an ordinary append inserts just its events (and moves the session's
+//! row of the listing index, `recent.rs`, once per batch). Changes of a batch live in an overlay that is merged
 //! into the cache only after the commit succeeded, so a failed commit leaves the cache
 //! exactly as the database is. A failed batch answers every request with
 //! [`AppendError::Storage`]; the thread goes on with the next batch.
@@ -299,6 +300,12 @@ impl Writer {
             let mut events = txn.open_table(EVENTS).map_err(BatchFailure::redb)?;
             let mut sessions = txn.open_table(SESSIONS).map_err(BatchFailure::redb)?;
             let mut pending = txn.open_table(PENDING).map_err(BatchFailure::redb)?;
+            let mut recent = txn
+                .open_table(crate::recent::RECENT)
+                .map_err(BatchFailure::redb)?;
+            // Each session's `updated_at_ms` before the batch (`None`: a new session),
+            // for the listing index.
+            let mut before: HashMap<u128, Option<u64>> = HashMap::with_capacity(batch.len());
             for request in batch {
                 let Some(first) = request.events.first() else {
                     outcomes.push(Ok(()));
@@ -312,6 +319,11 @@ impl Writer {
                         None => (load_summary(&sessions, &events, key)?, false),
                     },
                 };
+                if let Ok(current) = &current {
+                    before
+                        .entry(key)
+                        .or_insert_with(|| current.as_ref().map(|s| s.updated_at_ms));
+                }
                 match current.and_then(|current| next_summary(current, &request.events)) {
                     Ok(summary) => {
                         for (event, value) in request.events.iter().zip(&request.encoded) {
@@ -337,6 +349,11 @@ impl Writer {
                     }
                     Err(refused) => outcomes.push(Err(refused)),
                 }
+            }
+            for (key, changed) in &overlay {
+                let was = before.get(key).copied().flatten();
+                crate::recent::moved(&mut recent, *key, was, changed.summary.updated_at_ms)
+                    .map_err(BatchFailure::redb)?;
             }
             for (key, changed) in overlay.iter().filter(|(_, c)| c.stored_changed) {
                 let value = codec::encode(&changed.summary).map_err(|e| BatchFailure {

@@ -1,6 +1,7 @@
 // app.js — the web view of `foya serve`: login (the bearer token, kept in this tab's
-// sessionStorage only), the live session list (`GET /overview`, refreshed every
-// second), and a session page that streams `GET /sessions/{id}/events` with fetch (so
+// sessionStorage only), the session list (`GET /overview`, one page of the most
+// recently updated sessions at a time, "older" / "newer" walking the pages by cursor;
+// the page shown is refreshed every second), and a session page that streams `GET /sessions/{id}/events` with fetch (so
 // the token goes in the Authorization header, never in a URL) and resumes after a
 // dropped connection or a server restart from the last rendered seq (`Last-Event-ID`).
 
@@ -11,6 +12,11 @@ const TOKEN_KEY = "foya.token";
 const $ = (id) => document.getElementById(id);
 let page = null; // the open session page, if any
 let listTimer = null;
+// The list's page: the cursor it starts at (null: the first page), the cursors of the
+// pages before it (for "newer"), the cursor of the next (null: this is the last), and
+// a counter so an answer for a page no longer shown is dropped.
+const list = { cursor: null, before: [], next: null, asked: 0 };
+const PAGE_SIZE = 50;
 
 function token() {
   return sessionStorage.getItem(TOKEN_KEY) || "";
@@ -83,7 +89,7 @@ async function login(ev) {
 async function route() {
   showError("");
   try {
-    await api("GET", "/overview");
+    await api("GET", "/overview?limit=1");
   } catch (e) {
     if (e instanceof Unauthorized) return showLogin(token() ? "That token was refused." : "");
     return showError(String(e.message || e));
@@ -105,15 +111,43 @@ function openList() {
   listTimer = setInterval(refreshList, 1000);
 }
 
+/** The overview of the list's current page. */
+function pagePath() {
+  let path = "/overview?limit=" + PAGE_SIZE;
+  if (list.cursor) path += "&cursor=" + encodeURIComponent(list.cursor);
+  return path;
+}
+
+/** Shows the page after (older) or before (newer) the current one. */
+function turnPage(older) {
+  if (older) {
+    if (!list.next) return;
+    list.before.push(list.cursor);
+    list.cursor = list.next;
+  } else {
+    if (list.before.length === 0) return;
+    list.cursor = list.before.pop();
+  }
+  refreshList();
+}
+
 async function refreshList() {
+  const asked = ++list.asked;
   let data;
   try {
-    data = await api("GET", "/overview");
+    data = await api("GET", pagePath());
   } catch (e) {
+    if (asked !== list.asked) return;
     if (e instanceof Unauthorized) return showLogin("The token was refused.");
     return showError("session list: " + (e.message || e));
   }
+  if (asked !== list.asked) return; // a later request (another page) answers instead
   showError("");
+  list.next = data.next || null;
+  $("older").disabled = !list.next;
+  $("newer").disabled = list.before.length === 0;
+  setText($("page-no"), "page " + (list.before.length + 1));
+  $("pager").hidden = !list.next && list.before.length === 0;
   const rows = $("sessions");
   rows.replaceChildren();
   const live = data.sessions.filter((s) => s.state !== "deleted");
@@ -138,7 +172,7 @@ async function refreshList() {
     );
     rows.appendChild(tr);
   }
-  $("empty").hidden = live.length > 0;
+  $("empty").hidden = live.length > 0 || list.before.length > 0 || !!list.next;
 }
 
 async function createSession(ev) {
@@ -338,6 +372,8 @@ async function action(fn) {
 function init() {
   $("login-form").addEventListener("submit", login);
   $("new-session").addEventListener("submit", createSession);
+  $("older").addEventListener("click", () => turnPage(true));
+  $("newer").addEventListener("click", () => turnPage(false));
   $("input-form").addEventListener("submit", submit);
   // Ctrl+Enter (or Cmd+Enter) in the message sends it.
   $("input-text").addEventListener("keydown", (ev) => {

@@ -94,6 +94,11 @@ fn exercise_with(path: &Path, ids: &[SessionId], strict: bool) -> (bool, Vec<u64
     (!report.is_clean(), copied)
 }
 
+/// Whether the case cuts or overwrites the file's last page.
+fn last_page(label: &str) -> bool {
+    label == "truncate 4096" || label == "random last page"
+}
+
 #[test]
 fn damaged_files_are_reported_and_salvaged_without_a_panic() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,7 +106,11 @@ fn damaged_files_are_reported_and_salvaged_without_a_panic() {
     let path = dir.path().join("case.redb");
     let run = |label: &str, bytes: Vec<u8>| {
         std::fs::write(&path, &bytes).unwrap();
-        let (damaged, copied) = exercise(&path, &ids);
+        // Cutting or overwriting the last page loses whatever it holds: which tables'
+        // pages end the file is redb's layout (the listing index's pages moved it), so
+        // those cases only have to be salvaged without a panic.
+        let strict = !last_page(label);
+        let (damaged, copied) = exercise_with(&path, &ids, strict);
         (label.to_owned(), damaged, copied)
     };
     let len = original.len();
@@ -134,8 +143,11 @@ fn damaged_files_are_reported_and_salvaged_without_a_panic() {
     for (label, damaged, copied) in &cases {
         // Damage is reported, or it hit nothing that holds data (everything salvaged).
         assert!(*damaged || *copied == full, "{label}: {copied:?}");
-        // These damages leave every event recoverable from the pages.
-        assert_eq!(*copied, full, "{label}");
+        // These damages leave every event recoverable from the pages (but the last
+        // page's: see `run`).
+        if !last_page(label) {
+            assert_eq!(*copied, full, "{label}");
+        }
     }
     assert!(!cases[0].1, "the clean file passes the check");
     // Cut files are reported. Random bytes over the last page hit the commit of the

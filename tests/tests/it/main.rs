@@ -43,6 +43,7 @@ mod security_trust;
 mod security_trust_tty;
 mod security_web;
 mod serve;
+mod sessions_paging;
 mod sessions_read_only;
 mod store_damage;
 mod store_pg;

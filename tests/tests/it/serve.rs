@@ -838,6 +838,7 @@ async fn shutdown_scenario() {
 mod bodies;
 mod damaged_store;
 mod hooks;
+mod paging;
 mod pressure;
 mod script_end;
 mod shutdown;

@@ -12,7 +12,8 @@
 //! a reload mid-turn (the same transcript, no event twice), a server restart the page
 //! resumes from (no gap, no duplicate), the live session list, the title set and the
 //! session deleted from the page. Without a token, behind the server's browser guard, the
-//! page still creates, streams and cancels. The load-test report: `webview/report.rs`.
+//! page still creates, streams and cancels. On a store of more sessions than a page, the
+//! list shows the 50 most recent and walks the rest with "older" and "newer". The load-test report: `webview/report.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod page;
@@ -187,7 +188,7 @@ async fn the_page_is_served_with_a_strict_policy_and_the_api_still_needs_the_tok
             .unwrap();
         assert_eq!(resp.status(), 200);
         let body: serde_json::Value = resp.json().await.unwrap();
-        assert_eq!(body, serde_json::json!({"sessions": []}));
+        assert_eq!(body, serde_json::json!({"sessions": [], "next": null}));
         server.stop().await;
     })
     .await;
@@ -231,6 +232,76 @@ async fn the_web_view_works_without_a_token_behind_the_browser_guard() {
             b.js("return document.getElementById('error').hidden").await,
             serde_json::json!(true)
         );
+        b.close().await;
+        server.stop().await;
+    })
+    .await;
+}
+
+/// On a store of more sessions than a page (`foya store populate`), the list shows the
+/// 50 most recently updated in the API's order; "older" shows the rest, "newer" goes
+/// back; the page polls only the page it shows (the rows stay those of that page).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_list_pages_with_older_and_newer() {
+    within(120, async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        let out = foya_tests::foya_bin::foya()
+            .args(["store", "populate", "--sessions", "60", "--turns", "0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let provider = MockProvider::start().await;
+        let server = serve(&provider, dir.path(), "127.0.0.1:0").await;
+        let listing: serde_json::Value = reqwest::Client::new()
+            .get(format!("{}/sessions?limit=1000", server.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ids: Vec<String> = listing["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(ids.len(), 60);
+        let b = foya_tests::browser::Browser::start().await;
+        b.client.goto(&format!("{}/", server.base)).await.unwrap();
+        b.until("the sign-in", "!document.getElementById('login').hidden")
+            .await;
+        b.type_into("#token", TOKEN).await;
+        b.click("#login-button").await;
+        let rows = "[...document.querySelectorAll('#sessions tr.session-row')].map(r => r.dataset.id)";
+        let shown = |page: &str, n: usize| {
+            format!(
+                "document.getElementById('page-no').textContent === '{page}' && \
+                 document.querySelectorAll('#sessions tr.session-row').length === {n}"
+            )
+        };
+        b.until("the first page", &shown("page 1", 50)).await;
+        assert_eq!(b.js(&format!("return {rows}")).await, serde_json::json!(ids[..50]));
+        assert_eq!(
+            b.js("return [document.getElementById('newer').disabled, document.getElementById('older').disabled]")
+                .await,
+            serde_json::json!([true, false])
+        );
+        b.click("#older").await;
+        b.until("the second page", &shown("page 2", 10)).await;
+        assert_eq!(b.js(&format!("return {rows}")).await, serde_json::json!(ids[50..]));
+        assert_eq!(
+            b.js("return [document.getElementById('newer').disabled, document.getElementById('older').disabled]")
+                .await,
+            serde_json::json!([false, true])
+        );
+        page::shot(&b, "web-view-older-page.png").await;
+        b.click("#newer").await;
+        b.until("the first page again", &shown("page 1", 50)).await;
+        assert_eq!(b.js(&format!("return {rows}")).await, serde_json::json!(ids[..50]));
         b.close().await;
         server.stop().await;
     })
