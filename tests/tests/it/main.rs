@@ -30,6 +30,7 @@ mod mcp_names;
 mod mcp_serve;
 mod node_http;
 mod profile_retry;
+mod readme;
 mod provider_responses;
 mod runtime;
 mod sandbox_helper;
