@@ -41,10 +41,16 @@ fn manifest(package: &str) -> toml::Table {
 fn every_cargo_run_in_the_readme_names_a_package_with_one_binary_to_run() {
     let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
     let packages = packages_run_without_bin(&readme);
-    assert!(packages.contains("foya"), "the README runs foya: {packages:?}");
+    assert!(
+        packages.contains("foya"),
+        "the README runs foya: {packages:?}"
+    );
     for package in packages {
         let table = manifest(&package);
-        let bins = table.get("bin").and_then(|b| b.as_array()).map_or(1, Vec::len);
+        let bins = table
+            .get("bin")
+            .and_then(|b| b.as_array())
+            .map_or(1, Vec::len);
         if bins > 1 {
             let default_run = table["package"].get("default-run").and_then(|d| d.as_str());
             assert!(
