@@ -12,8 +12,8 @@
 //! ```
 //!
 //! The fencing checks ([`crate::fencing_conformance_tests!`]) also need the engine's
-//! way of granting and taking away a shard ([`Ownership`]): a function returning a fresh
-//! log and its [`Ownership`]. A single-node store (redb) is always the owner of every
+//! way of granting and taking away a shard ([`ShardControl`]): a function returning a fresh
+//! log and its [`ShardControl`]. A single-node store (redb) is always the owner of every
 //! shard ([`SingleNode`]): its fences are never stale, and the checks assert that
 //! every fence is accepted; a shared engine's (PostgreSQL's) go stale when another node
 //! takes the shard, and the checks assert that every write path refuses them.
@@ -54,7 +54,7 @@ macro_rules! conformance_tests {
 }
 
 /// Generates one `#[tokio::test]` per fencing check, each on `$fresh_owned().await`, an
-/// async function returning a fresh log and its [`Ownership`].
+/// async function returning a fresh log and its [`ShardControl`].
 #[macro_export]
 macro_rules! fencing_conformance_tests {
     ($fresh_owned:path) => {
@@ -75,7 +75,7 @@ macro_rules! fencing_conformance_tests {
 }
 
 /// How a test grants this node a session's shard and lets another node take it.
-pub trait Ownership: Send + Sync + 'static {
+pub trait ShardControl: Send + Sync + 'static {
     /// A fence under which the store accepts `session`'s writes: this node owns the
     /// session's shard (claimed now, or already).
     fn own(&self, session: SessionId) -> impl Future<Output = Fence> + Send;
@@ -89,7 +89,7 @@ pub trait Ownership: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SingleNode;
 
-impl Ownership for SingleNode {
+impl ShardControl for SingleNode {
     async fn own(&self, _session: SessionId) -> Fence {
         Fence::Epoch { shard: 0, epoch: 1 }
     }
@@ -520,7 +520,7 @@ async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) 
 
 /// Every write path of a session under its owner's fence commits: creation, queued
 /// inputs and turns (the recovery index), titles (the summary), deletion.
-pub async fn the_owners_fenced_writes_commit_on_every_path<L: EventLog, O: Ownership>(
+pub async fn the_owners_fenced_writes_commit_on_every_path<L: EventLog, O: ShardControl>(
     log: L,
     ownership: O,
 ) {
@@ -582,7 +582,7 @@ pub async fn the_owners_fenced_writes_commit_on_every_path<L: EventLog, O: Owner
 /// A writer whose shard another node took is refused on every write path, with
 /// [`AppendError::Fenced`] naming the shard, never retryable, and nothing written. A
 /// single-node store has no other node: its owner's fence stays good.
-pub async fn a_stale_fence_is_refused_on_every_write_path<L: EventLog, O: Ownership>(
+pub async fn a_stale_fence_is_refused_on_every_write_path<L: EventLog, O: ShardControl>(
     log: L,
     ownership: O,
 ) {
@@ -653,7 +653,7 @@ pub async fn a_stale_fence_is_refused_on_every_write_path<L: EventLog, O: Owners
 
 /// Appends committed together stay independent under fencing too: a stale append
 /// fails alone, the owners' appends of the same moment commit.
-pub async fn a_stale_fence_does_not_fail_the_others_of_its_batch<L: EventLog, O: Ownership>(
+pub async fn a_stale_fence_does_not_fail_the_others_of_its_batch<L: EventLog, O: ShardControl>(
     log: L,
     ownership: O,
 ) {

@@ -966,7 +966,7 @@ async fn across_a_postgres_restart_the_keeper_renews_or_reports_the_loss() {
 mod fencing_conformance {
     use foya_protocol::SessionId;
     use foya_storage::Fence;
-    use foya_storage::conformance::Ownership;
+    use foya_storage::conformance::ShardControl;
     use foya_storage_pg::{LeaseOptions, NodeLease, PgLog, PgOptions, Shards, testkit};
     use std::time::Duration;
 
@@ -976,7 +976,7 @@ mod fencing_conformance {
         b: NodeLease,
     }
 
-    impl Ownership for TwoNodes {
+    impl ShardControl for TwoNodes {
         async fn own(&self, session: SessionId) -> Fence {
             self.a.claim(self.shards.of(session)).await.unwrap()
         }
