@@ -4,7 +4,7 @@
 //! Before its runtime starts, the node registers a lease under its name in the store
 //! ([`NodeLease::register_at`], address: [`NodeAddress`]) and starts its
 //! [`LeaseKeeper`]; the runtime gets a [`ShardOwnership`] over it. Then
-//! [`ShardLoop::run`] keeps placement, every `PLACEMENT_TICK`:
+//! `ShardNode::run` keeps placement, every `PLACEMENT_TICK`:
 //!
 //! - it reads the live nodes ([`NodeLease::live_nodes`]) and computes, by rendezvous
 //!   hashing ([`foya_storage_pg::shard::owner`]), the shards this node should own;

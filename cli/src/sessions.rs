@@ -32,9 +32,7 @@ pub async fn sessions(command: SessionsCommand) -> Result<(), CommandError> {
             limit,
             all,
             ..
-        } if !url.trim().is_empty() => {
-            crate::shared_store::list(&url, json, Listing::new(limit, all)).await
-        }
+        } if !url.trim().is_empty() => list_shared(&url, json, Listing::new(limit, all)).await,
         SessionsCommand::List {
             data,
             json,
@@ -170,6 +168,29 @@ pub(crate) fn print_sessions(
             writeln!(out, "{}", summary_line(s))?;
         }
     }
+    Ok(())
+}
+
+/// `foya sessions list --store URL`: the sessions of the shared store, most recently
+/// updated first, a page at a time (as for a data directory).
+///
+/// # Errors
+/// The store cannot be opened or listed.
+async fn list_shared(url: &str, json: bool, listing: Listing) -> anyhow::Result<()> {
+    use foya_storage::EventLog as _;
+    use std::io::Write as _;
+    let store = crate::shared_store::open(url).await?;
+    let mut out = std::io::stdout().lock();
+    // Each page a query of its own (the database's index on the listing's order).
+    let listed = listing
+        .run(&mut out, json, |page| {
+            let store = store.clone();
+            async move { Ok((store.list_sessions(page).await?, Vec::new())) }
+        })
+        .await;
+    store.close().await;
+    listed?;
+    out.flush()?;
     Ok(())
 }
 

@@ -126,33 +126,6 @@ pub async fn input_refusal(
     }
 }
 
-/// `foya sessions list --store URL`: the sessions of the shared store, most recently
-/// updated first, a page at a time (as for a data directory).
-///
-/// # Errors
-/// The store cannot be opened or listed.
-pub(crate) async fn list(
-    url: &str,
-    json: bool,
-    listing: crate::sessions::Listing,
-) -> anyhow::Result<()> {
-    use foya_storage::EventLog as _;
-    use std::io::Write as _;
-    let store = open(url).await?;
-    let mut out = std::io::stdout().lock();
-    // Each page a query of its own (the database's index on the listing's order).
-    let listed = listing
-        .run(&mut out, json, |page| {
-            let store = store.clone();
-            async move { Ok((store.list_sessions(page).await?, Vec::new())) }
-        })
-        .await;
-    store.close().await;
-    listed?;
-    out.flush()?;
-    Ok(())
-}
-
 /// `foya sessions show ID --store URL`: the session's events, one JSON object per line
 /// with `--json` (as for a data directory), else one `seq type` line each; exit 1 when
 /// there is no such session.

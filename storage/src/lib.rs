@@ -137,6 +137,7 @@ mod guard;
 mod header;
 mod journal;
 mod latency;
+mod listing;
 mod log;
 mod losses;
 mod open;

@@ -16,10 +16,9 @@
 //! to after the index was built) is skipped by readers.
 
 use crate::error::ReadError;
-use crate::log::{Cursor, Page};
+use crate::listing::{Cursor, Page, Unreadable};
 use crate::query::open;
 use crate::schema::{EVENTS, SESSIONS, current_summary, latest_event, session_key};
-use crate::survey::Unreadable;
 use foya_protocol::{SessionId, SessionSummary};
 use redb::{ReadTransaction, ReadableTable, Table, TableDefinition, TableHandle, WriteTransaction};
 

@@ -10,6 +10,7 @@
 use crate::codec;
 use crate::error::ReadError;
 use crate::guard::contain;
+pub use crate::listing::Unreadable;
 use crate::query::{begin, open};
 use crate::schema::{EVENTS, SESSIONS, current_summary};
 use crate::writer::{EventMeta, next_summary};
@@ -26,16 +27,6 @@ pub struct Survey {
     pub sessions: Vec<SessionSummary>,
     /// What could not be read: a session (named) or a part of a table.
     pub unreadable: Vec<Unreadable>,
-}
-
-/// Something a survey could not read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Unreadable {
-    /// The session, when known (`None`: a part of a table, whose sessions are unknown).
-    pub session: Option<SessionId>,
-    /// Why, in one line.
-    pub reason: String,
 }
 
 /// A survey's result, and whether redb panicked during it (its handle should be replaced).
