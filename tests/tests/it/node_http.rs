@@ -533,3 +533,89 @@ async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
     })
     .await;
 }
+
+/// The live node owning `id`'s shard, once one does.
+async fn owner_of(store: &str, id: &str) -> String {
+    let directory = foya_storage_pg::Directory::new(store).unwrap();
+    loop {
+        if let Placement::Owned { owner, .. } =
+            directory.session(id.parse().unwrap()).await.unwrap()
+        {
+            return owner.node;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn signal(node: &Node, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(node.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+/// An owner paused (SIGSTOP) keeps its connections open but sends nothing: an event
+/// stream proxied from it through another node follows the session once the owner's
+/// lease expired and another node took its shard (no hang, no gap, no duplicate), and
+/// the paused owner, resumed, writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let script = [
+            json!({"text": "first"}),
+            json!({"text": "second"}),
+            json!({"text": "third"}),
+        ];
+        let a = node("a", &store, &dir, &script).await;
+        let b = node("b", &store, &dir, &script).await;
+        let id = a.create().await;
+        let (owner, entry) = if owner_of(&store, &id).await == "a" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let mut stream = entry.events(&id, Some(0), "").await;
+        assert_eq!(stream.node, owner.name);
+        let resp = entry.submit(&id, "one").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, owner.name);
+        let mut seen = stream.until(of_type("turn_complete")).await;
+
+        signal(&owner, nix::sys::signal::Signal::SIGSTOP);
+        while owner_of(&store, &id).await != entry.name {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let resp = submit_retrying(&entry, &id, "two").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, entry.name);
+        seen.extend(stream.until(of_type("turn_complete")).await);
+        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
+        let answers = seen
+            .iter()
+            .filter(|e| e["type"] == "assistant_message")
+            .count();
+        assert_eq!(answers, 2, "{seen:#?}");
+
+        // Resumed after its lease expired, the old owner writes nothing more.
+        signal(&owner, nix::sys::signal::Signal::SIGCONT);
+        let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
+            .await
+            .unwrap();
+        // It answers again: a request to it goes to the new owner.
+        let resp = owner
+            .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+            .json(&json!({"text": "three"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, entry.name);
+        seen.extend(stream.until(of_type("turn_complete")).await);
+        assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+        drop(owner);
+        drop(entry);
+    })
+    .await;
+}
