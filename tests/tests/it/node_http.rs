@@ -598,22 +598,22 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
             .count();
         assert_eq!(answers, 2, "{seen:#?}");
 
-        // Resumed after its lease expired, the old owner writes nothing more.
+        // Resumed after its lease expired, the old owner writes nothing more: it finds
+        // its lease lost and exits 1 (docs/cluster.md, self-fence).
         signal(&owner, nix::sys::signal::Signal::SIGCONT);
+        let mut owner = owner;
+        let status = owner.child.wait().await.unwrap();
+        assert_eq!(status.code(), Some(1), "{status:?}");
         let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
             .await
             .unwrap();
-        // It answers again: a request to it goes to the new owner.
-        let resp = owner
-            .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
-            .json(&json!({"text": "three"}))
-            .send()
-            .await
-            .unwrap();
+        assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+        let resp = entry.submit(&id, "three").await;
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
         served_by(&resp, entry.name);
         seen.extend(stream.until(of_type("turn_complete")).await);
-        assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
         drop(owner);
         drop(entry);
     })
