@@ -53,6 +53,12 @@ pub(crate) const OWNER_WAIT: Duration = Duration::from_secs(8);
 /// How often the owner is looked up again while waiting.
 const POLL: Duration = Duration::from_millis(200);
 
+/// How long an event stream proxied from an owner may stay silent before this node
+/// checks that its node still owns the session: a paused owner (SIGSTOP, a frozen VM)
+/// keeps its connections open but sends nothing, not even keep-alives, while its lease
+/// expires and another node takes the shard.
+const SILENCE_CHECK: Duration = Duration::from_secs(5);
+
 /// What `Retry-After` says on a 503 of this module, in seconds.
 const RETRY_AFTER: &str = "1";
 
@@ -394,11 +400,11 @@ async fn follow(
     request: Request,
 ) -> Response {
     let (parts, body) = request_parts(request);
-    let upstream = match send_body(&cluster, &base, &parts, body, None).await {
-        Ok(upstream) => upstream,
+    let (base, upstream) = match send_body(&cluster, &base, &parts, body, None).await {
+        Ok(upstream) => (base, upstream),
         // The owner did not answer: wherever the session is served next.
         Err(e) => match reconnect(&state, &cluster, session, &parts, None).await {
-            Some(upstream) => upstream,
+            Some(next) => next,
             None => return unreachable(&base, &e),
         },
     };
@@ -412,7 +418,7 @@ async fn follow(
     }
     let mut response = relay_head(&upstream);
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    tokio::spawn(pump(state, cluster, session, parts, upstream, tx));
+    tokio::spawn(pump(state, cluster, session, parts, (base, upstream), tx));
     *response.body_mut() = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -441,9 +447,29 @@ enum Ended {
     Follow { closed: Option<Bytes> },
 }
 
-/// Passes whole SSE events from `upstream` to `tx`, remembering the last event id.
+/// Whether the node at `base` still serves `session` (`true` when the store cannot
+/// tell: the stream is kept).
+async fn still_served_at(cluster: &Cluster, session: SessionId, base: &str) -> bool {
+    match cluster.directory.locate(session).await {
+        Ok(Placement::Owner {
+            address: Some(address),
+            ..
+        }) => address.trim_end_matches('/') == base,
+        Ok(Placement::Unknown | Placement::Here | Placement::Unowned { leased: false }) => {
+            base == cluster.own
+        }
+        Ok(Placement::Owner { address: None, .. } | Placement::Unowned { leased: true }) => false,
+        Err(_) => true,
+    }
+}
+
+/// Passes whole SSE events from `upstream` (the node at `base`) to `tx`, remembering the
+/// last event id. An upstream silent for [`SILENCE_CHECK`] whose node no longer serves
+/// the session is left (the session followed).
 async fn relay_events(
-    mut upstream: reqwest::Response,
+    cluster: &Cluster,
+    session: SessionId,
+    (base, mut upstream): (String, reqwest::Response),
     tx: &tokio::sync::mpsc::Sender<Bytes>,
     last: &mut Option<u64>,
     shutdown: &tokio_util::sync::CancellationToken,
@@ -451,7 +477,11 @@ async fn relay_events(
     let mut buffer: Vec<u8> = Vec::new();
     loop {
         let chunk = tokio::select! {
-            chunk = upstream.chunk() => chunk,
+            chunk = tokio::time::timeout(SILENCE_CHECK, upstream.chunk()) => match chunk {
+                Ok(chunk) => chunk,
+                Err(_) if still_served_at(cluster, session, &base).await => continue,
+                Err(_) => return Ended::Follow { closed: None },
+            },
             () = shutdown.cancelled() => return Ended::Done,
             () = tx.closed() => return Ended::Done,
         };
@@ -516,12 +546,13 @@ async fn pump(
     cluster: Arc<Cluster>,
     session: SessionId,
     parts: Parts,
-    mut upstream: reqwest::Response,
+    mut upstream: (String, reqwest::Response),
     tx: tokio::sync::mpsc::Sender<Bytes>,
 ) {
     let mut last: Option<u64> = None;
     loop {
-        let closed = match relay_events(upstream, &tx, &mut last, &state.shutdown).await {
+        let ended = relay_events(&cluster, session, upstream, &tx, &mut last, &state.shutdown);
+        let closed = match ended.await {
             Ended::Done => return,
             Ended::Follow { closed } => closed,
         };
@@ -542,15 +573,16 @@ async fn pump(
 }
 
 /// The session's event stream from wherever it is served now (this node through its
-/// own address), from after `last`; `None` when no owner answers within
-/// [`OWNER_WAIT`] (the stream then ends: the client reconnects with `Last-Event-ID`).
+/// own address), from after `last`, and that node's address; `None` when no owner
+/// answers within [`OWNER_WAIT`] (the stream then ends: the client reconnects with
+/// `Last-Event-ID`).
 async fn reconnect(
     state: &AppState,
     cluster: &Cluster,
     session: SessionId,
     parts: &Parts,
     last: Option<u64>,
-) -> Option<reqwest::Response> {
+) -> Option<(String, reqwest::Response)> {
     let deadline = Instant::now() + OWNER_WAIT;
     loop {
         if state.shutdown.is_cancelled() {
@@ -565,7 +597,7 @@ async fn reconnect(
             && let Ok(upstream) = send(cluster, &base, parts, last).await
         {
             if upstream.status().is_success() {
-                return Some(upstream);
+                return Some((base, upstream));
             }
             tracing::debug!(target: super::LOG_TARGET, %session, status = %upstream.status(), "resuming an event stream was refused; retrying");
         }
