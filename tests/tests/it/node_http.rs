@@ -619,3 +619,71 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
     })
     .await;
 }
+
+/// `GET {path}` to the node at `base` sent as written (dot segments and all, which an
+/// HTTP client would resolve before sending): the status line and the `foya-node`
+/// header of the answer's head.
+async fn raw_get(base: &str, path: &str) -> (String, Option<String>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let authority = base.strip_prefix("http://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // The head only (an event stream's body does not end).
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        answer.push(byte[0]);
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.lines().next().unwrap_or_default().to_owned();
+    let node = answer
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix("foya-node: "))
+        .map(str::to_owned);
+    (status, node)
+}
+
+/// A request naming a session another node owns is forwarded to the route it names, not
+/// to another one: dot segments (`..`, `%2e%2e`, `..\`), which the forwarding client
+/// would resolve, match no route here and are not forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_with_dot_segments_is_not_forwarded_to_another_route_of_the_owner() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let a = node("a", &store, &dir, &[json!({"text": "unused"})]).await;
+        let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
+        let id = a.create().await;
+        let (owner, entry) = if owner_of(&store, &id).await == "a" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        // The route itself is forwarded.
+        let (status, node) = raw_get(&entry.base, &format!("/sessions/{id}/events?after=99")).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert_eq!(node.as_deref(), Some(owner.name));
+        for tail in [
+            "/../../metrics",
+            "/%2e%2e/%2E%2e/metrics",
+            "/..\\..\\metrics",
+            "/x/../../../sessions",
+        ] {
+            let (status, node) = raw_get(&entry.base, &format!("/sessions/{id}{tail}")).await;
+            assert!(status.starts_with("HTTP/1.1 404"), "{tail}: {status}");
+            assert_eq!(node.as_deref(), Some(entry.name), "{tail}");
+        }
+        drop(owner);
+        drop(entry);
+    })
+    .await;
+}
