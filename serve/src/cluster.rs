@@ -97,7 +97,13 @@ enum Route {
 }
 
 /// The session a request names, if it is one a node forwards to the session's owner.
+/// A path the forwarding client would change (dot segments such as `..`, `%2e%2e` or
+/// `..\` resolved) is not forwarded: it would reach another route of the owner than
+/// the one it names; served here, it matches no route.
 fn forwarded_session(method: &Method, path: &str) -> Option<SessionId> {
+    if reqwest::Url::parse(&format!("http://node{path}")).map_or(true, |url| url.path() != path) {
+        return None;
+    }
     let rest = path.strip_prefix("/sessions/")?;
     let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
     // The summary is a store read: any node answers it.
@@ -647,6 +653,9 @@ mod tests {
             forwarded_session(&Method::POST, "/sessions/nope/inputs"),
             None
         );
+        for tail in ["/../../metrics", "/%2e%2E/x", "/..\\x", "/./inputs"] {
+            assert_eq!(forwarded_session(&Method::GET, &path(tail)), None, "{tail}");
+        }
     }
 
     #[test]
