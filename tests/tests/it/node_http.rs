@@ -552,10 +552,10 @@ fn signal(node: &Node, signal: nix::sys::signal::Signal) {
     nix::sys::signal::kill(pid, signal).unwrap();
 }
 
-/// An owner paused (SIGSTOP) keeps its connections open but sends nothing: an event
-/// stream proxied from it through another node follows the session once the owner's
-/// lease expired and another node took its shard (no hang, no gap, no duplicate), and
-/// the paused owner, resumed, writes nothing.
+/// An owner paused (SIGSTOP) keeps its connections open but sends nothing: a request
+/// and an event stream proxied to it through another node are not held once the
+/// owner's lease expired and another node took its shard (the stream follows the
+/// session: no gap, no duplicate), and the paused owner, resumed, writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
     within(async {
@@ -583,10 +583,21 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
         let mut seen = stream.until(of_type("turn_complete")).await;
 
         signal(&owner, nix::sys::signal::Signal::SIGSTOP);
-        while owner_of(&store, &id).await != entry.name {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let resp = submit_retrying(&entry, &id, "two").await;
+        // Sent to the paused owner (its lease still live), the input is answered once
+        // the shard moved (502 or 503, with Retry-After), not held until the owner
+        // resumes; sent again with the same input id, the new owner runs it.
+        let resp = loop {
+            let resp = entry
+                .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+                .json(&json!({"text": "two", "input_id": "0192f7d2-8a4e-7c1a-9d3b-000000000002"}))
+                .send()
+                .await
+                .unwrap();
+            if !resp.status().is_server_error() {
+                break resp;
+            }
+            assert!(resp.headers().contains_key("retry-after"), "{resp:?}");
+        };
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
         served_by(&resp, entry.name);
         seen.extend(stream.until(of_type("turn_complete")).await);
