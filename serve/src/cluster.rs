@@ -362,9 +362,11 @@ async fn forward(
             Outgoing::Kept(bytes) => (Some(Body::from(bytes.clone())), true),
             Outgoing::Streamed(body) => (body.take(), false),
         };
-        let e = match send_body(cluster, &base, parts, body, None).await {
-            Ok(upstream) => return relay(upstream),
-            Err(e) => e,
+        let sent = send_body(cluster, &base, parts, body, None);
+        let e = match unless_moved(cluster, session, &base, sent).await {
+            Some(Ok(upstream)) => return relay(upstream),
+            Some(Err(e)) => e,
+            None => return moved_away(&base),
         };
         if !(again && e.is_connect()) || Instant::now() + POLL > deadline {
             return unreachable(&base, &e);
@@ -406,12 +408,17 @@ async fn follow(
     request: Request,
 ) -> Response {
     let (parts, body) = request_parts(request);
-    let (base, upstream) = match send_body(&cluster, &base, &parts, body, None).await {
-        Ok(upstream) => (base, upstream),
+    let sent = send_body(&cluster, &base, &parts, body, None);
+    let (base, upstream) = match unless_moved(&cluster, session, &base, sent).await {
+        Some(Ok(upstream)) => (base, upstream),
         // The owner did not answer: wherever the session is served next.
-        Err(e) => match reconnect(&state, &cluster, session, &parts, None).await {
+        Some(Err(e)) => match reconnect(&state, &cluster, session, &parts, None).await {
             Some(next) => next,
             None => return unreachable(&base, &e),
+        },
+        None => match reconnect(&state, &cluster, session, &parts, None).await {
+            Some(next) => next,
+            None => return moved_away(&base),
         },
     };
     let is_stream = upstream
@@ -467,6 +474,43 @@ async fn still_served_at(cluster: &Cluster, session: SessionId, base: &str) -> b
         Ok(Placement::Owner { address: None, .. } | Placement::Unowned { leased: true }) => false,
         Err(_) => true,
     }
+}
+
+/// `request`'s outcome, or `None` when the node at `base` stops serving `session` before
+/// it completes (checked every [`SILENCE_CHECK`]): a paused owner accepts connections
+/// (the kernel does) but never answers.
+async fn unless_moved<T>(
+    cluster: &Cluster,
+    session: SessionId,
+    base: &str,
+    request: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(request);
+    loop {
+        match tokio::time::timeout(SILENCE_CHECK, &mut request).await {
+            Ok(out) => return Some(out),
+            Err(_) if still_served_at(cluster, session, base).await => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// 502 `owner_unreachable` (with `Retry-After`): the node at `base` did not answer before
+/// the session moved away from it.
+fn moved_away(base: &str) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "owner_unreachable",
+        format!(
+            "the node at {base} did not answer and no longer serves this session; retry \
+             (an input with the same input_id)"
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+    response
 }
 
 /// Passes whole SSE events from `upstream` (the node at `base`) to `tx`, remembering the
@@ -600,7 +644,8 @@ async fn reconnect(
             Err(_) => None,
         };
         if let Some(base) = base
-            && let Ok(upstream) = send(cluster, &base, parts, last).await
+            && let Some(Ok(upstream)) =
+                unless_moved(cluster, session, &base, send(cluster, &base, parts, last)).await
         {
             if upstream.status().is_success() {
                 return Some((base, upstream));
