@@ -631,6 +631,28 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
     .await;
 }
 
+/// `request` (its head and body, `\n` line ends) sent as written to the node at `base`:
+/// the head of the answer.
+async fn raw(base: &str, request: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let authority = base.strip_prefix("http://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let request = request
+        .replace("{authority}", authority)
+        .replace("{token}", TOKEN)
+        .replace('\n', "\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        answer.push(byte[0]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 /// `GET {path}` to the node at `base` sent as written (dot segments and all, which an
 /// HTTP client would resolve before sending): the status line and the `foya-node`
 /// header of the answer's head.
@@ -693,6 +715,23 @@ async fn a_path_with_dot_segments_is_not_forwarded_to_another_route_of_the_owner
             assert!(status.starts_with("HTTP/1.1 404"), "{tail}: {status}");
             assert_eq!(node.as_deref(), Some(entry.name), "{tail}");
         }
+        // A chunked body that also names a Content-Length (request smuggling's shape)
+        // reaches the owner as the chunked body it is (RFC 9112 §6.3).
+        let head = raw(
+            &entry.base,
+            &format!(
+                "POST /sessions/{id}/inputs HTTP/1.1\nHost: {{authority}}\n\
+                 Authorization: Bearer {{token}}\nContent-Type: application/json\n\
+                 Content-Length: 4\nTransfer-Encoding: chunked\nConnection: close\n\n\
+                 10\n{{\"text\":\"hello\"}}\n0\n\n"
+            ),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+        assert!(
+            head.contains(&format!("foya-node: {}", owner.name)),
+            "{head}"
+        );
         drop(owner);
         drop(entry);
     })
