@@ -53,6 +53,12 @@ pub(crate) const OWNER_WAIT: Duration = Duration::from_secs(8);
 /// How often the owner is looked up again while waiting.
 const POLL: Duration = Duration::from_millis(200);
 
+/// How long an event stream proxied from an owner may stay silent before this node
+/// checks that its node still owns the session: a paused owner (SIGSTOP, a frozen VM)
+/// keeps its connections open but sends nothing, not even keep-alives, while its lease
+/// expires and another node takes the shard.
+const SILENCE_CHECK: Duration = Duration::from_secs(5);
+
 /// What `Retry-After` says on a 503 of this module, in seconds.
 const RETRY_AFTER: &str = "1";
 
@@ -91,7 +97,13 @@ enum Route {
 }
 
 /// The session a request names, if it is one a node forwards to the session's owner.
+/// A path the forwarding client would change (dot segments such as `..`, `%2e%2e` or
+/// `..\` resolved) is not forwarded: it would reach another route of the owner than
+/// the one it names; served here, it matches no route.
 fn forwarded_session(method: &Method, path: &str) -> Option<SessionId> {
+    if reqwest::Url::parse(&format!("http://node{path}")).map_or(true, |url| url.path() != path) {
+        return None;
+    }
     let rest = path.strip_prefix("/sessions/")?;
     let (id, tail) = rest.split_once('/').unwrap_or((rest, ""));
     // The summary is a store read: any node answers it.
@@ -350,9 +362,11 @@ async fn forward(
             Outgoing::Kept(bytes) => (Some(Body::from(bytes.clone())), true),
             Outgoing::Streamed(body) => (body.take(), false),
         };
-        let e = match send_body(cluster, &base, parts, body, None).await {
-            Ok(upstream) => return relay(upstream),
-            Err(e) => e,
+        let sent = send_body(cluster, &base, parts, body, None);
+        let e = match unless_moved(cluster, session, &base, sent).await {
+            Some(Ok(upstream)) => return relay(upstream),
+            Some(Err(e)) => e,
+            None => return moved_away(&base),
         };
         if !(again && e.is_connect()) || Instant::now() + POLL > deadline {
             return unreachable(&base, &e);
@@ -394,12 +408,17 @@ async fn follow(
     request: Request,
 ) -> Response {
     let (parts, body) = request_parts(request);
-    let upstream = match send_body(&cluster, &base, &parts, body, None).await {
-        Ok(upstream) => upstream,
+    let sent = send_body(&cluster, &base, &parts, body, None);
+    let (base, upstream) = match unless_moved(&cluster, session, &base, sent).await {
+        Some(Ok(upstream)) => (base, upstream),
         // The owner did not answer: wherever the session is served next.
-        Err(e) => match reconnect(&state, &cluster, session, &parts, None).await {
-            Some(upstream) => upstream,
+        Some(Err(e)) => match reconnect(&state, &cluster, session, &parts, None).await {
+            Some(next) => next,
             None => return unreachable(&base, &e),
+        },
+        None => match reconnect(&state, &cluster, session, &parts, None).await {
+            Some(next) => next,
+            None => return moved_away(&base),
         },
     };
     let is_stream = upstream
@@ -412,7 +431,7 @@ async fn follow(
     }
     let mut response = relay_head(&upstream);
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    tokio::spawn(pump(state, cluster, session, parts, upstream, tx));
+    tokio::spawn(pump(state, cluster, session, parts, (base, upstream), tx));
     *response.body_mut() = Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -441,9 +460,66 @@ enum Ended {
     Follow { closed: Option<Bytes> },
 }
 
-/// Passes whole SSE events from `upstream` to `tx`, remembering the last event id.
+/// Whether the node at `base` still serves `session` (`true` when the store cannot
+/// tell: the stream is kept).
+async fn still_served_at(cluster: &Cluster, session: SessionId, base: &str) -> bool {
+    match cluster.directory.locate(session).await {
+        Ok(Placement::Owner {
+            address: Some(address),
+            ..
+        }) => address.trim_end_matches('/') == base,
+        Ok(Placement::Unknown | Placement::Here | Placement::Unowned { leased: false }) => {
+            base == cluster.own
+        }
+        Ok(Placement::Owner { address: None, .. } | Placement::Unowned { leased: true }) => false,
+        Err(_) => true,
+    }
+}
+
+/// `request`'s outcome, or `None` when the node at `base` stops serving `session` before
+/// it completes (checked every [`SILENCE_CHECK`]): a paused owner accepts connections
+/// (the kernel does) but never answers.
+async fn unless_moved<T>(
+    cluster: &Cluster,
+    session: SessionId,
+    base: &str,
+    request: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(request);
+    loop {
+        match tokio::time::timeout(SILENCE_CHECK, &mut request).await {
+            Ok(out) => return Some(out),
+            Err(_) if still_served_at(cluster, session, base).await => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// 502 `owner_unreachable` (with `Retry-After`): the node at `base` did not answer before
+/// the session moved away from it.
+fn moved_away(base: &str) -> Response {
+    let mut response = ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "owner_unreachable",
+        format!(
+            "the node at {base} did not answer and no longer serves this session; retry \
+             (an input with the same input_id)"
+        ),
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER));
+    response
+}
+
+/// Passes whole SSE events from `upstream` (the node at `base`) to `tx`, remembering the
+/// last event id. An upstream silent for [`SILENCE_CHECK`] whose node no longer serves
+/// the session is left (the session followed).
 async fn relay_events(
-    mut upstream: reqwest::Response,
+    cluster: &Cluster,
+    session: SessionId,
+    (base, mut upstream): (String, reqwest::Response),
     tx: &tokio::sync::mpsc::Sender<Bytes>,
     last: &mut Option<u64>,
     shutdown: &tokio_util::sync::CancellationToken,
@@ -451,7 +527,11 @@ async fn relay_events(
     let mut buffer: Vec<u8> = Vec::new();
     loop {
         let chunk = tokio::select! {
-            chunk = upstream.chunk() => chunk,
+            chunk = tokio::time::timeout(SILENCE_CHECK, upstream.chunk()) => match chunk {
+                Ok(chunk) => chunk,
+                Err(_) if still_served_at(cluster, session, &base).await => continue,
+                Err(_) => return Ended::Follow { closed: None },
+            },
             () = shutdown.cancelled() => return Ended::Done,
             () = tx.closed() => return Ended::Done,
         };
@@ -516,12 +596,13 @@ async fn pump(
     cluster: Arc<Cluster>,
     session: SessionId,
     parts: Parts,
-    mut upstream: reqwest::Response,
+    mut upstream: (String, reqwest::Response),
     tx: tokio::sync::mpsc::Sender<Bytes>,
 ) {
     let mut last: Option<u64> = None;
     loop {
-        let closed = match relay_events(upstream, &tx, &mut last, &state.shutdown).await {
+        let ended = relay_events(&cluster, session, upstream, &tx, &mut last, &state.shutdown);
+        let closed = match ended.await {
             Ended::Done => return,
             Ended::Follow { closed } => closed,
         };
@@ -542,15 +623,16 @@ async fn pump(
 }
 
 /// The session's event stream from wherever it is served now (this node through its
-/// own address), from after `last`; `None` when no owner answers within
-/// [`OWNER_WAIT`] (the stream then ends: the client reconnects with `Last-Event-ID`).
+/// own address), from after `last`, and that node's address; `None` when no owner
+/// answers within [`OWNER_WAIT`] (the stream then ends: the client reconnects with
+/// `Last-Event-ID`).
 async fn reconnect(
     state: &AppState,
     cluster: &Cluster,
     session: SessionId,
     parts: &Parts,
     last: Option<u64>,
-) -> Option<reqwest::Response> {
+) -> Option<(String, reqwest::Response)> {
     let deadline = Instant::now() + OWNER_WAIT;
     loop {
         if state.shutdown.is_cancelled() {
@@ -562,10 +644,11 @@ async fn reconnect(
             Err(_) => None,
         };
         if let Some(base) = base
-            && let Ok(upstream) = send(cluster, &base, parts, last).await
+            && let Some(Ok(upstream)) =
+                unless_moved(cluster, session, &base, send(cluster, &base, parts, last)).await
         {
             if upstream.status().is_success() {
-                return Some(upstream);
+                return Some((base, upstream));
             }
             tracing::debug!(target: super::LOG_TARGET, %session, status = %upstream.status(), "resuming an event stream was refused; retrying");
         }
@@ -615,6 +698,9 @@ mod tests {
             forwarded_session(&Method::POST, "/sessions/nope/inputs"),
             None
         );
+        for tail in ["/../../metrics", "/%2e%2E/x", "/..\\x", "/./inputs"] {
+            assert_eq!(forwarded_session(&Method::GET, &path(tail)), None, "{tail}");
+        }
     }
 
     #[test]

@@ -533,3 +533,207 @@ async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
     })
     .await;
 }
+
+/// The live node owning `id`'s shard, once one does.
+async fn owner_of(store: &str, id: &str) -> String {
+    let directory = foya_storage_pg::Directory::new(store).unwrap();
+    loop {
+        if let Placement::Owned { owner, .. } =
+            directory.session(id.parse().unwrap()).await.unwrap()
+        {
+            return owner.node;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn signal(node: &Node, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(node.child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+/// An owner paused (SIGSTOP) keeps its connections open but sends nothing: a request
+/// and an event stream proxied to it through another node are not held once the
+/// owner's lease expired and another node took its shard (the stream follows the
+/// session: no gap, no duplicate), and the paused owner, resumed, writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let script = [
+            json!({"text": "first"}),
+            json!({"text": "second"}),
+            json!({"text": "third"}),
+        ];
+        let a = node("a", &store, &dir, &script).await;
+        let b = node("b", &store, &dir, &script).await;
+        let id = a.create().await;
+        let (owner, entry) = if owner_of(&store, &id).await == "a" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let mut stream = entry.events(&id, Some(0), "").await;
+        assert_eq!(stream.node, owner.name);
+        let resp = entry.submit(&id, "one").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, owner.name);
+        let mut seen = stream.until(of_type("turn_complete")).await;
+
+        signal(&owner, nix::sys::signal::Signal::SIGSTOP);
+        // Sent to the paused owner (its lease still live), the input is answered once
+        // the shard moved (502 or 503, with Retry-After), not held until the owner
+        // resumes; sent again with the same input id, the new owner runs it.
+        let resp = loop {
+            let resp = entry
+                .req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+                .json(&json!({"text": "two", "input_id": "0192f7d2-8a4e-7c1a-9d3b-000000000002"}))
+                .send()
+                .await
+                .unwrap();
+            if !resp.status().is_server_error() {
+                break resp;
+            }
+            assert!(resp.headers().contains_key("retry-after"), "{resp:?}");
+        };
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, entry.name);
+        seen.extend(stream.until(of_type("turn_complete")).await);
+        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
+        let answers = seen
+            .iter()
+            .filter(|e| e["type"] == "assistant_message")
+            .count();
+        assert_eq!(answers, 2, "{seen:#?}");
+
+        // Resumed after its lease expired, the old owner writes nothing more: it finds
+        // its lease lost and exits 1 (docs/cluster.md, self-fence).
+        signal(&owner, nix::sys::signal::Signal::SIGCONT);
+        let mut owner = owner;
+        let status = owner.child.wait().await.unwrap();
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
+            .await
+            .unwrap();
+        assert!(log.epoch_regressions(10).await.unwrap().is_empty());
+        let resp = entry.submit(&id, "three").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, entry.name);
+        seen.extend(stream.until(of_type("turn_complete")).await);
+        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
+        drop(owner);
+        drop(entry);
+    })
+    .await;
+}
+
+/// `request` (its head and body, `\n` line ends) sent as written to the node at `base`:
+/// the head of the answer.
+async fn raw(base: &str, request: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let authority = base.strip_prefix("http://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let request = request
+        .replace("{authority}", authority)
+        .replace("{token}", TOKEN)
+        .replace('\n', "\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        answer.push(byte[0]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// `GET {path}` to the node at `base` sent as written (dot segments and all, which an
+/// HTTP client would resolve before sending): the status line and the `foya-node`
+/// header of the answer's head.
+async fn raw_get(base: &str, path: &str) -> (String, Option<String>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let authority = base.strip_prefix("http://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // The head only (an event stream's body does not end).
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        answer.push(byte[0]);
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.lines().next().unwrap_or_default().to_owned();
+    let node = answer
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix("foya-node: "))
+        .map(str::to_owned);
+    (status, node)
+}
+
+/// A request naming a session another node owns is forwarded to the route it names, not
+/// to another one: dot segments (`..`, `%2e%2e`, `..\`), which the forwarding client
+/// would resolve, match no route here and are not forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_with_dot_segments_is_not_forwarded_to_another_route_of_the_owner() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let a = node("a", &store, &dir, &[json!({"text": "unused"})]).await;
+        let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
+        let id = a.create().await;
+        let (owner, entry) = if owner_of(&store, &id).await == "a" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        // The route itself is forwarded.
+        let (status, node) = raw_get(&entry.base, &format!("/sessions/{id}/events?after=99")).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert_eq!(node.as_deref(), Some(owner.name));
+        for tail in [
+            "/../../metrics",
+            "/%2e%2e/%2E%2e/metrics",
+            "/..\\..\\metrics",
+            "/x/../../../sessions",
+        ] {
+            let (status, node) = raw_get(&entry.base, &format!("/sessions/{id}{tail}")).await;
+            assert!(status.starts_with("HTTP/1.1 404"), "{tail}: {status}");
+            assert_eq!(node.as_deref(), Some(entry.name), "{tail}");
+        }
+        // A chunked body that also names a Content-Length (request smuggling's shape)
+        // reaches the owner as the chunked body it is (RFC 9112 §6.3).
+        let head = raw(
+            &entry.base,
+            &format!(
+                "POST /sessions/{id}/inputs HTTP/1.1\nHost: {{authority}}\n\
+                 Authorization: Bearer {{token}}\nContent-Type: application/json\n\
+                 Content-Length: 4\nTransfer-Encoding: chunked\nConnection: close\n\n\
+                 10\n{{\"text\":\"hello\"}}\n0\n\n"
+            ),
+        )
+        .await;
+        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+        assert!(
+            head.contains(&format!("foya-node: {}", owner.name)),
+            "{head}"
+        );
+        drop(owner);
+        drop(entry);
+    })
+    .await;
+}
