@@ -264,6 +264,24 @@ fn passed_on(name: &HeaderName) -> bool {
     ) && !name.as_str().starts_with("sec-fetch-")
 }
 
+/// The headers of `headers` passed on: [`passed_on`]'s, less those the message's own
+/// `Connection` header names (hop-by-hop by declaration: RFC 9110, 7.6.1).
+fn passed<'a>(
+    headers: &'a HeaderMap,
+) -> impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)> + 'a {
+    let declared: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|token| token.trim().to_ascii_lowercase())
+        .filter(|token| !token.is_empty())
+        .collect();
+    headers
+        .iter()
+        .filter(move |(name, _)| passed_on(name) && !declared.iter().any(|d| d == name.as_str()))
+}
+
 /// Sends `parts` to the node at `base` (its body, if any, streamed); `last_event_id`
 /// replaces the caller's `Last-Event-ID`.
 async fn send(
@@ -284,8 +302,8 @@ async fn send_body(
 ) -> Result<reqwest::Response, reqwest::Error> {
     let url = format!("{base}{}", parts.path_and_query);
     let mut builder = cluster.http.request(parts.method.clone(), &url);
-    for (name, value) in &parts.headers {
-        if passed_on(name) && !(last_event_id.is_some() && name.as_str() == "last-event-id") {
+    for (name, value) in passed(&parts.headers) {
+        if !(last_event_id.is_some() && name.as_str() == "last-event-id") {
             builder = builder.header(name, value);
         }
     }
@@ -387,10 +405,8 @@ async fn forward(
 fn relay(upstream: reqwest::Response) -> Response {
     let status = upstream.status();
     let mut headers = HeaderMap::new();
-    for (name, value) in upstream.headers() {
-        if passed_on(name) {
-            headers.append(name.clone(), value.clone());
-        }
+    for (name, value) in passed(upstream.headers()) {
+        headers.append(name.clone(), value.clone());
     }
     let mut response = Response::new(Body::from_stream(upstream.bytes_stream()));
     *response.status_mut() = status;
@@ -444,8 +460,8 @@ async fn follow(
 fn relay_head(upstream: &reqwest::Response) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = upstream.status();
-    for (name, value) in upstream.headers() {
-        if passed_on(name) && name != header::CONTENT_LENGTH {
+    for (name, value) in passed(upstream.headers()) {
+        if name != header::CONTENT_LENGTH {
             response.headers_mut().append(name.clone(), value.clone());
         }
     }
@@ -684,6 +700,21 @@ pub(crate) async fn annotate(state: &AppState, sessions: &mut [foya_protocol::Se
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_the_connection_header_names_are_not_passed_on() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            "keep-alive, X-Secret-Hop".parse().unwrap(),
+        );
+        headers.insert("x-secret-hop", "1".parse().unwrap());
+        headers.insert("x-kept", "2".parse().unwrap());
+        headers.insert(header::HOST, "evil.example".parse().unwrap());
+        headers.insert(header::AUTHORIZATION, "Bearer t".parse().unwrap());
+        let names: Vec<&str> = passed(&headers).map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["x-kept", "authorization"]);
+    }
 
     #[test]
     fn only_routes_naming_a_session_are_forwarded() {
