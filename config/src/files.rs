@@ -25,7 +25,7 @@ pub fn legacy_config_dir() -> Option<PathBuf> {
 /// is, so a user's settings and trust list are never lost by moving the rule. `None`
 /// without a home.
 #[must_use]
-pub fn user_config_file(name: &str) -> Option<PathBuf> {
+pub(crate) fn user_config_file(name: &str) -> Option<PathBuf> {
     let path = user_config_dir()?.join(name);
     if std::fs::symlink_metadata(&path).is_ok() {
         return Some(path);

@@ -92,10 +92,10 @@ impl HookEvent {
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Largest `timeout` accepted, in seconds.
-pub const MAX_TIMEOUT_S: u64 = 3_600;
+pub(crate) const MAX_TIMEOUT_S: u64 = 3_600;
 
 /// Claude Code's tool names and the Foya tools they stand for.
-pub const TOOL_NAMES: [(&str, &str); 9] = [
+pub(crate) const TOOL_NAMES: [(&str, &str); 9] = [
     ("Bash", "shell"),
     ("Read", "read_file"),
     ("Write", "write_file"),
@@ -183,7 +183,7 @@ impl MatcherGroup {
 
     /// Whether it applies to a session whose project root is `project`.
     #[must_use]
-    pub fn applies_in(&self, project: Option<&Path>) -> bool {
+    pub(crate) fn applies_in(&self, project: Option<&Path>) -> bool {
         self.origin.is_none() || self.origin.as_deref() == project
     }
 

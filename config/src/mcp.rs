@@ -159,7 +159,7 @@ impl McpServerConfig {
 
 /// Whether `name` is a valid server name: `^[a-zA-Z0-9_-]+$`.
 #[must_use]
-pub fn valid_server_name(name: &str) -> bool {
+pub(crate) fn valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .chars()

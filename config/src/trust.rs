@@ -52,12 +52,12 @@ pub enum TrustError {
 pub use crate::files::user_config_dir;
 
 /// The trust list file: `trusted-projects.toml` in the user config directory
-/// ([`crate::files::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
+/// (`files::user_config_file`: `$XDG_CONFIG_HOME/foya`, else
 /// `~/.config/foya`).
 ///
 /// # Errors
 /// [`TrustError::NoHome`].
-pub fn trust_file() -> Result<PathBuf, TrustError> {
+pub(crate) fn trust_file() -> Result<PathBuf, TrustError> {
     crate::files::user_config_file(TRUST_FILE).ok_or(TrustError::NoHome)
 }
 

@@ -12,8 +12,8 @@ pub mod builtin;
 pub mod env_policy;
 /// Exact grants of exec tools ("allow for this session" covers an argv prefix).
 pub mod grants;
-/// Path resolution and working-directory confinement of the file tools.
-pub mod paths;
+// Path resolution and working-directory confinement of the file tools.
+mod paths;
 /// Protected paths: the runtime's control files.
 pub mod protected;
 /// `ToolRegistry`: exposed schemas and argument validation (`prepare`).

@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// `base.join(path)` with `.` and `..` removed lexically (no file-system access).
 #[must_use]
-pub fn normalize(base: &Path, path: &Path) -> PathBuf {
+pub(crate) fn normalize(base: &Path, path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in base.join(path).components() {
         match component {
@@ -27,13 +27,13 @@ pub fn normalize(base: &Path, path: &Path) -> PathBuf {
 /// mode `bypass`, or when the Approval Gateway let the call leave the sandbox
 /// (`SandboxPolicy::None`).
 #[must_use]
-pub fn unconfined(ctx: &ToolContext) -> bool {
+pub(crate) fn unconfined(ctx: &ToolContext) -> bool {
     ctx.approval_mode == ApprovalMode::Bypass || ctx.sandbox == SandboxPolicy::None
 }
 
 /// Why a confined call's path is refused ([`resolve`]); its text is written for the model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     /// The path leaves the working directory lexically (`..`, an absolute path).
     #[error(
         "path {raw:?} resolves to {} which is outside the working directory {}; \
@@ -80,7 +80,7 @@ pub enum PathError {
 /// # Errors
 /// [`PathError`] when a confined call's path leaves the working directory, lexically
 /// (`..`, absolute path) or through a symlink.
-pub fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, PathError> {
+pub(crate) fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, PathError> {
     let cwd = normalize(Path::new("/"), &ctx.cwd);
     let path = normalize(&cwd, Path::new(raw));
     if unconfined(ctx) {

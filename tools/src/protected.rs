@@ -34,7 +34,7 @@ pub struct Protected {
 
 impl Protected {
     /// The protected paths for `cwd`, with the files named by `hook_commands` (shell
-    /// commands, run in `cwd`, [`hook_files`]).
+    /// commands, run in `cwd`, `hook_files`).
     #[must_use]
     pub fn new(cwd: &Path, hook_commands: &[String]) -> Self {
         let cwd = normalize(Path::new("/"), cwd);
@@ -212,7 +212,7 @@ const PROJECT_DIR_VARS: &[&str] = &["CLAUDE_PROJECT_DIR", "FOYA_PROJECT_DIR"];
 /// when it is an existing file (`check.py` in `python3 check.py`, not `python3`).
 /// Directories, and the working directory's and the root's ancestors, are left out.
 #[must_use]
-pub fn hook_files(command: &str, cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn hook_files(command: &str, cwd: &Path) -> Vec<PathBuf> {
     let root = foya_context::project_root(cwd);
     let expanded = expand_project_dir(command, &root);
     let words = shlex::split(&expanded)

@@ -30,10 +30,10 @@ use std::process::Stdio;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Most bytes read from a hook's stdout or stderr; more is a flood and fails the run.
-pub const OUTPUT_CAP: usize = 1024 * 1024;
+pub(crate) const OUTPUT_CAP: usize = 1024 * 1024;
 
 /// Most characters of a reason or a context kept (Claude Code caps context at 10 000).
-pub const TEXT_CAP: usize = 10_000;
+pub(crate) const TEXT_CAP: usize = 10_000;
 
 /// The honoured fields of a hook's stdout JSON.
 #[derive(Debug, Default, Deserialize)]
@@ -63,7 +63,7 @@ struct Specific {
 ///
 /// # Cancel safety
 /// Dropping the future kills the hook's processes.
-pub async fn run(
+pub(crate) async fn run(
     hook: &CommandHook,
     input: &HookInput,
     supervisor: Option<&SandboxRunner>,

@@ -14,17 +14,16 @@
 //! fails (timeout, crash, invalid JSON, output flood) is logged as `failed` and counts
 //! as no decision. Details and the differences from Claude Code: `docs/hooks.md`.
 
-pub mod command;
+mod command;
 /// Command hooks as configured (in `foya-config`).
 pub use foya_config::hooks as config;
 /// The decision rules (pure; in `foya-core`).
-pub use foya_core::hooks::decision;
-pub mod runner;
+pub(crate) use foya_core::hooks::decision;
+mod runner;
 pub(crate) mod stop;
 
 pub use config::{CommandHook, HookCommands, HookEvent, MatcherGroup, hook_tool_input};
-pub use decision::Merged;
-pub use runner::Hooks;
+pub(crate) use runner::Hooks;
 pub use stop::{StopDecision, StopHook, StopHookInput};
 
 use async_trait::async_trait;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 /// Every hook of a runtime.
 #[derive(Debug, Clone, Default)]
-pub struct Hooks {
+pub(crate) struct Hooks {
     /// In-process hooks, run first, in order.
     in_process: Vec<Arc<dyn Hook>>,
     /// Command hooks by point.
@@ -29,7 +29,7 @@ pub struct Hooks {
 impl Hooks {
     /// The hooks of a runtime.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         in_process: Vec<Arc<dyn Hook>>,
         commands: HookCommands,
         transcript_dir: Option<PathBuf>,
@@ -51,7 +51,7 @@ impl Hooks {
 
     /// Whether any hook runs at `event` for `subject`.
     #[must_use]
-    pub fn any(&self, event: HookEvent, subject: Option<&str>) -> bool {
+    pub(crate) fn any(&self, event: HookEvent, subject: Option<&str>) -> bool {
         self.in_process.iter().any(|h| h.applies(event, subject))
             || self.commands.any(event, subject)
     }
@@ -59,7 +59,7 @@ impl Hooks {
     /// Every command that applies to a session in `cwd` (their scripts are protected
     /// paths).
     #[must_use]
-    pub fn commands(&self, cwd: &Path) -> Vec<String> {
+    pub(crate) fn commands(&self, cwd: &Path) -> Vec<String> {
         self.commands.commands(project_of(cwd).as_deref())
     }
 
@@ -101,7 +101,7 @@ impl Hooks {
     /// # Cancel safety
     /// Dropping the future drops the running hook (a command hook's process group is
     /// killed); the runs before it are lost with their events.
-    pub async fn run(&self, input: &HookInput) -> HookRun {
+    pub(crate) async fn run(&self, input: &HookInput) -> HookRun {
         let Some(event) = input.event() else {
             return HookRun::default();
         };

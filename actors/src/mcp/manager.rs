@@ -25,16 +25,16 @@ pub struct McpManager {
 
 /// The tools of the servers a session uses, for one step.
 #[derive(Debug, Clone, Default)]
-pub struct McpTools {
+pub(crate) struct McpTools {
     /// The tools, server by server in name order, each server's in its listing order.
-    pub tools: Vec<Arc<dyn Tool>>,
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
     /// Why a server's tools are missing (it could not be started or listed).
-    pub errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     /// The servers that have no tools to offer now (never listed, and failing): the
     /// start of their tools' names and, for the model, why a call of one fails.
-    pub unavailable: Vec<(String, String)>,
+    pub(crate) unavailable: Vec<(String, String)>,
     /// Identifies the listings these tools come from: equal keys, equal tools.
-    pub key: ListingKey,
+    pub(crate) key: ListingKey,
 }
 
 /// Which listing of each server a set of tools was built from. It holds the listings
@@ -42,7 +42,7 @@ pub struct McpTools {
 /// address (comparing bare addresses of dropped listings could mistake a new list for
 /// the old one and keep offering stale tools).
 #[derive(Debug, Clone, Default)]
-pub struct ListingKey(Vec<Option<Arc<Vec<rmcp::model::Tool>>>>);
+pub(crate) struct ListingKey(Vec<Option<Arc<Vec<rmcp::model::Tool>>>>);
 
 impl PartialEq for ListingKey {
     fn eq(&self, other: &Self) -> bool {
@@ -127,7 +127,7 @@ impl McpManager {
 
     /// The tools of the servers a session uses (`selected`, see above), starting them
     /// as needed and listing again those that sent `tools/list_changed`.
-    pub async fn tools(&self, selected: Option<&[String]>, reserved: &[String]) -> McpTools {
+    pub(crate) async fn tools(&self, selected: Option<&[String]>, reserved: &[String]) -> McpTools {
         let servers = self.selected(selected);
         let listings =
             futures::future::join_all(servers.iter().map(|s| async move { s.tools().await })).await;

@@ -13,13 +13,13 @@
 pub use foya_config::mcp as config;
 mod handler;
 mod line_guard;
-pub mod manager;
-pub mod names;
-pub mod result;
+mod manager;
+mod names;
+mod result;
 mod server;
-pub mod tool;
+mod tool;
 
 pub use config::{McpConfig, McpServerConfig, ServerSandbox};
-pub use manager::{ListingKey, McpManager, McpTools, ServerReport};
+pub(crate) use manager::ListingKey;
+pub use manager::{McpManager, ServerReport};
 pub use server::ServerState;
-pub use tool::McpTool;

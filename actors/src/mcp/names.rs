@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The providers' limit on a tool name's length.
-pub const MAX_TOOL_NAME: usize = 64;
+pub(crate) const MAX_TOOL_NAME: usize = 64;
 
 /// `text` with every character but ASCII letters, digits, `_` and `-` replaced by `_`.
 fn sanitise(text: &str) -> String {
@@ -88,7 +88,12 @@ pub(crate) fn qualified(prefix: &str, server: &str, tool: &str) -> String {
 
 /// `name`, made unique against `taken` (and added to it): a name already taken gets a
 /// hash suffix of `server/tool`.
-pub fn unique(name: String, server: &str, tool: &str, taken: &mut BTreeSet<String>) -> String {
+pub(crate) fn unique(
+    name: String,
+    server: &str,
+    tool: &str,
+    taken: &mut BTreeSet<String>,
+) -> String {
     let mut name = name;
     let mut salt = 0u32;
     while taken.contains(&name) {

@@ -27,7 +27,7 @@ pub(crate) const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// The model's view of `result` (a `CallToolResult` in its JSON form).
 #[must_use]
-pub fn render(result: &Value) -> ToolOutput {
+pub(crate) fn render(result: &Value) -> ToolOutput {
     let mut parts: Vec<String> = Vec::new();
     let mut images: Vec<ToolImage> = Vec::new();
     let blocks = result

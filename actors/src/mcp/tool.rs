@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 /// One tool of one MCP server.
 #[derive(Debug)]
-pub struct McpTool {
+pub(crate) struct McpTool {
     spec: ToolSpec,
     server: Arc<Server>,
     /// The server's own name for the tool.
@@ -63,18 +63,6 @@ impl McpTool {
             default_timeout_ms: config.tool_timeout_ms(),
         };
         Self { spec, server, tool }
-    }
-
-    /// The server's name.
-    #[must_use]
-    pub fn server(&self) -> &str {
-        &self.server.name
-    }
-
-    /// The server's own name for the tool.
-    #[must_use]
-    pub fn tool(&self) -> &str {
-        &self.tool
     }
 }
 

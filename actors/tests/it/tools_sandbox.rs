@@ -190,7 +190,7 @@ fn the_next_sandbox_removes_a_placeholder_left_behind() {
     use std::os::unix::fs::DirBuilderExt as _;
     let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     std::fs::DirBuilder::new()
-        .mode(foya_actors::tools::sandbox::shield::PLACEHOLDER_MODE)
+        .mode(foya_actors::tools::sandbox::PLACEHOLDER_MODE)
         .create(work.path().join(".foya"))
         .unwrap();
     let mut next = workspace_write(

@@ -153,7 +153,7 @@ impl Tool for Boom {
 
 /// The live (non-zombie) processes of process group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    foya_actors::tools::sandbox::tree::processes()
+    foya_actors::tools::sandbox::processes()
         .into_iter()
         .filter(|p| p.pgrp == pgid)
         .map(|p| p.pid)

@@ -173,7 +173,7 @@ pub fn project_auto_compact(cwd: &Path, trusted: bool) -> Result<Option<bool>, C
 }
 
 /// The user's own config file: `config.toml` in the user config directory
-/// ([`crate::files::user_config_file`]: `$XDG_CONFIG_HOME/foya`, else
+/// (`files::user_config_file`: `$XDG_CONFIG_HOME/foya`, else
 /// `~/.config/foya`; `None` without a home).
 #[must_use]
 pub fn user_file() -> Option<PathBuf> {
@@ -318,7 +318,7 @@ impl ProviderConfig {
     /// Every name [`Self::resolve`] accepts: the configured profiles, the built-in
     /// profiles ([`ProviderProfile::BUILTIN`]) and the protocol kinds, sorted, once each.
     #[must_use]
-    pub fn known_names(&self) -> Vec<String> {
+    pub(crate) fn known_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .profiles
             .keys()

@@ -114,7 +114,7 @@ fn a_minimal_build_refuses_images_with_a_reason() {
 #[test]
 fn a_minimal_build_refuses_to_sandbox_without_landlock() {
     use foya_actors::tools::SandboxPolicy;
-    use foya_actors::tools::sandbox::entry::apply_policy;
+    use foya_actors::tools::sandbox::apply_policy;
     let dir = std::env::temp_dir();
     let refused = apply_policy(SandboxPolicy::ReadOnly, &dir, &dir, &[], false);
     assert!(

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 /// At most this many entries are listed.
-pub const LIST_MAX_ENTRIES: usize = 1_000;
+pub(crate) const LIST_MAX_ENTRIES: usize = 1_000;
 
 // The arguments of `list_dir` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]

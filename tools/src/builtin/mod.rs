@@ -21,16 +21,11 @@ mod write_file;
 mod tests;
 
 pub use edit_file::EditFile;
-pub use list_dir::{LIST_MAX_ENTRIES, ListDir};
+pub use list_dir::ListDir;
 pub use output::{CappedOutput, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES};
-pub use read_file::{
-    READ_DEFAULT_LIMIT_LINES, READ_MAX_FILE_BYTES, READ_MAX_LINE_CHARS, READ_MAX_OUTPUT_BYTES,
-    ReadFile,
-};
-pub use search::{
-    GLOB_MAX_RESULTS, GREP_MAX_FILE_BYTES, GREP_MAX_LINE_CHARS, GREP_MAX_MATCHES, Glob, Grep,
-};
-pub use shell::{SHELL_DEFAULT_TIMEOUT_MS, SHELL_MAX_TIMEOUT_MS, Shell};
+pub use read_file::ReadFile;
+pub use search::{Glob, Grep};
+pub use shell::{SHELL_DEFAULT_TIMEOUT_MS, Shell};
 pub use write_file::WriteFile;
 
 use super::sandbox::SandboxRunner;

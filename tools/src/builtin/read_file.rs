@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use tokio_util::sync::CancellationToken;
 
 /// Files larger than this (bytes) are refused.
-pub const READ_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+pub(crate) const READ_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// Lines returned when `limit` is not given.
-pub const READ_DEFAULT_LIMIT_LINES: usize = 2_000;
+pub(crate) const READ_DEFAULT_LIMIT_LINES: usize = 2_000;
 /// Longer lines are cut to this many characters.
-pub const READ_MAX_LINE_CHARS: usize = 2_000;
+pub(crate) const READ_MAX_LINE_CHARS: usize = 2_000;
 /// The result stops after this many bytes of text.
-pub const READ_MAX_OUTPUT_BYTES: usize = 256 * 1024;
+pub(crate) const READ_MAX_OUTPUT_BYTES: usize = 256 * 1024;
 
 // The arguments of `read_file` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]

@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
 /// `glob` returns at most this many paths.
-pub const GLOB_MAX_RESULTS: usize = 1_000;
+pub(crate) const GLOB_MAX_RESULTS: usize = 1_000;
 /// `grep` stops after this many matching lines.
-pub const GREP_MAX_MATCHES: usize = 500;
+pub(crate) const GREP_MAX_MATCHES: usize = 500;
 /// `grep` cuts matching lines to this many characters.
-pub const GREP_MAX_LINE_CHARS: usize = 300;
+pub(crate) const GREP_MAX_LINE_CHARS: usize = 300;
 /// `grep` skips files larger than this (bytes).
-pub const GREP_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+pub(crate) const GREP_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 /// A compiled glob pattern. Patterns without `/` match a file's name at any depth (like
 /// `rg --glob`); patterns with `/` match the path relative to the search root; `*` never

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 /// Timeout when the call gives none, in milliseconds.
 pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 120_000;
 /// Largest timeout a call may ask for, in milliseconds.
-pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
+pub(crate) const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
 /// After the command ends (or is killed), output still in the pipes is read for at most
 /// this long (a process that left the group may keep a pipe open).
 const DRAIN_LIMIT: Duration = Duration::from_millis(500);

@@ -28,10 +28,10 @@ pub const EXIT_SANDBOX_USAGE: i32 = 122;
 
 /// `argv[1]` that asks the helper whether the kernel gives it the namespaces of the
 /// shield: exit 0 when it does, [`EXIT_NO_NAMESPACES`] when not.
-pub const SANDBOX_PROBE_ARG: &str = "__sandbox-probe";
+pub(crate) const SANDBOX_PROBE_ARG: &str = "__sandbox-probe";
 
 /// Exit code of [`SANDBOX_PROBE_ARG`] when the kernel gives no namespace.
-pub const EXIT_NO_NAMESPACES: i32 = 123;
+pub(crate) const EXIT_NO_NAMESPACES: i32 = 123;
 
 /// Exit code when `exec` of the program failed (not found, not executable).
 pub const EXIT_EXEC_FAILED: i32 = 127;
@@ -59,7 +59,7 @@ const WRITABLE_DEVICES: &[&str] = &[
 
 /// The parsed helper command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxInvocation {
+pub(crate) struct SandboxInvocation {
     /// Policy to apply.
     pub policy: SandboxPolicy,
     /// Working directory (writable under `WorkspaceWrite`); the program starts there.
@@ -120,7 +120,7 @@ pub(super) fn fail(code: i32, message: &str) -> ! {
 
 /// Builds the helper's arguments (everything after `argv[0]`) for an invocation.
 #[must_use]
-pub fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
+pub(crate) fn invocation_args(invocation: &SandboxInvocation) -> Vec<OsString> {
     let policy = serde_json::to_string(&invocation.policy).unwrap_or_default();
     let mut out: Vec<OsString> = vec![
         SANDBOX_EXEC_ARG.into(),

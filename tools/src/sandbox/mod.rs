@@ -8,16 +8,18 @@
 //! Must not: run a process outside its own process group, or leave one running after the
 //! guard is dropped or the runtime died.
 
-pub mod entry;
-pub mod rules;
-pub mod shield;
-pub mod supervise;
-pub mod tree;
+mod entry;
+mod rules;
+mod shield;
+mod supervise;
+mod tree;
 
 pub use entry::{
-    EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, SANDBOX_EXEC_ARG,
-    sandbox_entry_if_requested,
+    EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, PolicyError, SANDBOX_EXEC_ARG,
+    apply_policy, sandbox_entry_if_requested,
 };
+pub use shield::PLACEHOLDER_MODE;
+pub use tree::{Process, processes};
 
 use super::SandboxPolicy;
 use entry::{SandboxInvocation, invocation_args};
@@ -29,7 +31,7 @@ use std::process::Stdio;
 
 /// Prefix of the private temp dirs the runner makes (`$TMPDIR/foya-sandbox-XXXXXX`); the
 /// helper removes only a dir named so.
-pub const TMP_PREFIX: &str = "foya-sandbox-";
+pub(crate) const TMP_PREFIX: &str = "foya-sandbox-";
 
 /// Environment variable naming the sandbox helper binary (one that calls
 /// [`sandbox_entry_if_requested`] first thing in `main`).
@@ -43,7 +45,7 @@ pub const HELPER_BIN: &str = "foya-sandbox";
 /// The helper to run for the executable `exe`: [`HELPER_BIN`] in the same directory when
 /// it is a file there, else `exe` itself (re-executed as `exe __sandbox-exec ...`).
 #[must_use]
-pub fn beside(exe: &Path) -> PathBuf {
+pub(crate) fn beside(exe: &Path) -> PathBuf {
     exe.parent()
         .map(|dir| dir.join(HELPER_BIN))
         .filter(|small| small.is_file() && small.as_path() != exe)
@@ -79,7 +81,7 @@ pub struct SandboxCommand {
     /// `TMPDIR` is kept).
     pub tmp_dir: Option<tempfile::TempDir>,
     /// Under `WorkspaceWrite`: removes, when dropped, the placeholders a killed helper
-    /// left (see [`shield::sweep`]); keep it until the process group was killed.
+    /// left (see `shield::sweep`); keep it until the process group was killed.
     pub sweep: Option<Sweep>,
 }
 
@@ -198,7 +200,7 @@ impl SandboxRunner {
     /// [--tmp-private] --parent <this pid> -- program args`: the helper applies Landlock
     /// (nothing under `SandboxPolicy::None`, which also keeps the inherited `TMPDIR`), runs
     /// the program as its child and kills the whole process group when this process dies
-    /// (see [`supervise`]); then it also removes the private temp dir (`--tmp-private`,
+    /// (see `supervise`); then it also removes the private temp dir (`--tmp-private`,
     /// every policy but `None`). Spawn the returned command and wrap the child's pid in a
     /// [`ProcessGroupGuard`] at once.
     ///
@@ -207,7 +209,7 @@ impl SandboxRunner {
     /// thread, not a `spawn_blocking` thread that may retire while the command runs).
     ///
     /// `protect`: paths inside `cwd` that stay read-only under
-    /// [`SandboxPolicy::WorkspaceWrite`] (see [`rules`]); ignored by the other policies.
+    /// [`SandboxPolicy::WorkspaceWrite`] (see `rules`); ignored by the other policies.
     ///
     /// # Errors
     /// No helper is set ([`NO_HELPER`]); the private temp dir could not be created.
@@ -279,7 +281,7 @@ impl SandboxRunner {
 ///
 /// The group id is the pid of a child spawned with `process_group(0)` (the sandbox
 /// helper). Killing the group takes down every process the child started that stayed in
-/// its group; killing the leader's tree ([`tree::kill_tree`]) also takes those that left
+/// its group; killing the leader's tree (`tree::kill_tree`) also takes those that left
 /// it (`setsid`), which stay below the helper because it is a child subreaper. The tree
 /// is only walked while the leader is unreaped (alive or a zombie), so its pid cannot
 /// have been reused: call [`leader_reaped`](Self::leader_reaped) once the child was

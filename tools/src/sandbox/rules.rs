@@ -27,7 +27,7 @@ const MAX_RULES: usize = 4_096;
 
 /// One Landlock write rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteRule {
+pub(crate) struct WriteRule {
     /// The file or directory the rule is attached to.
     pub path: PathBuf,
     /// Read, write and truncate only (a regular file); otherwise every file-system right
@@ -38,7 +38,7 @@ pub struct WriteRule {
 impl WriteRule {
     /// Every right beneath `path`.
     #[must_use]
-    pub fn all_beneath(path: &Path) -> Self {
+    pub(crate) fn all_beneath(path: &Path) -> Self {
         Self {
             path: path.to_path_buf(),
             file_only: false,
@@ -49,7 +49,7 @@ impl WriteRule {
 /// The write rules for `cwd` with `protect` (absolute paths) kept read-only. With
 /// nothing to protect inside `cwd`, one rule: everything beneath `cwd`.
 #[must_use]
-pub fn write_rules(cwd: &Path, protect: &[PathBuf]) -> Vec<WriteRule> {
+pub(crate) fn write_rules(cwd: &Path, protect: &[PathBuf]) -> Vec<WriteRule> {
     let protect: Vec<&PathBuf> = protect
         .iter()
         .filter(|p| p.starts_with(cwd) && p.as_path() != cwd)

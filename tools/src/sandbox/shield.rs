@@ -67,7 +67,7 @@ const CLAIM_ATTEMPTS: usize = 16;
 
 /// The mounts are in place; what must be undone when the command ends.
 #[derive(Debug, Default)]
-pub struct Shield {
+pub(crate) struct Shield {
     /// Placeholders this sandbox uses, with its shared lock on each.
     held: Vec<(PathBuf, Flock<File>)>,
     /// A line for the command's output when the listing stopped early.
@@ -76,7 +76,7 @@ pub struct Shield {
 
 /// What `enter` achieved.
 #[derive(Debug)]
-pub enum Entered {
+pub(crate) enum Entered {
     /// The protected paths are read-only for this process and what it starts.
     Shielded(Shield),
     /// The kernel gives no namespace here (why): nothing changed; the caller falls back.
@@ -303,7 +303,7 @@ impl Shield {
 /// the paths `protect` and their folders inside `cwd`: the runtime calls it after a call
 /// whose helper it killed (a killed helper cannot remove its own). A few `lstat`s when
 /// there are none.
-pub fn sweep(cwd: &Path, protect: &[PathBuf]) {
+pub(crate) fn sweep(cwd: &Path, protect: &[PathBuf]) {
     let mut candidates: Vec<PathBuf> = top_level(cwd).collect();
     for path in protect.iter().filter(|p| p.starts_with(cwd)) {
         candidates.extend(
@@ -506,7 +506,7 @@ fn lexical_join(base: &Path, path: &Path) -> PathBuf {
 /// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
 /// alone keeps read-only when there is no namespace.
 #[must_use]
-pub fn found_below(cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let _ = nested(cwd, &mut out);
     out

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 /// The signal the kernel sends the helper when the thread that spawned it (in the
 /// runtime's process) exits, e.g. when the runtime is SIGKILLed. Receiving it — or
 /// `SIGTERM` from anyone — makes the helper SIGKILL the tool's process group.
-pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
+pub(crate) const PARENT_DEATH_SIGNAL: Signal = Signal::SIGHUP;
 
 /// How often the helper looks at its child when the kernel has no `pidfd_open` (Linux
 /// before 5.3): the only case where the child's exit does not wake the helper at once.
@@ -65,7 +65,7 @@ const POLL_WITHOUT_PIDFD: Timespec = Timespec {
 /// self-pipe the signal handlers write to (`signal_hook::low_level::pipe`). The handlers
 /// are reset by `execve`, and no signal is blocked, so the program starts with the default
 /// dispositions and an empty signal mask.
-pub fn run(invocation: &SandboxInvocation) -> ! {
+pub(crate) fn run(invocation: &SandboxInvocation) -> ! {
     let stop = match watch_stop_signals() {
         Ok(stop) => stop,
         Err(e) => fail(

@@ -78,7 +78,7 @@ pub(crate) fn descendants(root: i32) -> Vec<i32> {
 /// Stops and then `SIGKILL`s every live descendant of `root` (not `root` itself).
 /// Returns how many processes were killed. Processes that exit meanwhile are fine
 /// (`ESRCH` is ignored).
-pub fn kill_tree(root: i32) -> usize {
+pub(crate) fn kill_tree(root: i32) -> usize {
     let mut found: HashSet<i32> = HashSet::new();
     for _ in 0..MAX_ROUNDS {
         let new: Vec<i32> = descendants(root)
