@@ -702,6 +702,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::unwrap_used)]
     fn headers_the_connection_header_names_are_not_passed_on() {
         let mut headers = HeaderMap::new();
         headers.insert(
