@@ -247,6 +247,7 @@ fn truncate(mut s: String) -> String {
 
 /// Classifies a non-2xx HTTP response. `body` is the raw text (JSON or not).
 #[must_use]
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // used by the HTTP client only
 pub(crate) fn classify_http_error(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
     classify_http_error_at(status, headers, body, SystemTime::now())
 }

@@ -66,6 +66,7 @@ pub(crate) fn redact_secret(text: &str, secret: &str) -> String {
 
 /// Shortest secret that is redacted: a shorter one (a one-letter test key) would match
 /// ordinary text everywhere and give nothing away.
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // used by the HTTP client only
 const MIN_SECRET_CHARS: usize = 3;
 
 /// What a provider's messages must not show: the API key, also as JSON writes it with
@@ -73,6 +74,7 @@ const MIN_SECRET_CHARS: usize = 3;
 /// and the password of the base URL's userinfo (`http://user:PW@host`), which a server
 /// may echo like a key. Secrets shorter than 3 characters are left out.
 #[must_use]
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // used by the HTTP client only
 pub(crate) fn secrets_of(api_key: Option<&str>, base_url: &str) -> Vec<String> {
     let mut secrets: Vec<String> = Vec::new();
     if let Some(key) = api_key {

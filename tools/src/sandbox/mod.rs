@@ -9,6 +9,7 @@
 //! guard is dropped or the runtime died.
 
 mod entry;
+#[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 mod rules;
 mod shield;
 mod supervise;

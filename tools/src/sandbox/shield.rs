@@ -506,6 +506,7 @@ fn lexical_join(base: &Path, path: &Path) -> PathBuf {
 /// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
 /// alone keeps read-only when there is no namespace.
 #[must_use]
+#[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let _ = nested(cwd, &mut out);
