@@ -148,7 +148,7 @@ async fn serve(
         #[cfg(feature = "postgres")]
         Some(url) if crate::shared_store::is_postgres(url) => {
             let log = crate::shared_store::open_pg(url, true).await?;
-            let address = crate::node_shards::NodeAddress {
+            let address = crate::node_http::NodeAddress {
                 cluster: Some(args.listen.to_string()),
                 http: metrics_listener
                     .as_ref()

@@ -107,19 +107,57 @@ pub trait SessionDirectory: Send + Sync + std::fmt::Debug + 'static {
     ) -> BoxFuture<'a, anyhow::Result<HashMap<SessionId, String>>>;
 }
 
+/// Where a node is reached, as registered with its lease (`foya_nodes.address`): its
+/// cluster listen address and, when it serves HTTP (`--http`), that address, written
+/// `cluster=HOST:PORT` and ` http=HOST:PORT` after it (space separated).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeAddress {
+    /// The ractor cluster listen address (`--listen`).
+    pub cluster: Option<String>,
+    /// The HTTP address (`--http`), as bound.
+    pub http: Option<String>,
+}
+
+impl NodeAddress {
+    /// The registered text.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(c) = &self.cluster {
+            parts.push(format!("cluster={c}"));
+        }
+        if let Some(h) = &self.http {
+            parts.push(format!("http={h}"));
+        }
+        parts.join(" ")
+    }
+
+    /// Parses what [`Self::render`] wrote (unknown keys ignored).
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        let mut out = Self::default();
+        for part in text.split_whitespace() {
+            match part.split_once('=') {
+                Some(("cluster", v)) => out.cluster = Some(v.to_owned()),
+                Some(("http", v)) => out.http = Some(v.to_owned()),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// The HTTP base URL in a node's registered address (`foya_nodes.address`): the address
-/// itself when it is `http://HOST:PORT`, else its `http=HOST:PORT` part (the form
-/// `cluster=HOST:PORT http=HOST:PORT` a node registers with its lease); `None` when it
-/// names no HTTP address.
+/// itself when it is `http://HOST:PORT`, else the `http=HOST:PORT` part of a
+/// [`NodeAddress`]; `None` when it names no HTTP address.
 #[must_use]
 pub fn http_address(registered: &str) -> Option<String> {
     let registered = registered.trim();
     if registered.starts_with("http://") || registered.starts_with("https://") {
         return Some(registered.trim_end_matches('/').to_owned());
     }
-    registered
-        .split_whitespace()
-        .find_map(|part| part.strip_prefix("http="))
+    NodeAddress::parse(registered)
+        .http
         .filter(|a| !a.is_empty())
         .map(|a| format!("http://{a}"))
 }

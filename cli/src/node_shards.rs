@@ -2,7 +2,7 @@
 //! "Placement, leases and failover").
 //!
 //! Before its runtime starts, the node registers a lease under its name in the store
-//! ([`NodeLease::register_at`], address: [`NodeAddress`]) and starts its
+//! ([`NodeLease::register_at`], address: `NodeAddress`) and starts its
 //! [`LeaseKeeper`]; the runtime gets a [`ShardOwnership`] over it. Then
 //! `ShardNode::run` keeps placement, every `PLACEMENT_TICK`:
 //!
@@ -31,6 +31,7 @@
 //! their end written under their fences), then every shard is released and the lease
 //! ended, so the others claim at once — before the node leaves the cluster.
 
+use crate::node_http::NodeAddress;
 use anyhow::Context as _;
 use foya_actors::runtime::Runtime;
 use foya_storage::Ownership as _;
@@ -47,46 +48,6 @@ pub(crate) const PLACEMENT_TICK: Duration = Duration::from_millis(500);
 /// How long a handoff waits for the handed-off sessions' turns to end after cancelling
 /// them, before dropping them anyway (the next owner closes them as interrupted).
 pub(crate) const HANDOFF_GRACE: Duration = Duration::from_secs(3);
-
-/// Where a node is reached, as registered with its lease (`foya_nodes.address`): its
-/// cluster listen address and, when it serves HTTP (`--http`), that address, written
-/// `cluster=HOST:PORT` and ` http=HOST:PORT` after it (space separated).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NodeAddress {
-    /// The ractor cluster listen address (`--listen`).
-    pub cluster: Option<String>,
-    /// The HTTP address (`--http`), as bound.
-    pub http: Option<String>,
-}
-
-impl NodeAddress {
-    /// The registered text.
-    #[must_use]
-    pub fn render(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(c) = &self.cluster {
-            parts.push(format!("cluster={c}"));
-        }
-        if let Some(h) = &self.http {
-            parts.push(format!("http={h}"));
-        }
-        parts.join(" ")
-    }
-
-    /// Parses what [`Self::render`] wrote (unknown keys ignored).
-    #[must_use]
-    pub fn parse(text: &str) -> Self {
-        let mut out = Self::default();
-        for part in text.split_whitespace() {
-            match part.split_once('=') {
-                Some(("cluster", v)) => out.cluster = Some(v.to_owned()),
-                Some(("http", v)) => out.http = Some(v.to_owned()),
-                _ => {}
-            }
-        }
-        out
-    }
-}
 
 /// A node's lease, its keeper and its ownership.
 pub(crate) struct ShardNode {
