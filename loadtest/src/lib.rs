@@ -16,10 +16,13 @@ mod floor;
 mod html;
 pub mod pool;
 mod probe;
+mod prom;
 mod report;
 mod scenario;
 mod sim_args;
 pub mod sim_server;
+mod through;
+mod through_report;
 mod timeline;
 mod workspace;
 
@@ -135,6 +138,23 @@ pub struct LoadtestArgs {
     #[arg(long, default_value_t = foya_actors::runtime::DEFAULT_SUBSCRIBER_BUFFER,
           value_parser = foya_cli::values::subscriber_buffer)]
     pub(crate) subscriber_buffer: usize,
+    /// Drive running `foya node`s (or `foya serve`) over HTTP instead of a runtime in
+    /// this process: their base URLs, comma-separated (`http://127.0.0.1:7001,…`).
+    /// Sessions are created round-robin over them, in a generated workspace they must
+    /// see at the same path; the report adds what the nodes' `/metrics` say about the
+    /// run (events committed, append latency). The nodes choose the model, the store and
+    /// its durability.
+    #[arg(long, value_name = "URL,...", value_delimiter = ',',
+          value_parser = foya_cli::values::http_url)]
+    pub(crate) through: Vec<String>,
+    /// With `--through`: where a session's inputs and event streams go: `owner` (the
+    /// node that created it) or `forwarded` (the next node of the list, which forwards
+    /// them to the owner).
+    #[arg(long, value_enum, default_value = "owner", requires = "through")]
+    pub(crate) route: through::Route,
+    /// With `--through`: a file holding the nodes' bearer token (their `--token-file`).
+    #[arg(long, value_name = "FILE", requires = "through")]
+    pub(crate) token_file: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) sim: SimArgs,
     /// MCP servers of the sessions (`[mcp_servers]` of the user's config.toml). In the
@@ -183,6 +203,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>>
     // default kill that would leave the temporary directories behind).
     let mut signals = foya_cli::signals::Signals::install()?;
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
+    if !args.through.is_empty() {
+        return through::run(&args, &mut signals).await;
+    }
     let scenario = match &args.scenario {
         Some(path) => scenario::load(path)?,
         None => scenario::Scenario::default(),
