@@ -24,6 +24,7 @@ mod hooks;
 mod hooks_context;
 mod loadtest;
 mod loadtest_real_tools;
+mod loadtest_through;
 mod mcp;
 mod mcp_failures;
 mod mcp_names;
