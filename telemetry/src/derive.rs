@@ -203,7 +203,7 @@ pub(crate) struct ModelOf {
 /// in it has its model read from the store again).
 const MAX_MODELS: usize = 100_000;
 
-/// Follows the events; finished spans collect in [`Self::take_spans`].
+/// Follows the events; finished spans collect in [`Self::spans_mut`].
 #[derive(Debug)]
 pub(crate) struct Deriver {
     metrics: Option<Arc<Metrics>>,
@@ -289,8 +289,14 @@ impl Deriver {
     }
 
     /// The spans finished so far.
+    #[cfg(test)]
     pub(crate) fn take_spans(&mut self) -> Vec<SpanRecord> {
         std::mem::take(&mut self.spans)
+    }
+
+    /// The spans finished so far, to be drained.
+    pub(crate) fn spans_mut(&mut self) -> &mut Vec<SpanRecord> {
+        &mut self.spans
     }
 
     fn metrics(&self, f: impl FnOnce(&Metrics)) {
