@@ -1,78 +1,180 @@
 //! The OTLP exporter: derived [`SpanRecord`]s queued as they are made (one lock per
-//! committed batch, no object built on the runtime's threads) and turned into the
-//! OpenTelemetry SDK's [`SpanData`] on the exporter's own thread, which sends them in
-//! large batches through the OTLP span exporter (HTTP/protobuf; its endpoint, headers and
-//! timeout from the standard `OTEL_EXPORTER_OTLP_*` variables).
+//! committed batch, nothing built on the runtime's threads) and written as OTLP protobuf
+//! by the exporter's own thread (`otlp.rs`: straight from the records into one reused
+//! buffer), which posts them in large batches (OTLP over HTTP/protobuf).
 //!
-//! No SDK tracer or span processor sits in between: a span's ids, parent and times are
-//! already known when it is derived, so spans are written straight into the export
-//! batch. Batching follows the standard variables of the SDK's batch span processor:
-//! `OTEL_BSP_SCHEDULE_DELAY` (ms between exports, default 5 000),
+//! No SDK tracer, span processor or span object sits in between: a span's ids, parent
+//! and times are already known when it is derived. What the SDK's OTLP exporter and
+//! batch span processor read is read here the same way: the endpoint
+//! (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT` +
+//! `/v1/traces`), headers (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else
+//! `OTEL_EXPORTER_OTLP_HEADERS`: `key=value,…`, values percent-decoded), the timeout
+//! (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, else `OTEL_EXPORTER_OTLP_TIMEOUT`, ms, default
+//! 10 000), and batching: `OTEL_BSP_SCHEDULE_DELAY` (ms between exports, default 5 000),
 //! `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (spans per request, default 512; the thread is woken
 //! early once that many wait) and `OTEL_BSP_MAX_QUEUE_SIZE` (spans waiting at most,
 //! default 2 048; beyond it new spans are dropped and counted).
 
 use crate::config::TraceExport;
 use crate::derive::SpanRecord;
+use crate::otlp::{EncodedResource, encode};
 use anyhow::Context as _;
-use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
-use std::borrow::Cow;
+use opentelemetry::KeyValue;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-/// The exporter's HTTP client: the workspace's async reqwest, driven on the runtime that
-/// built the exporter. The exporter's thread blocks on
-/// [`HttpClient::send_bytes`](opentelemetry_http::HttpClient::send_bytes); the request
-/// itself is a task of that tokio runtime, so it has the reactor it needs.
-#[derive(Debug, Clone)]
-struct OtlpHttp {
-    client: reqwest::Client,
-    runtime: tokio::runtime::Handle,
-}
-
-/// How long one export request may take (the SDK's default export timeout).
+/// How long one export request may take by default (the SDK's default).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl OtlpHttp {
-    fn new() -> anyhow::Result<Self> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .context("the trace exporter is built inside a tokio runtime")?;
-        let client = reqwest::Client::builder()
-            .timeout(EXPORT_TIMEOUT)
-            .build()
-            .context("cannot build the OTLP exporter's HTTP client")?;
-        Ok(Self { client, runtime })
+/// Where traces go when no endpoint is named (the SDK's default).
+const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/traces";
+
+/// Where and how requests are sent, from the configuration and the `OTEL_*` variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Transport {
+    pub(crate) endpoint: String,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) timeout: Duration,
+}
+
+impl Transport {
+    /// `endpoint` (the `[telemetry]` table's, already `…/v1/traces`) or the
+    /// environment's (through `env`).
+    pub(crate) fn resolve(endpoint: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Self {
+        let endpoint = match endpoint {
+            Some(endpoint) => endpoint.to_owned(),
+            None => match env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+                Some(endpoint) => endpoint.trim().to_owned(),
+                None => env("OTEL_EXPORTER_OTLP_ENDPOINT").map_or_else(
+                    || DEFAULT_ENDPOINT.to_owned(),
+                    |base| format!("{}/v1/traces", base.trim().trim_end_matches('/')),
+                ),
+            },
+        };
+        let headers = env("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_HEADERS"))
+            .map(|list| parse_headers(&list))
+            .unwrap_or_default();
+        let timeout = env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
+            .and_then(|ms| ms.trim().parse::<u64>().ok())
+            .map_or(EXPORT_TIMEOUT, Duration::from_millis);
+        Self {
+            endpoint,
+            headers,
+            timeout,
+        }
     }
 }
 
-#[async_trait::async_trait]
-impl opentelemetry_http::HttpClient for OtlpHttp {
-    async fn send_bytes(
-        &self,
-        request: http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let client = self.client.clone();
-        let (parts, body) = request.into_parts();
+/// `key=value,key=value` (W3C baggage-like, as the OTLP exporters read it): keys and
+/// values trimmed, values percent-decoded; a pair without `=` is skipped.
+fn parse_headers(list: &str) -> Vec<(String, String)> {
+    list.split(',')
+        .filter_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            let name = name.trim();
+            (!name.is_empty()).then(|| (name.to_owned(), percent_decode(value.trim())))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            #[allow(clippy::cast_possible_truncation)]
+            out.push((high * 16 + low) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The OTLP/HTTP sender: the workspace's async reqwest, driven on the runtime that built
+/// the exporter (the request is a task of that tokio runtime, so it has the reactor it
+/// needs; the exporter's thread waits for it).
+struct Otlp {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+    endpoint: reqwest::Url,
+    headers: reqwest::header::HeaderMap,
+    resource: EncodedResource,
+    /// The request body, reused.
+    body: Vec<u8>,
+}
+
+impl Otlp {
+    fn new(config: &TraceExport) -> anyhow::Result<Self> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let transport = Transport::resolve(config.endpoint.as_deref(), &env);
+        let endpoint = reqwest::Url::parse(&transport.endpoint)
+            .context("cannot build the OTLP trace exporter: its endpoint is not a URL")?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &transport.headers {
+            // As the SDK does, a header that is not a valid one is left out (its value
+            // is never shown: it is often a key).
+            if let (Ok(name), Ok(value)) = (
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+                reqwest::header::HeaderValue::from_str(value),
+            ) {
+                headers.insert(name, value);
+            }
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .context("the trace exporter is built inside a tokio runtime")?;
+        let client = reqwest::Client::builder()
+            .timeout(transport.timeout)
+            .build()
+            .context("cannot build the OTLP exporter's HTTP client")?;
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name(config.service_name.clone())
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            .build();
+        Ok(Self {
+            client,
+            runtime,
+            endpoint,
+            headers,
+            resource: EncodedResource::new(&resource),
+            body: Vec::new(),
+        })
+    }
+}
+
+impl Sink for Otlp {
+    fn send(&mut self, batch: &[SpanRecord]) {
+        encode(&self.resource, batch, &mut self.body);
+        let request = self
+            .client
+            .post(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+            .body(self.body.clone());
         let sent = self.runtime.spawn(async move {
-            let response = client
-                .request(parts.method, parts.uri.to_string())
-                .headers(parts.headers)
-                .body(body)
-                .send()
-                .await?;
+            let response = request.send().await?;
             let status = response.status();
-            let headers = response.headers().clone();
-            let body = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, headers, body))
+            // The answer is read to its end, so the connection is kept for the next one.
+            let _ = response.bytes().await;
+            Ok::<_, reqwest::Error>(status)
         });
-        let (status, headers, body) = sent.await??;
-        let mut response = http::Response::new(body);
-        *response.status_mut() = status;
-        *response.headers_mut() = headers;
-        Ok(response)
+        match futures::executor::block_on(sent) {
+            Ok(Ok(status)) if status.is_success() => {}
+            Ok(Ok(status)) => {
+                tracing::warn!(%status, spans = batch.len(), "the OTLP collector refused spans");
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, spans = batch.len(), "cannot export spans"),
+            Err(e) => tracing::warn!(error = %e, "cannot export spans"),
+        }
     }
 }
 
@@ -110,27 +212,10 @@ impl Batching {
     }
 }
 
-/// Where a span batch goes: the OTLP exporter, or (in tests) anything else.
+/// Where a span batch goes: the OTLP collector, or (in tests) anything else.
 pub(crate) trait Sink: Send + 'static {
     /// Sends one batch (blocking the exporter's thread until it is answered).
-    fn send(&mut self, batch: Vec<SpanData>);
-    /// The exporter stops: nothing more will be sent.
-    fn shutdown(&mut self) {}
-}
-
-/// The OTLP span exporter (its own resource set), as a [`Sink`].
-struct Otlp(opentelemetry_otlp::SpanExporter);
-
-impl Sink for Otlp {
-    fn send(&mut self, batch: Vec<SpanData>) {
-        if let Err(e) = futures::executor::block_on(self.0.export(batch)) {
-            tracing::warn!(error = %e, "cannot export spans");
-        }
-    }
-
-    fn shutdown(&mut self) {
-        let _ = self.0.shutdown();
-    }
+    fn send(&mut self, batch: &[SpanRecord]);
 }
 
 /// What the runtime's threads and the exporter's thread share.
@@ -169,10 +254,6 @@ pub(crate) struct Exporter {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-fn time(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
 impl Exporter {
     /// Builds the OTLP exporter and starts its thread (nothing is sent until the first
     /// span).
@@ -181,23 +262,8 @@ impl Exporter {
     /// The endpoint is not a valid URL, the HTTP client cannot be built or the thread
     /// cannot be started.
     pub(crate) fn new(config: &TraceExport) -> anyhow::Result<Self> {
-        let mut builder = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(OtlpHttp::new()?)
-            .with_protocol(Protocol::HttpBinary);
-        if let Some(endpoint) = &config.endpoint {
-            builder = builder.with_endpoint(endpoint.clone());
-        }
-        let mut exporter = builder
-            .build()
-            .context("cannot build the OTLP trace exporter")?;
-        let resource = opentelemetry_sdk::Resource::builder()
-            .with_service_name(config.service_name.clone())
-            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-            .build();
-        opentelemetry_sdk::trace::SpanExporter::set_resource(&mut exporter, &resource);
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        Self::with_sink(Otlp(exporter), Batching::from_env(&env))
+        Self::with_sink(Otlp::new(config)?, Batching::from_env(&env))
     }
 
     /// An exporter sending to `sink`, batching as `batching` says.
@@ -285,15 +351,17 @@ impl Exporter {
 }
 
 impl Drop for Exporter {
+    /// Asks the thread to send what is queued and stop, without waiting for it (a drop
+    /// may happen on the runtime's own thread, which the send needs).
     fn drop(&mut self) {
-        self.shutdown();
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_one();
     }
 }
 
 /// The exporter's thread: waits for a full batch, a flush, the stop or the delay, then
 /// sends everything queued.
 fn run(shared: &Shared, mut sink: impl Sink, batching: Batching) {
-    let scope = InstrumentationScope::builder("foya").build();
     let mut deadline = Instant::now() + batching.delay;
     let mut spare = Vec::new();
     loop {
@@ -332,15 +400,10 @@ fn run(shared: &Shared, mut sink: impl Sink, batching: Batching) {
                  (OTEL_BSP_MAX_QUEUE_SIZE)"
             );
         }
-        while !spans.is_empty() {
-            let rest = spans.split_off(spans.len().min(batching.batch));
-            let batch = spans
-                .drain(..)
-                .map(|span| span_data(span, &scope))
-                .collect();
+        for batch in spans.chunks(batching.batch) {
             sink.send(batch);
-            spans = rest;
         }
+        spans.clear();
         spare = spans;
         let mut queue = shared.lock();
         queue.flush_done = flush;
@@ -349,49 +412,10 @@ fn run(shared: &Shared, mut sink: impl Sink, batching: Batching) {
             queue.spans.clear();
             drop(queue);
             shared.done.notify_all();
-            sink.shutdown();
             return;
         }
         drop(queue);
         shared.done.notify_all();
-    }
-}
-
-/// A derived span as the SDK's exported span (what its tracer would have made of it).
-fn span_data(span: SpanRecord, scope: &InstrumentationScope) -> SpanData {
-    let flags = if span.sampled {
-        TraceFlags::SAMPLED
-    } else {
-        TraceFlags::default()
-    };
-    let mut events = SpanEvents::default();
-    events.events = span
-        .events
-        .into_iter()
-        .map(|(name, at, attributes)| {
-            opentelemetry::trace::Event::new(name, time(at), attributes, 0)
-        })
-        .collect();
-    SpanData {
-        span_context: SpanContext::new(
-            span.trace_id,
-            span.span_id,
-            flags,
-            false,
-            TraceState::default(),
-        ),
-        parent_span_id: span.parent.unwrap_or(opentelemetry::trace::SpanId::INVALID),
-        parent_span_is_remote: span.parent.is_some(),
-        span_kind: span.kind,
-        name: Cow::Owned(span.name),
-        start_time: time(span.start_ms),
-        end_time: time(span.end_ms.max(span.start_ms)),
-        attributes: span.attributes,
-        dropped_attributes_count: 0,
-        events,
-        links: SpanLinks::default(),
-        status: span.status,
-        instrumentation_scope: scope.clone(),
     }
 }
 
@@ -403,11 +427,11 @@ mod tests {
     use std::sync::mpsc;
 
     /// Hands every batch to the test.
-    struct Collect(mpsc::Sender<Vec<SpanData>>);
+    struct Collect(mpsc::Sender<Vec<SpanRecord>>);
 
     impl Sink for Collect {
-        fn send(&mut self, batch: Vec<SpanData>) {
-            let _ = self.0.send(batch);
+        fn send(&mut self, batch: &[SpanRecord]) {
+            let _ = self.0.send(batch.to_vec());
         }
     }
 
@@ -449,16 +473,7 @@ mod tests {
         exporter.export(&mut vec![record(99, true)]);
         let batch = rx.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(batch.len(), 100);
-        let first = &batch[0];
-        assert_eq!(first.name, "span 0");
-        assert_eq!(first.span_context.span_id(), SpanId::from(1));
-        assert_eq!(first.span_context.trace_id(), TraceId::from(7_u128));
-        assert!(first.span_context.is_sampled());
-        assert_eq!(first.start_time, UNIX_EPOCH + Duration::from_millis(1_000));
-        assert_eq!(first.end_time, UNIX_EPOCH + Duration::from_millis(2_000));
-        assert_eq!(first.events.events.len(), 1);
-        assert_eq!(first.instrumentation_scope.name(), "foya");
-        assert_eq!(batch[1].parent_span_id, SpanId::from(1));
+        assert_eq!(batch, (0..100).map(|n| record(n, true)).collect::<Vec<_>>());
         // 250 more at once: two full requests, the remaining 50 at the flush.
         exporter.export(&mut (100..350).map(|n| record(n, true)).collect());
         exporter.flush();
@@ -481,7 +496,7 @@ mod tests {
         // 7 sampled spans, under the queue's 10: sent after the delay, without a flush.
         let batch = rx.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(batch.len(), 7);
-        assert!(batch.iter().all(|s| s.span_context.is_sampled()));
+        assert!(batch.iter().all(|s| s.sampled));
         // A burst beyond the queue: the first 10 are kept.
         exporter.export(&mut (0..30).map(|n| record(n, true)).collect());
         exporter.shutdown();
@@ -520,5 +535,65 @@ mod tests {
         );
         let bad = |_: &str| Some("many".to_owned());
         assert_eq!(Batching::from_env(&bad), Batching::from_env(&none));
+    }
+}
+
+#[cfg(test)]
+mod transport_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn resolve(endpoint: Option<&str>, vars: &[(&str, &str)]) -> Transport {
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        Transport::resolve(endpoint, &env)
+    }
+
+    #[test]
+    fn the_endpoint_headers_and_timeout_are_read_as_the_otlp_exporters_read_them() {
+        let none = resolve(None, &[]);
+        assert_eq!(none.endpoint, "http://localhost:4318/v1/traces");
+        assert!(none.headers.is_empty());
+        assert_eq!(none.timeout, Duration::from_secs(10));
+        let base = resolve(
+            None,
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")],
+        );
+        assert_eq!(base.endpoint, "http://127.0.0.1:4318/v1/traces");
+        let both = resolve(
+            None,
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://127.0.0.1:2/custom",
+                ),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "a=1"),
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                    "x-api-key = se%3Dcret , broken, tenant=t1",
+                ),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ],
+        );
+        assert_eq!(both.endpoint, "http://127.0.0.1:2/custom");
+        assert_eq!(
+            both.headers,
+            [
+                ("x-api-key".to_owned(), "se=cret".to_owned()),
+                ("tenant".to_owned(), "t1".to_owned())
+            ]
+        );
+        assert_eq!(both.timeout, Duration::from_millis(2_500));
+        let file = resolve(
+            Some("http://127.0.0.1:3/v1/traces"),
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")],
+        );
+        assert_eq!(file.endpoint, "http://127.0.0.1:3/v1/traces");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz%41"), "%zzA");
     }
 }
