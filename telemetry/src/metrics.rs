@@ -574,12 +574,7 @@ impl Handles {
 
     /// The call counter of tool `name` with outcome `outcome` (one of ok, error, denied,
     /// not_run).
-    pub(crate) fn tool_calls(
-        &mut self,
-        m: &Metrics,
-        name: &str,
-        outcome: &str,
-    ) -> Option<Counter> {
+    pub(crate) fn tool_calls(&mut self, m: &Metrics, name: &str, outcome: &str) -> Option<Counter> {
         let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(3);
         let handles = self.tool(m, name)?;
         let counter = handles.calls.get_mut(index)?;
