@@ -595,3 +595,97 @@ impl Handles {
 
 /// The content type of the metrics' text ([`crate::Telemetry::metrics_text`]).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn handles_are_resolved_once_and_count_in_the_families() {
+        let m = Metrics::new();
+        let mut handles = Handles::default();
+        for _ in 0..3 {
+            handles.tool_calls(&m, "read_file", "ok").unwrap().inc();
+        }
+        handles.tool_calls(&m, "read_file", "error").unwrap().inc();
+        handles
+            .tool_duration(&m, "read_file")
+            .unwrap()
+            .observe(0.01);
+        let (finished, duration) = handles.finished(&m, 2, "failed").unwrap();
+        finished.inc();
+        duration.observe(1.0);
+        let (input, output) = handles.tokens(&m);
+        input.inc_by(7);
+        output.inc_by(2);
+        // One handle per label set, resolved once: the family holds the same counter.
+        assert_eq!(handles.tools.len(), 1);
+        assert!(handles.finished(&m, 3, "other").is_none());
+        let text = m.encode();
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_calls_total{tool="read_file",outcome="ok"} 3"#
+            )
+            .is_some(),
+            "{text}"
+        );
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_calls_total{tool="read_file",outcome="error"} 1"#
+            )
+            .is_some()
+        );
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_call_duration_seconds_count{tool="read_file"} 1"#
+            )
+            .is_some()
+        );
+        assert!(line(&text, r#"foya_turns_finished_total{status="failed"} 1"#).is_some());
+        assert!(
+            line(
+                &text,
+                r#"foya_turn_duration_seconds_count{status="failed"} 1"#
+            )
+            .is_some()
+        );
+        assert!(line(&text, r#"foya_tokens_total{direction="input"} 7"#).is_some());
+        assert!(line(&text, r#"foya_tokens_total{direction="output"} 2"#).is_some());
+    }
+
+    #[test]
+    fn tool_handles_past_the_label_bound_count_as_other() {
+        let m = Metrics::new();
+        let mut handles = Handles::default();
+        for i in 0..MAX_TOOL_LABELS {
+            handles
+                .tool_calls(&m, &format!("tool{i}"), "ok")
+                .unwrap()
+                .inc();
+        }
+        handles.tool_calls(&m, "late", "ok").unwrap().inc();
+        handles.tool_calls(&m, "later", "ok").unwrap().inc();
+        let text = m.encode();
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_calls_total{tool="other",outcome="ok"} 2"#
+            )
+            .is_some(),
+            "{text}"
+        );
+        // The cache of handles is bounded too.
+        for i in 0..2 * MAX_TOOL_HANDLES {
+            handles.tool_calls(&m, &format!("n{i}"), "denied");
+        }
+        assert!(handles.tools.len() <= MAX_TOOL_HANDLES);
+    }
+}
