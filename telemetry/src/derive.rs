@@ -19,10 +19,7 @@
 //! or a hook's command or reason is recorded unless `capture_content` is set; error
 //! messages never are (only their class).
 
-use crate::metrics::{
-    ClassLabels, DecisionLabels, DirectionLabels, HookLabels, Metrics, StatusLabels, ToolLabels,
-    ToolNameLabels, TriggerLabels,
-};
+use crate::metrics::{ClassLabels, DecisionLabels, Handles, HookLabels, Metrics, TriggerLabels};
 use foya_protocol::command::ParentRef;
 use foya_protocol::{
     ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,
@@ -203,7 +200,7 @@ pub(crate) struct ModelOf {
 /// in it has its model read from the store again).
 const MAX_MODELS: usize = 100_000;
 
-/// Follows the events; finished spans collect in [`Self::take_spans`].
+/// Follows the events; finished spans collect in [`Self::spans_mut`].
 #[derive(Debug)]
 pub(crate) struct Deriver {
     metrics: Option<Arc<Metrics>>,
@@ -215,6 +212,8 @@ pub(crate) struct Deriver {
     /// Sub-agent sessions: the `agent` call that started each.
     sub_agents: HashMap<SessionId, ParentRef>,
     spans: Vec<SpanRecord>,
+    /// Metric handles resolved once.
+    handles: Handles,
     active: i64,
     queued: i64,
     pending: i64,
@@ -273,6 +272,7 @@ impl Deriver {
             models: HashMap::new(),
             sub_agents: HashMap::new(),
             spans: Vec::new(),
+            handles: Handles::default(),
             active: 0,
             queued: 0,
             pending: 0,
@@ -289,8 +289,14 @@ impl Deriver {
     }
 
     /// The spans finished so far.
+    #[cfg(test)]
     pub(crate) fn take_spans(&mut self) -> Vec<SpanRecord> {
         std::mem::take(&mut self.spans)
+    }
+
+    /// The spans finished so far, to be drained.
+    pub(crate) fn spans_mut(&mut self) -> &mut Vec<SpanRecord> {
+        &mut self.spans
     }
 
     fn metrics(&self, f: impl FnOnce(&Metrics)) {
@@ -451,18 +457,11 @@ impl Deriver {
                         step.usage = Some(*usage);
                     }
                 }
-                self.metrics(|m| {
-                    m.tokens
-                        .get_or_create(&DirectionLabels {
-                            direction: "input".into(),
-                        })
-                        .inc_by(usage.input_tokens);
-                    m.tokens
-                        .get_or_create(&DirectionLabels {
-                            direction: "output".into(),
-                        })
-                        .inc_by(usage.output_tokens);
-                });
+                if let Some(m) = &self.metrics {
+                    let (input, output) = self.handles.tokens(m);
+                    input.inc_by(usage.input_tokens);
+                    output.inc_by(usage.output_tokens);
+                }
             }
             EventKind::ProviderRetry {
                 attempt,
@@ -569,13 +568,10 @@ impl Deriver {
                     tool.finished = Some((*is_error, *duration_ms));
                     name = Some(tool.name.clone());
                 }
-                if let Some(name) = name {
-                    self.metrics(|m| {
-                        let tool = m.tool_label(&name);
-                        m.tool_duration
-                            .get_or_create(&ToolNameLabels { tool })
-                            .observe(seconds(*duration_ms));
-                    });
+                if let (Some(name), Some(m)) = (name, &self.metrics)
+                    && let Some(histogram) = self.handles.tool_duration(m, &name)
+                {
+                    histogram.observe(seconds(*duration_ms));
                 }
             }
             EventKind::ToolMessage(message) => {
@@ -835,14 +831,12 @@ impl Deriver {
             (false, Some((false, _))) => "ok",
             (false, None) => "not_run",
         };
+        if let Some(m) = &self.metrics
+            && let Some(counter) = self.handles.tool_calls(m, &tool.name, outcome)
+        {
+            counter.inc();
+        }
         self.metrics(|m| {
-            let label = m.tool_label(&tool.name);
-            m.tool_calls
-                .get_or_create(&ToolLabels {
-                    tool: label,
-                    outcome: outcome.to_owned(),
-                })
-                .inc();
             m.figures(|f| {
                 *f.tool_calls
                     .entry((tool.name.clone(), outcome.to_owned()))
@@ -1056,14 +1050,18 @@ impl Deriver {
         self.active -= 1;
         let status_name = status_name(status);
         let duration = at.saturating_sub(turn.start_ms);
+        let index = match status {
+            TurnStatus::Completed => 0,
+            TurnStatus::Cancelled => 1,
+            TurnStatus::Failed => 2,
+        };
+        if let Some(m) = &self.metrics
+            && let Some((finished, durations)) = self.handles.finished(m, index, status_name)
+        {
+            finished.inc();
+            durations.observe(seconds(duration));
+        }
         self.metrics(|m| {
-            let labels = StatusLabels {
-                status: status_name.to_owned(),
-            };
-            m.turns_finished.get_or_create(&labels).inc();
-            m.turn_duration
-                .get_or_create(&labels)
-                .observe(seconds(duration));
             m.figures(|f| *f.turns_finished.entry(status_name.to_owned()).or_default() += 1);
         });
         self.gauges();

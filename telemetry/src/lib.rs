@@ -39,6 +39,7 @@ mod derive;
 mod export;
 pub mod http;
 mod metrics;
+mod otlp;
 mod tap;
 
 pub use config::{DEFAULT_SERVICE_NAME, TelemetryConfig, TraceExport};

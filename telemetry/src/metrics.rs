@@ -485,5 +485,207 @@ impl foya_storage::CommitObserver for CommitMetrics {
     }
 }
 
+/// A tool's label handles, resolved once.
+#[derive(Debug)]
+struct ToolHandles {
+    duration: Histogram,
+    /// By outcome: ok, error, denied, not_run.
+    calls: [Option<Counter>; 4],
+}
+
+/// The outcomes of a tool call, as labels (the index of [`ToolHandles::calls`]).
+const OUTCOMES: [&str; 4] = ["ok", "error", "denied", "not_run"];
+
+/// Most tool names whose handles are kept (past it the cache starts over; the label set
+/// itself is bounded by [`MAX_TOOL_LABELS`]).
+const MAX_TOOL_HANDLES: usize = 4 * MAX_TOOL_LABELS;
+
+/// Label handles resolved on first use and kept (by the deriver, under its lock): an
+/// observation then builds, hashes and looks up no label set.
+#[derive(Debug, Default)]
+pub(crate) struct Handles {
+    /// Turns finished and their durations, by status (completed, cancelled, failed).
+    finished: [Option<(Counter, Histogram)>; 3],
+    /// Tokens, input and output.
+    tokens: Option<(Counter, Counter)>,
+    tools: std::collections::HashMap<String, ToolHandles>,
+}
+
+impl Handles {
+    /// The turns-finished counter and duration histogram of status `index` (`name`).
+    pub(crate) fn finished(
+        &mut self,
+        m: &Metrics,
+        index: usize,
+        name: &str,
+    ) -> Option<&(Counter, Histogram)> {
+        let slot = self.finished.get_mut(index)?;
+        Some(slot.get_or_insert_with(|| {
+            let labels = StatusLabels {
+                status: name.to_owned(),
+            };
+            (
+                m.turns_finished.get_or_create(&labels).clone(),
+                m.turn_duration.get_or_create(&labels).clone(),
+            )
+        }))
+    }
+
+    /// The input and output token counters.
+    pub(crate) fn tokens(&mut self, m: &Metrics) -> &(Counter, Counter) {
+        self.tokens.get_or_insert_with(|| {
+            let counter = |direction: &str| {
+                m.tokens
+                    .get_or_create(&DirectionLabels {
+                        direction: direction.to_owned(),
+                    })
+                    .clone()
+            };
+            (counter("input"), counter("output"))
+        })
+    }
+
+    fn tool(&mut self, m: &Metrics, name: &str) -> Option<&mut ToolHandles> {
+        if !self.tools.contains_key(name) {
+            if self.tools.len() >= MAX_TOOL_HANDLES {
+                self.tools.clear();
+            }
+            let duration = m
+                .tool_duration
+                .get_or_create(&ToolNameLabels {
+                    tool: m.tool_label(name),
+                })
+                .clone();
+            self.tools.insert(
+                name.to_owned(),
+                ToolHandles {
+                    duration,
+                    calls: Default::default(),
+                },
+            );
+        }
+        self.tools.get_mut(name)
+    }
+
+    /// The duration histogram of tool `name`.
+    pub(crate) fn tool_duration(&mut self, m: &Metrics, name: &str) -> Option<&Histogram> {
+        self.tool(m, name).map(|h| &h.duration)
+    }
+
+    /// The call counter of tool `name` with outcome `outcome` (one of ok, error, denied,
+    /// not_run).
+    pub(crate) fn tool_calls(&mut self, m: &Metrics, name: &str, outcome: &str) -> Option<Counter> {
+        let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(3);
+        let handles = self.tool(m, name)?;
+        let counter = handles.calls.get_mut(index)?;
+        Some(
+            counter
+                .get_or_insert_with(|| {
+                    m.tool_calls
+                        .get_or_create(&ToolLabels {
+                            tool: m.tool_label(name),
+                            outcome: outcome.to_owned(),
+                        })
+                        .clone()
+                })
+                .clone(),
+        )
+    }
+}
+
 /// The content type of the metrics' text ([`crate::Telemetry::metrics_text`]).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn handles_are_resolved_once_and_count_in_the_families() {
+        let m = Metrics::new();
+        let mut handles = Handles::default();
+        for _ in 0..3 {
+            handles.tool_calls(&m, "read_file", "ok").unwrap().inc();
+        }
+        handles.tool_calls(&m, "read_file", "error").unwrap().inc();
+        handles
+            .tool_duration(&m, "read_file")
+            .unwrap()
+            .observe(0.01);
+        let (finished, duration) = handles.finished(&m, 2, "failed").unwrap();
+        finished.inc();
+        duration.observe(1.0);
+        let (input, output) = handles.tokens(&m);
+        input.inc_by(7);
+        output.inc_by(2);
+        // One handle per label set, resolved once: the family holds the same counter.
+        assert_eq!(handles.tools.len(), 1);
+        assert!(handles.finished(&m, 3, "other").is_none());
+        let text = m.encode();
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_calls_total{tool="read_file",outcome="ok"} 3"#
+            )
+            .is_some(),
+            "{text}"
+        );
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_calls_total{tool="read_file",outcome="error"} 1"#
+            )
+            .is_some()
+        );
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_call_duration_seconds_count{tool="read_file"} 1"#
+            )
+            .is_some()
+        );
+        assert!(line(&text, r#"foya_turns_finished_total{status="failed"} 1"#).is_some());
+        assert!(
+            line(
+                &text,
+                r#"foya_turn_duration_seconds_count{status="failed"} 1"#
+            )
+            .is_some()
+        );
+        assert!(line(&text, r#"foya_tokens_total{direction="input"} 7"#).is_some());
+        assert!(line(&text, r#"foya_tokens_total{direction="output"} 2"#).is_some());
+    }
+
+    #[test]
+    fn tool_handles_past_the_label_bound_count_as_other() {
+        let m = Metrics::new();
+        let mut handles = Handles::default();
+        for i in 0..MAX_TOOL_LABELS {
+            handles
+                .tool_calls(&m, &format!("tool{i}"), "ok")
+                .unwrap()
+                .inc();
+        }
+        handles.tool_calls(&m, "late", "ok").unwrap().inc();
+        handles.tool_calls(&m, "later", "ok").unwrap().inc();
+        let text = m.encode();
+        assert!(
+            line(
+                &text,
+                r#"foya_tool_calls_total{tool="other",outcome="ok"} 2"#
+            )
+            .is_some(),
+            "{text}"
+        );
+        // The cache of handles is bounded too.
+        for i in 0..2 * MAX_TOOL_HANDLES {
+            handles.tool_calls(&m, &format!("n{i}"), "denied");
+        }
+        assert!(handles.tools.len() <= MAX_TOOL_HANDLES);
+    }
+}

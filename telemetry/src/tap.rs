@@ -45,17 +45,14 @@ impl Follower {
 
     /// A committed batch of one session's events (in its seq order).
     pub(crate) fn events(&self, events: &[Event]) {
-        let spans = {
-            let mut deriver = self.deriver();
-            for event in events {
-                deriver.event(event);
-            }
-            deriver.take_spans()
-        };
+        let mut deriver = self.deriver();
+        for event in events {
+            deriver.event(event);
+        }
+        // Finished spans go to the exporter's queue in one move (the deriver keeps its
+        // buffer's capacity); without traces none are made.
         if let Some(exporter) = &self.exporter {
-            for span in spans {
-                exporter.export(span);
-            }
+            exporter.export(deriver.spans_mut());
         }
     }
 
