@@ -128,7 +128,8 @@ fn enter_shield(invocation: &SandboxInvocation) -> Result<Option<Shield>, String
     if !matches!(invocation.policy, SandboxPolicy::WorkspaceWrite { .. }) {
         return Ok(None);
     }
-    match shield::enter(&invocation.cwd, &invocation.protect)? {
+    let switched_off = invocation.var_set(shield::NO_NAMESPACES_ENV);
+    match shield::enter(&invocation.cwd, &invocation.protect, switched_off)? {
         Entered::Shielded(shield) => {
             if let Some(note) = &shield.note {
                 eprintln!("foya-sandbox: note: {note}");
@@ -284,6 +285,9 @@ fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Chil
                 }
                 let mut command = std::process::Command::new(&invocation.program);
                 command.args(&invocation.args).current_dir(&invocation.cwd);
+                if let Some(env) = &invocation.env {
+                    command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+                }
                 if invocation.policy != SandboxPolicy::None {
                     command.env("TMPDIR", &invocation.tmp);
                 }
@@ -377,6 +381,7 @@ mod tests {
             program: "true".into(),
             args: Vec::new(),
             parent: None,
+            env: None,
         }
     }
 
