@@ -123,7 +123,7 @@ impl Tool for Shell {
             () = cancel.cancelled() => Err(Outcome::Cancelled),
             () = &mut deadline => Err(Outcome::TimedOut),
             started = self.runner.start(
-                ctx.sandbox, &ctx.cwd, &protect, "bash", &bash_args, writer, stderr,
+                ctx.sandbox, &ctx.cwd, &protect, "bash", &bash_args, (writer, stderr),
             ) => Ok(started),
         };
         let started = match started {

@@ -259,7 +259,7 @@ impl SandboxRunner {
     }
 
     /// Starts `program args` in `cwd` under `policy` (as [`spawn`](Self::spawn) prepares
-    /// it), its stdin `/dev/null`, its stdout and stderr `stdout` and `stderr`: through
+    /// it), its stdin `/dev/null`, its stdout and stderr `output` (in that order): through
     /// the runner's persistent helper, which is started on the first call (and again
     /// after it died), else — when it cannot start — through a helper of its own. Either
     /// way the call's helper leads the command's process group (wrap
@@ -279,9 +279,9 @@ impl SandboxRunner {
         protect: &[PathBuf],
         program: impl Into<OsString>,
         args: &[OsString],
-        stdout: OwnedFd,
-        stderr: OwnedFd,
+        output: (OwnedFd, OwnedFd),
     ) -> std::io::Result<SandboxCall> {
+        let (stdout, stderr) = output;
         let (helper, invocation, tmp_dir, sweep) =
             self.prepare(policy, cwd, protect, program.into(), args)?;
         let env = self.env.environment(std::env::vars_os());
@@ -323,8 +323,12 @@ impl SandboxRunner {
         protect: &[PathBuf],
         program: OsString,
         args: &[OsString],
-    ) -> std::io::Result<(&Path, SandboxInvocation, Option<tempfile::TempDir>, Option<Sweep>)>
-    {
+    ) -> std::io::Result<(
+        &Path,
+        SandboxInvocation,
+        Option<tempfile::TempDir>,
+        Option<Sweep>,
+    )> {
         let helper = self
             .helper
             .as_ref()

@@ -182,7 +182,8 @@ impl Connection {
                 None,
             )?;
             rustix::io::ioctl_fionbio(&ours, true)?;
-            let body = rustix::fs::memfd_create("foya-sandbox-call", rustix::fs::MemfdFlags::CLOEXEC)?;
+            let body =
+                rustix::fs::memfd_create("foya-sandbox-call", rustix::fs::MemfdFlags::CLOEXEC)?;
             let mut file = std::fs::File::from(body);
             file.write_all(request)?;
             Ok((ours, theirs, OwnedFd::from(file)))

@@ -30,9 +30,7 @@
 use super::entry::{SANDBOX_EXEC_ARG, SandboxInvocation, parse_invocation};
 use nix::sys::signal::Signal as NixSignal;
 use rustix::event::{PollFd, PollFlags, poll};
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags, recvmsg, send,
-};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags, recvmsg, send};
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 use std::ffi::OsString;
 use std::io::{IoSliceMut, Read as _, Seek as _};
@@ -112,13 +110,14 @@ pub(crate) fn encode_request(args: &[OsString], env: &[(OsString, OsString)]) ->
     out
 }
 
+/// A request's arguments and environment.
+pub(crate) type Decoded = (Vec<OsString>, Vec<(OsString, OsString)>);
+
 /// The arguments and the environment of [`encode_request`]'s bytes.
 ///
 /// # Errors
 /// A message when the bytes are cut short or malformed.
-pub(crate) fn decode_request(
-    bytes: &[u8],
-) -> Result<(Vec<OsString>, Vec<(OsString, OsString)>), String> {
+pub(crate) fn decode_request(bytes: &[u8]) -> Result<Decoded, String> {
     let mut rest = bytes;
     let mut item = || -> Result<Vec<u8>, String> {
         let (len, tail) = rest
@@ -223,7 +222,11 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
             if exited && !call.exited {
                 call.exited = true;
                 if !call.released {
-                    let _ = send(&call.socket, &end_of(&call.pidfd).encode(), SendFlags::NOSIGNAL);
+                    let _ = send(
+                        &call.socket,
+                        &end_of(&call.pidfd).encode(),
+                        SendFlags::NOSIGNAL,
+                    );
                 }
             }
             if released && !call.released {
@@ -387,7 +390,10 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
     let invocation = match invocation_of(body) {
         Ok(invocation) => invocation,
         Err(why) => {
-            fail(&socket, format!("the sandbox server refused the call: {why}"));
+            fail(
+                &socket,
+                format!("the sandbox server refused the call: {why}"),
+            );
             return None;
         }
     };
