@@ -123,6 +123,8 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
                 pid(&printed, "shell="),
                 pid(&printed, "child="),
             );
+            // (Without a server the helper's parent would be this test process.)
+            assert_ne!(pids.0, i32::try_from(std::process::id()).unwrap());
             sigkill(pids.0);
             pids
         }
