@@ -1,21 +1,15 @@
 #!/usr/bin/env python3
 """Drives the persistent sandbox helper (`foya-sandbox __sandbox-server`) the way the
-runtime does, for `perf stat` (docs/benchmarks.md, "The persistent sandbox helper").
-
-    perf stat -e task-clock,page-faults -- \
-        python3 benches/sandbox-server.py --helper target/release/foya-sandbox \
-        --calls 400 --policy '"read-only"' --cwd . --tmp /tmp -- /bin/true
-
-`perf stat` counts this driver too; `--driver-only` runs the same driver with every
-call answered by nothing (no server), to subtract. Prefer `--server-perf`, which runs
-only the server (and the calls it forks, their programs included) under `perf stat`,
-the driver outside it:
+runtime does, for `perf stat` (docs/benchmarks.md, "The persistent sandbox helper"):
 
     python3 benches/sandbox-server.py --server-perf --helper target/release/foya-sandbox \
         --calls 400 --policy '"read-only"' --cwd . --tmp /tmp -- /bin/true
 
+With `--server-perf` the server runs under `perf stat -e task-clock,page-faults`, which
+counts it and everything it forks (each call's helper and its program), not this driver.
 The calls run one after the other (each waits for the previous one's end), as
-`perf stat -r N <helper> __sandbox-exec ...` runs them for a helper per call.
+`perf stat -r N <helper> __sandbox-exec ... -- /bin/true` runs a helper per call; divide
+the total by `--calls` (the server's own start, once, is in the total).
 """
 
 import argparse
