@@ -194,32 +194,36 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
     }
     let mut calls: Vec<Call> = Vec::new();
     loop {
+        // Only what is still awaited: a closed socket would be ready again and again.
         let mut fds = vec![PollFd::new(&control, PollFlags::IN)];
-        for call in &calls {
-            // One entry per call for each of its two descriptors; a finished half is
-            // polled with no events (never ready but for an error).
-            let flags = |done: bool| {
-                if done {
-                    PollFlags::empty()
-                } else {
-                    PollFlags::IN
-                }
-            };
-            fds.push(PollFd::new(&call.pidfd, flags(call.exited)));
-            fds.push(PollFd::new(&call.socket, flags(call.released)));
+        let mut watched: Vec<(usize, bool)> = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            if !call.exited {
+                fds.push(PollFd::new(&call.pidfd, PollFlags::IN));
+                watched.push((index, true));
+            }
+            if !call.released {
+                fds.push(PollFd::new(&call.socket, PollFlags::IN));
+                watched.push((index, false));
+            }
         }
         match poll(&mut fds, None) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => std::process::exit(EXIT_SERVER_FAILED),
         }
         let control_ready = !fds[0].revents().is_empty();
-        let ready: Vec<(bool, bool)> = fds[1..]
-            .chunks(2)
-            .map(|pair| (!pair[0].revents().is_empty(), !pair[1].revents().is_empty()))
+        let ready: Vec<(usize, bool)> = fds[1..]
+            .iter()
+            .zip(watched)
+            .filter(|(fd, _)| !fd.revents().is_empty())
+            .map(|(_, which)| which)
             .collect();
         drop(fds);
-        for (call, (exited, released)) in calls.iter_mut().zip(ready) {
-            if exited && !call.exited {
+        for (index, exited) in ready {
+            let Some(call) = calls.get_mut(index) else {
+                continue;
+            };
+            if exited {
                 call.exited = true;
                 if !call.released {
                     let _ = send(
@@ -228,8 +232,7 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
                         SendFlags::NOSIGNAL,
                     );
                 }
-            }
-            if released && !call.released {
+            } else {
                 call.released = true;
                 if !call.exited {
                     // The runtime dropped the call (cancel, a dropped future): the child
