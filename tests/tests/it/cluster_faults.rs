@@ -23,6 +23,7 @@ use foya_protocol::{
     AssistantMessage, Event, EventKind, FinishReason, InputId, RunId, Seq, SessionId, ToolCall,
     ToolCallId, ToolMessage, TurnStatus,
 };
+use foya_storage::EventLog as _;
 use foya_tests::fault_cluster::{
     Acked, Cluster, Forwarder, Load, Workload, busiest, check_log, check_store, check_tool_runs,
     percentile, probe_until_accepted, ran_lines, wait_at_rest, wait_placed,
@@ -228,6 +229,14 @@ fn the_tool_check_counts_runs_against_the_calls_in_the_log() {
     assert!(
         broken[0].contains("step 2 (#0) ran 2 times for 1 calls"),
         "{broken:?}"
+    );
+    // A call cancelled (a handoff) before its side effect: its "cancelled" result, an
+    // error, says nothing ran, so no line is owed for it.
+    let cancelled = turn("cancelled", TurnStatus::Cancelled, Some("runtime shutdown"));
+    std::fs::write(&ran, "s0 1 0\n").unwrap();
+    assert_eq!(
+        check_tool_runs(id(), "s0", &cancelled, &ran_lines(&ran)),
+        Vec::<String>::new()
     );
     // A result of a call that never ran is named too.
     std::fs::write(&ran, "s0 2 0\n").unwrap();
@@ -583,6 +592,120 @@ async fn a_fourth_node_joins_under_load() {
         }
         settle_and_check(&format!("join run {run}"), &store, cluster, load).await;
     }
+}
+
+/// A fourth node joins while sessions are inside a long tool call whose side effect comes
+/// last: the sessions placement gives the new node are handed off mid-call (the old
+/// owner cancels the call before its side effect and closes the turn once, under its
+/// fence) and take their next input on the new node; the checker finds nothing (no call
+/// run twice or paired twice, and a cancelled call owes no side effect). The node's start
+/// to its listening line includes its settling (the handoff); printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_node_joins_while_calls_run() {
+    let _one = foya_tests::IN_PROCESS_CLUSTER.lock().await;
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let workload = Workload {
+        steps_per_turn: 2,
+        tool_sleep_ms: 6000,
+        effect_last: true,
+        ..Workload::default()
+    };
+    let mut cluster = Cluster::start(&store, 3, 4, workload).await;
+    let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
+    if let Err(e) = wait_placed(&store, &names, FAILOVER_BOUND).await {
+        cluster.shutdown().await;
+        panic!("{e}");
+    }
+    // Sessions until two of them are in shards placement gives n4 once it joins.
+    let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
+        .await
+        .unwrap();
+    let after_join = ["n1", "n2", "n3", "n4"];
+    let mut load = Load::create(&cluster, 3).await;
+    let mut moving = Vec::new();
+    for _ in 0..30 {
+        moving.clear();
+        for id in &load.sessions {
+            let shard = log.session_shard(*id).await.unwrap().unwrap();
+            if foya_storage_pg::shard::owner(shard, &after_join) == Some("n4") {
+                moving.push(*id);
+            }
+        }
+        if moving.len() >= 2 {
+            break;
+        }
+        load.add(&cluster, 3).await;
+    }
+    assert!(moving.len() >= 2, "no session in n4's future shards");
+    load.submit_all(&cluster, "work through your steps").await;
+    // Every moving session inside its call (tool_started, no result yet).
+    let deadline = Instant::now() + FAILOVER_BOUND;
+    loop {
+        let mut inside = 0;
+        for id in &moving {
+            let events = log.read_from(*id, Seq::FIRST).await.unwrap();
+            let started = events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }));
+            let answered = events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::ToolMessage(_)));
+            inside += usize::from(started && !answered);
+        }
+        if inside == moving.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sessions never ran their calls"
+        );
+        // Polling the store: the log is the witness every node shares.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    load.snapshot(&store).await;
+    let joined = Instant::now();
+    cluster.start_node(None).await;
+    println!(
+        "join while calls run: n4 listening (its shards handed over) after {:?}",
+        joined.elapsed()
+    );
+    // n4 announced itself once it held its shards: the moving sessions are its.
+    let owned = foya_tests::fault_cluster::owners(&store, &load).await;
+    for id in &moving {
+        assert_eq!(owned.get(id).map(String::as_str), Some("n4"), "{id}");
+    }
+    let probed = probe_until_accepted(
+        &cluster,
+        &load,
+        &load.sessions,
+        Instant::now(),
+        FAILOVER_BOUND,
+    )
+    .await;
+    log.close().await;
+    if let Err(e) = probed {
+        cluster.shutdown().await;
+        panic!("join while calls run: {e}");
+    }
+    let rest = wait_at_rest(&store, &load, REST_BOUND).await;
+    load.stop();
+    let verdict = check_store(&store, &cluster, &load).await;
+    println!(
+        "join while calls run: {} events, {} tool runs, {} turns cancelled, {} broken",
+        verdict.events,
+        verdict.tool_runs,
+        verdict.cancelled,
+        verdict.broken.len()
+    );
+    cluster.shutdown().await;
+    rest.unwrap();
+    assert!(verdict.broken.is_empty(), "{:#?}", verdict.broken);
+    // The moving sessions' first turns were cancelled by the handoff, mid-call.
+    assert!(
+        verdict.cancelled >= moving.len(),
+        "{} turns cancelled",
+        verdict.cancelled
+    );
 }
 
 /// PostgreSQL restarts (fast: every connection cut) while the sessions run: the nodes
