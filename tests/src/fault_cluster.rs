@@ -494,19 +494,11 @@ impl Load {
             let mut config = SessionConfig::new(cwd);
             config.approval_mode = ApprovalMode::Bypass;
             let node = &running[i % running.len()];
-            // A node that has not claimed its shards yet refuses (`NoShard`): asked
-            // again, as a client told to retry does (the test's global timeout bounds it).
-            let id = loop {
-                match client.create_session(Some(node), config.clone()).await {
-                    Ok(id) => break id,
-                    Err(foya_actors::cluster::ClusterError::Runtime(
-                        foya_actors::RuntimeError::NoShard,
-                    )) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(e) => panic!("creating session {i} on {node}: {e}"),
-                }
-            };
+            // A node announces itself once it holds its shards: no `NoShard` to wait out.
+            let id = client
+                .create_session(Some(node), config)
+                .await
+                .unwrap_or_else(|e| panic!("creating session {i} on {node}: {e}"));
             self.sessions.push(id);
             self.acked.lock().unwrap().insert(id, Acked::default());
             self.follow(&client, id).await;
