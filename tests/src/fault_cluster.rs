@@ -641,10 +641,26 @@ impl Load {
             if mid_tool(&logs) >= count {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {count} sessions mid-turn within {timeout:?}"
-            );
+            if Instant::now() >= deadline {
+                // What each session's log ends with, for the failure's reader.
+                let ends: Vec<String> = logs
+                    .iter()
+                    .map(|(id, a)| {
+                        let last: Vec<&str> = a
+                            .events
+                            .values()
+                            .rev()
+                            .take(3)
+                            .map(|e| e.kind.type_name())
+                            .collect();
+                        format!("{id}: {} events, last {last:?}", a.events.len())
+                    })
+                    .collect();
+                panic!(
+                    "fewer than {count} sessions mid-turn within {timeout:?}: {}",
+                    ends.join("; ")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         log.close().await;
