@@ -407,10 +407,11 @@ impl Cluster {
                 command.args(["--connect", &peer.to_string()]);
             }
         }
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         let mut child = command
             .current_dir(self.dir.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -431,6 +432,38 @@ impl Cluster {
             stopped: false,
         });
         index
+    }
+
+    /// The last lines each node wrote to stderr (its log), and how it ended if it did:
+    /// for a failure's reader.
+    pub fn tails(&mut self) -> String {
+        let mut out = String::new();
+        for node in &mut self.nodes {
+            let text = std::fs::read_to_string(self.dir.path().join(format!("{}.log", node.name)))
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let state = if node.running() {
+                "running"
+            } else {
+                "not running"
+            };
+            out.push_str(&format!(
+                "\n--- {} ({state}), last lines of its log:\n",
+                node.name
+            ));
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Shuts the cluster down and panics with `message` and the nodes' [`Cluster::tails`].
+    pub async fn fail(mut self, message: &str) -> ! {
+        let tails = self.tails();
+        self.shutdown().await;
+        panic!("{message}{tails}");
     }
 
     /// The working directory of the harness's session number `i`.
@@ -621,7 +654,15 @@ impl Load {
     /// Waits (at most `timeout`) until at least `count` sessions are mid-turn past their
     /// first tool call in the store at `url` (polled: the log is the witness every node
     /// shares).
-    pub async fn wait_mid_tool(&self, url: &str, count: usize, timeout: Duration) {
+    ///
+    /// # Errors
+    /// Fewer were by `timeout`: what each session's log ends with.
+    pub async fn wait_mid_tool(
+        &self,
+        url: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<(), String> {
         let log = foya_storage_pg::PgLog::open(url, foya_storage_pg::PgOptions::default())
             .await
             .unwrap_or_else(|e| panic!("cannot open the store: {e}"));
@@ -656,14 +697,16 @@ impl Load {
                         format!("{id}: {} events, last {last:?}", a.events.len())
                     })
                     .collect();
-                panic!(
+                log.close().await;
+                return Err(format!(
                     "fewer than {count} sessions mid-turn within {timeout:?}: {}",
                     ends.join("; ")
-                );
+                ));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         log.close().await;
+        Ok(())
     }
 
     /// Stops following.

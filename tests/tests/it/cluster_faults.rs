@@ -340,15 +340,18 @@ async fn loaded_with(store: &str, node_stores: &[Option<String>], placed: bool) 
     if placed {
         let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
         if let Err(e) = wait_placed(store, &names, FAILOVER_BOUND).await {
-            cluster.shutdown().await;
-            panic!("{e}");
+            cluster.fail(&format!("{e}")).await;
         }
     }
     let load = Load::create(&cluster, SESSIONS).await;
     load.submit_all(&cluster, "work through your steps").await;
     let half = SESSIONS.div_ceil(2);
-    load.wait_mid_tool(store, half, Duration::from_secs(60))
-        .await;
+    if let Err(e) = load
+        .wait_mid_tool(store, half, Duration::from_secs(60))
+        .await
+    {
+        cluster.fail(&e).await;
+    }
     load.snapshot(store).await;
     (cluster, load)
 }
@@ -366,11 +369,15 @@ async fn settle_and_check(run: &str, store: &str, cluster: Cluster, load: Load) 
         verdict.unknown,
         verdict.broken.len()
     );
-    cluster.shutdown().await;
     if let Err(e) = rest {
-        panic!("{run}: {e}\nchecker: {:#?}", verdict.broken);
+        cluster
+            .fail(&format!("{run}: {e}\nchecker: {:#?}", verdict.broken))
+            .await;
     }
-    assert!(verdict.broken.is_empty(), "{run}: {:#?}", verdict.broken);
+    if !verdict.broken.is_empty() {
+        cluster.fail(&format!("{run}: {:#?}", verdict.broken)).await;
+    }
+    cluster.shutdown().await;
 }
 
 /// The harness on what works without failover: three nodes, sessions mid-turn, one node
@@ -424,8 +431,7 @@ async fn kill_9_of_the_owner_of_many_shards() {
         let (victim, sessions) = match busiest(&store, &load).await {
             Ok(found) => found,
             Err(e) => {
-                cluster.shutdown().await;
-                panic!("kill -9 run {run}: {e}");
+                cluster.fail(&format!("kill -9 run {run}: {e}")).await;
             }
         };
         let index = cluster.nodes.iter().position(|n| n.name == victim).unwrap();
@@ -443,8 +449,9 @@ async fn kill_9_of_the_owner_of_many_shards() {
                 waits.extend(w);
             }
             Err(e) => {
-                cluster.shutdown().await;
-                panic!("kill -9 run {run} (victim {victim}): {e}");
+                cluster
+                    .fail(&format!("kill -9 run {run} (victim {victim}): {e}"))
+                    .await;
             }
         }
         settle_and_check(&format!("kill -9 run {run}"), &store, cluster, load).await;
@@ -469,8 +476,7 @@ async fn sigstop_past_the_lease_then_sigcont() {
         let (victim, sessions) = match busiest(&store, &load).await {
             Ok(found) => found,
             Err(e) => {
-                cluster.shutdown().await;
-                panic!("SIGSTOP run {run}: {e}");
+                cluster.fail(&format!("SIGSTOP run {run}: {e}")).await;
             }
         };
         let index = cluster.nodes.iter().position(|n| n.name == victim).unwrap();
@@ -480,8 +486,9 @@ async fn sigstop_past_the_lease_then_sigcont() {
             probe_until_accepted(&cluster, &load, &sessions, stopped, FAILOVER_BOUND).await;
         cluster.nodes[index].cont();
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("SIGSTOP run {run} (victim {victim}): {e}");
+            cluster
+                .fail(&format!("SIGSTOP run {run} (victim {victim}): {e}"))
+                .await;
         }
         settle_and_check(&format!("SIGSTOP run {run}"), &store, cluster, load).await;
     }
@@ -521,16 +528,18 @@ async fn a_partition_between_one_node_and_postgres() {
             load.add(&cluster, 3).await;
         }
         if cut.is_empty() {
-            cluster.shutdown().await;
-            panic!("partition run {run}: n1 (behind the forwarder) owns no session's shard");
+            cluster
+                .fail(&format!(
+                    "partition run {run}: n1 (behind the forwarder) owns no session's shard"
+                ))
+                .await;
         }
         let parted = Instant::now();
         forwarder.partition();
         let probed = probe_until_accepted(&cluster, &load, &cut, parted, FAILOVER_BOUND).await;
         forwarder.heal();
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("partition run {run}: {e}");
+            cluster.fail(&format!("partition run {run}: {e}")).await;
         }
         settle_and_check(&format!("partition run {run}"), &store, cluster, load).await;
     }
@@ -570,8 +579,11 @@ async fn a_fourth_node_joins_under_load() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if share == 0 {
-            cluster.shutdown().await;
-            panic!("join run {run}: {name} took no shard within {FAILOVER_BOUND:?}");
+            cluster
+                .fail(&format!(
+                    "join run {run}: {name} took no shard within {FAILOVER_BOUND:?}"
+                ))
+                .await;
         }
         println!(
             "join run {run}: {name} holds {share} shards after {:?}",
@@ -587,8 +599,7 @@ async fn a_fourth_node_joins_under_load() {
         )
         .await;
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("join run {run}: {e}");
+            cluster.fail(&format!("join run {run}: {e}")).await;
         }
         settle_and_check(&format!("join run {run}"), &store, cluster, load).await;
     }
@@ -613,8 +624,7 @@ async fn a_fourth_node_joins_while_calls_run() {
     let mut cluster = Cluster::start(&store, 3, 4, workload).await;
     let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
     if let Err(e) = wait_placed(&store, &names, FAILOVER_BOUND).await {
-        cluster.shutdown().await;
-        panic!("{e}");
+        cluster.fail(&format!("{e}")).await;
     }
     // Sessions until two of them are in shards placement gives n4 once it joins.
     let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
@@ -684,8 +694,7 @@ async fn a_fourth_node_joins_while_calls_run() {
     .await;
     log.close().await;
     if let Err(e) = probed {
-        cluster.shutdown().await;
-        panic!("join while calls run: {e}");
+        cluster.fail(&format!("join while calls run: {e}")).await;
     }
     let rest = wait_at_rest(&store, &load, REST_BOUND).await;
     load.stop();
@@ -723,8 +732,9 @@ async fn a_postgres_restart_under_load() {
         let probed =
             probe_until_accepted(&cluster, &load, &load.sessions, restarted, FAILOVER_BOUND).await;
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("PostgreSQL restart run {run}: {e}");
+            cluster
+                .fail(&format!("PostgreSQL restart run {run}: {e}"))
+                .await;
         }
         settle_and_check(
             &format!("PostgreSQL restart run {run}"),
