@@ -340,7 +340,7 @@ async fn loaded_with(store: &str, node_stores: &[Option<String>], placed: bool) 
     if placed {
         let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
         if let Err(e) = wait_placed(store, &names, FAILOVER_BOUND).await {
-            cluster.fail(&format!("{e}")).await;
+            cluster.fail(&e).await;
         }
     }
     let load = Load::create(&cluster, SESSIONS).await;
@@ -624,7 +624,7 @@ async fn a_fourth_node_joins_while_calls_run() {
     let mut cluster = Cluster::start(&store, 3, 4, workload).await;
     let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
     if let Err(e) = wait_placed(&store, &names, FAILOVER_BOUND).await {
-        cluster.fail(&format!("{e}")).await;
+        cluster.fail(&e).await;
     }
     // Sessions until two of them are in shards placement gives n4 once it joins.
     let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
