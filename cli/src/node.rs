@@ -4,7 +4,9 @@
 //! runtime stops and the store closes (exit 0).
 //!
 //! Prints one line `foya node <name> listening on <addr>` to stdout once the node server
-//! and gateway are up (scripts and tests wait for it), then only logs (stderr): among
+//! and gateway are up (scripts and tests wait for it; on a store of shards, only after
+//! its first placement claimed its shards, see `node_shards.rs`), then only logs
+//! (stderr): among
 //! them one warning per `--connect` peer it cannot reach (address and reason), while it
 //! keeps running and redialling. The data dir's owner file records the listen address,
 //! so a command refused by the store's lock names it. With `--store URL` (or
@@ -215,6 +217,18 @@ async fn serve(
             .recover_all()
             .await
             .context("cannot recover sessions")?;
+    }
+    // A node with shards serves once it holds them (bounded: `ShardNode::settle`), so a
+    // client it answers is not refused `NoShard` by a node that has just started.
+    #[cfg(feature = "postgres")]
+    if let Some(shards) = shard_node.as_mut()
+        && let Err(reason) = shards.settle(&runtime).await
+    {
+        runtime.close().await;
+        anyhow::bail!(
+            "node {name:?} lost its lease in the store ({reason}) before it served: it \
+             wrote nothing. Start it again to rejoin."
+        );
     }
     let config = NodeConfig::new(args.listen, cookie, args.connect.clone(), name.clone());
     let node = ClusterNode::start(runtime, config)

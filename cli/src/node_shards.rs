@@ -19,6 +19,20 @@
 //!   under its fence, waiting at most `HANDOFF_GRACE`), its sessions dropped, then the
 //!   shard released so its new owner claims it at once.
 //!
+//! **Serving only once placed.** Before the node announces itself (its listening line,
+//! its HTTP gateway, the cluster's calls), `ShardNode::settle` runs placement rounds
+//! until the node holds every shard placement gives it, at most `settle_bound` (the
+//! lease's TTL, the handoff's grace and two ticks: a live holder hands its shards over
+//! within its next round and its drain, a dead one's lease expires within its TTL), so a
+//! client is not refused `NoShard` by a node that has just started. The first node of an
+//! empty cluster claims every shard in its first round; a node whose shards another
+//! live node holds serves once they were handed over, or when the bound ends (then it
+//! serves what it holds, and placement goes on every tick).
+//!
+//! A release the database did not confirm (PostgreSQL unreachable for a moment) is tried
+//! again at every round: the shard is not written meanwhile (it left the lease's held
+//! shards first), and its new owner can claim it once the row says so.
+//!
 //! **Self-fence.** When the keeper reports the lease lost (not renewed before the
 //! lease's margin: PostgreSQL unreachable, this process paused), the loop ends at once:
 //! every loaded session is dropped without writing (their turns, streams and tools'
@@ -41,6 +55,7 @@ use foya_storage_pg::{
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// How often placement is computed again and wanted shards are claimed.
 pub(crate) const PLACEMENT_TICK: Duration = Duration::from_millis(500);
@@ -55,6 +70,9 @@ pub(crate) struct ShardNode {
     ownership: Arc<ShardOwnership>,
     fenced: tokio::sync::mpsc::UnboundedReceiver<u32>,
     log: PgLog,
+    /// Shards let go of (handed off, fenced) whose release the database did not confirm:
+    /// released again at every round.
+    unreleased: BTreeSet<u32>,
 }
 
 /// Registers node `name`'s lease in the store at `url` and starts keeping it.
@@ -78,6 +96,7 @@ pub(crate) async fn register(
         ownership: Arc::new(ownership),
         fenced,
         log,
+        unreleased: BTreeSet::new(),
     })
 }
 
@@ -89,6 +108,45 @@ impl ShardNode {
 
     fn lease(&self) -> &NodeLease {
         self.keeper.lease()
+    }
+
+    /// How long [`Self::settle`] waits at most: the lease's TTL (a dead holder's lease
+    /// expires), the handoff's grace and two rounds (a live holder hands over at its next
+    /// round, after its drain; this node claims at its next).
+    fn settle_bound(&self) -> Duration {
+        self.lease().options().ttl + HANDOFF_GRACE + 2 * PLACEMENT_TICK
+    }
+
+    /// The node's first placement, before it serves: rounds every `PLACEMENT_TICK` until
+    /// it holds every shard placement gives it, or [`Self::settle_bound`] passed (it
+    /// then serves what it holds; placement goes on in [`Self::run`]). Returns whether
+    /// it settled.
+    ///
+    /// # Errors
+    /// The lease was lost meanwhile (why): every session was dropped without writing.
+    pub(crate) async fn settle(&mut self, runtime: &Runtime) -> Result<bool, String> {
+        let deadline = Instant::now() + self.settle_bound();
+        let status = self.keeper.status();
+        let mut tick = tokio::time::interval(PLACEMENT_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let LeaseStatus::Lost { reason } = &*status.borrow() {
+                let dropped = runtime.drop_sessions(|_| true);
+                tracing::error!(dropped, %reason, "self-fenced before serving: the lease is lost");
+                return Err(reason.clone());
+            }
+            if self.rebalance(runtime).await {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    held = self.lease().held().len(),
+                    "placement did not settle before the bound; serving the shards held"
+                );
+                return Ok(false);
+            }
+        }
     }
 
     /// Keeps placement until the lease is lost; then drops every session without
@@ -113,24 +171,42 @@ impl ShardNode {
                 Some(shard) = self.fenced.recv() => {
                     // The runtime dropped the shard's sessions; forget it (claimed
                     // again if placement still says so).
-                    let _ = self.lease().release(shard).await;
-                    self.ownership.released(shard);
+                    self.release(shard).await;
                 }
-                _ = tick.tick() => self.rebalance(runtime).await,
+                _ = tick.tick() => {
+                    self.rebalance(runtime).await;
+                }
             }
         }
     }
 
+    /// Releases `shard` in the database (it left the lease's held shards first: nothing
+    /// writes it any more); one the database did not confirm is released again at the
+    /// next round.
+    async fn release(&mut self, shard: u32) {
+        match self.lease().release(shard).await {
+            Ok(_) => {
+                self.unreleased.remove(&shard);
+            }
+            Err(e) => {
+                tracing::warn!(shard, error = %e, "releasing a shard failed; retrying at the next round");
+                self.unreleased.insert(shard);
+            }
+        }
+        self.ownership.released(shard);
+    }
+
     /// One placement round: claim what is ours and recover it, hand off what is not.
-    async fn rebalance(&self, runtime: &Runtime) {
-        let lease = self.lease();
-        let live = match lease.live_nodes().await {
+    /// Returns whether this node holds every shard placement gives it.
+    async fn rebalance(&mut self, runtime: &Runtime) -> bool {
+        let live = match self.lease().live_nodes().await {
             Ok(live) => live,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the live nodes; placement unchanged");
-                return;
+                return false;
             }
         };
+        let lease = self.lease().clone();
         let names: Vec<String> = live.into_iter().map(|n| n.node).collect();
         self.ownership.set_live(names.clone());
         let me = lease.node();
@@ -140,6 +216,13 @@ impl ShardNode {
             .filter(|s| foya_storage_pg::shard::owner(*s, &names) == Some(me))
             .collect();
         let held: BTreeSet<u32> = lease.held().keys().copied().collect();
+        // Releases the database did not confirm: again, unless placement gives the shard
+        // back (the claim below then finds it still this lease's).
+        for shard in std::mem::take(&mut self.unreleased) {
+            if !want.contains(&shard) {
+                self.release(shard).await;
+            }
+        }
         let mut claimed = Vec::new();
         for &shard in want.difference(&held) {
             match lease.claim(shard).await {
@@ -148,7 +231,7 @@ impl ShardNode {
                     claimed.push(shard);
                 }
                 Err(ClaimError::Held { .. }) => {} // again on the next tick
-                Err(ClaimError::LeaseLost) => return,
+                Err(ClaimError::LeaseLost) => return false,
                 Err(e) => {
                     tracing::warn!(shard, error = %e, "claiming a shard failed; retrying");
                 }
@@ -162,6 +245,8 @@ impl ShardNode {
         if !leaving.is_empty() {
             self.hand_off(runtime, &leaving).await;
         }
+        let held = lease.held();
+        want.iter().all(|s| held.contains_key(s))
     }
 
     /// Loads the unfinished sessions of `shards` (recovery runs as they load).
@@ -187,7 +272,7 @@ impl ShardNode {
 
     /// Hands `shards` off: refuse new work, cancel their turns (bounded), drop their
     /// sessions, release them.
-    async fn hand_off(&self, runtime: &Runtime, shards: &BTreeSet<u32>) {
+    async fn hand_off(&mut self, runtime: &Runtime, shards: &BTreeSet<u32>) {
         for &shard in shards {
             self.ownership.drain(shard);
         }
@@ -202,10 +287,7 @@ impl ShardNode {
             tracing::warn!("handed-off turns still running after the grace; dropped");
         }
         for &shard in shards {
-            if let Err(e) = self.lease().release(shard).await {
-                tracing::warn!(shard, error = %e, "releasing a shard failed (it expires with the lease)");
-            }
-            self.ownership.released(shard);
+            self.release(shard).await;
         }
         tracing::info!(shards = shards.len(), "handed shards off");
     }

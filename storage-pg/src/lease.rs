@@ -898,34 +898,6 @@ impl crate::PgLog {
             .collect()
     }
 
-    /// The node that owns `shard` in the store now (its owner's lease live) and the
-    /// shard's epoch; `None` while no live lease owns it.
-    ///
-    /// # Errors
-    /// [`ReadError`].
-    pub async fn shard_owner(&self, shard: u32) -> Result<Option<(String, u64)>, ReadError> {
-        let reader = self.reader().await?;
-        let shard = i32::try_from(shard).unwrap_or(i32::MAX);
-        let row = reader
-            .client
-            .query_opt(
-                "SELECT sh.owner, sh.epoch FROM foya_shards sh \
-                 JOIN foya_nodes n ON n.lease = sh.owner_lease \
-                 WHERE sh.shard = $1 AND n.expires_at > clock_timestamp()",
-                &[&shard],
-            )
-            .await
-            .map_err(|e| crate::read_err(&e))?;
-        match row {
-            Some(row) => {
-                let owner: String = row.try_get(0).map_err(|e| crate::read_err(&e))?;
-                let epoch: i64 = row.try_get(1).map_err(|e| crate::read_err(&e))?;
-                Ok(Some((owner, u64::try_from(epoch).unwrap_or(0))))
-            }
-            None => Ok(None),
-        }
-    }
-
     /// The epoch each of `session`'s events was written under, in seq order.
     ///
     /// # Errors

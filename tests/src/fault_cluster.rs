@@ -16,7 +16,10 @@
 //!   unknown") before it closes;
 //! - no tool call ran twice: the side-effect file holds, for each (session, step, call
 //!   index), at most as many lines as the log has calls there, and at least as many as
-//!   it has calls with a real result.
+//!   it has calls with a result of a finished run (not an error: the results the runtime
+//!   writes for a call it stopped or lost track of — "cancelled", "outcome unknown",
+//!   "not run" — are errors, and a call cancelled by a handoff may have been stopped
+//!   before its side effect, so they bound nothing from below).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_actors::cluster::{ClientNode, ClusterClient, NodeConfig};
@@ -148,6 +151,9 @@ pub struct Workload {
     /// How long each `shell` call sleeps after its side effect, ms (widens the window in
     /// which a fault finds a call running).
     pub tool_sleep_ms: u64,
+    /// The side effect comes after the sleep instead (a call stopped during its sleep
+    /// did nothing).
+    pub effect_last: bool,
 }
 
 impl Default for Workload {
@@ -156,6 +162,7 @@ impl Default for Workload {
             step_delay_ms: 150,
             steps_per_turn: 5,
             tool_sleep_ms: 150,
+            effect_last: false,
         }
     }
 }
@@ -177,10 +184,15 @@ impl SimServer {
             workload.tool_sleep_ms / 1000,
             workload.tool_sleep_ms % 1000
         );
-        let command = format!(
-            "echo \"$(basename \"$PWD\") {{step}} {{call}}\" >> '{}'; sleep {sleep}",
+        let effect = format!(
+            "echo \"$(basename \"$PWD\") {{step}} {{call}}\" >> '{}'",
             ran_log.display()
         );
+        let command = if workload.effect_last {
+            format!("sleep {sleep}; {effect}")
+        } else {
+            format!("{effect}; sleep {sleep}")
+        };
         let args = serde_json::json!({ "command": command }).to_string();
         let mut child = tokio::process::Command::new(crate::foya_bin())
             .env("HOME", crate::foya_bin::test_home())
@@ -395,10 +407,11 @@ impl Cluster {
                 command.args(["--connect", &peer.to_string()]);
             }
         }
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         let mut child = command
             .current_dir(self.dir.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -419,6 +432,38 @@ impl Cluster {
             stopped: false,
         });
         index
+    }
+
+    /// The last lines each node wrote to stderr (its log), and how it ended if it did:
+    /// for a failure's reader.
+    pub fn tails(&mut self) -> String {
+        let mut out = String::new();
+        for node in &mut self.nodes {
+            let text = std::fs::read_to_string(self.dir.path().join(format!("{}.log", node.name)))
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let state = if node.running() {
+                "running"
+            } else {
+                "not running"
+            };
+            out.push_str(&format!(
+                "\n--- {} ({state}), last lines of its log:\n",
+                node.name
+            ));
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Shuts the cluster down and panics with `message` and the nodes' [`Cluster::tails`].
+    pub async fn fail(mut self, message: &str) -> ! {
+        let tails = self.tails();
+        self.shutdown().await;
+        panic!("{message}{tails}");
     }
 
     /// The working directory of the harness's session number `i`.
@@ -482,19 +527,11 @@ impl Load {
             let mut config = SessionConfig::new(cwd);
             config.approval_mode = ApprovalMode::Bypass;
             let node = &running[i % running.len()];
-            // A node that has not claimed its shards yet refuses (`NoShard`): asked
-            // again, as a client told to retry does (the test's global timeout bounds it).
-            let id = loop {
-                match client.create_session(Some(node), config.clone()).await {
-                    Ok(id) => break id,
-                    Err(foya_actors::cluster::ClusterError::Runtime(
-                        foya_actors::RuntimeError::NoShard,
-                    )) => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(e) => panic!("creating session {i} on {node}: {e}"),
-                }
-            };
+            // A node announces itself once it holds its shards: no `NoShard` to wait out.
+            let id = client
+                .create_session(Some(node), config)
+                .await
+                .unwrap_or_else(|e| panic!("creating session {i} on {node}: {e}"));
             self.sessions.push(id);
             self.acked.lock().unwrap().insert(id, Acked::default());
             self.follow(&client, id).await;
@@ -548,11 +585,12 @@ impl Load {
         Ok(())
     }
 
-    /// Submits one input to every session, each retried under its id until accepted
-    /// (a node handing the session's shard over refuses it for a moment).
+    /// Submits one input to every session, all at once (so their turns run together and
+    /// a fault finds them mid-turn), each retried under its id until accepted (a node
+    /// handing the session's shard over refuses it for a moment).
     pub async fn submit_all(&self, cluster: &Cluster, text: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        for &id in &self.sessions {
+        let submits = self.sessions.iter().map(|&id| async move {
             let input = InputId::new();
             loop {
                 match self.submit(cluster, id, input, text).await {
@@ -562,7 +600,8 @@ impl Load {
                     Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
             }
-        }
+        });
+        futures::future::join_all(submits).await;
     }
 
     /// Waits (at most `timeout`) until `pred` holds on what was acknowledged.
@@ -615,7 +654,15 @@ impl Load {
     /// Waits (at most `timeout`) until at least `count` sessions are mid-turn past their
     /// first tool call in the store at `url` (polled: the log is the witness every node
     /// shares).
-    pub async fn wait_mid_tool(&self, url: &str, count: usize, timeout: Duration) {
+    ///
+    /// # Errors
+    /// Fewer were by `timeout`: what each session's log ends with.
+    pub async fn wait_mid_tool(
+        &self,
+        url: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<(), String> {
         let log = foya_storage_pg::PgLog::open(url, foya_storage_pg::PgOptions::default())
             .await
             .unwrap_or_else(|e| panic!("cannot open the store: {e}"));
@@ -635,13 +682,31 @@ impl Load {
             if mid_tool(&logs) >= count {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {count} sessions mid-turn within {timeout:?}"
-            );
+            if Instant::now() >= deadline {
+                // What each session's log ends with, for the failure's reader.
+                let ends: Vec<String> = logs
+                    .iter()
+                    .map(|(id, a)| {
+                        let last: Vec<&str> = a
+                            .events
+                            .values()
+                            .rev()
+                            .take(3)
+                            .map(|e| e.kind.type_name())
+                            .collect();
+                        format!("{id}: {} events, last {last:?}", a.events.len())
+                    })
+                    .collect();
+                log.close().await;
+                return Err(format!(
+                    "fewer than {count} sessions mid-turn within {timeout:?}: {}",
+                    ends.join("; ")
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         log.close().await;
+        Ok(())
     }
 
     /// Stops following.
@@ -980,8 +1045,8 @@ pub fn check_log(id: SessionId, log: &[Event], acked: Option<&Acked>) -> Vec<Str
 /// A call's place in its turn: (step, index of the call in its step).
 type CallKey = (u32, u32);
 
-/// Per (step, call index): calls in the log, and those with a real (not "outcome
-/// unknown") result.
+/// Per (step, call index): calls in the log, and those with the result of a finished
+/// run (not an error: "cancelled", "outcome unknown" and "not run" are errors).
 fn calls_by_key(log: &[Event]) -> BTreeMap<CallKey, (usize, usize)> {
     let mut step = 0;
     let mut keys: HashMap<String, CallKey> = HashMap::new();
@@ -996,7 +1061,7 @@ fn calls_by_key(log: &[Event]) -> BTreeMap<CallKey, (usize, usize)> {
                     out.entry(key).or_default().0 += 1;
                 }
             }
-            EventKind::ToolMessage(m) if !m.content.contains(OUTCOME_UNKNOWN) => {
+            EventKind::ToolMessage(m) if !m.is_error => {
                 if let Some(key) = keys.get(&m.tool_call_id.to_string()) {
                     out.entry(*key).or_default().1 += 1;
                 }
@@ -1070,6 +1135,8 @@ pub struct Verdict {
     pub interrupted: usize,
     /// Turns completed (status `completed`).
     pub completed: usize,
+    /// Turns cancelled (status `cancelled`: a handoff, a shutdown).
+    pub cancelled: usize,
     /// Results written as "outcome unknown".
     pub unknown: usize,
     /// Tool runs in the side-effect file.
@@ -1105,12 +1172,17 @@ pub async fn check_store(url: &str, cluster: &Cluster, load: &Load) -> Verdict {
                     status: foya_protocol::TurnStatus::Completed,
                     ..
                 } => verdict.completed += 1,
+                EventKind::TurnComplete {
+                    status: foya_protocol::TurnStatus::Cancelled,
+                    ..
+                } => verdict.cancelled += 1,
                 EventKind::ToolMessage(m) if m.content.contains(OUTCOME_UNKNOWN) => {
                     verdict.unknown += 1;
                 }
                 _ => {}
             }
         }
+        let before = verdict.broken.len();
         verdict
             .broken
             .extend(check_log(*id, &events, acked.get(id)));
@@ -1119,6 +1191,24 @@ pub async fn check_store(url: &str, cluster: &Cluster, load: &Load) -> Verdict {
         verdict
             .broken
             .extend(check_tool_runs(*id, &name, &events, &ran));
+        if verdict.broken.len() > before {
+            // The offending session's log, for the failure's reader.
+            let epochs: HashMap<Seq, u64> = log
+                .event_epochs(*id)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            let lines: Vec<String> = ran
+                .iter()
+                .filter(|((dir, _, _), _)| *dir == name)
+                .map(|((_, step, call), n)| format!("step {step} #{call}: {n}"))
+                .collect();
+            println!("{id} ({name}) tool runs: {lines:?}; its log:");
+            for e in &events {
+                println!("{}", describe(e, epochs.get(&e.seq).copied()));
+            }
+        }
     }
     let regressions = log.epoch_regressions(100).await.unwrap();
     for r in regressions {
@@ -1129,6 +1219,41 @@ pub async fn check_store(url: &str, cluster: &Cluster, load: &Load) -> Verdict {
     }
     log.close().await;
     verdict
+}
+
+/// One line of a session's log for a failure's reader: seq, epoch, run, kind and its
+/// gist.
+#[must_use]
+pub fn describe(e: &Event, epoch: Option<u64>) -> String {
+    let run = e.run_id.map(|r| r.to_string()).unwrap_or_default();
+    let run = run.get(run.len().saturating_sub(6)..).unwrap_or("");
+    let what = match &e.kind {
+        EventKind::AssistantMessage(m) => format!(
+            "assistant_message calls {:?}",
+            m.tool_calls
+                .iter()
+                .map(|c| c.id.to_string())
+                .collect::<Vec<_>>()
+        ),
+        EventKind::ToolMessage(m) => {
+            let content: String = m.content.chars().take(60).collect();
+            format!("tool_message {} {content:?}", m.tool_call_id)
+        }
+        EventKind::TurnComplete { status, reason, .. } => {
+            format!("turn_complete {status:?} {reason:?}")
+        }
+        EventKind::ToolStarted { .. } => format!("{:?}", e.kind),
+        other => {
+            let text = format!("{other:?}");
+            text.chars().take(80).collect()
+        }
+    };
+    format!(
+        "  {:>3} e{} r{run} t{} {what}",
+        e.seq.0,
+        epoch.map_or_else(|| "?".to_owned(), |v| v.to_string()),
+        e.at_ms
+    )
 }
 
 /// Waits (at most `timeout`) until every session of `load` is at rest in the store.

@@ -23,6 +23,7 @@ use foya_protocol::{
     AssistantMessage, Event, EventKind, FinishReason, InputId, RunId, Seq, SessionId, ToolCall,
     ToolCallId, ToolMessage, TurnStatus,
 };
+use foya_storage::EventLog as _;
 use foya_tests::fault_cluster::{
     Acked, Cluster, Forwarder, Load, Workload, busiest, check_log, check_store, check_tool_runs,
     percentile, probe_until_accepted, ran_lines, wait_at_rest, wait_placed,
@@ -229,6 +230,14 @@ fn the_tool_check_counts_runs_against_the_calls_in_the_log() {
         broken[0].contains("step 2 (#0) ran 2 times for 1 calls"),
         "{broken:?}"
     );
+    // A call cancelled (a handoff) before its side effect: its "cancelled" result, an
+    // error, says nothing ran, so no line is owed for it.
+    let cancelled = turn("cancelled", TurnStatus::Cancelled, Some("runtime shutdown"));
+    std::fs::write(&ran, "s0 1 0\n").unwrap();
+    assert_eq!(
+        check_tool_runs(id(), "s0", &cancelled, &ran_lines(&ran)),
+        Vec::<String>::new()
+    );
     // A result of a call that never ran is named too.
     std::fs::write(&ran, "s0 2 0\n").unwrap();
     let broken = check_tool_runs(id(), "s0", &log, &ran_lines(&ran));
@@ -331,15 +340,18 @@ async fn loaded_with(store: &str, node_stores: &[Option<String>], placed: bool) 
     if placed {
         let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
         if let Err(e) = wait_placed(store, &names, FAILOVER_BOUND).await {
-            cluster.shutdown().await;
-            panic!("{e}");
+            cluster.fail(&e).await;
         }
     }
     let load = Load::create(&cluster, SESSIONS).await;
     load.submit_all(&cluster, "work through your steps").await;
     let half = SESSIONS.div_ceil(2);
-    load.wait_mid_tool(store, half, Duration::from_secs(60))
-        .await;
+    if let Err(e) = load
+        .wait_mid_tool(store, half, Duration::from_secs(60))
+        .await
+    {
+        cluster.fail(&e).await;
+    }
     load.snapshot(store).await;
     (cluster, load)
 }
@@ -357,11 +369,15 @@ async fn settle_and_check(run: &str, store: &str, cluster: Cluster, load: Load) 
         verdict.unknown,
         verdict.broken.len()
     );
-    cluster.shutdown().await;
     if let Err(e) = rest {
-        panic!("{run}: {e}\nchecker: {:#?}", verdict.broken);
+        cluster
+            .fail(&format!("{run}: {e}\nchecker: {:#?}", verdict.broken))
+            .await;
     }
-    assert!(verdict.broken.is_empty(), "{run}: {:#?}", verdict.broken);
+    if !verdict.broken.is_empty() {
+        cluster.fail(&format!("{run}: {:#?}", verdict.broken)).await;
+    }
+    cluster.shutdown().await;
 }
 
 /// The harness on what works without failover: three nodes, sessions mid-turn, one node
@@ -415,8 +431,7 @@ async fn kill_9_of_the_owner_of_many_shards() {
         let (victim, sessions) = match busiest(&store, &load).await {
             Ok(found) => found,
             Err(e) => {
-                cluster.shutdown().await;
-                panic!("kill -9 run {run}: {e}");
+                cluster.fail(&format!("kill -9 run {run}: {e}")).await;
             }
         };
         let index = cluster.nodes.iter().position(|n| n.name == victim).unwrap();
@@ -434,8 +449,9 @@ async fn kill_9_of_the_owner_of_many_shards() {
                 waits.extend(w);
             }
             Err(e) => {
-                cluster.shutdown().await;
-                panic!("kill -9 run {run} (victim {victim}): {e}");
+                cluster
+                    .fail(&format!("kill -9 run {run} (victim {victim}): {e}"))
+                    .await;
             }
         }
         settle_and_check(&format!("kill -9 run {run}"), &store, cluster, load).await;
@@ -460,8 +476,7 @@ async fn sigstop_past_the_lease_then_sigcont() {
         let (victim, sessions) = match busiest(&store, &load).await {
             Ok(found) => found,
             Err(e) => {
-                cluster.shutdown().await;
-                panic!("SIGSTOP run {run}: {e}");
+                cluster.fail(&format!("SIGSTOP run {run}: {e}")).await;
             }
         };
         let index = cluster.nodes.iter().position(|n| n.name == victim).unwrap();
@@ -471,8 +486,9 @@ async fn sigstop_past_the_lease_then_sigcont() {
             probe_until_accepted(&cluster, &load, &sessions, stopped, FAILOVER_BOUND).await;
         cluster.nodes[index].cont();
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("SIGSTOP run {run} (victim {victim}): {e}");
+            cluster
+                .fail(&format!("SIGSTOP run {run} (victim {victim}): {e}"))
+                .await;
         }
         settle_and_check(&format!("SIGSTOP run {run}"), &store, cluster, load).await;
     }
@@ -512,16 +528,18 @@ async fn a_partition_between_one_node_and_postgres() {
             load.add(&cluster, 3).await;
         }
         if cut.is_empty() {
-            cluster.shutdown().await;
-            panic!("partition run {run}: n1 (behind the forwarder) owns no session's shard");
+            cluster
+                .fail(&format!(
+                    "partition run {run}: n1 (behind the forwarder) owns no session's shard"
+                ))
+                .await;
         }
         let parted = Instant::now();
         forwarder.partition();
         let probed = probe_until_accepted(&cluster, &load, &cut, parted, FAILOVER_BOUND).await;
         forwarder.heal();
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("partition run {run}: {e}");
+            cluster.fail(&format!("partition run {run}: {e}")).await;
         }
         settle_and_check(&format!("partition run {run}"), &store, cluster, load).await;
     }
@@ -561,8 +579,11 @@ async fn a_fourth_node_joins_under_load() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if share == 0 {
-            cluster.shutdown().await;
-            panic!("join run {run}: {name} took no shard within {FAILOVER_BOUND:?}");
+            cluster
+                .fail(&format!(
+                    "join run {run}: {name} took no shard within {FAILOVER_BOUND:?}"
+                ))
+                .await;
         }
         println!(
             "join run {run}: {name} holds {share} shards after {:?}",
@@ -578,11 +599,122 @@ async fn a_fourth_node_joins_under_load() {
         )
         .await;
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("join run {run}: {e}");
+            cluster.fail(&format!("join run {run}: {e}")).await;
         }
         settle_and_check(&format!("join run {run}"), &store, cluster, load).await;
     }
+}
+
+/// A fourth node joins while sessions are inside a long tool call whose side effect comes
+/// last: the sessions placement gives the new node are handed off mid-call (the old
+/// owner cancels the call before its side effect and closes the turn once, under its
+/// fence) and take their next input on the new node; the checker finds nothing (no call
+/// run twice or paired twice, and a cancelled call owes no side effect). The node's start
+/// to its listening line includes its settling (the handoff); printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_node_joins_while_calls_run() {
+    let _one = foya_tests::IN_PROCESS_CLUSTER.lock().await;
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let workload = Workload {
+        steps_per_turn: 2,
+        tool_sleep_ms: 6000,
+        effect_last: true,
+        ..Workload::default()
+    };
+    let mut cluster = Cluster::start(&store, 3, 4, workload).await;
+    let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
+    if let Err(e) = wait_placed(&store, &names, FAILOVER_BOUND).await {
+        cluster.fail(&e).await;
+    }
+    // Sessions until two of them are in shards placement gives n4 once it joins.
+    let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
+        .await
+        .unwrap();
+    let after_join = ["n1", "n2", "n3", "n4"];
+    let mut load = Load::create(&cluster, 3).await;
+    let mut moving = Vec::new();
+    for _ in 0..30 {
+        moving.clear();
+        for id in &load.sessions {
+            let shard = log.session_shard(*id).await.unwrap().unwrap();
+            if foya_storage_pg::shard::owner(shard, &after_join) == Some("n4") {
+                moving.push(*id);
+            }
+        }
+        if moving.len() >= 2 {
+            break;
+        }
+        load.add(&cluster, 3).await;
+    }
+    assert!(moving.len() >= 2, "no session in n4's future shards");
+    load.submit_all(&cluster, "work through your steps").await;
+    // Every moving session inside its call (tool_started, no result yet).
+    let deadline = Instant::now() + FAILOVER_BOUND;
+    loop {
+        let mut inside = 0;
+        for id in &moving {
+            let events = log.read_from(*id, Seq::FIRST).await.unwrap();
+            let started = events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }));
+            let answered = events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::ToolMessage(_)));
+            inside += usize::from(started && !answered);
+        }
+        if inside == moving.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sessions never ran their calls"
+        );
+        // Polling the store: the log is the witness every node shares.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    load.snapshot(&store).await;
+    let joined = Instant::now();
+    cluster.start_node(None).await;
+    println!(
+        "join while calls run: n4 listening (its shards handed over) after {:?}",
+        joined.elapsed()
+    );
+    // n4 announced itself once it held its shards: the moving sessions are its.
+    let owned = foya_tests::fault_cluster::owners(&store, &load).await;
+    for id in &moving {
+        assert_eq!(owned.get(id).map(String::as_str), Some("n4"), "{id}");
+    }
+    let probed = probe_until_accepted(
+        &cluster,
+        &load,
+        &load.sessions,
+        Instant::now(),
+        FAILOVER_BOUND,
+    )
+    .await;
+    log.close().await;
+    if let Err(e) = probed {
+        cluster.fail(&format!("join while calls run: {e}")).await;
+    }
+    let rest = wait_at_rest(&store, &load, REST_BOUND).await;
+    load.stop();
+    let verdict = check_store(&store, &cluster, &load).await;
+    println!(
+        "join while calls run: {} events, {} tool runs, {} turns cancelled, {} broken",
+        verdict.events,
+        verdict.tool_runs,
+        verdict.cancelled,
+        verdict.broken.len()
+    );
+    cluster.shutdown().await;
+    rest.unwrap();
+    assert!(verdict.broken.is_empty(), "{:#?}", verdict.broken);
+    // The moving sessions' first turns were cancelled by the handoff, mid-call.
+    assert!(
+        verdict.cancelled >= moving.len(),
+        "{} turns cancelled",
+        verdict.cancelled
+    );
 }
 
 /// PostgreSQL restarts (fast: every connection cut) while the sessions run: the nodes
@@ -600,8 +732,9 @@ async fn a_postgres_restart_under_load() {
         let probed =
             probe_until_accepted(&cluster, &load, &load.sessions, restarted, FAILOVER_BOUND).await;
         if let Err(e) = probed {
-            cluster.shutdown().await;
-            panic!("PostgreSQL restart run {run}: {e}");
+            cluster
+                .fail(&format!("PostgreSQL restart run {run}: {e}"))
+                .await;
         }
         settle_and_check(
             &format!("PostgreSQL restart run {run}"),

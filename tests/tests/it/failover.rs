@@ -11,7 +11,7 @@
 
 use foya_actors::provider::scripted::{Script, ScriptedClient};
 use foya_actors::{Runtime, RuntimeConfig, RuntimeError};
-use foya_protocol::{EventKind, Input, InputId, Seq, SessionConfig};
+use foya_protocol::{ApprovalMode, EventKind, Input, InputId, Seq, SessionConfig, TurnStatus};
 use foya_storage::{EventLog as _, LogStore};
 use foya_storage_pg::{
     ClaimError, LeaseKeeper, LeaseOptions, NodeLease, PgLog, PgOptions, ShardOwnership, testkit,
@@ -170,6 +170,149 @@ async fn a_stale_owner_is_fenced_and_drops_its_shard_and_the_new_owner_takes_eac
     keeper_b.shutdown().await.unwrap();
 }
 
+/// A runtime over `log` with the built-in tools (the shell), scripted with `script`.
+async fn runtime_with_tools(
+    log: &PgLog,
+    ownership: Arc<ShardOwnership>,
+    script: serde_json::Value,
+) -> Runtime {
+    let script: Script = serde_json::from_value(script).unwrap();
+    let model = Arc::new(ScriptedClient::from_script(script));
+    let mut config = RuntimeConfig::new(LogStore::shared(log.clone()), model);
+    config.tools = Arc::new(foya_actors::tools::ToolRegistry::builtin_with_sandbox(
+        foya_actors::testkit::sandbox_runner(),
+    ));
+    config.ownership = Some(ownership);
+    Runtime::start(config).await.unwrap()
+}
+
+/// A graceful handoff while a tool call runs, as a node's placement does it (drain the
+/// shard, `Runtime::hand_off`, release): the old owner cancels the call before its side
+/// effect and closes the turn once under its fence; the new owner claims the shard, loads
+/// the session (nothing left to recover: no call paired a second time) and runs the next
+/// input. The call's only result is "cancelled", it never ran and is not re-run, the
+/// epochs never decrease, and the fault harness's checker finds nothing in the log (a
+/// cancelled call owes no side effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call_again() {
+    let url = testkit::fresh_url().await;
+    let (log_a, log_b) = (open(&url).await, open(&url).await);
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("s0");
+    std::fs::create_dir_all(&work).unwrap();
+    let ran = tmp.path().join("ran.log");
+    // The fault harness's side-effect line, after a sleep the handoff interrupts.
+    let command = format!(
+        "sleep 30; echo \"$(basename \"$PWD\") 1 0\" >> '{}'",
+        ran.display()
+    );
+    let call = json!({"tool_calls": [{"id": "c1", "name": "shell",
+        "arguments": {"command": command}}]});
+
+    let lease_a = NodeLease::register(&url, "a", LeaseOptions::default())
+        .await
+        .unwrap();
+    let keeper_a = LeaseKeeper::spawn(lease_a.clone());
+    let fence_a = lease_a.claim(0).await.unwrap();
+    let (own_a, _fenced_a) = ShardOwnership::new(lease_a.clone());
+    let own_a = Arc::new(own_a);
+    own_a.claimed(0);
+    let script_a = json!({"responses": [call, {"text": "never reached"}]});
+    let runtime_a = runtime_with_tools(&log_a, Arc::clone(&own_a), script_a).await;
+    let mut config = SessionConfig::new(&work);
+    config.approval_mode = ApprovalMode::Bypass;
+    let session = runtime_a.create_session(config).await.unwrap();
+    let id = session.id();
+    assert_eq!(log_a.session_shard(id).await.unwrap(), Some(0));
+    session.submit(Input::text("go")).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let events = log_a.read_from(id, Seq::FIRST).await.unwrap();
+        if events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the call never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The handoff (`node_shards.rs`): no more admits, the turn cancelled and its end
+    // committed, the sessions dropped, the shard released.
+    let handoff = Instant::now();
+    own_a.drain(0);
+    let ended = runtime_a
+        .hand_off(
+            |s| foya_storage::Ownership::shard_of(own_a.as_ref(), s, None) == 0,
+            Duration::from_secs(3),
+        )
+        .await;
+    assert!(ended, "the handed-off turn did not end within the grace");
+    assert!(lease_a.release(0).await.unwrap());
+    own_a.released(0);
+    match runtime_a.session(id).await {
+        Err(RuntimeError::NotOwner { shard: 0, .. }) => {}
+        other => panic!("expected NotOwner after the handoff, got {other:?}"),
+    }
+
+    // B claims at once (released, not expired) and takes the session over.
+    let lease_b = NodeLease::register(&url, "b", LeaseOptions::default())
+        .await
+        .unwrap();
+    let keeper_b = LeaseKeeper::spawn(lease_b.clone());
+    let fence_b = lease_b.claim(0).await.unwrap();
+    eprintln!(
+        "handoff: drain to claimed elsewhere in {:?}",
+        handoff.elapsed()
+    );
+    assert!(epoch(fence_b) > epoch(fence_a));
+    let (own_b, _fenced_b) = ShardOwnership::new(lease_b.clone());
+    let own_b = Arc::new(own_b);
+    own_b.claimed(0);
+    let script_b = json!({"responses": [call, {"text": "after the handoff"}]});
+    let runtime_b = runtime_with_tools(&log_b, own_b, script_b).await;
+    let on_b = runtime_b.session(id).await.unwrap();
+    let outcome = on_b.run(Input::text("again")).await.unwrap();
+    assert_eq!(outcome.text, "after the handoff");
+
+    let events = log_b.read_from(id, Seq::FIRST).await.unwrap();
+    let results: Vec<&foya_protocol::ToolMessage> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolMessage(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].is_error && results[0].content == "cancelled",
+        "{results:?}"
+    );
+    let ends: Vec<TurnStatus> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TurnComplete { status, .. } => Some(*status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, [TurnStatus::Cancelled, TurnStatus::Completed]);
+    assert!(!ran.exists(), "the cancelled call ran its side effect");
+    assert!(log_b.epoch_regressions(10).await.unwrap().is_empty());
+    // The fault harness's checker on this log.
+    use foya_tests::fault_cluster::{check_log, check_tool_runs, ran_lines};
+    assert_eq!(check_log(id, &events, None), Vec::<String>::new());
+    assert_eq!(
+        check_tool_runs(id, "s0", &events, &ran_lines(&ran)),
+        Vec::<String>::new()
+    );
+
+    runtime_b.shutdown().await;
+    runtime_a.shutdown().await;
+    keeper_b.shutdown().await.unwrap();
+    keeper_a.shutdown().await.unwrap();
+}
+
 // ---- end to end: `foya node` processes on one store ----
 
 mod nodes {
@@ -182,7 +325,7 @@ mod nodes {
         SessionUpdate, TurnStatus,
     };
     use foya_storage::{EventLog as _, Store, StoreOptions};
-    use foya_storage_pg::{PgLog, PgOptions, testkit};
+    use foya_storage_pg::{Directory, PgLog, PgOptions, testkit};
     use serde_json::json;
     use std::path::Path;
     use std::process::Stdio;
@@ -266,8 +409,12 @@ mod nodes {
         }
     }
 
-    async fn owner(log: &PgLog, shard: u32) -> Option<String> {
-        log.shard_owner(shard).await.unwrap().map(|(node, _)| node)
+    async fn owner(directory: &Directory, shard: u32) -> Option<String> {
+        directory
+            .shard_owner(shard)
+            .await
+            .unwrap()
+            .map(|owner| owner.node)
     }
 
     /// A session created through `client` on node `on`, in a shard placement gives
@@ -275,6 +422,7 @@ mod nodes {
     async fn session_on(
         client: &ClusterClient,
         log: &PgLog,
+        directory: &Directory,
         on: &str,
         live: &[&str],
         cwd: &Path,
@@ -290,7 +438,7 @@ mod nodes {
             let shard = log.session_shard(id).await.unwrap().unwrap();
             if foya_storage_pg::shard::owner(shard, live) == Some(on) {
                 until("the shard owned", || async {
-                    (owner(log, shard).await.as_deref() == Some(on)).then_some(())
+                    (owner(directory, shard).await.as_deref() == Some(on)).then_some(())
                 })
                 .await;
                 return (id, shard);
@@ -317,6 +465,7 @@ mod nodes {
         let _serial = foya_tests::IN_PROCESS_CLUSTER.lock().await;
         let store = testkit::fresh_url().await;
         let log = PgLog::open(&store, PgOptions::default()).await.unwrap();
+        let directory = Directory::new(&store).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         std::fs::write(dir.join("cookie"), format!("{COOKIE}\n")).unwrap();
@@ -341,7 +490,7 @@ mod nodes {
         }
 
         // A session on A, mid-turn: its shell call started (the marker has its line).
-        let (session, shard) = session_on(&client, &log, "a", &["a", "b"], dir).await;
+        let (session, shard) = session_on(&client, &log, &directory, "a", &["a", "b"], dir).await;
         // A subscriber on the test's node follows the session across both moves.
         let mut sub = client.subscribe(session, Seq::FIRST).await.unwrap();
         let followed = tokio::spawn(async move {
@@ -384,7 +533,7 @@ mod nodes {
         .await;
         let failover = killed.elapsed();
         eprintln!("failover: kill -9 to input accepted on another node in {failover:?}");
-        assert_eq!(owner(&log, shard).await.as_deref(), Some("b"));
+        assert_eq!(owner(&directory, shard).await.as_deref(), Some("b"));
         let _ = a.wait().await;
 
         // The interrupted turn was closed once, its call paired "outcome unknown" and
@@ -437,18 +586,18 @@ mod nodes {
             .find(|s| foya_storage_pg::shard::owner(*s, &["b", "c"]) == Some("c"))
             .unwrap();
         until("C took its share", || async {
-            (owner(&log, taken).await.as_deref() == Some("c")).then_some(())
+            (owner(&directory, taken).await.as_deref() == Some("c")).then_some(())
         })
         .await;
-        assert_eq!(owner(&log, kept).await.as_deref(), Some("b"));
+        assert_eq!(owner(&directory, kept).await.as_deref(), Some("b"));
         let pid = nix::unistd::Pid::from_raw(i32::try_from(b.id().unwrap()).unwrap());
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
         let signalled = Instant::now();
         let status = b.wait().await.unwrap();
         assert!(status.success(), "node b exited with {status}");
         until("C owns B's shards", || async {
-            let kept = owner(&log, kept).await;
-            let session_shard = owner(&log, shard).await;
+            let kept = owner(&directory, kept).await;
+            let session_shard = owner(&directory, shard).await;
             (kept.as_deref() == Some("c") && session_shard.as_deref() == Some("c")).then_some(())
         })
         .await;

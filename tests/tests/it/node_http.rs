@@ -100,23 +100,15 @@ impl Node {
             .bearer_auth(TOKEN)
     }
 
-    /// `POST /sessions`, again while the node answers 503 (it has not claimed its
-    /// shards yet), as a client told `Retry-After` does.
+    /// `POST /sessions` (a node serves once it holds its shards: never `no_shard`).
     async fn create(&self) -> String {
-        let resp = loop {
-            let resp = self
-                .req(reqwest::Method::POST, "/sessions")
-                .json(&json!({}))
-                .send()
-                .await
-                .unwrap();
-            if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
-                break resp;
-            }
-            assert_eq!(resp.headers()["retry-after"], "1");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        assert_eq!(resp.status(), StatusCode::CREATED);
+        let resp = self
+            .req(reqwest::Method::POST, "/sessions")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED, "{resp:?}");
         served_by(&resp, self.name);
         let body: Value = resp.json().await.unwrap();
         body["id"].as_str().unwrap().to_owned()
@@ -215,6 +207,32 @@ async fn shard_of(store: &str, id: &str) -> u32 {
         Placement::Unowned { shard, .. } | Placement::Owned { shard, .. } => shard,
         Placement::Unknown => panic!("no session {id}"),
     }
+}
+
+/// A node announces itself (its HTTP API line, then its listening line) only once it
+/// holds the shards placement gives it: a session created through it at once is created
+/// there, never refused 503 `no_shard` — the first node of an empty cluster (it claims
+/// every shard) and a node joining it (its share handed over by the first first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_node_creates_sessions_at_once() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let directory = foya_storage_pg::Directory::new(&store).unwrap();
+        let owner = async |id: &str| match directory.session(id.parse().unwrap()).await.unwrap() {
+            Placement::Owned { owner, .. } => owner.node,
+            other => panic!("{id}: {other:?}"),
+        };
+        let a = node("a", &store, &dir, &[]).await;
+        let on_a = a.create().await;
+        assert_eq!(owner(&on_a).await, "a");
+        let b = node("b", &store, &dir, &[]).await;
+        let on_b = b.create().await;
+        assert_eq!(owner(&on_b).await, "b");
+        drop((a, b));
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
