@@ -248,3 +248,75 @@ fn rebuilt_summary(
     let metas: Vec<EventMeta> = first.iter().map(EventMeta::of).collect();
     next_summary(None, &metas).map_err(|e| ReadError::Corrupt(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::schema::session_key;
+    use crate::writer::EventMeta;
+    use foya_protocol::{Event, EventKind, SessionConfig};
+    use redb::Database;
+    use redb::backends::InMemoryBackend;
+
+    fn created(id: SessionId, at_ms: u64) -> Event {
+        Event {
+            session_id: id,
+            seq: Seq::FIRST,
+            run_id: None,
+            at_ms,
+            kind: EventKind::SessionCreated {
+                config: SessionConfig::new("/w"),
+            },
+        }
+    }
+
+    /// Sessions that read, one whose summary row is of a future format, one whose row
+    /// is missing (its events remain): both surveys name the same two, in the same order;
+    /// the unreadable-only one keeps no summary.
+    #[test]
+    fn the_unreadable_only_survey_names_what_the_whole_one_names_and_keeps_no_summary() {
+        let db = Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .unwrap();
+        let ids: Vec<SessionId> = (0..300).map(|_| SessionId::new()).collect();
+        let (future, rowless) = (ids[7], ids[200]);
+        let txn = db.begin_write().unwrap();
+        {
+            let mut events = txn.open_table(EVENTS).unwrap();
+            let mut sessions = txn.open_table(SESSIONS).unwrap();
+            for (n, id) in ids.iter().enumerate() {
+                let event = created(*id, 1_000 + n as u64);
+                let bytes = codec::encode_event(&event).unwrap();
+                events
+                    .insert((session_key(*id), 1), bytes.as_slice())
+                    .unwrap();
+                let summary = next_summary(None, &[EventMeta::of(&event)]).unwrap();
+                let row = if *id == future {
+                    vec![codec::FORMAT_VERSION + 1, 0x80]
+                } else {
+                    codec::encode(&summary).unwrap()
+                };
+                if *id != rowless {
+                    sessions.insert(session_key(*id), row.as_slice()).unwrap();
+                }
+            }
+        }
+        txn.commit().unwrap();
+
+        let whole = survey(&db, Keep::All).result.unwrap();
+        let unreadable = survey(&db, Keep::Unreadable).result.unwrap();
+        assert_eq!(whole.sessions.len(), 298);
+        assert!(unreadable.sessions.is_empty());
+        let named: Vec<_> = whole.unreadable.iter().map(|u| u.session).collect();
+        let mut want = vec![Some(future), Some(rowless)];
+        want.sort_by_key(|id| id.map(session_key));
+        assert_eq!(named, want);
+        assert_eq!(unreadable.unreadable, whole.unreadable);
+        assert!(
+            whole.unreadable.iter().any(|u| u.reason.contains("summary row is missing")),
+            "{:?}",
+            whole.unreadable
+        );
+    }
+}

@@ -316,3 +316,20 @@ async fn at_or_below_the_live_count_an_idle_session_waits_out_hibernate_after() 
     assert!(took >= AFTER / 4, "{took:?}");
     rt.shutdown().await;
 }
+
+/// What a loaded session holds inline (printed for docs/benchmarks.md; run with
+/// `--nocapture`).
+#[test]
+fn sizes_of_a_loaded_sessions_parts() {
+    use std::mem::size_of;
+    println!(
+        "Session {} (machine {}, fold {}, config {}), Subscriber {}, Event {}, SessionMsg {}",
+        size_of::<super::actor::Session>(),
+        size_of::<super::machine::SessionMachine>(),
+        size_of::<super::state::SessionState>(),
+        size_of::<SessionConfig>(),
+        size_of::<super::actor::Subscriber>(),
+        size_of::<Event>(),
+        size_of::<super::SessionMsg>(),
+    );
+}
