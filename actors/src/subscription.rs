@@ -75,7 +75,14 @@ impl Subscription {
             .into_iter()
             .filter(|e| e.seq <= committed)
             .collect();
-        Ok(Self::new(session_id, from_seq, committed, backlog, rx, Some(watch)))
+        Ok(Self::new(
+            session_id,
+            from_seq,
+            committed,
+            backlog,
+            rx,
+            Some(watch),
+        ))
     }
 
     /// Seq of the last event delivered (`from_seq - 1` before any).

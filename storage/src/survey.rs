@@ -314,7 +314,10 @@ mod tests {
         assert_eq!(named, want);
         assert_eq!(unreadable.unreadable, whole.unreadable);
         assert!(
-            whole.unreadable.iter().any(|u| u.reason.contains("summary row is missing")),
+            whole
+                .unreadable
+                .iter()
+                .any(|u| u.reason.contains("summary row is missing")),
             "{:?}",
             whole.unreadable
         );

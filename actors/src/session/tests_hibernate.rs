@@ -235,7 +235,10 @@ async fn a_watched_session_stays_loaded_and_hibernates_when_its_last_subscriber_
     // One subscriber left: still watched.
     drop(first);
     tokio::time::sleep(AFTER / 2).await;
-    assert!(rt.is_loaded(id), "a session with a subscriber left hibernated");
+    assert!(
+        rt.is_loaded(id),
+        "a session with a subscriber left hibernated"
+    );
     drop(second);
     let took = unloaded_after(&rt, id).await;
     assert!(took < AFTER / 10, "hibernated only after {took:?}");
@@ -311,7 +314,10 @@ async fn at_or_below_the_live_count_an_idle_session_waits_out_hibernate_after() 
         .unwrap();
     session.run(Input::text("first")).await.unwrap();
     tokio::time::sleep(AFTER / 2).await;
-    assert!(rt.is_loaded(session.id()), "hibernated at once below the count");
+    assert!(
+        rt.is_loaded(session.id()),
+        "hibernated at once below the count"
+    );
     let took = unloaded_after(&rt, session.id()).await;
     assert!(took >= AFTER / 4, "{took:?}");
     rt.shutdown().await;
