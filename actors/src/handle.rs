@@ -307,14 +307,21 @@ impl SessionHandle {
 
     /// A subscription to what the session commits and streams from now on (no replay).
     async fn subscribe_live(&self) -> Result<Subscription, RuntimeError> {
-        let (rx, committed) = self
+        let (rx, committed, watch) = self
             .with_session(|reply| SessionMsg::Subscribe {
                 approver: false,
                 reply,
             })
             .await?;
         let next = Seq(committed.0 + 1);
-        Ok(Subscription::new(self.id, next, committed, Vec::new(), rx))
+        Ok(Subscription::new(
+            self.id,
+            next,
+            committed,
+            Vec::new(),
+            rx,
+            Some(watch),
+        ))
     }
 
     /// Subscribes from `from_seq` (1 = everything): committed events are replayed from

@@ -43,7 +43,8 @@ pub use kernel::{RuntimeStats, StatsSource};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
-    DEFAULT_IDLE_LOG_EVENTS, Runtime, RuntimeConfig, SessionHandle, SubscribeOptions, Subscription,
+    DEFAULT_HIBERNATE_AT_ONCE_ABOVE, DEFAULT_IDLE_LOG_EVENTS, Runtime, RuntimeConfig,
+    SessionHandle, SubscribeOptions, Subscription,
 };
 pub use turn::protection::Limits as ProtectionLimits;
 

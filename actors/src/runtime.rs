@@ -121,6 +121,15 @@ pub struct RuntimeConfig {
     /// and its log and state leave memory, until the next call on it loads it from the
     /// log again. Default [`DEFAULT_HIBERNATE_AFTER`]; `None`: never.
     pub hibernate_after: Option<std::time::Duration>,
+    /// Above this many loaded sessions, a session hibernates as soon as it is idle and
+    /// unwatched (its turn ended, nothing queued, no approval waiting, no subscriber left,
+    /// no title request), without waiting out `hibernate_after`: its log is already
+    /// durable, and the next call loads it again (one log read). At or below it, an idle
+    /// session stays loaded for `hibernate_after`, so the next turn of a session used
+    /// again soon does not pay that read. Default [`DEFAULT_HIBERNATE_AT_ONCE_ABOVE`];
+    /// `Some(0)`: always at once; `None`: never at once. Nothing hibernates while
+    /// `hibernate_after` is `None`.
+    pub hibernate_at_once_above: Option<usize>,
     /// Where the runtime keeps its live counts (sessions live and hibernated, turns
     /// running, queue depth, pending approvals): clone it before [`Runtime::start`] to
     /// read them from outside ([`StatsSource::read`](crate::kernel::StatsSource::read), a few atomic loads), or call
@@ -135,6 +144,9 @@ pub struct RuntimeConfig {
     /// as fenced drops every loaded session of that shard without writing more.
     pub ownership: Option<Arc<dyn foya_storage::Ownership>>,
 }
+
+/// Default [`RuntimeConfig::hibernate_at_once_above`]: 1 000 loaded sessions.
+pub const DEFAULT_HIBERNATE_AT_ONCE_ABOVE: usize = 1_000;
 
 /// Default [`RuntimeConfig::hibernate_after`]: one minute.
 pub const DEFAULT_HIBERNATE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
@@ -194,6 +206,7 @@ impl RuntimeConfig {
             tool_state: crate::tools::ToolState::new(),
             without_approver: WithoutApprover::default(),
             hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
+            hibernate_at_once_above: Some(DEFAULT_HIBERNATE_AT_ONCE_ABOVE),
             stats: crate::kernel::StatsSource::default(),
             ownership: None,
         }
@@ -658,6 +671,7 @@ fn deps_of(
         tool_state: config.tool_state,
         without_approver: config.without_approver,
         hibernate_after: config.hibernate_after,
+        hibernate_at_once_above: config.hibernate_at_once_above,
         stats: config.stats,
         ownership: config.ownership,
         fenced: Some(fenced),

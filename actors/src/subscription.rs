@@ -32,6 +32,8 @@ pub struct Subscription {
     backlog: VecDeque<Event>,
     rx: mpsc::Receiver<Box<SessionUpdate>>,
     ended: bool,
+    /// Dropped after `rx` (fields drop in order): tells the session this subscriber left.
+    _watch: Option<crate::session::WatchGuard>,
 }
 
 impl Subscription {
@@ -41,6 +43,7 @@ impl Subscription {
         replay_end: Seq,
         backlog: Vec<Event>,
         rx: mpsc::Receiver<Box<SessionUpdate>>,
+        watch: Option<crate::session::WatchGuard>,
     ) -> Self {
         let last_seq = Seq(from_seq.0.saturating_sub(1));
         Self {
@@ -51,6 +54,7 @@ impl Subscription {
             backlog: backlog.into(),
             rx,
             ended: false,
+            _watch: watch,
         }
     }
 
@@ -60,7 +64,7 @@ impl Subscription {
     pub(crate) async fn replaying(
         session_id: SessionId,
         from_seq: Seq,
-        (rx, committed): (mpsc::Receiver<Box<SessionUpdate>>, Seq),
+        (rx, committed, watch): crate::session::Subscribed,
         store: &foya_storage::LogStore,
     ) -> Result<Self, crate::kernel::RuntimeError> {
         use foya_storage::EventLog as _;
@@ -71,7 +75,14 @@ impl Subscription {
             .into_iter()
             .filter(|e| e.seq <= committed)
             .collect();
-        Ok(Self::new(session_id, from_seq, committed, backlog, rx))
+        Ok(Self::new(
+            session_id,
+            from_seq,
+            committed,
+            backlog,
+            rx,
+            Some(watch),
+        ))
     }
 
     /// Seq of the last event delivered (`from_seq - 1` before any).

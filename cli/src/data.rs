@@ -191,10 +191,39 @@ pub struct ReadView {
 /// An empty file that no acknowledgement journal claims (its creation was interrupted)
 /// holds no sessions: `Ok(None)` after a note.
 ///
+/// Whether a file reads is found by surveying it whole ([`Check::Whole`]), keeping only
+/// what does not read.
+///
 /// # Errors
 /// The store exists but cannot be opened; while another process writes it, the error
 /// names that process ([`in_use`]); a file of a newer format.
 pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadView>> {
+    open_existing_read_only_checking(dir, Check::Whole).await
+}
+
+/// How much of a file that opens as it is (closed cleanly) a reading command looks at
+/// for damage before it reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Check {
+    /// Every session (a survey; only what does not read is kept).
+    Whole,
+    /// Only this page of the listing, which is all the command reads: when every
+    /// session of it reads, so does the view; when one does not, the file is surveyed
+    /// whole and read as [`Check::Whole`] reads it, so damage is named as it always is.
+    /// A store of a million sessions lists its first page in milliseconds.
+    Page(foya_storage::Page),
+}
+
+/// [`open_existing_read_only`], checking a file that opens as it is only as `check`
+/// says (a file its last writer did not close, or that redb refuses, is always surveyed
+/// whole).
+///
+/// # Errors
+/// As [`open_existing_read_only`].
+pub async fn open_existing_read_only_checking(
+    dir: &Path,
+    check: Check,
+) -> anyhow::Result<Option<ReadView>> {
     let path = store_path(dir);
     if !path.is_file() {
         return Ok(None);
@@ -204,7 +233,7 @@ pub async fn open_existing_read_only(dir: &Path) -> anyhow::Result<Option<ReadVi
         e => anyhow::Error::new(e).context(format!("cannot open {}", path.display())),
     };
     let found = match ReadOnlyStore::open(&path) {
-        Ok(store) => match sound(&store) {
+        Ok(store) => match sound_as(&store, check) {
             Ok(()) => return Ok(Some(read_view(dir, &path, store, None))),
             Err(found) => damaged(&path, &found),
         },
@@ -271,8 +300,8 @@ fn damaged(path: &Path, found: &str) -> String {
 /// Whether a store opened for reading shows everything its file holds: every part of
 /// it reads and no acknowledged event is missing; else what was found, in one line.
 fn sound(store: &ReadOnlyStore) -> Result<(), String> {
-    let survey = store.survey().map_err(|e| e.to_string())?;
-    if let Some(first) = survey.unreadable.first() {
+    let unreadable = store.unreadable().map_err(|e| e.to_string())?;
+    if let Some(first) = unreadable.first() {
         return Err(match first.session {
             Some(id) => format!("session {id} cannot be read: {}", first.reason),
             None => first.reason.clone(),
@@ -283,6 +312,20 @@ fn sound(store: &ReadOnlyStore) -> Result<(), String> {
         return Err("redb's repair rolls it back past acknowledged events".to_owned());
     }
     Ok(())
+}
+
+/// [`sound`], looking only at what `check` names first (a page that reads whole is
+/// enough; anything else is surveyed whole).
+fn sound_as(store: &ReadOnlyStore, check: Check) -> Result<(), String> {
+    if let Check::Page(page) = check
+        && !store.is_copy()
+        && store
+            .survey_page(page)
+            .is_ok_and(|survey| survey.unreadable.is_empty())
+    {
+        return Ok(());
+    }
+    sound(store)
 }
 
 /// The view of an opened store, after naming on stderr what it lacks: each session

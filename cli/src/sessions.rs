@@ -103,6 +103,18 @@ impl Listing {
         if all { Self::All } else { Self::First(limit) }
     }
 
+    /// What the read-only open of a data dir checks for damage before this listing:
+    /// the first page it reads; `--all` reads every session, so all of them.
+    fn check(self) -> crate::data::Check {
+        match self {
+            Self::First(n) => crate::data::Check::Page(Page {
+                after: None,
+                limit: n.min(PAGE).saturating_add(1),
+            }),
+            Self::All => crate::data::Check::Whole,
+        }
+    }
+
     /// Lists through `read_page` (a page of the listing, or `None`: none can be read
     /// that way, the caller falls back), printing each page as it comes; returns the
     /// unreadable sessions named on the way and the last session printed.
@@ -201,7 +213,8 @@ async fn list_shared(url: &str, json: bool, listing: Listing) -> anyhow::Result<
 /// whole).
 async fn list(dir: Option<&std::path::Path>, json: bool, listing: Listing) -> anyhow::Result<()> {
     let dir = crate::data::data_dir(dir)?;
-    let Some(view) = crate::data::open_existing_read_only(&dir).await? else {
+    let Some(view) = crate::data::open_existing_read_only_checking(&dir, listing.check()).await?
+    else {
         eprintln!("foya: {}", crate::data::missing_store(&dir));
         return Ok(());
     };

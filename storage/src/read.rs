@@ -41,7 +41,7 @@ impl Store {
     /// [`ReadError::Storage`] when no read transaction can be started at all.
     pub fn survey(&self) -> Result<Survey, ReadError> {
         let db = self.inner.db.get().map_err(ReadError::Storage)?;
-        let survey = crate::survey::survey(&*db);
+        let survey = crate::survey::survey(&*db, crate::survey::Keep::All);
         if survey.poisoned {
             self.inner.db.mark_poisoned();
         }

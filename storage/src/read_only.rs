@@ -214,10 +214,25 @@ impl ReadOnlyStore {
     /// [`ReadError::Corrupt`] or [`ReadError::Storage`] when no read transaction can be
     /// started at all.
     pub fn survey(&self) -> Result<crate::Survey, ReadError> {
+        self.survey_keeping(crate::survey::Keep::All)
+    }
+
+    /// What [`Self::survey`] finds unreadable, in the same order, without holding the
+    /// summaries of the sessions that read: the same reads, each summary checked and
+    /// dropped (a store of a million sessions is checked in tens of MiB, not GiB).
+    ///
+    /// # Errors
+    /// As [`Self::survey`].
+    pub fn unreadable(&self) -> Result<Vec<crate::Unreadable>, ReadError> {
+        self.survey_keeping(crate::survey::Keep::Unreadable)
+            .map(|survey| survey.unreadable)
+    }
+
+    fn survey_keeping(&self, keep: crate::survey::Keep) -> Result<crate::Survey, ReadError> {
         let source = self.source()?;
         let surveyed = match &*source {
-            Source::File(db) => crate::survey::survey(db),
-            Source::Copy(db) => crate::survey::survey(db),
+            Source::File(db) => crate::survey::survey(db, keep),
+            Source::Copy(db) => crate::survey::survey(db, keep),
         };
         drop(source);
         if surveyed.poisoned {

@@ -16,7 +16,7 @@ use crate::schema::{EVENTS, SESSIONS, current_summary};
 use crate::writer::{EventMeta, next_summary};
 use foya_protocol::{Seq, SessionId, SessionSummary};
 use redb::ReadableDatabase;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 /// What [`crate::Store::survey`] and [`crate::ReadOnlyStore::survey`] found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -54,10 +54,23 @@ fn step<T>(
 /// Most rows read per step of the `sessions` table scan.
 const SESSIONS_CHUNK: usize = 256;
 
+/// What a survey keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// The summary of every session that reads, and what does not.
+    All,
+    /// Only what does not read: the same reads, each summary checked and dropped at
+    /// once, so a survey of a million sessions holds their keys and not their summaries.
+    Unreadable,
+}
+
 /// Surveys `db` (see the module doc).
-pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
+pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized), keep: Keep) -> Surveyed {
     let mut poisoned = false;
+    // Parts of the tables that cannot be read, then the sessions (by key) that cannot.
     let mut unreadable = Vec::new();
+    let mut sessions_unreadable: Vec<(u128, Unreadable)> = Vec::new();
+    let mut sessions = Vec::new();
     // First: can a transaction be started at all?
     if let Err(e) = step(db, &mut poisoned, "starting a read", |_| Ok(())) {
         return Surveyed {
@@ -65,8 +78,29 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
             poisoned,
         };
     }
+    // A session's summary from its row, kept or named unreadable.
+    let mut summary_of = |poisoned: &mut bool, key: u128, row: &[u8]| {
+        let summary = step(db, poisoned, "reading a session summary", |txn| {
+            let Some(events) = open(txn, EVENTS)? else {
+                return codec::decode(row);
+            };
+            current_summary(&events, key, row)
+        });
+        match summary {
+            Ok(summary) if keep == Keep::All => sessions.push(summary),
+            Ok(_) => {}
+            Err(e) => sessions_unreadable.push((
+                key,
+                Unreadable {
+                    session: Some(SessionId::from_bytes(key.to_be_bytes())),
+                    reason: e.to_string(),
+                },
+            )),
+        }
+    };
     // The `sessions` rows, in chunks; a damaged part is skipped from the next readable key.
-    let mut rows: BTreeMap<u128, Vec<u8>> = BTreeMap::new();
+    // Each row is read into its summary as its chunk comes; only the keys are kept.
+    let mut row_keys: Vec<u128> = Vec::new();
     let mut from = 0u128;
     loop {
         let chunk = step(db, &mut poisoned, "reading the sessions table", |txn| {
@@ -99,7 +133,14 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
                     });
                     break;
                 }
-                rows.extend(chunk);
+                for (key, row) in &chunk {
+                    // Keys move forward (checked above); a repeated one is read once.
+                    if row_keys.last().is_some_and(|last| last >= key) {
+                        continue;
+                    }
+                    row_keys.push(*key);
+                    summary_of(&mut poisoned, *key, row);
+                }
                 match last.checked_add(1) {
                     Some(next) => from = next,
                     None => break,
@@ -116,14 +157,19 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
             }
         }
     }
-    // Session keys of the `events` table, seeking past each one found.
-    let mut keys: BTreeMap<u128, ()> = rows.keys().map(|k| (*k, ())).collect();
-    let mut seek_from: Vec<u128> = vec![0];
-    seek_from.extend(rows.keys().filter_map(|k| k.checked_add(1)));
+    // Session keys of the `events` table, seeking past each one found: from the start,
+    // after each row's key, and after each key found only there.
+    let has_row = |key: u128| row_keys.binary_search(&key).is_ok();
+    let mut events_only: BTreeSet<u128> = BTreeSet::new();
+    let mut more: Vec<u128> = vec![0];
+    let mut after_rows = row_keys.iter();
     let mut seeks = 0usize;
-    while let Some(start) = seek_from.pop() {
+    while let Some(start) = more
+        .pop()
+        .or_else(|| after_rows.by_ref().find_map(|k| k.checked_add(1)))
+    {
         seeks += 1;
-        if seeks > 1_000_000 {
+        if seeks > 1_000_000 + row_keys.len() {
             break;
         }
         let found = step(db, &mut poisoned, "reading the events table", |txn| {
@@ -146,9 +192,9 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
                 ),
             }),
             Ok(Some(key)) => {
-                let new = keys.insert(key, ()).is_none();
+                let new = !has_row(key) && events_only.insert(key);
                 if new && let Some(next) = key.checked_add(1) {
-                    seek_from.push(next);
+                    more.push(next);
                 }
             }
             Ok(None) => {}
@@ -160,33 +206,25 @@ pub(crate) fn survey(db: &(impl ReadableDatabase + ?Sized)) -> Surveyed {
             }),
         }
     }
-    let mut sessions = Vec::new();
-    for key in keys.keys() {
+    // Sessions whose events remain without their summary row.
+    for key in events_only {
         let id = SessionId::from_bytes(key.to_be_bytes());
-        let summary = match rows.get(key) {
-            Some(row) => step(db, &mut poisoned, "reading a session summary", |txn| {
-                let Some(events) = open(txn, EVENTS)? else {
-                    return codec::decode(row);
-                };
-                current_summary(&events, *key, row)
-            }),
-            None => Err(ReadError::Corrupt(
-                match rebuilt_summary(db, &mut poisoned, id) {
-                    Ok(_) => "its summary row is missing (its events remain)".to_owned(),
-                    Err(e) => format!(
-                        "its summary row is missing and its first event cannot be read: {e}"
-                    ),
-                },
-            )),
+        let reason = match rebuilt_summary(db, &mut poisoned, id) {
+            Ok(_) => "its summary row is missing (its events remain)".to_owned(),
+            Err(e) => format!("its summary row is missing and its first event cannot be read: {e}"),
         };
-        match summary {
-            Ok(summary) => sessions.push(summary),
-            Err(e) => unreadable.push(Unreadable {
+        let reason = ReadError::Corrupt(reason).to_string();
+        sessions_unreadable.push((
+            key,
+            Unreadable {
                 session: Some(id),
-                reason: e.to_string(),
-            }),
-        }
+                reason,
+            },
+        ));
     }
+    // The sessions in key order, as they were always named.
+    sessions_unreadable.sort_by_key(|(key, _)| *key);
+    unreadable.extend(sessions_unreadable.into_iter().map(|(_, u)| u));
     sessions.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms).then(b.id.cmp(&a.id)));
     Surveyed {
         result: Ok(Survey {
@@ -209,4 +247,79 @@ fn rebuilt_summary(
     })?;
     let metas: Vec<EventMeta> = first.iter().map(EventMeta::of).collect();
     next_summary(None, &metas).map_err(|e| ReadError::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::schema::session_key;
+    use crate::writer::EventMeta;
+    use foya_protocol::{Event, EventKind, SessionConfig};
+    use redb::Database;
+    use redb::backends::InMemoryBackend;
+
+    fn created(id: SessionId, at_ms: u64) -> Event {
+        Event {
+            session_id: id,
+            seq: Seq::FIRST,
+            run_id: None,
+            at_ms,
+            kind: EventKind::SessionCreated {
+                config: SessionConfig::new("/w"),
+            },
+        }
+    }
+
+    /// Sessions that read, one whose summary row is of a future format, one whose row
+    /// is missing (its events remain): both surveys name the same two, in the same order;
+    /// the unreadable-only one keeps no summary.
+    #[test]
+    fn the_unreadable_only_survey_names_what_the_whole_one_names_and_keeps_no_summary() {
+        let db = Database::builder()
+            .create_with_backend(InMemoryBackend::new())
+            .unwrap();
+        let ids: Vec<SessionId> = (0..300).map(|_| SessionId::new()).collect();
+        let (future, rowless) = (ids[7], ids[200]);
+        let txn = db.begin_write().unwrap();
+        {
+            let mut events = txn.open_table(EVENTS).unwrap();
+            let mut sessions = txn.open_table(SESSIONS).unwrap();
+            for (n, id) in ids.iter().enumerate() {
+                let event = created(*id, 1_000 + n as u64);
+                let bytes = codec::encode_event(&event).unwrap();
+                events
+                    .insert((session_key(*id), 1), bytes.as_slice())
+                    .unwrap();
+                let summary = next_summary(None, &[EventMeta::of(&event)]).unwrap();
+                let row = if *id == future {
+                    vec![codec::FORMAT_VERSION + 1, 0x80]
+                } else {
+                    codec::encode(&summary).unwrap()
+                };
+                if *id != rowless {
+                    sessions.insert(session_key(*id), row.as_slice()).unwrap();
+                }
+            }
+        }
+        txn.commit().unwrap();
+
+        let whole = survey(&db, Keep::All).result.unwrap();
+        let unreadable = survey(&db, Keep::Unreadable).result.unwrap();
+        assert_eq!(whole.sessions.len(), 298);
+        assert!(unreadable.sessions.is_empty());
+        let named: Vec<_> = whole.unreadable.iter().map(|u| u.session).collect();
+        let mut want = vec![Some(future), Some(rowless)];
+        want.sort_by_key(|id| id.map(session_key));
+        assert_eq!(named, want);
+        assert_eq!(unreadable.unreadable, whole.unreadable);
+        assert!(
+            whole
+                .unreadable
+                .iter()
+                .any(|u| u.reason.contains("summary row is missing")),
+            "{:?}",
+            whole.unreadable
+        );
+    }
 }

@@ -53,6 +53,8 @@ pub(crate) struct RuntimeDeps {
     pub without_approver: WithoutApprover,
     /// [`crate::RuntimeConfig::hibernate_after`].
     pub hibernate_after: Option<std::time::Duration>,
+    /// [`crate::RuntimeConfig::hibernate_at_once_above`].
+    pub hibernate_at_once_above: Option<usize>,
     /// [`crate::RuntimeConfig::stats`]: the counts the actors keep.
     pub stats: super::StatsSource,
     /// [`crate::RuntimeConfig::ownership`]; `None`: every session is ours, appends

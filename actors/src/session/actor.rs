@@ -29,6 +29,9 @@ pub(crate) struct SessionArgs {
     /// The session's whole committed log (seq 1 first): what `state` was folded from.
     pub log: Vec<Event>,
     pub deps: Arc<RuntimeDeps>,
+    /// Woken from hibernation after a turn of it started in this runtime: its
+    /// `SessionStart` hooks do not run again.
+    pub hooks_started: bool,
 }
 
 #[derive(Debug)]
@@ -115,7 +118,7 @@ impl Actor for SessionActor {
         let idle_reservation = deps.idle_logs.reserve(args.log.len());
         let share = deps.stats.session();
         Ok(Session {
-            machine: SessionMachine::new(args.state, settings),
+            machine: SessionMachine::new(args.state, settings).woken(args.hooks_started),
             deps,
             subscribers: Vec::new(),
             turn: None,
@@ -147,13 +150,17 @@ impl Actor for SessionActor {
         msg: SessionMsg,
         state: &mut Session,
     ) -> Result<(), ActorProcessingErr> {
-        if matches!(msg, SessionMsg::Hibernate) {
-            return state.check_hibernation(&myself).await;
+        match msg {
+            SessionMsg::Hibernate => return state.check_hibernation(&myself).await,
+            // Not activity: a subscriber went away; maybe the last one.
+            SessionMsg::Unwatched => return state.hibernate_if_unwatched(&myself).await,
+            _ => {}
         }
         state.touched();
         if let Some((input, caller)) = state.input_of(msg) {
             state.run(&myself, input, caller).await?;
         }
+        state.hibernate_if_unwatched(&myself).await?;
         state.arm_hibernation(&myself);
         Ok(())
     }
@@ -186,8 +193,10 @@ impl Actor for SessionActor {
             let input = SessionInput::TurnEnded { failure };
             state.run(&myself, input, None).await?;
             state.touched();
-            state.arm_hibernation(&myself);
         }
+        // The turn, or a title request, is over: maybe nothing holds the session now.
+        state.hibernate_if_unwatched(&myself).await?;
+        state.arm_hibernation(&myself);
         Ok(())
     }
 }
@@ -298,8 +307,8 @@ impl Session {
                 self.waiters.shutdown.push(reply);
                 (SessionInput::Shutdown, None)
             }
-            // Handled before (`SessionActor::handle`): it is not activity.
-            SessionMsg::Hibernate => return None,
+            // Handled before (`SessionActor::handle`): they are not activity.
+            SessionMsg::Hibernate | SessionMsg::Unwatched => return None,
             #[cfg(test)]
             SessionMsg::Crash => panic!("test-induced SessionActor panic"),
             #[cfg(test)]
@@ -311,6 +320,12 @@ impl Session {
             }
         };
         Some((input, caller))
+    }
+
+    /// Whether a turn of this session started in this runtime (its `SessionStart` hooks
+    /// ran): kept across hibernation by the supervisor.
+    pub(crate) fn hooks_started(&self) -> bool {
+        self.machine.hooks_started()
     }
 
     pub(super) fn has_approver(&self) -> bool {

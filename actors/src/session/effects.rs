@@ -133,7 +133,8 @@ impl Session {
                 let (tx, rx) = mpsc::channel(self.deps.subscriber_buffer.max(1));
                 self.subscribers.push(Subscriber { tx, approver });
                 if let Some(Caller::Subscribe(reply)) = caller.take() {
-                    let subscribed: Subscribed = (rx, replay_end);
+                    let guard = super::WatchGuard(myself.clone());
+                    let subscribed: Subscribed = (rx, replay_end, guard);
                     let _ = reply.send(Ok(subscribed));
                 }
             }

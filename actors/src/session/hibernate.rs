@@ -8,6 +8,12 @@
 //! call loads it from the log again (as after a restart, with nothing to recover), its
 //! queue and state as they were.
 //!
+//! Above [`RuntimeConfig::hibernate_at_once_above`](crate::runtime::RuntimeConfig::hibernate_at_once_above)
+//! loaded sessions, a session does not wait out the period: it hibernates as soon as it
+//! is idle and unwatched — when its turn ends, when its last subscription is dropped
+//! (the subscription's [`WatchGuard`](super::WatchGuard) tells it), when its title
+//! request ends, after any call that leaves it so.
+//!
 //! While idle the session checks once per period (a `send_after` timer, armed only
 //! while it is idle): a subscriber that went away without a word is noticed at the next
 //! check. The timer is the driver's; whether to stop is the machine's
@@ -48,9 +54,8 @@ impl Session {
         let Some(after) = self.deps.hibernate_after.filter(|_| !self.stopping) else {
             return Ok(());
         };
-        self.subscribers.retain(|s| !s.tx.is_closed());
         let quiet = self.last_activity.elapsed() >= after;
-        let watched = !self.subscribers.is_empty() || !myself.get_children().is_empty();
+        let watched = self.watched(myself);
         self.run(
             myself,
             SessionInput::HibernateCheck { quiet, watched },
@@ -66,6 +71,50 @@ impl Session {
             self.touched();
         }
         self.arm_hibernation(myself);
+        Ok(())
+    }
+
+    /// Whether a live subscriber or a running child (a title request; a turn) holds the
+    /// session; drops the channels of subscribers that went away.
+    fn watched(&mut self, myself: &ActorRef<SessionMsg>) -> bool {
+        self.subscribers.retain(|s| !s.tx.is_closed());
+        // A child that exited may still be listed while its exit is being handled.
+        !self.subscribers.is_empty()
+            || myself
+                .get_children()
+                .iter()
+                .any(|c| super::is_alive(c.get_status()))
+    }
+
+    /// Hibernates at once when the session is idle and unwatched and the runtime has more
+    /// sessions loaded than `hibernate_at_once_above` (the machine decides, as for the
+    /// periodic check).
+    pub(super) async fn hibernate_if_unwatched(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(above) = self.deps.hibernate_at_once_above else {
+            return Ok(());
+        };
+        // A sub-agent's child session is held by its SubAgentActor (which stops it).
+        if self.stopping
+            || self.deps.hibernate_after.is_none()
+            || self.machine.fold().config.parent.is_some()
+            || !self.machine.is_idle()
+        {
+            return Ok(());
+        }
+        if self.deps.stats.read().sessions_live <= above as u64 || self.watched(myself) {
+            return Ok(());
+        }
+        let input = SessionInput::HibernateCheck {
+            quiet: true,
+            watched: false,
+        };
+        self.run(myself, input, None).await?;
+        if self.stopping {
+            tracing::debug!(session.id = %self.machine.fold().id, "session hibernates at once");
+        }
         Ok(())
     }
 }

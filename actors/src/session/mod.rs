@@ -66,7 +66,21 @@ pub(crate) use foya_core::session::ApprovalAnswer;
 /// sessions.
 pub(crate) type UpdateItem = Box<SessionUpdate>;
 
-pub(crate) type Subscribed = (mpsc::Receiver<UpdateItem>, Seq);
+pub(crate) type Subscribed = (mpsc::Receiver<UpdateItem>, Seq, WatchGuard);
+
+/// Held by a subscription beside its channel's receiver; dropped after it, it tells the
+/// session ([`SessionMsg::Unwatched`]), which then finds the channel closed: a session
+/// whose last subscriber went away can hibernate at once instead of noticing at its next
+/// hibernation check.
+#[derive(Debug)]
+pub(crate) struct WatchGuard(pub(crate) ractor::ActorRef<SessionMsg>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        // The session may be gone already: nothing to tell then.
+        let _ = self.0.cast(SessionMsg::Unwatched);
+    }
+}
 
 /// Messages of the SessionActor.
 #[derive(Debug)]
@@ -137,6 +151,10 @@ pub(crate) enum SessionMsg {
     /// The hibernation check (`hibernate.rs`): stop if idle and unwatched for the
     /// runtime's `hibernate_after`.
     Hibernate,
+    /// A subscription was dropped ([`WatchGuard`]): hibernate at once if nothing watches
+    /// the session any more and the runtime hibernates at once
+    /// (`RuntimeConfig::hibernate_at_once_above`).
+    Unwatched,
     /// Runtime shutdown: take no more inputs, start nothing from the queue, cancel the
     /// active turn (reason `runtime shutdown`); answered once no turn runs (at once when
     /// idle).

@@ -175,3 +175,167 @@ async fn start_up_reads_only_the_logs_of_sessions_with_something_to_recover() {
     assert_eq!(rt.loaded_sessions(), 1);
     rt.shutdown().await;
 }
+
+/// A runtime that hibernates an idle, unwatched session at once (`hibernate_at_once_above`
+/// 0), with `responses` scripted.
+async fn at_once(store: &Store, responses: serde_json::Value) -> Runtime {
+    let mut config = config_for(store.clone(), script(json!({ "responses": responses })));
+    config.hibernate_after = Some(AFTER);
+    config.hibernate_at_once_above = Some(0);
+    Runtime::start(config).await.unwrap()
+}
+
+/// Waits until `id` is no longer loaded; returns how long that took (paused time).
+async fn unloaded_after(rt: &Runtime, id: SessionId) -> Duration {
+    let start = tokio::time::Instant::now();
+    within(async {
+        while rt.is_loaded(id) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    start.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unwatched_session_hibernates_as_soon_as_its_turn_ends() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let rt = at_once(&store, json!([{"text": "one"}])).await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    // `run` subscribes for its turn and drops the subscription with the outcome.
+    let outcome = session.run(Input::text("first")).await.unwrap();
+    assert_eq!(outcome.text, "one");
+    let took = unloaded_after(&rt, session.id()).await;
+    assert!(took < AFTER / 10, "hibernated only after {took:?}");
+    assert_eq!(rt.stats().sessions_hibernated, 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watched_session_stays_loaded_and_hibernates_when_its_last_subscriber_leaves() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let rt = at_once(&store, json!([{"text": "one"}])).await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let id = session.id();
+    let mut first = subscribe(&session, false).await;
+    let second = subscribe(&session, false).await;
+    session.submit(Input::text("first")).await.unwrap();
+    within(events_until(&mut first, is_turn_complete))
+        .await
+        .unwrap();
+    tokio::time::sleep(AFTER * 5).await;
+    assert!(rt.is_loaded(id), "a watched session hibernated");
+    // One subscriber left: still watched.
+    drop(first);
+    tokio::time::sleep(AFTER / 2).await;
+    assert!(
+        rt.is_loaded(id),
+        "a session with a subscriber left hibernated"
+    );
+    drop(second);
+    let took = unloaded_after(&rt, id).await;
+    assert!(took < AFTER / 10, "hibernated only after {took:?}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handle_wakes_a_hibernated_session_which_runs_its_queue_in_order() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    // "two" streams after a (paused-clock) pause, so "third" surely arrives while the
+    // woken session runs "second" and queues behind it.
+    let rt = at_once(
+        &store,
+        json!([{"text": "one"}, {"text": "two", "delay_ms": 1000}, {"text": "three"}]),
+    )
+    .await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let id = session.id();
+    let first = session.run(Input::text("first")).await.unwrap();
+    assert_eq!(first.text, "one");
+    unloaded_after(&rt, id).await;
+
+    // The embedder's handle still works: two inputs at once, the first wakes the session
+    // (one log read), the second queues behind it; the queue runs before it hibernates.
+    let reads = store.logs_read();
+    let a = session.submit(Input::text("second")).await.unwrap();
+    let b = session.submit(Input::text("third")).await.unwrap();
+    assert_eq!(store.logs_read(), reads + 1);
+    unloaded_after(&rt, id).await;
+    let log = session.history(Seq::FIRST).await.unwrap();
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq.0).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let started: Vec<InputId> = log
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TurnStarted { input_id } => Some(input_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started[1..], [a, b]);
+    assert!(types(&log).contains(&"input_queued"), "{:?}", types(&log));
+    let texts: Vec<&str> = log
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AssistantMessage(m) => Some(m.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    // And `run` on it again: woken, answered, hibernated.
+    let again = session.run(Input::text("fourth")).await;
+    assert!(again.is_ok(), "{again:?}");
+    unloaded_after(&rt, id).await;
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_or_below_the_live_count_an_idle_session_waits_out_hibernate_after() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let mut config = config_for(
+        store.clone(),
+        script(json!({"responses": [{"text": "one"}]})),
+    );
+    config.hibernate_after = Some(AFTER);
+    config.hibernate_at_once_above = Some(1);
+    let rt = Runtime::start(config).await.unwrap();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    session.run(Input::text("first")).await.unwrap();
+    tokio::time::sleep(AFTER / 2).await;
+    assert!(
+        rt.is_loaded(session.id()),
+        "hibernated at once below the count"
+    );
+    let took = unloaded_after(&rt, session.id()).await;
+    assert!(took >= AFTER / 4, "{took:?}");
+    rt.shutdown().await;
+}
+
+/// What a loaded session holds inline (printed for docs/benchmarks.md; run with
+/// `--nocapture`).
+#[test]
+fn sizes_of_a_loaded_sessions_parts() {
+    use std::mem::size_of;
+    println!(
+        "Session {} (machine {}, fold {}, config {}), Subscriber {}, Event {}, SessionMsg {}",
+        size_of::<super::actor::Session>(),
+        size_of::<super::machine::SessionMachine>(),
+        size_of::<super::state::SessionState>(),
+        size_of::<SessionConfig>(),
+        size_of::<super::actor::Subscriber>(),
+        size_of::<Event>(),
+        size_of::<super::SessionMsg>(),
+    );
+}

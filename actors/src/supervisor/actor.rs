@@ -37,8 +37,9 @@ pub(crate) struct Supervisor {
     /// Set by `Drain`: no session is created or loaded any more.
     closing: bool,
     /// Sessions that hibernated and were not loaded since (the runtime's
-    /// `sessions_hibernated`).
-    hibernated: std::collections::HashSet<SessionId>,
+    /// `sessions_hibernated`), each with whether a turn of it had started in this
+    /// runtime (woken, it does not run its `SessionStart` hooks again).
+    hibernated: HashMap<SessionId, bool>,
 }
 
 /// A session that failed more often than this is left stopped (loaded again on the next
@@ -53,17 +54,19 @@ impl Supervisor {
         log: Vec<Event>,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
         let id = state.id;
+        let woken = self.hibernated.remove(&id);
         let args = SessionArgs {
             state,
             log,
             deps: Arc::clone(&self.deps),
+            hooks_started: woken.unwrap_or(false),
         };
         let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
             .await
             .map_err(|e| RuntimeError::Actor(e.to_string()))?;
         self.children.insert(actor.get_id(), id);
         self.registry.insert(id, actor.clone());
-        if self.hibernated.remove(&id) {
+        if woken.is_some() {
             self.deps.stats.set_hibernated(self.hibernated.len());
         }
         Ok(actor)
@@ -163,7 +166,7 @@ impl Actor for SupervisorActor {
             children: HashMap::new(),
             restarts: HashMap::new(),
             closing: false,
-            hibernated: std::collections::HashSet::new(),
+            hibernated: HashMap::new(),
         })
     }
 
@@ -200,13 +203,16 @@ impl Actor for SupervisorActor {
         state: &mut Supervisor,
     ) -> Result<(), ActorProcessingErr> {
         match event {
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+            SupervisionEvent::ActorTerminated(cell, last, reason) => {
                 if let Some(id) = state.children.remove(&cell.get_id()) {
                     state
                         .registry
                         .remove_if(&id, |_, a| a.get_id() == cell.get_id());
                     if reason.as_deref() == Some(crate::session::machine::HIBERNATED) {
-                        state.hibernated.insert(id);
+                        let hooks_started = last
+                            .and_then(|mut s| s.take::<crate::session::actor::Session>().ok())
+                            .is_some_and(|s| s.hooks_started());
+                        state.hibernated.insert(id, hooks_started);
                         state.deps.stats.set_hibernated(state.hibernated.len());
                     }
                 }

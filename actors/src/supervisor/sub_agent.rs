@@ -116,6 +116,7 @@ impl Spawner {
                 state,
                 log,
                 deps: Arc::clone(&deps),
+                hooks_started: false,
             },
             registry: Arc::clone(&self.registry),
             started,
@@ -310,7 +311,7 @@ async fn end_turn(state: &SubAgent) {
         reply,
     })
     .await;
-    let Ok((mut live, committed)) = subscribed else {
+    let Ok((mut live, committed, _watch)) = subscribed else {
         return;
     };
     let Ok(log) = state.deps.store.read_from(state.id, Seq::FIRST).await else {

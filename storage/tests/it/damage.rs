@@ -45,7 +45,12 @@ fn exercise(path: &Path, ids: &[SessionId]) -> (bool, Vec<u64>) {
 /// (true for the fixture's known damages, where the tree or the pages name the end).
 fn exercise_with(path: &Path, ids: &[SessionId], strict: bool) -> (bool, Vec<u64>) {
     if let Ok(store) = ReadOnlyStore::open(path) {
-        let _ = store.survey();
+        let survey = store.survey();
+        // The survey that keeps only what does not read names exactly the same.
+        let unreadable = store.unreadable();
+        if let (Ok(survey), Ok(unreadable)) = (&survey, &unreadable) {
+            assert_eq!(&survey.unreadable, unreadable);
+        }
         for id in ids {
             let _ = store.read_from(*id, Seq(1));
         }

@@ -233,6 +233,22 @@ impl SessionMachine {
         }
     }
 
+    /// The machine of a session woken from hibernation: when a turn of it already
+    /// started in this runtime (`hooks_started`, [`Self::hooks_started`] when it
+    /// hibernated), its `SessionStart` hooks do not run again, and its `SessionEnd`
+    /// hooks run at shutdown.
+    #[must_use]
+    pub fn woken(mut self, hooks_started: bool) -> Self {
+        self.hooks_started = hooks_started;
+        self
+    }
+
+    /// Whether a turn of this session started in this runtime (its `SessionStart` hooks
+    /// ran).
+    pub fn hooks_started(&self) -> bool {
+        self.hooks_started
+    }
+
     /// What the log says about the session.
     pub fn fold(&self) -> &SessionState {
         &self.fold

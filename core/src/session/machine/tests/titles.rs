@@ -261,3 +261,33 @@ fn the_machine_adds_little_to_a_sessions_memory() {
     println!("SessionMachine: {machine} bytes (fold {fold})");
     assert!(machine - fold <= 192, "{machine} - {fold}");
 }
+
+#[test]
+fn a_session_woken_after_a_turn_does_not_start_its_hooks_again() {
+    let mut h = Harness::new();
+    h.submit("go");
+    let run = h.run(1);
+    h.turn_completes(run);
+    assert!(h.machine.hooks_started());
+    // Hibernated, then woken from its log with what the supervisor kept.
+    let fold = h.machine.fold().clone();
+    h.machine = SessionMachine::new(fold.clone(), settings()).woken(true);
+    h.out.clear();
+    h.submit("again");
+    h.check(expect![[r#"
+        > submit i2 "again"
+        < append r2 5..6: user_message(i2 "again"), turn_started(i2)
+        < start_turn r2 Model
+        < reply submitted i2
+    "#]]);
+    // Woken without a turn having started: its first turn here starts them.
+    h.machine = SessionMachine::new(fold, settings()).woken(false);
+    h.out.clear();
+    h.submit("more");
+    h.check(expect![[r#"
+        > submit i3 "more"
+        < append r3 5..6: user_message(i3 "more"), turn_started(i3)
+        < start_turn r3 Model first
+        < reply submitted i3
+    "#]]);
+}
