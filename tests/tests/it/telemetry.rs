@@ -477,15 +477,28 @@ async fn serve_continues_a_callers_trace_ends_a_cancelled_turn_and_serves_metric
         .await
         .unwrap();
     assert_eq!(unauthorized.status(), reqwest::StatusCode::UNAUTHORIZED);
-    let resp = serve.get("/metrics").send().await.unwrap();
-    assert_eq!(resp.status(), reqwest::StatusCode::OK);
-    let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
-    assert!(
-        content_type.starts_with("application/openmetrics-text"),
-        "{content_type}"
-    );
-    let text = resp.text().await.unwrap();
-    let samples = parse_openmetrics(&text);
+    // The runtime's gauges follow the session actor, which counts its turn as ended
+    // once it has handled the turn's end: a moment after `turn_complete` reached the
+    // stream. Scrape until they have settled (the counters below are final already).
+    let (text, samples) = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            let resp = serve.get("/metrics").send().await.unwrap();
+            assert_eq!(resp.status(), reqwest::StatusCode::OK);
+            let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
+            assert!(
+                content_type.starts_with("application/openmetrics-text"),
+                "{content_type}"
+            );
+            let text = resp.text().await.unwrap();
+            let samples = parse_openmetrics(&text);
+            if sample(&samples, "foya_turns_active", &[]) == 0.0 {
+                break (text, samples);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the turns-active gauge never came back to 0");
     assert_eq!(sample(&samples, "foya_turns_started_total", &[]), 3.0);
     assert_eq!(
         sample(
