@@ -78,7 +78,6 @@ fn pre_tool_use_allows_then_the_call_runs_with_the_hooks_context_in_its_result()
         > ToolFinished(0, c0 "built", 5 ms)
         < Append[tool_finished(c0), tool_message(c0 "built\n\n[hook] lint passed")]
         < CompileContext(refresh tools)
-        > StreamEnded#2(done, "done")
     "#]]);
 }
 
