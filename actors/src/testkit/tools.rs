@@ -157,8 +157,8 @@ pub fn sandbox_runner() -> SandboxRunner {
 
 /// The `foya-sandbox` helper binary (a binary of the `foya` package, beside `foya`),
 /// built once per test process with `cargo build -p foya --bin foya-sandbox` (escargot,
-/// the same profile and target folder as the tests). A build that takes longer than
-/// [`SLOW_BUILD`] says so on the standard error.
+/// the same profile and target folder as the tests). A build that takes longer than 10 s
+/// says so on the standard error.
 ///
 /// # Panics
 /// When the build fails (the test cannot run without the helper).
