@@ -66,7 +66,8 @@ fn content_mismatch(declared: &str, detected: Option<&str>) -> String {
 }
 
 /// The image media types attachments may have: what the three wire protocols accept.
-pub const IMAGE_MEDIA_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+pub(crate) const IMAGE_MEDIA_TYPES: [&str; 4] =
+    ["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// The image type `bytes` start like, by magic bytes: PNG (`89 50 4E 47 0D 0A 1A 0A`),
 /// JPEG (`FF D8 FF`), GIF (`GIF87a`/`GIF89a`), WebP (`RIFF` size `WEBP`); `None` for
@@ -331,7 +332,10 @@ impl AttachmentStore {
 /// wire adapters then tell the model the image is unavailable). Without a store the
 /// request is unchanged.
 #[must_use]
-pub fn with_images(store: Option<&AttachmentStore>, mut request: ModelRequest) -> ModelRequest {
+pub(crate) fn with_images(
+    store: Option<&AttachmentStore>,
+    mut request: ModelRequest,
+) -> ModelRequest {
     let Some(store) = store else {
         return request;
     };

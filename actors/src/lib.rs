@@ -11,7 +11,7 @@ mod agent;
 // blocks run as doctests.
 #[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/embedding.md"))]
 pub mod guide {}
-pub mod attachments;
+mod attachments;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub use foya_context as context;
@@ -27,7 +27,7 @@ mod kernel;
 mod log;
 mod options;
 mod outcome;
-pub mod runtime;
+mod runtime;
 mod session;
 mod subscription;
 mod supervisor;
@@ -37,15 +37,20 @@ pub mod testkit;
 mod turn;
 
 pub use agent::{Agent, AgentBuilder};
+pub use attachments::{
+    Attachment, AttachmentError, AttachmentStore, ImageError, image_dimensions, sniff_image,
+};
 pub use handle::SessionApi;
 pub use kernel::{QueuedOnRestart, RuntimeError, StorageError, WithoutApprover};
 pub use kernel::{RuntimeStats, StatsSource};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
-    DEFAULT_HIBERNATE_AT_ONCE_ABOVE, DEFAULT_IDLE_LOG_EVENTS, Runtime, RuntimeConfig,
-    SessionHandle, SubscribeOptions, Subscription,
+    DEFAULT_HIBERNATE_AFTER, DEFAULT_HIBERNATE_AT_ONCE_ABOVE, DEFAULT_IDLE_LOG_EVENTS,
+    DEFAULT_SHUTDOWN_GRACE, DEFAULT_SUBSCRIBER_BUFFER, MIN_SUBSCRIBER_BUFFER, Runtime,
+    RuntimeConfig, SessionHandle,
 };
+pub use subscription::{SubscribeOptions, Subscription};
 pub use turn::protection::Limits as ProtectionLimits;
 
 // Crates whose types appear in this crate's public signatures, so that an embedder

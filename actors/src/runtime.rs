@@ -13,12 +13,12 @@
 //! [`QueuedOnRestart`], [`WithoutApprover`]); nothing below imports it.
 
 use crate::kernel::{ControlConfig, RuntimeDeps, actor_err, ask};
-pub use crate::kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
+pub(crate) use crate::kernel::{QueuedOnRestart, RuntimeError, WithoutApprover};
 use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
 use crate::session::SessionMsg;
-pub use crate::subscription::{SubscribeOptions, Subscription};
+pub(crate) use crate::subscription::SubscribeOptions;
 use crate::supervisor::actor::Registry;
 use crate::supervisor::sub_agent::Spawner;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};

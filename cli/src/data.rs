@@ -34,9 +34,9 @@ pub fn data_dir(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
 pub fn attachments(
     dir: &Path,
     store: &foya_storage::LogStore,
-) -> std::sync::Arc<foya_actors::attachments::AttachmentStore> {
+) -> std::sync::Arc<foya_actors::AttachmentStore> {
     use foya_storage::EventLog as _;
-    std::sync::Arc::new(foya_actors::attachments::AttachmentStore::with_shared(
+    std::sync::Arc::new(foya_actors::AttachmentStore::with_shared(
         dir.join("attachments"),
         store.attachments(),
     ))

@@ -4,8 +4,8 @@
 //! The runtime exports each session's log for the hooks under `<data dir>/transcripts`.
 
 use anyhow::Context;
+use foya_actors::RuntimeConfig;
 use foya_actors::hooks::HookCommands;
-use foya_actors::runtime::RuntimeConfig;
 use foya_config::provider::{project_file, read_optional, user_file};
 use std::path::{Path, PathBuf};
 

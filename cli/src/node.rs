@@ -20,8 +20,8 @@ use crate::args::{DataDirArg, ProviderArgs};
 use crate::exit::{CommandError, Ended};
 use anyhow::Context as _;
 use clap::Args;
+use foya_actors::Runtime;
 use foya_actors::cluster::{ClusterNode, NodeConfig};
-use foya_actors::runtime::Runtime;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -296,7 +296,7 @@ async fn serve(
     if refused.is_none() && lost.is_none() {
         // Cancel the running turns while peers still hear their end, then leave.
         node.runtime()
-            .drain(foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE)
+            .drain(foya_actors::DEFAULT_SHUTDOWN_GRACE)
             .await;
     }
     #[cfg(feature = "postgres")]

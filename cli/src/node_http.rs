@@ -6,7 +6,7 @@
 
 use crate::args::{MaxStepsArg, parse_approval};
 use clap::Args;
-use foya_actors::runtime::{Runtime, RuntimeConfig};
+use foya_actors::{Runtime, RuntimeConfig};
 use foya_protocol::{ApprovalMode, SessionId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -57,7 +57,7 @@ pub fn configure(
     cwd: &Path,
     dir: &Path,
     store: &foya_storage::LogStore,
-) -> anyhow::Result<Arc<foya_actors::attachments::AttachmentStore>> {
+) -> anyhow::Result<Arc<foya_actors::AttachmentStore>> {
     let auto_compact = crate::context_config::auto_compact(cwd, args.compaction)?;
     config.mcp = crate::mcp::load(cwd, &args.mcp)?;
     let hooks = crate::hooks::load(cwd)?;
@@ -249,7 +249,7 @@ pub struct NodeHttp {
     /// The data directory.
     pub data_dir: PathBuf,
     /// The attachment store its runtime uses.
-    pub attachments: Arc<foya_actors::attachments::AttachmentStore>,
+    pub attachments: Arc<foya_actors::AttachmentStore>,
     /// The bearer token every request must carry (`--token-file`).
     pub token: Option<Arc<str>>,
     /// Traces and metrics (`GET /metrics`).

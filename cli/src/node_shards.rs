@@ -47,7 +47,7 @@
 
 use crate::node_http::NodeAddress;
 use anyhow::Context as _;
-use foya_actors::runtime::Runtime;
+use foya_actors::Runtime;
 use foya_storage::Ownership as _;
 use foya_storage_pg::{
     ClaimError, LeaseKeeper, LeaseOptions, LeaseStatus, NodeLease, PgLog, ShardOwnership,

@@ -8,7 +8,7 @@ use crate::exit::{CommandError, Ended};
 use crate::render::Renderer;
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
-use foya_actors::runtime::{Runtime, SessionHandle, SubscribeOptions};
+use foya_actors::{Runtime, SessionHandle, SubscribeOptions};
 use foya_protocol::event::Notice;
 use foya_protocol::{
     ApprovalDecision, ApprovalMode, ApprovalRequestId, Event, EventKind, Input, InputId, RunId,

@@ -373,7 +373,7 @@ async fn show(dir: Option<&std::path::Path>, id: SessionId, json: bool) -> anyho
 /// and writes `session_deleted`. No model is needed: the runtime gets an empty script.
 async fn delete(dir: Option<&std::path::Path>, id: SessionId) -> anyhow::Result<()> {
     use foya_actors::provider::scripted::ScriptedClient;
-    use foya_actors::runtime::{Runtime, RuntimeError};
+    use foya_actors::{Runtime, RuntimeError};
     let dir = crate::data::data_dir(dir)?;
     let Some(store) = crate::data::open_for_session(&dir, id, Durability::Immediate)? else {
         return Err(Ended::Failed.into());

@@ -43,13 +43,13 @@ pub fn positive_u32(s: &str) -> Result<u32, ValueError> {
 }
 
 /// A subscriber channel capacity of at least
-/// [`MIN_SUBSCRIBER_BUFFER`](foya_actors::runtime::MIN_SUBSCRIBER_BUFFER) (`loadtest
+/// [`MIN_SUBSCRIBER_BUFFER`](foya_actors::MIN_SUBSCRIBER_BUFFER) (`loadtest
 /// --subscriber-buffer`): below it, every turn's subscriber is cut off (`lagged`).
 ///
 /// # Errors
 /// Not an unsigned integer, or below the minimum.
 pub fn subscriber_buffer(s: &str) -> Result<usize, ValueError> {
-    let min = foya_actors::runtime::MIN_SUBSCRIBER_BUFFER;
+    let min = foya_actors::MIN_SUBSCRIBER_BUFFER;
     let n = s
         .trim()
         .parse::<usize>()

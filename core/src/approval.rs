@@ -60,3 +60,17 @@ pub enum Verdict {
         reason: String,
     },
 }
+
+/// The answer to a call's approval question (a person, a grant, or the session's
+/// fallback when nobody can answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalAnswer {
+    /// Whether the call may run.
+    pub allowed: bool,
+    /// Message for the model when denied.
+    pub message: Option<String>,
+}
+
+/// Message when an approval is needed and nobody can answer.
+pub const NO_APPROVER: &str =
+    "denied: this call needs approval and no approver is attached to the session";

@@ -13,7 +13,7 @@
 
 use super::probe::{self, Slots};
 use super::timeline::Timeline;
-use foya_actors::runtime::{Runtime, SessionHandle, SubscribeOptions, Subscription};
+use foya_actors::{Runtime, SessionHandle, SubscribeOptions, Subscription};
 use foya_protocol::{
     ApprovalMode, Delta, EventKind, Input, Seq, SessionConfig, SessionUpdate, TurnStatus,
 };

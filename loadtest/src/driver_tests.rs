@@ -6,7 +6,7 @@
 use super::{Shared, drive};
 use crate::probe::{self, Probe};
 use foya_actors::provider::{ModelClient, ModelRequest};
-use foya_actors::runtime::{Runtime, RuntimeConfig, SubscribeOptions};
+use foya_actors::{Runtime, RuntimeConfig, SubscribeOptions};
 use foya_protocol::{EventKind, FinishReason, Seq, SessionUpdate, StreamEvent, ToolCallId};
 use foya_storage::{Store, StoreOptions};
 use futures::StreamExt as _;

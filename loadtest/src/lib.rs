@@ -31,11 +31,11 @@ pub use sim_args::SimArgs;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use driver::{Outcome, Shared};
+use foya_actors::Runtime;
 use foya_actors::provider::ModelClient;
 use foya_actors::provider::profile::ProviderProfile;
 use foya_actors::provider::retry::{MAX_ATTEMPTS_LIMIT, RetryPolicy};
 use foya_actors::provider::sim::SimConfig;
-use foya_actors::runtime::Runtime;
 use foya_cli::exit::{CommandError, Ended};
 use foya_protocol::ApprovalMode;
 use foya_storage::{Durability, EventLog as _, LogStore, Store, StoreOptions};
@@ -135,7 +135,7 @@ pub struct LoadtestArgs {
     /// once, without waiting: a smaller channel overflows and every turn fails with
     /// `lagged`. Many tool calls per step need more (a step's results may arrive
     /// together, one event per call).
-    #[arg(long, default_value_t = foya_actors::runtime::DEFAULT_SUBSCRIBER_BUFFER,
+    #[arg(long, default_value_t = foya_actors::DEFAULT_SUBSCRIBER_BUFFER,
           value_parser = foya_cli::values::subscriber_buffer)]
     pub(crate) subscriber_buffer: usize,
     /// Drive running `foya node`s (or `foya serve`) over HTTP instead of a runtime in

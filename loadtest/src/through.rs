@@ -98,7 +98,7 @@ fn refused_flags(args: &LoadtestArgs) -> Vec<&'static str> {
         "--max-attempts",
     );
     refuse(
-        args.subscriber_buffer != foya_actors::runtime::DEFAULT_SUBSCRIBER_BUFFER,
+        args.subscriber_buffer != foya_actors::DEFAULT_SUBSCRIBER_BUFFER,
         "--subscriber-buffer",
     );
     refused

@@ -5,8 +5,11 @@
 //! Owns: turning a [`ModelRequest`] into a stream of [`StreamEvent`]s. Must not: touch the
 //! store or know about sessions; retries are decided by the turn (see `retry`).
 
+#[cfg(feature = "client")]
 use foya_protocol::StreamEvent;
+#[cfg(feature = "client")]
 use futures::stream::BoxStream;
+#[cfg(feature = "client")]
 use tokio_util::sync::CancellationToken;
 
 pub mod classify;
@@ -16,8 +19,11 @@ pub mod profile;
 pub mod redact;
 /// The retry policy (pure; in `foya-core`).
 pub use foya_core::retry;
+#[cfg(feature = "client")]
 pub mod scripted;
+#[cfg(feature = "client")]
 mod step_scope;
+#[cfg(feature = "client")]
 pub use step_scope::{StepOf, current_step, in_step};
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -78,6 +84,7 @@ pub use foya_core::request::{ImageBudget, ImageData, Messages, ModelRequest, Too
 /// # Cancel safety
 /// Dropping the stream aborts the request (HTTP connection closed). `cancel` lets an
 /// implementation stop early too; it must never block.
+#[cfg(feature = "client")]
 pub trait ModelClient: Send + Sync + std::fmt::Debug {
     /// Starts one streaming request.
     fn stream(

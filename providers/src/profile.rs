@@ -45,7 +45,7 @@ pub struct ProviderProfile {
     pub connect_timeout_ms: u64,
     /// Retry policy of this provider's model requests (TOML `[profiles.NAME.retry]`);
     /// `None`: the runtime's (`RuntimeConfig::retry`). Reaches the turn
-    /// through [`crate::ModelClient::retry_policy`].
+    /// through `ModelClient::retry_policy` (feature `client`).
     pub retry: Option<RetryPolicy>,
     /// Whether the model accepts image inputs (TOML `vision`, default `true`). When false,
     /// an input with images is refused at submit (`RuntimeError::ImagesNotSupported`).

@@ -5,7 +5,7 @@
 //! SIGTERM or SIGHUP: the server stops accepting connections, no new inputs or sessions
 //! are taken (503 `shutting_down` on a connection already open), every running turn is
 //! cancelled (its tools' processes killed, `turn_complete{cancelled}` committed and sent
-//! to open event streams; waiting at most [`foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE`]),
+//! to open event streams; waiting at most [`foya_actors::DEFAULT_SHUTDOWN_GRACE`]),
 //! then open event streams end, connections get `CONNECTION_GRACE` to close (then they
 //! are dropped, with a warning), the runtime stops and the store is flushed and closed —
 //! whatever connections are still open — and the exit status is 0.
@@ -33,8 +33,8 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use error::ApiError;
-use foya_actors::attachments::AttachmentStore;
-use foya_actors::runtime::{DEFAULT_SHUTDOWN_GRACE, Runtime};
+use foya_actors::AttachmentStore;
+use foya_actors::{DEFAULT_SHUTDOWN_GRACE, Runtime};
 use foya_cli::exit::{CommandError, Ended};
 use foya_protocol::ApprovalMode;
 use std::io::Write as _;

@@ -436,7 +436,7 @@ async fn upload_attachment(
         .await
         .map_err(ApiError::internal)?
         .map_err(|e| {
-            use foya_actors::attachments::AttachmentError;
+            use foya_actors::AttachmentError;
             match e {
                 AttachmentError::InvalidMediaType(_) => {
                     ApiError::bad_request(format!("{e} (send the Content-Type of the image)"))

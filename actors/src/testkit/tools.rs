@@ -157,7 +157,8 @@ pub fn sandbox_runner() -> SandboxRunner {
 
 /// The `foya-sandbox` helper binary (a binary of the `foya` package, beside `foya`),
 /// built once per test process with `cargo build -p foya --bin foya-sandbox` (escargot,
-/// the same profile and target folder as the tests).
+/// the same profile and target folder as the tests). A build that takes longer than 10 s
+/// says so on the standard error.
 ///
 /// # Panics
 /// When the build fails (the test cannot run without the helper).
@@ -188,13 +189,42 @@ pub fn sandbox_helper() -> std::path::PathBuf {
                     build = build.env_remove(key);
                 }
             }
-            build
+            let slow = slow_build_note();
+            let path = build
                 .run()
                 .expect("build foya-sandbox")
                 .path()
-                .to_path_buf()
+                .to_path_buf();
+            drop(slow);
+            path
         })
         .clone()
+}
+
+/// How long the helper's build may take before [`slow_build_note`] says why a test waits.
+const SLOW_BUILD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Says on the real standard error (past the test harness's capture, which would hold
+/// it until the test ends) that the test waits for the helper's build, unless the
+/// returned sender is dropped within [`SLOW_BUILD`]. The build waits while another cargo
+/// command holds the target folder's lock, and recompiles `foya` after a change: a test
+/// waiting there looks hung otherwise.
+fn slow_build_note() -> std::sync::mpsc::Sender<()> {
+    let (done, built) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if built.recv_timeout(SLOW_BUILD) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "foya testkit: still building the sandbox helper (`cargo build -p foya --bin \
+                 foya-sandbox`, the tests' profile and target folder) after {}s: it recompiles \
+                 `foya` after a change and waits while another cargo command holds the target \
+                 folder's lock",
+                SLOW_BUILD.as_secs()
+            );
+        }
+    });
+    done
 }
 
 /// The real built-ins with `shell` sandboxed through [`sandbox_runner`].

@@ -3,10 +3,10 @@
 //! tasks, context compilation (which reads the session's log) — carries out the
 //! machine's effects and feeds their results back as inputs. It decides nothing.
 //!
-//! Appends are merged: back-to-back [`TurnEffect::Append`]s, and the `tool_started` of
-//! the calls a [`TurnEffect::StartTools`] starts at once, go into one commit, written
-//! before the next effect that needs it (anything but an append) or at the end of the
-//! message. The mailbox never waits on a stream, a tool, a backoff or a hook (children
+//! Appends are merged: back-to-back [`TurnEffect::Append`]s (with the `tool_started` of
+//! the calls a [`TurnEffect::CheckCalls`] lets run at once) go into one commit, written
+//! before the next effect that needs it (anything but an append or a check) or at the
+//! end of the message. The mailbox never waits on a stream, a tool, a backoff or a hook (children
 //! or tasks that report by message), so `Cancel` is handled at once. Once the turn's
 //! token fired, the driver starts nothing new (the `Cancel` that follows writes the
 //! end) and tells the machine ([`TurnInput::CancelRequested`]).
@@ -93,6 +93,14 @@ pub(crate) struct Io {
     pub(super) compaction_log: Vec<Event>,
     /// Running ToolActors: call index and actor.
     pub(super) running: HashMap<ActorId, (usize, ActorRef<ToolMsg>)>,
+    /// The step's checked calls, by call index.
+    pub(super) calls: Vec<Option<super::tools::StepCall>>,
+    /// A call's hooks or approval question in flight, by call index.
+    pub(super) call_tasks: HashMap<usize, AbortOnDropHandle<()>>,
+    /// The session's log exported for this batch's tool hooks (empty: not exported).
+    pub(super) transcript_path: std::path::PathBuf,
+    /// The working directory's protected paths, as the last check saw them.
+    pub(super) protected: Option<crate::tools::protected::Protected>,
     /// Live output of the step's started calls, by call index (kept for a cancel).
     pub(super) partials: Vec<Option<PartialOutput>>,
     /// The step `partials` belong to.
@@ -107,11 +115,6 @@ pub(crate) struct Io {
 }
 
 impl Turn {
-    /// Adds events to the next commit.
-    pub(super) fn append(&mut self, kinds: impl IntoIterator<Item = EventKind>) {
-        self.io.pending.extend(kinds);
-    }
-
     /// Commits the pending appends through the session (waits for the commit).
     pub(super) async fn flush(&mut self) -> Result<(), ActorProcessingErr> {
         if self.io.pending.is_empty() {
@@ -162,28 +165,59 @@ impl Turn {
             self.io.pending.extend(kinds);
             return Ok(None);
         }
-        if let TurnEffect::StartTools { step, calls } = effect {
-            return self.start_tools(myself, step, calls).await.map(|()| None);
+        if let TurnEffect::CheckCalls { step, calls } = effect {
+            // Answered at once; the `tool_started` it leads to join the pending appends.
+            return Ok(Some(self.check_calls(step, calls)));
         }
         if matches!(effect, TurnEffect::Finish) {
             // Forget the turn's sub-agent counters before its end is visible (dropping
             // the turn would too, but later).
             self.io.sub_agents = None;
         }
-        self.flush().await?;
+        match self.flush().await {
+            // The session refuses a cancelled turn's tool activity (`tool_started`):
+            // the `Cancel` that follows writes the call's "cancelled" result.
+            Err(_)
+                if self.args.cancel.is_cancelled()
+                    && matches!(effect, TurnEffect::RunTool { .. }) =>
+            {
+                return Ok(None);
+            }
+            result => result?,
+        }
         let starts = matches!(
             effect,
             TurnEffect::RunHooks(_)
                 | TurnEffect::StartStream { .. }
                 | TurnEffect::StartTimer { .. }
                 | TurnEffect::StartSummary { .. }
+                | TurnEffect::RunToolHook { .. }
+                | TurnEffect::AskApproval { .. }
+                | TurnEffect::RunTool { .. }
         );
         if starts && self.args.cancel.is_cancelled() {
             // The `Cancel` that follows ends the turn.
             return Ok(None);
         }
         Ok(match effect {
-            TurnEffect::Append(_) | TurnEffect::StartTools { .. } => None,
+            TurnEffect::Append(_) | TurnEffect::CheckCalls { .. } => None,
+            TurnEffect::RunToolHook { index, hook } => {
+                self.run_tool_hook(myself, index, hook);
+                None
+            }
+            TurnEffect::AskApproval {
+                index,
+                action,
+                reason,
+                grant_key,
+            } => {
+                self.ask_approval(myself, index, action, reason, grant_key);
+                None
+            }
+            TurnEffect::RunTool { index, sandbox } => {
+                self.run_tool(myself, index, sandbox).await?;
+                None
+            }
             TurnEffect::RunHooks(point) => {
                 self.spawn_hooks(myself, point);
                 None
@@ -242,6 +276,7 @@ impl Turn {
                 for (_, (_, actor)) in self.io.running.drain() {
                     actor.kill();
                 }
+                self.io.call_tasks.clear();
                 None
             }
             TurnEffect::StopTimer => {
@@ -397,6 +432,10 @@ impl Actor for TurnActor {
             compiled: None,
             compaction_log: Vec::new(),
             running: HashMap::new(),
+            calls: Vec::new(),
+            call_tasks: HashMap::new(),
+            transcript_path: std::path::PathBuf::new(),
+            protected: None,
             partials: Vec::new(),
             partials_step: 0,
             timer: None,
@@ -447,7 +486,17 @@ impl Actor for TurnActor {
                 state.io.hooks = None;
                 Some(TurnInput::HooksAnswered(run))
             }
-            TurnMsg::HookStopped { reason } => Some(TurnInput::ToolHookStopped { reason }),
+            TurnMsg::ToolHookDone { index, run } => {
+                state.io.call_tasks.remove(&index);
+                Some(match run {
+                    Some(run) => TurnInput::ToolHookAnswered { index, run },
+                    None => TurnInput::ToolCrashed { index },
+                })
+            }
+            TurnMsg::ApprovalDone { index, answer } => {
+                state.io.call_tasks.remove(&index);
+                Some(TurnInput::ApprovalAnswered { index, answer })
+            }
             #[cfg(test)]
             TurnMsg::Panic => panic!("test-induced TurnActor panic"),
         };

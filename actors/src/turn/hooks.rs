@@ -2,8 +2,8 @@
 //! asks for — `SessionStart`, `UserPromptSubmit`, `PreCompact`, `Stop` /
 //! `SubagentStop` — and runs its hooks in a task that reports by message (`HookDone`),
 //! so a cancel is heard at once (dropping the task kills running hooks). `PreToolUse`
-//! and `PostToolUse` run in the ToolActor; a tool hook's `continue: false` reaches the
-//! turn as `HookStopped`. What a hook's answer means is the machine's business.
+//! and `PostToolUse` run the same way, for one call (`tools.rs`, `ToolHookDone`). What a
+//! hook's answer means is the machine's business.
 
 use super::TurnMsg;
 use super::actor::Turn;

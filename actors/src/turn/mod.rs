@@ -5,9 +5,10 @@
 //! compaction, stop hooks, cancellation — read it top to bottom there). The
 //! [`TurnActor`] (`actor.rs`) is its driver: it carries out the machine's effects —
 //! session appends (merged into one commit where they are back to back), context
-//! compilation (`context.rs`), ProviderActors and their live relay, ToolActors
-//! (`tools.rs`), hook tasks (`hooks.rs`), MCP tool listings (`mcp.rs`), the backoff timer
-//! — and feeds their results back as inputs.
+//! compilation (`context.rs`), ProviderActors and their live relay, a tool call's
+//! checks, hooks, approval question and ToolActor (`tools.rs`), hook tasks (`hooks.rs`),
+//! MCP tool listings (`mcp.rs`), the backoff timer — and feeds their results back as
+//! inputs.
 //!
 //! Run protection (`protection.rs`) and repeated call ids (`duplicates.rs`) are pure
 //! helpers the machine drives.
@@ -26,7 +27,6 @@ mod tool;
 mod tools;
 
 pub(crate) use actor::{TurnActor, TurnArgs};
-pub(crate) use foya_core::schedule::CANCELLED;
 pub(crate) use foya_core::turn::TurnMode;
 
 use foya_protocol::{StreamEvent, ToolMessage};
@@ -49,21 +49,27 @@ pub(crate) enum TurnMsg {
     StreamEnded { request: u64, event: StreamEvent },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },
-    /// A ToolActor finished call `index` of the current step. `duration_ms` is set when
-    /// the tool ran (its `tool_started` is committed): the turn then appends the call's
-    /// `tool_finished` with the results that became committable (one append, not two).
+    /// A ToolActor ran call `index` of the current step for `duration_ms`.
     ToolDone {
         index: usize,
         result: ToolMessage,
-        duration_ms: Option<u64>,
+        duration_ms: u64,
+    },
+    /// The `PreToolUse`/`PostToolUse` hooks of call `index` answered (`None`: a hook
+    /// panicked, the call crashed).
+    ToolHookDone {
+        index: usize,
+        run: Option<crate::hooks::HookRun>,
+    },
+    /// The approval question of call `index` was answered.
+    ApprovalDone {
+        index: usize,
+        answer: foya_core::approval::ApprovalAnswer,
     },
     /// Cancel the turn.
     Cancel { reason: String },
     /// The hooks of the current hook point answered.
     HookDone { run: crate::hooks::HookRun },
-    /// A tool hook answered `continue: false`: the turn ends once the step's results
-    /// are in.
-    HookStopped { reason: Option<String> },
     /// Test hook: panic in the handler.
     #[cfg(test)]
     Panic,

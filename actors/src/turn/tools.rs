@@ -1,25 +1,42 @@
-//! The TurnActor's tool I/O: starting the ToolActors of the calls the machine starts
-//! (the machine schedules them: `machine/run.rs`). The calls allowed without asking are
-//! validated here and their `tool_started` committed in one append with what is
-//! pending (the step's assistant message, the previous call's results), before any of
-//! them runs; the others validate, ask and mark themselves started in their ToolActor.
+//! The TurnActor's tool I/O: what the machine's call lifecycle (`machine/call.rs`) asks
+//! for. `CheckCalls` validates each call with the registry and puts it through the
+//! Approval Gateway (answered at once; the prepared calls are kept for the step);
+//! `RunToolHook` runs a call's `PreToolUse`/`PostToolUse` hooks and `AskApproval` asks
+//! the session, each in a task that reports by message (so a cancel is heard at once:
+//! dropping the task kills the hooks, drops the question); `RunTool` starts the
+//! call's ToolActor, which only runs the prepared call under its sandbox.
 
 use super::TurnMsg;
 use super::actor::Turn;
-use super::tool::actor::{PartialOutput, Started, pre_start};
+use super::machine::{CallCheck, TurnInput};
+use super::port::ApprovalQuestion;
+use super::tool::actor::PartialOutput;
 use super::tool::{ToolActor, ToolArgs};
+use crate::hooks::{HookEvent, HookInput, hook_tool_input};
+use crate::task::AbortOnDropHandle;
+use crate::tools::approval::evaluate;
 use crate::tools::protected::Protected;
-use foya_protocol::{EventKind, ToolCall};
+use crate::tools::{PreparedCall, SandboxPolicy};
+use foya_core::approval::ApprovalAnswer;
+use foya_core::turn::machine::ToolHook;
+use foya_protocol::ToolCall;
+use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::collections::BTreeSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+/// A call of the step, as the driver keeps it between its lifecycle's effects.
+#[derive(Debug)]
+pub(crate) struct StepCall {
+    pub(super) call: ToolCall,
+    /// The validated call (taken when it runs).
+    pub(super) prepared: Option<PreparedCall>,
+}
 
 impl Turn {
-    /// Starts `calls` (call index, call) of step `step`.
-    pub(super) async fn start_tools(
-        &mut self,
-        myself: &ActorRef<TurnMsg>,
-        step: u32,
-        calls: Vec<(usize, ToolCall)>,
-    ) -> Result<(), ActorProcessingErr> {
+    /// Checks `calls` (call index, call) of step `step`: the machine's `CallsChecked`.
+    pub(super) fn check_calls(&mut self, step: u32, calls: Vec<(usize, ToolCall)>) -> TurnInput {
         if self.io.sub_agents.is_none() {
             let run_id = self.args.run_id;
             self.io.sub_agents = self
@@ -32,68 +49,196 @@ impl Turn {
         if self.io.partials_step != step {
             self.io.partials_step = step;
             self.io.partials.clear();
+            self.io.calls.clear();
         }
-        let cwd = &self.args.config.cwd;
-        let protected = Protected::new(cwd, &self.args.deps.hooks.commands(cwd));
-        let hooks = std::sync::Arc::clone(&self.args.deps.hooks);
-        let started: Vec<Option<Started>> = calls
-            .iter()
-            .map(|(_, call)| {
-                pre_start(
-                    &self.io.registry,
-                    &self.args.config,
-                    &protected,
-                    &hooks,
-                    call,
-                )
-            })
-            .collect();
-        let transcript_path = self.tool_transcript(calls.iter().map(|(_, call)| call));
-        let kinds =
-            calls
-                .iter()
-                .zip(&started)
-                .filter(|(_, s)| s.is_some())
-                .map(|((_, call), _)| EventKind::ToolStarted {
-                    tool_call_id: call.id.clone(),
-                    name: call.name.clone(),
-                });
-        self.append(kinds);
-        self.flush().await?;
-        if self.args.cancel.is_cancelled() {
-            // Nothing starts once the token fired (the session dropped those
-            // `tool_started`): the `Cancel` that follows writes "cancelled" results.
-            return Ok(());
-        }
-        for ((index, call), started) in calls.into_iter().zip(started) {
-            let partial = PartialOutput::default();
-            if self.io.partials.len() <= index {
-                self.io.partials.resize(index + 1, None);
-            }
-            self.io.partials[index] = Some(std::sync::Arc::clone(&partial));
-            let args = ToolArgs {
-                session: self.args.session.clone(),
-                turn: myself.clone(),
-                session_id: self.args.session_id,
-                run_id: self.args.run_id,
-                step,
-                index,
-                tools: std::sync::Arc::clone(&self.io.registry),
-                call,
-                config: self.args.config.clone(),
-                protected: protected.clone(),
-                shared: self.args.deps.tool_state.clone(),
-                cancel: self.args.cancel.child_token(),
-                partial,
-                started,
-                hooks: std::sync::Arc::clone(&hooks),
-                transcript_path: transcript_path.clone(),
-                hook_notes: Vec::new(),
-                attachments: self.args.deps.attachments.clone(),
+        let cwd = self.args.config.cwd.clone();
+        let protected = Protected::new(&cwd, &self.args.deps.hooks.commands(&cwd));
+        self.io.transcript_path = self.tool_transcript(calls.iter().map(|(_, call)| call));
+        let hooks = Arc::clone(&self.args.deps.hooks);
+        let mode = self.args.config.approval_mode;
+        let mut checks = Vec::with_capacity(calls.len());
+        for (index, call) in calls {
+            let check = match self.io.registry.prepare(&call.name, &call.arguments) {
+                Err(output) => {
+                    self.keep_call(index, call, None);
+                    CallCheck::Invalid(output.content)
+                }
+                Ok(prepared) => {
+                    let verdict = evaluate(
+                        mode,
+                        prepared.tool.spec(),
+                        &prepared.args,
+                        &cwd,
+                        &protected,
+                        &BTreeSet::new(),
+                        self.io.registry.shield_available(),
+                    );
+                    let pre_hooks = hooks
+                        .any(HookEvent::PreToolUse, Some(&call.name))
+                        .then(|| format!("{} {}", call.name, prepared.args));
+                    let post_hooks = hooks.any(HookEvent::PostToolUse, Some(&call.name));
+                    self.keep_call(index, call, Some(prepared));
+                    CallCheck::Valid {
+                        verdict,
+                        pre_hooks,
+                        post_hooks,
+                    }
+                }
             };
-            let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
-            self.io.running.insert(actor.get_id(), (index, actor));
+            checks.push((index, check));
         }
+        self.io.protected = Some(protected);
+        TurnInput::CallsChecked(checks)
+    }
+
+    fn keep_call(&mut self, index: usize, call: ToolCall, prepared: Option<PreparedCall>) {
+        if self.io.calls.len() <= index {
+            self.io.calls.resize_with(index + 1, || None);
+        }
+        self.io.calls[index] = Some(StepCall { call, prepared });
+    }
+
+    fn step_call(&self, index: usize) -> Option<&StepCall> {
+        self.io.calls.get(index).and_then(Option::as_ref)
+    }
+
+    /// Runs `hook` for call `index` in a task that answers `ToolHookDone` (a panicking
+    /// hook answers as a crashed call).
+    pub(super) fn run_tool_hook(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        index: usize,
+        hook: ToolHook,
+    ) {
+        let Some(step_call) = self.step_call(index) else {
+            return;
+        };
+        let call = &step_call.call;
+        let cwd = &self.args.config.cwd;
+        let (event, tool_input, tool_response) = match hook {
+            ToolHook::Pre => {
+                let args = step_call
+                    .prepared
+                    .as_ref()
+                    .map_or(&call.arguments, |p| &p.args);
+                (
+                    HookEvent::PreToolUse,
+                    hook_tool_input(&call.name, args, cwd),
+                    None,
+                )
+            }
+            ToolHook::Post { content, is_error } => (
+                HookEvent::PostToolUse,
+                hook_tool_input(&call.name, &call.arguments, cwd),
+                Some(serde_json::json!({ "content": content, "is_error": is_error })),
+            ),
+        };
+        let mut input = HookInput::new(
+            event,
+            self.args.session_id,
+            cwd.clone(),
+            self.args.config.approval_mode,
+        );
+        input.turn_id = Some(self.args.run_id);
+        input.transcript_path.clone_from(&self.io.transcript_path);
+        input.tool_name = Some(call.name.clone());
+        input.tool_use_id = Some(call.id.clone());
+        input.tool_input = Some(tool_input);
+        input.tool_response = tool_response;
+        let hooks = Arc::clone(&self.args.deps.hooks);
+        let me = myself.clone();
+        let task = tokio::spawn(async move {
+            let run = AssertUnwindSafe(hooks.run(&input))
+                .catch_unwind()
+                .await
+                .ok();
+            let _ = me.cast(TurnMsg::ToolHookDone { index, run });
+        });
+        self.io
+            .call_tasks
+            .insert(index, AbortOnDropHandle::new(task));
+    }
+
+    /// Asks the session whether call `index` may run, in a task that answers
+    /// `ApprovalDone`.
+    pub(super) fn ask_approval(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        index: usize,
+        action: String,
+        reason: String,
+        grant_key: String,
+    ) {
+        let Some(step_call) = self.step_call(index) else {
+            return;
+        };
+        let question = ApprovalQuestion {
+            run_id: self.args.run_id,
+            tool_call_id: step_call.call.id.clone(),
+            tool_name: step_call.call.name.clone(),
+            action,
+            reason,
+            grant_key,
+        };
+        let session = self.args.session.clone();
+        let me = myself.clone();
+        let task = tokio::spawn(async move {
+            let answer = session
+                .ask_approval(question)
+                .await
+                .unwrap_or_else(|| ApprovalAnswer {
+                    allowed: false,
+                    message: Some("the approval request was dropped".into()),
+                });
+            let _ = me.cast(TurnMsg::ApprovalDone { index, answer });
+        });
+        self.io
+            .call_tasks
+            .insert(index, AbortOnDropHandle::new(task));
+    }
+
+    /// Starts the ToolActor of call `index` (its `tool_started` is committed).
+    pub(super) async fn run_tool(
+        &mut self,
+        myself: &ActorRef<TurnMsg>,
+        index: usize,
+        sandbox: SandboxPolicy,
+    ) -> Result<(), ActorProcessingErr> {
+        let Some(slot) = self.io.calls.get_mut(index).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        // The call stays for its `PostToolUse` hooks.
+        let Some(prepared) = slot.prepared.take() else {
+            return Ok(());
+        };
+        let call = slot.call.clone();
+        let partial = PartialOutput::default();
+        if self.io.partials.len() <= index {
+            self.io.partials.resize(index + 1, None);
+        }
+        self.io.partials[index] = Some(Arc::clone(&partial));
+        let args = ToolArgs {
+            session: self.args.session.clone(),
+            turn: myself.clone(),
+            session_id: self.args.session_id,
+            run_id: self.args.run_id,
+            step: self.io.partials_step,
+            index,
+            prepared,
+            sandbox,
+            call,
+            config: self.args.config.clone(),
+            protected: self.io.protected.clone().unwrap_or_else(|| {
+                let cwd = &self.args.config.cwd;
+                Protected::new(cwd, &self.args.deps.hooks.commands(cwd))
+            }),
+            shared: self.args.deps.tool_state.clone(),
+            cancel: self.args.cancel.child_token(),
+            partial,
+            attachments: self.args.deps.attachments.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
+        self.io.running.insert(actor.get_id(), (index, actor));
         Ok(())
     }
 }

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::*;
-use foya_actors::attachments::AttachmentStore;
+use foya_actors::AttachmentStore;
 use foya_actors::context::{COMPACTION_SYSTEM_PROMPT, IMAGE_LEFT_OUT};
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_protocol::{

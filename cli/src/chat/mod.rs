@@ -22,7 +22,7 @@ use crate::exit::{CommandError, Ended};
 use crate::signals::{Signalled, Signals};
 use anyhow::Context as _;
 use commands::ChatCommand;
-use foya_actors::runtime::{Runtime, SubscribeOptions};
+use foya_actors::{Runtime, SubscribeOptions};
 use foya_actors::{SessionHandle, Subscription};
 use foya_protocol::{ApprovalMode, Input, Seq, SessionConfig, SessionId};
 use foya_storage::EventLog as _;

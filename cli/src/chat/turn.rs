@@ -12,8 +12,8 @@ use super::{Action, Chat};
 use crate::exit::Ended;
 use crate::render::Renderer;
 use crate::signals::Signalled;
+use foya_actors::DEFAULT_SHUTDOWN_GRACE;
 use foya_actors::SubscribeOptions;
-use foya_actors::runtime::DEFAULT_SHUTDOWN_GRACE;
 use foya_protocol::event::Notice;
 use foya_protocol::{
     ApprovalRequestId, EventKind, Input, InputId, RunId, SessionUpdate, TurnStatus,

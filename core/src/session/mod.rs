@@ -49,14 +49,7 @@ pub struct ApprovalRequest {
     pub reason: String,
 }
 
-/// The answer to a ToolActor's approval request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalAnswer {
-    /// Whether the call may run.
-    pub allowed: bool,
-    /// Message for the model when denied.
-    pub message: Option<String>,
-}
+pub use crate::approval::ApprovalAnswer;
 
 /// What a started input turns into.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use foya_actors::protocol::{FinishReason, Input, Message, StreamEvent, ToolCallI
 use foya_actors::provider::{ModelClient, ModelRequest};
 use foya_actors::storage::Store;
 use foya_actors::tools::{SideEffect, ToolContext, TypedTool};
-use foya_actors::{Agent, attachments};
+use foya_actors::{Agent, image_dimensions};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +100,7 @@ async fn a_minimal_build_runs_a_turn_with_a_custom_client_and_a_typed_tool()
 #[test]
 fn a_minimal_build_refuses_images_with_a_reason() {
     let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
-    let refused = attachments::image_dimensions(png, "image/png");
+    let refused = image_dimensions(png, "image/png");
     assert!(
         refused
             .as_ref()

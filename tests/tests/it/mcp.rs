@@ -464,10 +464,7 @@ async fn an_image_result_reaches_the_model_as_an_image_block_of_its_tool_result(
     assert_eq!(images.len(), 1, "{result}");
     assert_eq!(images[0]["media_type"], "image/png");
     let stored = attachment(&setup.path("data"), images[0]["id"].as_str().unwrap());
-    assert_eq!(
-        foya_actors::attachments::sniff_image(&stored),
-        Some("image/png")
-    );
+    assert_eq!(foya_actors::sniff_image(&stored), Some("image/png"));
 
     // The next request carried the image itself inside the tool_result.
     let requests = mock.requests();

@@ -1,25 +1,19 @@
-//! The ToolActor's single handler: one tool call from validation and the Approval
-//! Gateway to its result (the TurnActor commits `tool_finished` with the result).
+//! The ToolActor's single handler: one prepared, allowed call run under its sandbox to
+//! its result (the TurnActor's machine adds what the hooks said and commits it with
+//! `tool_finished`).
 
 use super::ToolMsg;
 use crate::attachments::AttachmentStore;
-use crate::hooks::{HookEvent, Hooks};
-use crate::tools::approval::{Verdict, evaluate};
 use crate::tools::builtin::CappedOutput;
 use crate::tools::protected::Protected;
-use crate::tools::{
-    PreparedCall, ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolRegistry, ToolSpec,
-};
+use crate::tools::{PreparedCall, ProgressSink, SandboxPolicy, ToolContext, ToolOutput, ToolSpec};
 use crate::turn::TurnMsg;
-use crate::turn::port::{ApprovalQuestion, Port};
-use foya_core::session::ApprovalAnswer;
+use crate::turn::port::Port;
 use foya_protocol::event::Delta;
 use foya_protocol::{
     AttachmentRef, EventKind, RunId, SessionConfig, SessionId, ToolCall, ToolCallId, ToolMessage,
 };
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -40,8 +34,10 @@ pub(crate) struct ToolArgs {
     pub step: u32,
     pub index: usize,
     pub call: ToolCall,
-    /// The registry that validates and runs the call.
-    pub tools: Arc<ToolRegistry>,
+    /// The validated call to run.
+    pub prepared: PreparedCall,
+    /// The sandbox the Approval Gateway (or a person) decided.
+    pub sandbox: SandboxPolicy,
     pub config: SessionConfig,
     /// The working directory's protected paths (with the hook scripts of the runtime).
     pub protected: Protected,
@@ -52,56 +48,9 @@ pub(crate) struct ToolArgs {
     /// tool's output), shared with the turn: a cancel kills this actor and the turn
     /// keeps what the call had printed in its "cancelled" result.
     pub partial: PartialOutput,
-    /// Set when the turn already validated the call, found it allowed without asking,
-    /// and committed its `tool_started` in the append that started the batch: the actor
-    /// runs it at once (no second validation, gate or append).
-    pub started: Option<Started>,
-    /// The runtime's hooks (`PreToolUse` before the gate decides, `PostToolUse` after
-    /// the call ran).
-    pub hooks: Arc<Hooks>,
-    /// The session's log exported for this step's hooks (empty: not exported).
-    pub transcript_path: PathBuf,
-    /// Context the `PreToolUse` hooks gave, added to the call's result.
-    pub hook_notes: Vec<String>,
     /// Where the images a tool returns are kept (none: they are only named in the
     /// result's text).
     pub attachments: Option<Arc<AttachmentStore>>,
-}
-
-/// A call the turn validated, allowed and marked started; see [`ToolArgs::started`].
-#[derive(Debug)]
-pub(crate) struct Started {
-    pub prepared: PreparedCall,
-    pub sandbox: SandboxPolicy,
-}
-
-/// The call `call` as [`Started`] when it is valid and `mode` allows it without asking
-/// (the Approval Gateway's `Allow`); `None` when it must go through the ToolActor's own
-/// validation and gate (an error result, a denial, or a question to a person).
-pub(crate) fn pre_start(
-    tools: &ToolRegistry,
-    config: &SessionConfig,
-    protected: &Protected,
-    hooks: &Hooks,
-    call: &ToolCall,
-) -> Option<Started> {
-    if hooks.any(HookEvent::PreToolUse, Some(&call.name)) {
-        // Its hooks decide first, in the ToolActor.
-        return None;
-    }
-    let prepared = tools.prepare(&call.name, &call.arguments).ok()?;
-    match evaluate(
-        config.approval_mode,
-        prepared.tool.spec(),
-        &prepared.args,
-        &config.cwd,
-        protected,
-        &BTreeSet::new(),
-        tools.shield_available(),
-    ) {
-        Verdict::Allow { sandbox } => Some(Started { prepared, sandbox }),
-        Verdict::Deny { .. } | Verdict::Ask { .. } => None,
-    }
 }
 
 /// Output a running call has streamed so far; see [`ToolArgs::partial`].
@@ -160,118 +109,16 @@ impl ProgressSink for Progress {
 }
 
 impl ToolArgs {
-    pub(super) async fn append(&self, kinds: Vec<EventKind>) -> Result<(), ActorProcessingErr> {
-        self.session.append(self.run_id, kinds).await
-    }
-
-    /// Asks the session for a decision; a cancel while waiting reads as "cancelled".
-    async fn ask(&self, action: String, reason: String, grant_key: String) -> ApprovalAnswer {
-        let request = self.session.ask_approval(ApprovalQuestion {
-            run_id: self.run_id,
-            tool_call_id: self.call.id.clone(),
-            tool_name: self.call.name.clone(),
-            action,
-            reason,
-            grant_key,
-        });
-        let denied = |m: &str| ApprovalAnswer {
-            allowed: false,
-            message: Some(m.into()),
-        };
-        tokio::select! {
-            () = self.cancel.cancelled() => denied(crate::turn::CANCELLED),
-            answer = request => match answer {
-                Some(answer) => answer,
-                None => denied("the approval request was dropped"),
-            },
-        }
-    }
-
-    /// The Approval Gateway for validated `args`: the sandbox to run under, or the
-    /// `is_error` result when the call is denied (by policy or by a person).
-    ///
-    /// Grants are not passed to [`evaluate`]: the session checks an `Ask`'s grant key
-    /// against its live grant set (which includes grants decided earlier in this step and
-    /// grants restored from the log) and answers at once without an event, which is what
-    /// `evaluate` with the grants would decide (`Allow` under `sandbox_if_allowed`).
-    async fn gate(
-        &mut self,
-        spec: &ToolSpec,
-        args: &serde_json::Value,
-    ) -> Result<Result<SandboxPolicy, ToolOutput>, ActorProcessingErr> {
-        let mode = self.config.approval_mode;
-        let verdict = evaluate(
-            mode,
-            spec,
-            args,
-            &self.config.cwd,
-            &self.protected,
-            &BTreeSet::new(),
-            self.tools.shield_available(),
-        );
-        let verdict = self.pre_tool_use(args, verdict).await?;
-        Ok(self.decide(verdict).await)
-    }
-
-    /// Runs `verdict`: the sandbox, or the `is_error` result (denied by the policy, a
-    /// hook or a person).
-    async fn decide(&self, verdict: Verdict) -> Result<SandboxPolicy, ToolOutput> {
-        match verdict {
-            Verdict::Allow { sandbox } => Ok(sandbox),
-            Verdict::Deny { reason } => Err(ToolOutput::error(reason)),
-            Verdict::Ask {
-                action,
-                reason,
-                grant_key,
-                sandbox_if_allowed,
-                if_no_approver,
-            } => {
-                let answer = self.ask(action, reason, grant_key).await;
-                if answer.allowed {
-                    Ok(sandbox_if_allowed)
-                } else if let Some(sandbox) = if_no_approver.filter(|_| {
-                    answer.message.as_deref() == Some(foya_core::session::machine::NO_APPROVER)
-                }) {
-                    // Nobody can answer: what the policy runs unasked runs as before
-                    // the fallback (Landlock alone keeps the protected paths shut).
-                    Ok(sandbox)
-                } else {
-                    let message = answer.message.unwrap_or_else(|| "denied".into());
-                    Err(ToolOutput::error(message))
-                }
-            }
-        }
-    }
-
     /// Runs the call to its result.
     #[tracing::instrument(
         name = "tool_call",
         skip_all,
         fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %self.call.name)
     )]
-    async fn run(&mut self) -> Result<(ToolOutput, Option<u64>), ActorProcessingErr> {
-        let (tool, args, sandbox) = match self.started.take() {
-            Some(Started { prepared, sandbox }) => (prepared.tool, prepared.args, sandbox),
-            None => {
-                let prepared = match self.tools.prepare(&self.call.name, &self.call.arguments) {
-                    Ok(prepared) => prepared,
-                    Err(output) => return Ok((output, None)),
-                };
-                let sandbox = match self.gate(prepared.tool.spec(), &prepared.args).await? {
-                    Ok(sandbox) => sandbox,
-                    Err(mut output) => {
-                        self.add_notes(&mut output);
-                        return Ok((output, None));
-                    }
-                };
-                self.append(vec![EventKind::ToolStarted {
-                    tool_call_id: self.call.id.clone(),
-                    name: self.call.name.clone(),
-                }])
-                .await?;
-                (prepared.tool, prepared.args, sandbox)
-            }
-        };
+    async fn run(&mut self) -> (ToolOutput, u64) {
+        let tool = Arc::clone(&self.prepared.tool);
+        let args = std::mem::take(&mut self.prepared.args);
+        let sandbox = self.sandbox;
         let spec = tool.spec();
         let mode = self.config.approval_mode;
         // The call's own token: fires with the turn's, and when the call times out (its
@@ -299,7 +146,7 @@ impl ToolArgs {
         let started = Instant::now();
         let limit_ms = backstop_ms(spec, &args);
         let call = tool.call(&ctx, args, cancel.clone(), &progress);
-        let mut output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
+        let output = match tokio::time::timeout(Duration::from_millis(limit_ms), call).await {
             Ok(output) => output,
             Err(_) => {
                 cancel.cancel();
@@ -307,10 +154,7 @@ impl ToolArgs {
             }
         };
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if !self.cancel.is_cancelled() {
-            self.post_tool_use(&mut output).await?;
-        }
-        Ok((output, Some(duration_ms)))
+        (output, duration_ms)
     }
 }
 
@@ -344,7 +188,7 @@ impl Actor for ToolActor {
                     myself.stop(None);
                     return Ok(());
                 }
-                let (output, duration_ms) = outcome?;
+                let (output, duration_ms) = outcome;
                 let result =
                     result_message(args.call.id.clone(), output, args.attachments.clone()).await;
                 let _ = args.turn.cast(TurnMsg::ToolDone {

@@ -67,9 +67,7 @@ pub const STORAGE_RESULT: &str =
 pub(crate) const CRASHED_RESULT: &str = "the turn crashed before this call finished";
 /// `turn_cancelled` reason of a turn cancelled by the runtime's shutdown.
 pub(crate) const SHUTDOWN_REASON: &str = "runtime shutdown";
-/// Message when an approval is needed and nobody can answer.
-pub const NO_APPROVER: &str =
-    "denied: this call needs approval and no approver is attached to the session";
+pub use crate::approval::NO_APPROVER;
 /// `input_dropped` reason under `QueuedOnRestart::Drop`.
 pub const DROPPED_ON_RESTART: &str = "dropped on restart";
 /// Why a deleted session stops, and the reason of its `input_dropped` events.

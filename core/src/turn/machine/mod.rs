@@ -20,8 +20,10 @@
 //!   Tool calls: repeated ids are renamed and answered "not run" (`duplicates.rs`);
 //!   run protection blocks duplicates and withdrawn tools (a blocked call repeated ends
 //!   the turn `loop_detected`, after "not run" results); the others run in batches
-//!   (`plan_batches`, at most `MAX_PARALLEL` at once); results are written in call
-//!   order, a call that ran with its `tool_finished` in the same append. No tool calls:
+//!   (`plan_batches`, at most `MAX_PARALLEL` at once), each through its lifecycle
+//!   (`call.rs`: checked, `PreToolUse`, approval, run, `PostToolUse`); results are
+//!   written in call order, a call that ran with its `tool_finished` in the same append.
+//!   No tool calls:
 //!   the stop hooks run (a block continues the turn with `hook_continued{reason, count}`,
 //!   at most `max_hook_continuations`, then `stop_hook_limit`; a stop ends it with the
 //!   hook's reason), or the turn ends `completed`.
@@ -44,6 +46,7 @@
 //!   printed), then `turn_cancelled` and `turn_complete{cancelled}`. A result that
 //!   arrives later is an input of phase `Done`: ignored.
 
+mod call;
 mod compaction;
 pub mod run;
 #[cfg(test)]
@@ -51,9 +54,11 @@ mod tests;
 
 use super::TurnMode;
 use super::protection::{CallVerdict, Guard, Limits, LoopDetected};
+use crate::approval::{ApprovalAnswer, SandboxPolicy};
 use crate::hooks::HookRun;
 use crate::request::ModelRequest;
 use crate::retry::RetryPolicy;
+pub use call::{CallCheck, ToolHook};
 pub use compaction::{Compaction, Prepared, Trigger};
 use foya_protocol::{
     AssistantMessage, ErrorClass, ErrorInfo, EventKind, FinishReason, HookDecision, Input, Message,
@@ -173,16 +178,23 @@ pub enum TurnInput {
     },
     /// The backoff before retrying request `request` elapsed.
     RetryElapsed { request: u64 },
-    /// Call `index` finished; `duration_ms` when it ran.
+    /// The calls of a `CheckCalls` were checked (call index, what was found).
+    CallsChecked(Vec<(usize, CallCheck)>),
+    /// The tool hooks a `RunToolHook` ran for call `index` answered.
+    ToolHookAnswered { index: usize, run: HookRun },
+    /// The approval question of call `index` was answered.
+    ApprovalAnswered {
+        index: usize,
+        answer: ApprovalAnswer,
+    },
+    /// Call `index` ran for `duration_ms` (measured by the driver) and returned `result`.
     ToolFinished {
         index: usize,
         result: ToolMessage,
-        duration_ms: Option<u64>,
+        duration_ms: u64,
     },
-    /// The ToolActor of call `index` crashed.
+    /// The ToolActor (or the tool hooks' task) of call `index` crashed.
     ToolCrashed { index: usize },
-    /// A tool hook answered `continue: false`.
-    ToolHookStopped { reason: Option<String> },
     /// The compaction's log was measured.
     CompactionPrepared(Prepared),
     /// The checkpoint was built (its `tokens_after` measured).
@@ -248,11 +260,28 @@ pub enum TurnEffect {
     },
     /// Answer `RetryElapsed { request }` after `delay_ms`.
     StartTimer { request: u64, delay_ms: u64 },
-    /// Start these calls of the step (validating those allowed without asking and
-    /// writing their `tool_started` with the pending appends first).
-    StartTools {
+    /// Check these calls of the step (validate their arguments, the Approval Gateway's
+    /// verdict, which tool hooks select them); answer at once with `CallsChecked`,
+    /// keeping the validated calls for `RunToolHook`/`RunTool`.
+    CheckCalls {
         step: u32,
         calls: Vec<(usize, ToolCall)>,
+    },
+    /// Run `hook` for call `index`; answer with `ToolHookAnswered`.
+    RunToolHook { index: usize, hook: ToolHook },
+    /// Ask the session whether call `index` may run (a grant, an approver, or the
+    /// answer when nobody can); answer with `ApprovalAnswered`.
+    AskApproval {
+        index: usize,
+        action: String,
+        reason: String,
+        grant_key: String,
+    },
+    /// Run call `index` (its `tool_started` is in the appends before) under `sandbox`;
+    /// answer with `ToolFinished` (or `ToolCrashed`).
+    RunTool {
+        index: usize,
+        sandbox: SandboxPolicy,
     },
     /// Measure the committed log for a compaction.
     PrepareCompaction(Trigger),
@@ -271,7 +300,7 @@ pub enum TurnEffect {
     },
     /// Stop the model stream in flight.
     StopStream,
-    /// Stop every running tool call.
+    /// Stop every call in flight: its hooks, its question, its tool.
     StopTools,
     /// Stop the backoff timer.
     StopTimer,
@@ -384,17 +413,17 @@ impl TurnMachine {
                 streamed,
                 tool_output,
             } => self.cancel(reason, &streamed, &tool_output),
+            TurnInput::CallsChecked(checks) => self.calls_checked(checks),
+            TurnInput::ToolHookAnswered { index, run } => self.tool_hook_answered(index, run),
+            TurnInput::ApprovalAnswered { index, answer } => {
+                self.approval_answered(index, answer);
+            }
             TurnInput::ToolFinished {
                 index,
                 result,
                 duration_ms,
-            } => self.tool_finished(index, result, duration_ms),
+            } => self.tool_ran(index, result, duration_ms),
             TurnInput::ToolCrashed { index } => self.tool_crashed(index),
-            TurnInput::ToolHookStopped { reason } => {
-                self.turn
-                    .hook_stop
-                    .get_or_insert_with(|| reason.unwrap_or_else(|| STOPPED_BY_HOOK.into()));
-            }
             other => self.on_result(other),
         }
         std::mem::take(&mut self.out)
@@ -754,29 +783,34 @@ impl TurnMachine {
             }
         }
         self.phase = Phase::Tools(run);
-        self.start_tools();
-        self.commit_tools(None);
+        if !self.start_tools() {
+            // Else the blocked calls' results are written once the others are checked,
+            // after their `tool_started`.
+            self.commit_tools(Vec::new());
+        }
     }
 
-    /// Starts the calls that may start now.
-    fn start_tools(&mut self) {
+    /// Starts the calls that may start now (`CheckCalls`); whether any did.
+    fn start_tools(&mut self) -> bool {
         let Phase::Tools(run) = &mut self.phase else {
-            return;
+            return false;
         };
         let ready: Vec<(usize, ToolCall)> = run
             .start_ready()
             .into_iter()
             .map(|i| (i, run.calls[i].clone()))
             .collect();
-        if !ready.is_empty() {
-            let step = self.step.number;
-            self.emit(TurnEffect::StartTools { step, calls: ready });
+        if ready.is_empty() {
+            return false;
         }
+        let step = self.step.number;
+        self.emit(TurnEffect::CheckCalls { step, calls: ready });
+        true
     }
 
-    /// Writes what became committable (after `finished`, the call's `tool_finished`);
-    /// then the next step when every result is written.
-    fn commit_tools(&mut self, finished: Option<EventKind>) {
+    /// Writes what became committable (after `finished`, the `tool_finished` of the
+    /// calls that just ran); then the next step when every result is written.
+    fn commit_tools(&mut self, finished: Vec<EventKind>) {
         let Phase::Tools(run) = &mut self.phase else {
             return;
         };
@@ -790,47 +824,6 @@ impl TurnMachine {
         if done && let Phase::Tools(run) = std::mem::replace(&mut self.phase, Phase::Compiling) {
             self.step.finished_calls = Some((run.calls, run.written));
             self.start_step();
-        }
-    }
-
-    fn tool_finished(&mut self, index: usize, result: ToolMessage, duration_ms: Option<u64>) {
-        match &mut self.phase {
-            Phase::Tools(run) if run.is_running(index) => {
-                let finished = duration_ms.map(|duration_ms| EventKind::ToolFinished {
-                    tool_call_id: result.tool_call_id.clone(),
-                    is_error: result.is_error,
-                    duration_ms,
-                });
-                run.record(index, result);
-                self.commit_tools(finished);
-                self.start_tools();
-            }
-            Phase::Cancelling(inner) => {
-                // Written without `tool_finished`; nothing new starts.
-                if let Phase::Tools(run) = inner.as_mut()
-                    && run.is_running(index)
-                {
-                    run.record(index, result);
-                    let ready = run.take_committable();
-                    let kinds = ready.into_iter().map(EventKind::ToolMessage).collect();
-                    self.write(kinds);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn tool_crashed(&mut self, index: usize) {
-        let crashed = match &self.phase {
-            Phase::Tools(run) => run.crashed(index),
-            Phase::Cancelling(inner) => match inner.as_ref() {
-                Phase::Tools(run) => run.crashed(index),
-                _ => None,
-            },
-            _ => None,
-        };
-        if let Some(result) = crashed {
-            self.tool_finished(index, result, None);
         }
     }
 

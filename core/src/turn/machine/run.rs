@@ -1,7 +1,9 @@
 //! The tool calls of one step as pure scheduling state: which calls may start now
-//! (`tools::schedule::plan_batches`, at most `MAX_PARALLEL` running), which results
-//! are in, and the prefix committed in call order.
+//! (`tools::schedule::plan_batches`, at most `MAX_PARALLEL` in flight), where each call
+//! is in its lifecycle (`call.rs`), which results are in, and the prefix committed in
+//! call order.
 
+use super::call::CallState;
 use crate::schedule::{MAX_PARALLEL, plan_batches};
 use foya_protocol::{ToolCall, ToolMessage};
 
@@ -25,8 +27,10 @@ pub(crate) struct ToolRun {
     /// Calls `batches[batch][..spawned]` were started (or answered without running).
     spawned: usize,
     results: Vec<Option<ToolMessage>>,
-    /// Which calls run now.
-    running: Vec<bool>,
+    /// Where each call is (in flight: started, no result yet).
+    states: Vec<CallState>,
+    /// What the call's hooks said for the model, added to its result.
+    pub(super) notes: Vec<Vec<String>>,
     /// Results `[..committed]` are written.
     committed: usize,
     /// The written results, in call order (for run protection's end of step).
@@ -47,17 +51,18 @@ impl ToolRun {
             batch: 0,
             spawned: 0,
             results: vec![None; n],
-            running: vec![false; n],
+            states: vec![CallState::Waiting; n],
+            notes: vec![Vec::new(); n],
             committed: 0,
             written: Vec::with_capacity(n),
         }
     }
 
     fn running_count(&self) -> usize {
-        self.running.iter().filter(|r| **r).count()
+        self.states.iter().filter(|s| s.in_flight()).count()
     }
 
-    /// The calls that may start now (marked running): the next ones of the current
+    /// The calls that may start now (marked [`CallState::Checking`]): the next ones of the current
     /// batch while fewer than `MAX_PARALLEL` run; the next batch starts once every call
     /// of the current one finished.
     pub(crate) fn start_ready(&mut self) -> Vec<usize> {
@@ -81,7 +86,7 @@ impl ToolRun {
             if running >= MAX_PARALLEL {
                 break;
             }
-            self.running[index] = true;
+            self.states[index] = CallState::Checking;
             running += 1;
             out.push(index);
             self.spawned += 1;
@@ -96,15 +101,37 @@ impl ToolRun {
         }
     }
 
-    /// Whether call `index` runs now.
+    /// Whether call `index` is in flight (started, no result yet).
     pub(crate) fn is_running(&self, index: usize) -> bool {
-        self.running.get(index).copied().unwrap_or(false)
+        self.states.get(index).is_some_and(CallState::in_flight)
+    }
+
+    /// Where call `index` is.
+    pub(crate) fn state(&self, index: usize) -> Option<&CallState> {
+        self.states.get(index)
+    }
+
+    /// Takes call `index`'s state out (leaving it `Done`) when `pick` matches it.
+    pub(crate) fn take_state(
+        &mut self,
+        index: usize,
+        pick: impl FnOnce(&CallState) -> bool,
+    ) -> Option<CallState> {
+        let state = self.states.get_mut(index).filter(|s| pick(s))?;
+        Some(std::mem::replace(state, CallState::Done))
+    }
+
+    /// Moves call `index` to `state`.
+    pub(crate) fn set_state(&mut self, index: usize, state: CallState) {
+        if let Some(slot) = self.states.get_mut(index) {
+            *slot = state;
+        }
     }
 
     /// Records a result (written once every call before it has one).
     pub(crate) fn record(&mut self, index: usize, result: ToolMessage) {
-        if let Some(running) = self.running.get_mut(index) {
-            *running = false;
+        if let Some(state) = self.states.get_mut(index) {
+            *state = CallState::Done;
         }
         if index < self.results.len() && index >= self.committed && self.results[index].is_none() {
             self.results[index] = Some(result);

@@ -81,15 +81,20 @@ fn cancel_during_tools_writes_a_cancelled_result_for_every_call_without_one() {
         < StartStream#1
         > StreamEnded#1(done, calls [c0:sleep c1:shell c2:sleep])
         < Append[assistant_message([c0:sleep c1:shell c2:sleep])]
-        < StartTools(step 1: 0:c0 1:c1 2:c2)
-        > ToolFinished(0, c0 "slept", ran)
+        < CheckCalls(step 1: 0:c0 1:c1 2:c2)
+        > CallsChecked(0:allow workspace-write, 1:allow workspace-write, 2:allow workspace-write)
+        < Append[tool_started(c0), tool_started(c1), tool_started(c2)]
+        < RunTool(0, workspace-write)
+        < RunTool(1, workspace-write)
+        < RunTool(2, workspace-write)
+        > ToolFinished(0, c0 "slept", 5 ms)
         < Append[tool_finished(c0), tool_message(c0 "slept")]
         > CancelRequested
         > Cancel(user, output [None, Some("line one\nline tw"), Some("")])
         < StopTools
         < Append[tool_message(c1 error "line one\nline tw\n[cancelled; the output above is what the call printed before it was stopped]"), tool_message(c2 error "cancelled"), turn_cancelled(user), turn_complete(cancelled)]
         < Finish
-        > ToolFinished(2, c2 "late", ran)
+        > ToolFinished(2, c2 "late", 5 ms)
     "#]]);
 }
 
@@ -112,9 +117,12 @@ fn a_result_between_the_token_and_the_cancel_is_written_without_starting_more() 
         < StartStream#1
         > StreamEnded#1(done, calls [c0:write c1:write])
         < Append[assistant_message([c0:write c1:write])]
-        < StartTools(step 1: 0:c0)
+        < CheckCalls(step 1: 0:c0)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(c0)]
+        < RunTool(0, workspace-write)
         > CancelRequested
-        > ToolFinished(0, c0 "written", ran)
+        > ToolFinished(0, c0 "written", 5 ms)
         < Append[tool_message(c0 "written")]
         > Cancel(user)
         < StopTools

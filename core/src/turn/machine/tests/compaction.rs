@@ -97,8 +97,11 @@ fn threshold_compaction_runs_once_per_step() {
         < StartStream#2
         > StreamEnded#2(done, calls [c1:echo])
         < Append[assistant_message([c1:echo])]
-        < StartTools(step 1: 0:c1)
-        > ToolFinished(0, c1 "one", ran)
+        < CheckCalls(step 1: 0:c1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(c1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, c1 "one", 5 ms)
         < Append[tool_finished(c1), tool_message(c1 "one")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=8500, over threshold)

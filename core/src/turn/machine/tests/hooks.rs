@@ -85,11 +85,17 @@ fn stop_hook_blocks_beyond_the_limit_end_the_turn() {
 #[test]
 fn a_tool_hook_stop_ends_the_turn_once_the_steps_results_are_in() {
     let mut s = Scenario::started(config());
-    s.on(tools(1, vec![call("c1", "echo", 1), call("c2", "echo", 2)]))
-        .on(TurnInput::ToolHookStopped {
-            reason: Some("policy".into()),
-        })
+    let hooked = CallCheck::Valid {
+        verdict: Verdict::Allow {
+            sandbox: SandboxPolicy::WorkspaceWrite { network: false },
+        },
+        pre_hooks: None,
+        post_hooks: true,
+    };
+    s.check_as("c1", hooked)
+        .on(tools(1, vec![call("c1", "echo", 1), call("c2", "echo", 2)]))
         .on(ran(0, "c1", "one"))
+        .on(tool_hook(0, HookDecision::Stop, Some("policy")))
         .on(ran(1, "c2", "two"));
     s.check(expect![[r#"
         > Begin
@@ -99,11 +105,16 @@ fn a_tool_hook_stop_ends_the_turn_once_the_steps_results_are_in() {
         < StartStream#1
         > StreamEnded#1(done, calls [c1:echo c2:echo])
         < Append[assistant_message([c1:echo c2:echo])]
-        < StartTools(step 1: 0:c1 1:c2)
-        > ToolHookStopped(Some("policy"))
-        > ToolFinished(0, c1 "one", ran)
-        < Append[tool_finished(c1), tool_message(c1 "one")]
-        > ToolFinished(1, c2 "two", ran)
+        < CheckCalls(step 1: 0:c1 1:c2)
+        > CallsChecked(0:allow workspace-write +post, 1:allow workspace-write)
+        < Append[tool_started(c1), tool_started(c2)]
+        < RunTool(0, workspace-write)
+        < RunTool(1, workspace-write)
+        > ToolFinished(0, c1 "one", 5 ms)
+        < RunToolHook(0, PostToolUse "one")
+        > ToolHookAnswered(0, Stop, "policy")
+        < Append[hook_ran, tool_finished(c1), tool_message(c1 "one")]
+        > ToolFinished(1, c2 "two", 5 ms)
         < Append[tool_finished(c2), tool_message(c2 "two"), turn_complete(completed, "policy")]
         < Finish
     "#]]);

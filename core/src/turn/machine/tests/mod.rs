@@ -1,8 +1,11 @@
 //! Scenario tests of the turn machine: inputs in, a transcript of effects out (`>` an
 //! input, `<` an effect), compared with inline snapshots (`UPDATE_EXPECT=1` rewrites
-//! them). No runtime: each scenario is the turn's whole behaviour for its inputs.
+//! them). No runtime: each scenario is the turn's whole behaviour for its inputs. The
+//! scenario answers `CheckCalls` at once, as the driver does (each call allowed under
+//! `workspace-write` without hooks unless the test set another check for its id).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod calls;
 mod cancel;
 mod compaction;
 mod failures;
@@ -11,6 +14,7 @@ mod protection;
 mod steps;
 
 use super::*;
+use crate::approval::Verdict;
 use crate::hooks::decision::Merged;
 use expect_test::Expect;
 use foya_protocol::{ToolCallId, ToolMessage};
@@ -20,6 +24,10 @@ use std::fmt::Write;
 struct Scenario {
     machine: TurnMachine,
     transcript: String,
+    /// Every effect so far, in order.
+    effects: Vec<TurnEffect>,
+    /// How `CheckCalls` answers for a call id (default: [`allowed`]).
+    checks: BTreeMap<String, CallCheck>,
 }
 
 /// The default setup: a model turn, no limits, automatic compaction on, no hooks,
@@ -46,6 +54,8 @@ impl Scenario {
         Self {
             machine: TurnMachine::new(config),
             transcript: String::new(),
+            effects: Vec::new(),
+            checks: BTreeMap::new(),
         }
     }
 
@@ -56,10 +66,44 @@ impl Scenario {
 
     fn on(&mut self, input: TurnInput) -> &mut Self {
         let _ = writeln!(self.transcript, "> {}", input_line(&input));
+        let mut answer = None;
         for effect in self.machine.on(input) {
             let _ = writeln!(self.transcript, "< {}", effect_line(&effect));
+            if let TurnEffect::CheckCalls { calls, .. } = &effect {
+                let checks = calls
+                    .iter()
+                    .map(|(i, c)| {
+                        let check = self.checks.get(&c.id.0).cloned();
+                        (*i, check.unwrap_or_else(allowed))
+                    })
+                    .collect();
+                answer = Some(TurnInput::CallsChecked(checks));
+            }
+            self.effects.push(effect);
+        }
+        if let Some(answer) = answer {
+            self.on(answer);
         }
         self
+    }
+
+    /// `CheckCalls` answers `check` for call `id`.
+    fn check_as(&mut self, id: &str, check: CallCheck) -> &mut Self {
+        self.checks.insert(id.into(), check);
+        self
+    }
+
+    /// How many results call `id` got in the appends so far.
+    fn results_of(&self, id: &str) -> usize {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                TurnEffect::Append(kinds) => Some(kinds),
+                _ => None,
+            })
+            .flatten()
+            .filter(|k| matches!(k, EventKind::ToolMessage(m) if m.tool_call_id.0 == id))
+            .count()
     }
 
     /// Begin, then step 1's context compiled.
@@ -75,6 +119,17 @@ impl Scenario {
 }
 
 // ---- inputs ------------------------------------------------------------------------------
+
+/// A valid call the gateway allows under `workspace-write`, no tool hooks.
+fn allowed() -> CallCheck {
+    CallCheck::Valid {
+        verdict: Verdict::Allow {
+            sandbox: SandboxPolicy::WorkspaceWrite { network: false },
+        },
+        pre_hooks: None,
+        post_hooks: false,
+    }
+}
 
 fn compiled() -> TurnInput {
     TurnInput::ContextCompiled(measured(1_000, false))
@@ -163,7 +218,7 @@ fn ran(index: usize, id: &str, content: &str) -> TurnInput {
     TurnInput::ToolFinished {
         index,
         result: result(id, content, false),
-        duration_ms: Some(5),
+        duration_ms: 5,
     }
 }
 
@@ -172,7 +227,7 @@ fn ran_error(index: usize, id: &str, content: &str) -> TurnInput {
     TurnInput::ToolFinished {
         index,
         result: result(id, content, true),
-        duration_ms: Some(5),
+        duration_ms: 5,
     }
 }
 
@@ -185,6 +240,41 @@ fn hooks_answered(decision: HookDecision, reason: Option<&str>) -> TurnInput {
         },
         events: Vec::new(),
     })
+}
+
+/// Call `index`'s tool hooks answered `decision` (one `hook_ran` event, no context).
+fn tool_hook(index: usize, decision: HookDecision, reason: Option<&str>) -> TurnInput {
+    tool_hook_with(index, decision, reason, &[])
+}
+
+/// Call `index`'s tool hooks answered `decision` with `context` for the model.
+fn tool_hook_with(
+    index: usize,
+    decision: HookDecision,
+    reason: Option<&str>,
+    context: &[&str],
+) -> TurnInput {
+    let event = EventKind::HookRan {
+        hook_event: "PreToolUse".into(),
+        matcher: None,
+        hook: "check.sh".into(),
+        tool_call_id: None,
+        duration_ms: 1,
+        decision,
+        reason: reason.map(str::to_owned),
+        additional_context: None,
+    };
+    TurnInput::ToolHookAnswered {
+        index,
+        run: HookRun {
+            merged: Merged {
+                decision: Some(decision),
+                reason: reason.map(str::to_owned),
+                context: context.iter().map(|c| (*c).to_owned()).collect(),
+            },
+            events: vec![event],
+        },
+    }
 }
 
 fn cancel() -> TurnInput {
@@ -230,17 +320,37 @@ fn input_line(input: &TurnInput) -> String {
             }
         },
         TurnInput::RetryElapsed { request } => format!("RetryElapsed#{request}"),
+        TurnInput::CallsChecked(checks) => {
+            let checks: Vec<String> = checks
+                .iter()
+                .map(|(i, check)| format!("{i}:{}", check_line(check)))
+                .collect();
+            format!("CallsChecked({})", checks.join(", "))
+        }
+        TurnInput::ToolHookAnswered { index, run } => format!(
+            "ToolHookAnswered({index}, {:?}{}{})",
+            run.merged.decision(),
+            opt(run.merged.reason.as_deref()),
+            if run.merged.context.is_empty() {
+                String::new()
+            } else {
+                format!(", context {:?}", run.merged.context)
+            }
+        ),
+        TurnInput::ApprovalAnswered { index, answer } => format!(
+            "ApprovalAnswered({index}, {}{})",
+            if answer.allowed { "allowed" } else { "denied" },
+            opt(answer.message.as_deref())
+        ),
         TurnInput::ToolFinished {
             index,
             result,
             duration_ms,
         } => format!(
-            "ToolFinished({index}, {}{})",
-            tool_result(result),
-            if duration_ms.is_some() { ", ran" } else { "" }
+            "ToolFinished({index}, {}, {duration_ms} ms)",
+            tool_result(result)
         ),
         TurnInput::ToolCrashed { index } => format!("ToolCrashed({index})"),
-        TurnInput::ToolHookStopped { reason } => format!("ToolHookStopped({reason:?})"),
         TurnInput::CompactionPrepared(p) => format!(
             "CompactionPrepared(before={}, history={}/{}, budget={}{})",
             p.tokens_before,
@@ -270,6 +380,35 @@ fn input_line(input: &TurnInput) -> String {
                 String::new()
             }
         ),
+    }
+}
+
+fn check_line(check: &CallCheck) -> String {
+    match check {
+        CallCheck::Invalid(text) => format!("invalid {text:?}"),
+        CallCheck::Valid {
+            verdict,
+            pre_hooks,
+            post_hooks,
+        } => {
+            let verdict = match verdict {
+                Verdict::Allow { sandbox } => format!("allow {}", sandbox_name(*sandbox)),
+                Verdict::Ask { grant_key, .. } => format!("ask {grant_key:?}"),
+                Verdict::Deny { reason } => format!("deny {reason:?}"),
+            };
+            let pre = if pre_hooks.is_some() { " +pre" } else { "" };
+            let post = if *post_hooks { " +post" } else { "" };
+            format!("{verdict}{pre}{post}")
+        }
+    }
+}
+
+fn sandbox_name(sandbox: SandboxPolicy) -> &'static str {
+    match sandbox {
+        SandboxPolicy::None => "none",
+        SandboxPolicy::ReadOnly => "read-only",
+        SandboxPolicy::WorkspaceWrite { .. } => "workspace-write",
+        SandboxPolicy::WorkspaceAndProtected { .. } => "workspace-and-protected",
     }
 }
 
@@ -330,12 +469,25 @@ fn effect_line(effect: &TurnEffect) -> String {
         TurnEffect::StartTimer { request, delay_ms } => {
             format!("StartTimer#{request}({delay_ms} ms)")
         }
-        TurnEffect::StartTools { step, calls } => {
+        TurnEffect::CheckCalls { step, calls } => {
             let calls: Vec<String> = calls
                 .iter()
                 .map(|(i, c)| format!("{i}:{}", c.id.0))
                 .collect();
-            format!("StartTools(step {step}: {})", calls.join(" "))
+            format!("CheckCalls(step {step}: {})", calls.join(" "))
+        }
+        TurnEffect::RunToolHook { index, hook } => match hook {
+            ToolHook::Pre => format!("RunToolHook({index}, PreToolUse)"),
+            ToolHook::Post { content, is_error } => format!(
+                "RunToolHook({index}, PostToolUse {}{content:?})",
+                if *is_error { "error " } else { "" }
+            ),
+        },
+        TurnEffect::AskApproval {
+            index, grant_key, ..
+        } => format!("AskApproval({index}, grant {grant_key:?})"),
+        TurnEffect::RunTool { index, sandbox } => {
+            format!("RunTool({index}, {})", sandbox_name(*sandbox))
         }
         TurnEffect::PrepareCompaction(trigger) => {
             format!("PrepareCompaction({})", trigger.as_str())

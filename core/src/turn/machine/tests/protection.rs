@@ -49,8 +49,11 @@ fn a_repeated_call_is_blocked_at_the_threshold_then_the_turn_fails() {
         < StartStream#1
         > StreamEnded#1(done, calls [c1:read])
         < Append[assistant_message([c1:read])]
-        < StartTools(step 1: 0:c1)
-        > ToolFinished(0, c1 "same", ran)
+        < CheckCalls(step 1: 0:c1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(c1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, c1 "same", 5 ms)
         < Append[tool_finished(c1), tool_message(c1 "same")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -58,8 +61,11 @@ fn a_repeated_call_is_blocked_at_the_threshold_then_the_turn_fails() {
         < StartStream#2
         > StreamEnded#2(done, calls [c2:read])
         < Append[assistant_message([c2:read])]
-        < StartTools(step 2: 0:c2)
-        > ToolFinished(0, c2 "same", ran)
+        < CheckCalls(step 2: 0:c2)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(c2)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, c2 "same", 5 ms)
         < Append[tool_finished(c2), tool_message(c2 "same")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -101,11 +107,17 @@ fn identical_calls_within_one_step_count_too() {
         < StartStream#1
         > StreamEnded#1(done, calls [s1c1:shell s1c2:shell s1c3:shell s1c4:shell])
         < Append[assistant_message([s1c1:shell s1c2:shell s1c3:shell s1c4:shell])]
-        < StartTools(step 1: 0:s1c1)
-        > ToolFinished(0, s1c1 "ok", ran)
+        < CheckCalls(step 1: 0:s1c1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(s1c1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, s1c1 "ok", 5 ms)
         < Append[tool_finished(s1c1), tool_message(s1c1 "ok")]
-        < StartTools(step 1: 1:s1c2)
-        > ToolFinished(1, s1c2 "ok", ran)
+        < CheckCalls(step 1: 1:s1c2)
+        > CallsChecked(1:allow workspace-write)
+        < Append[tool_started(s1c2)]
+        < RunTool(1, workspace-write)
+        > ToolFinished(1, s1c2 "ok", 5 ms)
         < Append[tool_finished(s1c2), tool_message(s1c2 "ok"), tool_message(s1c3 error "not run: this exact call (`shell` with the same arguments) was already made 2 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish."), tool_message(s1c4 error "not run: this exact call (`shell` with the same arguments) was already made 3 times in this turn, and the 3rd identical call of a turn is not run; repeating it will not give a different result. Change the arguments, try another approach, or finish.")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -148,8 +160,11 @@ fn an_a_b_a_b_cycle_ends_the_turn() {
         < StartStream#1
         > StreamEnded#1(done, calls [a1:a])
         < Append[assistant_message([a1:a])]
-        < StartTools(step 1: 0:a1)
-        > ToolFinished(0, a1 "x", ran)
+        < CheckCalls(step 1: 0:a1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(a1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, a1 "x", 5 ms)
         < Append[tool_finished(a1), tool_message(a1 "x")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -157,8 +172,11 @@ fn an_a_b_a_b_cycle_ends_the_turn() {
         < StartStream#2
         > StreamEnded#2(done, calls [b1:b])
         < Append[assistant_message([b1:b])]
-        < StartTools(step 2: 0:b1)
-        > ToolFinished(0, b1 "y", ran)
+        < CheckCalls(step 2: 0:b1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(b1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, b1 "y", 5 ms)
         < Append[tool_finished(b1), tool_message(b1 "y")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -166,8 +184,11 @@ fn an_a_b_a_b_cycle_ends_the_turn() {
         < StartStream#3
         > StreamEnded#3(done, calls [a2:a])
         < Append[assistant_message([a2:a])]
-        < StartTools(step 3: 0:a2)
-        > ToolFinished(0, a2 "x", ran)
+        < CheckCalls(step 3: 0:a2)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(a2)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, a2 "x", 5 ms)
         < Append[tool_finished(a2), tool_message(a2 "x")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -175,8 +196,11 @@ fn an_a_b_a_b_cycle_ends_the_turn() {
         < StartStream#4
         > StreamEnded#4(done, calls [b2:b])
         < Append[assistant_message([b2:b])]
-        < StartTools(step 4: 0:b2)
-        > ToolFinished(0, b2 "y", ran)
+        < CheckCalls(step 4: 0:b2)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(b2)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, b2 "y", 5 ms)
         < Append[tool_finished(b2), tool_message(b2 "y"), turn_complete(failed, "loop_detected", loop_detected: the last 4 steps repeat a cycle of 2 steps with the same calls and results, making no progress: [a -> b] twice)]
         < Finish
     "#]]);
@@ -213,8 +237,11 @@ fn a_tool_failing_the_same_way_is_withdrawn_then_insisting_on_it_ends_the_turn()
         < StartStream#1
         > StreamEnded#1(done, calls [f1:flaky])
         < Append[assistant_message([f1:flaky])]
-        < StartTools(step 1: 0:f1)
-        > ToolFinished(0, f1 error "disk full", ran)
+        < CheckCalls(step 1: 0:f1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(f1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, f1 error "disk full", 5 ms)
         < Append[tool_finished(f1), tool_message(f1 error "disk full")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -222,8 +249,11 @@ fn a_tool_failing_the_same_way_is_withdrawn_then_insisting_on_it_ends_the_turn()
         < StartStream#2
         > StreamEnded#2(done, calls [f2:flaky])
         < Append[assistant_message([f2:flaky])]
-        < StartTools(step 2: 0:f2)
-        > ToolFinished(0, f2 error "disk full", ran)
+        < CheckCalls(step 2: 0:f2)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(f2)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, f2 error "disk full", 5 ms)
         < Append[tool_finished(f2), tool_message(f2 error "disk full")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -231,8 +261,11 @@ fn a_tool_failing_the_same_way_is_withdrawn_then_insisting_on_it_ends_the_turn()
         < StartStream#3
         > StreamEnded#3(done, calls [f3:flaky])
         < Append[assistant_message([f3:flaky])]
-        < StartTools(step 3: 0:f3)
-        > ToolFinished(0, f3 error "disk full", ran)
+        < CheckCalls(step 3: 0:f3)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(f3)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, f3 error "disk full", 5 ms)
         < Append[tool_finished(f3), tool_message(f3 error "disk full")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)

@@ -38,8 +38,11 @@ fn a_tool_step_then_an_answer() {
         < StartStream#1
         > StreamEnded#1(done, calls [c1:echo])
         < Append[assistant_message([c1:echo])]
-        < StartTools(step 1: 0:c1)
-        > ToolFinished(0, c1 "one", ran)
+        < CheckCalls(step 1: 0:c1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(c1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, c1 "one", 5 ms)
         < Append[tool_finished(c1), tool_message(c1 "one")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
@@ -79,28 +82,47 @@ fn parallel_safe_calls_batch_up_to_five_and_others_run_alone_in_call_order() {
         < StartStream#1
         > StreamEnded#1(done, calls [c0:read c1:read c2:read c3:read c4:read c5:read c6:read c7:write c8:read])
         < Append[assistant_message([c0:read c1:read c2:read c3:read c4:read c5:read c6:read c7:write c8:read])]
-        < StartTools(step 1: 0:c0 1:c1 2:c2 3:c3 4:c4)
-        > ToolFinished(1, c1 "r1", ran)
+        < CheckCalls(step 1: 0:c0 1:c1 2:c2 3:c3 4:c4)
+        > CallsChecked(0:allow workspace-write, 1:allow workspace-write, 2:allow workspace-write, 3:allow workspace-write, 4:allow workspace-write)
+        < Append[tool_started(c0), tool_started(c1), tool_started(c2), tool_started(c3), tool_started(c4)]
+        < RunTool(0, workspace-write)
+        < RunTool(1, workspace-write)
+        < RunTool(2, workspace-write)
+        < RunTool(3, workspace-write)
+        < RunTool(4, workspace-write)
+        > ToolFinished(1, c1 "r1", 5 ms)
         < Append[tool_finished(c1)]
-        < StartTools(step 1: 5:c5)
-        > ToolFinished(0, c0 "r0", ran)
+        < CheckCalls(step 1: 5:c5)
+        > CallsChecked(5:allow workspace-write)
+        < Append[tool_started(c5)]
+        < RunTool(5, workspace-write)
+        > ToolFinished(0, c0 "r0", 5 ms)
         < Append[tool_finished(c0), tool_message(c0 "r0"), tool_message(c1 "r1")]
-        < StartTools(step 1: 6:c6)
-        > ToolFinished(2, c2 "r2", ran)
+        < CheckCalls(step 1: 6:c6)
+        > CallsChecked(6:allow workspace-write)
+        < Append[tool_started(c6)]
+        < RunTool(6, workspace-write)
+        > ToolFinished(2, c2 "r2", 5 ms)
         < Append[tool_finished(c2), tool_message(c2 "r2")]
-        > ToolFinished(3, c3 "r3", ran)
+        > ToolFinished(3, c3 "r3", 5 ms)
         < Append[tool_finished(c3), tool_message(c3 "r3")]
-        > ToolFinished(4, c4 "r4", ran)
+        > ToolFinished(4, c4 "r4", 5 ms)
         < Append[tool_finished(c4), tool_message(c4 "r4")]
-        > ToolFinished(5, c5 "r5", ran)
+        > ToolFinished(5, c5 "r5", 5 ms)
         < Append[tool_finished(c5), tool_message(c5 "r5")]
-        > ToolFinished(6, c6 "r6", ran)
+        > ToolFinished(6, c6 "r6", 5 ms)
         < Append[tool_finished(c6), tool_message(c6 "r6")]
-        < StartTools(step 1: 7:c7)
-        > ToolFinished(7, c7 "w7", ran)
+        < CheckCalls(step 1: 7:c7)
+        > CallsChecked(7:allow workspace-write)
+        < Append[tool_started(c7)]
+        < RunTool(7, workspace-write)
+        > ToolFinished(7, c7 "w7", 5 ms)
         < Append[tool_finished(c7), tool_message(c7 "w7")]
-        < StartTools(step 1: 8:c8)
-        > ToolFinished(8, c8 "r8", ran)
+        < CheckCalls(step 1: 8:c8)
+        > CallsChecked(8:allow workspace-write)
+        < Append[tool_started(c8)]
+        < RunTool(8, workspace-write)
+        > ToolFinished(8, c8 "r8", 5 ms)
         < Append[tool_finished(c8), tool_message(c8 "r8")]
         < CompileContext(refresh tools)
     "#]]);
@@ -120,8 +142,12 @@ fn a_crashed_tool_is_an_error_result_and_the_turn_goes_on() {
         < StartStream#1
         > StreamEnded#1(done, calls [c1:boom c2:echo])
         < Append[assistant_message([c1:boom c2:echo])]
-        < StartTools(step 1: 0:c1 1:c2)
-        > ToolFinished(1, c2 "two", ran)
+        < CheckCalls(step 1: 0:c1 1:c2)
+        > CallsChecked(0:allow workspace-write, 1:allow workspace-write)
+        < Append[tool_started(c1), tool_started(c2)]
+        < RunTool(0, workspace-write)
+        < RunTool(1, workspace-write)
+        > ToolFinished(1, c2 "two", 5 ms)
         < Append[tool_finished(c2)]
         > ToolCrashed(0)
         < Append[tool_message(c1 error "tool crashed"), tool_message(c2 "two")]
@@ -142,8 +168,11 @@ fn a_repeated_call_id_is_renamed_and_not_run() {
         < StartStream#1
         > StreamEnded#1(done, calls [a:echo a:echo])
         < Append[assistant_message([a:echo a_dup2:echo])]
-        < StartTools(step 1: 0:a)
-        > ToolFinished(0, a "one", ran)
+        < CheckCalls(step 1: 0:a)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(a)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, a "one", 5 ms)
         < Append[tool_finished(a), tool_message(a "one"), tool_message(a_dup2 error "not run: this response already has a tool call with id \"a\"; call the tool again if this call is needed")]
         < CompileContext(refresh tools)
     "#]]);
@@ -167,8 +196,11 @@ fn max_steps_ends_with_a_final_request_without_tools() {
         < StartStream#1
         > StreamEnded#1(done, calls [c1:echo])
         < Append[assistant_message([c1:echo])]
-        < StartTools(step 1: 0:c1)
-        > ToolFinished(0, c1 "one", ran)
+        < CheckCalls(step 1: 0:c1)
+        > CallsChecked(0:allow workspace-write)
+        < Append[tool_started(c1)]
+        < RunTool(0, workspace-write)
+        > ToolFinished(0, c1 "one", 5 ms)
         < Append[tool_finished(c1), tool_message(c1 "one")]
         < CompileContext(refresh tools)
         > ContextCompiled(tokens=1500)
