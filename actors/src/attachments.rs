@@ -27,8 +27,8 @@ pub enum AttachmentError {
     /// The media type is empty or not `type/subtype`.
     #[error("invalid media type {0:?}")]
     InvalidMediaType(String),
-    /// The media type is well formed but not an image type models take (see
-    /// [`IMAGE_MEDIA_TYPES`]).
+    /// The media type is well formed but not an image type models take (PNG, JPEG, GIF
+    /// or WebP).
     #[error("unsupported media type {0:?} (send image/png, image/jpeg, image/gif or image/webp)")]
     UnsupportedMediaType(String),
     /// The bytes are not an image of the declared media type (checked by their magic
@@ -88,8 +88,8 @@ pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// Width and height in pixels of `bytes` as an image of `media_type` (one of
-/// [`IMAGE_MEDIA_TYPES`]), read from its header by the `image` crate's decoder for that
+/// Width and height in pixels of `bytes` as an image of `media_type` (`image/png`,
+/// `image/jpeg`, `image/gif` or `image/webp`), read from its header by the `image` crate's decoder for that
 /// format (PNG: the IHDR chunk with its CRC; JPEG: the markers up to the frame header;
 /// GIF: the header up to the first image descriptor; WebP: the RIFF chunks). Only the
 /// header is read, not the pixel data.
@@ -207,7 +207,8 @@ impl AttachmentStore {
     }
 
     /// Stores the image `bytes` under a fresh UUIDv7 id and returns the id. The media
-    /// type (case-insensitive) must be one of [`IMAGE_MEDIA_TYPES`] and the bytes an
+    /// type (case-insensitive) must be `image/png`, `image/jpeg`, `image/gif` or
+    /// `image/webp`, and the bytes an
     /// image of that type ([`sniff_image`]) whose header parses with real dimensions
     /// ([`image_dimensions`]); it is stored lower-case.
     ///

@@ -18,7 +18,6 @@ use crate::options::ContextOptions;
 use crate::provider::ModelClient;
 use crate::provider::retry::RetryPolicy;
 use crate::session::SessionMsg;
-pub(crate) use crate::subscription::SubscribeOptions;
 use crate::supervisor::actor::Registry;
 use crate::supervisor::sub_agent::Spawner;
 use crate::supervisor::{SupervisorActor, SupervisorArgs, SupervisorMsg};
