@@ -11,6 +11,8 @@
 //! [`HEAD_BYTES`] is only dropped, as rmcp would.
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 
@@ -33,6 +35,10 @@ pub(super) struct LineGuard<R> {
     /// Bytes the guard owes the reader (passed-on input, then its own lines).
     pending: Vec<u8>,
     scratch: Vec<u8>,
+    /// Set when a `notifications/tools/list_changed` line is read: here, in the order of
+    /// the stream, so that a call answered after it never sees the old list (rmcp hands
+    /// notifications to the handler on a task of their own).
+    tools_changed: Option<Arc<AtomicBool>>,
 }
 
 impl<R> LineGuard<R> {
@@ -51,7 +57,14 @@ impl<R> LineGuard<R> {
             dropping: false,
             pending: Vec::new(),
             scratch: vec![0; 64 * 1024],
+            tools_changed: None,
         }
+    }
+
+    /// Sets `flag` when the server announces that its tool list changed.
+    pub(super) fn flagging_tools_changed(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.tools_changed = Some(flag);
+        self
     }
 
     /// Takes in `bytes` read from the server, putting in `pending` what the reader gets.
@@ -101,6 +114,12 @@ impl<R> LineGuard<R> {
             }
         } else {
             self.pending.push(b'\n');
+            if let Some(flag) = &self.tools_changed
+                && self.line_len <= HEAD_BYTES
+                && is_tools_list_changed(&self.head)
+            {
+                flag.store(true, Ordering::SeqCst);
+            }
         }
         self.dropping = false;
         self.line_len = 0;
@@ -113,6 +132,19 @@ impl<R> LineGuard<R> {
         buf.put_slice(&self.pending[..n]);
         self.pending.drain(..n);
     }
+}
+
+/// Whether `line` is the JSON-RPC notification `notifications/tools/list_changed`.
+fn is_tools_list_changed(line: &[u8]) -> bool {
+    const METHOD: &[u8] = b"notifications/tools/list_changed";
+    if !line.windows(METHOD.len()).any(|w| w == METHOD) {
+        return false;
+    }
+    serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|message| {
+        message.get("id").is_none()
+            && message.get("method").and_then(serde_json::Value::as_str)
+                == Some("notifications/tools/list_changed")
+    })
 }
 
 /// The top-level `id` of a JSON-RPC message from its first bytes: the value after the
@@ -180,6 +212,30 @@ mod tests {
             .await
             .unwrap();
         out
+    }
+
+    #[tokio::test]
+    async fn a_tools_list_changed_notification_is_flagged_before_the_next_line_is_read() {
+        let input: &[u8] =
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\
+            {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n";
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut guard = LineGuard::new(input).flagging_tools_changed(Arc::clone(&flag));
+        let mut out = String::new();
+        guard.read_to_string(&mut out).await.unwrap();
+        assert_eq!(out.as_bytes(), input);
+        assert!(flag.load(Ordering::SeqCst));
+        // Only the notification itself: a result or request naming it is not one.
+        for other in [
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"text\":\"notifications/tools/list_changed\"}}\n"[..],
+            b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"notifications/tools/list_changed\"}\n",
+        ] {
+            let flag = Arc::new(AtomicBool::new(false));
+            let mut guard = LineGuard::new(other).flagging_tools_changed(Arc::clone(&flag));
+            let mut out = String::new();
+            guard.read_to_string(&mut out).await.unwrap();
+            assert!(!flag.load(Ordering::SeqCst), "{out}");
+        }
     }
 
     #[tokio::test]

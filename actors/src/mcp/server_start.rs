@@ -78,7 +78,11 @@ impl Server {
         let service = match self
             .handler
             .clone()
-            .serve((crate::mcp::line_guard::LineGuard::new(stdout), stdin))
+            .serve((
+                crate::mcp::line_guard::LineGuard::new(stdout)
+                    .flagging_tools_changed(Arc::clone(&self.tools_changed)),
+                stdin,
+            ))
             .await
         {
             Ok(service) => service,
