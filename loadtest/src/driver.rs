@@ -182,12 +182,14 @@ pub(crate) async fn drive(index: usize, shared: Arc<Shared>) -> Outcome {
     out
 }
 
-enum TurnEnd {
+/// How one driven turn ended (the in-process driver's and `--through`'s).
+pub(crate) enum TurnEnd {
     /// `turn_complete` arrived (counted as completed or failed).
     Done,
     /// The run was stopped (the turn in flight was cancelled and its end received).
     Stopped,
-    /// The subscription ended (lagged or closed).
+    /// The turn's end was not seen: the subscription ended (lagged or closed), or over
+    /// HTTP its input was refused or its stream lost.
     Lost,
 }
 

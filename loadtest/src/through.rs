@@ -24,6 +24,7 @@
 //! acknowledgement) and the events are those their stores committed.
 
 use super::LoadtestArgs;
+use super::driver::TurnEnd;
 use super::prom;
 use super::report::Percentiles;
 use super::through_report::{NodeFigures, ThroughReport, percentiles_ms};
@@ -350,15 +351,6 @@ async fn drive(index: usize, driver: Arc<Driver>) -> Outcome {
         }
     }
     out
-}
-
-enum TurnEnd {
-    /// Its `turn_complete` arrived (counted as completed or failed).
-    Done,
-    /// The run was stopped.
-    Stopped,
-    /// The turn's end was not seen (its input refused, its stream lost).
-    Lost,
 }
 
 /// The open event stream of one turn.
