@@ -10,6 +10,7 @@ pub mod foya_bin;
 pub mod hook_project;
 pub mod mcp;
 pub mod mock_provider;
+pub mod node;
 pub mod otlp;
 pub mod serve;
 
