@@ -27,14 +27,10 @@ pub struct Pty {
 }
 
 impl Pty {
-    /// Runs `program` (with what `configure` adds: arguments, environment, working
-    /// directory) at a new pseudo-terminal; every wait of the run ends by `timeout` from
+    /// Runs `command` (its program, arguments, environment and working directory; not
+    /// its stdio) at a new pseudo-terminal; every wait of the run ends by `timeout` from
     /// now.
-    pub fn spawn(
-        program: impl AsRef<std::ffi::OsStr>,
-        configure: impl FnOnce(&mut Command),
-        timeout: Duration,
-    ) -> Self {
+    pub fn spawn(command: &Command, timeout: Duration) -> Self {
         use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
         let size = nix::pty::Winsize {
             ws_row: 24,
@@ -48,17 +44,28 @@ impl Pty {
         tcsetattr(&pty.slave, SetArg::TCSANOW, &termios).unwrap();
         // `--ctty` makes its stdin (the slave) the controlling terminal; `--wait` keeps
         // the exit status where setsid has to fork.
-        let mut command = Command::new("setsid");
-        command.args(["--ctty", "--wait"]).arg(program);
-        configure(&mut command);
-        let child = command
+        let mut setsid = Command::new("setsid");
+        setsid
+            .args(["--ctty", "--wait"])
+            .arg(command.get_program())
+            .args(command.get_args());
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => setsid.env(key, value),
+                None => setsid.env_remove(key),
+            };
+        }
+        if let Some(dir) = command.get_current_dir() {
+            setsid.current_dir(dir);
+        }
+        let child = setsid
             .stdin(Stdio::from(pty.slave.try_clone().unwrap()))
             .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
             .stderr(Stdio::from(pty.slave))
             .spawn()
             .unwrap();
-        // The slave's copies went with `command`: only the program holds it now.
-        drop(command);
+        // The slave's copies went with `setsid`: only the program holds it now.
+        drop(setsid);
         let keys = std::fs::File::from(pty.master);
         let mut reader = keys.try_clone().unwrap();
         let (tx, screen) = mpsc::channel();

@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_tests::child::{spawn_lines, wait_exit};
-use foya_tests::foya_bin::{foya_bin, only_session_log, scripted};
+use foya_tests::foya_bin::{only_session_log, scripted};
 use foya_tests::pty::Pty;
 use serde_json::json;
 use std::time::Duration;
@@ -28,20 +28,9 @@ fn chat_answers_queues_cancels_a_long_tool_on_ctrl_c_and_exits() {
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
 
+    let data = dir.path().join("data");
     let mut p = Pty::spawn(
-        foya_bin(),
-        |cmd| {
-            cmd.arg("chat")
-                .args(["--provider", "scripted", "--approval", "auto"])
-                .arg("--script")
-                .arg(&script)
-                .arg("--data-dir")
-                .arg(dir.path().join("data"))
-                .arg("--cwd")
-                .arg(&work)
-                .env("TERM", "xterm")
-                .env_remove("FOYA_DATA_DIR");
-        },
+        scripted("chat", "auto", &script, &data, &work).env("TERM", "xterm"),
         Duration::from_secs(180),
     );
 

@@ -7,7 +7,7 @@
 //! its Enter waits at the next prompt.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::foya_bin::{foya_bin, only_session_log};
+use foya_tests::foya_bin::{only_session_log, scripted};
 use foya_tests::pty::Pty;
 use serde_json::json;
 use std::time::Duration;
@@ -20,19 +20,7 @@ fn chat(dir: &std::path::Path, responses: &serde_json::Value) -> Pty {
     let script = dir.join("script.json");
     std::fs::write(&script, json!({ "responses": responses }).to_string()).unwrap();
     Pty::spawn(
-        foya_bin(),
-        |cmd| {
-            cmd.arg("chat")
-                .args(["--provider", "scripted", "--approval", "auto"])
-                .arg("--script")
-                .arg(&script)
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--cwd")
-                .arg(&work)
-                .env("TERM", "xterm")
-                .env_remove("FOYA_DATA_DIR");
-        },
+        scripted("chat", "auto", &script, &data, &work).env("TERM", "xterm"),
         Duration::from_secs(120),
     )
 }
