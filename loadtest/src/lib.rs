@@ -347,31 +347,16 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>>
     let children_before = cpu::children_cpu_time();
     let blocking_before = pool::blocking_cpu();
     let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for index in 0..args.sessions {
-        tasks.spawn(driver::drive(index, Arc::clone(&shared)));
-    }
-    let mut outcomes = Vec::with_capacity(args.sessions);
     // The signal that stopped the run, if one did.
-    let mut interrupted_by_user: Option<foya_cli::signals::Signalled> = None;
-    let deadline = args
-        .duration
-        .and_then(|d| tokio::time::Instant::now().checked_add(d));
-    loop {
-        tokio::select! {
-            joined = tasks.join_next() => match joined {
-                Some(Ok(outcome)) => outcomes.push(outcome),
-                Some(Err(_)) => outcomes.push(panicked()),
-                None => break,
-            },
-            signal = signals.recv(), if !stop.is_cancelled() => {
-                interrupted_by_user = Some(signal);
-                progress.println("stopping… (partial report follows)");
-                stop.cancel();
-            }
-            () = sleep_until(deadline), if !stop.is_cancelled() => stop.cancel(),
-        }
-    }
+    let (outcomes, mut interrupted_by_user) = collect_outcomes(
+        args.sessions,
+        |index| driver::drive(index, Arc::clone(&shared)),
+        &mut signals,
+        &stop,
+        &progress,
+        args.duration,
+    )
+    .await;
     let wall = started.elapsed();
     sampling.cancel();
     let memory = memory.await.unwrap_or_default();
@@ -491,11 +476,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>>
         eprintln!("{notice}");
     }
     print!("{}", report.to_text());
-    if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    write_json(args.json.as_deref(), &report)?;
     if let Some(path) = &args.html {
         let page = html::page(&html::Input {
             report: &report,
@@ -505,13 +486,40 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>>
         });
         std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    Ok(if let Some(signal) = interrupted_by_user {
+    Ok(ended(
+        interrupted_by_user,
+        report.turns_failed,
+        &report.errors,
+    ))
+}
+
+/// Writes the JSON report to `--json FILE`, when given.
+fn write_json(
+    path: Option<&std::path::Path>,
+    report: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        let json = serde_json::to_string_pretty(report)?;
+        std::fs::write(path, json + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// How a run that reported ended: stopped by a signal, failed (a turn failed or an error
+/// was counted) or succeeded.
+fn ended(
+    interrupted_by_user: Option<foya_cli::signals::Signalled>,
+    turns_failed: u64,
+    errors: &std::collections::BTreeMap<String, u64>,
+) -> Result<(), Ended> {
+    if let Some(signal) = interrupted_by_user {
         Err(Ended::Signalled(signal))
-    } else if report.turns_failed > 0 || !report.errors.is_empty() {
+    } else if turns_failed > 0 || !errors.is_empty() {
         Err(Ended::Failed)
     } else {
         Ok(())
-    })
+    }
 }
 
 /// The stderr line for turns whose tool calls were all refused (none ran), with the
@@ -548,20 +556,71 @@ fn captured_turns(captured: &probe::Captured) -> Vec<Vec<foya_actors::provider::
         .clone()
 }
 
+/// What one session task of a run counted (in process: [`Outcome`]; `--through`: its
+/// own).
+trait SessionOutcome: Send + 'static {
+    /// The outcome of a task that panicked: a `driver_panicked` error.
+    fn panicked() -> Self;
+}
+
+impl SessionOutcome for Outcome {
+    fn panicked() -> Self {
+        let mut out = Self {
+            index: usize::MAX,
+            ..Self::default()
+        };
+        out.errors.insert("driver_panicked".into(), 1);
+        out
+    }
+}
+
+/// Runs `drive(index)` for each of the `sessions` as its own task and collects the
+/// outcomes as the tasks end (a task that panicked: [`SessionOutcome::panicked`]). The
+/// first signal, or the end of `duration`, cancels `stop` (the tasks then end their
+/// turns early); `progress` says so. Returns the outcomes and the signal that stopped the
+/// run, if one did.
+async fn collect_outcomes<T, F>(
+    sessions: usize,
+    drive: impl Fn(usize) -> F,
+    signals: &mut foya_cli::signals::Signals,
+    stop: &CancellationToken,
+    progress: &ProgressBar,
+    duration: Option<Duration>,
+) -> (Vec<T>, Option<foya_cli::signals::Signalled>)
+where
+    T: SessionOutcome,
+    F: Future<Output = T> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..sessions {
+        tasks.spawn(drive(index));
+    }
+    let mut outcomes = Vec::with_capacity(sessions);
+    let mut interrupted_by_user = None;
+    let deadline = duration.and_then(|d| tokio::time::Instant::now().checked_add(d));
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                Some(Ok(outcome)) => outcomes.push(outcome),
+                Some(Err(_)) => outcomes.push(T::panicked()),
+                None => break,
+            },
+            signal = signals.recv(), if !stop.is_cancelled() => {
+                interrupted_by_user = Some(signal);
+                progress.println("stopping… (partial report follows)");
+                stop.cancel();
+            }
+            () = sleep_until(deadline), if !stop.is_cancelled() => stop.cancel(),
+        }
+    }
+    (outcomes, interrupted_by_user)
+}
+
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-fn panicked() -> Outcome {
-    let mut out = Outcome {
-        index: usize::MAX,
-        ..Outcome::default()
-    };
-    out.errors.insert("driver_panicked".into(), 1);
-    out
 }
 
 /// The client for `--provider`: the simulator in process, or an HTTP client (with its
@@ -651,15 +710,9 @@ fn build_report(
         report.tool_calls_run += out.tool_calls_run;
         report.turns_tools_refused += out.turns_tools_refused;
         report.deltas_received += out.deltas;
-        for (class, n) in out.errors {
-            *report.errors.entry(class).or_default() += n;
-        }
-        for (class, message) in out.error_examples {
-            report.error_examples.entry(class).or_insert(message);
-        }
-        for (class, n) in out.retries {
-            *report.retries.entry(class).or_default() += n;
-        }
+        report::add_counts(&mut report.errors, out.errors);
+        report::add_examples(&mut report.error_examples, out.error_examples);
+        report::add_counts(&mut report.retries, out.retries);
         relay.extend(out.relay_ms);
         // The n-th gap of a session follows its n-th tool-calling step: subtract that
         // step's tool time to leave what the runtime added.

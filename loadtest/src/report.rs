@@ -35,6 +35,17 @@ impl Percentiles {
         }
     }
 
+    /// The percentiles `quantile` gives (`None`: no value) of a sample of `samples`
+    /// values (a histogram's estimates).
+    pub(crate) fn from_quantiles(samples: u64, quantile: impl Fn(f64) -> Option<f64>) -> Self {
+        Self {
+            p50: quantile(0.50),
+            p95: quantile(0.95),
+            p99: quantile(0.99),
+            samples,
+        }
+    }
+
     /// Every percentile multiplied by `factor` (a unit change: `1e-3` for µs → ms).
     pub(crate) fn scaled(self, factor: f64) -> Self {
         let scale = |x: Option<f64>| x.map(|x| x * factor);
@@ -47,7 +58,7 @@ impl Percentiles {
     }
 
     /// `p50 1.000 ms  p95 2.000 ms  p99 3.000 ms`, or `no samples` for an empty sample.
-    fn to_text(self, unit: &str) -> String {
+    pub(crate) fn to_text(self, unit: &str) -> String {
         match (self.p50, self.p95, self.p99) {
             (Some(p50), Some(p95), Some(p99)) => {
                 format!("p50 {p50:.3} {unit}  p95 {p95:.3} {unit}  p99 {p99:.3} {unit}")
@@ -190,6 +201,64 @@ pub(crate) struct Report {
     pub(crate) stopped_early: bool,
 }
 
+/// `class=count` pairs of a report's count by class (`errors`, `retries`), or `none`.
+pub(crate) fn classes(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        "none".to_owned()
+    } else {
+        counts
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Adds a session's counts by class to the report's.
+pub(crate) fn add_counts(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
+    for (class, n) in from {
+        *into.entry(class).or_default() += n;
+    }
+}
+
+/// Adds a session's error examples to the report's: a class keeps the first it got.
+pub(crate) fn add_examples(into: &mut BTreeMap<String, String>, from: BTreeMap<String, String>) {
+    for (class, message) in from {
+        into.entry(class).or_insert(message);
+    }
+}
+
+/// `n` per second of `wall_s` (0 for no wall time).
+pub(crate) fn per_second(n: u64, wall_s: f64) -> f64 {
+    if wall_s > 0.0 { n as f64 / wall_s } else { 0.0 }
+}
+
+/// The end of a text report's first line: whether the run was stopped early.
+pub(crate) fn stopped_note(stopped_early: bool) -> &'static str {
+    if stopped_early {
+        " (stopped early: partial report)"
+    } else {
+        ""
+    }
+}
+
+/// The text report's `turns` line.
+pub(crate) fn turns_line(completed: u64, failed: u64, interrupted: u64) -> String {
+    format!("turns      completed {completed}  failed {failed}  interrupted {interrupted}")
+}
+
+/// The text report's `errors` line and one line per example.
+pub(crate) fn error_lines(
+    errors: &BTreeMap<String, u64>,
+    examples: &BTreeMap<String, String>,
+) -> String {
+    let mut out = format!("errors     {}\n", classes(errors));
+    for (class, message) in examples {
+        out.push_str(&format!("           {class}: {message}\n"));
+    }
+    out
+}
+
 /// A per-step or per-turn figure for the text report with its unit (`827.4 us/step`), or
 /// `n/a per step` when there was nothing to divide by (JSON `null`).
 fn per_unit(value: Option<f64>, per: &str) -> String {
@@ -216,13 +285,7 @@ impl Report {
             - self.meter_overhead_s)
             .max(0.0);
         self.runtime_cpu_us_per_step = per(self.steps, own * 1e6);
-        let rate = |n: u64| {
-            if self.wall_s > 0.0 {
-                n as f64 / self.wall_s
-            } else {
-                0.0
-            }
-        };
+        let rate = |n: u64| per_second(n, self.wall_s);
         self.turns_per_s = rate(self.turns_completed);
         self.steps_per_s = rate(self.steps);
         self.events_per_s = rate(self.events_persisted);
@@ -231,13 +294,9 @@ impl Report {
 
     /// Records the append latency percentiles of `latency` (microsecond buckets).
     pub(crate) fn set_append_latency(&mut self, latency: &foya_storage::Latencies) {
-        let ms = |q: f64| latency.quantile_us(q).map(|us| us / 1e3);
-        self.append_latency_ms = Percentiles {
-            p50: ms(0.50),
-            p95: ms(0.95),
-            p99: ms(0.99),
-            samples: latency.count(),
-        };
+        self.append_latency_ms = Percentiles::from_quantiles(latency.count(), |q| {
+            latency.quantile_us(q).map(|us| us / 1e3)
+        });
     }
 
     /// Records the bare-client pass and the CPU ratio against it. No ratio when a turn
@@ -270,16 +329,6 @@ impl Report {
     /// The human-readable report.
     pub(crate) fn to_text(&self) -> String {
         let p = |x: &Percentiles, unit: &str| x.to_text(unit);
-        let classes = |m: &BTreeMap<String, u64>| {
-            if m.is_empty() {
-                "none".to_owned()
-            } else {
-                m.iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }
-        };
         let mut out = String::new();
         let mut line = |s: String| {
             out.push_str(&s);
@@ -295,15 +344,12 @@ impl Report {
                 .map_or(String::new(), |url| format!(" at {url}")),
             self.durability,
             self.approval,
-            if self.stopped_early {
-                " (stopped early: partial report)"
-            } else {
-                ""
-            }
+            stopped_note(self.stopped_early)
         ));
-        line(format!(
-            "turns      completed {}  failed {}  interrupted {}",
-            self.turns_completed, self.turns_failed, self.turns_interrupted
+        line(turns_line(
+            self.turns_completed,
+            self.turns_failed,
+            self.turns_interrupted,
         ));
         line(format!(
             "work       steps {}  tool calls {} ({} ran, {})  model requests {}  events persisted {} in {} commits  deltas {}",
@@ -383,10 +429,7 @@ impl Report {
             self.store.as_deref().unwrap_or("redb")
         ));
         line(format!("retries    {}", classes(&self.retries)));
-        line(format!("errors     {}", classes(&self.errors)));
-        for (class, message) in &self.error_examples {
-            line(format!("           {class}: {message}"));
-        }
+        out.push_str(&error_lines(&self.errors, &self.error_examples));
         out
     }
 }

@@ -26,7 +26,7 @@
 use super::LoadtestArgs;
 use super::driver::TurnEnd;
 use super::prom;
-use super::report::Percentiles;
+use super::report::{self, Percentiles};
 use super::through_report::{NodeFigures, ThroughReport, percentiles_ms};
 use anyhow::Context as _;
 use clap::ValueEnum;
@@ -153,6 +153,14 @@ impl Outcome {
         self.error_examples
             .entry(class.to_owned())
             .or_insert_with(|| message.to_string());
+    }
+}
+
+impl super::SessionOutcome for Outcome {
+    fn panicked() -> Self {
+        let mut out = Self::default();
+        out.error("driver_panicked", "a session task panicked");
+        out
     }
 }
 
@@ -671,34 +679,15 @@ pub(crate) async fn run(
     });
     let cpu_before = super::cpu::cpu_time();
     let started = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for index in 0..args.sessions {
-        tasks.spawn(drive(index, Arc::clone(&driver)));
-    }
-    let mut outcomes = Vec::with_capacity(args.sessions);
-    let mut interrupted_by_user = None;
-    let deadline = args
-        .duration
-        .and_then(|d| tokio::time::Instant::now().checked_add(d));
-    loop {
-        tokio::select! {
-            joined = tasks.join_next() => match joined {
-                Some(Ok(outcome)) => outcomes.push(outcome),
-                Some(Err(_)) => {
-                    let mut out = Outcome::default();
-                    out.error("driver_panicked", "a session task panicked");
-                    outcomes.push(out);
-                }
-                None => break,
-            },
-            signal = signals.recv(), if !stop.is_cancelled() => {
-                interrupted_by_user = Some(signal);
-                progress.println("stopping… (partial report follows)");
-                stop.cancel();
-            }
-            () = super::sleep_until(deadline), if !stop.is_cancelled() => stop.cancel(),
-        }
-    }
+    let (outcomes, interrupted_by_user) = super::collect_outcomes(
+        args.sessions,
+        |index| drive(index, Arc::clone(&driver)),
+        signals,
+        &stop,
+        &progress,
+        args.duration,
+    )
+    .await;
     let wall = started.elapsed();
     let driver_cpu = super::cpu::cpu_time().saturating_sub(cpu_before);
     progress.finish_and_clear();
@@ -772,33 +761,21 @@ pub(crate) async fn run(
         report.inputs_forwarded += out.inputs_forwarded;
         report.stream_resumes += out.stream_resumes;
         turn_ms.extend(out.turn_ms);
-        for (class, n) in out.retries {
-            *report.retries.entry(class).or_default() += n;
-        }
-        for (class, n) in out.errors {
-            *report.errors.entry(class).or_default() += n;
-        }
-        for (class, message) in out.error_examples {
-            report.error_examples.entry(class).or_insert(message);
-        }
+        report::add_counts(&mut report.retries, out.retries);
+        report::add_counts(&mut report.errors, out.errors);
+        report::add_examples(&mut report.error_examples, out.error_examples);
     }
     report.turn_latency_ms = Percentiles::of(&mut turn_ms);
     report.finish(wall);
     drop(workspace);
 
     print!("{}", report.to_text());
-    if let Some(path) = &args.json {
-        let json = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, json + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(if let Some(signal) = interrupted_by_user {
-        Err(Ended::Signalled(signal))
-    } else if report.turns_failed > 0 || !report.errors.is_empty() {
-        Err(Ended::Failed)
-    } else {
-        Ok(())
-    })
+    super::write_json(args.json.as_deref(), &report)?;
+    Ok(super::ended(
+        interrupted_by_user,
+        report.turns_failed,
+        &report.errors,
+    ))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! time (the first session's creation to the last turn's end).
 
 use super::prom::{self, Histogram};
-use super::report::Percentiles;
+use super::report::{self, Percentiles};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -126,13 +126,7 @@ pub(crate) struct ThroughReport {
 
 /// Percentiles of a histogram in seconds, in milliseconds.
 pub(crate) fn percentiles_ms(h: &Histogram) -> Percentiles {
-    let ms = |q: f64| h.quantile(q).map(|x| x.value * 1e3);
-    Percentiles {
-        p50: ms(0.50),
-        p95: ms(0.95),
-        p99: ms(0.99),
-        samples: h.count,
-    }
+    Percentiles::from_quantiles(h.count, |q| h.quantile(q).map(|x| x.value * 1e3))
 }
 
 impl ThroughReport {
@@ -169,35 +163,14 @@ impl ThroughReport {
             upper_ms: q.upper * 1e3,
         });
         self.commit_latency_ms = percentiles_ms(&commit);
-        let rate = |n: u64| {
-            if self.wall_s > 0.0 {
-                n as f64 / self.wall_s
-            } else {
-                0.0
-            }
-        };
+        let rate = |n: u64| report::per_second(n, self.wall_s);
         self.turns_per_s = rate(self.turns_completed);
         self.events_per_s = rate(self.events_committed);
     }
 
     /// The human-readable report.
     pub(crate) fn to_text(&self) -> String {
-        let classes = |m: &BTreeMap<String, u64>| {
-            if m.is_empty() {
-                "none".to_owned()
-            } else {
-                m.iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }
-        };
-        let p = |x: &Percentiles| match (x.p50, x.p95, x.p99) {
-            (Some(p50), Some(p95), Some(p99)) => {
-                format!("p50 {p50:.3} ms  p95 {p95:.3} ms  p99 {p99:.3} ms")
-            }
-            _ => "no samples".to_owned(),
-        };
+        let p = |x: &Percentiles| x.to_text("ms");
         let mut out = String::new();
         let mut line = |s: String| {
             out.push_str(&s);
@@ -211,11 +184,7 @@ impl ThroughReport {
             foya_cli::words::count(self.turns_per_session.into(), "turn"),
             self.approval,
             self.concurrency,
-            if self.stopped_early {
-                " (stopped early: partial report)"
-            } else {
-                ""
-            }
+            report::stopped_note(self.stopped_early)
         ));
         for node in &self.nodes {
             line(format!(
@@ -229,9 +198,10 @@ impl ThroughReport {
                 p(&node.append_latency_ms)
             ));
         }
-        line(format!(
-            "turns      completed {}  failed {}  interrupted {}",
-            self.turns_completed, self.turns_failed, self.turns_interrupted
+        line(report::turns_line(
+            self.turns_completed,
+            self.turns_failed,
+            self.turns_interrupted,
         ));
         line(format!(
             "work       steps {}  tool calls {} ({} ran)  events received {}  deltas {}  inputs forwarded {}",
@@ -267,13 +237,10 @@ impl ThroughReport {
         line(format!("driver     cpu {:.2} s", self.driver_cpu_s));
         line(format!(
             "retries    {}  stream resumes {}",
-            classes(&self.retries),
+            report::classes(&self.retries),
             self.stream_resumes
         ));
-        line(format!("errors     {}", classes(&self.errors)));
-        for (class, message) in &self.error_examples {
-            line(format!("           {class}: {message}"));
-        }
+        out.push_str(&report::error_lines(&self.errors, &self.error_examples));
         out
     }
 }

@@ -1,8 +1,9 @@
 //! Shared harness for the end-to-end tests: the mock provider (real wire formats over
 //! real HTTP), the path of the real `foya` binary and its child processes' piped stdio,
 //! real headless Chromium driven over WebDriver (`browser`), the real `foya serve` driven
-//! as a client and an approver (`serve`), and the cluster fault harness with its
-//! invariant checker (`fault_cluster`).
+//! as a client and an approver (`serve`), `foya node`s on PostgreSQL with their HTTP API
+//! (`node`), a program at a pseudo-terminal (`pty`), and the cluster fault harness with
+//! its invariant checker (`fault_cluster`).
 pub mod browser;
 pub mod child;
 pub mod fault_cluster;
@@ -10,7 +11,9 @@ pub mod foya_bin;
 pub mod hook_project;
 pub mod mcp;
 pub mod mock_provider;
+pub mod node;
 pub mod otlp;
+pub mod pty;
 pub mod serve;
 
 pub use foya_actors::testkit::procs;

@@ -3,7 +3,7 @@
 //! log of no session that has nothing to recover.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, SessionHandle};
 use crate::testkit::{
     config_for, events_until, is_turn_complete, script, session_config, subscribe, types, within,
 };
@@ -27,21 +27,52 @@ async fn until_loaded(rt: &Runtime, id: SessionId, loaded: bool) {
     .unwrap();
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_queue() {
+/// A runtime on a fresh in-memory store that hibernates an idle, unwatched session after
+/// [`AFTER`], or at once above `at_once_above` live sessions (`None`: the default
+/// count), with `responses` scripted; and one session of it (bypass mode).
+async fn hibernating(
+    responses: serde_json::Value,
+    at_once_above: Option<usize>,
+) -> (Store, Runtime, SessionHandle) {
     let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    // "two" streams after a (paused-clock) pause, so the second input surely arrives while
-    // the first woken turn runs and queues behind it.
-    let replies = json!({"responses": [
-        {"text": "one"}, {"text": "two", "delay_ms": 1000}, {"text": "three"}
-    ]});
-    let mut config = config_for(store.clone(), script(replies));
+    let mut config = config_for(store.clone(), script(json!({ "responses": responses })));
     config.hibernate_after = Some(AFTER);
+    if let Some(above) = at_once_above {
+        config.hibernate_at_once_above = Some(above);
+    }
     let rt = Runtime::start(config).await.unwrap();
     let session = rt
         .create_session(session_config(ApprovalMode::Bypass))
         .await
         .unwrap();
+    (store, rt, session)
+}
+
+/// A woken session's `log`: its seqs dense from 1, the inputs `queued` started after the
+/// first turn in order, the second of them queued behind the first.
+fn assert_ran_in_order(log: &[Event], queued: [InputId; 2]) {
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq.0).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let started: Vec<InputId> = log
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TurnStarted { input_id } => Some(input_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started[1..], queued);
+    assert!(types(log).contains(&"input_queued"), "{:?}", types(log));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_queue() {
+    // "two" streams after a (paused-clock) pause, so the second input surely arrives while
+    // the first woken turn runs and queues behind it.
+    let (store, rt, session) = hibernating(
+        json!([{"text": "one"}, {"text": "two", "delay_ms": 1000}, {"text": "three"}]),
+        None,
+    )
+    .await;
     let id = session.id();
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("first")).await.unwrap();
@@ -74,17 +105,7 @@ async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_q
     }))
     .await
     .unwrap();
-    let seqs: Vec<u64> = log.iter().map(|e| e.seq.0).collect();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
-    let started: Vec<InputId> = log
-        .iter()
-        .filter_map(|e| match e.kind {
-            EventKind::TurnStarted { input_id } => Some(input_id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(started[1..], [a, b]);
-    assert!(types(&log).contains(&"input_queued"), "{:?}", types(&log));
+    assert_ran_in_order(&log, [a, b]);
     let summary = rt.list_sessions().await.unwrap();
     assert_eq!(summary[0].title.as_deref(), Some("kept"));
     rt.shutdown().await;
@@ -92,17 +113,7 @@ async fn an_idle_unwatched_session_hibernates_and_wakes_with_its_log_state_and_q
 
 #[tokio::test(start_paused = true)]
 async fn a_subscription_wakes_a_hibernated_session_with_its_whole_log() {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    let mut config = config_for(
-        store.clone(),
-        script(json!({"responses": [{"text": "one"}]})),
-    );
-    config.hibernate_after = Some(AFTER);
-    let rt = Runtime::start(config).await.unwrap();
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
+    let (_store, rt, session) = hibernating(json!([{"text": "one"}]), None).await;
     let mut sub = subscribe(&session, false).await;
     session.submit(Input::text("first")).await.unwrap();
     let before = within(events_until(&mut sub, is_turn_complete))
@@ -176,15 +187,6 @@ async fn start_up_reads_only_the_logs_of_sessions_with_something_to_recover() {
     rt.shutdown().await;
 }
 
-/// A runtime that hibernates an idle, unwatched session at once (`hibernate_at_once_above`
-/// 0), with `responses` scripted.
-async fn at_once(store: &Store, responses: serde_json::Value) -> Runtime {
-    let mut config = config_for(store.clone(), script(json!({ "responses": responses })));
-    config.hibernate_after = Some(AFTER);
-    config.hibernate_at_once_above = Some(0);
-    Runtime::start(config).await.unwrap()
-}
-
 /// Waits until `id` is no longer loaded; returns how long that took (paused time).
 async fn unloaded_after(rt: &Runtime, id: SessionId) -> Duration {
     let start = tokio::time::Instant::now();
@@ -200,12 +202,7 @@ async fn unloaded_after(rt: &Runtime, id: SessionId) -> Duration {
 
 #[tokio::test(start_paused = true)]
 async fn an_unwatched_session_hibernates_as_soon_as_its_turn_ends() {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    let rt = at_once(&store, json!([{"text": "one"}])).await;
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
+    let (_store, rt, session) = hibernating(json!([{"text": "one"}]), Some(0)).await;
     // `run` subscribes for its turn and drops the subscription with the outcome.
     let outcome = session.run(Input::text("first")).await.unwrap();
     assert_eq!(outcome.text, "one");
@@ -217,12 +214,7 @@ async fn an_unwatched_session_hibernates_as_soon_as_its_turn_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn a_watched_session_stays_loaded_and_hibernates_when_its_last_subscriber_leaves() {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    let rt = at_once(&store, json!([{"text": "one"}])).await;
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
+    let (_store, rt, session) = hibernating(json!([{"text": "one"}]), Some(0)).await;
     let id = session.id();
     let mut first = subscribe(&session, false).await;
     let second = subscribe(&session, false).await;
@@ -247,18 +239,13 @@ async fn a_watched_session_stays_loaded_and_hibernates_when_its_last_subscriber_
 
 #[tokio::test(start_paused = true)]
 async fn a_handle_wakes_a_hibernated_session_which_runs_its_queue_in_order() {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
     // "two" streams after a (paused-clock) pause, so "third" surely arrives while the
     // woken session runs "second" and queues behind it.
-    let rt = at_once(
-        &store,
+    let (store, rt, session) = hibernating(
         json!([{"text": "one"}, {"text": "two", "delay_ms": 1000}, {"text": "three"}]),
+        Some(0),
     )
     .await;
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
     let id = session.id();
     let first = session.run(Input::text("first")).await.unwrap();
     assert_eq!(first.text, "one");
@@ -272,17 +259,7 @@ async fn a_handle_wakes_a_hibernated_session_which_runs_its_queue_in_order() {
     assert_eq!(store.logs_read(), reads + 1);
     unloaded_after(&rt, id).await;
     let log = session.history(Seq::FIRST).await.unwrap();
-    let seqs: Vec<u64> = log.iter().map(|e| e.seq.0).collect();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
-    let started: Vec<InputId> = log
-        .iter()
-        .filter_map(|e| match e.kind {
-            EventKind::TurnStarted { input_id } => Some(input_id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(started[1..], [a, b]);
-    assert!(types(&log).contains(&"input_queued"), "{:?}", types(&log));
+    assert_ran_in_order(&log, [a, b]);
     let texts: Vec<&str> = log
         .iter()
         .filter_map(|e| match &e.kind {
@@ -300,18 +277,7 @@ async fn a_handle_wakes_a_hibernated_session_which_runs_its_queue_in_order() {
 
 #[tokio::test(start_paused = true)]
 async fn at_or_below_the_live_count_an_idle_session_waits_out_hibernate_after() {
-    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
-    let mut config = config_for(
-        store.clone(),
-        script(json!({"responses": [{"text": "one"}]})),
-    );
-    config.hibernate_after = Some(AFTER);
-    config.hibernate_at_once_above = Some(1);
-    let rt = Runtime::start(config).await.unwrap();
-    let session = rt
-        .create_session(session_config(ApprovalMode::Bypass))
-        .await
-        .unwrap();
+    let (_store, rt, session) = hibernating(json!([{"text": "one"}]), Some(1)).await;
     session.run(Input::text("first")).await.unwrap();
     tokio::time::sleep(AFTER / 2).await;
     assert!(

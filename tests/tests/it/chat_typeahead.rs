@@ -1,4 +1,4 @@
-//! Type-ahead in `foya chat` through a pseudo-terminal (expectrl, the real binary with the
+//! Type-ahead in `foya chat` through a pseudo-terminal (`foya_tests::pty`, the real binary with the
 //! scripted provider): two lines pasted at the idle prompt in one write both reach the
 //! session, in order — the line editor used to read both, return the first and drop the
 //! rest of what it had read; and lines pasted at the prompt stay ahead of a line typed
@@ -7,43 +7,31 @@
 //! its Enter waits at the next prompt.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use expectrl::process::unix::WaitStatus;
-use expectrl::session::OsSession;
-use expectrl::{Eof, Expect as _, Session};
-use foya_tests::foya_bin::{foya_bin, only_session_log};
+use foya_tests::foya_bin::{only_session_log, scripted};
+use foya_tests::pty::Pty;
 use serde_json::json;
 use std::time::Duration;
 
 /// `foya chat` in a pseudo-terminal with the scripted `responses`, in `dir/work`.
-fn chat(dir: &std::path::Path, responses: &serde_json::Value) -> OsSession {
+fn chat(dir: &std::path::Path, responses: &serde_json::Value) -> Pty {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let data = dir.join("data");
     let script = dir.join("script.json");
     std::fs::write(&script, json!({ "responses": responses }).to_string()).unwrap();
-    let mut cmd = std::process::Command::new(foya_bin());
-    cmd.arg("chat")
-        .args(["--provider", "scripted", "--approval", "auto"])
-        .arg("--script")
-        .arg(&script)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--cwd")
-        .arg(&work)
-        .env("TERM", "xterm")
-        .env_remove("FOYA_DATA_DIR");
-    let mut p = Session::spawn(cmd).unwrap();
-    p.set_expect_timeout(Some(Duration::from_secs(30)));
-    p
+    Pty::spawn(
+        scripted("chat", "auto", &script, &data, &work).env("TERM", "xterm"),
+        Duration::from_secs(120),
+    )
 }
 
 /// Leaves the chat with `/exit` (status 0); the texts of the session's `user_message`s.
-fn exit_and_read_inputs(mut p: OsSession, data: &std::path::Path) -> Vec<String> {
-    p.expect("foya> ").unwrap();
-    p.send("/exit\r").unwrap();
-    p.expect(Eof).unwrap();
-    let status = p.get_process().wait().unwrap();
-    assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+fn exit_and_read_inputs(mut p: Pty, data: &std::path::Path) -> Vec<String> {
+    p.expect("foya> ");
+    p.send("/exit\r");
+    p.expect_eof();
+    let status = p.wait();
+    assert_eq!(status.code(), Some(0), "{status:?}");
     only_session_log(data)
         .iter()
         .filter(|e| e["type"] == "user_message")
@@ -56,11 +44,11 @@ fn two_lines_pasted_at_the_prompt_both_reach_the_session_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let responses = json!([{"text": "answer one"}, {"text": "answer two"}]);
     let mut p = chat(dir.path(), &responses);
-    p.expect("foya> ").unwrap();
+    p.expect("foya> ");
     // One write, as a paste arrives: both lines are in the terminal's buffer at once.
-    p.send("first line\rsecond line\r").unwrap();
-    p.expect("answer one").unwrap();
-    p.expect("answer two").unwrap();
+    p.send("first line\rsecond line\r");
+    p.expect("answer one");
+    p.expect("answer two");
     let typed = exit_and_read_inputs(p, &dir.path().join("data"));
     assert_eq!(typed, vec!["first line", "second line"]);
 }
@@ -79,18 +67,18 @@ fn lines_pasted_at_the_prompt_stay_ahead_of_a_line_typed_during_their_turn() {
         {"text": "answer five"},
     ]);
     let mut p = chat(dir.path(), &responses);
-    p.expect("foya> ").unwrap();
+    p.expect("foya> ");
     // Three lines and the start of a fourth, not finished yet.
-    p.send("one\rtwo\rthree\rhalf").unwrap();
-    p.expect("▶ shell").unwrap();
-    p.send("four\r").unwrap();
-    p.expect("queued: four").unwrap();
+    p.send("one\rtwo\rthree\rhalf");
+    p.expect("▶ shell");
+    p.send("four\r");
+    p.expect("queued: four");
     std::fs::write(dir.path().join("work/released"), "").unwrap();
-    p.expect("answer four").unwrap();
+    p.expect("answer four");
     // The unfinished line waits at the next prompt, to be finished there.
-    p.expect("foya> half").unwrap();
-    p.send(" done\r").unwrap();
-    p.expect("answer five").unwrap();
+    p.expect("foya> half");
+    p.send(" done\r");
+    p.expect("answer five");
     let typed = exit_and_read_inputs(p, &dir.path().join("data"));
     assert_eq!(typed, vec!["one", "two", "three", "four", "half done"]);
 }

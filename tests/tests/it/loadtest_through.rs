@@ -7,66 +7,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use foya_tests::foya_bin::{foya_bin, test_home};
+use foya_tests::node::Node;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt as _;
 
 const TIMEOUT: Duration = Duration::from_secs(240);
 
-struct Node {
-    _child: tokio::process::Child,
-    base: String,
-}
-
 /// `foya node --name NAME --http 127.0.0.1:0 --store STORE --provider sim` in `dir`.
 async fn node(name: &str, store: &str, dir: &Path) -> Node {
-    let own = dir.join(name);
-    std::fs::create_dir_all(&own).unwrap();
-    std::fs::write(own.join("cookie"), "through-cookie\n").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = tokio::process::Command::new(foya_bin())
-        .args(["node", "--name", name, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args([
-            "--http",
-            "127.0.0.1:0",
-            "--store",
-            store,
-            "--provider",
-            "sim",
-        ])
-        .arg("--cookie-file")
-        .arg(own.join("cookie"))
-        .arg("--data-dir")
-        .arg(own.join("data"))
-        .current_dir(dir)
-        .env("HOME", test_home())
-        .env_remove("FOYA_DATA_DIR")
-        .env_remove("FOYA_STORE_URL")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = loop {
-        let line = stderr.next_line().await.unwrap().expect("the node exited");
-        if let Some(url) = line.strip_prefix("foya node: HTTP API at ") {
-            break url.to_owned();
-        }
-    };
-    // Keep reading its log (a full pipe would stall it).
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    Node {
-        _child: child,
-        base,
-    }
+    Node::start(name, store, dir, |command| {
+        command.args(["--provider", "sim"]);
+    })
+    .await
 }
 
 async fn query(store: &str, sql: &str) -> Vec<tokio_postgres::Row> {

@@ -14,13 +14,12 @@
 
 use eventsource_stream::Eventsource as _;
 use foya_storage_pg::{LeaseOptions, NodeLease, Placement};
-use foya_tests::foya_bin::{foya_bin, test_home};
+use foya_tests::foya_bin::foya_bin;
 use futures::StreamExt as _;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt as _;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const TOKEN: &str = "node-http-token";
@@ -34,62 +33,23 @@ struct Node {
 /// `foya node --name NAME --http 127.0.0.1:0 --store STORE` in `dir`, scripted with
 /// `responses`.
 async fn node(name: &'static str, store: &str, dir: &Path, responses: &[Value]) -> Node {
-    let own = dir.join(name);
-    std::fs::create_dir_all(&own).unwrap();
-    std::fs::write(own.join("cookie"), "cookie-1\n").unwrap();
+    let own = foya_tests::node::node_dir(dir, name);
     std::fs::write(own.join("token"), format!("{TOKEN}\n")).unwrap();
     std::fs::write(
         own.join("script.json"),
         json!({"responses": responses}).to_string(),
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = tokio::process::Command::new(foya_bin())
-        .args(["node", "--name", name, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--http", "127.0.0.1:0", "--store", store])
-        .arg("--cookie-file")
-        .arg(own.join("cookie"))
-        .arg("--token-file")
-        .arg(own.join("token"))
-        .args(["--provider", "scripted", "--script"])
-        .arg(own.join("script.json"))
-        .arg("--data-dir")
-        .arg(own.join("data"))
-        .args(["--max-steps", "7"])
-        .current_dir(dir)
-        .env("HOME", test_home())
-        .env_remove("FOYA_DATA_DIR")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let base = tokio::time::timeout(TIMEOUT, async {
-        loop {
-            let line = stderr.next_line().await.unwrap().expect("the node exited");
-            if let Some(url) = line.strip_prefix("foya node: HTTP API at ") {
-                return url.to_owned();
-            }
-        }
-    })
-    .await
-    .expect("the HTTP address is printed");
-    // Keep reading its log (a full pipe would stall it).
-    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
-    let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let listening = tokio::time::timeout(TIMEOUT, stdout.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(listening.contains("listening on"), "{listening}");
+    let foya_tests::node::Node { child, base } =
+        foya_tests::node::Node::start(name, store, dir, |command| {
+            command
+                .arg("--token-file")
+                .arg(own.join("token"))
+                .args(["--provider", "scripted", "--script"])
+                .arg(own.join("script.json"))
+                .args(["--max-steps", "7"]);
+        })
+        .await;
     Node { child, base, name }
 }
 

@@ -51,6 +51,11 @@ fn one_call(check: CallCheck) -> Scenario {
     s
 }
 
+/// Step 1's model asks for two shell calls, `c0` and `c1`.
+fn two_shell_calls() -> TurnInput {
+    tools(1, vec![call("c0", "shell", 0), call("c1", "shell", 1)])
+}
+
 #[test]
 fn pre_tool_use_allows_then_the_call_runs_with_the_hooks_context_in_its_result() {
     let mut s = one_call(valid(allow(), true, false));
@@ -191,10 +196,7 @@ fn nobody_to_ask_runs_the_fallback_sandbox_or_denies() {
         valid(ask("", Some(SandboxPolicy::ReadOnly)), false, false),
     )
     .check_as("c1", valid(ask("", None), false, false))
-    .on(tools(
-        1,
-        vec![call("c0", "shell", 0), call("c1", "shell", 1)],
-    ))
+    .on(two_shell_calls())
     .on(answered(0, false, Some(NO_APPROVER)))
     .on(answered(1, false, Some(NO_APPROVER)))
     .on(ran(0, "c0", "read"));
@@ -224,10 +226,7 @@ fn nobody_to_ask_runs_the_fallback_sandbox_or_denies() {
 fn a_pre_tool_use_stop_denies_the_call_and_ends_the_turn_after_the_step() {
     let mut s = Scenario::started(config());
     s.check_as("c0", valid(allow(), true, false))
-        .on(tools(
-            1,
-            vec![call("c0", "shell", 0), call("c1", "shell", 1)],
-        ))
+        .on(two_shell_calls())
         .on(tool_hook(0, HookDecision::Stop, Some("frozen")))
         .on(ran(1, "c1", "ok"));
     s.check(expect![[r#"
@@ -354,19 +353,12 @@ fn cancel_during_an_approval_wait_ignores_the_late_answer() {
 fn cancel_during_a_run_keeps_the_output_so_far_and_skips_post_tool_use() {
     let mut s = Scenario::started(config());
     s.check_as("c1", valid(allow(), false, true))
-        .on(tools(
-            1,
-            vec![call("c0", "shell", 0), call("c1", "shell", 1)],
-        ))
+        .on(two_shell_calls())
         .on(TurnInput::CancelRequested)
         // c0 ended just before the token fired: written; c1's PostToolUse does not run.
         .on(ran(0, "c0", "done"))
         .on(ran(1, "c1", "late"))
-        .on(TurnInput::Cancel {
-            reason: "user".into(),
-            streamed: StreamAggregate::new(),
-            tool_output: vec![None, Some("half".into())],
-        });
+        .on(cancel_with_output(vec![None, Some("half".into())]));
     s.check(expect![[r#"
         > Begin
         < CompileContext(refresh tools)

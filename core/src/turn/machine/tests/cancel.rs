@@ -67,11 +67,11 @@ fn cancel_during_tools_writes_a_cancelled_result_for_every_call_without_one() {
     ))
     .on(ran(0, "c0", "slept"))
     .on(TurnInput::CancelRequested)
-    .on(TurnInput::Cancel {
-        reason: "user".into(),
-        streamed: StreamAggregate::new(),
-        tool_output: vec![None, Some("line one\nline tw".into()), Some(String::new())],
-    })
+    .on(cancel_with_output(vec![
+        None,
+        Some("line one\nline tw".into()),
+        Some(String::new()),
+    ]))
     .on(ran(2, "c2", "late"));
     s.check(expect![[r#"
         > Begin
@@ -154,13 +154,7 @@ fn a_stream_error_racing_the_cancel_is_not_retried() {
 
 #[test]
 fn cancel_during_stop_hooks_stops_them() {
-    let mut s = Scenario::started(TurnConfig {
-        hooks: HookPoints {
-            stop: true,
-            ..HookPoints::default()
-        },
-        ..config()
-    });
+    let mut s = Scenario::started(stop_hook());
     s.on(answer(1, "done"))
         .on(cancel())
         .on(hooks_answered(HookDecision::Block, None));
@@ -185,13 +179,7 @@ fn cancel_during_stop_hooks_stops_them() {
 fn cancel_during_compaction_stops_the_summary() {
     let mut s = Scenario::started(config());
     s.on(failed(1, ErrorClass::ContextOverflow))
-        .on(TurnInput::CompactionPrepared(Prepared {
-            tokens_before: 9_000,
-            history_tokens: 8_000,
-            raw_total: 8_500,
-            empty_history: false,
-            budget: 8_000,
-        }))
+        .on(prepared(8_000, false))
         .on(cancel())
         .on(answer(2, "summary"));
     s.check(expect![[r#"

@@ -5,14 +5,9 @@
 use super::*;
 use expect_test::expect;
 
-fn prepared(history: u64, empty: bool) -> TurnInput {
-    TurnInput::CompactionPrepared(Prepared {
-        tokens_before: 9_000,
-        history_tokens: history,
-        raw_total: history + 500,
-        empty_history: empty,
-        budget: 8_000,
-    })
+/// Step 1's context, compiled over the compaction threshold.
+fn over_threshold() -> TurnInput {
+    TurnInput::ContextCompiled(measured(8_000, true))
 }
 
 fn summary(request: u64, text: &str) -> TurnInput {
@@ -70,14 +65,14 @@ fn an_overflow_compacts_once_and_a_second_one_fails_the_turn() {
 fn threshold_compaction_runs_once_per_step() {
     let mut s = Scenario::model();
     s.on(TurnInput::Begin)
-        .on(TurnInput::ContextCompiled(measured(8_000, true)))
+        .on(over_threshold())
         .on(prepared(8_000, false))
         .on(summary(1, "summary"))
         .on(checkpoint(2_000))
-        .on(TurnInput::ContextCompiled(measured(8_000, true)))
+        .on(over_threshold())
         .on(tools(2, vec![call("c1", "echo", 1)]))
         .on(ran(0, "c1", "one"))
-        .on(TurnInput::ContextCompiled(measured(8_000, true)));
+        .on(over_threshold());
     s.check(expect![[r#"
         > Begin
         < CompileContext(refresh tools)
@@ -114,9 +109,9 @@ fn threshold_compaction_runs_once_per_step() {
 fn a_history_too_short_to_shrink_is_sent_uncompacted() {
     let mut s = Scenario::model();
     s.on(TurnInput::Begin)
-        .on(TurnInput::ContextCompiled(measured(8_000, true)))
+        .on(over_threshold())
         .on(prepared(10, false))
-        .on(TurnInput::ContextCompiled(measured(8_000, true)));
+        .on(over_threshold());
     s.check(expect![[r#"
         > Begin
         < CompileContext(refresh tools)
@@ -188,10 +183,7 @@ fn a_checkpoint_that_saves_too_little_fails_an_overflow_compaction() {
 
 #[test]
 fn manual_compaction_writes_a_checkpoint_and_ends_the_turn() {
-    let mut s = Scenario::new(TurnConfig {
-        mode: TurnMode::Compact,
-        ..config()
-    });
+    let mut s = Scenario::new(compact());
     s.on(TurnInput::Begin)
         .on(prepared(8_000, false))
         .on(summary(1, "  summary  "))
@@ -213,12 +205,11 @@ fn manual_compaction_writes_a_checkpoint_and_ends_the_turn() {
 #[test]
 fn manual_compaction_with_nothing_to_compact_is_a_no_op_that_says_so() {
     let mut s = Scenario::new(TurnConfig {
-        mode: TurnMode::Compact,
         hooks: HookPoints {
             pre_compact_manual: true,
             ..HookPoints::default()
         },
-        ..config()
+        ..compact()
     });
     s.on(TurnInput::Begin)
         .on(hooks_answered(HookDecision::None, None))
@@ -236,10 +227,7 @@ fn manual_compaction_with_nothing_to_compact_is_a_no_op_that_says_so() {
 
 #[test]
 fn an_empty_summary_fails_a_manual_compaction() {
-    let mut s = Scenario::new(TurnConfig {
-        mode: TurnMode::Compact,
-        ..config()
-    });
+    let mut s = Scenario::new(compact());
     s.on(TurnInput::Begin)
         .on(prepared(8_000, false))
         .on(summary(1, "   "));

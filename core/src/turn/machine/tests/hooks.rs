@@ -5,16 +5,18 @@
 use super::*;
 use expect_test::expect;
 
-fn with_hooks(hooks: HookPoints) -> TurnConfig {
-    TurnConfig { hooks, ..config() }
+/// `SessionStart` and `UserPromptSubmit` hooks.
+fn start_and_prompt_hooks() -> TurnConfig {
+    with_hooks(HookPoints {
+        session_start: true,
+        prompt_submit: true,
+        ..HookPoints::default()
+    })
 }
 
 #[test]
 fn a_stop_hook_block_continues_the_turn_until_a_stop() {
-    let mut s = Scenario::started(with_hooks(HookPoints {
-        stop: true,
-        ..HookPoints::default()
-    }));
+    let mut s = Scenario::started(stop_hook());
     s.on(answer(1, "first"))
         .on(hooks_answered(HookDecision::Block, Some("run the tests")))
         .on(compiled())
@@ -48,10 +50,7 @@ fn a_stop_hook_block_continues_the_turn_until_a_stop() {
 fn stop_hook_blocks_beyond_the_limit_end_the_turn() {
     let mut s = Scenario::started(TurnConfig {
         max_hook_continuations: 1,
-        ..with_hooks(HookPoints {
-            stop: true,
-            ..HookPoints::default()
-        })
+        ..stop_hook()
     });
     s.on(answer(1, "first"))
         .on(hooks_answered(HookDecision::Block, None))
@@ -122,11 +121,7 @@ fn a_tool_hook_stop_ends_the_turn_once_the_steps_results_are_in() {
 
 #[test]
 fn session_start_then_a_blocked_prompt_ends_the_turn_before_the_model() {
-    let mut s = Scenario::new(with_hooks(HookPoints {
-        session_start: true,
-        prompt_submit: true,
-        ..HookPoints::default()
-    }));
+    let mut s = Scenario::new(start_and_prompt_hooks());
     s.on(TurnInput::Begin)
         .on(hooks_answered(HookDecision::None, None))
         .on(hooks_answered(HookDecision::Block, Some("secret")));
@@ -143,11 +138,7 @@ fn session_start_then_a_blocked_prompt_ends_the_turn_before_the_model() {
 
 #[test]
 fn a_session_start_stop_ends_the_turn_with_its_reason() {
-    let mut s = Scenario::new(with_hooks(HookPoints {
-        session_start: true,
-        prompt_submit: true,
-        ..HookPoints::default()
-    }));
+    let mut s = Scenario::new(start_and_prompt_hooks());
     s.on(TurnInput::Begin)
         .on(hooks_answered(HookDecision::Stop, None));
     s.check(expect![[r#"

@@ -49,6 +49,27 @@ fn config() -> TurnConfig {
     }
 }
 
+/// [`config`] with the hook points `hooks`.
+fn with_hooks(hooks: HookPoints) -> TurnConfig {
+    TurnConfig { hooks, ..config() }
+}
+
+/// [`config`] with a `Stop` hook.
+fn stop_hook() -> TurnConfig {
+    with_hooks(HookPoints {
+        stop: true,
+        ..HookPoints::default()
+    })
+}
+
+/// [`config`] as a manual compaction (`/compact`).
+fn compact() -> TurnConfig {
+    TurnConfig {
+        mode: TurnMode::Compact,
+        ..config()
+    }
+}
+
 impl Scenario {
     fn new(config: TurnConfig) -> Self {
         Self {
@@ -277,12 +298,30 @@ fn tool_hook_with(
     }
 }
 
+/// The user's cancel, nothing streamed, no call's output.
 fn cancel() -> TurnInput {
+    cancel_with_output(Vec::new())
+}
+
+/// The user's cancel with what each call printed so far (by index; `None`: no output).
+fn cancel_with_output(tool_output: Vec<Option<String>>) -> TurnInput {
     TurnInput::Cancel {
         reason: "user".into(),
         streamed: StreamAggregate::new(),
-        tool_output: Vec::new(),
+        tool_output,
     }
+}
+
+/// The compaction prepared: 9 000 tokens before, `history` of them history (500 more
+/// raw), a budget of 8 000; `empty`: nothing to compact.
+fn prepared(history: u64, empty: bool) -> TurnInput {
+    TurnInput::CompactionPrepared(Prepared {
+        tokens_before: 9_000,
+        history_tokens: history,
+        raw_total: history + 500,
+        empty_history: empty,
+        budget: 8_000,
+    })
 }
 
 // ---- the transcript ----------------------------------------------------------------------
