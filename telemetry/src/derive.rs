@@ -19,7 +19,9 @@
 //! or a hook's command or reason is recorded unless `capture_content` is set; error
 //! messages never are (only their class).
 
-use crate::metrics::{ClassLabels, FigureCounts, DecisionLabels, Handles, HookLabels, Metrics, TriggerLabels};
+use crate::metrics::{
+    ClassLabels, DecisionLabels, FigureCounts, Handles, HookLabels, Metrics, TriggerLabels,
+};
 use foya_protocol::command::ParentRef;
 use foya_protocol::{
     ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,

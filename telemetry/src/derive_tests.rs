@@ -44,12 +44,15 @@ fn derive(events: &[Event], capture: bool) -> (Vec<SpanRecord>, Arc<Metrics>) {
 }
 
 fn by_name<'a>(spans: &'a [SpanRecord], name: &str) -> &'a SpanRecord {
-    spans.iter().find(|s| s.name.as_str() == name).unwrap_or_else(|| {
-        panic!(
-            "no {name} in {:?}",
-            spans.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()
-        )
-    })
+    spans
+        .iter()
+        .find(|s| s.name.as_str() == name)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {name} in {:?}",
+                spans.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()
+            )
+        })
 }
 
 fn attr<'a>(span: &'a SpanRecord, key: &str) -> Option<&'a Value> {
@@ -322,7 +325,10 @@ fn a_sub_agent_on_another_shard_is_followed_with_its_parent() {
         object.insert("seq".into(), json!(seq));
         object.insert("at_ms".into(), json!(1100 + seq));
         if run {
-            object.insert("run_id".into(), json!("01930000-0000-7000-8000-0000000000c4"));
+            object.insert(
+                "run_id".into(),
+                json!("01930000-0000-7000-8000-0000000000c4"),
+            );
         }
         vec![serde_json::from_value(value).unwrap()]
     };
@@ -347,8 +353,16 @@ fn a_sub_agent_on_another_shard_is_followed_with_its_parent() {
     ]);
     follower.events(&parent[..3]);
     follower.events(&sub(1, false, json!({"type": "session_created", "config": {"cwd": "/w", "parent": {"session_id": SESSION, "run_id": RUN, "tool_call_id": "a1"}}})));
-    follower.events(&sub(2, true, json!({"type": "turn_started", "input_id": "01930000-0000-7000-8000-0000000000c3"})));
-    follower.events(&sub(3, true, json!({"type": "turn_complete", "status": "completed"})));
+    follower.events(&sub(
+        2,
+        true,
+        json!({"type": "turn_started", "input_id": "01930000-0000-7000-8000-0000000000c3"}),
+    ));
+    follower.events(&sub(
+        3,
+        true,
+        json!({"type": "turn_complete", "status": "completed"}),
+    ));
     follower.events(&parent[3..]);
     exporter.flush();
     let spans: Vec<SpanRecord> = rx.try_iter().flatten().collect();

@@ -493,7 +493,10 @@ impl Metrics {
         for (status, counter) in STATUSES.iter().zip(&c.finished) {
             let n = read(counter);
             if n > 0 {
-                *figures.turns_finished.entry((*status).to_owned()).or_default() += n;
+                *figures
+                    .turns_finished
+                    .entry((*status).to_owned())
+                    .or_default() += n;
             }
         }
         figures

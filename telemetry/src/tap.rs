@@ -20,8 +20,8 @@ use foya_storage::{AppendError, EventLog, Fence, LogStore, Page, ReadError, Stor
 use futures::Stream;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use std::pin::Pin;
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
