@@ -19,7 +19,9 @@
 //! or a hook's command or reason is recorded unless `capture_content` is set; error
 //! messages never are (only their class).
 
-use crate::metrics::{ClassLabels, DecisionLabels, Handles, HookLabels, Metrics, TriggerLabels};
+use crate::metrics::{
+    ClassLabels, DecisionLabels, FigureCounts, Handles, HookLabels, Metrics, TriggerLabels,
+};
 use foya_protocol::command::ParentRef;
 use foya_protocol::{
     ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,
@@ -28,6 +30,7 @@ use foya_protocol::{
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The caller's span a turn continues (from a W3C `traceparent`).
@@ -83,7 +86,8 @@ impl Parent {
 /// A finished span, with explicit times (ms since the Unix epoch).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SpanRecord {
-    pub(crate) name: String,
+    /// Its name: static, or shared (a session's `chat {model}`), or built.
+    pub(crate) name: StringValue,
     pub(crate) trace_id: TraceId,
     pub(crate) span_id: SpanId,
     pub(crate) parent: Option<SpanId>,
@@ -156,6 +160,8 @@ struct Compaction {
 
 #[derive(Debug)]
 struct Turn {
+    /// The session's id as an attribute value, made once per turn.
+    conversation: StringValue,
     run_id: Option<RunId>,
     input_id: InputId,
     trace_id: TraceId,
@@ -189,11 +195,47 @@ impl Session {
     }
 }
 
-/// The provider and model a session's requests name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The provider and model a session's requests name, made once per session and shared
+/// by its spans (no string is copied per span).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ModelOf {
-    pub(crate) provider: String,
-    pub(crate) model: String,
+    pub(crate) provider: StringValue,
+    pub(crate) model: StringValue,
+    /// Its chat spans' name: `chat {model}`, or `chat`.
+    chat: StringValue,
+    /// The session's id, as an attribute value.
+    conversation: StringValue,
+}
+
+impl ModelOf {
+    pub(crate) fn new(session: SessionId, provider: &str, model: &str) -> Self {
+        let shared = |text: &str| StringValue::from(Arc::<str>::from(text));
+        Self {
+            provider: shared(provider),
+            chat: if model.is_empty() {
+                StringValue::from("chat")
+            } else {
+                StringValue::from(Arc::<str>::from(format!("chat {model}")))
+            },
+            model: shared(model),
+            conversation: shared(&session.to_string()),
+        }
+    }
+}
+
+/// What every shard of a pipeline counts together (the gauges' figures when no runtime
+/// is joined).
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    active: AtomicI64,
+    queued: AtomicI64,
+    pending: AtomicI64,
+}
+
+impl Counts {
+    fn add(counter: &AtomicI64, n: i64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// Most sessions whose model is remembered; past it the map starts over (a session not
@@ -214,9 +256,9 @@ pub(crate) struct Deriver {
     spans: Vec<SpanRecord>,
     /// Metric handles resolved once.
     handles: Handles,
-    active: i64,
-    queued: i64,
-    pending: i64,
+    counts: Arc<Counts>,
+    /// Most sessions whose model is remembered by this deriver.
+    max_models: usize,
 }
 
 fn kv(key: &'static str, value: impl Into<Value>) -> KeyValue {
@@ -234,11 +276,18 @@ fn seconds(ms: u64) -> f64 {
     s
 }
 
-fn finish_name(reason: FinishReason) -> String {
-    serde_json::to_value(reason)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| "other".to_owned())
+/// A finish reason's wire name (its serde name; `finish_names_are_the_wire_names` checks
+/// them), without serializing it.
+pub(crate) fn finish_name(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Length => "length",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::PauseTurn => "pause_turn",
+        FinishReason::ContextWindow => "context_window",
+        FinishReason::Other => "other",
+    }
 }
 
 fn status_name(status: TurnStatus) -> &'static str {
@@ -273,15 +322,22 @@ impl Deriver {
             sub_agents: HashMap::new(),
             spans: Vec::new(),
             handles: Handles::default(),
-            active: 0,
-            queued: 0,
-            pending: 0,
+            counts: Arc::default(),
+            max_models: MAX_MODELS,
         }
+    }
+
+    /// One of `shards` derivers of a pipeline: the gauges' counts are `counts`, shared,
+    /// and the model map's bound is split between them.
+    pub(crate) fn shard(mut self, counts: Arc<Counts>, shards: usize) -> Self {
+        self.counts = counts;
+        self.max_models = (MAX_MODELS / shards.max(1)).max(1);
+        self
     }
 
     /// Records the model of `session` (from its log, read by the runtime).
     pub(crate) fn set_model(&mut self, session: SessionId, model: ModelOf) {
-        if self.models.len() >= MAX_MODELS {
+        if self.models.len() >= self.max_models {
             self.models.clear();
             self.sub_agents.clear();
         }
@@ -310,26 +366,37 @@ impl Deriver {
             if m.runtime.get().is_some() {
                 return; // the runtime's own counts (`Metrics::refresh`)
             }
-            m.turns_active.set(self.active);
-            m.inputs_queued.set(self.queued);
-            m.approvals_pending.set(self.pending);
+            let active = self.counts.active.load(Ordering::Relaxed);
+            let queued = self.counts.queued.load(Ordering::Relaxed);
+            let pending = self.counts.pending.load(Ordering::Relaxed);
+            m.turns_active.set(active);
+            m.inputs_queued.set(queued);
+            m.approvals_pending.set(pending);
             m.figures(|f| {
-                f.turns_active = u64::try_from(self.active).unwrap_or(0);
-                f.inputs_queued = u64::try_from(self.queued).unwrap_or(0);
-                f.approvals_pending = u64::try_from(self.pending).unwrap_or(0);
+                f.turns_active = u64::try_from(active).unwrap_or(0);
+                f.inputs_queued = u64::try_from(queued).unwrap_or(0);
+                f.approvals_pending = u64::try_from(pending).unwrap_or(0);
             });
         });
     }
 
     fn model_attributes(&self, session: SessionId, out: &mut Vec<KeyValue>) {
         if let Some(m) = self.models.get(&session) {
-            if !m.model.is_empty() {
+            if !m.model.as_str().is_empty() {
                 out.push(kv("gen_ai.request.model", m.model.clone()));
             }
-            if !m.provider.is_empty() {
+            if !m.provider.as_str().is_empty() {
                 out.push(kv("gen_ai.provider.name", m.provider.clone()));
             }
         }
+    }
+
+    /// Session `sid`'s id as an attribute value (shared when its model is known).
+    fn conversation(&self, sid: SessionId) -> StringValue {
+        self.models.get(&sid).map_or_else(
+            || StringValue::from(Arc::<str>::from(sid.to_string())),
+            |m| m.conversation.clone(),
+        )
     }
 
     /// Follows one committed event.
@@ -341,33 +408,23 @@ impl Deriver {
                 if let Some(parent) = &config.parent {
                     self.sub_agents.insert(sid, parent.clone());
                 }
-                self.set_model(
-                    sid,
-                    ModelOf {
-                        provider: config.provider.clone(),
-                        model: config.model.clone(),
-                    },
-                );
+                self.set_model(sid, ModelOf::new(sid, &config.provider, &config.model));
                 self.metrics(|m| {
                     m.sessions_created.inc();
                 });
             }
-            EventKind::ConfigChanged { provider, model } => self.set_model(
-                sid,
-                ModelOf {
-                    provider: provider.clone(),
-                    model: model.clone(),
-                },
-            ),
+            EventKind::ConfigChanged { provider, model } => {
+                self.set_model(sid, ModelOf::new(sid, provider, model));
+            }
             EventKind::SessionDeleted {} => {
                 self.metrics(|m| {
                     m.sessions_deleted.inc();
                 });
                 if let Some(session) = self.sessions.remove(&sid) {
-                    self.queued -= session.queued.len() as i64;
-                    self.pending -= session.approvals.len() as i64;
+                    Counts::add(&self.counts.queued, -(session.queued.len() as i64));
+                    Counts::add(&self.counts.pending, -(session.approvals.len() as i64));
                     if session.turn.is_some() {
-                        self.active -= 1;
+                        Counts::add(&self.counts.active, -1);
                     }
                 }
                 self.models.remove(&sid);
@@ -382,7 +439,7 @@ impl Deriver {
                     .queued
                     .insert(*input_id)
                 {
-                    self.queued += 1;
+                    Counts::add(&self.counts.queued, 1);
                     self.gauges();
                 }
             }
@@ -445,7 +502,7 @@ impl Deriver {
                 if let Some(ms) = latency {
                     self.metrics(|m| {
                         m.step_duration.observe(seconds(ms));
-                        m.figures(|f| f.steps += 1);
+                        FigureCounts::inc(&m.counts.steps);
                     });
                 }
             }
@@ -483,7 +540,7 @@ impl Deriver {
                 }
                 self.metrics(|m| {
                     m.retries.get_or_create(&ClassLabels { class }).inc();
-                    m.figures(|f| f.retries += 1);
+                    FigureCounts::inc(&m.counts.retries);
                 });
             }
             EventKind::ApprovalRequested {
@@ -496,7 +553,7 @@ impl Deriver {
                 let capture = self.capture;
                 let session = self.sessions.entry(sid).or_default();
                 if session.approvals.insert(*request_id) {
-                    self.pending += 1;
+                    Counts::add(&self.counts.pending, 1);
                 }
                 if let Some(turn) = session.turn.as_mut() {
                     let number = turn.steps;
@@ -532,7 +589,7 @@ impl Deriver {
                 let mut wait = None;
                 let session = self.sessions.entry(sid).or_default();
                 if session.approvals.remove(request_id) {
-                    self.pending -= 1;
+                    Counts::add(&self.counts.pending, -1);
                 }
                 if let Some(approval) = session
                     .turn
@@ -623,7 +680,7 @@ impl Deriver {
                             trigger: trigger.clone(),
                         })
                         .inc();
-                    m.figures(|f| f.compactions += 1);
+                    FigureCounts::inc(&m.counts.compactions);
                 });
                 if let Some(c) = compaction {
                     self.compaction_span(
@@ -673,7 +730,7 @@ impl Deriver {
         if let Some(session) = self.sessions.get_mut(&sid)
             && session.queued.remove(&input)
         {
-            self.queued -= 1;
+            Counts::add(&self.counts.queued, -1);
             self.gauges();
         }
     }
@@ -692,6 +749,7 @@ impl Deriver {
             .ok()
             .and_then(|mut p| p.remove(&input_id))
             .or_else(|| self.agent_call(sid));
+        let conversation = self.conversation(sid);
         let session = self.sessions.entry(sid).or_default();
         let user_text = match session.user_text.take() {
             Some((id, text)) if id == input_id => Some(text),
@@ -699,6 +757,7 @@ impl Deriver {
         };
         let had_turn = session.turn.is_some();
         session.turn = Some(Turn {
+            conversation,
             run_id: event.run_id,
             input_id,
             trace_id: parent.map_or_else(new_trace_id, |p| p.trace_id),
@@ -716,11 +775,11 @@ impl Deriver {
             cancel_reason: None,
         });
         if !had_turn {
-            self.active += 1;
+            Counts::add(&self.counts.active, 1);
         }
         self.metrics(|m| {
             m.turns_started.inc();
-            m.figures(|f| f.turns_started += 1);
+            FigureCounts::inc(&m.counts.turns_started);
         });
         self.gauges();
     }
@@ -743,28 +802,30 @@ impl Deriver {
 
     /// Ends the open step's chat span (at its assistant message, else at `end`).
     fn close_step(&mut self, sid: SessionId, end: Option<(u64, Option<&str>)>) {
+        let traces = self.traces;
         let Some(turn) = self.turn_mut(sid) else {
             return;
         };
         let Some(step) = turn.step.take() else {
             return;
         };
-        let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
-        if !self.traces {
+        if !traces {
             return;
         }
-        let mut attributes = vec![
+        let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
+        let conversation = turn.conversation.clone();
+        let mut attributes = Vec::with_capacity(12);
+        attributes.extend([
             kv("gen_ai.operation.name", "chat"),
-            kv("gen_ai.conversation.id", sid.to_string()),
+            kv("gen_ai.conversation.id", conversation),
             kv("foya.step", i64::from(step.number)),
             kv("foya.retries", int(step.retries.len() as u64)),
-        ];
+        ]);
         self.model_attributes(sid, &mut attributes);
         let name = self
             .models
             .get(&sid)
-            .filter(|m| !m.model.is_empty())
-            .map_or_else(|| "chat".to_owned(), |m| format!("chat {}", m.model));
+            .map_or_else(|| StringValue::from("chat"), |m| m.chat.clone());
         if let Some(usage) = step.usage {
             attributes.push(kv("gen_ai.usage.input_tokens", int(usage.input_tokens)));
             attributes.push(kv("gen_ai.usage.output_tokens", int(usage.output_tokens)));
@@ -838,9 +899,18 @@ impl Deriver {
         }
         self.metrics(|m| {
             m.figures(|f| {
-                *f.tool_calls
-                    .entry((tool.name.clone(), outcome.to_owned()))
-                    .or_default() += 1;
+                // Found without building a key (the map holds a few tools).
+                let seen = f
+                    .tool_calls
+                    .iter_mut()
+                    .find(|((name, o), _)| *name == tool.name && o == outcome);
+                match seen {
+                    Some((_, n)) => *n += 1,
+                    None => {
+                        f.tool_calls
+                            .insert((tool.name.clone(), outcome.to_owned()), 1);
+                    }
+                }
             });
         });
         if !self.traces {
@@ -885,7 +955,7 @@ impl Deriver {
                 attrs.push(kv("foya.approval.action", action));
             }
             self.spans.push(SpanRecord {
-                name: format!("approval {}", tool.name),
+                name: StringValue::from(format!("approval {}", tool.name)),
                 trace_id,
                 span_id: approval.span_id,
                 parent: Some(tool.span_id),
@@ -899,7 +969,7 @@ impl Deriver {
             });
         }
         self.spans.push(SpanRecord {
-            name: format!("execute_tool {}", tool.name),
+            name: StringValue::from(format!("execute_tool {}", tool.name)),
             trace_id,
             span_id: tool.span_id,
             parent: Some(parent),
@@ -927,9 +997,9 @@ impl Deriver {
             return;
         };
         attributes.push(kv("foya.compaction.trigger", c.trigger));
-        attributes.push(kv("gen_ai.conversation.id", sid.to_string()));
+        attributes.push(kv("gen_ai.conversation.id", turn.conversation.clone()));
         self.spans.push(SpanRecord {
-            name: "compaction".to_owned(),
+            name: StringValue::from("compaction"),
             trace_id: turn.trace_id,
             span_id: c.span_id,
             parent: Some(turn.span_id),
@@ -985,7 +1055,7 @@ impl Deriver {
             kv("foya.hook.event", hook_event.to_owned()),
             kv("foya.hook.decision", decision.to_owned()),
             kv("foya.hook.duration_ms", int(duration_ms)),
-            kv("gen_ai.conversation.id", sid.to_string()),
+            kv("gen_ai.conversation.id", self.conversation(sid)),
         ];
         if let Some(matcher) = matcher {
             attributes.push(kv("foya.hook.matcher", matcher.to_owned()));
@@ -1000,7 +1070,7 @@ impl Deriver {
             Status::Unset
         };
         self.spans.push(SpanRecord {
-            name: format!("hook {hook_event}"),
+            name: StringValue::from(format!("hook {hook_event}")),
             trace_id,
             span_id: new_span_id(),
             parent,
@@ -1041,13 +1111,13 @@ impl Deriver {
             return;
         };
         // Approvals still open when the turn ended were never decided.
-        self.pending -= session.approvals.len() as i64;
+        Counts::add(&self.counts.pending, -(session.approvals.len() as i64));
         session.approvals.clear();
         let Some(turn) = session.turn.take() else {
             self.gauges();
             return;
         };
-        self.active -= 1;
+        Counts::add(&self.counts.active, -1);
         let status_name = status_name(status);
         let duration = at.saturating_sub(turn.start_ms);
         let index = match status {
@@ -1061,22 +1131,21 @@ impl Deriver {
             finished.inc();
             durations.observe(seconds(duration));
         }
-        self.metrics(|m| {
-            m.figures(|f| *f.turns_finished.entry(status_name.to_owned()).or_default() += 1);
-        });
+        self.metrics(|m| FigureCounts::inc(&m.counts.finished[index]));
         self.gauges();
         if self.traces {
-            let mut attributes = vec![
+            let mut attributes = Vec::with_capacity(16);
+            attributes.extend([
                 kv("gen_ai.operation.name", "invoke_agent"),
                 kv("gen_ai.agent.name", "foya"),
-                kv("gen_ai.conversation.id", sid.to_string()),
-                kv("foya.session.id", sid.to_string()),
+                kv("gen_ai.conversation.id", turn.conversation.clone()),
+                kv("foya.session.id", turn.conversation),
                 kv("foya.input.id", turn.input_id.to_string()),
                 kv("foya.turn.status", status_name),
                 kv("foya.turn.steps", i64::from(turn.steps)),
                 kv("gen_ai.usage.input_tokens", int(turn.input_tokens)),
                 kv("gen_ai.usage.output_tokens", int(turn.output_tokens)),
-            ];
+            ]);
             if let Some(run) = turn.run_id {
                 attributes.push(kv("foya.run.id", run.to_string()));
             }
@@ -1097,7 +1166,7 @@ impl Deriver {
                 }
             };
             self.spans.push(SpanRecord {
-                name: "turn".to_owned(),
+                name: StringValue::from("turn"),
                 trace_id: turn.trace_id,
                 span_id: turn.span_id,
                 parent: turn.parent,

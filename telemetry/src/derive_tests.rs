@@ -44,12 +44,15 @@ fn derive(events: &[Event], capture: bool) -> (Vec<SpanRecord>, Arc<Metrics>) {
 }
 
 fn by_name<'a>(spans: &'a [SpanRecord], name: &str) -> &'a SpanRecord {
-    spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
-        panic!(
-            "no {name} in {:?}",
-            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-        )
-    })
+    spans
+        .iter()
+        .find(|s| s.name.as_str() == name)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {name} in {:?}",
+                spans.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()
+            )
+        })
 }
 
 fn attr<'a>(span: &'a SpanRecord, key: &str) -> Option<&'a Value> {
@@ -92,7 +95,7 @@ fn approvals_hooks_compactions_and_retries_are_spans_of_the_turn() {
     let compaction = by_name(&spans, "compaction");
     let chat = spans
         .iter()
-        .find(|s| s.name == "chat gpt-x" && attr(s, "foya.step") == Some(&Value::I64(1)))
+        .find(|s| s.name.as_str() == "chat gpt-x" && attr(s, "foya.step") == Some(&Value::I64(1)))
         .unwrap();
     assert_eq!(spans.len(), 8, "{spans:#?}");
     assert!(spans.iter().all(|s| s.trace_id == turn.trace_id));
@@ -294,8 +297,103 @@ fn a_sub_agents_turn_is_a_child_of_the_agent_call() {
     ]));
     let (spans, _) = derive(&events, false);
     let agent = by_name(&spans, "execute_tool agent");
-    let turns: Vec<&SpanRecord> = spans.iter().filter(|s| s.name == "turn").collect();
+    let turns: Vec<&SpanRecord> = spans.iter().filter(|s| s.name.as_str() == "turn").collect();
     let sub_turn = turns.iter().find(|t| t.parent.is_some()).unwrap();
     assert_eq!(sub_turn.parent, Some(agent.span_id));
     assert_eq!(sub_turn.trace_id, agent.trace_id);
+}
+
+#[test]
+fn a_sub_agent_on_another_shard_is_followed_with_its_parent() {
+    use crate::export::{Batching, Exporter, Sink};
+    use crate::tap::{Follower, SHARDS};
+    use std::sync::mpsc;
+    struct Collect(mpsc::Sender<Vec<SpanRecord>>);
+    impl Sink for Collect {
+        fn send(&mut self, batch: &[SpanRecord]) {
+            let _ = self.0.send(batch.to_vec());
+        }
+    }
+    // Its low bits put the child on another shard than its parent (SESSION).
+    let child = "01930000-0000-7000-8000-0000000000c2";
+    let shard = |id: &str| id.parse::<SessionId>().unwrap().0.as_u128() as usize % SHARDS;
+    assert_ne!(shard(child), shard(SESSION));
+    let sub = |seq: u64, run: bool, kind: serde_json::Value| -> Vec<Event> {
+        let mut value = kind;
+        let object = value.as_object_mut().unwrap();
+        object.insert("session_id".into(), json!(child));
+        object.insert("seq".into(), json!(seq));
+        object.insert("at_ms".into(), json!(1100 + seq));
+        if run {
+            object.insert(
+                "run_id".into(),
+                json!("01930000-0000-7000-8000-0000000000c4"),
+            );
+        }
+        vec![serde_json::from_value(value).unwrap()]
+    };
+    let (tx, rx) = mpsc::channel();
+    let batching = Batching {
+        delay: std::time::Duration::from_secs(3_600),
+        batch: 512,
+        queue: 2_048,
+    };
+    let exporter = Arc::new(Exporter::with_sink(Collect(tx), batching).unwrap());
+    let metrics = Arc::new(Metrics::new());
+    let follower = Follower::new(
+        || Deriver::new(Some(Arc::clone(&metrics)), true, false, Parents::default()),
+        Some(Arc::clone(&exporter)),
+    );
+    let parent = log(&[
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "", "tool_calls": [{"id": "a1", "name": "agent", "arguments": {}}], "finish_reason": "tool_calls"}),
+        json!({"type": "tool_message", "tool_call_id": "a1", "content": "done", "is_error": false}),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ]);
+    follower.events(&parent[..3]);
+    follower.events(&sub(1, false, json!({"type": "session_created", "config": {"cwd": "/w", "parent": {"session_id": SESSION, "run_id": RUN, "tool_call_id": "a1"}}})));
+    follower.events(&sub(
+        2,
+        true,
+        json!({"type": "turn_started", "input_id": "01930000-0000-7000-8000-0000000000c3"}),
+    ));
+    follower.events(&sub(
+        3,
+        true,
+        json!({"type": "turn_complete", "status": "completed"}),
+    ));
+    follower.events(&parent[3..]);
+    exporter.flush();
+    let spans: Vec<SpanRecord> = rx.try_iter().flatten().collect();
+    exporter.shutdown();
+    let agent = by_name(&spans, "execute_tool agent");
+    let turns: Vec<&SpanRecord> = spans.iter().filter(|s| s.name.as_str() == "turn").collect();
+    assert_eq!(turns.len(), 2);
+    let sub_turn = turns.iter().find(|t| t.parent.is_some()).unwrap();
+    assert_eq!(sub_turn.parent, Some(agent.span_id));
+    assert_eq!(sub_turn.trace_id, agent.trace_id);
+    // The shards count together.
+    let figures = metrics.snapshot();
+    assert_eq!(figures.turns_started, 2);
+    assert_eq!(figures.turns_finished.get("completed"), Some(&2));
+}
+
+#[test]
+fn finish_names_are_the_wire_names() {
+    use foya_protocol::FinishReason as F;
+    for reason in [
+        F::Stop,
+        F::ToolCalls,
+        F::Length,
+        F::ContentFilter,
+        F::PauseTurn,
+        F::ContextWindow,
+        F::Other,
+    ] {
+        assert_eq!(
+            serde_json::to_value(reason).unwrap(),
+            json!(finish_name(reason))
+        );
+    }
 }

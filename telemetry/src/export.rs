@@ -437,7 +437,7 @@ mod tests {
 
     fn record(n: u64, sampled: bool) -> SpanRecord {
         SpanRecord {
-            name: format!("span {n}"),
+            name: format!("span {n}").into(),
             trace_id: TraceId::from(7_u128),
             span_id: SpanId::from(n + 1),
             parent: (n > 0).then(|| SpanId::from(1)),

@@ -88,13 +88,15 @@ impl Telemetry {
         };
         let metrics = config.metrics.then(|| Arc::new(Metrics::new()));
         let parents: Parents = Arc::default();
-        let deriver = Deriver::new(
-            metrics.clone(),
-            exporter.is_some(),
-            config.capture_content,
-            Arc::clone(&parents),
-        );
-        let follower = Arc::new(Follower::new(deriver, exporter.clone()));
+        let make = || {
+            Deriver::new(
+                metrics.clone(),
+                exporter.is_some(),
+                config.capture_content,
+                Arc::clone(&parents),
+            )
+        };
+        let follower = Arc::new(Follower::new(make, exporter.clone()));
         Ok(Some(Self {
             shared: Arc::new(Shared {
                 config,

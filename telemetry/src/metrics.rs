@@ -166,6 +166,29 @@ pub(crate) struct Metrics {
     /// Tool names used as labels so far.
     tools: Mutex<BTreeSet<String>>,
     pub(crate) figures: Mutex<Figures>,
+    /// The figures counted on every turn, without the figures' lock (merged into them by
+    /// [`Self::snapshot`]).
+    pub(crate) counts: FigureCounts,
+}
+
+/// The per-turn figures, as atomics.
+#[derive(Debug, Default)]
+pub(crate) struct FigureCounts {
+    pub(crate) turns_started: AtomicU64,
+    pub(crate) steps: AtomicU64,
+    pub(crate) retries: AtomicU64,
+    pub(crate) compactions: AtomicU64,
+    /// Turns finished by status: completed, cancelled, failed.
+    pub(crate) finished: [AtomicU64; 3],
+}
+
+/// The statuses of [`FigureCounts::finished`], in its order.
+pub(crate) const STATUSES: [&str; 3] = ["completed", "cancelled", "failed"];
+
+impl FigureCounts {
+    pub(crate) fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -209,6 +232,7 @@ impl Metrics {
             store_seen: (AtomicU64::new(0), AtomicU64::new(0)),
             tools: Mutex::new(BTreeSet::new()),
             figures: Mutex::new(Figures::default()),
+            counts: FigureCounts::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -459,7 +483,23 @@ impl Metrics {
 
     /// A copy of the figures.
     pub(crate) fn snapshot(&self) -> Figures {
-        self.figures.lock().map(|f| f.clone()).unwrap_or_default()
+        let mut figures = self.figures.lock().map(|f| f.clone()).unwrap_or_default();
+        let c = &self.counts;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        figures.turns_started += read(&c.turns_started);
+        figures.steps += read(&c.steps);
+        figures.retries += read(&c.retries);
+        figures.compactions += read(&c.compactions);
+        for (status, counter) in STATUSES.iter().zip(&c.finished) {
+            let n = read(counter);
+            if n > 0 {
+                *figures
+                    .turns_finished
+                    .entry((*status).to_owned())
+                    .or_default() += n;
+            }
+        }
+        figures
     }
 
     /// OpenMetrics text of every metric.

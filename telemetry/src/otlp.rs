@@ -162,7 +162,7 @@ fn span(buf: &mut Vec<u8>, span: &SpanRecord) {
         flags |= IS_REMOTE;
     }
     fixed32(buf, 16, flags);
-    string(buf, 5, &span.name);
+    string(buf, 5, span.name.as_str());
     number(buf, 6, kind(&span.kind));
     fixed64(buf, 7, nanos(span.start_ms));
     fixed64(buf, 8, nanos(span.end_ms.max(span.start_ms)));
@@ -322,7 +322,7 @@ mod tests {
                     parent_span_id: r.parent.unwrap_or(SpanId::INVALID),
                     parent_span_is_remote: r.parent.is_some(),
                     span_kind: r.kind.clone(),
-                    name: Cow::Owned(r.name.clone()),
+                    name: Cow::Owned(r.name.as_str().to_owned()),
                     start_time: time(r.start_ms),
                     end_time: time(r.end_ms.max(r.start_ms)),
                     attributes: r.attributes.clone(),

@@ -3,13 +3,14 @@
 //! clients it streams from ([`ObservedModel`], a [`ModelClient`] around each).
 //!
 //! [`ObservedLog`] times each append and follows each committed batch at once, on the
-//! appending task, by reference ([`Follower`]: the deriver behind a mutex held for the
-//! batch's events; spans are handed to the exporter after it is released). Nothing is
-//! copied or queued per append, and no task is woken: a measured part of telemetry's
-//! cost before (docs/benchmarks.md). [`ObservedModel`] times each request attempt: the
+//! appending task, by reference ([`Follower`]: the derivers are sharded by session, each
+//! behind its own mutex held for the batch's events, so appends of different sessions on
+//! different workers do not wait for one lock; spans are handed to the exporter after
+//! it is released). Nothing is copied or queued per append, and no task is woken: a
+//! measured part of telemetry's cost before (docs/benchmarks.md). [`ObservedModel`] times each request attempt: the
 //! first streamed token, the end of the stream, the class of a failure.
 
-use crate::derive::{Deriver, ModelOf};
+use crate::derive::{Counts, Deriver, ModelOf};
 use crate::export::Exporter;
 use crate::metrics::Metrics;
 use foya_actors::CancellationToken;
@@ -19,33 +20,93 @@ use foya_storage::{AppendError, EventLog, Fence, LogStore, Page, ReadError, Stor
 use futures::Stream;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// Follows the committed events: the deriver (one per pipeline) and where its spans go.
+/// Derivers per pipeline: a session's events always go to the same one.
+pub(crate) const SHARDS: usize = 16;
+
+/// Most sub-agent sessions routed to their parent's shard; past it the routes start
+/// over (as the deriver's own sub-agent map does).
+const MAX_ROUTES: usize = 100_000;
+
+/// Follows the committed events: the derivers (sharded by session) and where their
+/// spans go.
 #[derive(Debug)]
 pub(crate) struct Follower {
-    deriver: Mutex<Deriver>,
+    shards: Box<[Mutex<Deriver>]>,
+    /// Sub-agent sessions, each followed by its parent's shard (the parent's turn and
+    /// `agent` call are its turns' parents).
+    routes: RwLock<HashMap<SessionId, usize>>,
+    /// Whether `routes` has any entry (read without its lock).
+    routed: AtomicBool,
     exporter: Option<Arc<Exporter>>,
 }
 
 impl Follower {
-    pub(crate) fn new(deriver: Deriver, exporter: Option<Arc<Exporter>>) -> Self {
+    /// `make` builds each shard's deriver.
+    pub(crate) fn new(make: impl Fn() -> Deriver, exporter: Option<Arc<Exporter>>) -> Self {
+        let counts = Arc::new(Counts::default());
         Self {
-            deriver: Mutex::new(deriver),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(make().shard(Arc::clone(&counts), SHARDS)))
+                .collect(),
+            routes: RwLock::default(),
+            routed: AtomicBool::new(false),
             exporter,
         }
     }
 
-    fn deriver(&self) -> std::sync::MutexGuard<'_, Deriver> {
-        self.deriver.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The shard following `session`.
+    fn shard_of(&self, session: SessionId) -> usize {
+        if self.routed.load(Ordering::Acquire)
+            && let Some(shard) = self
+                .routes
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&session)
+        {
+            return *shard;
+        }
+        // A v7 UUID's low bits are random.
+        #[allow(clippy::cast_possible_truncation)]
+        let bits = session.0.as_u128() as usize;
+        bits % self.shards.len()
+    }
+
+    fn deriver(&self, session: SessionId) -> std::sync::MutexGuard<'_, Deriver> {
+        self.shards[self.shard_of(session)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A sub-agent session `session` (first seen in its `session_created`): it is
+    /// followed where its parent is.
+    fn route(&self, session: SessionId, parent: SessionId) {
+        let shard = self.shard_of(parent);
+        let mut routes = self.routes.write().unwrap_or_else(PoisonError::into_inner);
+        if routes.len() >= MAX_ROUTES {
+            routes.clear();
+        }
+        routes.insert(session, shard);
+        self.routed.store(true, Ordering::Release);
     }
 
     /// A committed batch of one session's events (in its seq order).
     pub(crate) fn events(&self, events: &[Event]) {
-        let mut deriver = self.deriver();
+        let Some(first) = events.first() else {
+            return;
+        };
+        if let EventKind::SessionCreated { config } = &first.kind
+            && let Some(parent) = &config.parent
+        {
+            self.route(first.session_id, parent.session_id);
+        }
+        let mut deriver = self.deriver(first.session_id);
         for event in events {
             deriver.event(event);
         }
@@ -60,14 +121,15 @@ impl Follower {
     /// the step's assistant message, which is committed after the stream: the step's
     /// span gets it when it closes).
     pub(crate) fn first_token(&self, step: foya_actors::provider::StepOf, ms: f64) {
-        self.deriver().first_token(step.session, step.run, ms);
+        self.deriver(step.session)
+            .first_token(step.session, step.run, ms);
     }
 
     /// A session's provider and model, seen in its log as the runtime read it (a
     /// session created before this process started).
-    pub(crate) fn model(&self, session: SessionId, provider: String, model: String) {
-        self.deriver()
-            .set_model(session, ModelOf { provider, model });
+    pub(crate) fn model(&self, session: SessionId, provider: &str, model: &str) {
+        self.deriver(session)
+            .set_model(session, ModelOf::new(session, provider, model));
     }
 }
 
@@ -109,9 +171,11 @@ impl EventLog for ObservedLog {
         // The model of a session loaded from the log: its latest configuration read.
         let model = events.iter().rev().find_map(|e| match &e.kind {
             EventKind::SessionCreated { config } => {
-                Some((config.provider.clone(), config.model.clone()))
+                Some((config.provider.as_str(), config.model.as_str()))
             }
-            EventKind::ConfigChanged { provider, model } => Some((provider.clone(), model.clone())),
+            EventKind::ConfigChanged { provider, model } => {
+                Some((provider.as_str(), model.as_str()))
+            }
             _ => None,
         });
         if let Some((provider, model)) = model {
