@@ -397,3 +397,24 @@ fn finish_names_are_the_wire_names() {
         );
     }
 }
+
+/// The observed store answers what the store it wraps answers: the append latencies (a
+/// load test reads them through it), as its attachments and commits.
+#[tokio::test]
+async fn the_observed_store_passes_the_stores_own_answers_through() {
+    use crate::tap::Follower;
+    use foya_storage::{EventLog as _, Fence, LogStore, Store, StoreOptions};
+    let store = LogStore::from(Store::open_in_memory(StoreOptions::default()).unwrap());
+    let observed = crate::tap::ObservedLog {
+        inner: store.clone(),
+        follower: Arc::new(Follower::new(
+            || Deriver::new(None, false, false, Parents::default()),
+            None,
+        )),
+        metrics: None,
+    };
+    let events = log(&[json!({"type": "session_created", "config": {"cwd": "/w"}})]);
+    observed.append(&events, Fence::None).await.unwrap();
+    assert_eq!(store.append_latency().count(), 1);
+    assert_eq!(observed.append_latency().count(), 1);
+}

@@ -208,6 +208,14 @@ impl EventLog for ObservedLog {
         self.inner.stats()
     }
 
+    fn append_latency(&self) -> foya_storage::Latencies {
+        self.inner.append_latency()
+    }
+
+    fn attachments(&self) -> Option<Arc<dyn foya_storage::SharedAttachments>> {
+        self.inner.attachments()
+    }
+
     fn observe_commits(&self, observer: Arc<dyn foya_storage::CommitObserver>) -> bool {
         self.inner.observe_commits(observer)
     }
