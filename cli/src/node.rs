@@ -73,6 +73,24 @@ pub struct NodeArgs {
     pub(crate) service: crate::node_http::ServiceArgs,
 }
 
+/// `--http`'s service flags, with `--advertise-http`'s host among the names the
+/// service answers to (requests forwarded by the other nodes name it in `Host`).
+fn advertised_host_allowed(args: &NodeArgs) -> crate::node_http::ServiceArgs {
+    let mut service = args.service.clone();
+    if let Some(url) = args
+        .advertise_http
+        .as_deref()
+        .and_then(|u| reqwest::Url::parse(u).ok())
+        && let Some(host) = url.host_str()
+    {
+        service.allowed_host.push(match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        });
+    }
+    service
+}
+
 /// Reads a cookie file (surrounding whitespace ignored); prints why not and returns
 /// `None` when it cannot be read or is empty.
 pub(crate) fn read_cookie(path: &std::path::Path) -> Option<String> {
@@ -119,6 +137,24 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("no current directory")?;
     let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
+    // A node on PostgreSQL registers its HTTP address for the others to forward to: an
+    // unspecified bind address (0.0.0.0, [::]) names no host they can dial. Refused
+    // before anything is bound or created.
+    #[cfg(feature = "postgres")]
+    if let Some(http) = &args.http
+        && args.advertise_http.is_none()
+        && crate::shared_store::url(&args.store).is_some_and(crate::shared_store::is_postgres)
+        && let Ok(bind) = http.trim().parse::<SocketAddr>()
+        && bind.ip().is_unspecified()
+    {
+        anyhow::bail!(
+            "--http {http} binds an unspecified address, which the other nodes cannot \
+             forward requests to: give the URL they reach this node at with \
+             --advertise-http (e.g. --advertise-http http://10.0.0.5:{}), or bind a \
+             specific address",
+            if bind.port() == 0 { "PORT".to_owned() } else { bind.port().to_string() }
+        );
+    }
     // Check the address before anything is created on disk (as `foya serve` binds first):
     // bound once and let go, so a taken address fails with one clear line. The node
     // server binds it again right after (a process that takes the port in between still
@@ -147,23 +183,6 @@ async fn serve(
         }
         None => None,
     };
-    // A node on PostgreSQL registers its HTTP address for the others to forward to: an
-    // unspecified bind address (0.0.0.0, [::]) names no host they can dial.
-    #[cfg(feature = "postgres")]
-    if let Some(listener) = &metrics_listener
-        && args.advertise_http.is_none()
-        && crate::shared_store::url(&args.store).is_some_and(crate::shared_store::is_postgres)
-        && let Ok(bound) = listener.local_addr()
-        && bound.ip().is_unspecified()
-    {
-        anyhow::bail!(
-            "--http {} binds an unspecified address ({bound}), which the other nodes cannot \
-             forward requests to: give the URL they reach this node at with --advertise-http \
-             (e.g. --advertise-http http://10.0.0.5:{}), or bind a specific address",
-            args.http.as_deref().unwrap_or_default(),
-            bound.port()
-        );
-    }
     let dir = crate::data::data_dir(args.data.data_dir.as_deref())?;
     let name = args
         .name
@@ -294,7 +313,7 @@ async fn serve(
                 cwd,
                 provider: args.provider.provider.clone(),
                 model: model_name,
-                service: args.service.clone(),
+                service: advertised_host_allowed(&args),
                 directory,
                 stop: metrics_stop.clone(),
             })))
