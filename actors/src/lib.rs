@@ -48,8 +48,7 @@ pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnS
 pub use runtime::{
     DEFAULT_HANDOFF_DRAIN, DEFAULT_HIBERNATE_AFTER, DEFAULT_HIBERNATE_AT_ONCE_ABOVE,
     DEFAULT_IDLE_LOG_EVENTS, DEFAULT_SHUTDOWN_GRACE, DEFAULT_SUBSCRIBER_BUFFER,
-    HANDOFF_CANCEL_GRACE, HandOff, MIN_SUBSCRIBER_BUFFER, Runtime, RuntimeConfig,
-    SessionHandle,
+    HANDOFF_CANCEL_GRACE, HandOff, MIN_SUBSCRIBER_BUFFER, Runtime, RuntimeConfig, SessionHandle,
 };
 pub use subscription::{SubscribeOptions, Subscription};
 pub use turn::protection::Limits as ProtectionLimits;

@@ -530,15 +530,13 @@ impl Runtime {
         let drains = sessions
             .iter()
             .map(|session| session.call(|reply| SessionMsg::Drain { reply }, None));
-        let drained = tokio::time::timeout(
-            self.inner.handoff_drain,
-            futures::future::join_all(drains),
-        )
-        .await
-        .is_ok();
-        let waits = sessions.iter().map(|session| {
-            session.call(|reply| SessionMsg::Shutdown { cause, reply }, None)
-        });
+        let drained =
+            tokio::time::timeout(self.inner.handoff_drain, futures::future::join_all(drains))
+                .await
+                .is_ok();
+        let waits = sessions
+            .iter()
+            .map(|session| session.call(|reply| SessionMsg::Shutdown { cause, reply }, None));
         let ended = tokio::time::timeout(HANDOFF_CANCEL_GRACE, futures::future::join_all(waits))
             .await
             .is_ok();
@@ -574,17 +572,15 @@ impl Runtime {
         })
         .await
         .unwrap_or_default();
-        let waits = sessions
-            .iter()
-            .map(|session| {
-                session.call(
-                    |reply| SessionMsg::Shutdown {
-                        cause: foya_core::session::StopCause::Shutdown,
-                        reply,
-                    },
-                    None,
-                )
-            });
+        let waits = sessions.iter().map(|session| {
+            session.call(
+                |reply| SessionMsg::Shutdown {
+                    cause: foya_core::session::StopCause::Shutdown,
+                    reply,
+                },
+                None,
+            )
+        });
         let all = futures::future::join_all(waits);
         if tokio::time::timeout(grace, all).await.is_ok() {
             return true;

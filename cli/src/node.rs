@@ -152,7 +152,11 @@ async fn serve(
              forward requests to: give the URL they reach this node at with \
              --advertise-http (e.g. --advertise-http http://10.0.0.5:{}), or bind a \
              specific address",
-            if bind.port() == 0 { "PORT".to_owned() } else { bind.port().to_string() }
+            if bind.port() == 0 {
+                "PORT".to_owned()
+            } else {
+                bind.port().to_string()
+            }
         );
     }
     // Check the address before anything is created on disk (as `foya serve` binds first):
@@ -206,14 +210,8 @@ async fn serve(
                 http: args.advertise_http.clone().or(bound),
             };
             shard_node = Some(
-                crate::node_shards::register(
-                    url,
-                    log.clone(),
-                    &name,
-                    &address,
-                    args.handoff_drain,
-                )
-                .await?,
+                crate::node_shards::register(url, log.clone(), &name, &address, args.handoff_drain)
+                    .await?,
             );
             foya_storage::LogStore::shared(log)
         }

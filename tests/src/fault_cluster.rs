@@ -409,7 +409,10 @@ impl Cluster {
             .arg(self.dir.path().join(format!("{name}-data")))
             .args(["--store", &store]);
         if let Some(ms) = self.handoff_drain_ms {
-            command.args(["--handoff-drain", &format!("{}.{:03}", ms / 1000, ms % 1000)]);
+            command.args([
+                "--handoff-drain",
+                &format!("{}.{:03}", ms / 1000, ms % 1000),
+            ]);
         }
         for (i, peer) in self.addresses.iter().enumerate() {
             if i != index {

@@ -9,9 +9,9 @@
 //! re-running the tool, and the session takes input again; SIGTERM hands off at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use foya_actors::StopCause;
 use foya_actors::provider::scripted::{Script, ScriptedClient};
 use foya_actors::{Runtime, RuntimeConfig, RuntimeError};
-use foya_actors::StopCause;
 use foya_protocol::{
     ApprovalMode, EventKind, Input, InputId, Seq, SessionConfig, SessionId, TurnStatus,
 };
@@ -193,7 +193,12 @@ async fn runtime_with_tools(
 }
 
 /// Waits (one global bound) until the log of `id` holds an event `matches` accepts.
-async fn until_logged(log: &PgLog, id: SessionId, what: &str, matches: impl Fn(&EventKind) -> bool) {
+async fn until_logged(
+    log: &PgLog,
+    id: SessionId,
+    what: &str,
+    matches: impl Fn(&EventKind) -> bool,
+) {
     let deadline = Instant::now() + WAIT;
     loop {
         let events = log.read_from(id, Seq::FIRST).await.unwrap();
@@ -264,7 +269,10 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
         )
         .await;
     assert!(!outcome.drained, "the 30 s call ended within the drain");
-    assert!(outcome.ended, "the handed-off turn did not end within the grace");
+    assert!(
+        outcome.ended,
+        "the handed-off turn did not end within the grace"
+    );
     assert!(lease_a.release(0).await.unwrap());
     own_a.released(0);
     match runtime_a.session(id).await {
@@ -410,7 +418,10 @@ async fn a_handoff_lets_a_turn_within_the_drain_complete_and_refuses_new_inputs_
         other => panic!("expected NotOwner during the drain, got {other:?}"),
     }
     assert_eq!(log_a.last_seq(id).await.unwrap(), before);
-    assert!(!handing.is_finished(), "the handoff did not wait for the turn");
+    assert!(
+        !handing.is_finished(),
+        "the handoff did not wait for the turn"
+    );
 
     // The call ends: the turn completes on A, and the handoff ends without a cancel.
     std::fs::write(&go, "").unwrap();
@@ -481,9 +492,9 @@ async fn a_handoff_lets_a_turn_within_the_drain_complete_and_refuses_new_inputs_
     assert_eq!(&started[1..], [queued, retried]);
     let taken = events
         .iter()
-        .filter(|e| {
-            matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == retried)
-        })
+        .filter(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == retried),
+        )
         .count();
     assert_eq!(taken, 1, "the retried input was taken twice");
     let texts: Vec<String> = events
@@ -499,7 +510,11 @@ async fn a_handoff_lets_a_turn_within_the_drain_complete_and_refuses_new_inputs_
         "{:#?}",
         events.iter().map(|e| &e.kind).collect::<Vec<_>>()
     );
-    assert!(events.iter().all(|e| !matches!(e.kind, EventKind::TurnCancelled { .. })));
+    assert!(
+        events
+            .iter()
+            .all(|e| !matches!(e.kind, EventKind::TurnCancelled { .. }))
+    );
     // A's turn under A's epoch, B's under B's.
     let epochs = log_b.event_epochs(id).await.unwrap();
     assert!(epochs.windows(2).all(|w| w[0].1 <= w[1].1), "{epochs:?}");

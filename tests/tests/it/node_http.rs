@@ -820,7 +820,10 @@ async fn an_unspecified_http_address_needs_an_advertised_one() {
                 "{stderr}"
             );
             assert!(out.stdout.is_empty());
-            assert!(!dir.join("z").join("data").exists(), "the data dir was created");
+            assert!(
+                !dir.join("z").join("data").exists(),
+                "the data dir was created"
+            );
         }
         // Nor was the store touched: no lease (not even the schema: a refusal before the
         // store is opened).

@@ -177,12 +177,22 @@ fn shutdown_cancels_the_turn_refuses_inputs_and_answers_once_the_turn_ended() {
     h.submit("first");
     h.submit("queued");
     let run = h.run(1);
-    h.on("shutdown", SessionInput::Shutdown { cause: StopCause::Shutdown });
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     h.submit("refused");
     h.turn_append(run, vec![completed(TurnStatus::Cancelled, None, None)]);
     h.on("turn_ended", SessionInput::TurnEnded { failure: None });
     // Idle: answered at once (the hooks ran already).
-    h.on("shutdown", SessionInput::Shutdown { cause: StopCause::Shutdown });
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     h.check(expect![[r#"
         > submit i1 "first"
         < append r1 2..3: user_message(i1 "first"), turn_started(i1)
@@ -210,7 +220,12 @@ fn shutdown_cancels_the_turn_refuses_inputs_and_answers_once_the_turn_ended() {
 #[test]
 fn a_sub_agent_or_a_session_without_a_turn_runs_no_session_end_hooks() {
     let mut h = Harness::new();
-    h.on("shutdown", SessionInput::Shutdown { cause: StopCause::Shutdown });
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     let child = SessionConfig {
         parent: Some(foya_protocol::command::ParentRef {
             session_id: SessionId::new(),
@@ -223,7 +238,12 @@ fn a_sub_agent_or_a_session_without_a_turn_runs_no_session_end_hooks() {
     c.submit("go");
     let run = c.run(1);
     c.turn_completes(run);
-    c.on("shutdown", SessionInput::Shutdown { cause: StopCause::Shutdown });
+    c.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     h.out.push_str(&c.take());
     h.check(expect![[r#"
         > shutdown
