@@ -203,6 +203,7 @@ impl SessionHandle {
         input_id: InputId,
         input: Input,
     ) -> Result<InputId, RuntimeError> {
+        self.inner.admit(self.id)?;
         self.with_session(|reply| SessionMsg::SubmitInput {
             input_id,
             input: input.clone(),

@@ -41,14 +41,14 @@ pub use attachments::{
     Attachment, AttachmentError, AttachmentStore, ImageError, image_dimensions, sniff_image,
 };
 pub use handle::SessionApi;
-pub use kernel::{QueuedOnRestart, RuntimeError, StorageError, WithoutApprover};
+pub use kernel::{QueuedOnRestart, RuntimeError, StopCause, StorageError, WithoutApprover};
 pub use kernel::{RuntimeStats, StatsSource};
 pub use options::ContextOptions;
 pub use outcome::{ApprovalRequest, ToolCallRecord, TurnEvent, TurnOutcome, TurnStream};
 pub use runtime::{
-    DEFAULT_HIBERNATE_AFTER, DEFAULT_HIBERNATE_AT_ONCE_ABOVE, DEFAULT_IDLE_LOG_EVENTS,
-    DEFAULT_SHUTDOWN_GRACE, DEFAULT_SUBSCRIBER_BUFFER, MIN_SUBSCRIBER_BUFFER, Runtime,
-    RuntimeConfig, SessionHandle,
+    DEFAULT_HANDOFF_DRAIN, DEFAULT_HIBERNATE_AFTER, DEFAULT_HIBERNATE_AT_ONCE_ABOVE,
+    DEFAULT_IDLE_LOG_EVENTS, DEFAULT_SHUTDOWN_GRACE, DEFAULT_SUBSCRIBER_BUFFER,
+    HANDOFF_CANCEL_GRACE, HandOff, MIN_SUBSCRIBER_BUFFER, Runtime, RuntimeConfig, SessionHandle,
 };
 pub use subscription::{SubscribeOptions, Subscription};
 pub use turn::protection::Limits as ProtectionLimits;

@@ -142,7 +142,18 @@ pub struct RuntimeConfig {
     /// this node holds (a sub-agent's child: its parent's); and a write the store refuses
     /// as fenced drops every loaded session of that shard without writing more.
     pub ownership: Option<Arc<dyn foya_storage::Ownership>>,
+    /// How long a handoff ([`Runtime::hand_off`]: a cluster node giving a shard to
+    /// another node, or stopping on SIGTERM) lets the sessions' running turns finish
+    /// before it cancels them. Default [`DEFAULT_HANDOFF_DRAIN`].
+    pub handoff_drain: std::time::Duration,
 }
+
+/// Default [`RuntimeConfig::handoff_drain`]: 10 s.
+pub const DEFAULT_HANDOFF_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long [`Runtime::hand_off`] waits, once it cancelled the turns that outlived the
+/// drain, for their `turn_complete{cancelled}` before it drops the sessions anyway.
+pub const HANDOFF_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Default [`RuntimeConfig::hibernate_at_once_above`]: 1 000 loaded sessions.
 pub const DEFAULT_HIBERNATE_AT_ONCE_ABOVE: usize = 1_000;
@@ -208,6 +219,7 @@ impl RuntimeConfig {
             hibernate_at_once_above: Some(DEFAULT_HIBERNATE_AT_ONCE_ABOVE),
             stats: crate::kernel::StatsSource::default(),
             ownership: None,
+            handoff_drain: DEFAULT_HANDOFF_DRAIN,
         }
     }
 }
@@ -231,6 +243,22 @@ pub(crate) struct Inner {
     actors_gone: std::sync::Mutex<Option<tokio::sync::mpsc::Receiver<std::convert::Infallible>>>,
     /// [`RuntimeConfig::stats`].
     stats: crate::kernel::StatsSource,
+    /// [`RuntimeConfig::handoff_drain`].
+    handoff_drain: std::time::Duration,
+}
+
+/// How [`Runtime::hand_off`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandOff {
+    /// How many loaded sessions were handed off.
+    pub sessions: usize,
+    /// Every running turn ended within the drain (none was cancelled).
+    pub drained: bool,
+    /// Every turn ended (finished, or cancelled and its end written) before the
+    /// sessions were dropped; `false`: one was still running after the cancel's grace
+    /// (its next owner closes it as interrupted).
+    pub ended: bool,
 }
 
 /// A running Foya runtime (one Supervisor and its sessions). The guide
@@ -277,21 +305,36 @@ impl Inner {
             .ok_or(RuntimeError::ShuttingDown)
     }
 
+    /// The actor of session `id`, loading it if needed. A loaded session answers while
+    /// this node holds its shard, even while the shard is handed off (its running turn
+    /// finishes meanwhile: approvals, cancels and subscriptions still reach it); loading
+    /// it needs its shard admitted, and so does a new input ([`Inner::admit`]).
     pub(crate) async fn session_actor(
         &self,
         id: SessionId,
     ) -> Result<ActorRef<SessionMsg>, RuntimeError> {
-        self.deps()?.admit(id, None)?;
+        let deps = self.deps()?;
         if let Some(actor) = self.registry.get(&id)
             && crate::session::is_alive(actor.get_status())
         {
+            deps.fence_for(id, None)?;
             return Ok(actor.clone());
         }
+        deps.admit(id, None)?;
         ask(&self.supervisor, |reply| SupervisorMsg::GetSession {
             id,
             reply,
         })
         .await
+    }
+}
+
+impl Inner {
+    /// Whether session `id` may take a new input here: [`RuntimeError::NotOwner`] while
+    /// its shard is not held or is being handed off (the client retries on the next
+    /// owner, with the same input id).
+    pub(crate) fn admit(&self, id: SessionId) -> Result<(), RuntimeError> {
+        self.deps()?.admit(id, None)
     }
 }
 
@@ -331,6 +374,7 @@ impl Runtime {
         let (alive, actors_gone) = tokio::sync::mpsc::channel(1);
         let registry: Registry = Arc::default();
         let stats = config.stats.clone();
+        let handoff_drain = config.handoff_drain;
         let (fenced, fenced_shards) = tokio::sync::mpsc::unbounded_channel();
         if let Some(ownership) = config.ownership.clone() {
             tokio::spawn(drop_fenced_shards(
@@ -363,6 +407,7 @@ impl Runtime {
             deps: std::sync::RwLock::new(Some(deps)),
             actors_gone: std::sync::Mutex::new(Some(actors_gone)),
             stats,
+            handoff_drain,
         };
         Ok(Runtime {
             inner: Arc::new(inner),
@@ -454,18 +499,27 @@ impl Runtime {
         kill_sessions(&self.inner.registry, which)
     }
 
-    /// Hands the loaded sessions `which` selects off to another node: each takes no
-    /// more inputs and starts nothing from its queue, its running turn is cancelled
-    /// (its `turn_complete{cancelled}` committed, queued inputs left queued in the log
-    /// for the next owner), waiting at most `grace`; then the sessions are dropped as by
-    /// [`Self::drop_sessions`]. The caller stops admitting the sessions first (its
-    /// ownership) and releases their shard after. Returns whether every turn ended in
-    /// time.
+    /// Hands the loaded sessions `which` selects off to another node (a cluster node's
+    /// graceful handoff), in three steps:
+    ///
+    /// 1. **Drain**: each session starts nothing more from its queue (an input that
+    ///    reaches it meanwhile is queued in the log, for the next owner) and its running
+    ///    turn goes on, for at most [`RuntimeConfig::handoff_drain`]: a turn that ends
+    ///    within it ends as it would have (`completed`, `failed`…). The caller stops
+    ///    admitting the sessions first (its ownership), so new inputs are refused with
+    ///    [`RuntimeError::NotOwner`] (retry on the next owner); approvals, cancels and
+    ///    subscriptions of the loaded sessions still work meanwhile.
+    /// 2. **Cancel** what still runs, with `cause`'s reason (`turn_cancelled{reason}`,
+    ///    e.g. `shard handed off to another node`; `turn_complete{cancelled}` committed
+    ///    under the shard's fence), waiting at most [`HANDOFF_CANCEL_GRACE`].
+    /// 3. **Drop** the sessions as by [`Self::drop_sessions`].
+    ///
+    /// The caller releases their shard after. Returns how it went.
     pub async fn hand_off(
         &self,
         which: impl Fn(SessionId) -> bool,
-        grace: std::time::Duration,
-    ) -> bool {
+        cause: foya_core::session::StopCause,
+    ) -> HandOff {
         let sessions: Vec<ActorRef<SessionMsg>> = self
             .inner
             .registry
@@ -473,16 +527,27 @@ impl Runtime {
             .filter(|e| which(*e.key()))
             .map(|e| e.value().clone())
             .collect();
+        let drains = sessions
+            .iter()
+            .map(|session| session.call(|reply| SessionMsg::Drain { reply }, None));
+        let drained =
+            tokio::time::timeout(self.inner.handoff_drain, futures::future::join_all(drains))
+                .await
+                .is_ok();
         let waits = sessions
             .iter()
-            .map(|session| session.call(|reply| SessionMsg::Shutdown { reply }, None));
-        let ended = tokio::time::timeout(grace, futures::future::join_all(waits))
+            .map(|session| session.call(|reply| SessionMsg::Shutdown { cause, reply }, None));
+        let ended = tokio::time::timeout(HANDOFF_CANCEL_GRACE, futures::future::join_all(waits))
             .await
             .is_ok();
         for session in &sessions {
             session.kill();
         }
-        ended
+        HandOff {
+            sessions: sessions.len(),
+            drained,
+            ended,
+        }
     }
 
     /// Stops taking new work and cancels every running turn, waiting at most `grace`
@@ -507,9 +572,15 @@ impl Runtime {
         })
         .await
         .unwrap_or_default();
-        let waits = sessions
-            .iter()
-            .map(|session| session.call(|reply| SessionMsg::Shutdown { reply }, None));
+        let waits = sessions.iter().map(|session| {
+            session.call(
+                |reply| SessionMsg::Shutdown {
+                    cause: foya_core::session::StopCause::Shutdown,
+                    reply,
+                },
+                None,
+            )
+        });
         let all = futures::future::join_all(waits);
         if tokio::time::timeout(grace, all).await.is_ok() {
             return true;

@@ -51,6 +51,17 @@ pub struct NodeArgs {
     /// File holding the bearer token `--http` requires (`Authorization: Bearer TOKEN`).
     #[arg(long, requires = "http")]
     pub(crate) token_file: Option<PathBuf>,
+    /// The URL other nodes reach this node's `--http` at (e.g. http://10.0.0.5:8080),
+    /// registered with its lease for forwarding (`--store` on PostgreSQL). Required
+    /// when --http binds an unspecified address (0.0.0.0, [::]); default: --http's
+    /// address as bound.
+    #[arg(long, value_name = "URL", requires = "http", value_parser = crate::values::advertised_url)]
+    pub(crate) advertise_http: Option<String>,
+    /// How long a graceful handoff (a shard moving to a node that joined, or SIGTERM)
+    /// lets the shard's running turns finish before it cancels them, in seconds (`--store`
+    /// on PostgreSQL; 0: cancel at once).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = crate::values::seconds)]
+    pub(crate) handoff_drain: std::time::Duration,
     #[command(flatten)]
     pub(crate) provider: ProviderArgs,
     #[command(flatten)]
@@ -60,6 +71,24 @@ pub struct NodeArgs {
     /// `foya serve`'s flags for `--http` (the guard, defaults of sessions created over it).
     #[command(flatten)]
     pub(crate) service: crate::node_http::ServiceArgs,
+}
+
+/// `--http`'s service flags, with `--advertise-http`'s host among the names the
+/// service answers to (requests forwarded by the other nodes name it in `Host`).
+fn advertised_host_allowed(args: &NodeArgs) -> crate::node_http::ServiceArgs {
+    let mut service = args.service.clone();
+    if let Some(url) = args
+        .advertise_http
+        .as_deref()
+        .and_then(|u| reqwest::Url::parse(u).ok())
+        && let Some(host) = url.host_str()
+    {
+        service.allowed_host.push(match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        });
+    }
+    service
 }
 
 /// Reads a cookie file (surrounding whitespace ignored); prints why not and returns
@@ -108,6 +137,28 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("no current directory")?;
     let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
+    // A node on PostgreSQL registers its HTTP address for the others to forward to: an
+    // unspecified bind address (0.0.0.0, [::]) names no host they can dial. Refused
+    // before anything is bound or created.
+    #[cfg(feature = "postgres")]
+    if let Some(http) = &args.http
+        && args.advertise_http.is_none()
+        && crate::shared_store::url(&args.store).is_some_and(crate::shared_store::is_postgres)
+        && let Ok(bind) = http.trim().parse::<SocketAddr>()
+        && bind.ip().is_unspecified()
+    {
+        anyhow::bail!(
+            "--http {http} binds an unspecified address, which the other nodes cannot \
+             forward requests to: give the URL they reach this node at with \
+             --advertise-http (e.g. --advertise-http http://10.0.0.5:{}), or bind a \
+             specific address",
+            if bind.port() == 0 {
+                "PORT".to_owned()
+            } else {
+                bind.port().to_string()
+            }
+        );
+    }
     // Check the address before anything is created on disk (as `foya serve` binds first):
     // bound once and let go, so a taken address fails with one clear line. The node
     // server binds it again right after (a process that takes the port in between still
@@ -150,15 +201,18 @@ async fn serve(
         #[cfg(feature = "postgres")]
         Some(url) if crate::shared_store::is_postgres(url) => {
             let log = crate::shared_store::open_pg(url, true).await?;
+            let bound = metrics_listener
+                .as_ref()
+                .and_then(|l| l.local_addr().ok())
+                .map(|a| a.to_string());
             let address = crate::node_http::NodeAddress {
                 cluster: Some(args.listen.to_string()),
-                http: metrics_listener
-                    .as_ref()
-                    .and_then(|l| l.local_addr().ok())
-                    .map(|a| a.to_string()),
+                http: args.advertise_http.clone().or(bound),
             };
-            shard_node =
-                Some(crate::node_shards::register(url, log.clone(), &name, &address).await?);
+            shard_node = Some(
+                crate::node_shards::register(url, log.clone(), &name, &address, args.handoff_drain)
+                    .await?,
+            );
             foya_storage::LogStore::shared(log)
         }
         Some(url) => crate::shared_store::open(url).await?,
@@ -176,6 +230,7 @@ async fn serve(
     // API's `SessionConfig::new(cwd)`) record the ones this node serves them with.
     config.default_provider.clone_from(&args.provider.provider);
     config.default_model.clone_from(&model_name);
+    config.handoff_drain = args.handoff_drain;
     // Metrics when served (--http); traces when OTEL_* or `[telemetry]` ask.
     let telemetry = crate::setup::telemetry(metrics_listener.is_some())?;
     if let Some(telemetry) = &telemetry {
@@ -256,7 +311,7 @@ async fn serve(
                 cwd,
                 provider: args.provider.provider.clone(),
                 model: model_name,
-                service: args.service.clone(),
+                service: advertised_host_allowed(&args),
                 directory,
                 stop: metrics_stop.clone(),
             })))
@@ -293,6 +348,16 @@ async fn serve(
             None
         }
     };
+    // A node with shards hands them all off first (new inputs refused, running turns
+    // let finish within --handoff-drain, then cancelled), while peers still hear their
+    // end.
+    #[cfg(feature = "postgres")]
+    if refused.is_none()
+        && lost.is_none()
+        && let Some(shards) = shard_node.as_mut()
+    {
+        shards.hand_off_all(node.runtime()).await;
+    }
     if refused.is_none() && lost.is_none() {
         // Cancel the running turns while peers still hear their end, then leave.
         node.runtime()

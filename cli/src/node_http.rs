@@ -114,7 +114,8 @@ pub trait SessionDirectory: Send + Sync + std::fmt::Debug + 'static {
 pub struct NodeAddress {
     /// The ractor cluster listen address (`--listen`).
     pub cluster: Option<String>,
-    /// The HTTP address (`--http`), as bound.
+    /// The HTTP address other nodes forward to: `--advertise-http`'s URL, else `--http`
+    /// as bound (HOST:PORT).
     pub http: Option<String>,
 }
 
@@ -159,7 +160,14 @@ pub fn http_address(registered: &str) -> Option<String> {
     NodeAddress::parse(registered)
         .http
         .filter(|a| !a.is_empty())
-        .map(|a| format!("http://{a}"))
+        .map(|a| {
+            // `--advertise-http URL` is registered whole; a bound address as HOST:PORT.
+            if a.starts_with("http://") || a.starts_with("https://") {
+                a.trim_end_matches('/').to_owned()
+            } else {
+                format!("http://{a}")
+            }
+        })
 }
 
 /// The directory of the shared store at `url` for node `node`.
@@ -285,6 +293,10 @@ mod tests {
         assert_eq!(
             http_address("cluster=127.0.0.1:4370 http=127.0.0.1:7878").as_deref(),
             Some("http://127.0.0.1:7878")
+        );
+        assert_eq!(
+            http_address("cluster=127.0.0.1:4370 http=http://10.0.0.5:8080").as_deref(),
+            Some("http://10.0.0.5:8080")
         );
         assert_eq!(http_address("cluster=127.0.0.1:4370"), None);
         assert_eq!(http_address(""), None);

@@ -15,15 +15,19 @@
 //!   closes an open turn as interrupted, pairs its calls "outcome unknown", runs what
 //!   was queued);
 //! - it hands off each held shard it should no longer own: no more loads, creations or
-//!   inputs for it, its running turns cancelled (`turn_complete{cancelled}` written
-//!   under its fence, waiting at most `HANDOFF_GRACE`), its sessions dropped, then the
-//!   shard released so its new owner claims it at once.
+//!   inputs for it (refused `NotOwner`: clients retry on the new owner), its running
+//!   turns let finish for at most the handoff's drain (`--handoff-drain`, default 10 s),
+//!   then those still running cancelled (`turn_cancelled{"shard handed off to another
+//!   node"}`, `turn_complete{cancelled}` written under its fence, waiting at most
+//!   `HANDOFF_CANCEL_GRACE`), its sessions dropped, then the shard released so its new
+//!   owner claims it at once.
 //!
 //! **Serving only once placed.** Before the node announces itself (its listening line,
 //! its HTTP gateway, the cluster's calls), `ShardNode::settle` runs placement rounds
 //! until the node holds every shard placement gives it, at most `settle_bound` (the
-//! lease's TTL, the handoff's grace and two ticks: a live holder hands its shards over
-//! within its next round and its drain, a dead one's lease expires within its TTL), so a
+//! lease's TTL, the handoff's drain and cancel grace and two ticks: a live holder hands
+//! its shards over within its next round and its drain, a dead one's lease expires
+//! within its TTL), so a
 //! client is not refused `NoShard` by a node that has just started. The first node of an
 //! empty cluster claims every shard in its first round; a node whose shards another
 //! live node holds serves once they were handed over, or when the bound ends (then it
@@ -41,13 +45,15 @@
 //! others, and an operator (or a supervisor such as systemd) restarts it to rejoin under
 //! a fresh lease.
 //!
-//! **SIGTERM** (or SIGINT, SIGHUP): the runtime is drained (running turns cancelled and
-//! their end written under their fences), then every shard is released and the lease
-//! ended, so the others claim at once — before the node leaves the cluster.
+//! **SIGTERM** (or SIGINT, SIGHUP): every held shard is handed off as above (new inputs
+//! refused, running turns let finish for at most the drain, then cancelled with the
+//! reason "node stopping: shard handed off to another node"), then every shard is
+//! released and the lease ended, so the others claim at once — before the node leaves
+//! the cluster.
 
 use crate::node_http::NodeAddress;
 use anyhow::Context as _;
-use foya_actors::Runtime;
+use foya_actors::{HANDOFF_CANCEL_GRACE, Runtime, StopCause};
 use foya_storage::Ownership as _;
 use foya_storage_pg::{
     ClaimError, LeaseKeeper, LeaseOptions, LeaseStatus, NodeLease, PgLog, ShardOwnership,
@@ -60,10 +66,6 @@ use tokio::time::Instant;
 /// How often placement is computed again and wanted shards are claimed.
 pub(crate) const PLACEMENT_TICK: Duration = Duration::from_millis(500);
 
-/// How long a handoff waits for the handed-off sessions' turns to end after cancelling
-/// them, before dropping them anyway (the next owner closes them as interrupted).
-pub(crate) const HANDOFF_GRACE: Duration = Duration::from_secs(3);
-
 /// A node's lease, its keeper and its ownership.
 pub(crate) struct ShardNode {
     keeper: LeaseKeeper,
@@ -73,6 +75,9 @@ pub(crate) struct ShardNode {
     /// Shards let go of (handed off, fenced) whose release the database did not confirm:
     /// released again at every round.
     unreleased: BTreeSet<u32>,
+    /// The runtime's `handoff_drain` (`--handoff-drain`): how long a handoff lets turns
+    /// finish.
+    drain: Duration,
 }
 
 /// Registers node `name`'s lease in the store at `url` and starts keeping it.
@@ -84,6 +89,7 @@ pub(crate) async fn register(
     log: PgLog,
     name: &str,
     address: &NodeAddress,
+    drain: Duration,
 ) -> anyhow::Result<ShardNode> {
     let rendered = address.render();
     let lease = NodeLease::register_at(url, name, Some(&rendered), LeaseOptions::default())
@@ -97,6 +103,7 @@ pub(crate) async fn register(
         fenced,
         log,
         unreleased: BTreeSet::new(),
+        drain,
     })
 }
 
@@ -111,10 +118,10 @@ impl ShardNode {
     }
 
     /// How long [`Self::settle`] waits at most: the lease's TTL (a dead holder's lease
-    /// expires), the handoff's grace and two rounds (a live holder hands over at its next
-    /// round, after its drain; this node claims at its next).
+    /// expires), the handoff's drain and cancel grace and two rounds (a live holder hands
+    /// over at its next round, after its drain; this node claims at its next).
     fn settle_bound(&self) -> Duration {
-        self.lease().options().ttl + HANDOFF_GRACE + 2 * PLACEMENT_TICK
+        self.lease().options().ttl + self.drain + HANDOFF_CANCEL_GRACE + 2 * PLACEMENT_TICK
     }
 
     /// The node's first placement, before it serves: rounds every `PLACEMENT_TICK` until
@@ -243,7 +250,7 @@ impl ShardNode {
         }
         let leaving: BTreeSet<u32> = held.difference(&want).copied().collect();
         if !leaving.is_empty() {
-            self.hand_off(runtime, &leaving).await;
+            self.hand_off(runtime, &leaving, StopCause::HandedOff).await;
         }
         let held = lease.held();
         want.iter().all(|s| held.contains_key(s))
@@ -270,26 +277,45 @@ impl ShardNode {
         }
     }
 
-    /// Hands `shards` off: refuse new work, cancel their turns (bounded), drop their
-    /// sessions, release them.
-    async fn hand_off(&mut self, runtime: &Runtime, shards: &BTreeSet<u32>) {
+    /// Hands `shards` off: refuse new inputs, let their turns finish within the drain,
+    /// cancel those still running (`cause`), drop their sessions, release them.
+    async fn hand_off(&mut self, runtime: &Runtime, shards: &BTreeSet<u32>, cause: StopCause) {
+        let started = Instant::now();
         for &shard in shards {
             self.ownership.drain(shard);
         }
         let ownership = Arc::clone(&self.ownership);
-        let ended = runtime
-            .hand_off(
-                |id| shards.contains(&ownership.shard_of(id, None)),
-                HANDOFF_GRACE,
-            )
+        let outcome = runtime
+            .hand_off(|id| shards.contains(&ownership.shard_of(id, None)), cause)
             .await;
-        if !ended {
-            tracing::warn!("handed-off turns still running after the grace; dropped");
+        if !outcome.drained {
+            tracing::info!(
+                drain = ?self.drain,
+                "handed-off turns still running after the drain; cancelled"
+            );
+        }
+        if !outcome.ended {
+            tracing::warn!("handed-off turns still running after the cancel's grace; dropped");
         }
         for &shard in shards {
             self.release(shard).await;
         }
-        tracing::info!(shards = shards.len(), "handed shards off");
+        tracing::info!(
+            shards = shards.len(),
+            sessions = outcome.sessions,
+            elapsed = ?started.elapsed(),
+            "handed shards off"
+        );
+    }
+
+    /// SIGTERM's handoff: every held shard handed off (new inputs refused, running turns
+    /// let finish within the drain, then cancelled as the node stops) and released, so
+    /// the others claim at their next round.
+    pub(crate) async fn hand_off_all(&mut self, runtime: &Runtime) {
+        let held: BTreeSet<u32> = self.lease().held().keys().copied().collect();
+        if !held.is_empty() {
+            self.hand_off(runtime, &held, StopCause::NodeStopping).await;
+        }
     }
 
     /// Graceful end: releases every shard and ends the lease (the others claim at once).

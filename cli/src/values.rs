@@ -81,6 +81,67 @@ pub fn positive_seconds(s: &str) -> Result<Duration, ValueError> {
     Duration::try_from_secs_f64(secs).map_err(|e| ValueError(format!("{s:?}: {e}")))
 }
 
+/// A duration in seconds (fractions allowed), finite and at least 0
+/// (`foya node --handoff-drain`: 0 cancels at once).
+///
+/// # Errors
+/// Not a number, NaN, infinite, negative, or too large for a `Duration`.
+pub fn seconds(s: &str) -> Result<Duration, ValueError> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| ValueError(format!("{s:?} is not a number of seconds")))?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(ValueError(format!(
+            "{s:?} is not a duration: give a finite number of seconds, 0 or more"
+        )));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| ValueError(format!("{s:?}: {e}")))
+}
+
+/// The HTTP address other nodes reach a node at (`foya node --advertise-http`): an
+/// `http://` or `https://` URL with a host that is not unspecified (`0.0.0.0`, `[::]`)
+/// and no path, query or credentials; returned without a trailing `/`.
+///
+/// # Errors
+/// Not such a URL (the message says what is wrong).
+pub fn advertised_url(s: &str) -> Result<String, ValueError> {
+    let example = "expected e.g. http://10.0.0.5:8080";
+    let url = reqwest::Url::parse(s.trim())
+        .map_err(|e| ValueError(format!("{s:?} is not a URL ({e}); {example}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ValueError(format!(
+            "{s:?} is not an http(s) URL; {example}"
+        )));
+    }
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
+        return Err(ValueError(format!("{s:?} has no host; {example}")));
+    };
+    let unspecified = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if unspecified {
+        return Err(ValueError(format!(
+            "{s:?} is an unspecified address, which other nodes cannot dial; give the \
+             address they reach this node at, {example}"
+        )));
+    }
+    if !url.username().is_empty()
+        || url.password().is_some()
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || url.path() != "/"
+    {
+        return Err(ValueError(format!(
+            "{s:?} must be a scheme, host and port only (no path, query or credentials); \
+             {example}"
+        )));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
 /// A file to write at the end of a run (`--json PATH`): its directory must exist, be a
 /// directory and be writable now, so a long run never fails at the very end. Checked by
 /// creating (and removing) a temporary file beside it.
@@ -183,6 +244,30 @@ mod tests {
         assert_eq!(positive_seconds("1.5"), Ok(Duration::from_millis(1500)));
         for bad in ["inf", "-inf", "NaN", "-1", "0", "1e300", "x"] {
             assert!(positive_seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(seconds("0"), Ok(Duration::ZERO));
+        assert_eq!(seconds("2.5"), Ok(Duration::from_millis(2500)));
+        for bad in ["inf", "NaN", "-1", "1e300", "x"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            advertised_url("http://10.0.0.5:8080/").as_deref(),
+            Ok("http://10.0.0.5:8080")
+        );
+        assert_eq!(
+            advertised_url("https://node-a.internal").as_deref(),
+            Ok("https://node-a.internal")
+        );
+        for bad in [
+            "http://0.0.0.0:8080",
+            "http://[::]:8080",
+            "10.0.0.5:8080",
+            "ftp://h:1",
+            "http://h:1/api",
+            "http://u:p@h:1",
+            "http://h:1/?x=1",
+        ] {
+            assert!(advertised_url(bad).is_err(), "{bad}");
         }
         let dir = tempfile::tempdir().unwrap();
         let ok = dir.path().join("report.json");

@@ -154,6 +154,8 @@ pub struct Workload {
     /// The side effect comes after the sleep instead (a call stopped during its sleep
     /// did nothing).
     pub effect_last: bool,
+    /// The nodes' `--handoff-drain`, ms (`None`: the default, 10 s).
+    pub handoff_drain_ms: Option<u64>,
 }
 
 impl Default for Workload {
@@ -163,6 +165,7 @@ impl Default for Workload {
             steps_per_turn: 5,
             tool_sleep_ms: 150,
             effect_last: false,
+            handoff_drain_ms: None,
         }
     }
 }
@@ -309,6 +312,8 @@ pub struct Cluster {
     pub addresses: Vec<SocketAddr>,
     sim: SimServer,
     client: Option<ClientNode>,
+    /// [`Workload::handoff_drain_ms`].
+    handoff_drain_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -346,6 +351,7 @@ impl Cluster {
             addresses,
             sim,
             client: None,
+            handoff_drain_ms: workload.handoff_drain_ms,
         };
         for _ in 0..nodes {
             cluster.start_node(None).await;
@@ -402,6 +408,12 @@ impl Cluster {
             .arg("--data-dir")
             .arg(self.dir.path().join(format!("{name}-data")))
             .args(["--store", &store]);
+        if let Some(ms) = self.handoff_drain_ms {
+            command.args([
+                "--handoff-drain",
+                &format!("{}.{:03}", ms / 1000, ms % 1000),
+            ]);
+        }
         for (i, peer) in self.addresses.iter().enumerate() {
             if i != index {
                 command.args(["--connect", &peer.to_string()]);

@@ -27,42 +27,53 @@ pub fn node_dir(dir: &Path, name: &str) -> PathBuf {
     own
 }
 
+/// `foya node --name NAME --listen 127.0.0.1:PORT --http HTTP --store STORE` in `dir`, a
+/// free `PORT`, its cookie and data in [`node_dir`], `HOME` the tests' own and none of the
+/// test's `FOYA_DATA_DIR`, `FOYA_STORE_URL` and `OTEL_EXPORTER_OTLP_ENDPOINT`; the caller
+/// adds the rest and runs it ([`Node::spawn`], or `output()` for a node that must refuse).
+pub fn command(name: &str, store: &str, dir: &Path, http: &str) -> tokio::process::Command {
+    let own = node_dir(dir, name);
+    std::fs::write(own.join("cookie"), COOKIE).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = tokio::process::Command::new(foya_bin());
+    command
+        .args(["node", "--name", name, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--http", http, "--store", store])
+        .arg("--cookie-file")
+        .arg(own.join("cookie"))
+        .arg("--data-dir")
+        .arg(own.join("data"))
+        .current_dir(dir)
+        .env("HOME", test_home())
+        .env_remove("FOYA_DATA_DIR")
+        .env_remove("FOYA_STORE_URL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
 impl Node {
-    /// Starts `foya node --name NAME --listen 127.0.0.1:PORT --http 127.0.0.1:0 --store
-    /// STORE` in `dir`, a free `PORT`, its cookie and data in [`node_dir`], `HOME` the
-    /// tests' own and none of the test's `FOYA_DATA_DIR`, `FOYA_STORE_URL` and
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`; `configure` adds the rest (the provider, a token
-    /// file…). Returns once the node printed its HTTP address and then its listening
-    /// line, which it does once it holds the shards placement gives it. Its output is
-    /// read on (a full pipe would stall it).
+    /// Starts [`command`] with `--http 127.0.0.1:0`; `configure` adds the rest (the
+    /// provider, a token file…). See [`Node::spawn`].
     pub async fn start(
         name: &str,
         store: &str,
         dir: &Path,
         configure: impl FnOnce(&mut tokio::process::Command),
     ) -> Self {
-        let own = node_dir(dir, name);
-        std::fs::write(own.join("cookie"), COOKIE).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut command = tokio::process::Command::new(foya_bin());
-        command
-            .args(["node", "--name", name, "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["--http", "127.0.0.1:0", "--store", store])
-            .arg("--cookie-file")
-            .arg(own.join("cookie"))
-            .arg("--data-dir")
-            .arg(own.join("data"))
-            .current_dir(dir)
-            .env("HOME", test_home())
-            .env_remove("FOYA_DATA_DIR")
-            .env_remove("FOYA_STORE_URL")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        let mut command = command(name, store, dir, "127.0.0.1:0");
         configure(&mut command);
+        Self::spawn(command).await
+    }
+
+    /// Runs a node's `command`; returns once the node printed its HTTP address and then
+    /// its listening line, which it does once it holds the shards placement gives it. Its
+    /// output is read on (a full pipe would stall it).
+    pub async fn spawn(mut command: tokio::process::Command) -> Self {
         let mut child = command
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

@@ -9,7 +9,7 @@ use foya_protocol::{SessionConfig, SessionId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use foya_core::session::{QueuedOnRestart, WithoutApprover};
+pub use foya_core::session::{QueuedOnRestart, StopCause, WithoutApprover};
 
 /// Turn-control settings shared by every turn (from `RuntimeConfig`).
 #[derive(Debug, Clone, Default)]
@@ -119,8 +119,10 @@ impl RuntimeDeps {
                 .mint_session_id(None)
                 .ok_or(super::RuntimeError::NoShard),
             Some(parent) => {
+                // A child belongs to its parent's running turn: created while the shard
+                // is held, even while it is handed off (the turn finishes meanwhile).
                 let shard = ownership.shard_of(parent, None);
-                ownership.admit(shard).map_err(|e| not_owner(parent, e))?;
+                ownership.fence(shard).map_err(|e| not_owner(parent, e))?;
                 ownership
                     .mint_session_id(Some(shard))
                     .ok_or(super::RuntimeError::NoShard)

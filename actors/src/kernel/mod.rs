@@ -14,7 +14,7 @@ mod stats;
 pub use approval::ApprovalRequest;
 pub(crate) use clock::now_ms;
 pub(crate) use deps::{ControlConfig, RuntimeDeps};
-pub use deps::{QueuedOnRestart, WithoutApprover};
+pub use deps::{QueuedOnRestart, StopCause, WithoutApprover};
 #[cfg(feature = "cluster")]
 pub use error::ClusterError;
 pub(crate) use error::{Reply, actor_err, ask};

@@ -67,6 +67,8 @@ pub(super) struct Waiters {
     pub(super) delete: Option<Reply<()>>,
     /// Everyone waiting for the shutdown.
     pub(super) shutdown: Vec<RpcReplyPort<()>>,
+    /// Everyone waiting for a handoff's drain (no turn running).
+    pub(super) drained: Vec<RpcReplyPort<()>>,
 }
 
 /// The SessionActor's state.
@@ -303,9 +305,13 @@ impl Session {
                 SessionInput::TitleGenerated { title, expected },
                 Some(Caller::Title(reply)),
             ),
-            SessionMsg::Shutdown { reply } => {
+            SessionMsg::Shutdown { cause, reply } => {
                 self.waiters.shutdown.push(reply);
-                (SessionInput::Shutdown, None)
+                (SessionInput::Shutdown { cause }, None)
+            }
+            SessionMsg::Drain { reply } => {
+                self.waiters.drained.push(reply);
+                (SessionInput::Drain, None)
             }
             // Handled before (`SessionActor::handle`): they are not activity.
             SessionMsg::Hibernate | SessionMsg::Unwatched => return None,

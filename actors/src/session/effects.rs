@@ -158,6 +158,11 @@ impl Session {
                     let _ = reply.send(());
                 }
             }
+            Effect::AnswerDrained => {
+                for reply in self.waiters.drained.drain(..) {
+                    let _ = reply.send(());
+                }
+            }
             Effect::RunSessionEndHooks => {
                 let kinds = self.session_end_hooks().await;
                 return Ok(Some(SessionInput::SessionEndHooksRan { kinds }));

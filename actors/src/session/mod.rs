@@ -155,10 +155,18 @@ pub(crate) enum SessionMsg {
     /// the session any more and the runtime hibernates at once
     /// (`RuntimeConfig::hibernate_at_once_above`).
     Unwatched,
-    /// Runtime shutdown: take no more inputs, start nothing from the queue, cancel the
-    /// active turn (reason `runtime shutdown`); answered once no turn runs (at once when
-    /// idle).
-    Shutdown { reply: RpcReplyPort<()> },
+    /// Runtime shutdown (or a handoff's end): take no more inputs, start nothing from
+    /// the queue, cancel the active turn (reason: `cause`'s, `runtime shutdown` for
+    /// [`StopCause::Shutdown`](foya_core::session::StopCause)); answered once no turn
+    /// runs (at once when idle).
+    Shutdown {
+        cause: foya_core::session::StopCause,
+        reply: RpcReplyPort<()>,
+    },
+    /// A handoff's drain: start nothing more from the queue (inputs taken meanwhile are
+    /// queued in the log for the next owner), let the running turn finish; answered once
+    /// no turn runs (at once when idle).
+    Drain { reply: RpcReplyPort<()> },
     /// Test hook: make the active TurnActor panic.
     #[cfg(test)]
     CrashTurn,

@@ -32,6 +32,33 @@ pub enum WithoutApprover {
     Deny,
 }
 
+/// Why a runtime (not a person) stops a session's running turn: the reason its
+/// `turn_cancelled` records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StopCause {
+    /// The runtime shuts down (`runtime shutdown`).
+    #[default]
+    Shutdown,
+    /// A cluster node hands the session's shard to another node (placement moved it:
+    /// a node joined); the turn outlived the handoff's drain.
+    HandedOff,
+    /// A cluster node stops (SIGTERM) and hands its shards to the others; the turn
+    /// outlived the drain.
+    NodeStopping,
+}
+
+impl StopCause {
+    /// The `turn_cancelled` reason.
+    #[must_use]
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Shutdown => machine::SHUTDOWN_REASON,
+            Self::HandedOff => "shard handed off to another node",
+            Self::NodeStopping => "node stopping: shard handed off to another node",
+        }
+    }
+}
+
 /// A tool call waiting for a decision (`SessionHandle::pending_approvals`,
 /// answered with `SessionHandle::decide_approval`).
 #[derive(Debug, Clone, PartialEq, Eq)]

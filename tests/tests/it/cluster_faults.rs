@@ -232,7 +232,11 @@ fn the_tool_check_counts_runs_against_the_calls_in_the_log() {
     );
     // A call cancelled (a handoff) before its side effect: its "cancelled" result, an
     // error, says nothing ran, so no line is owed for it.
-    let cancelled = turn("cancelled", TurnStatus::Cancelled, Some("runtime shutdown"));
+    let cancelled = turn(
+        "cancelled",
+        TurnStatus::Cancelled,
+        Some("shard handed off to another node"),
+    );
     std::fs::write(&ran, "s0 1 0\n").unwrap();
     assert_eq!(
         check_tool_runs(id(), "s0", &cancelled, &ran_lines(&ran)),
@@ -606,9 +610,10 @@ async fn a_fourth_node_joins_under_load() {
 }
 
 /// A fourth node joins while sessions are inside a long tool call whose side effect comes
-/// last: the sessions placement gives the new node are handed off mid-call (the old
+/// last, longer than the nodes' handoff drain (`--handoff-drain 1`): the sessions
+/// placement gives the new node are handed off mid-call (once the drain passed, the old
 /// owner cancels the call before its side effect and closes the turn once, under its
-/// fence) and take their next input on the new node; the checker finds nothing (no call
+/// fence, naming the handoff) and take their next input on the new node; the checker finds nothing (no call
 /// run twice or paired twice, and a cancelled call owes no side effect). The node's start
 /// to its listening line includes its settling (the handoff); printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -619,6 +624,7 @@ async fn a_fourth_node_joins_while_calls_run() {
         steps_per_turn: 2,
         tool_sleep_ms: 6000,
         effect_last: true,
+        handoff_drain_ms: Some(1000),
         ..Workload::default()
     };
     let mut cluster = Cluster::start(&store, 3, 4, workload).await;
@@ -709,12 +715,30 @@ async fn a_fourth_node_joins_while_calls_run() {
     cluster.shutdown().await;
     rest.unwrap();
     assert!(verdict.broken.is_empty(), "{:#?}", verdict.broken);
-    // The moving sessions' first turns were cancelled by the handoff, mid-call.
+    // The moving sessions' first turns were cancelled by the handoff, mid-call, once
+    // the drain passed, their cancel naming the handoff.
     assert!(
         verdict.cancelled >= moving.len(),
         "{} turns cancelled",
         verdict.cancelled
     );
+    let log = foya_storage_pg::PgLog::open(&store, foya_storage_pg::PgOptions::default())
+        .await
+        .unwrap();
+    for id in &moving {
+        let reasons: Vec<String> = log
+            .read_from(*id, Seq::FIRST)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                EventKind::TurnCancelled { reason } => Some(reason),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasons, ["shard handed off to another node"], "{id}");
+    }
+    log.close().await;
 }
 
 /// PostgreSQL restarts (fast: every connection cut) while the sessions run: the nodes

@@ -9,9 +9,12 @@
 //! re-running the tool, and the session takes input again; SIGTERM hands off at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use foya_actors::StopCause;
 use foya_actors::provider::scripted::{Script, ScriptedClient};
 use foya_actors::{Runtime, RuntimeConfig, RuntimeError};
-use foya_protocol::{ApprovalMode, EventKind, Input, InputId, Seq, SessionConfig, TurnStatus};
+use foya_protocol::{
+    ApprovalMode, EventKind, Input, InputId, Seq, SessionConfig, SessionId, TurnStatus,
+};
 use foya_storage::{EventLog as _, LogStore};
 use foya_storage_pg::{
     ClaimError, LeaseKeeper, LeaseOptions, NodeLease, PgLog, PgOptions, ShardOwnership, testkit,
@@ -170,11 +173,13 @@ async fn a_stale_owner_is_fenced_and_drops_its_shard_and_the_new_owner_takes_eac
     keeper_b.shutdown().await.unwrap();
 }
 
-/// A runtime over `log` with the built-in tools (the shell), scripted with `script`.
+/// A runtime over `log` with the built-in tools (the shell), scripted with `script`,
+/// whose handoffs let turns finish for `drain`.
 async fn runtime_with_tools(
     log: &PgLog,
     ownership: Arc<ShardOwnership>,
     script: serde_json::Value,
+    drain: Duration,
 ) -> Runtime {
     let script: Script = serde_json::from_value(script).unwrap();
     let model = Arc::new(ScriptedClient::from_script(script));
@@ -183,12 +188,33 @@ async fn runtime_with_tools(
         foya_actors::testkit::sandbox_runner(),
     ));
     config.ownership = Some(ownership);
+    config.handoff_drain = drain;
     Runtime::start(config).await.unwrap()
 }
 
-/// A graceful handoff while a tool call runs, as a node's placement does it (drain the
-/// shard, `Runtime::hand_off`, release): the old owner cancels the call before its side
-/// effect and closes the turn once under its fence; the new owner claims the shard, loads
+/// Waits (one global bound) until the log of `id` holds an event `matches` accepts.
+async fn until_logged(
+    log: &PgLog,
+    id: SessionId,
+    what: &str,
+    matches: impl Fn(&EventKind) -> bool,
+) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let events = log.read_from(id, Seq::FIRST).await.unwrap();
+        if events.iter().any(|e| matches(&e.kind)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        // Polling the store: the log is what both nodes share.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A graceful handoff while a tool call runs longer than the handoff's drain, as a
+/// node's placement does it (drain the shard, `Runtime::hand_off`, release): once the
+/// drain passed, the old owner cancels the call before its side effect and closes the
+/// turn once under its fence, its `turn_cancelled` naming the handoff; the new owner claims the shard, loads
 /// the session (nothing left to recover: no call paired a second time) and runs the next
 /// input. The call's only result is "cancelled", it never ran and is not re-run, the
 /// epochs never decrease, and the fault harness's checker finds nothing in the log (a
@@ -218,37 +244,35 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
     let own_a = Arc::new(own_a);
     own_a.claimed(0);
     let script_a = json!({"responses": [call, {"text": "never reached"}]});
-    let runtime_a = runtime_with_tools(&log_a, Arc::clone(&own_a), script_a).await;
+    // A drain far shorter than the call (30 s).
+    let drain = Duration::from_millis(300);
+    let runtime_a = runtime_with_tools(&log_a, Arc::clone(&own_a), script_a, drain).await;
     let mut config = SessionConfig::new(&work);
     config.approval_mode = ApprovalMode::Bypass;
     let session = runtime_a.create_session(config).await.unwrap();
     let id = session.id();
     assert_eq!(log_a.session_shard(id).await.unwrap(), Some(0));
     session.submit(Input::text("go")).await.unwrap();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let events = log_a.read_from(id, Seq::FIRST).await.unwrap();
-        if events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the call never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_logged(&log_a, id, "the call started", |k| {
+        matches!(k, EventKind::ToolStarted { .. })
+    })
+    .await;
 
-    // The handoff (`node_shards.rs`): no more admits, the turn cancelled and its end
-    // committed, the sessions dropped, the shard released.
+    // The handoff (`node_shards.rs`): no more admits, the drain, then the turn
+    // cancelled and its end committed, the sessions dropped, the shard released.
     let handoff = Instant::now();
     own_a.drain(0);
-    let ended = runtime_a
+    let outcome = runtime_a
         .hand_off(
             |s| foya_storage::Ownership::shard_of(own_a.as_ref(), s, None) == 0,
-            Duration::from_secs(3),
+            StopCause::HandedOff,
         )
         .await;
-    assert!(ended, "the handed-off turn did not end within the grace");
+    assert!(!outcome.drained, "the 30 s call ended within the drain");
+    assert!(
+        outcome.ended,
+        "the handed-off turn did not end within the grace"
+    );
     assert!(lease_a.release(0).await.unwrap());
     own_a.released(0);
     match runtime_a.session(id).await {
@@ -271,7 +295,7 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
     let own_b = Arc::new(own_b);
     own_b.claimed(0);
     let script_b = json!({"responses": [call, {"text": "after the handoff"}]});
-    let runtime_b = runtime_with_tools(&log_b, own_b, script_b).await;
+    let runtime_b = runtime_with_tools(&log_b, own_b, script_b, drain).await;
     let on_b = runtime_b.session(id).await.unwrap();
     let outcome = on_b.run(Input::text("again")).await.unwrap();
     assert_eq!(outcome.text, "after the handoff");
@@ -297,6 +321,15 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
         })
         .collect();
     assert_eq!(ends, [TurnStatus::Cancelled, TurnStatus::Completed]);
+    // The cancel names the handoff, not a shutdown.
+    let reasons: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TurnCancelled { reason } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, ["shard handed off to another node"]);
     assert!(!ran.exists(), "the cancelled call ran its side effect");
     assert!(log_b.epoch_regressions(10).await.unwrap().is_empty());
     // The fault harness's checker on this log.
@@ -309,6 +342,188 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
 
     runtime_b.shutdown().await;
     runtime_a.shutdown().await;
+    keeper_b.shutdown().await.unwrap();
+    keeper_a.shutdown().await.unwrap();
+}
+
+/// A graceful handoff while a turn runs that ends within the drain: the old owner stops
+/// taking new inputs for the shard at once (refused `NotOwner`, retryable: a client
+/// retries on the next owner), lets the running turn finish — it completes normally on
+/// the old owner, under its epoch, nothing cancelled — and starts nothing from the
+/// queue; the input queued before the handoff stays in the log and runs on the new
+/// owner, and the input refused during the drain, retried there with its id, is taken
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_lets_a_turn_within_the_drain_complete_and_refuses_new_inputs_retryably() {
+    let url = testkit::fresh_url().await;
+    let (log_a, log_b) = (open(&url).await, open(&url).await);
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("s0");
+    std::fs::create_dir_all(&work).unwrap();
+    // The call ends when the test says so (a file appears): the turn's length is the
+    // test's, not a timer's.
+    let go = tmp.path().join("go");
+    let command = format!(
+        "while [ ! -e '{}' ]; do sleep 0.02; done; echo done",
+        go.display()
+    );
+    let call = json!({"tool_calls": [{"id": "c1", "name": "shell",
+        "arguments": {"command": command}}]});
+
+    let lease_a = NodeLease::register(&url, "a", LeaseOptions::default())
+        .await
+        .unwrap();
+    let keeper_a = LeaseKeeper::spawn(lease_a.clone());
+    let fence_a = lease_a.claim(0).await.unwrap();
+    let (own_a, _fenced_a) = ShardOwnership::new(lease_a.clone());
+    let own_a = Arc::new(own_a);
+    own_a.claimed(0);
+    let script_a = json!({"responses": [call, {"text": "finished on a"}]});
+    // A drain longer than any wait of the test: the turn ends within it.
+    let runtime_a = Arc::new(runtime_with_tools(&log_a, Arc::clone(&own_a), script_a, WAIT).await);
+    let mut config = SessionConfig::new(&work);
+    config.approval_mode = ApprovalMode::Bypass;
+    let session = runtime_a.create_session(config).await.unwrap();
+    let id = session.id();
+    session.submit(Input::text("first")).await.unwrap();
+    // Queued behind the running turn before the handoff.
+    let queued = session.submit(Input::text("queued")).await.unwrap();
+    until_logged(&log_a, id, "the call started", |k| {
+        matches!(k, EventKind::ToolStarted { .. })
+    })
+    .await;
+
+    // The handoff starts: no more admits, then the drain.
+    own_a.drain(0);
+    let handing = {
+        let runtime_a = Arc::clone(&runtime_a);
+        let own_a = Arc::clone(&own_a);
+        tokio::spawn(async move {
+            runtime_a
+                .hand_off(
+                    |s| foya_storage::Ownership::shard_of(own_a.as_ref(), s, None) == 0,
+                    StopCause::HandedOff,
+                )
+                .await
+        })
+    };
+    // A new input during the drain is refused, retryably, and nothing is written.
+    let before = log_a.last_seq(id).await.unwrap();
+    let retried = InputId::new();
+    match session
+        .submit_with_id(retried, Input::text("during the drain"))
+        .await
+    {
+        Err(RuntimeError::NotOwner { shard: 0, .. }) => {}
+        other => panic!("expected NotOwner during the drain, got {other:?}"),
+    }
+    assert_eq!(log_a.last_seq(id).await.unwrap(), before);
+    assert!(
+        !handing.is_finished(),
+        "the handoff did not wait for the turn"
+    );
+
+    // The call ends: the turn completes on A, and the handoff ends without a cancel.
+    std::fs::write(&go, "").unwrap();
+    let outcome = tokio::time::timeout(WAIT, handing).await.unwrap().unwrap();
+    assert!(outcome.drained && outcome.ended, "{outcome:?}");
+    assert!(lease_a.release(0).await.unwrap());
+    own_a.released(0);
+    let on_a = log_a.read_from(id, Seq::FIRST).await.unwrap();
+    let ends: Vec<TurnStatus> = on_a
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TurnComplete { status, .. } => Some(*status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, [TurnStatus::Completed], "the queued input ran on A");
+    assert!(
+        !on_a
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::TurnCancelled { .. })),
+        "a turn was cancelled"
+    );
+
+    // B claims at once and takes the session over: the queued input runs there, and the
+    // input refused during the drain, retried with its id, is taken once.
+    let lease_b = NodeLease::register(&url, "b", LeaseOptions::default())
+        .await
+        .unwrap();
+    let keeper_b = LeaseKeeper::spawn(lease_b.clone());
+    let fence_b = lease_b.claim(0).await.unwrap();
+    assert!(epoch(fence_b) > epoch(fence_a));
+    let (own_b, _fenced_b) = ShardOwnership::new(lease_b.clone());
+    let own_b = Arc::new(own_b);
+    own_b.claimed(0);
+    // A scripted model answers response N+1 after N assistant messages: A's two first.
+    let script_b = json!({"responses": [
+        {"text": "unused"}, {"text": "unused"},
+        {"text": "queued ran on b"}, {"text": "retried on b"}
+    ]});
+    let runtime_b = runtime_with_tools(&log_b, own_b, script_b, WAIT).await;
+    let on_b = runtime_b.session(id).await.unwrap();
+    on_b.submit_with_id(retried, Input::text("during the drain"))
+        .await
+        .unwrap();
+    on_b.submit_with_id(retried, Input::text("during the drain"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let events = loop {
+        let events = log_b.read_from(id, Seq::FIRST).await.unwrap();
+        let done = events
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::TurnComplete { .. }))
+            .count();
+        if done == 3 {
+            break events;
+        }
+        assert!(Instant::now() < deadline, "the inputs never ran on B");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let started: Vec<InputId> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TurnStarted { input_id } => Some(*input_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(&started[1..], [queued, retried]);
+    let taken = events
+        .iter()
+        .filter(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == retried),
+        )
+        .count();
+    assert_eq!(taken, 1, "the retried input was taken twice");
+    let texts: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AssistantMessage(m) if !m.text.is_empty() => Some(m.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["finished on a", "queued ran on b", "retried on b"],
+        "{:#?}",
+        events.iter().map(|e| &e.kind).collect::<Vec<_>>()
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| !matches!(e.kind, EventKind::TurnCancelled { .. }))
+    );
+    // A's turn under A's epoch, B's under B's.
+    let epochs = log_b.event_epochs(id).await.unwrap();
+    assert!(epochs.windows(2).all(|w| w[0].1 <= w[1].1), "{epochs:?}");
+    assert!(log_b.epoch_regressions(10).await.unwrap().is_empty());
+
+    runtime_b.shutdown().await;
+    if let Ok(runtime_a) = Arc::try_unwrap(runtime_a) {
+        runtime_a.shutdown().await;
+    }
     keeper_b.shutdown().await.unwrap();
     keeper_a.shutdown().await.unwrap();
 }

@@ -33,6 +33,11 @@ struct Node {
 /// `foya node --name NAME --http 127.0.0.1:0 --store STORE` in `dir`, scripted with
 /// `responses`.
 async fn node(name: &'static str, store: &str, dir: &Path, responses: &[Value]) -> Node {
+    node_at(name, store, dir, responses, "127.0.0.1:0", &[]).await
+}
+
+/// The files of node `name` in `dir` (token, script of `responses`); returns its folder.
+fn node_files(name: &str, dir: &Path, responses: &[Value]) -> std::path::PathBuf {
     let own = foya_tests::node::node_dir(dir, name);
     std::fs::write(own.join("token"), format!("{TOKEN}\n")).unwrap();
     std::fs::write(
@@ -40,16 +45,42 @@ async fn node(name: &'static str, store: &str, dir: &Path, responses: &[Value]) 
         json!({"responses": responses}).to_string(),
     )
     .unwrap();
+    own
+}
+
+/// `foya node NAME` with its files (`node_files`), with `--http http` and `extra`
+/// arguments.
+fn node_command(
+    name: &str,
+    store: &str,
+    dir: &Path,
+    responses: &[Value],
+    http: &str,
+    extra: &[&str],
+) -> tokio::process::Command {
+    let own = node_files(name, dir, responses);
+    let mut command = foya_tests::node::command(name, store, dir, http);
+    command
+        .args(extra)
+        .arg("--token-file")
+        .arg(own.join("token"))
+        .args(["--provider", "scripted", "--script"])
+        .arg(own.join("script.json"))
+        .args(["--max-steps", "7"]);
+    command
+}
+
+/// [`node`] with `--http http` and `extra` arguments.
+async fn node_at(
+    name: &'static str,
+    store: &str,
+    dir: &Path,
+    responses: &[Value],
+    http: &str,
+    extra: &[&str],
+) -> Node {
     let foya_tests::node::Node { child, base } =
-        foya_tests::node::Node::start(name, store, dir, |command| {
-            command
-                .arg("--token-file")
-                .arg(own.join("token"))
-                .args(["--provider", "scripted", "--script"])
-                .arg(own.join("script.json"))
-                .args(["--max-steps", "7"]);
-        })
-        .await;
+        foya_tests::node::Node::spawn(node_command(name, store, dir, responses, http, extra)).await;
     Node { child, base, name }
 }
 
@@ -714,4 +745,110 @@ async fn a_path_with_dot_segments_is_not_forwarded_to_another_route_of_the_owner
         drop(entry);
     })
     .await;
+}
+
+/// A node on PostgreSQL registers its HTTP address for the others to forward to, so one
+/// bound to an unspecified address (`0.0.0.0`, `[::]`) must say where it is reached
+/// (`--advertise-http URL`): without it the node refuses to start, before it binds or
+/// creates anything, and says why. With it, the URL is what the node registers and what
+/// the others forward to (here `localhost`, which the node also answers to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unspecified_http_address_needs_an_advertised_one() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        // Refused before anything is bound (the check reads the argument), so the test
+        // binds nothing but loopback.
+        for http in ["0.0.0.0:0", "[::]:7878"] {
+            let out = node_command("z", &store, &dir, &[], http, &[])
+                .output()
+                .await
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "--http {http} binds an unspecified address, which the other nodes \
+                     cannot forward requests to: give the URL they reach this node at with \
+                     --advertise-http"
+                )),
+                "{stderr}"
+            );
+            assert!(out.stdout.is_empty());
+            assert!(
+                !dir.join("z").join("data").exists(),
+                "the data dir was created"
+            );
+        }
+        // Nor was the store touched: no lease (not even the schema: a refusal before the
+        // store is opened).
+        let registered = foya_storage_pg::Directory::new(&store)
+            .unwrap()
+            .live_node("z")
+            .await;
+        assert!(
+            !matches!(registered, Ok(Some(_))),
+            "the refused node registered a lease"
+        );
+        // An advertised URL that is itself unspecified is a usage error.
+        let out = node_command("z", &store, &dir, &[], "127.0.0.1:0", &[])
+            .args(["--advertise-http", "http://0.0.0.0:7878"])
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("unspecified address"), "{stderr}");
+
+        // A advertises `localhost` on its port: registered, and B forwards to it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let http = format!("127.0.0.1:{port}");
+        let advertised = format!("http://localhost:{port}");
+        let a = node_at(
+            "a",
+            &store,
+            &dir,
+            &[json!({"text": "answered by a"})],
+            &http,
+            &["--advertise-http", &format!("{advertised}/")],
+        )
+        .await;
+        let b = node("b", &store, &dir, &[]).await;
+        let live = foya_storage_pg::Directory::new(&store)
+            .unwrap()
+            .live_node("a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            live.address.as_deref(),
+            Some(format!("cluster={} http={advertised}", listen_of(&live)).as_str())
+        );
+        // Created on A once both are placed: A's, reached through B.
+        let id = a.create().await;
+        let mut stream = b.events(&id, Some(0), "").await;
+        assert_eq!(stream.node, "a");
+        let resp = b.submit(&id, "hello").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED, "{resp:?}");
+        served_by(&resp, "a");
+        stream.until(of_type("turn_complete")).await;
+        drop((a, b));
+    })
+    .await;
+}
+
+/// The `cluster=` part of a live node's registered address.
+fn listen_of(live: &foya_storage_pg::LiveNode) -> String {
+    live.address
+        .as_deref()
+        .unwrap_or_default()
+        .split_whitespace()
+        .find_map(|p| p.strip_prefix("cluster="))
+        .unwrap_or_default()
+        .to_owned()
 }

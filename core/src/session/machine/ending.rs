@@ -39,11 +39,11 @@ impl SessionMachine {
         });
     }
 
-    pub(super) fn shutdown(&mut self, fx: &mut Effects) {
+    pub(super) fn shutdown(&mut self, cause: StopCause, fx: &mut Effects) {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Turn(turn) | Phase::ShuttingDown(Some(turn)) => {
                 self.phase = Phase::ShuttingDown(Some(turn));
-                self.cancel_turn(SHUTDOWN_REASON, fx);
+                self.cancel_turn(cause.reason(), fx);
             }
             Phase::Idle | Phase::ShuttingDown(None) => {
                 self.phase = Phase::ShuttingDown(None);
@@ -52,8 +52,17 @@ impl SessionMachine {
             // Delete wins: it stops the session once the turn ended.
             phase @ (Phase::Deleting(_) | Phase::Deleted) => {
                 self.phase = phase;
-                self.cancel_turn(SHUTDOWN_REASON, fx);
+                self.cancel_turn(cause.reason(), fx);
             }
+        }
+    }
+
+    /// A handoff's first half: nothing starts from the queue any more; answered once no
+    /// turn runs (at once when none does).
+    pub(super) fn drain(&mut self, fx: &mut Effects) {
+        self.draining = true;
+        if self.turn_mut().is_none() && self.fold.open_turn.is_none() {
+            fx.push(Effect::AnswerDrained);
         }
     }
 

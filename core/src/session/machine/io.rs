@@ -76,8 +76,13 @@ pub enum SessionInput {
     /// The hibernation timer fired: `quiet` when nothing happened for the whole period,
     /// `watched` when a subscriber or a child actor is still there.
     HibernateCheck { quiet: bool, watched: bool },
-    /// Runtime shutdown: take no more inputs, start nothing, cancel the turn.
-    Shutdown,
+    /// Runtime shutdown (or a handoff's end): take no more inputs, start nothing,
+    /// cancel the turn (its `turn_cancelled` reason: `cause`'s).
+    Shutdown { cause: StopCause },
+    /// The session is handed off: start nothing more from the queue (an input taken
+    /// meanwhile is queued, for the next owner), let the running turn finish; answered
+    /// ([`Effect::AnswerDrained`]) once no turn runs.
+    Drain,
 }
 
 /// What the driver must do, in order.
@@ -125,6 +130,8 @@ pub enum Effect {
     AnswerDelete(Result<(), Refusal>),
     /// Answer everyone waiting for the shutdown.
     AnswerShutdown,
+    /// Answer everyone waiting for the drain: no turn runs, none will start.
+    AnswerDrained,
     /// Run the `SessionEnd` hooks and answer with `SessionEndHooksRan`.
     RunSessionEndHooks,
     /// Remove the transcript exported for the session's hooks.

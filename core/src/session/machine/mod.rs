@@ -35,7 +35,8 @@
 
 use super::state::{SessionState, apply};
 use super::{
-    AppendRefused, ApprovalAnswer, ApprovalRequest, Plan, QueuedOnRestart, Refusal, WithoutApprover,
+    AppendRefused, ApprovalAnswer, ApprovalRequest, Plan, QueuedOnRestart, Refusal, StopCause,
+    WithoutApprover,
 };
 use crate::turn::TurnMode;
 use foya_protocol::event::Delta;
@@ -203,6 +204,9 @@ pub struct SessionMachine {
     /// turn had written its `turn_complete`, its actor not yet gone): that next turn is
     /// the one the caller sees running, so it is cancelled as it starts.
     cancel_next: bool,
+    /// Handed off (`SessionInput::Drain`): nothing starts from the queue any more (an
+    /// input taken meanwhile is queued, for the next owner); the running turn goes on.
+    draining: bool,
     waiting: Option<Waiting>,
     /// The wall clock (ms since the epoch) of the input being handled: new events are
     /// stamped with it. Time enters as an input ([`SessionMachine::on`]); the machine
@@ -226,6 +230,7 @@ impl SessionMachine {
             title_requested: false,
             hooks_started: false,
             cancel_next: false,
+            draining: false,
             waiting: None,
             now_ms: 0,
         }
@@ -379,7 +384,8 @@ impl SessionMachine {
                     fx.push(Effect::Stop { reason: HIBERNATED });
                 }
             }
-            SessionInput::Shutdown => self.shutdown(&mut fx),
+            SessionInput::Shutdown { cause } => self.shutdown(cause, &mut fx),
+            SessionInput::Drain => self.drain(&mut fx),
         }
         fx
     }

@@ -32,7 +32,10 @@ impl SessionMachine {
         if self.fold.seen_inputs.contains(&input_id) {
             return fx.push(Effect::Reply(Answer::Submitted(Ok(input_id))));
         }
-        if self.phase == Phase::Idle && self.fold.open_turn.is_none() && self.fold.queue.is_empty()
+        if self.phase == Phase::Idle
+            && self.fold.open_turn.is_none()
+            && self.fold.queue.is_empty()
+            && !self.draining
         {
             self.waiting = Some(Waiting::Prepared { answer: true });
             return fx.push(Effect::PrepareInput { input_id, input });
@@ -45,6 +48,10 @@ impl SessionMachine {
     pub(super) fn start_next(&mut self, fx: &mut Effects) {
         if self.phase != Phase::Idle || self.fold.open_turn.is_some() {
             return;
+        }
+        if self.draining {
+            // Handed off: what is queued stays in the log for the next owner.
+            return fx.push(Effect::AnswerDrained);
         }
         match self.fold.queue.front() {
             Some((input_id, input)) => {

@@ -177,12 +177,22 @@ fn shutdown_cancels_the_turn_refuses_inputs_and_answers_once_the_turn_ended() {
     h.submit("first");
     h.submit("queued");
     let run = h.run(1);
-    h.on("shutdown", SessionInput::Shutdown);
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     h.submit("refused");
     h.turn_append(run, vec![completed(TurnStatus::Cancelled, None, None)]);
     h.on("turn_ended", SessionInput::TurnEnded { failure: None });
     // Idle: answered at once (the hooks ran already).
-    h.on("shutdown", SessionInput::Shutdown);
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     h.check(expect![[r#"
         > submit i1 "first"
         < append r1 2..3: user_message(i1 "first"), turn_started(i1)
@@ -210,7 +220,12 @@ fn shutdown_cancels_the_turn_refuses_inputs_and_answers_once_the_turn_ended() {
 #[test]
 fn a_sub_agent_or_a_session_without_a_turn_runs_no_session_end_hooks() {
     let mut h = Harness::new();
-    h.on("shutdown", SessionInput::Shutdown);
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     let child = SessionConfig {
         parent: Some(foya_protocol::command::ParentRef {
             session_id: SessionId::new(),
@@ -223,7 +238,12 @@ fn a_sub_agent_or_a_session_without_a_turn_runs_no_session_end_hooks() {
     c.submit("go");
     let run = c.run(1);
     c.turn_completes(run);
-    c.on("shutdown", SessionInput::Shutdown);
+    c.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::Shutdown,
+        },
+    );
     h.out.push_str(&c.take());
     h.check(expect![[r#"
         > shutdown
@@ -306,5 +326,99 @@ fn delete_when_idle_is_at_once_and_a_failed_delete_still_stops_the_actor() {
         < close_subscribers "session deleted"
         < answer_delete Err(Storage("disk full"))
         < stop "session deleted"
+    "#]]);
+}
+
+#[test]
+fn a_drained_session_lets_its_turn_finish_starts_nothing_and_queues_new_inputs() {
+    let mut h = Harness::new();
+    // Idle: answered at once.
+    h.on("drain", SessionInput::Drain);
+    let mut h2 = Harness::new();
+    h2.submit("first");
+    h2.submit("queued");
+    let run = h2.run(1);
+    h2.on("drain", SessionInput::Drain);
+    // Taken meanwhile: queued for the next owner, not started.
+    h2.submit("during the drain");
+    h2.turn_completes(run);
+    h2.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::HandedOff,
+        },
+    );
+    h.out.push_str(&h2.take());
+    h.check(expect![[r#"
+        > drain
+        < answer_drained
+        > submit i1 "first"
+        < append r1 2..3: user_message(i1 "first"), turn_started(i1)
+        < start_turn r1 Model first
+        < reply submitted i1
+        > submit i2 "queued"
+        < append - 4..4: input_queued(i2)
+        < reply submitted i2
+        > drain
+        > submit i3 "during the drain"
+        < append - 5..5: input_queued(i3)
+        < reply submitted i3
+        > turn_append r1 [turn_complete]
+        < append r1 6..6: turn_complete(Completed)
+        < reply ok
+        > turn_ended
+        < drop_approvals
+        < answer_drained
+        > shutdown
+        < run SessionEnd hooks
+        < answer_shutdown
+    "#]]);
+}
+
+#[test]
+fn a_turn_that_outlives_the_drain_is_cancelled_with_the_handoff_named() {
+    let mut h = Harness::new();
+    h.submit("long");
+    let run = h.run(1);
+    h.on("drain", SessionInput::Drain);
+    h.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::HandedOff,
+        },
+    );
+    h.turn_append(run, vec![completed(TurnStatus::Cancelled, None, None)]);
+    h.on("turn_ended", SessionInput::TurnEnded { failure: None });
+    let mut stopping = Harness::new();
+    stopping.submit("long");
+    stopping.run(1);
+    stopping.on(
+        "shutdown",
+        SessionInput::Shutdown {
+            cause: StopCause::NodeStopping,
+        },
+    );
+    h.out.push_str(&stopping.take());
+    h.check(expect![[r#"
+        > submit i1 "long"
+        < append r1 2..3: user_message(i1 "long"), turn_started(i1)
+        < start_turn r1 Model first
+        < reply submitted i1
+        > drain
+        > shutdown
+        < cancel_turn "shard handed off to another node"
+        > turn_append r1 [turn_complete]
+        < append r1 4..4: turn_complete(Cancelled)
+        < reply ok
+        > turn_ended
+        < drop_approvals
+        < run SessionEnd hooks
+        < answer_shutdown
+        > submit i1 "long"
+        < append r1 2..3: user_message(i1 "long"), turn_started(i1)
+        < start_turn r1 Model first
+        < reply submitted i1
+        > shutdown
+        < cancel_turn "node stopping: shard handed off to another node"
     "#]]);
 }

@@ -222,6 +222,7 @@ impl Harness {
             Effect::DropApprovals => "drop_approvals".into(),
             Effect::AnswerDelete(result) => format!("answer_delete {result:?}"),
             Effect::AnswerShutdown => "answer_shutdown".into(),
+            Effect::AnswerDrained => "answer_drained".into(),
             Effect::ForgetTranscript => "forget_transcript".into(),
             Effect::CloseSubscribers { reason } => format!("close_subscribers {reason:?}"),
             Effect::WentIdle => "idle".into(),
