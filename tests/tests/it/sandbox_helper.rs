@@ -61,3 +61,60 @@ fn the_environment_variable_still_selects_the_helper() {
         json!("foya\n[exit code: 0]")
     );
 }
+
+/// The persistent helper (`foya-sandbox __sandbox-server`, the parent of each call's
+/// helper) ends with a SIGKILLed `foya` (its socket's end of file), and the call's helper
+/// and command with it (the helper's parent-death signal, now from the server).
+#[test]
+fn the_persistent_helper_and_its_calls_die_with_a_sigkilled_foya() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let pids = tmp.path().join("pids");
+    let script = tmp.path().join("script.json");
+    // The server's, the call helper's and the shell's pid, then a long sleep.
+    let command = format!(
+        "read -r _ _ _ gp _ < /proc/$PPID/stat; echo \"$gp $PPID $$\" > {0}.new; \
+         mv {0}.new {0}; sleep 300",
+        pids.display()
+    );
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+        {"text": "never reached"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    // `bypass`: the pid file lies outside the working directory.
+    let mut command = scripted("run", "bypass", &script, &data, &work);
+    command.env_remove("FOYA_SANDBOX_HELPER");
+    let Piped {
+        mut child, lines, ..
+    } = spawn_json_lines(command.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    read_until(&lines, deadline, |l| l["type"] == "tool_started");
+    // The command writes the file once it runs (no event tells it).
+    let written = loop {
+        if let Ok(text) = std::fs::read_to_string(&pids) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the command did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pids: Vec<i32> = written
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", pids[0])).unwrap();
+    assert!(
+        cmdline.starts_with(&format!(
+            "{}\0__sandbox-server\0",
+            foya_bin().with_file_name("foya-sandbox").display()
+        )),
+        "{cmdline:?}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        foya_tests::procs::wait_exited(&pids, deadline),
+        "left running: {pids:?}"
+    );
+}
