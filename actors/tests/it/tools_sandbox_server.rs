@@ -162,7 +162,47 @@ async fn the_server_ends_with_its_runner() {
     let server = pid(&out.content, "server=");
     assert!(!process_gone(server));
     drop(tool);
-    wait_until("the server to end", || process_gone(server)).await;
+    // Killed and reaped as it is dropped: not even a zombie is left.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{server}")).exists(),
+        "the server {server} is left after its runner was dropped"
+    );
+}
+
+/// The commands are children of the server, not of this process, so
+/// `getrusage(RUSAGE_CHILDREN)` here misses them while it runs; `servers_cpu_time` holds
+/// at least the CPU a command reports for itself (`times`, after a busy loop).
+#[tokio::test]
+async fn the_servers_cpu_time_holds_what_their_commands_ran() {
+    let (_dir, cwd) = temp_cwd();
+    let tool = Shell::new(runner());
+    let out = call(
+        &tool,
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": "i=0; while [ $i -lt 40000 ]; do i=$((i+1)); done; times"}),
+    )
+    .await;
+    // `times`: `0m0.081s 0m0.004s` for the shell, then its children.
+    let reported: f64 = out
+        .content
+        .lines()
+        .take(2)
+        .flat_map(str::split_whitespace)
+        .map(|t| {
+            let (m, s) = t.trim_end_matches('s').split_once('m').unwrap();
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        })
+        .sum();
+    assert!(reported > 0.0, "{}", out.content);
+    // Every live server of this test binary counts; this call's server is one of them.
+    let counted = foya_actors::tools::sandbox::servers_cpu_time()
+        .await
+        .as_secs_f64();
+    assert!(
+        counted >= reported,
+        "servers_cpu_time {counted} s < the command's own {reported} s"
+    );
+    drop(tool);
 }
 
 #[tokio::test]

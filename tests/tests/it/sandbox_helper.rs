@@ -118,3 +118,110 @@ fn the_persistent_helper_and_its_calls_die_with_a_sigkilled_foya() {
         "left running: {pids:?}"
     );
 }
+
+/// Prints the pid of the persistent helper that forked the call's helper (the
+/// command's grandparent).
+const SERVER_PID: &str = "read -r _ _ _ gp _ < /proc/$PPID/stat; echo server=$gp";
+
+/// The pid after `server=` in `text`.
+fn server_pid(text: &str) -> i32 {
+    let at = text
+        .find("server=")
+        .unwrap_or_else(|| panic!("no server= in {text}"));
+    text[at + "server=".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+/// Whether `pid` is a persistent helper (`… __sandbox-server …`) now.
+fn is_server(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__sandbox-server"))
+}
+
+/// `foya run` that ends normally leaves no persistent helper behind.
+#[test]
+fn the_persistent_helper_ends_when_foya_run_exits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let script = tmp.path().join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": SERVER_PID}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let mut command = scripted("run", "auto", &script, &data, &work);
+    command.env_remove("FOYA_SANDBOX_HELPER");
+    let Piped { child, lines, .. } = spawn_json_lines(command.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    let result = read_until(&lines, deadline, |l| l["type"] == "tool_message")
+        .pop()
+        .unwrap();
+    let server = server_pid(result["content"].as_str().unwrap());
+    assert!(is_server(server), "{result}");
+    assert_eq!(wait_exit(child, deadline).code(), Some(0));
+    assert!(
+        foya_tests::procs::wait_exited(&[server], deadline),
+        "the persistent helper {server} outlived foya run"
+    );
+}
+
+/// The persistent helper of `foya serve` ends with it, whether it is stopped (SIGTERM:
+/// the runtime shuts down) or killed (SIGKILL: the helper's socket's end of file).
+#[tokio::test]
+async fn the_persistent_helper_ends_with_foya_serve_stopped_or_killed() {
+    use foya_tests::serve::Serve;
+    for signal in ["-TERM", "-KILL"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let script = tmp.path().join("script.json");
+        let responses = json!({"responses": [
+            {"tool_calls": [{"id": "c1", "name": "shell",
+                "arguments": {"command": SERVER_PID}}]},
+            {"text": "done"}
+        ]});
+        std::fs::write(&script, responses.to_string()).unwrap();
+        let mut serve = Serve::start(
+            tmp.path(),
+            "helper-token",
+            &["--provider", "scripted"],
+            |c| {
+                c.arg("--script")
+                    .arg(&script)
+                    .env("HOME", foya_tests::foya_bin::test_home())
+                    .env_remove("FOYA_SANDBOX_HELPER");
+            },
+        )
+        .await;
+        let id = serve
+            .create_session(&json!({"cwd": work, "approval_mode": "auto"}))
+            .await;
+        let (_, raw) = serve
+            .turn_with_approver(&id, "go", TIMEOUT, |_| "allow_once")
+            .await;
+        let server = server_pid(&raw);
+        assert!(is_server(server), "{raw}");
+        let pid = serve.id().unwrap().to_string();
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = tokio::time::timeout(TIMEOUT, serve.wait()).await.unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        let exited = tokio::task::spawn_blocking(move || {
+            foya_tests::procs::wait_exited(&[server], deadline)
+        })
+        .await
+        .unwrap();
+        assert!(
+            exited,
+            "the persistent helper {server} outlived foya serve ({signal}: {status})"
+        );
+    }
+}

@@ -21,6 +21,7 @@ pub use entry::{
     EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, PolicyError, SANDBOX_EXEC_ARG,
     apply_policy, sandbox_entry_if_requested,
 };
+pub use served::servers_cpu_time;
 pub use shield::PLACEHOLDER_MODE;
 pub use tree::{Process, processes};
 

@@ -8,9 +8,23 @@
 //! server's death: the call fails with a clear error and the server is started again
 //! for the next call). Must not: retry a call the server may have received (only one
 //! that was never delivered is sent again), or keep the server alive once the runner and
-//! every call are dropped (its socket closes, and the process is killed).
+//! every call are dropped (its socket closes, and the process is killed and reaped at
+//! once, so it is never left a zombie and its CPU time moves into the runtime's
+//! `RUSAGE_CHILDREN` in one step).
+//!
+//! CPU accounting: a call's command is a child of the server, not of the runtime, so
+//! `getrusage(RUSAGE_CHILDREN)` in the runtime counts it only once the server is reaped.
+//! [`servers_cpu_time`] asks every live server of this process for its own CPU time and
+//! its reaped children's; added to `RUSAGE_CHILDREN` it gives what a helper per call
+//! gave.
+//!
+//! Shutdown: the server ends when the runtime does, however it ends: its socket's end of
+//! file (the kernel closes the runtime's end when the runtime exits, even by SIGKILL)
+//! ends it, and each call's helper has the server as its parent-death signal's source.
+//! (`PR_SET_PDEATHSIG` on the server itself would fire when the runtime *thread* that
+//! spawned it ends, and tokio's blocking threads end when idle.)
 
-use super::server::{READY, REQUEST_FDS, Reply, SERVER_ARG, encode_request};
+use super::server::{READY, REQUEST_FDS, Reply, SERVER_ARG, Usage, encode_request};
 use crate::env_policy::EnvPolicy;
 use rustix::net::{
     AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
@@ -20,11 +34,11 @@ use std::ffi::OsString;
 use std::io::{IoSlice, Write as _};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::net::UnixDatagram;
@@ -32,6 +46,42 @@ use tokio::net::UnixDatagram;
 /// How long a starting server may take to say it is ready before the runner gives up on
 /// it (and starts a helper per call).
 const READY_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a live server may take to answer a usage request before it is left out of
+/// [`servers_cpu_time`].
+const USAGE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Every server this process started that may still run (dropped ones are skipped).
+static SERVERS: Mutex<Vec<Weak<Connection>>> = Mutex::new(Vec::new());
+
+/// The CPU time (user + system) of every live persistent helper of this process: its
+/// own and that of the calls it reaped (each call's helper with its command). Add it to
+/// `getrusage(RUSAGE_CHILDREN)` for the CPU of every child process, served or not: a
+/// server counts here while it runs and in `RUSAGE_CHILDREN` once it was dropped (it is
+/// reaped as it is dropped). A server that does not answer within 5 s is left out (a
+/// warning says so).
+pub async fn servers_cpu_time() -> Duration {
+    let live: Vec<Arc<Connection>> = {
+        let mut servers = SERVERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        servers.retain(|server| server.strong_count() > 0);
+        servers.iter().filter_map(Weak::upgrade).collect()
+    };
+    let mut total = Duration::ZERO;
+    for server in live {
+        match server.usage().await {
+            Ok(usage) => {
+                total += Duration::from_micros(usage.own_us.saturating_add(usage.children_us));
+            }
+            Err(e) => tracing::warn!(
+                pid = server.pid,
+                "the persistent sandbox helper's CPU time is left out of the count: {e}"
+            ),
+        }
+    }
+    total
+}
 
 /// The server of one runner and its clones.
 #[derive(Debug, Default)]
@@ -53,10 +103,27 @@ enum State {
 struct Connection {
     /// (A sequenced-packet socket; tokio's datagram socket does its reads and writes.)
     control: UnixDatagram,
-    /// Killed when the last holder drops it (the socket's end of file ends it anyway).
-    _process: tokio::process::Child,
+    /// Killed and reaped when the last holder drops it (the socket's end of file ends it
+    /// anyway).
+    process: std::process::Child,
+    /// Its pid (for messages).
+    pid: u32,
     /// A call saw the server die, or a request could not be delivered.
     dead: AtomicBool,
+    /// One usage request at a time on the control socket (the guard holds no data).
+    asking: tokio::sync::Mutex<()>,
+    /// The next usage request's nonce (a late answer to an abandoned request is skipped).
+    nonce: AtomicU64,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // SIGKILL ends the single-threaded server at once; reaped here so that no zombie
+        // is left and its CPU time (with its calls') is in the runtime's
+        // `RUSAGE_CHILDREN` from now on, as it left `servers_cpu_time`.
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
 }
 
 /// Why a call was not delivered to the server (it did not run; it may be sent again).
@@ -105,6 +172,10 @@ impl ServerSlot {
         match Connection::start(helper, env).await {
             Ok(connection) => {
                 let connection = Arc::new(connection);
+                SERVERS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Arc::downgrade(&connection));
                 *state = State::Running(Arc::clone(&connection));
                 Some(connection)
             }
@@ -131,29 +202,43 @@ impl Connection {
         )?;
         rustix::io::ioctl_fionbio(&ours, true)?;
         let mut command = tokio::process::Command::new(helper);
+        env.apply(&mut command);
+        // A std child: reaped (blocking, right after SIGKILL) when dropped, not left to
+        // tokio's background reaping.
+        let command = command.as_std_mut();
         command
             .arg(SERVER_ARG)
             .arg("--parent")
-            .arg(std::process::id().to_string());
-        env.apply(&mut command);
-        command
+            .arg(std::process::id().to_string())
             .current_dir("/")
             // Not in the terminal's foreground group: Ctrl-C is the runtime's to handle.
             .process_group(0)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
+            .stderr(Stdio::null());
         let process = command.spawn()?;
-        let control = datagram(ours)?;
+        let pid = process.id();
+        // Built now, so that whatever fails below kills and reaps the process.
+        let control = datagram(ours);
+        let (control, process) = match control {
+            Ok(control) => (control, process),
+            Err(e) => {
+                reap(process);
+                return Err(e);
+            }
+        };
         let mut buf = [0_u8; 64];
         let ready = tokio::time::timeout(READY_LIMIT, control.recv(&mut buf)).await;
+        let connection = Self {
+            control,
+            process,
+            pid,
+            dead: AtomicBool::new(false),
+            asking: tokio::sync::Mutex::new(()),
+            nonce: AtomicU64::new(0),
+        };
         match ready {
-            Ok(Ok(n)) if buf.get(..n) == Some(READY) => Ok(Self {
-                control,
-                _process: process,
-                dead: AtomicBool::new(false),
-            }),
+            Ok(Ok(n)) if buf.get(..n) == Some(READY) => Ok(connection),
             Ok(Ok(_)) => Err(std::io::Error::other(
                 "the helper does not know `__sandbox-server` (it ended or answered \
                  something else)",
@@ -162,6 +247,38 @@ impl Connection {
             Err(_) => Err(std::io::Error::other(format!(
                 "it did not say it was ready within {} s",
                 READY_LIMIT.as_secs()
+            ))),
+        }
+    }
+
+    /// The server's CPU time and its reaped calls', asked on the control socket.
+    async fn usage(&self) -> std::io::Result<Usage> {
+        let _one = self.asking.lock().await;
+        let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+        let ask = async {
+            self.control
+                .async_io(Interest::WRITABLE, || {
+                    send_now(&self.control, &Usage::request(nonce))
+                })
+                .await?;
+            let mut buf = [0_u8; 64];
+            loop {
+                let n = self.control.recv(&mut buf).await?;
+                if n == 0 {
+                    return Err(std::io::Error::other("the server has ended"));
+                }
+                // An answer to an earlier request given up on is skipped.
+                match buf.get(..n).and_then(Usage::decode) {
+                    Some(usage) if usage.nonce == nonce => return Ok(usage),
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(USAGE_LIMIT, ask).await {
+            Ok(answer) => answer,
+            Err(_) => Err(std::io::Error::other(format!(
+                "it did not answer within {} s",
+                USAGE_LIMIT.as_secs()
             ))),
         }
     }
@@ -289,6 +406,18 @@ impl ServedCall {
         let n = self.socket.recv(&mut buf).await.ok()?;
         Reply::decode(buf.get(..n)?)
     }
+}
+
+/// Kills and reaps a server that never became a [`Connection`].
+fn reap(mut process: std::process::Child) {
+    let _ = process.kill();
+    let _ = process.wait();
+}
+
+/// Sends `bytes` on `socket` without blocking or raising SIGPIPE.
+fn send_now(socket: &UnixDatagram, bytes: &[u8]) -> std::io::Result<usize> {
+    rustix::net::send(socket, bytes, SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
+        .map_err(std::io::Error::from)
 }
 
 /// A non-blocking sequenced-packet socket, driven by tokio as a datagram socket (both

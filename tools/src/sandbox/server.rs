@@ -9,8 +9,11 @@
 //! `poll(2)` over that socket, each call's pidfd and each call's reply socket), forking a
 //! call's child and setting it up as a fresh helper (its stdio from the request, no other
 //! descriptor of the server's, its own group and working directory, the call's
-//! environment), reporting the child's pid and its end to the runtime, and the wire
-//! format both sides use ([`encode_request`], [`Reply`]).
+//! environment), reporting the child's pid and its end to the runtime, its own CPU time
+//! and its reaped children's when asked ([`Usage`]: the commands are no longer waited-for
+//! children of the runtime, so `getrusage(RUSAGE_CHILDREN)` there misses them until the
+//! server itself is reaped), and the wire format both sides use ([`encode_request`],
+//! [`Reply`], [`Usage`]).
 //!
 //! Must not: run anything of a call in its own process (no Landlock, seccomp, namespace
 //! or mount of a call ever applies to the server: only the forked child applies them), start a
@@ -46,6 +49,76 @@ pub(crate) const READY: &[u8] = b"foya-sandbox-server 1";
 
 /// Descriptors a request carries: the call's reply socket, stdout, stderr, the request.
 pub(crate) const REQUEST_FDS: usize = 4;
+
+/// First byte of a usage request on the control socket (then an 8-byte nonce).
+pub(crate) const USAGE_REQUEST: u8 = b'u';
+
+/// The server's CPU time when asked: on the control socket, after every call released
+/// by then was reaped (so its CPU, and its command's, is in `children`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// The request's nonce, echoed.
+    pub(crate) nonce: u64,
+    /// The server's own user + system CPU time, microseconds (`RUSAGE_SELF`).
+    pub(crate) own_us: u64,
+    /// Its reaped children's (each call's helper with what it reaped: the command),
+    /// microseconds (`RUSAGE_CHILDREN`).
+    pub(crate) children_us: u64,
+}
+
+impl Usage {
+    const TAG: u8 = b'U';
+
+    pub(crate) fn request(nonce: u64) -> [u8; 9] {
+        let mut out = [USAGE_REQUEST; 9];
+        out[1..].copy_from_slice(&nonce.to_le_bytes());
+        out
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = vec![Self::TAG];
+        for n in [self.nonce, self.own_us, self.children_us] {
+            out.extend(n.to_le_bytes());
+        }
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let (&tag, body) = bytes.split_first()?;
+        if tag != Self::TAG || body.len() != 24 {
+            return None;
+        }
+        let n = |i: usize| {
+            Some(u64::from_le_bytes(
+                body.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
+        };
+        Some(Self {
+            nonce: n(0)?,
+            own_us: n(1)?,
+            children_us: n(2)?,
+        })
+    }
+
+    /// This process's figures now.
+    fn now(nonce: u64) -> Self {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let micros = |who| {
+            getrusage(who).map_or(0, |usage| {
+                let tv = |t: nix::sys::time::TimeVal| {
+                    u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000
+                        + u64::try_from(t.tv_usec()).unwrap_or(0)
+                };
+                tv(usage.user_time()) + tv(usage.system_time())
+            })
+        };
+        Self {
+            nonce,
+            own_us: micros(UsageWho::RUSAGE_SELF),
+            children_us: micros(UsageWho::RUSAGE_CHILDREN),
+        }
+    }
+}
 
 /// Largest request accepted (arguments and environment), bytes.
 const MAX_REQUEST: u64 = 64 << 20;
@@ -260,6 +333,11 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
                         calls.push(call);
                     }
                 }
+                // Answered after this round's reaping: every call the runtime released
+                // before it asked is counted.
+                Received::Usage(nonce) => {
+                    let _ = send(&control, &Usage::now(nonce).encode(), SendFlags::NOSIGNAL);
+                }
                 Received::Nothing => {}
                 // The runtime is gone: each call's child gets its parent-death signal
                 // when this process ends and kills its command.
@@ -319,6 +397,8 @@ struct Request {
 #[derive(Debug)]
 enum Received {
     Request(Request),
+    /// A usage request with its nonce.
+    Usage(u64),
     /// A message without the descriptors a request has (ignored).
     Nothing,
     Closed,
@@ -347,6 +427,13 @@ fn receive(control: &OwnedFd) -> Received {
     }
     if msg.bytes == 0 && fds.is_empty() {
         return Received::Closed;
+    }
+    if fds.is_empty()
+        && msg.bytes == 9
+        && byte[0] == USAGE_REQUEST
+        && let Ok(nonce) = <[u8; 8]>::try_from(&byte[1..9])
+    {
+        return Received::Usage(u64::from_le_bytes(nonce));
     }
     let mut fds = fds.into_iter();
     match (fds.next(), fds.next(), fds.next(), fds.next()) {
@@ -489,7 +576,7 @@ fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! 
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::{Reply, decode_request, encode_request};
+    use super::{Reply, Usage, decode_request, encode_request};
     use std::ffi::OsString;
 
     #[test]
@@ -522,6 +609,14 @@ mod tests {
             assert_eq!(Reply::decode(&reply.encode()), Some(reply));
         }
         assert_eq!(Reply::decode(b"S12"), None);
+        let usage = Usage {
+            nonce: 7,
+            own_us: 1_234,
+            children_us: 56_789,
+        };
+        assert_eq!(Usage::decode(&usage.encode()), Some(usage));
+        assert_eq!(Usage::decode(&usage.encode()[..20]), None);
+        assert_eq!(Usage::request(7)[0], super::USAGE_REQUEST);
         assert_eq!(Reply::decode(b""), None);
     }
 }
