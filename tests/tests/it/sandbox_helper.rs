@@ -123,17 +123,18 @@ fn the_persistent_helper_and_its_calls_die_with_a_sigkilled_foya() {
 /// command's grandparent).
 const SERVER_PID: &str = "read -r _ _ _ gp _ < /proc/$PPID/stat; echo server=$gp";
 
-/// The pid after `server=` in `text`.
+/// The pid after `server=` in `text` (the command's output, not its text).
 fn server_pid(text: &str) -> i32 {
-    let at = text
-        .find("server=")
-        .unwrap_or_else(|| panic!("no server= in {text}"));
-    text[at + "server=".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap()
+    text.split("server=")
+        .skip(1)
+        .find_map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no server=PID in {text}"))
 }
 
 /// Whether `pid` is a persistent helper (`… __sandbox-server …`) now.
