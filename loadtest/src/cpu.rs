@@ -18,8 +18,9 @@
 //! sections at start-up; a lower bound, since it runs in a tight loop with warm caches),
 //! and the report subtracts it as `meter_overhead_s`. What tokio's blocking pool runs
 //! for a tool (`read_file`'s file read) is measured by [`super::pool`].
-//! The process's own CPU time and its children's (`getrusage`), which every pass reads
-//! before and after, are read here too ([`cpu_time`], [`children_cpu_time`]).
+//! The process's own CPU time and its children's (`getrusage`, plus the persistent sandbox
+//! helpers' own figures), which every pass reads before and after, are read here too
+//! ([`cpu_time`], [`children_cpu_time`]).
 
 use async_trait::async_trait;
 use foya_actors::tools::sandbox::SandboxRunner;
@@ -227,10 +228,17 @@ pub(crate) fn cpu_time() -> Duration {
     rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_SELF)
 }
 
-/// User + system CPU time of this process's ended and waited-for children so far
-/// (`getrusage(RUSAGE_CHILDREN)`: each includes its own waited-for children).
-pub(crate) fn children_cpu_time() -> Duration {
+/// User + system CPU time of this process's child processes so far: those ended and
+/// waited for (`getrusage(RUSAGE_CHILDREN)`: each includes its own waited-for children)
+/// plus every live persistent sandbox helper's own and its reaped calls'
+/// ([`servers_cpu_time`](foya_actors::tools::sandbox::servers_cpu_time)). A `shell`
+/// call's helper and command are children of that server, not of this process, so
+/// `RUSAGE_CHILDREN` alone would count them only once the server is gone; a server
+/// dropped is reaped at once and moves from the second figure into the first. Read it
+/// when no server is being dropped (before and after a pass).
+pub(crate) async fn children_cpu_time() -> Duration {
     rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        + foya_actors::tools::sandbox::servers_cpu_time().await
 }
 
 fn rusage_cpu(who: nix::sys::resource::UsageWho) -> Duration {

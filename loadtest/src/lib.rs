@@ -344,7 +344,7 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>>
     let appends_before = store.as_redb().map(Store::appends_committed);
     let storage_before = store.as_redb().map(Store::writer_cpu);
     let cpu_before = cpu::cpu_time();
-    let children_before = cpu::children_cpu_time();
+    let children_before = cpu::children_cpu_time().await;
     let blocking_before = pool::blocking_cpu();
     let started = Instant::now();
     // The signal that stopped the run, if one did.
@@ -361,7 +361,9 @@ async fn loadtest_inner(args: LoadtestArgs) -> anyhow::Result<Result<(), Ended>>
     sampling.cancel();
     let memory = memory.await.unwrap_or_default();
     let cpu = cpu::cpu_time().saturating_sub(cpu_before);
-    let children = cpu::children_cpu_time().saturating_sub(children_before);
+    let children = cpu::children_cpu_time()
+        .await
+        .saturating_sub(children_before);
     let blocking = pool::blocking_cpu().saturating_sub(blocking_before);
     // Every append the turns waited for has its commit counted (published before it
     // resolved).

@@ -119,9 +119,10 @@ pub(crate) struct Report {
     pub(crate) cpu_us_per_step: Option<f64>,
     /// `cpu_s` per completed turn, in microseconds; `None` when no turn completed.
     pub(crate) cpu_us_per_turn: Option<f64>,
-    /// CPU time of the child processes that ended during the run (user + system,
-    /// `getrusage(RUSAGE_CHILDREN)`: the sandbox helpers and the commands they ran), in
-    /// seconds.
+    /// CPU time of the child processes during the run (user + system, in seconds):
+    /// `getrusage(RUSAGE_CHILDREN)` (those ended and waited for) plus the persistent
+    /// sandbox helper's own and its reaped calls' (each call's helper and the command it
+    /// ran), see `cpu::children_cpu_time`.
     pub(crate) children_cpu_s: f64,
     /// `cpu_s` plus `children_cpu_s` per completed turn, in microseconds: a turn's whole
     /// CPU with its tools' processes; `None` when no turn completed.

@@ -182,6 +182,17 @@ impl Serve {
         (seen, raw)
     }
 
+    /// The server's pid (`None` once it was reaped).
+    #[must_use]
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits for the server to exit (after a signal); its status.
+    pub async fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().await.unwrap()
+    }
+
     /// Kills the server now.
     pub fn kill(&mut self) {
         let _ = self.child.start_kill();

@@ -34,6 +34,7 @@ mod titles_commands;
 mod tools_files;
 mod tools_registry;
 mod tools_sandbox;
+mod tools_sandbox_server;
 mod tools_shell;
 mod turn_control;
 mod turn_duplicate_ids;

@@ -78,7 +78,8 @@ pub(crate) struct FloorReport {
     pub(crate) wall_s: f64,
     /// Process CPU time of the pass (user + system), in seconds.
     pub(crate) cpu_s: f64,
-    /// CPU time of the child processes it waited for (sandbox helpers and commands).
+    /// CPU time of its child processes (sandbox helpers and commands), counted as the
+    /// runtime's `children_cpu_s` is.
     pub(crate) children_cpu_s: f64,
     /// CPU time of the floor store's writer thread (part of `cpu_s`).
     pub(crate) storage_cpu_s: f64,
@@ -132,7 +133,7 @@ impl Floor {
             store: store.clone(),
         });
         let cpu_before = super::cpu::cpu_time();
-        let children_before = super::cpu::children_cpu_time();
+        let children_before = super::cpu::children_cpu_time().await;
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for log in logs {
@@ -155,7 +156,7 @@ impl Floor {
         }
         report.wall_s = started.elapsed().as_secs_f64();
         report.cpu_s = since(cpu_before, super::cpu::cpu_time());
-        report.children_cpu_s = since(children_before, super::cpu::children_cpu_time());
+        report.children_cpu_s = since(children_before, super::cpu::children_cpu_time().await);
         report.storage_cpu_s = store.writer_cpu().as_secs_f64();
         let stats = store.stats();
         report.events_appended = stats.appended_events;

@@ -2,8 +2,9 @@
 //! it. `read_file` reads the same file; `shell` runs the same command through the same
 //! sandbox helper invocation (the specification requires the sandbox: the helper under
 //! the policy the approval gateway gives the call, `SandboxPolicy::None` under
-//! `bypass`), reading its output to the end and reaping it. Other tools are not replayed
-//! (counted in [`ToolWork::skipped`]).
+//! `bypass`), started as the runtime starts it (forked by the runner's persistent
+//! helper, or a helper of its own when none can run), reading its output to the end and
+//! reaping it. Other tools are not replayed (counted in [`ToolWork::skipped`]).
 
 use foya_actors::tools::approval::{Verdict, evaluate};
 use foya_actors::tools::protected::Protected;
@@ -12,7 +13,10 @@ use foya_actors::tools::{SandboxPolicy, ToolRegistry, ToolSpec};
 use foya_protocol::{ApprovalMode, ToolCall};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use tokio::io::AsyncReadExt as _;
+use tokio::net::unix::pipe;
 
 /// What the floor needs to run tool calls as the sessions did.
 #[derive(Debug)]
@@ -115,18 +119,35 @@ impl FloorTools {
         };
         let args: [OsString; 2] = ["-c".into(), command.into()];
         let protect = self.protected.in_workspace();
-        let Ok(prepared) = self
+        // One pipe for stdout and stderr, read to the end, as the `shell` tool does.
+        let Ok((reader, writer)) = std::io::pipe() else {
+            return failed;
+        };
+        let Ok(stderr) = writer.try_clone() else {
+            return failed;
+        };
+        let Ok(call) = self
             .runner
-            .spawn(policy, &self.cwd, &protect, "bash", &args)
+            .start(
+                policy,
+                &self.cwd,
+                &protect,
+                "bash",
+                &args,
+                (OwnedFd::from(writer), OwnedFd::from(stderr)),
+            )
+            .await
         else {
             return failed;
         };
-        let (mut command, _tmp_dir) = (prepared.command, prepared.tmp_dir);
-        let Ok(child) = command.spawn() else {
+        let (mut process, _tmp_dir) = (call.process, call.tmp_dir);
+        let Ok(mut reader) = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)) else {
             return failed;
         };
-        match child.wait_with_output().await {
-            Ok(output) if output.status.success() => ToolWork {
+        let mut output = Vec::new();
+        let read = reader.read_to_end(&mut output).await;
+        match (read, process.wait().await) {
+            (Ok(_), Ok(status)) if status.success() => ToolWork {
                 processes: 1,
                 ..ToolWork::default()
             },

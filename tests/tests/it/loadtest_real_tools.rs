@@ -309,3 +309,85 @@ fn the_floor_runs_every_shell_call_again_and_appends_the_same_events() {
     );
     assert!(run.stdout.contains("\nfloor      "), "{}", run.stdout);
 }
+
+/// Seconds of CPU that bash's `times` lines report (`0m0.081s 0m0.004s`, one line for
+/// the shell, one for its children), summed.
+fn seconds_reported(lines: &[&str]) -> f64 {
+    lines
+        .iter()
+        .flat_map(|line| line.split_whitespace())
+        .map(|t| {
+            let (m, s) = t.trim_end_matches('s').split_once('m').unwrap();
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        })
+        .sum()
+}
+
+/// A `shell` call's command is a child of the persistent sandbox helper, not of `foya`,
+/// so `getrusage(RUSAGE_CHILDREN)` alone misses it while the helper runs: both sides'
+/// `children_cpu_s` must still hold at least the CPU each command reports for itself
+/// (`times`, after a busy loop), and the server's pid (the command's grandparent) must
+/// be gone once `foya loadtest` exited.
+#[test]
+fn the_children_cpu_counts_the_commands_the_persistent_helper_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let times = dir.path().join("times.txt");
+    let servers = dir.path().join("servers.txt");
+    let command = format!(
+        "read -r _ _ _ gp _ < /proc/$PPID/stat; echo $gp >> {servers}; \
+         i=0; while [ $i -lt 40000 ]; do i=$((i+1)); done; times >> {times}",
+        servers = servers.display(),
+        times = times.display()
+    );
+    let scenario = dir.path().join("burn.json");
+    let text = serde_json::json!({
+        "approval": "bypass",
+        "sim": {
+            "steps_per_turn": 2,
+            "tool_calls_per_step": 1,
+            "tool_name": "shell",
+            "tool_args": {"command": command},
+        }
+    });
+    std::fs::write(&scenario, text.to_string()).unwrap();
+    let run = loadtest(
+        dir.path(),
+        &[
+            "--sessions",
+            "2",
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--compare-floor",
+        ],
+    );
+    let report = &run.report;
+    assert_eq!(run.code, 0, "{report:#}\n{}", run.stderr);
+    assert_eq!(report["tool_calls_run"], 2, "{report:#}");
+    let text = std::fs::read_to_string(&times).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Two lines per call: the runtime's two calls, then the floor's two.
+    assert_eq!(lines.len(), 8, "{text}");
+    let (runtime, floor) = (seconds_reported(&lines[..4]), seconds_reported(&lines[4..]));
+    assert!(runtime > 0.0 && floor > 0.0, "{text}");
+    let children = report["children_cpu_s"].as_f64().unwrap();
+    assert!(
+        children >= runtime,
+        "children_cpu_s {children} < the commands' own {runtime}:\n{report:#}"
+    );
+    let floor_children = report["floor"]["children_cpu_s"].as_f64().unwrap();
+    assert!(
+        floor_children >= floor,
+        "floor children_cpu_s {floor_children} < the commands' own {floor}:\n{report:#}"
+    );
+    // Each call ran in a child of a persistent helper (one for the runtime, one for
+    // the floor), and neither outlived `foya loadtest`.
+    let text = std::fs::read_to_string(&servers).unwrap();
+    let mut pids: Vec<i32> = text.lines().map(|l| l.parse().unwrap()).collect();
+    pids.dedup();
+    assert_eq!(pids.len(), 2, "{text}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    assert!(
+        foya_tests::procs::wait_exited(&pids, deadline),
+        "a persistent helper outlived foya loadtest: {pids:?}"
+    );
+}

@@ -61,3 +61,168 @@ fn the_environment_variable_still_selects_the_helper() {
         json!("foya\n[exit code: 0]")
     );
 }
+
+/// The persistent helper (`foya-sandbox __sandbox-server`, the parent of each call's
+/// helper) ends with a SIGKILLed `foya` (its socket's end of file), and the call's helper
+/// and command with it (the helper's parent-death signal, now from the server).
+#[test]
+fn the_persistent_helper_and_its_calls_die_with_a_sigkilled_foya() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let pids = tmp.path().join("pids");
+    let script = tmp.path().join("script.json");
+    // The server's, the call helper's and the shell's pid, then a long sleep.
+    let command = format!(
+        "read -r _ _ _ gp _ < /proc/$PPID/stat; echo \"$gp $PPID $$\" > {0}.new; \
+         mv {0}.new {0}; sleep 300",
+        pids.display()
+    );
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+        {"text": "never reached"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    // `bypass`: the pid file lies outside the working directory.
+    let mut command = scripted("run", "bypass", &script, &data, &work);
+    command.env_remove("FOYA_SANDBOX_HELPER");
+    let Piped {
+        mut child, lines, ..
+    } = spawn_json_lines(command.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    read_until(&lines, deadline, |l| l["type"] == "tool_started");
+    // The command writes the file once it runs (no event tells it).
+    let written = loop {
+        if let Ok(text) = std::fs::read_to_string(&pids) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the command did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pids: Vec<i32> = written
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", pids[0])).unwrap();
+    assert!(
+        cmdline.starts_with(&format!(
+            "{}\0__sandbox-server\0",
+            foya_bin().with_file_name("foya-sandbox").display()
+        )),
+        "{cmdline:?}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        foya_tests::procs::wait_exited(&pids, deadline),
+        "left running: {pids:?}"
+    );
+}
+
+/// Prints the pid of the persistent helper that forked the call's helper (the
+/// command's grandparent).
+const SERVER_PID: &str = "read -r _ _ _ gp _ < /proc/$PPID/stat; echo server=$gp";
+
+/// The pid after `server=` in `text` (the command's output, not its text).
+fn server_pid(text: &str) -> i32 {
+    text.split("server=")
+        .skip(1)
+        .find_map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no server=PID in {text}"))
+}
+
+/// Whether `pid` is a persistent helper (`… __sandbox-server …`) now.
+fn is_server(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__sandbox-server"))
+}
+
+/// `foya run` that ends normally leaves no persistent helper behind.
+#[test]
+fn the_persistent_helper_ends_when_foya_run_exits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let script = tmp.path().join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": SERVER_PID}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let mut command = scripted("run", "auto", &script, &data, &work);
+    command.env_remove("FOYA_SANDBOX_HELPER");
+    let Piped { child, lines, .. } = spawn_json_lines(command.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    let result = read_until(&lines, deadline, |l| l["type"] == "tool_message")
+        .pop()
+        .unwrap();
+    let server = server_pid(result["content"].as_str().unwrap());
+    assert!(is_server(server), "{result}");
+    assert_eq!(wait_exit(child, deadline).code(), Some(0));
+    assert!(
+        foya_tests::procs::wait_exited(&[server], deadline),
+        "the persistent helper {server} outlived foya run"
+    );
+}
+
+/// The persistent helper of `foya serve` ends with it, whether it is stopped (SIGTERM:
+/// the runtime shuts down) or killed (SIGKILL: the helper's socket's end of file).
+#[tokio::test]
+async fn the_persistent_helper_ends_with_foya_serve_stopped_or_killed() {
+    use foya_tests::serve::Serve;
+    for signal in ["-TERM", "-KILL"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let script = tmp.path().join("script.json");
+        let responses = json!({"responses": [
+            {"tool_calls": [{"id": "c1", "name": "shell",
+                "arguments": {"command": SERVER_PID}}]},
+            {"text": "done"}
+        ]});
+        std::fs::write(&script, responses.to_string()).unwrap();
+        let mut serve = Serve::start(
+            tmp.path(),
+            "helper-token",
+            &["--provider", "scripted"],
+            |c| {
+                c.arg("--script")
+                    .arg(&script)
+                    .env("HOME", foya_tests::foya_bin::test_home())
+                    .env_remove("FOYA_SANDBOX_HELPER");
+            },
+        )
+        .await;
+        let id = serve
+            .create_session(&json!({"cwd": work, "approval_mode": "auto"}))
+            .await;
+        let (_, raw) = serve
+            .turn_with_approver(&id, "go", TIMEOUT, |_| "allow_once")
+            .await;
+        let server = server_pid(&raw);
+        assert!(is_server(server), "{raw}");
+        let pid = serve.id().unwrap().to_string();
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = tokio::time::timeout(TIMEOUT, serve.wait()).await.unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        let exited = tokio::task::spawn_blocking(move || {
+            foya_tests::procs::wait_exited(&[server], deadline)
+        })
+        .await
+        .unwrap();
+        assert!(
+            exited,
+            "the persistent helper {server} outlived foya serve ({signal}: {status})"
+        );
+    }
+}

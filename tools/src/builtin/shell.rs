@@ -104,37 +104,41 @@ impl Tool for Shell {
             .clamp(1, SHELL_MAX_TIMEOUT_MS);
         let bash_args = ["-c".into(), command.into()];
         let protect = ctx.protected.in_workspace();
-        let spawned = self
-            .runner
-            .spawn(ctx.sandbox, &ctx.cwd, &protect, "bash", &bash_args);
-        let prepared = match spawned {
-            Ok(prepared) => prepared,
-            Err(e) => return ToolOutput::error(format!("cannot prepare the sandbox: {e}")),
+        // stdout and stderr share one pipe, so the model sees them interleaved exactly as
+        // written (like `2>&1`).
+        let (reader, writer) = match shared_pipe() {
+            Ok(pipe) => pipe,
+            Err(e) => return ToolOutput::error(format!("cannot create the output pipe: {e}")),
+        };
+        let stderr = match writer.try_clone() {
+            Ok(stderr) => stderr,
+            Err(e) => return ToolOutput::error(format!("cannot create the output pipe: {e}")),
+        };
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
+        tokio::pin!(deadline);
+        // The runner drops its copies of the pipe's write end, so EOF arrives when the
+        // process group is gone. A call dropped here (cancel, timeout) is killed.
+        let started = tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(Outcome::Cancelled),
+            () = &mut deadline => Err(Outcome::TimedOut),
+            started = self.runner.start(
+                ctx.sandbox, &ctx.cwd, &protect, "bash", &bash_args, (writer, stderr),
+            ) => Ok(started),
+        };
+        let started = match started {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) => return ToolOutput::error(format!("cannot start the command: {e}")),
+            Err(outcome) => return render(&outcome, &CappedOutput::default(), timeout_ms),
         };
         // Dropped after the guard below (declared later, dropped first): the temp dir and
         // the placeholders a killed helper left go once the process group is dead.
-        let (mut command, _tmp_dir, _sweep) = (prepared.command, prepared.tmp_dir, prepared.sweep);
-        // stdout and stderr share one pipe, so the model sees them interleaved exactly as
-        // written (like `2>&1`).
-        let reader = match shared_pipe(&mut command) {
-            Ok(reader) => reader,
-            Err(e) => return ToolOutput::error(format!("cannot create the output pipe: {e}")),
-        };
-        let spawned = command.spawn();
-        // Drop our copy of the pipe's write end (held by the command), so EOF arrives
-        // when the process group is gone.
-        drop(command);
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => return ToolOutput::error(format!("cannot start the command: {e}")),
-        };
+        let (mut child, _tmp_dir, _sweep) = (started.process, started.tmp_dir, started.sweep);
         let mut guard = ProcessGroupGuard::new(child.id());
         let mut streams = Streams {
             reader: Some(reader),
             output: CappedOutput::default(),
         };
-        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
-        tokio::pin!(deadline);
         let outcome = loop {
             tokio::select! {
                 biased;
@@ -213,11 +217,11 @@ fn render(outcome: &Outcome, output: &CappedOutput, timeout_ms: u64) -> ToolOutp
     ToolOutput::text(text, is_error)
 }
 
-/// Makes `command` write stdout and stderr into one new pipe; returns its read end.
-fn shared_pipe(command: &mut tokio::process::Command) -> std::io::Result<pipe::Receiver> {
+/// A new pipe for the command's stdout and stderr: its read end, its write end.
+fn shared_pipe() -> std::io::Result<(pipe::Receiver, OwnedFd)> {
     let (reader, writer) = std::io::pipe()?;
-    command.stdout(writer.try_clone()?).stderr(writer);
-    pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+    let reader = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
+    Ok((reader, OwnedFd::from(writer)))
 }
 
 /// The command's output pipe, read into a capped buffer.

@@ -82,8 +82,23 @@ pub(crate) struct SandboxInvocation {
     /// Its arguments.
     pub args: Vec<OsString>,
     /// Pid of the runtime that started the helper (`--parent`, optional): when it is
-    /// no longer the helper's parent at start, the program is not run.
+    /// no longer the helper's parent at start, the program is not run. (Under the
+    /// persistent helper, `server`, the pid of the server that forked the call.)
     pub parent: Option<u32>,
+    /// The program's whole environment (`TMPDIR` is still set over it); `None`: the
+    /// helper's own, as the runtime passed it (a helper started per call). The
+    /// persistent helper sets it per call.
+    pub env: Option<Vec<(OsString, OsString)>>,
+}
+
+impl SandboxInvocation {
+    /// Whether `name` is set and not empty in the program's environment.
+    pub(crate) fn var_set(&self, name: &str) -> bool {
+        match &self.env {
+            Some(env) => env.iter().any(|(k, v)| k == name && !v.is_empty()),
+            None => std::env::var_os(name).is_some_and(|v| !v.is_empty()),
+        }
+    }
 }
 
 /// Runs the sandbox entry point when `argv[1]` is [`SANDBOX_EXEC_ARG`]; otherwise returns
@@ -101,6 +116,9 @@ pub fn sandbox_entry_if_requested() {
             Ok(()) => std::process::exit(0),
             Err(why) => fail(EXIT_NO_NAMESPACES, &why),
         }
+    }
+    if first.as_deref() == Some(std::ffi::OsStr::new(super::server::SERVER_ARG)) {
+        super::server::serve(argv)
     }
     if first.as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
         return;
@@ -217,6 +235,7 @@ pub(crate) fn parse_invocation(
         program,
         args: args.collect(),
         parent,
+        env: None,
     })
 }
 
@@ -456,6 +475,7 @@ mod tests {
             program: "bash".into(),
             args: os(&["-c", "echo --policy x"]),
             parent: Some(42),
+            env: None,
         };
         let args = invocation_args(&invocation);
         assert_eq!(

@@ -11,6 +11,8 @@
 mod entry;
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 mod rules;
+mod served;
+mod server;
 mod shield;
 mod supervise;
 mod tree;
@@ -19,6 +21,7 @@ pub use entry::{
     EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, PolicyError, SANDBOX_EXEC_ARG,
     apply_policy, sandbox_entry_if_requested,
 };
+pub use served::servers_cpu_time;
 pub use shield::PLACEHOLDER_MODE;
 pub use tree::{Process, processes};
 
@@ -27,6 +30,7 @@ use entry::{SandboxInvocation, invocation_args};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -54,14 +58,30 @@ pub(crate) fn beside(exe: &Path) -> PathBuf {
 }
 
 /// Starts confined processes through a helper binary.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// [`start`](Self::start) runs a call through the runner's persistent helper (one
+/// `helper __sandbox-server`, started on first use and shared by the runner's clones,
+/// which forks a fresh helper per call, see `server`), or, when that cannot start,
+/// through a helper of its own; [`spawn`](Self::spawn) always starts a helper of its own.
+#[derive(Debug, Clone)]
 pub struct SandboxRunner {
     /// The helper binary, run as `helper __sandbox-exec ...`; `None`: no helper was set
     /// and every command fails with [`NO_HELPER`].
     helper: Option<PathBuf>,
     /// Which of the runtime's variables the commands receive.
     env: crate::env_policy::EnvPolicy,
+    /// The persistent helper of this runner and its clones.
+    server: std::sync::Arc<served::ServerSlot>,
 }
+
+impl PartialEq for SandboxRunner {
+    /// The same helper and environment policy (whichever server each runs).
+    fn eq(&self, other: &Self) -> bool {
+        self.helper == other.helper && self.env == other.env
+    }
+}
+
+impl Eq for SandboxRunner {}
 
 /// Why a command cannot start when no sandbox helper was set.
 pub const NO_HELPER: &str = "no sandbox helper is set, so commands cannot run: set \
@@ -110,6 +130,7 @@ impl SandboxRunner {
         Self {
             helper: Some(helper.into()),
             env: crate::env_policy::EnvPolicy::default(),
+            server: std::sync::Arc::default(),
         }
     }
 
@@ -128,6 +149,7 @@ impl SandboxRunner {
         Self {
             helper: None,
             env: crate::env_policy::EnvPolicy::default(),
+            server: std::sync::Arc::default(),
         }
     }
 
@@ -141,6 +163,7 @@ impl SandboxRunner {
         Self {
             helper,
             env: crate::env_policy::EnvPolicy::default(),
+            server: std::sync::Arc::default(),
         }
     }
 
@@ -222,11 +245,95 @@ impl SandboxRunner {
         program: impl Into<OsString>,
         args: &[OsString],
     ) -> std::io::Result<SandboxCommand> {
+        let (helper, invocation, tmp_dir, sweep) =
+            self.prepare(policy, cwd, protect, program.into(), args)?;
+        let mut command = self.helper_command(helper, &invocation);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Ok(SandboxCommand {
+            command,
+            tmp_dir,
+            sweep,
+        })
+    }
+
+    /// Starts `program args` in `cwd` under `policy` (as [`spawn`](Self::spawn) prepares
+    /// it), its stdin `/dev/null`, its stdout and stderr `output` (in that order): through
+    /// the runner's persistent helper, which is started on the first call (and again
+    /// after it died), else — when it cannot start — through a helper of its own. Either
+    /// way the call's helper leads the command's process group (wrap
+    /// [`SandboxProcess::id`] in a [`ProcessGroupGuard`] at once) and ends like the
+    /// program.
+    ///
+    /// Dropping the returned call (or this future) before the command ended kills it.
+    ///
+    /// # Errors
+    /// No helper is set ([`NO_HELPER`]); the private temp dir could not be created; the
+    /// helper could not be started; the persistent helper refused the call or died
+    /// before it started it (the command did not run).
+    pub async fn start(
+        &self,
+        policy: SandboxPolicy,
+        cwd: &Path,
+        protect: &[PathBuf],
+        program: impl Into<OsString>,
+        args: &[OsString],
+        output: (OwnedFd, OwnedFd),
+    ) -> std::io::Result<SandboxCall> {
+        let (stdout, stderr) = output;
+        let (helper, invocation, tmp_dir, sweep) =
+            self.prepare(policy, cwd, protect, program.into(), args)?;
+        let env = self.env.environment(std::env::vars_os());
+        let served = self
+            .server
+            .call(
+                helper,
+                &self.env,
+                &invocation_args(&invocation),
+                &env,
+                &stdout,
+                &stderr,
+            )
+            .await;
+        let process = match served {
+            Some(call) => SandboxProcess(Helper::Served(call?)),
+            None => {
+                let mut command = self.helper_command(helper, &invocation);
+                command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+                let child = command.spawn();
+                // Our copies of stdout and stderr go with it (end of file once the
+                // command's group is gone).
+                drop(command);
+                SandboxProcess(Helper::Spawned(child?))
+            }
+        };
+        Ok(SandboxCall {
+            process,
+            tmp_dir,
+            sweep,
+        })
+    }
+
+    /// The helper, the invocation, the private temp dir and the sweep of a call.
+    fn prepare(
+        &self,
+        policy: SandboxPolicy,
+        cwd: &Path,
+        protect: &[PathBuf],
+        program: OsString,
+        args: &[OsString],
+    ) -> std::io::Result<(
+        &Path,
+        SandboxInvocation,
+        Option<tempfile::TempDir>,
+        Option<Sweep>,
+    )> {
         let helper = self
             .helper
             .as_ref()
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, NO_HELPER))?;
-        let program = program.into();
         let (tmp, tmp_dir) = match policy {
             SandboxPolicy::None => (std::env::temp_dir(), None),
             SandboxPolicy::ReadOnly
@@ -253,27 +360,86 @@ impl SandboxRunner {
             program,
             args: args.to_vec(),
             parent: Some(std::process::id()),
+            env: None,
         };
-        let mut command = tokio::process::Command::new(helper);
-        command.args(invocation_args(&invocation));
-        // The runtime's credentials stay out (`tools::env_policy`).
-        self.env.apply(&mut command);
-        command
-            .current_dir(cwd)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
         let sweep = shielded.then(|| Sweep {
             cwd: cwd.to_path_buf(),
             protect: protect.to_vec(),
         });
-        Ok(SandboxCommand {
-            command,
-            tmp_dir,
-            sweep,
-        })
+        Ok((helper, invocation, tmp_dir, sweep))
+    }
+
+    /// A helper of its own for `invocation`, in its own process group, in `cwd`, with the
+    /// runner's environment, killed when dropped; stdio still to set.
+    fn helper_command(
+        &self,
+        helper: &Path,
+        invocation: &SandboxInvocation,
+    ) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(helper);
+        command.args(invocation_args(invocation));
+        // The runtime's credentials stay out (`tools::env_policy`).
+        self.env.apply(&mut command);
+        command
+            .current_dir(&invocation.cwd)
+            .process_group(0)
+            .kill_on_drop(true);
+        command
+    }
+}
+
+/// A command started by [`SandboxRunner::start`], plus what must live as long as it (see
+/// [`SandboxCommand`]): keep `tmp_dir` and `sweep` until the process group was killed.
+#[derive(Debug)]
+pub struct SandboxCall {
+    /// The call's helper.
+    pub process: SandboxProcess,
+    /// The command's private `TMPDIR` (`None` under [`SandboxPolicy::None`]).
+    pub tmp_dir: Option<tempfile::TempDir>,
+    /// Under `WorkspaceWrite`: removes placeholders a killed helper left.
+    pub sweep: Option<Sweep>,
+}
+
+/// The helper of one call: a child of the persistent helper, or a helper of its own.
+#[derive(Debug)]
+pub struct SandboxProcess(Helper);
+
+#[derive(Debug)]
+enum Helper {
+    Spawned(tokio::process::Child),
+    Served(served::ServedCall),
+}
+
+impl SandboxProcess {
+    /// The helper's pid, which is the command's process group id (`None` when a helper
+    /// of its own was already reaped).
+    #[must_use]
+    pub fn id(&self) -> Option<u32> {
+        match &self.0 {
+            Helper::Spawned(child) => child.id(),
+            Helper::Served(call) => call.id(),
+        }
+    }
+
+    /// Whether the call runs in a child of the persistent helper.
+    #[must_use]
+    pub fn is_served(&self) -> bool {
+        matches!(self.0, Helper::Served(_))
+    }
+
+    /// Waits until the helper ended (the way its program did).
+    ///
+    /// # Errors
+    /// The helper could not be waited for; the persistent helper died during the call
+    /// (the command died with it).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match &mut self.0 {
+            Helper::Spawned(child) => child.wait().await,
+            Helper::Served(call) => call.wait().await,
+        }
     }
 }
 

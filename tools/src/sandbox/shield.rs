@@ -104,12 +104,17 @@ pub(crate) fn probe() -> Result<(), String> {
 
 /// Enters a user and mount namespace (as root, a mount namespace alone) and shields the protected paths of `cwd` (its protected names, and `protect`,
 /// absolute paths inside it). Call it while the process has a single thread.
+/// `switched_off`: [`NO_NAMESPACES_ENV`] is set for the command (then nothing changes).
 ///
 /// # Errors
 /// A message when the namespaces were entered but a mount failed (the command must not
 /// run); what was claimed is released first.
-pub(crate) fn enter(cwd: &Path, protect: &[PathBuf]) -> Result<Entered, String> {
-    if std::env::var_os(NO_NAMESPACES_ENV).is_some_and(|v| !v.is_empty()) {
+pub(crate) fn enter(
+    cwd: &Path,
+    protect: &[PathBuf],
+    switched_off: bool,
+) -> Result<Entered, String> {
+    if switched_off {
         return Ok(Entered::Unavailable(format!(
             "namespaces are switched off ({NO_NAMESPACES_ENV} is set)"
         )));

@@ -128,7 +128,8 @@ fn enter_shield(invocation: &SandboxInvocation) -> Result<Option<Shield>, String
     if !matches!(invocation.policy, SandboxPolicy::WorkspaceWrite { .. }) {
         return Ok(None);
     }
-    match shield::enter(&invocation.cwd, &invocation.protect)? {
+    let switched_off = invocation.var_set(shield::NO_NAMESPACES_ENV);
+    match shield::enter(&invocation.cwd, &invocation.protect, switched_off)? {
         Entered::Shielded(shield) => {
             if let Some(note) = &shield.note {
                 eprintln!("foya-sandbox: note: {note}");
@@ -284,6 +285,9 @@ fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Chil
                 }
                 let mut command = std::process::Command::new(&invocation.program);
                 command.args(&invocation.args).current_dir(&invocation.cwd);
+                if let Some(env) = &invocation.env {
+                    command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+                }
                 if invocation.policy != SandboxPolicy::None {
                     command.env("TMPDIR", &invocation.tmp);
                 }
@@ -319,16 +323,21 @@ fn remove_private_tmp(invocation: &SandboxInvocation) {
     }
 }
 
-/// SIGKILLs the helper's process tree (everything the program started, in its group or
-/// not), removes the private temp dir (nothing in the tree can write to it any more), then
-/// SIGKILLs its process group when it leads one, else only `child`; then itself.
+/// Stops the helper's process tree (everything the program started, in its group or
+/// not), removes the private temp dir (nothing in the tree can write to it any more),
+/// SIGKILLs the tree, releases the shield once the tree is reaped, then SIGKILLs its
+/// process group when it leads one, else only `child`; then itself. (The temp dir goes
+/// before the command dies: whoever waits for the command's end finds it gone, also
+/// when the helper is a child of the persistent helper, whose command line does not
+/// name the command.)
 fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<Shield>) -> ! {
-    tree::kill_tree(getpid().as_raw());
+    let stopped = tree::stop_tree(getpid().as_raw());
+    remove_private_tmp(invocation);
+    tree::kill_stopped(&stopped);
     if let Some(shield) = shield {
         reap_all();
         shield.release();
     }
-    remove_private_tmp(invocation);
     let group = getpgrp();
     if group == getpid() {
         let _ = killpg(group, Signal::SIGKILL);
@@ -377,6 +386,7 @@ mod tests {
             program: "true".into(),
             args: Vec::new(),
             parent: None,
+            env: None,
         }
     }
 

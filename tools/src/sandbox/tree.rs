@@ -79,6 +79,15 @@ pub(crate) fn descendants(root: i32) -> Vec<i32> {
 /// Returns how many processes were killed. Processes that exit meanwhile are fine
 /// (`ESRCH` is ignored).
 pub(crate) fn kill_tree(root: i32) -> usize {
+    let stopped = stop_tree(root);
+    kill_stopped(&stopped);
+    stopped.len()
+}
+
+/// `SIGSTOP`s every live descendant of `root` (not `root` itself), round after round
+/// until no new one appears (a stopped process cannot fork): the frozen tree, to
+/// [`kill_stopped`].
+pub(crate) fn stop_tree(root: i32) -> HashSet<i32> {
     let mut found: HashSet<i32> = HashSet::new();
     for _ in 0..MAX_ROUNDS {
         let new: Vec<i32> = descendants(root)
@@ -93,10 +102,14 @@ pub(crate) fn kill_tree(root: i32) -> usize {
             found.insert(pid);
         }
     }
-    for &pid in &found {
+    found
+}
+
+/// `SIGKILL`s the processes [`stop_tree`] stopped.
+pub(crate) fn kill_stopped(stopped: &HashSet<i32>) {
+    for &pid in stopped {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
-    found.len()
 }
 
 #[cfg(test)]

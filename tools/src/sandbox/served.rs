@@ -1,0 +1,427 @@
+//! The runtime's side of the persistent sandbox helper (`server`): starting it on first
+//! use, sending it a call, and reading the call's pid and end.
+//!
+//! Owns: one server per [`SandboxRunner`](super::SandboxRunner) (shared by its clones),
+//! started on the first call, restarted on the next call after it died, given up for the
+//! runner's lifetime when it cannot start (then every call starts a helper of its own,
+//! as before); a call's own socket pair (its end of file before the call's end is the
+//! server's death: the call fails with a clear error and the server is started again
+//! for the next call). Must not: retry a call the server may have received (only one
+//! that was never delivered is sent again), or keep the server alive once the runner and
+//! every call are dropped (its socket closes, and the process is killed and reaped at
+//! once, so it is never left a zombie and its CPU time moves into the runtime's
+//! `RUSAGE_CHILDREN` in one step).
+//!
+//! CPU accounting: a call's command is a child of the server, not of the runtime, so
+//! `getrusage(RUSAGE_CHILDREN)` in the runtime counts it only once the server is reaped.
+//! [`servers_cpu_time`] asks every live server of this process for its own CPU time and
+//! its reaped children's; added to `RUSAGE_CHILDREN` it gives what a helper per call
+//! gave.
+//!
+//! Shutdown: the server ends when the runtime does, however it ends: its socket's end of
+//! file (the kernel closes the runtime's end when the runtime exits, even by SIGKILL)
+//! ends it, and each call's helper has the server as its parent-death signal's source.
+//! (`PR_SET_PDEATHSIG` on the server itself would fire when the runtime *thread* that
+//! spawned it ends, and tokio's blocking threads end when idle.)
+
+use super::server::{READY, REQUEST_FDS, Reply, SERVER_ARG, Usage, encode_request};
+use crate::env_policy::EnvPolicy;
+use rustix::net::{
+    AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+    sendmsg, socketpair,
+};
+use std::ffi::OsString;
+use std::io::{IoSlice, Write as _};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::io::Interest;
+use tokio::net::UnixDatagram;
+
+/// How long a starting server may take to say it is ready before the runner gives up on
+/// it (and starts a helper per call).
+const READY_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a live server may take to answer a usage request before it is left out of
+/// [`servers_cpu_time`].
+const USAGE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Every server this process started that may still run (dropped ones are skipped).
+static SERVERS: Mutex<Vec<Weak<Connection>>> = Mutex::new(Vec::new());
+
+/// The CPU time (user + system) of every live persistent helper of this process: its
+/// own and that of the calls it reaped (each call's helper with its command). Add it to
+/// `getrusage(RUSAGE_CHILDREN)` for the CPU of every child process, served or not: a
+/// server counts here while it runs and in `RUSAGE_CHILDREN` once it was dropped (it is
+/// reaped as it is dropped). A server that does not answer within 5 s is left out (a
+/// warning says so).
+pub async fn servers_cpu_time() -> Duration {
+    let live: Vec<Arc<Connection>> = {
+        let mut servers = SERVERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        servers.retain(|server| server.strong_count() > 0);
+        servers.iter().filter_map(Weak::upgrade).collect()
+    };
+    let mut total = Duration::ZERO;
+    for server in live {
+        match server.usage().await {
+            Ok(usage) => {
+                total += Duration::from_micros(usage.own_us.saturating_add(usage.children_us));
+            }
+            Err(e) => tracing::warn!(
+                pid = server.pid,
+                "the persistent sandbox helper's CPU time is left out of the count: {e}"
+            ),
+        }
+    }
+    total
+}
+
+/// The server of one runner and its clones.
+#[derive(Debug, Default)]
+pub(crate) struct ServerSlot {
+    state: tokio::sync::Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+enum State {
+    #[default]
+    NotStarted,
+    Running(Arc<Connection>),
+    /// The server could not start: calls start a helper each.
+    Unavailable,
+}
+
+/// A running server.
+#[derive(Debug)]
+struct Connection {
+    /// (A sequenced-packet socket; tokio's datagram socket does its reads and writes.)
+    control: UnixDatagram,
+    /// Killed and reaped when the last holder drops it (the socket's end of file ends it
+    /// anyway).
+    process: std::process::Child,
+    /// Its pid (for messages).
+    pid: u32,
+    /// A call saw the server die, or a request could not be delivered.
+    dead: AtomicBool,
+    /// One usage request at a time on the control socket (the guard holds no data).
+    asking: tokio::sync::Mutex<()>,
+    /// The next usage request's nonce (a late answer to an abandoned request is skipped).
+    nonce: AtomicU64,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // SIGKILL ends the single-threaded server at once; reaped here so that no zombie
+        // is left and its CPU time (with its calls') is in the runtime's
+        // `RUSAGE_CHILDREN` from now on, as it left `servers_cpu_time`.
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// Why a call was not delivered to the server (it did not run; it may be sent again).
+#[derive(Debug)]
+struct NotDelivered;
+
+impl ServerSlot {
+    /// Starts `args` (the helper's `__sandbox-exec …` arguments) with `env` through the
+    /// server, its stdout and stderr `stdout` and `stderr`; `None` when no server can run
+    /// (the caller starts a helper for the call instead).
+    ///
+    /// Returns once the server forked the call's helper (its pid is known).
+    pub(crate) async fn call(
+        &self,
+        helper: &Path,
+        env_policy: &EnvPolicy,
+        args: &[OsString],
+        env: &[(OsString, OsString)],
+        stdout: &OwnedFd,
+        stderr: &OwnedFd,
+    ) -> Option<std::io::Result<ServedCall>> {
+        let request = encode_request(args, env);
+        for _ in 0..2 {
+            let connection = self.connection(helper, env_policy).await?;
+            match connection.send(&request, stdout, stderr).await {
+                Ok(call) => return Some(call.started().await),
+                Err(NotDelivered) => connection.dead.store(true, Ordering::Relaxed),
+            }
+        }
+        Some(Err(std::io::Error::other(
+            "the sandbox server stopped taking calls just after it started; the command \
+             was not run",
+        )))
+    }
+
+    /// The running server, started now when there is none (or it died).
+    async fn connection(&self, helper: &Path, env: &EnvPolicy) -> Option<Arc<Connection>> {
+        let mut state = self.state.lock().await;
+        match &*state {
+            State::Running(running) if !running.dead.load(Ordering::Relaxed) => {
+                return Some(Arc::clone(running));
+            }
+            State::Unavailable => return None,
+            State::Running(_) | State::NotStarted => {}
+        }
+        match Connection::start(helper, env).await {
+            Ok(connection) => {
+                let connection = Arc::new(connection);
+                SERVERS
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Arc::downgrade(&connection));
+                *state = State::Running(Arc::clone(&connection));
+                Some(connection)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    helper = %helper.display(),
+                    "the persistent sandbox helper cannot start ({e}); each command starts \
+                     a helper of its own"
+                );
+                *state = State::Unavailable;
+                None
+            }
+        }
+    }
+}
+
+impl Connection {
+    async fn start(helper: &Path, env: &EnvPolicy) -> std::io::Result<Self> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        rustix::io::ioctl_fionbio(&ours, true)?;
+        let mut command = tokio::process::Command::new(helper);
+        env.apply(&mut command);
+        // A std child: reaped (blocking, right after SIGKILL) when dropped, not left to
+        // tokio's background reaping.
+        let command = command.as_std_mut();
+        command
+            .arg(SERVER_ARG)
+            .arg("--parent")
+            .arg(std::process::id().to_string())
+            .current_dir("/")
+            // Not in the terminal's foreground group: Ctrl-C is the runtime's to handle.
+            .process_group(0)
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let process = command.spawn()?;
+        let pid = process.id();
+        // Built now, so that whatever fails below kills and reaps the process.
+        let control = datagram(ours);
+        let (control, process) = match control {
+            Ok(control) => (control, process),
+            Err(e) => {
+                reap(process);
+                return Err(e);
+            }
+        };
+        let mut buf = [0_u8; 64];
+        let ready = tokio::time::timeout(READY_LIMIT, control.recv(&mut buf)).await;
+        let connection = Self {
+            control,
+            process,
+            pid,
+            dead: AtomicBool::new(false),
+            asking: tokio::sync::Mutex::new(()),
+            nonce: AtomicU64::new(0),
+        };
+        match ready {
+            Ok(Ok(n)) if buf.get(..n) == Some(READY) => Ok(connection),
+            Ok(Ok(_)) => Err(std::io::Error::other(
+                "the helper does not know `__sandbox-server` (it ended or answered \
+                 something else)",
+            )),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::other(format!(
+                "it did not say it was ready within {} s",
+                READY_LIMIT.as_secs()
+            ))),
+        }
+    }
+
+    /// The server's CPU time and its reaped calls', asked on the control socket.
+    async fn usage(&self) -> std::io::Result<Usage> {
+        let _one = self.asking.lock().await;
+        let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+        let ask = async {
+            self.control
+                .async_io(Interest::WRITABLE, || {
+                    send_now(&self.control, &Usage::request(nonce))
+                })
+                .await?;
+            let mut buf = [0_u8; 64];
+            loop {
+                let n = self.control.recv(&mut buf).await?;
+                if n == 0 {
+                    return Err(std::io::Error::other("the server has ended"));
+                }
+                // An answer to an earlier request given up on is skipped.
+                match buf.get(..n).and_then(Usage::decode) {
+                    Some(usage) if usage.nonce == nonce => return Ok(usage),
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(USAGE_LIMIT, ask).await {
+            Ok(answer) => answer,
+            Err(_) => Err(std::io::Error::other(format!(
+                "it did not answer within {} s",
+                USAGE_LIMIT.as_secs()
+            ))),
+        }
+    }
+
+    /// Sends one call: its own socket pair (the server gets one end), its stdout and
+    /// stderr, and its request in a memory file.
+    async fn send(
+        self: &Arc<Self>,
+        request: &[u8],
+        stdout: &OwnedFd,
+        stderr: &OwnedFd,
+    ) -> Result<ServedCall, NotDelivered> {
+        let prepared = (|| -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd)> {
+            let (ours, theirs) = socketpair(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC,
+                None,
+            )?;
+            rustix::io::ioctl_fionbio(&ours, true)?;
+            let body =
+                rustix::fs::memfd_create("foya-sandbox-call", rustix::fs::MemfdFlags::CLOEXEC)?;
+            let mut file = std::fs::File::from(body);
+            file.write_all(request)?;
+            Ok((ours, theirs, OwnedFd::from(file)))
+        })();
+        // Not a server's fault, but nothing was delivered: the caller's next try (or its
+        // fallback) reports the same error if it persists.
+        let (ours, theirs, body) = prepared.map_err(|_| NotDelivered)?;
+        let sent = self
+            .control
+            .async_io(Interest::WRITABLE, || {
+                let fds = [theirs.as_fd(), stdout.as_fd(), stderr.as_fd(), body.as_fd()];
+                let mut space =
+                    [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(REQUEST_FDS))];
+                let mut ancillary = SendAncillaryBuffer::new(&mut space);
+                ancillary.push(SendAncillaryMessage::ScmRights(&fds));
+                sendmsg(
+                    &self.control,
+                    &[IoSlice::new(b"c")],
+                    &mut ancillary,
+                    SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                )
+                .map_err(std::io::Error::from)
+            })
+            .await;
+        drop((theirs, body));
+        match sent {
+            Ok(_) => {
+                let socket = datagram(ours).map_err(|_| NotDelivered)?;
+                Ok(ServedCall {
+                    socket,
+                    pid: None,
+                    status: None,
+                    server: Arc::clone(self),
+                })
+            }
+            Err(_) => Err(NotDelivered),
+        }
+    }
+}
+
+/// A call running in a child of the server.
+#[derive(Debug)]
+pub(crate) struct ServedCall {
+    /// The runtime's end of the call's socket: closing it releases the call (the server
+    /// kills what still runs, then reaps the call's helper).
+    socket: UnixDatagram,
+    pid: Option<u32>,
+    status: Option<ExitStatus>,
+    server: Arc<Connection>,
+}
+
+impl ServedCall {
+    /// Waits for the server's word that the call's helper runs.
+    async fn started(mut self) -> std::io::Result<Self> {
+        match self.next().await {
+            Some(Reply::Started(pid)) => {
+                self.pid = u32::try_from(pid).ok();
+                Ok(self)
+            }
+            Some(Reply::Failed(why)) => Err(std::io::Error::other(why)),
+            _ => {
+                self.server.dead.store(true, Ordering::Relaxed);
+                Err(std::io::Error::other(
+                    "the sandbox server ended before it started the command; it is started \
+                     again for the next call",
+                ))
+            }
+        }
+    }
+
+    /// The pid of the call's helper, the leader of the command's process group.
+    pub(crate) fn id(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Waits for the call's helper to end (it ends the way the program did).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a reply is read whole or not at all.
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let status = match self.next().await {
+            Some(Reply::Exited(code)) => ExitStatus::from_raw((code & 0xff) << 8),
+            Some(Reply::Killed(signal)) => ExitStatus::from_raw(signal & 0x7f),
+            Some(Reply::Failed(why)) => return Err(std::io::Error::other(why)),
+            Some(Reply::Started(_)) | None => {
+                self.server.dead.store(true, Ordering::Relaxed);
+                return Err(std::io::Error::other(
+                    "the sandbox server died during the call, and the command with it; \
+                     it is started again for the next call",
+                ));
+            }
+        };
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    /// The next reply; `None` at end of file (the server is gone) or on an error.
+    async fn next(&mut self) -> Option<Reply> {
+        let mut buf = [0_u8; 4096];
+        let n = self.socket.recv(&mut buf).await.ok()?;
+        Reply::decode(buf.get(..n)?)
+    }
+}
+
+/// Kills and reaps a server that never became a [`Connection`].
+fn reap(mut process: std::process::Child) {
+    let _ = process.kill();
+    let _ = process.wait();
+}
+
+/// Sends `bytes` on `socket` without blocking or raising SIGPIPE.
+fn send_now(socket: &UnixDatagram, bytes: &[u8]) -> std::io::Result<usize> {
+    rustix::net::send(socket, bytes, SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
+        .map_err(std::io::Error::from)
+}
+
+/// A non-blocking sequenced-packet socket, driven by tokio as a datagram socket (both
+/// keep message boundaries; `recv` and `send` are the same calls).
+fn datagram(socket: OwnedFd) -> std::io::Result<UnixDatagram> {
+    UnixDatagram::from_std(std::os::unix::net::UnixDatagram::from(socket))
+}
