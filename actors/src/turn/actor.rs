@@ -93,6 +93,8 @@ pub(crate) struct Io {
     pub(super) compaction_log: Vec<Event>,
     /// Running ToolActors: call index and actor.
     pub(super) running: HashMap<ActorId, (usize, ActorRef<ToolMsg>)>,
+    /// The pool's idle ToolActors (each finished its last call; none crashed or killed).
+    pub(super) idle_tools: Vec<ActorRef<ToolMsg>>,
     /// The step's checked calls, by call index.
     pub(super) calls: Vec<Option<super::tools::StepCall>>,
     /// A call's hooks or approval question in flight, by call index.
@@ -235,9 +237,7 @@ impl Turn {
                 request,
                 rebuild_from,
                 shape,
-            } => {
-                self.start_stream(myself, request, rebuild_from, &shape)
-            }
+            } => self.start_stream(myself, request, rebuild_from, &shape),
             TurnEffect::StartTimer { request, delay_ms } => {
                 let me = myself.clone();
                 let task = tokio::spawn(async move {
@@ -448,6 +448,7 @@ impl Actor for TurnActor {
             compiled: None,
             compaction_log: Vec::new(),
             running: HashMap::new(),
+            idle_tools: Vec::new(),
             calls: Vec::new(),
             call_tasks: HashMap::new(),
             transcript_path: std::path::PathBuf::new(),
@@ -491,7 +492,7 @@ impl Actor for TurnActor {
                 result,
                 duration_ms,
             } => {
-                state.io.running.retain(|_, (i, _)| *i != index);
+                state.tool_done(index);
                 Some(TurnInput::ToolFinished {
                     index,
                     result,

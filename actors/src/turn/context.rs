@@ -7,8 +7,8 @@
 use super::TurnMsg;
 use super::actor::Turn;
 use super::machine::{Measured, Prepared, RequestShape, Trigger, TurnInput};
-use super::provider::stream::{ProviderArgs, spawn_stream};
 use super::provider::relay::Relay;
+use super::provider::stream::{ProviderArgs, spawn_stream};
 use crate::context::{
     self, COMPACTION_SYSTEM_PROMPT, CompileInput, CompiledContext, ContextError, ModelLimits,
     estimate_tokens,

@@ -3,5 +3,5 @@
 //! neutral request, the `ModelClient` seam and its backends); what a stream means for a
 //! session or a turn lives here.
 
-pub(crate) mod stream;
 pub(crate) mod relay;
+pub(crate) mod stream;
