@@ -1,6 +1,6 @@
 //! `foya-actors`: the Foya agent runtime.
 //!
-//! The actor tree (Supervisor → SessionActor → TurnActor → ProviderActor / ToolActor),
+//! The actor tree (Supervisor → SessionActor → TurnActor → ToolActors),
 //! the pure parts they drive (wire adapters, context compiler, approval policy, loop
 //! detection), the built-in tools, and the embedding façade. See `ARCHITECTURE.md`.
 //!

@@ -4,9 +4,9 @@
 //!
 //! Bird's-eye flow: `Runtime::start` spawns the Supervisor; `create_session` writes
 //! `session_created` and starts a SessionActor; `submit` lands in the session's FIFO;
-//! the session spawns a TurnActor per input, which spawns a ProviderActor per model
-//! request and ToolActors per tool call; every event is committed by the session and
-//! then broadcast to [`Subscription`]s.
+//! the session spawns a TurnActor per input, which starts a stream task per model
+//! request and runs tool calls on ToolActors; every event is committed by the session
+//! and then broadcast to [`Subscription`]s.
 //!
 //! The façade sits on top: it builds the actors' shared deps (`kernel::RuntimeDeps`) from
 //! a [`RuntimeConfig`] and re-exports the kernel's public types ([`RuntimeError`],
@@ -177,7 +177,7 @@ pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1024;
 /// channel a fast stream overflows it and the subscriber is cut off with
 /// `Notice::Lagged` however quickly it reads. The events of one commit are sent the same
 /// way (a step's tool results may be committed together: one event per call, plus one).
-pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::turn::provider::actor::MAX_BATCH;
+pub const MIN_SUBSCRIBER_BUFFER: usize = 2 * crate::turn::provider::stream::MAX_BATCH;
 
 impl RuntimeConfig {
     /// A configuration serving every session with `model`, the built-in tools without

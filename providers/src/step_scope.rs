@@ -26,7 +26,7 @@ pub fn current_step() -> Option<StepOf> {
 }
 
 /// Runs `f` (the call of `stream`) with [`current_step`] answering `step` (the runtime's
-/// ProviderActor calls it).
+/// stream task calls it).
 pub fn in_step<T>(step: Option<StepOf>, f: impl FnOnce() -> T) -> T {
     match step {
         Some(step) => STEP.sync_scope(step, f),

@@ -1,7 +1,8 @@
 //! The TurnActor: a thin driver of the turn machine (`machine/`). It owns the I/O —
-//! session appends, ProviderActors and their relays, ToolActors, the backoff timer, hook
-//! tasks, context compilation (which reads the session's log) — carries out the
-//! machine's effects and feeds their results back as inputs. It decides nothing.
+//! session appends, model streams (a task each) and their relays, ToolActors, the
+//! backoff timer, hook tasks, context compilation (which reads the session's log) —
+//! carries out the machine's effects and feeds their results back as inputs. It
+//! decides nothing.
 //!
 //! Appends are merged: back-to-back [`TurnEffect::Append`]s (with the `tool_started` of
 //! the calls a [`TurnEffect::CheckCalls`] lets run at once) go into one commit, written
@@ -13,7 +14,6 @@
 
 use super::machine::{HookPoints, StreamOutcome, TurnConfig, TurnEffect, TurnInput, TurnMachine};
 use super::port::Port;
-use super::provider::actor::ProviderMsg;
 use super::provider::relay::Relay;
 use super::tool::ToolMsg;
 use super::tool::actor::PartialOutput;
@@ -81,8 +81,8 @@ pub(crate) struct Io {
     pub(super) mcp_key: Option<crate::mcp::ListingKey>,
     /// Appends not committed yet: written in the next commit.
     pending: Vec<EventKind>,
-    /// The ProviderActor of the request in flight, with the request's number.
-    pub(super) provider: Option<(ActorRef<ProviderMsg>, u64)>,
+    /// The stream task of the request in flight, with the request's number.
+    pub(super) provider: Option<(AbortOnDropHandle<()>, u64)>,
     /// The relay of the step's request in flight.
     pub(super) relay: Option<Relay>,
     /// The summarisation request's stream so far.
@@ -93,6 +93,8 @@ pub(crate) struct Io {
     pub(super) compaction_log: Vec<Event>,
     /// Running ToolActors: call index and actor.
     pub(super) running: HashMap<ActorId, (usize, ActorRef<ToolMsg>)>,
+    /// The pool's idle ToolActors (each finished its last call; none crashed or killed).
+    pub(super) idle_tools: Vec<ActorRef<ToolMsg>>,
     /// The step's checked calls, by call index.
     pub(super) calls: Vec<Option<super::tools::StepCall>>,
     /// A call's hooks or approval question in flight, by call index.
@@ -235,10 +237,7 @@ impl Turn {
                 request,
                 rebuild_from,
                 shape,
-            } => {
-                self.start_stream(myself, request, rebuild_from, &shape)
-                    .await?
-            }
+            } => self.start_stream(myself, request, rebuild_from, &shape),
             TurnEffect::StartTimer { request, delay_ms } => {
                 let me = myself.clone();
                 let task = tokio::spawn(async move {
@@ -254,7 +253,7 @@ impl Turn {
                 budget,
                 trigger,
             } => {
-                self.start_summary(myself, request, budget, trigger).await?;
+                self.start_summary(myself, request, budget, trigger);
                 None
             }
             TurnEffect::BuildCheckpoint {
@@ -264,9 +263,8 @@ impl Turn {
                 trigger,
             } => Some(self.build_checkpoint(summary, history_tokens, tokens_before, trigger)),
             TurnEffect::StopStream => {
-                if let Some((provider, _)) = self.io.provider.take() {
-                    provider.kill();
-                }
+                // Dropping the task's handle aborts it.
+                self.io.provider = None;
                 if let Some(relay) = self.io.relay.take() {
                     relay.close();
                 }
@@ -297,7 +295,8 @@ impl Turn {
     /// The relayed stream of request `request` ended with `event`; `None` when the
     /// driver no longer holds that request (its stream was stopped).
     fn stream_ended(&mut self, request: u64, event: StreamEvent) -> Option<TurnInput> {
-        self.io.provider.take_if(|(_, number)| *number == request)?;
+        // The task ends after its terminal event; dropping its handle costs nothing more.
+        drop(self.io.provider.take_if(|(_, number)| *number == request)?);
         let aggregate = self.io.relay.take().map(|r| r.close()).unwrap_or_default();
         let outcome = match event {
             StreamEvent::Error { error } => StreamOutcome::Failed(error),
@@ -350,6 +349,23 @@ impl Turn {
         let outcome = ended?;
         self.io.provider = None;
         Some(TurnInput::StreamEnded { request, outcome })
+    }
+
+    /// The stream task of request `request` panicked: a `stream_interrupted` failure of
+    /// the request (retried like one), if it is still the request in flight.
+    fn stream_panicked(&mut self, request: u64, why: &str) -> Option<TurnInput> {
+        drop(self.io.provider.take_if(|(_, number)| *number == request)?);
+        if let Some(relay) = self.io.relay.take() {
+            relay.close();
+        }
+        let error = ProviderError::new(
+            ErrorClass::StreamInterrupted,
+            format!("the provider actor crashed: the stream task panicked: {why}"),
+        );
+        Some(TurnInput::StreamEnded {
+            request,
+            outcome: StreamOutcome::Failed(error),
+        })
     }
 
     /// What a `Cancel` needs: the stream so far and each started call's output.
@@ -432,6 +448,7 @@ impl Actor for TurnActor {
             compiled: None,
             compaction_log: Vec::new(),
             running: HashMap::new(),
+            idle_tools: Vec::new(),
             calls: Vec::new(),
             call_tasks: HashMap::new(),
             transcript_path: std::path::PathBuf::new(),
@@ -465,6 +482,7 @@ impl Actor for TurnActor {
             TurnMsg::Begin => Some(TurnInput::Begin),
             TurnMsg::Stream { request, events } => state.summary_events(request, events),
             TurnMsg::StreamEnded { request, event } => state.stream_ended(request, event),
+            TurnMsg::StreamPanicked { request, why } => state.stream_panicked(request, &why),
             TurnMsg::RetryElapsed { request } => {
                 state.io.timer = None;
                 Some(TurnInput::RetryElapsed { request })
@@ -474,7 +492,7 @@ impl Actor for TurnActor {
                 result,
                 duration_ms,
             } => {
-                state.io.running.retain(|_, (i, _)| *i != index);
+                state.tool_done(index);
                 Some(TurnInput::ToolFinished {
                     index,
                     result,
@@ -506,37 +524,20 @@ impl Actor for TurnActor {
         }
     }
 
-    /// A ProviderActor crash is a `stream_interrupted` failure of its request (retried
-    /// like one); a ToolActor crash is its call's "tool crashed" result; normal exits
-    /// are expected (results arrive by message). The turn never stops because a child
-    /// did.
+    /// A ToolActor crash is its call's "tool crashed" result; normal exits are expected
+    /// (results arrive by message). The turn never stops because a child did. (A
+    /// stream task's panic arrives as `TurnMsg::StreamPanicked`.)
     async fn handle_supervisor_evt(
         &self,
         myself: ActorRef<TurnMsg>,
         event: SupervisionEvent,
         state: &mut Turn,
     ) -> Result<(), ActorProcessingErr> {
-        let SupervisionEvent::ActorFailed(cell, err) = event else {
+        let SupervisionEvent::ActorFailed(cell, _) = event else {
             return Ok(());
         };
         let id = cell.get_id();
-        let input = if let Some((_, request)) = state
-            .io
-            .provider
-            .take_if(|(provider, _)| provider.get_id() == id)
-        {
-            if let Some(relay) = state.io.relay.take() {
-                relay.close();
-            }
-            let error = ProviderError::new(
-                ErrorClass::StreamInterrupted,
-                format!("the provider actor crashed: {err}"),
-            );
-            TurnInput::StreamEnded {
-                request,
-                outcome: StreamOutcome::Failed(error),
-            }
-        } else if let Some((index, _)) = state.io.running.remove(&id) {
+        let input = if let Some((index, _)) = state.io.running.remove(&id) {
             TurnInput::ToolCrashed { index }
         } else {
             return Ok(());

@@ -7,15 +7,15 @@
 use super::TurnMsg;
 use super::actor::Turn;
 use super::machine::{Measured, Prepared, RequestShape, Trigger, TurnInput};
-use super::provider::actor::{ProviderActor, ProviderArgs};
 use super::provider::relay::Relay;
+use super::provider::stream::{ProviderArgs, spawn_stream};
 use crate::context::{
     self, COMPACTION_SYSTEM_PROMPT, CompileInput, CompiledContext, ContextError, ModelLimits,
     estimate_tokens,
 };
 use crate::provider::ModelRequest;
 use foya_protocol::{Event, EventKind, Seq, StreamAggregate};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::ActorRef;
 
 impl Turn {
     /// The model's limits with the runtime's threshold.
@@ -110,13 +110,13 @@ impl Turn {
 
     /// Sends request `number`: the context compiled last, or (a retry) the one rebuilt
     /// from the first `rebuild_from` log events. `ContextFailed` when it cannot be built.
-    pub(super) async fn start_stream(
+    pub(super) fn start_stream(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         number: u64,
         rebuild_from: Option<usize>,
         shape: &RequestShape,
-    ) -> Result<Option<TurnInput>, ActorProcessingErr> {
+    ) -> Option<TurnInput> {
         let compiled = match rebuild_from {
             None => match self.io.compiled.take() {
                 Some(compiled) => {
@@ -133,26 +133,25 @@ impl Turn {
         };
         let compiled = match compiled {
             Ok(compiled) => compiled,
-            Err(message) => return Ok(Some(TurnInput::ContextFailed(message))),
+            Err(message) => return Some(TurnInput::ContextFailed(message)),
         };
         let request = self.build_request(compiled, shape);
         let client = self.client();
-        self.spawn_provider(myself, client, request, number, true)
-            .await?;
-        Ok(None)
+        self.spawn_provider(myself, client, request, number, true);
+        None
     }
 
-    /// Spawns a linked ProviderActor for request `number`; with `relay` (a step's
-    /// request) its deltas are published live through a fresh [`Relay`], otherwise its
-    /// events come back to this actor.
-    async fn spawn_provider(
+    /// Starts the stream task of request `number`; with `relay` (a step's request) its
+    /// deltas are published live through a fresh [`Relay`], otherwise its events come
+    /// back to this actor.
+    fn spawn_provider(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         client: std::sync::Arc<dyn crate::provider::ModelClient>,
         request: ModelRequest,
         number: u64,
         relay: bool,
-    ) -> Result<(), ActorProcessingErr> {
+    ) {
         self.io.summary = StreamAggregate::new();
         self.io.relay = relay.then(|| Relay::new(self.args.session.clone(), self.args.run_id));
         let args = ProviderArgs {
@@ -167,10 +166,7 @@ impl Turn {
                 run: self.args.run_id,
             }),
         };
-        let (provider, _) =
-            Actor::spawn_linked(None, ProviderActor, args, myself.get_cell()).await?;
-        self.io.provider = Some((provider, number));
-        Ok(())
+        self.io.provider = Some((spawn_stream(args), number));
     }
 
     /// Measures the committed log for a compaction and keeps it for the summary.
@@ -197,13 +193,13 @@ impl Turn {
 
     /// Sends summarisation request `number` of the prepared log within `budget`; after
     /// an overflow without image bytes. Never relayed to clients.
-    pub(super) async fn start_summary(
+    pub(super) fn start_summary(
         &mut self,
         myself: &ActorRef<TurnMsg>,
         number: u64,
         budget: u64,
         trigger: Trigger,
-    ) -> Result<(), ActorProcessingErr> {
+    ) {
         let mut messages = context::compaction_request(&self.io.compaction_log, budget);
         if trigger == Trigger::Overflow {
             messages = context::without_images(messages);
@@ -215,8 +211,7 @@ impl Turn {
             ..ModelRequest::default()
         };
         let client = self.args.deps.aux_client_for(&self.args.config.provider);
-        self.spawn_provider(myself, client, request, number, false)
-            .await
+        self.spawn_provider(myself, client, request, number, false);
     }
 
     /// Builds the checkpoint of `summary` over the prepared log and measures the

@@ -5,7 +5,7 @@
 //! compaction, stop hooks, cancellation — read it top to bottom there). The
 //! [`TurnActor`] (`actor.rs`) is its driver: it carries out the machine's effects —
 //! session appends (merged into one commit where they are back to back), context
-//! compilation (`context.rs`), ProviderActors and their live relay, a tool call's
+//! compilation (`context.rs`), a stream task per model request and its live relay, a tool call's
 //! checks, hooks, approval question and ToolActor (`tools.rs`), hook tasks (`hooks.rs`),
 //! MCP tool listings (`mcp.rs`), the backoff timer — and feeds their results back as
 //! inputs.
@@ -47,6 +47,9 @@ pub(crate) enum TurnMsg {
     /// with `event` (`Done` or `Error`); every event before it is folded into the relay
     /// (`turn::provider::relay`), whose deltas are published.
     StreamEnded { request: u64, event: StreamEvent },
+    /// The stream task of model request number `request` panicked (`why`: the panic's
+    /// text): a `stream_interrupted` failure of the request.
+    StreamPanicked { request: u64, why: String },
     /// The backoff before retrying model request number `request` elapsed.
     RetryElapsed { request: u64 },
     /// A ToolActor ran call `index` of the current step for `duration_ms`.

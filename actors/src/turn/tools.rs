@@ -3,15 +3,16 @@
 //! Approval Gateway (answered at once; the prepared calls are kept for the step);
 //! `RunToolHook` runs a call's `PreToolUse`/`PostToolUse` hooks and `AskApproval` asks
 //! the session, each in a task that reports by message (so a cancel is heard at once:
-//! dropping the task kills the hooks, drops the question); `RunTool` starts the
-//! call's ToolActor, which only runs the prepared call under its sandbox.
+//! dropping the task kills the hooks, drops the question); `RunTool` hands the call to
+//! a ToolActor of the turn's pool (`tool/`), which only runs the prepared call under its
+//! sandbox.
 
 use super::TurnMsg;
 use super::actor::Turn;
 use super::machine::{CallCheck, TurnInput};
 use super::port::ApprovalQuestion;
 use super::tool::actor::PartialOutput;
-use super::tool::{ToolActor, ToolArgs};
+use super::tool::{ToolActor, ToolEnv, ToolJob, ToolMsg};
 use crate::hooks::{HookEvent, HookInput, hook_tool_input};
 use crate::task::AbortOnDropHandle;
 use crate::tools::approval::evaluate;
@@ -21,7 +22,7 @@ use foya_core::approval::ApprovalAnswer;
 use foya_core::turn::machine::ToolHook;
 use foya_protocol::ToolCall;
 use futures::FutureExt;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr};
 use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -197,7 +198,8 @@ impl Turn {
             .insert(index, AbortOnDropHandle::new(task));
     }
 
-    /// Starts the ToolActor of call `index` (its `tool_started` is committed).
+    /// Runs call `index` (its `tool_started` is committed) on an idle ToolActor of the
+    /// turn's pool, or on a new one.
     pub(super) async fn run_tool(
         &mut self,
         myself: &ActorRef<TurnMsg>,
@@ -217,28 +219,55 @@ impl Turn {
             self.io.partials.resize(index + 1, None);
         }
         self.io.partials[index] = Some(Arc::clone(&partial));
-        let args = ToolArgs {
-            session: self.args.session.clone(),
-            turn: myself.clone(),
-            session_id: self.args.session_id,
-            run_id: self.args.run_id,
+        let mut job = Box::new(ToolJob {
             step: self.io.partials_step,
             index,
             prepared,
             sandbox,
             call,
-            config: self.args.config.clone(),
             protected: self.io.protected.clone().unwrap_or_else(|| {
                 let cwd = &self.args.config.cwd;
                 Protected::new(cwd, &self.args.deps.hooks.commands(cwd))
             }),
-            shared: self.args.deps.tool_state.clone(),
             cancel: self.args.cancel.child_token(),
             partial,
+        });
+        while let Some(actor) = self.io.idle_tools.pop() {
+            match actor.cast(ToolMsg::Run(job)) {
+                Ok(()) => {
+                    self.io.running.insert(actor.get_id(), (index, actor));
+                    return Ok(());
+                }
+                // Gone meanwhile (never expected: a crashed or killed actor is never put
+                // back): the next one, or a new one.
+                Err(MessagingErr::SendErr(ToolMsg::Run(back))) => job = back,
+                Err(e) => return Err(e.to_string().into()),
+            }
+        }
+        let env = ToolEnv {
+            session: self.args.session.clone(),
+            turn: myself.clone(),
+            session_id: self.args.session_id,
+            run_id: self.args.run_id,
+            config: self.args.config.clone(),
+            shared: self.args.deps.tool_state.clone(),
             attachments: self.args.deps.attachments.clone(),
         };
-        let (actor, _) = Actor::spawn_linked(None, ToolActor, args, myself.get_cell()).await?;
+        let (actor, _) = Actor::spawn_linked(None, ToolActor, env, myself.get_cell()).await?;
+        actor.cast(ToolMsg::Run(job))?;
         self.io.running.insert(actor.get_id(), (index, actor));
         Ok(())
+    }
+
+    /// Call `index` reported its result: its ToolActor goes back to the pool.
+    pub(super) fn tool_done(&mut self, index: usize) {
+        let id = self
+            .io
+            .running
+            .iter()
+            .find_map(|(id, (i, _))| (*i == index).then_some(*id));
+        if let Some((_, actor)) = id.and_then(|id| self.io.running.remove(&id)) {
+            self.io.idle_tools.push(actor);
+        }
     }
 }

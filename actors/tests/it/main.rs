@@ -40,6 +40,7 @@ mod turn_control;
 mod turn_duplicate_ids;
 mod turn_pressure_http;
 mod turn_support;
+mod turn_tool_pool;
 mod turn_tools;
 mod turn_tools_gateway;
 mod wire_fixtures;

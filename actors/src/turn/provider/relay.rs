@@ -1,4 +1,4 @@
-//! Live relay of a step's model stream, run by the ProviderActor's stream task.
+//! Live relay of a step's model stream, run by the model request's stream task (`stream.rs`).
 //!
 //! For a step's request (not for summarisation requests, which are never shown), the
 //! stream task folds every [`StreamEvent`] into the step's [`StreamAggregate`] and sends

@@ -23,14 +23,26 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug)]
 pub(crate) struct ToolActor;
 
-/// What a ToolActor is started with.
+/// What a ToolActor is started with: what every call of its turn shares.
 #[derive(Debug)]
-pub(crate) struct ToolArgs {
+pub(crate) struct ToolEnv {
     /// The session that runs the turn.
     pub session: Port,
     pub turn: ActorRef<TurnMsg>,
     pub session_id: SessionId,
     pub run_id: RunId,
+    pub config: SessionConfig,
+    /// The runtime's tool state, handed to the call.
+    pub shared: crate::tools::ToolState,
+    /// Where the images a tool returns are kept (none: they are only named in the
+    /// result's text).
+    pub attachments: Option<Arc<AttachmentStore>>,
+}
+
+/// One call for a ToolActor to run ([`super::ToolMsg::Run`]): everything that is the
+/// call's own, so nothing of a previous call on the same actor reaches it.
+#[derive(Debug)]
+pub(crate) struct ToolJob {
     pub step: u32,
     pub index: usize,
     pub call: ToolCall,
@@ -38,22 +50,17 @@ pub(crate) struct ToolArgs {
     pub prepared: PreparedCall,
     /// The sandbox the Approval Gateway (or a person) decided.
     pub sandbox: SandboxPolicy,
-    pub config: SessionConfig,
     /// The working directory's protected paths (with the hook scripts of the runtime).
     pub protected: Protected,
-    /// The runtime's tool state, handed to the call.
-    pub shared: crate::tools::ToolState,
+    /// The call's token: a child of the turn's.
     pub cancel: CancellationToken,
     /// The call's live output so far (what `tool_output` deltas carried, capped like a
     /// tool's output), shared with the turn: a cancel kills this actor and the turn
     /// keeps what the call had printed in its "cancelled" result.
     pub partial: PartialOutput,
-    /// Where the images a tool returns are kept (none: they are only named in the
-    /// result's text).
-    pub attachments: Option<Arc<AttachmentStore>>,
 }
 
-/// Output a running call has streamed so far; see [`ToolArgs::partial`].
+/// Output a running call has streamed so far; see [`ToolJob::partial`].
 pub(crate) type PartialOutput = Arc<std::sync::Mutex<CappedOutput>>;
 
 /// Extra time, in milliseconds, the backstop timeout gives a tool beyond its own limit,
@@ -108,40 +115,40 @@ impl ProgressSink for Progress {
     }
 }
 
-impl ToolArgs {
-    /// Runs the call to its result.
+impl ToolEnv {
+    /// Runs `job` to its result.
     #[tracing::instrument(
         name = "tool_call",
         skip_all,
-        fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %self.call.name)
+        fields(session.id = %self.session_id, turn.run_id = %self.run_id, tool.name = %job.call.name)
     )]
-    async fn run(&mut self) -> (ToolOutput, u64) {
-        let tool = Arc::clone(&self.prepared.tool);
-        let args = std::mem::take(&mut self.prepared.args);
-        let sandbox = self.sandbox;
+    async fn run(&self, job: &mut ToolJob) -> (ToolOutput, u64) {
+        let tool = Arc::clone(&job.prepared.tool);
+        let args = std::mem::take(&mut job.prepared.args);
+        let sandbox = job.sandbox;
         let spec = tool.spec();
         let mode = self.config.approval_mode;
         // The call's own token: fires with the turn's, and when the call times out (its
         // future is dropped then, but work it started may go on and must learn).
-        let cancel = self.cancel.child_token();
+        let cancel = job.cancel.child_token();
         let ctx = ToolContext {
             cwd: self.config.cwd.clone(),
             project_id: self.config.project_id.clone(),
             approval_mode: mode,
             session_id: self.session_id,
             run_id: self.run_id,
-            step: self.step,
-            tool_call_id: self.call.id.clone(),
+            step: job.step,
+            tool_call_id: job.call.id.clone(),
             sandbox,
-            protected: self.protected.clone(),
+            protected: job.protected.clone(),
             shared: self.shared.clone(),
             cancel: cancel.clone(),
         };
         let progress = Progress {
             session: self.session.clone(),
             run_id: self.run_id,
-            call: self.call.clone(),
-            partial: Arc::clone(&self.partial),
+            call: job.call.clone(),
+            partial: Arc::clone(&job.partial),
         };
         let started = Instant::now();
         let limit_ms = backstop_ms(spec, &args);
@@ -160,43 +167,42 @@ impl ToolArgs {
 
 impl Actor for ToolActor {
     type Msg = ToolMsg;
-    type State = ToolArgs;
-    type Arguments = ToolArgs;
+    type State = ToolEnv;
+    type Arguments = ToolEnv;
 
     async fn pre_start(
         &self,
-        myself: ActorRef<ToolMsg>,
-        args: ToolArgs,
-    ) -> Result<ToolArgs, ActorProcessingErr> {
-        myself.cast(ToolMsg::Run)?;
-        Ok(args)
+        _myself: ActorRef<ToolMsg>,
+        env: ToolEnv,
+    ) -> Result<ToolEnv, ActorProcessingErr> {
+        Ok(env)
     }
 
     async fn handle(
         &self,
         myself: ActorRef<ToolMsg>,
         msg: ToolMsg,
-        args: &mut ToolArgs,
+        env: &mut ToolEnv,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolMsg::Run => {
-                let outcome = args.run().await;
-                if args.cancel.is_cancelled() {
+            ToolMsg::Run(mut job) => {
+                let outcome = env.run(&mut job).await;
+                if job.cancel.is_cancelled() {
                     // The turn is being cancelled (its token fires before `Cancel` is
                     // sent): it writes this call's "cancelled" result itself. Reporting
-                    // now would race that.
+                    // now would race that. Nothing more will run here.
                     myself.stop(None);
                     return Ok(());
                 }
                 let (output, duration_ms) = outcome;
                 let result =
-                    result_message(args.call.id.clone(), output, args.attachments.clone()).await;
-                let _ = args.turn.cast(TurnMsg::ToolDone {
-                    index: args.index,
+                    result_message(job.call.id.clone(), output, env.attachments.clone()).await;
+                // Back in the turn's pool once this is handled: the next call may come.
+                let _ = env.turn.cast(TurnMsg::ToolDone {
+                    index: job.index,
                     result,
                     duration_ms,
                 });
-                myself.stop(None);
             }
         }
         Ok(())

@@ -1,7 +1,9 @@
-//! ProviderActor: one per model request, spawned linked by the TurnActor.
+//! A model request's stream task: one per request, spawned by the TurnActor and owned
+//! by it (aborted when the turn drops it: the step's stream was stopped, the turn ended).
+//! No actor of its own: a task reporting to the turn by message costs a spawn, where an
+//! actor per request cost its mailboxes, its registration and a supervision round trip.
 //!
-//! Runs `ModelClient::stream` in a tokio task it owns (aborted on drop, since `post_stop`
-//! does not run on panic or kill). Each wake-up of the task takes the event that woke it
+//! It runs `ModelClient::stream`. Each wake-up of the task takes the event that woke it
 //! plus every event already ready behind it (at most [`MAX_BATCH`]), so a backlog under
 //! load costs one actor message instead of one per chunk, while an idle stream still
 //! forwards each chunk the moment it arrives. What it does with a batch depends on the
@@ -15,8 +17,8 @@
 //!
 //! Both are tagged with the request number. A stream that ends with neither `Done` nor
 //! `Error` is reported as a `stream_interrupted` error. The request's cancellation token
-//! (a child of the turn's) stops the task; the actor then stops. A panic in the task
-//! (a decoder bug) fails the actor, which the TurnActor's supervision turns into a
+//! (a child of the turn's) stops the task. A panic in the task (a decoder bug) is caught
+//! and reported as [`TurnMsg::StreamPanicked`], which the TurnActor turns into a
 //! `stream_interrupted` failure of the request — the turn never waits on a dead task.
 
 use super::relay::Relay;
@@ -25,15 +27,11 @@ use crate::task::AbortOnDropHandle;
 use crate::turn::TurnMsg;
 use foya_protocol::{ErrorClass, ProviderError, StreamEvent};
 use futures::{FutureExt, StreamExt};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::ActorRef;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// The ProviderActor.
-#[derive(Debug)]
-pub(crate) struct ProviderActor;
-
-/// What a ProviderActor is started with.
+/// What a request's stream task is started with.
 #[derive(Debug)]
 pub(crate) struct ProviderArgs {
     pub client: Arc<dyn ModelClient>,
@@ -47,18 +45,6 @@ pub(crate) struct ProviderArgs {
     /// ([`crate::provider::current_step`]).
     pub step: Option<crate::provider::StepOf>,
 }
-
-/// Messages of the ProviderActor.
-#[derive(Debug)]
-pub(crate) enum ProviderMsg {
-    /// The stream task ended; stop.
-    Finished,
-    /// The stream task panicked (the message); fail, so the turn's supervision hears it.
-    Panicked(String),
-}
-
-#[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type
-impl ractor::Message for ProviderMsg {}
 
 /// Most stream events forwarded in one `TurnMsg::Stream` message.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -145,39 +131,20 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".to_owned())
 }
 
-impl Actor for ProviderActor {
-    type Msg = ProviderMsg;
-    type State = AbortOnDropHandle<()>;
-    type Arguments = ProviderArgs;
-
-    async fn pre_start(
-        &self,
-        myself: ActorRef<ProviderMsg>,
-        args: ProviderArgs,
-    ) -> Result<AbortOnDropHandle<()>, ActorProcessingErr> {
-        Ok(AbortOnDropHandle::new(tokio::spawn(async move {
-            let ended = std::panic::AssertUnwindSafe(pump(args))
-                .catch_unwind()
-                .await;
-            let _ = myself.cast(match ended {
-                Ok(()) => ProviderMsg::Finished,
-                Err(payload) => ProviderMsg::Panicked(panic_text(payload.as_ref())),
-            });
-        })))
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<ProviderMsg>,
-        msg: ProviderMsg,
-        _state: &mut AbortOnDropHandle<()>,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ProviderMsg::Finished => {
-                myself.stop(None);
-                Ok(())
-            }
-            ProviderMsg::Panicked(why) => Err(format!("the stream task panicked: {why}").into()),
+/// Starts the stream task of request `args.request_number`: it forwards (or relays) the
+/// stream to the turn, and a panic in it (a decoder bug) becomes
+/// [`TurnMsg::StreamPanicked`], which the turn treats as a `stream_interrupted` failure
+/// of the request. Dropping the handle aborts the task.
+pub(crate) fn spawn_stream(args: ProviderArgs) -> AbortOnDropHandle<()> {
+    let turn = args.turn.clone();
+    let request = args.request_number;
+    AbortOnDropHandle::new(tokio::spawn(async move {
+        if let Err(payload) = std::panic::AssertUnwindSafe(pump(args))
+            .catch_unwind()
+            .await
+        {
+            let why = panic_text(payload.as_ref());
+            let _ = turn.cast(TurnMsg::StreamPanicked { request, why });
         }
-    }
+    }))
 }
