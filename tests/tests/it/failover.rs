@@ -44,6 +44,19 @@ async fn runtime(log: &PgLog, ownership: Arc<ShardOwnership>, texts: &[&str]) ->
     Runtime::start(config).await.unwrap()
 }
 
+/// `lease`'s ownership record holding shard 0 (claimed by the test), and the receiver of
+/// its fencing notices (kept by the caller for the test's length).
+fn owning_shard_0(
+    lease: &NodeLease,
+) -> (
+    Arc<ShardOwnership>,
+    tokio::sync::mpsc::UnboundedReceiver<u32>,
+) {
+    let (own, fenced) = ShardOwnership::new(lease.clone());
+    own.claimed(0);
+    (Arc::new(own), fenced)
+}
+
 /// Claims `shard` for `lease`, waiting (one global bound) while another lease holds it.
 async fn claim_when_free(lease: &NodeLease, shard: u32) -> foya_storage::Fence {
     let deadline = Instant::now() + WAIT;
@@ -76,9 +89,7 @@ async fn a_stale_owner_is_fenced_and_drops_its_shard_and_the_new_owner_takes_eac
         .await
         .unwrap();
     let fence_a = lease_a.claim(0).await.unwrap();
-    let (own_a, _fenced_a) = ShardOwnership::new(lease_a.clone());
-    let own_a = Arc::new(own_a);
-    own_a.claimed(0);
+    let (own_a, _fenced_a) = owning_shard_0(&lease_a);
     let runtime_a = runtime(&log_a, Arc::clone(&own_a), &["first answer"]).await;
 
     // Sessions created on A get ids in the shard it holds.
@@ -140,9 +151,7 @@ async fn a_stale_owner_is_fenced_and_drops_its_shard_and_the_new_owner_takes_eac
     }
 
     // B takes the session over: the retried input id is taken once, a new one runs.
-    let (own_b, _fenced_b) = ShardOwnership::new(lease_b.clone());
-    let own_b = Arc::new(own_b);
-    own_b.claimed(0);
+    let (own_b, _fenced_b) = owning_shard_0(&lease_b);
     let runtime_b = runtime(&log_b, own_b, &["second answer"; 3]).await;
     let on_b = runtime_b.session(s1.id()).await.unwrap();
     on_b.submit_with_id(input_id, Input::text("hello"))
@@ -240,9 +249,7 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
         .unwrap();
     let keeper_a = LeaseKeeper::spawn(lease_a.clone());
     let fence_a = lease_a.claim(0).await.unwrap();
-    let (own_a, _fenced_a) = ShardOwnership::new(lease_a.clone());
-    let own_a = Arc::new(own_a);
-    own_a.claimed(0);
+    let (own_a, _fenced_a) = owning_shard_0(&lease_a);
     let script_a = json!({"responses": [call, {"text": "never reached"}]});
     // A drain far shorter than the call (30 s).
     let drain = Duration::from_millis(300);
@@ -291,9 +298,7 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
         handoff.elapsed()
     );
     assert!(epoch(fence_b) > epoch(fence_a));
-    let (own_b, _fenced_b) = ShardOwnership::new(lease_b.clone());
-    let own_b = Arc::new(own_b);
-    own_b.claimed(0);
+    let (own_b, _fenced_b) = owning_shard_0(&lease_b);
     let script_b = json!({"responses": [call, {"text": "after the handoff"}]});
     let runtime_b = runtime_with_tools(&log_b, own_b, script_b, drain).await;
     let on_b = runtime_b.session(id).await.unwrap();
@@ -375,9 +380,7 @@ async fn a_handoff_lets_a_turn_within_the_drain_complete_and_refuses_new_inputs_
         .unwrap();
     let keeper_a = LeaseKeeper::spawn(lease_a.clone());
     let fence_a = lease_a.claim(0).await.unwrap();
-    let (own_a, _fenced_a) = ShardOwnership::new(lease_a.clone());
-    let own_a = Arc::new(own_a);
-    own_a.claimed(0);
+    let (own_a, _fenced_a) = owning_shard_0(&lease_a);
     let script_a = json!({"responses": [call, {"text": "finished on a"}]});
     // A drain longer than any wait of the test: the turn ends within it.
     let runtime_a = Arc::new(runtime_with_tools(&log_a, Arc::clone(&own_a), script_a, WAIT).await);
@@ -453,9 +456,7 @@ async fn a_handoff_lets_a_turn_within_the_drain_complete_and_refuses_new_inputs_
     let keeper_b = LeaseKeeper::spawn(lease_b.clone());
     let fence_b = lease_b.claim(0).await.unwrap();
     assert!(epoch(fence_b) > epoch(fence_a));
-    let (own_b, _fenced_b) = ShardOwnership::new(lease_b.clone());
-    let own_b = Arc::new(own_b);
-    own_b.claimed(0);
+    let (own_b, _fenced_b) = owning_shard_0(&lease_b);
     // A scripted model answers response N+1 after N assistant messages: A's two first.
     let script_b = json!({"responses": [
         {"text": "unused"}, {"text": "unused"},
