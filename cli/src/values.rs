@@ -69,16 +69,7 @@ pub fn subscriber_buffer(s: &str) -> Result<usize, ValueError> {
 /// # Errors
 /// Not a number, NaN, infinite, zero, negative, or too large for a `Duration`.
 pub fn positive_seconds(s: &str) -> Result<Duration, ValueError> {
-    let secs: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| ValueError(format!("{s:?} is not a number of seconds")))?;
-    if !secs.is_finite() || secs <= 0.0 {
-        return Err(ValueError(format!(
-            "{s:?} is not a duration: give a finite number of seconds greater than 0"
-        )));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| ValueError(format!("{s:?}: {e}")))
+    duration(s, false)
 }
 
 /// A duration in seconds (fractions allowed), finite and at least 0
@@ -87,13 +78,23 @@ pub fn positive_seconds(s: &str) -> Result<Duration, ValueError> {
 /// # Errors
 /// Not a number, NaN, infinite, negative, or too large for a `Duration`.
 pub fn seconds(s: &str) -> Result<Duration, ValueError> {
+    duration(s, true)
+}
+
+/// A finite, non-negative number of seconds as a `Duration`; 0 only when `zero_allowed`.
+fn duration(s: &str, zero_allowed: bool) -> Result<Duration, ValueError> {
     let secs: f64 = s
         .trim()
         .parse()
         .map_err(|_| ValueError(format!("{s:?} is not a number of seconds")))?;
-    if !secs.is_finite() || secs < 0.0 {
+    let (in_range, wanted) = if zero_allowed {
+        (secs >= 0.0, "0 or more")
+    } else {
+        (secs > 0.0, "greater than 0")
+    };
+    if !secs.is_finite() || !in_range {
         return Err(ValueError(format!(
-            "{s:?} is not a duration: give a finite number of seconds, 0 or more"
+            "{s:?} is not a duration: give a finite number of seconds {wanted}"
         )));
     }
     Duration::try_from_secs_f64(secs).map_err(|e| ValueError(format!("{s:?}: {e}")))
