@@ -121,7 +121,12 @@ impl ShardNode {
     /// expires), the handoff's drain and cancel grace and two rounds (a live holder hands
     /// over at its next round, after its drain; this node claims at its next).
     fn settle_bound(&self) -> Duration {
-        self.lease().options().ttl + self.drain + HANDOFF_CANCEL_GRACE + 2 * PLACEMENT_TICK
+        self.lease()
+            .options()
+            .ttl
+            .saturating_add(self.drain)
+            .saturating_add(HANDOFF_CANCEL_GRACE)
+            .saturating_add(2 * PLACEMENT_TICK)
     }
 
     /// The node's first placement, before it serves: rounds every `PLACEMENT_TICK` until
@@ -132,7 +137,8 @@ impl ShardNode {
     /// # Errors
     /// The lease was lost meanwhile (why): every session was dropped without writing.
     pub(crate) async fn settle(&mut self, runtime: &Runtime) -> Result<bool, String> {
-        let deadline = Instant::now() + self.settle_bound();
+        // A bound past what an `Instant` holds (a drain of centuries) is no bound.
+        let deadline = Instant::now().checked_add(self.settle_bound());
         let status = self.keeper.status();
         let mut tick = tokio::time::interval(PLACEMENT_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -146,7 +152,7 @@ impl ShardNode {
             if self.rebalance(runtime).await {
                 return Ok(true);
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 tracing::warn!(
                     held = self.lease().held().len(),
                     "placement did not settle before the bound; serving the shards held"

@@ -226,6 +226,29 @@ async fn a_started_node_creates_sessions_at_once() {
     .await;
 }
 
+/// A handoff drain longer than any clock holds (`--handoff-drain 1e19`, seconds) is
+/// no bound: the node starts, settles and serves (it panicked adding the drain to the
+/// start-up deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_an_unbounded_handoff_drain_serves() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let a = node_at(
+            "a",
+            &store,
+            &dir,
+            &[],
+            "127.0.0.1:0",
+            &["--handoff-drain", "1e19"],
+        )
+        .await;
+        assert!(!a.create().await.is_empty());
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_owned_by_one_node_is_served_through_another() {
     within(scenario()).await;
