@@ -129,6 +129,12 @@ pub fn advertised_url(s: &str) -> Result<String, ValueError> {
              address they reach this node at, {example}"
         )));
     }
+    if url.port() == Some(0) {
+        return Err(ValueError(format!(
+            "{s:?} has port 0, which no node can dial; give the port this node's HTTP \
+             API listens on, {example}"
+        )));
+    }
     if !url.username().is_empty()
         || url.password().is_some()
         || url.query().is_some()
@@ -267,6 +273,7 @@ mod tests {
             "http://h:1/api",
             "http://u:p@h:1",
             "http://h:1/?x=1",
+            "http://127.0.0.1:0",
         ] {
             assert!(advertised_url(bad).is_err(), "{bad}");
         }
