@@ -185,7 +185,11 @@ impl TurnStream {
         match update {
             SessionUpdate::Event(event) => self.turn.apply(event),
             SessionUpdate::Delta(delta) => Ok(self.turn.live(delta).into_iter().collect()),
-            SessionUpdate::Notice(Notice::Lagged { last_seq, .. }) => {
+            // Resubscribed from the next seq: after `Moved` this runtime answers
+            // `NotOwner` (the session goes on where its shard went).
+            SessionUpdate::Notice(
+                Notice::Lagged { last_seq, .. } | Notice::Moved { last_seq, .. },
+            ) => {
                 self.resubscribe_from = Some(Seq(last_seq.0 + 1));
                 Ok(Vec::new())
             }

@@ -155,6 +155,10 @@ pub const DEFAULT_HANDOFF_DRAIN: std::time::Duration = std::time::Duration::from
 /// drain, for their `turn_complete{cancelled}` before it drops the sessions anyway.
 pub const HANDOFF_CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// How long [`Runtime::hand_off`] waits for its sessions to tell their subscribers
+/// `Notice::Moved` and stop before it drops them anyway (a session still busy then).
+const HANDOFF_RELEASE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Default [`RuntimeConfig::hibernate_at_once_above`]: 1 000 loaded sessions.
 pub const DEFAULT_HIBERNATE_AT_ONCE_ABOVE: usize = 1_000;
 
@@ -512,7 +516,9 @@ impl Runtime {
     /// 2. **Cancel** what still runs, with `cause`'s reason (`turn_cancelled{reason}`,
     ///    e.g. `shard handed off to another node`; `turn_complete{cancelled}` committed
     ///    under the shard's fence), waiting at most [`HANDOFF_CANCEL_GRACE`].
-    /// 3. **Drop** the sessions as by [`Self::drop_sessions`].
+    /// 3. **Drop** the sessions: each tells its subscribers `Notice::Moved` (resume on
+    ///    the next owner) and stops, within 0.5 s; what is left then is dropped as by
+    ///    [`Self::drop_sessions`].
     ///
     /// The caller releases their shard after. Returns how it went.
     pub async fn hand_off(
@@ -540,6 +546,19 @@ impl Runtime {
         let ended = tokio::time::timeout(HANDOFF_CANCEL_GRACE, futures::future::join_all(waits))
             .await
             .is_ok();
+        // Subscribers learn where the session goes on (`Notice::Moved`) rather than
+        // seeing their channel end as if they had lagged.
+        let releases = sessions.iter().map(|session| {
+            session.call(
+                |reply| SessionMsg::Release {
+                    reason: cause.reason(),
+                    reply,
+                },
+                None,
+            )
+        });
+        let _ =
+            tokio::time::timeout(HANDOFF_RELEASE_GRACE, futures::future::join_all(releases)).await;
         for session in &sessions {
             session.kill();
         }

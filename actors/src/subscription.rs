@@ -5,7 +5,9 @@
 //! session commits after registration, so there is no gap and no duplicate. If the
 //! session drops the subscriber (its channel was full, or the session restarted), the
 //! channel ends without `Notice::Closed` and the subscription yields
-//! `Notice::Lagged{last_seq}` once: resubscribe from `last_seq + 1`.
+//! `Notice::Lagged{last_seq}` once: resubscribe from `last_seq + 1`. A session a cluster
+//! node hands off ends its subscriptions with `Notice::Moved{last_seq}`: resubscribe
+//! from `last_seq + 1` on the node that serves it now.
 
 use foya_protocol::event::Notice;
 use foya_protocol::{Event, Seq, SessionId, SessionUpdate};
@@ -129,6 +131,14 @@ impl Subscription {
                 Poll::Ready(Some(update @ SessionUpdate::Notice(Notice::Closed { .. }))) => {
                     self.ended = true;
                     return Poll::Ready(Some(update));
+                }
+                Poll::Ready(Some(SessionUpdate::Notice(Notice::Moved { reason, .. }))) => {
+                    self.ended = true;
+                    return Poll::Ready(Some(SessionUpdate::Notice(Notice::Moved {
+                        session_id: self.session_id,
+                        last_seq: self.last_seq,
+                        reason,
+                    })));
                 }
                 Poll::Ready(Some(update)) => return Poll::Ready(Some(update)),
                 Poll::Ready(None) => {

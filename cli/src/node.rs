@@ -115,6 +115,25 @@ pub async fn node(args: NodeArgs) -> Result<(), CommandError> {
     node_with(args, None).await
 }
 
+/// Refuses an `--http` address other machines can reach when no `--token-file` guards it:
+/// the API creates sessions and runs tools, `/metrics` tells what the node runs.
+fn check_http_exposure(http: &str) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::net::ToSocketAddrs as _;
+    let addrs: Vec<std::net::SocketAddr> = http
+        .to_socket_addrs()
+        .with_context(|| format!("--http {http}: expected HOST:PORT, e.g. 127.0.0.1:7878"))?
+        .collect();
+    if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+        anyhow::bail!(
+            "--http {http} is reachable from other machines: give --token-file so that only \
+             holders of the token can create sessions, run tools and read the metrics (or \
+             serve on a loopback address)"
+        );
+    }
+    Ok(())
+}
+
 /// [`node`], with `--http` served by `http` (the `foya` binary's: `foya serve`'s API;
 /// without one, `--http` serves `GET /metrics` alone).
 ///
@@ -181,7 +200,7 @@ async fn serve(
     let metrics_listener = match &args.http {
         Some(http) => {
             if token.is_none() {
-                foya_telemetry::http::check_loopback(http)?;
+                check_http_exposure(http)?;
             }
             Some(crate::listen::bind(http, crate::listen::Port::AnyOrZero).await?)
         }

@@ -154,7 +154,7 @@ impl Renderer {
                 self.fell_behind();
                 Ok(())
             }
-            SessionUpdate::Notice(Notice::Closed { .. }) => Ok(()),
+            SessionUpdate::Notice(Notice::Closed { .. } | Notice::Moved { .. }) => Ok(()),
         }
     }
 

@@ -269,6 +269,9 @@ fn handle(
                 foya_protocol::event::Notice::Closed { reason, .. } => {
                     out.error_with("subscription_closed", reason);
                 }
+                foya_protocol::event::Notice::Moved { reason, .. } => {
+                    out.error_with("session_moved", reason);
+                }
             }
             return Some(TurnEnd::Lost);
         }

@@ -496,8 +496,9 @@ async fn run_turn(
         match sse.event.as_str() {
             "delta" => out.deltas += 1,
             "notice" => {
-                // `lagged`: the stream fell behind and was cut; `closed`: the session
-                // closed it. Either way resume after the last seq received.
+                // `lagged`: the stream fell behind and was cut; `moved`: the node
+                // handed the session off. Either way resume after the last seq received
+                // (the stream ends next); `closed`: the session closed it.
                 let notice: serde_json::Value = serde_json::from_str(&sse.data).unwrap_or_default();
                 if notice["type"] == "closed" {
                     out.error("subscription_closed", format!("session {id}: {}", sse.data));

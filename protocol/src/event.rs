@@ -438,6 +438,17 @@ pub enum Notice {
         /// Why.
         reason: String,
     },
+    /// This runtime stopped serving the session: a cluster node handed its shard to
+    /// another node (placement moved it, or the node is stopping). The session goes on
+    /// there: resume from `last_seq + 1` through any node of the cluster.
+    Moved {
+        /// The session.
+        session_id: SessionId,
+        /// Last persisted seq delivered to this subscriber.
+        last_seq: Seq,
+        /// Why (`shard handed off to another node`, `node stopping: …`).
+        reason: String,
+    },
 }
 
 /// What a subscriber receives: persisted events (in seq order, no gap, no duplicate),

@@ -20,10 +20,11 @@
 //! store here; every response says which node served it ([`SERVED_BY`]).
 //!
 //! An event stream (`GET /sessions/{id}/events`) proxied from the owner follows the
-//! session: when it ends other than by a `lagged` notice or the session's deletion (the
-//! owner died, shut down or handed the shard off), this node finds the owner again and
-//! resumes there with `Last-Event-ID` set to the last seq it forwarded, so the client
-//! sees no gap and no duplicate (a `closed` notice of the old owner is not passed on).
+//! session: when it ends other than by the session's deletion or a `lagged` notice of a
+//! node that still owns it (the owner died, shut down, handed the shard off — its
+//! `moved` notice — or dropped it), this node finds the owner again and resumes there
+//! with `Last-Event-ID` set to the last seq it forwarded, so the client sees no gap and
+//! no duplicate (the old owner's `moved`, `closed` or `lagged` notice is not passed on).
 //! Only whole SSE events are forwarded.
 
 use super::AppState;
@@ -470,7 +471,8 @@ fn relay_head(upstream: &reqwest::Response) -> Response {
 
 /// How one upstream stream ended.
 enum Ended {
-    /// The client went away, or a `lagged` notice was passed on: the stream ends.
+    /// The client went away, or a `lagged` notice of the owner was passed on: the
+    /// stream ends.
     Done,
     /// The upstream ended (or sent `closed`, held here): follow the session.
     Follow { closed: Option<Bytes> },
@@ -564,6 +566,13 @@ async fn relay_events(
                     return Ended::Follow {
                         closed: Some(Bytes::from(block)),
                     };
+                }
+                // The owner handed the session off: follow it (not passed on).
+                Some("moved") => return Ended::Follow { closed: None },
+                // Cut off because its node dropped the session (its shard was fenced
+                // or its lease lost), not because the client lagged: follow it too.
+                Some("lagged") if !still_served_at(cluster, session, &base).await => {
+                    return Ended::Follow { closed: None };
                 }
                 Some("lagged") => {
                     let _ = tx.send(Bytes::from(block)).await;

@@ -6,7 +6,7 @@
 //! the client's last event id stays the last persisted seq. `?from_seq=N` starts at `N`
 //! (default 1, everything); `Last-Event-ID` wins over it. `?approver=true` makes this
 //! subscription count as an approver while it is open. The stream ends after a
-//! `closed` or `lagged` notice (reconnect to resume), or when the server shuts down (after
+//! `closed`, `lagged` or `moved` notice (reconnect to resume), or when the server shuts down (after
 //! the updates already delivered to it, such as the end of a turn the shutdown cancelled).
 
 use super::AppState;

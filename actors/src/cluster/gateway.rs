@@ -297,8 +297,11 @@ impl Forwarder {
             };
             while let Some(update) = sub.recv().await {
                 match &update {
-                    // Resubscribe locally from where this subscriber is.
-                    SessionUpdate::Notice(Notice::Lagged { last_seq, .. }) => {
+                    // Resubscribe locally from where this subscriber is (after `Moved`,
+                    // this node answers `NotOwner`: the subscriber looks elsewhere).
+                    SessionUpdate::Notice(
+                        Notice::Lagged { last_seq, .. } | Notice::Moved { last_seq, .. },
+                    ) => {
                         next = Seq(last_seq.0 + 1);
                         break;
                     }

@@ -167,7 +167,9 @@ impl ClusterSubscription {
         };
         match &update {
             SessionUpdate::Event(event) => self.last_seq = event.seq,
-            SessionUpdate::Notice(Notice::Closed { .. } | Notice::Lagged { .. }) => {
+            SessionUpdate::Notice(
+                Notice::Closed { .. } | Notice::Lagged { .. } | Notice::Moved { .. },
+            ) => {
                 self.ended = true;
             }
             SessionUpdate::Delta(_) => {}
@@ -323,7 +325,11 @@ impl Driver {
                                 return Next::Stop;
                             }
                         }
-                        SessionUpdate::Notice(Notice::Lagged { .. }) => return Next::Resubscribe,
+                        // Resubscribed; after `Moved` the node answers `NotOwner` and the
+                        // owner is looked for elsewhere.
+                        SessionUpdate::Notice(Notice::Lagged { .. } | Notice::Moved { .. }) => {
+                            return Next::Resubscribe;
+                        }
                         update @ SessionUpdate::Notice(Notice::Closed { .. }) => {
                             let _ = self.deliver(update);
                             return Next::Stop;

@@ -156,6 +156,11 @@ impl Actor for SessionActor {
             SessionMsg::Hibernate => return state.check_hibernation(&myself).await,
             // Not activity: a subscriber went away; maybe the last one.
             SessionMsg::Unwatched => return state.hibernate_if_unwatched(&myself).await,
+            SessionMsg::Release { reason, reply } => {
+                state.release(&myself, reason);
+                let _ = reply.send(());
+                return Ok(());
+            }
             _ => {}
         }
         state.touched();
@@ -314,7 +319,9 @@ impl Session {
                 (SessionInput::Drain, None)
             }
             // Handled before (`SessionActor::handle`): they are not activity.
-            SessionMsg::Hibernate | SessionMsg::Unwatched => return None,
+            SessionMsg::Hibernate | SessionMsg::Unwatched | SessionMsg::Release { .. } => {
+                return None;
+            }
             #[cfg(test)]
             SessionMsg::Crash => panic!("test-induced SessionActor panic"),
             #[cfg(test)]

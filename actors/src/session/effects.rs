@@ -229,6 +229,21 @@ impl Session {
 
     /// Sends to every subscriber; one whose buffer is full is dropped (its Subscription
     /// reports `Notice::Lagged`), never waited for. The last one gets `update` itself.
+    /// This runtime stops serving the session (a handoff's end): every subscriber is
+    /// told where to go on (`Notice::Moved`, resume from the next seq on the node that
+    /// serves it now), and the actor stops without writing.
+    pub(super) fn release(&mut self, myself: &ActorRef<SessionMsg>, reason: &'static str) {
+        let notice = SessionUpdate::Notice(Notice::Moved {
+            session_id: self.machine.fold().id,
+            last_seq: Seq(self.machine.fold().last_seq),
+            reason: reason.into(),
+        });
+        self.broadcast(notice);
+        self.subscribers.clear();
+        self.stopping = true;
+        myself.stop(Some(reason.into()));
+    }
+
     pub(super) fn broadcast(&mut self, update: SessionUpdate) {
         let last = self.subscribers.len();
         let mut update = Some(Box::new(update));

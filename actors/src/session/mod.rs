@@ -167,6 +167,13 @@ pub(crate) enum SessionMsg {
     /// queued in the log for the next owner), let the running turn finish; answered once
     /// no turn runs (at once when idle).
     Drain { reply: RpcReplyPort<()> },
+    /// A handoff's end: this runtime stops serving the session (its shard goes to
+    /// another node). Tells every subscriber `Notice::Moved{reason}`, then stops without
+    /// writing; answered before it stops.
+    Release {
+        reason: &'static str,
+        reply: RpcReplyPort<()>,
+    },
     /// Test hook: make the active TurnActor panic.
     #[cfg(test)]
     CrashTurn,

@@ -107,7 +107,7 @@ pub(super) async fn follow(
                             state.renderer.resubscribed(chat.updates.replay_end());
                             continue;
                         }
-                        Notice::Closed { reason, .. } => {
+                        Notice::Closed { reason, .. } | Notice::Moved { reason, .. } => {
                             break Err(anyhow::anyhow!("the session closed: {reason}"));
                         }
                     }

@@ -259,6 +259,10 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
     let session = runtime_a.create_session(config).await.unwrap();
     let id = session.id();
     assert_eq!(log_a.session_shard(id).await.unwrap(), Some(0));
+    let mut watcher = session
+        .subscribe(Seq::FIRST, foya_actors::SubscribeOptions::default())
+        .await
+        .unwrap();
     session.submit(Input::text("go")).await.unwrap();
     until_logged(&log_a, id, "the call started", |k| {
         matches!(k, EventKind::ToolStarted { .. })
@@ -280,6 +284,33 @@ async fn a_handoff_mid_tool_call_closes_the_turn_once_and_nothing_pairs_the_call
         outcome.ended,
         "the handed-off turn did not end within the grace"
     );
+    // A subscriber is told the session moved, after the turn's end (not `lagged`).
+    let mut updates = Vec::new();
+    while let Some(update) = watcher.recv().await {
+        updates.push(update);
+    }
+    let last_event = updates.iter().rev().find_map(|u| match u {
+        foya_protocol::SessionUpdate::Event(e) => Some(e),
+        _ => None,
+    });
+    assert!(
+        matches!(
+            last_event.map(|e| &e.kind),
+            Some(EventKind::TurnComplete { .. })
+        ),
+        "{updates:#?}"
+    );
+    match updates.last() {
+        Some(foya_protocol::SessionUpdate::Notice(foya_protocol::event::Notice::Moved {
+            last_seq,
+            reason,
+            ..
+        })) => {
+            assert_eq!(*last_seq, last_event.unwrap().seq);
+            assert_eq!(reason, "shard handed off to another node");
+        }
+        other => panic!("expected Moved last, got {other:?}"),
+    }
     assert!(lease_a.release(0).await.unwrap());
     own_a.released(0);
     match runtime_a.session(id).await {

@@ -149,6 +149,20 @@ struct Sse {
 }
 
 impl Sse {
+    /// The persisted events up to the first notice, and the notice.
+    async fn until_notice(&mut self) -> (Vec<Value>, Value) {
+        let mut events = Vec::new();
+        loop {
+            let sse = self.inner.next().await.unwrap().unwrap();
+            let data: Value = serde_json::from_str(&sse.data).unwrap();
+            match sse.event.as_str() {
+                "event" => events.push(data),
+                "notice" => return (events, data),
+                _ => {}
+            }
+        }
+    }
+
     /// The persisted events until one satisfies `stop` (ids checked against seqs).
     async fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
         let mut events = Vec::new();
@@ -658,6 +672,82 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
         let last = seen.last().unwrap()["seq"].as_u64().unwrap();
         assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
         drop(owner);
+        drop(entry);
+    })
+    .await;
+}
+
+/// A node stopped with SIGTERM hands its shards off: its own event stream of a session
+/// ends with a `moved` notice naming the handoff (not a `lagged` one: nobody fell
+/// behind), and a stream of that session through another node follows it there, with no
+/// notice, no gap and no duplicate, on to the next turn the new owner runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_follow_a_session_handed_off_by_a_node_stopped_with_sigterm() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        // Each answer streams three fragments, 1.5 s apart: the SIGTERM finds a turn
+        // running, and the handoff's drain (0.2 s) cancels it.
+        let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 1500});
+        let script = [slow.clone(), slow.clone(), slow];
+        let drain = ["--handoff-drain", "0.2"];
+        let a = node_at("a", &store, &dir, &script, "127.0.0.1:0", &drain).await;
+        let b = node_at("b", &store, &dir, &script, "127.0.0.1:0", &drain).await;
+        let id = a.create().await;
+        let (owner, entry) = if owner_of(&store, &id).await == "a" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let mut direct = owner.events(&id, Some(0), "").await;
+        let mut forwarded = entry.events(&id, Some(0), "").await;
+        assert_eq!(
+            (direct.node.as_str(), forwarded.node.as_str()),
+            (owner.name, owner.name)
+        );
+        let resp = entry.submit(&id, "one").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let mut seen = forwarded.until(of_type("step_started")).await;
+
+        signal(&owner, nix::sys::signal::Signal::SIGTERM);
+        let (events, notice) = direct.until_notice().await;
+        let end = events.last().unwrap();
+        assert_eq!(
+            (end["type"].as_str(), end["status"].as_str()),
+            (Some("turn_complete"), Some("cancelled")),
+            "{events:#?}"
+        );
+        assert_eq!(notice["type"], "moved", "{notice}");
+        assert_eq!(
+            notice["reason"],
+            "node stopping: shard handed off to another node"
+        );
+        assert_eq!(notice["last_seq"], end["seq"], "{notice}");
+        assert!(
+            direct.inner.next().await.is_none(),
+            "the owner's stream ends after `moved`"
+        );
+        let mut owner = owner;
+        let status = owner.child.wait().await.unwrap();
+        assert!(status.success(), "{status:?}");
+
+        // Through the other node: the cancelled turn, then (no notice) the next turn,
+        // run by the new owner.
+        seen.extend(forwarded.until(of_type("turn_complete")).await);
+        let cancelled = seen.iter().find(|e| e["type"] == "turn_cancelled").unwrap();
+        assert_eq!(
+            cancelled["reason"],
+            "node stopping: shard handed off to another node"
+        );
+        let resp = submit_retrying(&entry, &id, "two").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        served_by(&resp, entry.name);
+        let next = forwarded.until(of_type("turn_complete")).await;
+        assert_eq!(next.last().unwrap()["status"], "completed", "{next:#?}");
+        seen.extend(next);
+        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
         drop(entry);
     })
     .await;

@@ -647,7 +647,10 @@ async fn a_node_serves_metrics_on_http_behind_its_token() {
     let refused = node("0.0.0.0:0").output().await.unwrap();
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("loopback"), "{stderr}");
+    assert!(
+        stderr.contains("--http 0.0.0.0:0 is reachable from other machines: give --token-file"),
+        "{stderr}"
+    );
 
     let mut child = node("127.0.0.1:0")
         .arg("--token-file")
