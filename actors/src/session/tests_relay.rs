@@ -144,7 +144,7 @@ async fn a_stream_task_that_panics_fails_its_request_as_stream_interrupted() {
             reason: Some("stream_interrupted".into()),
             error: Some(ErrorInfo {
                 class: ErrorClass::StreamInterrupted,
-                message: "the provider actor crashed: the stream task panicked: decoder bug".into()
+                message: "the model stream task panicked: decoder bug".into()
             }),
         }
     );

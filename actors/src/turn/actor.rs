@@ -360,7 +360,7 @@ impl Turn {
         }
         let error = ProviderError::new(
             ErrorClass::StreamInterrupted,
-            format!("the provider actor crashed: the stream task panicked: {why}"),
+            format!("the model stream task panicked: {why}"),
         );
         Some(TurnInput::StreamEnded {
             request,

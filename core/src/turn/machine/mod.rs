@@ -156,7 +156,7 @@ pub enum StreamOutcome {
         usage: Option<Usage>,
         parallel_safe: Vec<bool>,
     },
-    /// An error (or the provider actor crashed, or the stream broke off).
+    /// An error (or the model stream task panicked, or the stream broke off).
     Failed(ProviderError),
 }
 
