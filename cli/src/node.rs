@@ -115,6 +115,19 @@ pub async fn node(args: NodeArgs) -> Result<(), CommandError> {
     node_with(args, None).await
 }
 
+/// The next SIGINT, SIGTERM or SIGHUP (Ctrl-C alone when the handlers could not be
+/// installed).
+async fn next_signal(signals: &mut Option<crate::signals::Signals>) {
+    match signals {
+        Some(signals) => {
+            signals.recv().await;
+        }
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 /// Refuses an `--http` address other machines can reach when no `--token-file` guards it:
 /// the API creates sessions and runs tools, `/metrics` tells what the node runs.
 fn check_http_exposure(http: &str) -> anyhow::Result<()> {
@@ -154,6 +167,10 @@ async fn serve(
     cookie: String,
     http_service: Option<crate::node_http::HttpService>,
 ) -> anyhow::Result<()> {
+    // SIGINT, SIGTERM and SIGHUP are handled from the start, before the lease is
+    // registered: a node stopped while it joins hands off what it holds and ends its lease
+    // (exit 0), as once it serves.
+    let mut signals = crate::signals::Signals::install().ok();
     let cwd = std::env::current_dir().context("no current directory")?;
     let (model, model_name) = crate::setup::model_client(&args.provider, &cwd)?;
     // A node on PostgreSQL registers its HTTP address for the others to forward to: an
@@ -295,14 +312,35 @@ async fn serve(
     // A node with shards serves once it holds them (bounded: `ShardNode::settle`), so a
     // client it answers is not refused `NoShard` by a node that has just started.
     #[cfg(feature = "postgres")]
-    if let Some(shards) = shard_node.as_mut()
-        && let Err(reason) = shards.settle(&runtime).await
-    {
-        runtime.close().await;
-        anyhow::bail!(
-            "node {name:?} lost its lease in the store ({reason}) before it served: it \
-             wrote nothing. Start it again to rejoin."
-        );
+    if let Some(shards) = shard_node.as_mut() {
+        let settled = tokio::select! {
+            settled = shards.settle(&runtime) => Some(settled),
+            () = next_signal(&mut signals) => None,
+        };
+        match settled {
+            Some(Ok(_)) => {}
+            Some(Err(reason)) => {
+                runtime.close().await;
+                anyhow::bail!(
+                    "node {name:?} lost its lease in the store ({reason}) before it served: \
+                     it wrote nothing. Start it again to rejoin."
+                );
+            }
+            // Stopped while joining: what it holds is handed off, its lease ended.
+            None => {
+                shards.hand_off_all(&runtime).await;
+                runtime.drain(foya_actors::DEFAULT_SHUTDOWN_GRACE).await;
+                if let Some(shards) = shard_node.take() {
+                    shards.shutdown().await;
+                }
+                runtime.close().await;
+                metrics_stop.cancel();
+                if let Some(telemetry) = telemetry {
+                    telemetry.shutdown().await;
+                }
+                return Ok(());
+            }
+        }
     }
     let config = NodeConfig::new(args.listen, cookie, args.connect.clone(), name.clone());
     let node = ClusterNode::start(runtime, config)
@@ -360,7 +398,7 @@ async fn serve(
     let placement = std::future::pending::<Option<String>>();
     let mut lost = None;
     let refused = tokio::select! {
-        () = crate::signals::wait_for_signal() => None,
+        () = next_signal(&mut signals) => None,
         e = node.refused() => Some(e),
         reason = placement => {
             lost = reason;

@@ -20,12 +20,12 @@
 //! store here; every response says which node served it ([`SERVED_BY`]).
 //!
 //! An event stream (`GET /sessions/{id}/events`) proxied from the owner follows the
-//! session: when it ends other than by the session's deletion or a `lagged` notice of a
-//! node that still owns it (the owner died, shut down, handed the shard off — its
-//! `moved` notice — or dropped it), this node finds the owner again and resumes there
-//! with `Last-Event-ID` set to the last seq it forwarded, so the client sees no gap and
-//! no duplicate (the old owner's `moved`, `closed` or `lagged` notice is not passed on).
-//! Only whole SSE events are forwarded.
+//! session: when it ends other than by the session's deletion (the owner died, shut
+//! down, handed the shard off — its `moved` notice — dropped the session or cut the
+//! stream off — `lagged`), this node finds the owner again and resumes there with
+//! `Last-Event-ID` set to the last seq it forwarded, so the client sees no gap and no
+//! duplicate (the old owner's `moved`, `closed` or `lagged` notice is not passed on; live
+//! deltas sent meanwhile are not replayed). Only whole SSE events are forwarded.
 
 use super::AppState;
 use super::error::ApiError;
@@ -438,6 +438,16 @@ async fn follow(
             None => return moved_away(&base),
         },
     };
+    // Refused by a node whose shard is moving (503 `not_owner` while it hands the
+    // session off): wherever the session is served next, as a resume would.
+    let (base, upstream) = if upstream.status() == StatusCode::SERVICE_UNAVAILABLE {
+        match reconnect(&state, &cluster, session, &parts, None).await {
+            Some(next) => next,
+            None => return relay(upstream),
+        }
+    } else {
+        (base, upstream)
+    };
     let is_stream = upstream
         .headers()
         .get(header::CONTENT_TYPE)
@@ -471,8 +481,7 @@ fn relay_head(upstream: &reqwest::Response) -> Response {
 
 /// How one upstream stream ended.
 enum Ended {
-    /// The client went away, or a `lagged` notice of the owner was passed on: the
-    /// stream ends.
+    /// The client went away, or this node is stopping: the stream ends.
     Done,
     /// The upstream ended (or sent `closed`, held here): follow the session.
     Follow { closed: Option<Bytes> },
@@ -567,17 +576,12 @@ async fn relay_events(
                         closed: Some(Bytes::from(block)),
                     };
                 }
-                // The owner handed the session off: follow it (not passed on).
-                Some("moved") => return Ended::Follow { closed: None },
-                // Cut off because its node dropped the session (its shard was fenced
-                // or its lease lost), not because the client lagged: follow it too.
-                Some("lagged") if !still_served_at(cluster, session, &base).await => {
-                    return Ended::Follow { closed: None };
-                }
-                Some("lagged") => {
-                    let _ = tx.send(Bytes::from(block)).await;
-                    return Ended::Done;
-                }
+                // The owner handed the session off (`moved`), or cut this stream off
+                // (`lagged`: it dropped the session — its shard fenced, its lease lost,
+                // a handoff that outlasted its grace — or this node read too slowly):
+                // resumed from the last seq forwarded, wherever the session is served,
+                // as the client would after either notice (not passed on).
+                Some("moved" | "lagged") => return Ended::Follow { closed: None },
                 _ => {}
             }
             if tx.send(Bytes::from(block)).await.is_err() {

@@ -753,6 +753,151 @@ async fn event_streams_follow_a_session_handed_off_by_a_node_stopped_with_sigter
     .await;
 }
 
+/// A handoff whose writes stall (another client holds the session's shard row, so the
+/// cancelled turn's end cannot commit within the grace) drops the session instead of
+/// releasing it: the owner's own stream is cut off without `moved`. A stream of the
+/// session through another node still follows it to the new owner, with no notice, gap
+/// or duplicate, once the store answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_stream_follows_a_session_whose_handoff_stalled_on_the_store() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 1500});
+        let script = [slow.clone(), slow.clone(), slow];
+        let drain = ["--handoff-drain", "0.2"];
+        let a = node_at("a", &store, &dir, &script, "127.0.0.1:0", &drain).await;
+        let b = node_at("b", &store, &dir, &script, "127.0.0.1:0", &drain).await;
+        let id = a.create().await;
+        let (owner, entry) = if owner_of(&store, &id).await == "a" {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let mut direct = owner.events(&id, Some(0), "").await;
+        let mut forwarded = entry.events(&id, Some(0), "").await;
+        assert_eq!(
+            entry.submit(&id, "one").await.status(),
+            StatusCode::ACCEPTED
+        );
+        let mut seen = forwarded.until(of_type("step_started")).await;
+
+        // The shard's row locked by another client until the owner dropped the session
+        // (the transaction kept busy: the server ends one idle for 2 s).
+        let shard = shard_of(&store, &id).await;
+        let (client, connection) = tokio_postgres::connect(&store, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let cancel = client.cancel_token();
+        let holder = tokio::spawn(async move {
+            let hold = format!(
+                "BEGIN; SELECT shard FROM foya_shards WHERE shard = {shard} FOR UPDATE; \
+                 SELECT pg_sleep(60); COMMIT;"
+            );
+            // Ended by the cancel below (the transaction rolls back).
+            let _ = client.batch_execute(&hold).await;
+        });
+        let (watcher, connection) = tokio_postgres::connect(&store, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        loop {
+            let sleeping = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            if sleeping.get::<_, i64>(0) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        signal(&owner, nix::sys::signal::Signal::SIGTERM);
+        let (_, notice) = direct.until_notice().await;
+        assert_eq!(notice["type"], "lagged", "{notice}");
+        cancel.cancel_query(tokio_postgres::NoTls).await.unwrap();
+        holder.await.unwrap();
+
+        seen.extend(forwarded.until(of_type("turn_complete")).await);
+        let resp = submit_retrying(&entry, &id, "two").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let next = forwarded.until(of_type("turn_complete")).await;
+        assert_eq!(next.last().unwrap()["status"], "completed", "{next:#?}");
+        seen.extend(next);
+        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
+        let mut owner = owner;
+        assert!(owner.child.wait().await.unwrap().success());
+        drop(entry);
+    })
+    .await;
+}
+
+/// A node stopped (SIGTERM) while it joins — its lease registered, its share still held
+/// by a node whose turn in one of those shards runs within a long drain — hands off what
+/// it holds and ends its lease: it exits 0 (it was killed by the signal, its lease left
+/// live until its TTL ran out), and starts again under its name at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_while_it_joins_ends_its_lease_and_exits_cleanly() {
+    within(async {
+        let store = foya_storage_pg::testkit::fresh_url().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 3000});
+        let a = node_at(
+            "a",
+            &store,
+            &dir,
+            &[slow, json!({"text": "then"})],
+            "127.0.0.1:0",
+            &["--handoff-drain", "60"],
+        )
+        .await;
+        // A session in a shard placement gives B once it joins.
+        let id = loop {
+            let id = a.create().await;
+            let shard = shard_of(&store, &id).await;
+            if foya_storage_pg::shard::owner(shard, &["a", "b"]) == Some("b") {
+                break id;
+            }
+        };
+        let mut stream = a.events(&id, Some(0), "").await;
+        assert_eq!(a.submit(&id, "one").await.status(), StatusCode::ACCEPTED);
+        stream.until(of_type("step_started")).await;
+
+        let mut joining = node_command("b", &store, &dir, &[], "127.0.0.1:0", &[])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let directory = foya_storage_pg::Directory::new(&store).unwrap();
+        while !matches!(directory.live_node("b").await, Ok(Some(_))) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(joining.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = joining.wait().await.unwrap();
+        assert_eq!(status.code(), Some(0), "{status:?}");
+        assert!(
+            matches!(directory.live_node("b").await, Ok(None)),
+            "the stopped node's lease is still live"
+        );
+        // The turn on A ends as it would have; B starts again under its name at once.
+        let events = stream.until(of_type("turn_complete")).await;
+        assert_eq!(events.last().unwrap()["status"], "completed", "{events:#?}");
+        let b = node("b", &store, &dir, &[]).await;
+        let resp = submit_retrying(&b, &id, "two").await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED, "{resp:?}");
+        drop((a, b));
+    })
+    .await;
+}
+
 /// `request` (its head and body, `\n` line ends) sent as written to the node at `base`:
 /// the head of the answer.
 async fn raw(base: &str, request: &str) -> String {
