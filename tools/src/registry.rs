@@ -302,7 +302,7 @@ fn clip(text: &str, max: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::builtin::{ReadFile, Shell, WriteFile};
+    use crate::builtin::{Shell, read_file, write_file};
 
     fn names(set: &ToolSet) -> Vec<&str> {
         set.schemas().iter().map(|s| s.name.as_str()).collect()
@@ -311,7 +311,7 @@ mod tests {
     #[test]
     fn the_cached_tool_sets_follow_the_mode_and_every_registration() {
         let mut registry = ToolRegistry::new();
-        registry.register(Arc::new(ReadFile::new())).unwrap();
+        registry.register(Arc::new(read_file())).unwrap();
         let auto = registry.tool_set(ApprovalMode::Auto);
         assert_eq!(names(&auto), ["read_file"]);
         assert_eq!(auto, ToolSet::new(registry.schemas(ApprovalMode::Auto)));
@@ -321,7 +321,7 @@ mod tests {
             registry.tool_set(ApprovalMode::Ask).schemas()
         ));
 
-        registry.register(Arc::new(WriteFile::new())).unwrap();
+        registry.register(Arc::new(write_file())).unwrap();
         registry
             .register(Arc::new(Shell::new(SandboxRunner::new("/nonexistent"))))
             .unwrap();

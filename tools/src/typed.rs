@@ -106,6 +106,15 @@ where
         self.spec.default_timeout_ms = ms;
         self
     }
+
+    /// Advertises the schema the built-in tools use ([`builtin_parameters_of`]): an
+    /// optional argument is left out rather than sent as `null`, an integer's Rust width
+    /// is not mentioned.
+    #[must_use]
+    pub(crate) fn builtin_schema(mut self) -> Self {
+        self.spec.parameters = builtin_parameters_of::<A>();
+        self
+    }
 }
 
 /// The JSON Schema of `A` as a function's parameters (without the `$schema` and

@@ -9,7 +9,7 @@ use foya_actors::testkit::{
     Recorder, TIMEOUT, call_tool as call, confined, sandbox_runner as runner, tool_context as ctx,
     wait_until,
 };
-use foya_actors::tools::builtin::{EditFile, Grep, ReadFile, Shell, WriteFile};
+use foya_actors::tools::builtin::{Shell, edit_file, grep, read_file, write_file};
 use foya_actors::tools::protected::Protected;
 use foya_actors::tools::{SandboxPolicy, Tool, ToolContext};
 use foya_protocol::ApprovalMode;
@@ -80,12 +80,12 @@ async fn file_tools_refuse_protected_paths_unless_a_person_approved_the_write() 
         (json!({"path": "notes.txt", "content": "evil"}), true),
     ];
     for (args, _) in &attempts {
-        let out = call(&WriteFile::new(), &confined, args.clone()).await;
+        let out = call(&write_file(), &confined, args.clone()).await;
         assert!(out.is_error, "{args}: {}", out.content);
         assert!(out.content.contains("protected path"), "{}", out.content);
     }
     let edit = json!({"path": "AGENTS.md", "old_string": "careful", "new_string": "reckless"});
-    let out = call(&EditFile::new(), &confined, edit.clone()).await;
+    let out = call(&edit_file(), &confined, edit.clone()).await;
     assert!(
         out.is_error && out.content.contains("protected path"),
         "{}",
@@ -98,7 +98,7 @@ async fn file_tools_refuse_protected_paths_unless_a_person_approved_the_write() 
         ApprovalMode::Auto,
         SandboxPolicy::WorkspaceAndProtected { network: false },
     ));
-    let out = call(&EditFile::new(), &approved, edit).await;
+    let out = call(&edit_file(), &approved, edit).await;
     assert!(!out.is_error, "{}", out.content);
     assert_eq!(
         std::fs::read_to_string(w.join("AGENTS.md")).unwrap(),
@@ -115,7 +115,7 @@ async fn file_tools_refuse_to_write_through_a_hard_link_when_confined() {
     std::fs::hard_link(&target, tmp.path().join("link.txt")).unwrap();
     let confined = confined(tmp.path());
     let out = call(
-        &WriteFile::new(),
+        &write_file(),
         &confined,
         json!({"path": "link.txt", "content": "changed"}),
     )
@@ -126,7 +126,7 @@ async fn file_tools_refuse_to_write_through_a_hard_link_when_confined() {
         out.content
     );
     let out = call(
-        &EditFile::new(),
+        &edit_file(),
         &confined,
         json!({"path": "link.txt", "old_string": "outside", "new_string": "changed"}),
     )
@@ -140,7 +140,7 @@ async fn file_tools_refuse_to_write_through_a_hard_link_when_confined() {
     // Unconfined (bypass): the write is the person's business.
     let bypass = ctx(tmp.path(), ApprovalMode::Bypass, SandboxPolicy::None);
     let out = call(
-        &WriteFile::new(),
+        &write_file(),
         &bypass,
         json!({"path": "link.txt", "content": "x"}),
     )
@@ -252,18 +252,18 @@ async fn fifo_reads() {
         .unwrap();
     assert!(made.success());
     let ctx = confined(tmp.path());
-    let out = call(&ReadFile::new(), &ctx, json!({"path": "pipe"})).await;
+    let out = call(&read_file(), &ctx, json!({"path": "pipe"})).await;
     assert!(out.is_error, "{}", out.content);
     assert!(out.content.contains("FIFO"), "{}", out.content);
-    let out = call(&ReadFile::new(), &ctx, json!({"path": "/dev/zero"})).await;
+    let out = call(&read_file(), &ctx, json!({"path": "/dev/zero"})).await;
     assert!(out.is_error, "{}", out.content);
-    let grep = call(&Grep::new(), &ctx, json!({"pattern": "x", "path": "pipe"})).await;
+    let grep = call(&grep(), &ctx, json!({"pattern": "x", "path": "pipe"})).await;
     assert!(!grep.content.contains("panicked"), "{}", grep.content);
     let before = threads();
     for _ in 0..200 {
         let cancel = CancellationToken::new();
         let recorder = Recorder::default();
-        let call = ReadFile::new();
+        let call = read_file();
         let running = call.call(&ctx, json!({"path": "pipe"}), cancel.clone(), &recorder);
         let cancelling = async {
             tokio::task::yield_now().await;

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_actors::testkit::{call_tool as call, confined, tool_context as ctx};
-use foya_actors::tools::builtin::{EditFile, Glob, Grep, ListDir, ReadFile, WriteFile};
+use foya_actors::tools::builtin::{edit_file, glob, grep, list_dir, read_file, write_file};
 use foya_actors::tools::{SandboxPolicy, ToolOutput};
 use foya_protocol::ApprovalMode;
 use serde_json::json;
@@ -22,7 +22,7 @@ async fn read_file_numbers_lines_and_windows() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("a.txt"), "one\ntwo\nthree\nfour\n").unwrap();
     let ctx = confined(dir.path());
-    let tool = ReadFile::new();
+    let tool = read_file();
     assert_eq!(
         call(&tool, &ctx, json!({"path": "a.txt"})).await,
         ok("     1\tone\n     2\ttwo\n     3\tthree\n     4\tfour\n")
@@ -55,7 +55,7 @@ async fn read_file_errors() {
     fs::create_dir(dir.path().join("sub")).unwrap();
     fs::write(dir.path().join("empty.txt"), "").unwrap();
     let ctx = confined(dir.path());
-    let tool = ReadFile::new();
+    let tool = read_file();
     assert_eq!(
         call(&tool, &ctx, json!({"path": "bin.dat"})).await,
         err("\"bin.dat\" is a binary file (7 bytes); not shown")
@@ -87,12 +87,7 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     let (cwd_s, out_s) = (cwd.display().to_string(), outside.display().to_string());
 
     assert_eq!(
-        call(
-            &ReadFile::new(),
-            &ctx,
-            json!({"path": "../outside/secret.txt"})
-        )
-        .await,
+        call(&read_file(), &ctx, json!({"path": "../outside/secret.txt"})).await,
         err(&format!(
             "path \"../outside/secret.txt\" resolves to {out_s}/secret.txt which is outside the working \
              directory {cwd_s}; file tools only access paths inside the working directory"
@@ -101,7 +96,7 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     let absolute = format!("{out_s}/new.txt");
     assert_eq!(
         call(
-            &WriteFile::new(),
+            &write_file(),
             &ctx,
             json!({"path": absolute, "content": "x"})
         )
@@ -113,7 +108,7 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     );
     assert_eq!(
         call(
-            &WriteFile::new(),
+            &write_file(),
             &ctx,
             json!({"path": "link/new.txt", "content": "x"})
         )
@@ -128,18 +123,13 @@ async fn file_tools_refuse_paths_outside_the_working_directory() {
     // Bypass mode (or a call approved to leave the sandbox) may reach outside.
     let bypass = ctx_with(&cwd, ApprovalMode::Bypass, SandboxPolicy::None);
     assert_eq!(
-        call(
-            &ReadFile::new(),
-            &bypass,
-            json!({"path": "link/secret.txt"})
-        )
-        .await,
+        call(&read_file(), &bypass, json!({"path": "link/secret.txt"})).await,
         ok("     1\tsecret\n")
     );
     let approved = ctx_with(&cwd, ApprovalMode::AutoEdit, SandboxPolicy::None);
     assert_eq!(
         call(
-            &WriteFile::new(),
+            &write_file(),
             &approved,
             json!({"path": "../outside/ok.txt", "content": "y"})
         )
@@ -166,7 +156,7 @@ async fn list_dir_lists_sorted_entries() {
     fs::create_dir(dir.path().join("empty")).unwrap();
     std::os::unix::fs::symlink("b.txt", dir.path().join("c")).unwrap();
     let ctx = confined(dir.path());
-    let tool = ListDir::new();
+    let tool = list_dir();
     assert_eq!(
         call(&tool, &ctx, json!({"path": "."})).await,
         ok(".hidden\na/\nb.txt\nc@\nempty/\n")
@@ -210,7 +200,7 @@ fn tree() -> tempfile::TempDir {
 async fn glob_honours_ignore_rules() {
     let dir = tree();
     let ctx = confined(dir.path());
-    let tool = Glob::new();
+    let tool = glob();
     assert_eq!(
         call(&tool, &ctx, json!({"pattern": "*.rs"})).await,
         ok("src/main.rs\nsrc/nested/lib.rs\n")
@@ -246,12 +236,7 @@ async fn glob_caps_its_results() {
     for i in 0..1_005 {
         fs::write(dir.path().join(format!("f{i:04}.txt")), "").unwrap();
     }
-    let out = call(
-        &Glob::new(),
-        &confined(dir.path()),
-        json!({"pattern": "*.txt"}),
-    )
-    .await;
+    let out = call(&glob(), &confined(dir.path()), json!({"pattern": "*.txt"})).await;
     let lines: Vec<&str> = out.content.lines().collect();
     assert_eq!(lines.len(), 1_001);
     assert_eq!((lines[0], lines[999]), ("f0000.txt", "f0999.txt"));
@@ -265,7 +250,7 @@ async fn glob_caps_its_results() {
 async fn grep_finds_lines_with_ignore_rules_and_glob() {
     let dir = tree();
     let ctx = confined(dir.path());
-    let tool = Grep::new();
+    let tool = grep();
     assert_eq!(
         call(&tool, &ctx, json!({"pattern": "TODO"})).await,
         ok("README.md:1:TODO: docs\nsrc/nested/lib.rs:2:// TODO: more\n")
@@ -296,7 +281,7 @@ async fn grep_finds_lines_with_ignore_rules_and_glob() {
 async fn grep_caps_matches() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("many.txt"), "x\n".repeat(600)).unwrap();
-    let out = call(&Grep::new(), &confined(dir.path()), json!({"pattern": "x"})).await;
+    let out = call(&grep(), &confined(dir.path()), json!({"pattern": "x"})).await;
     let lines: Vec<&str> = out.content.lines().collect();
     assert_eq!(lines.len(), 501);
     assert_eq!((lines[0], lines[499]), ("many.txt:1:x", "many.txt:500:x"));
@@ -310,7 +295,7 @@ async fn grep_caps_matches() {
 async fn write_file_creates_parents_and_overwrites() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = confined(dir.path());
-    let tool = WriteFile::new();
+    let tool = write_file();
     assert_eq!(
         call(
             &tool,
@@ -340,7 +325,7 @@ async fn edit_file_replaces_exactly_once_unless_replace_all() {
     let file = dir.path().join("e.txt");
     fs::write(&file, "alpha beta\nbeta gamma\n").unwrap();
     let ctx = confined(dir.path());
-    let tool = EditFile::new();
+    let tool = edit_file();
     let edit = |old: &str, new: &str, all: bool| json!({"path": "e.txt", "old_string": old, "new_string": new, "replace_all": all});
     assert_eq!(
         call(&tool, &ctx, edit("beta", "BETA", false)).await,

@@ -1,14 +1,12 @@
 //! `edit_file`: exact-string replacement in one file.
 
-use super::{arguments, blocking, file_spec};
-use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
-use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
+use super::{FileCall, file_tool};
+use crate::{SideEffect, Tool, ToolContext, ToolOutput, TypedTool, paths};
 
 // The arguments of `edit_file` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct EditArgs {
+pub(super) struct EditArgs {
     /// File path, relative to the working directory.
     path: String,
     /// Exact text to replace.
@@ -20,54 +18,24 @@ struct EditArgs {
     replace_all: Option<bool>,
 }
 
-/// Replaces text: `{path, old_string, new_string, replace_all?}`. `old_string` must occur
-/// exactly once unless `replace_all` is true.
-#[derive(Debug)]
-pub struct EditFile {
-    spec: ToolSpec,
+/// `edit_file`: replaces text, `{path, old_string, new_string, replace_all?}`.
+/// `old_string` must occur exactly once unless `replace_all` is true.
+#[must_use]
+pub fn edit_file() -> impl Tool {
+    typed()
 }
 
-impl EditFile {
-    /// The tool.
-    #[must_use]
-    pub fn new() -> Self {
-        let spec = file_spec::<EditArgs>(
-            "edit_file",
-            "Replace an exact string in a file in the working directory. old_string must match \
-             the file's text exactly (including whitespace) and occur exactly once, unless \
-             replace_all is true. Include surrounding lines to make it unique.",
-            SideEffect::Write,
-        );
-        Self { spec }
-    }
-}
-
-impl Default for EditFile {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for EditFile {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-        cancel: CancellationToken,
-        _progress: &dyn ProgressSink,
-    ) -> ToolOutput {
-        let args = match arguments::<EditArgs>(&self.spec, args) {
-            Ok(args) => args,
-            Err(invalid) => return invalid,
-        };
-        let ctx = ctx.clone();
-        blocking(&cancel, move || edit(&ctx, &args)).await
-    }
+/// [`edit_file`] as the [`TypedTool`] of its arguments.
+pub(super) fn typed()
+-> TypedTool<EditArgs, impl Fn(EditArgs, ToolContext) -> FileCall + Send + Sync + 'static> {
+    file_tool(
+        "edit_file",
+        "Replace an exact string in a file in the working directory. old_string must match \
+         the file's text exactly (including whitespace) and occur exactly once, unless \
+         replace_all is true. Include surrounding lines to make it unique.",
+        SideEffect::Write,
+        edit,
+    )
 }
 
 fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {

@@ -1,9 +1,7 @@
 //! `list_dir`: the entries of one directory.
 
-use super::{arguments, blocking, file_spec};
-use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
-use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
+use super::{FileCall, file_tool};
+use crate::{SideEffect, Tool, ToolContext, ToolOutput, TypedTool, paths};
 
 /// At most this many entries are listed.
 pub(crate) const LIST_MAX_ENTRIES: usize = 1_000;
@@ -11,58 +9,28 @@ pub(crate) const LIST_MAX_ENTRIES: usize = 1_000;
 // The arguments of `list_dir` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {
+pub(super) struct ListArgs {
     /// Directory path, relative to the working directory ('.' for the working directory itself).
     path: String,
 }
 
-/// Lists a directory: `{path}` → one entry per line, sorted, directories with a trailing
-/// `/`, symlinks with a trailing `@`.
-#[derive(Debug)]
-pub struct ListDir {
-    spec: ToolSpec,
+/// `list_dir`: lists a directory, `{path}` → one entry per line, sorted, directories
+/// with a trailing `/`, symlinks with a trailing `@`.
+#[must_use]
+pub fn list_dir() -> impl Tool {
+    typed()
 }
 
-impl ListDir {
-    /// The tool.
-    #[must_use]
-    pub fn new() -> Self {
-        let spec = file_spec::<ListArgs>(
-            "list_dir",
-            "List the entries of a directory in the working directory, sorted by name. \
-             Directories end with '/', symbolic links with '@'.",
-            SideEffect::None,
-        );
-        Self { spec }
-    }
-}
-
-impl Default for ListDir {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for ListDir {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-        cancel: CancellationToken,
-        _progress: &dyn ProgressSink,
-    ) -> ToolOutput {
-        let args = match arguments::<ListArgs>(&self.spec, args) {
-            Ok(args) => args,
-            Err(invalid) => return invalid,
-        };
-        let ctx = ctx.clone();
-        blocking(&cancel, move || list(&ctx, &args)).await
-    }
+/// [`list_dir`] as the [`TypedTool`] of its arguments.
+pub(super) fn typed()
+-> TypedTool<ListArgs, impl Fn(ListArgs, ToolContext) -> FileCall + Send + Sync + 'static> {
+    file_tool(
+        "list_dir",
+        "List the entries of a directory in the working directory, sorted by name. \
+         Directories end with '/', symbolic links with '@'.",
+        SideEffect::None,
+        list,
+    )
 }
 
 fn list(ctx: &ToolContext, args: &ListArgs) -> ToolOutput {

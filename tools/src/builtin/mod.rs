@@ -1,12 +1,14 @@
 //! The built-in tools: file access (`read_file`, `list_dir`, `glob`, `grep`,
 //! `write_file`, `edit_file`) and `shell`.
 //!
-//! Owns: the shared helpers of the built-ins (spec construction, running blocking file
+//! Owns: the shared helpers of the built-ins (making a file tool, running blocking file
 //! work off the async workers). Each tool declares its arguments once, as a
 //! `Deserialize + JsonSchema` struct: the schema the model sees is generated from it
 //! (`typed::builtin_parameters_of`) and each call's arguments are read into it
-//! (`typed::arguments`; a mismatch is an `is_error` result). Paths are relative to
-//! `ToolContext::cwd` and confined to it (see `tools::paths`).
+//! (`typed::arguments`; a mismatch is an `is_error` result). The file tools are
+//! [`TypedTool`]s, as an embedder's tools are; `shell` (live output) and `agent` implement
+//! [`Tool`] themselves. Paths are relative to `ToolContext::cwd` and confined to it (see
+//! `tools::paths`).
 
 pub mod agent;
 mod edit_file;
@@ -20,17 +22,20 @@ mod write_file;
 #[cfg(test)]
 mod tests;
 
-pub use edit_file::EditFile;
-pub use list_dir::ListDir;
+pub use edit_file::edit_file;
+pub use list_dir::list_dir;
 pub use output::{CappedOutput, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES};
-pub use read_file::ReadFile;
-pub use search::{Glob, Grep};
+pub use read_file::read_file;
+pub use search::{glob, grep};
 pub use shell::{SHELL_DEFAULT_TIMEOUT_MS, Shell};
-pub use write_file::WriteFile;
+pub use write_file::write_file;
 
 use super::sandbox::SandboxRunner;
-use super::typed::{arguments, builtin_parameters_of};
-use super::{SideEffect, Tool, ToolOutput, ToolSpec};
+use super::typed::arguments;
+use super::{SideEffect, Tool, ToolContext, ToolOutput, TypedTool};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -42,8 +47,8 @@ const FILE_TOOL_TIMEOUT_MS: u64 = 30_000;
 pub fn all(runner: SandboxRunner) -> Vec<Arc<dyn Tool>> {
     let mut tools = read_only();
     tools.extend([
-        Arc::new(WriteFile::new()) as Arc<dyn Tool>,
-        Arc::new(EditFile::new()),
+        Arc::new(write_file()) as Arc<dyn Tool>,
+        Arc::new(edit_file()),
         Arc::new(Shell::new(runner)),
     ]);
     tools
@@ -53,28 +58,39 @@ pub fn all(runner: SandboxRunner) -> Vec<Arc<dyn Tool>> {
 #[must_use]
 pub fn read_only() -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(ReadFile::new()),
-        Arc::new(ListDir::new()),
-        Arc::new(Glob::new()),
-        Arc::new(Grep::new()),
+        Arc::new(read_file()),
+        Arc::new(list_dir()),
+        Arc::new(glob()),
+        Arc::new(grep()),
     ]
 }
 
-/// A file tool's spec; its parameters are the schema of its argument type `A`.
-fn file_spec<A: schemars::JsonSchema>(
+/// One call of a file tool: its work on the blocking pool ([`blocking`]).
+type FileCall = Pin<Box<dyn Future<Output = Result<ToolOutput, Infallible>> + Send>>;
+
+/// A file tool: a [`TypedTool`] of its argument type `A` whose calls run `work` with the
+/// call's context and arguments on the blocking pool ([`blocking`], stopped by the call's
+/// cancellation, `ToolContext::cancel`). Parallel-safe when it has no side effect,
+/// cancellable, [`FILE_TOOL_TIMEOUT_MS`]; its schema is [`TypedTool::builtin_schema`].
+fn file_tool<A>(
     name: &str,
     description: &str,
     side_effect: SideEffect,
-) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters: builtin_parameters_of::<A>(),
-        parallel_safe: side_effect == SideEffect::None,
-        side_effect,
-        cancellable: true,
-        default_timeout_ms: FILE_TOOL_TIMEOUT_MS,
-    }
+    work: fn(&ToolContext, &A) -> ToolOutput,
+) -> TypedTool<A, impl Fn(A, ToolContext) -> FileCall + Send + Sync + 'static + use<A>>
+where
+    A: serde::de::DeserializeOwned + schemars::JsonSchema + Send + 'static,
+{
+    let handler = move |args: A, ctx: ToolContext| -> FileCall {
+        Box::pin(async move {
+            let cancel = ctx.cancel.clone();
+            Ok(blocking(&cancel, move || work(&ctx, &args)).await)
+        })
+    };
+    TypedTool::new(name, description, side_effect, handler)
+        .builtin_schema()
+        .parallel_safe(side_effect == SideEffect::None)
+        .timeout_ms(FILE_TOOL_TIMEOUT_MS)
 }
 
 /// Most file-tool calls doing blocking work at once, across every session: a call that

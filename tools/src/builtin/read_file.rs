@@ -1,10 +1,8 @@
 //! `read_file`: a text file's lines, numbered, with an optional window.
 
-use super::{arguments, blocking, file_spec, looks_binary};
-use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
-use async_trait::async_trait;
+use super::{FileCall, file_tool, looks_binary};
+use crate::{SideEffect, Tool, ToolContext, ToolOutput, TypedTool, paths};
 use std::fmt::Write as _;
-use tokio_util::sync::CancellationToken;
 
 /// Files larger than this (bytes) are refused.
 pub(crate) const READ_MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -18,7 +16,7 @@ pub(crate) const READ_MAX_OUTPUT_BYTES: usize = 256 * 1024;
 // The arguments of `read_file` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ReadArgs {
+pub(super) struct ReadArgs {
     /// File path, relative to the working directory.
     path: String,
     /// First line to return (1-based).
@@ -29,52 +27,23 @@ struct ReadArgs {
     limit: Option<u64>,
 }
 
-/// Reads a text file: `{path, offset?, limit?}` → `cat -n`-style numbered lines.
-#[derive(Debug)]
-pub struct ReadFile {
-    spec: ToolSpec,
+/// `read_file`: reads a text file, `{path, offset?, limit?}` → `cat -n`-style numbered
+/// lines.
+#[must_use]
+pub fn read_file() -> impl Tool {
+    typed()
 }
 
-impl ReadFile {
-    /// The tool.
-    #[must_use]
-    pub fn new() -> Self {
-        let spec = file_spec::<ReadArgs>(
-            "read_file",
-            "Read a text file from the working directory. Returns lines prefixed with their \
-             1-based line number and a tab. Use offset and limit to read a window of a long file.",
-            SideEffect::None,
-        );
-        Self { spec }
-    }
-}
-
-impl Default for ReadFile {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for ReadFile {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-        cancel: CancellationToken,
-        _progress: &dyn ProgressSink,
-    ) -> ToolOutput {
-        let args = match arguments::<ReadArgs>(&self.spec, args) {
-            Ok(args) => args,
-            Err(invalid) => return invalid,
-        };
-        let ctx = ctx.clone();
-        blocking(&cancel, move || read(&ctx, &args)).await
-    }
+/// [`read_file`] as the [`TypedTool`] of its arguments.
+pub(super) fn typed()
+-> TypedTool<ReadArgs, impl Fn(ReadArgs, ToolContext) -> FileCall + Send + Sync + 'static> {
+    file_tool(
+        "read_file",
+        "Read a text file from the working directory. Returns lines prefixed with their \
+         1-based line number and a tab. Use offset and limit to read a window of a long file.",
+        SideEffect::None,
+        read,
+    )
 }
 
 fn read(ctx: &ToolContext, args: &ReadArgs) -> ToolOutput {

@@ -2,9 +2,8 @@
 //! paths matched by `.gitignore` / `.ignore` / `.git/info/exclude` are skipped, even
 //! outside a git repository), with capped results.
 
-use super::{arguments, blocking, file_spec, looks_binary, read_regular};
-use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
-use async_trait::async_trait;
+use super::{FileCall, file_tool, looks_binary, read_regular};
+use crate::{SideEffect, Tool, ToolContext, ToolOutput, TypedTool, paths};
 use globset::{GlobBuilder, GlobMatcher};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -77,7 +76,7 @@ fn search_root(ctx: &ToolContext, path: Option<&str>) -> Result<(String, PathBuf
 // The arguments of `glob` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct GlobArgs {
+pub(super) struct GlobArgs {
     /// Glob pattern.
     #[schemars(length(min = 1))]
     pattern: String,
@@ -85,57 +84,27 @@ struct GlobArgs {
     path: Option<String>,
 }
 
-/// Finds files by glob pattern: `{pattern, path?}`.
-#[derive(Debug)]
-pub struct Glob {
-    spec: ToolSpec,
+/// `glob`: finds files by glob pattern, `{pattern, path?}`.
+#[must_use]
+pub fn glob() -> impl Tool {
+    typed_glob()
 }
 
-impl Glob {
-    /// The tool.
-    #[must_use]
-    pub fn new() -> Self {
-        let spec = file_spec::<GlobArgs>(
-            "glob",
-            "Find files by glob pattern (e.g. '*.rs', 'src/**/*.toml'), skipping hidden and \
-             git-ignored files. A pattern without '/' matches file names at any depth. Returns \
-             paths relative to the working directory, sorted.",
-            SideEffect::None,
-        );
-        Self { spec }
-    }
+/// [`glob`] as the [`TypedTool`] of its arguments.
+pub(super) fn typed_glob()
+-> TypedTool<GlobArgs, impl Fn(GlobArgs, ToolContext) -> FileCall + Send + Sync + 'static> {
+    file_tool(
+        "glob",
+        "Find files by glob pattern (e.g. '*.rs', 'src/**/*.toml'), skipping hidden and \
+         git-ignored files. A pattern without '/' matches file names at any depth. Returns \
+         paths relative to the working directory, sorted.",
+        SideEffect::None,
+        find,
+    )
 }
 
-impl Default for Glob {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for Glob {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-        cancel: CancellationToken,
-        _progress: &dyn ProgressSink,
-    ) -> ToolOutput {
-        let args = match arguments::<GlobArgs>(&self.spec, args) {
-            Ok(args) => args,
-            Err(invalid) => return invalid,
-        };
-        let ctx = ctx.clone();
-        let token = cancel.clone();
-        blocking(&token, move || glob(&ctx, &args, &cancel)).await
-    }
-}
-
-fn glob(ctx: &ToolContext, args: &GlobArgs, cancel: &CancellationToken) -> ToolOutput {
+fn find(ctx: &ToolContext, args: &GlobArgs) -> ToolOutput {
+    let cancel = &ctx.cancel;
     let pattern = match Pattern::new(&args.pattern) {
         Ok(pattern) => pattern,
         Err(message) => return ToolOutput::error(message),
@@ -176,7 +145,7 @@ fn glob(ctx: &ToolContext, args: &GlobArgs, cancel: &CancellationToken) -> ToolO
 // The arguments of `grep` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct GrepArgs {
+pub(super) struct GrepArgs {
     /// Regular expression.
     #[schemars(length(min = 1))]
     pattern: String,
@@ -186,56 +155,27 @@ struct GrepArgs {
     glob: Option<String>,
 }
 
-/// Searches file contents by regex: `{pattern, path?, glob?}` → `path:line:text`.
-#[derive(Debug)]
-pub struct Grep {
-    spec: ToolSpec,
+/// `grep`: searches file contents by regex, `{pattern, path?, glob?}` →
+/// `path:line:text`.
+#[must_use]
+pub fn grep() -> impl Tool {
+    typed_grep()
 }
 
-impl Grep {
-    /// The tool.
-    #[must_use]
-    pub fn new() -> Self {
-        let spec = file_spec::<GrepArgs>(
-            "grep",
-            "Search file contents with a regular expression (Rust regex syntax), skipping \
-             hidden, git-ignored and binary files. Returns 'path:line:text' lines, at most 500.",
-            SideEffect::None,
-        );
-        Self { spec }
-    }
+/// [`grep`] as the [`TypedTool`] of its arguments.
+pub(super) fn typed_grep()
+-> TypedTool<GrepArgs, impl Fn(GrepArgs, ToolContext) -> FileCall + Send + Sync + 'static> {
+    file_tool(
+        "grep",
+        "Search file contents with a regular expression (Rust regex syntax), skipping \
+         hidden, git-ignored and binary files. Returns 'path:line:text' lines, at most 500.",
+        SideEffect::None,
+        search,
+    )
 }
 
-impl Default for Grep {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for Grep {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-        cancel: CancellationToken,
-        _progress: &dyn ProgressSink,
-    ) -> ToolOutput {
-        let args = match arguments::<GrepArgs>(&self.spec, args) {
-            Ok(args) => args,
-            Err(invalid) => return invalid,
-        };
-        let ctx = ctx.clone();
-        let token = cancel.clone();
-        blocking(&token, move || grep(&ctx, &args, &cancel)).await
-    }
-}
-
-fn grep(ctx: &ToolContext, args: &GrepArgs, cancel: &CancellationToken) -> ToolOutput {
+fn search(ctx: &ToolContext, args: &GrepArgs) -> ToolOutput {
+    let cancel = &ctx.cancel;
     let pattern_text = args.pattern.as_str();
     let regex = match regex::Regex::new(pattern_text) {
         Ok(regex) => regex,

@@ -2,10 +2,11 @@
 //! Schema of its arguments), so a change to an argument struct that changes the schema
 //! shows up as a snapshot change.
 
-use super::all;
+use super::{all, edit_file, list_dir, read_file, search, write_file};
 use crate::protected::Protected;
 use crate::sandbox::SandboxRunner;
-use crate::{ProgressSink, ToolContext, ToolState};
+use crate::typed::builtin_parameters_of;
+use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolSpec, ToolState, TypedTool};
 use foya_protocol::{RunId, SessionId, ToolCallId};
 
 /// Drops what a tool reports while it runs.
@@ -30,6 +31,150 @@ fn the_model_sees_the_same_built_in_tool_schemas() {
         })
         .collect();
     insta::assert_json_snapshot!(specs);
+}
+
+/// The spec `tool` advertises, after checking that its parameters are the schema of the
+/// argument type `A` it reads each call into (`A` is the tool's own type parameter, not
+/// named here): the same properties, descriptions and required set as
+/// `schemars::schema_for!(A)`, in the built-ins' form (`builtin_parameters_of`).
+fn typed_spec<A: schemars::JsonSchema, F>(tool: &TypedTool<A, F>) -> ToolSpec
+where
+    TypedTool<A, F>: Tool,
+{
+    let spec = tool.spec().clone();
+    assert_eq!(
+        spec.parameters,
+        builtin_parameters_of::<A>(),
+        "{}",
+        spec.name
+    );
+    let derived = schemars::schema_for!(A).to_value();
+    assert_eq!(
+        spec.parameters["required"], derived["required"],
+        "{}",
+        spec.name
+    );
+    let (Some(advertised), Some(derived)) = (
+        spec.parameters["properties"].as_object(),
+        derived["properties"].as_object(),
+    ) else {
+        panic!("{}: no properties in {}", spec.name, spec.parameters);
+    };
+    assert_eq!(
+        advertised.keys().collect::<Vec<_>>(),
+        derived.keys().collect::<Vec<_>>(),
+        "{}",
+        spec.name
+    );
+    for (name, property) in advertised {
+        assert_eq!(
+            property["description"], derived[name]["description"],
+            "{}.{name}",
+            spec.name
+        );
+    }
+    spec
+}
+
+#[test]
+fn every_built_in_file_tool_is_a_typed_tool_advertising_its_argument_type() {
+    let typed = [
+        typed_spec(&read_file::typed()),
+        typed_spec(&list_dir::typed()),
+        typed_spec(&search::typed_glob()),
+        typed_spec(&search::typed_grep()),
+        typed_spec(&write_file::typed()),
+        typed_spec(&edit_file::typed()),
+    ];
+    // What the registry exposes is exactly these tools' specs (`shell` and `agent` are
+    // not file tools).
+    let registered: Vec<ToolSpec> = all(SandboxRunner::unset())
+        .iter()
+        .map(|tool| tool.spec().clone())
+        .filter(|spec| spec.name != "shell")
+        .collect();
+    assert_eq!(registered, typed);
+    for spec in &typed {
+        assert_eq!(
+            (
+                spec.parallel_safe,
+                spec.cancellable,
+                spec.default_timeout_ms
+            ),
+            (spec.side_effect == SideEffect::None, true, 30_000),
+            "{}",
+            spec.name
+        );
+    }
+}
+
+fn context(cwd: &std::path::Path) -> ToolContext {
+    ToolContext {
+        cwd: cwd.to_path_buf(),
+        project_id: None,
+        approval_mode: foya_protocol::ApprovalMode::Bypass,
+        session_id: SessionId::new(),
+        run_id: RunId::new(),
+        step: 1,
+        tool_call_id: ToolCallId::new("call_1"),
+        sandbox: crate::SandboxPolicy::None,
+        protected: Protected::new(cwd, &[]),
+        shared: ToolState::new(),
+        cancel: tokio_util::sync::CancellationToken::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_typed_argument_to_a_built_in_file_tool_gets_the_typed_error() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    std::fs::write(dir.path().join("a.txt"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+    let ctx = context(dir.path());
+    let cases = [
+        (
+            read_file::typed().spec().clone(),
+            serde_json::json!({"path": "a.txt", "offset": "3"}),
+            "invalid type: string \"3\", expected u64",
+        ),
+        (
+            edit_file::typed().spec().clone(),
+            serde_json::json!({"path": "a.txt", "old_string": "one", "new_string": "two", "replace_all": "yes"}),
+            "invalid type: string \"yes\", expected a boolean",
+        ),
+        (
+            search::typed_grep().spec().clone(),
+            serde_json::json!({"pattern": ["one"]}),
+            "invalid type: sequence, expected a string",
+        ),
+    ];
+    let registered = all(SandboxRunner::unset());
+    for (spec, args, error) in cases {
+        let Some(tool) = registered.iter().find(|tool| tool.spec().name == spec.name) else {
+            panic!("{} is not a built-in", spec.name);
+        };
+        let output = tool
+            .call(
+                &ctx,
+                args,
+                tokio_util::sync::CancellationToken::new(),
+                &Quiet,
+            )
+            .await;
+        assert!(output.is_error, "{}: {output:?}", spec.name);
+        assert_eq!(
+            output.content,
+            format!(
+                "invalid arguments for `{}`: {error}; expected parameters: {}",
+                spec.name, spec.parameters
+            )
+        );
+    }
+    // Nothing was changed by the refused `edit_file`.
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt"))
+            .ok()
+            .as_deref(),
+        Some("one\n")
+    );
 }
 
 #[tokio::test]

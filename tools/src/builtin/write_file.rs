@@ -1,66 +1,34 @@
 //! `write_file`: creates or overwrites a file (and its parent directories).
 
-use super::{arguments, blocking, file_spec};
-use crate::{ProgressSink, SideEffect, Tool, ToolContext, ToolOutput, ToolSpec, paths};
-use async_trait::async_trait;
-use tokio_util::sync::CancellationToken;
+use super::{FileCall, file_tool};
+use crate::{SideEffect, Tool, ToolContext, ToolOutput, TypedTool, paths};
 
 // The arguments of `write_file` (their doc comments are what the model reads).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WriteArgs {
+pub(super) struct WriteArgs {
     /// File path, relative to the working directory.
     path: String,
     /// The complete new content of the file.
     content: String,
 }
 
-/// Writes a whole file: `{path, content}`.
-#[derive(Debug)]
-pub struct WriteFile {
-    spec: ToolSpec,
+/// `write_file`: writes a whole file, `{path, content}`.
+#[must_use]
+pub fn write_file() -> impl Tool {
+    typed()
 }
 
-impl WriteFile {
-    /// The tool.
-    #[must_use]
-    pub fn new() -> Self {
-        let spec = file_spec::<WriteArgs>(
-            "write_file",
-            "Create or overwrite a file in the working directory with the given content. \
-             Missing parent directories are created. Prefer edit_file for changing part of a file.",
-            SideEffect::Write,
-        );
-        Self { spec }
-    }
-}
-
-impl Default for WriteFile {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for WriteFile {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-        cancel: CancellationToken,
-        _progress: &dyn ProgressSink,
-    ) -> ToolOutput {
-        let args = match arguments::<WriteArgs>(&self.spec, args) {
-            Ok(args) => args,
-            Err(invalid) => return invalid,
-        };
-        let ctx = ctx.clone();
-        blocking(&cancel, move || write(&ctx, &args)).await
-    }
+/// [`write_file`] as the [`TypedTool`] of its arguments.
+pub(super) fn typed()
+-> TypedTool<WriteArgs, impl Fn(WriteArgs, ToolContext) -> FileCall + Send + Sync + 'static> {
+    file_tool(
+        "write_file",
+        "Create or overwrite a file in the working directory with the given content. \
+         Missing parent directories are created. Prefer edit_file for changing part of a file.",
+        SideEffect::Write,
+        write,
+    )
 }
 
 fn write(ctx: &ToolContext, args: &WriteArgs) -> ToolOutput {

@@ -254,14 +254,14 @@ async fn result_message(
 mod tests {
     use super::{TIMEOUT_GRACE_MS, backstop_ms};
     use crate::tools::Tool;
-    use crate::tools::builtin::{ReadFile, SHELL_DEFAULT_TIMEOUT_MS, Shell};
+    use crate::tools::builtin::{SHELL_DEFAULT_TIMEOUT_MS, Shell, read_file};
     use crate::tools::sandbox::SandboxRunner;
     use serde_json::json;
 
     #[test]
     fn the_backstop_covers_a_declared_timeout_argument_plus_grace() {
         let shell = Shell::new(SandboxRunner::new("/nonexistent"));
-        let read = ReadFile::new();
+        let read = read_file();
         let cases = [
             (
                 shell.spec(),
