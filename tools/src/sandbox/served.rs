@@ -29,6 +29,7 @@
 
 use super::server::{READY, REQUEST_FDS, Reply, SERVER_ARG, Usage, encode_request};
 use crate::env_policy::EnvPolicy;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, SocketFlags, SocketType, recvmsg, sendmsg, socketpair,
@@ -36,7 +37,6 @@ use rustix::net::{
 use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut, Write as _};
 use std::mem::MaybeUninit;
-use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::Path;

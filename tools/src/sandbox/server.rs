@@ -555,7 +555,12 @@ fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: BorrowedFd<'_>) -> rustix::i
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut ancillary = SendAncillaryBuffer::new(&mut space);
     ancillary.push(SendAncillaryMessage::ScmRights(&fds));
-    sendmsg(socket, &[IoSlice::new(bytes)], &mut ancillary, SendFlags::NOSIGNAL)
+    sendmsg(
+        socket,
+        &[IoSlice::new(bytes)],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    )
 }
 
 /// The call's child: made like a helper started for the call (its own process group,
