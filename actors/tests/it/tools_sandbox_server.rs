@@ -105,9 +105,10 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
     let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
     let (tool, recorder) = (Shell::new(runner()), Recorder::default());
     // A child in the background, and one that left the group and the session (orphaned
-    // at once: `setsid -f` forks and exits; the call's helper is its subreaper).
+    // at once: `setsid -f` forks and exits; the call's helper is its subreaper), which
+    // would outlive the wait below.
     let command = format!(
-        "{SERVER}; setsid -f sh -c 'echo escaped=$$; exec sleep 30'; sleep 30 & \
+        "{SERVER}; setsid -f sh -c 'echo escaped=$$; exec sleep 120'; sleep 30 & \
          echo child=$!; echo shell=$$; wait"
     );
     let (out, (server, shell, child, escaped)) = tokio::join!(
@@ -132,7 +133,13 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
             );
             // (Without a server the helper's parent would be this test process.)
             assert_ne!(pids.0, i32::try_from(std::process::id()).unwrap());
-            sigkill(pids.0);
+            // Sent from here, not by a `kill` waited for: the call then sees the server's
+            // end as soon as the kernel shows it, as `foya` does.
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pids.0),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
             pids
         }
     );
