@@ -164,6 +164,55 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
     assert!(process_gone(server));
 }
 
+/// A server killed mid-call while the call's helper is stopped (`SIGSTOP`): the helper's
+/// group is orphaned then, so the kernel sends it `SIGHUP` and `SIGCONT`, and it kills its
+/// tree, what left the group included, before the call ends.
+#[tokio::test]
+async fn a_stopped_helper_of_a_killed_server_still_kills_its_tree() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let (tool, recorder) = (Shell::new(runner()), Recorder::default());
+    let command = format!(
+        "{SERVER}; setsid -f sh -c 'echo escaped=$$; exec sleep 120'; echo helper=$PPID; \
+         echo shell=$$; sleep 120"
+    );
+    let (out, (helper, shell, escaped)) = tokio::join!(
+        tool.call(
+            &ctx,
+            json!({"command": command}),
+            CancellationToken::new(),
+            &recorder
+        ),
+        async {
+            wait_until("the pids", || {
+                let printed = recorder.output.lock().unwrap();
+                printed.contains("shell=") && printed.contains("escaped=")
+            })
+            .await;
+            let printed = recorder.output.lock().unwrap().clone();
+            let signal = |pid: i32, signal| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+            };
+            let helper = pid(&printed, "helper=");
+            signal(helper, nix::sys::signal::Signal::SIGSTOP);
+            wait_until("the helper to be stopped", || {
+                std::fs::read_to_string(format!("/proc/{helper}/stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('T'))
+                })
+            })
+            .await;
+            signal(pid(&printed, "server="), nix::sys::signal::Signal::SIGKILL);
+            (helper, pid(&printed, "shell="), pid(&printed, "escaped="))
+        }
+    );
+    assert!(out.is_error, "{out:?}");
+    wait_until("the call's processes to be gone", || {
+        process_gone(helper) && process_gone(shell) && process_gone(escaped)
+    })
+    .await;
+}
+
 /// A server killed between two calls: the next call cannot be delivered to it, and is
 /// sent to a new one (it runs).
 #[tokio::test]

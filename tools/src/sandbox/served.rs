@@ -56,7 +56,7 @@ const READY_LIMIT: Duration = Duration::from_secs(10);
 const USAGE_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long the helper of a call whose server died may take to kill its command's tree
-/// and end, before the runtime kills that tree itself (the helper stopped or stuck).
+/// and end, before the runtime kills that tree itself (the helper is stuck).
 const ORPHAN_LIMIT: Duration = Duration::from_secs(5);
 
 /// Every server this process started that may still run (dropped ones are skipped).
@@ -443,8 +443,8 @@ impl ServedCall {
     /// (the runtime sees the socket's end of file before the kernel sends the signal; a
     /// `setsid` process would be re-parented to init and outlive the call). It is sent
     /// `SIGTERM` too (the same work). A helper that has not ended within
-    /// [`ORPHAN_LIMIT`] (stopped, stuck) has its tree stopped and killed from here, and is
-    /// killed.
+    /// [`ORPHAN_LIMIT`] (stuck; a stopped one is continued by the kernel, its group being
+    /// orphaned) has its tree stopped and killed from here, and is killed.
     ///
     /// # Cancel safety
     /// Cancel safe: called again, it waits for the same deadline.
