@@ -9,7 +9,8 @@
 //! `poll(2)` over that socket, each call's pidfd and each call's reply socket), forking a
 //! call's child and setting it up as a fresh helper (its stdio from the request, no other
 //! descriptor of the server's, its own group and working directory, the call's
-//! environment), reporting the child's pid and its end to the runtime, its own CPU time
+//! environment), reporting the child's pid (with a pidfd of it, which still names the
+//! child should the server die) and its end to the runtime, its own CPU time
 //! and its reaped children's when asked ([`Usage`]: the commands are no longer waited-for
 //! children of the runtime, so `getrusage(RUSAGE_CHILDREN)` there misses them until the
 //! server itself is reaped), and the wire format both sides use ([`encode_request`],
