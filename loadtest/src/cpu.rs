@@ -234,11 +234,12 @@ pub(crate) fn cpu_time() -> Duration {
 /// ([`servers_cpu_time`](foya_actors::tools::sandbox::servers_cpu_time)). A `shell`
 /// call's helper and command are children of that server, not of this process, so
 /// `RUSAGE_CHILDREN` alone would count them only once the server is gone; a server
-/// dropped is reaped at once and moves from the second figure into the first. Read it
-/// when no server is being dropped (before and after a pass).
+/// dropped moves from the second figure into the first once reaped, which
+/// `servers_cpu_time` waits for (so `RUSAGE_CHILDREN` is read after it). Read it when no
+/// server is being dropped (before and after a pass).
 pub(crate) async fn children_cpu_time() -> Duration {
-    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        + foya_actors::tools::sandbox::servers_cpu_time().await
+    let served = foya_actors::tools::sandbox::servers_cpu_time().await;
+    rusage_cpu(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) + served
 }
 
 fn rusage_cpu(who: nix::sys::resource::UsageWho) -> Duration {

@@ -104,8 +104,14 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
     let (_dir, cwd) = temp_cwd();
     let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
     let (tool, recorder) = (Shell::new(runner()), Recorder::default());
-    let command = format!("{SERVER}; sleep 30 & echo child=$!; echo shell=$$; wait");
-    let (out, (server, shell, child)) = tokio::join!(
+    // A child in the background, and one that left the group and the session (orphaned
+    // at once: `setsid -f` forks and exits; the call's helper is its subreaper), which
+    // would outlive the wait below.
+    let command = format!(
+        "{SERVER}; setsid -f sh -c 'echo escaped=$$; exec sleep 120'; sleep 30 & \
+         echo child=$!; echo shell=$$; wait"
+    );
+    let (out, (server, shell, child, escaped)) = tokio::join!(
         tool.call(
             &ctx,
             json!({"command": command}),
@@ -114,7 +120,8 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
         ),
         async {
             wait_until("the pids", || {
-                recorder.output.lock().unwrap().contains("shell=")
+                let printed = recorder.output.lock().unwrap();
+                printed.contains("shell=") && printed.contains("escaped=")
             })
             .await;
             let printed = recorder.output.lock().unwrap().clone();
@@ -122,10 +129,17 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
                 pid(&printed, "server="),
                 pid(&printed, "shell="),
                 pid(&printed, "child="),
+                pid(&printed, "escaped="),
             );
             // (Without a server the helper's parent would be this test process.)
             assert_ne!(pids.0, i32::try_from(std::process::id()).unwrap());
-            sigkill(pids.0);
+            // Sent from here, not by a `kill` waited for: the call then sees the server's
+            // end as soon as the kernel shows it, as `foya` does.
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pids.0),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
             pids
         }
     );
@@ -138,8 +152,9 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
         "{}",
         out.content
     );
+    // Gone when the call has ended (SIGKILL was sent; its delivery is waited for).
     wait_until("the command's processes to be gone", || {
-        process_gone(shell) && process_gone(child)
+        process_gone(shell) && process_gone(child) && process_gone(escaped)
     })
     .await;
     let next = call(&tool, &ctx, json!({"command": SERVER})).await;
@@ -149,24 +164,110 @@ async fn a_server_killed_mid_call_fails_the_call_and_the_next_call_starts_anothe
     assert!(process_gone(server));
 }
 
+/// A server killed mid-call while the call's helper is stopped (`SIGSTOP`): the helper's
+/// group is orphaned then, so the kernel sends it `SIGHUP` and `SIGCONT`, and it kills its
+/// tree, what left the group included, before the call ends.
+#[tokio::test]
+async fn a_stopped_helper_of_a_killed_server_still_kills_its_tree() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let (tool, recorder) = (Shell::new(runner()), Recorder::default());
+    let command = format!(
+        "{SERVER}; setsid -f sh -c 'echo escaped=$$; exec sleep 120'; echo helper=$PPID; \
+         echo shell=$$; sleep 120"
+    );
+    let (out, (helper, shell, escaped)) = tokio::join!(
+        tool.call(
+            &ctx,
+            json!({"command": command}),
+            CancellationToken::new(),
+            &recorder
+        ),
+        async {
+            wait_until("the pids", || {
+                let printed = recorder.output.lock().unwrap();
+                printed.contains("shell=") && printed.contains("escaped=")
+            })
+            .await;
+            let printed = recorder.output.lock().unwrap().clone();
+            let signal = |pid: i32, signal| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+            };
+            let helper = pid(&printed, "helper=");
+            signal(helper, nix::sys::signal::Signal::SIGSTOP);
+            wait_until("the helper to be stopped", || {
+                std::fs::read_to_string(format!("/proc/{helper}/stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('T'))
+                })
+            })
+            .await;
+            signal(pid(&printed, "server="), nix::sys::signal::Signal::SIGKILL);
+            (helper, pid(&printed, "shell="), pid(&printed, "escaped="))
+        }
+    );
+    assert!(out.is_error, "{out:?}");
+    wait_until("the call's processes to be gone", || {
+        process_gone(helper) && process_gone(shell) && process_gone(escaped)
+    })
+    .await;
+}
+
+/// A server killed between two calls: the next call cannot be delivered to it, and is
+/// sent to a new one (it runs).
+#[tokio::test]
+async fn a_server_killed_between_calls_is_replaced_by_the_next_call() {
+    let (_dir, cwd) = temp_cwd();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let tool = Shell::new(runner());
+    let first = call(&tool, &ctx, json!({"command": SERVER})).await;
+    assert!(!first.is_error, "{first:?}");
+    let server = pid(&first.content, "server=");
+    sigkill(server);
+    // Reaped by the runner only when it drops it: a zombie counts as gone.
+    wait_until("the server to be gone", || process_gone(server)).await;
+    let next = call(&tool, &ctx, json!({"command": SERVER})).await;
+    assert!(!next.is_error, "{next:?}");
+    assert_ne!(pid(&next.content, "server="), server);
+}
+
+/// Dropping the runner kills its server, also a stopped one (`SIGSTOP`), and reaps it on
+/// a thread of its own (the drop does not wait: it may run on an async worker);
+/// `servers_cpu_time` waits for that reap, after which not even a zombie is left.
 #[tokio::test]
 async fn the_server_ends_with_its_runner() {
     let (_dir, cwd) = temp_cwd();
-    let tool = Shell::new(runner());
-    let out = call(
-        &tool,
-        &ctx(&cwd, ApprovalMode::Auto, WW),
-        json!({"command": SERVER}),
-    )
-    .await;
-    let server = pid(&out.content, "server=");
-    assert!(!process_gone(server));
-    drop(tool);
-    // Killed and reaped as it is dropped: not even a zombie is left.
-    assert!(
-        !std::path::Path::new(&format!("/proc/{server}")).exists(),
-        "the server {server} is left after its runner was dropped"
-    );
+    for stopped in [false, true] {
+        let tool = Shell::new(runner());
+        let out = call(
+            &tool,
+            &ctx(&cwd, ApprovalMode::Auto, WW),
+            json!({"command": SERVER}),
+        )
+        .await;
+        let server = pid(&out.content, "server=");
+        assert!(!process_gone(server));
+        if stopped {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(server),
+                nix::sys::signal::Signal::SIGSTOP,
+            )
+            .unwrap();
+            wait_until("the server to be stopped", || {
+                std::fs::read_to_string(format!("/proc/{server}/stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('T'))
+                })
+            })
+            .await;
+        }
+        drop(tool);
+        foya_actors::tools::sandbox::servers_cpu_time().await;
+        assert!(
+            !std::path::Path::new(&format!("/proc/{server}")).exists(),
+            "the server {server} (stopped: {stopped}) is left after its runner was dropped"
+        );
+    }
 }
 
 /// The commands are children of the server, not of this process, so

@@ -226,3 +226,118 @@ async fn the_persistent_helper_ends_with_foya_serve_stopped_or_killed() {
         );
     }
 }
+
+/// The persistent helper SIGKILLed during a call (no `foya` dies): the call fails with a
+/// clear error, and none of its processes outlives it — its helper, its shell, a child
+/// left in the background and one that escaped the group and the session with
+/// `setsid -f` (orphaned, then re-parented to the call's helper, its subreaper) — and the
+/// next call runs in a new persistent helper. Under `bypass` (policy `none`) and `auto`
+/// (`workspace-write`: the call's helper in its own namespaces).
+#[test]
+fn a_sigkilled_persistent_helper_takes_all_of_its_call_with_it_and_the_next_call_runs() {
+    for approval in ["bypass", "auto"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+        std::fs::create_dir_all(work.join("out")).unwrap();
+        let script = tmp.path().join("script.json");
+        // Each pid file is written whole (`mv`): the escapee's, the background child's,
+        // then the server's, the call helper's and the shell's; then a long sleep.
+        // (In a folder of the working directory: without namespaces, Landlock alone
+        // keeps its top level closed under `auto`.)
+        let command = "cd out; \
+             setsid -f sh -c 'echo $$ > e.new; mv e.new escaped; exec sleep 1000'; \
+             sleep 1000 & echo $! > b.new; mv b.new background; \
+             read -r _ _ _ gp _ < /proc/$PPID/stat; echo \"$gp $PPID $$\" > p.new; \
+             mv p.new pids; sleep 1000";
+        let responses = json!({"responses": [
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+            {"tool_calls": [{"id": "c2", "name": "shell",
+                "arguments": {"command": SERVER_PID}}]},
+            {"text": "done"}
+        ]});
+        std::fs::write(&script, responses.to_string()).unwrap();
+        let mut command = scripted("run", approval, &script, &data, &work);
+        command.env_remove("FOYA_SANDBOX_HELPER");
+        let Piped { child, lines, .. } = spawn_json_lines(command.args(["--json", "start"]));
+        let deadline = Instant::now() + TIMEOUT;
+        read_until(&lines, deadline, |l| l["type"] == "tool_started");
+        // The command writes the files once it runs (no event tells it).
+        let read_pids = |name: &str| -> Option<Vec<i32>> {
+            let text = std::fs::read_to_string(work.join("out").join(name)).ok()?;
+            Some(
+                text.split_whitespace()
+                    .map(|p| p.parse().unwrap())
+                    .collect(),
+            )
+        };
+        let (escaped, background, pids) = loop {
+            if let (Some(e), Some(b), Some(p)) = (
+                read_pids("escaped"),
+                read_pids("background"),
+                read_pids("pids"),
+            ) {
+                break (e[0], b[0], p);
+            }
+            assert!(Instant::now() < deadline, "the command did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (server, call) = (pids[0], [pids[1], pids[2], background, escaped]);
+        assert!(
+            is_server(server),
+            "{approval}: {server} is no persistent helper"
+        );
+        // The escapee left the shell's session (and group) and is not its child.
+        let session = |pid: i32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .collect();
+            fields[3].to_owned()
+        };
+        assert_ne!(session(escaped), session(pids[2]), "{approval}");
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &server.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let first = read_until(&lines, deadline, |l| l["type"] == "tool_message")
+            .pop()
+            .unwrap();
+        assert_eq!(first["is_error"], json!(true), "{approval}: {first}");
+        assert!(
+            first["content"]
+                .as_str()
+                .unwrap()
+                .contains("the sandbox server died during the call"),
+            "{approval}: {first}"
+        );
+        let exited = foya_tests::procs::wait_exited(&call, deadline);
+        let left: Vec<i32> = call
+            .iter()
+            .copied()
+            .filter(|&pid| !foya_tests::procs::process_gone(pid))
+            .collect();
+        for &pid in &left {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        assert!(
+            exited && left.is_empty(),
+            "{approval}: left running after the call ended: {left:?} of (helper, shell, \
+             background, escaped) {call:?}"
+        );
+        // The next call starts another persistent helper and runs.
+        let next = read_until(&lines, deadline, |l| l["type"] == "tool_message")
+            .pop()
+            .unwrap();
+        assert_eq!(next["is_error"], json!(false), "{approval}: {next}");
+        let again = server_pid(next["content"].as_str().unwrap());
+        assert_ne!(again, server, "{approval}");
+        assert_eq!(wait_exit(child, deadline).code(), Some(0), "{approval}");
+    }
+}

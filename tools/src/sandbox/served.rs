@@ -8,9 +8,12 @@
 //! server's death: the call fails with a clear error and the server is started again
 //! for the next call). Must not: retry a call the server may have received (only one
 //! that was never delivered is sent again), or keep the server alive once the runner and
-//! every call are dropped (its socket closes, and the process is killed and reaped at
-//! once, so it is never left a zombie and its CPU time moves into the runtime's
-//! `RUSAGE_CHILDREN` in one step).
+//! every call are dropped (its socket closes, and the process is killed at once and
+//! reaped just after on a thread of its own, never blocking an async worker, so it is not
+//! left a zombie and its CPU time moves into the runtime's `RUSAGE_CHILDREN`, which
+//! [`servers_cpu_time`] waits for), or let a call end before its helper killed the
+//! command's tree when the server died during the call (the helper holds what left the
+//! command's group; see `ServedCall::end_orphaned`).
 //!
 //! CPU accounting: a call's command is a child of the server, not of the runtime, so
 //! `getrusage(RUSAGE_CHILDREN)` in the runtime counts it only once the server is reaped.
@@ -26,12 +29,13 @@
 
 use super::server::{READY, REQUEST_FDS, Reply, SERVER_ARG, Usage, encode_request};
 use crate::env_policy::EnvPolicy;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::net::{
-    AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
-    sendmsg, socketpair,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType, recvmsg, sendmsg, socketpair,
 };
 use std::ffi::OsString;
-use std::io::{IoSlice, Write as _};
+use std::io::{IoSlice, IoSliceMut, Write as _};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
@@ -51,16 +55,34 @@ const READY_LIMIT: Duration = Duration::from_secs(10);
 /// [`servers_cpu_time`].
 const USAGE_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long the helper of a call whose server died may take to kill its command's tree
+/// and end, before the runtime kills that tree itself (the helper is stuck).
+const ORPHAN_LIMIT: Duration = Duration::from_secs(5);
+
 /// Every server this process started that may still run (dropped ones are skipped).
 static SERVERS: Mutex<Vec<Weak<Connection>>> = Mutex::new(Vec::new());
 
+/// How many dropped servers are killed but not reaped yet (on a thread of their own):
+/// their CPU time is in no figure until they are.
+static REAPING: Mutex<usize> = Mutex::new(0);
+
+/// Woken each time a dropped server was reaped.
+static REAPED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 /// The CPU time (user + system) of every live persistent helper of this process: its
 /// own and that of the calls it reaped (each call's helper with its command). Add it to
-/// `getrusage(RUSAGE_CHILDREN)` for the CPU of every child process, served or not: a
-/// server counts here while it runs and in `RUSAGE_CHILDREN` once it was dropped (it is
-/// reaped as it is dropped). A server that does not answer within 5 s is left out (a
-/// warning says so).
+/// `getrusage(RUSAGE_CHILDREN)`, read after it, for the CPU of every child process,
+/// served or not: a server counts here while it runs and in `RUSAGE_CHILDREN` once it was
+/// dropped and reaped (it is killed as it is dropped and reaped just after on a thread of
+/// its own; this waits for those reaps first). A server that does not answer within 5 s
+/// is left out, and so is one not reaped within 5 s of its drop (a warning says so).
 pub async fn servers_cpu_time() -> Duration {
+    if tokio::time::timeout(USAGE_LIMIT, reaped()).await.is_err() {
+        tracing::warn!(
+            "a dropped persistent sandbox helper is not reaped yet; its CPU time is left out \
+             of the count"
+        );
+    }
     let live: Vec<Arc<Connection>> = {
         let mut servers = SERVERS
             .lock()
@@ -103,9 +125,9 @@ enum State {
 struct Connection {
     /// (A sequenced-packet socket; tokio's datagram socket does its reads and writes.)
     control: UnixDatagram,
-    /// Killed and reaped when the last holder drops it (the socket's end of file ends it
-    /// anyway).
-    process: std::process::Child,
+    /// Killed when the last holder drops it (the socket's end of file ends it anyway),
+    /// then reaped on a thread of its own (`None` only once dropped).
+    process: Option<std::process::Child>,
     /// Its pid (for messages).
     pid: u32,
     /// A call saw the server die, or a request could not be delivered.
@@ -118,11 +140,14 @@ struct Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // SIGKILL ends the single-threaded server at once; reaped here so that no zombie
-        // is left and its CPU time (with its calls') is in the runtime's
-        // `RUSAGE_CHILDREN` from now on, as it left `servers_cpu_time`.
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        // SIGKILL ends the single-threaded server (stopped or not) at once; reaped so that
+        // no zombie is left and its CPU time (with its calls') moves into the runtime's
+        // `RUSAGE_CHILDREN`, as it left `servers_cpu_time` (which waits for the reap). Not
+        // here: the last holder is often an async task, and `wait` blocks until the
+        // kernel has torn the process down.
+        if let Some(process) = self.process.take() {
+            reap(process);
+        }
     }
 }
 
@@ -203,8 +228,9 @@ impl Connection {
         rustix::io::ioctl_fionbio(&ours, true)?;
         let mut command = tokio::process::Command::new(helper);
         env.apply(&mut command);
-        // A std child: reaped (blocking, right after SIGKILL) when dropped, not left to
-        // tokio's background reaping.
+        // A std child: reaped right after its SIGKILL when dropped (on a thread of its
+        // own, which `servers_cpu_time` waits for), not left to tokio's background
+        // reaping.
         let command = command.as_std_mut();
         command
             .arg(SERVER_ARG)
@@ -231,7 +257,7 @@ impl Connection {
         let ready = tokio::time::timeout(READY_LIMIT, control.recv(&mut buf)).await;
         let connection = Self {
             control,
-            process,
+            process: Some(process),
             pid,
             dead: AtomicBool::new(false),
             asking: tokio::sync::Mutex::new(()),
@@ -332,6 +358,8 @@ impl Connection {
                 Ok(ServedCall {
                     socket,
                     pid: None,
+                    helper: None,
+                    orphaned_until: None,
                     status: None,
                     server: Arc::clone(self),
                 })
@@ -348,6 +376,13 @@ pub(crate) struct ServedCall {
     /// kills what still runs, then reaps the call's helper).
     socket: UnixDatagram,
     pid: Option<u32>,
+    /// The call's helper's pidfd, sent by the server with its pid: readable once the
+    /// helper exited; it still names the helper once the server died (the pid then
+    /// does not: the helper is no longer kept unreaped).
+    helper: Option<OwnedFd>,
+    /// When the server was found dead during the call: the latest time for its helper
+    /// to end by itself (see [`end_orphaned`](Self::end_orphaned)).
+    orphaned_until: Option<tokio::time::Instant>,
     status: Option<ExitStatus>,
     server: Arc<Connection>,
 }
@@ -390,6 +425,7 @@ impl ServedCall {
             Some(Reply::Failed(why)) => return Err(std::io::Error::other(why)),
             Some(Reply::Started(_)) | None => {
                 self.server.dead.store(true, Ordering::Relaxed);
+                self.end_orphaned().await;
                 return Err(std::io::Error::other(
                     "the sandbox server died during the call, and the command with it; \
                      it is started again for the next call",
@@ -400,18 +436,150 @@ impl ServedCall {
         Ok(status)
     }
 
-    /// The next reply; `None` at end of file (the server is gone) or on an error.
+    /// The server died during the call. Its child, the call's helper, got its
+    /// parent-death signal and kills the command's whole tree, what left the group
+    /// included (it is that tree's subreaper): waits until the helper ended, so that the
+    /// group kill that follows the call cannot kill the helper before it killed its tree
+    /// (the runtime sees the socket's end of file before the kernel sends the signal; a
+    /// `setsid` process would be re-parented to init and outlive the call). It is sent
+    /// `SIGTERM` too (the same work). A helper that has not ended within
+    /// [`ORPHAN_LIMIT`] (stuck; a stopped one is continued by the kernel, its group being
+    /// orphaned) has its tree stopped and killed from here, and is killed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: called again, it waits for the same deadline.
+    async fn end_orphaned(&mut self) {
+        let Some(helper) = &self.helper else {
+            return;
+        };
+        let deadline = *self
+            .orphaned_until
+            .get_or_insert_with(|| tokio::time::Instant::now() + ORPHAN_LIMIT);
+        let _ = rustix::process::pidfd_send_signal(helper, rustix::process::Signal::TERM);
+        // Waited for on a blocking thread (`poll(2)` on the pidfd; the workspace has no
+        // `unsafe` to register it with tokio), which ends by the deadline.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if let Ok(watched) = helper.try_clone() {
+            let _ = tokio::task::spawn_blocking(move || wait_exit(&watched, left)).await;
+        }
+        if !has_exited(helper) {
+            if let Some(pid) = self.pid.and_then(|pid| i32::try_from(pid).ok()) {
+                let stopped = super::tree::stop_tree(pid);
+                super::tree::kill_stopped(&stopped);
+            }
+            let _ = rustix::process::pidfd_send_signal(helper, rustix::process::Signal::KILL);
+        }
+    }
+
+    /// The next reply (with the helper's pidfd when it carries one); `None` at end of
+    /// file (the server is gone) or on an error.
     async fn next(&mut self) -> Option<Reply> {
         let mut buf = [0_u8; 4096];
-        let n = self.socket.recv(&mut buf).await.ok()?;
-        Reply::decode(buf.get(..n)?)
+        let socket = &self.socket;
+        let (n, fd) = socket
+            .async_io(Interest::READABLE, || receive(socket, &mut buf))
+            .await
+            .ok()?;
+        let reply = Reply::decode(buf.get(..n)?)?;
+        if let (Reply::Started(_), Some(fd)) = (&reply, fd) {
+            self.helper = Some(fd);
+        }
+        Some(reply)
     }
 }
 
-/// Kills and reaps a server that never became a [`Connection`].
+/// One message of a call's socket without blocking, and the descriptor it carries.
+fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Option<OwnedFd>)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let msg = recvmsg(
+        socket,
+        &mut [IoSliceMut::new(buf)],
+        &mut ancillary,
+        RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+    )?;
+    let mut fd = None;
+    for message in ancillary.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            for right in rights {
+                fd = fd.or(Some(right));
+            }
+        }
+    }
+    Ok((msg.bytes, fd))
+}
+
+/// Whether the process behind `pidfd` has exited (its pidfd is readable).
+fn has_exited(pidfd: &OwnedFd) -> bool {
+    wait_exit(pidfd, Duration::ZERO)
+}
+
+/// Waits at most `limit` for the process behind `pidfd` to exit (blocking); whether it
+/// has.
+fn wait_exit(pidfd: &OwnedFd, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout = Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(n) => return n > 0,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Kills a server and reaps it on a thread of its own (the caller never waits; see
+/// [`servers_cpu_time`] for who does).
 fn reap(mut process: std::process::Child) {
     let _ = process.kill();
-    let _ = process.wait();
+    if matches!(process.try_wait(), Ok(Some(_)) | Err(_)) {
+        return;
+    }
+    *REAPING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+    let reaper = std::thread::Builder::new()
+        .name("foya-sandbox-reap".to_owned())
+        .spawn(move || {
+            let _ = process.wait();
+            reaped_one();
+        });
+    if let Err(e) = reaper {
+        // The process is dropped unreaped: a zombie until this process ends.
+        tracing::warn!("cannot reap the persistent sandbox helper: {e}");
+        reaped_one();
+    }
+}
+
+/// Counts one reap (or one given up) done, and wakes [`reaped`].
+fn reaped_one() {
+    let mut reaping = REAPING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *reaping = reaping.saturating_sub(1);
+    drop(reaping);
+    REAPED.notify_waiters();
+}
+
+/// Waits until every dropped server was reaped.
+async fn reaped() {
+    loop {
+        let notified = REAPED.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let reaping = *REAPING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if reaping == 0 {
+            return;
+        }
+        notified.await;
+    }
 }
 
 /// Sends `bytes` on `socket` without blocking or raising SIGPIPE.

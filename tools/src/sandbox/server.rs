@@ -9,7 +9,8 @@
 //! `poll(2)` over that socket, each call's pidfd and each call's reply socket), forking a
 //! call's child and setting it up as a fresh helper (its stdio from the request, no other
 //! descriptor of the server's, its own group and working directory, the call's
-//! environment), reporting the child's pid and its end to the runtime, its own CPU time
+//! environment), reporting the child's pid (with a pidfd of it, which still names the
+//! child should the server die) and its end to the runtime, its own CPU time
 //! and its reaped children's when asked ([`Usage`]: the commands are no longer waited-for
 //! children of the runtime, so `getrusage(RUSAGE_CHILDREN)` there misses them until the
 //! server itself is reaped), and the wire format both sides use ([`encode_request`],
@@ -33,12 +34,15 @@
 use super::entry::{SANDBOX_EXEC_ARG, SandboxInvocation, parse_invocation};
 use nix::sys::signal::Signal as NixSignal;
 use rustix::event::{PollFd, PollFlags, poll};
-use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags, recvmsg, send};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, send, sendmsg,
+};
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 use std::ffi::OsString;
-use std::io::{IoSliceMut, Read as _, Seek as _};
+use std::io::{IoSlice, IoSliceMut, Read as _, Seek as _};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 
 /// `argv[1]` that starts the persistent helper.
@@ -126,7 +130,8 @@ const MAX_REQUEST: u64 = 64 << 20;
 /// What the server tells the runtime about a call, on the call's own socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reply {
-    /// The call's child runs: its pid (also its process group id).
+    /// The call's child runs: its pid (also its process group id). Sent with a pidfd
+    /// of the child (`SCM_RIGHTS`).
     Started(i32),
     /// The child exited with this code.
     Exited(i32),
@@ -527,7 +532,10 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
                     return None;
                 }
             };
-            let _ = send(&socket, &Reply::Started(pid).encode(), SendFlags::NOSIGNAL);
+            // With a copy of the pidfd: should this server die during the call, the
+            // runtime still holds the child exactly (its pid is then no longer kept
+            // from reuse) and waits for it to kill its tree.
+            let _ = send_with_fd(&socket, &Reply::Started(pid).encode(), pidfd.as_fd());
             Some(Call {
                 pidfd,
                 socket,
@@ -540,6 +548,20 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
             None
         }
     }
+}
+
+/// Sends `bytes` on `socket` with a copy of `fd` (`SCM_RIGHTS`), without raising SIGPIPE.
+fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    ancillary.push(SendAncillaryMessage::ScmRights(&fds));
+    sendmsg(
+        socket,
+        &[IoSlice::new(bytes)],
+        &mut ancillary,
+        SendFlags::NOSIGNAL,
+    )
 }
 
 /// The call's child: made like a helper started for the call (its own process group,
