@@ -29,9 +29,16 @@ use foya_protocol::{
 };
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::{Array, KeyValue, StringValue, Value};
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use rand::{Rng as _, SeedableRng as _};
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The maps telemetry looks up on every event: keyed by ids (random UUIDs, a model's
+/// call ids), hashed with foldhash instead of SipHash (no map here is keyed by anything
+/// an attacker picks to collide: a session's own ids).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The caller's span a turn continues (from a W3C `traceparent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,17 +110,66 @@ pub(crate) struct SpanRecord {
 
 /// Input ids whose turns continue a caller's trace, registered before the input is
 /// submitted.
-pub(crate) type Parents = Arc<Mutex<HashMap<InputId, Parent>>>;
+pub(crate) type Parents = Arc<ParentMap>;
+
+/// [`Parents`]: the map, and whether it holds anything (read without its lock: a turn
+/// of a pipeline no caller ever gave a `traceparent` takes no lock).
+#[derive(Debug, Default)]
+pub(crate) struct ParentMap {
+    map: Mutex<FastMap<InputId, Parent>>,
+    any: AtomicBool,
+}
+
+impl ParentMap {
+    /// Registers `parent` for the turn of `input` (past [`MAX_PARENTS`] the map starts
+    /// over).
+    pub(crate) fn insert(&self, input: InputId, parent: Parent) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= MAX_PARENTS {
+            map.clear();
+        }
+        map.insert(input, parent);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// The parent registered for `input`, taken out.
+    fn take(&self, input: InputId) -> Option<Parent> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let parent = map.remove(&input);
+        if map.is_empty() {
+            self.any.store(false, Ordering::Release);
+        }
+        parent
+    }
+}
 
 /// Most input ids waiting in [`Parents`]; beyond it the oldest registrations are lost.
 pub(crate) const MAX_PARENTS: usize = 10_000;
 
+thread_local! {
+    /// The ids' generator: a small fast one per thread (what the OpenTelemetry SDK's
+    /// `RandomIdGenerator` uses), seeded from the thread's cryptographic generator, which
+    /// made every id before.
+    static IDS: RefCell<rand::rngs::SmallRng> =
+        RefCell::new(rand::rngs::SmallRng::from_rng(&mut rand::rng()));
+}
+
 fn new_trace_id() -> TraceId {
-    TraceId::from(rand::random::<u128>().max(1))
+    TraceId::from(IDS.with(|rng| rng.borrow_mut().random::<u128>()).max(1))
 }
 
 fn new_span_id() -> SpanId {
-    SpanId::from(rand::random::<u64>().max(1))
+    SpanId::from(IDS.with(|rng| rng.borrow_mut().random::<u64>()).max(1))
+}
+
+/// A UUID id as an attribute value (hyphenated, lowercase: its `Display`), written
+/// without the formatting machinery.
+fn uuid_value(id: uuid::Uuid) -> StringValue {
+    let mut buf = [0_u8; uuid::fmt::Hyphenated::LENGTH];
+    StringValue::from(Arc::<str>::from(&*id.hyphenated().encode_lower(&mut buf)))
 }
 
 #[derive(Debug)]
@@ -140,9 +196,86 @@ struct Approval {
     action: Option<String>,
 }
 
+/// A tool's name as attribute values, made once per name (per deriver) and shared by
+/// its calls' spans.
+#[derive(Debug, Clone)]
+struct ToolName {
+    name: StringValue,
+    /// `execute_tool {name}`.
+    span: StringValue,
+}
+
+/// Most tool names a deriver keeps made; past it they are made again.
+const MAX_TOOL_NAMES: usize = 256;
+
+/// A few items keyed by an id, found by comparing (a turn has a few tool calls, a
+/// session a queued input or two): no hashing, no allocation for the first `N`.
+#[derive(Debug)]
+struct Few<K, V, const N: usize>(SmallVec<[(K, V); N]>);
+
+impl<K, V, const N: usize> Default for Few<K, V, N> {
+    fn default() -> Self {
+        Self(SmallVec::new())
+    }
+}
+
+impl<K: PartialEq, V, const N: usize> Few<K, V, N> {
+    fn get(&self, key: &K) -> Option<&V> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.0.iter_mut().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The value of `key`, made by `make` when there is none.
+    fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
+        let index = match self.0.iter().position(|(k, _)| *k == key) {
+            Some(index) => index,
+            None => {
+                self.0.push((key, make()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[index].1
+    }
+
+    /// Whether `key` was new.
+    fn insert(&mut self, key: K, value: V) -> bool {
+        if self.get(&key).is_some() {
+            return false;
+        }
+        self.0.push((key, value));
+        true
+    }
+
+    fn remove(&mut self, key: &K) -> Option<(K, V)> {
+        let index = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(index))
+    }
+}
+
+impl<K, V, const N: usize> Few<K, V, N> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = (K, V)> + '_ {
+        self.0.drain(..)
+    }
+}
+
 #[derive(Debug)]
 struct Tool {
-    name: String,
+    name: ToolName,
     span_id: SpanId,
     start_ms: u64,
     step: u32,
@@ -171,7 +304,7 @@ struct Turn {
     start_ms: u64,
     steps: u32,
     step: Option<Step>,
-    tools: HashMap<ToolCallId, Tool>,
+    tools: Few<ToolCallId, Tool, 2>,
     input_tokens: u64,
     output_tokens: u64,
     user_text: Option<String>,
@@ -183,8 +316,8 @@ struct Turn {
 #[derive(Debug, Default)]
 struct Session {
     turn: Option<Turn>,
-    queued: HashSet<InputId>,
-    approvals: HashSet<ApprovalRequestId>,
+    queued: Few<InputId, (), 2>,
+    approvals: Few<ApprovalRequestId, (), 1>,
     /// The text of the latest user message, while it waits for its turn (opt-in only).
     user_text: Option<(InputId, String)>,
 }
@@ -233,8 +366,12 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    fn add(counter: &AtomicI64, n: i64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    /// Adds `n` to `counter`, when its figure is read: with metrics on and no runtime
+    /// joined (a joined runtime's own counts are the gauges).
+    fn add(metrics: &Option<Arc<Metrics>>, counter: &AtomicI64, n: i64) {
+        if metrics.as_ref().is_some_and(|m| m.runtime.get().is_none()) {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
     }
 }
 
@@ -249,10 +386,12 @@ pub(crate) struct Deriver {
     traces: bool,
     capture: bool,
     parents: Parents,
-    sessions: HashMap<SessionId, Session>,
-    models: HashMap<SessionId, ModelOf>,
+    sessions: FastMap<SessionId, Session>,
+    models: FastMap<SessionId, ModelOf>,
     /// Sub-agent sessions: the `agent` call that started each.
-    sub_agents: HashMap<SessionId, ParentRef>,
+    sub_agents: FastMap<SessionId, ParentRef>,
+    /// Tool names made into attribute values.
+    tool_names: FastMap<String, ToolName>,
     spans: Vec<SpanRecord>,
     /// Metric handles resolved once.
     handles: Handles,
@@ -317,9 +456,10 @@ impl Deriver {
             traces,
             capture,
             parents,
-            sessions: HashMap::new(),
-            models: HashMap::new(),
-            sub_agents: HashMap::new(),
+            sessions: FastMap::default(),
+            models: FastMap::default(),
+            sub_agents: FastMap::default(),
+            tool_names: FastMap::default(),
             spans: Vec::new(),
             handles: Handles::default(),
             counts: Arc::default(),
@@ -342,6 +482,35 @@ impl Deriver {
             self.sub_agents.clear();
         }
         self.models.insert(session, model);
+    }
+
+    /// Records the model of `session` read from its log (each time the runtime reads
+    /// it): made again only when it changed.
+    pub(crate) fn model_read(&mut self, session: SessionId, provider: &str, model: &str) {
+        if self
+            .models
+            .get(&session)
+            .is_some_and(|m| m.provider.as_str() == provider && m.model.as_str() == model)
+        {
+            return;
+        }
+        self.set_model(session, ModelOf::new(session, provider, model));
+    }
+
+    /// Tool `name`'s attribute values.
+    fn tool_name(&mut self, name: &str) -> ToolName {
+        if let Some(made) = self.tool_names.get(name) {
+            return made.clone();
+        }
+        if self.tool_names.len() >= MAX_TOOL_NAMES {
+            self.tool_names.clear();
+        }
+        let made = ToolName {
+            name: StringValue::from(Arc::<str>::from(name)),
+            span: StringValue::from(Arc::<str>::from(format!("execute_tool {name}"))),
+        };
+        self.tool_names.insert(name.to_owned(), made.clone());
+        made
     }
 
     /// The spans finished so far.
@@ -421,10 +590,18 @@ impl Deriver {
                     m.sessions_deleted.inc();
                 });
                 if let Some(session) = self.sessions.remove(&sid) {
-                    Counts::add(&self.counts.queued, -(session.queued.len() as i64));
-                    Counts::add(&self.counts.pending, -(session.approvals.len() as i64));
+                    Counts::add(
+                        &self.metrics,
+                        &self.counts.queued,
+                        -(session.queued.len() as i64),
+                    );
+                    Counts::add(
+                        &self.metrics,
+                        &self.counts.pending,
+                        -(session.approvals.len() as i64),
+                    );
                     if session.turn.is_some() {
-                        Counts::add(&self.counts.active, -1);
+                        Counts::add(&self.metrics, &self.counts.active, -1);
                     }
                 }
                 self.models.remove(&sid);
@@ -437,9 +614,9 @@ impl Deriver {
                     .entry(sid)
                     .or_default()
                     .queued
-                    .insert(*input_id)
+                    .insert(*input_id, ())
                 {
-                    Counts::add(&self.counts.queued, 1);
+                    Counts::add(&self.metrics, &self.counts.queued, 1);
                     self.gauges();
                 }
             }
@@ -476,6 +653,15 @@ impl Deriver {
             EventKind::AssistantMessage(message) => {
                 let capture = self.capture;
                 let mut latency = None;
+                let names: SmallVec<[ToolName; 2]> = if self.traces || self.metrics.is_some() {
+                    message
+                        .tool_calls
+                        .iter()
+                        .map(|call| self.tool_name(&call.name))
+                        .collect()
+                } else {
+                    SmallVec::new()
+                };
                 if let Some(turn) = self.turn_mut(sid) {
                     let number = turn.step.as_ref().map_or(turn.steps, |s| s.number);
                     if let Some(step) = turn.step.as_mut() {
@@ -487,9 +673,9 @@ impl Deriver {
                         }
                         latency = Some(at.saturating_sub(step.start_ms));
                     }
-                    for call in &message.tool_calls {
-                        turn.tools.entry(call.id.clone()).or_insert_with(|| Tool {
-                            name: call.name.clone(),
+                    for (call, name) in message.tool_calls.iter().zip(names) {
+                        turn.tools.get_or_insert_with(call.id.clone(), || Tool {
+                            name,
                             span_id: new_span_id(),
                             start_ms: at,
                             step: number,
@@ -551,17 +737,17 @@ impl Deriver {
                 ..
             } => {
                 let capture = self.capture;
+                let name = self.tool_name(tool_name);
                 let session = self.sessions.entry(sid).or_default();
-                if session.approvals.insert(*request_id) {
-                    Counts::add(&self.counts.pending, 1);
+                if session.approvals.insert(*request_id, ()) {
+                    Counts::add(&self.metrics, &self.counts.pending, 1);
                 }
                 if let Some(turn) = session.turn.as_mut() {
                     let number = turn.steps;
                     let tool = turn
                         .tools
-                        .entry(tool_call_id.clone())
-                        .or_insert_with(|| Tool {
-                            name: tool_name.clone(),
+                        .get_or_insert_with(tool_call_id.clone(), || Tool {
+                            name,
                             span_id: new_span_id(),
                             start_ms: at,
                             step: number,
@@ -588,8 +774,8 @@ impl Deriver {
                 let decision = class_name(decision);
                 let mut wait = None;
                 let session = self.sessions.entry(sid).or_default();
-                if session.approvals.remove(request_id) {
-                    Counts::add(&self.counts.pending, -1);
+                if session.approvals.remove(request_id).is_some() {
+                    Counts::add(&self.metrics, &self.counts.pending, -1);
                 }
                 if let Some(approval) = session
                     .turn
@@ -626,7 +812,7 @@ impl Deriver {
                     name = Some(tool.name.clone());
                 }
                 if let (Some(name), Some(m)) = (name, &self.metrics)
-                    && let Some(histogram) = self.handles.tool_duration(m, &name)
+                    && let Some(histogram) = self.handles.tool_duration(m, name.name.as_str())
                 {
                     histogram.observe(seconds(*duration_ms));
                 }
@@ -636,8 +822,8 @@ impl Deriver {
                 let tool = self
                     .turn_mut(sid)
                     .and_then(|t| t.tools.remove(&message.tool_call_id));
-                if let Some(tool) = tool {
-                    self.close_tool(sid, &message.tool_call_id, tool, at, result);
+                if let Some((id, tool)) = tool {
+                    self.close_tool(sid, id, tool, at, result);
                 }
             }
             EventKind::TurnCancelled { reason } => {
@@ -728,9 +914,9 @@ impl Deriver {
 
     fn unqueue(&mut self, sid: SessionId, input: InputId) {
         if let Some(session) = self.sessions.get_mut(&sid)
-            && session.queued.remove(&input)
+            && session.queued.remove(&input).is_some()
         {
-            Counts::add(&self.counts.queued, -1);
+            Counts::add(&self.metrics, &self.counts.queued, -1);
             self.gauges();
         }
     }
@@ -743,12 +929,7 @@ impl Deriver {
 
     fn turn_started(&mut self, event: &Event, input_id: InputId) {
         let sid = event.session_id;
-        let parent = self
-            .parents
-            .lock()
-            .ok()
-            .and_then(|mut p| p.remove(&input_id))
-            .or_else(|| self.agent_call(sid));
+        let parent = self.parents.take(input_id).or_else(|| self.agent_call(sid));
         let conversation = self.conversation(sid);
         let session = self.sessions.entry(sid).or_default();
         let user_text = match session.user_text.take() {
@@ -767,7 +948,7 @@ impl Deriver {
             start_ms: event.at_ms,
             steps: 0,
             step: None,
-            tools: HashMap::new(),
+            tools: Few::default(),
             input_tokens: 0,
             output_tokens: 0,
             user_text,
@@ -775,7 +956,7 @@ impl Deriver {
             cancel_reason: None,
         });
         if !had_turn {
-            Counts::add(&self.counts.active, 1);
+            Counts::add(&self.metrics, &self.counts.active, 1);
         }
         self.metrics(|m| {
             m.turns_started.inc();
@@ -876,7 +1057,7 @@ impl Deriver {
     fn close_tool(
         &mut self,
         sid: SessionId,
-        id: &ToolCallId,
+        id: ToolCallId,
         tool: Tool,
         end_ms: u64,
         result: Option<String>,
@@ -892,27 +1073,10 @@ impl Deriver {
             (false, Some((false, _))) => "ok",
             (false, None) => "not_run",
         };
-        if let Some(m) = &self.metrics
-            && let Some(counter) = self.handles.tool_calls(m, &tool.name, outcome)
-        {
-            counter.inc();
+        if let Some(m) = &self.metrics {
+            self.handles
+                .count_tool_call(m, tool.name.name.as_str(), outcome);
         }
-        self.metrics(|m| {
-            m.figures(|f| {
-                // Found without building a key (the map holds a few tools).
-                let seen = f
-                    .tool_calls
-                    .iter_mut()
-                    .find(|((name, o), _)| *name == tool.name && o == outcome);
-                match seen {
-                    Some((_, n)) => *n += 1,
-                    None => {
-                        f.tool_calls
-                            .insert((tool.name.clone(), outcome.to_owned()), 1);
-                    }
-                }
-            });
-        });
         if !self.traces {
             return;
         }
@@ -920,13 +1084,15 @@ impl Deriver {
             return;
         };
         let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
-        let mut attributes = vec![
+        let approval_id = tool.approval.is_some().then(|| id.0.clone());
+        let mut attributes = Vec::with_capacity(8);
+        attributes.extend([
             kv("gen_ai.operation.name", "execute_tool"),
-            kv("gen_ai.tool.name", tool.name.clone()),
-            kv("gen_ai.tool.call.id", id.to_string()),
+            kv("gen_ai.tool.name", tool.name.name.clone()),
+            kv("gen_ai.tool.call.id", id.0),
             kv("foya.tool.outcome", outcome),
             kv("foya.step", i64::from(tool.step)),
-        ];
+        ]);
         if let Some((_, ms)) = tool.finished {
             attributes.push(kv("foya.tool.duration_ms", int(ms)));
         }
@@ -942,10 +1108,10 @@ impl Deriver {
         } else {
             Status::Unset
         };
-        if let Some(approval) = tool.approval {
+        if let (Some(approval), Some(id)) = (tool.approval, approval_id) {
             let mut attrs = vec![
-                kv("gen_ai.tool.name", tool.name.clone()),
-                kv("gen_ai.tool.call.id", id.to_string()),
+                kv("gen_ai.tool.name", tool.name.name.clone()),
+                kv("gen_ai.tool.call.id", id),
                 kv(
                     "foya.approval.decision",
                     approval.decision.unwrap_or_else(|| "none".to_owned()),
@@ -955,7 +1121,7 @@ impl Deriver {
                 attrs.push(kv("foya.approval.action", action));
             }
             self.spans.push(SpanRecord {
-                name: StringValue::from(format!("approval {}", tool.name)),
+                name: StringValue::from(format!("approval {}", tool.name.name.as_str())),
                 trace_id,
                 span_id: approval.span_id,
                 parent: Some(tool.span_id),
@@ -969,7 +1135,7 @@ impl Deriver {
             });
         }
         self.spans.push(SpanRecord {
-            name: StringValue::from(format!("execute_tool {}", tool.name)),
+            name: tool.name.span,
             trace_id,
             span_id: tool.span_id,
             parent: Some(parent),
@@ -1102,7 +1268,7 @@ impl Deriver {
             .map(|t| t.tools.drain().collect())
             .unwrap_or_default();
         for (id, tool) in open {
-            self.close_tool(sid, &id, tool, at, None);
+            self.close_tool(sid, id, tool, at, None);
         }
         if let Some(c) = self.turn_mut(sid).and_then(|t| t.compaction.take()) {
             self.compaction_span(sid, c, at, Vec::new());
@@ -1111,13 +1277,17 @@ impl Deriver {
             return;
         };
         // Approvals still open when the turn ended were never decided.
-        Counts::add(&self.counts.pending, -(session.approvals.len() as i64));
+        Counts::add(
+            &self.metrics,
+            &self.counts.pending,
+            -(session.approvals.len() as i64),
+        );
         session.approvals.clear();
         let Some(turn) = session.turn.take() else {
             self.gauges();
             return;
         };
-        Counts::add(&self.counts.active, -1);
+        Counts::add(&self.metrics, &self.counts.active, -1);
         let status_name = status_name(status);
         let duration = at.saturating_sub(turn.start_ms);
         let index = match status {
@@ -1140,14 +1310,14 @@ impl Deriver {
                 kv("gen_ai.agent.name", "foya"),
                 kv("gen_ai.conversation.id", turn.conversation.clone()),
                 kv("foya.session.id", turn.conversation),
-                kv("foya.input.id", turn.input_id.to_string()),
+                kv("foya.input.id", uuid_value(turn.input_id.0)),
                 kv("foya.turn.status", status_name),
                 kv("foya.turn.steps", i64::from(turn.steps)),
                 kv("gen_ai.usage.input_tokens", int(turn.input_tokens)),
                 kv("gen_ai.usage.output_tokens", int(turn.output_tokens)),
             ]);
             if let Some(run) = turn.run_id {
-                attributes.push(kv("foya.run.id", run.to_string()));
+                attributes.push(kv("foya.run.id", uuid_value(run.0)));
             }
             self.model_attributes(sid, &mut attributes);
             if let Some(reason) = reason.map(bounded_reason).or(turn.cancel_reason) {

@@ -418,3 +418,26 @@ async fn the_observed_store_passes_the_stores_own_answers_through() {
     assert_eq!(store.append_latency().count(), 1);
     assert_eq!(observed.append_latency().count(), 1);
 }
+
+#[test]
+fn uuid_values_are_the_ids_display_and_few_keeps_its_items_by_key() {
+    let run: RunId = RUN.parse().unwrap();
+    assert_eq!(uuid_value(run.0).as_str(), RUN);
+    let id = RunId::new();
+    assert_eq!(uuid_value(id.0).as_str(), id.to_string());
+
+    let mut few: Few<u32, &str, 2> = Few::default();
+    assert!(few.insert(1, "a"));
+    assert!(!few.insert(1, "b"), "a key is kept once");
+    *few.get_or_insert_with(2, || "c") = "d";
+    few.get_or_insert_with(3, || "e");
+    assert_eq!(few.get_or_insert_with(3, || "f"), &mut "e");
+    assert_eq!(
+        (few.get(&1), few.get(&2), few.len()),
+        (Some(&"a"), Some(&"d"), 3)
+    );
+    assert_eq!(few.remove(&2), Some((2, "d")));
+    assert_eq!(few.remove(&2), None);
+    assert_eq!(few.drain().collect::<Vec<_>>(), [(1, "a"), (3, "e")]);
+    assert!(few.is_empty());
+}

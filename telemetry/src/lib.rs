@@ -46,7 +46,7 @@ pub use config::{DEFAULT_SERVICE_NAME, TelemetryConfig, TraceExport};
 pub use derive::Parent;
 pub use metrics::{CONTENT_TYPE, Figures, MAX_TOOL_LABELS};
 
-use derive::{Deriver, MAX_PARENTS, Parents};
+use derive::{Deriver, Parents};
 use export::Exporter;
 use foya_actors::RuntimeConfig;
 use foya_actors::provider::ModelClient;
@@ -118,6 +118,9 @@ impl Telemetry {
     /// [`foya_actors::Runtime::start`]. Call it once per pipeline.
     #[must_use]
     pub fn instrument(&self, mut config: RuntimeConfig) -> RuntimeConfig {
+        if let Some(metrics) = &self.shared.metrics {
+            let _ = metrics.store.set(config.store.clone());
+        }
         config.store = LogStore::shared(ObservedLog {
             inner: config.store,
             follower: Arc::clone(&self.shared.follower),
@@ -169,12 +172,7 @@ impl Telemetry {
         if self.shared.exporter.is_none() {
             return true;
         }
-        if let Ok(mut parents) = self.shared.parents.lock() {
-            if parents.len() >= MAX_PARENTS {
-                parents.clear();
-            }
-            parents.insert(input, parent);
-        }
+        self.shared.parents.insert(input, parent);
         true
     }
 

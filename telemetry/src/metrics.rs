@@ -165,6 +165,13 @@ pub(crate) struct Metrics {
     store_seen: (AtomicU64, AtomicU64),
     /// Tool names used as labels so far.
     tools: Mutex<BTreeSet<String>>,
+    /// The embedding API's tool call figures by tool name, by outcome ([`OUTCOMES`]):
+    /// atomics each deriver's handles count in without a lock (merged by
+    /// [`Self::snapshot`]).
+    tool_figures: Mutex<BTreeMap<String, std::sync::Arc<ToolFigures>>>,
+    /// The store whose counters `foya_store_commits` and `foya_store_events` follow, read
+    /// at each scrape ([`Self::refresh`]) rather than on every append.
+    pub(crate) store: std::sync::OnceLock<foya_storage::LogStore>,
     pub(crate) figures: Mutex<Figures>,
     /// The figures counted on every turn, without the figures' lock (merged into them by
     /// [`Self::snapshot`]).
@@ -231,6 +238,8 @@ impl Metrics {
             dropped_events: Counter::default(),
             store_seen: (AtomicU64::new(0), AtomicU64::new(0)),
             tools: Mutex::new(BTreeSet::new()),
+            tool_figures: Mutex::new(BTreeMap::new()),
+            store: std::sync::OnceLock::new(),
             figures: Mutex::new(Figures::default()),
             counts: FigureCounts::default(),
             registry: Registry::default(),
@@ -435,8 +444,28 @@ impl Metrics {
         }
     }
 
-    /// Sets the live gauges from the runtime, when one is joined.
+    /// Tool `name`'s call figures (made on its first call).
+    fn tool_figures(&self, name: &str) -> std::sync::Arc<ToolFigures> {
+        let mut figures = self
+            .tool_figures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(counts) = figures.get(name) {
+            return std::sync::Arc::clone(counts);
+        }
+        let counts = std::sync::Arc::<ToolFigures>::default();
+        figures.insert(name.to_owned(), std::sync::Arc::clone(&counts));
+        counts
+    }
+
+    /// Sets the store's counters and the live gauges (from the runtime, when one is
+    /// joined).
     pub(crate) fn refresh(&self) {
+        if let Some(store) = self.store.get() {
+            use foya_storage::EventLog as _;
+            let stats = store.stats();
+            self.observe_store(stats.commits, stats.appended_events);
+        }
         let Some(source) = self.runtime.get() else {
             return;
         };
@@ -490,6 +519,19 @@ impl Metrics {
         figures.steps += read(&c.steps);
         figures.retries += read(&c.retries);
         figures.compactions += read(&c.compactions);
+        if let Ok(tools) = self.tool_figures.lock() {
+            for (name, counts) in tools.iter() {
+                for (outcome, counter) in OUTCOMES.iter().zip(counts.iter()) {
+                    let n = read(counter);
+                    if n > 0 {
+                        *figures
+                            .tool_calls
+                            .entry((name.clone(), (*outcome).to_owned()))
+                            .or_default() += n;
+                    }
+                }
+            }
+        }
         for (status, counter) in STATUSES.iter().zip(&c.finished) {
             let n = read(counter);
             if n > 0 {
@@ -525,12 +567,17 @@ impl foya_storage::CommitObserver for CommitMetrics {
     }
 }
 
+/// A tool's call counts by outcome ([`OUTCOMES`]), for the embedding API's figures.
+type ToolFigures = [AtomicU64; 4];
+
 /// A tool's label handles, resolved once.
 #[derive(Debug)]
 struct ToolHandles {
     duration: Histogram,
     /// By outcome: ok, error, denied, not_run.
     calls: [Option<Counter>; 4],
+    /// Its figures, by outcome.
+    figures: std::sync::Arc<ToolFigures>,
 }
 
 /// The outcomes of a tool call, as labels (the index of [`ToolHandles::calls`]).
@@ -601,6 +648,7 @@ impl Handles {
                 ToolHandles {
                     duration,
                     calls: Default::default(),
+                    figures: m.tool_figures(name),
                 },
             );
         }
@@ -610,6 +658,20 @@ impl Handles {
     /// The duration histogram of tool `name`.
     pub(crate) fn tool_duration(&mut self, m: &Metrics, name: &str) -> Option<&Histogram> {
         self.tool(m, name).map(|h| &h.duration)
+    }
+
+    /// Counts a call of tool `name` with outcome `outcome` (one of ok, error, denied,
+    /// not_run): its counter, and its figure.
+    pub(crate) fn count_tool_call(&mut self, m: &Metrics, name: &str, outcome: &str) {
+        let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(3);
+        if let Some(counter) = self.tool_calls(m, name, outcome) {
+            counter.inc();
+        }
+        if let Some(handles) = self.tools.get(name)
+            && let Some(figure) = handles.figures.get(index)
+        {
+            figure.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The call counter of tool `name` with outcome `outcome` (one of ok, error, denied,

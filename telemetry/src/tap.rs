@@ -10,7 +10,7 @@
 //! measured part of telemetry's cost before (docs/benchmarks.md). [`ObservedModel`] times each request attempt: the
 //! first streamed token, the end of the stream, the class of a failure.
 
-use crate::derive::{Counts, Deriver, ModelOf};
+use crate::derive::{Counts, Deriver};
 use crate::export::Exporter;
 use crate::metrics::Metrics;
 use foya_actors::CancellationToken;
@@ -128,8 +128,7 @@ impl Follower {
     /// A session's provider and model, seen in its log as the runtime read it (a
     /// session created before this process started).
     pub(crate) fn model(&self, session: SessionId, provider: &str, model: &str) {
-        self.deriver(session)
-            .set_model(session, ModelOf::new(session, provider, model));
+        self.deriver(session).model_read(session, provider, model);
     }
 }
 
@@ -146,8 +145,6 @@ impl EventLog for ObservedLog {
         let start = self.metrics.is_some().then(Instant::now);
         let result = self.inner.append(events, fence).await;
         if let (Some(m), Some(start)) = (&self.metrics, start) {
-            let stats = self.inner.stats();
-            m.observe_store(stats.commits, stats.appended_events);
             m.store_append.observe(start.elapsed().as_secs_f64());
             #[allow(clippy::cast_precision_loss)]
             m.store_append_events.observe(events.len() as f64);
