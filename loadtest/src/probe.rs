@@ -42,6 +42,14 @@ pub(crate) struct Slot {
     pub(crate) requests: u64,
 }
 
+impl Slot {
+    /// Forgets the emit instants not matched (a turn ended) and the queue's memory: a
+    /// cleared queue kept its capacity, about 1 KiB a session for the rest of the run.
+    pub(crate) fn forget_emits(&mut self) {
+        self.emits = VecDeque::new();
+    }
+}
+
 /// Per-session slots, indexed by session number.
 pub(crate) type Slots = Arc<Vec<Mutex<Slot>>>;
 
