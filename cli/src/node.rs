@@ -115,29 +115,12 @@ pub async fn node(args: NodeArgs) -> Result<(), CommandError> {
     node_with(args, None).await
 }
 
-/// The next SIGINT, SIGTERM or SIGHUP (Ctrl-C alone when the handlers could not be
-/// installed).
-async fn next_signal(signals: &mut Option<crate::signals::Signals>) {
-    match signals {
-        Some(signals) => {
-            signals.recv().await;
-        }
-        None => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
 /// Refuses an `--http` address other machines can reach when no `--token-file` guards it:
 /// the API creates sessions and runs tools, `/metrics` tells what the node runs.
 fn check_http_exposure(http: &str) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    use std::net::ToSocketAddrs as _;
-    let addrs: Vec<std::net::SocketAddr> = http
-        .to_socket_addrs()
-        .with_context(|| format!("--http {http}: expected HOST:PORT, e.g. 127.0.0.1:7878"))?
-        .collect();
-    if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+    let loopback = foya_telemetry::http::loopback_only(http)
+        .with_context(|| format!("--http {http}: expected HOST:PORT, e.g. 127.0.0.1:7878"))?;
+    if !loopback {
         anyhow::bail!(
             "--http {http} is reachable from other machines: give --token-file so that only \
              holders of the token can create sessions, run tools and read the metrics (or \
@@ -315,7 +298,7 @@ async fn serve(
     if let Some(shards) = shard_node.as_mut() {
         let settled = tokio::select! {
             settled = shards.settle(&runtime) => Some(settled),
-            () = next_signal(&mut signals) => None,
+            () = crate::signals::next(&mut signals) => None,
         };
         match settled {
             Some(Ok(_)) => {}
@@ -398,7 +381,7 @@ async fn serve(
     let placement = std::future::pending::<Option<String>>();
     let mut lost = None;
     let refused = tokio::select! {
-        () = next_signal(&mut signals) => None,
+        () = crate::signals::next(&mut signals) => None,
         e = node.refused() => Some(e),
         reason = placement => {
             lost = reason;

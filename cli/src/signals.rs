@@ -71,14 +71,17 @@ impl Signals {
     }
 }
 
-/// Ctrl-C, SIGTERM or SIGHUP (through [`Signals`]; Ctrl-C alone when the
-/// handlers cannot be installed).
-pub async fn wait_for_signal() {
-    match Signals::install() {
-        Ok(mut signals) => {
+/// The next Ctrl-C, SIGTERM or SIGHUP through `signals` (installed early with
+/// [`Signals::install`]); Ctrl-C alone when the handlers could not be installed (`None`).
+///
+/// # Cancel safety
+/// Cancel safe: a signal that arrives while no one waits is kept for the next call.
+pub async fn next(signals: &mut Option<Signals>) {
+    match signals {
+        Some(signals) => {
             signals.recv().await;
         }
-        Err(_) => {
+        None => {
             let _ = tokio::signal::ctrl_c().await;
         }
     }

@@ -154,12 +154,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CommandError> {
 /// `listen` does not resolve to socket addresses, or one of them is not loopback and
 /// there is no token.
 fn check_exposure(listen: &str, has_token: bool) -> anyhow::Result<()> {
-    use std::net::ToSocketAddrs as _;
-    let addrs: Vec<std::net::SocketAddr> = listen
-        .to_socket_addrs()
-        .with_context(|| format!("--listen {listen}: expected HOST:PORT, e.g. 127.0.0.1:7878"))?
-        .collect();
-    if addrs.iter().any(|a| !a.ip().is_loopback()) && !has_token {
+    let loopback = foya_telemetry::http::loopback_only(listen)
+        .with_context(|| format!("--listen {listen}: expected HOST:PORT, e.g. 127.0.0.1:7878"))?;
+    if !loopback && !has_token {
         anyhow::bail!(
             "--listen {listen} is reachable from other machines: give --token-file so that \
              only holders of the token can create sessions and run tools"
@@ -273,7 +270,7 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
             .into_future(),
     );
     let served = tokio::select! {
-        () = next_signal(&mut signals) => None,
+        () = foya_cli::signals::next(&mut signals) => None,
         served = &mut server => Some(served),
     };
     let ended = match served {
@@ -295,7 +292,7 @@ async fn serve_inner(args: ServeArgs) -> Result<(), CommandError> {
                 () = async {
                     tokio::select! {
                         () = tokio::time::sleep(CONNECTION_GRACE) => {}
-                        () = next_signal(&mut signals) => {}
+                        () = foya_cli::signals::next(&mut signals) => {}
                     }
                 } => {
                     tracing::warn!(target: LOG_TARGET, "connections still open after shutdown were closed");
@@ -387,22 +384,6 @@ fn ended(served: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<
 /// How long open connections may take to finish after the drain before the server
 /// stops waiting for them.
 const CONNECTION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The next Ctrl-C, SIGTERM or SIGHUP (Ctrl-C alone when the handlers could not be
-/// installed).
-///
-/// # Cancel safety
-/// Cancel safe: a signal that arrives while no one waits is kept for the next call.
-async fn next_signal(signals: &mut Option<foya_cli::signals::Signals>) {
-    match signals {
-        Some(signals) => {
-            signals.recv().await;
-        }
-        None => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -72,6 +72,18 @@ pub async fn serve_metrics(
         .await
 }
 
+/// Whether every address `listen` (HOST:PORT) resolves to is a loopback one (`false`
+/// when it resolves to none): a server bound there cannot be reached from other
+/// machines.
+///
+/// # Errors
+/// `listen` is not HOST:PORT, or does not resolve.
+pub fn loopback_only(listen: &str) -> std::io::Result<bool> {
+    use std::net::ToSocketAddrs as _;
+    let mut addrs = listen.to_socket_addrs()?.peekable();
+    Ok(addrs.peek().is_some() && addrs.all(|a| a.ip().is_loopback()))
+}
+
 /// Refuses an address that is not loopback (before anything binds it): metrics served
 /// without a token must not be reachable from other machines.
 ///
@@ -79,12 +91,9 @@ pub async fn serve_metrics(
 /// `listen` does not resolve, or one of its addresses is not loopback.
 pub fn check_loopback(listen: &str) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    use std::net::ToSocketAddrs as _;
-    let addrs: Vec<std::net::SocketAddr> = listen
-        .to_socket_addrs()
-        .with_context(|| format!("{listen}: expected HOST:PORT, e.g. 127.0.0.1:9464"))?
-        .collect();
-    if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+    let loopback = loopback_only(listen)
+        .with_context(|| format!("{listen}: expected HOST:PORT, e.g. 127.0.0.1:9464"))?;
+    if !loopback {
         anyhow::bail!(
             "{listen} is reachable from other machines: serve metrics on a loopback address \
              (or give a token file where the command offers one)"

@@ -677,6 +677,72 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
     .await;
 }
 
+/// Two nodes (`--handoff-drain 0.2`) on a fresh store, and a session whose first turn
+/// is running (each answer streams three fragments, 1.5 s apart: a handoff finds it
+/// running and its drain cancels it), streamed from its owner and through the other
+/// node (the entry) from seq 1.
+struct Handoff {
+    _tmp: tempfile::TempDir,
+    store: String,
+    owner: Node,
+    entry: Node,
+    id: String,
+    direct: Sse,
+    forwarded: Sse,
+    /// The forwarded stream's events up to the running turn's `step_started`.
+    seen: Vec<Value>,
+}
+
+async fn a_turn_streamed_two_ways() -> Handoff {
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 1500});
+    let script = [slow.clone(), slow.clone(), slow];
+    let drain = ["--handoff-drain", "0.2"];
+    let a = node_at("a", &store, &dir, &script, "127.0.0.1:0", &drain).await;
+    let b = node_at("b", &store, &dir, &script, "127.0.0.1:0", &drain).await;
+    let id = a.create().await;
+    let (owner, entry) = if owner_of(&store, &id).await == "a" {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let direct = owner.events(&id, Some(0), "").await;
+    let mut forwarded = entry.events(&id, Some(0), "").await;
+    assert_eq!(
+        (direct.node.as_str(), forwarded.node.as_str()),
+        (owner.name, owner.name)
+    );
+    let resp = entry.submit(&id, "one").await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let seen = forwarded.until(of_type("step_started")).await;
+    Handoff {
+        _tmp: tmp,
+        store,
+        owner,
+        entry,
+        id,
+        direct,
+        forwarded,
+        seen,
+    }
+}
+
+/// After the move: input `two` through `entry` (retried while no node owns the shard) is
+/// run there, the forwarded stream delivers its turn with no notice, and every event it
+/// delivered since seq 1 (`seen` and this turn's) is there once, in order.
+async fn the_next_turn_runs_on(entry: &Node, id: &str, forwarded: &mut Sse, mut seen: Vec<Value>) {
+    let resp = submit_retrying(entry, id, "two").await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    served_by(&resp, entry.name);
+    let next = forwarded.until(of_type("turn_complete")).await;
+    assert_eq!(next.last().unwrap()["status"], "completed", "{next:#?}");
+    seen.extend(next);
+    let last = seen.last().unwrap()["seq"].as_u64().unwrap();
+    assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
+}
+
 /// A node stopped with SIGTERM hands its shards off: its own event stream of a session
 /// ends with a `moved` notice naming the handoff (not a `lagged` one: nobody fell
 /// behind), and a stream of that session through another node follows it there, with no
@@ -684,32 +750,16 @@ async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_streams_follow_a_session_handed_off_by_a_node_stopped_with_sigterm() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
-        // Each answer streams three fragments, 1.5 s apart: the SIGTERM finds a turn
-        // running, and the handoff's drain (0.2 s) cancels it.
-        let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 1500});
-        let script = [slow.clone(), slow.clone(), slow];
-        let drain = ["--handoff-drain", "0.2"];
-        let a = node_at("a", &store, &dir, &script, "127.0.0.1:0", &drain).await;
-        let b = node_at("b", &store, &dir, &script, "127.0.0.1:0", &drain).await;
-        let id = a.create().await;
-        let (owner, entry) = if owner_of(&store, &id).await == "a" {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        let mut direct = owner.events(&id, Some(0), "").await;
-        let mut forwarded = entry.events(&id, Some(0), "").await;
-        assert_eq!(
-            (direct.node.as_str(), forwarded.node.as_str()),
-            (owner.name, owner.name)
-        );
-        let resp = entry.submit(&id, "one").await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-        let mut seen = forwarded.until(of_type("step_started")).await;
-
+        let Handoff {
+            _tmp,
+            owner,
+            entry,
+            id,
+            mut direct,
+            mut forwarded,
+            mut seen,
+            ..
+        } = a_turn_streamed_two_ways().await;
         signal(&owner, nix::sys::signal::Signal::SIGTERM);
         let (events, notice) = direct.until_notice().await;
         let end = events.last().unwrap();
@@ -740,15 +790,7 @@ async fn event_streams_follow_a_session_handed_off_by_a_node_stopped_with_sigter
             cancelled["reason"],
             "node stopping: shard handed off to another node"
         );
-        let resp = submit_retrying(&entry, &id, "two").await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-        served_by(&resp, entry.name);
-        let next = forwarded.until(of_type("turn_complete")).await;
-        assert_eq!(next.last().unwrap()["status"], "completed", "{next:#?}");
-        seen.extend(next);
-        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
-        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
-        drop(entry);
+        the_next_turn_runs_on(&entry, &id, &mut forwarded, seen).await;
     })
     .await;
 }
@@ -761,27 +803,16 @@ async fn event_streams_follow_a_session_handed_off_by_a_node_stopped_with_sigter
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarded_stream_follows_a_session_whose_handoff_stalled_on_the_store() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
-        let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 1500});
-        let script = [slow.clone(), slow.clone(), slow];
-        let drain = ["--handoff-drain", "0.2"];
-        let a = node_at("a", &store, &dir, &script, "127.0.0.1:0", &drain).await;
-        let b = node_at("b", &store, &dir, &script, "127.0.0.1:0", &drain).await;
-        let id = a.create().await;
-        let (owner, entry) = if owner_of(&store, &id).await == "a" {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        let mut direct = owner.events(&id, Some(0), "").await;
-        let mut forwarded = entry.events(&id, Some(0), "").await;
-        assert_eq!(
-            entry.submit(&id, "one").await.status(),
-            StatusCode::ACCEPTED
-        );
-        let mut seen = forwarded.until(of_type("step_started")).await;
+        let Handoff {
+            _tmp,
+            store,
+            owner,
+            entry,
+            id,
+            mut direct,
+            mut forwarded,
+            mut seen,
+        } = a_turn_streamed_two_ways().await;
 
         // The shard's row locked by another client until the owner dropped the session
         // (the transaction kept busy: the server ends one idle for 2 s).
@@ -823,16 +854,9 @@ async fn a_forwarded_stream_follows_a_session_whose_handoff_stalled_on_the_store
         holder.await.unwrap();
 
         seen.extend(forwarded.until(of_type("turn_complete")).await);
-        let resp = submit_retrying(&entry, &id, "two").await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
-        let next = forwarded.until(of_type("turn_complete")).await;
-        assert_eq!(next.last().unwrap()["status"], "completed", "{next:#?}");
-        seen.extend(next);
-        let last = seen.last().unwrap()["seq"].as_u64().unwrap();
-        assert_eq!(seqs(&seen), (1..=last).collect::<Vec<_>>());
+        the_next_turn_runs_on(&entry, &id, &mut forwarded, seen).await;
         let mut owner = owner;
         assert!(owner.child.wait().await.unwrap().success());
-        drop(entry);
     })
     .await;
 }

@@ -217,15 +217,22 @@ impl ServerSlot {
     }
 }
 
+/// A close-on-exec sequenced-packet socket pair: ours non-blocking (tokio reads and
+/// writes it), theirs as the server or the call's child gets it.
+fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (ours, theirs) = socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::io::ioctl_fionbio(&ours, true)?;
+    Ok((ours, theirs))
+}
+
 impl Connection {
     async fn start(helper: &Path, env: &EnvPolicy) -> std::io::Result<Self> {
-        let (ours, theirs) = socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
-        rustix::io::ioctl_fionbio(&ours, true)?;
+        let (ours, theirs) = seqpacket_pair()?;
         let mut command = tokio::process::Command::new(helper);
         env.apply(&mut command);
         // A std child: reaped right after its SIGKILL when dropped (on a thread of its
@@ -318,13 +325,7 @@ impl Connection {
         stderr: &OwnedFd,
     ) -> Result<ServedCall, NotDelivered> {
         let prepared = (|| -> std::io::Result<(OwnedFd, OwnedFd, OwnedFd)> {
-            let (ours, theirs) = socketpair(
-                AddressFamily::UNIX,
-                SocketType::SEQPACKET,
-                SocketFlags::CLOEXEC,
-                None,
-            )?;
-            rustix::io::ioctl_fionbio(&ours, true)?;
+            let (ours, theirs) = seqpacket_pair()?;
             let body =
                 rustix::fs::memfd_create("foya-sandbox-call", rustix::fs::MemfdFlags::CLOEXEC)?;
             let mut file = std::fs::File::from(body);
