@@ -471,11 +471,13 @@ impl Cluster {
         out
     }
 
-    /// Shuts the cluster down and panics with `message` and the nodes' [`Cluster::tails`].
+    /// Shuts the cluster down and panics with the nodes' [`Cluster::tails`] and then
+    /// `message` (last, so that the end of a long test output, which is what a CI summary
+    /// keeps, says what failed).
     pub async fn fail(mut self, message: &str) -> ! {
         let tails = self.tails();
         self.shutdown().await;
-        panic!("{message}{tails}");
+        panic!("the nodes' logs:{tails}\n{message}");
     }
 
     /// The working directory of the harness's session number `i`.
