@@ -36,6 +36,32 @@ pub fn marked(marker: &str) -> Vec<(i32, String)> {
     out
 }
 
+/// Waits until the processes [`marked`] with `marker` satisfy `done` (e.g. the command
+/// renamed by `exec -a` runs), polling `/proc` until `deadline`; returns them.
+///
+/// # Panics
+/// When `deadline` passes first, naming `what` and the processes seen.
+#[must_use]
+pub fn wait_marked(
+    marker: &str,
+    deadline: std::time::Instant,
+    what: &str,
+    done: impl Fn(&[(i32, String)]) -> bool,
+) -> Vec<(i32, String)> {
+    loop {
+        let now = marked(marker);
+        if done(&now) {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}; marked processes: {now:?}"
+        );
+        // /proc has no change notification: a short poll under the caller's deadline.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Pids of the live processes whose command line contains `marker` (see [`marked`]).
 #[must_use]
 pub fn processes_with(marker: &str) -> Vec<u32> {

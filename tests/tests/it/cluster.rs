@@ -218,8 +218,15 @@ async fn scenario(bin: PathBuf) {
         })
         .collect();
     eprintln!("three turns done after {:?}", started.elapsed());
+    // An input that reaches the session after its previous turn's `turn_complete` was
+    // committed but before the session saw that turn's actor end is queued first
+    // (`input_queued`, then run from the queue): the queue's rule, on a busy machine.
+    let kinds: Vec<&str> = types(&seen)
+        .into_iter()
+        .filter(|t| *t != "input_queued")
+        .collect();
     assert_eq!(
-        types(&seen),
+        kinds,
         [
             "session_created",
             "user_message",

@@ -12,7 +12,7 @@
 
 use foya_tests::child::{Piped, read_until, spawn_json_lines, wait_exit};
 use foya_tests::foya_bin::scripted;
-use foya_tests::procs::{marked, wait_exited};
+use foya_tests::procs::{marked, wait_exited, wait_marked};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -136,9 +136,14 @@ fn a_sigkilled_runtime_leaves_no_temp_dir_behind() {
     ) = run_shell(tmp.path(), &json!({ "command": command }));
     let deadline = Instant::now() + TIMEOUT;
     private_dir(&lines, deadline, &tmpdir);
-    // The helper (its command line holds the marker) and the command.
-    let pids: Vec<i32> = marked(&marker).into_iter().map(|(pid, _)| pid).collect();
-    assert!(!pids.is_empty(), "the command runs");
+    // The command, once the shell has become it (`exec -a`), and whatever else holds
+    // the marker in its command line meanwhile.
+    let pids: Vec<i32> = wait_marked(&marker, deadline, "the command to run", |now| {
+        now.iter().any(|(_, argv0)| *argv0 == marker)
+    })
+    .into_iter()
+    .map(|(pid, _)| pid)
+    .collect();
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(
