@@ -62,6 +62,22 @@ pub fn wait_marked(
     }
 }
 
+/// Waits (until `deadline`) for a command renamed `marker` by `exec -a` to run (the shell
+/// has printed what precedes the `exec` before it becomes the command); returns the pids
+/// of every process [`marked`] with `marker` then.
+///
+/// # Panics
+/// When it does not run by `deadline`.
+#[must_use]
+pub fn wait_running(marker: &str, deadline: std::time::Instant) -> Vec<i32> {
+    wait_marked(marker, deadline, "the command to run", |now| {
+        now.iter().any(|(_, argv0)| argv0 == marker)
+    })
+    .into_iter()
+    .map(|(pid, _)| pid)
+    .collect()
+}
+
 /// Pids of the live processes whose command line contains `marker` (see [`marked`]).
 #[must_use]
 pub fn processes_with(marker: &str) -> Vec<u32> {

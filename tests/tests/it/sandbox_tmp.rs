@@ -12,7 +12,7 @@
 
 use foya_tests::child::{Piped, read_until, spawn_json_lines, wait_exit};
 use foya_tests::foya_bin::scripted;
-use foya_tests::procs::{marked, wait_exited, wait_marked};
+use foya_tests::procs::{marked, wait_exited, wait_running};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -138,12 +138,7 @@ fn a_sigkilled_runtime_leaves_no_temp_dir_behind() {
     private_dir(&lines, deadline, &tmpdir);
     // The command, once the shell has become it (`exec -a`), and whatever else holds
     // the marker in its command line meanwhile.
-    let pids: Vec<i32> = wait_marked(&marker, deadline, "the command to run", |now| {
-        now.iter().any(|(_, argv0)| *argv0 == marker)
-    })
-    .into_iter()
-    .map(|(pid, _)| pid)
-    .collect();
+    let pids = wait_running(&marker, deadline);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(

@@ -601,13 +601,7 @@ fn a_sigkilled_runtime_leaves_no_placeholder_behind() {
     for held in [".foya", "AGENTS.md", "FOYA.md", ".mcp.json"] {
         assert!(during.contains(&held.to_owned()), "{held}: {during:?}");
     }
-    let pids: Vec<i32> =
-        foya_tests::procs::wait_marked(&marker, deadline, "the command to run", |now| {
-            now.iter().any(|(_, argv0)| *argv0 == marker)
-        })
-        .into_iter()
-        .map(|(pid, _)| pid)
-        .collect();
+    let pids = foya_tests::procs::wait_running(&marker, deadline);
     // The helper: the command's parent.
     let helper: Vec<i32> = pids
         .iter()

@@ -24,7 +24,7 @@ use eventsource_stream::Eventsource as _;
 use foya_tests::child::{data_dir_in_use, sessions_list};
 use foya_tests::foya_bin::foya_bin;
 use foya_tests::mock_provider::{MockProvider, MockResponse, openai_chat};
-use foya_tests::procs::processes_with;
+use foya_tests::procs::{processes_with, wait_running};
 use futures::StreamExt as _;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -750,7 +750,12 @@ async fn shutdown_scenario() {
             break;
         }
     }
-    assert!(!processes_with(&mark).is_empty(), "the tool runs");
+    let running = mark.clone();
+    // Bounded by the scenario's global timeout (`within`).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let _ = tokio::task::spawn_blocking(move || wait_running(&running, deadline))
+        .await
+        .unwrap();
 
     // The data dir is locked by the server: `sessions list` says by whom and what to do.
     let data = dir.path().join("data");
