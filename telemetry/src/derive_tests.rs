@@ -3,6 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::otlp::testing::SpanRecord;
+use opentelemetry::trace::Status;
+use opentelemetry::{Array, StringValue, Value};
 use serde_json::json;
 
 const SESSION: &str = "01930000-0000-7000-8000-000000000001";
@@ -310,8 +313,8 @@ fn a_sub_agent_on_another_shard_is_followed_with_its_parent() {
     use std::sync::mpsc;
     struct Collect(mpsc::Sender<Vec<SpanRecord>>);
     impl Sink for Collect {
-        fn send(&mut self, batch: &[SpanRecord]) {
-            let _ = self.0.send(batch.to_vec());
+        fn send(&mut self, spans: &[u8], _: usize) {
+            let _ = self.0.send(crate::otlp::testing::decode(spans));
         }
     }
     // Its low bits put the child on another shard than its parent (SESSION).
@@ -422,9 +425,10 @@ async fn the_observed_store_passes_the_stores_own_answers_through() {
 #[test]
 fn uuid_values_are_the_ids_display_and_few_keeps_its_items_by_key() {
     let run: RunId = RUN.parse().unwrap();
-    assert_eq!(uuid_value(run.0).as_str(), RUN);
+    let mut buf = [0; uuid::fmt::Hyphenated::LENGTH];
+    assert_eq!(uuid_text(run.0, &mut buf), RUN);
     let id = RunId::new();
-    assert_eq!(uuid_value(id.0).as_str(), id.to_string());
+    assert_eq!(uuid_text(id.0, &mut buf), id.to_string());
 
     let mut few: Few<u32, &str, 2> = Few::default();
     assert!(few.insert(1, "a"));
@@ -541,12 +545,7 @@ fn derive_with_first_token(events: &[Event], capture: bool) -> Vec<SpanRecord> {
         let traceparent = format!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}");
         parents.insert(input, Parent::from_traceparent(&traceparent).unwrap());
     }
-    let mut deriver = Deriver::new(
-        Some(Arc::new(Metrics::new())),
-        true,
-        capture,
-        parents,
-    );
+    let mut deriver = Deriver::new(Some(Arc::new(Metrics::new())), true, capture, parents);
     let sid: SessionId = SESSION.parse().unwrap();
     let run: RunId = RUN.parse().unwrap();
     for (i, event) in events.iter().enumerate() {
@@ -569,6 +568,10 @@ fn the_spans_are_the_ones_the_attribute_lists_gave() {
         (true, include_str!("testdata/spans-content.txt")),
     ] {
         let spans = derive_with_first_token(&three_turns(), capture);
+        assert!(
+            spans.iter().all(|s| s.sampled),
+            "no unsampled span is encoded"
+        );
         assert_eq!(render(&spans), expected, "capture {capture}");
     }
 }
