@@ -22,13 +22,13 @@
 use crate::metrics::{
     ClassLabels, DecisionLabels, FigureCounts, Handles, HookLabels, Metrics, TriggerLabels,
 };
+use crate::otlp::{Attr, Encoded, Head, SpanStatus, SpanWriter};
 use foya_protocol::command::ParentRef;
 use foya_protocol::{
     ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,
     TurnStatus, Usage,
 };
-use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
-use opentelemetry::{Array, KeyValue, StringValue, Value};
+use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use rand::{Rng as _, SeedableRng as _};
 use smallvec::SmallVec;
 use std::cell::RefCell;
@@ -90,24 +90,6 @@ impl Parent {
     }
 }
 
-/// A finished span, with explicit times (ms since the Unix epoch).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SpanRecord {
-    /// Its name: static, or shared (a session's `chat {model}`), or built.
-    pub(crate) name: StringValue,
-    pub(crate) trace_id: TraceId,
-    pub(crate) span_id: SpanId,
-    pub(crate) parent: Option<SpanId>,
-    pub(crate) sampled: bool,
-    pub(crate) kind: SpanKind,
-    pub(crate) start_ms: u64,
-    pub(crate) end_ms: u64,
-    pub(crate) attributes: Vec<KeyValue>,
-    pub(crate) status: Status,
-    /// Span events: (name, at_ms, attributes).
-    pub(crate) events: Vec<(&'static str, u64, Vec<KeyValue>)>,
-}
-
 /// Input ids whose turns continue a caller's trace, registered before the input is
 /// submitted.
 pub(crate) type Parents = Arc<ParentMap>;
@@ -165,11 +147,20 @@ fn new_span_id() -> SpanId {
     SpanId::from(IDS.with(|rng| rng.borrow_mut().random::<u64>()).max(1))
 }
 
-/// A UUID id as an attribute value (hyphenated, lowercase: its `Display`), written
-/// without the formatting machinery.
-fn uuid_value(id: uuid::Uuid) -> StringValue {
-    let mut buf = [0_u8; uuid::fmt::Hyphenated::LENGTH];
-    StringValue::from(Arc::<str>::from(&*id.hyphenated().encode_lower(&mut buf)))
+/// A UUID id as text (hyphenated, lowercase: its `Display`), written into `buf` without
+/// the formatting machinery.
+fn uuid_text(id: uuid::Uuid, buf: &mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &str {
+    id.hyphenated().encode_lower(buf)
+}
+
+/// A retry of a step's request (a `retry` event of its span).
+#[derive(Debug)]
+struct Retry {
+    at_ms: u64,
+    attempt: u32,
+    max_attempts: u32,
+    delay_ms: u64,
+    class: String,
 }
 
 #[derive(Debug)]
@@ -181,7 +172,7 @@ struct Step {
     usage: Option<Usage>,
     finish: Option<FinishReason>,
     interrupted: bool,
-    retries: Vec<(u64, Vec<KeyValue>)>,
+    retries: Vec<Retry>,
     output: Option<String>,
     /// The time to first token of its latest request attempt, in ms.
     ttft_ms: Option<f64>,
@@ -196,14 +187,8 @@ struct Approval {
     action: Option<String>,
 }
 
-/// A tool's name as attribute values, made once per name (per deriver) and shared by
-/// its calls' spans.
-#[derive(Debug, Clone)]
-struct ToolName {
-    name: StringValue,
-    /// `execute_tool {name}`.
-    span: StringValue,
-}
+/// A tool's name, made once per name (per deriver) and shared by its calls.
+type ToolName = Arc<str>;
 
 /// Most tool names a deriver keeps made; past it they are made again.
 const MAX_TOOL_NAMES: usize = 256;
@@ -293,8 +278,9 @@ struct Compaction {
 
 #[derive(Debug)]
 struct Turn {
-    /// The session's id as an attribute value, made once per turn.
-    conversation: StringValue,
+    /// The session's model when the turn started (kept up to date by
+    /// [`Deriver::set_model`]): its spans name it without a lookup.
+    model: Option<Arc<ModelOf>>,
     run_id: Option<RunId>,
     input_id: InputId,
     trace_id: TraceId,
@@ -329,29 +315,37 @@ impl Session {
 }
 
 /// The provider and model a session's requests name, made once per session and shared
-/// by its spans (no string is copied per span).
+/// by its turns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ModelOf {
-    pub(crate) provider: StringValue,
-    pub(crate) model: StringValue,
+    pub(crate) provider: String,
+    pub(crate) model: String,
     /// Its chat spans' name: `chat {model}`, or `chat`.
-    chat: StringValue,
-    /// The session's id, as an attribute value.
-    conversation: StringValue,
+    chat: String,
 }
 
 impl ModelOf {
-    pub(crate) fn new(session: SessionId, provider: &str, model: &str) -> Self {
-        let shared = |text: &str| StringValue::from(Arc::<str>::from(text));
-        Self {
-            provider: shared(provider),
+    pub(crate) fn new(provider: &str, model: &str) -> Arc<Self> {
+        Arc::new(Self {
+            provider: provider.to_owned(),
             chat: if model.is_empty() {
-                StringValue::from("chat")
+                "chat".to_owned()
             } else {
-                StringValue::from(Arc::<str>::from(format!("chat {model}")))
+                format!("chat {model}")
             },
-            model: shared(model),
-            conversation: shared(&session.to_string()),
+            model: model.to_owned(),
+        })
+    }
+
+    /// Its attributes on a span: the model and the provider, when named.
+    fn write(model: Option<&Self>, span: &mut SpanWriter<'_>) {
+        if let Some(m) = model {
+            if !m.model.is_empty() {
+                span.attr("gen_ai.request.model", Attr::Str(&m.model));
+            }
+            if !m.provider.is_empty() {
+                span.attr("gen_ai.provider.name", Attr::Str(&m.provider));
+            }
         }
     }
 }
@@ -379,7 +373,7 @@ impl Counts {
 /// in it has its model read from the store again).
 const MAX_MODELS: usize = 100_000;
 
-/// Follows the events; finished spans collect in [`Self::spans_mut`].
+/// Follows the events; finished spans collect, encoded, in [`Self::spans_mut`].
 #[derive(Debug)]
 pub(crate) struct Deriver {
     metrics: Option<Arc<Metrics>>,
@@ -387,25 +381,18 @@ pub(crate) struct Deriver {
     capture: bool,
     parents: Parents,
     sessions: FastMap<SessionId, Session>,
-    models: FastMap<SessionId, ModelOf>,
+    models: FastMap<SessionId, Arc<ModelOf>>,
     /// Sub-agent sessions: the `agent` call that started each.
     sub_agents: FastMap<SessionId, ParentRef>,
     /// Tool names made into attribute values.
     tool_names: FastMap<String, ToolName>,
-    spans: Vec<SpanRecord>,
+    /// Finished spans, encoded as OTLP protobuf as they close (sampled ones only).
+    spans: Encoded,
     /// Metric handles resolved once.
     handles: Handles,
     counts: Arc<Counts>,
     /// Most sessions whose model is remembered by this deriver.
     max_models: usize,
-}
-
-fn kv(key: &'static str, value: impl Into<Value>) -> KeyValue {
-    KeyValue::new(key, value)
-}
-
-fn int(n: u64) -> Value {
-    Value::I64(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 fn seconds(ms: u64) -> f64 {
@@ -460,7 +447,7 @@ impl Deriver {
             models: FastMap::default(),
             sub_agents: FastMap::default(),
             tool_names: FastMap::default(),
-            spans: Vec::new(),
+            spans: Encoded::default(),
             handles: Handles::default(),
             counts: Arc::default(),
             max_models: MAX_MODELS,
@@ -475,11 +462,15 @@ impl Deriver {
         self
     }
 
-    /// Records the model of `session` (from its log, read by the runtime).
-    pub(crate) fn set_model(&mut self, session: SessionId, model: ModelOf) {
+    /// Records the model of `session` (from its log, read by the runtime), and of its
+    /// open turn's next spans.
+    pub(crate) fn set_model(&mut self, session: SessionId, model: Arc<ModelOf>) {
         if self.models.len() >= self.max_models {
             self.models.clear();
             self.sub_agents.clear();
+        }
+        if let Some(turn) = self.turn_mut(session) {
+            turn.model = Some(Arc::clone(&model));
         }
         self.models.insert(session, model);
     }
@@ -490,37 +481,36 @@ impl Deriver {
         if self
             .models
             .get(&session)
-            .is_some_and(|m| m.provider.as_str() == provider && m.model.as_str() == model)
+            .is_some_and(|m| m.provider == provider && m.model == model)
         {
             return;
         }
-        self.set_model(session, ModelOf::new(session, provider, model));
+        self.set_model(session, ModelOf::new(provider, model));
     }
 
-    /// Tool `name`'s attribute values.
+    /// Tool `name`, shared.
     fn tool_name(&mut self, name: &str) -> ToolName {
         if let Some(made) = self.tool_names.get(name) {
-            return made.clone();
+            return Arc::clone(made);
         }
         if self.tool_names.len() >= MAX_TOOL_NAMES {
             self.tool_names.clear();
         }
-        let made = ToolName {
-            name: StringValue::from(Arc::<str>::from(name)),
-            span: StringValue::from(Arc::<str>::from(format!("execute_tool {name}"))),
-        };
-        self.tool_names.insert(name.to_owned(), made.clone());
+        let made: ToolName = Arc::from(name);
+        self.tool_names.insert(name.to_owned(), Arc::clone(&made));
         made
     }
 
-    /// The spans finished so far.
+    /// The spans finished so far, read back from their encoding.
     #[cfg(test)]
-    pub(crate) fn take_spans(&mut self) -> Vec<SpanRecord> {
-        std::mem::take(&mut self.spans)
+    pub(crate) fn take_spans(&mut self) -> Vec<crate::otlp::testing::SpanRecord> {
+        let spans = crate::otlp::testing::decode(self.spans.slice(0, self.spans.len()));
+        self.spans.clear();
+        spans
     }
 
-    /// The spans finished so far, to be drained.
-    pub(crate) fn spans_mut(&mut self) -> &mut Vec<SpanRecord> {
+    /// The spans finished so far (encoded), to be drained.
+    pub(crate) fn spans_mut(&mut self) -> &mut Encoded {
         &mut self.spans
     }
 
@@ -549,25 +539,6 @@ impl Deriver {
         });
     }
 
-    fn model_attributes(&self, session: SessionId, out: &mut Vec<KeyValue>) {
-        if let Some(m) = self.models.get(&session) {
-            if !m.model.as_str().is_empty() {
-                out.push(kv("gen_ai.request.model", m.model.clone()));
-            }
-            if !m.provider.as_str().is_empty() {
-                out.push(kv("gen_ai.provider.name", m.provider.clone()));
-            }
-        }
-    }
-
-    /// Session `sid`'s id as an attribute value (shared when its model is known).
-    fn conversation(&self, sid: SessionId) -> StringValue {
-        self.models.get(&sid).map_or_else(
-            || StringValue::from(Arc::<str>::from(sid.to_string())),
-            |m| m.conversation.clone(),
-        )
-    }
-
     /// Follows one committed event.
     pub(crate) fn event(&mut self, event: &Event) {
         let sid = event.session_id;
@@ -577,13 +548,13 @@ impl Deriver {
                 if let Some(parent) = &config.parent {
                     self.sub_agents.insert(sid, parent.clone());
                 }
-                self.set_model(sid, ModelOf::new(sid, &config.provider, &config.model));
+                self.set_model(sid, ModelOf::new(&config.provider, &config.model));
                 self.metrics(|m| {
                     m.sessions_created.inc();
                 });
             }
             EventKind::ConfigChanged { provider, model } => {
-                self.set_model(sid, ModelOf::new(sid, provider, model));
+                self.set_model(sid, ModelOf::new(provider, model));
             }
             EventKind::SessionDeleted {} => {
                 self.metrics(|m| {
@@ -714,15 +685,13 @@ impl Deriver {
             } => {
                 let class = class_name(&error.class);
                 if let Some(step) = self.turn_mut(sid).and_then(|t| t.step.as_mut()) {
-                    step.retries.push((
-                        at,
-                        vec![
-                            kv("foya.retry.attempt", i64::from(*attempt)),
-                            kv("foya.retry.max_attempts", i64::from(*max_attempts)),
-                            kv("foya.retry.delay_ms", int(*delay_ms)),
-                            kv("error.type", class.clone()),
-                        ],
-                    ));
+                    step.retries.push(Retry {
+                        at_ms: at,
+                        attempt: *attempt,
+                        max_attempts: *max_attempts,
+                        delay_ms: *delay_ms,
+                        class: class.clone(),
+                    });
                 }
                 self.metrics(|m| {
                     m.retries.get_or_create(&ClassLabels { class }).inc();
@@ -809,10 +778,10 @@ impl Deriver {
                     .and_then(|t| t.tools.get_mut(tool_call_id))
                 {
                     tool.finished = Some((*is_error, *duration_ms));
-                    name = Some(tool.name.clone());
+                    name = Some(Arc::clone(&tool.name));
                 }
                 if let (Some(name), Some(m)) = (name, &self.metrics)
-                    && let Some(histogram) = self.handles.tool_duration(m, name.name.as_str())
+                    && let Some(histogram) = self.handles.tool_duration(m, &name)
                 {
                     histogram.observe(seconds(*duration_ms));
                 }
@@ -823,7 +792,7 @@ impl Deriver {
                     .turn_mut(sid)
                     .and_then(|t| t.tools.remove(&message.tool_call_id));
                 if let Some((id, tool)) = tool {
-                    self.close_tool(sid, id, tool, at, result);
+                    self.close_tool(sid, &id, tool, at, result);
                 }
             }
             EventKind::TurnCancelled { reason } => {
@@ -869,15 +838,7 @@ impl Deriver {
                     FigureCounts::inc(&m.counts.compactions);
                 });
                 if let Some(c) = compaction {
-                    self.compaction_span(
-                        sid,
-                        c,
-                        at,
-                        vec![
-                            kv("foya.compaction.tokens_before", int(*tokens_before)),
-                            kv("foya.compaction.tokens_after", int(*tokens_after)),
-                        ],
-                    );
+                    self.compaction_span(sid, c, at, Some((*tokens_before, *tokens_after)));
                 }
             }
             EventKind::HookRan {
@@ -930,7 +891,7 @@ impl Deriver {
     fn turn_started(&mut self, event: &Event, input_id: InputId) {
         let sid = event.session_id;
         let parent = self.parents.take(input_id).or_else(|| self.agent_call(sid));
-        let conversation = self.conversation(sid);
+        let model = self.models.get(&sid).cloned();
         let session = self.sessions.entry(sid).or_default();
         let user_text = match session.user_text.take() {
             Some((id, text)) if id == input_id => Some(text),
@@ -938,7 +899,7 @@ impl Deriver {
         };
         let had_turn = session.turn.is_some();
         session.turn = Some(Turn {
-            conversation,
+            model,
             run_id: event.run_id,
             input_id,
             trace_id: parent.map_or_else(new_trace_id, |p| p.trace_id),
@@ -984,80 +945,90 @@ impl Deriver {
     /// Ends the open step's chat span (at its assistant message, else at `end`).
     fn close_step(&mut self, sid: SessionId, end: Option<(u64, Option<&str>)>) {
         let traces = self.traces;
-        let Some(turn) = self.turn_mut(sid) else {
+        let Some(turn) = self.sessions.get_mut(&sid).and_then(|s| s.turn.as_mut()) else {
             return;
         };
         let Some(step) = turn.step.take() else {
             return;
         };
-        if !traces {
+        if !traces || !turn.sampled {
             return;
         }
-        let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
-        let conversation = turn.conversation.clone();
-        let mut attributes = Vec::with_capacity(12);
-        attributes.extend([
-            kv("gen_ai.operation.name", "chat"),
-            kv("gen_ai.conversation.id", conversation),
-            kv("foya.step", i64::from(step.number)),
-            kv("foya.retries", int(step.retries.len() as u64)),
-        ]);
-        self.model_attributes(sid, &mut attributes);
-        let name = self
-            .models
-            .get(&sid)
-            .map_or_else(|| StringValue::from("chat"), |m| m.chat.clone());
+        let (end_ms, error) = match (step.end_ms, end) {
+            (Some(at), _) => (at, None),
+            (None, Some((at, class))) => (at, class),
+            (None, None) => (step.start_ms, None),
+        };
+        let model = turn.model.as_deref();
+        let mut span = SpanWriter::begin(
+            &mut self.spans,
+            &Head {
+                trace_id: turn.trace_id,
+                span_id: step.span_id,
+                parent: Some(turn.span_id),
+                sampled: true,
+                name: (model.map_or("chat", |m| m.chat.as_str()), ""),
+                kind: SpanKind::Client,
+                start_ms: step.start_ms,
+                end_ms: end_ms.max(step.start_ms),
+            },
+        );
+        let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+        span.attr("gen_ai.operation.name", Attr::Str("chat"));
+        span.attr(
+            "gen_ai.conversation.id",
+            Attr::Str(uuid_text(sid.0, &mut id)),
+        );
+        span.attr("foya.step", Attr::Int(i64::from(step.number)));
+        span.attr("foya.retries", Attr::count(step.retries.len() as u64));
+        ModelOf::write(model, &mut span);
         if let Some(usage) = step.usage {
-            attributes.push(kv("gen_ai.usage.input_tokens", int(usage.input_tokens)));
-            attributes.push(kv("gen_ai.usage.output_tokens", int(usage.output_tokens)));
+            span.attr("gen_ai.usage.input_tokens", Attr::count(usage.input_tokens));
+            span.attr(
+                "gen_ai.usage.output_tokens",
+                Attr::count(usage.output_tokens),
+            );
         }
         if let Some(reason) = step.finish {
-            attributes.push(kv(
+            span.attr(
                 "gen_ai.response.finish_reasons",
-                Value::Array(Array::String(vec![StringValue::from(finish_name(reason))])),
-            ));
+                Attr::Strs(&[finish_name(reason)]),
+            );
         }
         if step.interrupted {
-            attributes.push(kv("foya.interrupted", true));
+            span.attr("foya.interrupted", Attr::Bool(true));
         }
         if let Some(ms) = step.ttft_ms {
-            attributes.push(kv("foya.time_to_first_token_ms", ms));
+            span.attr("foya.time_to_first_token_ms", Attr::F64(ms));
         }
-        if let Some(text) = step.output {
-            attributes.push(kv("gen_ai.output.messages", text));
+        if let Some(text) = &step.output {
+            span.attr("gen_ai.output.messages", Attr::Str(text));
         }
-        let (end_ms, status) = match (step.end_ms, end) {
-            (Some(at), _) => (at, Status::Unset),
-            (None, Some((at, Some(class)))) => {
-                attributes.push(kv("error.type", class.to_owned()));
-                (at, Status::error(class.to_owned()))
-            }
-            (None, Some((at, None))) => (at, Status::Unset),
-            (None, None) => (step.start_ms, Status::Unset),
-        };
-        self.spans.push(SpanRecord {
-            name,
-            trace_id,
-            span_id: step.span_id,
-            parent: Some(parent),
-            sampled,
-            kind: SpanKind::Client,
-            start_ms: step.start_ms,
-            end_ms: end_ms.max(step.start_ms),
-            attributes,
-            status,
-            events: step
-                .retries
-                .into_iter()
-                .map(|(at, attrs)| ("retry", at, attrs))
-                .collect(),
-        });
+        if let Some(class) = error {
+            span.attr("error.type", Attr::Str(class));
+        }
+        for retry in &step.retries {
+            span.event(
+                "retry",
+                retry.at_ms,
+                &[
+                    ("foya.retry.attempt", Attr::Int(i64::from(retry.attempt))),
+                    (
+                        "foya.retry.max_attempts",
+                        Attr::Int(i64::from(retry.max_attempts)),
+                    ),
+                    ("foya.retry.delay_ms", Attr::count(retry.delay_ms)),
+                    ("error.type", Attr::Str(&retry.class)),
+                ],
+            );
+        }
+        span.end(error.map_or(SpanStatus::Unset, SpanStatus::Error));
     }
 
     fn close_tool(
         &mut self,
         sid: SessionId,
-        id: ToolCallId,
+        id: &ToolCallId,
         tool: Tool,
         end_ms: u64,
         result: Option<String>,
@@ -1074,8 +1045,7 @@ impl Deriver {
             (false, None) => "not_run",
         };
         if let Some(m) = &self.metrics {
-            self.handles
-                .count_tool_call(m, tool.name.name.as_str(), outcome);
+            self.handles.count_tool_call(m, &tool.name, outcome);
         }
         if !self.traces {
             return;
@@ -1083,78 +1053,77 @@ impl Deriver {
         let Some(turn) = self.sessions.get(&sid).and_then(|s| s.turn.as_ref()) else {
             return;
         };
-        let (trace_id, parent, sampled) = (turn.trace_id, turn.span_id, turn.sampled);
-        let approval_id = tool.approval.is_some().then(|| id.0.clone());
-        let mut attributes = Vec::with_capacity(8);
-        attributes.extend([
-            kv("gen_ai.operation.name", "execute_tool"),
-            kv("gen_ai.tool.name", tool.name.name.clone()),
-            kv("gen_ai.tool.call.id", id.0),
-            kv("foya.tool.outcome", outcome),
-            kv("foya.step", i64::from(tool.step)),
-        ]);
-        if let Some((_, ms)) = tool.finished {
-            attributes.push(kv("foya.tool.duration_ms", int(ms)));
+        if !turn.sampled {
+            return;
         }
-        if let Some(arguments) = tool.arguments {
-            attributes.push(kv("gen_ai.tool.call.arguments", arguments));
-        }
-        if let Some(result) = result {
-            attributes.push(kv("gen_ai.tool.call.result", result));
-        }
-        let status = if outcome == "error" {
-            attributes.push(kv("error.type", "tool_error"));
-            Status::error("tool_error")
-        } else {
-            Status::Unset
-        };
-        if let (Some(approval), Some(id)) = (tool.approval, approval_id) {
-            let mut attrs = vec![
-                kv("gen_ai.tool.name", tool.name.name.clone()),
-                kv("gen_ai.tool.call.id", id),
-                kv(
-                    "foya.approval.decision",
-                    approval.decision.unwrap_or_else(|| "none".to_owned()),
-                ),
-            ];
-            if let Some(action) = approval.action {
-                attrs.push(kv("foya.approval.action", action));
+        let name: &str = &tool.name;
+        if let Some(approval) = &tool.approval {
+            let mut span = SpanWriter::begin(
+                &mut self.spans,
+                &Head {
+                    trace_id: turn.trace_id,
+                    span_id: approval.span_id,
+                    parent: Some(tool.span_id),
+                    sampled: true,
+                    name: ("approval ", name),
+                    kind: SpanKind::Internal,
+                    start_ms: approval.start_ms,
+                    end_ms: approval.end_ms.unwrap_or(end_ms).max(approval.start_ms),
+                },
+            );
+            span.attr("gen_ai.tool.name", Attr::Str(name));
+            span.attr("gen_ai.tool.call.id", Attr::Str(&id.0));
+            span.attr(
+                "foya.approval.decision",
+                Attr::Str(approval.decision.as_deref().unwrap_or("none")),
+            );
+            if let Some(action) = &approval.action {
+                span.attr("foya.approval.action", Attr::Str(action));
             }
-            self.spans.push(SpanRecord {
-                name: StringValue::from(format!("approval {}", tool.name.name.as_str())),
-                trace_id,
-                span_id: approval.span_id,
-                parent: Some(tool.span_id),
-                sampled,
-                kind: SpanKind::Internal,
-                start_ms: approval.start_ms,
-                end_ms: approval.end_ms.unwrap_or(end_ms).max(approval.start_ms),
-                attributes: attrs,
-                status: Status::Unset,
-                events: Vec::new(),
-            });
+            span.end(SpanStatus::Unset);
         }
-        self.spans.push(SpanRecord {
-            name: tool.name.span,
-            trace_id,
-            span_id: tool.span_id,
-            parent: Some(parent),
-            sampled,
-            kind: SpanKind::Internal,
-            start_ms: tool.start_ms,
-            end_ms: end_ms.max(tool.start_ms),
-            attributes,
-            status,
-            events: Vec::new(),
-        });
+        let mut span = SpanWriter::begin(
+            &mut self.spans,
+            &Head {
+                trace_id: turn.trace_id,
+                span_id: tool.span_id,
+                parent: Some(turn.span_id),
+                sampled: true,
+                name: ("execute_tool ", name),
+                kind: SpanKind::Internal,
+                start_ms: tool.start_ms,
+                end_ms: end_ms.max(tool.start_ms),
+            },
+        );
+        span.attr("gen_ai.operation.name", Attr::Str("execute_tool"));
+        span.attr("gen_ai.tool.name", Attr::Str(name));
+        span.attr("gen_ai.tool.call.id", Attr::Str(&id.0));
+        span.attr("foya.tool.outcome", Attr::Str(outcome));
+        span.attr("foya.step", Attr::Int(i64::from(tool.step)));
+        if let Some((_, ms)) = tool.finished {
+            span.attr("foya.tool.duration_ms", Attr::count(ms));
+        }
+        if let Some(arguments) = &tool.arguments {
+            span.attr("gen_ai.tool.call.arguments", Attr::Str(arguments));
+        }
+        if let Some(result) = &result {
+            span.attr("gen_ai.tool.call.result", Attr::Str(result));
+        }
+        if outcome == "error" {
+            span.attr("error.type", Attr::Str("tool_error"));
+            span.end(SpanStatus::Error("tool_error"));
+        } else {
+            span.end(SpanStatus::Unset);
+        }
     }
 
+    /// A compaction's span; `tokens`: before and after, when it finished.
     fn compaction_span(
         &mut self,
         sid: SessionId,
         c: Compaction,
         end_ms: u64,
-        mut attributes: Vec<KeyValue>,
+        tokens: Option<(u64, u64)>,
     ) {
         if !self.traces {
             return;
@@ -1162,21 +1131,33 @@ impl Deriver {
         let Some(turn) = self.sessions.get(&sid).and_then(|s| s.turn.as_ref()) else {
             return;
         };
-        attributes.push(kv("foya.compaction.trigger", c.trigger));
-        attributes.push(kv("gen_ai.conversation.id", turn.conversation.clone()));
-        self.spans.push(SpanRecord {
-            name: StringValue::from("compaction"),
-            trace_id: turn.trace_id,
-            span_id: c.span_id,
-            parent: Some(turn.span_id),
-            sampled: turn.sampled,
-            kind: SpanKind::Internal,
-            start_ms: c.start_ms,
-            end_ms: end_ms.max(c.start_ms),
-            attributes,
-            status: Status::Unset,
-            events: Vec::new(),
-        });
+        if !turn.sampled {
+            return;
+        }
+        let mut span = SpanWriter::begin(
+            &mut self.spans,
+            &Head {
+                trace_id: turn.trace_id,
+                span_id: c.span_id,
+                parent: Some(turn.span_id),
+                sampled: true,
+                name: ("compaction", ""),
+                kind: SpanKind::Internal,
+                start_ms: c.start_ms,
+                end_ms: end_ms.max(c.start_ms),
+            },
+        );
+        if let Some((before, after)) = tokens {
+            span.attr("foya.compaction.tokens_before", Attr::count(before));
+            span.attr("foya.compaction.tokens_after", Attr::count(after));
+        }
+        span.attr("foya.compaction.trigger", Attr::Str(&c.trigger));
+        let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+        span.attr(
+            "gen_ai.conversation.id",
+            Attr::Str(uuid_text(sid.0, &mut id)),
+        );
+        span.end(SpanStatus::Unset);
     }
 
     fn hook_ran(
@@ -1217,37 +1198,42 @@ impl Deriver {
             }
             None => (new_trace_id(), None, true),
         };
-        let mut attributes = vec![
-            kv("foya.hook.event", hook_event.to_owned()),
-            kv("foya.hook.decision", decision.to_owned()),
-            kv("foya.hook.duration_ms", int(duration_ms)),
-            kv("gen_ai.conversation.id", self.conversation(sid)),
-        ];
+        if !sampled {
+            return;
+        }
+        let mut span = SpanWriter::begin(
+            &mut self.spans,
+            &Head {
+                trace_id,
+                span_id: new_span_id(),
+                parent,
+                sampled,
+                name: ("hook ", hook_event),
+                kind: SpanKind::Internal,
+                start_ms: event.at_ms.saturating_sub(duration_ms),
+                end_ms: event.at_ms,
+            },
+        );
+        span.attr("foya.hook.event", Attr::Str(hook_event));
+        span.attr("foya.hook.decision", Attr::Str(decision));
+        span.attr("foya.hook.duration_ms", Attr::count(duration_ms));
+        let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+        span.attr(
+            "gen_ai.conversation.id",
+            Attr::Str(uuid_text(sid.0, &mut id)),
+        );
         if let Some(matcher) = matcher {
-            attributes.push(kv("foya.hook.matcher", matcher.to_owned()));
+            span.attr("foya.hook.matcher", Attr::Str(matcher));
         }
         if let Some(id) = tool_call_id {
-            attributes.push(kv("gen_ai.tool.call.id", id.to_string()));
+            span.attr("gen_ai.tool.call.id", Attr::Str(&id.0));
         }
-        let status = if decision == "failed" {
-            attributes.push(kv("error.type", "hook_failed"));
-            Status::error("hook_failed")
+        if decision == "failed" {
+            span.attr("error.type", Attr::Str("hook_failed"));
+            span.end(SpanStatus::Error("hook_failed"));
         } else {
-            Status::Unset
-        };
-        self.spans.push(SpanRecord {
-            name: StringValue::from(format!("hook {hook_event}")),
-            trace_id,
-            span_id: new_span_id(),
-            parent,
-            sampled,
-            kind: SpanKind::Internal,
-            start_ms: event.at_ms.saturating_sub(duration_ms),
-            end_ms: event.at_ms,
-            attributes,
-            status,
-            events: Vec::new(),
-        });
+            span.end(SpanStatus::Unset);
+        }
     }
 
     fn turn_complete(
@@ -1268,10 +1254,10 @@ impl Deriver {
             .map(|t| t.tools.drain().collect())
             .unwrap_or_default();
         for (id, tool) in open {
-            self.close_tool(sid, id, tool, at, None);
+            self.close_tool(sid, &id, tool, at, None);
         }
         if let Some(c) = self.turn_mut(sid).and_then(|t| t.compaction.take()) {
-            self.compaction_span(sid, c, at, Vec::new());
+            self.compaction_span(sid, c, at, None);
         }
         let Some(session) = self.sessions.get_mut(&sid) else {
             return;
@@ -1303,53 +1289,77 @@ impl Deriver {
         }
         self.metrics(|m| FigureCounts::inc(&m.counts.finished[index]));
         self.gauges();
-        if self.traces {
-            let mut attributes = Vec::with_capacity(16);
-            attributes.extend([
-                kv("gen_ai.operation.name", "invoke_agent"),
-                kv("gen_ai.agent.name", "foya"),
-                kv("gen_ai.conversation.id", turn.conversation.clone()),
-                kv("foya.session.id", turn.conversation),
-                kv("foya.input.id", uuid_value(turn.input_id.0)),
-                kv("foya.turn.status", status_name),
-                kv("foya.turn.steps", i64::from(turn.steps)),
-                kv("gen_ai.usage.input_tokens", int(turn.input_tokens)),
-                kv("gen_ai.usage.output_tokens", int(turn.output_tokens)),
-            ]);
-            if let Some(run) = turn.run_id {
-                attributes.push(kv("foya.run.id", uuid_value(run.0)));
-            }
-            self.model_attributes(sid, &mut attributes);
-            if let Some(reason) = reason.map(bounded_reason).or(turn.cancel_reason) {
-                attributes.push(kv("foya.turn.reason", reason));
-            }
-            if let Some(text) = turn.user_text {
-                attributes.push(kv("gen_ai.input.messages", text));
-            }
-            let status = match status {
-                TurnStatus::Completed => Status::Ok,
-                TurnStatus::Cancelled => Status::Unset,
-                TurnStatus::Failed => {
-                    let class = class.unwrap_or_else(|| "failed".to_owned());
-                    attributes.push(kv("error.type", class.clone()));
-                    Status::error(class)
-                }
-            };
-            self.spans.push(SpanRecord {
-                name: StringValue::from("turn"),
+        if self.traces && turn.sampled {
+            self.turn_span(sid, at, &turn, status, reason, class.as_deref());
+        }
+        self.forget_if_idle(sid);
+    }
+}
+
+impl Deriver {
+    /// A finished turn's span.
+    fn turn_span(
+        &mut self,
+        sid: SessionId,
+        at: u64,
+        turn: &Turn,
+        status: TurnStatus,
+        reason: Option<&str>,
+        class: Option<&str>,
+    ) {
+        let mut span = SpanWriter::begin(
+            &mut self.spans,
+            &Head {
                 trace_id: turn.trace_id,
                 span_id: turn.span_id,
                 parent: turn.parent,
                 sampled: turn.sampled,
+                name: ("turn", ""),
                 kind: SpanKind::Internal,
                 start_ms: turn.start_ms,
                 end_ms: at.max(turn.start_ms),
-                attributes,
-                status,
-                events: Vec::new(),
-            });
+            },
+        );
+        let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+        let session = uuid_text(sid.0, &mut id);
+        span.attr("gen_ai.operation.name", Attr::Str("invoke_agent"));
+        span.attr("gen_ai.agent.name", Attr::Str("foya"));
+        span.attr("gen_ai.conversation.id", Attr::Str(session));
+        span.attr("foya.session.id", Attr::Str(session));
+        let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+        span.attr(
+            "foya.input.id",
+            Attr::Str(uuid_text(turn.input_id.0, &mut id)),
+        );
+        span.attr("foya.turn.status", Attr::Str(status_name(status)));
+        span.attr("foya.turn.steps", Attr::Int(i64::from(turn.steps)));
+        span.attr("gen_ai.usage.input_tokens", Attr::count(turn.input_tokens));
+        span.attr(
+            "gen_ai.usage.output_tokens",
+            Attr::count(turn.output_tokens),
+        );
+        if let Some(run) = turn.run_id {
+            span.attr("foya.run.id", Attr::Str(uuid_text(run.0, &mut id)));
         }
-        self.forget_if_idle(sid);
+        ModelOf::write(turn.model.as_deref(), &mut span);
+        if let Some(reason) = reason
+            .map(bounded_reason)
+            .or_else(|| turn.cancel_reason.clone())
+        {
+            span.attr("foya.turn.reason", Attr::Str(&reason));
+        }
+        if let Some(text) = &turn.user_text {
+            span.attr("gen_ai.input.messages", Attr::Str(text));
+        }
+        match status {
+            TurnStatus::Completed => span.end(SpanStatus::Ok),
+            TurnStatus::Cancelled => span.end(SpanStatus::Unset),
+            TurnStatus::Failed => {
+                let class = class.unwrap_or("failed");
+                span.attr("error.type", Attr::Str(class));
+                span.end(SpanStatus::Error(class));
+            }
+        }
     }
 }
 

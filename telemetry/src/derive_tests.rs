@@ -3,6 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::otlp::testing::SpanRecord;
+use opentelemetry::trace::Status;
+use opentelemetry::{Array, StringValue, Value};
 use serde_json::json;
 
 const SESSION: &str = "01930000-0000-7000-8000-000000000001";
@@ -310,8 +313,8 @@ fn a_sub_agent_on_another_shard_is_followed_with_its_parent() {
     use std::sync::mpsc;
     struct Collect(mpsc::Sender<Vec<SpanRecord>>);
     impl Sink for Collect {
-        fn send(&mut self, batch: &[SpanRecord]) {
-            let _ = self.0.send(batch.to_vec());
+        fn send(&mut self, spans: &[u8], _: usize) {
+            let _ = self.0.send(crate::otlp::testing::decode(spans));
         }
     }
     // Its low bits put the child on another shard than its parent (SESSION).
@@ -422,9 +425,10 @@ async fn the_observed_store_passes_the_stores_own_answers_through() {
 #[test]
 fn uuid_values_are_the_ids_display_and_few_keeps_its_items_by_key() {
     let run: RunId = RUN.parse().unwrap();
-    assert_eq!(uuid_value(run.0).as_str(), RUN);
+    let mut buf = [0; uuid::fmt::Hyphenated::LENGTH];
+    assert_eq!(uuid_text(run.0, &mut buf), RUN);
     let id = RunId::new();
-    assert_eq!(uuid_value(id.0).as_str(), id.to_string());
+    assert_eq!(uuid_text(id.0, &mut buf), id.to_string());
 
     let mut few: Few<u32, &str, 2> = Few::default();
     assert!(few.insert(1, "a"));
@@ -440,4 +444,134 @@ fn uuid_values_are_the_ids_display_and_few_keeps_its_items_by_key() {
     assert_eq!(few.remove(&2), None);
     assert_eq!(few.drain().collect::<Vec<_>>(), [(1, "a"), (3, "e")]);
     assert!(few.is_empty());
+}
+
+/// Spans as text: ids numbered in order of appearance, every field and attribute (in
+/// order), values with their types.
+fn render(spans: &[SpanRecord]) -> String {
+    use std::fmt::Write as _;
+    let mut traces: Vec<TraceId> = Vec::new();
+    let spans: Vec<&SpanRecord> = spans.iter().filter(|s| s.sampled).collect();
+    let mut ids: Vec<SpanId> = spans.iter().map(|s| s.span_id).collect();
+    let number = |id: SpanId, ids: &mut Vec<SpanId>| match ids.iter().position(|i| *i == id) {
+        Some(n) => n,
+        None => {
+            ids.push(id);
+            ids.len() - 1
+        }
+    };
+    let value = |v: &Value| match v {
+        Value::String(s) => format!("s:{}", s.as_str()),
+        Value::I64(i) => format!("i:{i}"),
+        Value::F64(f) => format!("f:{f}"),
+        Value::Bool(b) => format!("b:{b}"),
+        Value::Array(Array::String(a)) => format!(
+            "as:{:?}",
+            a.iter().map(StringValue::as_str).collect::<Vec<_>>()
+        ),
+        other => format!("?{other:?}"),
+    };
+    let mut out = String::new();
+    for s in spans {
+        let trace = match traces.iter().position(|t| *t == s.trace_id) {
+            Some(n) => n,
+            None => {
+                traces.push(s.trace_id);
+                traces.len() - 1
+            }
+        };
+        let parent = s.parent.map(|p| number(p, &mut ids));
+        let _ = writeln!(
+            out,
+            "{} #{} trace {trace} parent {parent:?} sampled {} {:?} {}..{} {:?}",
+            s.name.as_str(),
+            number(s.span_id, &mut ids),
+            s.sampled,
+            s.kind,
+            s.start_ms,
+            s.end_ms,
+            s.status
+        );
+        for kv in &s.attributes {
+            let _ = writeln!(out, "  {} = {}", kv.key.as_str(), value(&kv.value));
+        }
+        for (name, at, attributes) in &s.events {
+            let _ = writeln!(out, "  event {name} at {at}");
+            for kv in attributes {
+                let _ = writeln!(out, "    {} = {}", kv.key.as_str(), value(&kv.value));
+            }
+        }
+    }
+    out
+}
+
+/// A turn with approvals, hooks, a compaction and a retry (`approval_turn`), then a
+/// turn of two steps and a tool call with a first token time that fails, then one that
+/// is cancelled.
+fn three_turns() -> Vec<Event> {
+    let mut events = approval_turn();
+    events.extend(log(&[
+        json!({"type": "user_message", "input_id": "01930000-0000-7000-8000-0000000000b1", "input": {"text": "SECOND"}}),
+        json!({"type": "turn_started", "input_id": "01930000-0000-7000-8000-0000000000b1"}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "reading", "tool_calls": [{"id": "c2", "name": "read_file", "arguments": {"path": "a"}}], "finish_reason": "tool_calls"}),
+        json!({"type": "usage", "input_tokens": 20, "output_tokens": 4}),
+        json!({"type": "tool_finished", "tool_call_id": "c2", "is_error": false, "duration_ms": 7}),
+        json!({"type": "tool_message", "tool_call_id": "c2", "content": "file text", "is_error": false}),
+        json!({"type": "step_started", "step": 2}),
+        json!({"type": "turn_complete", "status": "failed", "error": {"class": "rate_limited", "message": "SECRET no"}}),
+        json!({"type": "turn_started", "input_id": "01930000-0000-7000-8000-0000000000b2"}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "", "interrupted": true, "tool_calls": [{"id": "c3", "name": "shell", "arguments": {}}]}),
+        json!({"type": "turn_cancelled", "reason": "user"}),
+        json!({"type": "tool_finished", "tool_call_id": "c3", "is_error": true, "duration_ms": 3}),
+        json!({"type": "turn_complete", "status": "cancelled", "reason": "user"}),
+        json!({"type": "turn_started", "input_id": "01930000-0000-7000-8000-0000000000b3"}),
+        json!({"type": "step_started", "step": 1}),
+        json!({"type": "assistant_message", "text": "done", "finish_reason": "stop"}),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ]));
+    events
+}
+
+fn derive_with_first_token(events: &[Event], capture: bool) -> Vec<SpanRecord> {
+    let parents = Parents::default();
+    // The third turn continues a caller's sampled trace; a fourth, an unsampled one (its
+    // spans are not exported).
+    for (input, flags) in [("b2", "01"), ("b3", "00")] {
+        let input: InputId = format!("01930000-0000-7000-8000-0000000000{input}")
+            .parse()
+            .unwrap();
+        let traceparent = format!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-{flags}");
+        parents.insert(input, Parent::from_traceparent(&traceparent).unwrap());
+    }
+    let mut deriver = Deriver::new(Some(Arc::new(Metrics::new())), true, capture, parents);
+    let sid: SessionId = SESSION.parse().unwrap();
+    let run: RunId = RUN.parse().unwrap();
+    for (i, event) in events.iter().enumerate() {
+        deriver.event(event);
+        if matches!(event.kind, EventKind::StepStarted { .. }) && i > 20 {
+            deriver.first_token(sid, run, 12.5);
+        }
+    }
+    deriver.take_spans()
+}
+
+/// The spans of `three_turns`, every field and attribute, are the ones the deriver made
+/// when it built attribute lists for the exporter's thread to encode (`testdata/`, written
+/// by that code): what a collector receives did not change when spans began to be
+/// encoded as they close.
+#[test]
+fn the_spans_are_the_ones_the_attribute_lists_gave() {
+    for (capture, expected) in [
+        (false, include_str!("testdata/spans.txt")),
+        (true, include_str!("testdata/spans-content.txt")),
+    ] {
+        let spans = derive_with_first_token(&three_turns(), capture);
+        assert!(
+            spans.iter().all(|s| s.sampled),
+            "no unsampled span is encoded"
+        );
+        assert_eq!(render(&spans), expected, "capture {capture}");
+    }
 }

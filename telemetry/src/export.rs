@@ -1,7 +1,7 @@
-//! The OTLP exporter: derived [`SpanRecord`]s queued as they are made (one lock per
-//! committed batch, nothing built on the runtime's threads) and written as OTLP protobuf
-//! by the exporter's own thread (`otlp.rs`: straight from the records into one reused
-//! buffer), which posts them in large batches (OTLP over HTTP/protobuf).
+//! The OTLP exporter: spans, already encoded as OTLP protobuf when they closed
+//! (`otlp.rs`), queued as bytes (one lock and one copy per committed batch), and posted
+//! in large batches by the exporter's own thread, which only frames them as a request
+//! (OTLP over HTTP/protobuf).
 //!
 //! No SDK tracer, span processor or span object sits in between: a span's ids, parent
 //! and times are already known when it is derived. What the SDK's OTLP exporter and
@@ -16,12 +16,15 @@
 //! default 2 048; beyond it new spans are dropped and counted).
 
 use crate::config::TraceExport;
-use crate::derive::SpanRecord;
-use crate::otlp::{EncodedResource, encode};
+use crate::otlp::{Encoded, EncodedResource, request};
 use anyhow::Context as _;
 use opentelemetry::KeyValue;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+fn len_u64(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
 
 /// How long one export request may take by default (the SDK's default).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -152,8 +155,8 @@ impl Otlp {
 }
 
 impl Sink for Otlp {
-    fn send(&mut self, batch: &[SpanRecord]) {
-        encode(&self.resource, batch, &mut self.body);
+    fn send(&mut self, spans: &[u8], count: usize) {
+        request(&self.resource, spans, &mut self.body);
         let request = self
             .client
             .post(self.endpoint.clone())
@@ -170,9 +173,9 @@ impl Sink for Otlp {
         match futures::executor::block_on(sent) {
             Ok(Ok(status)) if status.is_success() => {}
             Ok(Ok(status)) => {
-                tracing::warn!(%status, spans = batch.len(), "the OTLP collector refused spans");
+                tracing::warn!(%status, spans = count, "the OTLP collector refused spans");
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, spans = batch.len(), "cannot export spans"),
+            Ok(Err(e)) => tracing::warn!(error = %e, spans = count, "cannot export spans"),
             Err(e) => tracing::warn!(error = %e, "cannot export spans"),
         }
     }
@@ -214,14 +217,15 @@ impl Batching {
 
 /// Where a span batch goes: the OTLP collector, or (in tests) anything else.
 pub(crate) trait Sink: Send + 'static {
-    /// Sends one batch (blocking the exporter's thread until it is answered).
-    fn send(&mut self, batch: &[SpanRecord]);
+    /// Sends one batch of `count` spans, encoded (`ScopeSpans.spans` fields), blocking
+    /// the exporter's thread until it is answered.
+    fn send(&mut self, spans: &[u8], count: usize);
 }
 
 /// What the runtime's threads and the exporter's thread share.
 #[derive(Debug, Default)]
 struct Queue {
-    spans: Vec<SpanRecord>,
+    spans: Encoded,
     /// Spans dropped because the queue was full, not yet reported.
     dropped: u64,
     /// Flushes asked for, and done (the exporter's generation counters).
@@ -283,32 +287,27 @@ impl Exporter {
         })
     }
 
-    /// Queues `spans` (one lock for them all; the exporter's thread is woken only when a
-    /// full batch waits). Unsampled spans are not exported (the caller's trace said so).
-    pub(crate) fn export(&self, spans: &mut Vec<SpanRecord>) {
+    /// Queues `spans` and clears them (one lock and one copy of their bytes for them
+    /// all; the exporter's thread is woken only when a full batch waits). The deriver
+    /// encodes no unsampled span (the caller's trace said so).
+    pub(crate) fn export(&self, spans: &mut Encoded) {
         if spans.is_empty() {
             return;
         }
         let wake = {
             let mut queue = self.shared.lock();
             if queue.stopped {
+                drop(queue);
                 spans.clear();
                 return;
             }
             let before = queue.spans.len();
             let room = self.batching.queue.saturating_sub(before);
-            for span in spans.drain(..) {
-                if !span.sampled {
-                    continue;
-                }
-                if queue.spans.len() - before < room {
-                    queue.spans.push(span);
-                } else {
-                    queue.dropped += 1;
-                }
-            }
+            queue.spans.append(spans, room);
+            queue.dropped += len_u64(spans.len().saturating_sub(room));
             before < self.batching.batch && queue.spans.len() >= self.batching.batch
         };
+        spans.clear();
         if wake {
             self.shared.wake.notify_one();
         }
@@ -363,7 +362,7 @@ impl Drop for Exporter {
 /// sends everything queued.
 fn run(shared: &Shared, mut sink: impl Sink, batching: Batching) {
     let mut deadline = Instant::now() + batching.delay;
-    let mut spare = Vec::new();
+    let mut spare = Encoded::default();
     loop {
         let (mut spans, dropped, flush, stop) = {
             let mut queue = shared.lock();
@@ -400,8 +399,11 @@ fn run(shared: &Shared, mut sink: impl Sink, batching: Batching) {
                  (OTEL_BSP_MAX_QUEUE_SIZE)"
             );
         }
-        for batch in spans.chunks(batching.batch) {
-            sink.send(batch);
+        let mut from = 0;
+        while from < spans.len() {
+            let to = (from + batching.batch).min(spans.len());
+            sink.send(spans.slice(from, to), to - from);
+            from = to;
         }
         spans.clear();
         spare = spans;
@@ -423,16 +425,24 @@ fn run(shared: &Shared, mut sink: impl Sink, batching: Batching) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::otlp::testing::{SpanRecord, decode, encoded};
+    use opentelemetry::KeyValue;
     use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
     use std::sync::mpsc;
 
-    /// Hands every batch to the test.
+    /// Hands every batch to the test, decoded.
     struct Collect(mpsc::Sender<Vec<SpanRecord>>);
 
     impl Sink for Collect {
-        fn send(&mut self, batch: &[SpanRecord]) {
-            let _ = self.0.send(batch.to_vec());
+        fn send(&mut self, spans: &[u8], count: usize) {
+            let batch = decode(spans);
+            assert_eq!(batch.len(), count);
+            let _ = self.0.send(batch);
         }
+    }
+
+    fn spans(records: impl IntoIterator<Item = SpanRecord>) -> Encoded {
+        encoded(&records.into_iter().collect::<Vec<_>>())
     }
 
     fn record(n: u64, sampled: bool) -> SpanRecord {
@@ -447,7 +457,7 @@ mod tests {
             end_ms: 2_000 + n,
             attributes: vec![KeyValue::new("foya.n", i64::try_from(n).unwrap())],
             status: Status::Unset,
-            events: vec![("retry", 1_500, Vec::new())],
+            events: vec![("retry".to_owned(), 1_500, Vec::new())],
         }
     }
 
@@ -464,18 +474,18 @@ mod tests {
         let exporter = Exporter::with_sink(Collect(tx), batching).unwrap();
         // 99 spans, in pieces: not a batch yet, nothing is sent (the delay is an hour).
         for piece in 0..9 {
-            let mut spans: Vec<_> = (0..11).map(|i| record(piece * 11 + i, true)).collect();
+            let mut spans = spans((0..11).map(|i| record(piece * 11 + i, true)));
             exporter.export(&mut spans);
             assert!(spans.is_empty(), "the spans were moved");
         }
         assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
         // The hundredth fills a batch: one request of 100.
-        exporter.export(&mut vec![record(99, true)]);
+        exporter.export(&mut spans([record(99, true)]));
         let batch = rx.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(batch.len(), 100);
         assert_eq!(batch, (0..100).map(|n| record(n, true)).collect::<Vec<_>>());
         // 250 more at once: two full requests, the remaining 50 at the flush.
-        exporter.export(&mut (100..350).map(|n| record(n, true)).collect());
+        exporter.export(&mut spans((100..350).map(|n| record(n, true))));
         exporter.flush();
         let sizes: Vec<usize> = rx.try_iter().map(|b| b.len()).collect();
         assert_eq!(sizes, [100, 100, 50]);
@@ -483,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn the_delay_sends_what_waits_and_unsampled_or_overflowing_spans_are_not_sent() {
+    fn the_delay_sends_what_waits_and_overflowing_spans_are_not_sent() {
         let (tx, rx) = mpsc::channel();
         let batching = Batching {
             delay: Duration::from_millis(20),
@@ -491,19 +501,19 @@ mod tests {
             queue: 10,
         };
         let exporter = Exporter::with_sink(Collect(tx), batching).unwrap();
-        let mut spans: Vec<_> = (0..14).map(|n| record(n, n % 2 == 0)).collect();
-        exporter.export(&mut spans);
-        // 7 sampled spans, under the queue's 10: sent after the delay, without a flush.
+        exporter.export(&mut spans((0..7).map(|n| record(n, true))));
+        // 7 spans, under the queue's 10: sent after the delay, without a flush.
         let batch = rx.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(batch.len(), 7);
-        assert!(batch.iter().all(|s| s.sampled));
         // A burst beyond the queue: the first 10 are kept.
-        exporter.export(&mut (0..30).map(|n| record(n, true)).collect());
+        let mut burst = spans((0..30).map(|n| record(n, true)));
+        exporter.export(&mut burst);
+        assert!(burst.is_empty());
         exporter.shutdown();
         let kept: usize = rx.try_iter().map(|b| b.len()).sum();
         assert_eq!(kept, 10);
         // After the stop nothing is queued, and a flush returns at once.
-        exporter.export(&mut vec![record(1, true)]);
+        exporter.export(&mut spans([record(1, true)]));
         exporter.flush();
         assert!(rx.try_iter().next().is_none());
     }

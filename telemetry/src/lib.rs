@@ -37,6 +37,7 @@
 mod config;
 mod derive;
 mod export;
+mod histogram;
 pub mod http;
 mod metrics;
 mod otlp;

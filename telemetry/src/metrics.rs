@@ -3,11 +3,12 @@
 //! Labels are bounded: statuses, classes, decisions, hook points, and tool names (at most
 //! [`MAX_TOOL_LABELS`] distinct; later ones count as `other`). No session id is a label.
 
+use crate::histogram::Histogram;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -595,7 +596,7 @@ pub(crate) struct Handles {
     finished: [Option<(Counter, Histogram)>; 3],
     /// Tokens, input and output.
     tokens: Option<(Counter, Counter)>,
-    tools: std::collections::HashMap<String, ToolHandles>,
+    tools: crate::derive::FastMap<String, ToolHandles>,
 }
 
 impl Handles {
@@ -661,35 +662,41 @@ impl Handles {
     }
 
     /// Counts a call of tool `name` with outcome `outcome` (one of ok, error, denied,
-    /// not_run): its counter, and its figure.
+    /// not_run): its counter, and its figure (one lookup of the tool's handles).
     pub(crate) fn count_tool_call(&mut self, m: &Metrics, name: &str, outcome: &str) {
         let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(3);
-        if let Some(counter) = self.tool_calls(m, name, outcome) {
-            counter.inc();
+        let Some(handles) = self.tool(m, name) else {
+            return;
+        };
+        if let Some(counter) = handles.calls.get_mut(index) {
+            counter
+                .get_or_insert_with(|| Self::tool_counter(m, name, outcome))
+                .inc();
         }
-        if let Some(handles) = self.tools.get(name)
-            && let Some(figure) = handles.figures.get(index)
-        {
+        if let Some(figure) = handles.figures.get(index) {
             figure.fetch_add(1, Ordering::Relaxed);
         }
     }
 
+    fn tool_counter(m: &Metrics, name: &str, outcome: &str) -> Counter {
+        m.tool_calls
+            .get_or_create(&ToolLabels {
+                tool: m.tool_label(name),
+                outcome: outcome.to_owned(),
+            })
+            .clone()
+    }
+
     /// The call counter of tool `name` with outcome `outcome` (one of ok, error, denied,
     /// not_run).
+    #[cfg(test)]
     pub(crate) fn tool_calls(&mut self, m: &Metrics, name: &str, outcome: &str) -> Option<Counter> {
         let index = OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(3);
         let handles = self.tool(m, name)?;
         let counter = handles.calls.get_mut(index)?;
         Some(
             counter
-                .get_or_insert_with(|| {
-                    m.tool_calls
-                        .get_or_create(&ToolLabels {
-                            tool: m.tool_label(name),
-                            outcome: outcome.to_owned(),
-                        })
-                        .clone()
-                })
+                .get_or_insert_with(|| Self::tool_counter(m, name, outcome))
                 .clone(),
         )
     }
