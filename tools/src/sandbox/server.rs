@@ -31,7 +31,7 @@
 //! call's child before its program starts. A sandboxed program cannot `ptrace` it or take
 //! its descriptors (`pidfd_getfd`): Landlock denies both across domains.
 
-use super::entry::{SANDBOX_EXEC_ARG, SandboxInvocation, parse_invocation};
+use super::entry::{Prebuilt, SANDBOX_EXEC_ARG, SandboxInvocation, parse_invocation};
 use nix::sys::signal::Signal as NixSignal;
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::net::{
@@ -267,6 +267,8 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
     if rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_err() {
         std::process::exit(super::entry::EXIT_SANDBOX_UNAVAILABLE);
     }
+    // Built once: `ReadOnly`'s rules name nothing of a call (see `Prebuilt`).
+    let mut prebuilt = Prebuilt::read_only();
     if send(&control, READY, SendFlags::NOSIGNAL).is_err() {
         std::process::exit(0);
     }
@@ -334,7 +336,11 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
         if control_ready {
             match receive(&control) {
                 Received::Request(request) => {
-                    if let Some(call) = start(request, &mut control, &mut calls) {
+                    let server = Server {
+                        control: &mut control,
+                        prebuilt: &mut prebuilt,
+                    };
+                    if let Some(call) = start(request, server, &mut calls) {
                         calls.push(call);
                     }
                 }
@@ -452,8 +458,11 @@ fn receive(control: &OwnedFd) -> Received {
     }
 }
 
-/// Reads and checks a request's invocation (the server's pid as the parent to check).
-fn invocation_of(body: OwnedFd) -> Result<SandboxInvocation, String> {
+/// Reads and checks a request's invocation (`server`: the pid of the server, the parent
+/// to check). Done in the call's child, as a helper started for the call parses its own
+/// arguments: the server allocates (and frees) nothing per call, so after each fork it
+/// writes — and copies — fewer of the pages it shares with its running calls.
+fn invocation_of(body: OwnedFd, server: u32) -> Result<SandboxInvocation, String> {
     let mut file = std::fs::File::from(body);
     let _ = file.rewind();
     let mut bytes = Vec::new();
@@ -466,13 +475,21 @@ fn invocation_of(body: OwnedFd) -> Result<SandboxInvocation, String> {
         return Err("the request is not a sandboxed command".to_owned());
     }
     let mut invocation = parse_invocation(args)?;
-    invocation.parent = Some(std::process::id());
+    invocation.parent = Some(server);
     invocation.env = Some(env);
     Ok(invocation)
 }
 
+/// What of the server a call's start uses.
+struct Server<'a> {
+    /// The control socket (replaced by `/dev/null` in the child).
+    control: &'a mut OwnedFd,
+    /// Rulesets built ahead; the child takes its copy's.
+    prebuilt: &'a mut Prebuilt,
+}
+
 /// Forks the call's child; `None` when it could not start (the runtime was told why).
-fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Option<Call> {
+fn start(request: Request, server: Server<'_>, calls: &mut Vec<Call>) -> Option<Call> {
     let Request {
         socket,
         stdout,
@@ -482,27 +499,20 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
     let fail = |socket: &OwnedFd, why: String| {
         let _ = send(socket, &Reply::Failed(why).encode(), SendFlags::NOSIGNAL);
     };
-    let invocation = match invocation_of(body) {
-        Ok(invocation) => invocation,
-        Err(why) => {
-            fail(
-                &socket,
-                format!("the sandbox server refused the call: {why}"),
-            );
-            return None;
-        }
-    };
+    let me = std::process::id();
     // Sound: this process has one thread (it starts none), so the child finds every lock
     // and the allocator as this thread left them.
     match fork::fork() {
         Ok(fork::Fork::Child) => {
             // Nothing of the server stays open in the child: a fresh helper has only its
-            // stdio. (Its socket becomes `/dev/null`, close-on-exec: the runtime's end
-            // must see the server's death, and no call must hold it.)
-            let closed = std::fs::File::open("/dev/null").and_then(|null| {
-                rustix::io::dup3(&null, control, rustix::io::DupFlags::CLOEXEC)
-                    .map_err(std::io::Error::from)
-            });
+            // stdio. (Its socket becomes `/dev/null` — the server's stdin, which the
+            // child keeps as its own — close-on-exec: the runtime's end must see the
+            // server's death, and no call must hold it.)
+            let closed = rustix::io::dup3(
+                rustix::stdio::stdin(),
+                server.control,
+                rustix::io::DupFlags::CLOEXEC,
+            );
             calls.clear();
             drop(socket);
             if let Err(e) = closed {
@@ -511,10 +521,12 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
                     &format!("cannot close the sandbox server's socket in the call: {e}"),
                 );
             }
-            child(&invocation, stdout, stderr)
+            // This process's copy: the server keeps its own.
+            let prebuilt = std::mem::take(server.prebuilt);
+            child(body, me, stdout, stderr, prebuilt)
         }
         Ok(fork::Fork::Parent(pid)) => {
-            drop((stdout, stderr));
+            drop((stdout, stderr, body));
             let child = nix::unistd::Pid::from_raw(pid);
             // Also set in the child; whichever runs first, the group exists when the
             // runtime learns the pid.
@@ -565,16 +577,21 @@ fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: BorrowedFd<'_>) -> rustix::i
 }
 
 /// The call's child: made like a helper started for the call (its own process group,
-/// the call's stdio and working directory), then that helper's work; never returns.
-fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! {
+/// the call's stdio and working directory, its arguments read from the request), then
+/// that helper's work; never returns. A request it cannot read ends it with
+/// [`EXIT_SANDBOX_USAGE`](super::entry::EXIT_SANDBOX_USAGE) and the reason on the call's
+/// stderr, as a helper given malformed arguments does.
+fn child(
+    body: OwnedFd,
+    server: u32,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    prebuilt: Prebuilt,
+) -> ! {
     let me = nix::unistd::Pid::from_raw(0);
     let _ = nix::unistd::setpgid(me, me);
-    let stdio = std::fs::File::open("/dev/null").and_then(|null| {
-        rustix::stdio::dup2_stdin(&null)?;
-        rustix::stdio::dup2_stdout(&stdout)?;
-        rustix::stdio::dup2_stderr(&stderr)?;
-        Ok(())
-    });
+    // Its stdin is the server's: `/dev/null` (see `take_control`).
+    let stdio = rustix::stdio::dup2_stdout(&stdout).and_then(|()| rustix::stdio::dup2_stderr(&stderr));
     drop((stdout, stderr));
     if let Err(e) = stdio {
         super::entry::fail(
@@ -582,6 +599,13 @@ fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! 
             &format!("cannot set up the command's output: {e}"),
         );
     }
+    let invocation = match invocation_of(body, server) {
+        Ok(invocation) => invocation,
+        Err(why) => super::entry::fail(
+            super::entry::EXIT_SANDBOX_USAGE,
+            &format!("the sandbox server refused the call: {why}"),
+        ),
+    };
     if let Err(e) = std::env::set_current_dir(&invocation.cwd) {
         super::entry::fail(
             super::entry::EXIT_EXEC_FAILED,
@@ -591,7 +615,7 @@ fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! 
             ),
         );
     }
-    super::supervise::run(invocation)
+    super::supervise::run(&invocation, prebuilt)
 }
 
 #[cfg(test)]
