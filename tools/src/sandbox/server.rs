@@ -465,7 +465,10 @@ fn receive(control: &OwnedFd) -> Received {
 fn invocation_of(body: OwnedFd, server: u32) -> Result<SandboxInvocation, String> {
     let mut file = std::fs::File::from(body);
     let _ = file.rewind();
-    let mut bytes = Vec::new();
+    // Read at once into room for all of it (`take` hides the file's size from
+    // `read_to_end`).
+    let size = file.metadata().map_or(0, |meta| meta.len()).min(MAX_REQUEST);
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.take(MAX_REQUEST)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read the request: {e}"))?;
