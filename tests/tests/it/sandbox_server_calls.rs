@@ -71,7 +71,11 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
     let read_only = SandboxPolicy::ReadOnly;
     let plan = [
         (read_only, "a", false),
-        (SandboxPolicy::WorkspaceAndProtected { network: false }, "b", true),
+        (
+            SandboxPolicy::WorkspaceAndProtected { network: false },
+            "b",
+            true,
+        ),
         (read_only, "c", false),
         (SandboxPolicy::None, "d", true),
         (read_only, "e", false),
@@ -88,7 +92,10 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
         assert_eq!(out.lines().last(), Some(expected), "{policy:?}: {out}");
         assert_eq!(work.join(name).exists(), writes, "{policy:?}: {out}");
         // `ls`'s own descriptor of /proc/self/fd besides the stdio.
-        assert!(out.lines().any(|l| l == "fds 0 1 2 3 "), "{policy:?}: {out}");
+        assert!(
+            out.lines().any(|l| l == "fds 0 1 2 3 "),
+            "{policy:?}: {out}"
+        );
         assert!(
             out.lines().any(|l| l == "SigBlk:\t0000000000000000"),
             "{policy:?}: {out}"

@@ -269,7 +269,15 @@ pub fn apply_policy(
     protect: &[PathBuf],
     shielded: bool,
 ) -> Result<(), PolicyError> {
-    restrict(policy, cwd, tmp, protect, shielded, &mut Prebuilt::default()).map_err(PolicyError)
+    restrict(
+        policy,
+        cwd,
+        tmp,
+        protect,
+        shielded,
+        &mut Prebuilt::default(),
+    )
+    .map_err(PolicyError)
 }
 
 /// Landlock rulesets built ahead of the calls that enforce them: the persistent helper
@@ -291,7 +299,13 @@ impl Prebuilt {
     pub(crate) fn read_only() -> Self {
         #[cfg(feature = "landlock")]
         {
-            let rules = build(SandboxPolicy::ReadOnly, Path::new("/"), Path::new("/"), &[], false);
+            let rules = build(
+                SandboxPolicy::ReadOnly,
+                Path::new("/"),
+                Path::new("/"),
+                &[],
+                false,
+            );
             Self {
                 read_only: rules.ok().flatten(),
             }

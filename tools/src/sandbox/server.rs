@@ -17,9 +17,10 @@
 //! [`Reply`], [`Usage`]).
 //!
 //! Must not: run anything of a call in its own process (no Landlock, seccomp, namespace
-//! or mount of a call ever applies to the server: only the forked child applies them), start a
-//! thread (it forks: a child of a multi-threaded process could find a lock held by a
-//! thread that does not exist in it), outlive the runtime (its socket's end of file
+//! or mount of a call ever applies to the server: only the forked child applies them), fork
+//! with a second thread (a child of a multi-threaded process could find a lock held by a
+//! thread that does not exist in it; the one thread it starts, in `warm_up`, is joined
+//! before it takes a call), outlive the runtime (its socket's end of file
 //! ends it, and each call's child has the server as its parent-death signal's source,
 //! so it kills its command and removes its placeholders and temp dir then), or signal a
 //! process it has reaped (a call's child is reaped only once the runtime closed the
@@ -40,10 +41,11 @@ use rustix::net::{
 };
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 use std::ffi::OsString;
-use std::io::{IoSlice, IoSliceMut, Read as _, Seek as _};
+use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::unix::fs::FileExt as _;
 
 /// `argv[1]` that starts the persistent helper.
 pub(crate) const SERVER_ARG: &str = "__sandbox-server";
@@ -269,6 +271,7 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
     }
     // Built once: `ReadOnly`'s rules name nothing of a call (see `Prebuilt`).
     let mut prebuilt = Prebuilt::read_only();
+    warm_up();
     if send(&control, READY, SendFlags::NOSIGNAL).is_err() {
         std::process::exit(0);
     }
@@ -356,6 +359,23 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
             }
         }
     }
+}
+
+/// Does once, in the server, what each call's child would otherwise do first in its copy
+/// of the server's memory, paying for it there in page faults and system calls: start a
+/// first thread (the C library's thread set-up; the symbols it binds or looks up lazily,
+/// `__pthread_get_minstack`, `_dl_allocate_tls`; a thread stack and a malloc arena, both
+/// kept by the library for the next thread: each call's Landlock thread), and consolidate
+/// the allocator's freed small chunks (which the first large allocation — a call's
+/// request — would do, writing to many of the pages it shares with the server). The
+/// thread is joined before the server takes a call: it forks with one thread.
+fn warm_up() {
+    let thread = std::thread::Builder::new().spawn(|| drop(std::hint::black_box(vec![0_u8; 64])));
+    if let Ok(thread) = thread {
+        let _ = thread.join();
+    }
+    // Above the small bins (1 KiB), below the threshold for a mapping of its own (128 KiB).
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(64 << 10)));
 }
 
 /// Exit code of the server when it cannot wait any more (never expected).
@@ -463,14 +483,12 @@ fn receive(control: &OwnedFd) -> Received {
 /// arguments: the server allocates (and frees) nothing per call, so after each fork it
 /// writes — and copies — fewer of the pages it shares with its running calls.
 fn invocation_of(body: OwnedFd, server: u32) -> Result<SandboxInvocation, String> {
-    let mut file = std::fs::File::from(body);
-    let _ = file.rewind();
-    // Read at once into room for all of it (`take` hides the file's size from
-    // `read_to_end`).
-    let size = file.metadata().map_or(0, |meta| meta.len()).min(MAX_REQUEST);
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    file.take(MAX_REQUEST)
-        .read_to_end(&mut bytes)
+    let file = std::fs::File::from(body);
+    // Read at once, from its start (the offset is the runtime's too: it is left alone).
+    let size = rustix::fs::fstat(&file).map_or(0, |stat| stat.st_size);
+    let size = u64::try_from(size).unwrap_or(0).min(MAX_REQUEST);
+    let mut bytes = vec![0_u8; usize::try_from(size).unwrap_or(0)];
+    file.read_exact_at(&mut bytes, 0)
         .map_err(|e| format!("cannot read the request: {e}"))?;
     let (args, env) = decode_request(&bytes)?;
     let mut args = args.into_iter();
@@ -503,7 +521,7 @@ fn start(request: Request, server: Server<'_>, calls: &mut Vec<Call>) -> Option<
         let _ = send(socket, &Reply::Failed(why).encode(), SendFlags::NOSIGNAL);
     };
     let me = std::process::id();
-    // Sound: this process has one thread (it starts none), so the child finds every lock
+    // Sound: this process has one thread (`warm_up` joined its own), so the child finds every lock
     // and the allocator as this thread left them.
     match fork::fork() {
         Ok(fork::Fork::Child) => {
@@ -584,17 +602,12 @@ fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: BorrowedFd<'_>) -> rustix::i
 /// that helper's work; never returns. A request it cannot read ends it with
 /// [`EXIT_SANDBOX_USAGE`](super::entry::EXIT_SANDBOX_USAGE) and the reason on the call's
 /// stderr, as a helper given malformed arguments does.
-fn child(
-    body: OwnedFd,
-    server: u32,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-    prebuilt: Prebuilt,
-) -> ! {
+fn child(body: OwnedFd, server: u32, stdout: OwnedFd, stderr: OwnedFd, prebuilt: Prebuilt) -> ! {
     let me = nix::unistd::Pid::from_raw(0);
     let _ = nix::unistd::setpgid(me, me);
     // Its stdin is the server's: `/dev/null` (see `take_control`).
-    let stdio = rustix::stdio::dup2_stdout(&stdout).and_then(|()| rustix::stdio::dup2_stderr(&stderr));
+    let stdio =
+        rustix::stdio::dup2_stdout(&stdout).and_then(|()| rustix::stdio::dup2_stderr(&stderr));
     drop((stdout, stderr));
     if let Err(e) = stdio {
         super::entry::fail(
