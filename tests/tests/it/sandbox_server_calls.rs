@@ -2,9 +2,9 @@
 //! different policies, one after the other: each call's child gets its own policy's
 //! rules — `read-only`'s ruleset is built once by the server and enforced by each call
 //! that needs it, so a call under another policy in between must neither get it nor
-//! take it from the next `read-only` call — and nothing of the server: the command sees
-//! only its stdio (no descriptor of the server's: its socket, the prebuilt ruleset), an
-//! empty signal mask (the call's helper blocks the signals it waits for), and no
+//! take it from the next `read-only` call — and nothing of the server: the command holds
+//! no descriptor of the server's or its helper's (a socket, the prebuilt ruleset, a
+//! pidfd, the signalfd), it starts with an empty signal mask (the call's helper blocks the signals it waits for), and no
 //! credential-shaped variable of the runtime.
 //!
 //! The real helper binary, real Landlock and namespaces; synchronisation: each call's
@@ -38,10 +38,12 @@ async fn run(runner: &SandboxRunner, policy: SandboxPolicy, work: &Path, name: &
     let out_path = work.parent().unwrap().join(format!("{name}.out"));
     let stdout = OwnedFd::from(std::fs::File::create(&out_path).unwrap());
     let stderr = stdout.try_clone().unwrap();
-    // The grandparent of the shell: the call's helper's parent, the server.
+    // First, before the shell opens anything, the descriptors it was given (`ls`'s are
+    // the shell's plus its own of /proc/self/fd); then the server, the grandparent of
+    // the shell (the call's helper's parent).
     let report = format!(
-        "read -r _ _ _ server _ < /proc/$PPID/stat; echo \"server $server\"; \
-         echo fds $(ls /proc/self/fd | sort -n | tr '\\n' ' '); \
+        "ls -l /proc/self/fd; \
+         read -r _ _ _ server _ < /proc/$PPID/stat; echo \"server $server\"; \
          grep SigBlk /proc/self/status; \
          if echo x > {name} 2>/dev/null; then echo wrote; else echo denied; fi"
     );
@@ -91,9 +93,17 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
         let expected = if writes { "wrote" } else { "denied" };
         assert_eq!(out.lines().last(), Some(expected), "{policy:?}: {out}");
         assert_eq!(work.join(name).exists(), writes, "{policy:?}: {out}");
-        // `ls`'s own descriptor of /proc/self/fd besides the stdio.
+        // Nothing of the server's or the helper's: no socket (the server's control
+        // socket, a call's reply socket), no ruleset, pidfd or signalfd.
+        let targets: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(" -> ").map(|(_, target)| target))
+            .collect();
+        assert!(targets.len() >= 4, "{policy:?}: {out}");
         assert!(
-            out.lines().any(|l| l == "fds 0 1 2 3 "),
+            !targets
+                .iter()
+                .any(|t| t.starts_with("socket:") || t.starts_with("anon_inode:")),
             "{policy:?}: {out}"
         );
         assert!(
