@@ -7,7 +7,7 @@
 //! helper's tree, see `tree`), killing that tree when the program ends or on a watched
 //! signal (then also removing the call's private temp dir, which a dead runtime no longer
 //! can), parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
-//! by a signal handler; a parent that died before the signal was armed is caught by
+//! read from a `signalfd`; a parent that died before the signal was armed is caught by
 //! comparing `getppid()` with the pid the runtime passed in `--parent`), killing the
 //! group, and passing the program's exit status on as the helper's own.
 //! Must not: leave a process of the group running after the runtime died, remove a temp
@@ -251,7 +251,8 @@ fn reap_all() {
     }
 }
 
-/// Applies the policy to a thread of its own and starts the program from it.
+/// Applies the policy to a thread of its own and starts the program from it (under
+/// `SandboxPolicy::None`, which confines nothing, the calling thread starts it).
 ///
 /// Landlock and `no_new_privs` bind the thread that sets them and every process it starts
 /// afterwards, not the helper's other threads: the program runs confined while the
@@ -375,7 +376,7 @@ fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<S
 }
 
 /// Ends the helper the way the program ended: the same exit code, or death by the same
-/// signal. A signal the helper handles or ignores (`SIGHUP`, `SIGTERM`; `SIGPIPE`, which
+/// signal. A signal the helper watches or ignores (`SIGHUP`, `SIGTERM`; `SIGPIPE`, which
 /// Rust ignores) becomes exit code `128 + signal` instead.
 fn exit_like(status: ExitStatus) -> ! {
     if let Some(code) = status.code() {
