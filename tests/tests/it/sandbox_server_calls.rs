@@ -4,8 +4,7 @@
 //! that needs it, so a call under another policy in between must neither get it nor
 //! take it from the next `read-only` call — and nothing of the server: the command holds
 //! no descriptor of the server's or its helper's (a socket, the prebuilt ruleset, a
-//! pidfd, the signalfd), it starts with an empty signal mask (the call's helper blocks the signals it waits for), and no
-//! credential-shaped variable of the runtime.
+//! pidfd), and it starts with an empty signal mask.
 //!
 //! The real helper binary, real Landlock and namespaces; synchronisation: each call's
 //! end (its exit status), under one global timeout.
@@ -94,7 +93,7 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
         assert_eq!(out.lines().last(), Some(expected), "{policy:?}: {out}");
         assert_eq!(work.join(name).exists(), writes, "{policy:?}: {out}");
         // Nothing of the server's or the helper's: no socket (the server's control
-        // socket, a call's reply socket), no ruleset, pidfd or signalfd.
+        // socket, a call's reply socket), no ruleset or pidfd.
         let targets: Vec<&str> = out
             .lines()
             .filter_map(|l| l.split_once(" -> ").map(|(_, target)| target))

@@ -7,7 +7,7 @@
 //! helper's tree, see `tree`), killing that tree when the program ends or on a watched
 //! signal (then also removing the call's private temp dir, which a dead runtime no longer
 //! can), parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
-//! read from a `signalfd`; a parent that died before the signal was armed is caught by
+//! by a signal handler; a parent that died before the signal was armed is caught by
 //! comparing `getppid()` with the pid the runtime passed in `--parent`), killing the
 //! group, and passing the program's exit status on as the helper's own.
 //! Must not: leave a process of the group running after the runtime died, remove a temp
@@ -19,14 +19,10 @@
 //! child, so a shell's own children (`sleep 100` inside `bash -c`) would outlive a
 //! SIGKILLed runtime. Only a process that notices the parent's death and then kills the
 //! whole group covers them. (`unsafe` is forbidden, so a `pre_exec` hook is not an option.)
-//! Why a blocked mask and a `signalfd`, not handlers and a self-pipe: the mask is the
-//! helper's alone — the program starts with an empty one (std's `Command` sets the child's
-//! mask, `POSIX_SPAWN_SETSIGMASK`) and default dispositions (no handler was installed) —
-//! and it costs two system calls, where registering handlers set up a registry, a pipe
-//! and the handlers in every call's child (see docs/benchmarks.md, "The persistent
-//! sandbox helper").
+//! Why handlers, not a blocked mask and `sigwait`: a blocked mask is inherited by the
+//! program, handlers are reset to the default by `execve`.
 //! Why no async runtime: the helper waits for two things (the program's exit, a stop
-//! signal), which one `poll(2)` on a pidfd and a signalfd covers; a tokio runtime's
+//! signal), which one `poll(2)` on a pidfd and a self-pipe covers; a tokio runtime's
 //! drivers and the pages they touch cost more than the rest of the helper (see
 //! docs/benchmarks.md, "Real tools").
 
@@ -36,11 +32,12 @@ use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, TMP_PREFIX};
 use super::{SandboxPolicy, tree};
 use nix::errno::Errno;
 use nix::sys::prctl;
-use nix::sys::signal::{SigSet, Signal, kill, killpg, raise};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::signal::{Signal, kill, killpg, raise};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use std::io::PipeReader;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
@@ -59,15 +56,15 @@ const POLL_WITHOUT_PIDFD: Timespec = Timespec {
 
 /// Runs the invocation's program under its policy and supervision; never returns.
 ///
-/// Order: [`PARENT_DEATH_SIGNAL`] and `SIGTERM` blocked and watched first (so an early
-/// signal is neither lost nor fatal: it waits, pending, for the `signalfd`), then
-/// `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock (on the thread that starts
-/// the program), then the program. Exits like the program did (see `exit_like`); on a
-/// watched signal the group is killed (the helper with it).
+/// Order: handlers for [`PARENT_DEATH_SIGNAL`] and `SIGTERM` first (so an early signal is
+/// not lost or fatal), then `PR_SET_PDEATHSIG`, then the `--parent` check, then Landlock
+/// (on the thread that starts the program), then the program. Exits like the program did
+/// (see `exit_like`); on a watched signal the group is killed (the helper with it).
 ///
-/// No async runtime: one thread waits in `poll(2)` on the program's pidfd and on the
-/// `signalfd`. The program starts with an empty signal mask (std's `Command` sets it in
-/// the child) and the default dispositions (the helper installs no handler).
+/// No async runtime: one thread waits in `poll(2)` on the program's pidfd and on a
+/// self-pipe the signal handlers write to (`signal_hook::low_level::pipe`). The handlers
+/// are reset by `execve`, and no signal is blocked, so the program starts with the default
+/// dispositions and an empty signal mask.
 pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt) -> ! {
     let stop = match watch_stop_signals() {
         Ok(stop) => stop,
@@ -153,22 +150,20 @@ fn enter_shield(invocation: &SandboxInvocation) -> Result<Option<Shield>, String
     }
 }
 
-/// A descriptor that becomes readable when [`PARENT_DEATH_SIGNAL`] or `SIGTERM` arrives:
-/// both blocked (in this thread, the helper's only one, and so in the thread it starts
-/// later, which inherits the mask) and read through a `signalfd`, close-on-exec.
-fn watch_stop_signals() -> nix::Result<SignalFd> {
-    let mut mask = SigSet::empty();
-    mask.add(PARENT_DEATH_SIGNAL);
-    mask.add(Signal::SIGTERM);
-    mask.thread_block()?;
-    SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC)
+/// A pipe that becomes readable when [`PARENT_DEATH_SIGNAL`] or `SIGTERM` arrives.
+fn watch_stop_signals() -> std::io::Result<PipeReader> {
+    let (reader, writer) = std::io::pipe()?;
+    let writer = OwnedFd::from(writer);
+    signal_hook::low_level::pipe::register(PARENT_DEATH_SIGNAL as i32, writer.try_clone()?)?;
+    signal_hook::low_level::pipe::register(Signal::SIGTERM as i32, writer)?;
+    Ok(reader)
 }
 
 /// Waits until the program ends (then ends like it) or a stop signal arrives (then kills
 /// everything; see [`kill_all`]).
 fn supervise(
     mut child: Child,
-    stop: SignalFd,
+    stop: PipeReader,
     invocation: &SandboxInvocation,
     mut shield: Option<Shield>,
 ) -> ! {
@@ -187,8 +182,7 @@ fn supervise(
         let timeout = exited.is_none().then_some(&POLL_WITHOUT_PIDFD);
         match poll(&mut fds, timeout) {
             Ok(_) => {}
-            // Another signal interrupted the wait (a stop signal stays pending): look
-            // again.
+            // A signal interrupted the wait: look again (its byte is in the pipe).
             Err(rustix::io::Errno::INTR) => continue,
             // Cannot happen with two valid descriptors; never leave the group unwatched.
             Err(e) => {
@@ -376,7 +370,7 @@ fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<S
 }
 
 /// Ends the helper the way the program ended: the same exit code, or death by the same
-/// signal. A signal the helper watches or ignores (`SIGHUP`, `SIGTERM`; `SIGPIPE`, which
+/// signal. A signal the helper handles or ignores (`SIGHUP`, `SIGTERM`; `SIGPIPE`, which
 /// Rust ignores) becomes exit code `128 + signal` instead.
 fn exit_like(status: ExitStatus) -> ! {
     if let Some(code) = status.code() {
