@@ -35,6 +35,7 @@ mod provider_responses;
 mod readme;
 mod runtime;
 mod sandbox_helper;
+mod sandbox_server_calls;
 mod sandbox_tmp;
 mod sandbox_workspace;
 mod security_attacks;

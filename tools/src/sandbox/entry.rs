@@ -127,13 +127,21 @@ pub fn sandbox_entry_if_requested() {
         Ok(invocation) => invocation,
         Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
     };
-    super::supervise::run(&invocation)
+    super::supervise::run(&invocation, Prebuilt::default())
 }
 
 /// Writes `foya-sandbox: <message>` to stderr and exits with `code`.
 pub(super) fn fail(code: i32, message: &str) -> ! {
     eprintln!("foya-sandbox: {message}");
-    std::process::exit(code);
+    exit_now(code)
+}
+
+/// Ends the process with `code` at once (`_exit`): the helper buffers nothing (stderr is
+/// unbuffered, stdout unused) and registers no exit handler, so the C library's and the
+/// loader's exit work (`atexit` handlers, each library's destructors, the symbol lookups
+/// they need: pages a forked call's child would fault in only to exit) is skipped.
+pub(super) fn exit_now(code: i32) -> ! {
+    signal_hook::low_level::exit(code)
 }
 
 /// Builds the helper's arguments (everything after `argv[0]`) for an invocation.
@@ -261,7 +269,81 @@ pub fn apply_policy(
     protect: &[PathBuf],
     shielded: bool,
 ) -> Result<(), PolicyError> {
-    restrict(policy, cwd, tmp, protect, shielded).map_err(PolicyError)
+    restrict(
+        policy,
+        cwd,
+        tmp,
+        protect,
+        shielded,
+        &mut Prebuilt::default(),
+    )
+    .map_err(PolicyError)
+}
+
+/// Landlock rulesets built ahead of the calls that enforce them: the persistent helper
+/// builds `ReadOnly`'s once (its rules name no path of a call: read everywhere, write
+/// only to the devices), and each call's child only enforces it on the thread that
+/// starts the program ([`restrict`]); every other policy's rules name the call's working
+/// and temp directories (and, without the shield, what a listing of the workspace
+/// found), so they are built per call. A domain enforced from a ruleset is a copy: what
+/// happens to the ruleset afterwards changes no running command.
+#[derive(Debug, Default)]
+pub(crate) struct Prebuilt {
+    #[cfg(feature = "landlock")]
+    read_only: Option<landlock::RulesetCreated>,
+}
+
+impl Prebuilt {
+    /// `ReadOnly`'s ruleset, built now; none when the kernel cannot build it (each call
+    /// then builds its own and fails with the reason).
+    pub(crate) fn read_only() -> Self {
+        #[cfg(feature = "landlock")]
+        {
+            let rules = build(
+                SandboxPolicy::ReadOnly,
+                Path::new("/"),
+                Path::new("/"),
+                &[],
+                false,
+            );
+            Self {
+                read_only: rules.ok().flatten(),
+            }
+        }
+        #[cfg(not(feature = "landlock"))]
+        Self {}
+    }
+
+    /// Whether `ReadOnly`'s ruleset is built (for tests).
+    #[cfg(test)]
+    pub(crate) fn has_read_only(&self) -> bool {
+        #[cfg(feature = "landlock")]
+        return self.read_only.is_some();
+        #[cfg(not(feature = "landlock"))]
+        false
+    }
+}
+
+/// Confines the calling thread per `policy` ([`apply_policy`]), with the ruleset of
+/// `prebuilt` when it holds the policy's (taken: it is enforced once).
+///
+/// # Errors
+/// [`apply_policy`]'s.
+pub(crate) fn apply_prebuilt(
+    policy: SandboxPolicy,
+    cwd: &Path,
+    tmp: &Path,
+    protect: &[PathBuf],
+    shielded: bool,
+    prebuilt: &mut Prebuilt,
+) -> Result<(), PolicyError> {
+    #[cfg(feature = "landlock")]
+    return restrict(policy, cwd, tmp, protect, shielded, prebuilt).map_err(PolicyError);
+    #[cfg(not(feature = "landlock"))]
+    {
+        let _ = prebuilt;
+        apply_policy(policy, cwd, tmp, protect, shielded)
+    }
 }
 
 /// [`apply_policy`]'s work, its refusal as text.
@@ -272,9 +354,54 @@ fn restrict(
     tmp: &Path,
     protect: &[PathBuf],
     shielded: bool,
+    prebuilt: &mut Prebuilt,
 ) -> Result<(), String> {
+    let ready = match policy {
+        SandboxPolicy::ReadOnly => prebuilt.read_only.take(),
+        _ => None,
+    };
+    let created = match ready {
+        Some(created) => created,
+        None => match build(policy, cwd, tmp, protect, shielded)? {
+            Some(created) => created,
+            None => return Ok(()),
+        },
+    };
+    let status = created.restrict_self().map_err(landlock_err)?;
+    // Partly enforced is fine only when the kernel lacks signal scoping (all the rest is
+    // a hard requirement, which fails before).
+    let without_scoping = ABI::from(status.landlock) < ABI::V6;
+    let enforced = status.ruleset == RulesetStatus::FullyEnforced
+        || (status.ruleset == RulesetStatus::PartiallyEnforced && shielded && without_scoping);
+    if !enforced {
+        return Err(format!(
+            "Landlock did not fully enforce the sandbox (status {:?}); the command was not run",
+            status.ruleset
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(feature = "landlock")]
+fn landlock_err(e: landlock::RulesetError) -> String {
+    format!(
+        "cannot apply the Landlock sandbox ({e}); it needs Landlock ABI >= 3 \
+         (>= 4 to deny network). The command was not run."
+    )
+}
+
+/// The ruleset of `policy` for a call, not yet enforced; `None` under
+/// [`SandboxPolicy::None`].
+#[cfg(feature = "landlock")]
+fn build(
+    policy: SandboxPolicy,
+    cwd: &Path,
+    tmp: &Path,
+    protect: &[PathBuf],
+    shielded: bool,
+) -> Result<Option<landlock::RulesetCreated>, String> {
     let (writable, network): (Vec<super::rules::WriteRule>, bool) = match policy {
-        SandboxPolicy::None => return Ok(()),
+        SandboxPolicy::None => return Ok(None),
         SandboxPolicy::ReadOnly => (Vec::new(), false),
         // The protected paths are read-only mounts (`shield`): the whole directory.
         SandboxPolicy::WorkspaceWrite { network } if shielded => (
@@ -306,12 +433,6 @@ fn restrict(
             ],
             network,
         ),
-    };
-    let landlock_err = |e: landlock::RulesetError| {
-        format!(
-            "cannot apply the Landlock sandbox ({e}); it needs Landlock ABI >= 3 \
-             (>= 4 to deny network). The command was not run."
-        )
     };
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -369,19 +490,7 @@ fn restrict(
                 .map_err(landlock_err)?;
         }
     }
-    let status = created.restrict_self().map_err(landlock_err)?;
-    // Partly enforced is fine only when the kernel lacks signal scoping (all the rest is
-    // a hard requirement, which fails before).
-    let without_scoping = ABI::from(status.landlock) < ABI::V6;
-    let enforced = status.ruleset == RulesetStatus::FullyEnforced
-        || (status.ruleset == RulesetStatus::PartiallyEnforced && shielded && without_scoping);
-    if !enforced {
-        return Err(format!(
-            "Landlock did not fully enforce the sandbox (status {:?}); the command was not run",
-            status.ruleset
-        ));
-    }
-    Ok(())
+    Ok(Some(created))
 }
 
 /// Built without the `landlock` feature, nothing can confine the program: every policy
@@ -458,6 +567,52 @@ mod tests {
     use crate::SandboxPolicy;
     use std::ffi::OsString;
     use std::path::PathBuf;
+
+    /// `ReadOnly`'s ruleset, built once (as the persistent helper does), confines each
+    /// thread it is enforced on — a copy per call, taken when enforced — and no other:
+    /// the thread that built it still writes, a second copy confines a second thread,
+    /// and a call under another policy gets that policy's rules, not the prebuilt ones.
+    #[cfg(feature = "landlock")]
+    #[test]
+    fn a_prebuilt_read_only_ruleset_confines_each_call_that_enforces_it() {
+        use super::{Prebuilt, apply_prebuilt};
+        let built = Prebuilt::read_only();
+        assert!(built.has_read_only(), "Landlock is needed for this test");
+        let dir = tempfile::tempdir().unwrap();
+        let copy = || Prebuilt {
+            read_only: built.read_only.as_ref().map(|r| r.try_clone().unwrap()),
+        };
+        let attempt = |policy: SandboxPolicy, name: &str, mut prebuilt: Prebuilt| {
+            let path = dir.path().join(name);
+            let tmp = dir.path().to_path_buf();
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(move || {
+                        apply_prebuilt(policy, &tmp, &tmp, &[], false, &mut prebuilt).unwrap();
+                        let taken = !prebuilt.has_read_only();
+                        (taken, std::fs::write(&path, "x").is_ok())
+                    })
+                    .join()
+                    .unwrap()
+            })
+        };
+        assert_eq!(attempt(SandboxPolicy::ReadOnly, "a", copy()), (true, false));
+        let both = SandboxPolicy::WorkspaceAndProtected { network: false };
+        // Another policy: its own rules (the working directory writable); the prebuilt
+        // ruleset is left alone.
+        assert_eq!(attempt(both, "b", copy()), (false, true));
+        assert_eq!(attempt(SandboxPolicy::ReadOnly, "c", copy()), (true, false));
+        // Without a prebuilt ruleset the call builds the same rules.
+        let none = Prebuilt::default();
+        assert_eq!(attempt(SandboxPolicy::ReadOnly, "d", none), (true, false));
+        std::fs::write(dir.path().join("e"), "x").unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["b", "e"]);
+    }
 
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()

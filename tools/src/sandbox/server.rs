@@ -17,9 +17,10 @@
 //! [`Reply`], [`Usage`]).
 //!
 //! Must not: run anything of a call in its own process (no Landlock, seccomp, namespace
-//! or mount of a call ever applies to the server: only the forked child applies them), start a
-//! thread (it forks: a child of a multi-threaded process could find a lock held by a
-//! thread that does not exist in it), outlive the runtime (its socket's end of file
+//! or mount of a call ever applies to the server: only the forked child applies them), fork
+//! with a second thread (a child of a multi-threaded process could find a lock held by a
+//! thread that does not exist in it; the one thread it starts, in `warm_up`, is joined
+//! before it takes a call), outlive the runtime (its socket's end of file
 //! ends it, and each call's child has the server as its parent-death signal's source,
 //! so it kills its command and removes its placeholders and temp dir then), or signal a
 //! process it has reaped (a call's child is reaped only once the runtime closed the
@@ -31,7 +32,7 @@
 //! call's child before its program starts. A sandboxed program cannot `ptrace` it or take
 //! its descriptors (`pidfd_getfd`): Landlock denies both across domains.
 
-use super::entry::{SANDBOX_EXEC_ARG, SandboxInvocation, parse_invocation};
+use super::entry::{Prebuilt, SANDBOX_EXEC_ARG, SandboxInvocation, parse_invocation};
 use nix::sys::signal::Signal as NixSignal;
 use rustix::event::{PollFd, PollFlags, poll};
 use rustix::net::{
@@ -40,10 +41,11 @@ use rustix::net::{
 };
 use rustix::process::{WaitId, WaitIdOptions, waitid};
 use std::ffi::OsString;
-use std::io::{IoSlice, IoSliceMut, Read as _, Seek as _};
+use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::unix::fs::FileExt as _;
 
 /// `argv[1]` that starts the persistent helper.
 pub(crate) const SERVER_ARG: &str = "__sandbox-server";
@@ -267,6 +269,9 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
     if rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_err() {
         std::process::exit(super::entry::EXIT_SANDBOX_UNAVAILABLE);
     }
+    // Built once: `ReadOnly`'s rules name nothing of a call (see `Prebuilt`).
+    let mut prebuilt = Prebuilt::read_only();
+    warm_up();
     if send(&control, READY, SendFlags::NOSIGNAL).is_err() {
         std::process::exit(0);
     }
@@ -334,7 +339,11 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
         if control_ready {
             match receive(&control) {
                 Received::Request(request) => {
-                    if let Some(call) = start(request, &mut control, &mut calls) {
+                    let server = Server {
+                        control: &mut control,
+                        prebuilt: &mut prebuilt,
+                    };
+                    if let Some(call) = start(request, server, &mut calls) {
                         calls.push(call);
                     }
                 }
@@ -350,6 +359,23 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
             }
         }
     }
+}
+
+/// Does once, in the server, what each call's child would otherwise do first in its copy
+/// of the server's memory, paying for it there in page faults and system calls: start a
+/// first thread (the C library's thread set-up; the symbols it binds or looks up lazily,
+/// `__pthread_get_minstack`, `_dl_allocate_tls`; a thread stack and a malloc arena, both
+/// kept by the library for the next thread: each call's Landlock thread), and consolidate
+/// the allocator's freed small chunks (which the first large allocation — a call's
+/// request — would do, writing to many of the pages it shares with the server). The
+/// thread is joined before the server takes a call: it forks with one thread.
+fn warm_up() {
+    let thread = std::thread::Builder::new().spawn(|| drop(std::hint::black_box(vec![0_u8; 64])));
+    if let Ok(thread) = thread {
+        let _ = thread.join();
+    }
+    // Above the small bins (1 KiB), below the threshold for a mapping of its own (128 KiB).
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(64 << 10)));
 }
 
 /// Exit code of the server when it cannot wait any more (never expected).
@@ -452,13 +478,17 @@ fn receive(control: &OwnedFd) -> Received {
     }
 }
 
-/// Reads and checks a request's invocation (the server's pid as the parent to check).
-fn invocation_of(body: OwnedFd) -> Result<SandboxInvocation, String> {
-    let mut file = std::fs::File::from(body);
-    let _ = file.rewind();
-    let mut bytes = Vec::new();
-    file.take(MAX_REQUEST)
-        .read_to_end(&mut bytes)
+/// Reads and checks a request's invocation (`server`: the pid of the server, the parent
+/// to check). Done in the call's child, as a helper started for the call parses its own
+/// arguments: the server allocates (and frees) nothing per call, so after each fork it
+/// writes — and copies — fewer of the pages it shares with its running calls.
+fn invocation_of(body: OwnedFd, server: u32) -> Result<SandboxInvocation, String> {
+    let file = std::fs::File::from(body);
+    // Read at once, from its start (the offset is the runtime's too: it is left alone).
+    let size = rustix::fs::fstat(&file).map_or(0, |stat| stat.st_size);
+    let size = u64::try_from(size).unwrap_or(0).min(MAX_REQUEST);
+    let mut bytes = vec![0_u8; usize::try_from(size).unwrap_or(0)];
+    file.read_exact_at(&mut bytes, 0)
         .map_err(|e| format!("cannot read the request: {e}"))?;
     let (args, env) = decode_request(&bytes)?;
     let mut args = args.into_iter();
@@ -466,13 +496,21 @@ fn invocation_of(body: OwnedFd) -> Result<SandboxInvocation, String> {
         return Err("the request is not a sandboxed command".to_owned());
     }
     let mut invocation = parse_invocation(args)?;
-    invocation.parent = Some(std::process::id());
+    invocation.parent = Some(server);
     invocation.env = Some(env);
     Ok(invocation)
 }
 
+/// What of the server a call's start uses.
+struct Server<'a> {
+    /// The control socket (replaced by `/dev/null` in the child).
+    control: &'a mut OwnedFd,
+    /// Rulesets built ahead; the child takes its copy's.
+    prebuilt: &'a mut Prebuilt,
+}
+
 /// Forks the call's child; `None` when it could not start (the runtime was told why).
-fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Option<Call> {
+fn start(request: Request, server: Server<'_>, calls: &mut Vec<Call>) -> Option<Call> {
     let Request {
         socket,
         stdout,
@@ -482,27 +520,20 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
     let fail = |socket: &OwnedFd, why: String| {
         let _ = send(socket, &Reply::Failed(why).encode(), SendFlags::NOSIGNAL);
     };
-    let invocation = match invocation_of(body) {
-        Ok(invocation) => invocation,
-        Err(why) => {
-            fail(
-                &socket,
-                format!("the sandbox server refused the call: {why}"),
-            );
-            return None;
-        }
-    };
-    // Sound: this process has one thread (it starts none), so the child finds every lock
+    let me = std::process::id();
+    // Sound: this process has one thread (`warm_up` joined its own), so the child finds every lock
     // and the allocator as this thread left them.
     match fork::fork() {
         Ok(fork::Fork::Child) => {
             // Nothing of the server stays open in the child: a fresh helper has only its
-            // stdio. (Its socket becomes `/dev/null`, close-on-exec: the runtime's end
-            // must see the server's death, and no call must hold it.)
-            let closed = std::fs::File::open("/dev/null").and_then(|null| {
-                rustix::io::dup3(&null, control, rustix::io::DupFlags::CLOEXEC)
-                    .map_err(std::io::Error::from)
-            });
+            // stdio. (Its socket becomes `/dev/null` — the server's stdin, which the
+            // child keeps as its own — close-on-exec: the runtime's end must see the
+            // server's death, and no call must hold it.)
+            let closed = rustix::io::dup3(
+                rustix::stdio::stdin(),
+                server.control,
+                rustix::io::DupFlags::CLOEXEC,
+            );
             calls.clear();
             drop(socket);
             if let Err(e) = closed {
@@ -511,10 +542,12 @@ fn start(request: Request, control: &mut OwnedFd, calls: &mut Vec<Call>) -> Opti
                     &format!("cannot close the sandbox server's socket in the call: {e}"),
                 );
             }
-            child(&invocation, stdout, stderr)
+            // This process's copy: the server keeps its own.
+            let prebuilt = std::mem::take(server.prebuilt);
+            child(body, me, stdout, stderr, prebuilt)
         }
         Ok(fork::Fork::Parent(pid)) => {
-            drop((stdout, stderr));
+            drop((stdout, stderr, body));
             let child = nix::unistd::Pid::from_raw(pid);
             // Also set in the child; whichever runs first, the group exists when the
             // runtime learns the pid.
@@ -565,16 +598,16 @@ fn send_with_fd(socket: &OwnedFd, bytes: &[u8], fd: BorrowedFd<'_>) -> rustix::i
 }
 
 /// The call's child: made like a helper started for the call (its own process group,
-/// the call's stdio and working directory), then that helper's work; never returns.
-fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! {
+/// the call's stdio and working directory, its arguments read from the request), then
+/// that helper's work; never returns. A request it cannot read ends it with
+/// [`EXIT_SANDBOX_USAGE`](super::entry::EXIT_SANDBOX_USAGE) and the reason on the call's
+/// stderr, as a helper given malformed arguments does.
+fn child(body: OwnedFd, server: u32, stdout: OwnedFd, stderr: OwnedFd, prebuilt: Prebuilt) -> ! {
     let me = nix::unistd::Pid::from_raw(0);
     let _ = nix::unistd::setpgid(me, me);
-    let stdio = std::fs::File::open("/dev/null").and_then(|null| {
-        rustix::stdio::dup2_stdin(&null)?;
-        rustix::stdio::dup2_stdout(&stdout)?;
-        rustix::stdio::dup2_stderr(&stderr)?;
-        Ok(())
-    });
+    // Its stdin is the server's: `/dev/null` (see `take_control`).
+    let stdio =
+        rustix::stdio::dup2_stdout(&stdout).and_then(|()| rustix::stdio::dup2_stderr(&stderr));
     drop((stdout, stderr));
     if let Err(e) = stdio {
         super::entry::fail(
@@ -582,6 +615,13 @@ fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! 
             &format!("cannot set up the command's output: {e}"),
         );
     }
+    let invocation = match invocation_of(body, server) {
+        Ok(invocation) => invocation,
+        Err(why) => super::entry::fail(
+            super::entry::EXIT_SANDBOX_USAGE,
+            &format!("the sandbox server refused the call: {why}"),
+        ),
+    };
     if let Err(e) = std::env::set_current_dir(&invocation.cwd) {
         super::entry::fail(
             super::entry::EXIT_EXEC_FAILED,
@@ -591,7 +631,7 @@ fn child(invocation: &SandboxInvocation, stdout: OwnedFd, stderr: OwnedFd) -> ! 
             ),
         );
     }
-    super::supervise::run(invocation)
+    super::supervise::run(&invocation, prebuilt)
 }
 
 #[cfg(test)]

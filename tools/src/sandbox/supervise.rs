@@ -26,7 +26,7 @@
 //! drivers and the pages they touch cost more than the rest of the helper (see
 //! docs/benchmarks.md, "Real tools").
 
-use super::entry::{SandboxInvocation, apply_policy, fail};
+use super::entry::{Prebuilt, SandboxInvocation, apply_prebuilt, exit_now, fail};
 use super::shield::{self, Entered, Shield};
 use super::{EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, TMP_PREFIX};
 use super::{SandboxPolicy, tree};
@@ -65,7 +65,7 @@ const POLL_WITHOUT_PIDFD: Timespec = Timespec {
 /// self-pipe the signal handlers write to (`signal_hook::low_level::pipe`). The handlers
 /// are reset by `execve`, and no signal is blocked, so the program starts with the default
 /// dispositions and an empty signal mask.
-pub(crate) fn run(invocation: &SandboxInvocation) -> ! {
+pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt) -> ! {
     let stop = match watch_stop_signals() {
         Ok(stop) => stop,
         Err(e) => fail(
@@ -104,7 +104,7 @@ pub(crate) fn run(invocation: &SandboxInvocation) -> ! {
             fail(EXIT_SANDBOX_UNAVAILABLE, &message)
         }
     };
-    let child = match start_confined(invocation, shield.is_some()) {
+    let child = match start_confined(invocation, shield.is_some(), prebuilt) {
         Ok(child) => child,
         Err((code, message)) => {
             if let Some(shield) = shield {
@@ -245,7 +245,8 @@ fn reap_all() {
     }
 }
 
-/// Applies the policy to a thread of its own and starts the program from it.
+/// Applies the policy to a thread of its own and starts the program from it (under
+/// `SandboxPolicy::None`, which confines nothing, the calling thread starts it).
 ///
 /// Landlock and `no_new_privs` bind the thread that sets them and every process it starts
 /// afterwards, not the helper's other threads: the program runs confined while the
@@ -256,18 +257,31 @@ fn reap_all() {
 /// # Errors
 /// `(exit code, message)`: [`EXIT_SANDBOX_UNAVAILABLE`] when the policy cannot be applied
 /// (the program did not run), [`EXIT_EXEC_FAILED`] when the program cannot be started.
-fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Child, (i32, String)> {
+fn start_confined(
+    invocation: &SandboxInvocation,
+    shielded: bool,
+    mut prebuilt: Prebuilt,
+) -> Result<Child, (i32, String)> {
+    // Nothing to confine (`SandboxPolicy::None` applies no Landlock and has no shield):
+    // the helper's thread starts the program itself, as the confined thread would.
+    if invocation.policy == SandboxPolicy::None && !shielded {
+        drop(prebuilt);
+        return spawn_program(invocation);
+    }
     let started = std::thread::scope(|scope| {
         scope
-            .spawn(|| {
-                apply_policy(
+            .spawn(move || {
+                apply_prebuilt(
                     invocation.policy,
                     &invocation.cwd,
                     &invocation.tmp,
                     &invocation.protect,
                     shielded,
+                    &mut prebuilt,
                 )
                 .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
+                // A ruleset built for another policy goes before the program starts.
+                drop(prebuilt);
                 if shielded {
                     // Without it the program cannot touch the shield's mounts (Landlock
                     // refuses mount calls too, but not `mount_setattr` or `setns`).
@@ -283,20 +297,7 @@ fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Chil
                     super::entry::forbid_others_limits()
                         .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 }
-                let mut command = std::process::Command::new(&invocation.program);
-                command.args(&invocation.args).current_dir(&invocation.cwd);
-                if let Some(env) = &invocation.env {
-                    command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
-                }
-                if invocation.policy != SandboxPolicy::None {
-                    command.env("TMPDIR", &invocation.tmp);
-                }
-                command.spawn().map_err(|e| {
-                    (
-                        EXIT_EXEC_FAILED,
-                        format!("cannot execute {:?}: {e}", invocation.program),
-                    )
-                })
+                spawn_program(invocation)
             })
             .join()
     });
@@ -305,6 +306,25 @@ fn start_confined(invocation: &SandboxInvocation, shielded: bool) -> Result<Chil
             EXIT_SANDBOX_UNAVAILABLE,
             "the thread starting the command panicked; the command was not run".to_owned(),
         ))
+    })
+}
+
+/// Starts the program from the calling thread (confined or not, as the policy needs),
+/// in its working directory, with the call's environment.
+fn spawn_program(invocation: &SandboxInvocation) -> Result<Child, (i32, String)> {
+    let mut command = std::process::Command::new(&invocation.program);
+    command.args(&invocation.args).current_dir(&invocation.cwd);
+    if let Some(env) = &invocation.env {
+        command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    }
+    if invocation.policy != SandboxPolicy::None {
+        command.env("TMPDIR", &invocation.tmp);
+    }
+    command.spawn().map_err(|e| {
+        (
+            EXIT_EXEC_FAILED,
+            format!("cannot execute {:?}: {e}", invocation.program),
+        )
     })
 }
 
@@ -346,7 +366,7 @@ fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<S
         let _ = kill(child, Signal::SIGKILL);
     }
     let _ = raise(Signal::SIGKILL);
-    std::process::exit(128 + Signal::SIGKILL as i32)
+    exit_now(128 + Signal::SIGKILL as i32)
 }
 
 /// Ends the helper the way the program ended: the same exit code, or death by the same
@@ -354,7 +374,7 @@ fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<S
 /// Rust ignores) becomes exit code `128 + signal` instead.
 fn exit_like(status: ExitStatus) -> ! {
     if let Some(code) = status.code() {
-        std::process::exit(code);
+        exit_now(code);
     }
     let number = status.signal().unwrap_or_default();
     if let Ok(signal) = Signal::try_from(number)
@@ -365,7 +385,7 @@ fn exit_like(status: ExitStatus) -> ! {
     {
         let _ = raise(signal);
     }
-    std::process::exit(128 + number)
+    exit_now(128 + number)
 }
 
 #[cfg(test)]

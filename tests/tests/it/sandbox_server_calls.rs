@@ -1,0 +1,117 @@
+//! One persistent sandbox helper (`foya-sandbox __sandbox-server`) serving calls under
+//! different policies, one after the other: each call's child gets its own policy's
+//! rules — `read-only`'s ruleset is built once by the server and enforced by each call
+//! that needs it, so a call under another policy in between must neither get it nor
+//! take it from the next `read-only` call — and nothing of the server: the command holds
+//! no descriptor of the server's or its helper's (a socket, the prebuilt ruleset, a
+//! pidfd), and it starts with an empty signal mask.
+//!
+//! The real helper binary, real Landlock and namespaces; synchronisation: each call's
+//! end (its exit status), under one global timeout.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use foya_actors::tools::SandboxPolicy;
+use foya_actors::tools::sandbox::SandboxRunner;
+use foya_tests::foya_bin::foya_bin;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::Duration;
+
+/// Global wait for one test.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What one call printed and how it ended.
+struct Ran {
+    /// The helper's exit code.
+    code: Option<i32>,
+    /// Whether the call ran in a child of the runner's persistent helper.
+    served: bool,
+    /// Its stdout: the server's pid, then the command's open descriptors, its signal mask,
+    /// then whether it could write `name` in the working directory.
+    out: String,
+}
+
+/// Runs `sh -c <report>` in `work` under `policy` through `runner`.
+async fn run(runner: &SandboxRunner, policy: SandboxPolicy, work: &Path, name: &str) -> Ran {
+    let out_path = work.parent().unwrap().join(format!("{name}.out"));
+    let stdout = OwnedFd::from(std::fs::File::create(&out_path).unwrap());
+    let stderr = stdout.try_clone().unwrap();
+    // First, before the shell opens anything, the descriptors it was given (`ls`'s are
+    // the shell's plus its own of /proc/self/fd); then the server, the grandparent of
+    // the shell (the call's helper's parent).
+    let report = format!(
+        "ls -l /proc/self/fd; \
+         read -r _ _ _ server _ < /proc/$PPID/stat; echo \"server $server\"; \
+         grep SigBlk /proc/self/status; \
+         if echo x > {name} 2>/dev/null; then echo wrote; else echo denied; fi"
+    );
+    let args: Vec<OsString> = vec!["-c".into(), report.into()];
+    let mut call = runner
+        .start(policy, work, &[], "/bin/sh", &args, (stdout, stderr))
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(TIMEOUT, call.process.wait())
+        .await
+        .expect("the call ended in time")
+        .unwrap();
+    Ran {
+        code: status.code(),
+        served: call.process.is_served(),
+        out: std::fs::read_to_string(&out_path).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its_own() {
+    let helper = foya_bin().with_file_name("foya-sandbox");
+    let runner = SandboxRunner::new(helper);
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let read_only = SandboxPolicy::ReadOnly;
+    let plan = [
+        (read_only, "a", false),
+        (
+            SandboxPolicy::WorkspaceAndProtected { network: false },
+            "b",
+            true,
+        ),
+        (read_only, "c", false),
+        (SandboxPolicy::None, "d", true),
+        (read_only, "e", false),
+        (SandboxPolicy::WorkspaceWrite { network: false }, "f", true),
+        (read_only, "g", false),
+    ];
+    let mut servers = Vec::new();
+    for (policy, name, writes) in plan {
+        let ran = run(&runner, policy, &work, name).await;
+        let out = &ran.out;
+        assert!(ran.served, "{policy:?}: not served: {out}");
+        assert_eq!(ran.code, Some(0), "{policy:?}: {out}");
+        let expected = if writes { "wrote" } else { "denied" };
+        assert_eq!(out.lines().last(), Some(expected), "{policy:?}: {out}");
+        assert_eq!(work.join(name).exists(), writes, "{policy:?}: {out}");
+        // Nothing of the server's or the helper's: no socket (the server's control
+        // socket, a call's reply socket), no ruleset or pidfd.
+        let targets: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(" -> ").map(|(_, target)| target))
+            .collect();
+        assert!(targets.len() >= 4, "{policy:?}: {out}");
+        assert!(
+            !targets
+                .iter()
+                .any(|t| t.starts_with("socket:") || t.starts_with("anon_inode:")),
+            "{policy:?}: {out}"
+        );
+        assert!(
+            out.lines().any(|l| l == "SigBlk:\t0000000000000000"),
+            "{policy:?}: {out}"
+        );
+        let server = out.lines().find(|l| l.starts_with("server "));
+        servers.push(server.unwrap().to_owned());
+    }
+    servers.dedup();
+    assert_eq!(servers.len(), 1, "one server for every call: {servers:?}");
+}
