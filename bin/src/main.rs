@@ -24,6 +24,8 @@ fn main() -> ExitCode {
     // it) as `foya __sandbox-exec …`: it applies the Landlock policy and execs the
     // command, never returning here.
     foya_actors::tools::sandbox::sandbox_entry_if_requested();
+    // What started `foya` may have left descriptors open: none reaches its children.
+    foya_actors::tools::sandbox::pass_on_no_inherited_descriptors();
 
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

@@ -215,3 +215,58 @@ fn the_users_shell_environment_and_a_servers_env_vars_choose_what_passes() {
     assert!(seen.mcp.contains("SET_HERE=by-config"), "{}", seen.mcp);
     assert!(seen.mcp.contains("GITHUB_PAT unset"), "{}", seen.mcp);
 }
+
+/// The `tool_message` content of a `shell` call telling whether its shell holds
+/// descriptor 7, in a `foya run` with `approval` started with descriptor 7 open (a
+/// shell's redirection, as a CI runner or a wrapper script leaves one).
+fn descriptor_seen_by_a_tool(approval: &str) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
+    std::fs::create_dir_all(&work).unwrap();
+    let secret = tmp.path().join("inherited.txt");
+    std::fs::write(&secret, "inherited-secret").unwrap();
+    let command =
+        r#"if [ -e /proc/$$/fd/7 ]; then echo "fd 7: $(cat <&7)"; else echo "no fd 7"; fi"#;
+    let script = tmp.path().join("script.json");
+    let responses = json!({"responses": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+        {"text": "done"}
+    ]});
+    std::fs::write(&script, responses.to_string()).unwrap();
+    let foya = scripted("run", approval, &script, &data, &work);
+    // `bash` opens descriptor 7 (not close-on-exec) and becomes `foya`.
+    let mut wrapped = std::process::Command::new("bash");
+    wrapped
+        .arg("-c")
+        .arg(r#"exec 7<"$FOYA_TEST_INHERITED"; exec "$@""#)
+        .arg("bash")
+        .arg(foya.get_program())
+        .args(foya.get_args())
+        .env("FOYA_TEST_INHERITED", &secret);
+    for (name, value) in foya.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    let piped = spawn_json_lines(wrapped.args(["--json", "start"]));
+    let deadline = Instant::now() + TIMEOUT;
+    let result = read_until(&piped.lines, deadline, |l| l["type"] == "tool_message")
+        .pop()
+        .unwrap();
+    assert_eq!(wait_exit(piped.child, deadline).code(), Some(0));
+    result["content"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_descriptor_foya_inherited_reaches_no_sandboxed_tool() {
+    assert_eq!(descriptor_seen_by_a_tool("auto"), "no fd 7\n[exit code: 0]");
+}
+
+#[test]
+fn a_descriptor_foya_inherited_reaches_no_unsandboxed_tool() {
+    assert_eq!(
+        descriptor_seen_by_a_tool("bypass"),
+        "no fd 7\n[exit code: 0]"
+    );
+}

@@ -118,16 +118,29 @@ pub fn sandbox_entry_if_requested() {
         }
     }
     if first.as_deref() == Some(std::ffi::OsStr::new(super::server::SERVER_ARG)) {
+        pass_on_no_inherited_descriptors();
         super::server::serve(argv)
     }
     if first.as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
         return;
     }
+    pass_on_no_inherited_descriptors();
     let invocation = match parse_invocation(argv) {
         Ok(invocation) => invocation,
         Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
     };
     super::supervise::run(&invocation, Prebuilt::default())
+}
+
+/// Marks every descriptor above stderr close-on-exec, so that none this process inherited
+/// (from whatever started the runtime: a shell's redirections, a CI runner's job-server
+/// pipes, an embedder's open files) reaches a program it starts: a command, a hook, an MCP
+/// server or the sandbox helper get their standard streams and what the runtime hands them
+/// explicitly, nothing else. The helper calls it at its start (as the server, or per call);
+/// the `foya` binary calls it first thing. Descriptors opened later by Rust are
+/// close-on-exec already.
+pub fn pass_on_no_inherited_descriptors() {
+    close_fds::CloseFdsBuilder::new().cloexecfrom(3);
 }
 
 /// Writes `foya-sandbox: <message>` to stderr and exits with `code`.
