@@ -92,8 +92,10 @@ pub(crate) struct Session {
     /// When the session last handled a message other than the hibernation check
     /// (`hibernate.rs`).
     pub(super) last_activity: tokio::time::Instant,
-    /// Whether a hibernation check is on its way.
-    pub(super) hibernation_armed: bool,
+    /// The timer of the hibernation check on its way, if any: held, so that it is
+    /// aborted when the session stops (a detached timer would keep the stopped actor's
+    /// cell, its mailboxes' blocks with it, for a whole `hibernate_after`).
+    pub(super) hibernation_timer: Option<super::hibernate::Timer>,
     /// Whether the machine asked the actor to stop.
     pub(super) stopping: bool,
     /// What the session adds to the runtime's live counts (taken back when dropped).
@@ -129,7 +131,7 @@ impl Actor for SessionActor {
             log: idle_reservation.is_some().then(|| SharedLog::new(args.log)),
             idle_reservation,
             last_activity: tokio::time::Instant::now(),
-            hibernation_armed: false,
+            hibernation_timer: None,
             stopping: false,
             share,
         })

@@ -213,6 +213,37 @@ async fn an_unwatched_session_hibernates_as_soon_as_its_turn_ends() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hibernated_session_leaves_no_task_behind() {
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let mut config = config_for(store, script(json!({ "responses": [{"text": "one"}] })));
+    config.hibernate_after = Some(AFTER);
+    config.hibernate_at_once_above = Some(0);
+    let rt = Runtime::start(config).await.unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    session.run(Input::text("first")).await.unwrap();
+    let took = unloaded_after(&rt, session.id()).await;
+    assert!(took < AFTER / 10, "hibernated only after {took:?}");
+    // Its hibernation timer went with it: a detached one would hold the stopped actor's
+    // cell (its mailboxes' first blocks) until it fired, `AFTER` later.
+    let start = tokio::time::Instant::now();
+    within(async {
+        while metrics.num_alive_tasks() > before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let took = start.elapsed();
+    assert!(took < AFTER / 10, "a task of the session lived on for {took:?}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_watched_session_stays_loaded_and_hibernates_when_its_last_subscriber_leaves() {
     let (_store, rt, session) = hibernating(json!([{"text": "one"}]), Some(0)).await;
     let id = session.id();
