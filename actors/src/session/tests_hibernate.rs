@@ -239,7 +239,10 @@ async fn a_hibernated_session_leaves_no_task_behind() {
     .await
     .unwrap();
     let took = start.elapsed();
-    assert!(took < AFTER / 10, "a task of the session lived on for {took:?}");
+    assert!(
+        took < AFTER / 10,
+        "a task of the session lived on for {took:?}"
+    );
     rt.shutdown().await;
 }
 
