@@ -18,33 +18,44 @@ use std::time::{Duration, Instant};
 /// Global wait for one run.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The `tool_message` content of a `shell` call printing three variables, in a `foya run`
-/// with `approval`.
-fn printed_by_a_tool(approval: &str) -> String {
+/// The `tool_message` content of a scripted `shell` call of `command` in `foya run
+/// --json start` with `approval`, the `foya` command first given to `adjust` (more
+/// environment, a wrapper) with the run's temporary directory.
+fn tool_message_of(
+    approval: &str,
+    command: &str,
+    adjust: impl FnOnce(std::process::Command, &std::path::Path) -> std::process::Command,
+) -> String {
     let tmp = tempfile::tempdir().unwrap();
     let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
     std::fs::create_dir_all(&work).unwrap();
-    let command = r#"printf '%s|%s|%s|%s\n' "$FOYA_TEST_VISIBLE" "$FOYA_TEST_API_KEY" "$MY_SECRET_VALUE" "$Gh_Token""#;
     let script = tmp.path().join("script.json");
     let responses = json!({"responses": [
         {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
         {"text": "done"}
     ]});
     std::fs::write(&script, responses.to_string()).unwrap();
-    let piped = spawn_json_lines(
-        scripted("run", approval, &script, &data, &work)
-            .env("FOYA_TEST_VISIBLE", "shown")
-            .env("FOYA_TEST_API_KEY", "sk-WITHHELD-1")
-            .env("MY_SECRET_VALUE", "WITHHELD-2")
-            .env("Gh_Token", "WITHHELD-3")
-            .args(["--json", "start"]),
-    );
+    let mut foya = adjust(scripted("run", approval, &script, &data, &work), tmp.path());
+    let piped = spawn_json_lines(foya.args(["--json", "start"]));
     let deadline = Instant::now() + TIMEOUT;
     let result = read_until(&piped.lines, deadline, |l| l["type"] == "tool_message")
         .pop()
         .unwrap();
     assert_eq!(wait_exit(piped.child, deadline).code(), Some(0));
     result["content"].as_str().unwrap().to_owned()
+}
+
+/// The `tool_message` content of a `shell` call printing three variables, in a `foya run`
+/// with `approval`.
+fn printed_by_a_tool(approval: &str) -> String {
+    let command = r#"printf '%s|%s|%s|%s\n' "$FOYA_TEST_VISIBLE" "$FOYA_TEST_API_KEY" "$MY_SECRET_VALUE" "$Gh_Token""#;
+    tool_message_of(approval, command, |mut foya, _| {
+        foya.env("FOYA_TEST_VISIBLE", "shown")
+            .env("FOYA_TEST_API_KEY", "sk-WITHHELD-1")
+            .env("MY_SECRET_VALUE", "WITHHELD-2")
+            .env("Gh_Token", "WITHHELD-3");
+        foya
+    })
 }
 
 #[test]
@@ -220,42 +231,28 @@ fn the_users_shell_environment_and_a_servers_env_vars_choose_what_passes() {
 /// descriptor 7, in a `foya run` with `approval` started with descriptor 7 open (a
 /// shell's redirection, as a CI runner or a wrapper script leaves one).
 fn descriptor_seen_by_a_tool(approval: &str) -> String {
-    let tmp = tempfile::tempdir().unwrap();
-    let (data, work) = (tmp.path().join("data"), tmp.path().join("work"));
-    std::fs::create_dir_all(&work).unwrap();
-    let secret = tmp.path().join("inherited.txt");
-    std::fs::write(&secret, "inherited-secret").unwrap();
     let command =
         r#"if [ -e /proc/$$/fd/7 ]; then echo "fd 7: $(cat <&7)"; else echo "no fd 7"; fi"#;
-    let script = tmp.path().join("script.json");
-    let responses = json!({"responses": [
-        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
-        {"text": "done"}
-    ]});
-    std::fs::write(&script, responses.to_string()).unwrap();
-    let foya = scripted("run", approval, &script, &data, &work);
-    // `bash` opens descriptor 7 (not close-on-exec) and becomes `foya`.
-    let mut wrapped = std::process::Command::new("bash");
-    wrapped
-        .arg("-c")
-        .arg(r#"exec 7<"$FOYA_TEST_INHERITED"; exec "$@""#)
-        .arg("bash")
-        .arg(foya.get_program())
-        .args(foya.get_args())
-        .env("FOYA_TEST_INHERITED", &secret);
-    for (name, value) in foya.get_envs() {
-        match value {
-            Some(value) => wrapped.env(name, value),
-            None => wrapped.env_remove(name),
-        };
-    }
-    let piped = spawn_json_lines(wrapped.args(["--json", "start"]));
-    let deadline = Instant::now() + TIMEOUT;
-    let result = read_until(&piped.lines, deadline, |l| l["type"] == "tool_message")
-        .pop()
-        .unwrap();
-    assert_eq!(wait_exit(piped.child, deadline).code(), Some(0));
-    result["content"].as_str().unwrap().to_owned()
+    tool_message_of(approval, command, |foya, tmp| {
+        let secret = tmp.join("inherited.txt");
+        std::fs::write(&secret, "inherited-secret").unwrap();
+        // `bash` opens descriptor 7 (not close-on-exec) and becomes `foya`.
+        let mut wrapped = std::process::Command::new("bash");
+        wrapped
+            .arg("-c")
+            .arg(r#"exec 7<"$FOYA_TEST_INHERITED"; exec "$@""#)
+            .arg("bash")
+            .arg(foya.get_program())
+            .args(foya.get_args())
+            .env("FOYA_TEST_INHERITED", &secret);
+        for (name, value) in foya.get_envs() {
+            match value {
+                Some(value) => wrapped.env(name, value),
+                None => wrapped.env_remove(name),
+            };
+        }
+        wrapped
+    })
 }
 
 #[test]
