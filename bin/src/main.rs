@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     // command, never returning here.
     foya_actors::tools::sandbox::sandbox_entry_if_requested();
     // What started `foya` may have left descriptors open: none reaches its children.
-    foya_actors::tools::sandbox::pass_on_no_inherited_descriptors();
+    foya_actors::tools::sandbox::reset_inherited_state();
 
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

@@ -4,7 +4,8 @@
 //! that needs it, so a call under another policy in between must neither get it nor
 //! take it from the next `read-only` call — and nothing of the server: the command holds
 //! no descriptor of the server's or its helper's (a socket, the prebuilt ruleset, a
-//! pidfd), and it starts with an empty signal mask.
+//! pidfd), and it starts with an empty signal mask; nor can a sandboxed command signal
+//! the server (Landlock's signal scope).
 //!
 //! The real helper binary, real Landlock and namespaces; synchronisation: each call's
 //! end (its exit status), under one global timeout.
@@ -44,6 +45,8 @@ async fn run(runner: &SandboxRunner, policy: SandboxPolicy, work: &Path, name: &
         "ls -l /proc/self/fd; \
          read -r _ _ _ server _ < /proc/$PPID/stat; echo \"server $server\"; \
          grep SigBlk /proc/self/status; \
+         if kill -0 $server 2>/dev/null; then echo 'server signalled'; \
+         else echo 'server out of reach'; fi; \
          if echo x > {name} 2>/dev/null; then echo wrote; else echo denied; fi"
     );
     let args: Vec<OsString> = vec!["-c".into(), report.into()];
@@ -109,6 +112,14 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
             out.lines().any(|l| l == "SigBlk:\t0000000000000000"),
             "{policy:?}: {out}"
         );
+        // A sandboxed command cannot signal the server every call shares (a SIGSTOP
+        // would hang every later call); only `None`, no sandbox at all, can.
+        let reach = if policy == SandboxPolicy::None {
+            "server signalled"
+        } else {
+            "server out of reach"
+        };
+        assert!(out.lines().any(|l| l == reach), "{policy:?}: {out}");
         let server = out.lines().find(|l| l.starts_with("server "));
         servers.push(server.unwrap().to_owned());
     }

@@ -267,3 +267,43 @@ fn a_descriptor_foya_inherited_reaches_no_unsandboxed_tool() {
         "no fd 7\n[exit code: 0]"
     );
 }
+
+/// The signal masks of a program a `shell` call starts and of the shell's parent (the sandbox helper's call
+/// process), in a `foya run` with `approval` started with SIGHUP and SIGTERM blocked (a
+/// launcher's mask, inherited across `exec`).
+fn masks_seen_by_a_tool(approval: &str) -> String {
+    // `/proc/self`: `grep` itself, a program the command started (the shell blocks
+    // SIGCHLD while it waits for a pipeline, so its own mask would say so).
+    let command = r#"grep SigBlk /proc/self/status /proc/$PPID/status | cut -d: -f2-"#;
+    tool_message_of(approval, command, |foya, _| {
+        let mut wrapped = std::process::Command::new("python3");
+        wrapped
+            .arg("-c")
+            .arg(
+                "import os, signal, sys; \
+                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM}); \
+                 os.execv(sys.argv[1], sys.argv[1:])",
+            )
+            .arg(foya.get_program())
+            .args(foya.get_args());
+        for (name, value) in foya.get_envs() {
+            match value {
+                Some(value) => wrapped.env(name, value),
+                None => wrapped.env_remove(name),
+            };
+        }
+        wrapped
+    })
+}
+
+#[test]
+fn a_signal_mask_foya_inherited_reaches_neither_the_helper_nor_a_tool() {
+    // Blocked in the helper, SIGHUP (its runtime's death) and SIGTERM never arrive: it
+    // and the command's tree outlive a SIGKILLed runtime.
+    let clean = "SigBlk:\t0000000000000000";
+    for approval in ["auto", "bypass"] {
+        let seen = masks_seen_by_a_tool(approval);
+        let lines: Vec<&str> = seen.lines().take(2).collect();
+        assert_eq!(lines, [clean, clean], "{approval}: {seen}");
+    }
+}

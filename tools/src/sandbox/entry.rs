@@ -118,13 +118,13 @@ pub fn sandbox_entry_if_requested() {
         }
     }
     if first.as_deref() == Some(std::ffi::OsStr::new(super::server::SERVER_ARG)) {
-        pass_on_no_inherited_descriptors();
+        reset_inherited_state();
         super::server::serve(argv)
     }
     if first.as_deref() != Some(std::ffi::OsStr::new(SANDBOX_EXEC_ARG)) {
         return;
     }
-    pass_on_no_inherited_descriptors();
+    reset_inherited_state();
     let invocation = match parse_invocation(argv) {
         Ok(invocation) => invocation,
         Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
@@ -132,15 +132,19 @@ pub fn sandbox_entry_if_requested() {
     super::supervise::run(&invocation, Prebuilt::default())
 }
 
-/// Marks every descriptor above stderr close-on-exec, so that none this process inherited
-/// (from whatever started the runtime: a shell's redirections, a CI runner's job-server
-/// pipes, an embedder's open files) reaches a program it starts: a command, a hook, an MCP
-/// server or the sandbox helper get their standard streams and what the runtime hands them
-/// explicitly, nothing else. The helper calls it at its start (as the server, or per call);
-/// the `foya` binary calls it first thing. Descriptors opened later by Rust are
-/// close-on-exec already.
-pub fn pass_on_no_inherited_descriptors() {
+/// Undoes what whatever started this process left behind for its children: marks every
+/// descriptor above stderr close-on-exec, so that none it inherited (a shell's
+/// redirection, a CI runner's job-server pipes, an embedder's open files) reaches a
+/// program it starts, and unblocks every signal, so that an inherited mask (a launcher
+/// that blocked SIGTERM or SIGHUP) neither keeps the helper alive when its runtime dies
+/// nor reaches a command. A command, a hook, an MCP server or the sandbox helper get their
+/// standard streams and what the runtime hands them explicitly, nothing else. The helper
+/// calls it at its start (as the server, or per call); the `foya` binary calls it first
+/// thing. Descriptors opened later by Rust are close-on-exec already.
+pub fn reset_inherited_state() {
     close_fds::CloseFdsBuilder::new().cloexecfrom(3);
+    // The calling thread's mask, before any other thread starts (they inherit it).
+    let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
 }
 
 /// Writes `foya-sandbox: <message>` to stderr and exits with `code`.
@@ -456,17 +460,18 @@ fn build(
             .handle_access(AccessNet::from_all(NET_ABI))
             .map_err(landlock_err)?;
     }
-    if shielded {
-        // The shield's placeholders live as long as the helper: a command that could kill
-        // its helper (`kill -9 $PPID`) would outlive it, in its mount namespace, and
-        // create the protected name once the placeholder is removed. Where the kernel
-        // has no signal scoping (before ABI 6, Linux 6.12) this alone is left out.
-        ruleset = ruleset
-            .set_compatibility(CompatLevel::BestEffort)
-            .scope(Scope::Signal)
-            .map_err(landlock_err)?
-            .set_compatibility(CompatLevel::HardRequirement);
-    }
+    // No signal leaves the sandbox: a command could otherwise stop the persistent server
+    // that every call of its runtime shares (SIGSTOP: every later call hangs), or kill its
+    // helper (`kill -9 $PPID`) and outlive it with a daemon — and, where the shield's
+    // placeholders live as long as the helper, create a protected name once the
+    // placeholder is removed. Its own processes are in its domain and signal each other
+    // as usual. Where the kernel has no signal scoping (before ABI 6, Linux 6.12) this
+    // alone is left out.
+    ruleset = ruleset
+        .set_compatibility(CompatLevel::BestEffort)
+        .scope(Scope::Signal)
+        .map_err(landlock_err)?
+        .set_compatibility(CompatLevel::HardRequirement);
     let mut created = ruleset.create().map_err(landlock_err)?;
     let open = |path: &Path| {
         PathFd::new(path)
