@@ -227,6 +227,22 @@ fn the_users_shell_environment_and_a_servers_env_vars_choose_what_passes() {
     assert!(seen.mcp.contains("GITHUB_PAT unset"), "{}", seen.mcp);
 }
 
+/// `launcher` (which ends by executing its arguments) given `foya`'s program, arguments
+/// and environment.
+fn launching(
+    mut launcher: std::process::Command,
+    foya: &std::process::Command,
+) -> std::process::Command {
+    launcher.arg(foya.get_program()).args(foya.get_args());
+    for (name, value) in foya.get_envs() {
+        match value {
+            Some(value) => launcher.env(name, value),
+            None => launcher.env_remove(name),
+        };
+    }
+    launcher
+}
+
 /// The `tool_message` content of a `shell` call telling whether its shell holds
 /// descriptor 7, in a `foya run` with `approval` started with descriptor 7 open (a
 /// shell's redirection, as a CI runner or a wrapper script leaves one).
@@ -242,16 +258,8 @@ fn descriptor_seen_by_a_tool(approval: &str) -> String {
             .arg("-c")
             .arg(r#"exec 7<"$FOYA_TEST_INHERITED"; exec "$@""#)
             .arg("bash")
-            .arg(foya.get_program())
-            .args(foya.get_args())
             .env("FOYA_TEST_INHERITED", &secret);
-        for (name, value) in foya.get_envs() {
-            match value {
-                Some(value) => wrapped.env(name, value),
-                None => wrapped.env_remove(name),
-            };
-        }
-        wrapped
+        launching(wrapped, &foya)
     })
 }
 
@@ -277,22 +285,12 @@ fn masks_seen_by_a_tool(approval: &str) -> String {
     let command = r#"grep SigBlk /proc/self/status /proc/$PPID/status | cut -d: -f2-"#;
     tool_message_of(approval, command, |foya, _| {
         let mut wrapped = std::process::Command::new("python3");
-        wrapped
-            .arg("-c")
-            .arg(
-                "import os, signal, sys; \
+        wrapped.arg("-c").arg(
+            "import os, signal, sys; \
                  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM}); \
                  os.execv(sys.argv[1], sys.argv[1:])",
-            )
-            .arg(foya.get_program())
-            .args(foya.get_args());
-        for (name, value) in foya.get_envs() {
-            match value {
-                Some(value) => wrapped.env(name, value),
-                None => wrapped.env_remove(name),
-            };
-        }
-        wrapped
+        );
+        launching(wrapped, &foya)
     })
 }
 
