@@ -20,7 +20,7 @@
 //! messages never are (only their class).
 
 use crate::metrics::{
-    ClassLabels, DecisionLabels, FigureCounts, Handles, HookLabels, Metrics, TriggerLabels,
+    ClassLabels, DecisionLabels, FastMap, FigureCounts, Handles, HookLabels, Metrics, TriggerLabels,
 };
 use crate::otlp::{Attr, Encoded, Head, SpanStatus, SpanWriter};
 use foya_protocol::command::ParentRef;
@@ -34,11 +34,6 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-
-/// The maps telemetry looks up on every event: keyed by ids (random UUIDs, a model's
-/// call ids), hashed with foldhash instead of SipHash (no map here is keyed by anything
-/// an attacker picks to collide: a session's own ids).
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The caller's span a turn continues (from a W3C `traceparent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

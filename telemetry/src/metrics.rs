@@ -588,6 +588,11 @@ const OUTCOMES: [&str; 4] = ["ok", "error", "denied", "not_run"];
 /// itself is bounded by [`MAX_TOOL_LABELS`]).
 const MAX_TOOL_HANDLES: usize = 4 * MAX_TOOL_LABELS;
 
+/// The maps telemetry looks up on every event: keyed by ids (random UUIDs, a model's
+/// call ids), hashed with foldhash instead of SipHash (no map here is keyed by anything
+/// an attacker picks to collide: a session's own ids).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Label handles resolved on first use and kept (by the deriver, under its lock): an
 /// observation then builds, hashes and looks up no label set.
 #[derive(Debug, Default)]
@@ -596,7 +601,7 @@ pub(crate) struct Handles {
     finished: [Option<(Counter, Histogram)>; 3],
     /// Tokens, input and output.
     tokens: Option<(Counter, Counter)>,
-    tools: crate::derive::FastMap<String, ToolHandles>,
+    tools: FastMap<String, ToolHandles>,
 }
 
 impl Handles {
