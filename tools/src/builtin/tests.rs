@@ -179,20 +179,7 @@ async fn a_wrong_typed_argument_to_a_built_in_file_tool_gets_the_typed_error() {
 
 #[tokio::test]
 async fn arguments_that_do_not_fit_a_built_in_tool_are_an_error_result_naming_it() {
-    let cwd = std::env::temp_dir();
-    let ctx = ToolContext {
-        cwd: cwd.clone(),
-        project_id: None,
-        approval_mode: foya_protocol::ApprovalMode::Bypass,
-        session_id: SessionId::new(),
-        run_id: RunId::new(),
-        step: 1,
-        tool_call_id: ToolCallId::new("call_1"),
-        sandbox: crate::SandboxPolicy::None,
-        protected: Protected::new(&cwd, &[]),
-        shared: ToolState::new(),
-        cancel: tokio_util::sync::CancellationToken::new(),
-    };
+    let ctx = context(&std::env::temp_dir());
     for tool in all(SandboxRunner::unset()) {
         let name = tool.spec().name.clone();
         let output = tool
