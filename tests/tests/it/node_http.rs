@@ -221,9 +221,7 @@ async fn shard_of(store: &str, id: &str) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_started_node_creates_sessions_at_once() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         let directory = foya_storage_pg::Directory::new(&store).unwrap();
         let owner = async |id: &str| match directory.session(id.parse().unwrap()).await.unwrap() {
             Placement::Owned { owner, .. } => owner.node,
@@ -246,9 +244,7 @@ async fn a_started_node_creates_sessions_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_with_an_unbounded_handoff_drain_serves() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         let a = node_at(
             "a",
             &store,
@@ -266,6 +262,15 @@ async fn a_node_with_an_unbounded_handoff_drain_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_owned_by_one_node_is_served_through_another() {
     within(scenario()).await;
+}
+
+/// A fresh store on the test PostgreSQL and a temporary directory (kept alive by the
+/// caller) with its canonical path.
+async fn fresh() -> (String, tempfile::TempDir, std::path::PathBuf) {
+    let store = foya_storage_pg::testkit::fresh_url().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    (store, tmp, dir)
 }
 
 /// Runs a scenario under the global timeout, the binary built (or found up to date)
@@ -296,9 +301,7 @@ async fn submit_retrying(node: &Node, id: &str, text: &str) -> reqwest::Response
 }
 
 async fn scenario() {
-    let store = foya_storage_pg::testkit::fresh_url().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let (store, _tmp, dir) = fresh().await;
     let write = json!({"tool_calls": [{"id": "call_1", "name": "write_file",
         "arguments": {"path": "out.txt", "content": "hello"}}]});
     // One script for both (a scripted model answers with response N+1 after N
@@ -529,9 +532,7 @@ fn uuid_like() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
         // B, alone, places every shard on itself and creates its sessions there.
         let mut ids = Vec::new();
@@ -605,9 +606,7 @@ fn signal(node: &Node, signal: nix::sys::signal::Signal) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_stream_follows_the_session_away_from_a_paused_owner() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         let script = [
             json!({"text": "first"}),
             json!({"text": "second"}),
@@ -694,9 +693,7 @@ struct Handoff {
 }
 
 async fn a_turn_streamed_two_ways() -> Handoff {
-    let store = foya_storage_pg::testkit::fresh_url().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let (store, tmp, dir) = fresh().await;
     let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 1500});
     let script = [slow.clone(), slow.clone(), slow];
     let drain = ["--handoff-drain", "0.2"];
@@ -868,9 +865,7 @@ async fn a_forwarded_stream_follows_a_session_whose_handoff_stalled_on_the_store
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_stopped_while_it_joins_ends_its_lease_and_exits_cleanly() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         let slow = json!({"text": "a slow answer, in parts.", "delay_ms": 3000});
         let a = node_at(
             "a",
@@ -981,9 +976,7 @@ async fn raw_get(base: &str, path: &str) -> (String, Option<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_path_with_dot_segments_is_not_forwarded_to_another_route_of_the_owner() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         let a = node("a", &store, &dir, &[json!({"text": "unused"})]).await;
         let b = node("b", &store, &dir, &[json!({"text": "unused"})]).await;
         let id = a.create().await;
@@ -1037,9 +1030,7 @@ async fn a_path_with_dot_segments_is_not_forwarded_to_another_route_of_the_owner
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unspecified_http_address_needs_an_advertised_one() {
     within(async {
-        let store = foya_storage_pg::testkit::fresh_url().await;
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        let (store, _tmp, dir) = fresh().await;
         // Refused before anything is bound (the check reads the argument), so the test
         // binds nothing but loopback.
         for http in ["0.0.0.0:0", "[::]:7878"] {
