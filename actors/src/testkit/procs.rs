@@ -78,6 +78,19 @@ pub fn wait_running(marker: &str, deadline: std::time::Instant) -> Vec<i32> {
     .collect()
 }
 
+/// The parent of `pid` (`/proc/<pid>/stat`), if it still runs.
+#[must_use]
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the parenthesised command name: state, then the parent's pid.
+    stat.rsplit_once(") ")?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Pids of the live processes whose command line contains `marker` (see [`marked`]).
 #[must_use]
 pub fn processes_with(marker: &str) -> Vec<u32> {

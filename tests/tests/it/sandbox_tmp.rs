@@ -12,7 +12,7 @@
 
 use foya_tests::child::{Piped, read_until, spawn_json_lines, wait_exit};
 use foya_tests::foya_bin::scripted;
-use foya_tests::procs::{marked, wait_exited, wait_running};
+use foya_tests::procs::{marked, parent_of, wait_exited, wait_running};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -136,9 +136,11 @@ fn a_sigkilled_runtime_leaves_no_temp_dir_behind() {
     ) = run_shell(tmp.path(), &json!({ "command": command }));
     let deadline = Instant::now() + TIMEOUT;
     private_dir(&lines, deadline, &tmpdir);
-    // The command, once the shell has become it (`exec -a`), and whatever else holds
-    // the marker in its command line meanwhile.
-    let pids = wait_running(&marker, deadline);
+    // The command, once the shell has become it (`exec -a`), and its parent: the call's
+    // helper, which removes the temporary directory before it exits.
+    let mut pids = wait_running(&marker, deadline);
+    let helpers: Vec<i32> = pids.iter().filter_map(|&pid| parent_of(pid)).collect();
+    pids.extend(helpers);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(

@@ -605,15 +605,7 @@ fn a_sigkilled_runtime_leaves_no_placeholder_behind() {
     // The helper: the command's parent.
     let helper: Vec<i32> = pids
         .iter()
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            stat.rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        })
+        .filter_map(|&pid| foya_tests::procs::parent_of(pid))
         .collect();
     piped.child.kill().unwrap();
     piped.child.wait().unwrap();
