@@ -129,7 +129,11 @@ pub fn sandbox_entry_if_requested() {
         Ok(invocation) => invocation,
         Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
     };
-    super::supervise::run(&invocation, Prebuilt::default())
+    super::supervise::run(
+        &invocation,
+        Prebuilt::default(),
+        super::supervise::Origin::PerCall,
+    )
 }
 
 /// Undoes what whatever started this process left behind for its children: marks every
@@ -266,7 +270,8 @@ pub(crate) fn parse_invocation(
 
 /// Confines the calling thread (and every process it later starts) per `policy`: Landlock
 /// and `no_new_privs` apply to the thread that sets them and are inherited by its
-/// children, so the helper confines a thread of its own and starts the program from it.
+/// children, so the helper confines a thread of its own and starts the program from it
+/// (or, when it keeps no right of its own, its only thread: see `supervise`).
 ///
 /// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
 /// and `tmp` and to the writable devices (`/dev/null`, …) — all of `cwd` when `shielded`
