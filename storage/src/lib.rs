@@ -158,7 +158,7 @@ mod writer;
 
 pub use backup::BackupReport;
 pub use check::{CheckReport, check};
-pub use commits::{CommitObserver, CommitStat};
+pub use commits::{AppendObserver, CommitObserver, CommitStat};
 pub use error::{AppendError, Error, OpenError, ReadError};
 pub use latency::{Latencies, LatencyHistogram};
 pub use log::{

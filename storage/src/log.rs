@@ -157,6 +157,14 @@ pub trait EventLog: Clone + Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// Tells `observer` of every later append and log read as each returns (what a
+    /// wrapper around the log would see, without the wrapper); `false` when the store
+    /// does not report them or has an observer already: then wrap it.
+    fn observe_appends(&self, observer: std::sync::Arc<dyn crate::AppendObserver>) -> bool {
+        let _ = observer;
+        false
+    }
+
     /// Where the log is, for messages: a file path, or a database URL without its
     /// password.
     fn location(&self) -> String;
@@ -207,6 +215,10 @@ impl EventLog for Store {
 
     fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
         Store::observe_commits(self, observer)
+    }
+
+    fn observe_appends(&self, observer: std::sync::Arc<dyn crate::AppendObserver>) -> bool {
+        Store::observe_appends(self, observer)
     }
 
     fn location(&self) -> String {
@@ -299,6 +311,8 @@ pub trait DynEventLog: Send + Sync + fmt::Debug + 'static {
     fn attachments_dyn(&self) -> Option<Arc<dyn SharedAttachments>>;
     /// [`EventLog::observe_commits`].
     fn observe_commits_dyn(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool;
+    /// [`EventLog::observe_appends`].
+    fn observe_appends_dyn(&self, observer: std::sync::Arc<dyn crate::AppendObserver>) -> bool;
     /// [`EventLog::location`].
     fn location_dyn(&self) -> String;
 }
@@ -351,6 +365,9 @@ impl<L: EventLog> DynEventLog for L {
     }
     fn observe_commits_dyn(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
         self.observe_commits(observer)
+    }
+    fn observe_appends_dyn(&self, observer: std::sync::Arc<dyn crate::AppendObserver>) -> bool {
+        self.observe_appends(observer)
     }
     fn location_dyn(&self) -> String {
         self.location()
@@ -476,6 +493,13 @@ impl EventLog for LogStore {
         match self {
             Self::Redb(store) => Store::observe_commits(store, observer),
             Self::Shared(log) => log.observe_commits_dyn(observer),
+        }
+    }
+
+    fn observe_appends(&self, observer: std::sync::Arc<dyn crate::AppendObserver>) -> bool {
+        match self {
+            Self::Redb(store) => Store::observe_appends(store, observer),
+            Self::Shared(log) => log.observe_appends_dyn(observer),
         }
     }
 

@@ -72,7 +72,11 @@ impl Store {
             .counters
             .logs_read
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.read("reading events", |txn| events(txn, session, from, limit))
+        let events = self.read("reading events", |txn| events(txn, session, from, limit))?;
+        if let Some(observer) = self.inner.counters.append_observer.get() {
+            observer.read(session, &events);
+        }
+        Ok(events)
     }
 
     /// How many times a session's log was read ([`Store::read_range`] and

@@ -365,10 +365,28 @@ impl Store {
     /// # Cancel safety
     /// As [`Store::append`].
     pub async fn append_all(&self, events: &[Event]) -> Result<(), AppendError> {
-        if events.is_empty() {
-            return Ok(());
-        }
         let started = std::time::Instant::now();
+        let result = if events.is_empty() {
+            Ok(())
+        } else {
+            let result = self.commit_all(events).await;
+            if result.is_ok() {
+                self.inner.counters.append_latency.record(started.elapsed());
+            }
+            result
+        };
+        if let Some(observer) = self.inner.counters.append_observer.get() {
+            match &result {
+                Ok(()) => observer.appended(events, started.elapsed()),
+                Err(_) => observer.append_failed(events, started.elapsed()),
+            }
+        }
+        result
+    }
+
+    /// [`Store::append_all`]'s work: the events encoded, queued for the writer, and its
+    /// answer.
+    async fn commit_all(&self, events: &[Event]) -> Result<(), AppendError> {
         AppendError::check_batch(events)?;
         let encoded = events
             .iter()
@@ -394,9 +412,7 @@ impl Store {
         drop(sender);
         answer.await.map_err(|_| {
             AppendError::Storage("the store writer failed before answering this append".into())
-        })??;
-        self.inner.counters.append_latency.record(started.elapsed());
-        Ok(())
+        })?
     }
 
     /// The commit durability this store was opened with.
@@ -432,6 +448,13 @@ impl Store {
     /// already (it stays).
     pub fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) -> bool {
         self.inner.counters.observer.set(observer).is_ok()
+    }
+
+    /// Tells `observer` of every later append (its events, or its failure) and log read,
+    /// as each returns, on the caller's task; `false` when one is installed already (it
+    /// stays). Every clone of this store shares it.
+    pub fn observe_appends(&self, observer: std::sync::Arc<dyn crate::AppendObserver>) -> bool {
+        self.inner.counters.append_observer.set(observer).is_ok()
     }
 
     /// Counters of committed events and transactions since open.

@@ -109,6 +109,8 @@ pub(crate) struct Counters {
     pub(crate) append_latency: crate::LatencyHistogram,
     /// Told of every group commit ([`crate::Store::observe_commits`]).
     pub(crate) observer: std::sync::OnceLock<std::sync::Arc<dyn crate::CommitObserver>>,
+    /// Told of every append and log read ([`crate::Store::observe_appends`]).
+    pub(crate) append_observer: std::sync::OnceLock<std::sync::Arc<dyn crate::AppendObserver>>,
 }
 
 impl Counters {

@@ -519,3 +519,70 @@ async fn an_observer_is_told_of_every_group_commit_its_time_and_size() {
     assert!(seen.iter().all(|c| c.duration > std::time::Duration::ZERO));
     assert_eq!(store.stats().commits, 2);
 }
+
+/// What an append observer was told, in order.
+#[derive(Debug, Default)]
+struct Appends(std::sync::Mutex<Vec<String>>);
+
+impl crate::AppendObserver for Appends {
+    fn appended(&self, events: &[Event], _elapsed: std::time::Duration) {
+        let seqs = events
+            .iter()
+            .map(|e| e.seq.0.to_string())
+            .collect::<Vec<_>>();
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("appended {}", seqs.join(",")));
+    }
+    fn append_failed(&self, events: &[Event], _elapsed: std::time::Duration) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("failed {}", events.len()));
+    }
+    fn read(&self, _session: SessionId, events: &[Event]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("read {}", events.len()));
+    }
+}
+
+/// Telemetry follows a redb store through its observer instead of a wrapper: every
+/// append (committed or refused) and every log read, through every clone, as each returns.
+#[tokio::test]
+async fn an_append_observer_is_told_of_every_append_and_read_as_it_returns() {
+    use crate::EventLog as _;
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let appends = Arc::new(Appends::default());
+    let log = crate::LogStore::from(store.clone());
+    assert!(log.observe_appends(appends.clone()));
+    assert!(
+        !store.observe_appends(appends.clone()),
+        "one observer per store"
+    );
+    let a = SessionId::new();
+    log.append(&[created(a), step(a, 2)], crate::Fence::None)
+        .await
+        .unwrap();
+    // Told once the append returned: what it committed is readable.
+    assert_eq!(appends.0.lock().unwrap().as_slice(), ["appended 1,2"]);
+    store.append(vec![step(a, 3)]).await.unwrap();
+    assert!(store.append(vec![step(a, 9)]).await.is_err());
+    store.inject_append_failures(1);
+    assert!(store.append(vec![step(a, 4)]).await.is_err());
+    assert_eq!(log.read_range(a, Seq(2), 10).await.unwrap().len(), 2);
+    assert_eq!(
+        appends.0.lock().unwrap().as_slice(),
+        [
+            "appended 1,2",
+            "appended 3",
+            "failed 1",
+            "failed 1",
+            "read 2"
+        ]
+    );
+    // The append latencies count the committed appends only, as before.
+    assert_eq!(store.append_latency().count(), 2);
+}

@@ -410,11 +410,13 @@ async fn the_observed_store_passes_the_stores_own_answers_through() {
     let store = LogStore::from(Store::open_in_memory(StoreOptions::default()).unwrap());
     let observed = crate::tap::ObservedLog {
         inner: store.clone(),
-        follower: Arc::new(Follower::new(
-            || Deriver::new(None, false, false, Parents::default()),
-            None,
-        )),
-        metrics: None,
+        tap: Arc::new(crate::tap::Tap {
+            follower: Arc::new(Follower::new(
+                || Deriver::new(None, false, false, Parents::default()),
+                None,
+            )),
+            metrics: None,
+        }),
     };
     let events = log(&[json!({"type": "session_created", "config": {"cwd": "/w"}})]);
     observed.append(&events, Fence::None).await.unwrap();
@@ -574,4 +576,73 @@ fn the_spans_are_the_ones_the_attribute_lists_gave() {
         );
         assert_eq!(render(&spans), expected, "capture {capture}");
     }
+}
+
+/// A model that is never asked (the store is appended to directly).
+#[derive(Debug)]
+struct Unasked;
+
+impl foya_actors::provider::ModelClient for Unasked {
+    fn stream(
+        &self,
+        _request: foya_actors::provider::ModelRequest,
+        _cancel: foya_actors::CancellationToken,
+    ) -> futures::stream::BoxStream<'static, foya_protocol::StreamEvent> {
+        Box::pin(futures::stream::empty())
+    }
+}
+
+fn metrics_only() -> crate::Telemetry {
+    let config = crate::TelemetryConfig {
+        metrics: true,
+        ..crate::TelemetryConfig::off()
+    };
+    crate::Telemetry::start(config).unwrap().unwrap()
+}
+
+/// The redb store stays the runtime's own (`LogStore::Redb`: its appends are called
+/// directly, no boxed future per append); the store reports each append to the pipeline,
+/// which follows it as before. A later pipeline on the same store, once the first is
+/// dropped, follows it alone (wrapped: the store takes one observer).
+#[tokio::test]
+async fn an_instrumented_redb_store_stays_the_redb_store_and_is_followed() {
+    use foya_storage::{EventLog as _, Fence, Store, StoreOptions};
+    let store = Store::open_in_memory(StoreOptions::default()).unwrap();
+    let config = |store: &Store| foya_actors::RuntimeConfig::new(store.clone(), Arc::new(Unasked));
+    let first = metrics_only();
+    let observed = first.instrument(config(&store)).store;
+    assert!(
+        observed.as_redb().is_some(),
+        "the redb store is not wrapped"
+    );
+    let events = log(&[
+        json!({"type": "session_created", "config": {"cwd": "/w"}}),
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "turn_complete", "status": "completed"}),
+    ]);
+    observed.append(&events, Fence::None).await.unwrap();
+    let figures = first.figures().await.unwrap();
+    assert_eq!(figures.turns_started, 1);
+    assert_eq!(figures.turns_finished.get("completed"), Some(&1));
+    let text = first.metrics_text().await.unwrap();
+    assert!(
+        text.contains("foya_store_append_seconds_count 1"),
+        "the append was timed: {text}"
+    );
+
+    drop(first);
+    let second = metrics_only();
+    let wrapped = second.instrument(config(&store)).store;
+    assert!(
+        wrapped.as_redb().is_none(),
+        "the store has an observer already"
+    );
+    let more = log(&[
+        json!({"type": "session_created", "config": {"cwd": "/w"}}),
+        json!({"type": "turn_started", "input_id": INPUT}),
+        json!({"type": "turn_complete", "status": "completed"}),
+        json!({"type": "turn_started", "input_id": INPUT}),
+    ]);
+    wrapped.append(&more[3..], Fence::None).await.unwrap();
+    assert_eq!(second.figures().await.unwrap().turns_started, 1);
 }

@@ -2,11 +2,13 @@
 //! traces of every turn (OTLP over HTTP/protobuf) and Prometheus metrics — derived from
 //! the runtime's committed events. See `docs/observability.md`.
 //!
-//! Design: the runtime's behaviour is not changed. [`Telemetry::instrument`] wraps the
+//! Design: the runtime's behaviour is not changed. [`Telemetry::instrument`] observes the
 //! [`RuntimeConfig`]'s store (every event is committed through it, in each session's
-//! order) and its model clients (the first token and the failures of each request
-//! attempt); each committed batch is followed as its append returns (by reference: no
-//! copy, no queue) to derive spans with explicit start and end times and the metrics
+//! order: the redb store reports each append to an observer itself,
+//! [`foya_storage::EventLog::observe_appends`]; another engine is wrapped) and wraps its
+//! model clients (the first token and the failures of each request attempt); each
+//! committed batch is followed as its append returns (by reference: no copy, no box, no
+//! queue) to derive spans with explicit start and end times and the metrics
 //! (`derive.rs`). The live gauges are read from the
 //! runtime's own counts ([`foya_actors::RuntimeConfig::stats`], its MCP servers' states)
 //! at each scrape, and the store reports its group commits
@@ -55,7 +57,7 @@ use foya_protocol::InputId;
 use foya_storage::LogStore;
 use metrics::Metrics;
 use std::sync::Arc;
-use tap::{Follower, ObservedLog, ObservedModel};
+use tap::{Follower, ObservedLog, ObservedModel, Observer, Tap};
 
 #[derive(Debug)]
 struct Shared {
@@ -63,6 +65,8 @@ struct Shared {
     metrics: Option<Arc<Metrics>>,
     exporter: Option<Arc<Exporter>>,
     follower: Arc<Follower>,
+    /// What follows the store's appends and reads.
+    tap: Arc<Tap>,
     parents: Parents,
 }
 
@@ -98,12 +102,17 @@ impl Telemetry {
             )
         };
         let follower = Arc::new(Follower::new(make, exporter.clone()));
+        let tap = Arc::new(Tap {
+            follower: Arc::clone(&follower),
+            metrics: metrics.clone(),
+        });
         Ok(Some(Self {
             shared: Arc::new(Shared {
                 config,
                 metrics,
                 exporter,
                 follower,
+                tap,
                 parents,
             }),
         }))
@@ -116,19 +125,23 @@ impl Telemetry {
     }
 
     /// `config` with its store and model clients observed: give the result to
-    /// [`foya_actors::Runtime::start`]. Call it once per pipeline.
+    /// [`foya_actors::Runtime::start`]. Call it once per pipeline, and keep the pipeline
+    /// (or a clone) while the runtime runs: a redb store is followed while it lives.
     #[must_use]
     pub fn instrument(&self, mut config: RuntimeConfig) -> RuntimeConfig {
         if let Some(metrics) = &self.shared.metrics {
             let _ = metrics.store.set(config.store.clone());
         }
-        config.store = LogStore::shared(ObservedLog {
-            inner: config.store,
-            follower: Arc::clone(&self.shared.follower),
-            metrics: self.shared.metrics.clone(),
-        });
+        use foya_storage::EventLog as _;
+        // The redb store calls the observer itself; another engine is wrapped.
+        let observer = Arc::new(Observer(Arc::downgrade(&self.shared.tap)));
+        if !config.store.observe_appends(observer) {
+            config.store = LogStore::shared(ObservedLog {
+                inner: config.store,
+                tap: Arc::clone(&self.shared.tap),
+            });
+        }
         if let Some(metrics) = &self.shared.metrics {
-            use foya_storage::EventLog as _;
             config
                 .store
                 .observe_commits(Arc::new(metrics::CommitMetrics(Arc::clone(metrics))));

@@ -1,14 +1,16 @@
 //! Where telemetry taps the runtime without being part of it: the store it appends every
-//! event to ([`ObservedLog`], an [`EventLog`] around the runtime's own) and the model
-//! clients it streams from ([`ObservedModel`], a [`ModelClient`] around each).
+//! event to ([`Tap`], which the redb store calls itself through an [`Observer`]; another engine is wrapped in
+//! an [`ObservedLog`]) and the model clients it streams from ([`ObservedModel`], a
+//! [`ModelClient`] around each).
 //!
-//! [`ObservedLog`] times each append and follows each committed batch at once, on the
+//! [`Tap`] times each append and follows each committed batch at once, on the
 //! appending task, by reference ([`Follower`]: the derivers are sharded by session, each
 //! behind its own mutex held for the batch's events, so appends of different sessions on
 //! different workers do not wait for one lock; spans are handed to the exporter after
-//! it is released). Nothing is copied or queued per append, and no task is woken: a
-//! measured part of telemetry's cost before (docs/benchmarks.md). [`ObservedModel`] times each request attempt: the
-//! first streamed token, the end of the stream, the class of a failure.
+//! it is released). Nothing is copied, boxed or queued per append, and no task is woken:
+//! a measured part of telemetry's cost before (docs/benchmarks.md). [`ObservedModel`]
+//! times each request attempt: the first streamed token, the end of the stream, the
+//! class of a failure.
 
 use crate::derive::{Counts, Deriver};
 use crate::export::Exporter;
@@ -16,16 +18,18 @@ use crate::metrics::Metrics;
 use foya_actors::CancellationToken;
 use foya_actors::provider::{ImageBudget, ModelClient, ModelRequest, retry::RetryPolicy};
 use foya_protocol::{Event, EventKind, Seq, SessionId, SessionSummary, StreamEvent};
-use foya_storage::{AppendError, EventLog, Fence, LogStore, Page, ReadError, StoreStats};
+use foya_storage::{
+    AppendError, AppendObserver, EventLog, Fence, LogStore, Page, ReadError, StoreStats,
+};
 use futures::Stream;
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Derivers per pipeline: a session's events always go to the same one.
 pub(crate) const SHARDS: usize = 16;
@@ -132,39 +136,34 @@ impl Follower {
     }
 }
 
-/// The runtime's store, observed.
-#[derive(Debug, Clone)]
-pub(crate) struct ObservedLog {
-    pub(crate) inner: LogStore,
+/// What telemetry sees of the runtime's store: each append (its time, its size, its
+/// events, followed at once) and each log read (a session's model).
+#[derive(Debug)]
+pub(crate) struct Tap {
     pub(crate) follower: Arc<Follower>,
     pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
-impl EventLog for ObservedLog {
-    async fn append(&self, events: &[Event], fence: Fence) -> Result<(), AppendError> {
-        let start = self.metrics.is_some().then(Instant::now);
-        let result = self.inner.append(events, fence).await;
-        if let (Some(m), Some(start)) = (&self.metrics, start) {
-            m.store_append.observe(start.elapsed().as_secs_f64());
+impl Tap {
+    fn appended(&self, events: &[Event], elapsed: Duration) {
+        if let Some(m) = &self.metrics {
+            m.store_append.observe(elapsed.as_secs_f64());
             #[allow(clippy::cast_precision_loss)]
             m.store_append_events.observe(events.len() as f64);
-            if result.is_err() {
-                m.store_append_errors.inc();
-            }
         }
-        if result.is_ok() {
-            self.follower.events(events);
-        }
-        result
+        self.follower.events(events);
     }
 
-    async fn read_range(
-        &self,
-        session: SessionId,
-        from: Seq,
-        limit: usize,
-    ) -> Result<Vec<Event>, ReadError> {
-        let events = self.inner.read_range(session, from, limit).await?;
+    fn append_failed(&self, events: &[Event], elapsed: Duration) {
+        if let Some(m) = &self.metrics {
+            m.store_append.observe(elapsed.as_secs_f64());
+            #[allow(clippy::cast_precision_loss)]
+            m.store_append_events.observe(events.len() as f64);
+            m.store_append_errors.inc();
+        }
+    }
+
+    fn read(&self, session: SessionId, events: &[Event]) {
         // The model of a session loaded from the log: its latest configuration read.
         let model = events.iter().rev().find_map(|e| match &e.kind {
             EventKind::SessionCreated { config } => {
@@ -178,6 +177,63 @@ impl EventLog for ObservedLog {
         if let Some((provider, model)) = model {
             self.follower.model(session, provider, model);
         }
+    }
+}
+
+/// The [`Tap`] as the redb store's own observer ([`EventLog::observe_appends`]: no
+/// wrapper, no boxed future per append). The store keeps it as long as the store lives;
+/// it follows the store only while its pipeline does (a later pipeline on the same
+/// store, once this one is dropped, is not shadowed by it).
+#[derive(Debug)]
+pub(crate) struct Observer(pub(crate) Weak<Tap>);
+
+impl AppendObserver for Observer {
+    fn appended(&self, events: &[Event], elapsed: Duration) {
+        if let Some(tap) = self.0.upgrade() {
+            tap.appended(events, elapsed);
+        }
+    }
+
+    fn append_failed(&self, events: &[Event], elapsed: Duration) {
+        if let Some(tap) = self.0.upgrade() {
+            tap.append_failed(events, elapsed);
+        }
+    }
+
+    fn read(&self, session: SessionId, events: &[Event]) {
+        if let Some(tap) = self.0.upgrade() {
+            tap.read(session, events);
+        }
+    }
+}
+
+/// A store that takes no [`AppendObserver`] (a shared engine, whose every call is a
+/// network round trip anyway, or a store observed already), observed by wrapping it.
+#[derive(Debug, Clone)]
+pub(crate) struct ObservedLog {
+    pub(crate) inner: LogStore,
+    pub(crate) tap: Arc<Tap>,
+}
+
+impl EventLog for ObservedLog {
+    async fn append(&self, events: &[Event], fence: Fence) -> Result<(), AppendError> {
+        let start = Instant::now();
+        let result = self.inner.append(events, fence).await;
+        match &result {
+            Ok(()) => self.tap.appended(events, start.elapsed()),
+            Err(_) => self.tap.append_failed(events, start.elapsed()),
+        }
+        result
+    }
+
+    async fn read_range(
+        &self,
+        session: SessionId,
+        from: Seq,
+        limit: usize,
+    ) -> Result<Vec<Event>, ReadError> {
+        let events = self.inner.read_range(session, from, limit).await?;
+        self.tap.read(session, &events);
         Ok(events)
     }
 

@@ -31,9 +31,10 @@ impl Session {
         input: SessionInput,
         caller: Option<Caller>,
     ) -> Result<(), ActorProcessingErr> {
-        // Boxed, so that only a message being handled holds this (large) future: ractor
-        // keeps an actor's message loop, with every handler future inlined, in one
-        // allocation for the actor's whole life, and an idle session is mostly that.
+        // Boxed, so that only a message being handled holds this future: ractor keeps an
+        // actor's message loop, with every handler future inlined, in one allocation for
+        // the actor's whole life, and an idle session is mostly that. (It is kept small:
+        // `execute` boxes its rare large effects, as this box is copied per message.)
         Box::pin(self.run_effects(myself, input, caller)).await
     }
 
@@ -95,14 +96,14 @@ impl Session {
                     plan,
                 }));
             }
+            // The rare effects whose futures are large (a TurnActor's spawn with its
+            // `pre_start`, a title actor's, hook processes) are boxed: inlined, they made
+            // this future about 20 KiB, which `run` boxes and copies for every message.
             Effect::StartTurn {
                 run_id,
                 mode,
                 first_in_runtime,
-            } => {
-                self.start_turn(myself, run_id, mode, first_in_runtime)
-                    .await?
-            }
+            } => Box::pin(self.start_turn(myself, run_id, mode, first_in_runtime)).await?,
             Effect::CancelTurn { reason } => {
                 if let Some(turn) = &self.turn {
                     turn.cancel.cancel();
@@ -117,14 +118,7 @@ impl Session {
                 }
             }
             Effect::StartTitle { text, expected } => {
-                let text = match text {
-                    TitleText::Input(text) => text,
-                    TitleText::FirstUserMessage => {
-                        title::first_user_text(&self.shared_log().await?.read())
-                    }
-                };
-                let config = &self.machine.fold().config;
-                title::spawn(myself, &self.deps, config, text, expected).await?;
+                Box::pin(self.start_title(myself, text, expected)).await?;
             }
             Effect::AddSubscriber {
                 approver,
@@ -164,7 +158,7 @@ impl Session {
                 }
             }
             Effect::RunSessionEndHooks => {
-                let kinds = self.session_end_hooks().await;
+                let kinds = Box::pin(self.session_end_hooks()).await;
                 return Ok(Some(SessionInput::SessionEndHooksRan { kinds }));
             }
             Effect::ForgetTranscript => self.deps.hooks.forget_transcript(self.machine.fold().id),
@@ -288,6 +282,22 @@ impl Session {
         };
         let (actor, _) = Actor::spawn_linked(None, TurnActor, args, myself.get_cell()).await?;
         self.turn = Some(RunningTurn { actor, cancel });
+        Ok(())
+    }
+
+    /// Starts the title actor for `text`.
+    async fn start_title(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        text: TitleText,
+        expected: Option<(String, foya_protocol::TitleSource)>,
+    ) -> Result<(), ActorProcessingErr> {
+        let text = match text {
+            TitleText::Input(text) => text,
+            TitleText::FirstUserMessage => title::first_user_text(&self.shared_log().await?.read()),
+        };
+        let config = &self.machine.fold().config;
+        title::spawn(myself, &self.deps, config, text, expected).await?;
         Ok(())
     }
 
