@@ -5,12 +5,10 @@
 //! take it from the next `read-only` call — and nothing of the server: the command holds
 //! no descriptor of the server's or its helper's (a socket, the prebuilt ruleset, a
 //! pidfd), and it starts with an empty signal mask; nor can a sandboxed command signal
-//! the server (Landlock's signal scope). A `read-only` call whose runtime died leaves
-//! neither its private temp dir (the server removes it: the call's helper confined
-//! itself) nor a process of its command.
+//! the server (Landlock's signal scope).
 //!
 //! The real helper binary, real Landlock and namespaces; synchronisation: each call's
-//! end (its exit status), the processes' exits (pidfds), under one global timeout.
+//! end (its exit status), under one global timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use foya_actors::tools::SandboxPolicy;
@@ -127,135 +125,4 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
     }
     servers.dedup();
     assert_eq!(servers.len(), 1, "one server for every call: {servers:?}");
-}
-
-/// A request of the persistent helper's wire format (`tools::sandbox::server`,
-/// `encode_request`): the helper's arguments, then the command's environment, each item
-/// its length (u32, little-endian) and its bytes.
-fn request(args: &[&str], env: &[(&str, &str)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut item = |bytes: &[u8]| {
-        out.extend(u32::try_from(bytes.len()).unwrap().to_le_bytes());
-        out.extend_from_slice(bytes);
-    };
-    item(&u32::try_from(args.len()).unwrap().to_le_bytes());
-    for arg in args {
-        item(arg.as_bytes());
-    }
-    item(&u32::try_from(env.len()).unwrap().to_le_bytes());
-    for (name, value) in env {
-        item(name.as_bytes());
-        item(value.as_bytes());
-    }
-    out
-}
-
-/// A `read-only` call's helper confines itself with its command (no thread of its own),
-/// so it can no longer remove the call's private temp dir: when the runtime dies (the
-/// server's socket reaches its end of file, as when `foya` is SIGKILLed) the server
-/// removes it, then exits, and the call's helper, at its parent-death signal, still kills
-/// the command's whole tree (a process that left the group included). Drives the server
-/// as the runtime does, without a runtime: the test holds the socket and closes it.
-#[test]
-fn a_read_only_call_of_a_dead_runtime_leaves_no_temp_dir_and_no_command() {
-    use foya_tests::procs::{marked, parent_of, wait_exited, wait_marked};
-    use rustix::net::{
-        AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags,
-        SocketType, sendmsg, socketpair,
-    };
-    use std::os::fd::AsFd;
-    // Built (by the first test that asks) before the deadline starts.
-    let helper = foya_bin().with_file_name("foya-sandbox");
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    let tmp = tempfile::tempdir().unwrap();
-    let private = tmp.path().join("foya-sandbox-dead-runtime");
-    std::fs::create_dir(&private).unwrap();
-    let marker = format!("foya-sandbox-ro-{}", std::process::id());
-    // The command, and a child of it that left its process group.
-    let orphan = format!("{marker}-orphan");
-    let script =
-        format!("setsid bash -c 'exec -a {orphan} sleep 300' & exec -a {marker} sleep 300");
-    let args = [
-        "__sandbox-exec",
-        "--policy",
-        "\"read-only\"",
-        "--cwd",
-        tmp.path().to_str().unwrap(),
-        "--tmp",
-        private.to_str().unwrap(),
-        "--tmp-private",
-        "--",
-        "/bin/bash",
-        "-c",
-        &script,
-    ];
-    let body_path = tmp.path().join("request");
-    std::fs::write(&body_path, request(&args, &[("PATH", "/usr/bin:/bin")])).unwrap();
-    let pair = || {
-        socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .unwrap()
-    };
-    let (control, theirs) = pair();
-    let mut server = std::process::Command::new(helper)
-        .args(["__sandbox-server", "--parent"])
-        .arg(std::process::id().to_string())
-        .stdin(std::process::Stdio::from(theirs))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // The call's socket (kept open: closing it would release the call), its stdio, the
-    // request.
-    let (reply, its) = pair();
-    let null = std::fs::File::create("/dev/null").unwrap();
-    let body = std::fs::File::open(&body_path).unwrap();
-    let fds = [its.as_fd(), null.as_fd(), null.as_fd(), body.as_fd()];
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
-    let mut ancillary = SendAncillaryBuffer::new(&mut space);
-    assert!(ancillary.push(SendAncillaryMessage::ScmRights(&fds)));
-    sendmsg(
-        &control,
-        &[std::io::IoSlice::new(b"c")],
-        &mut ancillary,
-        SendFlags::NOSIGNAL,
-    )
-    .unwrap();
-    drop((its, body));
-    let running = wait_marked(&marker, deadline, "the command and its orphan", |now| {
-        [&marker, &orphan]
-            .iter()
-            .all(|name| now.iter().any(|(_, argv0)| argv0 == *name))
-    });
-    let mut pids: Vec<i32> = running.iter().map(|&(pid, _)| pid).collect();
-    // The call's helper: the command's parent.
-    let command = running
-        .iter()
-        .find(|(_, argv0)| *argv0 == marker)
-        .unwrap()
-        .0;
-    pids.push(parent_of(command).unwrap());
-    // The runtime's death, as the server sees it.
-    drop(control);
-    // It removes the temp dir, then exits (its calls' parent-death signal).
-    let server_pid = i32::try_from(server.id()).unwrap();
-    assert!(
-        wait_exited(&[server_pid], deadline),
-        "the server outlived its runtime"
-    );
-    let status = server.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
-    assert!(
-        wait_exited(&pids, deadline),
-        "the helper or the command outlived the runtime: {:?}",
-        marked(&marker)
-    );
-    assert!(
-        !private.exists(),
-        "the private temp dir outlived the runtime"
-    );
-    drop(reply);
 }

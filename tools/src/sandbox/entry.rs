@@ -129,11 +129,7 @@ pub fn sandbox_entry_if_requested() {
         Ok(invocation) => invocation,
         Err(message) => fail(EXIT_SANDBOX_USAGE, &message),
     };
-    super::supervise::run(
-        &invocation,
-        Prebuilt::default(),
-        super::supervise::Origin::PerCall,
-    )
+    super::supervise::run(&invocation, Prebuilt::default())
 }
 
 /// Undoes what whatever started this process left behind for its children: marks every
@@ -270,8 +266,7 @@ pub(crate) fn parse_invocation(
 
 /// Confines the calling thread (and every process it later starts) per `policy`: Landlock
 /// and `no_new_privs` apply to the thread that sets them and are inherited by its
-/// children, so the helper confines a thread of its own and starts the program from it
-/// (or, when it keeps no right of its own, its only thread: see `supervise`).
+/// children, so the helper confines a thread of its own and starts the program from it.
 ///
 /// Read and execute are allowed everywhere. `WorkspaceWrite` allows writes beneath `cwd`
 /// and `tmp` and to the writable devices (`/dev/null`, …) — all of `cwd` when `shielded`

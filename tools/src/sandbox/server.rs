@@ -22,9 +22,7 @@
 //! thread that does not exist in it; the one thread it starts, in `warm_up`, is joined
 //! before it takes a call), outlive the runtime (its socket's end of file
 //! ends it, and each call's child has the server as its parent-death signal's source,
-//! so it kills its command and removes its placeholders and temp dir then — but for a
-//! `read-only` call, whose child confined itself and cannot, the server removes the temp
-//! dir just before it exits), or signal a
+//! so it kills its command and removes its placeholders and temp dir then), or signal a
 //! process it has reaped (a call's child is reaped only once the runtime closed the
 //! call's socket, so the runtime may still walk its tree by pid; the server signals it
 //! through its pidfd).
@@ -245,8 +243,6 @@ struct Call {
     exited: bool,
     /// The runtime closed its end of the call's socket.
     released: bool,
-    /// The request (read only should the runtime die: see [`remove_read_only_tmp`]).
-    body: OwnedFd,
 }
 
 /// Runs the server on the socket that is its stdin; never returns. Exits when the runtime
@@ -359,12 +355,7 @@ pub(crate) fn serve(args: impl Iterator<Item = OsString>) -> ! {
                 Received::Nothing => {}
                 // The runtime is gone: each call's child gets its parent-death signal
                 // when this process ends and kills its command.
-                Received::Closed => {
-                    for call in &calls {
-                        remove_read_only_tmp(&call.body);
-                    }
-                    std::process::exit(0)
-                }
+                Received::Closed => std::process::exit(0),
             }
         }
     }
@@ -487,26 +478,6 @@ fn receive(control: &OwnedFd) -> Received {
     }
 }
 
-/// Removes the private temp dir of a `read-only` call (its request `body`) whose runtime
-/// died: the call's child confined itself with its command (`supervise::Origin::Served`)
-/// and cannot. Done before the server exits, so before the call's child gets its
-/// parent-death signal: whoever waits for the command's end finds the dir gone, as a
-/// helper that removes it itself removes it before the command dies. The command cannot
-/// write there (`read-only`), so the dir is empty and its removal races nothing. Every
-/// other policy's child removes its own (it kept the right on its own thread). Reading
-/// the request allocates; the server is about to exit.
-fn remove_read_only_tmp(body: &OwnedFd) {
-    let invocation = body
-        .try_clone()
-        .map_err(|e| e.to_string())
-        .and_then(|body| invocation_of(body, 0));
-    if let Ok(invocation) = invocation
-        && invocation.policy == super::SandboxPolicy::ReadOnly
-    {
-        super::supervise::remove_private_tmp(&invocation);
-    }
-}
-
 /// Reads and checks a request's invocation (`server`: the pid of the server, the parent
 /// to check). Done in the call's child, as a helper started for the call parses its own
 /// arguments: the server allocates (and frees) nothing per call, so after each fork it
@@ -576,7 +547,7 @@ fn start(request: Request, server: Server<'_>, calls: &mut Vec<Call>) -> Option<
             child(body, me, stdout, stderr, prebuilt)
         }
         Ok(fork::Fork::Parent(pid)) => {
-            drop((stdout, stderr));
+            drop((stdout, stderr, body));
             let child = nix::unistd::Pid::from_raw(pid);
             // Also set in the child; whichever runs first, the group exists when the
             // runtime learns the pid.
@@ -603,7 +574,6 @@ fn start(request: Request, server: Server<'_>, calls: &mut Vec<Call>) -> Option<
                 socket,
                 exited: false,
                 released: false,
-                body,
             })
         }
         Err(e) => {
@@ -661,7 +631,7 @@ fn child(body: OwnedFd, server: u32, stdout: OwnedFd, stderr: OwnedFd, prebuilt:
             ),
         );
     }
-    super::supervise::run(&invocation, prebuilt, super::supervise::Origin::Served)
+    super::supervise::run(&invocation, prebuilt)
 }
 
 #[cfg(test)]

@@ -2,16 +2,14 @@
 //! program; it stays the leader of the tool's process group, runs the program as its
 //! child and kills the whole group when the runtime that started it dies.
 //!
-//! Owns: confining the program (Landlock on a thread of its own, which starts it, or on
-//! the helper's only thread when nothing is left for the helper to do outside the policy;
-//! see `start_confined`), being the child subreaper of the program (its orphans stay in the
+//! Owns: confining the program (Landlock on a thread of its own, which starts it; see
+//! `start_confined`), being the child subreaper of the program (its orphans stay in the
 //! helper's tree, see `tree`), killing that tree when the program ends or on a watched
 //! signal (then also removing the call's private temp dir, which a dead runtime no longer
-//! can; a served `read-only` call's is the server's to remove, see [`Origin`]),
-//! parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught by a
-//! signal handler; a parent that died before the signal was armed is caught by comparing
-//! `getppid()` with the pid the runtime passed in `--parent`), killing the group, and
-//! passing the program's exit status on as the helper's own.
+//! can), parent-death detection (`PR_SET_PDEATHSIG` with [`PARENT_DEATH_SIGNAL`], caught
+//! by a signal handler; a parent that died before the signal was armed is caught by
+//! comparing `getppid()` with the pid the runtime passed in `--parent`), killing the
+//! group, and passing the program's exit status on as the helper's own.
 //! Must not: leave a process of the group running after the runtime died, remove a temp
 //! dir that was not made for the call (`--tmp-private`, named `foya-sandbox-…`), or kill a
 //! group it does not lead (a helper started by hand, not in its own group, kills only its
@@ -67,7 +65,7 @@ const POLL_WITHOUT_PIDFD: Timespec = Timespec {
 /// self-pipe the signal handlers write to (`signal_hook::low_level::pipe`). The handlers
 /// are reset by `execve`, and no signal is blocked, so the program starts with the default
 /// dispositions and an empty signal mask.
-pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt, origin: Origin) -> ! {
+pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt) -> ! {
     let stop = match watch_stop_signals() {
         Ok(stop) => stop,
         Err(e) => fail(
@@ -106,8 +104,7 @@ pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt, origin: Or
             fail(EXIT_SANDBOX_UNAVAILABLE, &message)
         }
     };
-    let confined = confines_itself(invocation, shield.is_some(), origin);
-    let child = match start_confined(invocation, shield.is_some(), confined, prebuilt) {
+    let child = match start_confined(invocation, shield.is_some(), prebuilt) {
         Ok(child) => child,
         Err((code, message)) => {
             if let Some(shield) = shield {
@@ -116,40 +113,7 @@ pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt, origin: Or
             fail(code, &message)
         }
     };
-    let tmp = if confined { None } else { Some(invocation) };
-    supervise(child, stop, tmp, shield)
-}
-
-/// How the helper was started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Origin {
-    /// For the call (`__sandbox-exec`): it alone can remove the call's private temp dir
-    /// when the runtime dies.
-    PerCall,
-    /// Forked by the persistent helper (`server`), which removes a `read-only` call's
-    /// private temp dir itself when the runtime dies (`server::remove_read_only_tmp`).
-    Served,
-}
-
-/// Whether the helper confines itself, on its only thread, with the program: when it
-/// needs no right outside the policy once the program started. That is the case under
-/// `ReadOnly` in a served call (the one right it would keep, removing the private temp
-/// dir, needs a right on the dir's parent; the server, unconfined, removes it instead —
-/// the program cannot write there, so the dir is empty and nothing races its removal)
-/// and under `None` (nothing to confine). Killing the program's tree needs no right it
-/// loses: the tree is in the helper's Landlock domain (or one nested in it), where its
-/// signal scope lets it signal, and `/proc` stays readable. Every other policy writes
-/// the temp dir, or shields, so the helper keeps its rights and confines a thread of its
-/// own, which starts the program.
-fn confines_itself(invocation: &SandboxInvocation, shielded: bool, origin: Origin) -> bool {
-    !shielded
-        && match invocation.policy {
-            SandboxPolicy::None => true,
-            SandboxPolicy::ReadOnly => origin == Origin::Served,
-            SandboxPolicy::WorkspaceWrite { .. } | SandboxPolicy::WorkspaceAndProtected { .. } => {
-                false
-            }
-        }
+    supervise(child, stop, invocation, shield)
 }
 
 /// Under `WorkspaceWrite`, the protected paths become read-only mounts in namespaces of
@@ -196,12 +160,11 @@ fn watch_stop_signals() -> std::io::Result<PipeReader> {
 }
 
 /// Waits until the program ends (then ends like it) or a stop signal arrives (then kills
-/// everything; see [`kill_all`], which removes `tmp`'s private temp dir; `None`: the
-/// helper confined itself, the server removes it).
+/// everything; see [`kill_all`]).
 fn supervise(
     mut child: Child,
     stop: PipeReader,
-    tmp: Option<&SandboxInvocation>,
+    invocation: &SandboxInvocation,
     mut shield: Option<Shield>,
 ) -> ! {
     let pid = i32::try_from(child.id()).ok().map(Pid::from_raw);
@@ -224,11 +187,11 @@ fn supervise(
             // Cannot happen with two valid descriptors; never leave the group unwatched.
             Err(e) => {
                 eprintln!("foya-sandbox: cannot wait for the command ({e}); killing it");
-                kill_all(pid, tmp, shield.take())
+                kill_all(pid, invocation, shield.take())
             }
         }
         if !fds[0].revents().is_empty() {
-            kill_all(pid, tmp, shield.take());
+            kill_all(pid, invocation, shield.take());
         }
         if fds.get(1).is_none_or(|fd| !fd.revents().is_empty()) {
             match child.try_wait() {
@@ -282,14 +245,14 @@ fn reap_all() {
     }
 }
 
-/// Applies the policy to a thread of its own and starts the program from it, or, when the
-/// helper `confines_itself` (see there), to the calling thread, which starts it.
+/// Applies the policy to a thread of its own and starts the program from it (under
+/// `SandboxPolicy::None`, which confines nothing, the calling thread starts it).
 ///
 /// Landlock and `no_new_privs` bind the thread that sets them and every process it starts
-/// afterwards, not the helper's other threads: on a thread of its own, the program runs
-/// confined while the helper's main thread keeps the rights to kill the program's tree
-/// and to remove the private temp dir when the runtime dies (removing a directory takes a
-/// right on its parent, which no policy grants).
+/// afterwards, not the helper's other threads: the program runs confined while the
+/// helper's main thread keeps the rights to kill the program's tree and to remove the
+/// private temp dir when the runtime dies (removing a directory takes a right on its
+/// parent, which no policy grants).
 ///
 /// # Errors
 /// `(exit code, message)`: [`EXIT_SANDBOX_UNAVAILABLE`] when the policy cannot be applied
@@ -297,23 +260,11 @@ fn reap_all() {
 fn start_confined(
     invocation: &SandboxInvocation,
     shielded: bool,
-    confine_itself: bool,
     mut prebuilt: Prebuilt,
 ) -> Result<Child, (i32, String)> {
-    // No thread: the helper's own thread is confined (not at all under `None`) and starts
-    // the program, as the confined thread would.
-    if confine_itself {
-        if invocation.policy != SandboxPolicy::None {
-            apply_prebuilt(
-                invocation.policy,
-                &invocation.cwd,
-                &invocation.tmp,
-                &invocation.protect,
-                false,
-                &mut prebuilt,
-            )
-            .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
-        }
+    // Nothing to confine (`SandboxPolicy::None` applies no Landlock and has no shield):
+    // the helper's thread starts the program itself, as the confined thread would.
+    if invocation.policy == SandboxPolicy::None && !shielded {
         drop(prebuilt);
         return spawn_program(invocation);
     }
@@ -381,7 +332,7 @@ fn spawn_program(invocation: &SandboxInvocation) -> Result<Child, (i32, String)>
 /// under a policy that made one, named like the runner names them): the runtime that
 /// would have removed it is gone. Errors are ignored (a dir already gone is the usual
 /// case when the runtime is alive and removed it itself).
-pub(crate) fn remove_private_tmp(invocation: &SandboxInvocation) {
+fn remove_private_tmp(invocation: &SandboxInvocation) {
     let named_as_private = invocation
         .tmp
         .file_name()
@@ -393,18 +344,15 @@ pub(crate) fn remove_private_tmp(invocation: &SandboxInvocation) {
 }
 
 /// Stops the helper's process tree (everything the program started, in its group or
-/// not), removes `tmp`'s private temp dir (nothing in the tree can write to it any more;
-/// `None`: the helper is confined and the server removes it, see [`Origin::Served`]),
+/// not), removes the private temp dir (nothing in the tree can write to it any more),
 /// SIGKILLs the tree, releases the shield once the tree is reaped, then SIGKILLs its
 /// process group when it leads one, else only `child`; then itself. (The temp dir goes
 /// before the command dies: whoever waits for the command's end finds it gone, also
 /// when the helper is a child of the persistent helper, whose command line does not
 /// name the command.)
-fn kill_all(child: Option<Pid>, tmp: Option<&SandboxInvocation>, shield: Option<Shield>) -> ! {
+fn kill_all(child: Option<Pid>, invocation: &SandboxInvocation, shield: Option<Shield>) -> ! {
     let stopped = tree::stop_tree(getpid().as_raw());
-    if let Some(invocation) = tmp {
-        remove_private_tmp(invocation);
-    }
+    remove_private_tmp(invocation);
     tree::kill_stopped(&stopped);
     if let Some(shield) = shield {
         reap_all();
@@ -444,7 +392,7 @@ fn exit_like(status: ExitStatus) -> ! {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::{Origin, SandboxInvocation, SandboxPolicy, confines_itself, remove_private_tmp};
+    use super::{SandboxInvocation, SandboxPolicy, remove_private_tmp};
     use std::path::Path;
 
     fn invocation(policy: SandboxPolicy, tmp: &Path, tmp_private: bool) -> SandboxInvocation {
@@ -480,40 +428,5 @@ mod tests {
         assert_eq!((exists(&private), exists(&shared)), (true, true));
         remove_private_tmp(&invocation(SandboxPolicy::ReadOnly, &private, true));
         assert_eq!((exists(&private), exists(&shared)), (false, true));
-    }
-
-    /// Only where the helper keeps no right of its own once the program runs: `None`
-    /// (nothing to confine) and a served `ReadOnly` call (its server removes the temp
-    /// dir); a helper started per call, a shield, or a policy that writes the temp dir
-    /// keep a thread of their own.
-    #[test]
-    fn the_helper_confines_itself_only_where_it_keeps_no_right_of_its_own() {
-        let tmp = Path::new("/tmp/foya-sandbox-x");
-        let policies = [
-            SandboxPolicy::None,
-            SandboxPolicy::ReadOnly,
-            SandboxPolicy::WorkspaceWrite { network: false },
-            SandboxPolicy::WorkspaceAndProtected { network: true },
-        ];
-        let table: Vec<(bool, bool, bool)> = policies
-            .iter()
-            .map(|&policy| {
-                let call = invocation(policy, tmp, true);
-                (
-                    confines_itself(&call, false, Origin::Served),
-                    confines_itself(&call, false, Origin::PerCall),
-                    confines_itself(&call, true, Origin::Served),
-                )
-            })
-            .collect();
-        assert_eq!(
-            table,
-            vec![
-                (true, true, false),
-                (true, false, false),
-                (false, false, false),
-                (false, false, false),
-            ]
-        );
     }
 }
