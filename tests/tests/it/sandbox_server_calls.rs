@@ -5,7 +5,7 @@
 //! take it from the next `read-only` call — and nothing of the server: the command holds
 //! no descriptor of the server's or its helper's (a socket, the prebuilt ruleset, a
 //! pidfd), and it starts with an empty signal mask; nor can a sandboxed command signal
-//! the server (Landlock's signal scope).
+//! the server or its own call's helper (Landlock's signal scope).
 //!
 //! The real helper binary, real Landlock and namespaces; synchronisation: each call's
 //! end (its exit status), under one global timeout.
@@ -28,8 +28,9 @@ struct Ran {
     code: Option<i32>,
     /// Whether the call ran in a child of the runner's persistent helper.
     served: bool,
-    /// Its stdout: the server's pid, then the command's open descriptors, its signal mask,
-    /// then whether it could write `name` in the working directory.
+    /// Its stdout: the command's open descriptors, the server's pid, its signal mask,
+    /// whether it could signal the server and its helper, then whether it could write
+    /// `name` in the working directory.
     out: String,
 }
 
@@ -47,6 +48,8 @@ async fn run(runner: &SandboxRunner, policy: SandboxPolicy, work: &Path, name: &
          grep SigBlk /proc/self/status; \
          if kill -0 $server 2>/dev/null; then echo 'server signalled'; \
          else echo 'server out of reach'; fi; \
+         if kill -0 $PPID 2>/dev/null; then echo 'helper signalled'; \
+         else echo 'helper out of reach'; fi; \
          if echo x > {name} 2>/dev/null; then echo wrote; else echo denied; fi"
     );
     let args: Vec<OsString> = vec!["-c".into(), report.into()];
@@ -118,6 +121,14 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
             "server signalled"
         } else {
             "server out of reach"
+        };
+        assert!(out.lines().any(|l| l == reach), "{policy:?}: {out}");
+        // Nor its own call's helper, which kills the command's whole tree when the call
+        // ends (a command that stopped or killed it would leave a daemon behind).
+        let reach = if policy == SandboxPolicy::None {
+            "helper signalled"
+        } else {
+            "helper out of reach"
         };
         assert!(out.lines().any(|l| l == reach), "{policy:?}: {out}");
         let server = out.lines().find(|l| l.starts_with("server "));
