@@ -26,6 +26,8 @@ fn main() -> ExitCode {
     foya_actors::tools::sandbox::sandbox_entry_if_requested();
     // What started `foya` may have left descriptors open: none reaches its children.
     foya_actors::tools::sandbox::reset_inherited_state();
+    // Its environment holds the user's keys: no process of the same user reads them back.
+    foya_actors::tools::sandbox::forbid_inspection();
 
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

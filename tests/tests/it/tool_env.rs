@@ -305,3 +305,65 @@ fn a_signal_mask_foya_inherited_reaches_neither_the_helper_nor_a_tool() {
         assert_eq!(lines, [clean, clean], "{approval}: {seen}");
     }
 }
+
+/// A sandboxed `shell` call that walks up its ancestors and greps each one's
+/// `/proc/<pid>/environ` for the key kept out of its own environment; it says when it
+/// passed the runtime (`foya run … --json start`), so the walk is known to have tried it.
+#[test]
+fn a_sandboxed_tool_cannot_read_the_runtimes_keys_from_its_proc_environ() {
+    let command = r#"p=$$; while [ "$p" -gt 1 ]; do
+  p=$(awk '{print $4}' /proc/$p/stat)
+  tr '\0' ' ' < /proc/$p/cmdline | grep -q -- '--json start' && echo 'runtime reached'
+  { tr '\0' '\n' < /proc/$p/environ; } 2>/dev/null | grep -h WITHHELD
+done; echo end"#;
+    let seen = tool_message_of("auto", command, |mut foya, _| {
+        foya.env("FOYA_TEST_API_KEY", "sk-WITHHELD-1");
+        foya
+    });
+    // Run as root (CI), the command kept CAP_SYS_ADMIN and CAP_PERFMON, with which it
+    // read the runtime's environment through Landlock.
+    assert_eq!(seen, "runtime reached\nend\n[exit code: 0]");
+}
+
+/// The runtime is not dumpable: a process of the same user (an unsandboxed hook or MCP
+/// server, which the environment policy keeps keys from) cannot read its
+/// `/proc/<pid>/environ`, whose owner becomes root. Seen from outside: a long-running
+/// `foya` (the simulator's server) run as an ordinary user has root-owned `/proc` files.
+#[test]
+fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
+    use std::io::BufRead as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    let mut command = if root {
+        // As root every /proc file is root's anyway: run it as `nobody`.
+        let mut setpriv = std::process::Command::new("setpriv");
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        setpriv.arg(foya_tests::foya_bin::foya_bin());
+        setpriv
+    } else {
+        std::process::Command::new(foya_tests::foya_bin::foya_bin())
+    };
+    let mut child = command
+        .args(["sim-server", "--listen", "127.0.0.1:0"])
+        .current_dir("/")
+        .env("FOYA_TEST_API_KEY", "sk-WITHHELD-1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its address printed: `main` has run its start.
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("http://"), "{line}");
+    let owner = std::fs::metadata(format!("/proc/{}/environ", child.id()))
+        .unwrap()
+        .uid();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        owner, 0,
+        "the runtime's /proc files are its user's: it is dumpable"
+    );
+}

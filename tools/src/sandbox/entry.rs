@@ -147,6 +147,17 @@ pub fn reset_inherited_state() {
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
 }
 
+/// Makes this process non-dumpable: processes of the same user can no longer read its
+/// `/proc/<pid>/environ`, `mem` or descriptors without `CAP_SYS_PTRACE`, and it writes no
+/// core dump. The runtime's environment holds the user's API keys, which the environment
+/// policy keeps out of every command, hook and MCP server; without this any of them (a
+/// hook and an MCP server run unsandboxed) could read them back from
+/// `/proc/<runtime>/environ`. (Codex CLI's process hardening does the same.) The
+/// `foya` binary calls it first thing; an embedder whose process holds keys should too.
+pub fn forbid_inspection() {
+    let _ = nix::sys::prctl::set_dumpable(false);
+}
+
 /// Writes `foya-sandbox: <message>` to stderr and exits with `code`.
 pub(super) fn fail(code: i32, message: &str) -> ! {
     eprintln!("foya-sandbox: {message}");

@@ -19,7 +19,7 @@ mod tree;
 
 pub use entry::{
     EXIT_EXEC_FAILED, EXIT_SANDBOX_UNAVAILABLE, EXIT_SANDBOX_USAGE, PolicyError, SANDBOX_EXEC_ARG,
-    apply_policy, reset_inherited_state, sandbox_entry_if_requested,
+    apply_policy, forbid_inspection, reset_inherited_state, sandbox_entry_if_requested,
 };
 pub use served::servers_cpu_time;
 pub use shield::PLACEHOLDER_MODE;

@@ -282,6 +282,7 @@ fn start_confined(
                 .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
                 // A ruleset built for another policy goes before the program starts.
                 drop(prebuilt);
+                drop_inspection_capabilities();
                 if shielded {
                     // Without it the program cannot touch the shield's mounts (Landlock
                     // refuses mount calls too, but not `mount_setattr` or `setns`).
@@ -307,6 +308,25 @@ fn start_confined(
             "the thread starting the command panicked; the command was not run".to_owned(),
         ))
     })
+}
+
+/// Capabilities a confined program run as root must not have: with `CAP_SYS_ADMIN` or
+/// `CAP_PERFMON` a root program in a Landlock domain still read another process's
+/// `/proc/<pid>/environ` (the runtime's, with the user's API keys: found on Linux 6.18),
+/// and `CAP_SYS_PTRACE` is the one that inspects other processes. Dropped from the
+/// bounding set of the thread that starts the program (as root, what the program gets
+/// at `execve`). Without `CAP_SETPCAP` (not root) nothing is dropped, and nothing needs
+/// to be: such a program has no capability, and `no_new_privs` (set with Landlock) keeps
+/// file capabilities from granting any at `execve`.
+fn drop_inspection_capabilities() {
+    use rustix::thread::{CapabilitySet, remove_capability_from_bounding_set};
+    for capability in [
+        CapabilitySet::SYS_ADMIN,
+        CapabilitySet::PERFMON,
+        CapabilitySet::SYS_PTRACE,
+    ] {
+        let _ = remove_capability_from_bounding_set(capability);
+    }
 }
 
 /// Starts the program from the calling thread (confined or not, as the policy needs),
