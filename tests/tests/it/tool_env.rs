@@ -367,3 +367,28 @@ fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
         "the runtime's /proc files are its user's: it is dumpable"
     );
 }
+
+/// Run as root (CI), a sandboxed command still had `CAP_SYS_ADMIN` and `CAP_PERFMON`
+/// (with which it read the runtime's environment through Landlock), `CAP_SYS_PTRACE`
+/// and `CAP_SETFCAP` (with which it planted `setcap cap_sys_ptrace+ep ./py` in the
+/// workspace for another user to run); it has none of them now. (Run as an ordinary
+/// user it has no capability at all.)
+#[test]
+fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
+    let seen = tool_message_of("auto", "grep CapEff /proc/self/status", |foya, _| foya);
+    let hex = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap_or_else(|| panic!("{seen}"))
+        .trim();
+    let effective = u64::from_str_radix(hex, 16).unwrap();
+    // CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_SETFCAP 31, CAP_PERFMON 38.
+    for (name, bit) in [
+        ("CAP_SYS_PTRACE", 19),
+        ("CAP_SYS_ADMIN", 21),
+        ("CAP_SETFCAP", 31),
+        ("CAP_PERFMON", 38),
+    ] {
+        assert_eq!(effective & (1 << bit), 0, "{name} in {hex}");
+    }
+}

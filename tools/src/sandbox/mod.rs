@@ -199,7 +199,10 @@ impl SandboxRunner {
             let Some(helper) = &self.helper else {
                 return true;
             };
+            // With no environment: it needs none, and the runtime's holds the user's
+            // keys (a process of the same user could read a fresh process's).
             let status = std::process::Command::new(helper)
+                .env_clear()
                 .arg(entry::SANDBOX_PROBE_ARG)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

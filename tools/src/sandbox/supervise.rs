@@ -313,7 +313,8 @@ fn start_confined(
 /// Capabilities a confined program run as root must not have: with `CAP_SYS_ADMIN` or
 /// `CAP_PERFMON` a root program in a Landlock domain still read another process's
 /// `/proc/<pid>/environ` (the runtime's, with the user's API keys: found on Linux 6.18),
-/// and `CAP_SYS_PTRACE` is the one that inspects other processes. Dropped from the
+/// `CAP_SYS_PTRACE` is the one that inspects other processes, and `CAP_SETFCAP` would let
+/// it plant a binary with file capabilities for someone else to run. Dropped from the
 /// bounding set of the thread that starts the program (as root, what the program gets
 /// at `execve`). Without `CAP_SETPCAP` (not root) nothing is dropped, and nothing needs
 /// to be: such a program has no capability, and `no_new_privs` (set with Landlock) keeps
@@ -324,6 +325,9 @@ fn drop_inspection_capabilities() {
         CapabilitySet::SYS_ADMIN,
         CapabilitySet::PERFMON,
         CapabilitySet::SYS_PTRACE,
+        // A file capability it sets (`setcap cap_sys_ptrace+ep ./py` in the workspace)
+        // would give another user of the machine what the command lacks.
+        CapabilitySet::SETFCAP,
     ] {
         let _ = remove_capability_from_bounding_set(capability);
     }
