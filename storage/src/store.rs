@@ -369,16 +369,16 @@ impl Store {
         let result = if events.is_empty() {
             Ok(())
         } else {
-            let result = self.commit_all(events).await;
-            if result.is_ok() {
-                self.inner.counters.append_latency.record(started.elapsed());
-            }
-            result
+            self.commit_all(events).await
         };
+        let elapsed = started.elapsed();
+        if result.is_ok() && !events.is_empty() {
+            self.inner.counters.append_latency.record(elapsed);
+        }
         if let Some(observer) = self.inner.counters.append_observer.get() {
             match &result {
-                Ok(()) => observer.appended(events, started.elapsed()),
-                Err(_) => observer.append_failed(events, started.elapsed()),
+                Ok(()) => observer.appended(events, elapsed),
+                Err(_) => observer.append_failed(events, elapsed),
             }
         }
         result

@@ -64,8 +64,7 @@ struct Shared {
     config: TelemetryConfig,
     metrics: Option<Arc<Metrics>>,
     exporter: Option<Arc<Exporter>>,
-    follower: Arc<Follower>,
-    /// What follows the store's appends and reads.
+    /// What follows the store's appends and reads (its follower: the derivers).
     tap: Arc<Tap>,
     parents: Parents,
 }
@@ -103,7 +102,7 @@ impl Telemetry {
         };
         let follower = Arc::new(Follower::new(make, exporter.clone()));
         let tap = Arc::new(Tap {
-            follower: Arc::clone(&follower),
+            follower,
             metrics: metrics.clone(),
         });
         Ok(Some(Self {
@@ -111,7 +110,6 @@ impl Telemetry {
                 config,
                 metrics,
                 exporter,
-                follower,
                 tap,
                 parents,
             }),
@@ -156,7 +154,7 @@ impl Telemetry {
                 .shared
                 .exporter
                 .is_some()
-                .then(|| Arc::clone(&self.shared.follower));
+                .then(|| Arc::clone(&self.shared.tap.follower));
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,
