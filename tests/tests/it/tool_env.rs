@@ -392,3 +392,73 @@ fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
         assert_eq!(effective & (1 << bit), 0, "{name} in {hex}");
     }
 }
+
+/// Landlock rules paths, not modes: a sandboxed command could `chmod 4755` a program it
+/// wrote in the workspace (or create one with that mode), for another user of the
+/// machine to run as the command's user (root in CI). Every way to ask for a set-ID bit
+/// now fails, ordinary modes still work, and a set-ID program already in the workspace
+/// loses its bits when the command writes it (no `CAP_FSETID`).
+#[test]
+fn a_sandboxed_tool_cannot_leave_a_set_id_program_behind() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let command = r#"cp /bin/true plain && chmod 755 plain && chmod +x plain
+cp /bin/true a && chmod 4755 a; chmod u+s a; chmod g+s a
+python3 - <<'PY'
+import os
+for name, make in [
+    ("b", lambda: os.open("b", os.O_CREAT | os.O_WRONLY, 0o4755)),
+    ("c", lambda: os.open("c", os.O_CREAT | os.O_WRONLY, 0o2755)),
+    ("d", lambda: os.mknod("d", 0o104755)),
+    ("e", lambda: os.chmod(os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o4755), 0o755)),
+]:
+    try:
+        make()
+        print(name, "made")
+    except OSError as e:
+        print(name, "refused", e.errno)
+fd = os.open("f", os.O_CREAT | os.O_WRONLY, 0o755)
+try:
+    os.fchmod(fd, 0o6755)
+    print("f fchmod made")
+except OSError as e:
+    print("f fchmod refused", e.errno)
+PY
+install -m 4755 /bin/true g
+echo appended >> planted
+stat -c 'mode %a %n' plain a b c f g planted 2>&1"#;
+    let seen = tool_message_of("auto", command, |foya, tmp| {
+        let planted = tmp.join("work/planted");
+        std::fs::copy("/bin/true", &planted).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        assert_eq!(
+            std::fs::metadata(&planted).unwrap().permissions().mode() & 0o7777,
+            0o4755
+        );
+        foya
+    });
+    let modes: Vec<(&str, u32)> = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("mode "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(mode, name)| (name, u32::from_str_radix(mode, 8).unwrap()))
+        .collect();
+    // `b` to `e` were never made; `g` is whatever `install` left.
+    for name in ["plain", "a", "f", "planted"] {
+        assert!(modes.iter().any(|(n, _)| *n == name), "no {name}: {seen}");
+    }
+    for (name, mode) in &modes {
+        assert_eq!(mode & 0o6000, 0, "{name} is set-ID: {seen}");
+    }
+    assert!(modes.contains(&("plain", 0o755)), "{seen}");
+    // EPERM (1) for the modes a filter reads; `mknod` of a regular file is refused too.
+    for refused in [
+        "b refused 1",
+        "c refused 1",
+        "d refused 1",
+        "e refused 1",
+        "f fchmod refused 1",
+    ] {
+        assert!(seen.contains(refused), "{refused}: {seen}");
+    }
+    assert!(!seen.contains(" made"), "{seen}");
+}

@@ -545,38 +545,157 @@ pub fn apply_policy(
     }
 }
 
-/// Keeps the calling thread (and what it starts) from changing another process's
-/// resource limits (`prlimit64` with a pid other than 0, which a same-user process may
-/// do without ptrace): a shielded command could otherwise lower its helper's open-file
-/// limit, blinding the helper's kill of the command's process tree, and outlive it to
-/// create a protected name once the placeholder is removed (or lower its CPU limit to
-/// kill it). `ulimit` and `setrlimit` (pid 0) keep working. Needs `no_new_privs`
-/// (Landlock sets it).
+/// Keeps the calling thread (and what it starts) from doing what no Landlock rule
+/// covers, with two seccomp filters (built once, installed per call; they need
+/// `no_new_privs`, which Landlock sets):
+///
+/// - **`set_id` (every policy but `None`): no set-user-ID or set-group-ID file left
+///   behind.** Landlock rules paths, not
+///   modes: a command that may write the workspace could `chmod 4755` (or create with
+///   that mode, through `open`, `openat`, `creat` or `mknod`) a program there, which
+///   another user of the machine could then run as the command's user (as root, as
+///   root). Those calls fail with `EPERM` when they ask for `S_ISUID` or `S_ISGID`;
+///   every other mode works (`chmod +x`, `chmod 600`, `install -m 755`). `openat2`
+///   (whose mode the filter cannot read) and `io_uring_setup` (whose ring opens files
+///   with a mode) answer `ENOSYS`, so callers fall back to `openat`. A set-ID program
+///   that already exists loses its bits when the command writes it (the thread that
+///   starts the command drops `CAP_FSETID`, see `supervise.rs`).
+/// - **`shielded`: no other process's resource limits** (`prlimit64` with a pid other
+///   than 0, which a same-user process may do without ptrace): a shielded command could
+///   otherwise lower its helper's open-file limit, blinding the helper's kill of the
+///   command's process tree, and outlive it to create a protected name once the
+///   placeholder is removed (or lower its CPU limit to kill it). `ulimit` and
+///   `setrlimit` (pid 0) keep working.
 ///
 /// # Errors
-/// A message when the filter cannot be built or installed.
+/// A message when a filter cannot be built or installed.
 #[cfg(feature = "landlock")]
-pub(crate) fn forbid_others_limits() -> Result<(), String> {
+pub(crate) fn confine_syscalls(set_id: bool, shielded: bool) -> Result<(), String> {
+    use seccompiler::BpfProgram;
+    use std::sync::OnceLock;
+    type Built = OnceLock<Result<BpfProgram, String>>;
+    static SET_ID: Built = OnceLock::new();
+    static ABSENT: Built = OnceLock::new();
+    static OTHERS_LIMITS: Built = OnceLock::new();
+    let mut programs = Vec::with_capacity(3);
+    if set_id {
+        programs.push(SET_ID.get_or_init(filters::set_id));
+        programs.push(ABSENT.get_or_init(filters::absent));
+    }
+    if shielded {
+        programs.push(OTHERS_LIMITS.get_or_init(filters::others_limits));
+    }
+    for program in programs {
+        let program = program.as_ref().map_err(Clone::clone)?;
+        seccompiler::apply_filter(program)
+            .map_err(|e| format!("cannot install the seccomp filter: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The programs [`confine_syscalls`] installs.
+#[cfg(feature = "landlock")]
+mod filters {
+    use nix::libc;
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
         SeccompRule, TargetArch,
     };
-    let failed = |e: &dyn std::fmt::Display| format!("cannot install the seccomp filter: {e}");
-    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
-    let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
-        .map_err(|e| failed(&e))?;
-    let rule = SeccompRule::new(vec![other_pid]).map_err(|e| failed(&e))?;
-    let filter = SeccompFilter::new(
-        [(nix::libc::SYS_prlimit64, vec![rule])]
+    use std::collections::BTreeMap;
+
+    fn failed(e: &dyn std::fmt::Display) -> String {
+        format!("cannot build the seccomp filter: {e}")
+    }
+
+    /// Argument `index` (a 32-bit `mode_t` or `int` flags) has every bit of `bits`.
+    fn has(index: u8, bits: u32) -> Result<SeccompCondition, String> {
+        SeccompCondition::new(
+            index,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(u64::from(bits)),
+            u64::from(bits),
+        )
+        .map_err(|e| failed(&e))
+    }
+
+    fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+        SeccompRule::new(conditions).map_err(|e| failed(&e))
+    }
+
+    fn program(
+        rules: BTreeMap<i64, Vec<SeccompRule>>,
+        action: SeccompAction,
+    ) -> Result<BpfProgram, String> {
+        let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
+        let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
+            .map_err(|e| failed(&e))?;
+        BpfProgram::try_from(filter).map_err(|e| failed(&e))
+    }
+
+    /// Calls that fail with `EPERM`: a mode with a set-ID bit.
+    pub(super) fn set_id() -> Result<BpfProgram, String> {
+        const SET_ID: [u32; 2] = [libc::S_ISUID, libc::S_ISGID];
+        #[allow(clippy::cast_sign_loss)]
+        const CREATE: [u32; 2] = [libc::O_CREAT as u32, libc::O_TMPFILE as u32];
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        // Calls whose mode is argument `index`, whatever their flags.
+        let mut moded = vec![
+            (libc::SYS_fchmod, 1),
+            (libc::SYS_fchmodat, 2),
+            (libc::SYS_fchmodat2, 2),
+            (libc::SYS_mknodat, 2),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        moded.extend([
+            (libc::SYS_chmod, 1),
+            (libc::SYS_creat, 1),
+            (libc::SYS_mknod, 1),
+        ]);
+        for (call, index) in moded {
+            for bit in SET_ID {
+                rules
+                    .entry(call)
+                    .or_default()
+                    .push(rule(vec![has(index, bit)?])?);
+            }
+        }
+        // Calls whose mode (argument `mode`) counts only with a creating flag
+        // (argument `flags`): without one the register holds anything.
+        let mut opening = vec![(libc::SYS_openat, 2, 3)];
+        #[cfg(target_arch = "x86_64")]
+        opening.push((libc::SYS_open, 1, 2));
+        for (call, flags, mode) in opening {
+            for create in CREATE {
+                for bit in SET_ID {
+                    rules
+                        .entry(call)
+                        .or_default()
+                        .push(rule(vec![has(flags, create)?, has(mode, bit)?])?);
+                }
+            }
+        }
+        program(rules, SeccompAction::Errno(libc::EPERM.unsigned_abs()))
+    }
+
+    /// `prlimit64` of another process fails with `EPERM`.
+    pub(super) fn others_limits() -> Result<BpfProgram, String> {
+        let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+            .map_err(|e| failed(&e))?;
+        let rules = [(libc::SYS_prlimit64, vec![rule(vec![other_pid])?])]
             .into_iter()
-            .collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(nix::libc::EPERM.unsigned_abs()),
-        arch,
-    )
-    .map_err(|e| failed(&e))?;
-    let program = BpfProgram::try_from(filter).map_err(|e| failed(&e))?;
-    seccompiler::apply_filter(&program).map_err(|e| failed(&e))
+            .collect();
+        program(rules, SeccompAction::Errno(libc::EPERM.unsigned_abs()))
+    }
+
+    /// Calls that answer `ENOSYS` (as on a kernel without them): their mode cannot be
+    /// read by a filter.
+    pub(super) fn absent() -> Result<BpfProgram, String> {
+        let rules = [libc::SYS_openat2, libc::SYS_io_uring_setup]
+            .into_iter()
+            .map(|call| (call, Vec::new()))
+            .collect();
+        program(rules, SeccompAction::Errno(libc::ENOSYS.unsigned_abs()))
+    }
 }
 
 /// Without Landlock no sandboxed command runs (see `apply_policy`): nothing to do.
@@ -584,7 +703,7 @@ pub(crate) fn forbid_others_limits() -> Result<(), String> {
 /// # Errors
 /// Never.
 #[cfg(not(feature = "landlock"))]
-pub(crate) fn forbid_others_limits() -> Result<(), String> {
+pub(crate) fn confine_syscalls(_set_id: bool, _shielded: bool) -> Result<(), String> {
     Ok(())
 }
 

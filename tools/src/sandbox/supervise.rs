@@ -295,9 +295,9 @@ fn start_confined(
                             format!("cannot drop CAP_SYS_ADMIN for the command: {e}"),
                         )
                     })?;
-                    super::entry::forbid_others_limits()
-                        .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 }
+                super::entry::confine_syscalls(invocation.policy != SandboxPolicy::None, shielded)
+                    .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 spawn_program(invocation)
             })
             .join()
@@ -314,7 +314,8 @@ fn start_confined(
 /// `CAP_PERFMON` a root program in a Landlock domain still read another process's
 /// `/proc/<pid>/environ` (the runtime's, with the user's API keys: found on Linux 6.18),
 /// `CAP_SYS_PTRACE` is the one that inspects other processes, and `CAP_SETFCAP` would let
-/// it plant a binary with file capabilities for someone else to run. Dropped from the
+/// it plant a binary with file capabilities for someone else to run; without
+/// `CAP_FSETID` a set-ID program it writes loses its set-ID bits. Dropped from the
 /// bounding set of the thread that starts the program (as root, what the program gets
 /// at `execve`). Without `CAP_SETPCAP` (not root) nothing is dropped, and nothing needs
 /// to be: such a program has no capability, and `no_new_privs` (set with Landlock) keeps
@@ -328,6 +329,9 @@ fn drop_inspection_capabilities() {
         // A file capability it sets (`setcap cap_sys_ptrace+ep ./py` in the workspace)
         // would give another user of the machine what the command lacks.
         CapabilitySet::SETFCAP,
+        // Without it, writing a set-ID program clears its set-ID bits (as for any user):
+        // the command cannot turn one it finds into its own (see `confine_syscalls`).
+        CapabilitySet::FSETID,
     ] {
         let _ = remove_capability_from_bounding_set(capability);
     }
