@@ -622,10 +622,23 @@ mod filters {
         SeccompRule::new(conditions).map_err(|e| failed(&e))
     }
 
+    /// The program: `rules` matched, `action`; else allowed. On x86-64 each call is also
+    /// ruled under its x32 number (`__X32_SYSCALL_BIT`, same architecture in the
+    /// filter's eyes), on kernels that enable that ABI. A call of another architecture
+    /// (`int 0x80`) kills the process (the filter's architecture check).
     fn program(
-        rules: BTreeMap<i64, Vec<SeccompRule>>,
+        mut rules: BTreeMap<i64, Vec<SeccompRule>>,
         action: SeccompAction,
     ) -> Result<BpfProgram, String> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            const X32: i64 = 0x4000_0000;
+            let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+                .iter()
+                .map(|(call, rules)| (call | X32, rules.clone()))
+                .collect();
+            rules.extend(x32);
+        }
         let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
             .map_err(|e| failed(&e))?;
