@@ -382,34 +382,60 @@ fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
         .unwrap_or_else(|| panic!("{seen}"))
         .trim();
     let effective = u64::from_str_radix(hex, 16).unwrap();
-    // CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_SETFCAP 31, CAP_PERFMON 38.
+    // CAP_FSETID 4, CAP_SYS_RAWIO 17, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21,
+    // CAP_MKNOD 27, CAP_SETFCAP 31, CAP_PERFMON 38.
     for (name, bit) in [
+        ("CAP_FSETID", 4),
+        ("CAP_SYS_RAWIO", 17),
         ("CAP_SYS_PTRACE", 19),
         ("CAP_SYS_ADMIN", 21),
+        ("CAP_MKNOD", 27),
         ("CAP_SETFCAP", 31),
         ("CAP_PERFMON", 38),
     ] {
         assert_eq!(effective & (1 << bit), 0, "{name} in {hex}");
     }
+    // What root keeps (Docker's default set less CAP_MKNOD, CAP_FSETID, CAP_SETFCAP):
+    // CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, KILL 5, SETGID 6, SETUID 7, SETPCAP 8,
+    // NET_BIND_SERVICE 10, NET_RAW 13, SYS_CHROOT 18, AUDIT_WRITE 29; nothing else.
+    let kept: u64 = [0, 1, 3, 5, 6, 7, 8, 10, 13, 18, 29]
+        .iter()
+        .map(|bit| 1 << bit)
+        .sum();
+    assert_eq!(effective & !kept, 0, "more than the kept set in {hex}");
+    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    if root {
+        // Ordinary root work (owning and writing any file) still has what it needs.
+        assert_eq!(
+            effective & kept,
+            kept,
+            "root lost part of the kept set: {hex}"
+        );
+    }
 }
 
 /// Landlock rules paths, not modes: a sandboxed command could `chmod 4755` a program it
 /// wrote in the workspace (or create one with that mode), for another user of the
-/// machine to run as the command's user (root in CI). Every way to ask for a set-ID bit
-/// now fails, ordinary modes still work, and a set-ID program already in the workspace
-/// loses its bits when the command writes it (no `CAP_FSETID`).
+/// machine to run as the command's user (root in CI). Every way to ask for a set-user-ID
+/// bit now fails (a set-group-ID one too when the group is root's), `openat2` (whose
+/// mode a filter cannot read) answers `ENOSYS`, no device node can be made, ordinary
+/// modes still work, and a set-ID program already in the workspace loses its bits when
+/// the command writes it (no `CAP_FSETID`).
 #[test]
 fn a_sandboxed_tool_cannot_leave_a_set_id_program_behind() {
-    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    // The group the runtime (and so the command) runs with.
+    let root_group = std::fs::metadata("/proc/self").unwrap().gid() == 0;
     let command = r#"cp /bin/true plain && chmod 755 plain && chmod +x plain
-cp /bin/true a && chmod 4755 a; chmod u+s a; chmod g+s a
+cp /bin/true a && chmod 4755 a; chmod u+s a
 python3 - <<'PY'
-import os
+import ctypes, os
 for name, make in [
     ("b", lambda: os.open("b", os.O_CREAT | os.O_WRONLY, 0o4755)),
     ("c", lambda: os.open("c", os.O_CREAT | os.O_WRONLY, 0o2755)),
     ("d", lambda: os.mknod("d", 0o104755)),
     ("e", lambda: os.chmod(os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o4755), 0o755)),
+    ("n", lambda: os.mknod("n", 0o20666, os.makedev(1, 3))),
 ]:
     try:
         make()
@@ -418,10 +444,15 @@ for name, make in [
         print(name, "refused", e.errno)
 fd = os.open("f", os.O_CREAT | os.O_WRONLY, 0o755)
 try:
-    os.fchmod(fd, 0o6755)
+    os.fchmod(fd, 0o4755)
     print("f fchmod made")
 except OSError as e:
     print("f fchmod refused", e.errno)
+# openat2(AT_FDCWD, "h", {flags O_CREAT|O_WRONLY, mode 04755, resolve 0}, 24)
+libc = ctypes.CDLL(None, use_errno=True)
+how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+r = libc.syscall(437, -100, b"h", how, 24)
+print("h openat2", "made" if r >= 0 else "refused %d" % ctypes.get_errno())
 PY
 install -m 4755 /bin/true g
 echo appended >> planted
@@ -442,23 +473,33 @@ stat -c 'mode %a %n' plain a b c f g planted 2>&1"#;
         .filter_map(|l| l.split_once(' '))
         .map(|(mode, name)| (name, u32::from_str_radix(mode, 8).unwrap()))
         .collect();
-    // `b` to `e` were never made; `g` is whatever `install` left.
+    // `b`, `d`, `e` and `h` were never made; `g` is whatever `install` left.
     for name in ["plain", "a", "f", "planted"] {
         assert!(modes.iter().any(|(n, _)| *n == name), "no {name}: {seen}");
     }
     for (name, mode) in &modes {
-        assert_eq!(mode & 0o6000, 0, "{name} is set-ID: {seen}");
+        assert_eq!(mode & 0o4000, 0, "{name} is set-user-ID: {seen}");
+        if root_group {
+            assert_eq!(mode & 0o2000, 0, "{name} is set-group-ID: {seen}");
+        }
     }
     assert!(modes.contains(&("plain", 0o755)), "{seen}");
-    // EPERM (1) for the modes a filter reads; `mknod` of a regular file is refused too.
-    for refused in [
+    // EPERM (1) for the modes a filter reads and for a device node (no `CAP_MKNOD`),
+    // ENOSYS (38) for `openat2`.
+    let mut refused = vec![
         "b refused 1",
-        "c refused 1",
         "d refused 1",
         "e refused 1",
+        "n refused 1",
         "f fchmod refused 1",
-    ] {
+        "h openat2 refused 38",
+    ];
+    if root_group {
+        refused.push("c refused 1");
+    } else {
+        assert!(seen.contains("c made"), "{seen}");
+    }
+    for refused in refused {
         assert!(seen.contains(refused), "{refused}: {seen}");
     }
-    assert!(!seen.contains(" made"), "{seen}");
 }

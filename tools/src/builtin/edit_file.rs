@@ -77,7 +77,7 @@ fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {
     } else {
         text.replacen(old, new, 1)
     };
-    match std::fs::write(&path, updated) {
+    match super::write_in_place(&path, updated.as_bytes()) {
         Ok(()) => ToolOutput::ok(format!(
             "replaced {count} occurrence{} in {raw:?}",
             if count == 1 { "" } else { "s" }

@@ -177,3 +177,24 @@ fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u
 fn looks_binary(bytes: &[u8]) -> bool {
     bytes.iter().take(8192).any(|b| *b == 0)
 }
+
+/// Writes `content` over the file at `path` (made when missing), as `std::fs::write`
+/// does, except that an existing set-user-ID or set-group-ID file loses those bits
+/// first: what the kernel does for a writer without `CAP_FSETID`, which the runtime run
+/// as root has. Else a model's `write_file` or `edit_file` could change the program of
+/// a set-ID file in the workspace and keep it set-ID (as a sandboxed command cannot:
+/// docs/security.md).
+pub(crate) fn write_in_place(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    let mode = metadata.permissions().mode();
+    if metadata.is_file() && mode & 0o6000 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o1777))?;
+    }
+    std::io::Write::write_all(&mut file, content)
+}

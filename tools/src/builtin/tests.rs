@@ -233,3 +233,54 @@ mod agent {
         }
     }
 }
+
+/// A set-ID program in the workspace keeps its bits when root writes it (`CAP_FSETID`):
+/// `write_file` and `edit_file`, run by the runtime, clear them first, as the kernel does
+/// for any other writer, and keep the rest of the mode.
+#[tokio::test]
+async fn writing_a_set_id_file_clears_its_set_id_bits() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let ctx = context(dir.path());
+    let registered = all(SandboxRunner::unset());
+    let tool = |name: &str| {
+        registered
+            .iter()
+            .find(|tool| tool.spec().name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    for (name, args) in [
+        (
+            "write_file",
+            serde_json::json!({"path": "prog", "content": "#!/bin/sh\necho two\n"}),
+        ),
+        (
+            "edit_file",
+            serde_json::json!({"path": "prog", "old_string": "one", "new_string": "two"}),
+        ),
+    ] {
+        let path = dir.path().join("prog");
+        std::fs::write(&path, "#!/bin/sh\necho one\n").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6755))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let output = tool(name)
+            .call(
+                &ctx,
+                args,
+                tokio_util::sync::CancellationToken::new(),
+                &Quiet,
+            )
+            .await;
+        assert!(!output.is_error, "{name}: {output:?}");
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o755, "{name} left mode {mode:o}");
+        assert_eq!(
+            std::fs::read_to_string(&path).ok().as_deref(),
+            Some("#!/bin/sh\necho two\n"),
+            "{name}"
+        );
+    }
+}

@@ -50,7 +50,7 @@ fn write(ctx: &ToolContext, args: &WriteArgs) -> ToolOutput {
         return ToolOutput::error(format!("cannot create the directories of {raw:?}: {e}"));
     }
     let existed = path.exists();
-    match std::fs::write(&path, content) {
+    match super::write_in_place(&path, content.as_bytes()) {
         Ok(()) => ToolOutput::ok(format!(
             "{} {raw:?} ({} bytes)",
             if existed { "overwrote" } else { "created" },

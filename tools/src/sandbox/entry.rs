@@ -546,20 +546,21 @@ pub fn apply_policy(
 }
 
 /// Keeps the calling thread (and what it starts) from doing what no Landlock rule
-/// covers, with two seccomp filters (built once, installed per call; they need
-/// `no_new_privs`, which Landlock sets):
+/// covers, with one seccomp program (built once per process, installed per call; it
+/// needs `no_new_privs`, which Landlock sets):
 ///
-/// - **`set_id` (every policy but `None`): no set-user-ID or set-group-ID file left
-///   behind.** Landlock rules paths, not
-///   modes: a command that may write the workspace could `chmod 4755` (or create with
-///   that mode, through `open`, `openat`, `creat` or `mknod`) a program there, which
-///   another user of the machine could then run as the command's user (as root, as
-///   root). Those calls fail with `EPERM` when they ask for `S_ISUID` or `S_ISGID`;
-///   every other mode works (`chmod +x`, `chmod 600`, `install -m 755`). `openat2`
-///   (whose mode the filter cannot read) and `io_uring_setup` (whose ring opens files
-///   with a mode) answer `ENOSYS`, so callers fall back to `openat`. A set-ID program
-///   that already exists loses its bits when the command writes it (the thread that
-///   starts the command drops `CAP_FSETID`, see `supervise.rs`).
+/// - **`set_id` (every policy but `None`): no set-user-ID file left behind** (nor,
+///   run with the root group, a set-group-ID one). Landlock rules paths, not modes: a
+///   command that may write the workspace could `chmod 4755` (or create with that
+///   mode, through `open`, `openat`, `creat` or `mknod`) a program there, which another
+///   user of the machine could then run as the command's user (as root, as root).
+///   Those calls fail with `EPERM` when they ask for `S_ISUID` (and, when the helper's
+///   group is root, `S_ISGID`); every other mode works (`chmod +x`, `chmod 600`,
+///   `install -m 755`). `S_ISGID` stays allowed for other groups: `chmod` of a
+///   directory that has it (a group-shared project) passes it back, so refusing it
+///   broke plain `chmod 755` and `git init --shared` there. `openat2` (whose mode the
+///   filter cannot read) and `io_uring_setup` (whose ring opens files with a mode)
+///   answer `ENOSYS`, so callers fall back to `openat`.
 /// - **`shielded`: no other process's resource limits** (`prlimit64` with a pid other
 ///   than 0, which a same-user process may do without ptrace): a shielded command could
 ///   otherwise lower its helper's open-file limit, blinding the helper's kill of the
@@ -568,30 +569,29 @@ pub fn apply_policy(
 ///   `setrlimit` (pid 0) keep working.
 ///
 /// # Errors
-/// A message when a filter cannot be built or installed.
+/// A message when the program cannot be built or installed.
 #[cfg(feature = "landlock")]
 pub(crate) fn confine_syscalls(set_id: bool, shielded: bool) -> Result<(), String> {
-    use seccompiler::BpfProgram;
-    use std::sync::OnceLock;
-    type Built = OnceLock<Result<BpfProgram, String>>;
-    static SET_ID: Built = OnceLock::new();
-    static ABSENT: Built = OnceLock::new();
-    static OTHERS_LIMITS: Built = OnceLock::new();
-    let mut programs = Vec::with_capacity(3);
-    if set_id {
-        programs.push(SET_ID.get_or_init(filters::set_id));
-        programs.push(ABSENT.get_or_init(filters::absent));
-    }
-    if shielded {
-        programs.push(OTHERS_LIMITS.get_or_init(filters::others_limits));
-    }
-    for program in programs {
-        let program = program.as_ref().map_err(Clone::clone)?;
-        seccompiler::apply_filter(program)
-            .map_err(|e| format!("cannot install the seccomp filter: {e}"))?;
-    }
-    Ok(())
+    let Some(program) = filters::program(set_id, shielded) else {
+        return Ok(());
+    };
+    let program = program.as_ref().map_err(Clone::clone)?;
+    seccompiler::apply_filter(program)
+        .map_err(|e| format!("cannot install the seccomp filter: {e}"))
 }
+
+/// Builds the programs [`confine_syscalls`] installs, so that a process forked after it
+/// (each call of the persistent helper) installs one without building it.
+#[cfg(feature = "landlock")]
+pub(crate) fn prepare_syscall_filters() {
+    for (set_id, shielded) in [(true, false), (true, true), (false, true)] {
+        let _ = filters::program(set_id, shielded);
+    }
+}
+
+/// Without Landlock no filter is installed.
+#[cfg(not(feature = "landlock"))]
+pub(crate) fn prepare_syscall_filters() {}
 
 /// The programs [`confine_syscalls`] installs.
 #[cfg(feature = "landlock")]
@@ -599,9 +599,27 @@ mod filters {
     use nix::libc;
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-        SeccompRule, TargetArch,
+        SeccompRule, TargetArch, sock_filter,
     };
     use std::collections::BTreeMap;
+    use std::sync::OnceLock;
+
+    type Built = OnceLock<Result<BpfProgram, String>>;
+
+    /// The program for `set_id` and `shielded` (none for neither), built on first use.
+    pub(super) fn program(
+        set_id: bool,
+        shielded: bool,
+    ) -> Option<&'static Result<BpfProgram, String>> {
+        static BUILT: [Built; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        let index = match (set_id, shielded) {
+            (false, false) => return None,
+            (true, false) => 0,
+            (true, true) => 1,
+            (false, true) => 2,
+        };
+        Some(BUILT[index].get_or_init(|| build(set_id, shielded)))
+    }
 
     fn failed(e: &dyn std::fmt::Display) -> String {
         format!("cannot build the seccomp filter: {e}")
@@ -622,11 +640,11 @@ mod filters {
         SeccompRule::new(conditions).map_err(|e| failed(&e))
     }
 
-    /// The program: `rules` matched, `action`; else allowed. On x86-64 each call is also
-    /// ruled under its x32 number (`__X32_SYSCALL_BIT`, same architecture in the
-    /// filter's eyes), on kernels that enable that ABI. A call of another architecture
+    /// `rules` matched answer `action`; the rest is allowed. On x86-64 each call is also
+    /// ruled under its x32 number (`__X32_SYSCALL_BIT`, the same architecture in the
+    /// filter's eyes), for kernels that enable that ABI. A call of another architecture
     /// (`int 0x80`) kills the process (the filter's architecture check).
-    fn program(
+    fn compile(
         mut rules: BTreeMap<i64, Vec<SeccompRule>>,
         action: SeccompAction,
     ) -> Result<BpfProgram, String> {
@@ -645,12 +663,68 @@ mod filters {
         BpfProgram::try_from(filter).map_err(|e| failed(&e))
     }
 
-    /// Calls that fail with `EPERM`: a mode with a set-ID bit.
-    pub(super) fn set_id() -> Result<BpfProgram, String> {
-        const SET_ID: [u32; 2] = [libc::S_ISUID, libc::S_ISGID];
+    /// `first` then `then` as one program (one to install, and to compile in the
+    /// kernel, per call: a second one cost about 0.05 ms of the helper's CPU): each
+    /// "allow" answer of `first` becomes a jump to the start of `then`. Both are
+    /// complete programs (their own architecture check), and classic BPF jumps only
+    /// forward, so `first`'s own jumps keep their targets.
+    pub(super) fn chain(mut first: BpfProgram, then: BpfProgram) -> BpfProgram {
+        #[allow(clippy::cast_possible_truncation)]
+        let (ret, jump) = (
+            (libc::BPF_RET | libc::BPF_K) as u16,
+            (libc::BPF_JMP | libc::BPF_JA) as u16,
+        );
+        let len = first.len();
+        for (i, insn) in first.iter_mut().enumerate() {
+            if insn.code == ret && insn.k == libc::SECCOMP_RET_ALLOW {
+                let past = u32::try_from(len - i - 1).unwrap_or(u32::MAX);
+                *insn = sock_filter {
+                    code: jump,
+                    jt: 0,
+                    jf: 0,
+                    k: past,
+                };
+            }
+        }
+        first.extend(then);
+        first
+    }
+
+    fn build(set_id: bool, shielded: bool) -> Result<BpfProgram, String> {
+        let mut refused = BTreeMap::new();
+        if set_id {
+            set_id_rules(&mut refused, rustix::process::getegid().is_root())?;
+        }
+        if shielded {
+            let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
+                .map_err(|e| failed(&e))?;
+            refused.insert(libc::SYS_prlimit64, vec![rule(vec![other_pid])?]);
+        }
+        let refused = compile(refused, SeccompAction::Errno(libc::EPERM.unsigned_abs()))?;
+        if !set_id {
+            return Ok(refused);
+        }
+        // Answered as on a kernel without them: their mode cannot be read by a filter.
+        let absent = [libc::SYS_openat2, libc::SYS_io_uring_setup]
+            .into_iter()
+            .map(|call| (call, Vec::new()))
+            .collect();
+        let absent = compile(absent, SeccompAction::Errno(libc::ENOSYS.unsigned_abs()))?;
+        Ok(chain(refused, absent))
+    }
+
+    /// The calls that ask for `S_ISUID` (and `S_ISGID` when `root_group`).
+    fn set_id_rules(
+        rules: &mut BTreeMap<i64, Vec<SeccompRule>>,
+        root_group: bool,
+    ) -> Result<(), String> {
+        let set_id: &[u32] = if root_group {
+            &[libc::S_ISUID, libc::S_ISGID]
+        } else {
+            &[libc::S_ISUID]
+        };
         #[allow(clippy::cast_sign_loss)]
         const CREATE: [u32; 2] = [libc::O_CREAT as u32, libc::O_TMPFILE as u32];
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
         // Calls whose mode is argument `index`, whatever their flags.
         let mut moded = vec![
             (libc::SYS_fchmod, 1),
@@ -665,11 +739,11 @@ mod filters {
             (libc::SYS_mknod, 1),
         ]);
         for (call, index) in moded {
-            for bit in SET_ID {
+            for bit in set_id {
                 rules
                     .entry(call)
                     .or_default()
-                    .push(rule(vec![has(index, bit)?])?);
+                    .push(rule(vec![has(index, *bit)?])?);
             }
         }
         // Calls whose mode (argument `mode`) counts only with a creating flag
@@ -679,35 +753,15 @@ mod filters {
         opening.push((libc::SYS_open, 1, 2));
         for (call, flags, mode) in opening {
             for create in CREATE {
-                for bit in SET_ID {
+                for bit in set_id {
                     rules
                         .entry(call)
                         .or_default()
-                        .push(rule(vec![has(flags, create)?, has(mode, bit)?])?);
+                        .push(rule(vec![has(flags, create)?, has(mode, *bit)?])?);
                 }
             }
         }
-        program(rules, SeccompAction::Errno(libc::EPERM.unsigned_abs()))
-    }
-
-    /// `prlimit64` of another process fails with `EPERM`.
-    pub(super) fn others_limits() -> Result<BpfProgram, String> {
-        let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
-            .map_err(|e| failed(&e))?;
-        let rules = [(libc::SYS_prlimit64, vec![rule(vec![other_pid])?])]
-            .into_iter()
-            .collect();
-        program(rules, SeccompAction::Errno(libc::EPERM.unsigned_abs()))
-    }
-
-    /// Calls that answer `ENOSYS` (as on a kernel without them): their mode cannot be
-    /// read by a filter.
-    pub(super) fn absent() -> Result<BpfProgram, String> {
-        let rules = [libc::SYS_openat2, libc::SYS_io_uring_setup]
-            .into_iter()
-            .map(|call| (call, Vec::new()))
-            .collect();
-        program(rules, SeccompAction::Errno(libc::ENOSYS.unsigned_abs()))
+        Ok(())
     }
 }
 

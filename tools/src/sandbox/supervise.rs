@@ -282,7 +282,7 @@ fn start_confined(
                 .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
                 // A ruleset built for another policy goes before the program starts.
                 drop(prebuilt);
-                drop_inspection_capabilities();
+                drop_capabilities();
                 if shielded {
                     // Without it the program cannot touch the shield's mounts (Landlock
                     // refuses mount calls too, but not `mount_setattr` or `setns`).
@@ -310,29 +310,43 @@ fn start_confined(
     })
 }
 
-/// Capabilities a confined program run as root must not have: with `CAP_SYS_ADMIN` or
-/// `CAP_PERFMON` a root program in a Landlock domain still read another process's
-/// `/proc/<pid>/environ` (the runtime's, with the user's API keys: found on Linux 6.18),
-/// `CAP_SYS_PTRACE` is the one that inspects other processes, and `CAP_SETFCAP` would let
-/// it plant a binary with file capabilities for someone else to run; without
-/// `CAP_FSETID` a set-ID program it writes loses its set-ID bits. Dropped from the
+/// What a confined program run as root keeps of its capabilities: the set container
+/// runtimes give root in a container (Docker's default) less `CAP_MKNOD`, `CAP_FSETID`
+/// and `CAP_SETFCAP` — owning, reading and writing any file, changing users, signals,
+/// raw sockets (`ping`), low ports, `chroot`. Every other capability is dropped from the
 /// bounding set of the thread that starts the program (as root, what the program gets
-/// at `execve`). Without `CAP_SETPCAP` (not root) nothing is dropped, and nothing needs
-/// to be: such a program has no capability, and `no_new_privs` (set with Landlock) keeps
-/// file capabilities from granting any at `execve`.
-fn drop_inspection_capabilities() {
+/// at `execve`), among them the ones attacks used or would use:
+///
+/// - `CAP_SYS_ADMIN` or `CAP_PERFMON`: a root program in a Landlock domain still read
+///   another process's `/proc/<pid>/environ` (the runtime's, with the user's API keys:
+///   found on Linux 6.18); `CAP_SYS_PTRACE` inspects other processes;
+/// - `CAP_SETFCAP`: a file capability it set (`setcap cap_sys_ptrace+ep ./py` in the
+///   workspace) would give another user of the machine what the command lacks;
+/// - `CAP_FSETID`: without it, writing a set-ID program clears its set-ID bits (see
+///   `confine_syscalls`);
+/// - `CAP_MKNOD`: a device node it made in the workspace (`mknod disk b 7 0`) is
+///   writable there under Landlock's rule for the workspace, and by anyone it chose;
+/// - `CAP_SYS_RAWIO`, `CAP_DAC_READ_SEARCH` (`open_by_handle_at`), `CAP_SYS_MODULE`,
+///   `CAP_BPF`, `CAP_NET_ADMIN`, `CAP_SYS_TIME`, `CAP_SYS_BOOT`, …: ways around a
+///   sandbox or into the machine that no agent's command needs.
+///
+/// Without `CAP_SETPCAP` (not root) nothing is dropped, and nothing needs to be: such a
+/// program has no capability, and `no_new_privs` (set with Landlock) keeps file
+/// capabilities from granting any at `execve`.
+fn drop_capabilities() {
     use rustix::thread::{CapabilitySet, remove_capability_from_bounding_set};
-    for capability in [
-        CapabilitySet::SYS_ADMIN,
-        CapabilitySet::PERFMON,
-        CapabilitySet::SYS_PTRACE,
-        // A file capability it sets (`setcap cap_sys_ptrace+ep ./py` in the workspace)
-        // would give another user of the machine what the command lacks.
-        CapabilitySet::SETFCAP,
-        // Without it, writing a set-ID program clears its set-ID bits (as for any user):
-        // the command cannot turn one it finds into its own (see `confine_syscalls`).
-        CapabilitySet::FSETID,
-    ] {
+    let kept = CapabilitySet::CHOWN
+        | CapabilitySet::DAC_OVERRIDE
+        | CapabilitySet::FOWNER
+        | CapabilitySet::KILL
+        | CapabilitySet::SETGID
+        | CapabilitySet::SETUID
+        | CapabilitySet::SETPCAP
+        | CapabilitySet::NET_BIND_SERVICE
+        | CapabilitySet::NET_RAW
+        | CapabilitySet::SYS_CHROOT
+        | CapabilitySet::AUDIT_WRITE;
+    for capability in CapabilitySet::all().difference(kept).iter() {
         let _ = remove_capability_from_bounding_set(capability);
     }
 }
