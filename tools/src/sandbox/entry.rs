@@ -640,23 +640,13 @@ mod filters {
         SeccompRule::new(conditions).map_err(|e| failed(&e))
     }
 
-    /// `rules` matched answer `action`; the rest is allowed. On x86-64 each call is also
-    /// ruled under its x32 number (`__X32_SYSCALL_BIT`, the same architecture in the
-    /// filter's eyes), for kernels that enable that ABI. A call of another architecture
-    /// (`int 0x80`) kills the process (the filter's architecture check).
+    /// `rules` matched answer `action`; the rest is allowed. A call of another
+    /// architecture (`int 0x80` on x86-64) kills the process (the filter's architecture
+    /// check).
     fn compile(
-        mut rules: BTreeMap<i64, Vec<SeccompRule>>,
+        rules: BTreeMap<i64, Vec<SeccompRule>>,
         action: SeccompAction,
     ) -> Result<BpfProgram, String> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            const X32: i64 = 0x4000_0000;
-            let x32: Vec<(i64, Vec<SeccompRule>)> = rules
-                .iter()
-                .map(|(call, rules)| (call | X32, rules.clone()))
-                .collect();
-            rules.extend(x32);
-        }
         let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| failed(&e))?;
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
             .map_err(|e| failed(&e))?;
@@ -668,7 +658,7 @@ mod filters {
     /// "allow" answer of `first` becomes a jump to the start of `then`. Both are
     /// complete programs (their own architecture check), and classic BPF jumps only
     /// forward, so `first`'s own jumps keep their targets.
-    pub(super) fn chain(mut first: BpfProgram, then: BpfProgram) -> BpfProgram {
+    fn chain(mut first: BpfProgram, then: BpfProgram) -> BpfProgram {
         #[allow(clippy::cast_possible_truncation)]
         let (ret, jump) = (
             (libc::BPF_RET | libc::BPF_K) as u16,
@@ -690,6 +680,41 @@ mod filters {
         first
     }
 
+    /// On x86-64, every call of the x32 ABI (its number with `__X32_SYSCALL_BIT`, the
+    /// same architecture in a filter's eyes, on kernels that enable that ABI) answers
+    /// `ENOSYS`: else `chmod` under its x32 number would pass the rules. (Ruling each
+    /// call under both numbers doubled the program, and its cost per call.)
+    fn x32_absent() -> BpfProgram {
+        #[allow(clippy::cast_possible_truncation)]
+        let code = |c: u32| c as u16;
+        let stmt = |c: u32, k: u32| sock_filter {
+            code: code(c),
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        if cfg!(target_arch = "x86_64") {
+            vec![
+                // The call's number (`seccomp_data.nr`, offset 0).
+                stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+                // x32: the next instruction; else the one after it.
+                sock_filter {
+                    code: code(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K),
+                    jt: 0,
+                    jf: 1,
+                    k: 0x4000_0000,
+                },
+                stmt(
+                    libc::BPF_RET | libc::BPF_K,
+                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS.unsigned_abs(),
+                ),
+                stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+            ]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn build(set_id: bool, shielded: bool) -> Result<BpfProgram, String> {
         let mut refused = BTreeMap::new();
         if set_id {
@@ -700,7 +725,10 @@ mod filters {
                 .map_err(|e| failed(&e))?;
             refused.insert(libc::SYS_prlimit64, vec![rule(vec![other_pid])?]);
         }
-        let refused = compile(refused, SeccompAction::Errno(libc::EPERM.unsigned_abs()))?;
+        let refused = chain(
+            x32_absent(),
+            compile(refused, SeccompAction::Errno(libc::EPERM.unsigned_abs()))?,
+        );
         if !set_id {
             return Ok(refused);
         }
@@ -923,4 +951,21 @@ mod tests {
             );
         }
     }
+}
+/// The kernel compiles a call's seccomp program each time one is installed (a part of
+/// each sandboxed call's cost, measured in docs/benchmarks.md): it stays small.
+#[cfg(all(test, feature = "landlock"))]
+#[test]
+fn each_seccomp_program_stays_small() {
+    for (set_id, shielded) in [(true, false), (true, true), (false, true)] {
+        let program = filters::program(set_id, shielded)
+            .and_then(|built| built.as_ref().ok())
+            .unwrap_or_else(|| panic!("no program for {set_id} {shielded}"));
+        assert!(
+            program.len() < 256,
+            "{set_id} {shielded}: {} instructions",
+            program.len()
+        );
+    }
+    assert!(filters::program(false, false).is_none());
 }
