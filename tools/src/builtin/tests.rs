@@ -108,6 +108,25 @@ fn every_built_in_file_tool_is_a_typed_tool_advertising_its_argument_type() {
     }
 }
 
+/// Calls the built-in `name` of `tools` with `args`, its progress dropped.
+async fn call(
+    tools: &[std::sync::Arc<dyn Tool>],
+    name: &str,
+    ctx: &ToolContext,
+    args: serde_json::Value,
+) -> crate::ToolOutput {
+    let Some(tool) = tools.iter().find(|tool| tool.spec().name == name) else {
+        panic!("{name} is not a built-in");
+    };
+    tool.call(
+        ctx,
+        args,
+        tokio_util::sync::CancellationToken::new(),
+        &Quiet,
+    )
+    .await
+}
+
 fn context(cwd: &std::path::Path) -> ToolContext {
     ToolContext {
         cwd: cwd.to_path_buf(),
@@ -148,17 +167,7 @@ async fn a_wrong_typed_argument_to_a_built_in_file_tool_gets_the_typed_error() {
     ];
     let registered = all(SandboxRunner::unset());
     for (spec, args, error) in cases {
-        let Some(tool) = registered.iter().find(|tool| tool.spec().name == spec.name) else {
-            panic!("{} is not a built-in", spec.name);
-        };
-        let output = tool
-            .call(
-                &ctx,
-                args,
-                tokio_util::sync::CancellationToken::new(),
-                &Quiet,
-            )
-            .await;
+        let output = call(&registered, &spec.name, &ctx, args).await;
         assert!(output.is_error, "{}: {output:?}", spec.name);
         assert_eq!(
             output.content,
@@ -243,12 +252,6 @@ async fn writing_a_set_id_file_clears_its_set_id_bits() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let ctx = context(dir.path());
     let registered = all(SandboxRunner::unset());
-    let tool = |name: &str| {
-        registered
-            .iter()
-            .find(|tool| tool.spec().name == name)
-            .unwrap_or_else(|| panic!("no {name}"))
-    };
     for (name, args) in [
         (
             "write_file",
@@ -263,14 +266,7 @@ async fn writing_a_set_id_file_clears_its_set_id_bits() {
         std::fs::write(&path, "#!/bin/sh\necho one\n").unwrap_or_else(|e| panic!("{e}"));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6755))
             .unwrap_or_else(|e| panic!("{e}"));
-        let output = tool(name)
-            .call(
-                &ctx,
-                args,
-                tokio_util::sync::CancellationToken::new(),
-                &Quiet,
-            )
-            .await;
+        let output = call(&registered, name, &ctx, args).await;
         assert!(!output.is_error, "{name}: {output:?}");
         let mode = std::fs::metadata(&path)
             .unwrap_or_else(|e| panic!("{e}"))
