@@ -194,7 +194,9 @@ pub(crate) fn write_in_place(path: &std::path::Path, content: &[u8]) -> std::io:
     let metadata = file.metadata()?;
     let mode = metadata.permissions().mode();
     if metadata.is_file() && mode & 0o6000 != 0 {
-        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o1777))?;
+        // Refused only to a writer that does not own the file and lacks `CAP_FOWNER`:
+        // one without `CAP_FSETID` too, whose write the kernel clears the bits for.
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode & 0o1777));
     }
     std::io::Write::write_all(&mut file, content)
 }

@@ -653,8 +653,8 @@ mod filters {
         BpfProgram::try_from(filter).map_err(|e| failed(&e))
     }
 
-    /// `first` then `then` as one program (one to install, and to compile in the
-    /// kernel, per call: a second one cost about 0.05 ms of the helper's CPU): each
+    /// `first` then `then` as one program (one for the kernel to compile and install
+    /// per call, a part of each call's cost): each
     /// "allow" answer of `first` becomes a jump to the start of `then`. Both are
     /// complete programs (their own architecture check), and classic BPF jumps only
     /// forward, so `first`'s own jumps keep their targets.
