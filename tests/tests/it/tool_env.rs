@@ -368,33 +368,56 @@ fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
     );
 }
 
-/// Run as root (CI), a sandboxed command still had `CAP_SYS_ADMIN` and `CAP_PERFMON`
-/// (with which it read the runtime's environment through Landlock), `CAP_SYS_PTRACE`
-/// and `CAP_SETFCAP` (with which it planted `setcap cap_sys_ptrace+ep ./py` in the
-/// workspace for another user to run); it has none of them now. (Run as an ordinary
-/// user it has no capability at all.)
-#[test]
-fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
-    let seen = tool_message_of("auto", "grep CapEff /proc/self/status", |foya, _| foya);
+/// The capabilities a sandboxed `shell` call's command has (`CapEff` of its
+/// `/proc/self/status`), in a `foya run` started by `wrap` (a program and its first
+/// arguments, or none).
+fn sandboxed_effective_capabilities(wrap: &[&str]) -> (u64, String) {
+    let seen = tool_message_of("auto", "grep CapEff /proc/self/status", |foya, _| {
+        let Some((program, args)) = wrap.split_first() else {
+            return foya;
+        };
+        let mut wrapped = std::process::Command::new(program);
+        wrapped
+            .args(args)
+            .arg(foya.get_program())
+            .args(foya.get_args());
+        for (key, value) in foya.get_envs() {
+            match value {
+                Some(value) => wrapped.env(key, value),
+                None => wrapped.env_remove(key),
+            };
+        }
+        if let Some(dir) = foya.get_current_dir() {
+            wrapped.current_dir(dir);
+        }
+        wrapped
+    });
     let hex = seen
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .unwrap_or_else(|| panic!("{seen}"))
-        .trim();
-    let effective = u64::from_str_radix(hex, 16).unwrap();
-    // CAP_FSETID 4, CAP_SYS_RAWIO 17, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21,
-    // CAP_MKNOD 27, CAP_SETFCAP 31, CAP_PERFMON 38.
-    for (name, bit) in [
-        ("CAP_FSETID", 4),
-        ("CAP_SYS_RAWIO", 17),
-        ("CAP_SYS_PTRACE", 19),
-        ("CAP_SYS_ADMIN", 21),
-        ("CAP_MKNOD", 27),
-        ("CAP_SETFCAP", 31),
-        ("CAP_PERFMON", 38),
-    ] {
-        assert_eq!(effective & (1 << bit), 0, "{name} in {hex}");
-    }
+        .trim()
+        .to_owned();
+    (u64::from_str_radix(&hex, 16).unwrap(), hex)
+}
+
+/// Run as root (CI), a sandboxed command still had `CAP_SYS_ADMIN` and `CAP_PERFMON`
+/// (with which it read the runtime's environment through Landlock), `CAP_SYS_PTRACE`
+/// and `CAP_SETFCAP` (with which it planted `setcap cap_sys_ptrace+ep ./py` in the
+/// workspace for another user to run), `CAP_MKNOD` (a device node in the workspace is
+/// writable there); it keeps only a container's default set less those, also when what
+/// started Foya left capabilities in its inheritable set (which root's `execve` adds
+/// to the bounding set's: `setpriv --inh-caps`, as older container runtimes and
+/// `pam_cap` did). (Run as an ordinary user it has no capability at all.)
+#[test]
+fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
+    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    let inherited: &[&str] = &[
+        "setpriv",
+        "--inh-caps=+sys_admin,+mknod,+setfcap,+sys_ptrace,+fsetid",
+        "--",
+    ];
+    let runs: &[&[&str]] = if root { &[&[], inherited] } else { &[&[]] };
     // What root keeps (Docker's default set less CAP_MKNOD, CAP_FSETID, CAP_SETFCAP):
     // CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, KILL 5, SETGID 6, SETUID 7, SETPCAP 8,
     // NET_BIND_SERVICE 10, NET_RAW 13, SYS_CHROOT 18, AUDIT_WRITE 29; nothing else.
@@ -402,15 +425,34 @@ fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
         .iter()
         .map(|bit| 1 << bit)
         .sum();
-    assert_eq!(effective & !kept, 0, "more than the kept set in {hex}");
-    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
-    if root {
-        // Ordinary root work (owning and writing any file) still has what it needs.
+    for wrap in runs {
+        let (effective, hex) = sandboxed_effective_capabilities(wrap);
+        // CAP_FSETID 4, CAP_SYS_RAWIO 17, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21,
+        // CAP_MKNOD 27, CAP_SETFCAP 31, CAP_PERFMON 38.
+        for (name, bit) in [
+            ("CAP_FSETID", 4),
+            ("CAP_SYS_RAWIO", 17),
+            ("CAP_SYS_PTRACE", 19),
+            ("CAP_SYS_ADMIN", 21),
+            ("CAP_MKNOD", 27),
+            ("CAP_SETFCAP", 31),
+            ("CAP_PERFMON", 38),
+        ] {
+            assert_eq!(effective & (1 << bit), 0, "{name} in {hex} ({wrap:?})");
+        }
         assert_eq!(
-            effective & kept,
-            kept,
-            "root lost part of the kept set: {hex}"
+            effective & !kept,
+            0,
+            "more than the kept set in {hex} ({wrap:?})"
         );
+        if root {
+            // Ordinary root work (owning and writing any file) still has what it needs.
+            assert_eq!(
+                effective & kept,
+                kept,
+                "root lost part of the kept set: {hex}"
+            );
+        }
     }
 }
 
@@ -423,9 +465,22 @@ fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
 /// the command writes it (no `CAP_FSETID`).
 #[test]
 fn a_sandboxed_tool_cannot_leave_a_set_id_program_behind() {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    // The group the runtime (and so the command) runs with.
-    let root_group = std::fs::metadata("/proc/self").unwrap().gid() == 0;
+    use std::os::unix::fs::PermissionsExt as _;
+    // Whether the runtime (and so the command) could make a file of group root: run as
+    // root, or with root's group among its own.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ids = |field: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|id| id.parse().unwrap())
+            .collect()
+    };
+    let root_group = ids("Uid:").get(1) == Some(&0)
+        || ids("Gid:").get(1) == Some(&0)
+        || ids("Groups:").contains(&0);
     let command = r#"cp /bin/true plain && chmod 755 plain && chmod +x plain
 cp /bin/true a && chmod 4755 a; chmod u+s a
 python3 - <<'PY'

@@ -178,25 +178,36 @@ fn looks_binary(bytes: &[u8]) -> bool {
     bytes.iter().take(8192).any(|b| *b == 0)
 }
 
-/// Writes `content` over the file at `path` (made when missing), as `std::fs::write`
-/// does, except that an existing set-user-ID or set-group-ID file loses those bits
-/// first: what the kernel does for a writer without `CAP_FSETID`, which the runtime run
-/// as root has. Else a model's `write_file` or `edit_file` could change the program of
-/// a set-ID file in the workspace and keep it set-ID (as a sandboxed command cannot:
-/// docs/security.md).
+/// Writes `content` over the regular file at `path` (made when missing), as
+/// `std::fs::write` does, except that:
+/// - anything but a regular file is refused, without blocking: opening a FIFO for
+///   writing waits for a reader (a sandboxed `mkfifo` then hung the runtime's write), and
+///   a device is no file to replace;
+/// - an existing set-user-ID or set-group-ID file loses those bits first: what the
+///   kernel does for a writer without `CAP_FSETID`, which the runtime run as root has.
+///   Else a model's `write_file` or `edit_file` could change the program of a set-ID
+///   file in the workspace and keep it set-ID (as a sandboxed command cannot:
+///   docs/security.md).
 pub(crate) fn write_in_place(path: &std::path::Path, content: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
         .open(path)?;
     let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
     let mode = metadata.permissions().mode();
-    if metadata.is_file() && mode & 0o6000 != 0 {
+    if mode & 0o6000 != 0 {
         // Refused only to a writer that does not own the file and lacks `CAP_FOWNER`:
         // one without `CAP_FSETID` too, whose write the kernel clears the bits for.
         let _ = file.set_permissions(std::fs::Permissions::from_mode(mode & 0o1777));
     }
+    file.set_len(0)?;
     std::io::Write::write_all(&mut file, content)
 }

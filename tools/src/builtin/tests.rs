@@ -280,3 +280,25 @@ async fn writing_a_set_id_file_clears_its_set_id_bits() {
         );
     }
 }
+
+/// Opening a FIFO for writing waits for a reader: a `write_file` on one a sandboxed
+/// `mkfifo` made hung the runtime. Anything but a regular file is refused at once, and
+/// nothing is written through it.
+#[tokio::test]
+async fn writing_over_a_fifo_is_refused_without_waiting() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ctx = context(dir.path());
+    let registered = all(SandboxRunner::unset());
+    let args = serde_json::json!({"path": "fifo", "content": "x"});
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        call(&registered, "write_file", &ctx, args),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("write_file waited on the FIFO"));
+    assert!(output.is_error, "{output:?}");
+    assert!(output.content.contains("cannot write"), "{output:?}");
+}

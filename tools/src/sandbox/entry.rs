@@ -554,8 +554,8 @@ pub fn apply_policy(
 ///   command that may write the workspace could `chmod 4755` (or create with that
 ///   mode, through `open`, `openat`, `creat` or `mknod`) a program there, which another
 ///   user of the machine could then run as the command's user (as root, as root).
-///   Those calls fail with `EPERM` when they ask for `S_ISUID` (and, when the helper's
-///   group is root, `S_ISGID`); every other mode works (`chmod +x`, `chmod 600`,
+///   Those calls fail with `EPERM` when they ask for `S_ISUID` (and `S_ISGID` when the
+///   helper runs as root or has the root group among its groups); every other mode works (`chmod +x`, `chmod 600`,
 ///   `install -m 755`). `S_ISGID` stays allowed for other groups: `chmod` of a
 ///   directory that has it (a group-shared project) passes it back, so refusing it
 ///   broke plain `chmod 755` and `git init --shared` there. `openat2` (whose mode the
@@ -718,7 +718,7 @@ mod filters {
     fn build(set_id: bool, shielded: bool) -> Result<BpfProgram, String> {
         let mut refused = BTreeMap::new();
         if set_id {
-            set_id_rules(&mut refused, rustix::process::getegid().is_root())?;
+            set_id_rules(&mut refused, may_take_the_root_group())?;
         }
         if shielded {
             let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
@@ -739,6 +739,14 @@ mod filters {
             .collect();
         let absent = compile(absent, SeccompAction::Errno(libc::ENOSYS.unsigned_abs()))?;
         Ok(chain(refused, absent))
+    }
+
+    /// Whether a program started now could make a file of group root: run as root (which
+    /// may change its group, or a file's), or with root among its groups.
+    fn may_take_the_root_group() -> bool {
+        rustix::process::geteuid().is_root()
+            || rustix::process::getegid().is_root()
+            || rustix::process::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.is_root()))
     }
 
     /// The calls that ask for `S_ISUID` (and `S_ISGID` when `root_group`).

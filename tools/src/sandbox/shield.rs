@@ -230,9 +230,10 @@ fn kept_flags(flags: FsFlags) -> MsFlags {
     .fold(MsFlags::empty(), |all, (_, ms)| all | ms)
 }
 
-/// Whether `meta` (not followed) is a placeholder.
+/// Whether `meta` (not followed) is a placeholder: its mode, and `S_ISGID` when it was
+/// made in a set-GID directory (which passes that bit on to a directory made in it).
 fn is_placeholder(meta: &std::fs::Metadata) -> bool {
-    meta.is_dir() && meta.mode() & 0o7777 == PLACEHOLDER_MODE
+    meta.is_dir() && meta.mode() & 0o7777 & !0o2000 == PLACEHOLDER_MODE
 }
 
 fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
@@ -652,5 +653,25 @@ mod tests {
         assert!(exists("AGENTS.md/kept"));
         assert!(!exists("hooks/lint"));
         assert!(exists("hooks"));
+    }
+    /// In a set-GID directory (a group-shared project) a directory made there gets
+    /// `S_ISGID` too: the placeholder was then taken for a real entry (the name not
+    /// kept from being made) and never removed.
+    #[test]
+    fn a_placeholder_in_a_set_gid_directory_is_claimed_and_swept() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let w = tmp.path();
+        std::fs::set_permissions(w, std::fs::Permissions::from_mode(0o2775)).unwrap();
+        let lock = super::claim(&w.join(".foya")).unwrap();
+        assert!(lock.is_some(), "the placeholder was taken for a real entry");
+        let mode = std::fs::symlink_metadata(w.join(".foya"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, PLACEHOLDER_MODE | 0o2000);
+        drop(lock);
+        sweep(w, &[]);
+        assert!(!w.join(".foya").exists(), "the placeholder was left behind");
     }
 }

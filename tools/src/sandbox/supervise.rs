@@ -282,7 +282,7 @@ fn start_confined(
                 .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
                 // A ruleset built for another policy goes before the program starts.
                 drop(prebuilt);
-                drop_capabilities();
+                drop_capabilities().map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 if shielded {
                     // Without it the program cannot touch the shield's mounts (Landlock
                     // refuses mount calls too, but not `mount_setattr` or `setns`).
@@ -330,10 +330,19 @@ fn start_confined(
 ///   `CAP_BPF`, `CAP_NET_ADMIN`, `CAP_SYS_TIME`, `CAP_SYS_BOOT`, …: ways around a
 ///   sandbox or into the machine that no agent's command needs.
 ///
-/// Without `CAP_SETPCAP` (not root) nothing is dropped, and nothing needs to be: such a
-/// program has no capability, and `no_new_privs` (set with Landlock) keeps file
-/// capabilities from granting any at `execve`.
-fn drop_capabilities() {
+/// The thread's inheritable and ambient sets are emptied too: at `execve` root's
+/// capabilities are its bounding set *or* its inheritable set, and an ordinary user's are
+/// its ambient set, and what started Foya may have left capabilities in those (a
+/// container runtime's inheritable set, `pam_cap`, systemd's `AmbientCapabilities`): the
+/// bounding set alone kept none of them out. Without `CAP_SETPCAP` (not root) nothing is
+/// dropped from the bounding set, and nothing needs to be: with empty inheritable and
+/// ambient sets such a program has no capability, and `no_new_privs` (set with Landlock)
+/// keeps file capabilities from granting any at `execve`.
+///
+/// # Errors
+/// A message when the inheritable or ambient set cannot be emptied (the program must not
+/// run).
+fn drop_capabilities() -> Result<(), String> {
     use rustix::thread::{CapabilitySet, remove_capability_from_bounding_set};
     let kept = CapabilitySet::CHOWN
         | CapabilitySet::DAC_OVERRIDE
@@ -349,6 +358,18 @@ fn drop_capabilities() {
     for capability in CapabilitySet::all().difference(kept).iter() {
         let _ = remove_capability_from_bounding_set(capability);
     }
+    let failed = |e: rustix::io::Errno| format!("cannot empty the command's capabilities: {e}");
+    match rustix::thread::clear_ambient_capability_set() {
+        // A kernel without ambient capabilities (before 4.3) has none to clear.
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return Err(failed(e)),
+    }
+    let mut sets = rustix::thread::capabilities(None).map_err(failed)?;
+    if !sets.inheritable.is_empty() {
+        sets.inheritable = CapabilitySet::empty();
+        rustix::thread::set_capabilities(None, sets).map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Starts the program from the calling thread (confined or not, as the policy needs),
