@@ -368,29 +368,33 @@ fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
     );
 }
 
+/// `foya` started by `wrap` (a program and its first arguments; none: `foya` itself).
+fn wrapped(foya: std::process::Command, wrap: &[&str]) -> std::process::Command {
+    let Some((program, args)) = wrap.split_first() else {
+        return foya;
+    };
+    let mut wrapped = std::process::Command::new(program);
+    wrapped
+        .args(args)
+        .arg(foya.get_program())
+        .args(foya.get_args());
+    for (key, value) in foya.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    if let Some(dir) = foya.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}
+
 /// The capabilities a sandboxed `shell` call's command has (`CapEff` of its
-/// `/proc/self/status`), in a `foya run` started by `wrap` (a program and its first
-/// arguments, or none).
+/// `/proc/self/status`), in a `foya run` started by `wrap`.
 fn sandboxed_effective_capabilities(wrap: &[&str]) -> (u64, String) {
     let seen = tool_message_of("auto", "grep CapEff /proc/self/status", |foya, _| {
-        let Some((program, args)) = wrap.split_first() else {
-            return foya;
-        };
-        let mut wrapped = std::process::Command::new(program);
-        wrapped
-            .args(args)
-            .arg(foya.get_program())
-            .args(foya.get_args());
-        for (key, value) in foya.get_envs() {
-            match value {
-                Some(value) => wrapped.env(key, value),
-                None => wrapped.env_remove(key),
-            };
-        }
-        if let Some(dir) = foya.get_current_dir() {
-            wrapped.current_dir(dir);
-        }
-        wrapped
+        wrapped(foya, wrap)
     });
     let hex = seen
         .lines()
@@ -454,6 +458,27 @@ fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
             );
         }
     }
+}
+
+/// Root without `CAP_SETPCAP` (a hardened container, `setpriv --bounding-set=-setpcap`)
+/// cannot drop capabilities from its bounding set: its sandboxed command ran with all of
+/// them (a device node, a file capability, the runtime's environ). It is not run now, and
+/// the tool result says why.
+#[test]
+fn a_root_helper_that_cannot_drop_capabilities_runs_no_command() {
+    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    if !root {
+        // An ordinary user has no capability to drop: nothing to check.
+        return;
+    }
+    let seen = tool_message_of("auto", "echo the-command-ran", |foya, _| {
+        let mut foya = wrapped(foya, &["setpriv", "--bounding-set=-setpcap", "--"]);
+        // Namespaces need the same right (to drop `CAP_SYS_ADMIN`) and would fail first.
+        foya.env("FOYA_SANDBOX_NO_NAMESPACES", "1");
+        foya
+    });
+    assert!(!seen.contains("the-command-ran"), "{seen}");
+    assert!(seen.contains("no CAP_SETPCAP"), "{seen}");
 }
 
 /// Landlock rules paths, not modes: a sandboxed command could `chmod 4755` a program it

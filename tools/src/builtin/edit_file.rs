@@ -38,6 +38,9 @@ pub(super) fn typed()
     )
 }
 
+/// Largest file `edit_file` reads (as `read_file`'s limit).
+const EDIT_MAX_FILE_BYTES: u64 = super::read_file::READ_MAX_FILE_BYTES;
+
 fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {
     let raw = args.path.as_str();
     let old = args.old_string.as_str();
@@ -56,8 +59,19 @@ fn edit(ctx: &ToolContext, args: &EditArgs) -> ToolOutput {
     if let Err(message) = paths::check_write(ctx, &path, raw) {
         return ToolOutput::error(message);
     }
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    // A regular file only, read without blocking (a FIFO's open waits for a writer, a
+    // device such as `/dev/zero` never ends), of a size the model could have read.
+    let text = match super::read_regular(&path, EDIT_MAX_FILE_BYTES).map(String::from_utf8) {
+        Ok(Ok(text)) => text,
+        Ok(Err(_)) => {
+            return ToolOutput::error(format!("cannot read {raw:?}: it is not UTF-8 text"));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return ToolOutput::error(format!(
+                "{raw:?} is {e} bytes, more than the {EDIT_MAX_FILE_BYTES}-byte limit of \
+                 edit_file; change it with a command"
+            ));
+        }
         Err(e) => return ToolOutput::error(format!("cannot read {raw:?}: {e}")),
     };
     let count = text.matches(old).count();

@@ -281,9 +281,9 @@ async fn writing_a_set_id_file_clears_its_set_id_bits() {
     }
 }
 
-/// Opening a FIFO for writing waits for a reader: a `write_file` on one a sandboxed
-/// `mkfifo` made hung the runtime. Anything but a regular file is refused at once, and
-/// nothing is written through it.
+/// Opening a FIFO waits for its other end: a `write_file` or `edit_file` on one a
+/// sandboxed `mkfifo` made hung the runtime. Anything but a regular file is refused at
+/// once, and nothing is written through it.
 #[tokio::test]
 async fn writing_over_a_fifo_is_refused_without_waiting() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
@@ -292,13 +292,23 @@ async fn writing_over_a_fifo_is_refused_without_waiting() {
         .unwrap_or_else(|e| panic!("{e}"));
     let ctx = context(dir.path());
     let registered = all(SandboxRunner::unset());
-    let args = serde_json::json!({"path": "fifo", "content": "x"});
-    let output = tokio::time::timeout(
-        std::time::Duration::from_secs(30),
-        call(&registered, "write_file", &ctx, args),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("write_file waited on the FIFO"));
-    assert!(output.is_error, "{output:?}");
-    assert!(output.content.contains("cannot write"), "{output:?}");
+    for (name, args) in [
+        (
+            "write_file",
+            serde_json::json!({"path": "fifo", "content": "x"}),
+        ),
+        (
+            "edit_file",
+            serde_json::json!({"path": "fifo", "old_string": "a", "new_string": "b"}),
+        ),
+    ] {
+        let output = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            call(&registered, name, &ctx, args),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name} waited on the FIFO"));
+        assert!(output.is_error, "{name}: {output:?}");
+        assert!(output.content.contains("cannot "), "{name}: {output:?}");
+    }
 }

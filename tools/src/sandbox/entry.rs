@@ -545,6 +545,32 @@ pub fn apply_policy(
     }
 }
 
+/// Whether any of this process's user ids (real, effective, saved, file system) is root's,
+/// and whether any of its group ids (the same four, and the supplementary groups) is:
+/// what a program started now may become (a shell resets its effective ids to the real
+/// ones). Read once per process (they do not change in the helper) from
+/// `/proc/self/status`; without it, from the real and effective ids alone.
+pub(crate) fn root_ids() -> (bool, bool) {
+    static IDS: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *IDS.get_or_init(|| {
+        use rustix::process::{getegid, geteuid, getgid, getgroups, getuid};
+        let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+            let user = getuid().is_root() || geteuid().is_root();
+            let group = getgid().is_root()
+                || getegid().is_root()
+                || getgroups().is_ok_and(|groups| groups.iter().any(|g| g.is_root()));
+            return (user, group);
+        };
+        let has_root = |field: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .is_some_and(|ids| ids.split_whitespace().any(|id| id == "0"))
+        };
+        (has_root("Uid:"), has_root("Gid:") || has_root("Groups:"))
+    })
+}
+
 /// Keeps the calling thread (and what it starts) from doing what no Landlock rule
 /// covers, with one seccomp program (built once per process, installed per call; it
 /// needs `no_new_privs`, which Landlock sets):
@@ -554,8 +580,8 @@ pub fn apply_policy(
 ///   command that may write the workspace could `chmod 4755` (or create with that
 ///   mode, through `open`, `openat`, `creat` or `mknod`) a program there, which another
 ///   user of the machine could then run as the command's user (as root, as root).
-///   Those calls fail with `EPERM` when they ask for `S_ISUID` (and `S_ISGID` when the
-///   helper runs as root or has the root group among its groups); every other mode works (`chmod +x`, `chmod 600`,
+///   Those calls fail with `EPERM` when they ask for `S_ISUID` (and `S_ISGID` when root
+///   is among the helper's user ids, real or saved too, or its groups); every other mode works (`chmod +x`, `chmod 600`,
 ///   `install -m 755`). `S_ISGID` stays allowed for other groups: `chmod` of a
 ///   directory that has it (a group-shared project) passes it back, so refusing it
 ///   broke plain `chmod 755` and `git init --shared` there. `openat2` (whose mode the
@@ -584,6 +610,7 @@ pub(crate) fn confine_syscalls(set_id: bool, shielded: bool) -> Result<(), Strin
 /// (each call of the persistent helper) installs one without building it.
 #[cfg(feature = "landlock")]
 pub(crate) fn prepare_syscall_filters() {
+    let _ = root_ids();
     for (set_id, shielded) in [(true, false), (true, true), (false, true)] {
         let _ = filters::program(set_id, shielded);
     }
@@ -741,12 +768,11 @@ mod filters {
         Ok(chain(refused, absent))
     }
 
-    /// Whether a program started now could make a file of group root: run as root (which
-    /// may change its group, or a file's), or with root among its groups.
+    /// Whether a program started now could make a file of group root: with root among its
+    /// user ids (root may change its group, or a file's) or among its groups.
     fn may_take_the_root_group() -> bool {
-        rustix::process::geteuid().is_root()
-            || rustix::process::getegid().is_root()
-            || rustix::process::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.is_root()))
+        let (user, group) = super::root_ids();
+        user || group
     }
 
     /// The calls that ask for `S_ISUID` (and `S_ISGID` when `root_group`).

@@ -343,7 +343,20 @@ fn start_confined(
 /// A message when the inheritable or ambient set cannot be emptied (the program must not
 /// run).
 fn drop_capabilities() -> Result<(), String> {
-    use rustix::thread::{CapabilitySet, remove_capability_from_bounding_set};
+    use rustix::thread::{
+        CapabilitySet, capabilities, capability_is_in_bounding_set,
+        remove_capability_from_bounding_set, set_capabilities,
+    };
+    let failed = |e: rustix::io::Errno| format!("cannot empty the command's capabilities: {e}");
+    // A helper whose real or saved user id is root's but whose effective one is not
+    // (started through `setpriv --euid`) has its capabilities permitted, not effective:
+    // made effective, so that it can drop them (its command would get them back at
+    // `execve`, its real id being root's).
+    let mut sets = capabilities(None).map_err(failed)?;
+    if sets.effective != sets.permitted {
+        sets.effective = sets.permitted;
+        set_capabilities(None, sets).map_err(failed)?;
+    }
     let kept = CapabilitySet::CHOWN
         | CapabilitySet::DAC_OVERRIDE
         | CapabilitySet::FOWNER
@@ -355,19 +368,36 @@ fn drop_capabilities() -> Result<(), String> {
         | CapabilitySet::NET_RAW
         | CapabilitySet::SYS_CHROOT
         | CapabilitySet::AUDIT_WRITE;
-    for capability in CapabilitySet::all().difference(kept).iter() {
+    let dropped = CapabilitySet::all().difference(kept);
+    for capability in dropped.iter() {
         let _ = remove_capability_from_bounding_set(capability);
     }
-    let failed = |e: rustix::io::Errno| format!("cannot empty the command's capabilities: {e}");
+    // Without `CAP_SETPCAP` nothing was dropped: that matters when the command may be root.
+    if super::entry::root_ids().0 {
+        for capability in dropped.iter() {
+            // A capability the kernel does not know (`EINVAL`) cannot be held.
+            let held = match capability_is_in_bounding_set(capability) {
+                Ok(held) => held,
+                Err(e) => e != rustix::io::Errno::INVAL,
+            };
+            if held {
+                return Err(format!(
+                    "cannot drop {capability:?} from the command's capabilities (the helper \
+                     has no CAP_SETPCAP); the command was not run: run Foya as an ordinary \
+                     user, or with CAP_SETPCAP"
+                ));
+            }
+        }
+    }
     match rustix::thread::clear_ambient_capability_set() {
         // A kernel without ambient capabilities (before 4.3) has none to clear.
         Ok(()) | Err(rustix::io::Errno::INVAL) => {}
         Err(e) => return Err(failed(e)),
     }
-    let mut sets = rustix::thread::capabilities(None).map_err(failed)?;
+    let mut sets = capabilities(None).map_err(failed)?;
     if !sets.inheritable.is_empty() {
         sets.inheritable = CapabilitySet::empty();
-        rustix::thread::set_capabilities(None, sets).map_err(failed)?;
+        set_capabilities(None, sets).map_err(failed)?;
     }
     Ok(())
 }
