@@ -182,3 +182,29 @@ pub fn data_dir_in_use(data: &Path, holder: &str, process: &str, how: &str) -> S
         data.display()
     )
 }
+
+/// `command` (its program, arguments, environment and working directory; not its stdio)
+/// run by `wrapper`: a program and its first arguments (`setsid --ctty`, `setpriv …
+/// --`).
+///
+/// # Panics
+/// When `wrapper` is empty.
+#[must_use]
+pub fn wrapped(command: &Command, wrapper: &[&str]) -> Command {
+    let (program, args) = wrapper.split_first().expect("a wrapper program");
+    let mut wrapped = Command::new(program);
+    wrapped
+        .args(args)
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    wrapped
+}

@@ -44,20 +44,7 @@ impl Pty {
         tcsetattr(&pty.slave, SetArg::TCSANOW, &termios).unwrap();
         // `--ctty` makes its stdin (the slave) the controlling terminal; `--wait` keeps
         // the exit status where setsid has to fork.
-        let mut setsid = Command::new("setsid");
-        setsid
-            .args(["--ctty", "--wait"])
-            .arg(command.get_program())
-            .args(command.get_args());
-        for (key, value) in command.get_envs() {
-            match value {
-                Some(value) => setsid.env(key, value),
-                None => setsid.env_remove(key),
-            };
-        }
-        if let Some(dir) = command.get_current_dir() {
-            setsid.current_dir(dir);
-        }
+        let mut setsid = crate::child::wrapped(command, &["setsid", "--ctty", "--wait"]);
         let child = setsid
             .stdin(Stdio::from(pty.slave.try_clone().unwrap()))
             .stdout(Stdio::from(pty.slave.try_clone().unwrap()))

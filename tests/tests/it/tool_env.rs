@@ -370,24 +370,11 @@ fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
 
 /// `foya` started by `wrap` (a program and its first arguments; none: `foya` itself).
 fn wrapped(foya: std::process::Command, wrap: &[&str]) -> std::process::Command {
-    let Some((program, args)) = wrap.split_first() else {
-        return foya;
-    };
-    let mut wrapped = std::process::Command::new(program);
-    wrapped
-        .args(args)
-        .arg(foya.get_program())
-        .args(foya.get_args());
-    for (key, value) in foya.get_envs() {
-        match value {
-            Some(value) => wrapped.env(key, value),
-            None => wrapped.env_remove(key),
-        };
+    if wrap.is_empty() {
+        foya
+    } else {
+        foya_tests::child::wrapped(&foya, wrap)
     }
-    if let Some(dir) = foya.get_current_dir() {
-        wrapped.current_dir(dir);
-    }
-    wrapped
 }
 
 /// The capabilities a sandboxed `shell` call's command has (`CapEff` of its
