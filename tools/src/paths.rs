@@ -148,8 +148,10 @@ pub(crate) fn check_write(ctx: &ToolContext, path: &Path, raw: &str) -> Result<(
             ));
         }
     }
+    // The file a write reaches: a symlink in the working directory to one of the links
+    // (`l -> node_modules/pkg.js`, hard-linked to a store outside) is followed.
     if !unconfined(ctx)
-        && let Ok(meta) = std::fs::symlink_metadata(path)
+        && let Ok(meta) = std::fs::metadata(path)
         && meta.is_file()
         && meta.nlink() > 1
     {

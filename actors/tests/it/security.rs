@@ -114,28 +114,32 @@ async fn file_tools_refuse_to_write_through_a_hard_link_when_confined() {
     std::fs::write(&target, "outside\n").unwrap();
     std::fs::hard_link(&target, tmp.path().join("link.txt")).unwrap();
     let confined = confined(tmp.path());
-    let out = call(
-        &write_file(),
-        &confined,
-        json!({"path": "link.txt", "content": "changed"}),
-    )
-    .await;
-    assert!(
-        out.is_error && out.content.contains("2 hard links"),
-        "{}",
-        out.content
-    );
-    let out = call(
-        &edit_file(),
-        &confined,
-        json!({"path": "link.txt", "old_string": "outside", "new_string": "changed"}),
-    )
-    .await;
-    assert!(
-        out.is_error && out.content.contains("hard links"),
-        "{}",
-        out.content
-    );
+    std::os::unix::fs::symlink("link.txt", tmp.path().join("via")).unwrap();
+    // The link itself, and a symlink to it (the check once looked at the symlink alone).
+    for path in ["link.txt", "via"] {
+        let out = call(
+            &write_file(),
+            &confined,
+            json!({"path": path, "content": "changed"}),
+        )
+        .await;
+        assert!(
+            out.is_error && out.content.contains("2 hard links"),
+            "{path}: {}",
+            out.content
+        );
+        let out = call(
+            &edit_file(),
+            &confined,
+            json!({"path": path, "old_string": "outside", "new_string": "changed"}),
+        )
+        .await;
+        assert!(
+            out.is_error && out.content.contains("hard links"),
+            "{path}: {}",
+            out.content
+        );
+    }
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "outside\n");
     // Unconfined (bypass): the write is the person's business.
     let bypass = ctx(tmp.path(), ApprovalMode::Bypass, SandboxPolicy::None);
