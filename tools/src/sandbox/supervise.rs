@@ -369,11 +369,15 @@ fn drop_capabilities() -> Result<(), String> {
         | CapabilitySet::SYS_CHROOT
         | CapabilitySet::AUDIT_WRITE;
     let dropped = CapabilitySet::all().difference(kept);
-    for capability in dropped.iter() {
-        let _ = remove_capability_from_bounding_set(capability);
+    // Without `CAP_SETPCAP` (an ordinary user) nothing can be dropped: not tried.
+    let mut all_dropped = sets.effective.contains(CapabilitySet::SETPCAP);
+    if all_dropped {
+        for capability in dropped.iter() {
+            all_dropped &= remove_capability_from_bounding_set(capability).is_ok();
+        }
     }
-    // Without `CAP_SETPCAP` nothing was dropped: that matters when the command may be root.
-    if super::entry::root_ids().0 {
+    // What was not dropped matters when the command may be root: then it must not run.
+    if !all_dropped && super::entry::root_ids().0 {
         for capability in dropped.iter() {
             // A capability the kernel does not know (`EINVAL`) cannot be held.
             let held = match capability_is_in_bounding_set(capability) {
