@@ -575,13 +575,14 @@ pub(crate) fn root_ids() -> (bool, bool) {
 /// covers, with one seccomp program (built once per process, installed per call; it
 /// needs `no_new_privs`, which Landlock sets):
 ///
-/// - **`set_id` (every policy but `None`): no set-user-ID file left behind** (nor,
-///   run with the root group, a set-group-ID one). Landlock rules paths, not modes: a
-///   command that may write the workspace could `chmod 4755` (or create with that
+/// - **`set_id` (every policy but `None`): no set-user-ID file left behind** (nor, with
+///   root among the helper's ids, a set-group-ID one). Landlock rules paths, not modes:
+///   a command that may write the workspace could `chmod 4755` (or create with that
 ///   mode, through `open`, `openat`, `creat` or `mknod`) a program there, which another
 ///   user of the machine could then run as the command's user (as root, as root).
 ///   Those calls fail with `EPERM` when they ask for `S_ISUID` (and `S_ISGID` when root
-///   is among the helper's user ids, real or saved too, or its groups); every other mode works (`chmod +x`, `chmod 600`,
+///   is among the helper's user ids, real and saved ones too, or its group ids and
+///   groups: [`root_ids`]); every other mode works (`chmod +x`, `chmod 600`,
 ///   `install -m 755`). `S_ISGID` stays allowed for other groups: `chmod` of a
 ///   directory that has it (a group-shared project) passes it back, so refusing it
 ///   broke plain `chmod 755` and `git init --shared` there. `openat2` (whose mode the
