@@ -333,7 +333,7 @@ done; echo end"#;
 fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
     use std::io::BufRead as _;
     use std::os::unix::fs::MetadataExt as _;
-    let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+    let root = runs_as_root();
     let mut command = if root {
         // As root every /proc file is root's anyway: run it as `nobody`.
         let mut setpriv = std::process::Command::new("setpriv");
@@ -366,6 +366,11 @@ fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
         owner, 0,
         "the runtime's /proc files are its user's: it is dumpable"
     );
+}
+
+/// Whether the tests (and so the runtimes they start) run as root (CI does).
+fn runs_as_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
 }
 
 /// `foya` started by `wrap` (a program and its first arguments; none: `foya` itself).
@@ -402,7 +407,7 @@ fn sandboxed_effective_capabilities(wrap: &[&str]) -> (u64, String) {
 /// `pam_cap` did). (Run as an ordinary user it has no capability at all.)
 #[test]
 fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
-    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    let root = runs_as_root();
     let inherited: &[&str] = &[
         "setpriv",
         "--inh-caps=+sys_admin,+mknod,+setfcap,+sys_ptrace,+fsetid",
@@ -453,7 +458,7 @@ fn a_sandboxed_tool_has_no_capability_to_inspect_others_or_to_plant_one() {
 /// the tool result says why.
 #[test]
 fn a_root_helper_that_cannot_drop_capabilities_runs_no_command() {
-    let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    let root = runs_as_root();
     if !root {
         // An ordinary user has no capability to drop: nothing to check.
         return;

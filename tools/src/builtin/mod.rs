@@ -138,30 +138,13 @@ async fn blocking(
 fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u8>> {
     use nix::fcntl::OFlag;
     use std::io::Read as _;
-    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::File::options()
         .read(true)
         .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
         .open(path)?;
     let meta = file.metadata()?;
-    let kind = meta.file_type();
-    let special = if kind.is_fifo() {
-        Some("a FIFO (named pipe)")
-    } else if kind.is_socket() {
-        Some("a socket")
-    } else if kind.is_char_device() || kind.is_block_device() {
-        Some("a device")
-    } else if kind.is_dir() {
-        return Err(std::io::ErrorKind::IsADirectory.into());
-    } else {
-        None
-    };
-    if let Some(special) = special {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("it is {special}, not a regular file; refused without reading it"),
-        ));
-    }
+    refuse_special(&meta, "reading")?;
     if meta.len() > max_bytes {
         return Err(std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,
@@ -171,6 +154,32 @@ fn read_regular(path: &std::path::Path, max_bytes: u64) -> std::io::Result<Vec<u
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.by_ref().take(max_bytes).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// Refuses what `meta` (of a descriptor opened with `O_NONBLOCK`) describes unless it is
+/// a regular file: a FIFO, socket or device is refused without `action` it (reading,
+/// writing).
+///
+/// # Errors
+/// `InvalidInput` naming the kind of special file, `IsADirectory` for a directory.
+fn refuse_special(meta: &std::fs::Metadata, action: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = meta.file_type();
+    let special = if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_dir() {
+        return Err(std::io::ErrorKind::IsADirectory.into());
+    } else {
+        return Ok(());
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("it is {special}, not a regular file; refused without {action} it"),
+    ))
 }
 
 /// Whether the first 8 KiB of `bytes` look binary (contain a NUL byte), like ripgrep.
@@ -196,12 +205,7 @@ pub(crate) fn write_in_place(path: &std::path::Path, content: &[u8]) -> std::io:
         .custom_flags(nix::libc::O_NONBLOCK)
         .open(path)?;
     let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
+    refuse_special(&metadata, "writing")?;
     let mode = metadata.permissions().mode();
     if mode & 0o6000 != 0 {
         // Refused only to a writer that does not own the file and lacks `CAP_FOWNER`:

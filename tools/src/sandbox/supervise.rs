@@ -282,20 +282,11 @@ fn start_confined(
                 .map_err(|e| (EXIT_SANDBOX_UNAVAILABLE, e.0))?;
                 // A ruleset built for another policy goes before the program starts.
                 drop(prebuilt);
-                drop_capabilities().map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
-                if shielded {
-                    // Without it the program cannot touch the shield's mounts (Landlock
-                    // refuses mount calls too, but not `mount_setattr` or `setns`).
-                    rustix::thread::remove_capability_from_bounding_set(
-                        rustix::thread::CapabilitySet::SYS_ADMIN,
-                    )
-                    .map_err(|e| {
-                        (
-                            EXIT_SANDBOX_UNAVAILABLE,
-                            format!("cannot drop CAP_SYS_ADMIN for the command: {e}"),
-                        )
-                    })?;
-                }
+                // Shielded, the program must not hold `CAP_SYS_ADMIN` (in its user namespace
+                // too): it could undo the shield's mounts (Landlock refuses mount calls, but
+                // not `mount_setattr` or `setns`).
+                drop_capabilities(shielded)
+                    .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 super::entry::confine_syscalls(invocation.policy != SandboxPolicy::None, shielded)
                     .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 spawn_program(invocation)
@@ -339,10 +330,13 @@ fn start_confined(
 /// ambient sets such a program has no capability, and `no_new_privs` (set with Landlock)
 /// keeps file capabilities from granting any at `execve`.
 ///
+/// `shielded`: the helper holds capabilities in a user namespace of its own (or is root),
+/// and the program must lose them even when its ids are not root's.
+///
 /// # Errors
-/// A message when the inheritable or ambient set cannot be emptied (the program must not
-/// run).
-fn drop_capabilities() -> Result<(), String> {
+/// A message when a capability the program could hold cannot be dropped, or the
+/// inheritable or ambient set cannot be emptied (the program must not run).
+fn drop_capabilities(shielded: bool) -> Result<(), String> {
     use rustix::thread::{
         CapabilitySet, capabilities, capability_is_in_bounding_set,
         remove_capability_from_bounding_set, set_capabilities,
@@ -376,8 +370,9 @@ fn drop_capabilities() -> Result<(), String> {
             all_dropped &= remove_capability_from_bounding_set(capability).is_ok();
         }
     }
-    // What was not dropped matters when the command may be root: then it must not run.
-    if !all_dropped && super::entry::root_ids().0 {
+    // What was not dropped matters when the command may be root, or is shielded: then it
+    // must not run.
+    if !all_dropped && (shielded || super::entry::root_ids().0) {
         for capability in dropped.iter() {
             // A capability the kernel does not know (`EINVAL`) cannot be held.
             let held = match capability_is_in_bounding_set(capability) {
@@ -385,10 +380,14 @@ fn drop_capabilities() -> Result<(), String> {
                 Err(e) => e != rustix::io::Errno::INVAL,
             };
             if held {
+                let why = if sets.effective.contains(CapabilitySet::SETPCAP) {
+                    ""
+                } else {
+                    " (the helper has no CAP_SETPCAP)"
+                };
                 return Err(format!(
-                    "cannot drop {capability:?} from the command's capabilities (the helper \
-                     has no CAP_SETPCAP); the command was not run: run Foya as an ordinary \
-                     user, or with CAP_SETPCAP"
+                    "cannot drop {capability:?} from the command's capabilities{why}; the \
+                     command was not run: run Foya as an ordinary user, or with CAP_SETPCAP"
                 ));
             }
         }
@@ -398,7 +397,8 @@ fn drop_capabilities() -> Result<(), String> {
         Ok(()) | Err(rustix::io::Errno::INVAL) => {}
         Err(e) => return Err(failed(e)),
     }
-    let mut sets = capabilities(None).map_err(failed)?;
+    // The sets read above (dropping from the bounding set or the ambient set changes
+    // neither the effective, permitted nor inheritable set).
     if !sets.inheritable.is_empty() {
         sets.inheritable = CapabilitySet::empty();
         set_capabilities(None, sets).map_err(failed)?;
