@@ -42,22 +42,27 @@ fn summary(output: &Output) -> (Option<i32>, String, String) {
 #[test]
 fn landlock_is_available_here() {
     // The kernel of this machine offers Landlock ABI 7; the sandbox needs >= 4. A write
-    // inside the working directory works; one outside it (here /proc) is denied.
+    // inside the working directory works; one outside it (here /proc) is denied — by
+    // Landlock alone, with the namespaces (and so the read-only mounts) switched off.
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path().to_str().unwrap();
-    let output = helper(&[
-        SANDBOX_EXEC_ARG,
-        "--policy",
-        r#"{"workspace-write":{"network":false}}"#,
-        "--cwd",
-        cwd,
-        "--tmp",
-        cwd,
-        "--",
-        "bash",
-        "-c",
-        "echo ok > f && cat f && echo no > /proc/self/comm",
-    ]);
+    let output = Command::new(foya_actors::testkit::sandbox_helper())
+        .args([
+            SANDBOX_EXEC_ARG,
+            "--policy",
+            r#"{"workspace-and-protected":{"network":false}}"#,
+            "--cwd",
+            cwd,
+            "--tmp",
+            cwd,
+            "--",
+            "bash",
+            "-c",
+            "echo ok > f && cat f && echo no > /proc/self/comm",
+        ])
+        .env("FOYA_SANDBOX_NO_NAMESPACES", "1")
+        .output()
+        .unwrap();
     assert_eq!(
         summary(&output),
         (
@@ -66,6 +71,81 @@ fn landlock_is_available_here() {
             "bash: line 1: /proc/self/comm: Permission denied\n".to_owned()
         )
     );
+}
+
+/// Landlock rules a file's contents and a directory's entries, not a file's metadata: a
+/// sandboxed command could `chmod`, `chown` or `touch -d` any file its user owns outside
+/// its writable roots — run as root (CI), any file (`chmod 666 /etc/shadow` gave the
+/// machine away). Everything but those roots is a read-only mount for the command now,
+/// under each policy that confines it; inside the roots nothing changed.
+#[test]
+fn a_sandboxed_command_cannot_change_a_files_mode_owner_or_times_outside_its_roots() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = elsewhere.path().join("file");
+    std::fs::write(&outside, "x").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let seen = |m: &std::fs::Metadata| (m.mode(), m.uid(), m.gid(), m.mtime(), m.ctime());
+    let before = seen(&std::fs::metadata(&outside).unwrap());
+    let o = outside.display();
+    let script = format!(
+        "chmod 666 '{o}'; chown 65534 '{o}'; touch -d 2001-01-01 '{o}'; \
+         chmod 600 mine && echo mine; echo t > \"$TMPDIR/t\" && chmod 600 \"$TMPDIR/t\" && echo tmp"
+    );
+    for (policy, writes) in [
+        (r#"{"workspace-write":{"network":false}}"#, true),
+        (r#"{"workspace-and-protected":{"network":false}}"#, true),
+        ("\"read-only\"", false),
+    ] {
+        let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(work.path().join("mine"), "y").unwrap();
+        std::fs::set_permissions(
+            work.path().join("mine"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let output = helper(&[
+            SANDBOX_EXEC_ARG,
+            "--policy",
+            policy,
+            "--cwd",
+            work.path().to_str().unwrap(),
+            "--tmp",
+            tmp.path().to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ]);
+        let (_, stdout, stderr) = summary(&output);
+        for refused in [
+            format!("chmod: changing permissions of '{o}': Read-only file system"),
+            format!("chown: changing ownership of '{o}': Read-only file system"),
+            format!("touch: cannot touch '{o}': Read-only file system"),
+        ] {
+            assert!(stderr.contains(&refused), "{policy}: {refused} in {stderr}");
+        }
+        let mine = std::fs::metadata(work.path().join("mine")).unwrap().mode() & 0o777;
+        if writes {
+            assert_eq!(stdout, "mine\ntmp\n", "{policy}: {stderr}");
+            assert_eq!(mine, 0o600, "{policy}");
+        } else {
+            // Read-only: the working directory's metadata is read-only too.
+            assert_eq!(stdout, "", "{policy}: {stderr}");
+            assert!(
+                stderr.contains("chmod: changing permissions of 'mine': Read-only file system"),
+                "{stderr}"
+            );
+            assert_eq!(mine, 0o644, "{policy}");
+        }
+        assert_eq!(
+            seen(&std::fs::metadata(&outside).unwrap()),
+            before,
+            "{policy}"
+        );
+    }
+    // The helper's and the runtime's mounts are their own: still writable here.
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 #[test]

@@ -90,7 +90,7 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     assert_eq!(
         out,
         ToolOutput::error(format!(
-            "t\nbash: line 1: {}/outside.txt: Permission denied\n[exit code: 1]",
+            "t\nbash: line 1: {}/outside.txt: Read-only file system\n[exit code: 1]",
             other.display()
         ))
     );
@@ -121,8 +121,74 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     .await;
     assert_eq!(
         out,
-        ToolOutput::error("in\nbash: line 1: sub/inside.txt: Permission denied\n[exit code: 1]")
+        ToolOutput::error(
+            "in\nbash: line 1: sub/inside.txt: Read-only file system\n[exit code: 1]"
+        )
     );
+}
+
+/// Landlock rules TCP alone: with the network off a sandboxed command still sent UDP
+/// (a DNS query to any resolver carries any text), raw IP and link-layer packets as
+/// root, and reached any TCP server through an MPTCP socket (which falls back to
+/// TCP). Each such `socket` now fails with `EPERM` (1), and no datagram arrives; with
+/// the network allowed, UDP works as before.
+#[tokio::test]
+async fn sandbox_denies_udp_raw_and_mptcp_sockets_unless_network_is_allowed() {
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp_port = tcp.local_addr().unwrap().port();
+    let (_dir, cwd) = temp_cwd();
+    let script = format!(
+        "import socket
+def attempt(name, make):
+    try:
+        make()
+        print(name, 'sent')
+    except OSError as e:
+        print(name, e.errno)
+attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'leak', ('127.0.0.1', {udp_port})))
+attempt('udp6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC))
+attempt('mptcp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(('127.0.0.1', {tcp_port})))
+attempt('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+attempt('packet', lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+"
+    );
+    let command = format!("python3 -c \"{script}\"");
+    let offline = call(
+        &Shell::new(runner()),
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": command}),
+    )
+    .await;
+    assert_eq!(
+        offline,
+        ToolOutput::ok("udp 1\nudp6 1\nmptcp 1\nraw 1\npacket 1\nunix sent\n[exit code: 0]")
+    );
+    let mut buf = [0u8; 16];
+    assert!(udp.recv_from(&mut buf).is_err(), "a datagram arrived");
+    let networked = ctx(
+        &cwd,
+        ApprovalMode::Auto,
+        SandboxPolicy::WorkspaceWrite { network: true },
+    );
+    let udp_only = format!(
+        "python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'sent', ('127.0.0.1', {udp_port})); print('udp sent')\""
+    );
+    let online = call(
+        &Shell::new(runner()),
+        &networked,
+        json!({"command": udp_only}),
+    )
+    .await;
+    assert_eq!(online, ToolOutput::ok("udp sent\n[exit code: 0]"));
+    udp.set_nonblocking(false).unwrap();
+    udp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let (n, _) = udp.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"sent");
 }
 
 #[tokio::test]

@@ -248,7 +248,7 @@ async fn auto_mode_shell_writes_inside_but_not_outside_and_cannot_connect() {
             tool_message(
                 "c2",
                 &format!(
-                    "bash: line 1: {}: Permission denied\n[exit code: 1]",
+                    "bash: line 1: {}: Read-only file system\n[exit code: 1]",
                     outside.display()
                 ),
                 true

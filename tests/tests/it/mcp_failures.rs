@@ -507,7 +507,7 @@ fn a_stdio_server_configured_with_a_sandbox_writes_only_its_working_directory() 
     );
     let (refused, is_error) = result_of(&lines, "c2");
     assert!(
-        is_error && refused.contains("Permission denied"),
+        is_error && refused.contains("Read-only file system"),
         "{refused}"
     );
     assert!(!outside.exists());

@@ -595,11 +595,21 @@ pub(crate) fn root_ids() -> (bool, bool) {
 ///   placeholder is removed (or lower its CPU limit to kill it). `ulimit` and
 ///   `setrlimit` (pid 0) keep working.
 ///
+/// - **`offline` (network off): no socket but a TCP, Unix or netlink one.** Landlock
+///   rules TCP alone: under "network off" a command still sent UDP (a DNS query to
+///   any resolver carries any text), raw IP and link-layer packets as root
+///   (`CAP_NET_RAW` is kept for `ping`), and connected to any TCP server through an
+///   MPTCP socket (`IPPROTO_MPTCP`, which falls back to plain TCP, found on Linux
+///   6.18: Landlock's TCP rules did not apply to it). `socket` now fails with `EPERM`
+///   for any family but `AF_UNIX`, `AF_NETLINK`, `AF_INET` and `AF_INET6`, and for the
+///   last two for any type but `SOCK_STREAM` and any protocol but 0 and `IPPROTO_TCP`
+///   (whose `connect` and `bind` Landlock refuses).
+///
 /// # Errors
 /// A message when the program cannot be built or installed.
 #[cfg(feature = "landlock")]
-pub(crate) fn confine_syscalls(set_id: bool, shielded: bool) -> Result<(), String> {
-    let Some(program) = filters::program(set_id, shielded) else {
+pub(crate) fn confine_syscalls(set_id: bool, shielded: bool, offline: bool) -> Result<(), String> {
+    let Some(program) = filters::program(set_id, shielded, offline) else {
         return Ok(());
     };
     let program = program.as_ref().map_err(Clone::clone)?;
@@ -612,8 +622,8 @@ pub(crate) fn confine_syscalls(set_id: bool, shielded: bool) -> Result<(), Strin
 #[cfg(feature = "landlock")]
 pub(crate) fn prepare_syscall_filters() {
     let _ = root_ids();
-    for (set_id, shielded) in [(true, false), (true, true), (false, true)] {
-        let _ = filters::program(set_id, shielded);
+    for index in 1..8 {
+        let _ = filters::program(index & 1 != 0, index & 2 != 0, index & 4 != 0);
     }
 }
 
@@ -634,19 +644,19 @@ mod filters {
 
     type Built = OnceLock<Result<BpfProgram, String>>;
 
-    /// The program for `set_id` and `shielded` (none for neither), built on first use.
+    /// The program for `set_id`, `shielded` and `offline` (none for none of them), built
+    /// on first use.
     pub(super) fn program(
         set_id: bool,
         shielded: bool,
+        offline: bool,
     ) -> Option<&'static Result<BpfProgram, String>> {
-        static BUILT: [Built; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-        let index = match (set_id, shielded) {
-            (false, false) => return None,
-            (true, false) => 0,
-            (true, true) => 1,
-            (false, true) => 2,
-        };
-        Some(BUILT[index].get_or_init(|| build(set_id, shielded)))
+        static BUILT: [Built; 8] = [const { OnceLock::new() }; 8];
+        let index = usize::from(set_id) | usize::from(shielded) << 1 | usize::from(offline) << 2;
+        if index == 0 {
+            return None;
+        }
+        Some(BUILT[index].get_or_init(|| build(set_id, shielded, offline)))
     }
 
     fn failed(e: &dyn std::fmt::Display) -> String {
@@ -743,10 +753,13 @@ mod filters {
         }
     }
 
-    fn build(set_id: bool, shielded: bool) -> Result<BpfProgram, String> {
+    fn build(set_id: bool, shielded: bool, offline: bool) -> Result<BpfProgram, String> {
         let mut refused = BTreeMap::new();
         if set_id {
             set_id_rules(&mut refused, may_take_the_root_group())?;
+        }
+        if offline {
+            refused.insert(libc::SYS_socket, offline_socket_rules()?);
         }
         if shielded {
             let other_pid = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)
@@ -767,6 +780,52 @@ mod filters {
             .collect();
         let absent = compile(absent, SeccompAction::Errno(libc::ENOSYS.unsigned_abs()))?;
         Ok(chain(refused, absent))
+    }
+
+    /// Argument `index` (a 32-bit `int`) compared by `op` with `value`.
+    fn arg(index: u8, op: SeccompCmpOp, value: i32) -> Result<SeccompCondition, String> {
+        SeccompCondition::new(
+            index,
+            SeccompCmpArgLen::Dword,
+            op,
+            u64::from(value.unsigned_abs()),
+        )
+        .map_err(|e| failed(&e))
+    }
+
+    /// The `socket(family, type, protocol)` calls refused with the network off: any
+    /// family but Unix, netlink, IPv4 and IPv6; for the last two, any type but
+    /// `SOCK_STREAM` (the low four bits of `type`; the rest are `SOCK_NONBLOCK` and
+    /// `SOCK_CLOEXEC`) and any protocol but 0 and `IPPROTO_TCP`.
+    fn offline_socket_rules() -> Result<Vec<SeccompRule>, String> {
+        use SeccompCmpOp::{Eq, MaskedEq, Ne};
+        let mut rules = vec![rule(
+            [
+                libc::AF_UNIX,
+                libc::AF_NETLINK,
+                libc::AF_INET,
+                libc::AF_INET6,
+            ]
+            .into_iter()
+            .map(|family| arg(0, Ne, family))
+            .collect::<Result<_, _>>()?,
+        )?];
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            // Not `SOCK_STREAM` (1): bit 0 clear, or any of bits 1 to 3 set.
+            rules.push(rule(vec![arg(0, Eq, family)?, arg(1, MaskedEq(1), 0)?])?);
+            for bit in [2_i32, 4, 8] {
+                rules.push(rule(vec![
+                    arg(0, Eq, family)?,
+                    arg(1, MaskedEq(u64::from(bit.unsigned_abs())), bit)?,
+                ])?);
+            }
+            rules.push(rule(vec![
+                arg(0, Eq, family)?,
+                arg(2, Ne, 0)?,
+                arg(2, Ne, libc::IPPROTO_TCP)?,
+            ])?);
+        }
+        Ok(rules)
     }
 
     /// Whether a program started now could make a file of group root: with root among its
@@ -833,7 +892,11 @@ mod filters {
 /// # Errors
 /// Never.
 #[cfg(not(feature = "landlock"))]
-pub(crate) fn confine_syscalls(_set_id: bool, _shielded: bool) -> Result<(), String> {
+pub(crate) fn confine_syscalls(
+    _set_id: bool,
+    _shielded: bool,
+    _offline: bool,
+) -> Result<(), String> {
     Ok(())
 }
 
@@ -992,15 +1055,16 @@ mod tests {
 #[cfg(all(test, feature = "landlock"))]
 #[test]
 fn each_seccomp_program_stays_small() {
-    for (set_id, shielded) in [(true, false), (true, true), (false, true)] {
-        let program = filters::program(set_id, shielded)
+    for index in 1..8 {
+        let (set_id, shielded, offline) = (index & 1 != 0, index & 2 != 0, index & 4 != 0);
+        let program = filters::program(set_id, shielded, offline)
             .and_then(|built| built.as_ref().ok())
-            .unwrap_or_else(|| panic!("no program for {set_id} {shielded}"));
+            .unwrap_or_else(|| panic!("no program for {set_id} {shielded} {offline}"));
         assert!(
-            program.len() < 256,
-            "{set_id} {shielded}: {} instructions",
+            program.len() < 320,
+            "{set_id} {shielded} {offline}: {} instructions",
             program.len()
         );
     }
-    assert!(filters::program(false, false).is_none());
+    assert!(filters::program(false, false, false).is_none());
 }

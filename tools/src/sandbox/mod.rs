@@ -9,6 +9,7 @@
 //! guard is dropped or the runtime died.
 
 mod entry;
+mod outside;
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 mod rules;
 mod served;

@@ -179,7 +179,7 @@ fn shield_all(plan: &Plan, shield: &mut Shield) -> Result<(), String> {
 }
 
 /// Maps the caller's own user and group (not root) into the new user namespace.
-fn map_ids(uid: u32, gid: u32) -> Result<(), String> {
+pub(super) fn map_ids(uid: u32, gid: u32) -> Result<(), String> {
     let write = |file: &str, text: &str| {
         std::fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
     };

@@ -104,7 +104,14 @@ pub(crate) fn run(invocation: &SandboxInvocation, prebuilt: Prebuilt) -> ! {
             fail(EXIT_SANDBOX_UNAVAILABLE, &message)
         }
     };
-    let child = match start_confined(invocation, shield.is_some(), prebuilt) {
+    let seal = match may_seal(invocation, shield.is_some()) {
+        Ok(seal) => seal,
+        Err(message) => {
+            remove_private_tmp(invocation);
+            fail(EXIT_SANDBOX_UNAVAILABLE, &message)
+        }
+    };
+    let child = match start_confined(invocation, shield.is_some(), seal, prebuilt) {
         Ok(child) => child,
         Err((code, message)) => {
             if let Some(shield) = shield {
@@ -147,6 +154,25 @@ fn enter_shield(invocation: &SandboxInvocation) -> Result<Option<Shield>, String
             }
             Ok(None)
         }
+    }
+}
+
+/// Whether the thread that starts the command can make the rest of the file system
+/// read-only for it (`outside::seal`): under every policy but `None`, where the kernel
+/// gives the namespaces. An ordinary user's helper enters a user namespace for it here,
+/// while it has one thread (under `WorkspaceWrite` the shield's: without the shield the
+/// kernel refused it, or it is switched off).
+///
+/// # Errors
+/// A user namespace was entered but its ids could not be mapped.
+fn may_seal(invocation: &SandboxInvocation, shielded: bool) -> Result<bool, String> {
+    let switched_off = invocation.var_set(shield::NO_NAMESPACES_ENV);
+    match invocation.policy {
+        SandboxPolicy::None => Ok(false),
+        SandboxPolicy::WorkspaceWrite { .. } => Ok(shielded),
+        SandboxPolicy::ReadOnly | SandboxPolicy::WorkspaceAndProtected { .. } => Ok(!switched_off
+            && (rustix::process::getuid().is_root()
+                || super::outside::enter_user_namespace(switched_off)?)),
     }
 }
 
@@ -260,6 +286,7 @@ fn reap_all() {
 fn start_confined(
     invocation: &SandboxInvocation,
     shielded: bool,
+    seal: bool,
     mut prebuilt: Prebuilt,
 ) -> Result<Child, (i32, String)> {
     // Nothing to confine (`SandboxPolicy::None` applies no Landlock and has no shield):
@@ -271,6 +298,11 @@ fn start_confined(
     let started = std::thread::scope(|scope| {
         scope
             .spawn(move || {
+                // Before Landlock, which refuses mount calls.
+                if seal {
+                    seal_outside(invocation)
+                        .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
+                }
                 apply_prebuilt(
                     invocation.policy,
                     &invocation.cwd,
@@ -285,10 +317,20 @@ fn start_confined(
                 // Shielded, the program must not hold `CAP_SYS_ADMIN` (in its user namespace
                 // too): it could undo the shield's mounts (Landlock refuses mount calls, but
                 // not `mount_setattr` or `setns`).
-                drop_capabilities(shielded)
+                drop_capabilities(shielded || seal)
                     .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
-                super::entry::confine_syscalls(invocation.policy != SandboxPolicy::None, shielded)
-                    .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
+                let offline = match invocation.policy {
+                    SandboxPolicy::None => false,
+                    SandboxPolicy::ReadOnly => true,
+                    SandboxPolicy::WorkspaceWrite { network }
+                    | SandboxPolicy::WorkspaceAndProtected { network } => !network,
+                };
+                super::entry::confine_syscalls(
+                    invocation.policy != SandboxPolicy::None,
+                    shielded,
+                    offline,
+                )
+                .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
                 spawn_program(invocation)
             })
             .join()
@@ -299,6 +341,27 @@ fn start_confined(
             "the thread starting the command panicked; the command was not run".to_owned(),
         ))
     })
+}
+
+/// Makes everything but the call's writable roots (the working directory when the
+/// policy writes it, the private temp dir) read-only for the calling thread and what it
+/// starts (`outside`): Landlock alone leaves modes, owners, ACLs, extended attributes and
+/// times outside them changeable (`chmod 666 /etc/shadow` as root). Where the kernel
+/// refuses the thread a mount namespace, Landlock alone rules, as before.
+///
+/// # Errors
+/// A mount failed once the namespace was entered: the command must not run.
+fn seal_outside(invocation: &SandboxInvocation) -> Result<(), String> {
+    // What Landlock lets the policy write beneath (`ReadOnly`: nothing).
+    let writable: &[&std::path::Path] = match invocation.policy {
+        SandboxPolicy::WorkspaceWrite { .. } | SandboxPolicy::WorkspaceAndProtected { .. } => {
+            &[&invocation.cwd, &invocation.tmp]
+        }
+        SandboxPolicy::ReadOnly | SandboxPolicy::None => &[],
+    };
+    match super::outside::seal(writable)? {
+        super::outside::Sealed::ReadOnly | super::outside::Sealed::Unavailable => Ok(()),
+    }
 }
 
 /// What a confined program run as root keeps of its capabilities: the set container

@@ -1,0 +1,228 @@
+//! The rest of the file system read-only for the command: a mount namespace of the thread
+//! that starts it, where every mount but the call's writable roots (the working directory
+//! when the policy writes it, the private `$TMPDIR`) is remounted read-only, as
+//! bubblewrap's `--ro-bind / /` with writable binds on top does.
+//!
+//! Why: Landlock rules a file's contents and a directory's entries, not a file's
+//! metadata. Without this a sandboxed command could `chmod`, `chown`, `setfacl`,
+//! `setfattr` or `touch -d` any file its user owns outside the working directory — run as
+//! root, any file (`chmod 666 /etc/shadow`). On a read-only mount they fail with `EROFS`.
+//! Reads, runs, and writes to devices (`/dev/null`, a terminal, a socket) are unchanged.
+//!
+//! Owns: the thread's mount namespace, cloning the writable roots (`open_tree`), the
+//! read-only remounts, putting the clones back over their paths (`move_mount`).
+//!
+//! The helper's main thread keeps its own namespace: it still removes the private temp
+//! dir and the shield's placeholders after the command ends. Run as an ordinary user,
+//! the helper needs a user namespace of its own first ([`enter_user_namespace`], or the
+//! shield's), which only a single-threaded process can enter.
+//!
+//! Must not: change the helper's (or the runtime's) mounts, leave a writable root
+//! read-only, or let the command start once a remount failed.
+
+use nix::sched::{CloneFlags, unshare};
+use rustix::fs::CWD;
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, mount_change, mount_remount,
+    move_mount, open_tree,
+};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt as _;
+use std::path::{Path, PathBuf};
+
+/// What [`seal`] achieved.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Sealed {
+    /// Only the writable roots can change, metadata included, for this thread and what it
+    /// starts.
+    ReadOnly,
+    /// No mount namespace for this thread (the kernel refused it, or the whole file
+    /// system is writable): nothing changed; Landlock alone rules writes.
+    Unavailable,
+}
+
+/// Enters a user namespace that maps the caller's own user and group, so that an
+/// ordinary user's helper may [`seal`] (root needs none). Call it while the process has a
+/// single thread. `false`: not entered (root, switched off, or refused by the kernel).
+///
+/// # Errors
+/// The namespace was entered but the ids could not be mapped (the command must not run).
+pub(crate) fn enter_user_namespace(switched_off: bool) -> Result<bool, String> {
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    if switched_off || uid.is_root() || unshare(CloneFlags::CLONE_NEWUSER).is_err() {
+        return Ok(false);
+    }
+    super::shield::map_ids(uid.as_raw(), gid.as_raw())?;
+    Ok(true)
+}
+
+/// Gives the calling thread a mount namespace of its own in which everything but
+/// `writable` (absolute paths; missing ones are skipped) is read-only. Call it before
+/// Landlock, which refuses mount calls.
+///
+/// # Errors
+/// The namespace was entered but a mount failed: the thread must not start the command.
+pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
+    let roots = roots(writable);
+    if roots.iter().any(|root| root.parent().is_none()) {
+        return Ok(Sealed::Unavailable);
+    }
+    if unshare(CloneFlags::CLONE_NEWNS).is_err() {
+        return Ok(Sealed::Unavailable);
+    }
+    // Nothing done here may reach the helper's namespace (or the runtime's).
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| format!("cannot make the command's mounts private: {e}"))?;
+    // Copies of the writable roots, with their mounts below as they are, taken before the
+    // rest goes read-only: the copies are not in the namespace's tree yet.
+    let mut clones = Vec::with_capacity(roots.len());
+    for root in &roots {
+        let flags = OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_RECURSIVE;
+        let clone = open_tree(CWD, root.as_path(), flags)
+            .map_err(|e| format!("cannot keep {} writable: {e}", root.display()))?;
+        clones.push((root, clone));
+    }
+    // This thread's mounts (`/proc/self` would show the main thread's).
+    let table = std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .map_err(|e| format!("cannot list the command's mounts: {e}"))?;
+    for (point, options) in mounts(&table) {
+        if roots.iter().any(|root| point.starts_with(root)) {
+            continue;
+        }
+        remount_read_only(&point, &options)?;
+    }
+    for (root, clone) in clones {
+        move_mount(
+            &clone,
+            "",
+            CWD,
+            root.as_path(),
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(|e| format!("cannot keep {} writable: {e}", root.display()))?;
+    }
+    Ok(Sealed::ReadOnly)
+}
+
+/// The writable roots as the mount table names them (symlinks resolved), those inside
+/// another left out.
+fn roots(writable: &[&Path]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = writable
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect();
+    roots.sort();
+    roots.dedup();
+    let all = roots.clone();
+    roots.retain(|root| {
+        !all.iter()
+            .any(|other| other != root && root.starts_with(other))
+    });
+    roots
+}
+
+/// Remounts the mount at `point` read-only, keeping the flags it has (`options`, from
+/// the mount table: the kernel refuses to clear the ones it locked in a user namespace —
+/// nosuid, nodev, noexec, the atime ones — and clearing any would loosen the mount).
+fn remount_read_only(point: &Path, options: &str) -> Result<(), String> {
+    let mut flags = MountFlags::BIND | MountFlags::RDONLY;
+    let mut atime = MountFlags::STRICTATIME;
+    for option in options.split(',') {
+        match option {
+            "ro" => return Ok(()),
+            "nosuid" => flags |= MountFlags::NOSUID,
+            "nodev" => flags |= MountFlags::NODEV,
+            "noexec" => flags |= MountFlags::NOEXEC,
+            "nodiratime" => flags |= MountFlags::NODIRATIME,
+            "nosymfollow" => flags |= MountFlags::NOSYMFOLLOW,
+            "noatime" => atime = MountFlags::NOATIME,
+            "relatime" => atime = MountFlags::RELATIME,
+            _ => {}
+        }
+    }
+    match mount_remount(point, flags | atime, "") {
+        // A mount this process cannot reach (below a directory it may not search, or
+        // gone) is one the command cannot reach either.
+        Ok(())
+        | Err(rustix::io::Errno::ACCESS | rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "cannot make {} read-only for the command: {e}",
+            point.display()
+        )),
+    }
+}
+
+/// `(mount point, per-mount options)` of each line of a `mountinfo` table.
+fn mounts(table: &str) -> impl Iterator<Item = (PathBuf, String)> + '_ {
+    table.lines().filter_map(|line| {
+        let mut fields = line.split(' ').skip(4);
+        let point = fields.next()?;
+        let options = fields.next()?;
+        Some((unescape(point), options.to_owned()))
+    })
+}
+
+/// A mount table's path: space, tab, newline and backslash are written as `\ooo`.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .map(|d| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
+            .and_then(|n| u8::try_from(n).ok());
+        match octal {
+            Some(byte) => {
+                out.push(byte);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{mounts, roots};
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn the_mount_table_is_read_with_its_escapes() {
+        let table = "36 35 98:0 / / rw,relatime shared:1 - ext4 /dev/root rw\n\
+                     37 36 0:5 / /mnt/my\\040disk\\134x ro,nosuid master:2 - tmpfs t rw\n";
+        let seen: Vec<(PathBuf, String)> = mounts(table).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (PathBuf::from("/"), "rw,relatime".to_owned()),
+                (PathBuf::from("/mnt/my disk\\x"), "ro,nosuid".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_root_inside_another_is_left_out_and_a_missing_one_skipped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir(top.join("inner")).unwrap();
+        let inner = top.join("inner");
+        let missing = top.join("missing");
+        let writable: Vec<&Path> = vec![&inner, &top, &missing, &top];
+        assert_eq!(roots(&writable), vec![top.clone()]);
+    }
+}
