@@ -76,8 +76,9 @@ fn landlock_is_available_here() {
 /// Landlock rules a file's contents and a directory's entries, not a file's metadata: a
 /// sandboxed command could `chmod`, `chown` or `touch -d` any file its user owns outside
 /// its writable roots — run as root (CI), any file (`chmod 666 /etc/shadow` gave the
-/// machine away). Everything but those roots is a read-only mount for the command now,
-/// under each policy that confines it; inside the roots nothing changed.
+/// machine away), or the machine's `/dev/null` through the stdin it was given. Everything
+/// but those roots is a read-only mount for the command now, under each policy that
+/// confines it; inside the roots nothing changed.
 #[test]
 fn a_sandboxed_command_cannot_change_a_files_mode_owner_or_times_outside_its_roots() {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -89,7 +90,7 @@ fn a_sandboxed_command_cannot_change_a_files_mode_owner_or_times_outside_its_roo
     let before = seen(&std::fs::metadata(&outside).unwrap());
     let o = outside.display();
     let script = format!(
-        "chmod 666 '{o}'; chown 65534 '{o}'; touch -d 2001-01-01 '{o}'; \
+        "chmod 666 '{o}'; chown 65534 '{o}'; touch -d 2001-01-01 '{o}'; chmod 666 /proc/self/fd/0; \
          chmod 600 mine && echo mine; echo t > \"$TMPDIR/t\" && chmod 600 \"$TMPDIR/t\" && echo tmp"
     );
     for (policy, writes) in [
@@ -122,6 +123,10 @@ fn a_sandboxed_command_cannot_change_a_files_mode_owner_or_times_outside_its_roo
             format!("chmod: changing permissions of '{o}': Read-only file system"),
             format!("chown: changing ownership of '{o}': Read-only file system"),
             format!("touch: cannot touch '{o}': Read-only file system"),
+            // Its stdin, the machine's `/dev/null` opened by the runtime (here: by the
+            // test), is opened again on the read-only mounts (666: its mode already, in
+            // case this fails).
+            "chmod: changing permissions of '/proc/self/fd/0': Read-only file system".to_owned(),
         ] {
             assert!(stderr.contains(&refused), "{policy}: {refused} in {stderr}");
         }

@@ -127,11 +127,14 @@ async fn sandbox_denies_writes_outside_the_working_directory() {
     );
 }
 
-/// Landlock rules TCP alone: with the network off a sandboxed command still sent UDP
-/// (a DNS query to any resolver carries any text), raw IP and link-layer packets as
-/// root, and reached any TCP server through an MPTCP socket (which falls back to
-/// TCP). Each such `socket` now fails with `EPERM` (1), and no datagram arrives; with
-/// the network allowed, UDP works as before.
+/// Landlock rules TCP `connect` and `bind` alone: with the network off a sandboxed
+/// command still sent UDP (a DNS query to any resolver carries any text), raw IP and
+/// link-layer packets as root, reached any TCP server through an MPTCP socket (which
+/// falls back to TCP), and served on a TCP port of every interface (`listen` binds a
+/// fresh socket itself). Each such `socket` now fails with `EPERM` (1), and no datagram
+/// arrives; a Unix socket still works. With the network allowed, UDP works as before.
+/// Under either, an abstract Unix socket made outside the sandbox cannot be reached
+/// (Landlock's scoping: a local service, such as a session bus, could act for it).
 #[tokio::test]
 async fn sandbox_denies_udp_raw_and_mptcp_sockets_unless_network_is_allowed() {
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -153,6 +156,7 @@ attempt('udp6', lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM | socke
 attempt('mptcp', lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(('127.0.0.1', {tcp_port})))
 attempt('raw', lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
 attempt('packet', lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+attempt('listen', lambda: socket.socket().listen(1))
 attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
 "
     );
@@ -165,7 +169,9 @@ attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
     .await;
     assert_eq!(
         offline,
-        ToolOutput::ok("udp 1\nudp6 1\nmptcp 1\nraw 1\npacket 1\nunix sent\n[exit code: 0]")
+        ToolOutput::ok(
+            "udp 1\nudp6 1\nmptcp 1\nraw 1\npacket 1\nlisten 1\nunix sent\n[exit code: 0]"
+        )
     );
     let mut buf = [0u8; 16];
     assert!(udp.recv_from(&mut buf).is_err(), "a datagram arrived");
@@ -189,6 +195,36 @@ attempt('unix', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
         .unwrap();
     let (n, _) = udp.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"sent");
+
+    use std::os::linux::net::SocketAddrExt as _;
+    let name = format!("foya-test-{}", std::process::id());
+    let abstract_addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap();
+    let _service = std::os::unix::net::UnixListener::bind_addr(&abstract_addr).unwrap();
+    let reach = format!(
+        "python3 -c \"import socket\ntry:\n    socket.socket(socket.AF_UNIX).connect(b'\\\\0{name}'); print('reached')\nexcept OSError as e:\n    print(e.errno)\""
+    );
+    for policy in [&ctx(&cwd, ApprovalMode::Auto, WW), &networked] {
+        let out = call(&Shell::new(runner()), policy, json!({"command": reach})).await;
+        assert_eq!(out, ToolOutput::ok("1\n[exit code: 0]"));
+    }
+}
+
+/// `TIOCSTI` pushes characters into a terminal's input: a sandboxed command shares the
+/// runtime's controlling terminal, so it could type a command into the TUI or, once
+/// `foya` exits, into the user's shell, outside any sandbox. The request now fails with
+/// `EPERM` (1) before the kernel looks at the descriptor (on `/dev/null` it said
+/// `ENOTTY`, 25), also with bits set above its 32 bits.
+#[tokio::test]
+async fn sandbox_refuses_typing_into_a_terminal() {
+    let (_dir, cwd) = temp_cwd();
+    let command = "python3 -c \"import fcntl, os, termios\nfor request in (termios.TIOCSTI, 0x100005412):\n    try:\n        fcntl.ioctl(os.open('/dev/null', os.O_RDWR), request, b'x'); print('typed')\n    except OSError as e:\n        print(e.errno)\"";
+    let out = call(
+        &Shell::new(runner()),
+        &ctx(&cwd, ApprovalMode::Auto, WW),
+        json!({"command": command}),
+    )
+    .await;
+    assert_eq!(out, ToolOutput::ok("1\n1\n[exit code: 0]"));
 }
 
 #[tokio::test]
@@ -206,7 +242,7 @@ async fn sandbox_denies_tcp_unless_network_is_allowed() {
     assert_eq!(
         denied,
         ToolOutput::error(format!(
-            "bash: connect: Permission denied\nbash: line 1: /dev/tcp/127.0.0.1/{port}: Permission denied\n[exit code: 1]"
+            "bash: socket: Operation not permitted\nbash: line 1: /dev/tcp/127.0.0.1/{port}: Operation not permitted\n[exit code: 1]"
         ))
     );
     let networked = ctx(
@@ -232,7 +268,7 @@ async fn sandbox_denies_tcp_unless_network_is_allowed() {
     .await;
     assert_eq!(
         denied,
-        ToolOutput::ok("[Errno 13] Permission denied\n[exit code: 0]")
+        ToolOutput::ok("[Errno 1] Operation not permitted\n[exit code: 0]")
     );
     let allowed = call(&Shell::new(runner()), &networked, json!({"command": bind})).await;
     assert_eq!(allowed, ToolOutput::ok("bound\n[exit code: 0]"));

@@ -256,8 +256,8 @@ async fn auto_mode_shell_writes_inside_but_not_outside_and_cannot_connect() {
             tool_message(
                 "c3",
                 &format!(
-                    "bash: connect: Permission denied\nbash: line 1: \
-                     /dev/tcp/127.0.0.1/{port}: Permission denied\n[exit code: 1]"
+                    "bash: socket: Operation not permitted\nbash: line 1: \
+                     /dev/tcp/127.0.0.1/{port}: Operation not permitted\n[exit code: 1]"
                 ),
                 true
             ),

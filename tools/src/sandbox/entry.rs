@@ -476,11 +476,13 @@ fn build(
     // helper (`kill -9 $PPID`) and outlive it with a daemon — and, where the shield's
     // placeholders live as long as the helper, create a protected name once the
     // placeholder is removed. Its own processes are in its domain and signal each other
-    // as usual. Where the kernel has no signal scoping (before ABI 6, Linux 6.12) this
-    // alone is left out.
+    // as usual. Nor does a connection to an abstract Unix socket made outside it (an X
+    // server's, a session bus's, any local service listening on one, which may act for
+    // the command outside the sandbox); pathname sockets are files, ruled as such. Where
+    // the kernel has no scoping (before ABI 6, Linux 6.12) these alone are left out.
     ruleset = ruleset
         .set_compatibility(CompatLevel::BestEffort)
-        .scope(Scope::Signal)
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
         .map_err(landlock_err)?
         .set_compatibility(CompatLevel::HardRequirement);
     let mut created = ruleset.create().map_err(landlock_err)?;
@@ -595,15 +597,18 @@ pub(crate) fn root_ids() -> (bool, bool) {
 ///   placeholder is removed (or lower its CPU limit to kill it). `ulimit` and
 ///   `setrlimit` (pid 0) keep working.
 ///
-/// - **`offline` (network off): no socket but a TCP, Unix or netlink one.** Landlock
-///   rules TCP alone: under "network off" a command still sent UDP (a DNS query to
-///   any resolver carries any text), raw IP and link-layer packets as root
-///   (`CAP_NET_RAW` is kept for `ping`), and connected to any TCP server through an
-///   MPTCP socket (`IPPROTO_MPTCP`, which falls back to plain TCP, found on Linux
-///   6.18: Landlock's TCP rules did not apply to it). `socket` now fails with `EPERM`
-///   for any family but `AF_UNIX`, `AF_NETLINK`, `AF_INET` and `AF_INET6`, and for the
-///   last two for any type but `SOCK_STREAM` and any protocol but 0 and `IPPROTO_TCP`
-///   (whose `connect` and `bind` Landlock refuses).
+/// - **`set_id` too: no typing into the terminal.** `ioctl` with `TIOCSTI` (which
+///   pushes characters into a terminal's input: the command shares the runtime's
+///   controlling terminal, so it could type a command into the TUI or, once `foya`
+///   exits, into the user's shell) or `TIOCLINUX` fails with `EPERM`.
+/// - **`offline` (network off): no socket but a Unix or netlink one.** Landlock rules
+///   TCP `connect` and `bind` alone: under "network off" a command still sent UDP (a
+///   DNS query to any resolver carries any text), raw IP and link-layer packets as root
+///   (`CAP_NET_RAW` is kept for `ping`), connected to any TCP server through an MPTCP
+///   socket (`IPPROTO_MPTCP`, which falls back to TCP; found on Linux 6.18), and served
+///   on a TCP port of every interface (`listen` on a socket never bound binds it itself,
+///   past Landlock). `socket` fails with `EPERM` for every family but `AF_UNIX` and
+///   `AF_NETLINK`, as Codex CLI's network filter does.
 ///
 /// # Errors
 /// A message when the program cannot be built or installed.
@@ -757,6 +762,7 @@ mod filters {
         let mut refused = BTreeMap::new();
         if set_id {
             set_id_rules(&mut refused, may_take_the_root_group())?;
+            refused.insert(libc::SYS_ioctl, terminal_rules()?);
         }
         if offline {
             refused.insert(libc::SYS_socket, offline_socket_rules()?);
@@ -793,39 +799,34 @@ mod filters {
         .map_err(|e| failed(&e))
     }
 
-    /// The `socket(family, type, protocol)` calls refused with the network off: any
-    /// family but Unix, netlink, IPv4 and IPv6; for the last two, any type but
-    /// `SOCK_STREAM` (the low four bits of `type`; the rest are `SOCK_NONBLOCK` and
-    /// `SOCK_CLOEXEC`) and any protocol but 0 and `IPPROTO_TCP`.
+    /// The `socket` calls refused with the network off: any family but Unix and
+    /// netlink (IPv4 and IPv6 included: whatever Landlock's TCP rules do not cover —
+    /// UDP, raw, MPTCP, a `listen` that binds a fresh socket itself — cannot start).
     fn offline_socket_rules() -> Result<Vec<SeccompRule>, String> {
-        use SeccompCmpOp::{Eq, MaskedEq, Ne};
-        let mut rules = vec![rule(
-            [
-                libc::AF_UNIX,
-                libc::AF_NETLINK,
-                libc::AF_INET,
-                libc::AF_INET6,
-            ]
+        Ok(vec![rule(vec![
+            arg(0, SeccompCmpOp::Ne, libc::AF_UNIX)?,
+            arg(0, SeccompCmpOp::Ne, libc::AF_NETLINK)?,
+        ])?])
+    }
+
+    /// The `ioctl` requests that type into a terminal (`TIOCSTI`) or act on the console
+    /// (`TIOCLINUX`): the request is compared as the 32-bit number the kernel reads, so
+    /// bits set above it do not pass.
+    fn terminal_rules() -> Result<Vec<SeccompRule>, String> {
+        [libc::TIOCSTI, libc::TIOCLINUX]
             .into_iter()
-            .map(|family| arg(0, Ne, family))
-            .collect::<Result<_, _>>()?,
-        )?];
-        for family in [libc::AF_INET, libc::AF_INET6] {
-            // Not `SOCK_STREAM` (1): bit 0 clear, or any of bits 1 to 3 set.
-            rules.push(rule(vec![arg(0, Eq, family)?, arg(1, MaskedEq(1), 0)?])?);
-            for bit in [2_i32, 4, 8] {
-                rules.push(rule(vec![
-                    arg(0, Eq, family)?,
-                    arg(1, MaskedEq(u64::from(bit.unsigned_abs())), bit)?,
-                ])?);
-            }
-            rules.push(rule(vec![
-                arg(0, Eq, family)?,
-                arg(2, Ne, 0)?,
-                arg(2, Ne, libc::IPPROTO_TCP)?,
-            ])?);
-        }
-        Ok(rules)
+            .map(|request| {
+                let request = u32::try_from(request).map_err(|e| failed(&e))?;
+                let cond = SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Eq,
+                    u64::from(request),
+                )
+                .map_err(|e| failed(&e))?;
+                rule(vec![cond])
+            })
+            .collect()
     }
 
     /// Whether a program started now could make a file of group root: with root among its

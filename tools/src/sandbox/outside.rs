@@ -146,12 +146,17 @@ fn remount_read_only(point: &Path, options: &str) -> Result<(), String> {
         }
     }
     match mount_remount(point, flags | atime, "") {
-        // A mount this process cannot reach (below a directory it may not search, or
-        // gone) is one the command cannot reach either.
+        // A mount this process cannot reach is one the command cannot reach either:
+        // below a directory it may not search, gone, or hidden under a later mount at
+        // the same place, where its path leads into the upper one (`EINVAL`: not a
+        // mount's root).
         Ok(())
-        | Err(rustix::io::Errno::ACCESS | rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {
-            Ok(())
-        }
+        | Err(
+            rustix::io::Errno::ACCESS
+            | rustix::io::Errno::NOENT
+            | rustix::io::Errno::NOTDIR
+            | rustix::io::Errno::INVAL,
+        ) => Ok(()),
         Err(e) => Err(format!(
             "cannot make {} read-only for the command: {e}",
             point.display()

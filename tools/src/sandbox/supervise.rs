@@ -37,6 +37,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::io::PipeReader;
+use std::os::fd::AsFd as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
@@ -293,16 +294,15 @@ fn start_confined(
     // the helper's thread starts the program itself, as the confined thread would.
     if invocation.policy == SandboxPolicy::None && !shielded {
         drop(prebuilt);
-        return spawn_program(invocation);
+        return spawn_program(invocation, false);
     }
     let started = std::thread::scope(|scope| {
         scope
             .spawn(move || {
                 // Before Landlock, which refuses mount calls.
-                if seal {
-                    seal_outside(invocation)
+                let sealed = seal
+                    && seal_outside(invocation)
                         .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
-                }
                 apply_prebuilt(
                     invocation.policy,
                     &invocation.cwd,
@@ -331,7 +331,7 @@ fn start_confined(
                     offline,
                 )
                 .map_err(|message| (EXIT_SANDBOX_UNAVAILABLE, message))?;
-                spawn_program(invocation)
+                spawn_program(invocation, sealed)
             })
             .join()
     });
@@ -349,9 +349,11 @@ fn start_confined(
 /// times outside them changeable (`chmod 666 /etc/shadow` as root). Where the kernel
 /// refuses the thread a mount namespace, Landlock alone rules, as before.
 ///
+/// `true`: sealed (`false`: no namespace here).
+///
 /// # Errors
 /// A mount failed once the namespace was entered: the command must not run.
-fn seal_outside(invocation: &SandboxInvocation) -> Result<(), String> {
+fn seal_outside(invocation: &SandboxInvocation) -> Result<bool, String> {
     // What Landlock lets the policy write beneath (`ReadOnly`: nothing).
     let writable: &[&std::path::Path] = match invocation.policy {
         SandboxPolicy::WorkspaceWrite { .. } | SandboxPolicy::WorkspaceAndProtected { .. } => {
@@ -360,7 +362,8 @@ fn seal_outside(invocation: &SandboxInvocation) -> Result<(), String> {
         SandboxPolicy::ReadOnly | SandboxPolicy::None => &[],
     };
     match super::outside::seal(writable)? {
-        super::outside::Sealed::ReadOnly | super::outside::Sealed::Unavailable => Ok(()),
+        super::outside::Sealed::ReadOnly => Ok(true),
+        super::outside::Sealed::Unavailable => Ok(false),
     }
 }
 
@@ -471,9 +474,24 @@ fn drop_capabilities(shielded: bool) -> Result<(), String> {
 
 /// Starts the program from the calling thread (confined or not, as the policy needs),
 /// in its working directory, with the call's environment.
-fn spawn_program(invocation: &SandboxInvocation) -> Result<Child, (i32, String)> {
+fn spawn_program(invocation: &SandboxInvocation, sealed: bool) -> Result<Child, (i32, String)> {
     let mut command = std::process::Command::new(&invocation.program);
     command.args(&invocation.args).current_dir(&invocation.cwd);
+    // A descriptor opened before the seal points into the writable mounts outside: the
+    // null device the runtime gives as stdin (or as any stdio) is opened again here, on
+    // the read-only mounts, else `chmod 000 /proc/self/fd/0` (or `fchmod(0)`) as root
+    // changed the machine's `/dev/null`.
+    if sealed {
+        if is_null_device(std::io::stdin().as_fd()) {
+            command.stdin(std::process::Stdio::null());
+        }
+        if is_null_device(std::io::stdout().as_fd()) {
+            command.stdout(std::process::Stdio::null());
+        }
+        if is_null_device(std::io::stderr().as_fd()) {
+            command.stderr(std::process::Stdio::null());
+        }
+    }
     if let Some(env) = &invocation.env {
         command.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     }
@@ -485,6 +503,15 @@ fn spawn_program(invocation: &SandboxInvocation) -> Result<Child, (i32, String)>
             EXIT_EXEC_FAILED,
             format!("cannot execute {:?}: {e}", invocation.program),
         )
+    })
+}
+
+/// Whether `fd` is the null device (character device 1:3).
+fn is_null_device(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|stat| {
+        rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::CharacterDevice
+            && rustix::fs::major(stat.st_rdev) == 1
+            && rustix::fs::minor(stat.st_rdev) == 3
     })
 }
 
