@@ -208,3 +208,9 @@ pub fn wrapped(command: &Command, wrapper: &[&str]) -> Command {
     }
     wrapped
 }
+
+/// Whether the tests (and so the runtimes and helpers they start) run as root (CI does).
+#[must_use]
+pub fn runs_as_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc/self")) == 0
+}

@@ -137,3 +137,71 @@ async fn one_persistent_helper_gives_each_call_its_own_policy_and_nothing_of_its
     servers.dedup();
     assert_eq!(servers.len(), 1, "one server for every call: {servers:?}");
 }
+
+/// Unmounts its folder when dropped (also when an assertion failed).
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The persistent helper keeps the machine's mount table for the calls it forks (reading
+/// it is most of what making the rest of the file system read-only costs a call), and
+/// reads it again when the mounts changed: a file system mounted after the server
+/// started is read-only for the next call too, so its files' modes cannot be changed.
+/// Run as root (CI), which may mount; an ordinary user cannot mount anything new.
+#[tokio::test]
+async fn a_file_system_mounted_after_the_helper_started_is_read_only_for_the_next_call() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !foya_tests::child::runs_as_root() {
+        return;
+    }
+    let helper = foya_bin().with_file_name("foya-sandbox");
+    let runner = SandboxRunner::new(helper);
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, mnt) = (tmp.path().join("work"), tmp.path().join("mnt"));
+    std::fs::create_dir(&work).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let policy = SandboxPolicy::WorkspaceWrite { network: false };
+    let call = |command: String, name: &'static str| {
+        let (runner, work, tmp) = (&runner, &work, tmp.path().to_path_buf());
+        async move {
+            let out_path = tmp.join(name);
+            let stdout = OwnedFd::from(std::fs::File::create(&out_path).unwrap());
+            let stderr = stdout.try_clone().unwrap();
+            let args: Vec<OsString> = vec!["-c".into(), command.into()];
+            let mut call = runner
+                .start(policy, work, &[], "/bin/sh", &args, (stdout, stderr))
+                .await
+                .unwrap();
+            tokio::time::timeout(TIMEOUT, call.process.wait())
+                .await
+                .expect("the call ended in time")
+                .unwrap();
+            assert!(call.process.is_served());
+            std::fs::read_to_string(&out_path).unwrap()
+        }
+    };
+    // The server starts (and reads the table) with the first call.
+    assert_eq!(call("echo first".to_owned(), "first.out").await, "first\n");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "foya-test"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let _guard = Mounted(mnt.clone());
+    let file = mnt.join("f");
+    std::fs::write(&file, "x").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = call(
+        format!("chmod 600 '{}'; echo done", file.display()),
+        "second.out",
+    )
+    .await;
+    assert!(out.contains("Read-only file system"), "{out}");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "{out}");
+}

@@ -392,7 +392,7 @@ async fn under_ask_an_allowed_once_command_changes_no_protected_path() {
 /// succeeds and the same attacks fail.
 #[test]
 fn as_an_unprivileged_user_the_same_holds() {
-    if !nix_is_root() {
+    if !foya_tests::child::runs_as_root() {
         // Already unprivileged: the other tests cover it.
         return;
     }
@@ -444,14 +444,6 @@ fn work_without_cargo() -> Vec<String> {
         .into_iter()
         .filter(|c| !c.contains("cargo"))
         .collect()
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
 }
 
 fn chown_tree(dir: &Path, owner: &str) {

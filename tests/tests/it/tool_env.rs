@@ -10,7 +10,7 @@
 //! commands and hooks; the user's `[shell_environment]` and a server's `env` choose more.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use foya_tests::child::{read_until, spawn_json_lines, wait_exit};
+use foya_tests::child::{read_until, runs_as_root, spawn_json_lines, wait_exit};
 use foya_tests::foya_bin::scripted;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -366,11 +366,6 @@ fn the_runtime_is_not_dumpable_so_its_environment_stays_its_own() {
         owner, 0,
         "the runtime's /proc files are its user's: it is dumpable"
     );
-}
-
-/// Whether the tests (and so the runtimes they start) run as root (CI does).
-fn runs_as_root() -> bool {
-    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
 }
 
 /// `foya` started by `wrap` (a program and its first arguments; none: `foya` itself).

@@ -87,10 +87,18 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
             .map_err(|e| format!("cannot keep {} writable: {e}", root.display()))?;
         clones.push((root, clone));
     }
-    // This thread's mounts (`/proc/self` would show the main thread's).
-    let table = std::fs::read_to_string("/proc/thread-self/mountinfo")
-        .map_err(|e| format!("cannot list the command's mounts: {e}"))?;
-    for (point, options) in mounts(&table) {
+    let kept = KEPT
+        .lock()
+        .ok()
+        .and_then(|kept| kept.as_ref().map(|k| k.mounts.clone()));
+    let mounts = match kept {
+        Some(mounts) => mounts,
+        // This thread's mounts (`/proc/self` would show the main thread's).
+        None => std::fs::read_to_string("/proc/thread-self/mountinfo")
+            .map(|table| mounts(&table).collect())
+            .map_err(|e| format!("cannot list the command's mounts: {e}"))?,
+    };
+    for (point, options) in mounts {
         if roots.iter().any(|root| point.starts_with(root)) {
             continue;
         }
@@ -107,6 +115,65 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
         .map_err(|e| format!("cannot keep {} writable: {e}", root.display()))?;
     }
     Ok(Sealed::ReadOnly)
+}
+
+/// The mount table the persistent helper keeps for the calls it forks: reading it is
+/// most of what sealing costs a call (the kernel formats it afresh each time, cgroup
+/// mounts' options most). The server reads it again only when `poll` on its open
+/// `mountinfo` says its namespace's mounts changed, before each fork; a forked call's
+/// namespace is a copy of the server's (plus the shield's mounts, all inside the
+/// working directory). A mount made between that `poll` and the call's `unshare` is
+/// missed by that call alone.
+static KEPT: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
+
+struct Kept {
+    file: std::fs::File,
+    mounts: Vec<(PathBuf, String)>,
+}
+
+impl Kept {
+    fn read(&mut self) -> std::io::Result<()> {
+        use std::io::{Read as _, Seek as _};
+        self.file.rewind()?;
+        let mut table = String::new();
+        self.file.read_to_string(&mut table)?;
+        self.mounts = mounts(&table).collect();
+        Ok(())
+    }
+}
+
+/// Starts keeping the mount table (the persistent helper, once).
+pub(crate) fn keep_mount_table() {
+    let Ok(file) = std::fs::File::open("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut kept = Kept {
+        file,
+        mounts: Vec::new(),
+    };
+    if kept.read().is_ok()
+        && let Ok(mut slot) = KEPT.lock()
+    {
+        *slot = Some(kept);
+    }
+}
+
+/// Reads the kept table again when the mounts changed since (the persistent helper,
+/// before each fork). A table that cannot be read again is dropped: each call then reads
+/// its own.
+pub(crate) fn refresh_mount_table() {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let Ok(mut slot) = KEPT.lock() else { return };
+    let Some(kept) = slot.as_mut() else { return };
+    let mut fds = [PollFd::new(&kept.file, PollFlags::PRI)];
+    let changed = match poll(&mut fds, Some(&Timespec::default())) {
+        Ok(0) => false,
+        Ok(_) => !fds[0].revents().is_empty(),
+        Err(_) => true,
+    };
+    if changed && kept.read().is_err() {
+        *slot = None;
+    }
 }
 
 /// The writable roots as the mount table names them (symlinks resolved), those inside

@@ -374,8 +374,10 @@ fn warm_up() {
     if let Ok(thread) = thread {
         let _ = thread.join();
     }
-    // The calls' seccomp programs, built once here rather than in each call.
+    // The calls' seccomp programs, built once here rather than in each call, and the
+    // mount table each call's seal reads.
     super::entry::prepare_syscall_filters();
+    super::outside::keep_mount_table();
     // Above the small bins (1 KiB), below the threshold for a mapping of its own (128 KiB).
     drop(std::hint::black_box(Vec::<u8>::with_capacity(64 << 10)));
 }
@@ -523,6 +525,7 @@ fn start(request: Request, server: Server<'_>, calls: &mut Vec<Call>) -> Option<
         let _ = send(socket, &Reply::Failed(why).encode(), SendFlags::NOSIGNAL);
     };
     let me = std::process::id();
+    super::outside::refresh_mount_table();
     // Sound: this process has one thread (`warm_up` joined its own), so the child finds every lock
     // and the allocator as this thread left them.
     match fork::fork() {
