@@ -153,6 +153,45 @@ fn a_sandboxed_command_cannot_change_a_files_mode_owner_or_times_outside_its_roo
     std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// A sandboxed command shares the runtime's controlling terminal: through `/dev/tty` or
+/// its `/dev/pts` node it read what the user typed while it ran, took the terminal's
+/// foreground from the TUI and changed its line discipline (an attack round, with a
+/// pseudo-terminal standing in for the TUI's). Under each confining policy `/dev/tty` is
+/// the null device now (character device 1:3) and `/dev/pts` an empty folder; without a
+/// sandbox (`none`) both are as they were.
+#[test]
+fn a_sandboxed_command_cannot_reach_the_runtimes_terminal() {
+    let script = "stat -c %t:%T /dev/tty; ls -A /dev/pts | wc -l";
+    for (policy, confined) in [
+        (r#"{"workspace-write":{"network":false}}"#, true),
+        (r#"{"workspace-and-protected":{"network":true}}"#, true),
+        ("\"read-only\"", true),
+        ("\"none\"", false),
+    ] {
+        let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let output = helper(&[
+            SANDBOX_EXEC_ARG,
+            "--policy",
+            policy,
+            "--cwd",
+            work.path().to_str().unwrap(),
+            "--tmp",
+            tmp.path().to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ]);
+        let (code, stdout, stderr) = summary(&output);
+        assert_eq!(code, Some(0), "{policy}: {stderr}");
+        if confined {
+            assert_eq!(stdout, "1:3\n0\n", "{policy}: {stderr}");
+        } else {
+            assert!(!stdout.starts_with("1:3"), "{policy}: {stdout}");
+        }
+    }
+}
+
 #[test]
 fn malformed_arguments_exit_with_the_usage_code() {
     let output = helper(&[SANDBOX_EXEC_ARG, "--policy", "\"read-only\"", "--", "true"]);

@@ -104,6 +104,7 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
         }
         remount_read_only(&point, &options)?;
     }
+    hide_terminals()?;
     for (root, clone) in clones {
         move_mount(
             &clone,
@@ -173,6 +174,37 @@ pub(crate) fn refresh_mount_table() {
     };
     if changed && kept.read().is_err() {
         *slot = None;
+    }
+}
+
+/// Takes the terminals out of the command's reach: `/dev/tty` becomes the null device
+/// and an empty, read-only `tmpfs` covers `/dev/pts`. The command shares the runtime's
+/// controlling terminal, and through either it could read what the user types (an
+/// answer to an approval, a pasted key), take the terminal's foreground from the TUI, or
+/// change its line discipline. The runtime gives commands pipes and the null device, not
+/// terminals; a new pseudo-terminal was already out of reach (Landlock: no write to
+/// `/dev/ptmx`). A prompt that reads `/dev/tty` (`ssh`, `sudo`) now gets end of input at
+/// once instead of the user's keys.
+///
+/// # Errors
+/// A mount failed.
+fn hide_terminals() -> Result<(), String> {
+    let failed =
+        |what: &str, e: rustix::io::Errno| format!("cannot hide {what} from the command: {e}");
+    match rustix::mount::mount_bind("/dev/null", "/dev/tty") {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(failed("/dev/tty", e)),
+    }
+    let flags = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    match rustix::mount::mount(
+        "none",
+        "/dev/pts",
+        "tmpfs",
+        flags,
+        Some(c"size=4k,mode=555"),
+    ) {
+        Ok(()) | Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Ok(()),
+        Err(e) => Err(failed("/dev/pts", e)),
     }
 }
 
