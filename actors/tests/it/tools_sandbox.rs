@@ -31,6 +31,35 @@ fn read_only(command: &[&str]) -> Output {
     helper(&args)
 }
 
+/// The helper running `sh -c script` under `policy` in `work`, its temp dir `tmp`.
+fn sh_command(
+    policy: &str,
+    work: &std::path::Path,
+    tmp: &std::path::Path,
+    script: &str,
+) -> Command {
+    let mut command = Command::new(foya_actors::testkit::sandbox_helper());
+    command.args([
+        SANDBOX_EXEC_ARG,
+        "--policy",
+        policy,
+        "--cwd",
+        work.to_str().unwrap(),
+        "--tmp",
+        tmp.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ]);
+    command
+}
+
+/// Runs `sh -c script` through the helper under `policy` (see [`sh_command`]).
+fn sh_under(policy: &str, work: &std::path::Path, tmp: &std::path::Path, script: &str) -> Output {
+    sh_command(policy, work, tmp, script).output().unwrap()
+}
+
 fn summary(output: &Output) -> (Option<i32>, String, String) {
     (
         output.status.code(),
@@ -105,19 +134,7 @@ fn a_sandboxed_command_cannot_change_a_files_mode_owner_or_times_outside_its_roo
             std::fs::Permissions::from_mode(0o644),
         )
         .unwrap();
-        let output = helper(&[
-            SANDBOX_EXEC_ARG,
-            "--policy",
-            policy,
-            "--cwd",
-            work.path().to_str().unwrap(),
-            "--tmp",
-            tmp.path().to_str().unwrap(),
-            "--",
-            "/bin/sh",
-            "-c",
-            &script,
-        ]);
+        let output = sh_under(policy, work.path(), tmp.path(), &script);
         let (_, stdout, stderr) = summary(&output);
         for refused in [
             format!("chmod: changing permissions of '{o}': Read-only file system"),
@@ -169,19 +186,7 @@ fn a_sandboxed_command_cannot_reach_the_runtimes_terminal() {
         ("\"none\"", false),
     ] {
         let (work, tmp) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let output = helper(&[
-            SANDBOX_EXEC_ARG,
-            "--policy",
-            policy,
-            "--cwd",
-            work.path().to_str().unwrap(),
-            "--tmp",
-            tmp.path().to_str().unwrap(),
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ]);
+        let output = sh_under(policy, work.path(), tmp.path(), script);
         let (code, stdout, stderr) = summary(&output);
         assert_eq!(code, Some(0), "{policy}: {stderr}");
         if confined {
@@ -252,20 +257,7 @@ fn workspace_write(
     tmp: &std::path::Path,
     script: &str,
 ) -> std::process::Child {
-    Command::new(foya_actors::testkit::sandbox_helper())
-        .args([
-            SANDBOX_EXEC_ARG,
-            "--policy",
-            r#"{"workspace-write":{"network":false}}"#,
-            "--cwd",
-            cwd.to_str().unwrap(),
-            "--tmp",
-            tmp.to_str().unwrap(),
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ])
+    sh_command(r#"{"workspace-write":{"network":false}}"#, cwd, tmp, script)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
