@@ -577,7 +577,7 @@ pub(crate) fn root_ids() -> (bool, bool) {
 /// covers, with one seccomp program (built once per process, installed per call; it
 /// needs `no_new_privs`, which Landlock sets):
 ///
-/// - **`set_id` (every policy but `None`): no set-user-ID file left behind** (nor, with
+/// - **`confined` (every policy but `None`): no set-user-ID file left behind** (nor, with
 ///   root among the helper's ids, a set-group-ID one). Landlock rules paths, not modes:
 ///   a command that may write the workspace could `chmod 4755` (or create with that
 ///   mode, through `open`, `openat`, `creat` or `mknod`) a program there, which another
@@ -597,7 +597,7 @@ pub(crate) fn root_ids() -> (bool, bool) {
 ///   placeholder is removed (or lower its CPU limit to kill it). `ulimit` and
 ///   `setrlimit` (pid 0) keep working.
 ///
-/// - **`set_id` too: no typing into the terminal.** `ioctl` with `TIOCSTI` (which
+/// - **`confined` too: no typing into the terminal.** `ioctl` with `TIOCSTI` (which
 ///   pushes characters into a terminal's input: the command shares the runtime's
 ///   controlling terminal, so it could type a command into the TUI or, once `foya`
 ///   exits, into the user's shell) or `TIOCLINUX` fails with `EPERM`.
@@ -613,8 +613,12 @@ pub(crate) fn root_ids() -> (bool, bool) {
 /// # Errors
 /// A message when the program cannot be built or installed.
 #[cfg(feature = "landlock")]
-pub(crate) fn confine_syscalls(set_id: bool, shielded: bool, offline: bool) -> Result<(), String> {
-    let Some(program) = filters::program(set_id, shielded, offline) else {
+pub(crate) fn confine_syscalls(
+    confined: bool,
+    shielded: bool,
+    offline: bool,
+) -> Result<(), String> {
+    let Some(program) = filters::program(confined, shielded, offline) else {
         return Ok(());
     };
     let program = program.as_ref().map_err(Clone::clone)?;
@@ -627,8 +631,9 @@ pub(crate) fn confine_syscalls(set_id: bool, shielded: bool, offline: bool) -> R
 #[cfg(feature = "landlock")]
 pub(crate) fn prepare_syscall_filters() {
     let _ = root_ids();
-    for index in 1..8 {
-        let _ = filters::program(index & 1 != 0, index & 2 != 0, index & 4 != 0);
+    // The ones a call installs: every confining policy is `confined`.
+    for (shielded, offline) in [(false, false), (false, true), (true, false), (true, true)] {
+        let _ = filters::program(true, shielded, offline);
     }
 }
 
@@ -649,19 +654,19 @@ mod filters {
 
     type Built = OnceLock<Result<BpfProgram, String>>;
 
-    /// The program for `set_id`, `shielded` and `offline` (none for none of them), built
-    /// on first use.
+    /// The program for `confined`, `shielded` and `offline` (none for none of them),
+    /// built on first use.
     pub(super) fn program(
-        set_id: bool,
+        confined: bool,
         shielded: bool,
         offline: bool,
     ) -> Option<&'static Result<BpfProgram, String>> {
         static BUILT: [Built; 8] = [const { OnceLock::new() }; 8];
-        let index = usize::from(set_id) | usize::from(shielded) << 1 | usize::from(offline) << 2;
+        let index = usize::from(confined) | usize::from(shielded) << 1 | usize::from(offline) << 2;
         if index == 0 {
             return None;
         }
-        Some(BUILT[index].get_or_init(|| build(set_id, shielded, offline)))
+        Some(BUILT[index].get_or_init(|| build(confined, shielded, offline)))
     }
 
     fn failed(e: &dyn std::fmt::Display) -> String {
@@ -758,9 +763,9 @@ mod filters {
         }
     }
 
-    fn build(set_id: bool, shielded: bool, offline: bool) -> Result<BpfProgram, String> {
+    fn build(confined: bool, shielded: bool, offline: bool) -> Result<BpfProgram, String> {
         let mut refused = BTreeMap::new();
-        if set_id {
+        if confined {
             set_id_rules(&mut refused, may_take_the_root_group())?;
             refused.insert(libc::SYS_ioctl, terminal_rules()?);
         }
@@ -776,7 +781,7 @@ mod filters {
             x32_absent(),
             compile(refused, SeccompAction::Errno(libc::EPERM.unsigned_abs()))?,
         );
-        if !set_id {
+        if !confined {
             return Ok(refused);
         }
         // Answered as on a kernel without them: their mode cannot be read by a filter.
@@ -816,15 +821,8 @@ mod filters {
         [libc::TIOCSTI, libc::TIOCLINUX]
             .into_iter()
             .map(|request| {
-                let request = u32::try_from(request).map_err(|e| failed(&e))?;
-                let cond = SeccompCondition::new(
-                    1,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::Eq,
-                    u64::from(request),
-                )
-                .map_err(|e| failed(&e))?;
-                rule(vec![cond])
+                let request = i32::try_from(request).map_err(|e| failed(&e))?;
+                rule(vec![arg(1, SeccompCmpOp::Eq, request)?])
             })
             .collect()
     }
@@ -894,7 +892,7 @@ mod filters {
 /// Never.
 #[cfg(not(feature = "landlock"))]
 pub(crate) fn confine_syscalls(
-    _set_id: bool,
+    _confined: bool,
     _shielded: bool,
     _offline: bool,
 ) -> Result<(), String> {

@@ -43,13 +43,13 @@ pub(crate) enum Sealed {
 
 /// Enters a user namespace that maps the caller's own user and group, so that an
 /// ordinary user's helper may [`seal`] (root needs none). Call it while the process has a
-/// single thread. `false`: not entered (root, switched off, or refused by the kernel).
+/// single thread. `false`: not entered (root, or refused by the kernel).
 ///
 /// # Errors
 /// The namespace was entered but the ids could not be mapped (the command must not run).
-pub(crate) fn enter_user_namespace(switched_off: bool) -> Result<bool, String> {
+pub(crate) fn enter_user_namespace() -> Result<bool, String> {
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
-    if switched_off || uid.is_root() || unshare(CloneFlags::CLONE_NEWUSER).is_err() {
+    if uid.is_root() || unshare(CloneFlags::CLONE_NEWUSER).is_err() {
         return Ok(false);
     }
     super::shield::map_ids(uid.as_raw(), gid.as_raw())?;
@@ -87,23 +87,25 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
             .map_err(|e| format!("cannot keep {} writable: {e}", root.display()))?;
         clones.push((root, clone));
     }
-    let kept = KEPT
-        .lock()
-        .ok()
-        .and_then(|kept| kept.as_ref().map(|k| k.mounts.clone()));
-    let mounts = match kept {
-        Some(mounts) => mounts,
+    let kept = KEPT.lock().ok();
+    let read: Vec<(PathBuf, String)>;
+    let mounts = match kept.as_deref().and_then(Option::as_ref) {
+        Some(kept) => &kept.mounts,
         // This thread's mounts (`/proc/self` would show the main thread's).
-        None => std::fs::read_to_string("/proc/thread-self/mountinfo")
-            .map(|table| mounts(&table).collect())
-            .map_err(|e| format!("cannot list the command's mounts: {e}"))?,
+        None => {
+            read = std::fs::read_to_string("/proc/thread-self/mountinfo")
+                .map(|table| mounts(&table).collect())
+                .map_err(|e| format!("cannot list the command's mounts: {e}"))?;
+            &read
+        }
     };
     for (point, options) in mounts {
         if roots.iter().any(|root| point.starts_with(root)) {
             continue;
         }
-        remount_read_only(&point, &options)?;
+        remount_read_only(point, options)?;
     }
+    drop(kept);
     hide_terminals()?;
     for (root, clone) in clones {
         move_mount(

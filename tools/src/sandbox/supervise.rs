@@ -172,8 +172,7 @@ fn may_seal(invocation: &SandboxInvocation, shielded: bool) -> Result<bool, Stri
         SandboxPolicy::None => Ok(false),
         SandboxPolicy::WorkspaceWrite { .. } => Ok(shielded),
         SandboxPolicy::ReadOnly | SandboxPolicy::WorkspaceAndProtected { .. } => Ok(!switched_off
-            && (rustix::process::getuid().is_root()
-                || super::outside::enter_user_namespace(switched_off)?)),
+            && (rustix::process::getuid().is_root() || super::outside::enter_user_namespace()?)),
     }
 }
 
