@@ -457,6 +457,16 @@ impl Deriver {
         self
     }
 
+    /// Lets go of everything it follows (its pipeline is gone): sessions, models, names
+    /// and spans not yet exported.
+    pub(crate) fn clear(&mut self) {
+        self.sessions = FastMap::default();
+        self.models = FastMap::default();
+        self.sub_agents = FastMap::default();
+        self.tool_names = FastMap::default();
+        self.spans = Encoded::default();
+    }
+
     /// Records the model of `session` (from its log, read by the runtime), and of its
     /// open turn's next spans.
     pub(crate) fn set_model(&mut self, session: SessionId, model: Arc<ModelOf>) {
@@ -767,18 +777,25 @@ impl Deriver {
                 is_error,
                 duration_ms,
             } => {
-                let mut name = None;
-                if let Some(tool) = self
-                    .turn_mut(sid)
+                // The fields apart: the tool's name is read where it is kept (no clone of
+                // a shared name per call).
+                let Self {
+                    sessions,
+                    handles,
+                    metrics,
+                    ..
+                } = self;
+                if let Some(tool) = sessions
+                    .get_mut(&sid)
+                    .and_then(|s| s.turn.as_mut())
                     .and_then(|t| t.tools.get_mut(tool_call_id))
                 {
                     tool.finished = Some((*is_error, *duration_ms));
-                    name = Some(Arc::clone(&tool.name));
-                }
-                if let (Some(name), Some(m)) = (name, &self.metrics)
-                    && let Some(histogram) = self.handles.tool_duration(m, &name)
-                {
-                    histogram.observe(seconds(*duration_ms));
+                    if let Some(m) = metrics
+                        && let Some(histogram) = handles.tool_duration(m, &tool.name)
+                    {
+                        histogram.observe(seconds(*duration_ms));
+                    }
                 }
             }
             EventKind::ToolMessage(message) => {

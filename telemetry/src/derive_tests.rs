@@ -410,13 +410,13 @@ async fn the_observed_store_passes_the_stores_own_answers_through() {
     let store = LogStore::from(Store::open_in_memory(StoreOptions::default()).unwrap());
     let observed = crate::tap::ObservedLog {
         inner: store.clone(),
-        tap: Arc::new(crate::tap::Tap {
-            follower: Arc::new(Follower::new(
+        tap: Arc::new(crate::tap::Tap::new(
+            Arc::new(Follower::new(
                 || Deriver::new(None, false, false, Parents::default()),
                 None,
             )),
-            metrics: None,
-        }),
+            None,
+        )),
     };
     let events = log(&[json!({"type": "session_created", "config": {"cwd": "/w"}})]);
     observed.append(&events, Fence::None).await.unwrap();
@@ -632,6 +632,8 @@ async fn an_instrumented_redb_store_stays_the_redb_store_and_is_followed() {
         "the append was timed: {text}"
     );
 
+    // The store keeps its observer; the dropped pipeline's figures must stay as they were.
+    let first_metrics = Arc::clone(first.shared.metrics.as_ref().unwrap());
     drop(first);
     let second = metrics_only();
     let wrapped = second.instrument(config(&store)).store;
@@ -641,4 +643,9 @@ async fn an_instrumented_redb_store_stays_the_redb_store_and_is_followed() {
     );
     wrapped.append(&events[3..], Fence::None).await.unwrap();
     assert_eq!(second.figures().await.unwrap().turns_started, 1);
+    assert_eq!(
+        first_metrics.snapshot().turns_started,
+        1,
+        "a dropped pipeline no longer follows the store"
+    );
 }

@@ -354,12 +354,18 @@ impl Exporter {
     }
 }
 
-impl Drop for Exporter {
-    /// Asks the thread to send what is queued and stop, without waiting for it (a drop
-    /// may happen on the runtime's own thread, which the send needs).
-    fn drop(&mut self) {
+impl Exporter {
+    /// Asks the thread to send what is queued and stop, without waiting for it (called
+    /// where the runtime's own thread, which the send needs, may be the caller's).
+    pub(crate) fn stop(&self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_one();
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -1,17 +1,14 @@
 //! A Prometheus histogram whose observations take no lock: per-thread-group cells of
-//! atomic bucket counts (each on its own cache lines), summed when the metrics are
+//! atomic bucket counts (`cells.rs`, each on its own cache lines), summed when the metrics are
 //! encoded. Replaces `prometheus_client`'s `Histogram` (a lock per observation) on the
 //! paths every append and every step takes; encoded the same way (its
 //! `encode_histogram`: sum, count, cumulative buckets, `+Inf` last).
 
+use crate::cells::{CELLS, cell_index};
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-/// Cells per histogram: threads are spread over them (a runtime's workers, the store's
-/// writer, the exporter) so that two threads rarely share one.
-const CELLS: usize = 8;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One thread group's counts: the buckets (not cumulative) and the sum (`f64` bits).
 #[derive(Debug)]
@@ -32,15 +29,6 @@ struct Cells {
 #[derive(Debug, Clone)]
 pub(crate) struct Histogram {
     inner: Arc<Cells>,
-}
-
-/// The cell of the current thread.
-fn cell_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed) % CELLS;
-    }
-    INDEX.with(|i| *i)
 }
 
 impl Histogram {
@@ -117,19 +105,8 @@ impl EncodeMetric for Histogram {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::cells::encoded as text;
     use prometheus_client::metrics::histogram::exponential_buckets;
-    use prometheus_client::registry::Registry;
-
-    fn text(
-        name: &str,
-        histogram: impl EncodeMetric + TypedMetric + Send + Sync + std::fmt::Debug + 'static,
-    ) -> String {
-        let mut registry = Registry::default();
-        registry.register(name, "h", histogram);
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
-        out
-    }
 
     #[test]
     fn it_encodes_as_the_locked_histogram_does_from_any_thread() {

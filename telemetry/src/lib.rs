@@ -36,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cells;
 mod config;
 mod derive;
 mod export;
@@ -57,7 +58,7 @@ use foya_protocol::InputId;
 use foya_storage::LogStore;
 use metrics::Metrics;
 use std::sync::Arc;
-use tap::{Follower, ObservedLog, ObservedModel, Observer, Tap};
+use tap::{Follower, Observe, ObservedLog, ObservedModel, Observer, Tap};
 
 #[derive(Debug)]
 struct Shared {
@@ -67,6 +68,17 @@ struct Shared {
     /// What follows the store's appends and reads (its follower: the derivers).
     tap: Arc<Tap>,
     parents: Parents,
+}
+
+impl Drop for Shared {
+    /// The pipeline is gone (its last clone dropped): the store it observes (which keeps
+    /// its observer) is no longer followed, and its exporter's thread stops.
+    fn drop(&mut self) {
+        self.tap.detach();
+        if let Some(exporter) = &self.exporter {
+            exporter.stop();
+        }
+    }
 }
 
 /// A running telemetry pipeline (cheap to clone). Made by [`Telemetry::start`], joined
@@ -101,10 +113,7 @@ impl Telemetry {
             )
         };
         let follower = Arc::new(Follower::new(make, exporter.clone()));
-        let tap = Arc::new(Tap {
-            follower,
-            metrics: metrics.clone(),
-        });
+        let tap = Arc::new(Tap::new(follower, metrics.clone()));
         Ok(Some(Self {
             shared: Arc::new(Shared {
                 config,
@@ -132,7 +141,7 @@ impl Telemetry {
         }
         use foya_storage::EventLog as _;
         // The redb store calls the observer itself; another engine is wrapped.
-        let observer = Arc::new(Observer(Arc::downgrade(&self.shared.tap)));
+        let observer = Arc::new(Observer(Arc::clone(&self.shared.tap)));
         if !config.store.observe_appends(observer) {
             config.store = LogStore::shared(ObservedLog {
                 inner: config.store,
@@ -155,11 +164,14 @@ impl Telemetry {
                 .exporter
                 .is_some()
                 .then(|| Arc::clone(&self.shared.tap.follower));
+            let observe = Arc::new(Observe {
+                metrics: self.shared.metrics.clone(),
+                follower,
+            });
             let wrap = |model: Arc<dyn ModelClient>| -> Arc<dyn ModelClient> {
                 Arc::new(ObservedModel {
                     inner: model,
-                    metrics: self.shared.metrics.clone(),
-                    follower: follower.clone(),
+                    observe: Arc::clone(&observe),
                 })
             };
             config.model = wrap(config.model);

@@ -3,9 +3,9 @@
 //! Labels are bounded: statuses, classes, decisions, hook points, and tool names (at most
 //! [`MAX_TOOL_LABELS`] distinct; later ones count as `other`). No session id is a label.
 
+use crate::cells::Counter;
 use crate::histogram::Histogram;
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::exponential_buckets;
@@ -179,23 +179,23 @@ pub(crate) struct Metrics {
     pub(crate) counts: FigureCounts,
 }
 
-/// The per-turn figures, as atomics.
+/// The per-turn figures, counted per thread group.
 #[derive(Debug, Default)]
 pub(crate) struct FigureCounts {
-    pub(crate) turns_started: AtomicU64,
-    pub(crate) steps: AtomicU64,
-    pub(crate) retries: AtomicU64,
-    pub(crate) compactions: AtomicU64,
+    pub(crate) turns_started: Counter,
+    pub(crate) steps: Counter,
+    pub(crate) retries: Counter,
+    pub(crate) compactions: Counter,
     /// Turns finished by status: completed, cancelled, failed.
-    pub(crate) finished: [AtomicU64; 3],
+    pub(crate) finished: [Counter; 3],
 }
 
 /// The statuses of [`FigureCounts::finished`], in its order.
 pub(crate) const STATUSES: [&str; 3] = ["completed", "cancelled", "failed"];
 
 impl FigureCounts {
-    pub(crate) fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn inc(counter: &Counter) {
+        counter.inc();
     }
 }
 
@@ -515,7 +515,7 @@ impl Metrics {
     pub(crate) fn snapshot(&self) -> Figures {
         let mut figures = self.figures.lock().map(|f| f.clone()).unwrap_or_default();
         let c = &self.counts;
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let read = Counter::get;
         figures.turns_started += read(&c.turns_started);
         figures.steps += read(&c.steps);
         figures.retries += read(&c.retries);
@@ -569,7 +569,7 @@ impl foya_storage::CommitObserver for CommitMetrics {
 }
 
 /// A tool's call counts by outcome ([`OUTCOMES`]), for the embedding API's figures.
-type ToolFigures = [AtomicU64; 4];
+type ToolFigures = [Counter; 4];
 
 /// A tool's label handles, resolved once.
 #[derive(Debug)]
@@ -679,7 +679,7 @@ impl Handles {
                 .inc();
         }
         if let Some(figure) = handles.figures.get(index) {
-            figure.fetch_add(1, Ordering::Relaxed);
+            figure.inc();
         }
     }
 

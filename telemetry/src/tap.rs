@@ -27,7 +27,7 @@ use futures::stream::BoxStream;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -121,6 +121,17 @@ impl Follower {
         }
     }
 
+    /// Lets go of what every shard keeps (its pipeline is gone).
+    fn clear(&self) {
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+        self.routes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
     /// A step's request attempt streamed its first token after `ms` milliseconds (before
     /// the step's assistant message, which is committed after the stream: the step's
     /// span gets it when it closes).
@@ -142,9 +153,33 @@ impl Follower {
 pub(crate) struct Tap {
     pub(crate) follower: Arc<Follower>,
     pub(crate) metrics: Option<Arc<Metrics>>,
+    /// Whether its pipeline still runs ([`Self::detach`] when it is dropped). Read on
+    /// every append by the store's observer, written once: its cache line stays shared
+    /// between the cores, where a `Weak` upgraded per append moved it at each.
+    live: AtomicBool,
 }
 
 impl Tap {
+    pub(crate) fn new(follower: Arc<Follower>, metrics: Option<Arc<Metrics>>) -> Self {
+        Self {
+            follower,
+            metrics,
+            live: AtomicBool::new(true),
+        }
+    }
+
+    /// Its pipeline is gone: later appends and reads are not followed, and what the
+    /// derivers kept is let go (the store keeps its observer, and so this, while it
+    /// lives).
+    pub(crate) fn detach(&self) {
+        self.live.store(false, Ordering::Release);
+        self.follower.clear();
+    }
+
+    fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+
     fn appended(&self, events: &[Event], elapsed: Duration) {
         if let Some(m) = &self.metrics {
             m.store_append.observe(elapsed.as_secs_f64());
@@ -182,27 +217,27 @@ impl Tap {
 
 /// The [`Tap`] as the redb store's own observer ([`EventLog::observe_appends`]: no
 /// wrapper, no boxed future per append). The store keeps it as long as the store lives;
-/// it follows the store only while its pipeline does (a later pipeline on the same
-/// store, once this one is dropped, is not shadowed by it).
+/// it follows the store only while its pipeline does ([`Tap::detach`]: a later pipeline
+/// on the same store, once this one is dropped, is not shadowed by it).
 #[derive(Debug)]
-pub(crate) struct Observer(pub(crate) Weak<Tap>);
+pub(crate) struct Observer(pub(crate) Arc<Tap>);
 
 impl AppendObserver for Observer {
     fn appended(&self, events: &[Event], elapsed: Duration) {
-        if let Some(tap) = self.0.upgrade() {
-            tap.appended(events, elapsed);
+        if self.0.is_live() {
+            self.0.appended(events, elapsed);
         }
     }
 
     fn append_failed(&self, events: &[Event], elapsed: Duration) {
-        if let Some(tap) = self.0.upgrade() {
-            tap.append_failed(events, elapsed);
+        if self.0.is_live() {
+            self.0.append_failed(events, elapsed);
         }
     }
 
     fn read(&self, session: SessionId, events: &[Event]) {
-        if let Some(tap) = self.0.upgrade() {
-            tap.read(session, events);
+        if self.0.is_live() {
+            self.0.read(session, events);
         }
     }
 }
@@ -282,6 +317,12 @@ impl EventLog for ObservedLog {
 #[derive(Debug)]
 pub(crate) struct ObservedModel {
     pub(crate) inner: Arc<dyn ModelClient>,
+    pub(crate) observe: Arc<Observe>,
+}
+
+/// What a model request's stream reports to (one handle, cloned once per request).
+#[derive(Debug)]
+pub(crate) struct Observe {
     pub(crate) metrics: Option<Arc<Metrics>>,
     /// Where a step's time to first token is sent (traces on).
     pub(crate) follower: Option<Arc<Follower>>,
@@ -295,12 +336,14 @@ impl ModelClient for ObservedModel {
     ) -> BoxStream<'static, StreamEvent> {
         let inner = self.inner.stream(request, cancel);
         let step = self
+            .observe
             .follower
-            .clone()
-            .zip(foya_actors::provider::current_step());
+            .is_some()
+            .then(foya_actors::provider::current_step)
+            .flatten();
         Box::pin(Timed {
             inner,
-            metrics: self.metrics.clone(),
+            observe: Arc::clone(&self.observe),
             step,
             start: Instant::now(),
             first: None,
@@ -329,9 +372,9 @@ impl ModelClient for ObservedModel {
 /// One request attempt's stream, timed.
 struct Timed {
     inner: BoxStream<'static, StreamEvent>,
-    metrics: Option<Arc<Metrics>>,
-    /// A step's request (traces on): where its first token's time goes.
-    step: Option<(Arc<Follower>, foya_actors::provider::StepOf)>,
+    observe: Arc<Observe>,
+    /// A step's request (traces on): its first token's time goes to its step's span.
+    step: Option<foya_actors::provider::StepOf>,
     start: Instant,
     first: Option<f64>,
     error: Option<String>,
@@ -345,7 +388,7 @@ impl Timed {
         }
         self.done = true;
         let total = self.start.elapsed().as_secs_f64() * 1000.0;
-        if let Some(metrics) = &self.metrics {
+        if let Some(metrics) = &self.observe.metrics {
             crate::derive::observe_request(metrics, self.first, total, self.error.take());
         }
     }
@@ -365,8 +408,8 @@ impl Stream for Timed {
                 {
                     let ms = self.start.elapsed().as_secs_f64() * 1000.0;
                     self.first = Some(ms);
-                    if let Some((follower, step)) = &self.step {
-                        follower.first_token(*step, ms);
+                    if let (Some(follower), Some(step)) = (&self.observe.follower, self.step) {
+                        follower.first_token(step, ms);
                     }
                 }
                 StreamEvent::Error { error } => {
