@@ -16,7 +16,7 @@ use foya_actors::tools::sandbox::SandboxRunner;
 use foya_tests::foya_bin::foya_bin;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Global wait for one test.
@@ -147,6 +147,74 @@ impl Drop for Mounted {
     }
 }
 
+/// Runs `sh -c command` in `work` under `workspace-write` through `runner`, in a child of
+/// its persistent helper; what it printed (stdout and stderr, written to `out`).
+async fn sh(runner: &SandboxRunner, work: &Path, command: String, out: PathBuf) -> String {
+    let stdout = OwnedFd::from(std::fs::File::create(&out).unwrap());
+    let stderr = stdout.try_clone().unwrap();
+    let args: Vec<OsString> = vec!["-c".into(), command.into()];
+    let policy = SandboxPolicy::WorkspaceWrite { network: false };
+    let mut call = runner
+        .start(policy, work, &[], "/bin/sh", &args, (stdout, stderr))
+        .await
+        .unwrap();
+    tokio::time::timeout(TIMEOUT, call.process.wait())
+        .await
+        .expect("the call ended in time")
+        .unwrap();
+    assert!(call.process.is_served());
+    std::fs::read_to_string(&out).unwrap()
+}
+
+/// The shield's read-only binds of the protected paths keep their mount's other flags,
+/// as the rest of the file system does: on a working directory mounted `nosymfollow`, a
+/// symlink inside `.git` is not followed in the sandbox either (the shield's remount
+/// cleared the flag it did not name). Run as root (CI), which may mount.
+#[tokio::test]
+async fn the_protected_paths_keep_their_mounts_flags() {
+    if !foya_tests::child::runs_as_root() {
+        return;
+    }
+    let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "nosymfollow", "foya-test"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let _guard = Mounted(mnt.clone());
+    let work = mnt.join("work");
+    std::fs::create_dir_all(work.join(".git")).unwrap();
+    std::fs::write(work.join("target"), "followed\n").unwrap();
+    std::os::unix::fs::symlink("../target", work.join(".git/link")).unwrap();
+    assert!(
+        std::fs::read_to_string(work.join(".git/link")).is_err(),
+        "nosymfollow holds outside the sandbox"
+    );
+    let out = sh(
+        &runner,
+        &work,
+        "cat .git/link; cat .git/link > copy; echo x > .git/new; touch made; echo end".to_owned(),
+        tmp.path().join("out"),
+    )
+    .await;
+    assert!(!out.contains("followed"), "{out}");
+    assert!(out.contains("Too many levels of symbolic links"), "{out}");
+    assert!(
+        out.contains("Read-only file system"),
+        "the shield holds: {out}"
+    );
+    assert!(out.ends_with("end\n"), "{out}");
+    assert!(
+        work.join("made").exists(),
+        "the working directory is writable: {out}"
+    );
+    assert!(!work.join(".git/new").exists(), "{out}");
+}
+
 /// The persistent helper keeps the machine's mount table for the calls it forks (reading
 /// it is most of what making the rest of the file system read-only costs a call), and
 /// reads it again when the mounts changed: a file system mounted after the server
@@ -164,26 +232,8 @@ async fn a_file_system_mounted_after_the_helper_started_is_read_only_for_the_nex
     let (work, mnt) = (tmp.path().join("work"), tmp.path().join("mnt"));
     std::fs::create_dir(&work).unwrap();
     std::fs::create_dir(&mnt).unwrap();
-    let policy = SandboxPolicy::WorkspaceWrite { network: false };
-    let call = |command: String, name: &'static str| {
-        let (runner, work, tmp) = (&runner, &work, tmp.path().to_path_buf());
-        async move {
-            let out_path = tmp.join(name);
-            let stdout = OwnedFd::from(std::fs::File::create(&out_path).unwrap());
-            let stderr = stdout.try_clone().unwrap();
-            let args: Vec<OsString> = vec!["-c".into(), command.into()];
-            let mut call = runner
-                .start(policy, work, &[], "/bin/sh", &args, (stdout, stderr))
-                .await
-                .unwrap();
-            tokio::time::timeout(TIMEOUT, call.process.wait())
-                .await
-                .expect("the call ended in time")
-                .unwrap();
-            assert!(call.process.is_served());
-            std::fs::read_to_string(&out_path).unwrap()
-        }
-    };
+    let call =
+        |command: String, name: &'static str| sh(&runner, &work, command, tmp.path().join(name));
     // The server starts (and reads the table) with the first call.
     assert_eq!(call("echo first".to_owned(), "first.out").await, "first\n");
     let mounted = std::process::Command::new("mount")

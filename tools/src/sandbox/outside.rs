@@ -88,7 +88,7 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
         clones.push((root, clone));
     }
     let kept = KEPT.lock().ok();
-    let read: Vec<(PathBuf, String)>;
+    let read: Vec<(PathBuf, Option<KeptFlags>)>;
     let mounts = match kept.as_deref().and_then(Option::as_ref) {
         Some(kept) => &kept.mounts,
         // This thread's mounts (`/proc/self` would show the main thread's).
@@ -99,11 +99,11 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
             &read
         }
     };
-    for (point, options) in mounts {
+    for (point, kept) in mounts {
         if roots.iter().any(|root| point.starts_with(root)) {
             continue;
         }
-        remount_read_only(point, options)?;
+        seal_mount(point, *kept)?;
     }
     drop(kept);
     hide_terminals()?;
@@ -131,7 +131,7 @@ static KEPT: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
 
 struct Kept {
     file: std::fs::File,
-    mounts: Vec<(PathBuf, String)>,
+    mounts: Vec<(PathBuf, Option<KeptFlags>)>,
 }
 
 impl Kept {
@@ -227,26 +227,84 @@ fn roots(writable: &[&Path]) -> Vec<PathBuf> {
     roots
 }
 
-/// Remounts the mount at `point` read-only, keeping the flags it has (`options`, from
-/// the mount table: the kernel refuses to clear the ones it locked in a user namespace —
-/// nosuid, nodev, noexec, the atime ones — and clearing any would loosen the mount).
-fn remount_read_only(point: &Path, options: &str) -> Result<(), String> {
-    let mut flags = MountFlags::BIND | MountFlags::RDONLY;
-    let mut atime = MountFlags::STRICTATIME;
-    for option in options.split(',') {
-        match option {
-            "ro" => return Ok(()),
-            "nosuid" => flags |= MountFlags::NOSUID,
-            "nodev" => flags |= MountFlags::NODEV,
-            "noexec" => flags |= MountFlags::NOEXEC,
-            "nodiratime" => flags |= MountFlags::NODIRATIME,
-            "nosymfollow" => flags |= MountFlags::NOSYMFOLLOW,
-            "noatime" => atime = MountFlags::NOATIME,
-            "relatime" => atime = MountFlags::RELATIME,
-            _ => {}
+/// What a mount keeps when it is made read-only: its other flags (the kernel refuses to
+/// clear the ones it locked in a user namespace — nosuid, nodev, noexec, the atime ones —
+/// and clearing any would loosen the mount). `None`: the mount is read-only already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeptFlags(MountFlags);
+
+impl KeptFlags {
+    /// From a mount table's per-mount options.
+    fn from_options(options: &str) -> Option<Self> {
+        let mut flags = MountFlags::empty();
+        let mut atime = MountFlags::STRICTATIME;
+        for option in options.split(',') {
+            match option {
+                "ro" => return None,
+                "nosuid" => flags |= MountFlags::NOSUID,
+                "nodev" => flags |= MountFlags::NODEV,
+                "noexec" => flags |= MountFlags::NOEXEC,
+                "nodiratime" => flags |= MountFlags::NODIRATIME,
+                "nosymfollow" => flags |= MountFlags::NOSYMFOLLOW,
+                "noatime" => atime = MountFlags::NOATIME,
+                "relatime" => atime = MountFlags::RELATIME,
+                _ => {}
+            }
         }
+        Some(Self(flags | atime))
     }
-    match mount_remount(point, flags | atime, "") {
+
+    /// Of the mount `path` is on, as `statvfs` reports it (the same flags as its line
+    /// in the mount table, without reading the table).
+    ///
+    /// # Errors
+    /// `statvfs` failed.
+    pub(crate) fn of(path: &Path) -> rustix::io::Result<Option<Self>> {
+        use rustix::fs::StatVfsMountFlags as St;
+        /// `ST_NOSYMFOLLOW` (Linux 5.10), which rustix does not name.
+        const ST_NOSYMFOLLOW: u64 = 0x2000;
+        let st = rustix::fs::statvfs(path)?.f_flag;
+        if st.contains(St::RDONLY) {
+            return Ok(None);
+        }
+        let mut flags = [
+            (St::NOSUID, MountFlags::NOSUID),
+            (St::NODEV, MountFlags::NODEV),
+            (St::NOEXEC, MountFlags::NOEXEC),
+            (St::NODIRATIME, MountFlags::NODIRATIME),
+        ]
+        .into_iter()
+        .filter(|(bit, _)| st.contains(*bit))
+        .fold(MountFlags::empty(), |all, (_, flag)| all | flag);
+        if st.bits() & ST_NOSYMFOLLOW != 0 {
+            flags |= MountFlags::NOSYMFOLLOW;
+        }
+        let atime = if st.contains(St::NOATIME) {
+            MountFlags::NOATIME
+        } else if st.contains(St::RELATIME) {
+            MountFlags::RELATIME
+        } else {
+            MountFlags::STRICTATIME
+        };
+        Ok(Some(Self(flags | atime)))
+    }
+}
+
+/// Remounts the mount at `point` read-only, keeping `kept` (the command's seal here, the
+/// shield's read-only binds of the protected paths).
+///
+/// # Errors
+/// The remount failed.
+pub(crate) fn remount_read_only(point: &Path, kept: KeptFlags) -> rustix::io::Result<()> {
+    mount_remount(point, MountFlags::BIND | MountFlags::RDONLY | kept.0, "")
+}
+
+/// Makes the mount at `point` read-only for the command, unless it is already.
+fn seal_mount(point: &Path, kept: Option<KeptFlags>) -> Result<(), String> {
+    let Some(kept) = kept else {
+        return Ok(());
+    };
+    match remount_read_only(point, kept) {
         // A mount this process cannot reach is one the command cannot reach either:
         // below a directory it may not search, gone, or hidden under a later mount at
         // the same place, where its path leads into the upper one (`EINVAL`: not a
@@ -265,13 +323,14 @@ fn remount_read_only(point: &Path, options: &str) -> Result<(), String> {
     }
 }
 
-/// `(mount point, per-mount options)` of each line of a `mountinfo` table.
-fn mounts(table: &str) -> impl Iterator<Item = (PathBuf, String)> + '_ {
+/// `(mount point, what it keeps read-only)` of each line of a `mountinfo` table (its
+/// per-mount options read once, when the table is).
+fn mounts(table: &str) -> impl Iterator<Item = (PathBuf, Option<KeptFlags>)> + '_ {
     table.lines().filter_map(|line| {
         let mut fields = line.split(' ').skip(4);
         let point = fields.next()?;
         let options = fields.next()?;
-        Some((unescape(point), options.to_owned()))
+        Some((unescape(point), KeptFlags::from_options(options)))
     })
 }
 
@@ -304,21 +363,72 @@ fn unescape(field: &str) -> PathBuf {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::{mounts, roots};
+    use super::{KeptFlags, mounts, roots};
+    use rustix::mount::MountFlags;
     use std::path::{Path, PathBuf};
 
     #[test]
     fn the_mount_table_is_read_with_its_escapes() {
         let table = "36 35 98:0 / / rw,relatime shared:1 - ext4 /dev/root rw\n\
                      37 36 0:5 / /mnt/my\\040disk\\134x ro,nosuid master:2 - tmpfs t rw\n";
-        let seen: Vec<(PathBuf, String)> = mounts(table).collect();
+        let seen: Vec<(PathBuf, Option<KeptFlags>)> = mounts(table).collect();
         assert_eq!(
             seen,
             vec![
-                (PathBuf::from("/"), "rw,relatime".to_owned()),
-                (PathBuf::from("/mnt/my disk\\x"), "ro,nosuid".to_owned()),
+                (PathBuf::from("/"), Some(KeptFlags(MountFlags::RELATIME))),
+                (PathBuf::from("/mnt/my disk\\x"), None),
             ]
         );
+    }
+
+    /// `statvfs` and the mount table name the same flags to keep (the shield reads the
+    /// first, the seal the second): on a file system mounted with each of them, as root.
+    #[test]
+    fn statvfs_and_the_mount_table_keep_the_same_flags() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        for options in [
+            "nosymfollow,noexec,nodev,nosuid,noatime",
+            "strictatime,nodiratime",
+            "relatime",
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            let point = std::fs::canonicalize(tmp.path()).unwrap();
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", options, "foya-kept"])
+                .arg(&point)
+                .status()
+                .unwrap();
+            assert!(status.success(), "{options}");
+            let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            let listed = mounts(&table)
+                .filter(|(p, _)| *p == point)
+                .map(|(_, kept)| kept)
+                .last();
+            let statvfs = KeptFlags::of(&point);
+            let _ = std::process::Command::new("umount").arg(&point).status();
+            let expected = options
+                .split(',')
+                .map(|o| match o {
+                    "nosymfollow" => MountFlags::NOSYMFOLLOW,
+                    "noexec" => MountFlags::NOEXEC,
+                    "nodev" => MountFlags::NODEV,
+                    "nosuid" => MountFlags::NOSUID,
+                    "noatime" => MountFlags::NOATIME,
+                    "nodiratime" => MountFlags::NODIRATIME,
+                    "relatime" => MountFlags::RELATIME,
+                    _ => MountFlags::STRICTATIME,
+                })
+                .fold(MountFlags::empty(), |all, f| all | f);
+            let expected = if expected.intersects(MountFlags::NOATIME | MountFlags::RELATIME) {
+                expected
+            } else {
+                expected | MountFlags::STRICTATIME
+            };
+            assert_eq!(listed, Some(Some(KeptFlags(expected))), "{options}");
+            assert_eq!(statvfs.unwrap(), Some(KeptFlags(expected)), "{options}");
+        }
     }
 
     #[test]

@@ -34,11 +34,11 @@
 //! Must not: leave a placeholder behind that no sandbox uses, remove anything that is not
 //! an empty placeholder, or let the command start when a mount it needs failed.
 
+use super::outside::{KeptFlags, remount_read_only};
 use crate::protected::{INSTRUCTION_FILES, PROTECTED_DIRS};
 use nix::fcntl::{Flock, FlockArg};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
-use nix::sys::statvfs::{FsFlags, statvfs};
 use rustix::process::{getgid, getuid};
 use std::ffi::OsStr;
 use std::fs::File;
@@ -188,10 +188,11 @@ pub(super) fn map_ids(uid: u32, gid: u32) -> Result<(), String> {
     write("/proc/self/gid_map", &format!("{gid} {gid} 1\n"))
 }
 
-/// Binds `path` over itself; read-only when asked (keeping the flags the kernel locks in
-/// a user namespace: nosuid, nodev, noexec and the atime ones).
+/// Binds `path` over itself; read-only when asked, keeping the bind's other flags
+/// (`outside::remount_read_only`, as the command's seal does: the kernel refuses to clear
+/// the ones it locks in a user namespace, and clearing `nosymfollow` would loosen it).
 fn bind(path: &Path, read_only: bool) -> Result<(), String> {
-    let failed = |e: nix::Error| format!("cannot shield {}: {e}", path.display());
+    let failed = |e: &dyn std::fmt::Display| format!("cannot shield {}: {e}", path.display());
     mount(
         Some(path),
         path,
@@ -199,35 +200,11 @@ fn bind(path: &Path, read_only: bool) -> Result<(), String> {
         MsFlags::MS_BIND | MsFlags::MS_REC,
         None::<&str>,
     )
-    .map_err(failed)?;
-    if read_only {
-        let kept = statvfs(path)
-            .map(|s| kept_flags(s.flags()))
-            .unwrap_or(MsFlags::empty());
-        mount(
-            None::<&str>,
-            path,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | kept,
-            None::<&str>,
-        )
-        .map_err(failed)?;
+    .map_err(|e| failed(&e))?;
+    if read_only && let Some(kept) = KeptFlags::of(path).map_err(|e| failed(&e))? {
+        remount_read_only(path, kept).map_err(|e| failed(&e))?;
     }
     Ok(())
-}
-
-fn kept_flags(flags: FsFlags) -> MsFlags {
-    [
-        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
-        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-    ]
-    .into_iter()
-    .filter(|(st, _)| flags.contains(*st))
-    .fold(MsFlags::empty(), |all, (_, ms)| all | ms)
 }
 
 /// Whether `meta` (not followed) is a placeholder: its mode, and `S_ISGID` when it was
