@@ -215,6 +215,69 @@ async fn the_protected_paths_keep_their_mounts_flags() {
     assert!(!work.join(".git/new").exists(), "{out}");
 }
 
+/// A protected name that is a symlink (`AGENTS.md -> middle.md -> CLAUDE.md`, `.foya ->
+/// conf`) and a symlink on the way to a hook script the runtime protects (`tools ->
+/// scripts`) can be neither removed, renamed nor replaced by a sandboxed command: each
+/// still leads where it led, to what it held, while the command creates files at the
+/// working directory's top level as ever.
+#[tokio::test]
+async fn links_to_the_protected_paths_cannot_be_replaced() {
+    let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
+    let tmp = tempfile::tempdir().unwrap();
+    let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+    for dir in ["conf", "scripts"] {
+        std::fs::create_dir_all(work.join(dir)).unwrap();
+    }
+    std::fs::write(work.join("CLAUDE.md"), "Be careful.\n").unwrap();
+    std::fs::write(work.join("conf/config.toml"), "# project\n").unwrap();
+    std::fs::write(work.join("scripts/check.sh"), "#!/bin/sh\n").unwrap();
+    let links = [
+        ("AGENTS.md", "middle.md", "AGENTS.md"),
+        ("middle.md", "CLAUDE.md", "middle.md"),
+        (".foya", "conf", ".foya/config.toml"),
+        ("tools", "scripts", "tools/check.sh"),
+    ];
+    for (name, target, _) in links {
+        std::os::unix::fs::symlink(target, work.join(name)).unwrap();
+    }
+    let seen = |work: &Path| -> Vec<(PathBuf, Option<String>)> {
+        links
+            .iter()
+            .map(|(name, _, through)| {
+                let target = std::fs::read_link(work.join(name)).unwrap_or_default();
+                (target, std::fs::read_to_string(work.join(through)).ok())
+            })
+            .collect()
+    };
+    let before = seen(&work);
+    let command = "rm -f AGENTS.md middle.md .foya tools; echo evil > AGENTS.md; \
+                   echo evil > middle.md; mkdir .foya tools; echo evil > .foya/config.toml; \
+                   echo evil > tools/check.sh; mv tools elsewhere; ln -sfn /tmp .foya; \
+                   touch made; echo end";
+    let args: Vec<OsString> = vec!["-c".into(), command.into()];
+    let out = tmp.path().join("out");
+    let stdout = OwnedFd::from(std::fs::File::create(&out).unwrap());
+    let stderr = stdout.try_clone().unwrap();
+    let policy = SandboxPolicy::WorkspaceWrite { network: false };
+    let protect = [work.join("tools/check.sh")];
+    let mut call = runner
+        .start(policy, &work, &protect, "/bin/sh", &args, (stdout, stderr))
+        .await
+        .unwrap();
+    tokio::time::timeout(TIMEOUT, call.process.wait())
+        .await
+        .expect("the call ended in time")
+        .unwrap();
+    let out = std::fs::read_to_string(&out).unwrap();
+    assert!(out.contains("Device or resource busy"), "{out}");
+    assert!(out.ends_with("end\n"), "{out}");
+    assert_eq!(seen(&work), before, "{out}");
+    assert!(
+        work.join("made").exists(),
+        "the top level is writable: {out}"
+    );
+}
+
 /// The persistent helper keeps the machine's mount table for the calls it forks (reading
 /// it is most of what making the rest of the file system read-only costs a call), and
 /// reads it again when the mounts changed: a file system mounted after the server

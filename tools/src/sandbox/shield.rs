@@ -15,6 +15,10 @@
 //!   for the files), the hook scripts the runtime passes (`--protect`), and what any of
 //!   them points to — is bound read-only over itself: writes below it fail with `EROFS`,
 //!   and it cannot be removed, renamed or replaced (`EBUSY`: it is a mount point).
+//! - Every symlink on the way to a protected path — the name itself (`AGENTS.md ->
+//!   CLAUDE.md`, `.foya -> conf`), a hook script's folder (`tools -> scripts`), the links
+//!   those lead through — is bound over itself, not followed: it still leads where it
+//!   led, and it cannot be removed, renamed or replaced by one that leads elsewhere.
 //! - Every directory on the way from the working directory to a nested protected path
 //!   is bound over itself (writable): a mount point cannot be renamed, so `mv sub x`
 //!   cannot take `sub/AGENTS.md` away to put another in its place.
@@ -39,6 +43,8 @@ use crate::protected::{INSTRUCTION_FILES, PROTECTED_DIRS};
 use nix::fcntl::{Flock, FlockArg};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
+use rustix::fs::CWD;
+use rustix::mount::{MoveMountFlags, OpenTreeFlags, move_mount, open_tree};
 use rustix::process::{getgid, getuid};
 use std::ffi::OsStr;
 use std::fs::File;
@@ -61,6 +67,9 @@ const MAX_DIRS: usize = 20_000;
 /// any directory holding a `CACHEDIR.TAG` (cargo's `target/`, caches).
 const SKIPPED_DIRS: &[&str] = &["node_modules"];
 const CACHE_TAG: &str = "CACHEDIR.TAG";
+
+/// Most symlinks followed on the way to one protected path (the kernel's own bound).
+const MAX_LINKS: usize = 40;
 
 /// Tries at claiming a placeholder while other sandboxes create and remove it.
 const CLAIM_ATTEMPTS: usize = 16;
@@ -165,6 +174,7 @@ fn shield_all(plan: &Plan, shield: &mut Shield) -> Result<(), String> {
         match step {
             Step::Pin(dir) => bind(dir, false)?,
             Step::ReadOnly(path) => bind(path, true)?,
+            Step::Link(link) => bind_link(link)?,
             Step::Placeholder(path) => match claim(path)? {
                 Some(lock) => {
                     shield.held.push((path.clone(), lock));
@@ -205,6 +215,25 @@ fn bind(path: &Path, read_only: bool) -> Result<(), String> {
         remount_read_only(path, kept).map_err(|e| failed(&e))?;
     }
     Ok(())
+}
+
+/// Binds the symlink `link` over itself, neither followed: a mount point that still
+/// leads where the link did.
+fn bind_link(link: &Path) -> Result<(), String> {
+    let failed = |e: rustix::io::Errno| format!("cannot shield {}: {e}", link.display());
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_SYMLINK_NOFOLLOW;
+    let tree = open_tree(CWD, link, flags).map_err(failed)?;
+    // Without `MOVE_MOUNT_T_SYMLINKS` the target is the link itself.
+    move_mount(
+        &tree,
+        "",
+        CWD,
+        link,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )
+    .map_err(failed)
 }
 
 /// Whether `meta` (not followed) is a placeholder: its mode, and `S_ISGID` when it was
@@ -335,12 +364,14 @@ enum Step {
     ReadOnly(PathBuf),
     /// Claim a placeholder at a missing name and bind it read-only.
     Placeholder(PathBuf),
+    /// Bind a symlink over itself, not followed.
+    Link(PathBuf),
 }
 
 impl Step {
     fn path(&self) -> &Path {
         match self {
-            Self::Pin(p) | Self::ReadOnly(p) | Self::Placeholder(p) => p,
+            Self::Pin(p) | Self::ReadOnly(p) | Self::Placeholder(p) | Self::Link(p) => p,
         }
     }
 }
@@ -364,19 +395,23 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
     let note = nested(&cwd, &mut wanted);
     let mut shielded: Vec<Step> = Vec::new();
     for path in wanted {
+        shielded.extend(links_on_the_way(&cwd, &path).into_iter().map(Step::Link));
         if let Some(step) = resolve(&cwd, &path) {
             shielded.push(step);
         }
     }
     shielded.sort_by(|a, b| a.path().cmp(b.path()));
     shielded.dedup_by(|b, a| a.path() == b.path());
-    // What lies inside another shielded path is covered by it.
+    // What lies inside another shielded path is covered by it (a path through a link is
+    // not inside the link: it is where the link leads).
     let covered: Vec<bool> = shielded
         .iter()
         .map(|s| {
-            shielded
-                .iter()
-                .any(|o| o.path() != s.path() && s.path().starts_with(o.path()))
+            shielded.iter().any(|o| {
+                !matches!(o, Step::Link(_))
+                    && o.path() != s.path()
+                    && s.path().starts_with(o.path())
+            })
         })
         .collect();
     let shielded: Vec<Step> = shielded
@@ -452,7 +487,11 @@ fn resolve(cwd: &Path, path: &Path) -> Option<Step> {
         // ending first, removes it under this one's command, which could then create
         // the name.
         Ok(meta) if is_placeholder(&meta) => Some(Step::Placeholder(path.to_path_buf())),
-        Ok(_) => Some(Step::ReadOnly(path.to_path_buf())),
+        // Where it really is (a folder on the way may be a link).
+        Ok(_) => {
+            let real = std::fs::canonicalize(path).ok()?;
+            (real.starts_with(cwd) && real != cwd).then_some(Step::ReadOnly(real))
+        }
         Err(_) => {
             if !path.starts_with(cwd) || path == cwd {
                 return None;
@@ -463,13 +502,39 @@ fn resolve(cwd: &Path, path: &Path) -> Option<Step> {
                 .take_while(|a| *a != cwd)
                 .filter(|a| std::fs::symlink_metadata(a).is_err())
                 .last()?;
-            let parent_ok = missing
-                .parent()
-                .and_then(|p| std::fs::symlink_metadata(p).ok())
-                .is_some_and(|m| m.is_dir());
-            parent_ok.then(|| Step::Placeholder(missing.to_path_buf()))
+            let parent = std::fs::canonicalize(missing.parent()?).ok()?;
+            let parent_ok = parent.starts_with(cwd)
+                && std::fs::symlink_metadata(&parent).is_ok_and(|m| m.is_dir());
+            let name = missing.file_name()?;
+            parent_ok.then(|| Step::Placeholder(parent.join(name)))
         }
     }
+}
+
+/// The symlinks inside `cwd` on the way to `path` (inside `cwd`): each component that is
+/// a link, and those on the way to where each leads, at most [`MAX_LINKS`].
+fn links_on_the_way(cwd: &Path, path: &Path) -> Vec<PathBuf> {
+    let mut links: Vec<PathBuf> = Vec::new();
+    let mut todo = vec![path.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        for way in path
+            .ancestors()
+            .take_while(|a| *a != cwd && a.starts_with(cwd))
+        {
+            if links.len() >= MAX_LINKS {
+                return links;
+            }
+            let is_link = std::fs::symlink_metadata(way).is_ok_and(|m| m.is_symlink());
+            if !is_link || links.iter().any(|l| l == way) {
+                continue;
+            }
+            links.push(way.to_path_buf());
+            if let (Ok(target), Some(parent)) = (std::fs::read_link(way), way.parent()) {
+                todo.push(lexical_join(parent, &target));
+            }
+        }
+    }
+    links
 }
 
 fn lexical_join(base: &Path, path: &Path) -> PathBuf {
@@ -536,6 +601,7 @@ mod tests {
 
     use super::{PLACEHOLDER_MODE, Step, plan, sweep};
     use std::os::unix::fs::DirBuilderExt as _;
+    use std::path::Path;
 
     #[test]
     fn the_plan_pins_the_way_shields_what_exists_and_holds_missing_names() {
@@ -572,6 +638,7 @@ mod tests {
                     Step::Pin(_) => format!("pin {rel}"),
                     Step::ReadOnly(_) => format!("ro {rel}"),
                     Step::Placeholder(_) => format!("hold {rel}"),
+                    Step::Link(_) => format!("link {rel}"),
                 }
             })
             .collect();
@@ -582,6 +649,7 @@ mod tests {
                 "ro .git",
                 "hold .mcp.json",
                 "ro AGENTS.md",
+                "link FOYA.md",
                 "ro docs.md",
                 "pin hooks",
                 "hold scripts",
@@ -590,6 +658,61 @@ mod tests {
                 "pin sub/deep",
                 "ro sub/linked.md",
                 "ro sub/deep/agents.md",
+            ]
+        );
+    }
+
+    /// A protected name that is a link, the links it leads through, and a link on the
+    /// way to a hook script are each bound over themselves; what they lead to is shielded
+    /// where it really is.
+    #[test]
+    fn links_on_the_way_to_a_protected_path_are_bound_as_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        for dir in ["conf", "scripts", "sub"] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        std::fs::write(w.join("CLAUDE.md"), "x").unwrap();
+        std::fs::write(w.join("scripts/check.sh"), "x").unwrap();
+        let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, w.join(name));
+        link(Path::new("middle.md"), "AGENTS.md").unwrap();
+        link(Path::new("CLAUDE.md"), "middle.md").unwrap();
+        link(Path::new("conf"), ".foya").unwrap();
+        link(Path::new("scripts"), "tools").unwrap();
+        link(&outside.path().join("FOYA.md"), "FOYA.md").unwrap();
+        link(Path::new("../CLAUDE.md"), "sub/AGENTS.md").unwrap();
+        let protect = vec![w.join("tools/check.sh"), w.join("tools/missing.sh")];
+        let steps: Vec<String> = plan(&w, &protect)
+            .steps
+            .iter()
+            .filter(|s| !matches!(s, Step::Placeholder(p) if p.ends_with(".mcp.json")))
+            .map(|s| {
+                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
+                match s {
+                    Step::Pin(_) => format!("pin {rel}"),
+                    Step::ReadOnly(_) => format!("ro {rel}"),
+                    Step::Placeholder(_) => format!("hold {rel}"),
+                    Step::Link(_) => format!("link {rel}"),
+                }
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "link .foya",
+                "hold .git",
+                "link AGENTS.md",
+                "ro CLAUDE.md",
+                "link FOYA.md",
+                "ro conf",
+                "link middle.md",
+                "pin scripts",
+                "pin sub",
+                "link tools",
+                "ro scripts/check.sh",
+                "hold scripts/missing.sh",
+                "link sub/AGENTS.md",
             ]
         );
     }
