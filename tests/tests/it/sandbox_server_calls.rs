@@ -216,19 +216,23 @@ async fn the_protected_paths_keep_their_mounts_flags() {
 }
 
 /// A protected name that is a symlink (`AGENTS.md -> middle.md -> CLAUDE.md`, `.foya ->
-/// conf`) and a symlink on the way to a hook script the runtime protects (`tools ->
-/// scripts`) can be neither removed, renamed nor replaced by a sandboxed command: each
-/// still leads where it led, to what it held, while the command creates files at the
-/// working directory's top level as ever.
+/// conf`, `FOYA.md -> d/../CLAUDE.md` with `d -> sub/deep`, which the kernel reads as
+/// `sub/CLAUDE.md`) and a symlink on the way to a hook script the runtime protects
+/// (`tools -> scripts`) can be neither removed, renamed nor replaced by a sandboxed
+/// command: each still leads where it led, to what it held, while the command creates
+/// files at the working directory's top level as ever. A link loop at a protected name
+/// (`docs/AGENTS.md -> AGENTS.md`) stops nothing from running.
 #[tokio::test]
 async fn links_to_the_protected_paths_cannot_be_replaced() {
     let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
     let tmp = tempfile::tempdir().unwrap();
     let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
-    for dir in ["conf", "scripts"] {
+    for dir in ["conf", "scripts", "sub/deep", "docs"] {
         std::fs::create_dir_all(work.join(dir)).unwrap();
     }
     std::fs::write(work.join("CLAUDE.md"), "Be careful.\n").unwrap();
+    std::fs::write(work.join("sub/CLAUDE.md"), "Be brief.\n").unwrap();
+    std::os::unix::fs::symlink("AGENTS.md", work.join("docs/AGENTS.md")).unwrap();
     std::fs::write(work.join("conf/config.toml"), "# project\n").unwrap();
     std::fs::write(work.join("scripts/check.sh"), "#!/bin/sh\n").unwrap();
     let links = [
@@ -236,6 +240,8 @@ async fn links_to_the_protected_paths_cannot_be_replaced() {
         ("middle.md", "CLAUDE.md", "middle.md"),
         (".foya", "conf", ".foya/config.toml"),
         ("tools", "scripts", "tools/check.sh"),
+        ("FOYA.md", "d/../CLAUDE.md", "FOYA.md"),
+        ("d", "sub/deep", "d/../CLAUDE.md"),
     ];
     for (name, target, _) in links {
         std::os::unix::fs::symlink(target, work.join(name)).unwrap();
@@ -253,7 +259,7 @@ async fn links_to_the_protected_paths_cannot_be_replaced() {
     let command = "rm -f AGENTS.md middle.md .foya tools; echo evil > AGENTS.md; \
                    echo evil > middle.md; mkdir .foya tools; echo evil > .foya/config.toml; \
                    echo evil > tools/check.sh; mv tools elsewhere; ln -sfn /tmp .foya; \
-                   touch made; echo end";
+                   rm -f d; mkdir d; echo evil > sub/CLAUDE.md; touch made; echo end";
     let args: Vec<OsString> = vec!["-c".into(), command.into()];
     let out = tmp.path().join("out");
     let stdout = OwnedFd::from(std::fs::File::create(&out).unwrap());

@@ -395,10 +395,7 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
     let note = nested(&cwd, &mut wanted);
     let mut shielded: Vec<Step> = Vec::new();
     for path in wanted {
-        shielded.extend(links_on_the_way(&cwd, &path).into_iter().map(Step::Link));
-        if let Some(step) = resolve(&cwd, &path) {
-            shielded.push(step);
-        }
+        resolve(&cwd, &path, &mut shielded);
     }
     shielded.sort_by(|a, b| a.path().cmp(b.path()));
     shielded.dedup_by(|b, a| a.path() == b.path());
@@ -468,87 +465,131 @@ fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
     out
 }
 
-/// The step that shields `path` (inside `cwd`): read-only when it exists (what it points
-/// to when it is a symlink), a placeholder at its first missing component when it does
-/// not, nothing when it leads outside `cwd` (Landlock keeps that read-only).
-fn resolve(cwd: &Path, path: &Path) -> Option<Step> {
-    let meta = std::fs::symlink_metadata(path);
-    match meta {
-        Ok(meta) if meta.file_type().is_symlink() => match std::fs::canonicalize(path) {
-            Ok(real) => (real.starts_with(cwd) && real != cwd).then_some(Step::ReadOnly(real)),
-            Err(_) => {
-                // Dangling: keep its target from being created.
-                let target = std::fs::read_link(path).ok()?;
-                let target = lexical_join(path.parent()?, &target);
-                resolve(cwd, &target)
-            }
-        },
-        // Another sandbox's placeholder: join it (a shared lock), else that sandbox,
-        // ending first, removes it under this one's command, which could then create
-        // the name.
-        Ok(meta) if is_placeholder(&meta) => Some(Step::Placeholder(path.to_path_buf())),
-        // Where it really is (a folder on the way may be a link).
-        Ok(_) => {
-            let real = std::fs::canonicalize(path).ok()?;
-            (real.starts_with(cwd) && real != cwd).then_some(Step::ReadOnly(real))
+/// The steps that shield `path` (inside `cwd`), from a [`walk`] to it: each symlink
+/// inside `cwd` on the way bound as a link; where it ends read-only when it exists (or
+/// joined when it is another sandbox's placeholder), a placeholder at its first missing
+/// component when it does not; nothing more where it leads outside `cwd` (Landlock keeps
+/// that read-only) or to `cwd` itself.
+fn resolve(cwd: &Path, path: &Path, out: &mut Vec<Step>) {
+    let walk = walk(cwd, path);
+    out.extend(walk.links.into_iter().map(Step::Link));
+    let inside = |p: &Path| p.starts_with(cwd) && p != cwd;
+    match walk.end {
+        End::Exists(real) if inside(&real) => {
+            // Another sandbox's placeholder: join it (a shared lock), else that sandbox,
+            // ending first, removes it under this one's command, which could then create
+            // the name.
+            let placeholder = std::fs::symlink_metadata(&real).is_ok_and(|m| is_placeholder(&m));
+            out.push(if placeholder {
+                Step::Placeholder(real)
+            } else {
+                Step::ReadOnly(real)
+            });
         }
-        Err(_) => {
-            if !path.starts_with(cwd) || path == cwd {
-                return None;
+        End::Missing(first) if inside(&first) => {
+            let parent_ok = first
+                .parent()
+                .and_then(|p| std::fs::symlink_metadata(p).ok())
+                .is_some_and(|m| m.is_dir());
+            if parent_ok {
+                out.push(Step::Placeholder(first));
             }
-            // The first component below `cwd` that does not exist.
-            let missing = path
-                .ancestors()
-                .take_while(|a| *a != cwd)
-                .filter(|a| std::fs::symlink_metadata(a).is_err())
-                .last()?;
-            let parent = std::fs::canonicalize(missing.parent()?).ok()?;
-            let parent_ok = parent.starts_with(cwd)
-                && std::fs::symlink_metadata(&parent).is_ok_and(|m| m.is_dir());
-            let name = missing.file_name()?;
-            parent_ok.then(|| Step::Placeholder(parent.join(name)))
         }
+        End::Exists(_) | End::Missing(_) | End::TooManyLinks => {}
     }
 }
 
-/// The symlinks inside `cwd` on the way to `path` (inside `cwd`): each component that is
-/// a link, and those on the way to where each leads, at most [`MAX_LINKS`].
-fn links_on_the_way(cwd: &Path, path: &Path) -> Vec<PathBuf> {
+/// Where a [`walk`] ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// At this real path (no symlink in it).
+    Exists(PathBuf),
+    /// At this first missing component (its parent real).
+    Missing(PathBuf),
+    /// A link past the [`MAX_LINKS`] followed (a loop, or a chain the kernel would not
+    /// follow either): the links met are bound, the rest left.
+    TooManyLinks,
+}
+
+/// The symlinks inside `cwd` a path goes through, and its end.
+#[derive(Debug)]
+struct Walk {
+    links: Vec<PathBuf>,
+    end: End,
+}
+
+/// Follows `path` (absolute) component by component as the kernel does: a symlink's
+/// target read from the folder the link really is in, each `..` from where the walk
+/// really is. Collects every symlink it meets inside `cwd` (the link past the last one
+/// followed too: replaced by a file, it would end a chain the kernel then follows).
+fn walk(cwd: &Path, path: &Path) -> Walk {
     let mut links: Vec<PathBuf> = Vec::new();
-    let mut todo = vec![path.to_path_buf()];
-    while let Some(path) = todo.pop() {
-        for way in path
-            .ancestors()
-            .take_while(|a| *a != cwd && a.starts_with(cwd))
-        {
-            if links.len() >= MAX_LINKS {
-                return links;
-            }
-            let is_link = std::fs::symlink_metadata(way).is_ok_and(|m| m.is_symlink());
-            if !is_link || links.iter().any(|l| l == way) {
+    let mut real = PathBuf::from("/");
+    let mut rest = split(path);
+    let mut followed = 0;
+    while let Some(part) = rest.pop_front() {
+        let name = match part {
+            Part::Up => {
+                real.pop();
                 continue;
             }
-            links.push(way.to_path_buf());
-            if let (Ok(target), Some(parent)) = (std::fs::read_link(way), way.parent()) {
-                todo.push(lexical_join(parent, &target));
+            Part::Name(name) => name,
+        };
+        let next = real.join(&name);
+        match std::fs::symlink_metadata(&next) {
+            Ok(meta) if meta.is_symlink() => {
+                if next.starts_with(cwd) && !links.contains(&next) {
+                    links.push(next.clone());
+                }
+                let target = match std::fs::read_link(&next) {
+                    Ok(target) if followed < MAX_LINKS => target,
+                    // Gone meanwhile, or one link too many: what was met is bound.
+                    _ => {
+                        return Walk {
+                            links,
+                            end: End::TooManyLinks,
+                        };
+                    }
+                };
+                followed += 1;
+                if target.is_absolute() {
+                    real = PathBuf::from("/");
+                }
+                for part in split(&target).into_iter().rev() {
+                    rest.push_front(part);
+                }
+            }
+            Ok(_) => real = next,
+            Err(_) => {
+                return Walk {
+                    links,
+                    end: End::Missing(next),
+                };
             }
         }
     }
-    links
+    Walk {
+        links,
+        end: End::Exists(real),
+    }
 }
 
-fn lexical_join(base: &Path, path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in base.join(path).components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
+/// A component of a path being walked.
+#[derive(Debug)]
+enum Part {
+    Name(std::ffi::OsString),
+    Up,
+}
+
+/// `path`'s names and `..`s (`.` and the root dropped).
+fn split(path: &Path) -> std::collections::VecDeque<Part> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(Part::Name(name.to_os_string())),
+            Component::ParentDir => Some(Part::Up),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect()
 }
 
 /// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
@@ -715,6 +756,104 @@ mod tests {
                 "link sub/AGENTS.md",
             ]
         );
+    }
+
+    /// Links are followed as the kernel follows them: `..` from where a link led, a
+    /// relative target from the folder the link really is in, an absolute one through
+    /// another name of the working directory; a loop or an over-long chain ends the walk
+    /// with every link met bound (the one past the last followed too).
+    #[test]
+    fn links_are_walked_as_the_kernel_walks_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap().join("w");
+        for dir in ["sub/deep", "lib/s", "p/q"] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        for file in ["sub/CLAUDE.md", "lib/s/check.sh", "CLAUDE.md"] {
+            std::fs::write(w.join(file), "x").unwrap();
+        }
+        let alias = tmp.path().join("alias");
+        std::os::unix::fs::symlink(&w, &alias).unwrap();
+        let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, w.join(name));
+        // `..` after a link to a folder: `sub/CLAUDE.md`, not `CLAUDE.md`.
+        link(Path::new("d/../CLAUDE.md"), "AGENTS.md").unwrap();
+        link(Path::new("sub/deep"), "d").unwrap();
+        // A relative link in a folder reached through a link.
+        link(Path::new("x/y"), "agents.md").unwrap();
+        link(Path::new("p/q"), "x").unwrap();
+        link(Path::new("../z"), "p/q/y").unwrap();
+        link(Path::new("../CLAUDE.md"), "p/z").unwrap();
+        // Through another name of the working directory, then a link inside it.
+        link(&alias.join("scripts"), "tools").unwrap();
+        link(Path::new("lib/s"), "scripts").unwrap();
+        // A dangling link through a dangling folder link.
+        link(Path::new("e/x.md"), "FOYA.md").unwrap();
+        link(Path::new("gone"), "e").unwrap();
+        // A loop, and a chain longer than the kernel follows.
+        link(Path::new(".mcp.json"), ".mcp.json").unwrap();
+        link(Path::new("l1"), ".foya").unwrap();
+        for i in 1..=45 {
+            link(Path::new(&format!("l{}", i + 1)), &format!("l{i}")).unwrap();
+        }
+        let chained = |p: &Path| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.len() > 1 && name.starts_with('l') && name[1..].bytes().all(|b| b.is_ascii_digit())
+        };
+        let protect = vec![w.join("tools/check.sh")];
+        let steps: Vec<String> = plan(&w, &protect)
+            .steps
+            .iter()
+            .filter(|s| !chained(s.path()))
+            .map(|s| {
+                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
+                match s {
+                    Step::Pin(_) => format!("pin {rel}"),
+                    Step::ReadOnly(_) => format!("ro {rel}"),
+                    Step::Placeholder(_) => format!("hold {rel}"),
+                    Step::Link(_) => format!("link {rel}"),
+                }
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "link .foya",
+                "hold .git",
+                "link .mcp.json",
+                "link AGENTS.md",
+                "ro CLAUDE.md",
+                "link FOYA.md",
+                "link agents.md",
+                "link d",
+                "link e",
+                "hold gone",
+                "pin lib",
+                "pin p",
+                "link scripts",
+                "pin sub",
+                "link tools",
+                "link x",
+                "pin lib/s",
+                "pin p/q",
+                "link p/z",
+                "ro sub/CLAUDE.md",
+                "ro lib/s/check.sh",
+                "link p/q/y",
+            ]
+        );
+        let chain: Vec<String> = plan(&w, &[])
+            .steps
+            .iter()
+            .filter_map(|s| {
+                let name = s.path().file_name().unwrap().to_string_lossy().into_owned();
+                (matches!(s, Step::Link(_)) && chained(s.path())).then_some(name)
+            })
+            .collect();
+        // `.foya` and `l1` … `l39` are the 40 links followed; `l40`, which replaced by a
+        // file would end a chain the kernel follows, is bound; `l41` on are not met.
+        let mut expected: Vec<String> = (1..=40).map(|i| format!("l{i}")).collect();
+        expected.sort();
+        assert_eq!(chain, expected);
     }
 
     #[test]
