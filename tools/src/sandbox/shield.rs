@@ -63,6 +63,11 @@ pub const PLACEHOLDER_MODE: u32 = 0o1500;
 /// Most directories listed while looking for nested protected paths.
 const MAX_DIRS: usize = 20_000;
 
+/// Most mounts for the protected paths themselves (each a mount the kernel counts
+/// against `fs.mount-max`, and time at every call): past it, nested ones are left to the
+/// approval gateway, as past [`MAX_DIRS`].
+const MAX_MOUNTS: usize = 4_096;
+
 /// Directories never looked into for nested protected paths: installed dependencies, and
 /// any directory holding a `CACHEDIR.TAG` (cargo's `target/`, caches).
 const SKIPPED_DIRS: &[&str] = &["node_modules"];
@@ -392,29 +397,36 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         let rel = p.strip_prefix(lexical).ok()?;
         (!rel.as_os_str().is_empty()).then(|| cwd.join(rel))
     }));
-    let note = nested(&cwd, &mut wanted);
+    let mut note = nested(&cwd, &mut wanted);
     let mut shielded: Vec<Step> = Vec::new();
+    // The working directory's own names and the hook scripts come first.
     for path in wanted {
+        if shielded.len() >= MAX_MOUNTS {
+            note = Some(format!(
+                "the working directory has more protected paths and links to them than \
+                 {MAX_MOUNTS} mounts; the others are protected by the approval gateway only"
+            ));
+            break;
+        }
         resolve(&cwd, &path, &mut shielded);
     }
     shielded.sort_by(|a, b| a.path().cmp(b.path()));
     shielded.dedup_by(|b, a| a.path() == b.path());
     // What lies inside another shielded path is covered by it (a path through a link is
-    // not inside the link: it is where the link leads).
-    let covered: Vec<bool> = shielded
-        .iter()
-        .map(|s| {
-            shielded.iter().any(|o| {
-                !matches!(o, Step::Link(_))
-                    && o.path() != s.path()
-                    && s.path().starts_with(o.path())
-            })
-        })
-        .collect();
+    // not inside the link: it is where the link leads). Paths sort by component, so what
+    // lies inside a path follows it at once.
+    let mut cover: Option<PathBuf> = None;
     let shielded: Vec<Step> = shielded
         .into_iter()
-        .zip(covered)
-        .filter_map(|(s, covered)| (!covered).then_some(s))
+        .filter(|s| {
+            if cover.as_ref().is_some_and(|c| s.path().starts_with(c)) {
+                return false;
+            }
+            if !matches!(s, Step::Link(_)) {
+                cover = Some(s.path().to_path_buf());
+            }
+            true
+        })
         .collect();
     let mut pins: Vec<PathBuf> = shielded
         .iter()
@@ -445,6 +457,7 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
 /// the pinned directories, which stay read-only as they did under Landlock alone. Below
 /// them every file is writable: looking at each file's link count would cost a `stat`
 /// per file on every call.
+/// `shielded`: sorted by path.
 fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
     let mut out = Vec::new();
     for dir in std::iter::once(cwd).chain(pins.iter().map(PathBuf::as_path)) {
@@ -457,7 +470,7 @@ fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
             }
             let path = entry.path();
             let linked = entry.metadata().is_ok_and(|m| m.nlink() > 1);
-            if linked && !shielded.iter().any(|s| s.path() == path) {
+            if linked && shielded.binary_search_by(|s| s.path().cmp(&path)).is_err() {
                 out.push(Step::ReadOnly(path));
             }
         }
@@ -486,15 +499,15 @@ fn resolve(cwd: &Path, path: &Path, out: &mut Vec<Step>) {
                 Step::ReadOnly(real)
             });
         }
-        End::Missing(first) if inside(&first) => {
-            let parent_ok = first
-                .parent()
-                .and_then(|p| std::fs::symlink_metadata(p).ok())
-                .is_some_and(|m| m.is_dir());
-            if parent_ok {
+        End::Missing(first) if inside(&first) => match first.parent() {
+            Some(parent) if std::fs::symlink_metadata(parent).is_ok_and(|m| m.is_dir()) => {
                 out.push(Step::Placeholder(first));
             }
-        }
+            // A file (a fifo…) where a folder should be: it stays, so that no folder can
+            // take its place.
+            Some(parent) if inside(parent) => out.push(Step::ReadOnly(parent.to_path_buf())),
+            _ => {}
+        },
         End::Exists(_) | End::Missing(_) | End::TooManyLinks => {}
     }
 }
@@ -854,6 +867,71 @@ mod tests {
         let mut expected: Vec<String> = (1..=40).map(|i| format!("l{i}")).collect();
         expected.sort();
         assert_eq!(chain, expected);
+    }
+
+    /// A file where a folder of a protected path should be is kept read-only: a folder
+    /// holding a script of the command's cannot take its place.
+    #[test]
+    fn a_file_where_a_folder_should_be_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for file in ["tools", "notes", ".foya"] {
+            std::fs::write(w.join(file), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("notes/a.md", w.join("AGENTS.md")).unwrap();
+        let protect = vec![w.join("tools/check.sh"), w.join(".foya/hooks/x.sh")];
+        let steps: Vec<String> = plan(&w, &protect)
+            .steps
+            .iter()
+            .map(|s| {
+                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
+                match s {
+                    Step::ReadOnly(_) => format!("ro {rel}"),
+                    Step::Link(_) => format!("link {rel}"),
+                    other => format!("{other:?}"),
+                }
+            })
+            .filter(|s| !s.starts_with("Placeholder"))
+            .collect();
+        assert_eq!(
+            steps,
+            ["ro .foya", "link AGENTS.md", "ro notes", "ro tools"]
+        );
+    }
+
+    /// Past [`super::MAX_MOUNTS`] protected paths the nested ones are left (the call says
+    /// so), the working directory's own names and the hook scripts shielded first.
+    #[test]
+    fn the_mounts_are_bounded_and_the_top_level_comes_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for i in 0..super::MAX_MOUNTS + 10 {
+            let dir = w.join(format!("n{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("AGENTS.md"), "x").unwrap();
+        }
+        std::fs::write(w.join("AGENTS.md"), "x").unwrap();
+        let protect = vec![w.join("check.sh")];
+        let plan = plan(&w, &protect);
+        assert!(plan.note.unwrap().contains("approval gateway"));
+        let shielded = plan
+            .steps
+            .iter()
+            .filter(|s| !matches!(s, Step::Pin(_)))
+            .count();
+        assert!(shielded <= super::MAX_MOUNTS, "{shielded}");
+        let nested = plan
+            .steps
+            .iter()
+            .filter(|s| s.path().parent() != Some(w.as_path()))
+            .count();
+        assert!(nested < super::MAX_MOUNTS + 10, "{nested}");
+        for name in ["AGENTS.md", ".git", ".foya", "check.sh"] {
+            assert!(
+                plan.steps.iter().any(|s| s.path() == w.join(name)),
+                "{name}"
+            );
+        }
     }
 
     #[test]
