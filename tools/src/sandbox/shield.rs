@@ -399,16 +399,28 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
     }));
     let mut note = nested(&cwd, &mut wanted);
     let mut shielded: Vec<Step> = Vec::new();
+    // The folders to pin, counted as they come (each is a mount too).
+    let mut way: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
     // The working directory's own names and the hook scripts come first.
     for path in wanted {
-        if shielded.len() >= MAX_MOUNTS {
+        if shielded.len() + way.len() >= MAX_MOUNTS {
             note = Some(format!(
                 "the working directory has more protected paths and links to them than \
                  {MAX_MOUNTS} mounts; the others are protected by the approval gateway only"
             ));
             break;
         }
+        let from = shielded.len();
         resolve(&cwd, &path, &mut shielded);
+        for step in &shielded[from..] {
+            way.extend(
+                step.path()
+                    .ancestors()
+                    .skip(1)
+                    .take_while(|a| *a != cwd && a.starts_with(&cwd))
+                    .map(Path::to_path_buf),
+            );
+        }
     }
     shielded.sort_by(|a, b| a.path().cmp(b.path()));
     shielded.dedup_by(|b, a| a.path() == b.path());
@@ -441,7 +453,8 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         .collect();
     pins.sort();
     pins.dedup();
-    let linked = linked_files(&cwd, &pins, &shielded);
+    let room = MAX_MOUNTS.saturating_sub(pins.len() + shielded.len());
+    let linked = linked_files(&cwd, &pins, &shielded, room, &mut note);
     let mut steps: Vec<Step> = pins.into_iter().map(Step::Pin).collect();
     steps.extend(shielded);
     steps.extend(linked);
@@ -457,8 +470,14 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
 /// the pinned directories, which stay read-only as they did under Landlock alone. Below
 /// them every file is writable: looking at each file's link count would cost a `stat`
 /// per file on every call.
-/// `shielded`: sorted by path.
-fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
+/// `shielded`: sorted by path. At most `room` (the mounts left), else a `note`.
+fn linked_files(
+    cwd: &Path,
+    pins: &[PathBuf],
+    shielded: &[Step],
+    room: usize,
+    note: &mut Option<String>,
+) -> Vec<Step> {
     let mut out = Vec::new();
     for dir in std::iter::once(cwd).chain(pins.iter().map(PathBuf::as_path)) {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -471,6 +490,13 @@ fn linked_files(cwd: &Path, pins: &[PathBuf], shielded: &[Step]) -> Vec<Step> {
             let path = entry.path();
             let linked = entry.metadata().is_ok_and(|m| m.nlink() > 1);
             if linked && shielded.binary_search_by(|s| s.path().cmp(&path)).is_err() {
+                if out.len() == room {
+                    *note = Some(format!(
+                        "the working directory has more files with other hard links than \
+                         {MAX_MOUNTS} mounts allow; past them they are writable"
+                    ));
+                    return out;
+                }
                 out.push(Step::ReadOnly(path));
             }
         }
@@ -508,7 +534,7 @@ fn resolve(cwd: &Path, path: &Path, out: &mut Vec<Step>) {
             Some(parent) if inside(parent) => out.push(Step::ReadOnly(parent.to_path_buf())),
             _ => {}
         },
-        End::Exists(_) | End::Missing(_) | End::TooManyLinks => {}
+        End::Exists(_) | End::Missing(_) | End::Unresolved => {}
     }
 }
 
@@ -520,8 +546,9 @@ enum End {
     /// At this first missing component (its parent real).
     Missing(PathBuf),
     /// A link past the [`MAX_LINKS`] followed (a loop, or a chain the kernel would not
-    /// follow either): the links met are bound, the rest left.
-    TooManyLinks,
+    /// follow either), or a path the kernel does not look up (too long, a folder that
+    /// cannot be searched): the links met are bound, the rest left.
+    Unresolved,
 }
 
 /// The symlinks inside `cwd` a path goes through, and its end.
@@ -560,7 +587,7 @@ fn walk(cwd: &Path, path: &Path) -> Walk {
                     _ => {
                         return Walk {
                             links,
-                            end: End::TooManyLinks,
+                            end: End::Unresolved,
                         };
                     }
                 };
@@ -573,10 +600,23 @@ fn walk(cwd: &Path, path: &Path) -> Walk {
                 }
             }
             Ok(_) => real = next,
-            Err(_) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 return Walk {
                     links,
                     end: End::Missing(next),
+                };
+            }
+            // Longer than the kernel looks up, a folder that cannot be searched: the
+            // command cannot reach it by this path either.
+            Err(_) => {
+                return Walk {
+                    links,
+                    end: End::Unresolved,
                 };
             }
         }
@@ -932,6 +972,48 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    /// Files with other hard links count against the same bound (past it they are left
+    /// writable, the call says so), and a nested protected path longer than the kernel
+    /// looks up is left instead of failing the call.
+    #[test]
+    fn hard_links_and_overlong_paths_cannot_stop_the_calls() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::write(w.join("f"), "x").unwrap();
+        for i in 0..super::MAX_MOUNTS + 10 {
+            std::fs::hard_link(w.join("f"), w.join(format!("h{i}"))).unwrap();
+        }
+        // A folder whose path the kernel still looks up, holding an `AGENTS.md` whose
+        // path it does not (made from descriptors: no path is that long).
+        use rustix::fs::{Mode, OFlags, mkdirat, openat};
+        let dir_flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        let mut dir = openat(rustix::fs::CWD, &w, dir_flags, Mode::empty()).unwrap();
+        let mut len = w.as_os_str().len();
+        while len < 4_090 {
+            let name = "d".repeat((4_090 - len - 1).min(200));
+            mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+            dir = openat(&dir, name.as_str(), dir_flags, Mode::empty()).unwrap();
+            len += name.len() + 1;
+        }
+        let file = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC;
+        openat(&dir, "AGENTS.md", file, Mode::from_raw_mode(0o644)).unwrap();
+        let plan = plan(&w, &[]);
+        assert!(
+            plan.steps.len() <= super::MAX_MOUNTS,
+            "{}",
+            plan.steps.len()
+        );
+        assert!(plan.note.unwrap().contains("hard links"));
+        assert!(plan.steps.iter().any(|s| s.path() == w.join("AGENTS.md")));
+        assert!(
+            !plan
+                .steps
+                .iter()
+                .any(|s| s.path().ends_with("AGENTS.md") && s.path().parent() != Some(&w)),
+            "nothing is planned for the path too long to look up"
+        );
     }
 
     #[test]
