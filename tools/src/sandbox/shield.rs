@@ -73,6 +73,11 @@ const MAX_MOUNTS: usize = 4_096;
 const SKIPPED_DIRS: &[&str] = &["node_modules"];
 const CACHE_TAG: &str = "CACHEDIR.TAG";
 
+/// Most path components looked up for the nested protected paths, all walks together
+/// (a walk looks up every component of a path again at each step: a path 2 000 folders
+/// deep costs 2 million): past it the rest are left to the approval gateway.
+const MAX_LOOKUPS: usize = 4_000_000;
+
 /// Most symlinks followed on the way to one protected path (the kernel's own bound).
 const MAX_LINKS: usize = 40;
 
@@ -180,6 +185,21 @@ fn shield_all(plan: &Plan, shield: &mut Shield) -> Result<(), String> {
             Step::Pin(dir) => bind(dir, false)?,
             Step::ReadOnly(path) => bind(path, true)?,
             Step::Link(link) => bind_link(link)?,
+            // A nested name a command may create anyway (see the module docs): a
+            // placeholder that cannot be made there (a folder not the user's, a full
+            // disk) is left, or one planted link would stop every later call.
+            Step::Placeholder(path) if plan.optional.contains(path) => match claim(path) {
+                Ok(Some(lock)) => {
+                    shield.held.push((path.clone(), lock));
+                    bind(path, true)?;
+                }
+                Ok(None) => bind(path, true)?,
+                Err(e) => {
+                    shield
+                        .note
+                        .get_or_insert(format!("{e}; the approval gateway alone protects it"));
+                }
+            },
             Step::Placeholder(path) => match claim(path)? {
                 Some(lock) => {
                     shield.held.push((path.clone(), lock));
@@ -386,6 +406,8 @@ struct Plan {
     /// Outer first: a directory is pinned before what is inside it is shielded.
     steps: Vec<Step>,
     note: Option<String>,
+    /// Placeholders only nested paths asked for: left when they cannot be made.
+    optional: std::collections::HashSet<PathBuf>,
 }
 
 /// What to mount for `cwd` (see the module docs).
@@ -397,12 +419,18 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         let rel = p.strip_prefix(lexical).ok()?;
         (!rel.as_os_str().is_empty()).then(|| cwd.join(rel))
     }));
+    let required = wanted.len();
     let mut note = nested(&cwd, &mut wanted);
     let mut shielded: Vec<Step> = Vec::new();
+    let mut held = (
+        std::collections::HashSet::new(),
+        std::collections::HashSet::new(),
+    );
+    let mut lookups = MAX_LOOKUPS;
     // The folders to pin, counted as they come (each is a mount too).
     let mut way: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
     // The working directory's own names and the hook scripts come first.
-    for path in wanted {
+    for (i, path) in wanted.into_iter().enumerate() {
         if shielded.len() + way.len() >= MAX_MOUNTS {
             note = Some(format!(
                 "the working directory has more protected paths and links to them than \
@@ -411,8 +439,24 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
             break;
         }
         let from = shielded.len();
-        resolve(&cwd, &path, &mut shielded);
+        if i < required {
+            resolve(&cwd, &path, &mut shielded, None);
+        } else if !resolve(&cwd, &path, &mut shielded, Some(&mut lookups)) {
+            note = Some(format!(
+                "the working directory's nested protected paths take more than \
+                 {MAX_LOOKUPS} lookups; the others are protected by the approval gateway only"
+            ));
+            break;
+        }
         for step in &shielded[from..] {
+            if let Step::Placeholder(p) = step {
+                let set = if i < required {
+                    &mut held.0
+                } else {
+                    &mut held.1
+                };
+                set.insert(p.clone());
+            }
             way.extend(
                 step.path()
                     .ancestors()
@@ -462,7 +506,12 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         let depth = |s: &Step| s.path().components().count();
         depth(a).cmp(&depth(b)).then_with(|| a.path().cmp(b.path()))
     });
-    Plan { steps, note }
+    let optional = held.1.difference(&held.0).cloned().collect();
+    Plan {
+        steps,
+        note,
+        optional,
+    }
 }
 
 /// The regular files with other hard links (one of them may be a file outside the
@@ -509,8 +558,14 @@ fn linked_files(
 /// joined when it is another sandbox's placeholder), a placeholder at its first missing
 /// component when it does not; nothing more where it leads outside `cwd` (Landlock keeps
 /// that read-only) or to `cwd` itself.
-fn resolve(cwd: &Path, path: &Path, out: &mut Vec<Step>) {
-    let walk = walk(cwd, path);
+///
+/// `lookups`: what is left of a budget of path components looked up (the kernel looks
+/// up every component of a path again at each `lstat`); `false` when it ran out.
+fn resolve(cwd: &Path, path: &Path, out: &mut Vec<Step>, lookups: Option<&mut usize>) -> bool {
+    let walk = walk(cwd, path, lookups);
+    if walk.end == End::OutOfLookups {
+        return false;
+    }
     out.extend(walk.links.into_iter().map(Step::Link));
     let inside = |p: &Path| p.starts_with(cwd) && p != cwd;
     match walk.end {
@@ -534,8 +589,9 @@ fn resolve(cwd: &Path, path: &Path, out: &mut Vec<Step>) {
             Some(parent) if inside(parent) => out.push(Step::ReadOnly(parent.to_path_buf())),
             _ => {}
         },
-        End::Exists(_) | End::Missing(_) | End::Unresolved => {}
+        End::Exists(_) | End::Missing(_) | End::Unresolved | End::OutOfLookups => {}
     }
+    true
 }
 
 /// Where a [`walk`] ended.
@@ -549,6 +605,8 @@ enum End {
     /// follow either), or a path the kernel does not look up (too long, a folder that
     /// cannot be searched): the links met are bound, the rest left.
     Unresolved,
+    /// The budget of lookups ran out.
+    OutOfLookups,
 }
 
 /// The symlinks inside `cwd` a path goes through, and its end.
@@ -562,7 +620,7 @@ struct Walk {
 /// target read from the folder the link really is in, each `..` from where the walk
 /// really is. Collects every symlink it meets inside `cwd` (the link past the last one
 /// followed too: replaced by a file, it would end a chain the kernel then follows).
-fn walk(cwd: &Path, path: &Path) -> Walk {
+fn walk(cwd: &Path, path: &Path, mut lookups: Option<&mut usize>) -> Walk {
     let mut links: Vec<PathBuf> = Vec::new();
     let mut real = PathBuf::from("/");
     let mut rest = split(path);
@@ -576,6 +634,16 @@ fn walk(cwd: &Path, path: &Path) -> Walk {
             Part::Name(name) => name,
         };
         let next = real.join(&name);
+        if let Some(left) = lookups.as_deref_mut() {
+            let cost = next.components().count();
+            if *left < cost {
+                return Walk {
+                    links,
+                    end: End::OutOfLookups,
+                };
+            }
+            *left -= cost;
+        }
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.is_symlink() => {
                 if next.starts_with(cwd) && !links.contains(&next) {
@@ -695,7 +763,7 @@ mod tests {
 
     use super::{PLACEHOLDER_MODE, Step, plan, sweep};
     use std::os::unix::fs::DirBuilderExt as _;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
 
     #[test]
     fn the_plan_pins_the_way_shields_what_exists_and_holds_missing_names() {
@@ -1014,6 +1082,55 @@ mod tests {
                 .any(|s| s.path().ends_with("AGENTS.md") && s.path().parent() != Some(&w)),
             "nothing is planned for the path too long to look up"
         );
+    }
+
+    /// The nested paths' walks share a budget of lookups (a path 2 000 folders deep costs
+    /// 2 million; a command planted hundreds and every later call took minutes), and
+    /// their placeholders are optional: a planted link to a missing name in a folder not
+    /// the user's must not stop every later call. The working directory's own names are
+    /// walked and held whatever it costs.
+    #[test]
+    fn nested_paths_cannot_make_every_call_slow_or_fail() {
+        use rustix::fs::{Mode, OFlags, mkdirat, openat};
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let held = |plan: &super::Plan| -> Vec<PathBuf> {
+            plan.steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Placeholder(p) => Some(p.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        std::fs::create_dir(w.join("d")).unwrap();
+        std::os::unix::fs::symlink("../elsewhere/x", w.join("d/AGENTS.md")).unwrap();
+        let plan = plan(&w, &[]);
+        assert!(held(&plan).contains(&w.join("elsewhere")));
+        assert!(held(&plan).contains(&w.join(".foya")));
+        let optional: Vec<&PathBuf> = plan.optional.iter().collect();
+        assert_eq!(optional, [&w.join("elsewhere")]);
+        let dir_flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        let mut dir = openat(rustix::fs::CWD, &w, dir_flags, Mode::empty()).unwrap();
+        let mut len = w.as_os_str().len();
+        while len < 4_000 {
+            mkdirat(&dir, "a", Mode::from_raw_mode(0o755)).unwrap();
+            dir = openat(&dir, "a", dir_flags, Mode::empty()).unwrap();
+            len += 2;
+        }
+        let file = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC;
+        for name in [
+            "agents.md",
+            "AGENTS.md",
+            "Agents.md",
+            "aGents.md",
+            "agEnts.md",
+        ] {
+            openat(&dir, name, file, Mode::from_raw_mode(0o644)).unwrap();
+        }
+        let plan = super::plan(&w, &[]);
+        assert!(plan.note.as_deref().unwrap().contains("lookups"));
+        assert!(held(&plan).contains(&w.join(".foya")));
     }
 
     #[test]
