@@ -149,13 +149,19 @@ impl Drop for Mounted {
 
 /// Runs `sh -c command` in `work` under `workspace-write` through `runner`, in a child of
 /// its persistent helper; what it printed (stdout and stderr, written to `out`).
-async fn sh(runner: &SandboxRunner, work: &Path, command: String, out: PathBuf) -> String {
+async fn sh(
+    runner: &SandboxRunner,
+    work: &Path,
+    protect: &[PathBuf],
+    command: String,
+    out: PathBuf,
+) -> String {
     let stdout = OwnedFd::from(std::fs::File::create(&out).unwrap());
     let stderr = stdout.try_clone().unwrap();
     let args: Vec<OsString> = vec!["-c".into(), command.into()];
     let policy = SandboxPolicy::WorkspaceWrite { network: false };
     let mut call = runner
-        .start(policy, work, &[], "/bin/sh", &args, (stdout, stderr))
+        .start(policy, work, protect, "/bin/sh", &args, (stdout, stderr))
         .await
         .unwrap();
     tokio::time::timeout(TIMEOUT, call.process.wait())
@@ -197,6 +203,7 @@ async fn the_protected_paths_keep_their_mounts_flags() {
     let out = sh(
         &runner,
         &work,
+        &[],
         "cat .git/link; cat .git/link > copy; echo x > .git/new; touch made; echo end".to_owned(),
         tmp.path().join("out"),
     )
@@ -260,21 +267,15 @@ async fn links_to_the_protected_paths_cannot_be_replaced() {
                    echo evil > middle.md; mkdir .foya tools; echo evil > .foya/config.toml; \
                    echo evil > tools/check.sh; mv tools elsewhere; ln -sfn /tmp .foya; \
                    rm -f d; mkdir d; echo evil > sub/CLAUDE.md; touch made; echo end";
-    let args: Vec<OsString> = vec!["-c".into(), command.into()];
-    let out = tmp.path().join("out");
-    let stdout = OwnedFd::from(std::fs::File::create(&out).unwrap());
-    let stderr = stdout.try_clone().unwrap();
-    let policy = SandboxPolicy::WorkspaceWrite { network: false };
     let protect = [work.join("tools/check.sh")];
-    let mut call = runner
-        .start(policy, &work, &protect, "/bin/sh", &args, (stdout, stderr))
-        .await
-        .unwrap();
-    tokio::time::timeout(TIMEOUT, call.process.wait())
-        .await
-        .expect("the call ended in time")
-        .unwrap();
-    let out = std::fs::read_to_string(&out).unwrap();
+    let out = sh(
+        &runner,
+        &work,
+        &protect,
+        command.to_owned(),
+        tmp.path().join("out"),
+    )
+    .await;
     assert!(out.contains("Device or resource busy"), "{out}");
     assert!(out.ends_with("end\n"), "{out}");
     assert_eq!(seen(&work), before, "{out}");
@@ -301,8 +302,9 @@ async fn a_file_system_mounted_after_the_helper_started_is_read_only_for_the_nex
     let (work, mnt) = (tmp.path().join("work"), tmp.path().join("mnt"));
     std::fs::create_dir(&work).unwrap();
     std::fs::create_dir(&mnt).unwrap();
-    let call =
-        |command: String, name: &'static str| sh(&runner, &work, command, tmp.path().join(name));
+    let call = |command: String, name: &'static str| {
+        sh(&runner, &work, &[], command, tmp.path().join(name))
+    };
     // The server starts (and reads the table) with the first call.
     assert_eq!(call("echo first".to_owned(), "first.out").await, "first\n");
     let mounted = std::process::Command::new("mount")

@@ -46,6 +46,7 @@ use nix::sched::{CloneFlags, unshare};
 use rustix::fs::CWD;
 use rustix::mount::{MoveMountFlags, OpenTreeFlags, move_mount, open_tree};
 use rustix::process::{getgid, getuid};
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
@@ -185,28 +186,22 @@ fn shield_all(plan: &Plan, shield: &mut Shield) -> Result<(), String> {
             Step::Pin(dir) => bind(dir, false)?,
             Step::ReadOnly(path) => bind(path, true)?,
             Step::Link(link) => bind_link(link)?,
-            // A nested name a command may create anyway (see the module docs): a
-            // placeholder that cannot be made there (a folder not the user's, a full
-            // disk) is left, or one planted link would stop every later call.
-            Step::Placeholder(path) if plan.optional.contains(path) => match claim(path) {
+            Step::Placeholder(path) => match claim(path) {
                 Ok(Some(lock)) => {
                     shield.held.push((path.clone(), lock));
                     bind(path, true)?;
                 }
+                // A real entry appeared at that name meanwhile: shield it as it is.
                 Ok(None) => bind(path, true)?,
-                Err(e) => {
+                // A nested name a command may create anyway (see the module docs): a
+                // placeholder that cannot be made there (a folder not the user's, a full
+                // disk) is left, or one planted link would stop every later call.
+                Err(e) if plan.optional.contains(path) => {
                     shield
                         .note
                         .get_or_insert(format!("{e}; the approval gateway alone protects it"));
                 }
-            },
-            Step::Placeholder(path) => match claim(path)? {
-                Some(lock) => {
-                    shield.held.push((path.clone(), lock));
-                    bind(path, true)?;
-                }
-                // A real entry appeared at that name meanwhile: shield it as it is.
-                None => bind(path, true)?,
+                Err(e) => return Err(e),
             },
         }
     }
@@ -407,7 +402,7 @@ struct Plan {
     steps: Vec<Step>,
     note: Option<String>,
     /// Placeholders only nested paths asked for: left when they cannot be made.
-    optional: std::collections::HashSet<PathBuf>,
+    optional: HashSet<PathBuf>,
 }
 
 /// What to mount for `cwd` (see the module docs).
@@ -422,13 +417,13 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
     let required = wanted.len();
     let mut note = nested(&cwd, &mut wanted);
     let mut shielded: Vec<Step> = Vec::new();
-    let mut held = (
-        std::collections::HashSet::new(),
-        std::collections::HashSet::new(),
-    );
+    // Placeholders asked for by the working directory's own names and the hook
+    // scripts, and by the nested paths.
+    let mut required_holds: HashSet<PathBuf> = HashSet::new();
+    let mut nested_holds: HashSet<PathBuf> = HashSet::new();
     let mut lookups = MAX_LOOKUPS;
     // The folders to pin, counted as they come (each is a mount too).
-    let mut way: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut way: HashSet<PathBuf> = HashSet::new();
     // The working directory's own names and the hook scripts come first.
     for (i, path) in wanted.into_iter().enumerate() {
         if shielded.len() + way.len() >= MAX_MOUNTS {
@@ -450,21 +445,19 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         }
         for step in &shielded[from..] {
             if let Step::Placeholder(p) = step {
-                let set = if i < required {
-                    &mut held.0
+                let holds = if i < required {
+                    &mut required_holds
                 } else {
-                    &mut held.1
+                    &mut nested_holds
                 };
-                set.insert(p.clone());
+                holds.insert(p.clone());
             }
-            way.extend(
-                step.path()
-                    .ancestors()
-                    .skip(1)
-                    .take_while(|a| *a != cwd && a.starts_with(&cwd))
-                    .map(Path::to_path_buf),
-            );
         }
+        way.extend(
+            shielded[from..]
+                .iter()
+                .flat_map(|s| on_the_way(&cwd, s.path()).map(Path::to_path_buf)),
+        );
     }
     shielded.sort_by(|a, b| a.path().cmp(b.path()));
     shielded.dedup_by(|b, a| a.path() == b.path());
@@ -486,14 +479,7 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         .collect();
     let mut pins: Vec<PathBuf> = shielded
         .iter()
-        .flat_map(|s| {
-            s.path()
-                .ancestors()
-                .skip(1)
-                .take_while(|a| *a != cwd && a.starts_with(&cwd))
-                .map(Path::to_path_buf)
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|s| on_the_way(&cwd, s.path()).map(Path::to_path_buf))
         .collect();
     pins.sort();
     pins.dedup();
@@ -506,7 +492,7 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         let depth = |s: &Step| s.path().components().count();
         depth(a).cmp(&depth(b)).then_with(|| a.path().cmp(b.path()))
     });
-    let optional = held.1.difference(&held.0).cloned().collect();
+    let optional = nested_holds.difference(&required_holds).cloned().collect();
     Plan {
         steps,
         note,
@@ -519,6 +505,14 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
 /// the pinned directories, which stay read-only as they did under Landlock alone. Below
 /// them every file is writable: looking at each file's link count would cost a `stat`
 /// per file on every call.
+/// The folders between `cwd` and `path` (inside it), `path`'s parent first: each is
+/// pinned.
+fn on_the_way<'a>(cwd: &'a Path, path: &'a Path) -> impl Iterator<Item = &'a Path> {
+    path.ancestors()
+        .skip(1)
+        .take_while(move |a| *a != cwd && a.starts_with(cwd))
+}
+
 /// `shielded`: sorted by path. At most `room` (the mounts left), else a `note`.
 fn linked_files(
     cwd: &Path,
@@ -765,6 +759,17 @@ mod tests {
     use std::os::unix::fs::DirBuilderExt as _;
     use std::path::{Path, PathBuf};
 
+    /// A step as the tests' expectations write it: what it does, then its path in `w`.
+    fn described(w: &Path, step: &Step) -> String {
+        let rel = step.path().strip_prefix(w).unwrap().display();
+        match step {
+            Step::Pin(_) => format!("pin {rel}"),
+            Step::ReadOnly(_) => format!("ro {rel}"),
+            Step::Placeholder(_) => format!("hold {rel}"),
+            Step::Link(_) => format!("link {rel}"),
+        }
+    }
+
     #[test]
     fn the_plan_pins_the_way_shields_what_exists_and_holds_missing_names() {
         let tmp = tempfile::tempdir().unwrap();
@@ -794,15 +799,7 @@ mod tests {
         let steps: Vec<String> = plan(&w, &protect)
             .steps
             .iter()
-            .map(|s| {
-                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
-                match s {
-                    Step::Pin(_) => format!("pin {rel}"),
-                    Step::ReadOnly(_) => format!("ro {rel}"),
-                    Step::Placeholder(_) => format!("hold {rel}"),
-                    Step::Link(_) => format!("link {rel}"),
-                }
-            })
+            .map(|s| described(&w, s))
             .collect();
         assert_eq!(
             steps,
@@ -849,15 +846,7 @@ mod tests {
             .steps
             .iter()
             .filter(|s| !matches!(s, Step::Placeholder(p) if p.ends_with(".mcp.json")))
-            .map(|s| {
-                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
-                match s {
-                    Step::Pin(_) => format!("pin {rel}"),
-                    Step::ReadOnly(_) => format!("ro {rel}"),
-                    Step::Placeholder(_) => format!("hold {rel}"),
-                    Step::Link(_) => format!("link {rel}"),
-                }
-            })
+            .map(|s| described(&w, s))
             .collect();
         assert_eq!(
             steps,
@@ -925,15 +914,7 @@ mod tests {
             .steps
             .iter()
             .filter(|s| !chained(s.path()))
-            .map(|s| {
-                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
-                match s {
-                    Step::Pin(_) => format!("pin {rel}"),
-                    Step::ReadOnly(_) => format!("ro {rel}"),
-                    Step::Placeholder(_) => format!("hold {rel}"),
-                    Step::Link(_) => format!("link {rel}"),
-                }
-            })
+            .map(|s| described(&w, s))
             .collect();
         assert_eq!(
             steps,
@@ -991,15 +972,8 @@ mod tests {
         let steps: Vec<String> = plan(&w, &protect)
             .steps
             .iter()
-            .map(|s| {
-                let rel = s.path().strip_prefix(&w).unwrap().display().to_string();
-                match s {
-                    Step::ReadOnly(_) => format!("ro {rel}"),
-                    Step::Link(_) => format!("link {rel}"),
-                    other => format!("{other:?}"),
-                }
-            })
-            .filter(|s| !s.starts_with("Placeholder"))
+            .map(|s| described(&w, s))
+            .filter(|s| !s.starts_with("hold "))
             .collect();
         assert_eq!(
             steps,
