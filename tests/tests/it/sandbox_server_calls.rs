@@ -285,6 +285,43 @@ async fn links_to_the_protected_paths_cannot_be_replaced() {
     );
 }
 
+/// A workspace whose `.git` is a file (`git init --separate-git-dir`, a worktree, a
+/// submodule): the repository it points to inside the workspace is read-only for a
+/// sandboxed command as a `.git` directory is (a `core.fsmonitor` written to its config
+/// would run at the user's next `git status`), while the rest stays writable.
+#[tokio::test]
+async fn the_repository_a_git_file_points_to_cannot_be_written() {
+    let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
+    let tmp = tempfile::tempdir().unwrap();
+    let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+    std::fs::create_dir_all(work.join("repo-data")).unwrap();
+    std::fs::create_dir_all(work.join("lib")).unwrap();
+    std::fs::write(work.join("repo-data/config"), "[core]\n").unwrap();
+    std::fs::write(work.join(".git"), "gitdir: repo-data\n").unwrap();
+    std::fs::write(work.join("lib/.git"), "gitdir: ../lib-data\n").unwrap();
+    let command = "printf '\\tfsmonitor = ./evil\\n' >> repo-data/config; \
+                   mv repo-data elsewhere; mkdir lib-data; touch made; echo end";
+    let out = sh(
+        &runner,
+        &work,
+        &[],
+        command.to_owned(),
+        tmp.path().join("out"),
+    )
+    .await;
+    assert!(out.ends_with("end\n"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("repo-data/config")).unwrap(),
+        "[core]\n",
+        "{out}"
+    );
+    assert!(!work.join("lib-data").exists(), "{out}");
+    assert!(
+        work.join("made").exists(),
+        "the top level is writable: {out}"
+    );
+}
+
 /// The persistent helper keeps the machine's mount table for the calls it forks (reading
 /// it is most of what making the rest of the file system read-only costs a call), and
 /// reads it again when the mounts changed: a file system mounted after the server

@@ -415,13 +415,15 @@ fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
         (!rel.as_os_str().is_empty()).then(|| cwd.join(rel))
     }));
     let required = wanted.len();
-    let mut note = nested(&cwd, &mut wanted);
+    // The listing and the nested paths' walks share one budget of lookups.
+    let mut lookups = MAX_LOOKUPS;
+    wanted.extend(git_dirs(&cwd.join(".git")));
+    let mut note = nested(&cwd, &mut wanted, &mut lookups);
     let mut shielded: Vec<Step> = Vec::new();
     // Placeholders asked for by the working directory's own names and the hook
     // scripts, and by the nested paths.
     let mut required_holds: HashSet<PathBuf> = HashSet::new();
     let mut nested_holds: HashSet<PathBuf> = HashSet::new();
-    let mut lookups = MAX_LOOKUPS;
     // The folders to pin, counted as they come (each is a mount too).
     let mut way: HashSet<PathBuf> = HashSet::new();
     // The working directory's own names and the hook scripts come first.
@@ -712,15 +714,46 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 #[must_use]
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let _ = nested(cwd, &mut out);
+    let mut out = git_dirs(&cwd.join(".git"));
+    let mut lookups = MAX_LOOKUPS;
+    let _ = nested(cwd, &mut out, &mut lookups);
     out
 }
 
+/// Where a `.git` *file* (a worktree's, a submodule's, `git init --separate-git-dir`'s)
+/// says the repository is — its `gitdir:`, and that directory's `commondir` — as git
+/// reads them (relative to the file's folder): git in that folder runs what their
+/// `config` and hooks say, so they are protected as the `.git` directory would be.
+/// Nothing for a `.git` directory, a link, or a file larger than a path.
+fn git_dirs(dot_git: &Path) -> Vec<PathBuf> {
+    /// Reads `file`'s one line `key: value` (at most a path long).
+    fn pointer(file: &Path, key: &str) -> Option<PathBuf> {
+        let meta = std::fs::symlink_metadata(file).ok()?;
+        if !meta.is_file() || meta.len() > 4_096 {
+            return None;
+        }
+        let text = std::fs::read_to_string(file).ok()?;
+        let line = text.lines().next()?.trim_end();
+        let value = match key {
+            "" => line,
+            key => line.strip_prefix(key)?.trim_start(),
+        };
+        let dir = file.parent()?;
+        (!value.is_empty()).then(|| dir.join(value))
+    }
+    let Some(git_dir) = pointer(dot_git, "gitdir:") else {
+        return Vec::new();
+    };
+    let common = pointer(&git_dir.join("commondir"), "");
+    std::iter::once(git_dir).chain(common).collect()
+}
+
 /// Adds the protected paths found below `cwd` to `out` (not following symlinks, not
-/// looking inside protected directories, [`SKIPPED_DIRS`] or cache directories); a note
-/// when it stopped after [`MAX_DIRS`] directories.
-fn nested(cwd: &Path, out: &mut Vec<PathBuf>) -> Option<String> {
+/// looking inside protected directories, [`SKIPPED_DIRS`] or cache directories), with
+/// the git directories their `.git` files point to; a note when it stopped after
+/// [`MAX_DIRS`] directories, or when `lookups` (each listing looks up every component of
+/// the folder's path: a tree 2 000 folders deep cost seconds per call) ran out.
+fn nested(cwd: &Path, out: &mut Vec<PathBuf>, lookups: &mut usize) -> Option<String> {
     let mut stack = vec![cwd.to_path_buf()];
     let mut listed = 0;
     while let Some(dir) = stack.pop() {
@@ -730,6 +763,15 @@ fn nested(cwd: &Path, out: &mut Vec<PathBuf>) -> Option<String> {
                  below the first {MAX_DIRS} are protected by the approval gateway only"
             ));
         }
+        let cost = dir.components().count();
+        if *lookups < cost {
+            return Some(format!(
+                "listing the working directory's folders took more than {MAX_LOOKUPS} \
+                 lookups (they lie deep); protected files below the first {listed} \
+                 folders are protected by the approval gateway only"
+            ));
+        }
+        *lookups -= cost;
         listed += 1;
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
@@ -739,7 +781,11 @@ fn nested(cwd: &Path, out: &mut Vec<PathBuf>) -> Option<String> {
         for entry in entries {
             let name = entry.file_name();
             if protected_name(&name) {
-                out.push(entry.path());
+                let path = entry.path();
+                if name == ".git" {
+                    out.extend(git_dirs(&path));
+                }
+                out.push(path);
                 continue;
             }
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
@@ -1105,6 +1151,74 @@ mod tests {
         let plan = super::plan(&w, &[]);
         assert!(plan.note.as_deref().unwrap().contains("lookups"));
         assert!(held(&plan).contains(&w.join(".foya")));
+    }
+
+    /// Listing a folder looks up every component of its path, so the listing shares the
+    /// walks' budget: 2 100 folders at the bottom of a tree 2 000 deep (made by a
+    /// command) cost seconds at every later call before, with no note.
+    #[test]
+    fn a_deep_tree_cannot_make_the_listing_slow() {
+        use rustix::fs::{Mode, OFlags, mkdirat, openat};
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let dir_flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        let mut dir = openat(rustix::fs::CWD, &w, dir_flags, Mode::empty()).unwrap();
+        let mut len = w.as_os_str().len();
+        while len < 4_000 {
+            mkdirat(&dir, "a", Mode::from_raw_mode(0o755)).unwrap();
+            dir = openat(&dir, "a", dir_flags, Mode::empty()).unwrap();
+            len += 2;
+        }
+        for i in 0..2_100 {
+            mkdirat(&dir, format!("{i}"), Mode::from_raw_mode(0o755)).unwrap();
+        }
+        let plan = plan(&w, &[]);
+        let note = plan.note.as_deref().unwrap();
+        assert!(note.contains("lookups (they lie deep)"), "{note}");
+        assert!(
+            plan.steps
+                .iter()
+                .any(|s| *s == Step::Placeholder(w.join(".foya")))
+        );
+    }
+
+    /// A `.git` file's repository (`gitdir:`, then its `commondir`) is shielded like a
+    /// `.git` directory, at the top and in a subfolder; where it does not exist yet, its
+    /// name is held.
+    #[test]
+    fn the_repository_a_git_file_points_to_is_shielded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for dir in ["gd/worktree", "main-repo", "sub", "sub/src"] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        std::fs::write(w.join(".git"), "gitdir: gd/worktree\n").unwrap();
+        std::fs::write(w.join("gd/worktree/commondir"), "../../main-repo\n").unwrap();
+        std::fs::write(w.join("sub/.git"), "gitdir: ../sub-repo").unwrap();
+        std::fs::write(w.join("sub/src/.git"), "not a pointer").unwrap();
+        let steps: Vec<String> = plan(&w, &[])
+            .steps
+            .iter()
+            .map(|s| described(&w, s))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "hold .foya",
+                "ro .git",
+                "hold .mcp.json",
+                "hold AGENTS.md",
+                "hold FOYA.md",
+                "pin gd",
+                "ro main-repo",
+                "pin sub",
+                "hold sub-repo",
+                "ro gd/worktree",
+                "ro sub/.git",
+                "pin sub/src",
+                "ro sub/src/.git",
+            ]
+        );
     }
 
     #[test]
