@@ -288,7 +288,8 @@ async fn links_to_the_protected_paths_cannot_be_replaced() {
 /// A workspace whose `.git` is a file (`git init --separate-git-dir`, a worktree, a
 /// submodule): the repository it points to inside the workspace is read-only for a
 /// sandboxed command as a `.git` directory is (a `core.fsmonitor` written to its config
-/// would run at the user's next `git status`), while the rest stays writable.
+/// would run at the user's next `git status`), while the rest stays writable, also a
+/// folder that a `.git` file names but that holds no repository.
 #[tokio::test]
 async fn the_repository_a_git_file_points_to_cannot_be_written() {
     let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
@@ -297,10 +298,13 @@ async fn the_repository_a_git_file_points_to_cannot_be_written() {
     std::fs::create_dir_all(work.join("repo-data")).unwrap();
     std::fs::create_dir_all(work.join("lib")).unwrap();
     std::fs::write(work.join("repo-data/config"), "[core]\n").unwrap();
+    std::fs::write(work.join("repo-data/HEAD"), "ref: refs/heads/main\n").unwrap();
     std::fs::write(work.join(".git"), "gitdir: repo-data\n").unwrap();
-    std::fs::write(work.join("lib/.git"), "gitdir: ../lib-data\n").unwrap();
+    // No repository there: a `.git` file cannot make a folder read-only.
+    std::fs::write(work.join("lib/.git"), "gitdir: ../src\n").unwrap();
+    std::fs::create_dir(work.join("src")).unwrap();
     let command = "printf '\\tfsmonitor = ./evil\\n' >> repo-data/config; \
-                   mv repo-data elsewhere; mkdir lib-data; touch made; echo end";
+                   mv repo-data elsewhere; touch src/main.rs made; echo end";
     let out = sh(
         &runner,
         &work,
@@ -315,7 +319,7 @@ async fn the_repository_a_git_file_points_to_cannot_be_written() {
         "[core]\n",
         "{out}"
     );
-    assert!(!work.join("lib-data").exists(), "{out}");
+    assert!(work.join("src/main.rs").exists(), "{out}");
     assert!(
         work.join("made").exists(),
         "the top level is writable: {out}"

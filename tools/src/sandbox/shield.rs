@@ -724,7 +724,9 @@ pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
 /// says the repository is — its `gitdir:`, and that directory's `commondir` — as git
 /// reads them (relative to the file's folder): git in that folder runs what their
 /// `config` and hooks say, so they are protected as the `.git` directory would be.
-/// Nothing for a `.git` directory, a link, or a file larger than a path.
+/// Only a repository (a folder with a `HEAD`): a `.git` file a command wrote cannot make
+/// any folder of the workspace read-only. Nothing for a `.git` directory, a link, or a
+/// file larger than a path.
 fn git_dirs(dot_git: &Path) -> Vec<PathBuf> {
     /// Reads `file`'s one line `key: value` (at most a path long).
     fn pointer(file: &Path, key: &str) -> Option<PathBuf> {
@@ -745,7 +747,10 @@ fn git_dirs(dot_git: &Path) -> Vec<PathBuf> {
         return Vec::new();
     };
     let common = pointer(&git_dir.join("commondir"), "");
-    std::iter::once(git_dir).chain(common).collect()
+    std::iter::once(git_dir)
+        .chain(common)
+        .filter(|dir| std::fs::symlink_metadata(dir.join("HEAD")).is_ok())
+        .collect()
 }
 
 /// Adds the protected paths found below `cwd` to `out` (not following symlinks, not
@@ -1183,19 +1188,30 @@ mod tests {
     }
 
     /// A `.git` file's repository (`gitdir:`, then its `commondir`) is shielded like a
-    /// `.git` directory, at the top and in a subfolder; where it does not exist yet, its
-    /// name is held.
+    /// `.git` directory, at the top and in a subfolder; a folder that is no repository
+    /// (no `HEAD`) or none at all is left.
     #[test]
     fn the_repository_a_git_file_points_to_is_shielded() {
         let tmp = tempfile::tempdir().unwrap();
         let w = std::fs::canonicalize(tmp.path()).unwrap();
-        for dir in ["gd/worktree", "main-repo", "sub", "sub/src"] {
+        for dir in [
+            "gd/worktree",
+            "main-repo",
+            "sub",
+            "sub/src",
+            "src",
+            "other/repo",
+        ] {
             std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        for head in ["gd/worktree/HEAD", "main-repo/HEAD", "other/repo/HEAD"] {
+            std::fs::write(w.join(head), "ref: refs/heads/main\n").unwrap();
         }
         std::fs::write(w.join(".git"), "gitdir: gd/worktree\n").unwrap();
         std::fs::write(w.join("gd/worktree/commondir"), "../../main-repo\n").unwrap();
-        std::fs::write(w.join("sub/.git"), "gitdir: ../sub-repo").unwrap();
-        std::fs::write(w.join("sub/src/.git"), "not a pointer").unwrap();
+        std::fs::write(w.join("sub/.git"), "gitdir: ../other/repo").unwrap();
+        std::fs::write(w.join("sub/src/.git"), "gitdir: ../../src").unwrap();
+        std::fs::write(w.join("src/.git"), "gitdir: ../missing").unwrap();
         let steps: Vec<String> = plan(&w, &[])
             .steps
             .iter()
@@ -1211,9 +1227,12 @@ mod tests {
                 "hold FOYA.md",
                 "pin gd",
                 "ro main-repo",
+                "pin other",
+                "pin src",
                 "pin sub",
-                "hold sub-repo",
                 "ro gd/worktree",
+                "ro other/repo",
+                "ro src/.git",
                 "ro sub/.git",
                 "pin sub/src",
                 "ro sub/src/.git",
