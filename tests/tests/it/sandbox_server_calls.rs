@@ -288,8 +288,8 @@ async fn links_to_the_protected_paths_cannot_be_replaced() {
 /// A workspace whose `.git` is a file (`git init --separate-git-dir`, a worktree, a
 /// submodule): the repository it points to inside the workspace is read-only for a
 /// sandboxed command as a `.git` directory is (a `core.fsmonitor` written to its config
-/// would run at the user's next `git status`), while the rest stays writable, also a
-/// folder that a `.git` file names but that holds no repository.
+/// would run at the user's next `git status`), a repository a `.git` file names but
+/// that does not exist yet cannot be made, and the rest stays writable.
 #[tokio::test]
 async fn the_repository_a_git_file_points_to_cannot_be_written() {
     let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
@@ -300,11 +300,10 @@ async fn the_repository_a_git_file_points_to_cannot_be_written() {
     std::fs::write(work.join("repo-data/config"), "[core]\n").unwrap();
     std::fs::write(work.join("repo-data/HEAD"), "ref: refs/heads/main\n").unwrap();
     std::fs::write(work.join(".git"), "gitdir: repo-data\n").unwrap();
-    // No repository there: a `.git` file cannot make a folder read-only.
-    std::fs::write(work.join("lib/.git"), "gitdir: ../src\n").unwrap();
-    std::fs::create_dir(work.join("src")).unwrap();
+    // A repository not made yet: its name is held.
+    std::fs::write(work.join("lib/.git"), "gitdir: ../lib-data\n").unwrap();
     let command = "printf '\\tfsmonitor = ./evil\\n' >> repo-data/config; \
-                   mv repo-data elsewhere; touch src/main.rs made; echo end";
+                   mv repo-data elsewhere; mkdir lib-data; touch made; echo end";
     let out = sh(
         &runner,
         &work,
@@ -319,7 +318,11 @@ async fn the_repository_a_git_file_points_to_cannot_be_written() {
         "[core]\n",
         "{out}"
     );
-    assert!(work.join("src/main.rs").exists(), "{out}");
+    assert!(
+        std::fs::read_dir(work.join("lib-data"))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound),
+        "{out}"
+    );
     assert!(
         work.join("made").exists(),
         "the top level is writable: {out}"
