@@ -329,6 +329,46 @@ async fn the_repository_a_git_file_points_to_cannot_be_written() {
     );
 }
 
+/// A helper started for one call (local MCP servers, and calls when the persistent
+/// helper cannot start) reads its own mount table, which holds the shield's mounts: a
+/// folder whose name is not UTF-8 holding a protected file (`\xff/AGENTS.md`) made every
+/// such call fail before its command started.
+#[test]
+fn a_helper_for_one_call_runs_beside_a_name_that_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+    let odd = work.join(std::ffi::OsStr::from_bytes(b"\xff"));
+    std::fs::create_dir_all(&odd).unwrap();
+    std::fs::write(odd.join("AGENTS.md"), "Be brief.\n").unwrap();
+    let scratch = tmp.path().join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let out = std::process::Command::new(foya_bin().with_file_name("foya-sandbox"))
+        .arg("__sandbox-exec")
+        .args(["--policy", r#"{"workspace-write":{"network":false}}"#])
+        .arg("--cwd")
+        .arg(&work)
+        .arg("--tmp")
+        .arg(&scratch)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo x >> */AGENTS.md; touch made; echo end",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.ends_with("end\n"), "{stdout}{stderr}");
+    assert!(work.join("made").exists(), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(odd.join("AGENTS.md")).unwrap(),
+        "Be brief.\n",
+        "{stderr}"
+    );
+}
+
 /// The persistent helper keeps the machine's mount table for the calls it forks (reading
 /// it is most of what making the rest of the file system read-only costs a call), and
 /// reads it again when the mounts changed: a file system mounted after the server

@@ -93,7 +93,7 @@ pub(crate) fn seal(writable: &[&Path]) -> Result<Sealed, String> {
         Some(kept) => &kept.mounts,
         // This thread's mounts (`/proc/self` would show the main thread's).
         None => {
-            read = std::fs::read_to_string("/proc/thread-self/mountinfo")
+            read = std::fs::read("/proc/thread-self/mountinfo")
                 .map(|table| mounts(&table).collect())
                 .map_err(|e| format!("cannot list the command's mounts: {e}"))?;
             &read
@@ -138,8 +138,8 @@ impl Kept {
     fn read(&mut self) -> std::io::Result<()> {
         use std::io::{Read as _, Seek as _};
         self.file.rewind()?;
-        let mut table = String::new();
-        self.file.read_to_string(&mut table)?;
+        let mut table = Vec::new();
+        self.file.read_to_end(&mut table)?;
         self.mounts = mounts(&table).collect();
         Ok(())
     }
@@ -324,19 +324,19 @@ fn seal_mount(point: &Path, kept: Option<KeptFlags>) -> Result<(), String> {
 }
 
 /// `(mount point, what it keeps read-only)` of each line of a `mountinfo` table (its
-/// per-mount options read once, when the table is).
-fn mounts(table: &str) -> impl Iterator<Item = (PathBuf, Option<KeptFlags>)> + '_ {
-    table.lines().filter_map(|line| {
-        let mut fields = line.split(' ').skip(4);
+/// per-mount options read once, when the table is). Bytes: a mount point need not be
+/// UTF-8 (the shield binds whatever a workspace holds).
+fn mounts(table: &[u8]) -> impl Iterator<Item = (PathBuf, Option<KeptFlags>)> + '_ {
+    table.split(|b| *b == b'\n').filter_map(|line| {
+        let mut fields = line.split(|b| *b == b' ').skip(4);
         let point = fields.next()?;
-        let options = fields.next()?;
+        let options = std::str::from_utf8(fields.next()?).ok()?;
         Some((unescape(point), KeptFlags::from_options(options)))
     })
 }
 
 /// A mount table's path: space, tab, newline and backslash are written as `\ooo`.
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
+fn unescape(bytes: &[u8]) -> PathBuf {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -369,14 +369,18 @@ mod tests {
 
     #[test]
     fn the_mount_table_is_read_with_its_escapes() {
-        let table = "36 35 98:0 / / rw,relatime shared:1 - ext4 /dev/root rw\n\
-                     37 36 0:5 / /mnt/my\\040disk\\134x ro,nosuid master:2 - tmpfs t rw\n";
+        let table = b"36 35 98:0 / / rw,relatime shared:1 - ext4 /dev/root rw\n\
+                     37 36 0:5 / /mnt/my\\040disk\\134x ro,nosuid master:2 - tmpfs t rw\n\
+                     38 36 98:0 /w/\xff /w/\xff/AGENTS.md ro,relatime - ext4 /dev/root rw\n";
         let seen: Vec<(PathBuf, Option<KeptFlags>)> = mounts(table).collect();
+        use std::os::unix::ffi::OsStrExt as _;
+        let not_utf8 = std::ffi::OsStr::from_bytes(b"/w/\xff/AGENTS.md");
         assert_eq!(
             seen,
             vec![
                 (PathBuf::from("/"), Some(KeptFlags(MountFlags::RELATIME))),
                 (PathBuf::from("/mnt/my disk\\x"), None),
+                (PathBuf::from(not_utf8), None),
             ]
         );
     }
@@ -401,7 +405,7 @@ mod tests {
                 .status()
                 .unwrap();
             assert!(status.success(), "{options}");
-            let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            let table = std::fs::read("/proc/self/mountinfo").unwrap();
             let listed = mounts(&table)
                 .filter(|(p, _)| *p == point)
                 .map(|(_, kept)| kept)

@@ -64,6 +64,10 @@ pub const PLACEHOLDER_MODE: u32 = 0o1500;
 /// Most directories listed while looking for nested protected paths.
 const MAX_DIRS: usize = 20_000;
 
+/// Most entries read while looking for nested protected paths, and most files looked
+/// at for other hard links.
+const MAX_ENTRIES: usize = 200_000;
+
 /// Most mounts for the protected paths themselves (each a mount the kernel counts
 /// against `fs.mount-max`, and time at every call): past it, nested ones are left to the
 /// approval gateway, as past [`MAX_DIRS`].
@@ -407,11 +411,30 @@ struct Plan {
 
 /// What to mount for `cwd` (see the module docs).
 fn plan(cwd: &Path, protect: &[PathBuf]) -> Plan {
-    plan_within(cwd, protect, MAX_LOOKUPS)
+    plan_within(cwd, protect, Budget::default())
 }
 
-/// [`plan`] with a budget of `lookups` for the listing and the nested paths.
-fn plan_within(cwd: &Path, protect: &[PathBuf], mut lookups: usize) -> Plan {
+/// What the listing and the nested paths may cost a call.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// Path components looked up: see [`MAX_LOOKUPS`].
+    lookups: usize,
+    /// Entries read: see [`MAX_ENTRIES`].
+    entries: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self {
+            lookups: MAX_LOOKUPS,
+            entries: MAX_ENTRIES,
+        }
+    }
+}
+
+/// [`plan`] within `budget`.
+fn plan_within(cwd: &Path, protect: &[PathBuf], budget: Budget) -> Plan {
+    let mut lookups = budget.lookups;
     let lexical = cwd;
     let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
     let mut wanted: Vec<PathBuf> = top_level(&cwd).collect();
@@ -421,10 +444,10 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], mut lookups: usize) -> Plan {
     }));
     // The repository a top-level `.git` file names is held whatever it costs, as the
     // `.git` itself.
-    wanted.extend(git_dirs(&cwd.join(".git"), None).unwrap_or_default());
+    wanted.extend(git_dirs(&cwd, &cwd.join(".git"), None).unwrap_or_default());
     let required = wanted.len();
     // The listing and the nested paths' walks share the budget of lookups.
-    let mut note = nested(&cwd, &mut wanted, &mut lookups);
+    let mut note = nested(&cwd, &mut wanted, &mut lookups, budget.entries);
     let mut shielded: Vec<Step> = Vec::new();
     // Placeholders asked for by the working directory's own names and the hook
     // scripts, and by the nested paths.
@@ -499,7 +522,7 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], mut lookups: usize) -> Plan {
     pins.sort();
     pins.dedup();
     let room = MAX_MOUNTS.saturating_sub(pins.len() + shielded.len());
-    let linked = linked_files(&cwd, &pins, &shielded, room, &mut note);
+    let linked = linked_files(&cwd, &pins, &shielded, (room, budget.entries), &mut note);
     let mut steps: Vec<Step> = pins.into_iter().map(Step::Pin).collect();
     steps.extend(shielded);
     steps.extend(linked);
@@ -541,15 +564,28 @@ fn linked_files(
     cwd: &Path,
     pins: &[PathBuf],
     shielded: &[Step],
-    room: usize,
+    (room, entries_read): (usize, usize),
     note: &mut Option<String>,
 ) -> Vec<Step> {
     let mut out = Vec::new();
+    let mut looked_at = 0;
     for dir in std::iter::once(cwd).chain(pins.iter().map(PathBuf::as_path)) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
         for entry in entries.flatten() {
+            if looked_at == entries_read {
+                add_note(
+                    note,
+                    format!(
+                        "the working directory has more than {entries_read} entries where \
+                         files with other hard links are looked for; past them such files \
+                         are writable"
+                    ),
+                );
+                return out;
+            }
+            looked_at += 1;
             if !entry.file_type().is_ok_and(|t| t.is_file()) {
                 continue;
             }
@@ -738,56 +774,114 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 #[must_use]
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
-    let mut out = git_dirs(&cwd.join(".git"), None).unwrap_or_default();
+    let mut out = git_dirs(cwd, &cwd.join(".git"), None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
-    let _ = nested(cwd, &mut out, &mut lookups);
+    let _ = nested(cwd, &mut out, &mut lookups, MAX_ENTRIES);
     out
 }
 
 /// Largest `.git` file git reads (its `read_gitfile`'s bound); a larger one names no
-/// repository.
+/// repository (nor, here, a larger `commondir`, which git would read).
 const MAX_GIT_FILE: u64 = 1 << 20;
 
-/// Where a `.git` *file* (a worktree's, a submodule's, `git init --separate-git-dir`'s)
-/// says the repository is — its `gitdir: `, and that directory's `commondir` — read as
-/// git reads them (through links, a regular file, trailing `\n` and `\r` dropped,
-/// relative to the file's folder): git in that folder runs what their `config` and
-/// hooks say, so they are protected as a `.git` directory is. Nothing for a `.git`
-/// directory.
+/// What a `.git` in `cwd` makes git use beyond itself, to be protected as it is: where a
+/// `.git` *file* (a worktree's, a submodule's, `git init --separate-git-dir`'s) says the
+/// repository is (`gitdir: `), that repository's `commondir` (a `.git` directory's too),
+/// and every symlink directly in either (`config -> ../../.repo/…/config`, as
+/// git-new-workdir makes them), each read as git reads it. Each file is reached by a
+/// [`walk`] and opened with no symlink left to follow, so every lookup is counted.
 ///
-/// `lookups`: as in [`resolve`] (each read looks up the whole path); `None` when it ran
-/// out.
-fn git_dirs(dot_git: &Path, mut lookups: Option<&mut usize>) -> Option<Vec<PathBuf>> {
-    use std::os::unix::ffi::OsStrExt as _;
-    let mut pointer = |file: &Path, prefix: &[u8]| -> Option<Option<PathBuf>> {
-        if let Some(left) = lookups.as_deref_mut() {
-            // The `stat` and the `open`.
-            let cost = 2 * file.components().count();
-            *left = left.checked_sub(cost)?;
+/// `lookups`: as in [`resolve`]; `None` when it ran out.
+fn git_dirs(cwd: &Path, dot_git: &Path, mut lookups: Option<&mut usize>) -> Option<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let git_dir = match read_pointer(cwd, dot_git, b"gitdir: ", lookups.as_deref_mut())? {
+        Some(git_dir) => {
+            out.push(git_dir.clone());
+            git_dir
         }
-        let read = || -> Option<PathBuf> {
-            let meta = std::fs::metadata(file).ok()?;
-            if !meta.is_file() || meta.len() > MAX_GIT_FILE {
-                return None;
-            }
-            let bytes = std::fs::read(file).ok()?;
-            let value = bytes.strip_prefix(prefix)?;
-            // Git reads it as a C string: up to a NUL.
-            let value = value.split(|b| *b == 0).next().unwrap_or_default();
-            let end = value
-                .iter()
-                .rposition(|b| *b != b'\n' && *b != b'\r')
-                .map_or(0, |i| i + 1);
-            let value = OsStr::from_bytes(&value[..end]);
-            (!value.is_empty()).then(|| file.parent().unwrap_or(file).join(value))
+        None => dot_git.to_path_buf(),
+    };
+    let common = read_pointer(cwd, &git_dir.join("commondir"), b"", lookups.as_deref_mut())?;
+    out.extend(common.clone());
+    for repository in std::iter::once(git_dir).chain(common) {
+        if let Some(left) = lookups.as_deref_mut() {
+            *left = left.checked_sub(repository.components().count())?;
+        }
+        let Ok(entries) = std::fs::read_dir(&repository) else {
+            continue;
         };
-        Some(read())
+        out.extend(
+            entries
+                .flatten()
+                .take(MAX_GIT_ENTRIES)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+                .map(|e| e.path()),
+        );
+    }
+    Some(out)
+}
+
+/// Most entries of a repository looked at for symlinks (git's own are a dozen).
+const MAX_GIT_ENTRIES: usize = 256;
+
+/// The path a git pointer file names (`.git`'s `gitdir: …`, `commondir`), read as git
+/// reads it: through links, a regular file of at most [`MAX_GIT_FILE`] bytes of which
+/// exactly its size is read (a `/proc` file says 0), trailing `\n` and `\r` dropped,
+/// then `prefix`, then a C string (up to a NUL), relative to the file's folder.
+/// `Some(None)`: none; `None`: `lookups` ran out.
+fn read_pointer(
+    cwd: &Path,
+    file: &Path,
+    prefix: &[u8],
+    mut lookups: Option<&mut usize>,
+) -> Option<Option<PathBuf>> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags, fstat, openat2};
+    use std::io::Read as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let real = match walk(cwd, file, lookups.as_deref_mut()).end {
+        End::OutOfLookups => return None,
+        End::Exists(real) => real,
+        End::Missing(_) | End::Unresolved => return Some(None),
     };
-    let Some(git_dir) = pointer(dot_git, b"gitdir: ")? else {
-        return Some(Vec::new());
+    if let Some(left) = lookups {
+        *left = left.checked_sub(real.components().count())?;
+    }
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    // No symlink may be followed (one put there since the walk would not be counted).
+    let fd = match openat2(CWD, &real, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+        Ok(fd) => fd,
+        // A kernel before 5.6: the last component at least is not followed.
+        Err(rustix::io::Errno::NOSYS) => {
+            match rustix::fs::openat(CWD, &real, flags | OFlags::NOFOLLOW, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(_) => return Some(None),
+            }
+        }
+        Err(_) => return Some(None),
     };
-    let common = pointer(&git_dir.join("commondir"), b"")?;
-    Some(std::iter::once(git_dir).chain(common).collect())
+    let size = match fstat(&fd) {
+        Ok(stat) if rustix::fs::FileType::from_raw_mode(stat.st_mode).is_file() => {
+            u64::try_from(stat.st_size).unwrap_or(0)
+        }
+        _ => return Some(None),
+    };
+    if size == 0 || size > MAX_GIT_FILE {
+        return Some(None);
+    }
+    let mut bytes = Vec::new();
+    if File::from(fd).take(size).read_to_end(&mut bytes).is_err() {
+        return Some(None);
+    }
+    let end = bytes
+        .iter()
+        .rposition(|b| *b != b'\n' && *b != b'\r')
+        .map_or(0, |i| i + 1);
+    let Some(value) = bytes[..end].strip_prefix(prefix) else {
+        return Some(None);
+    };
+    let value = value.split(|b| *b == 0).next().unwrap_or_default();
+    let value = OsStr::from_bytes(value);
+    Some((!value.is_empty()).then(|| file.parent().unwrap_or(file).join(value)))
 }
 
 /// Adds the protected paths found below `cwd` to `out` (not following symlinks, not
@@ -795,9 +889,16 @@ fn git_dirs(dot_git: &Path, mut lookups: Option<&mut usize>) -> Option<Vec<PathB
 /// the git directories their `.git` files point to; a note when it stopped after
 /// [`MAX_DIRS`] directories, or when `lookups` (each listing looks up every component of
 /// the folder's path: a tree 2 000 folders deep cost seconds per call) ran out.
-fn nested(cwd: &Path, out: &mut Vec<PathBuf>, lookups: &mut usize) -> Option<String> {
+fn nested(
+    cwd: &Path,
+    out: &mut Vec<PathBuf>,
+    lookups: &mut usize,
+    max_entries: usize,
+) -> Option<String> {
     let mut stack = vec![cwd.to_path_buf()];
     let mut listed = 0;
+    // Entries read (a folder of a million files took seconds per call).
+    let mut seen = 0;
     let out_of_lookups = format!(
         "listing the working directory's folders and reading their .git files took more \
          than {MAX_LOOKUPS} lookups (they lie deep); protected files below the folders \
@@ -820,14 +921,15 @@ fn nested(cwd: &Path, out: &mut Vec<PathBuf>, lookups: &mut usize) -> Option<Str
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
-        let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+        let entries: Vec<std::fs::DirEntry> = entries.flatten().take(max_entries - seen).collect();
+        seen += entries.len();
         let cache = entries.iter().any(|e| e.file_name() == CACHE_TAG);
         for entry in entries {
             let name = entry.file_name();
             if protected_name(&name) {
                 let path = entry.path();
-                if name == ".git" && !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    let Some(dirs) = git_dirs(&path, Some(lookups)) else {
+                if name == ".git" {
+                    let Some(dirs) = git_dirs(cwd, &path, Some(lookups)) else {
                         return Some(out_of_lookups.clone());
                     };
                     out.extend(dirs.into_iter().filter(|d| repositories.insert(d.clone())));
@@ -839,6 +941,12 @@ fn nested(cwd: &Path, out: &mut Vec<PathBuf>, lookups: &mut usize) -> Option<Str
             if is_dir && !cache && !SKIPPED_DIRS.iter().any(|s| name == *s) {
                 stack.push(entry.path());
             }
+        }
+        if seen == max_entries {
+            return Some(format!(
+                "the working directory has more than {max_entries} files and folders; \
+                 protected files past them are protected by the approval gateway only"
+            ));
         }
     }
     None
@@ -1282,9 +1390,9 @@ mod tests {
             ]
         );
         let long = "x/../".repeat(800);
-        for i in 0..1_300 {
+        for i in 0..1_000 {
             let dir = w.join(format!("many/{i}"));
-            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::create_dir_all(dir.join("x")).unwrap();
             std::fs::write(dir.join(".git"), format!("gitdir: {long}r{i}")).unwrap();
         }
         let plan = plan(&w, &[]);
@@ -1292,10 +1400,87 @@ mod tests {
         assert!(note.contains("reading their .git files"), "{note}");
         // The top-level `.git` file's repository is held whatever the rest cost (a
         // command planted a tree that spent the budget to the last lookups).
-        for plan in [plan, super::plan_within(&w, &[], 0)] {
+        let broke = super::Budget {
+            lookups: 0,
+            ..super::Budget::default()
+        };
+        for plan in [plan, super::plan_within(&w, &[], broke)] {
             assert!(plan.steps.contains(&Step::ReadOnly(w.join("gd/worktree"))));
             assert!(plan.steps.contains(&Step::ReadOnly(w.join("main-repo"))));
         }
+    }
+
+    /// Beyond a `.git`: the symlinks directly in a repository (git-new-workdir's
+    /// `config -> …`) and a `.git` directory's `commondir` are shielded; each pointer is
+    /// read as git reads it (the trailing newlines dropped before the NUL is looked for)
+    /// and only to its size (a `/proc` file says 0 and would be read without end; a
+    /// fifo is not waited on).
+    #[test]
+    fn what_git_reads_beyond_a_git_is_found_as_git_reads_it() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for dir in [".git", "shared", "common", "a", "b/gd", "c"] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        std::fs::write(w.join("shared/config"), "[core]\n").unwrap();
+        std::os::unix::fs::symlink("../shared/config", w.join(".git/config")).unwrap();
+        std::fs::write(w.join(".git/commondir"), "../common\n").unwrap();
+        let steps: Vec<String> = plan(&w, &[])
+            .steps
+            .iter()
+            .map(|s| described(&w, s))
+            .collect();
+        for step in ["ro .git", "ro common", "pin shared", "ro shared/config"] {
+            assert!(steps.contains(&step.to_owned()), "{step}: {steps:?}");
+        }
+        std::fs::write(w.join("a/.git"), b"gitdir: r\n\0junk").unwrap();
+        let dirs = super::git_dirs(&w, &w.join("a/.git"), None).unwrap();
+        assert_eq!(
+            dirs,
+            [w.join("a").join(std::ffi::OsStr::from_bytes(b"r\n"))]
+        );
+        std::fs::write(w.join("b/.git"), "gitdir: gd\n").unwrap();
+        std::os::unix::fs::symlink("/proc/self/cmdline", w.join("b/gd/commondir")).unwrap();
+        let dirs = super::git_dirs(&w, &w.join("b/.git"), None).unwrap();
+        assert_eq!(dirs, [w.join("b/gd"), w.join("b/gd/commondir")]);
+        nix::unistd::mkfifo(&w.join("c/.git"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(
+            super::git_dirs(&w, &w.join("c/.git"), None)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    /// A folder of more entries than the budget's (200 000; a command made a million
+    /// files, and every later call took 3 s) is read only so far, with a note; at the
+    /// top, files with other hard links past it are left writable, with a note.
+    #[test]
+    fn a_huge_folder_is_read_only_so_far() {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let dir = w.join("many");
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..1_000 {
+            std::fs::File::create(dir.join(format!("{i}"))).unwrap();
+        }
+        let budget = super::Budget {
+            entries: 1_000,
+            ..super::Budget::default()
+        };
+        let plan = super::plan_within(&w, &[], budget);
+        let note = plan.note.as_deref().unwrap();
+        assert!(note.contains("more than 1000 files and folders"), "{note}");
+        assert!(plan.steps.contains(&Step::Placeholder(w.join(".foya"))));
+        for i in 0..1_000 {
+            std::fs::File::create(w.join(format!("{i}"))).unwrap();
+        }
+        let plan = super::plan_within(&w, &[], budget);
+        let note = plan.note.as_deref().unwrap();
+        assert!(
+            note.contains("entries where files with other hard links"),
+            "{note}"
+        );
     }
 
     #[test]
