@@ -81,7 +81,7 @@ const CACHE_TAG: &str = "CACHEDIR.TAG";
 /// Most path components looked up for the nested protected paths, all walks together
 /// (a walk looks up every component of a path again at each step: a path 2 000 folders
 /// deep costs 2 million): past it the rest are left to the approval gateway.
-const MAX_LOOKUPS: usize = 4_000_000;
+const MAX_LOOKUPS: usize = 2_000_000;
 
 /// Most symlinks followed on the way to one protected path (the kernel's own bound).
 const MAX_LINKS: usize = 40;
@@ -444,7 +444,7 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], budget: Budget) -> Plan {
     }));
     // The repository a top-level `.git` file names is held whatever it costs, as the
     // `.git` itself.
-    wanted.extend(git_dirs(&cwd, &cwd.join(".git"), None).unwrap_or_default());
+    wanted.extend(git_dirs(&cwd, &cwd.join(".git"), None, None).unwrap_or_default());
     let required = wanted.len();
     // The listing and the nested paths' walks share the budget of lookups.
     let mut note = nested(&cwd, &mut wanted, &mut lookups, budget.entries);
@@ -774,7 +774,7 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 #[must_use]
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
-    let mut out = git_dirs(cwd, &cwd.join(".git"), None).unwrap_or_default();
+    let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
     let _ = nested(cwd, &mut out, &mut lookups, MAX_ENTRIES);
     out
@@ -792,7 +792,12 @@ const MAX_GIT_FILE: u64 = 1 << 20;
 /// [`walk`] and opened with no symlink left to follow, so every lookup is counted.
 ///
 /// `lookups`: as in [`resolve`]; `None` when it ran out.
-fn git_dirs(cwd: &Path, dot_git: &Path, mut lookups: Option<&mut usize>) -> Option<Vec<PathBuf>> {
+fn git_dirs(
+    cwd: &Path,
+    dot_git: &Path,
+    mut lookups: Option<&mut usize>,
+    mut entries: Option<&mut usize>,
+) -> Option<Vec<PathBuf>> {
     let mut out = Vec::new();
     let git_dir = match read_pointer(cwd, dot_git, b"gitdir: ", lookups.as_deref_mut())? {
         Some(git_dir) => {
@@ -807,27 +812,36 @@ fn git_dirs(cwd: &Path, dot_git: &Path, mut lookups: Option<&mut usize>) -> Opti
         if let Some(left) = lookups.as_deref_mut() {
             *left = left.checked_sub(repository.components().count())?;
         }
-        let Ok(entries) = std::fs::read_dir(&repository) else {
+        let Ok(listing) = std::fs::read_dir(&repository) else {
             continue;
         };
-        out.extend(
-            entries
-                .flatten()
-                .take(MAX_GIT_ENTRIES)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
-                .map(|e| e.path()),
-        );
+        for entry in listing.flatten().take(MAX_GIT_ENTRIES) {
+            if let Some(left) = entries.as_deref_mut() {
+                *left = left.checked_sub(1)?;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                out.push(entry.path());
+            }
+        }
     }
     Some(out)
 }
 
-/// Most entries of a repository looked at for symlinks (git's own are a dozen).
-const MAX_GIT_ENTRIES: usize = 256;
+/// Most entries of a repository looked at for symlinks (git's own are a dozen or two).
+const MAX_GIT_ENTRIES: usize = 64;
+
+/// Longest path the kernel looks up (`PATH_MAX` less its NUL): a longer pointer names
+/// nothing git can use.
+const MAX_POINTER: usize = 4_095;
 
 /// The path a git pointer file names (`.git`'s `gitdir: …`, `commondir`), read as git
-/// reads it: through links, a regular file of at most [`MAX_GIT_FILE`] bytes of which
-/// exactly its size is read (a `/proc` file says 0), trailing `\n` and `\r` dropped,
-/// then `prefix`, then a C string (up to a NUL), relative to the file's folder.
+/// reads it: through links, a regular file of at most [`MAX_GIT_FILE`] bytes, trailing
+/// `\n` and `\r` dropped, then `prefix`, then a C string (up to a NUL), relative to the
+/// file's folder. Only its first bytes are read, as many as a usable path takes: past
+/// them a path is longer than [`MAX_POINTER`] (unusable: left), unless only newlines
+/// follow (dropped as git drops them). The file must be a regular one before it is
+/// opened (a device's open may act), and it is opened with no symlink to follow (one
+/// put there since the walk would not be counted).
 /// `Some(None)`: none; `None`: `lookups` ran out.
 fn read_pointer(
     cwd: &Path,
@@ -844,10 +858,13 @@ fn read_pointer(
         End::Missing(_) | End::Unresolved => return Some(None),
     };
     if let Some(left) = lookups {
-        *left = left.checked_sub(real.components().count())?;
+        // The `lstat` and the `open`.
+        *left = left.checked_sub(2 * real.components().count())?;
+    }
+    if !std::fs::symlink_metadata(&real).is_ok_and(|m| m.is_file()) {
+        return Some(None);
     }
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
-    // No symlink may be followed (one put there since the walk would not be counted).
     let fd = match openat2(CWD, &real, flags, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
         Ok(fd) => fd,
         // A kernel before 5.6: the last component at least is not followed.
@@ -868,20 +885,34 @@ fn read_pointer(
     if size == 0 || size > MAX_GIT_FILE {
         return Some(None);
     }
+    let head = u64::try_from(prefix.len() + MAX_POINTER + 1).unwrap_or(u64::MAX);
     let mut bytes = Vec::new();
-    if File::from(fd).take(size).read_to_end(&mut bytes).is_err() {
+    if File::from(fd)
+        .take(size.min(head))
+        .read_to_end(&mut bytes)
+        .is_err()
+    {
         return Some(None);
     }
-    let end = bytes
-        .iter()
-        .rposition(|b| *b != b'\n' && *b != b'\r')
-        .map_or(0, |i| i + 1);
-    let Some(value) = bytes[..end].strip_prefix(prefix) else {
+    let Some(value) = bytes.strip_prefix(prefix) else {
         return Some(None);
     };
-    let value = value.split(|b| *b == 0).next().unwrap_or_default();
-    let value = OsStr::from_bytes(value);
-    Some((!value.is_empty()).then(|| file.parent().unwrap_or(file).join(value)))
+    let value = match value.iter().position(|b| *b == 0) {
+        Some(nul) => &value[..nul],
+        None => {
+            let end = value
+                .iter()
+                .rposition(|b| *b != b'\n' && *b != b'\r')
+                .map_or(0, |i| i + 1);
+            &value[..end]
+        }
+    };
+    if value.is_empty() || value.len() > MAX_POINTER {
+        return Some(None);
+    }
+    Some(Some(
+        file.parent().unwrap_or(file).join(OsStr::from_bytes(value)),
+    ))
 }
 
 /// Adds the protected paths found below `cwd` to `out` (not following symlinks, not
@@ -901,8 +932,8 @@ fn nested(
     let mut seen = 0;
     let out_of_lookups = format!(
         "listing the working directory's folders and reading their .git files took more \
-         than {MAX_LOOKUPS} lookups (they lie deep); protected files below the folders \
-         listed are protected by the approval gateway only"
+         than {MAX_LOOKUPS} lookups or {max_entries} entries; protected files below the \
+         folders listed are protected by the approval gateway only"
     );
     // The repositories the `.git` files named, each walked once.
     let mut repositories: HashSet<PathBuf> = HashSet::new();
@@ -929,7 +960,10 @@ fn nested(
             if protected_name(&name) {
                 let path = entry.path();
                 if name == ".git" {
-                    let Some(dirs) = git_dirs(cwd, &path, Some(lookups)) else {
+                    let mut entries_left = max_entries - seen;
+                    let dirs = git_dirs(cwd, &path, Some(lookups), Some(&mut entries_left));
+                    seen = max_entries - entries_left;
+                    let Some(dirs) = dirs else {
                         return Some(out_of_lookups.clone());
                     };
                     out.extend(dirs.into_iter().filter(|d| repositories.insert(d.clone())));
@@ -1329,7 +1363,7 @@ mod tests {
         }
         let plan = plan(&w, &[]);
         let note = plan.note.as_deref().unwrap();
-        assert!(note.contains("lookups (they lie deep)"), "{note}");
+        assert!(note.contains("took more than 2000000 lookups"), "{note}");
         assert!(
             plan.steps
                 .iter()
@@ -1435,18 +1469,32 @@ mod tests {
             assert!(steps.contains(&step.to_owned()), "{step}: {steps:?}");
         }
         std::fs::write(w.join("a/.git"), b"gitdir: r\n\0junk").unwrap();
-        let dirs = super::git_dirs(&w, &w.join("a/.git"), None).unwrap();
+        let dirs = super::git_dirs(&w, &w.join("a/.git"), None, None).unwrap();
         assert_eq!(
             dirs,
             [w.join("a").join(std::ffi::OsStr::from_bytes(b"r\n"))]
         );
         std::fs::write(w.join("b/.git"), "gitdir: gd\n").unwrap();
         std::os::unix::fs::symlink("/proc/self/cmdline", w.join("b/gd/commondir")).unwrap();
-        let dirs = super::git_dirs(&w, &w.join("b/.git"), None).unwrap();
+        let dirs = super::git_dirs(&w, &w.join("b/.git"), None, None).unwrap();
         assert_eq!(dirs, [w.join("b/gd"), w.join("b/gd/commondir")]);
+        // A path longer than the kernel looks up names nothing; newlines after one are
+        // dropped however many there are (only a path's length of the file is read).
+        std::fs::create_dir(w.join("d")).unwrap();
+        let long = format!("gitdir: {}", "A".repeat(5_000));
+        std::fs::write(w.join("d/.git"), long).unwrap();
+        assert!(
+            super::git_dirs(&w, &w.join("d/.git"), None, None)
+                .unwrap()
+                .is_empty()
+        );
+        let padded = format!("gitdir: r{}", "\n".repeat(100_000));
+        std::fs::write(w.join("d/.git"), padded).unwrap();
+        let dirs = super::git_dirs(&w, &w.join("d/.git"), None, None).unwrap();
+        assert_eq!(dirs, [w.join("d/r")]);
         nix::unistd::mkfifo(&w.join("c/.git"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(
-            super::git_dirs(&w, &w.join("c/.git"), None)
+            super::git_dirs(&w, &w.join("c/.git"), None, None)
                 .unwrap()
                 .is_empty()
         );
@@ -1481,6 +1529,19 @@ mod tests {
             note.contains("entries where files with other hard links"),
             "{note}"
         );
+        // The entries of the repositories read count too.
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for i in 0..40 {
+            let repository = w.join(format!("r{i}/.git"));
+            std::fs::create_dir_all(&repository).unwrap();
+            for j in 0..40 {
+                std::os::unix::fs::symlink("x", repository.join(format!("{j}"))).unwrap();
+            }
+        }
+        let plan = super::plan_within(&w, &[], budget);
+        let note = plan.note.as_deref().unwrap();
+        assert!(note.contains("or 1000 entries"), "{note}");
     }
 
     #[test]
