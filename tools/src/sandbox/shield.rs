@@ -12,9 +12,14 @@
 //!
 //! - Every protected path that exists — `.git`, `.foya`, `AGENTS.md`, `FOYA.md`,
 //!   `.mcp.json` in the working directory and in every subdirectory (case-insensitive
-//!   for the files), the hook scripts the runtime passes (`--protect`), and what any of
-//!   them points to — is bound read-only over itself: writes below it fail with `EROFS`,
-//!   and it cannot be removed, renamed or replaced (`EBUSY`: it is a mount point).
+//!   for the files), the hook scripts the runtime passes (`--protect`), what any of
+//!   them points to, and what git uses beyond a `.git` (a `.git` file's repository, a
+//!   `commondir`, the symlinks directly in a repository: [`git_dirs`]) — is bound
+//!   read-only over itself: writes below it fail with `EROFS`, and it cannot be
+//!   removed, renamed or replaced (`EBUSY`: it is a mount point).
+//! - The listing below the working directory, and the walks and reads of what it found,
+//!   are bounded ([`Budget`]: lookups and entries): past them, with a note in the
+//!   command's output, the rest is left to the approval gateway.
 //! - Every symlink on the way to a protected path — the name itself (`AGENTS.md ->
 //!   CLAUDE.md`, `.foya -> conf`), a hook script's folder (`tools -> scripts`), the links
 //!   those lead through — is bound over itself, not followed: it still leads where it
