@@ -73,6 +73,10 @@ const MAX_DIRS: usize = 20_000;
 /// at for other hard links.
 const MAX_ENTRIES: usize = 200_000;
 
+/// Most nested protected paths kept (each up to 4 KiB; past [`MAX_MOUNTS`] they would
+/// not be mounted anyway).
+const MAX_FOUND: usize = 2 * MAX_MOUNTS;
+
 /// Most mounts for the protected paths themselves (each a mount the kernel counts
 /// against `fs.mount-max`, and time at every call): past it, nested ones are left to the
 /// approval gateway, as past [`MAX_DIRS`].
@@ -426,6 +430,8 @@ struct Budget {
     lookups: usize,
     /// Entries read: see [`MAX_ENTRIES`].
     entries: usize,
+    /// Nested protected paths kept: see [`MAX_FOUND`].
+    found: usize,
 }
 
 impl Default for Budget {
@@ -433,6 +439,7 @@ impl Default for Budget {
         Self {
             lookups: MAX_LOOKUPS,
             entries: MAX_ENTRIES,
+            found: MAX_FOUND,
         }
     }
 }
@@ -452,7 +459,7 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], budget: Budget) -> Plan {
     wanted.extend(git_dirs(&cwd, &cwd.join(".git"), None, None).unwrap_or_default());
     let required = wanted.len();
     // The listing and the nested paths' walks share the budget of lookups.
-    let mut note = nested(&cwd, &mut wanted, &mut lookups, budget.entries);
+    let mut note = nested(&cwd, &mut wanted, &mut lookups, budget);
     let mut shielded: Vec<Step> = Vec::new();
     // Placeholders asked for by the working directory's own names and the hook
     // scripts, and by the nested paths.
@@ -781,7 +788,7 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
     let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
-    let _ = nested(cwd, &mut out, &mut lookups, MAX_ENTRIES);
+    let _ = nested(cwd, &mut out, &mut lookups, Budget::default());
     out
 }
 
@@ -929,9 +936,19 @@ fn nested(
     cwd: &Path,
     out: &mut Vec<PathBuf>,
     lookups: &mut usize,
-    max_entries: usize,
+    budget: Budget,
 ) -> Option<String> {
+    let max_entries = budget.entries;
+    let most = out.len() + budget.found;
+    let too_many = format!(
+        "the working directory has more than {} nested protected paths; the others are \
+         protected by the approval gateway only",
+        budget.found
+    );
     let mut stack = vec![cwd.to_path_buf()];
+    // Folders left unlisted: more than [`MAX_DIRS`] (a path is up to 4 KiB: held for
+    // each folder found, 200 000 of them took gigabytes).
+    let mut unlisted = false;
     let mut listed = 0;
     // Entries read (a folder of a million files took seconds per call).
     let mut seen = 0;
@@ -943,12 +960,6 @@ fn nested(
     // The repositories the `.git` files named, each walked once.
     let mut repositories: HashSet<PathBuf> = HashSet::new();
     while let Some(dir) = stack.pop() {
-        if listed >= MAX_DIRS {
-            return Some(format!(
-                "the working directory has more than {MAX_DIRS} folders; protected files \
-                 below the first {MAX_DIRS} are protected by the approval gateway only"
-            ));
-        }
         let Some(left) = lookups.checked_sub(dir.components().count()) else {
             return Some(out_of_lookups);
         };
@@ -971,14 +982,28 @@ fn nested(
                     let Some(dirs) = dirs else {
                         return Some(out_of_lookups.clone());
                     };
-                    out.extend(dirs.into_iter().filter(|d| repositories.insert(d.clone())));
+                    for dir in dirs {
+                        if out.len() == most {
+                            return Some(too_many);
+                        }
+                        if repositories.insert(dir.clone()) {
+                            out.push(dir);
+                        }
+                    }
+                }
+                if out.len() == most {
+                    return Some(too_many);
                 }
                 out.push(path);
                 continue;
             }
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
             if is_dir && !cache && !SKIPPED_DIRS.iter().any(|s| name == *s) {
-                stack.push(entry.path());
+                if listed + stack.len() < MAX_DIRS {
+                    stack.push(entry.path());
+                } else {
+                    unlisted = true;
+                }
             }
         }
         if seen == max_entries {
@@ -988,7 +1013,12 @@ fn nested(
             ));
         }
     }
-    None
+    unlisted.then(|| {
+        format!(
+            "the working directory has more than {MAX_DIRS} folders; protected files \
+             below the first {MAX_DIRS} are protected by the approval gateway only"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -1459,18 +1489,18 @@ mod tests {
         use std::os::unix::ffi::OsStrExt as _;
         let tmp = tempfile::tempdir().unwrap();
         let w = std::fs::canonicalize(tmp.path()).unwrap();
-        for dir in [".git", "shared", "common", "a", "b/gd", "c"] {
+        for dir in [".git", "linked", "common", "a", "b/gd", "c"] {
             std::fs::create_dir_all(w.join(dir)).unwrap();
         }
-        std::fs::write(w.join("shared/config"), "[core]\n").unwrap();
-        std::os::unix::fs::symlink("../shared/config", w.join(".git/config")).unwrap();
+        std::fs::write(w.join("linked/config"), "[core]\n").unwrap();
+        std::os::unix::fs::symlink("../linked/config", w.join(".git/config")).unwrap();
         std::fs::write(w.join(".git/commondir"), "../common\n").unwrap();
         let steps: Vec<String> = plan(&w, &[])
             .steps
             .iter()
             .map(|s| described(&w, s))
             .collect();
-        for step in ["ro .git", "ro common", "pin shared", "ro shared/config"] {
+        for step in ["ro .git", "ro common", "pin linked", "ro linked/config"] {
             assert!(steps.contains(&step.to_owned()), "{step}: {steps:?}");
         }
         std::fs::write(w.join("a/.git"), b"gitdir: r\n\0junk").unwrap();
@@ -1547,6 +1577,18 @@ mod tests {
         let plan = super::plan_within(&w, &[], budget);
         let note = plan.note.as_deref().unwrap();
         assert!(note.contains("or 1000 entries"), "{note}");
+        // So do the nested protected paths kept (each up to 4 KiB long: 200 000 of
+        // them took 2 GB and 16 s per call).
+        let budget = super::Budget {
+            found: 30,
+            ..super::Budget::default()
+        };
+        let plan = super::plan_within(&w, &[], budget);
+        let note = plan.note.as_deref().unwrap();
+        assert!(
+            note.contains("more than 30 nested protected paths"),
+            "{note}"
+        );
     }
 
     #[test]
