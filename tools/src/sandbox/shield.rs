@@ -18,7 +18,7 @@
 //!   read-only over itself: writes below it fail with `EROFS`, and it cannot be
 //!   removed, renamed or replaced (`EBUSY`: it is a mount point).
 //! - The listing below the working directory, and the walks and reads of what it found,
-//!   are bounded ([`Budget`]: lookups and entries): past them, with a note in the
+//!   are bounded ([`Budget`]: lookups, entries, paths kept): past them, with a note in the
 //!   command's output, the rest is left to the approval gateway.
 //! - Every symlink on the way to a protected path — the name itself (`AGENTS.md ->
 //!   CLAUDE.md`, `.foya -> conf`), a hook script's folder (`tools -> scripts`), the links
@@ -803,7 +803,8 @@ const MAX_GIT_FILE: u64 = 1 << 20;
 /// git-new-workdir makes them), each read as git reads it. Each file is reached by a
 /// [`walk`] and opened with no symlink left to follow, so every lookup is counted.
 ///
-/// `lookups`: as in [`resolve`]; `None` when it ran out.
+/// `lookups` (as in [`resolve`]) and `entries` (the repositories' entries read): what is
+/// left of the call's [`Budget`]; `None` when either ran out.
 fn git_dirs(
     cwd: &Path,
     dot_git: &Path,
