@@ -550,11 +550,6 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], budget: Budget) -> Plan {
     }
 }
 
-/// The regular files with other hard links (one of them may be a file outside the
-/// working directory, or a protected file, under another name) directly in `cwd` and in
-/// the pinned directories, which stay read-only as they did under Landlock alone. Below
-/// them every file is writable: looking at each file's link count would cost a `stat`
-/// per file on every call.
 /// Adds `line` to the command's note (after what it already says).
 fn add_note(note: &mut Option<String>, line: String) {
     *note = Some(match note.take() {
@@ -571,7 +566,14 @@ fn on_the_way<'a>(cwd: &'a Path, path: &'a Path) -> impl Iterator<Item = &'a Pat
         .take_while(move |a| *a != cwd && a.starts_with(cwd))
 }
 
-/// `shielded`: sorted by path. At most `room` (the mounts left), else a `note`.
+/// The regular files with other hard links (one of them may be a file outside the
+/// working directory, or a protected file, under another name) directly in `cwd` and in
+/// the pinned directories, which stay read-only as they did under Landlock alone. Below
+/// them every file is writable: looking at each file's link count would cost a `stat`
+/// per file on every call.
+///
+/// `shielded`: sorted by path. At most `room` (the mounts left) and `entries_read`
+/// entries looked at, else a `note`.
 fn linked_files(
     cwd: &Path,
     pins: &[PathBuf],
@@ -939,53 +941,55 @@ fn nested(
     lookups: &mut usize,
     budget: Budget,
 ) -> Option<String> {
-    let max_entries = budget.entries;
     let most = out.len() + budget.found;
-    let too_many = format!(
-        "the working directory has more than {} nested protected paths; the others are \
-         protected by the approval gateway only",
-        budget.found
-    );
+    let too_many = || {
+        format!(
+            "the working directory has more than {} nested protected paths; the others \
+             are protected by the approval gateway only",
+            budget.found
+        )
+    };
+    let out_of_budget = || {
+        format!(
+            "listing the working directory's folders and reading their .git files took \
+             more than {MAX_LOOKUPS} lookups or {} entries; protected files below the \
+             folders listed are protected by the approval gateway only",
+            budget.entries
+        )
+    };
     let mut stack = vec![cwd.to_path_buf()];
     // Folders left unlisted: more than [`MAX_DIRS`] (a path is up to 4 KiB: held for
     // each folder found, 200 000 of them took gigabytes).
     let mut unlisted = false;
     let mut listed = 0;
-    // Entries read (a folder of a million files took seconds per call).
-    let mut seen = 0;
-    let out_of_lookups = format!(
-        "listing the working directory's folders and reading their .git files took more \
-         than {MAX_LOOKUPS} lookups or {max_entries} entries; protected files below the \
-         folders listed are protected by the approval gateway only"
-    );
+    // Entries still to read (a folder of a million files took seconds per call).
+    let mut entries_left = budget.entries;
     // The repositories the `.git` files named, each walked once.
     let mut repositories: HashSet<PathBuf> = HashSet::new();
     while let Some(dir) = stack.pop() {
         let Some(left) = lookups.checked_sub(dir.components().count()) else {
-            return Some(out_of_lookups);
+            return Some(out_of_budget());
         };
         *lookups = left;
         listed += 1;
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
-        let entries: Vec<std::fs::DirEntry> = entries.flatten().take(max_entries - seen).collect();
-        seen += entries.len();
+        let entries: Vec<std::fs::DirEntry> = entries.flatten().take(entries_left).collect();
+        entries_left -= entries.len();
         let cache = entries.iter().any(|e| e.file_name() == CACHE_TAG);
         for entry in entries {
             let name = entry.file_name();
             if protected_name(&name) {
                 let path = entry.path();
                 if name == ".git" {
-                    let mut entries_left = max_entries - seen;
-                    let dirs = git_dirs(cwd, &path, Some(lookups), Some(&mut entries_left));
-                    seen = max_entries - entries_left;
-                    let Some(dirs) = dirs else {
-                        return Some(out_of_lookups.clone());
+                    let Some(dirs) = git_dirs(cwd, &path, Some(lookups), Some(&mut entries_left))
+                    else {
+                        return Some(out_of_budget());
                     };
                     for dir in dirs {
                         if out.len() == most {
-                            return Some(too_many);
+                            return Some(too_many());
                         }
                         if repositories.insert(dir.clone()) {
                             out.push(dir);
@@ -993,7 +997,7 @@ fn nested(
                     }
                 }
                 if out.len() == most {
-                    return Some(too_many);
+                    return Some(too_many());
                 }
                 out.push(path);
                 continue;
@@ -1007,10 +1011,11 @@ fn nested(
                 }
             }
         }
-        if seen == max_entries {
+        if entries_left == 0 {
             return Some(format!(
-                "the working directory has more than {max_entries} files and folders; \
-                 protected files past them are protected by the approval gateway only"
+                "the working directory has more than {} files and folders; protected \
+                 files past them are protected by the approval gateway only",
+                budget.entries
             ));
         }
     }
@@ -1030,6 +1035,26 @@ mod tests {
     use std::os::unix::fs::DirBuilderExt as _;
     use std::path::{Path, PathBuf};
 
+    /// An empty working directory (removed when the guard drops), its real path, with
+    /// `dirs` made in it.
+    fn workspace(dirs: &[&str]) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        for dir in dirs {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        (tmp, w)
+    }
+
+    /// The steps of `w`'s plan as [`described`] writes them.
+    fn described_plan(w: &Path, protect: &[PathBuf]) -> Vec<String> {
+        plan(w, protect)
+            .steps
+            .iter()
+            .map(|s| described(w, s))
+            .collect()
+    }
+
     /// A step as the tests' expectations write it: what it does, then its path in `w`.
     fn described(w: &Path, step: &Step) -> String {
         let rel = step.path().strip_prefix(w).unwrap().display();
@@ -1043,17 +1068,13 @@ mod tests {
 
     #[test]
     fn the_plan_pins_the_way_shields_what_exists_and_holds_missing_names() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
-        for dir in [
+        let (_tmp, w) = workspace(&[
             ".git/hooks",
             "sub/deep",
             "target/debug",
             "node_modules/x",
             "hooks",
-        ] {
-            std::fs::create_dir_all(w.join(dir)).unwrap();
-        }
+        ]);
         for file in [
             "AGENTS.md",
             "sub/deep/agents.md",
@@ -1067,11 +1088,7 @@ mod tests {
         std::os::unix::fs::symlink("docs.md", w.join("FOYA.md")).unwrap();
         std::fs::hard_link(w.join("docs.md"), w.join("sub/linked.md")).unwrap();
         let protect = vec![w.join("hooks/stop.sh"), w.join("scripts/check.sh")];
-        let steps: Vec<String> = plan(&w, &protect)
-            .steps
-            .iter()
-            .map(|s| described(&w, s))
-            .collect();
+        let steps: Vec<String> = described_plan(&w, &protect);
         assert_eq!(
             steps,
             [
@@ -1097,8 +1114,7 @@ mod tests {
     /// where it really is.
     #[test]
     fn links_on_the_way_to_a_protected_path_are_bound_as_links() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         let outside = tempfile::tempdir().unwrap();
         for dir in ["conf", "scripts", "sub"] {
             std::fs::create_dir_all(w.join(dir)).unwrap();
@@ -1233,17 +1249,14 @@ mod tests {
     /// holding a script of the command's cannot take its place.
     #[test]
     fn a_file_where_a_folder_should_be_stays() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         for file in ["tools", "notes", ".foya"] {
             std::fs::write(w.join(file), "x").unwrap();
         }
         std::os::unix::fs::symlink("notes/a.md", w.join("AGENTS.md")).unwrap();
         let protect = vec![w.join("tools/check.sh"), w.join(".foya/hooks/x.sh")];
-        let steps: Vec<String> = plan(&w, &protect)
-            .steps
-            .iter()
-            .map(|s| described(&w, s))
+        let steps: Vec<String> = described_plan(&w, &protect)
+            .into_iter()
             .filter(|s| !s.starts_with("hold "))
             .collect();
         assert_eq!(
@@ -1256,8 +1269,7 @@ mod tests {
     /// so), the working directory's own names and the hook scripts shielded first.
     #[test]
     fn the_mounts_are_bounded_and_the_top_level_comes_first() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         for i in 0..super::MAX_MOUNTS + 10 {
             let dir = w.join(format!("n{i}"));
             std::fs::create_dir(&dir).unwrap();
@@ -1292,8 +1304,7 @@ mod tests {
     /// looks up is left instead of failing the call.
     #[test]
     fn hard_links_and_overlong_paths_cannot_stop_the_calls() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         std::fs::write(w.join("f"), "x").unwrap();
         for i in 0..super::MAX_MOUNTS + 10 {
             std::fs::hard_link(w.join("f"), w.join(format!("h{i}"))).unwrap();
@@ -1337,8 +1348,7 @@ mod tests {
     #[test]
     fn nested_paths_cannot_make_every_call_slow_or_fail() {
         use rustix::fs::{Mode, OFlags, mkdirat, openat};
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         let held = |plan: &super::Plan| -> Vec<PathBuf> {
             plan.steps
                 .iter()
@@ -1384,8 +1394,7 @@ mod tests {
     #[test]
     fn a_deep_tree_cannot_make_the_listing_slow() {
         use rustix::fs::{Mode, OFlags, mkdirat, openat};
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         let dir_flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
         let mut dir = openat(rustix::fs::CWD, &w, dir_flags, Mode::empty()).unwrap();
         let mut len = w.as_os_str().len();
@@ -1413,29 +1422,21 @@ mod tests {
     /// `.git` files naming repositories 1 600 components long made every call take 9 s.
     #[test]
     fn the_repository_a_git_file_points_to_is_shielded() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
-        for dir in [
+        let (_tmp, w) = workspace(&[
             "gd/worktree",
             "main-repo",
             "sub",
             "sub/src",
             "src",
             "other/repo",
-        ] {
-            std::fs::create_dir_all(w.join(dir)).unwrap();
-        }
+        ]);
         std::fs::write(w.join("gitfile"), "gitdir: gd/worktree\r\n\n").unwrap();
         std::os::unix::fs::symlink("gitfile", w.join(".git")).unwrap();
         std::fs::write(w.join("gd/worktree/commondir"), "../../main-repo\n").unwrap();
         std::fs::write(w.join("sub/.git"), "gitdir: ../other/repo").unwrap();
         std::fs::write(w.join("sub/src/.git"), "gitdir:../../src").unwrap();
         std::fs::write(w.join("src/.git"), "gitdir: ../missing").unwrap();
-        let steps: Vec<String> = plan(&w, &[])
-            .steps
-            .iter()
-            .map(|s| described(&w, s))
-            .collect();
+        let steps: Vec<String> = described_plan(&w, &[]);
         assert_eq!(
             steps,
             [
@@ -1488,19 +1489,11 @@ mod tests {
     #[test]
     fn what_git_reads_beyond_a_git_is_found_as_git_reads_it() {
         use std::os::unix::ffi::OsStrExt as _;
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
-        for dir in [".git", "linked", "common", "a", "b/gd", "c"] {
-            std::fs::create_dir_all(w.join(dir)).unwrap();
-        }
+        let (_tmp, w) = workspace(&[".git", "linked", "common", "a", "b/gd", "c"]);
         std::fs::write(w.join("linked/config"), "[core]\n").unwrap();
         std::os::unix::fs::symlink("../linked/config", w.join(".git/config")).unwrap();
         std::fs::write(w.join(".git/commondir"), "../common\n").unwrap();
-        let steps: Vec<String> = plan(&w, &[])
-            .steps
-            .iter()
-            .map(|s| described(&w, s))
-            .collect();
+        let steps: Vec<String> = described_plan(&w, &[]);
         for step in ["ro .git", "ro common", "pin linked", "ro linked/config"] {
             assert!(steps.contains(&step.to_owned()), "{step}: {steps:?}");
         }
@@ -1541,8 +1534,7 @@ mod tests {
     /// top, files with other hard links past it are left writable, with a note.
     #[test]
     fn a_huge_folder_is_read_only_so_far() {
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         let dir = w.join("many");
         std::fs::create_dir(&dir).unwrap();
         for i in 0..1_000 {
@@ -1566,8 +1558,7 @@ mod tests {
             "{note}"
         );
         // The entries of the repositories read count too.
-        let tmp = tempfile::tempdir().unwrap();
-        let w = std::fs::canonicalize(tmp.path()).unwrap();
+        let (_tmp, w) = workspace(&[]);
         for i in 0..40 {
             let repository = w.join(format!("r{i}/.git"));
             std::fs::create_dir_all(&repository).unwrap();
