@@ -805,8 +805,9 @@ const MAX_GIT_FILE: u64 = 1 << 20;
 /// git-new-workdir makes them), each read as git reads it. Each file is reached by a
 /// [`walk`] and opened with no symlink left to follow, so every lookup is counted.
 ///
-/// `lookups` (as in [`resolve`]) and `entries` (the repositories' entries read): what is
-/// left of the call's [`Budget`]; `None` when either ran out.
+/// `lookups` (as in [`resolve`]) and `entries` (the repositories' entries read, every
+/// one: a symlink past the first 64 was left, and git ran what a command wrote through
+/// it): what is left of the call's [`Budget`]; `None` when either ran out.
 fn git_dirs(
     cwd: &Path,
     dot_git: &Path,
@@ -830,7 +831,7 @@ fn git_dirs(
         let Ok(listing) = std::fs::read_dir(&repository) else {
             continue;
         };
-        for entry in listing.flatten().take(MAX_GIT_ENTRIES) {
+        for entry in listing.flatten() {
             if let Some(left) = entries.as_deref_mut() {
                 *left = left.checked_sub(1)?;
             }
@@ -841,9 +842,6 @@ fn git_dirs(
     }
     Some(out)
 }
-
-/// Most entries of a repository looked at for symlinks (git's own are a dozen or two).
-const MAX_GIT_ENTRIES: usize = 64;
 
 /// Longest path the kernel looks up (`PATH_MAX` less its NUL): a longer pointer names
 /// nothing git can use.
@@ -1497,6 +1495,12 @@ mod tests {
         for step in ["ro .git", "ro common", "pin linked", "ro linked/config"] {
             assert!(steps.contains(&step.to_owned()), "{step}: {steps:?}");
         }
+        // Wherever the link comes in the repository's listing.
+        for i in 0..2_000 {
+            std::fs::File::create(w.join(format!(".git/pad{i}"))).unwrap();
+        }
+        let steps = described_plan(&w, &[]);
+        assert!(steps.contains(&"ro linked/config".to_owned()), "{steps:?}");
         std::fs::write(w.join("a/.git"), b"gitdir: r\n\0junk").unwrap();
         let dirs = super::git_dirs(&w, &w.join("a/.git"), None, None).unwrap();
         assert_eq!(
