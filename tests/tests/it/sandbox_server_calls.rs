@@ -329,6 +329,41 @@ async fn the_repository_a_git_file_points_to_cannot_be_written() {
     );
 }
 
+/// A repository the user had in a subfolder stays read-only after a command planted
+/// what hides it from a call's own listing: a `CACHEDIR.TAG` beside it (the listing skips
+/// cache folders; more folders than it reads would do as well, in an order the test
+/// cannot fix). Before, the next call could write its config (`core.fsmonitor`), which
+/// the user's next `git status` runs. A repository removed since is not held: a command
+/// can make one there again.
+#[tokio::test]
+async fn a_planted_cache_tag_does_not_unshield_a_nested_repository() {
+    let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
+    let tmp = tempfile::tempdir().unwrap();
+    let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+    let config = work.join("vendor/lib/.git/config");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "[core]\n").unwrap();
+    let out = |name: &str| tmp.path().join(name);
+    let plant = "touch vendor/CACHEDIR.TAG && echo planted";
+    let first = sh(&runner, &work, &[], plant.to_owned(), out("1")).await;
+    assert!(first.ends_with("planted\n"), "{first}");
+    let write = "printf '\\tfsmonitor = ./evil\\n' >> vendor/lib/.git/config; \
+                 touch made; echo end";
+    let second = sh(&runner, &work, &[], write.to_owned(), out("2")).await;
+    assert!(second.ends_with("end\n"), "{second}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "[core]\n",
+        "{second}"
+    );
+    assert!(work.join("made").exists(), "{second}");
+    // The user removes it; a command may make a repository there again.
+    std::fs::remove_dir_all(work.join("vendor/lib")).unwrap();
+    let again = "git init -q vendor/lib && echo made-again";
+    let third = sh(&runner, &work, &[], again.to_owned(), out("3")).await;
+    assert!(third.ends_with("made-again\n"), "{third}");
+}
+
 /// A helper started for one call (local MCP servers, and calls when the persistent
 /// helper cannot start) reads its own mount table, which holds the shield's mounts: a
 /// folder whose name is not UTF-8 holding a protected file (`\xff/AGENTS.md`) made every

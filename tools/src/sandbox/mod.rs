@@ -10,6 +10,7 @@
 
 mod entry;
 mod outside;
+mod remembered;
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 mod rules;
 mod served;
@@ -249,8 +250,9 @@ impl SandboxRunner {
         program: impl Into<OsString>,
         args: &[OsString],
     ) -> std::io::Result<SandboxCommand> {
+        let remembered = remembered_for(policy, cwd);
         let (helper, invocation, tmp_dir, sweep) =
-            self.prepare(policy, cwd, protect, program.into(), args)?;
+            self.prepare(policy, cwd, protect, remembered, program.into(), args)?;
         let mut command = self.helper_command(helper, &invocation);
         command
             .stdin(Stdio::null())
@@ -287,8 +289,22 @@ impl SandboxRunner {
         output: (OwnedFd, OwnedFd),
     ) -> std::io::Result<SandboxCall> {
         let (stdout, stderr) = output;
+        let remembered = if writes_workspace(policy) {
+            match remembered::if_listed(cwd) {
+                Some(paths) => paths,
+                // The first writing call in `cwd`: its listing runs off the async workers.
+                None => {
+                    let dir = cwd.to_path_buf();
+                    tokio::task::spawn_blocking(move || remembered::for_call(&dir))
+                        .await
+                        .map_err(std::io::Error::other)?
+                }
+            }
+        } else {
+            Vec::new()
+        };
         let (helper, invocation, tmp_dir, sweep) =
-            self.prepare(policy, cwd, protect, program.into(), args)?;
+            self.prepare(policy, cwd, protect, remembered, program.into(), args)?;
         let env = self.env.environment(std::env::vars_os());
         let served = self
             .server
@@ -320,12 +336,15 @@ impl SandboxRunner {
         })
     }
 
-    /// The helper, the invocation, the private temp dir and the sweep of a call.
+    /// The helper, the invocation, the private temp dir and the sweep of a call;
+    /// `remembered`: the nested protected paths `cwd` held when this process first let a
+    /// command write in it (see `remembered`), protected as `protect` is.
     fn prepare(
         &self,
         policy: SandboxPolicy,
         cwd: &Path,
         protect: &[PathBuf],
+        remembered: Vec<PathBuf>,
         program: OsString,
         args: &[OsString],
     ) -> std::io::Result<(
@@ -348,6 +367,8 @@ impl SandboxRunner {
             }
         };
         let shielded = matches!(policy, SandboxPolicy::WorkspaceWrite { .. });
+        let mut protect = protect.to_vec();
+        protect.extend(remembered);
         let say_fallback =
             shielded && !FALLBACK_SAID.swap(true, std::sync::atomic::Ordering::Relaxed);
         let invocation = SandboxInvocation {
@@ -357,7 +378,7 @@ impl SandboxRunner {
             tmp_private: tmp_dir.is_some(),
             say_fallback,
             protect: if shielded {
-                protect.to_vec()
+                protect.clone()
             } else {
                 Vec::new()
             },
@@ -368,7 +389,7 @@ impl SandboxRunner {
         };
         let sweep = shielded.then(|| Sweep {
             cwd: cwd.to_path_buf(),
-            protect: protect.to_vec(),
+            protect,
         });
         Ok((helper, invocation, tmp_dir, sweep))
     }
@@ -389,6 +410,26 @@ impl SandboxRunner {
             .process_group(0)
             .kill_on_drop(true);
         command
+    }
+}
+
+/// Whether commands under `policy` may write in their working directory (and so plant
+/// what hides a nested protected path from a later call's listing).
+fn writes_workspace(policy: SandboxPolicy) -> bool {
+    matches!(
+        policy,
+        SandboxPolicy::WorkspaceWrite { .. } | SandboxPolicy::WorkspaceAndProtected { .. }
+    )
+}
+
+/// The remembered protected paths a call under `policy` in `cwd` protects (listing `cwd`
+/// first, blocking, when this process has not yet: see `remembered`); none unless the
+/// call's commands may write there.
+fn remembered_for(policy: SandboxPolicy, cwd: &Path) -> Vec<PathBuf> {
+    if writes_workspace(policy) {
+        remembered::for_call(cwd)
+    } else {
+        Vec::new()
     }
 }
 

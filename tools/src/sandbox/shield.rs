@@ -784,9 +784,9 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 }
 
 /// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
-/// alone keeps read-only when there is no namespace.
+/// alone keeps read-only when there is no namespace, and what the runtime remembers of a
+/// working directory before its first writing command (`remembered`).
 #[must_use]
-#[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
     let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
