@@ -970,11 +970,14 @@ fn nested(
         };
         *lookups = left;
         listed += 1;
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let Ok(listing) = std::fs::read_dir(&dir) else {
             continue;
         };
-        let entries: Vec<std::fs::DirEntry> = entries.flatten().take(entries_left).collect();
+        let mut listing = listing.flatten();
+        let entries: Vec<std::fs::DirEntry> = listing.by_ref().take(entries_left).collect();
         entries_left -= entries.len();
+        // Whether an entry was left unread (not when the budget ends with the folder).
+        let cut = entries_left == 0 && listing.next().is_some();
         let cache = entries.iter().any(|e| e.file_name() == CACHE_TAG);
         for entry in entries {
             let name = entry.file_name();
@@ -1009,7 +1012,7 @@ fn nested(
                 }
             }
         }
-        if entries_left == 0 {
+        if cut || (entries_left == 0 && !stack.is_empty()) {
             return Some(format!(
                 "the working directory has more than {} files and folders; protected \
                  files past them are protected by the approval gateway only",
@@ -1551,6 +1554,11 @@ mod tests {
         let plan = super::plan_within(&w, &[], budget);
         let note = plan.note.as_deref().unwrap();
         assert!(note.contains("more than 1000 files and folders"), "{note}");
+        // Exactly as many as the budget (the folder itself and 999 in it): nothing left.
+        std::fs::remove_file(dir.join("0")).unwrap();
+        let exactly = super::plan_within(&w, &[], budget);
+        assert_eq!(exactly.note, None);
+        std::fs::File::create(dir.join("0")).unwrap();
         assert!(plan.steps.contains(&Step::Placeholder(w.join(".foya"))));
         for i in 0..1_000 {
             std::fs::File::create(w.join(format!("{i}"))).unwrap();
