@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 /// Most working directories listed by one process; past it a new one is not listed (its
 /// calls have their helper's own listing only).
@@ -42,11 +42,10 @@ struct Memory {
     found: BTreeSet<PathBuf>,
 }
 
-static MEMORY: Mutex<Option<Memory>> = Mutex::new(None);
+static MEMORY: LazyLock<Mutex<Memory>> = LazyLock::new(Mutex::default);
 
 fn with_memory<T>(f: impl FnOnce(&mut Memory) -> T) -> T {
-    let mut memory = MEMORY.lock().unwrap_or_else(PoisonError::into_inner);
-    f(memory.get_or_insert_with(Memory::default))
+    f(&mut MEMORY.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// The remembered protected paths under `cwd` that exist now, as paths under `cwd` as
