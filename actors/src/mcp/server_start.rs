@@ -35,15 +35,17 @@ impl Server {
         // helper keeps the working directory's protected paths read-only (mounts, see
         // `sandbox/shield.rs`) and the rest writable; a model's call naming a protected
         // path is also asked at the gateway every time (`tools/approval.rs`).
+        let policy = sandbox_policy(self.config.sandbox);
+        if policy != crate::tools::SandboxPolicy::ReadOnly {
+            // Before the server can write there (off the async workers; the runner's
+            // `spawn` would list it on this one): see `remember_protected_paths`.
+            crate::tools::sandbox::remember_protected_paths(&cwd)
+                .await
+                .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
+        }
         let mut prepared = self
             .runner
-            .spawn(
-                sandbox_policy(self.config.sandbox),
-                &cwd,
-                &[],
-                command,
-                &args,
-            )
+            .spawn(policy, &cwd, &[], command, &args)
             .map_err(|e| format!("MCP server `{}`: {e}", self.name))?;
         // An allow-list (`EnvPolicy::mcp_server`: PATH, HOME, the locale…), then what
         // the server's config names: its `env_vars` as they are, its `env`.

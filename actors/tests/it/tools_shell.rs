@@ -402,3 +402,31 @@ async fn dropping_the_call_kills_the_whole_process_group() {
     })
     .await;
 }
+
+/// The model's first write in its working directory plants a `CACHEDIR.TAG` beside a
+/// repository the user had (`write_file`, unasked under `auto`), before any command ran
+/// there: the commands' own listings then skip that folder, and before, the next command
+/// could write the repository's config (`core.fsmonitor`, run by the user's next `git
+/// status`). The file tools list the working directory first, as commands do (looking
+/// into tagged folders too), and the shield keeps what that listing found.
+#[tokio::test]
+async fn a_tag_the_file_tools_plant_first_does_not_unshield_a_nested_repository() {
+    let (_dir, cwd) = temp_cwd();
+    let config = cwd.join("vendor/lib/.git/config");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "[core]\n").unwrap();
+    let ctx = ctx(&cwd, ApprovalMode::Auto, WW);
+    let tag = json!({"path": "vendor/CACHEDIR.TAG", "content": "Signature: 8a477f597d28d172789f06886806bc55\n"});
+    let wrote = call(&foya_actors::tools::builtin::write_file(), &ctx, tag).await;
+    assert!(!wrote.is_error, "{wrote:?}");
+    let command = "p=.gi; p=${p}t; printf '\\tfsmonitor = ./evil\\n' >> vendor/lib/$p/config; \
+                   touch made; echo end";
+    let out = call(&Shell::new(runner()), &ctx, json!({"command": command})).await;
+    assert!(out.content.contains("end\n"), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "[core]\n",
+        "{out:?}"
+    );
+    assert!(cwd.join("made").exists(), "{out:?}");
+}

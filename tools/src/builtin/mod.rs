@@ -84,7 +84,16 @@ where
     let handler = move |args: A, ctx: ToolContext| -> FileCall {
         Box::pin(async move {
             let cancel = ctx.cancel.clone();
-            Ok(blocking(&cancel, move || work(&ctx, &args)).await)
+            Ok(blocking(&cancel, move || {
+                if side_effect == SideEffect::Write {
+                    // Before the model's first write in its working directory: what it
+                    // plants cannot hide the nested protected paths there from the
+                    // commands' shield (`sandbox::remembered`).
+                    crate::sandbox::remember_protected_paths_now(&ctx.cwd);
+                }
+                work(&ctx, &args)
+            })
+            .await)
         })
     };
     TypedTool::new(name, description, side_effect, handler)

@@ -308,3 +308,31 @@ async fn writing_over_a_fifo_is_refused_without_waiting() {
         assert!(output.content.contains("cannot "), "{name}: {output:?}");
     }
 }
+
+/// The file tools that write list the working directory for nested protected paths
+/// before their first write there (`sandbox::remembered`): what they write (a
+/// `CACHEDIR.TAG`, folders) then cannot hide those paths from the commands' shield.
+/// Those that only read do not list it.
+#[tokio::test]
+async fn the_writing_file_tools_remember_the_protected_paths_before_they_write() {
+    use crate::sandbox::protected_paths_remembered as remembered;
+    let registered = all(SandboxRunner::unset());
+    for (tool, args) in [
+        ("read_file", serde_json::json!({"path": "a.txt"})),
+        (
+            "write_file",
+            serde_json::json!({"path": "b.txt", "content": "x"}),
+        ),
+        (
+            "edit_file",
+            serde_json::json!({"path": "a.txt", "old_string": "one", "new_string": "two"}),
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+        std::fs::write(dir.path().join("a.txt"), "one\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!remembered(dir.path()));
+        let output = call(&registered, tool, &context(dir.path()), args).await;
+        assert!(!output.is_error, "{tool}: {output:?}");
+        assert_eq!(remembered(dir.path()), tool != "read_file", "{tool}");
+    }
+}

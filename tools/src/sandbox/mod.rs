@@ -289,20 +289,10 @@ impl SandboxRunner {
         output: (OwnedFd, OwnedFd),
     ) -> std::io::Result<SandboxCall> {
         let (stdout, stderr) = output;
-        let remembered = if writes_workspace(policy) {
-            match remembered::if_listed(cwd) {
-                Some(paths) => paths,
-                // The first writing call in `cwd`: its listing runs off the async workers.
-                None => {
-                    let dir = cwd.to_path_buf();
-                    tokio::task::spawn_blocking(move || remembered::for_call(&dir))
-                        .await
-                        .map_err(std::io::Error::other)?
-                }
-            }
-        } else {
-            Vec::new()
-        };
+        if writes_workspace(policy) {
+            remembered::list_once(cwd).await?;
+        }
+        let remembered = remembered_for(policy, cwd);
         let (helper, invocation, tmp_dir, sweep) =
             self.prepare(policy, cwd, protect, remembered, program.into(), args)?;
         let env = self.env.environment(std::env::vars_os());
@@ -414,23 +404,48 @@ impl SandboxRunner {
 }
 
 /// Whether commands under `policy` may write in their working directory (and so plant
-/// what hides a nested protected path from a later call's listing).
+/// what hides a nested protected path from a later call's listing): every policy but
+/// `read-only` (`none` too: a session may run a sandboxed command after it).
 fn writes_workspace(policy: SandboxPolicy) -> bool {
-    matches!(
-        policy,
-        SandboxPolicy::WorkspaceWrite { .. } | SandboxPolicy::WorkspaceAndProtected { .. }
-    )
+    !matches!(policy, SandboxPolicy::ReadOnly)
 }
 
-/// The remembered protected paths a call under `policy` in `cwd` protects (listing `cwd`
-/// first, blocking, when this process has not yet: see `remembered`); none unless the
-/// call's commands may write there.
+/// The remembered protected paths a call under `policy` in `cwd` protects, `cwd` listed
+/// first (blocking) when this process has not yet and the call may write there (see
+/// `remembered`); none but under `workspace-write`, the policy that shields them.
 fn remembered_for(policy: SandboxPolicy, cwd: &Path) -> Vec<PathBuf> {
-    if writes_workspace(policy) {
-        remembered::for_call(cwd)
-    } else {
-        Vec::new()
+    match policy {
+        SandboxPolicy::WorkspaceWrite { .. } => remembered::for_call(cwd),
+        SandboxPolicy::ReadOnly => Vec::new(),
+        SandboxPolicy::None | SandboxPolicy::WorkspaceAndProtected { .. } => {
+            remembered::list(cwd);
+            Vec::new()
+        }
     }
+}
+
+/// Lists `cwd` for nested protected paths unless this process did (off the async
+/// workers), and remembers them for every later sandboxed command there: call it before
+/// anything the model drives first writes in `cwd` (a tool server started there; the
+/// file tools and [`SandboxRunner::start`] call it themselves). What a write plants
+/// afterwards (a `CACHEDIR.TAG`, 20 000 folders) then cannot hide those paths from a
+/// command's shield.
+///
+/// # Errors
+/// The listing's thread failed: nothing is remembered, and nothing should be started.
+pub async fn remember_protected_paths(cwd: &Path) -> std::io::Result<()> {
+    remembered::list_once(cwd).await
+}
+
+/// [`remember_protected_paths`], blocking (for work on the blocking pool).
+pub(crate) fn remember_protected_paths_now(cwd: &Path) {
+    remembered::list(cwd);
+}
+
+/// Whether this process listed `cwd` for [`remember_protected_paths`] (for tests).
+#[cfg(test)]
+pub(crate) fn protected_paths_remembered(cwd: &Path) -> bool {
+    remembered::is_listed(&std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf()))
 }
 
 /// A command started by [`SandboxRunner::start`], plus what must live as long as it (see

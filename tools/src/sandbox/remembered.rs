@@ -1,5 +1,5 @@
-//! The nested protected paths a working directory held when this process first let a
-//! command write in it, kept for the process's life: each later shielded call protects
+//! The nested protected paths a working directory held when this process first let the
+//! model write in it, kept for the process's life: each later shielded call protects
 //! those that still exist, whatever its own listing finds.
 //!
 //! A call's helper lists the working directory for nested protected paths (`shield`), and
@@ -7,16 +7,18 @@
 //! everything past its budgets (20 000 folders, 2 million lookups). Before this, one
 //! command could write `vendor/CACHEDIR.TAG` (or make 20 000 folders) and the next could
 //! write `vendor/lib/.git/config`, a repository the user had before the session, which
-//! the first call had shielded. The listing here runs in the runtime's process before its
-//! first command that may write in that folder, so a planted tag or planted folders come
-//! too late to hide what was there.
+//! the first call had shielded. The listing here runs in the runtime's process before
+//! the model's first write there — a file tool's, a command's, a tool server's start —
+//! and looks into the cache folders too once the rest is listed (a tag may come with a
+//! cloned repository), so a planted tag or planted folders come too late to hide what
+//! was there.
 //!
 //! Owns: the remembered paths of every working directory this process listed (real
 //! paths, bounded), and which of them a call passes to its helper (those under its
-//! working directory that exist: a path removed since gets no placeholder, so a command
-//! can still make a repository where one was).
+//! working directory that are not gone: a path removed since gets no placeholder, so a
+//! command can still make a repository where one was).
 //! Must not: forget a path while the process lives (starting over would let a planted
-//! tag hide it again), or block an async worker on a listing (see [`for_call`]).
+//! tag hide it again), or block an async worker on a listing (see [`list_once`]).
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -54,25 +56,39 @@ fn with_memory<T>(f: impl FnOnce(&mut Memory) -> T) -> T {
 /// tree, once per working directory).
 #[must_use]
 pub(crate) fn for_call(cwd: &Path) -> Vec<PathBuf> {
+    let real = list(cwd);
+    present(cwd, &real)
+}
+
+/// Lists `cwd` unless this process did (blocking); its real path.
+pub(crate) fn list(cwd: &Path) -> PathBuf {
     let real = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
     if !is_listed(&real) {
-        remember(cwd, &real, super::shield::found_below(cwd));
+        remember(cwd, &real, super::shield::found_below_all(cwd));
     }
-    present(cwd, &real)
+    real
+}
+
+/// Lists `cwd` for [`for_call`] unless this process did (off the async workers): call it
+/// before anything of the model's may write there (a file tool's write, a command, a
+/// tool server started in it).
+///
+/// # Errors
+/// The listing's thread failed (nothing is remembered: the caller must not write).
+pub(crate) async fn list_once(cwd: &Path) -> std::io::Result<()> {
+    if !is_listed(&std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf())) {
+        let dir = cwd.to_path_buf();
+        tokio::task::spawn_blocking(move || list(&dir))
+            .await
+            .map_err(std::io::Error::other)?;
+    }
+    Ok(())
 }
 
 /// Whether this process listed the working directory whose real path is `real` (or
 /// will not: past [`MAX_LISTED`]).
-fn is_listed(real: &Path) -> bool {
+pub(super) fn is_listed(real: &Path) -> bool {
     with_memory(|m| m.listed.contains(real) || m.listed.len() >= MAX_LISTED)
-}
-
-/// [`for_call`] when `cwd` was listed already; `None` when it must be listed first (for
-/// a caller that lists off its async worker).
-#[must_use]
-pub(crate) fn if_listed(cwd: &Path) -> Option<Vec<PathBuf>> {
-    let real = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
-    is_listed(&real).then(|| present(cwd, &real))
 }
 
 /// Keeps `found` (paths under `cwd` as given) for the working directory `real`.
@@ -86,10 +102,16 @@ fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>) {
             if m.found.len() >= MAX_REMEMBERED {
                 break;
             }
-            if let Ok(rel) = path.strip_prefix(cwd)
-                && !rel.as_os_str().is_empty()
-            {
-                m.found.insert(real.join(rel));
+            // A path spelled through a link (`gitdir: /home/me/…` where `/home` links
+            // elsewhere) is kept by its real path when that is inside.
+            let inside = match path.strip_prefix(cwd) {
+                Ok(rel) => Some(real.join(rel)),
+                Err(_) => std::fs::canonicalize(&path)
+                    .ok()
+                    .filter(|p| p.starts_with(real)),
+            };
+            if let Some(inside) = inside.filter(|p| p.as_path() != real) {
+                m.found.insert(inside);
             }
         }
     });
@@ -108,15 +130,32 @@ fn present(cwd: &Path, real: &Path) -> Vec<PathBuf> {
     });
     below
         .into_iter()
-        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .filter(|p| !is_gone(p))
         .filter_map(|p| Some(cwd.join(p.strip_prefix(real).ok()?)))
         .collect()
+}
+
+/// Whether `path` is gone: it, or a folder on the way, does not exist. Any other
+/// failure is not: a folder on the way a command made unreadable to this user (`chmod
+/// 000 vendor`) hides nothing from the helper, which sees it as its owner.
+fn is_gone(path: &Path) -> bool {
+    use rustix::io::Errno;
+    std::fs::symlink_metadata(path).is_err_and(|e| {
+        [Errno::NOENT, Errno::NOTDIR]
+            .iter()
+            .any(|gone| e.raw_os_error() == Some(gone.raw_os_error()))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{for_call, if_listed};
+    use super::{for_call, is_listed};
+    use std::path::Path;
+
+    fn listed(cwd: &Path) -> bool {
+        is_listed(&std::fs::canonicalize(cwd).unwrap())
+    }
 
     #[test]
     fn what_was_there_at_the_first_listing_is_kept_while_it_exists() {
@@ -126,30 +165,35 @@ mod tests {
         std::fs::create_dir_all(real.join("vendor/lib/.git")).unwrap();
         std::fs::create_dir_all(real.join("docs")).unwrap();
         std::fs::write(real.join("docs/AGENTS.md"), "Be brief.\n").unwrap();
+        // A tag the repository came with: its folder is looked into all the same.
+        std::fs::create_dir_all(real.join("cache/sub/.git")).unwrap();
+        std::fs::write(real.join("cache/CACHEDIR.TAG"), "Signature: x\n").unwrap();
         let cwd = tmp.path().join("link");
         std::os::unix::fs::symlink(&real, &cwd).unwrap();
-        assert_eq!(if_listed(&cwd), None);
+        assert!(!listed(&cwd));
         let mut first = for_call(&cwd);
         first.sort();
-        assert_eq!(
-            first,
-            [cwd.join("docs/AGENTS.md"), cwd.join("vendor/lib/.git")]
-        );
-        assert_eq!(if_listed(&cwd).map(|p| p.len()), Some(2));
-        assert_eq!(if_listed(&real).map(|p| p.len()), Some(2));
+        let all = [
+            cwd.join("cache/sub/.git"),
+            cwd.join("docs/AGENTS.md"),
+            cwd.join("vendor/lib/.git"),
+        ];
+        assert_eq!(first, all);
+        assert!(listed(&cwd) && listed(&real));
 
         // Hidden from a listing by a planted tag, or made later: kept, and not added.
         std::fs::write(real.join("vendor/CACHEDIR.TAG"), "Signature: x\n").unwrap();
         std::fs::create_dir_all(real.join("new/.git")).unwrap();
         let mut later = for_call(&real);
         later.sort();
-        assert_eq!(
-            later,
-            [real.join("docs/AGENTS.md"), real.join("vendor/lib/.git")]
-        );
+        assert_eq!(later.len(), 3);
+        assert!(later.contains(&real.join("vendor/lib/.git")), "{later:?}");
 
-        // Removed: not passed (no placeholder where a repository was); back: passed.
+        // Removed: not passed (no placeholder where a repository was); back: passed. A
+        // file where a folder on the way was is removal too.
         std::fs::remove_dir_all(real.join("vendor/lib")).unwrap();
+        std::fs::remove_dir_all(real.join("cache/sub")).unwrap();
+        std::fs::write(real.join("cache/sub"), "a file").unwrap();
         assert_eq!(for_call(&cwd), [cwd.join("docs/AGENTS.md")]);
         std::fs::create_dir_all(real.join("vendor/lib/.git")).unwrap();
         assert_eq!(for_call(&cwd).len(), 2);
@@ -158,5 +202,21 @@ mod tests {
         // comes with it.
         let vendor = real.join("vendor");
         assert_eq!(for_call(&vendor), [vendor.join("lib/.git")]);
+    }
+
+    #[test]
+    fn a_repository_named_through_a_link_is_kept_by_its_real_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+        std::fs::create_dir_all(work.join("store/lib.git")).unwrap();
+        std::fs::create_dir_all(work.join("vendor/lib")).unwrap();
+        // `home` leads into the working directory: the `.git` file's absolute path is
+        // not spelled under it.
+        let home = tmp.path().join("home");
+        std::os::unix::fs::symlink(&work, &home).unwrap();
+        let pointer = format!("gitdir: {}\n", home.join("store/lib.git").display());
+        std::fs::write(work.join("vendor/lib/.git"), pointer).unwrap();
+        let found = for_call(&work);
+        assert!(found.contains(&work.join("store/lib.git")), "{found:?}");
     }
 }

@@ -459,7 +459,7 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], budget: Budget) -> Plan {
     wanted.extend(git_dirs(&cwd, &cwd.join(".git"), None, None).unwrap_or_default());
     let required = wanted.len();
     // The listing and the nested paths' walks share the budget of lookups.
-    let mut note = nested(&cwd, &mut wanted, &mut lookups, budget);
+    let mut note = nested(&cwd, &mut wanted, &mut lookups, budget, Listing::SkipCaches);
     let mut shielded: Vec<Step> = Vec::new();
     // Placeholders asked for by the working directory's own names and the hook
     // scripts, and by the nested paths.
@@ -784,14 +784,35 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 }
 
 /// The protected paths that exist in `cwd` and below (see `nested`): what Landlock
-/// alone keeps read-only when there is no namespace, and what the runtime remembers of a
-/// working directory before its first writing command (`remembered`).
+/// alone keeps read-only when there is no namespace.
 #[must_use]
+#[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
+    found_within(cwd, Listing::SkipCaches)
+}
+
+/// [`found_below`], looking into the cache folders and [`SKIPPED_DIRS`] too once the
+/// rest is listed (within the same budget): what a working directory held before any
+/// command ran there, whatever a tag committed with it says (`remembered`).
+#[must_use]
+pub(crate) fn found_below_all(cwd: &Path) -> Vec<PathBuf> {
+    found_within(cwd, Listing::CachesLast)
+}
+
+fn found_within(cwd: &Path, listing: Listing) -> Vec<PathBuf> {
     let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
-    let _ = nested(cwd, &mut out, &mut lookups, Budget::default());
+    let _ = nested(cwd, &mut out, &mut lookups, Budget::default(), listing);
     out
+}
+
+/// Whether a listing looks into the folders a call's listing skips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    /// Never (each call's: cheap, and what a command tagged is skipped).
+    SkipCaches,
+    /// After everything else, with what is left of the budget.
+    CachesLast,
 }
 
 /// Largest `.git` file git reads (its `read_gitfile`'s bound); a larger one names no
@@ -938,6 +959,7 @@ fn nested(
     out: &mut Vec<PathBuf>,
     lookups: &mut usize,
     budget: Budget,
+    caches: Listing,
 ) -> Option<String> {
     let most = out.len() + budget.found;
     let too_many = || {
@@ -956,6 +978,8 @@ fn nested(
         )
     };
     let mut stack = vec![cwd.to_path_buf()];
+    // Cache folders and [`SKIPPED_DIRS`], listed after the rest ([`Listing::CachesLast`]).
+    let mut later: Vec<PathBuf> = Vec::new();
     // Folders left unlisted: more than [`MAX_DIRS`] (a path is up to 4 KiB: held for
     // each folder found, 200 000 of them took gigabytes).
     let mut unlisted = false;
@@ -964,7 +988,10 @@ fn nested(
     let mut entries_left = budget.entries;
     // The repositories the `.git` files named, each walked once.
     let mut repositories: HashSet<PathBuf> = HashSet::new();
-    while let Some(dir) = stack.pop() {
+    while let Some(dir) = stack.pop().or_else(|| {
+        stack = std::mem::take(&mut later);
+        stack.pop()
+    }) {
         let Some(left) = lookups.checked_sub(dir.components().count()) else {
             return Some(out_of_budget());
         };
@@ -1003,16 +1030,20 @@ fn nested(
                 out.push(path);
                 continue;
             }
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if is_dir && !cache && !SKIPPED_DIRS.iter().any(|s| name == *s) {
-                if listed + stack.len() < MAX_DIRS {
-                    stack.push(entry.path());
-                } else {
-                    unlisted = true;
-                }
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let skipped = cache || SKIPPED_DIRS.iter().any(|s| name == *s);
+            if skipped && caches == Listing::SkipCaches {
+                continue;
+            }
+            if listed + stack.len() + later.len() < MAX_DIRS {
+                if skipped { &mut later } else { &mut stack }.push(entry.path());
+            } else {
+                unlisted = true;
             }
         }
-        if cut || (entries_left == 0 && !stack.is_empty()) {
+        if cut || (entries_left == 0 && !(stack.is_empty() && later.is_empty())) {
             return Some(format!(
                 "the working directory has more than {} files and folders; protected \
                  files past them are protected by the approval gateway only",
