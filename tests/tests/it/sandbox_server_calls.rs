@@ -364,6 +364,34 @@ async fn a_planted_cache_tag_does_not_unshield_a_nested_repository() {
     assert!(third.ends_with("made-again\n"), "{third}");
 }
 
+/// What the runtime's own listing finds in cache folders and `node_modules` holds them
+/// only for their repositories: `cargo clean` after a `cargo package` (which leaves
+/// `target/package/<crate>/AGENTS.md`) and `npm ci` over a package shipping an
+/// `AGENTS.md` remove those folders (a shielded `AGENTS.md` in them made `rm -rf` fail
+/// with "Device or resource busy").
+#[tokio::test]
+async fn cache_folders_and_node_modules_can_still_be_removed() {
+    let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
+    let tmp = tempfile::tempdir().unwrap();
+    let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+    std::fs::create_dir_all(work.join("target/package/foo-0.1.0")).unwrap();
+    std::fs::write(work.join("target/CACHEDIR.TAG"), "Signature: x\n").unwrap();
+    std::fs::write(work.join("target/package/foo-0.1.0/AGENTS.md"), "x\n").unwrap();
+    std::fs::create_dir_all(work.join("node_modules/pkg")).unwrap();
+    std::fs::write(work.join("node_modules/pkg/AGENTS.md"), "x\n").unwrap();
+    let command = "rm -rf target node_modules && echo removed";
+    let out = sh(
+        &runner,
+        &work,
+        &[],
+        command.to_owned(),
+        tmp.path().join("out"),
+    )
+    .await;
+    assert!(out.ends_with("removed\n"), "{out}");
+    assert!(!work.join("target").exists() && !work.join("node_modules").exists());
+}
+
 /// A helper started for one call (local MCP servers, and calls when the persistent
 /// helper cannot start) reads its own mount table, which holds the shield's mounts: a
 /// folder whose name is not UTF-8 holding a protected file (`\xff/AGENTS.md`) made every

@@ -410,17 +410,15 @@ fn writes_workspace(policy: SandboxPolicy) -> bool {
     !matches!(policy, SandboxPolicy::ReadOnly)
 }
 
-/// The remembered protected paths a call under `policy` in `cwd` protects, `cwd` listed
-/// first (blocking) when this process has not yet and the call may write there (see
-/// `remembered`); none but under `workspace-write`, the policy that shields them.
+/// The remembered protected paths a call under `policy` in `cwd` protects (see
+/// `remembered`): none but under `workspace-write`, the policy that shields them, where
+/// `cwd` is listed first (blocking) if no caller did ([`remember_protected_paths`]).
 fn remembered_for(policy: SandboxPolicy, cwd: &Path) -> Vec<PathBuf> {
     match policy {
         SandboxPolicy::WorkspaceWrite { .. } => remembered::for_call(cwd),
-        SandboxPolicy::ReadOnly => Vec::new(),
-        SandboxPolicy::None | SandboxPolicy::WorkspaceAndProtected { .. } => {
-            remembered::list(cwd);
-            Vec::new()
-        }
+        SandboxPolicy::ReadOnly
+        | SandboxPolicy::None
+        | SandboxPolicy::WorkspaceAndProtected { .. } => Vec::new(),
     }
 }
 

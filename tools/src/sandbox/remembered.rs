@@ -35,13 +35,22 @@ const MAX_REMEMBERED: usize = 65_536;
 /// Most remembered paths passed to one call (the shield mounts at most 4 096 anyway).
 const MAX_PER_CALL: usize = 8_192;
 
+/// Most bytes of remembered paths passed to one call: a helper started for one call
+/// takes them as arguments (`--protect`), and the kernel refuses a command line past
+/// 2 MiB (700 paths of 3.7 KiB kept local MCP servers from starting).
+const MAX_BYTES_PER_CALL: usize = 256 * 1024;
+
 #[derive(Debug, Default)]
 struct Memory {
     /// The working directories listed (real paths).
     listed: HashSet<PathBuf>,
-    /// The protected paths found (real paths: the listed directory's real path joined
-    /// with what the listing found below it).
+    /// The protected paths found outside the cache folders (real paths: the listed
+    /// directory's real path joined with what the listing found below it).
     found: BTreeSet<PathBuf>,
+    /// The repositories found in the cache folders and `node_modules`, passed after
+    /// `found` (the shield's mounts are bounded: what the user's repositories need
+    /// comes first).
+    in_caches: BTreeSet<PathBuf>,
 }
 
 static MEMORY: LazyLock<Mutex<Memory>> = LazyLock::new(Mutex::default);
@@ -50,8 +59,8 @@ fn with_memory<T>(f: impl FnOnce(&mut Memory) -> T) -> T {
     f(&mut MEMORY.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// The remembered protected paths under `cwd` that exist now, as paths under `cwd` as
-/// given (what `--protect` takes); `cwd` is listed first when this process has not
+/// The remembered protected paths under `cwd` that are not gone, as paths under `cwd`
+/// as given (what `--protect` takes); `cwd` is listed first when this process has not
 /// listed it yet (blocking: up to the shield's budgets, about a second for the worst
 /// tree, once per working directory).
 #[must_use]
@@ -60,11 +69,22 @@ pub(crate) fn for_call(cwd: &Path) -> Vec<PathBuf> {
     present(cwd, &real)
 }
 
-/// Lists `cwd` unless this process did (blocking); its real path.
+/// Lists `cwd` unless this process did (blocking); its real path. The working
+/// directories listed already below it are not looked into again: what they held was
+/// kept when they were listed, and what commands made there since (20 000 folders)
+/// must not use up this listing's budget.
 pub(crate) fn list(cwd: &Path) -> PathBuf {
     let real = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
     if !is_listed(&real) {
-        remember(cwd, &real, super::shield::found_below_all(cwd));
+        let skip: HashSet<PathBuf> = with_memory(|m| {
+            m.listed
+                .iter()
+                .filter_map(|dir| Some(cwd.join(dir.strip_prefix(&real).ok()?)))
+                .filter(|dir| dir.as_path() != cwd)
+                .collect()
+        });
+        let (found, first) = super::shield::found_below_all(cwd, &skip);
+        remember(cwd, &real, found, first);
     }
     real
 }
@@ -91,15 +111,16 @@ pub(super) fn is_listed(real: &Path) -> bool {
     with_memory(|m| m.listed.contains(real) || m.listed.len() >= MAX_LISTED)
 }
 
-/// Keeps `found` (paths under `cwd` as given) for the working directory `real`.
-fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>) {
+/// Keeps `found` (paths under `cwd` as given; those from `first` on were found in the
+/// cache folders) for the working directory `real`.
+fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>, first: usize) {
     with_memory(|m| {
         if m.listed.len() >= MAX_LISTED {
             return;
         }
         m.listed.insert(real.to_path_buf());
-        for path in found {
-            if m.found.len() >= MAX_REMEMBERED {
+        for (i, path) in found.into_iter().enumerate() {
+            if m.found.len() + m.in_caches.len() >= MAX_REMEMBERED {
                 break;
             }
             // A path spelled through a link (`gitdir: /home/me/…` where `/home` links
@@ -110,28 +131,43 @@ fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>) {
                     .ok()
                     .filter(|p| p.starts_with(real)),
             };
+            // Each path in one set (another working directory's listing may have found
+            // it the other way).
             if let Some(inside) = inside.filter(|p| p.as_path() != real) {
-                m.found.insert(inside);
+                if i < first {
+                    m.in_caches.remove(&inside);
+                    m.found.insert(inside);
+                } else if !m.found.contains(&inside) {
+                    m.in_caches.insert(inside);
+                }
             }
         }
     });
 }
 
-/// The remembered paths below `real` that exist (not followed: a link is protected as
-/// itself), under `cwd` as given.
+/// The remembered paths below `real` that are not gone (not followed: a link is
+/// protected as itself), under `cwd` as given: those found outside the cache folders
+/// first, within [`MAX_PER_CALL`] and [`MAX_BYTES_PER_CALL`].
 fn present(cwd: &Path, real: &Path) -> Vec<PathBuf> {
-    let below: Vec<PathBuf> = with_memory(|m| {
-        m.found
-            .range::<Path, _>((std::ops::Bound::Excluded(real), std::ops::Bound::Unbounded))
+    let below = |set: &BTreeSet<PathBuf>| -> Vec<PathBuf> {
+        set.range::<Path, _>((std::ops::Bound::Excluded(real), std::ops::Bound::Unbounded))
             .take_while(|p| p.starts_with(real))
             .take(MAX_PER_CALL)
             .cloned()
             .collect()
-    });
-    below
+    };
+    let (found, in_caches) = with_memory(|m| (below(&m.found), below(&m.in_caches)));
+    let mut bytes = 0;
+    found
         .into_iter()
+        .chain(in_caches)
         .filter(|p| !is_gone(p))
         .filter_map(|p| Some(cwd.join(p.strip_prefix(real).ok()?)))
+        .take(MAX_PER_CALL)
+        .take_while(|p| {
+            bytes += p.as_os_str().len() + 1;
+            bytes <= MAX_BYTES_PER_CALL
+        })
         .collect()
 }
 
@@ -165,18 +201,21 @@ mod tests {
         std::fs::create_dir_all(real.join("vendor/lib/.git")).unwrap();
         std::fs::create_dir_all(real.join("docs")).unwrap();
         std::fs::write(real.join("docs/AGENTS.md"), "Be brief.\n").unwrap();
-        // A tag the repository came with: its folder is looked into all the same.
+        // A tag the repository came with: its folder is looked into all the same, for
+        // its repositories only (its other protected names would hold the folder).
         std::fs::create_dir_all(real.join("cache/sub/.git")).unwrap();
         std::fs::write(real.join("cache/CACHEDIR.TAG"), "Signature: x\n").unwrap();
+        std::fs::create_dir_all(real.join("node_modules/pkg")).unwrap();
+        std::fs::write(real.join("node_modules/pkg/AGENTS.md"), "x\n").unwrap();
         let cwd = tmp.path().join("link");
         std::os::unix::fs::symlink(&real, &cwd).unwrap();
         assert!(!listed(&cwd));
-        let mut first = for_call(&cwd);
-        first.sort();
+        // What the cache folders hold comes last.
+        let first = for_call(&cwd);
         let all = [
-            cwd.join("cache/sub/.git"),
             cwd.join("docs/AGENTS.md"),
             cwd.join("vendor/lib/.git"),
+            cwd.join("cache/sub/.git"),
         ];
         assert_eq!(first, all);
         assert!(listed(&cwd) && listed(&real));
@@ -184,8 +223,7 @@ mod tests {
         // Hidden from a listing by a planted tag, or made later: kept, and not added.
         std::fs::write(real.join("vendor/CACHEDIR.TAG"), "Signature: x\n").unwrap();
         std::fs::create_dir_all(real.join("new/.git")).unwrap();
-        let mut later = for_call(&real);
-        later.sort();
+        let later = for_call(&real);
         assert_eq!(later.len(), 3);
         assert!(later.contains(&real.join("vendor/lib/.git")), "{later:?}");
 
@@ -218,5 +256,48 @@ mod tests {
         std::fs::write(work.join("vendor/lib/.git"), pointer).unwrap();
         let found = for_call(&work);
         assert!(found.contains(&work.join("store/lib.git")), "{found:?}");
+    }
+
+    #[test]
+    fn folders_listed_for_another_working_directory_are_not_listed_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+        std::fs::create_dir_all(work.join("zz/inner/.git")).unwrap();
+        // Ten repositories beside it: a listing that looked into `zz` again would list it
+        // before some of them (in readdir order) and run out there.
+        let repositories: Vec<_> = (0..10)
+            .map(|i| work.join(format!("vendor{i}/lib/.git")))
+            .collect();
+        for repository in &repositories {
+            std::fs::create_dir_all(repository).unwrap();
+        }
+        // A session in `zz` first: its listing keeps `zz/inner/.git`.
+        assert_eq!(for_call(&work.join("zz")), [work.join("zz/inner/.git")]);
+        // Its commands fill `zz` (more folders than a listing reads), and `work` is
+        // listed later: its listing does not look into `zz` again, and keeps both.
+        for i in 0..25_000 {
+            std::fs::create_dir(work.join(format!("zz/{i}"))).unwrap();
+        }
+        let mut found = for_call(&work);
+        found.sort();
+        let mut all = repositories;
+        all.push(work.join("zz/inner/.git"));
+        assert_eq!(found, all);
+    }
+
+    #[test]
+    fn what_one_call_is_given_stays_within_a_command_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
+        let deep = "a".repeat(250);
+        for i in 0..700 {
+            let dir = (0..14).fold(work.join(format!("d{i}")), |d, _| d.join(&deep));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("AGENTS.md"), "x\n").unwrap();
+        }
+        let given = for_call(&work);
+        let bytes: usize = given.iter().map(|p| p.as_os_str().len() + 1).sum();
+        assert!(bytes <= super::MAX_BYTES_PER_CALL, "{bytes}");
+        assert!(given.len() > 60, "{}", given.len());
     }
 }

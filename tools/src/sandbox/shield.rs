@@ -459,7 +459,14 @@ fn plan_within(cwd: &Path, protect: &[PathBuf], budget: Budget) -> Plan {
     wanted.extend(git_dirs(&cwd, &cwd.join(".git"), None, None).unwrap_or_default());
     let required = wanted.len();
     // The listing and the nested paths' walks share the budget of lookups.
-    let mut note = nested(&cwd, &mut wanted, &mut lookups, budget, Listing::SkipCaches);
+    let mut note = nested(
+        &cwd,
+        &mut wanted,
+        &mut lookups,
+        budget,
+        Listing::SkipCaches,
+        &mut 0,
+    );
     let mut shielded: Vec<Step> = Vec::new();
     // Placeholders asked for by the working directory's own names and the hook
     // scripts, and by the nested paths.
@@ -791,28 +798,53 @@ pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
     found_within(cwd, Listing::SkipCaches)
 }
 
-/// [`found_below`], looking into the cache folders and [`SKIPPED_DIRS`] too once the
-/// rest is listed (within the same budget): what a working directory held before any
-/// command ran there, whatever a tag committed with it says (`remembered`).
+/// What a working directory held before anything of the model's wrote there
+/// (`remembered`): [`found_below`] without the folders in `skip` (listed already, for
+/// another working directory), then — with what is left of the budget — the
+/// repositories in the cache folders and [`SKIPPED_DIRS`] (a tag can come with a cloned
+/// repository, and a submodule below it). The paths, and how many of them come first
+/// (those found outside the cache folders).
 #[must_use]
-pub(crate) fn found_below_all(cwd: &Path) -> Vec<PathBuf> {
-    found_within(cwd, Listing::CachesLast)
-}
-
-fn found_within(cwd: &Path, listing: Listing) -> Vec<PathBuf> {
+pub(crate) fn found_below_all(cwd: &Path, skip: &HashSet<PathBuf>) -> (Vec<PathBuf>, usize) {
     let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
-    let _ = nested(cwd, &mut out, &mut lookups, Budget::default(), listing);
+    let mut first = usize::MAX;
+    let listing = Listing::CachesLast { skip };
+    let _ = nested(
+        cwd,
+        &mut out,
+        &mut lookups,
+        Budget::default(),
+        listing,
+        &mut first,
+    );
+    let first = first.min(out.len());
+    (out, first)
+}
+
+fn found_within(cwd: &Path, listing: Listing<'_>) -> Vec<PathBuf> {
+    let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
+    let mut lookups = MAX_LOOKUPS;
+    let _ = nested(
+        cwd,
+        &mut out,
+        &mut lookups,
+        Budget::default(),
+        listing,
+        &mut 0,
+    );
     out
 }
 
 /// Whether a listing looks into the folders a call's listing skips.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Listing {
+#[derive(Debug, Clone, Copy)]
+enum Listing<'a> {
     /// Never (each call's: cheap, and what a command tagged is skipped).
     SkipCaches,
-    /// After everything else, with what is left of the budget.
-    CachesLast,
+    /// After everything else, with what is left of the budget, for their repositories
+    /// only (their other protected names, `node_modules/pkg/AGENTS.md`, would hold the
+    /// folder: `rm -rf target` and `npm ci` failed); never into `skip`.
+    CachesLast { skip: &'a HashSet<PathBuf> },
 }
 
 /// Largest `.git` file git reads (its `read_gitfile`'s bound); a larger one names no
@@ -959,7 +991,8 @@ fn nested(
     out: &mut Vec<PathBuf>,
     lookups: &mut usize,
     budget: Budget,
-    caches: Listing,
+    caches: Listing<'_>,
+    late_start: &mut usize,
 ) -> Option<String> {
     let most = out.len() + budget.found;
     let too_many = || {
@@ -988,10 +1021,21 @@ fn nested(
     let mut entries_left = budget.entries;
     // The repositories the `.git` files named, each walked once.
     let mut repositories: HashSet<PathBuf> = HashSet::new();
-    while let Some(dir) = stack.pop().or_else(|| {
-        stack = std::mem::take(&mut later);
-        stack.pop()
-    }) {
+    // Listing the cache folders (what is found there is kept from `late_start` on).
+    let mut late = false;
+    loop {
+        let dir = match stack.pop() {
+            Some(dir) => dir,
+            None if !later.is_empty() => {
+                if !late {
+                    late = true;
+                    *late_start = out.len();
+                }
+                stack = std::mem::take(&mut later);
+                continue;
+            }
+            None => break,
+        };
         let Some(left) = lookups.checked_sub(dir.components().count()) else {
             return Some(out_of_budget());
         };
@@ -1009,6 +1053,9 @@ fn nested(
         for entry in entries {
             let name = entry.file_name();
             if protected_name(&name) {
+                if late && name != ".git" {
+                    continue;
+                }
                 let path = entry.path();
                 if name == ".git" {
                     let Some(dirs) = git_dirs(cwd, &path, Some(lookups), Some(&mut entries_left))
@@ -1034,11 +1081,14 @@ fn nested(
                 continue;
             }
             let skipped = cache || SKIPPED_DIRS.iter().any(|s| name == *s);
-            if skipped && caches == Listing::SkipCaches {
-                continue;
+            let path = entry.path();
+            match caches {
+                Listing::SkipCaches if skipped => continue,
+                Listing::CachesLast { skip } if skip.contains(&path) => continue,
+                _ => {}
             }
             if listed + stack.len() + later.len() < MAX_DIRS {
-                if skipped { &mut later } else { &mut stack }.push(entry.path());
+                if skipped { &mut later } else { &mut stack }.push(path);
             } else {
                 unlisted = true;
             }
