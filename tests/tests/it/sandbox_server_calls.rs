@@ -365,10 +365,12 @@ async fn a_planted_cache_tag_does_not_unshield_a_nested_repository() {
 }
 
 /// What the runtime's own listing finds in cache folders and `node_modules` holds them
-/// only for their repositories: `cargo clean` after a `cargo package` (which leaves
-/// `target/package/<crate>/AGENTS.md`) and `npm ci` over a package shipping an
-/// `AGENTS.md` remove those folders (a shielded `AGENTS.md` in them made `rm -rf` fail
-/// with "Device or resource busy").
+/// only for their `.git` files (a submodule's pointer): `cargo clean` after a `cargo
+/// package` (which leaves `target/package/<crate>/AGENTS.md`) or a build script that
+/// cloned a repository into its `OUT_DIR`, and `npm ci` over a package shipping an
+/// `AGENTS.md` or a git dependency that kept its `.git`, remove those folders (a
+/// shielded path in them made `rm -rf` fail with "Device or resource busy" or
+/// "Read-only file system").
 #[tokio::test]
 async fn cache_folders_and_node_modules_can_still_be_removed() {
     let runner = SandboxRunner::new(foya_bin().with_file_name("foya-sandbox"));
@@ -377,8 +379,10 @@ async fn cache_folders_and_node_modules_can_still_be_removed() {
     std::fs::create_dir_all(work.join("target/package/foo-0.1.0")).unwrap();
     std::fs::write(work.join("target/CACHEDIR.TAG"), "Signature: x\n").unwrap();
     std::fs::write(work.join("target/package/foo-0.1.0/AGENTS.md"), "x\n").unwrap();
+    std::fs::create_dir_all(work.join("target/debug/build/foo-1/out/src/.git/refs")).unwrap();
     std::fs::create_dir_all(work.join("node_modules/pkg")).unwrap();
     std::fs::write(work.join("node_modules/pkg/AGENTS.md"), "x\n").unwrap();
+    std::fs::create_dir_all(work.join("node_modules/dep/.git/refs")).unwrap();
     let command = "rm -rf target node_modules && echo removed";
     let out = sh(
         &runner,

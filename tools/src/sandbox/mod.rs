@@ -250,7 +250,11 @@ impl SandboxRunner {
         program: impl Into<OsString>,
         args: &[OsString],
     ) -> std::io::Result<SandboxCommand> {
-        let remembered = remembered_for(policy, cwd);
+        // A helper of its own takes them as arguments.
+        let remembered = match policy {
+            SandboxPolicy::WorkspaceWrite { .. } => remembered::for_arguments(cwd),
+            _ => Vec::new(),
+        };
         let (helper, invocation, tmp_dir, sweep) =
             self.prepare(policy, cwd, protect, remembered, program.into(), args)?;
         let mut command = self.helper_command(helper, &invocation);

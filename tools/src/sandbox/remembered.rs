@@ -29,16 +29,17 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 const MAX_LISTED: usize = 1_024;
 
 /// Most paths remembered by one process, all working directories together (each a real
-/// path: a few megabytes at most).
-const MAX_REMEMBERED: usize = 65_536;
+/// path: a few megabytes at most); what is gone makes room first. (Fewer in the unit
+/// tests, which fill it.)
+const MAX_REMEMBERED: usize = if cfg!(test) { 4_096 } else { 65_536 };
 
 /// Most remembered paths passed to one call (the shield mounts at most 4 096 anyway).
 const MAX_PER_CALL: usize = 8_192;
 
-/// Most bytes of remembered paths passed to one call: a helper started for one call
-/// takes them as arguments (`--protect`), and the kernel refuses a command line past
-/// 2 MiB (700 paths of 3.7 KiB kept local MCP servers from starting).
-const MAX_BYTES_PER_CALL: usize = 256 * 1024;
+/// Most bytes of remembered paths a helper started for one call takes as arguments
+/// (`--protect`): the kernel refuses a command line past 2 MiB (700 paths of 3.7 KiB kept
+/// local MCP servers from starting). A call of the persistent helper takes them all.
+pub(crate) const MAX_ARGUMENT_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Default)]
 struct Memory {
@@ -66,7 +67,15 @@ fn with_memory<T>(f: impl FnOnce(&mut Memory) -> T) -> T {
 #[must_use]
 pub(crate) fn for_call(cwd: &Path) -> Vec<PathBuf> {
     let real = list(cwd);
-    present(cwd, &real)
+    present(cwd, &real, usize::MAX)
+}
+
+/// [`for_call`] for a helper started for one call: at most [`MAX_ARGUMENT_BYTES`] of
+/// them, the instruction files the first left out.
+#[must_use]
+pub(crate) fn for_arguments(cwd: &Path) -> Vec<PathBuf> {
+    let real = list(cwd);
+    present(cwd, &real, MAX_ARGUMENT_BYTES)
 }
 
 /// Lists `cwd` unless this process did (blocking); its real path. The working
@@ -118,6 +127,11 @@ fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>, first: usize) {
         if m.listed.len() >= MAX_LISTED {
             return;
         }
+        if m.found.len() + m.in_caches.len() + found.len() > MAX_REMEMBERED {
+            // Full: what is gone since (a removed workspace's) makes room.
+            m.found.retain(|p| !is_gone(p));
+            m.in_caches.retain(|p| !is_gone(p));
+        }
         m.listed.insert(real.to_path_buf());
         for (i, path) in found.into_iter().enumerate() {
             if m.found.len() + m.in_caches.len() >= MAX_REMEMBERED {
@@ -146,9 +160,11 @@ fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>, first: usize) {
 }
 
 /// The remembered paths below `real` that are not gone (not followed: a link is
-/// protected as itself), under `cwd` as given: those found outside the cache folders
-/// first, within [`MAX_PER_CALL`] and [`MAX_BYTES_PER_CALL`].
-fn present(cwd: &Path, real: &Path) -> Vec<PathBuf> {
+/// protected as itself), under `cwd` as given, within [`MAX_PER_CALL`] and `max_bytes`:
+/// what can make the user's tools run code first (repositories, `.foya`, `.mcp.json`;
+/// those found outside the cache folders before those in them), the instruction files
+/// last.
+fn present(cwd: &Path, real: &Path, max_bytes: usize) -> Vec<PathBuf> {
     let below = |set: &BTreeSet<PathBuf>| -> Vec<PathBuf> {
         set.range::<Path, _>((std::ops::Bound::Excluded(real), std::ops::Bound::Unbounded))
             .take_while(|p| p.starts_with(real))
@@ -157,16 +173,26 @@ fn present(cwd: &Path, real: &Path) -> Vec<PathBuf> {
             .collect()
     };
     let (found, in_caches) = with_memory(|m| (below(&m.found), below(&m.in_caches)));
+    // What only the model reads (`.mcp.json`, also an instruction file, starts servers).
+    let instructions = |p: &PathBuf| {
+        p.file_name().and_then(|n| n.to_str()).is_some_and(|name| {
+            ["AGENTS.md", "FOYA.md"]
+                .iter()
+                .any(|f| name.eq_ignore_ascii_case(f))
+        })
+    };
+    let (instruction_files, runs_code): (Vec<PathBuf>, Vec<PathBuf>) =
+        found.into_iter().chain(in_caches).partition(instructions);
     let mut bytes = 0;
-    found
+    runs_code
         .into_iter()
-        .chain(in_caches)
+        .chain(instruction_files)
         .filter(|p| !is_gone(p))
         .filter_map(|p| Some(cwd.join(p.strip_prefix(real).ok()?)))
         .take(MAX_PER_CALL)
         .take_while(|p| {
             bytes += p.as_os_str().len() + 1;
-            bytes <= MAX_BYTES_PER_CALL
+            bytes <= max_bytes
         })
         .collect()
 }
@@ -202,20 +228,24 @@ mod tests {
         std::fs::create_dir_all(real.join("docs")).unwrap();
         std::fs::write(real.join("docs/AGENTS.md"), "Be brief.\n").unwrap();
         // A tag the repository came with: its folder is looked into all the same, for
-        // its repositories only (its other protected names would hold the folder).
-        std::fs::create_dir_all(real.join("cache/sub/.git")).unwrap();
+        // its `.git` files only (a submodule's pointer; what else is protected there
+        // would hold the folder, which a build or an install removes).
+        std::fs::create_dir_all(real.join("cache/sub")).unwrap();
+        std::fs::write(real.join("cache/sub/.git"), "gitdir: x\n").unwrap();
         std::fs::write(real.join("cache/CACHEDIR.TAG"), "Signature: x\n").unwrap();
+        std::fs::create_dir_all(real.join("cache/build/out/src/.git")).unwrap();
         std::fs::create_dir_all(real.join("node_modules/pkg")).unwrap();
         std::fs::write(real.join("node_modules/pkg/AGENTS.md"), "x\n").unwrap();
         let cwd = tmp.path().join("link");
         std::os::unix::fs::symlink(&real, &cwd).unwrap();
         assert!(!listed(&cwd));
-        // What the cache folders hold comes last.
+        // What can run code first (the cache folders' after the rest), then what the
+        // model reads.
         let first = for_call(&cwd);
         let all = [
-            cwd.join("docs/AGENTS.md"),
             cwd.join("vendor/lib/.git"),
             cwd.join("cache/sub/.git"),
+            cwd.join("docs/AGENTS.md"),
         ];
         assert_eq!(first, all);
         assert!(listed(&cwd) && listed(&real));
@@ -230,8 +260,8 @@ mod tests {
         // Removed: not passed (no placeholder where a repository was); back: passed. A
         // file where a folder on the way was is removal too.
         std::fs::remove_dir_all(real.join("vendor/lib")).unwrap();
-        std::fs::remove_dir_all(real.join("cache/sub")).unwrap();
-        std::fs::write(real.join("cache/sub"), "a file").unwrap();
+        std::fs::remove_dir_all(real.join("cache")).unwrap();
+        std::fs::write(real.join("cache"), "a file").unwrap();
         assert_eq!(for_call(&cwd), [cwd.join("docs/AGENTS.md")]);
         std::fs::create_dir_all(real.join("vendor/lib/.git")).unwrap();
         assert_eq!(for_call(&cwd).len(), 2);
@@ -286,18 +316,44 @@ mod tests {
     }
 
     #[test]
-    fn what_one_call_is_given_stays_within_a_command_line() {
+    fn a_helper_of_its_own_gets_what_fits_on_a_command_line_repositories_first() {
         let tmp = tempfile::tempdir().unwrap();
         let work = std::fs::canonicalize(tmp.path()).unwrap().join("work");
         let deep = "a".repeat(250);
         for i in 0..700 {
-            let dir = (0..14).fold(work.join(format!("d{i}")), |d, _| d.join(&deep));
+            let dir = (0..14).fold(work.join(format!("a/d{i}")), |d, _| d.join(&deep));
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("AGENTS.md"), "x\n").unwrap();
         }
-        let given = for_call(&work);
+        // Sorted after every `a/…`, and kept ahead of them.
+        std::fs::create_dir_all(work.join("vendor/lib/.git")).unwrap();
+        let given = super::for_arguments(&work);
         let bytes: usize = given.iter().map(|p| p.as_os_str().len() + 1).sum();
-        assert!(bytes <= super::MAX_BYTES_PER_CALL, "{bytes}");
+        assert!(bytes <= super::MAX_ARGUMENT_BYTES, "{bytes}");
         assert!(given.len() > 60, "{}", given.len());
+        assert_eq!(given.first(), Some(&work.join("vendor/lib/.git")));
+        // A call of the persistent helper gets them all.
+        assert_eq!(for_call(&work).len(), 701);
+    }
+
+    #[test]
+    fn a_full_memory_makes_room_from_what_is_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        // Workspaces that fill the memory, each removed after its listing.
+        let per = 1_500;
+        for w in 0..=(super::MAX_REMEMBERED / per) {
+            let work = root.join(format!("w{w}"));
+            std::fs::create_dir(&work).unwrap();
+            for i in 0..per {
+                std::fs::create_dir(work.join(i.to_string())).unwrap();
+                std::fs::write(work.join(format!("{i}/AGENTS.md")), "").unwrap();
+            }
+            let _ = for_call(&work);
+            std::fs::remove_dir_all(&work).unwrap();
+        }
+        let work = root.join("last");
+        std::fs::create_dir_all(work.join("vendor/lib/.git")).unwrap();
+        assert_eq!(for_call(&work), [work.join("vendor/lib/.git")]);
     }
 }

@@ -800,8 +800,8 @@ pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
 
 /// What a working directory held before anything of the model's wrote there
 /// (`remembered`): [`found_below`] without the folders in `skip` (listed already, for
-/// another working directory), then — with what is left of the budget — the
-/// repositories in the cache folders and [`SKIPPED_DIRS`] (a tag can come with a cloned
+/// another working directory), then — with what is left of the budget — the `.git`
+/// files in the cache folders and [`SKIPPED_DIRS`] (a tag can come with a cloned
 /// repository, and a submodule below it). The paths, and how many of them come first
 /// (those found outside the cache folders).
 #[must_use]
@@ -841,9 +841,10 @@ fn found_within(cwd: &Path, listing: Listing<'_>) -> Vec<PathBuf> {
 enum Listing<'a> {
     /// Never (each call's: cheap, and what a command tagged is skipped).
     SkipCaches,
-    /// After everything else, with what is left of the budget, for their repositories
-    /// only (their other protected names, `node_modules/pkg/AGENTS.md`, would hold the
-    /// folder: `rm -rf target` and `npm ci` failed); never into `skip`.
+    /// After everything else, with what is left of the budget, for their `.git` files
+    /// only (what else is protected there, `node_modules/pkg/AGENTS.md`, a repository a
+    /// build script cloned into `target/`, would hold the folder: `rm -rf target` and
+    /// `npm ci` failed); never into `skip`.
     CachesLast { skip: &'a HashSet<PathBuf> },
 }
 
@@ -1053,7 +1054,10 @@ fn nested(
         for entry in entries {
             let name = entry.file_name();
             if protected_name(&name) {
-                if late && name != ".git" {
+                // In the cache folders, a `.git` file only (a submodule's, a worktree's:
+                // the pointer a planted tag could hide); a repository cloned there (a
+                // build script's, a git dependency's) would hold the folder.
+                if late && !(name == ".git" && entry.file_type().is_ok_and(|t| t.is_file())) {
                     continue;
                 }
                 let path = entry.path();
