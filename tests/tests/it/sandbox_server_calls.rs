@@ -357,6 +357,20 @@ async fn a_planted_cache_tag_does_not_unshield_a_nested_repository() {
         "{second}"
     );
     assert!(work.join("made").exists(), "{second}");
+    // A tag already there when the runtime starts (planted in an earlier run, or come
+    // with a clone) hides nothing from its first listing either.
+    let later = tmp.path().join("later");
+    let hidden = later.join("vendor/lib/.git/config");
+    std::fs::create_dir_all(hidden.parent().unwrap()).unwrap();
+    std::fs::write(&hidden, "[core]\n").unwrap();
+    std::fs::write(later.join("vendor/CACHEDIR.TAG"), "Signature: x\n").unwrap();
+    let fourth = sh(&runner, &later, &[], write.to_owned(), out("4")).await;
+    assert!(fourth.ends_with("end\n"), "{fourth}");
+    assert_eq!(
+        std::fs::read_to_string(&hidden).unwrap(),
+        "[core]\n",
+        "{fourth}"
+    );
     // The user removes it; a command may make a repository there again.
     std::fs::remove_dir_all(work.join("vendor/lib")).unwrap();
     let again = "git init -q vendor/lib && echo made-again";

@@ -161,9 +161,8 @@ fn remember(cwd: &Path, real: &Path, found: Vec<PathBuf>, first: usize) {
 
 /// The remembered paths below `real` that are not gone (not followed: a link is
 /// protected as itself), under `cwd` as given, within [`MAX_PER_CALL`] and `max_bytes`:
-/// what can make the user's tools run code first (repositories, `.foya`, `.mcp.json`;
-/// those found outside the cache folders before those in them), the instruction files
-/// last.
+/// repositories first (those found outside the cache folders before those in them),
+/// then `.foya` and `.mcp.json`, the instruction files last.
 fn present(cwd: &Path, real: &Path, max_bytes: usize) -> Vec<PathBuf> {
     let below = |set: &BTreeSet<PathBuf>| -> Vec<PathBuf> {
         set.range::<Path, _>((std::ops::Bound::Excluded(real), std::ops::Bound::Unbounded))
@@ -173,20 +172,29 @@ fn present(cwd: &Path, real: &Path, max_bytes: usize) -> Vec<PathBuf> {
             .collect()
     };
     let (found, in_caches) = with_memory(|m| (below(&m.found), below(&m.in_caches)));
-    // What only the model reads (`.mcp.json`, also an instruction file, starts servers).
-    let instructions = |p: &PathBuf| {
-        p.file_name().and_then(|n| n.to_str()).is_some_and(|name| {
-            ["AGENTS.md", "FOYA.md"]
+    // Repositories first (what `git status` runs), then `.foya` and `.mcp.json` (which a
+    // repository can commit, many of them, to take the mounts ahead of the rest), then
+    // what only the model reads.
+    let rank = |p: &PathBuf| match p.file_name().and_then(|n| n.to_str()) {
+        Some(name)
+            if ["AGENTS.md", "FOYA.md"]
                 .iter()
-                .any(|f| name.eq_ignore_ascii_case(f))
-        })
+                .any(|f| name.eq_ignore_ascii_case(f)) =>
+        {
+            2
+        }
+        Some(name)
+            if name.eq_ignore_ascii_case(".foya") || name.eq_ignore_ascii_case(".mcp.json") =>
+        {
+            1
+        }
+        _ => 0,
     };
-    let (instruction_files, runs_code): (Vec<PathBuf>, Vec<PathBuf>) =
-        found.into_iter().chain(in_caches).partition(instructions);
+    let mut ranked: Vec<PathBuf> = found.into_iter().chain(in_caches).collect();
+    ranked.sort_by_key(rank);
     let mut bytes = 0;
-    runs_code
+    ranked
         .into_iter()
-        .chain(instruction_files)
         .filter(|p| !is_gone(p))
         .filter_map(|p| Some(cwd.join(p.strip_prefix(real).ok()?)))
         .take(MAX_PER_CALL)
@@ -227,14 +235,17 @@ mod tests {
         std::fs::create_dir_all(real.join("vendor/lib/.git")).unwrap();
         std::fs::create_dir_all(real.join("docs")).unwrap();
         std::fs::write(real.join("docs/AGENTS.md"), "Be brief.\n").unwrap();
-        // A tag the repository came with: its folder is looked into all the same, for
-        // its `.git` files only (a submodule's pointer; what else is protected there
-        // would hold the folder, which a build or an install removes).
-        std::fs::create_dir_all(real.join("cache/sub")).unwrap();
-        std::fs::write(real.join("cache/sub/.git"), "gitdir: x\n").unwrap();
+        std::fs::write(real.join("docs/.mcp.json"), "{}\n").unwrap();
+        // A tag the repository came with, or one planted in an earlier run: its folder is
+        // looked into all the same, for its repositories only; a tagged `target` and
+        // `node_modules` are not (what is protected there would hold the folder, which a
+        // build or an install removes as a whole).
+        std::fs::create_dir_all(real.join("cache/sub/.git")).unwrap();
+        std::fs::write(real.join("cache/sub/AGENTS.md"), "x\n").unwrap();
         std::fs::write(real.join("cache/CACHEDIR.TAG"), "Signature: x\n").unwrap();
-        std::fs::create_dir_all(real.join("cache/build/out/src/.git")).unwrap();
-        std::fs::create_dir_all(real.join("node_modules/pkg")).unwrap();
+        std::fs::create_dir_all(real.join("target/build/out/src/.git")).unwrap();
+        std::fs::write(real.join("target/CACHEDIR.TAG"), "Signature: x\n").unwrap();
+        std::fs::create_dir_all(real.join("node_modules/pkg/.git")).unwrap();
         std::fs::write(real.join("node_modules/pkg/AGENTS.md"), "x\n").unwrap();
         let cwd = tmp.path().join("link");
         std::os::unix::fs::symlink(&real, &cwd).unwrap();
@@ -245,6 +256,7 @@ mod tests {
         let all = [
             cwd.join("vendor/lib/.git"),
             cwd.join("cache/sub/.git"),
+            cwd.join("docs/.mcp.json"),
             cwd.join("docs/AGENTS.md"),
         ];
         assert_eq!(first, all);
@@ -254,7 +266,7 @@ mod tests {
         std::fs::write(real.join("vendor/CACHEDIR.TAG"), "Signature: x\n").unwrap();
         std::fs::create_dir_all(real.join("new/.git")).unwrap();
         let later = for_call(&real);
-        assert_eq!(later.len(), 3);
+        assert_eq!(later.len(), 4);
         assert!(later.contains(&real.join("vendor/lib/.git")), "{later:?}");
 
         // Removed: not passed (no placeholder where a repository was); back: passed. A
@@ -262,9 +274,12 @@ mod tests {
         std::fs::remove_dir_all(real.join("vendor/lib")).unwrap();
         std::fs::remove_dir_all(real.join("cache")).unwrap();
         std::fs::write(real.join("cache"), "a file").unwrap();
-        assert_eq!(for_call(&cwd), [cwd.join("docs/AGENTS.md")]);
+        assert_eq!(
+            for_call(&cwd),
+            [cwd.join("docs/.mcp.json"), cwd.join("docs/AGENTS.md")]
+        );
         std::fs::create_dir_all(real.join("vendor/lib/.git")).unwrap();
-        assert_eq!(for_call(&cwd).len(), 2);
+        assert_eq!(for_call(&cwd).len(), 3);
 
         // A folder below is its own working directory: what was remembered under it
         // comes with it.

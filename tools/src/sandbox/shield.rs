@@ -800,10 +800,10 @@ pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
 
 /// What a working directory held before anything of the model's wrote there
 /// (`remembered`): [`found_below`] without the folders in `skip` (listed already, for
-/// another working directory), then — with what is left of the budget — the `.git`
-/// files in the cache folders and [`SKIPPED_DIRS`] (a tag can come with a cloned
-/// repository, and a submodule below it). The paths, and how many of them come first
-/// (those found outside the cache folders).
+/// another working directory), then — with what is left of the budget — the
+/// repositories in the cache folders but a tagged `target` (a tag can come with a cloned
+/// repository or be planted in an earlier run, over the user's repository). The paths,
+/// and how many of them come first (those found outside the cache folders).
 #[must_use]
 pub(crate) fn found_below_all(cwd: &Path, skip: &HashSet<PathBuf>) -> (Vec<PathBuf>, usize) {
     let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
@@ -841,10 +841,11 @@ fn found_within(cwd: &Path, listing: Listing<'_>) -> Vec<PathBuf> {
 enum Listing<'a> {
     /// Never (each call's: cheap, and what a command tagged is skipped).
     SkipCaches,
-    /// After everything else, with what is left of the budget, for their `.git` files
-    /// only (what else is protected there, `node_modules/pkg/AGENTS.md`, a repository a
-    /// build script cloned into `target/`, would hold the folder: `rm -rf target` and
-    /// `npm ci` failed); never into `skip`.
+    /// After everything else, with what is left of the budget, for their repositories
+    /// only, and never into `node_modules` or a tagged `target` (what is protected there
+    /// — `node_modules/pkg/AGENTS.md`, a repository a build script cloned into
+    /// `target/` — would hold the folder: `cargo clean` and `npm ci` failed); never into
+    /// `skip`.
     CachesLast { skip: &'a HashSet<PathBuf> },
 }
 
@@ -1054,10 +1055,9 @@ fn nested(
         for entry in entries {
             let name = entry.file_name();
             if protected_name(&name) {
-                // In the cache folders, a `.git` file only (a submodule's, a worktree's:
-                // the pointer a planted tag could hide); a repository cloned there (a
-                // build script's, a git dependency's) would hold the folder.
-                if late && !(name == ".git" && entry.file_type().is_ok_and(|t| t.is_file())) {
+                // In the cache folders, repositories only (their other protected names,
+                // `.cache/AGENTS.md`, are not what a tag would be planted to hide).
+                if late && name != ".git" {
                     continue;
                 }
                 let path = entry.path();
@@ -1089,6 +1089,15 @@ fn nested(
             match caches {
                 Listing::SkipCaches if skipped => continue,
                 Listing::CachesLast { skip } if skip.contains(&path) => continue,
+                // What builds and installs make and remove as a whole (`cargo clean`,
+                // `npm ci`): a repository a build script cloned there, a git dependency's,
+                // an `AGENTS.md` a package ships would hold it.
+                Listing::CachesLast { .. }
+                    if name == "node_modules"
+                        || (cache && dir.file_name().is_some_and(|d| d == "target")) =>
+                {
+                    continue;
+                }
                 _ => {}
             }
             if listed + stack.len() + later.len() < MAX_DIRS {
