@@ -247,26 +247,34 @@ mod tests {
         std::fs::write(real.join("target/CACHEDIR.TAG"), "Signature: x\n").unwrap();
         std::fs::create_dir_all(real.join("node_modules/pkg/.git")).unwrap();
         std::fs::write(real.join("node_modules/pkg/AGENTS.md"), "x\n").unwrap();
+        // But a submodule's pointer in `node_modules` is.
+        std::fs::create_dir_all(real.join("node_modules/dep")).unwrap();
+        std::fs::write(real.join("node_modules/dep/.git"), "gitdir: x\n").unwrap();
         let cwd = tmp.path().join("link");
         std::os::unix::fs::symlink(&real, &cwd).unwrap();
         assert!(!listed(&cwd));
         // What can run code first (the cache folders' after the rest), then what the
         // model reads.
         let first = for_call(&cwd);
+        let mut repositories = first[..3].to_vec();
+        repositories[1..].sort();
         let all = [
             cwd.join("vendor/lib/.git"),
             cwd.join("cache/sub/.git"),
-            cwd.join("docs/.mcp.json"),
-            cwd.join("docs/AGENTS.md"),
+            cwd.join("node_modules/dep/.git"),
         ];
-        assert_eq!(first, all);
+        assert_eq!(repositories, all);
+        assert_eq!(
+            first[3..],
+            [cwd.join("docs/.mcp.json"), cwd.join("docs/AGENTS.md")]
+        );
         assert!(listed(&cwd) && listed(&real));
 
         // Hidden from a listing by a planted tag, or made later: kept, and not added.
         std::fs::write(real.join("vendor/CACHEDIR.TAG"), "Signature: x\n").unwrap();
         std::fs::create_dir_all(real.join("new/.git")).unwrap();
         let later = for_call(&real);
-        assert_eq!(later.len(), 4);
+        assert_eq!(later.len(), 5);
         assert!(later.contains(&real.join("vendor/lib/.git")), "{later:?}");
 
         // Removed: not passed (no placeholder where a repository was); back: passed. A
@@ -274,6 +282,7 @@ mod tests {
         std::fs::remove_dir_all(real.join("vendor/lib")).unwrap();
         std::fs::remove_dir_all(real.join("cache")).unwrap();
         std::fs::write(real.join("cache"), "a file").unwrap();
+        std::fs::remove_dir_all(real.join("node_modules")).unwrap();
         assert_eq!(
             for_call(&cwd),
             [cwd.join("docs/.mcp.json"), cwd.join("docs/AGENTS.md")]

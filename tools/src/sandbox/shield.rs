@@ -842,10 +842,10 @@ enum Listing<'a> {
     /// Never (each call's: cheap, and what a command tagged is skipped).
     SkipCaches,
     /// After everything else, with what is left of the budget, for their repositories
-    /// only, and never into `node_modules` or a tagged `target` (what is protected there
-    /// — `node_modules/pkg/AGENTS.md`, a repository a build script cloned into
-    /// `target/` — would hold the folder: `cargo clean` and `npm ci` failed); never into
-    /// `skip`.
+    /// only (`node_modules` for its `.git` files only), and never into a tagged `target`
+    /// (what is protected there — `node_modules/pkg/AGENTS.md`, a git dependency's
+    /// repository, one a build script cloned into `target/` — would hold the folder:
+    /// `cargo clean` and `npm ci` failed); never into `skip`.
     CachesLast { skip: &'a HashSet<PathBuf> },
 }
 
@@ -1056,8 +1056,17 @@ fn nested(
             let name = entry.file_name();
             if protected_name(&name) {
                 // In the cache folders, repositories only (their other protected names,
-                // `.cache/AGENTS.md`, are not what a tag would be planted to hide).
-                if late && name != ".git" {
+                // `.cache/AGENTS.md`, are not what a tag would be planted to hide); in
+                // `node_modules`, `.git` files only (a submodule's pointer; a git
+                // dependency's repository would hold the folder `npm ci` removes).
+                let in_node_modules = || {
+                    dir.strip_prefix(cwd)
+                        .is_ok_and(|rel| rel.components().any(|c| c.as_os_str() == "node_modules"))
+                };
+                if late
+                    && (name != ".git"
+                        || (in_node_modules() && !entry.file_type().is_ok_and(|t| t.is_file())))
+                {
                     continue;
                 }
                 let path = entry.path();
@@ -1089,12 +1098,11 @@ fn nested(
             match caches {
                 Listing::SkipCaches if skipped => continue,
                 Listing::CachesLast { skip } if skip.contains(&path) => continue,
-                // What builds and installs make and remove as a whole (`cargo clean`,
-                // `npm ci`): a repository a build script cloned there, a git dependency's,
-                // an `AGENTS.md` a package ships would hold it.
+                // What a build makes and removes as a whole (`cargo clean`): a repository
+                // a build script cloned there (with its submodules' `.git` files) would
+                // hold it.
                 Listing::CachesLast { .. }
-                    if name == "node_modules"
-                        || (cache && dir.file_name().is_some_and(|d| d == "target")) =>
+                    if cache && dir.file_name().is_some_and(|d| d == "target") =>
                 {
                     continue;
                 }
