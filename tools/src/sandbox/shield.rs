@@ -795,7 +795,7 @@ fn split(path: &Path) -> std::collections::VecDeque<Part> {
 #[must_use]
 #[cfg_attr(not(feature = "landlock"), allow(dead_code))] // used under Landlock only
 pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
-    found_within(cwd, Listing::SkipCaches)
+    found_within(cwd, Listing::SkipCaches).0
 }
 
 /// What a working directory held before anything of the model's wrote there
@@ -806,10 +806,15 @@ pub(crate) fn found_below(cwd: &Path) -> Vec<PathBuf> {
 /// and how many of them come first (those found outside the cache folders).
 #[must_use]
 pub(crate) fn found_below_all(cwd: &Path, skip: &HashSet<PathBuf>) -> (Vec<PathBuf>, usize) {
+    found_within(cwd, Listing::CachesLast { skip })
+}
+
+/// The protected paths `listing` finds in `cwd` and below, and how many come before
+/// those of the cache folders.
+fn found_within(cwd: &Path, listing: Listing<'_>) -> (Vec<PathBuf>, usize) {
     let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
     let mut lookups = MAX_LOOKUPS;
     let mut first = usize::MAX;
-    let listing = Listing::CachesLast { skip };
     let _ = nested(
         cwd,
         &mut out,
@@ -820,20 +825,6 @@ pub(crate) fn found_below_all(cwd: &Path, skip: &HashSet<PathBuf>) -> (Vec<PathB
     );
     let first = first.min(out.len());
     (out, first)
-}
-
-fn found_within(cwd: &Path, listing: Listing<'_>) -> Vec<PathBuf> {
-    let mut out = git_dirs(cwd, &cwd.join(".git"), None, None).unwrap_or_default();
-    let mut lookups = MAX_LOOKUPS;
-    let _ = nested(
-        cwd,
-        &mut out,
-        &mut lookups,
-        Budget::default(),
-        listing,
-        &mut 0,
-    );
-    out
 }
 
 /// Whether a listing looks into the folders a call's listing skips.
