@@ -31,8 +31,10 @@
 //! WAL flush). Each append resolves after its statement committed, with its own outcome:
 //! a refused append (gap, deleted session, stale fence) writes nothing and does not
 //! affect the others of the batch; a failed statement (connection lost, server restart)
-//! fails every append of it with [`AppendError::Storage`], nothing of it written, and the
-//! connection is opened again for the next batch.
+//! fails every append of it with [`AppendError::Storage`] and the connection is opened
+//! again for the next batch. Such a statement may have committed before its answer was
+//! lost: the runtime's session asks the log (`last_seq`) before it takes the append as
+//! not written.
 //!
 //! # Acknowledgement
 //!

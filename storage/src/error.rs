@@ -109,7 +109,8 @@ pub enum AppendError {
     #[error("cannot encode event: {0}")]
     Encode(String),
     /// redb or the disk failed (I/O error, full disk, …); the whole batch was rolled back
-    /// and may be retried.
+    /// and may be retried. From a shared store (a lost connection) the batch may also
+    /// have committed before its answer was lost: the log tells.
     #[error("storage failure: {0}")]
     Storage(String),
     /// The store was closed.

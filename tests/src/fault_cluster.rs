@@ -58,13 +58,29 @@ pub fn free_port() -> u16 {
 /// [`Forwarder::partition`]ed it stops moving bytes on every connection (new ones are
 /// accepted and held silent, as a network that drops packets does: no reset, no FIN);
 /// [`Forwarder::heal`] closes the connections held through the partition (as their
-/// peers would time them out) and forwards new ones again.
+/// peers would time them out) and forwards new ones again. [`Forwarder::refuse`] closes
+/// every connection at once and each new one as soon as it is accepted (a database that
+/// stopped), until the heal; [`Forwarder::cut_next_write`] passes the next bytes a client
+/// sends and closes that connection before the server's answer reaches it (a commit
+/// whose acknowledgement is lost).
 #[derive(Debug)]
 pub struct Forwarder {
     addr: SocketAddr,
     /// `true` while forwarding; bumped generation on each change.
     state: watch::Sender<bool>,
+    faults: Arc<Faults>,
     accept: tokio::task::JoinHandle<()>,
+}
+
+/// The forwarder's other faults.
+#[derive(Debug)]
+struct Faults {
+    /// `true` while refusing.
+    refusing: watch::Sender<bool>,
+    /// Connections closed at once while refusing.
+    refused: std::sync::atomic::AtomicUsize,
+    /// Armed by [`Forwarder::cut_next_write`].
+    cut: std::sync::atomic::AtomicBool,
 }
 
 impl Forwarder {
@@ -73,15 +89,34 @@ impl Forwarder {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (state, _) = watch::channel(true);
+        let faults = Arc::new(Faults {
+            refusing: watch::channel(false).0,
+            refused: std::sync::atomic::AtomicUsize::new(0),
+            cut: std::sync::atomic::AtomicBool::new(false),
+        });
         let sender = state.clone();
+        let shared = Arc::clone(&faults);
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(pipe(client, target, sender.subscribe()));
+                if *shared.refusing.borrow() {
+                    shared
+                        .refused
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(client);
+                    continue;
+                }
+                tokio::spawn(pipe(
+                    client,
+                    target,
+                    sender.subscribe(),
+                    Arc::clone(&shared),
+                ));
             }
         });
         Forwarder {
             addr,
             state,
+            faults,
             accept,
         }
     }
@@ -99,7 +134,35 @@ impl Forwarder {
 
     /// Forwards again (see the type's docs).
     pub fn heal(&self) {
+        self.faults.refusing.send_replace(false);
         self.state.send_replace(true);
+    }
+
+    /// Closes every connection and refuses new ones until [`Self::heal`].
+    pub fn refuse(&self) {
+        self.faults.refusing.send_replace(true);
+    }
+
+    /// How many connections were closed as they were accepted while refusing.
+    #[must_use]
+    pub fn refused(&self) -> usize {
+        self.faults
+            .refused
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The next bytes any client sends are passed on, and that connection is closed
+    /// before the server's answer reaches the client.
+    pub fn cut_next_write(&self) {
+        self.faults
+            .cut
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a [`Self::cut_next_write`] is still armed.
+    #[must_use]
+    pub fn cut_pending(&self) -> bool {
+        self.faults.cut.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether it forwards now.
@@ -114,28 +177,87 @@ impl Drop for Forwarder {
         self.accept.abort();
         // Ends every held connection.
         self.state.send_replace(true);
+        self.faults.refusing.send_replace(true);
     }
 }
 
 /// One connection: forwarded until a partition, then held silent until the heal, then
-/// closed.
-async fn pipe(mut client: TcpStream, target: SocketAddr, mut state: watch::Receiver<bool>) {
+/// closed; closed at once when the forwarder refuses; closed after passing the client's
+/// bytes when a cut is armed.
+async fn pipe(
+    client: TcpStream,
+    target: SocketAddr,
+    mut state: watch::Receiver<bool>,
+    faults: Arc<Faults>,
+) {
     if !*state.borrow_and_update() {
         // Accepted during a partition: silent, closed at the heal.
         let _ = state.wait_for(|f| *f).await;
         return;
     }
-    let Ok(mut upstream) = TcpStream::connect(target).await else {
+    let Ok(upstream) = TcpStream::connect(target).await else {
         return;
     };
-    let partitioned = tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => false,
-        _ = state.wait_for(|f| !*f) => true,
+    let mut refusing = faults.refusing.subscribe();
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = upstream.into_split();
+    let outbound = async {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut buf = vec![0_u8; 64 * 1024];
+        loop {
+            let n = match from_client.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            };
+            if to_server.write_all(&buf[..n]).await.is_err() {
+                return false;
+            }
+            if faults.cut.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return true;
+            }
+        }
     };
+    let inbound = tokio::io::copy(&mut from_server, &mut to_client);
+    // What ended the forwarding: 0 the connection, 1 a cut, 2 a partition.
+    let ended = tokio::select! {
+        cut = outbound => u8::from(cut),
+        _ = inbound => 0,
+        r = refusing.wait_for(|r| *r) => {
+            drop(r);
+            0
+        }
+        r = state.wait_for(|f| !*f) => {
+            drop(r);
+            2
+        }
+    };
+    if ended == 1 {
+        // The client loses the connection now; the server gets its bytes and answers
+        // into a socket nobody reads.
+        drop(to_client);
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read_buf(&mut from_server, &mut sink),
+        )
+        .await;
+    }
+    let partitioned = ended == 2;
     if partitioned {
         // Keep both sockets open, move nothing, until the heal.
         let _ = state.wait_for(|f| *f).await;
     }
+}
+
+/// `host:port` of a `postgresql://user@host:port/db?…` URL, and what follows it.
+#[must_use]
+pub fn split_store_url(url: &str) -> (String, &str) {
+    let after_scheme = url.split_once("://").unwrap().1;
+    let after_user = after_scheme
+        .split_once('@')
+        .map_or(after_scheme, |(_, r)| r);
+    let end = after_user.find('/').unwrap_or(after_user.len());
+    (after_user[..end].to_owned(), &after_user[end..])
 }
 
 // ---------------------------------------------------------------------------------------

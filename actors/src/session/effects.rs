@@ -10,8 +10,8 @@ use crate::kernel::{RuntimeError, now_ms};
 use crate::log::SharedLog;
 use crate::turn::{TurnActor, TurnArgs, TurnMode, TurnMsg};
 use foya_protocol::event::{LiveDelta, Notice};
-use foya_protocol::{Event, EventKind, RunId, Seq, SessionUpdate};
-use foya_storage::EventLog as _;
+use foya_protocol::{Event, EventKind, RunId, Seq, SessionId, SessionUpdate};
+use foya_storage::{AppendError, EventLog as _, LogStore};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -74,7 +74,7 @@ impl Session {
         caller: &mut Option<Caller>,
     ) -> Result<Option<SessionInput>, ActorProcessingErr> {
         match effect {
-            Effect::Append(events) => return Ok(Some(self.append(events).await)),
+            Effect::Append(events) => return self.append(events).await.map(Some),
             Effect::Publish(events) => self.publish(events),
             Effect::PublishDeltas { run_id, deltas } => {
                 for delta in deltas {
@@ -181,32 +181,58 @@ impl Session {
     }
 
     /// Appends to the store (awaited: the session's appends commit one at a time, in
-    /// order); nothing is written when it fails.
-    async fn append(&mut self, events: Vec<Event>) -> SessionInput {
+    /// order). The machine is told `CommitFailed` only when nothing was written: a
+    /// shared store's failed statement may have committed before its answer was lost
+    /// (the log is asked which), and a log that is not what this actor holds (a seq
+    /// mismatch, an outcome the log cannot tell) fails the actor, which the Supervisor
+    /// restarts from the log.
+    async fn append(&mut self, events: Vec<Event>) -> Result<SessionInput, ActorProcessingErr> {
         let fold = self.machine.fold();
+        let id = fold.id;
         let parent = fold.config.parent.as_ref().map(|p| p.session_id);
         // A cluster node writes a session only under its shard's fence; once the shard
         // is not held here (released, lost, fenced) nothing more is written.
-        let fence = match self.deps.fence_for(fold.id, parent) {
+        let fence = match self.deps.fence_for(id, parent) {
             Ok(fence) => fence,
             Err(e) => {
-                tracing::warn!(session.id = %fold.id, error = %e, "append refused: not the owner");
-                return SessionInput::CommitFailed(e.to_string());
+                tracing::warn!(session.id = %id, error = %e, "append refused: not the owner");
+                return Ok(SessionInput::CommitFailed(e.to_string()));
             }
         };
-        match self.deps.store.append(&events, fence).await {
-            Ok(()) => SessionInput::Committed(events),
-            Err(e) => {
-                if matches!(e, foya_storage::AppendError::Fenced { .. }) {
-                    // Never retried: the shard is another node's; the runtime drops
-                    // every loaded session of it (this one included).
-                    self.deps.report_fenced(fence);
-                }
-                let error = e.to_string();
-                tracing::warn!(session.id = %self.machine.fold().id, error = %error, "append failed");
-                SessionInput::CommitFailed(error)
+        let e = match self.deps.store.append(&events, fence).await {
+            Ok(()) => return Ok(SessionInput::Committed(events)),
+            Err(e) => e,
+        };
+        let error = e.to_string();
+        tracing::warn!(session.id = %id, error = %error, "append failed");
+        match e {
+            // Never retried: the shard is another node's; the runtime drops every
+            // loaded session of it (this one included).
+            AppendError::Fenced { .. } => self.deps.report_fenced(fence),
+            // The log holds events this actor does not (an earlier commit whose answer
+            // was lost): it cannot go on from what it holds.
+            AppendError::SeqMismatch { .. } => {
+                return Err(
+                    format!("the log moved on without this session actor ({error})").into(),
+                );
             }
+            AppendError::Storage(_) if self.deps.store.is_shared() => {
+                match commit_outcome(&self.deps.store, id, &events).await {
+                    Outcome::Committed => {
+                        tracing::warn!(session.id = %id, "the failed append was committed: its answer was lost");
+                        return Ok(SessionInput::Committed(events));
+                    }
+                    Outcome::NotWritten => {}
+                    Outcome::Unknown(why) => {
+                        return Err(
+                            format!("an append's outcome is unknown ({error}; {why})").into()
+                        );
+                    }
+                }
+            }
+            _ => {}
         }
+        Ok(SessionInput::CommitFailed(error))
     }
 
     /// Committed events: to subscribers, then into the in-memory log (when loaded).
@@ -399,5 +425,28 @@ impl Session {
         } else {
             crate::context::ProjectContext::load_user_only(cwd, options.user_dir.as_deref())
         })
+    }
+}
+
+/// What became of an append whose statement failed on a shared store.
+enum Outcome {
+    Committed,
+    NotWritten,
+    /// The log could not be read, or holds something else at those seqs.
+    Unknown(String),
+}
+
+/// Asks the log whether `events` (one append's, dense seqs) were committed: a batch
+/// commits whole or not at all, so the session's last seq tells.
+async fn commit_outcome(store: &LogStore, id: SessionId, events: &[Event]) -> Outcome {
+    let (Some(first), Some(last)) = (events.first(), events.last()) else {
+        return Outcome::NotWritten;
+    };
+    match store.last_seq(id).await {
+        Ok(Some(seq)) if seq == last.seq => Outcome::Committed,
+        Ok(None) => Outcome::NotWritten,
+        Ok(Some(seq)) if seq < first.seq => Outcome::NotWritten,
+        Ok(Some(seq)) => Outcome::Unknown(format!("the log ends at seq {}", seq.0)),
+        Err(e) => Outcome::Unknown(format!("the log cannot be read: {e}")),
     }
 }

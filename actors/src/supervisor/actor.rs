@@ -46,6 +46,14 @@ pub(crate) struct Supervisor {
 /// request for it), so a session that fails on start cannot spin.
 const MAX_RESTARTS: u32 = 3;
 
+/// A restart that could not read the log is tried again after this, doubled each time up
+/// to [`RESTART_DELAY_MAX`], at most [`RESTART_ATTEMPTS`] times (about 90 s in
+/// all: a database restart or a short outage, not a lost store); then the session is
+/// left stopped, loaded again on the next request for it.
+const RESTART_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+const RESTART_DELAY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+const RESTART_ATTEMPTS: u32 = 10;
+
 impl Supervisor {
     async fn spawn(
         &mut self,
@@ -83,6 +91,35 @@ impl Supervisor {
         let (state, log) = new_session(&self.deps, config).await?;
         let id = state.id;
         Ok((id, self.spawn(myself, state, log).await?))
+    }
+
+    /// Restarts failed session `id` from the log (its `attempt`-th try); when the log
+    /// cannot be read, tries again later: a session with an open turn or queued inputs
+    /// is otherwise left waiting for a request that may never come.
+    async fn restart(&mut self, myself: &ActorRef<SupervisorMsg>, id: SessionId, attempt: u32) {
+        if self.closing {
+            return;
+        }
+        match self.load(myself, id).await {
+            Ok(_) => {
+                if attempt > 0 {
+                    tracing::info!(session.id = %id, attempt, "session restarted from the log");
+                }
+            }
+            Err(RuntimeError::Storage(e)) if attempt + 1 < RESTART_ATTEMPTS => {
+                let delay = RESTART_DELAY
+                    .saturating_mul(1 << attempt.min(16))
+                    .min(RESTART_DELAY_MAX);
+                tracing::warn!(session.id = %id, error = %e, retry_in_ms = delay.as_millis(), "session restart failed; trying again");
+                myself.send_after(delay, move || SupervisorMsg::Restart {
+                    id,
+                    attempt: attempt + 1,
+                });
+            }
+            Err(e) => {
+                tracing::error!(session.id = %id, error = %e, "session restart failed; left stopped until a request loads it");
+            }
+        }
     }
 
     async fn load(
@@ -183,6 +220,7 @@ impl Actor for SupervisorActor {
             SupervisorMsg::GetSession { id, reply } => {
                 let _ = reply.send(state.load(&myself, id).await);
             }
+            SupervisorMsg::Restart { id, attempt } => state.restart(&myself, id, attempt).await,
             SupervisorMsg::Drain { reply } => {
                 state.closing = true;
                 let live = state
@@ -229,8 +267,8 @@ impl Actor for SupervisorActor {
                         tracing::warn!(session.id = %id, "not restarted: the runtime is shutting down");
                     } else if *restarts > MAX_RESTARTS {
                         tracing::error!(session.id = %id, "session failed too often; left stopped");
-                    } else if let Err(e) = state.load(&myself, id).await {
-                        tracing::error!(session.id = %id, error = %e, "session restart failed");
+                    } else {
+                        state.restart(&myself, id, 0).await;
                     }
                 }
             }

@@ -46,6 +46,9 @@ pub(crate) enum SupervisorMsg {
     Drain {
         reply: Reply<Vec<ActorRef<SessionMsg>>>,
     },
+    /// Restarts failed session `id` from the log again: its last restart could not read
+    /// the log (`attempt` restarts tried so far).
+    Restart { id: SessionId, attempt: u32 },
 }
 
 #[cfg(feature = "cluster")] // without it, ractor's blanket impl covers every type

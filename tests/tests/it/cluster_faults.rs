@@ -505,7 +505,7 @@ async fn a_partition_between_one_node_and_postgres() {
     let _one = foya_tests::IN_PROCESS_CLUSTER.lock().await;
     for run in 0..RUNS {
         let store = foya_storage_pg::testkit::fresh_url().await;
-        let (host_port, rest) = split_store_url(&store);
+        let (host_port, rest) = foya_tests::fault_cluster::split_store_url(&store);
         let target = tokio::net::lookup_host(&host_port)
             .await
             .unwrap()
@@ -547,16 +547,6 @@ async fn a_partition_between_one_node_and_postgres() {
         }
         settle_and_check(&format!("partition run {run}"), &store, cluster, load).await;
     }
-}
-
-/// `host:port` of a `postgresql://user@host:port/db?…` URL, and what follows it.
-fn split_store_url(url: &str) -> (String, &str) {
-    let after_scheme = url.split_once("://").unwrap().1;
-    let after_user = after_scheme
-        .split_once('@')
-        .map_or(after_scheme, |(_, r)| r);
-    let end = after_user.find('/').unwrap_or(after_user.len());
-    (after_user[..end].to_owned(), &after_user[end..])
 }
 
 /// A fourth node joins while the sessions run: it takes a share of them (graceful

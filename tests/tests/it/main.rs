@@ -50,6 +50,7 @@ mod sessions_paging;
 mod sessions_read_only;
 mod store_damage;
 mod store_pg;
+mod store_pg_outages;
 mod store_populate;
 mod stream_invalid;
 mod telemetry;

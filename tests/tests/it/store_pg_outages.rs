@@ -1,0 +1,241 @@
+//! A runtime on a real PostgreSQL whose connections fail under it (a test-owned TCP
+//! forwarder between them): a commit whose answer is lost, and an outage during which a
+//! failed session's restart cannot read the log. Neither leaves a session stuck: the log
+//! is what the session goes on from, and a restart that could not read it is tried again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use foya_actors::provider::scripted::{Script, ScriptedClient};
+use foya_actors::{Runtime, RuntimeConfig, SessionHandle};
+use foya_protocol::{
+    ApprovalMode, Event, EventKind, Input, InputId, Seq, SessionConfig, SessionId, TurnStatus,
+};
+use foya_storage::{EventLog as _, LogStore};
+use foya_storage_pg::{PgLog, PgOptions, testkit};
+use foya_tests::fault_cluster::{Forwarder, split_store_url};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One global bound for every wait of a test.
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A fresh store, a forwarder to its server, and two logs on it: one through the
+/// forwarder (the runtime's), one straight (the test's view).
+async fn store_behind_a_forwarder() -> (Forwarder, PgLog, PgLog) {
+    let url = testkit::fresh_url().await;
+    let (host_port, _) = split_store_url(&url);
+    let target = tokio::net::lookup_host(&host_port)
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let forwarder = Forwarder::start(target).await;
+    let through = url.replacen(&host_port, &forwarder.addr().to_string(), 1);
+    let options = || PgOptions {
+        shards: 4,
+        ..PgOptions::default()
+    };
+    let behind = PgLog::open(&through, options()).await.unwrap();
+    let straight = PgLog::open(&url, options()).await.unwrap();
+    (forwarder, behind, straight)
+}
+
+async fn runtime(log: &PgLog, script: serde_json::Value) -> Runtime {
+    let script: Script = serde_json::from_value(script).unwrap();
+    let mut config = RuntimeConfig::new(
+        LogStore::shared(log.clone()),
+        Arc::new(ScriptedClient::from_script(script)),
+    );
+    config.tools = Arc::new(foya_actors::tools::ToolRegistry::builtin_with_sandbox(
+        foya_actors::testkit::sandbox_runner(),
+    ));
+    Runtime::start(config).await.unwrap()
+}
+
+async fn session(rt: &Runtime, cwd: &std::path::Path) -> SessionHandle {
+    let mut config = SessionConfig::new(cwd);
+    config.approval_mode = ApprovalMode::Bypass;
+    rt.create_session(config).await.unwrap()
+}
+
+/// Waits (one global bound) until `log` holds events of `id` that `done` accepts,
+/// polling the store (the session is not asked: asking would load it).
+async fn until_log(log: &PgLog, id: SessionId, what: &str, done: impl Fn(&[Event]) -> bool) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let events = log.read_from(id, Seq::FIRST).await.unwrap();
+        if done(&events) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn completed(events: &[Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::TurnComplete {
+                    status: TurnStatus::Completed,
+                    ..
+                }
+            )
+        })
+        .count()
+}
+
+/// Dense seqs from 1, and every `turn_started` closed by one `turn_complete` before
+/// the next turn starts.
+fn assert_sound(events: &[Event]) {
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq.0).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    let mut open = false;
+    for e in events {
+        match e.kind {
+            EventKind::TurnStarted { .. } => {
+                assert!(!open, "a turn started inside another: {events:#?}");
+                open = true;
+            }
+            EventKind::TurnComplete { .. } => {
+                assert!(open, "a turn closed twice: {events:#?}");
+                open = false;
+            }
+            _ => {}
+        }
+    }
+    assert!(!open, "a turn left open: {events:#?}");
+}
+
+/// An idle session's input is committed, but the connection closes before the answer:
+/// the input is taken (the log is asked, or the session goes on from the log), a retry
+/// of its id is taken once, and the session runs the next input. Before, the session
+/// kept the seq it had before the lost answer, and every later input failed with a seq
+/// mismatch until it was unloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log() {
+    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(
+        &behind,
+        json!({"responses": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}),
+    )
+    .await;
+    let session = session(&rt, tmp.path()).await;
+    let id = session.id();
+
+    forwarder.cut_next_write();
+    let input = InputId::new();
+    let first = session.submit_with_id(input, Input::text("cut")).await;
+    assert!(!forwarder.cut_pending(), "nothing was cut");
+    // Committed whatever the runtime was told.
+    until_log(&straight, id, "the cut input", |events| {
+        events.iter().any(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input),
+        )
+    })
+    .await;
+    // A client that was not told its input was taken retries it under its id (within a
+    // bound well below the idle unload that used to end the stuck state).
+    if first.is_err() {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match session.submit_with_id(input, Input::text("cut")).await {
+                Ok(_) => break,
+                Err(e) => assert!(Instant::now() < deadline, "the retry is refused: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // The session takes new input and runs it to its end.
+    let outcome = session.run(Input::text("next")).await.unwrap();
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    assert_sound(&events);
+    let taken = events
+        .iter()
+        .filter(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input),
+        )
+        .count();
+    assert_eq!(taken, 1, "the input was taken {taken} times: {events:#?}");
+    // The usual case: the log said the commit happened, and the cut input's turn ran.
+    if first.is_ok() {
+        assert_eq!(completed(&events), 2, "{events:#?}");
+    }
+    rt.shutdown().await;
+}
+
+/// The store goes away while a session runs a tool call with an input queued: the
+/// session actor fails on its next append, and its restart cannot read the log. Once
+/// the store is back, the restart is tried again without any request for the session:
+/// the interrupted turn is closed and the queued input runs. Before, the failed restart
+/// was not tried again and the session waited for a request that might never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_could_not_read_the_log_is_tried_again_once_the_store_is_back() {
+    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let call = json!({"tool_calls": [{"id": "c1", "name": "shell", "arguments":
+        {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]});
+    let rt = runtime(
+        &behind,
+        json!({"responses": [call, {"text": "second answer"}, {"text": "third"}]}),
+    )
+    .await;
+    let session = session(&rt, tmp.path()).await;
+    let id = session.id();
+    session.submit(Input::text("first")).await.unwrap();
+    until_log(&straight, id, "the call started", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
+    })
+    .await;
+    session.submit(Input::text("second")).await.unwrap();
+    until_log(&straight, id, "the queued input", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::InputQueued { .. }))
+    })
+    .await;
+
+    // The store goes away; the call ends, and its result cannot be written.
+    forwarder.refuse();
+    std::fs::write(tmp.path().join("go"), "").unwrap();
+    // At least one restart could not read the log: the connection attempts refused
+    // are the session's own (the runtime does nothing else with the store meanwhile)
+    // and a restart makes one at least.
+    let deadline = Instant::now() + WAIT;
+    while forwarder.refused() < 2 || rt.loaded_session_ids().contains(&id) {
+        assert!(Instant::now() < deadline, "the session never failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    forwarder.heal();
+
+    // Nothing asks for the session: the Supervisor restarts it by itself.
+    until_log(&straight, id, "the queued input's turn", |events| {
+        completed(events) == 1
+    })
+    .await;
+    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    assert_sound(&events);
+    let statuses: Vec<TurnStatus> = events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::TurnComplete { status, .. } => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [TurnStatus::Failed, TurnStatus::Completed],
+        "{events:#?}"
+    );
+    rt.shutdown().await;
+}
