@@ -111,7 +111,13 @@ fn forwarded_session(method: &Method, path: &str) -> Option<SessionId> {
     if tail.is_empty() && method != Method::DELETE {
         return None;
     }
-    id.parse().ok()
+    // Read as the routes read it (percent-decoded, then any form a UUID parses from):
+    // a session the routes would serve here is one this node forwards.
+    percent_encoding::percent_decode_str(id)
+        .decode_utf8()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 fn is_events(method: &Method, path: &str) -> bool {
@@ -743,6 +749,21 @@ mod tests {
             forwarded_session(&Method::POST, "/sessions/nope/inputs"),
             None
         );
+        // Other spellings of the id the routes decode to the same session.
+        let text = id.to_string();
+        let hex: String = text.bytes().map(|b| format!("%{b:02X}")).collect();
+        for spelled in [
+            format!("%{:02x}{}", text.as_bytes()[0], &text[1..]),
+            hex,
+            format!("%7B{text}%7D"),
+            text.to_uppercase(),
+        ] {
+            assert_eq!(
+                forwarded_session(&Method::POST, &format!("/sessions/{spelled}/inputs")),
+                Some(id),
+                "{spelled}"
+            );
+        }
         for tail in ["/../../metrics", "/%2e%2E/x", "/..\\x", "/./inputs"] {
             assert_eq!(forwarded_session(&Method::GET, &path(tail)), None, "{tail}");
         }
