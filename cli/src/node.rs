@@ -426,8 +426,9 @@ async fn serve(
     if let Some(reason) = lost {
         anyhow::bail!(
             "node {name:?} lost its lease in the store ({reason}): it stopped writing and \
-             dropped its sessions; the other nodes take its shards over. Start it again to \
-             rejoin."
+             dropped its sessions; a live node takes its shards over once it can reach the \
+             store (when the store was away for every node, none is left: start the nodes \
+             again once it is back). Start it again to rejoin."
         );
     }
     match refused {

@@ -246,7 +246,12 @@ impl ShardNode {
                 Err(ClaimError::Held { .. }) => {} // again on the next tick
                 Err(ClaimError::LeaseLost) => return false,
                 Err(e) => {
-                    tracing::warn!(shard, error = %e, "claiming a shard failed; retrying");
+                    // The database failed: the other claims of this round would fail
+                    // alike (one line a round, not one per shard: a damaged schema
+                    // logged 256 lines every half second).
+                    let waiting = want.difference(&held).count() - claimed.len();
+                    tracing::warn!(shard, waiting, error = %e, "claiming shards failed; retrying at the next round");
+                    break;
                 }
             }
         }
