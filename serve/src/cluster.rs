@@ -141,6 +141,23 @@ fn served_by(cluster: &Cluster, mut response: Response) -> Response {
     response
 }
 
+/// The outermost middleware: a response no node named (the guard's and the bearer
+/// check's refusals, a forward that found no owner) was answered by this node. A relayed
+/// response keeps the owner's name.
+pub(crate) async fn name_node(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    match &state.cluster {
+        Some(cluster) if !response.headers().contains_key(SERVED_BY) => {
+            served_by(cluster, response)
+        }
+        _ => response,
+    }
+}
+
 /// The middleware (inside the guard and the bearer auth): serves here or forwards.
 pub(crate) async fn route(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(cluster) = state.cluster.clone() else {

@@ -111,6 +111,10 @@ pub(crate) fn router(state: AppState) -> Router {
             Arc::clone(&state.guard),
             guard::check,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::name_node,
+        ))
         .with_state(state)
 }
 

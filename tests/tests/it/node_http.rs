@@ -392,6 +392,7 @@ async fn scenario() {
         .await
         .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    served_by(&anonymous, b.name);
     let foreign_host = b
         .req(reqwest::Method::GET, &events_path)
         .header("Host", "evil.example")
@@ -399,6 +400,7 @@ async fn scenario() {
         .await
         .unwrap();
     assert_eq!(foreign_host.status(), StatusCode::FORBIDDEN);
+    served_by(&foreign_host, b.name);
     let foreign_origin = b
         .req(reqwest::Method::POST, &format!("/sessions/{id}/cancel"))
         .header("Origin", "http://evil.example")
@@ -575,6 +577,7 @@ async fn a_session_without_a_live_owner_is_answered_503_with_retry_after() {
         let resp = b.submit(&id, "hello").await;
         assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(resp.headers()["retry-after"], "1");
+        served_by(&resp, b.name);
         ghost.shutdown().await.unwrap();
         drop(b);
     })
