@@ -60,9 +60,10 @@ pub fn free_port() -> u16 {
 /// [`Forwarder::heal`] closes the connections held through the partition (as their
 /// peers would time them out) and forwards new ones again. [`Forwarder::refuse`] closes
 /// every connection at once and each new one as soon as it is accepted (a database that
-/// stopped), until the heal; [`Forwarder::cut_next_write`] passes the next bytes a client
-/// sends and closes that connection before the server's answer reaches it (a commit
-/// whose acknowledgement is lost).
+/// stopped), until the heal. The next bytes a client sends can be passed on with the
+/// connection closed before the server's answer reaches the client (a commit whose
+/// acknowledgement is lost: [`WriteFault::Cut`]), after the client saw it closed
+/// ([`WriteFault::Late`]), or not at all ([`WriteFault::Drop`]).
 #[derive(Debug)]
 pub struct Forwarder {
     addr: SocketAddr,
@@ -79,8 +80,19 @@ struct Faults {
     refusing: watch::Sender<bool>,
     /// Connections closed at once while refusing.
     refused: std::sync::atomic::AtomicUsize,
-    /// Armed by [`Forwarder::cut_next_write`].
-    cut: std::sync::atomic::AtomicBool,
+    /// Armed by [`Forwarder::fail_next_write`].
+    write: Mutex<Option<WriteFault>>,
+}
+
+/// What becomes of the next bytes a client sends (its connection is closed each time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    /// Passed on; the connection closed before the server's answer reaches the client.
+    Cut,
+    /// The connection closed at once; the bytes reach the server this much later.
+    Late(Duration),
+    /// The connection closed at once; the bytes never reach the server.
+    Drop,
 }
 
 impl Forwarder {
@@ -92,7 +104,7 @@ impl Forwarder {
         let faults = Arc::new(Faults {
             refusing: watch::channel(false).0,
             refused: std::sync::atomic::AtomicUsize::new(0),
-            cut: std::sync::atomic::AtomicBool::new(false),
+            write: Mutex::new(None),
         });
         let sender = state.clone();
         let shared = Arc::clone(&faults);
@@ -151,18 +163,15 @@ impl Forwarder {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// The next bytes any client sends are passed on, and that connection is closed
-    /// before the server's answer reaches the client.
-    pub fn cut_next_write(&self) {
-        self.faults
-            .cut
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+    /// The next bytes any client sends meet `fault`.
+    pub fn fail_next_write(&self, fault: WriteFault) {
+        *self.faults.write.lock().unwrap() = Some(fault);
     }
 
-    /// Whether a [`Self::cut_next_write`] is still armed.
+    /// Whether a [`Self::fail_next_write`] is still armed.
     #[must_use]
-    pub fn cut_pending(&self) -> bool {
-        self.faults.cut.load(std::sync::atomic::Ordering::SeqCst)
+    pub fn write_fault_pending(&self) -> bool {
+        self.faults.write.lock().unwrap().is_some()
     }
 
     /// Whether it forwards now.
@@ -182,14 +191,14 @@ impl Drop for Forwarder {
 }
 
 /// One connection: forwarded until a partition, then held silent until the heal, then
-/// closed; closed at once when the forwarder refuses; closed after passing the client's
-/// bytes when a cut is armed.
+/// closed; closed at once when the forwarder refuses; closed when a write fault is armed.
 async fn pipe(
     client: TcpStream,
     target: SocketAddr,
     mut state: watch::Receiver<bool>,
     faults: Arc<Faults>,
 ) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     if !*state.borrow_and_update() {
         // Accepted during a partition: silent, closed at the heal.
         let _ = state.wait_for(|f| *f).await;
@@ -201,48 +210,65 @@ async fn pipe(
     let mut refusing = faults.refusing.subscribe();
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = upstream.into_split();
+    // Ends with the fault that met the client's bytes (and the bytes), if one did.
     let outbound = async {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let mut buf = vec![0_u8; 64 * 1024];
         loop {
             let n = match from_client.read(&mut buf).await {
-                Ok(0) | Err(_) => return false,
+                Ok(0) | Err(_) => return None,
                 Ok(n) => n,
             };
-            if to_server.write_all(&buf[..n]).await.is_err() {
-                return false;
+            let fault = faults.write.lock().unwrap().take();
+            let passed_now = matches!(fault, None | Some(WriteFault::Cut));
+            if passed_now && to_server.write_all(&buf[..n]).await.is_err() {
+                return None;
             }
-            if faults.cut.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                return true;
+            if let Some(fault) = fault {
+                return Some((fault, buf[..n].to_vec()));
             }
         }
     };
     let inbound = tokio::io::copy(&mut from_server, &mut to_client);
-    // What ended the forwarding: 0 the connection, 1 a cut, 2 a partition.
+    enum Ended {
+        Closed,
+        Fault(WriteFault, Vec<u8>),
+        Partitioned,
+    }
     let ended = tokio::select! {
-        cut = outbound => u8::from(cut),
-        _ = inbound => 0,
+        fault = outbound => fault.map_or(Ended::Closed, |(f, bytes)| Ended::Fault(f, bytes)),
+        _ = inbound => Ended::Closed,
         r = refusing.wait_for(|r| *r) => {
             drop(r);
-            0
+            Ended::Closed
         }
         r = state.wait_for(|f| !*f) => {
             drop(r);
-            2
+            Ended::Partitioned
         }
     };
-    if ended == 1 {
-        // The client loses the connection now; the server gets its bytes and answers
-        // into a socket nobody reads.
+    if let Ended::Fault(fault, bytes) = &ended {
+        // The client loses the connection now.
         drop(to_client);
-        let mut sink = Vec::new();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            tokio::io::AsyncReadExt::read_buf(&mut from_server, &mut sink),
-        )
-        .await;
+        let passed = match fault {
+            WriteFault::Cut => true,
+            WriteFault::Late(delay) => {
+                tokio::time::sleep(*delay).await;
+                to_server.write_all(bytes).await.is_ok()
+            }
+            WriteFault::Drop => false,
+        };
+        if passed {
+            // The server answers into a socket nobody reads.
+            let mut sink = Vec::new();
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                tokio::io::AsyncReadExt::read_buf(&mut from_server, &mut sink),
+            )
+            .await;
+        }
+        return;
     }
-    let partitioned = ended == 2;
+    let partitioned = matches!(ended, Ended::Partitioned);
     if partitioned {
         // Keep both sockets open, move nothing, until the heal.
         let _ = state.wait_for(|f| *f).await;

@@ -432,21 +432,25 @@ impl Session {
 enum Outcome {
     Committed,
     NotWritten,
-    /// The log could not be read, or holds something else at those seqs.
+    /// The log could not be read, or holds other events at those seqs.
     Unknown(String),
 }
 
 /// Asks the log whether `events` (one append's, dense seqs) were committed: a batch
-/// commits whole or not at all, so the session's last seq tells.
+/// commits whole or not at all, so the log holds exactly them from their first seq, or
+/// nothing there. Other events there (an earlier append taken as not written that
+/// committed after all) say the actor's state is not the log's.
 async fn commit_outcome(store: &LogStore, id: SessionId, events: &[Event]) -> Outcome {
-    let (Some(first), Some(last)) = (events.first(), events.last()) else {
+    let Some(first) = events.first() else {
         return Outcome::NotWritten;
     };
-    match store.last_seq(id).await {
-        Ok(Some(seq)) if seq == last.seq => Outcome::Committed,
-        Ok(None) => Outcome::NotWritten,
-        Ok(Some(seq)) if seq < first.seq => Outcome::NotWritten,
-        Ok(Some(seq)) => Outcome::Unknown(format!("the log ends at seq {}", seq.0)),
+    match store.read_range(id, first.seq, events.len() + 1).await {
+        Ok(stored) if stored.is_empty() => Outcome::NotWritten,
+        Ok(stored) if stored == events => Outcome::Committed,
+        Ok(_) => Outcome::Unknown(format!(
+            "the log holds other events from seq {}",
+            first.seq.0
+        )),
         Err(e) => Outcome::Unknown(format!("the log cannot be read: {e}")),
     }
 }

@@ -418,3 +418,60 @@ async fn a_stream_that_breaks_off_is_retried_then_fails_as_stream_interrupted() 
     );
     rt.shutdown().await;
 }
+
+/// Waits (paused time) until `id` is loaded again (by the Supervisor: nothing else asks).
+async fn until_loaded(rt: &crate::Runtime, id: foya_protocol::SessionId) {
+    within(async {
+        while !rt.loaded_session_ids().contains(&id) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// Crashes the live session actor and waits until it is gone (its subscriber cut off).
+async fn crash(session: &crate::SessionHandle) {
+    let mut sub = subscribe(session, false).await;
+    session.crash_session_for_test().await;
+    within(async {
+        while let Some(update) = sub.recv().await {
+            if matches!(update, SessionUpdate::Notice(_)) {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_failing_now_and_then_is_restarted_each_time_and_one_failing_in_a_row_is_left_stopped()
+ {
+    let rt = runtime(script(json!({"responses":[{"text":"a"}]}))).await;
+    let session = rt
+        .create_session(session_config(ApprovalMode::Bypass))
+        .await
+        .unwrap();
+    let id = session.id();
+    // Failures ten minutes apart (a long-lived node's occasional store outages): each
+    // is restarted from the log, past the three a row allows.
+    for _ in 0..5 {
+        tokio::time::advance(std::time::Duration::from_secs(601)).await;
+        crash(&session).await;
+        until_loaded(&rt, id).await;
+    }
+    // Failures in a row: three restarts, then it is left stopped.
+    tokio::time::advance(std::time::Duration::from_secs(601)).await;
+    for _ in 0..3 {
+        crash(&session).await;
+        until_loaded(&rt, id).await;
+    }
+    crash(&session).await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(
+        !rt.loaded_session_ids().contains(&id),
+        "restarted a fourth time in a row"
+    );
+    rt.shutdown().await;
+}

@@ -32,8 +32,9 @@ pub(crate) struct Supervisor {
     deps: Arc<RuntimeDeps>,
     registry: Registry,
     children: HashMap<ActorId, SessionId>,
-    /// Restarts after failures, per session, over the runtime's life.
-    restarts: HashMap<SessionId, u32>,
+    /// Restarts after failures, per session: how many in a row (each within
+    /// [`RESTART_WINDOW`] of the one before), and when the last one was.
+    restarts: HashMap<SessionId, (u32, tokio::time::Instant)>,
     /// Set by `Drain`: no session is created or loaded any more.
     closing: bool,
     /// Sessions that hibernated and were not loaded since (the runtime's
@@ -42,9 +43,13 @@ pub(crate) struct Supervisor {
     hibernated: HashMap<SessionId, bool>,
 }
 
-/// A session that failed more often than this is left stopped (loaded again on the next
-/// request for it), so a session that fails on start cannot spin.
+/// A session that failed more often than this in a row is left stopped (loaded again on
+/// the next request for it), so a session that fails on start cannot spin.
 const MAX_RESTARTS: u32 = 3;
+
+/// Failures further apart than this are not in a row: a long-lived node restarts a
+/// session after each of its occasional store outages, not only after the first three.
+const RESTART_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// A restart that could not read the log is tried again after this, doubled each time up
 /// to [`RESTART_DELAY_MAX`], at most [`RESTART_ATTEMPTS`] times (about 90 s in
@@ -261,8 +266,13 @@ impl Actor for SupervisorActor {
                     state
                         .registry
                         .remove_if(&id, |_, a| a.get_id() == cell.get_id());
-                    let restarts = state.restarts.entry(id).or_insert(0);
+                    let now = tokio::time::Instant::now();
+                    let (restarts, last) = state.restarts.entry(id).or_insert((0, now));
+                    if now.duration_since(*last) > RESTART_WINDOW {
+                        *restarts = 0;
+                    }
                     *restarts += 1;
+                    *last = now;
                     if state.closing {
                         tracing::warn!(session.id = %id, "not restarted: the runtime is shutting down");
                     } else if *restarts > MAX_RESTARTS {

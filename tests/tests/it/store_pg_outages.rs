@@ -11,7 +11,7 @@ use foya_protocol::{
 };
 use foya_storage::{EventLog as _, LogStore};
 use foya_storage_pg::{PgLog, PgOptions, testkit};
-use foya_tests::fault_cluster::{Forwarder, split_store_url};
+use foya_tests::fault_cluster::{Forwarder, WriteFault, split_store_url};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,10 +130,10 @@ async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log(
     let session = session(&rt, tmp.path()).await;
     let id = session.id();
 
-    forwarder.cut_next_write();
+    forwarder.fail_next_write(WriteFault::Cut);
     let input = InputId::new();
     let first = session.submit_with_id(input, Input::text("cut")).await;
-    assert!(!forwarder.cut_pending(), "nothing was cut");
+    assert!(!forwarder.write_fault_pending(), "nothing was cut");
     // Committed whatever the runtime was told.
     until_log(&straight, id, "the cut input", |events| {
         events.iter().any(
@@ -144,14 +144,7 @@ async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log(
     // A client that was not told its input was taken retries it under its id (within a
     // bound well below the idle unload that used to end the stuck state).
     if first.is_err() {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match session.submit_with_id(input, Input::text("cut")).await {
-                Ok(_) => break,
-                Err(e) => assert!(Instant::now() < deadline, "the retry is refused: {e}"),
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        submit_until_taken(&session, input, "cut").await;
     }
     // The session takes new input and runs it to its end.
     let outcome = session.run(Input::text("next")).await.unwrap();
@@ -168,6 +161,70 @@ async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log(
     // The usual case: the log said the commit happened, and the cut input's turn ran.
     if first.is_ok() {
         assert_eq!(completed(&events), 2, "{events:#?}");
+    }
+    rt.shutdown().await;
+}
+
+/// Submits `text` under `input` until it is taken (within a bound well below the idle
+/// unload that used to end a stuck session), the way a client retries a refused input.
+async fn submit_until_taken(session: &SessionHandle, input: InputId, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match session.submit_with_id(input, Input::text(text)).await {
+            Ok(_) => return,
+            Err(e) => assert!(Instant::now() < deadline, "the retry is refused: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A statement taken as not written commits after all (its bytes reached the server
+/// after the runtime saw the connection close and asked the log), and the next input's
+/// statement is lost on its way: the log holds the first input's events at the seqs the
+/// second was written for. The second is not taken as committed (the log holds other
+/// events there): the session goes on from the log, both inputs are in it once each
+/// after their retries, and every turn is closed. Before, the second was answered as
+/// taken and was in no log, and the first's turn ran the second's model answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_lost_after_another_commits_late_is_not_taken_for_it() {
+    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(
+        &behind,
+        json!({"responses": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}),
+    )
+    .await;
+    let session = session(&rt, tmp.path()).await;
+    let id = session.id();
+
+    let (late, lost) = (InputId::new(), InputId::new());
+    forwarder.fail_next_write(WriteFault::Late(Duration::from_millis(300)));
+    let _ = session.submit_with_id(late, Input::text("late")).await;
+    until_log(&straight, id, "the late input", |events| {
+        events.iter().any(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == late),
+        )
+    })
+    .await;
+    forwarder.fail_next_write(WriteFault::Drop);
+    let second = session.submit_with_id(lost, Input::text("lost")).await;
+    assert!(!forwarder.write_fault_pending(), "nothing was dropped");
+    // Retried until taken, each under its id.
+    submit_until_taken(&session, late, "late").await;
+    submit_until_taken(&session, lost, "lost").await;
+    let outcome = session.run(Input::text("next")).await.unwrap();
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    assert_sound(&events);
+    for input in [late, lost] {
+        let taken = events
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input))
+            .count();
+        assert_eq!(
+            taken, 1,
+            "{input:?} taken {taken} times ({second:?}): {events:#?}"
+        );
     }
     rt.shutdown().await;
 }
