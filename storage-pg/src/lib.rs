@@ -33,8 +33,9 @@
 //! affect the others of the batch; a failed statement (connection lost, server restart)
 //! fails every append of it with [`AppendError::Storage`] and the connection is opened
 //! again for the next batch. Such a statement may have committed before its answer was
-//! lost: the runtime's session asks the log (`last_seq`) before it takes the append as
-//! not written.
+//! lost; its server process is ended before the appends are answered (so nothing of it
+//! commits later), and the runtime's session reads the log before it takes the append
+//! as not written.
 //!
 //! # Acknowledgement
 //!

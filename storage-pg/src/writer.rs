@@ -100,14 +100,17 @@ impl Request {
     }
 }
 
-/// One writer connection and its prepared `foya_append` statement; opened again after
-/// it was lost.
+/// One writer connection, its prepared `foya_append` statement and its server process's
+/// pid; opened again after it was lost.
 pub(crate) struct Connection {
     config: Config,
     synchronous_commit: bool,
     shards: Shards,
-    open: Option<(Client, Statement)>,
+    open: Option<(Client, Statement, i32)>,
 }
+
+/// How long a failed statement's answer waits for its server process to end.
+const END_BACKEND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 const APPEND: &str = "SELECT r_append, r_code, r_expected, r_shard FROM foya_append(\
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
@@ -129,7 +132,7 @@ impl Connection {
     }
 
     async fn ensure(&mut self) -> Result<(&Client, &Statement), PgError> {
-        if self.open.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+        if self.open.as_ref().is_some_and(|(c, _, _)| c.is_closed()) {
             self.open = None;
         }
         if self.open.is_none() {
@@ -158,11 +161,63 @@ impl Connection {
                 Type::UUID_ARRAY,
             ];
             let statement = client.prepare_typed(APPEND, &types).await?;
-            self.open = Some((client, statement));
+            let pid: i32 = client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await?
+                .try_get(0)
+                .map_err(|e| PgError::Db(render(&e)))?;
+            self.open = Some((client, statement, pid));
         }
         match &self.open {
-            Some((client, statement)) => Ok((client, statement)),
+            Some((client, statement, _)) => Ok((client, statement)),
             None => Err(PgError::Db("no connection".into())),
+        }
+    }
+
+    /// Ends server process `pid` (a failed statement's) and waits until it is gone, at
+    /// most [`END_BACKEND_WAIT`] in all; says so when it cannot (the server cannot be
+    /// reached: the appends are answered as failed anyway, and the session asks the log).
+    async fn end_backend(&self, pid: i32) {
+        let ended = tokio::time::timeout(END_BACKEND_WAIT, self.end_backend_now(pid)).await;
+        if ended.is_err() {
+            tracing::warn!(
+                pid,
+                "a failed statement's server process could not be ended in time"
+            );
+        }
+    }
+
+    async fn end_backend_now(&self, pid: i32) {
+        let client = match connect(&self.config).await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cannot end a failed statement's server process");
+                return;
+            }
+        };
+        if let Err(e) = client
+            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+        {
+            tracing::warn!(pid, error = %render(&e), "cannot end a failed statement's server process");
+            return;
+        }
+        loop {
+            let alive = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+                    &[&pid],
+                )
+                .await
+                .and_then(|row| row.try_get::<_, bool>(0));
+            match alive {
+                Ok(false) => return,
+                Ok(true) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                Err(e) => {
+                    tracing::warn!(pid, error = %render(&e), "cannot end a failed statement's server process");
+                    return;
+                }
+            }
         }
     }
 
@@ -257,9 +312,13 @@ impl Connection {
             Ok(rows) => rows,
             Err(message) => {
                 tracing::warn!(error = %message, appends = batch.len(), "a PostgreSQL batch failed");
-                // A lost connection is opened again for the next batch.
-                if self.open.as_ref().is_some_and(|(c, _)| c.is_closed()) {
-                    self.open = None;
+                // The connection is opened again for the next batch, and its server
+                // process is ended before anyone is answered: bytes of the statement
+                // still on their way (a connection lost in transit) then reach no one,
+                // so what the log holds once the appends are answered is final.
+                if let Some((client, _, pid)) = self.open.take() {
+                    drop(client);
+                    self.end_backend(pid).await;
                 }
                 for request in &mut batch {
                     request.answer(Err(AppendError::Storage(message.clone())));

@@ -82,12 +82,15 @@ struct Faults {
     refused: std::sync::atomic::AtomicUsize,
     /// Armed by [`Forwarder::fail_next_write`].
     write: Mutex<Option<WriteFault>>,
+    /// [`WriteFault::Late`] writes tried, each once the server answered or the
+    /// connection ended.
+    late: std::sync::atomic::AtomicUsize,
 }
 
 /// What becomes of the next bytes a client sends (its connection is closed each time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteFault {
-    /// Passed on; the connection closed before the server's answer reaches the client.
+    /// Passed on; the connection closed once the server answered, the answer not passed.
     Cut,
     /// The connection closed at once; the bytes reach the server this much later.
     Late(Duration),
@@ -105,6 +108,7 @@ impl Forwarder {
             refusing: watch::channel(false).0,
             refused: std::sync::atomic::AtomicUsize::new(0),
             write: Mutex::new(None),
+            late: std::sync::atomic::AtomicUsize::new(0),
         });
         let sender = state.clone();
         let shared = Arc::clone(&faults);
@@ -168,6 +172,13 @@ impl Forwarder {
         *self.faults.write.lock().unwrap() = Some(fault);
     }
 
+    /// How many [`WriteFault::Late`] writes were tried (each counted once the server
+    /// answered it or the connection ended).
+    #[must_use]
+    pub fn late_writes(&self) -> usize {
+        self.faults.late.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Whether a [`Self::fail_next_write`] is still armed.
     #[must_use]
     pub fn write_fault_pending(&self) -> bool {
@@ -219,12 +230,11 @@ async fn pipe(
                 Ok(n) => n,
             };
             let fault = faults.write.lock().unwrap().take();
-            let passed_now = matches!(fault, None | Some(WriteFault::Cut));
-            if passed_now && to_server.write_all(&buf[..n]).await.is_err() {
-                return None;
-            }
             if let Some(fault) = fault {
                 return Some((fault, buf[..n].to_vec()));
+            }
+            if to_server.write_all(&buf[..n]).await.is_err() {
+                return None;
             }
         }
     };
@@ -246,25 +256,37 @@ async fn pipe(
             Ended::Partitioned
         }
     };
-    if let Ended::Fault(fault, bytes) = &ended {
-        // The client loses the connection now.
-        drop(to_client);
-        let passed = match fault {
-            WriteFault::Cut => true,
-            WriteFault::Late(delay) => {
-                tokio::time::sleep(*delay).await;
-                to_server.write_all(bytes).await.is_ok()
+    if let Ended::Fault(fault, bytes) = ended {
+        // The server's answer, read here and never passed on.
+        let mut answer = Vec::new();
+        match fault {
+            WriteFault::Cut => {
+                // The client loses the connection once the server answered.
+                if to_server.write_all(&bytes).await.is_ok() {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        from_server.read_buf(&mut answer),
+                    )
+                    .await;
+                }
+                drop(to_client);
             }
-            WriteFault::Drop => false,
-        };
-        if passed {
-            // The server answers into a socket nobody reads.
-            let mut sink = Vec::new();
-            let _ = tokio::time::timeout(
-                Duration::from_secs(5),
-                tokio::io::AsyncReadExt::read_buf(&mut from_server, &mut sink),
-            )
-            .await;
+            WriteFault::Late(delay) => {
+                // The client loses the connection now; the bytes follow.
+                drop(to_client);
+                tokio::time::sleep(delay).await;
+                if to_server.write_all(&bytes).await.is_ok() {
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        from_server.read_buf(&mut answer),
+                    )
+                    .await;
+                }
+                faults
+                    .late
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            WriteFault::Drop => drop(to_client),
         }
         return;
     }

@@ -178,15 +178,14 @@ async fn submit_until_taken(session: &SessionHandle, input: InputId, text: &str)
     }
 }
 
-/// A statement taken as not written commits after all (its bytes reached the server
-/// after the runtime saw the connection close and asked the log), and the next input's
-/// statement is lost on its way: the log holds the first input's events at the seqs the
-/// second was written for. The second is not taken as committed (the log holds other
-/// events there): the session goes on from the log, both inputs are in it once each
-/// after their retries, and every turn is closed. Before, the second was answered as
-/// taken and was in no log, and the first's turn ran the second's model answer.
+/// The statement of an idle session's input is lost on its way, and the log holds
+/// other events at the seqs it was written for (another writer's: an earlier statement
+/// of this session that committed after it was answered as failed looks the same). The
+/// input is not taken as committed: the session goes on from the log (the other turn
+/// closed), the input is in it once after its retry, and every turn is closed. Before,
+/// the input was answered as taken and was in no log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_lost_after_another_commits_late_is_not_taken_for_it() {
+async fn an_answer_lost_where_the_log_holds_other_events_is_not_taken_for_them() {
     let (forwarder, behind, straight) = store_behind_a_forwarder().await;
     let tmp = tempfile::tempdir().unwrap();
     let rt = runtime(
@@ -196,36 +195,89 @@ async fn an_answer_lost_after_another_commits_late_is_not_taken_for_it() {
     .await;
     let session = session(&rt, tmp.path()).await;
     let id = session.id();
-
-    let (late, lost) = (InputId::new(), InputId::new());
-    forwarder.fail_next_write(WriteFault::Late(Duration::from_millis(300)));
-    let _ = session.submit_with_id(late, Input::text("late")).await;
-    until_log(&straight, id, "the late input", |events| {
-        events.iter().any(
-            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == late),
+    // Another writer's input and turn start, at the seqs the next append will take.
+    let other = InputId::new();
+    let foreign = |seq: u64, kind: EventKind| Event {
+        session_id: id,
+        seq: Seq(seq),
+        run_id: Some(foya_protocol::RunId::new()),
+        at_ms: 1,
+        kind,
+    };
+    straight
+        .append(
+            &[
+                foreign(
+                    2,
+                    EventKind::UserMessage {
+                        input_id: other,
+                        input: Input::text("elsewhere"),
+                    },
+                ),
+                foreign(3, EventKind::TurnStarted { input_id: other }),
+            ],
+            foya_storage::Fence::None,
         )
-    })
-    .await;
+        .await
+        .unwrap();
+
+    let lost = InputId::new();
     forwarder.fail_next_write(WriteFault::Drop);
-    let second = session.submit_with_id(lost, Input::text("lost")).await;
+    // Answered as refused, or as taken by the session restarted from the log (the
+    // handle asks a restarted session once more): never as the other writer's events.
+    let _ = session.submit_with_id(lost, Input::text("lost")).await;
     assert!(!forwarder.write_fault_pending(), "nothing was dropped");
-    // Retried until taken, each under its id.
-    submit_until_taken(&session, late, "late").await;
     submit_until_taken(&session, lost, "lost").await;
     let outcome = session.run(Input::text("next")).await.unwrap();
     assert_eq!(outcome.status, TurnStatus::Completed);
     let events = straight.read_from(id, Seq::FIRST).await.unwrap();
     assert_sound(&events);
-    for input in [late, lost] {
+    for input in [other, lost] {
         let taken = events
             .iter()
             .filter(|e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input))
             .count();
-        assert_eq!(
-            taken, 1,
-            "{input:?} taken {taken} times ({second:?}): {events:#?}"
-        );
+        assert_eq!(taken, 1, "{input:?} taken {taken} times: {events:#?}");
     }
+    rt.shutdown().await;
+}
+
+/// An input's statement reaches the server only after the runtime saw its connection
+/// close (lost in transit): the store ends the statement's server process before it
+/// answers, so the late bytes reach no one and the input, answered as refused, is in no
+/// log; the session takes the next input. Before, the late statement committed what
+/// the session took as refused, and the session's next append met a seq mismatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_that_reaches_the_server_late_commits_nothing() {
+    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = runtime(
+        &behind,
+        json!({"responses": [{"text": "one"}, {"text": "two"}]}),
+    )
+    .await;
+    let session = session(&rt, tmp.path()).await;
+    let id = session.id();
+
+    let late = InputId::new();
+    forwarder.fail_next_write(WriteFault::Late(Duration::from_millis(300)));
+    let refused = session.submit_with_id(late, Input::text("late")).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let deadline = Instant::now() + WAIT;
+    while forwarder.late_writes() == 0 {
+        assert!(Instant::now() < deadline, "the late write was never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    assert!(
+        !events.iter().any(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == late)
+        ),
+        "the refused input committed late: {events:#?}"
+    );
+    let outcome = session.run(Input::text("next")).await.unwrap();
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    assert_sound(&straight.read_from(id, Seq::FIRST).await.unwrap());
     rt.shutdown().await;
 }
 
