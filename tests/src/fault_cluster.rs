@@ -137,6 +137,20 @@ impl Forwarder {
         }
     }
 
+    /// A forwarder to the server of PostgreSQL URL `store`, and the same URL through it.
+    pub async fn in_front_of(store: &str) -> (Forwarder, String) {
+        let (host_port, rest) = split_store_url(store);
+        let target = tokio::net::lookup_host(&host_port)
+            .await
+            .unwrap()
+            .next()
+            .unwrap();
+        let forwarder = Forwarder::start(target).await;
+        let through = store.replacen(&host_port, &forwarder.addr().to_string(), 1);
+        assert!(through.ends_with(rest));
+        (forwarder, through)
+    }
+
     /// Where clients connect.
     #[must_use]
     pub fn addr(&self) -> SocketAddr {

@@ -505,15 +505,7 @@ async fn a_partition_between_one_node_and_postgres() {
     let _one = foya_tests::IN_PROCESS_CLUSTER.lock().await;
     for run in 0..RUNS {
         let store = foya_storage_pg::testkit::fresh_url().await;
-        let (host_port, rest) = foya_tests::fault_cluster::split_store_url(&store);
-        let target = tokio::net::lookup_host(&host_port)
-            .await
-            .unwrap()
-            .next()
-            .unwrap();
-        let forwarder = Forwarder::start(target).await;
-        let through = store.replacen(&host_port, &forwarder.addr().to_string(), 1);
-        assert!(through.ends_with(rest));
+        let (forwarder, through) = Forwarder::in_front_of(&store).await;
         let (cluster, mut load) = loaded(&store, &[Some(through), None, None]).await;
         // Sessions of n1's (behind the forwarder): more are created until it owns one
         // (rendezvous placement gives it about a third).

@@ -11,7 +11,7 @@ use foya_protocol::{
 };
 use foya_storage::{EventLog as _, LogStore};
 use foya_storage_pg::{PgLog, PgOptions, testkit};
-use foya_tests::fault_cluster::{Forwarder, WriteFault, split_store_url};
+use foya_tests::fault_cluster::{Forwarder, WriteFault};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,14 +24,7 @@ const WAIT: Duration = Duration::from_secs(90);
 /// forwarder (the runtime's), one straight (the test's view).
 async fn store_behind_a_forwarder() -> (Forwarder, PgLog, PgLog) {
     let url = testkit::fresh_url().await;
-    let (host_port, _) = split_store_url(&url);
-    let target = tokio::net::lookup_host(&host_port)
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let forwarder = Forwarder::start(target).await;
-    let through = url.replacen(&host_port, &forwarder.addr().to_string(), 1);
+    let (forwarder, through) = Forwarder::in_front_of(&url).await;
     let options = || PgOptions {
         shards: 4,
         ..PgOptions::default()
@@ -74,6 +67,16 @@ async fn until_log(log: &PgLog, id: SessionId, what: &str, done: impl Fn(&[Event
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// How many times the log took input `input` (its `user_message`s).
+fn times_taken(events: &[Event], input: InputId) -> usize {
+    events
+        .iter()
+        .filter(
+            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input),
+        )
+        .count()
 }
 
 fn completed(events: &[Event]) -> usize {
@@ -136,9 +139,7 @@ async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log(
     assert!(!forwarder.write_fault_pending(), "nothing was cut");
     // Committed whatever the runtime was told.
     until_log(&straight, id, "the cut input", |events| {
-        events.iter().any(
-            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input),
-        )
+        times_taken(events, input) > 0
     })
     .await;
     // A client that was not told its input was taken retries it under its id (within a
@@ -151,12 +152,7 @@ async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log(
     assert_eq!(outcome.status, TurnStatus::Completed);
     let events = straight.read_from(id, Seq::FIRST).await.unwrap();
     assert_sound(&events);
-    let taken = events
-        .iter()
-        .filter(
-            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input),
-        )
-        .count();
+    let taken = times_taken(&events, input);
     assert_eq!(taken, 1, "the input was taken {taken} times: {events:#?}");
     // The usual case: the log said the commit happened, and the cut input's turn ran.
     if first.is_ok() {
@@ -233,10 +229,7 @@ async fn an_answer_lost_where_the_log_holds_other_events_is_not_taken_for_them()
     let events = straight.read_from(id, Seq::FIRST).await.unwrap();
     assert_sound(&events);
     for input in [other, lost] {
-        let taken = events
-            .iter()
-            .filter(|e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == input))
-            .count();
+        let taken = times_taken(&events, input);
         assert_eq!(taken, 1, "{input:?} taken {taken} times: {events:#?}");
     }
     rt.shutdown().await;
@@ -269,10 +262,9 @@ async fn a_statement_that_reaches_the_server_late_commits_nothing() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let events = straight.read_from(id, Seq::FIRST).await.unwrap();
-    assert!(
-        !events.iter().any(
-            |e| matches!(&e.kind, EventKind::UserMessage { input_id, .. } if *input_id == late)
-        ),
+    assert_eq!(
+        times_taken(&events, late),
+        0,
         "the refused input committed late: {events:#?}"
     );
     let outcome = session.run(Input::text("next")).await.unwrap();
