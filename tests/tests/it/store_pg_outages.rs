@@ -20,9 +20,19 @@ use tokio::time::Instant;
 /// One global bound for every wait of a test.
 const WAIT: Duration = Duration::from_secs(90);
 
-/// A fresh store, a forwarder to its server, and two logs on it: one through the
-/// forwarder (the runtime's), one straight (the test's view).
-async fn store_behind_a_forwarder() -> (Forwarder, PgLog, PgLog) {
+/// A runtime on a fresh store through a forwarder, with one idle session (its folder
+/// `tmp`), and the store read straight (the test's view).
+struct Outage {
+    forwarder: Forwarder,
+    straight: PgLog,
+    rt: Runtime,
+    session: SessionHandle,
+    id: SessionId,
+    tmp: tempfile::TempDir,
+}
+
+/// An [`Outage`] whose model answers with `responses` in turn.
+async fn outage(responses: serde_json::Value) -> Outage {
     let url = testkit::fresh_url().await;
     let (forwarder, through) = Forwarder::in_front_of(&url).await;
     let options = || PgOptions {
@@ -31,25 +41,28 @@ async fn store_behind_a_forwarder() -> (Forwarder, PgLog, PgLog) {
     };
     let behind = PgLog::open(&through, options()).await.unwrap();
     let straight = PgLog::open(&url, options()).await.unwrap();
-    (forwarder, behind, straight)
-}
-
-async fn runtime(log: &PgLog, script: serde_json::Value) -> Runtime {
-    let script: Script = serde_json::from_value(script).unwrap();
+    let script: Script = serde_json::from_value(json!({ "responses": responses })).unwrap();
     let mut config = RuntimeConfig::new(
-        LogStore::shared(log.clone()),
+        LogStore::shared(behind),
         Arc::new(ScriptedClient::from_script(script)),
     );
     config.tools = Arc::new(foya_actors::tools::ToolRegistry::builtin_with_sandbox(
         foya_actors::testkit::sandbox_runner(),
     ));
-    Runtime::start(config).await.unwrap()
-}
-
-async fn session(rt: &Runtime, cwd: &std::path::Path) -> SessionHandle {
-    let mut config = SessionConfig::new(cwd);
+    let rt = Runtime::start(config).await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = SessionConfig::new(tmp.path());
     config.approval_mode = ApprovalMode::Bypass;
-    rt.create_session(config).await.unwrap()
+    let session = rt.create_session(config).await.unwrap();
+    let id = session.id();
+    Outage {
+        forwarder,
+        straight,
+        rt,
+        session,
+        id,
+        tmp,
+    }
 }
 
 /// Waits (one global bound) until `log` holds events of `id` that `done` accepts,
@@ -123,34 +136,26 @@ fn assert_sound(events: &[Event]) {
 /// mismatch until it was unloaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log() {
-    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let rt = runtime(
-        &behind,
-        json!({"responses": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}),
-    )
-    .await;
-    let session = session(&rt, tmp.path()).await;
-    let id = session.id();
+    let o = outage(json!([{"text": "one"}, {"text": "two"}, {"text": "three"}])).await;
 
-    forwarder.fail_next_write(WriteFault::Cut);
+    o.forwarder.fail_next_write(WriteFault::Cut);
     let input = InputId::new();
-    let first = session.submit_with_id(input, Input::text("cut")).await;
-    assert!(!forwarder.write_fault_pending(), "nothing was cut");
+    let first = o.session.submit_with_id(input, Input::text("cut")).await;
+    assert!(!o.forwarder.write_fault_pending(), "nothing was cut");
     // Committed whatever the runtime was told.
-    until_log(&straight, id, "the cut input", |events| {
+    until_log(&o.straight, o.id, "the cut input", |events| {
         times_taken(events, input) > 0
     })
     .await;
     // A client that was not told its input was taken retries it under its id (within a
     // bound well below the idle unload that used to end the stuck state).
     if first.is_err() {
-        submit_until_taken(&session, input, "cut").await;
+        submit_until_taken(&o.session, input, "cut").await;
     }
     // The session takes new input and runs it to its end.
-    let outcome = session.run(Input::text("next")).await.unwrap();
+    let outcome = o.session.run(Input::text("next")).await.unwrap();
     assert_eq!(outcome.status, TurnStatus::Completed);
-    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_sound(&events);
     let taken = times_taken(&events, input);
     assert_eq!(taken, 1, "the input was taken {taken} times: {events:#?}");
@@ -158,7 +163,7 @@ async fn a_commit_whose_answer_is_lost_leaves_the_session_going_on_from_the_log(
     if first.is_ok() {
         assert_eq!(completed(&events), 2, "{events:#?}");
     }
-    rt.shutdown().await;
+    o.rt.shutdown().await;
 }
 
 /// Submits `text` under `input` until it is taken (within a bound well below the idle
@@ -182,25 +187,17 @@ async fn submit_until_taken(session: &SessionHandle, input: InputId, text: &str)
 /// the input was answered as taken and was in no log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_lost_where_the_log_holds_other_events_is_not_taken_for_them() {
-    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let rt = runtime(
-        &behind,
-        json!({"responses": [{"text": "one"}, {"text": "two"}, {"text": "three"}]}),
-    )
-    .await;
-    let session = session(&rt, tmp.path()).await;
-    let id = session.id();
+    let o = outage(json!([{"text": "one"}, {"text": "two"}, {"text": "three"}])).await;
     // Another writer's input and turn start, at the seqs the next append will take.
     let other = InputId::new();
     let foreign = |seq: u64, kind: EventKind| Event {
-        session_id: id,
+        session_id: o.id,
         seq: Seq(seq),
         run_id: Some(foya_protocol::RunId::new()),
         at_ms: 1,
         kind,
     };
-    straight
+    o.straight
         .append(
             &[
                 foreign(
@@ -218,21 +215,21 @@ async fn an_answer_lost_where_the_log_holds_other_events_is_not_taken_for_them()
         .unwrap();
 
     let lost = InputId::new();
-    forwarder.fail_next_write(WriteFault::Drop);
+    o.forwarder.fail_next_write(WriteFault::Drop);
     // Answered as refused, or as taken by the session restarted from the log (the
     // handle asks a restarted session once more): never as the other writer's events.
-    let _ = session.submit_with_id(lost, Input::text("lost")).await;
-    assert!(!forwarder.write_fault_pending(), "nothing was dropped");
-    submit_until_taken(&session, lost, "lost").await;
-    let outcome = session.run(Input::text("next")).await.unwrap();
+    let _ = o.session.submit_with_id(lost, Input::text("lost")).await;
+    assert!(!o.forwarder.write_fault_pending(), "nothing was dropped");
+    submit_until_taken(&o.session, lost, "lost").await;
+    let outcome = o.session.run(Input::text("next")).await.unwrap();
     assert_eq!(outcome.status, TurnStatus::Completed);
-    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_sound(&events);
     for input in [other, lost] {
         let taken = times_taken(&events, input);
         assert_eq!(taken, 1, "{input:?} taken {taken} times: {events:#?}");
     }
-    rt.shutdown().await;
+    o.rt.shutdown().await;
 }
 
 /// An input's statement reaches the server only after the runtime saw its connection
@@ -242,35 +239,28 @@ async fn an_answer_lost_where_the_log_holds_other_events_is_not_taken_for_them()
 /// the session took as refused, and the session's next append met a seq mismatch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_that_reaches_the_server_late_commits_nothing() {
-    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let rt = runtime(
-        &behind,
-        json!({"responses": [{"text": "one"}, {"text": "two"}]}),
-    )
-    .await;
-    let session = session(&rt, tmp.path()).await;
-    let id = session.id();
+    let o = outage(json!([{"text": "one"}, {"text": "two"}])).await;
 
     let late = InputId::new();
-    forwarder.fail_next_write(WriteFault::Late(Duration::from_millis(300)));
-    let refused = session.submit_with_id(late, Input::text("late")).await;
+    o.forwarder
+        .fail_next_write(WriteFault::Late(Duration::from_millis(300)));
+    let refused = o.session.submit_with_id(late, Input::text("late")).await;
     assert!(refused.is_err(), "{refused:?}");
     let deadline = Instant::now() + WAIT;
-    while forwarder.late_writes() == 0 {
+    while o.forwarder.late_writes() == 0 {
         assert!(Instant::now() < deadline, "the late write was never tried");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_eq!(
         times_taken(&events, late),
         0,
         "the refused input committed late: {events:#?}"
     );
-    let outcome = session.run(Input::text("next")).await.unwrap();
+    let outcome = o.session.run(Input::text("next")).await.unwrap();
     assert_eq!(outcome.status, TurnStatus::Completed);
-    assert_sound(&straight.read_from(id, Seq::FIRST).await.unwrap());
-    rt.shutdown().await;
+    assert_sound(&o.straight.read_from(o.id, Seq::FIRST).await.unwrap());
+    o.rt.shutdown().await;
 }
 
 /// The store goes away while a session runs a tool call with an input queued: the
@@ -280,26 +270,18 @@ async fn a_statement_that_reaches_the_server_late_commits_nothing() {
 /// was not tried again and the session waited for a request that might never come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_could_not_read_the_log_is_tried_again_once_the_store_is_back() {
-    let (forwarder, behind, straight) = store_behind_a_forwarder().await;
-    let tmp = tempfile::tempdir().unwrap();
     let call = json!({"tool_calls": [{"id": "c1", "name": "shell", "arguments":
         {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]});
-    let rt = runtime(
-        &behind,
-        json!({"responses": [call, {"text": "second answer"}, {"text": "third"}]}),
-    )
-    .await;
-    let session = session(&rt, tmp.path()).await;
-    let id = session.id();
-    session.submit(Input::text("first")).await.unwrap();
-    until_log(&straight, id, "the call started", |events| {
+    let o = outage(json!([call, {"text": "second answer"}, {"text": "third"}])).await;
+    o.session.submit(Input::text("first")).await.unwrap();
+    until_log(&o.straight, o.id, "the call started", |events| {
         events
             .iter()
             .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
     })
     .await;
-    session.submit(Input::text("second")).await.unwrap();
-    until_log(&straight, id, "the queued input", |events| {
+    o.session.submit(Input::text("second")).await.unwrap();
+    until_log(&o.straight, o.id, "the queued input", |events| {
         events
             .iter()
             .any(|e| matches!(e.kind, EventKind::InputQueued { .. }))
@@ -307,24 +289,24 @@ async fn a_restart_that_could_not_read_the_log_is_tried_again_once_the_store_is_
     .await;
 
     // The store goes away; the call ends, and its result cannot be written.
-    forwarder.refuse();
-    std::fs::write(tmp.path().join("go"), "").unwrap();
+    o.forwarder.refuse();
+    std::fs::write(o.tmp.path().join("go"), "").unwrap();
     // At least one restart could not read the log: the connection attempts refused
     // are the session's own (the runtime does nothing else with the store meanwhile)
     // and a restart makes one at least.
     let deadline = Instant::now() + WAIT;
-    while forwarder.refused() < 2 || rt.loaded_session_ids().contains(&id) {
+    while o.forwarder.refused() < 2 || o.rt.loaded_session_ids().contains(&o.id) {
         assert!(Instant::now() < deadline, "the session never failed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    forwarder.heal();
+    o.forwarder.heal();
 
     // Nothing asks for the session: the Supervisor restarts it by itself.
-    until_log(&straight, id, "the queued input's turn", |events| {
+    until_log(&o.straight, o.id, "the queued input's turn", |events| {
         completed(events) == 1
     })
     .await;
-    let events = straight.read_from(id, Seq::FIRST).await.unwrap();
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_sound(&events);
     let statuses: Vec<TurnStatus> = events
         .iter()
@@ -338,5 +320,5 @@ async fn a_restart_that_could_not_read_the_log_is_tried_again_once_the_store_is_
         [TurnStatus::Failed, TurnStatus::Completed],
         "{events:#?}"
     );
-    rt.shutdown().await;
+    o.rt.shutdown().await;
 }
