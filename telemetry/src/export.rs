@@ -112,8 +112,6 @@ struct Otlp {
     endpoint: reqwest::Url,
     headers: reqwest::header::HeaderMap,
     resource: EncodedResource,
-    /// The request body, reused.
-    body: Vec<u8>,
 }
 
 impl Otlp {
@@ -154,20 +152,22 @@ impl Otlp {
             endpoint,
             headers,
             resource: EncodedResource::new(&resource),
-            body: Vec::new(),
         })
     }
 }
 
 impl Sink for Otlp {
     fn send(&mut self, spans: &[u8], count: usize) {
-        request(&self.resource, spans, &mut self.body);
+        // Framed into a buffer of its own that the request takes (no copy of the batch
+        // beyond the framing).
+        let mut body = Vec::new();
+        request(&self.resource, spans, &mut body);
         let request = self
             .client
             .post(self.endpoint.clone())
             .headers(self.headers.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-            .body(self.body.clone());
+            .body(body);
         let sent = self.runtime.spawn(async move {
             let response = request.send().await?;
             let status = response.status();
