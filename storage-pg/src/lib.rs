@@ -35,7 +35,11 @@
 //! again for the next batch. Such a statement may have committed before its answer was
 //! lost; its server process is ended before the appends are answered (so nothing of it
 //! commits later), and the runtime's session reads the log before it takes the append
-//! as not written.
+//! as not written. When that process cannot be ended (the server unreachable, or
+//! refusing the connection opened for it, or slower than 5 s), the appends are answered
+//! [`AppendError::Unknown`], and so is every failed append until it has been ended on a
+//! later connection: the session then restarts from the log instead of taking them as
+//! refused.
 //!
 //! # Acknowledgement
 //!
@@ -387,9 +391,17 @@ impl PgLog {
         drop(client);
         let reader = Reader::connect(&config).await?;
         let mut connections = Vec::new();
+        let unended = Arc::new(writer::Unended::default());
         for _ in 0..options.connections.max(1) {
-            connections
-                .push(writer::Connection::open(&config, options.synchronous_commit, shards).await?);
+            connections.push(
+                writer::Connection::open(
+                    &config,
+                    options.synchronous_commit,
+                    shards,
+                    Arc::clone(&unended),
+                )
+                .await?,
+            );
         }
         let counters = Arc::new(Counters::default());
         let (sender, receiver) = mpsc::channel(options.queue_capacity.max(1));

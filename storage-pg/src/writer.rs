@@ -100,17 +100,49 @@ impl Request {
     }
 }
 
-/// One writer connection, its prepared `foya_append` statement and its server process's
-/// pid; opened again after it was lost.
+/// One writer connection, its prepared `foya_append` statement and its server process;
+/// opened again after it was lost.
 pub(crate) struct Connection {
     config: Config,
     synchronous_commit: bool,
     shards: Shards,
-    open: Option<(Client, Statement, i32)>,
+    open: Option<(Client, Statement, Backend)>,
+    unended: Arc<Unended>,
+}
+
+/// Server processes of failed statements that could not be ended, shared by the
+/// writer's connections: each is ended once a connection opens again. While one is
+/// left, a statement of it may still commit, so a failed append is answered
+/// [`AppendError::Unknown`], never as refused (a retry refused while the first try may
+/// still commit would be answered as not taken).
+#[derive(Debug, Default)]
+pub(crate) struct Unended(std::sync::Mutex<Vec<Backend>>);
+
+impl Unended {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Backend>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A server process: its pid, and when it started (µs since the epoch), which tells it
+/// from a later process given the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Backend {
+    pid: i32,
+    started_us: i64,
 }
 
 /// How long a failed statement's answer waits for its server process to end.
 const END_BACKEND_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Most server processes kept to be ended later; past it the oldest is forgotten.
+const MAX_UNENDED: usize = 64;
+
+/// The start of server process `$1`, if it is still there.
+const BACKEND_START: &str = "SELECT (extract(epoch FROM backend_start) * 1000000)::int8 \
+    FROM pg_stat_activity WHERE pid = $1";
 
 const APPEND: &str = "SELECT r_append, r_code, r_expected, r_shard FROM foya_append(\
     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
@@ -120,12 +152,14 @@ impl Connection {
         config: &Config,
         synchronous_commit: bool,
         shards: Shards,
+        unended: Arc<Unended>,
     ) -> Result<Self, PgError> {
         let mut connection = Self {
             config: config.clone(),
             synchronous_commit,
             shards,
             open: None,
+            unended,
         };
         connection.ensure().await?;
         Ok(connection)
@@ -166,59 +200,64 @@ impl Connection {
                 .await?
                 .try_get(0)
                 .map_err(|e| PgError::Db(render(&e)))?;
-            self.open = Some((client, statement, pid));
+            let started_us: i64 = client
+                .query_one(BACKEND_START, &[&pid])
+                .await?
+                .try_get(0)
+                .map_err(|e| PgError::Db(render(&e)))?;
+            self.open = Some((client, statement, Backend { pid, started_us }));
         }
         match &self.open {
-            Some((client, statement, _)) => Ok((client, statement)),
+            Some((client, statement, _)) => {
+                // Failed statements' server processes that could not be ended are
+                // ended before this connection writes (any of the writer's).
+                if !self.unended.list().is_empty() {
+                    end_unended(&self.unended, client).await;
+                }
+                Ok((client, statement))
+            }
             None => Err(PgError::Db("no connection".into())),
         }
     }
 
-    /// Ends server process `pid` (a failed statement's) and waits until it is gone, at
-    /// most [`END_BACKEND_WAIT`] in all; says so when it cannot (the server cannot be
-    /// reached: the appends are answered as failed anyway, and the session asks the log).
-    async fn end_backend(&self, pid: i32) {
-        let ended = tokio::time::timeout(END_BACKEND_WAIT, self.end_backend_now(pid)).await;
-        if ended.is_err() {
-            tracing::warn!(
-                pid,
-                "a failed statement's server process could not be ended in time"
-            );
+    /// Ends `backend` (a failed statement's server process) and waits until it is gone,
+    /// at most [`END_BACKEND_WAIT`] in all, on a connection of its own; `false` when that
+    /// cannot be confirmed (the server cannot be reached, or refuses the connection, or
+    /// is slower): the statement may still commit.
+    async fn end_backend(&self, backend: Backend) -> bool {
+        let ended = tokio::time::timeout(END_BACKEND_WAIT, async {
+            let client = connect(&self.config).await.map_err(|e| e.to_string())?;
+            end_backend_on(&client, backend).await
+        })
+        .await;
+        match ended {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(pid = backend.pid, error = %e, "cannot end a failed statement's server process");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    pid = backend.pid,
+                    "a failed statement's server process could not be ended in time"
+                );
+                false
+            }
         }
     }
 
-    async fn end_backend_now(&self, pid: i32) {
-        let client = match connect(&self.config).await {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::warn!(pid, error = %e, "cannot end a failed statement's server process");
-                return;
-            }
-        };
-        if let Err(e) = client
-            .query_one("SELECT pg_terminate_backend($1)", &[&pid])
-            .await
-        {
-            tracing::warn!(pid, error = %render(&e), "cannot end a failed statement's server process");
-            return;
+    /// Remembers `backend`, whose statement's outcome is unknown, to be ended once a
+    /// connection opens again.
+    fn keep_unended(&self, backend: Backend) {
+        let mut list = self.unended.list();
+        if list.len() >= MAX_UNENDED {
+            let forgotten = list.remove(0);
+            tracing::warn!(
+                pid = forgotten.pid,
+                "too many failed statements' server processes wait to be ended: one is forgotten"
+            );
         }
-        loop {
-            let alive = client
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
-                    &[&pid],
-                )
-                .await
-                .and_then(|row| row.try_get::<_, bool>(0));
-            match alive {
-                Ok(false) => return,
-                Ok(true) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
-                Err(e) => {
-                    tracing::warn!(pid, error = %render(&e), "cannot end a failed statement's server process");
-                    return;
-                }
-            }
-        }
+        list.push(backend);
     }
 
     /// Commits `batch` in one statement and answers each append.
@@ -316,12 +355,24 @@ impl Connection {
                 // process is ended before anyone is answered: bytes of the statement
                 // still on their way (a connection lost in transit) then reach no one,
                 // so what the log holds once the appends are answered is final.
-                if let Some((client, _, pid)) = self.open.take() {
+                if let Some((client, _, backend)) = self.open.take() {
                     drop(client);
-                    self.end_backend(pid).await;
+                    if !self.end_backend(backend).await {
+                        self.keep_unended(backend);
+                    }
                 }
+                // While a failed statement's server process may still commit it (this
+                // one's or an earlier one's), no append is answered as refused.
+                let error = if self.unended.list().is_empty() {
+                    AppendError::Storage(message)
+                } else {
+                    AppendError::Unknown(format!(
+                        "{message}; a failed statement's server process could not be ended, \
+                         so it may still commit"
+                    ))
+                };
                 for request in &mut batch {
-                    request.answer(Err(AppendError::Storage(message.clone())));
+                    request.answer(Err(error.clone()));
                 }
                 return;
             }
@@ -391,6 +442,55 @@ impl Connection {
                 "the batch's statement did not answer this append".into(),
             )));
         }
+    }
+}
+
+/// Ends, through `client`, the server processes that could not be ended when their
+/// statements failed; those it cannot end stay listed for the next try.
+async fn end_unended(unended: &Unended, client: &Client) {
+    let listed = unended.list().clone();
+    for backend in listed {
+        let ended = tokio::time::timeout(END_BACKEND_WAIT, end_backend_on(client, backend))
+            .await
+            .unwrap_or_else(|_| Err("not ended in time".into()));
+        match ended {
+            Ok(()) => {
+                unended.list().retain(|b| *b != backend);
+                tracing::info!(
+                    pid = backend.pid,
+                    "a failed statement's server process was ended once the server was reached again"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(pid = backend.pid, error = %e, "cannot end a failed statement's server process");
+            }
+        }
+    }
+}
+
+/// Ends `backend` through `client` and waits until it is gone (a process that has the
+/// same pid but a later start is another one: it is left alone).
+async fn end_backend_on(client: &Client, backend: Backend) -> Result<(), String> {
+    client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::int8 = $2",
+            &[&backend.pid, &backend.started_us],
+        )
+        .await
+        .map_err(|e| render(&e))?;
+    loop {
+        let alive = client
+            .query_opt(BACKEND_START, &[&backend.pid])
+            .await
+            .map_err(|e| render(&e))?
+            .map(|row| row.try_get::<_, i64>(0))
+            .transpose()
+            .map_err(|e| render(&e))?;
+        if alive != Some(backend.started_us) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
 

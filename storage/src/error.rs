@@ -113,6 +113,12 @@ pub enum AppendError {
     /// have committed before its answer was lost: the log tells.
     #[error("storage failure: {0}")]
     Storage(String),
+    /// A shared store cannot tell whether the batch committed: its statement failed,
+    /// and the server process that ran it could not be ended, so bytes of it still on
+    /// their way may commit later. Never take it as refused: the log tells, once those
+    /// bytes have arrived or their server process has ended.
+    #[error("the append's outcome is unknown: {0}")]
+    Unknown(String),
     /// The store was closed.
     #[error("the store is closed")]
     Closed,

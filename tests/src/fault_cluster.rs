@@ -78,6 +78,8 @@ pub struct Forwarder {
 struct Faults {
     /// `true` while refusing.
     refusing: watch::Sender<bool>,
+    /// `true` while refusing new connections only ([`Forwarder::refuse_new`]).
+    refusing_new: std::sync::atomic::AtomicBool,
     /// Connections closed at once while refusing.
     refused: std::sync::atomic::AtomicUsize,
     /// Armed by [`Forwarder::fail_next_write`].
@@ -106,6 +108,7 @@ impl Forwarder {
         let (state, _) = watch::channel(true);
         let faults = Arc::new(Faults {
             refusing: watch::channel(false).0,
+            refusing_new: std::sync::atomic::AtomicBool::new(false),
             refused: std::sync::atomic::AtomicUsize::new(0),
             write: Mutex::new(None),
             late: std::sync::atomic::AtomicUsize::new(0),
@@ -114,7 +117,11 @@ impl Forwarder {
         let shared = Arc::clone(&faults);
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                if *shared.refusing.borrow() {
+                if *shared.refusing.borrow()
+                    || shared
+                        .refusing_new
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                {
                     shared
                         .refused
                         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -164,6 +171,9 @@ impl Forwarder {
 
     /// Forwards again (see the type's docs).
     pub fn heal(&self) {
+        self.faults
+            .refusing_new
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         self.faults.refusing.send_replace(false);
         self.state.send_replace(true);
     }
@@ -171,6 +181,14 @@ impl Forwarder {
     /// Closes every connection and refuses new ones until [`Self::heal`].
     pub fn refuse(&self) {
         self.faults.refusing.send_replace(true);
+    }
+
+    /// Refuses new connections until [`Self::heal`]; those open go on (a server up but
+    /// refusing connections: `max_connections` reached, `pg_hba.conf` changed).
+    pub fn refuse_new(&self) {
+        self.faults
+            .refusing_new
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// How many connections were closed as they were accepted while refusing.

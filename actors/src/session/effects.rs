@@ -184,8 +184,8 @@ impl Session {
     /// order). The machine is told `CommitFailed` only when nothing was written: a
     /// shared store's failed statement may have committed before its answer was lost
     /// (the log is asked which), and a log that is not what this actor holds (a seq
-    /// mismatch, an outcome the log cannot tell) fails the actor, which the Supervisor
-    /// restarts from the log.
+    /// mismatch, an outcome the log cannot tell, a statement that may still commit)
+    /// fails the actor, which the Supervisor restarts from the log.
     async fn append(&mut self, events: Vec<Event>) -> Result<SessionInput, ActorProcessingErr> {
         let fold = self.machine.fold();
         let id = fold.id;
@@ -216,13 +216,23 @@ impl Session {
                     format!("the log moved on without this session actor ({error})").into(),
                 );
             }
-            AppendError::Storage(_) if self.deps.store.is_shared() => {
+            // A shared store's failed statement may have committed before its answer
+            // was lost: the log is asked. When the store could not make sure the
+            // statement is over (`Unknown`), a log without it proves nothing yet.
+            AppendError::Storage(_) | AppendError::Unknown(_) if self.deps.store.is_shared() => {
+                let settled = !matches!(e, AppendError::Unknown(_));
                 match commit_outcome(&self.deps.store, id, &events).await {
                     Outcome::Committed => {
                         tracing::warn!(session.id = %id, "the failed append was committed: its answer was lost");
                         return Ok(SessionInput::Committed(events));
                     }
-                    Outcome::NotWritten => {}
+                    Outcome::NotWritten if settled => {}
+                    Outcome::NotWritten => {
+                        return Err(format!(
+                            "an append's outcome is unknown ({error}; the log does not hold it yet)"
+                        )
+                        .into());
+                    }
                     Outcome::Unknown(why) => {
                         return Err(
                             format!("an append's outcome is unknown ({error}; {why})").into()

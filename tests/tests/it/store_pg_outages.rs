@@ -33,13 +33,26 @@ struct Outage {
 
 /// An [`Outage`] whose model answers with `responses` in turn.
 async fn outage(responses: serde_json::Value) -> Outage {
+    outage_writing_on(responses, PgOptions::default().connections).await
+}
+
+/// An [`Outage`] whose store writes on `connections` connections.
+async fn outage_writing_on(responses: serde_json::Value, connections: usize) -> Outage {
     let url = testkit::fresh_url().await;
     let (forwarder, through) = Forwarder::in_front_of(&url).await;
     let options = || PgOptions {
         shards: 4,
         ..PgOptions::default()
     };
-    let behind = PgLog::open(&through, options()).await.unwrap();
+    let behind = PgLog::open(
+        &through,
+        PgOptions {
+            connections,
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
     let straight = PgLog::open(&url, options()).await.unwrap();
     let script: Script = serde_json::from_value(json!({ "responses": responses })).unwrap();
     let mut config = RuntimeConfig::new(
@@ -260,6 +273,110 @@ async fn a_statement_that_reaches_the_server_late_commits_nothing() {
     let outcome = o.session.run(Input::text("next")).await.unwrap();
     assert_eq!(outcome.status, TurnStatus::Completed);
     assert_sound(&o.straight.read_from(o.id, Seq::FIRST).await.unwrap());
+    o.rt.shutdown().await;
+}
+
+/// An input's statement reaches the server late, and the store cannot end its server
+/// process first (the server refuses the connection opened for that; the store writes
+/// on one connection, so the session's retry cannot go through another): the input is
+/// answered neither as taken nor as refused, since the statement may still commit (it
+/// does, 300 ms later). The session restarts from the log, takes the input once, closes
+/// every turn and runs the next input. Before, the input was answered as refused and
+/// committed all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_whose_server_process_cannot_be_ended_is_not_answered_as_refused() {
+    let o = outage_writing_on(
+        json!([{"text": "one"}, {"text": "two"}, {"text": "three"}]),
+        1,
+    )
+    .await;
+
+    let late = InputId::new();
+    // The connections open stay open (the writer's, the reader's); new ones are refused.
+    o.forwarder.refuse_new();
+    o.forwarder
+        .fail_next_write(WriteFault::Late(Duration::from_millis(300)));
+    let answer = o.session.submit_with_id(late, Input::text("late")).await;
+    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
+    assert!(
+        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
+        "an input whose statement may still commit was answered as taken or refused: {answer:?}"
+    );
+    // The statement commits when it arrives: its server process was never ended.
+    until_log(&o.straight, o.id, "the late input", |events| {
+        times_taken(events, late) == 1
+    })
+    .await;
+    o.forwarder.heal();
+
+    let next = InputId::new();
+    submit_until_taken(&o.session, next, "next").await;
+    until_log(
+        &o.straight,
+        o.id,
+        "every turn closed, the next input's ran",
+        |events| {
+            let started = events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::TurnStarted { .. }))
+                .count();
+            let closed = events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::TurnComplete { .. }))
+                .count();
+            times_taken(events, next) == 1 && completed(events) >= 1 && started == closed
+        },
+    )
+    .await;
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
+    assert_sound(&events);
+    assert_eq!(times_taken(&events, late), 1, "{events:#?}");
+    o.rt.shutdown().await;
+}
+
+/// As above, but the statement is on its way longer: the server takes connections
+/// again first, and the writer ends the statement's server process before its next
+/// statement (another session's). The late bytes then commit nothing, and the input,
+/// retried under its id, is taken once. Without that, the input committed whenever its
+/// bytes arrived, long after its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_process_not_ended_at_once_is_ended_before_the_next_statement() {
+    let o = outage_writing_on(json!([{"text": "one"}, {"text": "two"}]), 1).await;
+
+    let late = InputId::new();
+    o.forwarder.refuse_new();
+    o.forwarder
+        .fail_next_write(WriteFault::Late(Duration::from_secs(3)));
+    let answer = o.session.submit_with_id(late, Input::text("late")).await;
+    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
+    assert!(
+        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
+        "{answer:?}"
+    );
+    o.forwarder.heal();
+    // Another session's statement: the writer ends the late one's process first.
+    let tmp = tempfile::tempdir().unwrap();
+    o.rt.create_session(SessionConfig::new(tmp.path()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while o.forwarder.late_writes() == 0 {
+        assert!(Instant::now() < deadline, "the late write was never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
+    assert_eq!(
+        times_taken(&events, late),
+        0,
+        "the late statement committed: {events:#?}"
+    );
+
+    submit_until_taken(&o.session, late, "late").await;
+    let outcome = o.session.run(Input::text("next")).await.unwrap();
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
+    assert_sound(&events);
+    assert_eq!(times_taken(&events, late), 1, "{events:#?}");
     o.rt.shutdown().await;
 }
 
