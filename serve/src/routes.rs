@@ -351,13 +351,24 @@ async fn submit_input(
         telemetry.continue_trace(input_id, traceparent);
     }
     let input_id = session.submit_with_id(input_id, input).await?;
-    let queued = state
+    let since = state
         .store
         .read_from(session.id(), before)
         .await
-        .map_err(ApiError::internal)?
-        .iter()
-        .any(|e| matches!(&e.kind, EventKind::InputQueued { input_id: q, .. } if *q == input_id));
+        .map_err(ApiError::internal)?;
+    let queued = if since.iter().any(|e| names_input(e, input_id)) {
+        since.iter().any(|e| queues_input(e, input_id))
+    } else {
+        // Nothing of it written by this request: an input sent again under its id (a
+        // client that lost the first answer) is answered as the first time.
+        state
+            .store
+            .read_from(session.id(), foya_protocol::Seq::FIRST)
+            .await
+            .map_err(ApiError::internal)?
+            .iter()
+            .any(|e| queues_input(e, input_id))
+    };
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"input_id": input_id, "queued": queued})),
@@ -465,4 +476,15 @@ async fn openapi() -> Response {
         super::openapi::DOCUMENT,
     )
         .into_response()
+}
+
+/// Whether `event` queued input `input`.
+fn queues_input(event: &foya_protocol::Event, input: foya_protocol::InputId) -> bool {
+    matches!(&event.kind, EventKind::InputQueued { input_id, .. } if *input_id == input)
+}
+
+/// Whether `event` took input `input` (queued it, or started it).
+fn names_input(event: &foya_protocol::Event, input: foya_protocol::InputId) -> bool {
+    queues_input(event, input)
+        || matches!(&event.kind, EventKind::UserMessage { input_id, .. } if *input_id == input)
 }

@@ -486,6 +486,80 @@ async fn scenario() {
     assert!(status.success(), "{status}");
 }
 
+/// An input sent while a turn waits for an approval is queued; sent again under its id
+/// (a client that lost the first answer), it is answered as queued again and taken once.
+/// Before, the second answer said `queued: false` (nothing new was written for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_input_sent_again_under_its_id_is_answered_as_queued() {
+    within(async {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let provider = MockProvider::start().await;
+        provider.push(MockResponse::sse(openai_chat::tool_call(
+            "call_1",
+            "write_file",
+            r#"{"path":"out.txt","content":"hello"}"#,
+        )));
+        provider.push(MockResponse::sse(openai_chat::text("written")));
+        provider.push(MockResponse::sse(openai_chat::text("and the second")));
+        let server = start(&provider, dir.path()).await;
+        let s = &server;
+        let created = s
+            .call(
+                s.req(reqwest::Method::POST, "/sessions")
+                    .json(&json!({"cwd": work, "approval_mode": "ask"})),
+                StatusCode::CREATED,
+                Some("SessionCreated"),
+            )
+            .await;
+        let id = created["id"].as_str().unwrap().to_owned();
+        let mut sse = Stream::open(s, &id, "?from_seq=1&approver=true", None).await;
+        let post = |body: Value| {
+            s.call(
+                s.req(reqwest::Method::POST, &format!("/sessions/{id}/inputs"))
+                    .json(&body),
+                StatusCode::ACCEPTED,
+                Some("InputAccepted"),
+            )
+        };
+        let first = post(json!({"text": "write hello to out.txt"})).await;
+        assert_eq!(first["queued"], json!(false));
+        let waiting = sse.until(&s.doc, of_type("approval_requested")).await;
+        let request_id = waiting.last().unwrap()["request_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+        let again = "01930000-0000-7000-8000-0000000000a2";
+        for attempt in ["first", "again"] {
+            let accepted = post(json!({"input_id": again, "text": "and then?"})).await;
+            assert_eq!(accepted["input_id"], again);
+            assert_eq!(accepted["queued"], json!(true), "{attempt} answer");
+        }
+
+        s.call(
+            s.req(
+                reqwest::Method::POST,
+                &format!("/sessions/{id}/approvals/{request_id}"),
+            )
+            .json(&json!({"decision": "allow_once"})),
+            StatusCode::NO_CONTENT,
+            None,
+        )
+        .await;
+        let mut seen = sse.until(&s.doc, of_type("turn_complete")).await;
+        seen.extend(sse.until(&s.doc, of_type("turn_complete")).await);
+        let taken = seen
+            .iter()
+            .filter(|e| e["type"] == "user_message" && e["input_id"] == again)
+            .count();
+        assert_eq!(taken, 1, "{seen:#?}");
+        assert_eq!(seen.last().unwrap()["status"], "completed");
+    })
+    .await;
+}
+
 /// Every path and method of the document reaches a handler (not the router's
 /// `no_route` fallback, not 405); the reverse direction is the unit test beside the
 /// route table in `serve/src/openapi.rs`.
