@@ -22,7 +22,7 @@
 use crate::metrics::{
     ClassLabels, DecisionLabels, FastMap, FigureCounts, Handles, HookLabels, Metrics, TriggerLabels,
 };
-use crate::otlp::{Attr, Encoded, Head, SpanStatus, SpanWriter};
+use crate::otlp::{Attr, Attributes, Encoded, Head, SpanStatus, SpanWriter};
 use foya_protocol::command::ParentRef;
 use foya_protocol::{
     ApprovalRequestId, Event, EventKind, FinishReason, InputId, RunId, SessionId, ToolCallId,
@@ -292,6 +292,9 @@ struct Turn {
     compaction: Option<Compaction>,
     /// Why it is being cancelled (`turn_cancelled`).
     cancel_reason: Option<String>,
+    /// The first attributes of its chat spans (the operation, the conversation id),
+    /// encoded at its first.
+    chat_head: Option<Attributes>,
 }
 
 #[derive(Debug, Default)]
@@ -317,10 +320,19 @@ pub(crate) struct ModelOf {
     pub(crate) model: String,
     /// Its chat spans' name: `chat {model}`, or `chat`.
     chat: String,
+    /// Its attributes on a span, encoded once: the model and the provider, when named.
+    attributes: Attributes,
 }
 
 impl ModelOf {
     pub(crate) fn new(provider: &str, model: &str) -> Arc<Self> {
+        let mut attributes = Vec::with_capacity(2);
+        if !model.is_empty() {
+            attributes.push(("gen_ai.request.model", Attr::Str(model)));
+        }
+        if !provider.is_empty() {
+            attributes.push(("gen_ai.provider.name", Attr::Str(provider)));
+        }
         Arc::new(Self {
             provider: provider.to_owned(),
             chat: if model.is_empty() {
@@ -329,18 +341,14 @@ impl ModelOf {
                 format!("chat {model}")
             },
             model: model.to_owned(),
+            attributes: Attributes::new(&attributes),
         })
     }
 
     /// Its attributes on a span: the model and the provider, when named.
     fn write(model: Option<&Self>, span: &mut SpanWriter<'_>) {
         if let Some(m) = model {
-            if !m.model.is_empty() {
-                span.attr("gen_ai.request.model", Attr::Str(&m.model));
-            }
-            if !m.provider.is_empty() {
-                span.attr("gen_ai.provider.name", Attr::Str(&m.provider));
-            }
+            span.attrs(&m.attributes);
         }
     }
 }
@@ -363,6 +371,19 @@ impl Counts {
         }
     }
 }
+
+/// The first attributes of every tool call's span, encoded once.
+static EXECUTE_TOOL: std::sync::LazyLock<Attributes> = std::sync::LazyLock::new(|| {
+    Attributes::new(&[("gen_ai.operation.name", Attr::Str("execute_tool"))])
+});
+
+/// The first attributes of every turn's span, encoded once.
+static INVOKE_AGENT: std::sync::LazyLock<Attributes> = std::sync::LazyLock::new(|| {
+    Attributes::new(&[
+        ("gen_ai.operation.name", Attr::Str("invoke_agent")),
+        ("gen_ai.agent.name", Attr::Str("foya")),
+    ])
+});
 
 /// Most sessions whose model is remembered; past it the map starts over (a session not
 /// in it has its model read from the store again).
@@ -927,6 +948,7 @@ impl Deriver {
             user_text,
             compaction: None,
             cancel_reason: None,
+            chat_head: None,
         });
         if !had_turn {
             Counts::add(&self.metrics, &self.counts.active, 1);
@@ -971,6 +993,16 @@ impl Deriver {
             (None, Some((at, class))) => (at, class),
             (None, None) => (step.start_ms, None),
         };
+        let head = turn.chat_head.get_or_insert_with(|| {
+            let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+            Attributes::new(&[
+                ("gen_ai.operation.name", Attr::Str("chat")),
+                (
+                    "gen_ai.conversation.id",
+                    Attr::Str(uuid_text(sid.0, &mut id)),
+                ),
+            ])
+        });
         let model = turn.model.as_deref();
         let mut span = SpanWriter::begin(
             &mut self.spans,
@@ -985,12 +1017,7 @@ impl Deriver {
                 end_ms: end_ms.max(step.start_ms),
             },
         );
-        let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
-        span.attr("gen_ai.operation.name", Attr::Str("chat"));
-        span.attr(
-            "gen_ai.conversation.id",
-            Attr::Str(uuid_text(sid.0, &mut id)),
-        );
+        span.attrs(head);
         span.attr("foya.step", Attr::Int(i64::from(step.number)));
         span.attr("foya.retries", Attr::count(step.retries.len() as u64));
         ModelOf::write(model, &mut span);
@@ -1107,7 +1134,7 @@ impl Deriver {
                 end_ms: end_ms.max(tool.start_ms),
             },
         );
-        span.attr("gen_ai.operation.name", Attr::Str("execute_tool"));
+        span.attrs(&EXECUTE_TOOL);
         span.attr("gen_ai.tool.name", Attr::Str(name));
         span.attr("gen_ai.tool.call.id", Attr::Str(&id.0));
         span.attr("foya.tool.outcome", Attr::Str(outcome));
@@ -1334,8 +1361,7 @@ impl Deriver {
         );
         let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
         let session = uuid_text(sid.0, &mut id);
-        span.attr("gen_ai.operation.name", Attr::Str("invoke_agent"));
-        span.attr("gen_ai.agent.name", Attr::Str("foya"));
+        span.attrs(&INVOKE_AGENT);
         span.attr("gen_ai.conversation.id", Attr::Str(session));
         span.attr("foya.session.id", Attr::Str(session));
         let mut id = [0; uuid::fmt::Hyphenated::LENGTH];

@@ -21,6 +21,7 @@ const IS_REMOTE: u32 = 0x200;
 /// `ScopeSpans.spans`, `ResourceSpans.scope_spans`…: the field numbers used below.
 const SPANS_FIELD: u32 = 2;
 
+#[inline]
 fn varint(buf: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         #[allow(clippy::cast_possible_truncation)]
@@ -38,6 +39,7 @@ fn varint_len(value: u64) -> usize {
     bits.div_ceil(7)
 }
 
+#[inline]
 fn key(buf: &mut Vec<u8>, field: u32, wire: u32) {
     varint(buf, u64::from((field << 3) | wire));
 }
@@ -56,6 +58,7 @@ fn field_len(field: u32, n: usize) -> usize {
     key_len(field) + varint_len(len(n)) + n
 }
 
+#[inline]
 fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
     key(buf, field, LEN);
     varint(buf, len(data.len()));
@@ -63,6 +66,7 @@ fn bytes(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
 }
 
 /// A string field, left out when empty (proto3's default).
+#[inline]
 fn string(buf: &mut Vec<u8>, field: u32, text: &str) {
     if !text.is_empty() {
         bytes(buf, field, text.as_bytes());
@@ -143,6 +147,7 @@ impl Attr<'_> {
     }
 
     /// The `AnyValue` message's fields.
+    #[inline]
     fn write(&self, buf: &mut Vec<u8>) {
         match self {
             Attr::Str(s) => bytes(buf, 1, s.as_bytes()),
@@ -169,7 +174,18 @@ impl Attr<'_> {
     }
 }
 
+/// The size of the `KeyValue` message of `name` and `value`.
+fn key_value_size(name: &str, value: Attr<'_>) -> usize {
+    let name = if name.is_empty() {
+        0
+    } else {
+        field_len(1, name.len())
+    };
+    name + field_len(2, value.size())
+}
+
 /// A `KeyValue` as field `field` of its message, its sizes counted first (nothing moved).
+#[inline]
 fn key_value(buf: &mut Vec<u8>, field: u32, name: &str, value: Attr<'_>) {
     let any = value.size();
     let size = if name.is_empty() {
@@ -196,6 +212,25 @@ fn kind(kind: &SpanKind) -> u64 {
         SpanKind::Client => 3,
         SpanKind::Producer => 4,
         SpanKind::Consumer => 5,
+    }
+}
+
+/// Span attributes encoded once and written into many spans as they are (a turn's
+/// conversation id, a session's model, a constant operation name).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Attributes(Vec<u8>);
+
+impl Attributes {
+    pub(crate) fn new(attributes: &[(&str, Attr<'_>)]) -> Self {
+        let size = attributes
+            .iter()
+            .map(|(name, value)| field_len(9, key_value_size(name, *value)))
+            .sum();
+        let mut buf = Vec::with_capacity(size);
+        for (name, value) in attributes {
+            key_value(&mut buf, 9, name, *value);
+        }
+        Self(buf)
     }
 }
 
@@ -279,6 +314,9 @@ impl<'a> SpanWriter<'a> {
         let buf = &mut out.bytes;
         let field = buf.len();
         key(buf, SPANS_FIELD, LEN);
+        // Room for the body's length: two bytes, what almost every span takes (from 128
+        // bytes to 16 KiB), written in place at the end.
+        buf.extend_from_slice(&[0, 0]);
         let body = buf.len();
         bytes(buf, 1, &head.trace_id.to_bytes());
         bytes(buf, 2, &head.span_id.to_bytes());
@@ -309,6 +347,11 @@ impl<'a> SpanWriter<'a> {
         key_value(&mut self.out.bytes, 9, name, value);
     }
 
+    /// Attributes written once by [`Attributes`] (those many spans share), in their order.
+    pub(crate) fn attrs(&mut self, attributes: &Attributes) {
+        self.out.bytes.extend_from_slice(&attributes.0);
+    }
+
     /// A span event, with its attributes.
     pub(crate) fn event(&mut self, name: &str, at_ms: u64, attributes: &[(&str, Attr<'_>)]) {
         message(&mut self.out.bytes, 11, |buf| {
@@ -331,12 +374,20 @@ impl<'a> SpanWriter<'a> {
                 number(buf, 3, 2);
             }
         });
-        // The body's length, before it.
+        // The body's length, in the room before it (moved when it takes other than two
+        // bytes).
         let size = len(buf.len() - self.body);
-        let head = buf.len();
-        varint(buf, size);
-        let n = buf.len() - head;
-        buf[self.body..].rotate_right(n);
+        if (0x80..0x4000).contains(&size) {
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                buf[self.body - 2] = (size as u8 & 0x7f) | 0x80;
+                buf[self.body - 1] = (size >> 7) as u8;
+            }
+        } else {
+            let mut length = Vec::with_capacity(10);
+            varint(&mut length, size);
+            buf.splice(self.body - 2..self.body, length);
+        }
         self.out.ends.push(buf.len());
         // Ended: not dropped.
         std::mem::forget(self);
@@ -665,7 +716,8 @@ mod tests {
                 kind: SpanKind::Server,
                 start_ms: 7,
                 end_ms: 8,
-                attributes: (0..40)
+                // Over 16 KiB: a length of three bytes (the others take one and two).
+                attributes: (0..60)
                     .map(|i| KeyValue::new(format!("foya.a{i}"), long.clone()))
                     .collect(),
                 status: Status::Unset,
