@@ -246,6 +246,25 @@ impl Connection {
         }
     }
 
+    /// At close: ends the listed server processes once more (on a connection opened for
+    /// it when none is), and names those left, whose statements may still commit: once
+    /// this process is gone nothing remembers them.
+    async fn end_unended_at_close(&mut self) {
+        if self.unended.list().is_empty() {
+            return;
+        }
+        // `ensure` ends them before it answers.
+        let _ = tokio::time::timeout(END_BACKEND_WAIT * 2, self.ensure()).await;
+        let left: Vec<i32> = self.unended.list().iter().map(|b| b.pid).collect();
+        if !left.is_empty() {
+            tracing::error!(
+                pids = ?left,
+                "the store closes with failed statements whose server processes could not be \
+                 ended: they may still commit"
+            );
+        }
+    }
+
     /// Remembers `backend`, whose statement's outcome is unknown, to be ended once a
     /// connection opens again.
     fn keep_unended(&self, backend: Backend) {
@@ -528,10 +547,15 @@ pub(crate) async fn run(
         });
     }
     drop(idle_tx);
+    let mut returned = Vec::with_capacity(total);
     for _ in 0..total {
-        if idle.recv().await.is_none() {
-            break;
+        match idle.recv().await {
+            Some(connection) => returned.push(connection),
+            None => break,
         }
+    }
+    if let Some(connection) = returned.first_mut() {
+        connection.end_unended_at_close().await;
     }
     let _ = stopped.send(true);
 }

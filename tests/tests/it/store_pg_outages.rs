@@ -380,6 +380,39 @@ async fn a_server_process_not_ended_at_once_is_ended_before_the_next_statement()
     o.rt.shutdown().await;
 }
 
+/// As above, but nothing is written after the server takes connections again: the
+/// runtime shuts down, and its store ends the late statement's server process as it
+/// closes. The late bytes commit nothing. Without that, the input committed after the
+/// runtime that answered it was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_process_not_ended_at_once_is_ended_when_the_store_closes() {
+    let o = outage_writing_on(json!([{"text": "one"}]), 1).await;
+
+    let late = InputId::new();
+    o.forwarder.refuse_new();
+    o.forwarder
+        .fail_next_write(WriteFault::Late(Duration::from_secs(3)));
+    let answer = o.session.submit_with_id(late, Input::text("late")).await;
+    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
+    assert!(
+        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
+        "{answer:?}"
+    );
+    o.forwarder.heal();
+    o.rt.shutdown().await;
+    let deadline = Instant::now() + WAIT;
+    while o.forwarder.late_writes() == 0 {
+        assert!(Instant::now() < deadline, "the late write was never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
+    assert_eq!(
+        times_taken(&events, late),
+        0,
+        "the late statement committed: {events:#?}"
+    );
+}
+
 /// The store goes away while a session runs a tool call with an input queued: the
 /// session actor fails on its next append, and its restart cannot read the log. Once
 /// the store is back, the restart is tried again without any request for the session:
