@@ -66,6 +66,20 @@ impl Server {
         .await
     }
 
+    /// Answers approval request `request` of session `id` with `allow_once` (204).
+    async fn allow_once(&self, id: &str, request: &str) {
+        self.call(
+            self.req(
+                reqwest::Method::POST,
+                &format!("/sessions/{id}/approvals/{request}"),
+            )
+            .json(&json!({"decision": "allow_once"})),
+            StatusCode::NO_CONTENT,
+            None,
+        )
+        .await;
+    }
+
     /// Sends, checks the status, validates the JSON body against `schema`.
     async fn call(
         &self,
@@ -315,16 +329,7 @@ async fn scenario() {
 
     // Answer over HTTP; read on until the tool's result, then drop the connection.
     let request_id = request["request_id"].as_str().unwrap();
-    s.call(
-        s.req(
-            reqwest::Method::POST,
-            &format!("/sessions/{id}/approvals/{request_id}"),
-        )
-        .json(&json!({"decision": "allow_once"})),
-        StatusCode::NO_CONTENT,
-        None,
-    )
-    .await;
+    s.allow_once(&id, request_id).await;
     seen.extend(sse.until(&s.doc, of_type("tool_message")).await);
     assert_eq!(seen.last().unwrap()["is_error"], json!(false));
     assert_eq!(
@@ -538,16 +543,7 @@ async fn a_queued_input_sent_again_under_its_id_is_answered_as_queued() {
             assert_eq!(accepted["queued"], json!(true), "{attempt} answer");
         }
 
-        s.call(
-            s.req(
-                reqwest::Method::POST,
-                &format!("/sessions/{id}/approvals/{request_id}"),
-            )
-            .json(&json!({"decision": "allow_once"})),
-            StatusCode::NO_CONTENT,
-            None,
-        )
-        .await;
+        s.allow_once(&id, &request_id).await;
         let mut seen = sse.until(&s.doc, of_type("turn_complete")).await;
         seen.extend(sse.until(&s.doc, of_type("turn_complete")).await);
         let taken = seen

@@ -95,6 +95,33 @@ async fn until_log(log: &PgLog, id: SessionId, what: &str, done: impl Fn(&[Event
     }
 }
 
+/// Sends an input whose statement reaches the server `delay` late while the server
+/// refuses new connections (those open stay open: the writer's, the reader's), so its
+/// server process cannot be ended: the input is answered neither as taken nor as
+/// refused (a store writing on one connection: the session's retry cannot go through
+/// another). Returns its id.
+async fn sent_late_while_refusing_new(o: &Outage, delay: Duration) -> InputId {
+    let late = InputId::new();
+    o.forwarder.refuse_new();
+    o.forwarder.fail_next_write(WriteFault::Late(delay));
+    let answer = o.session.submit_with_id(late, Input::text("late")).await;
+    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
+    assert!(
+        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
+        "an input whose statement may still commit was answered as taken or refused: {answer:?}"
+    );
+    late
+}
+
+/// Waits (one global bound) until the forwarder has tried a late write.
+async fn until_late_write_tried(forwarder: &Forwarder) {
+    let deadline = Instant::now() + WAIT;
+    while forwarder.late_writes() == 0 {
+        assert!(Instant::now() < deadline, "the late write was never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// How many times the log took input `input` (its `user_message`s).
 fn times_taken(events: &[Event], input: InputId) -> usize {
     events
@@ -259,11 +286,7 @@ async fn a_statement_that_reaches_the_server_late_commits_nothing() {
         .fail_next_write(WriteFault::Late(Duration::from_millis(300)));
     let refused = o.session.submit_with_id(late, Input::text("late")).await;
     assert!(refused.is_err(), "{refused:?}");
-    let deadline = Instant::now() + WAIT;
-    while o.forwarder.late_writes() == 0 {
-        assert!(Instant::now() < deadline, "the late write was never tried");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_late_write_tried(&o.forwarder).await;
     let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_eq!(
         times_taken(&events, late),
@@ -291,17 +314,7 @@ async fn a_statement_whose_server_process_cannot_be_ended_is_not_answered_as_ref
     )
     .await;
 
-    let late = InputId::new();
-    // The connections open stay open (the writer's, the reader's); new ones are refused.
-    o.forwarder.refuse_new();
-    o.forwarder
-        .fail_next_write(WriteFault::Late(Duration::from_millis(300)));
-    let answer = o.session.submit_with_id(late, Input::text("late")).await;
-    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
-    assert!(
-        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
-        "an input whose statement may still commit was answered as taken or refused: {answer:?}"
-    );
+    let late = sent_late_while_refusing_new(&o, Duration::from_millis(300)).await;
     // The statement commits when it arrives: its server process was never ended.
     until_log(&o.straight, o.id, "the late input", |events| {
         times_taken(events, late) == 1
@@ -343,27 +356,14 @@ async fn a_statement_whose_server_process_cannot_be_ended_is_not_answered_as_ref
 async fn a_server_process_not_ended_at_once_is_ended_before_the_next_statement() {
     let o = outage_writing_on(json!([{"text": "one"}, {"text": "two"}]), 1).await;
 
-    let late = InputId::new();
-    o.forwarder.refuse_new();
-    o.forwarder
-        .fail_next_write(WriteFault::Late(Duration::from_secs(3)));
-    let answer = o.session.submit_with_id(late, Input::text("late")).await;
-    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
-    assert!(
-        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
-        "{answer:?}"
-    );
+    let late = sent_late_while_refusing_new(&o, Duration::from_secs(3)).await;
     o.forwarder.heal();
     // Another session's statement: the writer ends the late one's process first.
     let tmp = tempfile::tempdir().unwrap();
     o.rt.create_session(SessionConfig::new(tmp.path()))
         .await
         .unwrap();
-    let deadline = Instant::now() + WAIT;
-    while o.forwarder.late_writes() == 0 {
-        assert!(Instant::now() < deadline, "the late write was never tried");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_late_write_tried(&o.forwarder).await;
     let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_eq!(
         times_taken(&events, late),
@@ -388,23 +388,10 @@ async fn a_server_process_not_ended_at_once_is_ended_before_the_next_statement()
 async fn a_server_process_not_ended_at_once_is_ended_when_the_store_closes() {
     let o = outage_writing_on(json!([{"text": "one"}]), 1).await;
 
-    let late = InputId::new();
-    o.forwarder.refuse_new();
-    o.forwarder
-        .fail_next_write(WriteFault::Late(Duration::from_secs(3)));
-    let answer = o.session.submit_with_id(late, Input::text("late")).await;
-    assert!(!o.forwarder.write_fault_pending(), "nothing was delayed");
-    assert!(
-        !matches!(answer, Ok(_) | Err(foya_actors::RuntimeError::Storage(_))),
-        "{answer:?}"
-    );
+    let late = sent_late_while_refusing_new(&o, Duration::from_secs(3)).await;
     o.forwarder.heal();
     o.rt.shutdown().await;
-    let deadline = Instant::now() + WAIT;
-    while o.forwarder.late_writes() == 0 {
-        assert!(Instant::now() < deadline, "the late write was never tried");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_late_write_tried(&o.forwarder).await;
     let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
     assert_eq!(
         times_taken(&events, late),
