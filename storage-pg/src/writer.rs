@@ -111,7 +111,8 @@ pub(crate) struct Connection {
 }
 
 /// Server processes of failed statements that could not be ended, shared by the
-/// writer's connections: each is ended once a connection opens again. While one is
+/// writer's connections: each is ended before the writer's next statement, on whichever
+/// connection sends it (and once more when the store closes). While one is
 /// left, a statement of it may still commit, so a failed append is answered
 /// [`AppendError::Unknown`], never as refused (a retry refused while the first try may
 /// still commit would be answered as not taken).
