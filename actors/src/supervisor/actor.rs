@@ -43,9 +43,16 @@ pub(crate) struct Supervisor {
     hibernated: HashMap<SessionId, bool>,
 }
 
-/// A session that failed more often than this in a row is left stopped (loaded again on
-/// the next request for it), so a session that fails on start cannot spin.
+/// A session that failed more often than this in a row is restarted only after
+/// [`SLOW_RESTART_DELAY`], so a session that fails on start cannot spin.
 const MAX_RESTARTS: u32 = 3;
+
+/// Past [`MAX_RESTARTS`] in a row, a failed session is restarted after this, at most
+/// [`SLOW_RESTARTS`] more times (about five minutes: a store that reads but does not yet
+/// write, a database taking no new connections, may be back by then); then it is left
+/// stopped, loaded again on the next request for it.
+const SLOW_RESTART_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
+const SLOW_RESTARTS: u32 = 10;
 
 /// Failures further apart than this are not in a row: a long-lived node restarts a
 /// session after each of its occasional store outages, not only after the first three.
@@ -275,8 +282,18 @@ impl Actor for SupervisorActor {
                     *last = now;
                     if state.closing {
                         tracing::warn!(session.id = %id, "not restarted: the runtime is shutting down");
-                    } else if *restarts > MAX_RESTARTS {
+                    } else if *restarts > MAX_RESTARTS + SLOW_RESTARTS {
                         tracing::error!(session.id = %id, "session failed too often; left stopped");
+                    } else if *restarts > MAX_RESTARTS {
+                        tracing::warn!(
+                            session.id = %id,
+                            retry_in_s = SLOW_RESTART_DELAY.as_secs(),
+                            "session failed again and again; restarting it later"
+                        );
+                        myself.send_after(SLOW_RESTART_DELAY, move || SupervisorMsg::Restart {
+                            id,
+                            attempt: 0,
+                        });
                     } else {
                         state.restart(&myself, id, 0).await;
                     }
