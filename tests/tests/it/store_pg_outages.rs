@@ -400,6 +400,63 @@ async fn a_server_process_not_ended_at_once_is_ended_when_the_store_closes() {
     );
 }
 
+/// A session runs a tool call with an input queued, and the database stops taking new
+/// connections (those open go on, so the log can be read) as the call's result is
+/// written: that statement's outcome is unknown, and each restart of the session reads
+/// the log and fails at its first write, three times at once. Once the database takes
+/// connections again, a later restart (30 s after each failure) closes the turn and runs
+/// the queued input, though nothing asks for the session. Before, it was left stopped
+/// after the third, its turn open and its input unrun until a request came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_restarts_cannot_write_is_restarted_later_once_they_can() {
+    let call = json!({"tool_calls": [{"id": "c1", "name": "shell", "arguments":
+        {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]});
+    let o = outage_writing_on(
+        json!([call, {"text": "second answer"}, {"text": "third"}]),
+        1,
+    )
+    .await;
+    o.session.submit(Input::text("first")).await.unwrap();
+    until_log(&o.straight, o.id, "the call started", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
+    })
+    .await;
+    o.session.submit(Input::text("second")).await.unwrap();
+    until_log(&o.straight, o.id, "the queued input", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::InputQueued { .. }))
+    })
+    .await;
+
+    o.forwarder.refuse_new();
+    o.forwarder
+        .fail_next_write(WriteFault::Late(Duration::from_millis(500)));
+    std::fs::write(o.tmp.path().join("go"), "").unwrap();
+    until_late_write_tried(&o.forwarder).await;
+    // Its restarts fail at their first write (a new connection, refused) until the
+    // Supervisor stops restarting at once.
+    let deadline = Instant::now() + WAIT;
+    while o.forwarder.refused() < 3 || o.rt.loaded_session_ids().contains(&o.id) {
+        assert!(
+            Instant::now() < deadline,
+            "the session's restarts never failed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    o.forwarder.heal();
+
+    // Nothing asks for the session: a later restart closes the turn and runs the input.
+    until_log(&o.straight, o.id, "the queued input's turn", |events| {
+        completed(events) == 1
+    })
+    .await;
+    assert_sound(&o.straight.read_from(o.id, Seq::FIRST).await.unwrap());
+    o.rt.shutdown().await;
+}
+
 /// The store goes away while a session runs a tool call with an input queued: the
 /// session actor fails on its next append, and its restart cannot read the log. Once
 /// the store is back, the restart is tried again without any request for the session:
