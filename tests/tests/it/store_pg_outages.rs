@@ -95,6 +95,33 @@ async fn until_log(log: &PgLog, id: SessionId, what: &str, done: impl Fn(&[Event
     }
 }
 
+/// An [`Outage`] (its store writing on `connections` connections) whose session runs a
+/// tool call that waits for a file `go` in its folder, with an input queued behind it.
+async fn busy_with_an_input_queued(connections: usize) -> Outage {
+    let call = json!({"tool_calls": [{"id": "c1", "name": "shell", "arguments":
+        {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]});
+    let o = outage_writing_on(
+        json!([call, {"text": "second answer"}, {"text": "third"}]),
+        connections,
+    )
+    .await;
+    o.session.submit(Input::text("first")).await.unwrap();
+    until_log(&o.straight, o.id, "the call started", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
+    })
+    .await;
+    o.session.submit(Input::text("second")).await.unwrap();
+    until_log(&o.straight, o.id, "the queued input", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::InputQueued { .. }))
+    })
+    .await;
+    o
+}
+
 /// Sends an input whose statement reaches the server `delay` late while the server
 /// refuses new connections (those open stay open: the writer's, the reader's), so its
 /// server process cannot be ended: the input is answered neither as taken nor as
@@ -409,27 +436,7 @@ async fn a_server_process_not_ended_at_once_is_ended_when_the_store_closes() {
 /// after the third, its turn open and its input unrun until a request came.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_restarts_cannot_write_is_restarted_later_once_they_can() {
-    let call = json!({"tool_calls": [{"id": "c1", "name": "shell", "arguments":
-        {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]});
-    let o = outage_writing_on(
-        json!([call, {"text": "second answer"}, {"text": "third"}]),
-        1,
-    )
-    .await;
-    o.session.submit(Input::text("first")).await.unwrap();
-    until_log(&o.straight, o.id, "the call started", |events| {
-        events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
-    })
-    .await;
-    o.session.submit(Input::text("second")).await.unwrap();
-    until_log(&o.straight, o.id, "the queued input", |events| {
-        events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::InputQueued { .. }))
-    })
-    .await;
+    let o = busy_with_an_input_queued(1).await;
 
     o.forwarder.refuse_new();
     o.forwarder
@@ -464,23 +471,7 @@ async fn a_session_whose_restarts_cannot_write_is_restarted_later_once_they_can(
 /// was not tried again and the session waited for a request that might never come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_could_not_read_the_log_is_tried_again_once_the_store_is_back() {
-    let call = json!({"tool_calls": [{"id": "c1", "name": "shell", "arguments":
-        {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]});
-    let o = outage(json!([call, {"text": "second answer"}, {"text": "third"}])).await;
-    o.session.submit(Input::text("first")).await.unwrap();
-    until_log(&o.straight, o.id, "the call started", |events| {
-        events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::ToolStarted { .. }))
-    })
-    .await;
-    o.session.submit(Input::text("second")).await.unwrap();
-    until_log(&o.straight, o.id, "the queued input", |events| {
-        events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::InputQueued { .. }))
-    })
-    .await;
+    let o = busy_with_an_input_queued(PgOptions::default().connections).await;
 
     // The store goes away; the call ends, and its result cannot be written.
     o.forwarder.refuse();
