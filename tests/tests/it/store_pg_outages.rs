@@ -149,6 +149,23 @@ async fn until_late_write_tried(forwarder: &Forwarder) {
     }
 }
 
+/// Waits until the forwarder has tried the late write of input `late`, and checks that
+/// it committed nothing (its server process was ended first).
+async fn until_late_write_came_to_nothing(
+    forwarder: &Forwarder,
+    log: &PgLog,
+    id: SessionId,
+    late: InputId,
+) {
+    until_late_write_tried(forwarder).await;
+    let events = log.read_from(id, Seq::FIRST).await.unwrap();
+    assert_eq!(
+        times_taken(&events, late),
+        0,
+        "the late statement committed: {events:#?}"
+    );
+}
+
 /// How many times the log took input `input` (its `user_message`s).
 fn times_taken(events: &[Event], input: InputId) -> usize {
     events
@@ -390,13 +407,7 @@ async fn a_server_process_not_ended_at_once_is_ended_before_the_next_statement()
     o.rt.create_session(SessionConfig::new(tmp.path()))
         .await
         .unwrap();
-    until_late_write_tried(&o.forwarder).await;
-    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
-    assert_eq!(
-        times_taken(&events, late),
-        0,
-        "the late statement committed: {events:#?}"
-    );
+    until_late_write_came_to_nothing(&o.forwarder, &o.straight, o.id, late).await;
 
     submit_until_taken(&o.session, late, "late").await;
     let outcome = o.session.run(Input::text("next")).await.unwrap();
@@ -418,13 +429,7 @@ async fn a_server_process_not_ended_at_once_is_ended_when_the_store_closes() {
     let late = sent_late_while_refusing_new(&o, Duration::from_secs(3)).await;
     o.forwarder.heal();
     o.rt.shutdown().await;
-    until_late_write_tried(&o.forwarder).await;
-    let events = o.straight.read_from(o.id, Seq::FIRST).await.unwrap();
-    assert_eq!(
-        times_taken(&events, late),
-        0,
-        "the late statement committed: {events:#?}"
-    );
+    until_late_write_came_to_nothing(&o.forwarder, &o.straight, o.id, late).await;
 }
 
 /// A session runs a tool call with an input queued, and the database stops taking new
